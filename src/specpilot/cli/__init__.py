@@ -1,0 +1,59 @@
+"""The `specpilot` command line.
+
+Each concern registers its commands from its own module (`cli/plan.py`,
+`cli/up.py`, ...); this module only builds the group and maps errors to exit
+codes: 0 ok, 1 the check or the job failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+import click
+
+from specpilot import __version__
+from specpilot.errors import SpecpilotError
+
+
+class _Group(click.Group):
+    """Turns specpilot errors into one line and an exit code; `--debug` keeps tracebacks."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except SpecpilotError as err:
+            if ctx.meta.get("specpilot.debug"):
+                traceback.print_exc()
+            click.echo(f"error: {err}", err=True)
+            ctx.exit(err.exit_code)
+        except click.exceptions.Exit:
+            raise
+        except (click.ClickException, click.Abort):
+            raise
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="specpilot")
+@click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Plan, check, launch and drive SGLang/vLLM servers for drafter data generation.
+
+    \b
+    Example:
+      specpilot plan examples/qwen36-27b-mtp-sglang.toml
+    """
+    ctx.meta["specpilot.debug"] = debug
+
+
+def _register() -> None:
+    from specpilot.cli import commands
+
+    for command in commands.ALL:
+        cli.add_command(command)
+
+
+def main() -> None:
+    _register()
+    # click exits 2 on its own usage errors, matching EXIT_BAD_INPUT.
+    cli.main(standalone_mode=True)
