@@ -1,0 +1,3 @@
+"""Stub: SGLang's argument validation imports torchvision only for image utilities it does not call."""
+__version__ = "0.0.0"
+from . import io, transforms

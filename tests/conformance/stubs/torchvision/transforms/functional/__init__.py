@@ -1,0 +1,6 @@
+"""Stub for argument validation only."""
+from torchvision.transforms import InterpolationMode
+def __getattr__(name: str) -> object:
+    def _unavailable(*args: object, **kwargs: object) -> object:
+        raise RuntimeError(f"torchvision stub: {name} is not available")
+    return _unavailable

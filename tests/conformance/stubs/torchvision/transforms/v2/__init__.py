@@ -1,0 +1,3 @@
+def __getattr__(name: str) -> object:
+    return type(name, (), {"__init__": lambda self, *a, **k: None})
+from . import functional
