@@ -149,7 +149,8 @@ def _valid_keys(loc: tuple[int | str, ...]) -> list[str]:
 
 def _first_error(err: ValidationError, origin: str) -> UserError:
     """Pydantic's error list -> one line naming the key and what to do."""
-    first = err.errors()[0]
+    # A typo shows up twice (unknown key + missing key); the unknown key is the cause.
+    first = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
     loc = tuple(first["loc"])
     where = f"{origin}: {_location(loc)}"
     kind = first["type"]
