@@ -283,8 +283,13 @@ def resolve_settings(
     requests = given_requests
     if requests is None and algorithm is not None:
         requests = SPECULATIVE_DEFAULT_RUNNING_REQUESTS
+    # KV "auto" follows the model's compute dtype (--dtype, else config torch_dtype), not the
+    # checkpoint's quantization: an fp8 checkpoint still gets a bf16 KV cache.
     kv_dtype = args.get_str("kv_cache_dtype") or "auto"
-    kv_bytes = dtype_bytes(weights_dtype if kv_dtype == "auto" else kv_dtype)
+    compute_dtype = args.get_str("dtype") or "auto"
+    if compute_dtype == "auto":
+        compute_dtype = shape.torch_dtype if shape.torch_dtype != "float32" else "bfloat16"
+    kv_bytes = dtype_bytes(compute_dtype if kv_dtype == "auto" else kv_dtype)
     ssm_dtype = env.get("SGLANG_MAMBA_SSM_DTYPE") or args.get_str("mamba_ssm_dtype")
     return SglangSettings(
         tp_size=tp_size,
