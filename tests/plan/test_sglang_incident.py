@@ -17,18 +17,30 @@ from specpilot.plan.types import Plan
 from specpilot.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-INCIDENT_ARGS = ["--tp", "1", "--speculative-algorithm", "NEXTN",
-                 "--mamba-scheduler-strategy", "extra_buffer"]
+INCIDENT_ARGS = [
+    "--tp",
+    "1",
+    "--speculative-algorithm",
+    "NEXTN",
+    "--mamba-scheduler-strategy",
+    "extra_buffer",
+]
 
 
 def plan(args: list[str], version: str = "0.5.13") -> Plan:
-    spec = parse_spec({
-        "name": "qwen36-mtp",
-        "model": {"path": str(ROOT / "examples/models/qwen3.6-27b"), "dtype": "bfloat16"},
-        "gpu": {"memory_gib": 95.6},
-        "engine": {"name": "sglang", "version": version, "args": args,
-                   "env": {"SGLANG_ENABLE_SPEC_V2": "1"}},
-    })
+    spec = parse_spec(
+        {
+            "name": "qwen36-mtp",
+            "model": {"path": str(ROOT / "examples/models/qwen3.6-27b"), "dtype": "bfloat16"},
+            "gpu": {"memory_gib": 95.6},
+            "engine": {
+                "name": "sglang",
+                "version": version,
+                "args": args,
+                "env": {"SGLANG_ENABLE_SPEC_V2": "1"},
+            },
+        }
+    )
     shape, parsed = plan_inputs(spec)
     return plan_sglang(spec, shape, parsed)
 
@@ -83,9 +95,19 @@ def test_speculation_is_flagged_for_bulk_generation() -> None:
 
 
 def test_from_0_5_14_the_draft_is_inside_the_profiled_budget() -> None:
-    result = plan(["--tp", "1", "--speculative-algorithm", "NEXTN",
-                   "--mamba-radix-cache-strategy", "extra_buffer", "--mem-fraction-static", "0.92"],
-                  version="0.5.14")
+    result = plan(
+        [
+            "--tp",
+            "1",
+            "--speculative-algorithm",
+            "NEXTN",
+            "--mamba-radix-cache-strategy",
+            "extra_buffer",
+            "--mem-fraction-static",
+            "0.92",
+        ],
+        version="0.5.14",
+    )
     names = [t.name for t in result.terms]
     assert "draft weights (loaded before profiling)" in names
     assert "draft KV cache" not in names

@@ -14,7 +14,11 @@ from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape, load_model_shape
 from specpilot.plan import sglang_quantities as q
 from specpilot.plan.sglang_releases import release_rules
-from specpilot.plan.sglang_settings import SglangSettings, default_mem_fraction_static, resolve_settings
+from specpilot.plan.sglang_settings import (
+    SglangSettings,
+    default_mem_fraction_static,
+    resolve_settings,
+)
 from specpilot.plan.types import GIB
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +43,13 @@ def settings(
 ) -> SglangSettings:
     args = parse_engine_args("sglang", version, argv)
     return resolve_settings(
-        args, env or {}, shape, gpu_memory_gib=gpu_gib, weights_dtype="bfloat16",
-        quantization=None, rules=release_rules(version),
+        args,
+        env or {},
+        shape,
+        gpu_memory_gib=gpu_gib,
+        weights_dtype="bfloat16",
+        quantization=None,
+        rules=release_rules(version),
     )
 
 
@@ -83,13 +92,30 @@ def test_state_bytes_halve_with_tp2_and_bf16_ssm(hybrid: ModelShape) -> None:
         (["--disable-radix-cache"], {}, "0.5.13", 1),
         ([], {}, "0.5.13", 3),  # auto -> no_buffer before 0.5.14
         ([], {}, "0.5.14", 5),  # auto -> extra_buffer with overlap from 0.5.14
-        (["--mamba-scheduler-strategy", "extra_buffer", "--disable-overlap-schedule"], {}, "0.5.13", 4),
-        (["--speculative-algorithm", "NEXTN", "--mamba-scheduler-strategy", "extra_buffer"],
-         {"SGLANG_ENABLE_SPEC_V2": "1"}, "0.5.13", 5),
-        (["--speculative-algorithm", "NEXTN", "--mamba-scheduler-strategy", "extra_buffer"],
-         {"SGLANG_ENABLE_SPEC_V2": "0"}, "0.5.13", 4),
-        (["--speculative-algorithm", "NEXTN", "--mamba-scheduler-strategy", "extra_buffer"],
-         {}, "0.5.10", 4),  # spec v2 (overlap) is off by default in 0.5.10
+        (
+            ["--mamba-scheduler-strategy", "extra_buffer", "--disable-overlap-schedule"],
+            {},
+            "0.5.13",
+            4,
+        ),
+        (
+            ["--speculative-algorithm", "NEXTN", "--mamba-scheduler-strategy", "extra_buffer"],
+            {"SGLANG_ENABLE_SPEC_V2": "1"},
+            "0.5.13",
+            5,
+        ),
+        (
+            ["--speculative-algorithm", "NEXTN", "--mamba-scheduler-strategy", "extra_buffer"],
+            {"SGLANG_ENABLE_SPEC_V2": "0"},
+            "0.5.13",
+            4,
+        ),
+        (
+            ["--speculative-algorithm", "NEXTN", "--mamba-scheduler-strategy", "extra_buffer"],
+            {},
+            "0.5.10",
+            4,
+        ),  # spec v2 (overlap) is off by default in 0.5.10
     ],
 )
 def test_state_slots_per_request_follow_strategy_and_overlap(
@@ -101,8 +127,17 @@ def test_state_slots_per_request_follow_strategy_and_overlap(
 def test_speculative_defaults(hybrid: ModelShape) -> None:
     s = settings(hybrid, ["--speculative-algorithm", "nextn"])
     assert (s.speculative_algorithm, s.num_draft_tokens, s.max_running_requests) == ("NEXTN", 4, 48)
-    s = settings(hybrid, ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "5",
-                          "--speculative-num-draft-tokens", "3"])
+    s = settings(
+        hybrid,
+        [
+            "--speculative-algorithm",
+            "NEXTN",
+            "--speculative-num-steps",
+            "5",
+            "--speculative-num-draft-tokens",
+            "3",
+        ],
+    )
     assert s.num_draft_tokens == 6  # topk 1 forces steps + 1
 
 
@@ -116,9 +151,16 @@ def test_default_mem_fraction_static_on_an_h200(dense: ModelShape) -> None:
     # 512 + 12288 + 512 + 128 + 464 = 13904 MiB reserved
     gpu_mib = 141 * 1024
     fraction = default_mem_fraction_static(
-        gpu_memory_mib=gpu_mib, chunked_prefill_size=8192, cuda_graph_max_bs=256,
-        piecewise_graph_tokens=58, tp_size=1, pp_size=1, speculative_algorithm=None,
-        rules=release_rules("0.5.13"), shape=dense, language_only=False,
+        gpu_memory_mib=gpu_mib,
+        chunked_prefill_size=8192,
+        cuda_graph_max_bs=256,
+        piecewise_graph_tokens=58,
+        tp_size=1,
+        pp_size=1,
+        speculative_algorithm=None,
+        rules=release_rules("0.5.13"),
+        shape=dense,
+        language_only=False,
     )
     assert fraction == round((gpu_mib - 13904) / gpu_mib, 3)
     s = settings(dense, [], gpu_gib=141)
@@ -145,8 +187,11 @@ def test_state_pool_ratio_split_without_speculation(hybrid: ModelShape) -> None:
 
 
 def test_state_pool_joint_solve_with_speculation(hybrid: ModelShape) -> None:
-    s = settings(hybrid, ["--speculative-algorithm", "NEXTN", "--mamba-scheduler-strategy",
-                          "extra_buffer"], env={"SGLANG_ENABLE_SPEC_V2": "1"})
+    s = settings(
+        hybrid,
+        ["--speculative-algorithm", "NEXTN", "--mamba-scheduler-strategy", "extra_buffer"],
+        env={"SGLANG_ENABLE_SPEC_V2": "1"},
+    )
     per_req, draft, ratio = 153944064, 4, 5
     pool = q.state_pool(hybrid, s, release_rules("0.5.13"), 36.0)
     budget = 36.0 * GIB * 0.9 / 1.9
@@ -190,14 +235,20 @@ def test_max_running_requests_rules(dense: ModelShape, hybrid: ModelShape) -> No
     capped = replace(s, max_running_requests=5000)
     assert q.max_running_requests(298447, 0, capped, old, False) == 3730
     assert q.max_running_requests(298447, 0, capped, new, False) == 5000
-    h = settings(hybrid, ["--speculative-algorithm", "NEXTN", "--mamba-scheduler-strategy",
-                          "extra_buffer"], env={"SGLANG_ENABLE_SPEC_V2": "1"})
+    h = settings(
+        hybrid,
+        ["--speculative-algorithm", "NEXTN", "--mamba-scheduler-strategy", "extra_buffer"],
+        env={"SGLANG_ENABLE_SPEC_V2": "1"},
+    )
     assert q.max_running_requests(300000, 66, h, old, True) == 13  # 66 slots // 5
 
 
 def test_draft_kv_folds_into_the_cell_from_0_5_14(hybrid: ModelShape) -> None:
     argv = ["--speculative-algorithm", "NEXTN"]
-    assert q.pool_cell_bytes(hybrid, settings(hybrid, argv, "0.5.13"), release_rules("0.5.13")) == 65536
+    assert (
+        q.pool_cell_bytes(hybrid, settings(hybrid, argv, "0.5.13"), release_rules("0.5.13"))
+        == 65536
+    )
     new = settings(hybrid, argv, "0.5.14")
     assert q.pool_cell_bytes(hybrid, new, release_rules("0.5.14")) == int(65536 * (1 + 1 / 16))
 
@@ -210,7 +261,7 @@ def test_target_weights_exclude_the_mtp_head(hybrid: ModelShape) -> None:
 
 
 def test_releases_outside_the_range_are_refused() -> None:
-    with pytest.raises(UserError, match="0.5.10"):
+    with pytest.raises(UserError, match=r"0\.5\.10"):
         release_rules("0.4.9")
     assert release_rules("0.5.13.post1").intermediate_rule == "joint"
     assert release_rules("0.5.23").strategy_flag == "--mamba-radix-cache-strategy"

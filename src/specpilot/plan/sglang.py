@@ -17,7 +17,7 @@ from specpilot.models.shape import ModelShape
 from specpilot.plan import sglang_quantities as q
 from specpilot.plan.sglang_releases import SglangRelease, release_rules
 from specpilot.plan.sglang_settings import SglangSettings, resolve_settings
-from specpilot.plan.types import Fix, Plan, Problem, Term
+from specpilot.plan.types import GIB, Fix, Plan, Problem, Term
 from specpilot.spec import Spec
 
 #: Head-room asked of the reserve above the estimated need: the activation and graph
@@ -76,22 +76,26 @@ def _reserve_terms(
 ) -> tuple[Term, ...]:
     """What is allocated after the pools and so must fit in the reserve."""
     terms = [
-        Term("activations (prefill chunk + logits)", q.activation_gib(shape, s), "estimated",
-             PEAK),
+        Term("activations (prefill chunk + logits)", q.activation_gib(shape, s), "estimated", PEAK),
         Term("attention backend workspace", q.attention_workspace_gib(s), "estimated"),
         Term("CUDA graphs", q.cuda_graph_gib(s), "estimated"),
         Term("request-to-token table", q.req_to_token_gib(requests, s), "config"),
-        Term("runtime buffers (not itemized, measured)", q.unitemized_runtime_gib(shape),
-             "estimated"),
+        Term(
+            "runtime buffers (not itemized, measured)", q.unitemized_runtime_gib(shape), "estimated"
+        ),
     ]
     if s.tp_size * s.pp_size > 1:
         terms.append(Term("TP communication buffers", q.tp_buffers_gib(s), "estimated"))
     if s.has_draft_model and not rules.draft_in_profile:
-        draft_kv = tokens * q.draft_kv_bytes_per_token(shape, s) / q.GIB
+        draft_kv = tokens * q.draft_kv_bytes_per_token(shape, s) / GIB
         terms += [
             Term("draft model weights", draft_gib, "estimated"),
-            Term("draft load peak (own embedding + LM head)", q.draft_load_transient_gib(shape, s),
-                 "estimated", PEAK),
+            Term(
+                "draft load peak (own embedding + LM head)",
+                q.draft_load_transient_gib(shape, s),
+                "estimated",
+                PEAK,
+            ),
             Term("draft KV cache", draft_kv, "config"),
         ]
     return tuple(terms)
@@ -146,41 +150,51 @@ def blocking_problems(z: Sizing, shape: ModelShape) -> list[Problem]:
     s = z.settings
     problems: list[Problem] = []
     if z.rest_gib <= 0:
-        problems.append(Problem(
-            "weights_exceed_static_budget",
-            f"weights leave {z.rest_gib:.2f} GiB for caches under mem_fraction_static="
-            f"{s.mem_fraction_static:.3f}: SGLang stops with 'Not enough memory'",
-        ))
+        problems.append(
+            Problem(
+                "weights_exceed_static_budget",
+                f"weights leave {z.rest_gib:.2f} GiB for caches under mem_fraction_static="
+                f"{s.mem_fraction_static:.3f}: SGLang stops with 'Not enough memory'",
+            )
+        )
         return problems
     if shape.is_hybrid and z.pool.slots <= 0:
-        problems.append(Problem(
-            "no_state_slots",
-            f"no room for a single hybrid state slot ({z.state_bytes_per_request / 2**20:.1f} MiB "
-            "each): SGLang stops with 'Not enough GPU memory for hybrid ... state cache'",
-        ))
+        problems.append(
+            Problem(
+                "no_state_slots",
+                f"no room for a single hybrid state slot ({z.state_bytes_per_request / 2**20:.1f} MiB "
+                "each): SGLang stops with 'Not enough GPU memory for hybrid ... state cache'",
+            )
+        )
     if z.kv_tokens <= 0:
-        problems.append(Problem(
-            "no_kv_tokens",
-            f"{z.pool.rest_for_kv_gib:.2f} GiB left for the KV cache after the state pool: "
-            "SGLang stops with 'Not enough memory. Please try to increase --mem-fraction-static'",
-        ))
+        problems.append(
+            Problem(
+                "no_kv_tokens",
+                f"{z.pool.rest_for_kv_gib:.2f} GiB left for the KV cache after the state pool: "
+                "SGLang stops with 'Not enough memory. Please try to increase --mem-fraction-static'",
+            )
+        )
     elif z.max_running_requests <= 0:
-        problems.append(Problem(
-            "no_running_requests",
-            f"{z.pool.slots} state slots at {q.state_slots_per_request(s)} per request serve no "
-            "request: SGLang stops with 'state cache is too small to serve any requests'",
-        ))
+        problems.append(
+            Problem(
+                "no_running_requests",
+                f"{z.pool.slots} state slots at {q.state_slots_per_request(s)} per request serve no "
+                "request: SGLang stops with 'state cache is too small to serve any requests'",
+            )
+        )
     shortfall = z.reserve_needed_gib - z.reserve_gib
     if shortfall > 0:
         largest = max(z.reserve_terms, key=lambda t: t.gib)
-        problems.append(Problem(
-            "reserve_too_small",
-            f"the reserve free_before_load x (1 - {s.mem_fraction_static:.3f}) = "
-            f"{z.reserve_gib:.2f} GiB is {shortfall:.2f} GiB short of what is allocated after "
-            f"the pools ({z.reserve_needed_gib:.2f} GiB; largest: {largest.name}, "
-            f"{largest.gib:.2f} GiB): CUDA out of memory at draft load or graph capture. "
-            "A higher --mem-fraction-static makes this worse, not better",
-        ))
+        problems.append(
+            Problem(
+                "reserve_too_small",
+                f"the reserve free_before_load x (1 - {s.mem_fraction_static:.3f}) = "
+                f"{z.reserve_gib:.2f} GiB is {shortfall:.2f} GiB short of what is allocated after "
+                f"the pools ({z.reserve_needed_gib:.2f} GiB; largest: {largest.name}, "
+                f"{largest.gib:.2f} GiB): CUDA out of memory at draft load or graph capture. "
+                "A higher --mem-fraction-static makes this worse, not better",
+            )
+        )
     return problems
 
 
@@ -191,8 +205,7 @@ def _fraction_candidates(start: float) -> list[float]:
 
 def _fits_with_margin(z: Sizing, shape: ModelShape) -> bool:
     return (
-        not blocking_problems(z, shape)
-        and z.reserve_gib >= z.reserve_needed_gib * RESERVE_MARGIN
+        not blocking_problems(z, shape) and z.reserve_gib >= z.reserve_needed_gib * RESERVE_MARGIN
     )
 
 
@@ -229,9 +242,12 @@ def recommend(
         trial = replace(s, mem_fraction_static=fraction)
         if shape.is_hybrid:
             auto = replace(trial, max_mamba_cache_size=None)
-            if not _fits_with_margin(
-                size(shape, auto, rules, free_before_load_gib=free, weights_gib=weights), shape
-            ) and trial.max_mamba_cache_size is None:
+            if (
+                not _fits_with_margin(
+                    size(shape, auto, rules, free_before_load_gib=free, weights_gib=weights), shape
+                )
+                and trial.max_mamba_cache_size is None
+            ):
                 continue
             best = _best_state_split(shape, trial, rules, free, weights)
             if best is not None:
@@ -285,7 +301,9 @@ def _without_speculation(args: EngineArgs) -> EngineArgs:
     picks its own default strategy for a plain launch."""
     dropped = ("mamba_scheduler_strategy", "mamba_radix_cache_strategy")
     values = {
-        k: v for k, v in args.values.items() if not k.startswith("speculative_") and k not in dropped
+        k: v
+        for k, v in args.values.items()
+        if not k.startswith("speculative_") and k not in dropped
     }
     return replace(args, values=values)
 
@@ -296,23 +314,34 @@ def _memory_table(
     s = z.settings
     source = "measured"
     terms = [
-        Term("free before weights load", z.free_before_load_gib,
-             source if "free_before_load_gib" in measured else "estimated"),
+        Term(
+            "free before weights load",
+            z.free_before_load_gib,
+            source if "free_before_load_gib" in measured else "estimated",
+        ),
         Term("target weights", z.weights_gib, source if "weights_gib" in measured else "estimated"),
     ]
     if s.has_draft_model and rules.draft_in_profile:
-        terms.append(Term("draft weights (loaded before profiling)", z.draft_weights_gib,
-                          "estimated"))
-    terms.append(Term(f"reserve: free x (1 - {s.mem_fraction_static:.3f})", z.reserve_gib, "config"))
+        terms.append(
+            Term("draft weights (loaded before profiling)", z.draft_weights_gib, "estimated")
+        )
+    reserve_name = f"reserve: free x (1 - {s.mem_fraction_static:.3f})"
+    terms.append(Term(reserve_name, z.reserve_gib, "config"))
     if z.multimodal_reserve_gib:
         terms.append(Term("multimodal runtime reservation", z.multimodal_reserve_gib, "config"))
     if shape.is_hybrid:
         terms.append(Term(f"state pool: {z.pool.slots} slots", z.pool.state_gib, "config"))
         if z.pool.intermediate_gib:
-            terms.append(Term(f"speculative intermediate state ({s.num_draft_tokens} draft tokens)",
-                              z.pool.intermediate_gib, "config"))
-    terms.append(Term(f"KV cache: {z.kv_tokens} tokens",
-                      z.kv_tokens * z.pool_cell_bytes / q.GIB, "config"))
+            terms.append(
+                Term(
+                    f"speculative intermediate state ({s.num_draft_tokens} draft tokens)",
+                    z.pool.intermediate_gib,
+                    "config",
+                )
+            )
+    terms.append(
+        Term(f"KV cache: {z.kv_tokens} tokens", z.kv_tokens * z.pool_cell_bytes / GIB, "config")
+    )
     terms.extend(z.reserve_terms)
     return terms
 
@@ -399,7 +428,8 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EngineArgs) -> Plan:
             "page_size": settings.page_size,
             "mamba_strategy": settings.mamba_strategy if shape.is_hybrid else None,
             "overlap_schedule": settings.overlap_schedule,
-            "state_slots_per_request": q.state_slots_per_request(settings) if shape.is_hybrid
+            "state_slots_per_request": q.state_slots_per_request(settings)
+            if shape.is_hybrid
             else 0,
             "speculative_num_draft_tokens": settings.num_draft_tokens,
             "mem_fraction_static_given": settings.mem_fraction_given,

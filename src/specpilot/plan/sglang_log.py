@@ -1,12 +1,13 @@
 """Read the numbers an SGLang startup log prints, for calibration and plan checks.
 
-The lines (all releases 0.5.10-0.5.23 print them; "GB" means GiB):
+The lines (all releases 0.5.10-0.5.23 print them; "GB" means GiB), shortened:
 
     Load weight begin. avail mem=78.50 GB
-    Load weight end. ... type=Qwen3_5ForConditionalGeneration, ... avail mem=50.01 GB, mem usage=28.47 GB.
-    Mamba Cache is allocated. max_mamba_cache_size: 124, conv_state size: 0.34GB, ssm_state size: 17.58GB
-    KV Cache is allocated. dtype: torch.bfloat16, #tokens: 330323, K size: 10.08 GB, V size: 10.08 GB
-    max_total_num_tokens=330323, chunked_prefill_size=8192, ..., max_running_requests=24, context_len=262144, ...
+    Load weight end. ... type=Qwen3_5ForConditionalGeneration, ... avail mem=50.01 GB,
+        mem usage=28.47 GB.
+    Mamba Cache is allocated. max_mamba_cache_size: 124, conv_state size: 0.34GB, ...
+    KV Cache is allocated. dtype: torch.bfloat16, #tokens: 330323, K size: 10.08 GB, ...
+    max_total_num_tokens=330323, ..., max_running_requests=24, context_len=262144, ...
 
 With speculative decoding a second "Load weight end" is the draft model's and a
 second "KV Cache is allocated" its KV pool; the first of each is the target's.

@@ -164,9 +164,7 @@ def ssm_state_bytes_per_layer(shape: ModelShape, s: SglangSettings) -> int:
     """Recurrent (temporal) state of one layer for one request, per GPU:
     value_heads / tp x value_head_dim x key_head_dim at the SSM dtype (float32 by default)."""
     heads = shape.linear_num_value_heads // s.tp_size
-    return int(
-        heads * shape.linear_value_head_dim * shape.linear_key_head_dim * s.ssm_dtype_bytes
-    )
+    return int(heads * shape.linear_value_head_dim * shape.linear_key_head_dim * s.ssm_dtype_bytes)
 
 
 def state_bytes_per_request(shape: ModelShape, s: SglangSettings) -> int:
@@ -243,9 +241,7 @@ def state_pool(
             slots = int(budget // per_req)
         elif draft:
             budget = rest_bytes * r / (1 + r)
-            slots = int(
-                (budget - pad * per_req * (1 + draft)) // (per_req * (1 + draft / ratio))
-            )
+            slots = int((budget - pad * per_req * (1 + draft)) // (per_req * (1 + draft / ratio)))
             intermediate_bytes = per_req * (_capped_requests(s, slots, ratio) + pad) * draft
         else:
             budget = rest_bytes * r / (1 + r)
@@ -296,9 +292,14 @@ def activation_gib(shape: ModelShape, s: SglangSettings) -> float:
     chunk x (4 x hidden + 2 x intermediate/tp) elements at the weights' compute dtype
     (2 bytes), plus fp32 logits for every row a decode/verify step scores.
     """
-    width = ACTIVATION_HIDDEN_COPIES * shape.hidden_size + 2 * max(
-        shape.intermediate_size, shape.moe_intermediate_size * max(shape.num_experts_per_tok, 1)
-    ) // s.tp_size
+    width = (
+        ACTIVATION_HIDDEN_COPIES * shape.hidden_size
+        + 2
+        * max(
+            shape.intermediate_size, shape.moe_intermediate_size * max(shape.num_experts_per_tok, 1)
+        )
+        // s.tp_size
+    )
     prefill_bytes = s.chunked_prefill_size * width * 2
     rows = (s.max_running_requests or s.cuda_graph_max_bs) * max(s.num_draft_tokens, 1)
     logits_bytes = rows * shape.vocab_size * 4 / s.tp_size

@@ -203,7 +203,11 @@ def _num_draft_tokens(args: EngineArgs, algorithm: str | None, shape: ModelShape
 
 
 def _overlap_schedule(
-    args: EngineArgs, env: dict[str, str], algorithm: str | None, strategy: str, rules: SglangRelease
+    args: EngineArgs,
+    env: dict[str, str],
+    algorithm: str | None,
+    strategy: str,
+    rules: SglangRelease,
 ) -> bool:
     """Whether the overlap scheduler stays on (it doubles the extra_buffer ping-pong slots)."""
     if args.get_bool("disable_overlap_schedule"):
