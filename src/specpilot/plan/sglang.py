@@ -162,8 +162,8 @@ def blocking_problems(z: Sizing, shape: ModelShape) -> list[Problem]:
         problems.append(
             Problem(
                 "no_state_slots",
-                f"no room for a single hybrid state slot ({z.state_bytes_per_request / 2**20:.1f} MiB "
-                "each): SGLang stops with 'Not enough GPU memory for hybrid ... state cache'",
+                "no room for a single hybrid state slot "
+                f"({z.state_bytes_per_request / 2**20:.1f} MiB each): SGLang stops with 'Not enough GPU memory for hybrid ... state cache'",
             )
         )
     if z.kv_tokens <= 0:
@@ -171,15 +171,16 @@ def blocking_problems(z: Sizing, shape: ModelShape) -> list[Problem]:
             Problem(
                 "no_kv_tokens",
                 f"{z.pool.rest_for_kv_gib:.2f} GiB left for the KV cache after the state pool: "
-                "SGLang stops with 'Not enough memory. Please try to increase --mem-fraction-static'",
+                "SGLang stops with 'Not enough memory. "
+                "Please try to increase --mem-fraction-static'",
             )
         )
     elif z.max_running_requests <= 0:
         problems.append(
             Problem(
                 "no_running_requests",
-                f"{z.pool.slots} state slots at {q.state_slots_per_request(s)} per request serve no "
-                "request: SGLang stops with 'state cache is too small to serve any requests'",
+                f"{z.pool.slots} state slots at {q.state_slots_per_request(s)} per request "
+                "serve no request: SGLang stops with 'state cache is too small to serve any requests'",
             )
         )
     shortfall = z.reserve_needed_gib - z.reserve_gib
