@@ -163,7 +163,8 @@ def blocking_problems(z: Sizing, shape: ModelShape) -> list[Problem]:
             Problem(
                 "no_state_slots",
                 "no room for a single hybrid state slot "
-                f"({z.state_bytes_per_request / 2**20:.1f} MiB each): SGLang stops with 'Not enough GPU memory for hybrid ... state cache'",
+                f"({z.state_bytes_per_request / 2**20:.1f} MiB each): "
+                "SGLang stops with 'Not enough GPU memory for hybrid ... state cache'",
             )
         )
     if z.kv_tokens <= 0:
@@ -180,7 +181,8 @@ def blocking_problems(z: Sizing, shape: ModelShape) -> list[Problem]:
             Problem(
                 "no_running_requests",
                 f"{z.pool.slots} state slots at {q.state_slots_per_request(s)} per request "
-                "serve no request: SGLang stops with 'state cache is too small to serve any requests'",
+                "serve no request: "
+                "SGLang stops with 'state cache is too small to serve any requests'",
             )
         )
     shortfall = z.reserve_needed_gib - z.reserve_gib
