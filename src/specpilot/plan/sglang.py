@@ -221,18 +221,29 @@ def _best_state_split(
 ) -> Sizing | None:
     """The explicit state-slot count that maximises concurrency while every running
     request keeps `KV_TOKENS_PER_REQUEST_TARGET` tokens and one request can reach
-    `_long_request_tokens`."""
+    `_long_request_tokens`. Bisection over 1..4096 requests: more requests take memory
+    from the KV pool, so the KV condition is monotone; the reserve condition is not
+    always (before 0.5.14 a bigger KV pool means a bigger draft KV in the reserve), so
+    the answer is a configuration verified to fit, not always the global maximum."""
     ratio = q.state_slots_per_request(s)
-    best: Sizing | None = None
-    for requests in range(1, 4097):
+
+    def sized(requests: int) -> Sizing | None:
         trial = replace(s, max_mamba_cache_size=requests * ratio, max_running_requests=requests)
         z = size(shape, trial, rules, free_before_load_gib=free, weights_gib=weights)
         enough_kv = z.kv_tokens >= max(
             requests * KV_TOKENS_PER_REQUEST_TARGET, _long_request_tokens(s)
         )
-        if not enough_kv or not _fits_with_margin(z, shape):
-            break
-        best = z
+        return z if enough_kv and _fits_with_margin(z, shape) else None
+
+    low, high = 0, 4096
+    best: Sizing | None = None
+    while low < high:
+        middle = (low + high + 1) // 2
+        found = sized(middle)
+        if found is None:
+            high = middle - 1
+        else:
+            low, best = middle, found
     return best
 
 
@@ -244,14 +255,6 @@ def recommend(
     for fraction in _fraction_candidates(0.95):
         trial = replace(s, mem_fraction_static=fraction)
         if shape.is_hybrid:
-            auto = replace(trial, max_mamba_cache_size=None)
-            if (
-                not _fits_with_margin(
-                    size(shape, auto, rules, free_before_load_gib=free, weights_gib=weights), shape
-                )
-                and trial.max_mamba_cache_size is None
-            ):
-                continue
             best = _best_state_split(shape, trial, rules, free, weights)
             if best is not None:
                 return best
