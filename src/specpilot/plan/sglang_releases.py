@@ -41,6 +41,8 @@ class SglangRelease:
     #: (server_args._handle_gpu_memory_settings; removed in 0.5.14, when draft weights
     #: and draft KV moved into the profiled budget)
     spec_default_reserve_mib: int
+    #: the same allowance for STANDALONE (a separate draft model): 6 GiB before 0.5.14
+    standalone_default_reserve_mib: int
     #: draft weights loaded before the target's memory profile and draft KV folded into
     #: the per-token cell size (pool_configurator.DefaultPoolConfigurator, >=0.5.14);
     #: before that both come out of the runtime reserve
@@ -65,6 +67,7 @@ RELEASES: tuple[SglangRelease, ...] = (
         auto_strategy="no_buffer",
         spec_v2_default=False,
         spec_default_reserve_mib=4096,
+        standalone_default_reserve_mib=6144,
         draft_in_profile=False,
         intermediate_rule="reserve_first",
         multimodal_reserve_mib=0,
@@ -77,6 +80,7 @@ RELEASES: tuple[SglangRelease, ...] = (
         auto_strategy="no_buffer",
         spec_v2_default=True,
         spec_default_reserve_mib=4096,
+        standalone_default_reserve_mib=6144,
         draft_in_profile=False,
         intermediate_rule="reserve_first",
         multimodal_reserve_mib=0,
@@ -89,6 +93,7 @@ RELEASES: tuple[SglangRelease, ...] = (
         auto_strategy="no_buffer",
         spec_v2_default=True,
         spec_default_reserve_mib=4096,
+        standalone_default_reserve_mib=6144,
         draft_in_profile=False,
         intermediate_rule="joint",
         multimodal_reserve_mib=0,
@@ -101,6 +106,7 @@ RELEASES: tuple[SglangRelease, ...] = (
         auto_strategy="extra_buffer_if_overlap",
         spec_v2_default=None,
         spec_default_reserve_mib=0,
+        standalone_default_reserve_mib=0,
         draft_in_profile=True,
         intermediate_rule="joint",
         multimodal_reserve_mib=0,
@@ -113,6 +119,7 @@ RELEASES: tuple[SglangRelease, ...] = (
         auto_strategy="extra_buffer_if_overlap",
         spec_v2_default=None,
         spec_default_reserve_mib=0,
+        standalone_default_reserve_mib=0,
         draft_in_profile=True,
         intermediate_rule="joint_padded",
         multimodal_reserve_mib=0,
@@ -125,6 +132,7 @@ RELEASES: tuple[SglangRelease, ...] = (
         auto_strategy="extra_buffer_if_overlap",
         spec_v2_default=None,
         spec_default_reserve_mib=0,
+        standalone_default_reserve_mib=0,
         draft_in_profile=True,
         intermediate_rule="joint_padded",
         multimodal_reserve_mib=100,

@@ -156,8 +156,8 @@ def default_mem_fraction_static(
     reserved_mib += tp_size * pp_size / 8 * 1024 + piecewise_graph_tokens * 8
     if gpu_memory_mib > 60 * 1024:
         reserved_mib = max(reserved_mib, 10 * 1024)
-    if speculative_algorithm == "STANDALONE" and rules.spec_default_reserve_mib:
-        reserved_mib += rules.spec_default_reserve_mib + 2048
+    if speculative_algorithm == "STANDALONE":
+        reserved_mib += rules.standalone_default_reserve_mib
     elif speculative_algorithm not in (None, "NGRAM"):
         reserved_mib += rules.spec_default_reserve_mib
     fraction = round((gpu_memory_mib - reserved_mib) / gpu_memory_mib, 3)
