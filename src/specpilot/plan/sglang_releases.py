@@ -24,7 +24,7 @@ IntermediateRule = Literal["reserve_first", "joint", "joint_padded"]
 
 @dataclass(frozen=True)
 class SglangRelease:
-    """Memory rules of a range of SGLang releases (inclusive)."""
+    """Memory rules of a range of SGLang releases (inclusive, post releases included)."""
 
     first: str
     last: str
@@ -62,7 +62,7 @@ class SglangRelease:
 RELEASES: tuple[SglangRelease, ...] = (
     SglangRelease(
         first="0.5.10",
-        last="0.5.10.post1",
+        last="0.5.10",
         strategy_flag="--mamba-scheduler-strategy",
         auto_strategy="no_buffer",
         spec_v2_default=False,
@@ -75,7 +75,7 @@ RELEASES: tuple[SglangRelease, ...] = (
     ),
     SglangRelease(
         first="0.5.11",
-        last="0.5.12.post1",
+        last="0.5.12",
         strategy_flag="--mamba-scheduler-strategy",
         auto_strategy="no_buffer",
         spec_v2_default=True,
@@ -88,7 +88,7 @@ RELEASES: tuple[SglangRelease, ...] = (
     ),
     SglangRelease(
         first="0.5.13",
-        last="0.5.13.post1",
+        last="0.5.13",
         strategy_flag="--mamba-scheduler-strategy",
         auto_strategy="no_buffer",
         spec_v2_default=True,
@@ -101,7 +101,7 @@ RELEASES: tuple[SglangRelease, ...] = (
     ),
     SglangRelease(
         first="0.5.14",
-        last="0.5.16.post1",
+        last="0.5.16",
         strategy_flag="--mamba-radix-cache-strategy",
         auto_strategy="extra_buffer_if_overlap",
         spec_v2_default=None,
@@ -114,7 +114,7 @@ RELEASES: tuple[SglangRelease, ...] = (
     ),
     SglangRelease(
         first="0.5.17",
-        last="0.5.17.post1",
+        last="0.5.17",
         strategy_flag="--mamba-radix-cache-strategy",
         auto_strategy="extra_buffer_if_overlap",
         spec_v2_default=None,
@@ -127,7 +127,7 @@ RELEASES: tuple[SglangRelease, ...] = (
     ),
     SglangRelease(
         first="0.5.18",
-        last="0.5.23.post1",
+        last="0.5.23",
         strategy_flag="--mamba-radix-cache-strategy",
         auto_strategy="extra_buffer_if_overlap",
         spec_v2_default=None,
@@ -151,11 +151,9 @@ def release_rules(version: str) -> SglangRelease:
         raise UserError(
             f"{version!r} is not a release number", field="[engine] version", fix="e.g. 0.5.13"
         ) from None
-    base = Version(parsed.base_version)
+    base = Version(parsed.base_version)  # post/dev builds follow their release's rules
     for row in RELEASES:
-        if Version(row.first) <= base and (
-            parsed <= Version(row.last) or base <= Version(Version(row.last).base_version)
-        ):
+        if Version(row.first) <= base <= Version(row.last):
             return row
     raise UserError(
         f"SGLang {version} is outside the releases the planner models ({SUPPORTED_RANGE})",
