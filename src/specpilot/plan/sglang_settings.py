@@ -245,6 +245,7 @@ def resolve_settings(
     graphs_off = args.get_bool("disable_cuda_graph")
     piecewise_off = (
         graphs_off
+        or args.get_bool("disable_piecewise_cuda_graph")
         or shape.is_multimodal_wrapper
         or pp_size > 1
         or args.get_bool("enable_dp_attention")
