@@ -181,14 +181,12 @@ def _layer_kinds(text: dict[str, Any], num_layers: int) -> tuple[str, ...]:
     interval = text.get("full_attention_interval")
     if isinstance(interval, int) and interval > 0:
         return tuple(
-            FULL_ATTENTION if (i + 1) % interval == 0 else LINEAR_ATTENTION
-            for i in range(num_layers)
+            FULL_ATTENTION if (i + 1) % interval == 0 else LINEAR_ATTENTION for i in range(num_layers)
         )
     if text.get("sliding_window") and text.get("use_sliding_window"):
         max_window_layers = int(text.get("max_window_layers", num_layers))
         return tuple(
-            SLIDING_ATTENTION if i >= max_window_layers else FULL_ATTENTION
-            for i in range(num_layers)
+            SLIDING_ATTENTION if i >= max_window_layers else FULL_ATTENTION for i in range(num_layers)
         )
     return (FULL_ATTENTION,) * num_layers
 
@@ -270,8 +268,7 @@ def _estimated_params(
     """(language model incl. MTP, MTP alone) estimated from the shape: matrices only,
     norms ignored (they are < 0.01% of a model)."""
     layers = sum(
-        (_linear_attention_params(t) if kind == LINEAR_ATTENTION else _attention_params(t))
-        + _mlp_params(t)
+        (_linear_attention_params(t) if kind == LINEAR_ATTENTION else _attention_params(t)) + _mlp_params(t)
         for kind in kinds
     )
     embeddings = vocab * t.hidden * (1 if tied else 2)
@@ -319,10 +316,7 @@ def load_model_shape(model_path: str | Path) -> ModelShape:
         conv_kernel=int(text.get("linear_conv_kernel_dim", 0)),
         inter=int(text.get("intermediate_size", 0)),
         experts=int(
-            text.get("num_experts")
-            or text.get("n_routed_experts")
-            or text.get("num_local_experts")
-            or 0
+            text.get("num_experts") or text.get("n_routed_experts") or text.get("num_local_experts") or 0
         ),
         moe_inter=int(text.get("moe_intermediate_size", 0)),
         shared_inter=int(text.get("shared_expert_intermediate_size", 0)),
@@ -338,9 +332,7 @@ def load_model_shape(model_path: str | Path) -> ModelShape:
         source = "safetensors"
     else:
         params, mtp_params = _estimated_params(t, kinds, vocab, tied, mtp_layers)
-        vision_params = (
-            _vision_params_estimate(vision_config) if isinstance(vision_config, dict) else 0
-        )
+        vision_params = _vision_params_estimate(vision_config) if isinstance(vision_config, dict) else 0
         params += vision_params
         source = "shape"
 
