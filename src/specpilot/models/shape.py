@@ -54,6 +54,9 @@ DTYPE_BYTES: dict[str, float] = {
     "mxfp4": 0.5,
 }
 
+#: model types whose attention has an output gate (q_proj twice as wide) without saying so in config
+_GATED_ATTENTION_TYPES = frozenset({"qwen3_next"})
+
 FULL_ATTENTION = "full_attention"
 LINEAR_ATTENTION = "linear_attention"
 SLIDING_ATTENTION = "sliding_attention"
@@ -308,7 +311,7 @@ def load_model_shape(model_path: str | Path) -> ModelShape:
         heads=heads,
         kv_heads=int(text.get("num_key_value_heads") or heads),
         head_dim=int(text.get("head_dim") or hidden // heads),
-        attn_output_gate=bool(text.get("attn_output_gate", False)),
+        attn_output_gate=bool(text.get("attn_output_gate", text.get("model_type") in _GATED_ATTENTION_TYPES)),
         lk_heads=int(text.get("linear_num_key_heads", 0)),
         lk_dim=int(text.get("linear_key_head_dim", 0)),
         lv_heads=int(text.get("linear_num_value_heads", 0)),
