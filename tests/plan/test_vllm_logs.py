@@ -78,7 +78,7 @@ def _incident_spec(*flags: str) -> Spec:
 
 def test_too_many_seqs_for_the_mamba_blocks_is_a_problem_with_its_fix() -> None:
     spec = _incident_spec(
-        "--max-model-len", "262144", "--gpu-memory-utilization", "0.6", "--max-num-seqs", "1024",
+        "--max-model-len", "262144", "--gpu-memory-utilization", "0.75", "--max-num-seqs", "1024",
         "--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}',
     )
     plan = plan_vllm(spec, load_model_shape(spec.model_dir()),
@@ -88,14 +88,35 @@ def test_too_many_seqs_for_the_mamba_blocks_is_a_problem_with_its_fix() -> None:
     fix = codes["max_num_seqs_above_mamba_blocks"].fix
     assert fix is not None and fix.args == ("--max-num-seqs", str(plan.state_slots))
     assert not plan.fits
-    assert plan.recommended_args[-1] == str(plan.state_slots)
+    flags = [*plan.recommended_args, "--speculative-config",
+             '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}']
+    fixed = _incident_spec(*flags)
+    replanned = plan_vllm(fixed, load_model_shape(fixed.model_dir()),
+                          parse_engine_args("vllm", "0.26.0", fixed.engine.args))
+    assert replanned.fits, replanned.problems
+    assert replanned.max_running_requests <= replanned.state_slots
 
 
 def test_enforce_eager_has_no_graph_memory_and_no_block_limit() -> None:
     spec = _incident_spec("--max-model-len", "32768", "--enforce-eager", "--max-num-seqs", "1024",
-                          "--gpu-memory-utilization", "0.6")
+                          "--gpu-memory-utilization", "0.75")
     plan = plan_vllm(spec, load_model_shape(spec.model_dir()),
                      parse_engine_args("vllm", "0.26.0", spec.engine.args))
     graph = next(t for t in plan.terms if t.name == "CUDA graph memory")
     assert graph.gib == 0
-    assert all(p.code != "max_num_seqs_above_mamba_blocks" for p in plan.problems)
+    assert plan.state_slots > 0
+    assert plan.fits
+    assert plan.state_slots < 1024  # the same seqs would be refused with CUDA graphs
+
+
+def test_no_kv_memory_recommends_the_utilization_that_starts() -> None:
+    spec = _incident_spec("--max-model-len", "32768", "--gpu-memory-utilization", "0.55")
+    args = parse_engine_args("vllm", "0.26.0", spec.engine.args)
+    plan = plan_vllm(spec, load_model_shape(spec.model_dir()), args)
+    problem = next(p for p in plan.problems if p.code == "no_kv_memory")
+    assert problem.fix is not None and problem.fix.args[0] == "--gpu-memory-utilization"
+    assert problem.fix.args[1] in plan.recommended_args
+    fixed = _incident_spec(*plan.recommended_args)
+    replanned = plan_vllm(fixed, load_model_shape(fixed.model_dir()),
+                          parse_engine_args("vllm", "0.26.0", fixed.engine.args))
+    assert replanned.fits, replanned.problems

@@ -84,6 +84,12 @@ def test_estimates_scale_with_their_inputs() -> None:
     small = mem.activation_peak_bytes_estimate(2048, 4096, 24576, 256, 151936, 2)
     large = mem.activation_peak_bytes_estimate(8192, 4096, 24576, 1024, 151936, 2)
     assert large == 4 * small
+    # the sampler dominates with a big vocabulary: 1024 rows x 248,320 x (2 + 12) bytes
+    assert mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2) == (
+        1024 * 248320 * 14
+    )
+    with_mtp = mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2, 3)
+    assert with_mtp == 1024 * 248320 * 26
     assert mem.cudagraph_bytes_estimate(True, 512) == 0
     assert mem.cudagraph_bytes_estimate(False, 512) > mem.cudagraph_bytes_estimate(False, 4)
     assert mem.non_torch_bytes_estimate(2) > mem.non_torch_bytes_estimate(1)

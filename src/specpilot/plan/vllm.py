@@ -8,7 +8,9 @@ table, the verdict and the flags that make the configuration start.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 from specpilot.engines.args import EngineArgs
 from specpilot.errors import UserError
@@ -150,7 +152,7 @@ def resolve_inputs(
         activation_peak_bytes=int(activation * GIB_BYTES) if activation is not None else
         mem.activation_peak_bytes_estimate(
             batched, shape.hidden_size, _widest_projection(shape, tp), min(seqs, batched),
-            shape.vocab_size // tp if tp > 1 else shape.vocab_size, act_bytes,
+            shape.vocab_size, act_bytes, num_spec,
         ),
         non_torch_bytes=int(non_torch * GIB_BYTES) if non_torch is not None else
         mem.non_torch_bytes_estimate(tp),
@@ -179,6 +181,17 @@ def _parse_len(text: str) -> int:
         raise UserError(f"not a length: {text!r}", field="--max-model-len", fix="e.g. 32768") from None
 
 
+# Above this the engine's own and the driver's unaccounted memory tends to OOM at runtime.
+MAX_UTILIZATION = 0.95
+
+
+def utilization_needed(inputs: VllmInputs, alloc: VllmAllocation) -> float:
+    """Smallest --gpu-memory-utilization (2 decimals) whose budget holds non-KV + one request."""
+    non_kv = alloc.requested_bytes - alloc.available_kv_bytes
+    needed = non_kv + alloc.one_request_bytes
+    return math.ceil(100 * needed / inputs.gpu_total_bytes + 1e-9) / 100
+
+
 def _problems(inputs: VllmInputs, alloc: VllmAllocation, spec: Spec) -> list[Problem]:
     """What stops vLLM from starting, each with the flags that fix it."""
     problems: list[Problem] = []
@@ -190,11 +203,13 @@ def _problems(inputs: VllmInputs, alloc: VllmAllocation, spec: Spec) -> list[Pro
             f"free memory {free:.2f} GiB < requested {gib(alloc.requested_bytes):.2f} GiB",
             Fix(("--gpu-memory-utilization", f"{util}")),
         ))
+    util = utilization_needed(inputs, alloc)
+    raise_util = Fix(("--gpu-memory-utilization", f"{util}")) if util <= MAX_UTILIZATION else None
     if alloc.available_kv_bytes <= 0:
         problems.append(Problem(
             "no_kv_memory",
             f"weights, activations and graphs leave {gib(alloc.available_kv_bytes):.2f} GiB for KV",
-            Fix(("--gpu-memory-utilization", "0.95", "--max-num-batched-tokens", "2048")),
+            raise_util or Fix(("--tensor-parallel-size", str(2 * inputs.tp_size))),
         ))
     elif not alloc.fits_one_request:
         problems.append(Problem(
@@ -237,10 +252,11 @@ def plan_vllm(
         Term("available KV cache memory", gib(alloc.available_kv_bytes),
              "measured" if "available_kv_gib" in measured_keys else source),
     ]
+    util, max_len, seqs = recommended_knobs(inputs, alloc)
     recommended = [
-        "--gpu-memory-utilization", f"{inputs.gpu_memory_utilization}",
-        "--max-model-len", str(min(inputs.max_model_len, alloc.largest_max_model_len)),
-        "--max-num-seqs", str(_recommended_max_num_seqs(inputs, alloc)),
+        "--gpu-memory-utilization", f"{util}",
+        "--max-model-len", str(max_len),
+        "--max-num-seqs", str(seqs),
     ]
     return Plan(
         engine="vllm",
@@ -274,11 +290,36 @@ def plan_vllm(
     )
 
 
-def _recommended_max_num_seqs(inputs: VllmInputs, alloc: VllmAllocation) -> int:
-    """Keep max_num_seqs within the blocks when FULL graphs need one mamba block each."""
-    if inputs.full_cudagraphs and inputs.mamba_layers and alloc.num_blocks > 0:
-        return min(inputs.max_num_seqs, alloc.num_blocks)
-    return inputs.max_num_seqs
+def recommended_knobs(inputs: VllmInputs, alloc: VllmAllocation) -> tuple[float, int, int]:
+    """(gpu_memory_utilization, max_model_len, max_num_seqs) that start, changing the fewest.
+
+    Raise the utilization just enough for one request (up to MAX_UTILIZATION), else cut
+    max_model_len to what fits; then cap max_num_seqs at the pool's blocks when FULL CUDA
+    graphs need one mamba block per sequence.
+    """
+    util = inputs.gpu_memory_utilization
+    if not alloc.fits_one_request and (needed := utilization_needed(inputs, alloc)) <= (
+        MAX_UTILIZATION
+    ):
+        util = max(util, needed)
+    at_util = allocate(_with_utilization(inputs, util))
+    max_len = min(inputs.max_model_len, at_util.largest_max_model_len)
+    final = allocate(replace(_with_utilization(inputs, util), max_model_len=max_len))
+    seqs = inputs.max_num_seqs
+    if inputs.full_cudagraphs and inputs.mamba_layers and final.num_blocks > 0:
+        seqs = min(seqs, final.num_blocks)
+    return util, max_len, seqs
+
+
+def _with_utilization(inputs: VllmInputs, util: float) -> VllmInputs:
+    """Inputs at another utilization; a measured KV budget moves by the requested delta."""
+    measured = inputs.available_kv_bytes_measured
+    if measured is not None:
+        delta = mem.requested_memory_bytes(inputs.gpu_total_bytes, util) - (
+            mem.requested_memory_bytes(inputs.gpu_total_bytes, inputs.gpu_memory_utilization)
+        )
+        measured += delta
+    return replace(inputs, gpu_memory_utilization=util, available_kv_bytes_measured=measured)
 
 
 def _notes(inputs: VllmInputs, alloc: VllmAllocation) -> list[str]:

@@ -285,18 +285,26 @@ def activation_peak_bytes_estimate(
     sampled_rows: int,
     vocab_size: int,
     act_dtype_bytes: int,
+    num_speculative_tokens: int = 0,
 ) -> int:
     """Estimated torch peak increase of vLLM's profile run (the "peak activation").
 
     gpu_model_runner.py:profile_run runs one forward of max_num_batched_tokens tokens,
-    then the sampler on min(max_num_seqs, tokens) rows. Forward: the widest per-GPU
-    projection output (MLP gate_up, MoE expert buffers or GDN in_proj) plus ~4 hidden-size
-    residual/norm copies per token. Sampler: fp32 logits, their softmax and the sorted
-    copy for top-p/top-k: ~3 x rows x vocab x 4 bytes. An estimate; calibrate with a log.
+    frees it, then `_dummy_sampler_run` on min(max_num_seqs, tokens) rows; the peak is
+    the larger of the two. Forward: the widest per-GPU projection output (MLP gate_up,
+    MoE expert buffers or GDN in_proj) plus ~4 hidden-size copies per token. Sampler,
+    per (row, vocab) element over the full vocabulary (logits are all-gathered under TP):
+    model-dtype logits, their fp32 copy (Sampler.forward), fp32 probs and the fp32
+    exponential noise of random_sample = act + 12 bytes; with speculative decoding the
+    rejection sampler adds 2 rows of model-dtype logits and fp32 target probs per request.
+    An estimate; a log's "peak activation" replaces it.
     """
     forward = batched_tokens * (widest_projection + 4 * hidden_size) * act_dtype_bytes
-    sampler = 3 * sampled_rows * vocab_size * 4
-    return forward + sampler
+    sampler_bytes_per_element = act_dtype_bytes + 12
+    if num_speculative_tokens:
+        sampler_bytes_per_element += 2 * (act_dtype_bytes + 4)
+    sampler = sampled_rows * vocab_size * sampler_bytes_per_element
+    return max(forward, sampler)
 
 
 def non_torch_bytes_estimate(tp_size: int) -> int:
