@@ -11,6 +11,7 @@ an unknown key names the closest valid one: a typo must never be silently ignore
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specpilot.errors import UserError
 
 EngineName = Literal["sglang", "vllm"]
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class _Section(BaseModel):
@@ -110,6 +113,13 @@ class Spec(_Section):
         path = Path(self.model.path).expanduser()
         if not path.is_absolute() and self.source_path is not None:
             path = self.source_path.parent / path
+        if not path.exists() and _HUB_ID.match(self.model.path):
+            raise UserError(
+                f"{self.model.path!r} looks like a Hugging Face hub id, and there is no such local folder",
+                field="[model] path",
+                fix=f"specpilot reads a local copy: huggingface-cli download {self.model.path} "
+                "--include config.json --local-dir DIR, then give DIR",
+            )
         return path
 
 

@@ -105,7 +105,6 @@ def test_config_path_directly(tmp_path: Path) -> None:
     ("make", "message"),
     [
         (lambda p: p / "missing", "no config.json"),
-        (lambda p: Path("Qwen/Qwen3-8B"), "huggingface-cli download"),
         (lambda p: (p / "config.json").write_text("{") and p, "not valid JSON"),
         (lambda p: (p / "config.json").write_text("{}") and p, "no 'hidden_size'"),
     ],

@@ -10,7 +10,7 @@ from specpilot.errors import UserError
 from specpilot.spec import Spec, load_spec, spec_from_command
 
 #: lets `specpilot plan -- python -m sglang.launch_server --tp 2` pass the engine's flags through
-PASSTHROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+PASSTHROUGH = {"ignore_unknown_options": True}
 
 
 def spec_options(func: click.decorators.FC) -> click.decorators.FC:

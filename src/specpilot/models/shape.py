@@ -150,15 +150,11 @@ def _read_config(model_path: Path) -> tuple[dict[str, Any], Path | None]:
     else:
         config_file, weights_dir = model_path / "config.json", model_path
     if not config_file.is_file():
-        looks_like_hub_id = not model_path.exists() and str(model_path).count("/") == 1
-        fix = (
-            "specpilot reads a local directory: download it first "
-            f"(huggingface-cli download {model_path} --include config.json --local-dir DIR) "
-            "and give DIR"
-            if looks_like_hub_id
-            else "point [model] path at a directory holding the model's config.json"
+        raise UserError(
+            f"no config.json at {config_file}",
+            field="[model] path",
+            fix="point [model] path at a directory holding the model's config.json",
         )
-        raise UserError(f"no config.json at {config_file}", field="[model] path", fix=fix)
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
