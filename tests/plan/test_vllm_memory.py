@@ -24,6 +24,11 @@ def test_attention_bytes_replicate_kv_heads_beyond_tp() -> None:
     assert mem.attention_bytes_per_token_per_layer(2, 256, 4, 2) == 1024
 
 
+def test_mla_keeps_one_latent_head_on_every_gpu() -> None:
+    # DeepSeek-V3: kv_lora_rank 512 + rope 64, bf16
+    assert mem.mla_bytes_per_token_per_layer(512, 64, 2) == 1152
+
+
 def test_gdn_state_of_qwen36_27b() -> None:
     conv = mem.gdn_conv_state_bytes(16, 48, 128, 128, 4, 1, 0, 2)
     ssm = mem.gdn_ssm_state_bytes(48, 128, 128, 1, 4)
@@ -72,9 +77,10 @@ def test_num_blocks_divides_by_page_and_group_size() -> None:
 
 
 def test_defaults_follow_gpu_size() -> None:
-    assert mem.default_max_num_seqs(139.8, "NVIDIA H200") == 1024
-    assert mem.default_max_num_seqs(79.3, "NVIDIA A100-SXM4-80GB") == 256
-    assert mem.default_max_num_seqs(23.5, None) == 256
+    assert mem.default_max_num_seqs(139.8, "NVIDIA H200", 8192) == 1024
+    assert mem.default_max_num_seqs(79.3, "NVIDIA A100-SXM4-80GB", 2048) == 256
+    assert mem.default_max_num_seqs(23.5, None, 2048) == 256
+    assert mem.default_max_num_seqs(139.8, "H200", 512) == 512  # never above the batch
     assert mem.default_max_num_batched_tokens(139.8, "H200") == 8192
     assert mem.max_cudagraph_capture_size(1024) == 512
     assert mem.max_cudagraph_capture_size(2) == 4

@@ -84,6 +84,23 @@ def weights_bytes_estimate(
     return int(params * bytes_per_param / tp_size)
 
 
+def target_attention_layers(shape: ModelShape) -> int:
+    """Layers with a KV cache. Sliding-window layers are planned as full attention: vLLM
+    gives them their own groups that hold only the window, so this over-counts (safe side).
+    """
+    return shape.full_attention_layers + shape.sliding_attention_layers
+
+
+def _attention_bytes_per_token(shape: ModelShape, tp: int, kv_dtype_bytes: int) -> int:
+    if shape.kv_lora_rank:
+        return mem.mla_bytes_per_token_per_layer(
+            shape.kv_lora_rank, shape.qk_rope_head_dim, kv_dtype_bytes
+        )
+    return mem.attention_bytes_per_token_per_layer(
+        shape.num_key_value_heads, shape.head_dim, tp, kv_dtype_bytes
+    )
+
+
 def _widest_projection(shape: ModelShape, tp_size: int) -> int:
     """Widest per-GPU activation row of one layer: MLP gate_up, MoE experts, or GDN in_proj."""
     mlp = 2 * shape.intermediate_size
@@ -103,9 +120,11 @@ def resolve_inputs(
     util = args.get_float("gpu_memory_utilization") or 0.9
     max_len_text = args.get_str("max_model_len")
     max_len = _parse_len(max_len_text) if max_len_text else shape.max_position_embeddings
-    seqs = args.get_int("max_num_seqs") or mem.default_max_num_seqs(total_gib, spec.gpu.name)
     batched = args.get_int("max_num_batched_tokens") or mem.default_max_num_batched_tokens(
         total_gib, spec.gpu.name
+    )
+    seqs = args.get_int("max_num_seqs") or mem.default_max_num_seqs(
+        total_gib, spec.gpu.name, batched
     )
     method, num_spec = _speculative(args)
     with_mtp = method in MTP_METHODS
@@ -158,10 +177,10 @@ def resolve_inputs(
         mem.non_torch_bytes_estimate(tp),
         cudagraph_bytes=int(cudagraph * GIB_BYTES) if cudagraph is not None else
         mem.cudagraph_bytes_estimate(eager, mem.max_cudagraph_capture_size(seqs)),
-        attention_layers=shape.full_attention_layers + (shape.mtp_num_layers if with_mtp else 0),
+        attention_layers=target_attention_layers(shape) + (shape.mtp_num_layers if with_mtp else 0),
         mamba_layers=shape.linear_attention_layers,
-        attention_bytes_per_token_per_layer=mem.attention_bytes_per_token_per_layer(
-            shape.num_key_value_heads, shape.head_dim, tp, _kv_dtype_bytes(args, model_dtype)
+        attention_bytes_per_token_per_layer=_attention_bytes_per_token(
+            shape, tp, _kv_dtype_bytes(args, model_dtype)
         ),
         mamba_state_bytes_per_layer=mamba_state,
         num_speculative_tokens=num_spec,
@@ -263,7 +282,8 @@ def plan_vllm(
         engine_version=spec.engine.version,
         fits=not problems,
         weights_gib=gib(inputs.weights_bytes),
-        kv_bytes_per_token=inputs.attention_bytes_per_token_per_layer * inputs.attention_layers,
+        kv_bytes_per_token=inputs.attention_bytes_per_token_per_layer
+        * target_attention_layers(shape),
         kv_tokens=alloc.kv_tokens,
         state_bytes_per_request=inputs.mamba_state_bytes_per_layer * inputs.mamba_layers,
         state_slots=alloc.num_blocks if inputs.mamba_layers else 0,
@@ -278,7 +298,7 @@ def plan_vllm(
         recommended_args=recommended,
         terms=terms,
         measured={k: float(v) for k, v in measured_keys.items() if isinstance(v, int | float)},
-        notes=_notes(inputs, alloc),
+        notes=_notes(inputs, alloc, shape, args),
         details={
             "attention_block_size": alloc.block_size_tokens,
             "page_bytes": alloc.page_bytes,
@@ -322,7 +342,9 @@ def _with_utilization(inputs: VllmInputs, util: float) -> VllmInputs:
     return replace(inputs, gpu_memory_utilization=util, available_kv_bytes_measured=measured)
 
 
-def _notes(inputs: VllmInputs, alloc: VllmAllocation) -> list[str]:
+def _notes(
+    inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: EngineArgs
+) -> list[str]:
     notes = [
         f"KV pool: {alloc.num_blocks} blocks of {alloc.block_size_tokens} tokens; one "
         f"{inputs.max_model_len}-token request takes {alloc.blocks_per_request} blocks "
@@ -334,5 +356,21 @@ def _notes(inputs: VllmInputs, alloc: VllmAllocation) -> list[str]:
             f"speculative decoding holds {extra} extra mamba blocks per request and widens "
             "the conv state; for offline bulk generation at high concurrency it often costs "
             "more concurrency than its acceptance returns"
+        )
+    method, _ = _speculative(args)
+    if method is not None and method not in MTP_METHODS and method != "ngram":
+        notes.append(
+            f"speculative method {method!r}: the draft model's weights and KV layers are not "
+            "planned; calibrate with --from-log"
+        )
+    if shape.sliding_attention_layers:
+        notes.append(
+            f"{shape.sliding_attention_layers} sliding-window layers planned as full attention "
+            "(vLLM keeps only their window: the real KV token count is higher)"
+        )
+    if shape.is_multimodal_wrapper and not args.get_bool("language_model_only"):
+        notes.append(
+            "vision encoder profiling is not in the activation estimate; "
+            "--language-model-only removes it"
         )
     return notes

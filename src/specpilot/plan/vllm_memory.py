@@ -68,6 +68,16 @@ def attention_bytes_per_token_per_layer(
     return 2 * kv_heads_per_gpu * head_dim * kv_dtype_bytes
 
 
+def mla_bytes_per_token_per_layer(kv_lora_rank: int, qk_rope_head_dim: int, kv_dtype_bytes: int) -> int:
+    """Bytes one token occupies in one MLA layer: one latent head, not split by TP.
+
+    kv_cache_interface.py:MLAAttentionSpec.real_page_size_bytes with block_size=1:
+    num_kv_heads is 1 (config/model.py:get_num_kv_heads under MLA) and head_size is
+    kv_lora_rank + qk_rope_head_dim; no separate V.
+    """
+    return (kv_lora_rank + qk_rope_head_dim) * kv_dtype_bytes
+
+
 def gdn_conv_state_bytes(
     num_key_heads: int,
     num_value_heads: int,
@@ -255,13 +265,16 @@ def largest_max_model_len(
     return best
 
 
-def default_max_num_seqs(gpu_memory_gib: float, gpu_name: str | None) -> int:
-    """--max-num-seqs when not given: 1024 on >= 70 GiB GPUs other than A100, else 256.
+def default_max_num_seqs(
+    gpu_memory_gib: float, gpu_name: str | None, max_num_batched_tokens: int
+) -> int:
+    """--max-num-seqs when not given: 1024 on >= 70 GiB GPUs other than A100, else 256,
+    and never above max_num_batched_tokens.
 
-    engine/arg_utils.py:get_batch_defaults (OpenAI server and LLM class alike).
+    engine/arg_utils.py:get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args.
     """
     large = gpu_memory_gib >= LARGE_GPU_THRESHOLD_GIB and "a100" not in (gpu_name or "").lower()
-    return 1024 if large else 256
+    return min(1024 if large else 256, max_num_batched_tokens)
 
 
 def default_max_num_batched_tokens(gpu_memory_gib: float, gpu_name: str | None) -> int:
