@@ -120,3 +120,23 @@ def test_no_kv_memory_recommends_the_utilization_that_starts() -> None:
     replanned = plan_vllm(fixed, load_model_shape(fixed.model_dir()),
                           parse_engine_args("vllm", "0.26.0", fixed.engine.args))
     assert replanned.fits, replanned.problems
+
+
+def test_auto_max_model_len_fits_the_kv_memory() -> None:
+    spec = _incident_spec("--max-model-len", "auto", "--gpu-memory-utilization", "0.75",
+                          "--enforce-eager")
+    plan = plan_vllm(spec, load_model_shape(spec.model_dir()),
+                     parse_engine_args("vllm", "0.26.0", spec.engine.args))
+    assert 0 < plan.details["max_model_len"] < 262144
+    assert plan.fits
+    assert plan.details["max_concurrency"] >= 1.0
+
+
+def test_kv_cache_memory_bytes_replaces_the_profiled_budget() -> None:
+    spec = _incident_spec("--max-model-len", "8192", "--kv-cache-memory-bytes", "8G",
+                          "--enforce-eager")
+    plan = plan_vllm(spec, load_model_shape(spec.model_dir()),
+                     parse_engine_args("vllm", "0.26.0", spec.engine.args))
+    available = next(t for t in plan.terms if t.name == "available KV cache memory")
+    assert available.gib == pytest.approx(8.0)
+    assert plan.details["num_blocks"] == 8 * 2**30 // (784 * 4096) // 16

@@ -96,6 +96,9 @@ def test_estimates_scale_with_their_inputs() -> None:
     )
     with_mtp = mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2, 3)
     assert with_mtp == 1024 * 248320 * 26
+    # Qwen3.6-27B: 128 chunks of 64 tokens x 48 heads x 128 x 128 x bf16
+    assert mem.gdn_chunk_state_bytes(8192, 48, 128, 128, 1, 2) == 128 * 48 * 128 * 128 * 2
+    assert mem.gdn_chunk_state_bytes(8192, 48, 128, 128, 2, 2) == 128 * 24 * 128 * 128 * 2
     assert mem.cudagraph_bytes_estimate(True, 512) == 0
     assert mem.cudagraph_bytes_estimate(False, 512) > mem.cudagraph_bytes_estimate(False, 4)
     assert mem.non_torch_bytes_estimate(2) > mem.non_torch_bytes_estimate(1)
@@ -130,6 +133,17 @@ def test_a_measured_kv_budget_replaces_the_estimate() -> None:
     assert alloc.available_kv_bytes == GIB
     assert not alloc.fits_one_request  # 45 blocks x 16 layers x 3.2 MB > 1 GiB
     assert 0 < alloc.largest_max_model_len < 32768
+
+
+def test_human_readable_lengths_follow_vllm() -> None:
+    from specpilot.plan.vllm import parse_human_int
+
+    assert parse_human_int("32768", "--max-model-len") == 32768
+    assert parse_human_int("32K", "--max-model-len") == 32768
+    assert parse_human_int("25.6k", "--max-model-len") == 25600
+    assert parse_human_int("8G", "--kv-cache-memory-bytes") == 8 * GIB
+    with pytest.raises(UserError):
+        parse_human_int("lots", "--max-model-len")
 
 
 def test_version_lines_differ_only_in_hybrid_prefix_caching() -> None:

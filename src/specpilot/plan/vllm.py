@@ -118,8 +118,7 @@ def resolve_inputs(
     tp = args.get_int("tensor_parallel_size") or 1
     total_gib = measured.get("gpu_total_gib", spec.gpu.memory_gib)
     util = args.get_float("gpu_memory_utilization") or 0.9
-    max_len_text = args.get_str("max_model_len")
-    max_len = _parse_len(max_len_text) if max_len_text else shape.max_position_embeddings
+    max_len, _ = _max_model_len(args, shape)
     batched = args.get_int("max_num_batched_tokens") or mem.default_max_num_batched_tokens(
         total_gib, spec.gpu.name
     )
@@ -160,6 +159,9 @@ def resolve_inputs(
     non_torch = measured.get("non_torch_gib")
     cudagraph = measured.get("cudagraph_gib", measured.get("cudagraph_actual_gib"))
     available = measured.get("available_kv_gib")
+    kv_memory_text = args.get_str("kv_cache_memory_bytes")
+    if kv_memory_text is not None:  # --kv-cache-memory-bytes skips the profiler's budget
+        available = parse_human_int(kv_memory_text, "--kv-cache-memory-bytes") / GIB_BYTES
     return VllmInputs(
         gpu_total_bytes=int(total_gib * GIB_BYTES),
         gpu_memory_utilization=util,
@@ -172,6 +174,10 @@ def resolve_inputs(
         mem.activation_peak_bytes_estimate(
             batched, shape.hidden_size, _widest_projection(shape, tp), min(seqs, batched),
             shape.vocab_size, act_bytes, num_spec,
+            mem.gdn_chunk_state_bytes(
+                batched, shape.linear_num_value_heads, shape.linear_key_head_dim,
+                shape.linear_value_head_dim, tp, act_bytes,
+            ) if shape.is_hybrid else 0,
         ),
         non_torch_bytes=int(non_torch * GIB_BYTES) if non_torch is not None else
         mem.non_torch_bytes_estimate(tp),
@@ -191,13 +197,31 @@ def resolve_inputs(
     )
 
 
-def _parse_len(text: str) -> int:
-    """--max-model-len accepts 32768, 32k, 1M (arg_utils human_readable_int)."""
-    units = {"k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_human_int(text: str, field: str) -> int:
+    """vLLM's human_readable_int: 32768, 25.6k (x1000), 32K (x1024), 8G (x2**30)."""
+    value = text.strip()
     try:
-        return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+        if value and value[-1] in _DECIMAL:
+            return int(float(value[:-1]) * _DECIMAL[value[-1]])
+        if value and value[-1] in _BINARY:
+            return int(float(value[:-1]) * _BINARY[value[-1]])
+        return int(value)
     except ValueError:
-        raise UserError(f"not a length: {text!r}", field="--max-model-len", fix="e.g. 32768") from None
+        raise UserError(f"not a number: {text!r}", field=field, fix="e.g. 32768 or 32K") from None
+
+
+def _max_model_len(args: EngineArgs, shape: ModelShape) -> tuple[int, bool]:
+    """(max_model_len, auto): "auto"/-1 lets vLLM fit the length to the KV memory."""
+    text = args.get_str("max_model_len")
+    if text is None:
+        return shape.max_position_embeddings, False
+    if text.strip() in ("auto", "-1"):
+        return shape.max_position_embeddings, True
+    return parse_human_int(text, "--max-model-len"), False
 
 
 # Above this the engine's own and the driver's unaccounted memory tends to OOM at runtime.
@@ -253,6 +277,10 @@ def plan_vllm(
     """The plan for a vLLM server; `measured` holds numbers parsed from a previous log."""
     inputs = resolve_inputs(spec, shape, args, measured)
     alloc = allocate(inputs)
+    if _max_model_len(args, shape)[1] and 0 < alloc.largest_max_model_len < inputs.max_model_len:
+        # engine/kv_cache_utils.py:_auto_fit_max_model_len
+        inputs = replace(inputs, max_model_len=alloc.largest_max_model_len)
+        alloc = allocate(inputs)
     problems = _problems(inputs, alloc, spec)
     measured_keys = dict(measured or {})
     if spec.model.weights_gib is not None:

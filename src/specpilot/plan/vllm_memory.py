@@ -299,6 +299,7 @@ def activation_peak_bytes_estimate(
     vocab_size: int,
     act_dtype_bytes: int,
     num_speculative_tokens: int = 0,
+    gdn_chunk_state_bytes: int = 0,
 ) -> int:
     """Estimated torch peak increase of vLLM's profile run (the "peak activation").
 
@@ -310,14 +311,32 @@ def activation_peak_bytes_estimate(
     model-dtype logits, their fp32 copy (Sampler.forward), fp32 probs and the fp32
     exponential noise of random_sample = act + 12 bytes; with speculative decoding the
     rejection sampler adds 2 rows of model-dtype logits and fp32 target probs per request.
+    Hybrid models add the chunked delta-rule states of one GDN layer (`gdn_chunk_state_bytes`).
     An estimate; a log's "peak activation" replaces it.
     """
-    forward = batched_tokens * (widest_projection + 4 * hidden_size) * act_dtype_bytes
+    forward = batched_tokens * (widest_projection + 4 * hidden_size) * act_dtype_bytes + (
+        gdn_chunk_state_bytes
+    )
     sampler_bytes_per_element = act_dtype_bytes + 12
     if num_speculative_tokens:
         sampler_bytes_per_element += 2 * (act_dtype_bytes + 4)
     sampler = sampled_rows * vocab_size * sampler_bytes_per_element
     return max(forward, sampler)
+
+
+GDN_CHUNK_TOKENS = 64
+
+
+def gdn_chunk_state_bytes(
+    batched_tokens: int, num_value_heads: int, key_head_dim: int, value_head_dim: int,
+    tp_size: int, act_dtype_bytes: int,
+) -> int:
+    """Per-chunk recurrent states the chunked delta-rule prefill keeps for one GDN layer:
+    cdiv(tokens, 64) x v_heads/TP x v_dim x k_dim at the activation dtype
+    (third_party/flash_linear_attention/ops/chunk_delta_h.py: h = k.new_empty(B, NT, H, V, K))."""
+    return cdiv(batched_tokens, GDN_CHUNK_TOKENS) * (num_value_heads // tp_size) * (
+        key_head_dim * value_head_dim * act_dtype_bytes
+    )
 
 
 def non_torch_bytes_estimate(tp_size: int) -> int:
