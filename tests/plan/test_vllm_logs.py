@@ -123,7 +123,7 @@ def test_no_kv_memory_recommends_the_utilization_that_starts() -> None:
 
 
 def test_auto_max_model_len_fits_the_kv_memory() -> None:
-    spec = _incident_spec("--max-model-len", "auto", "--gpu-memory-utilization", "0.75",
+    spec = _incident_spec("--max-model-len", "auto", "--gpu-memory-utilization", "0.68",
                           "--enforce-eager")
     plan = plan_vllm(spec, load_model_shape(spec.model_dir()),
                      parse_engine_args("vllm", "0.26.0", spec.engine.args))
