@@ -140,3 +140,17 @@ def test_kv_cache_memory_bytes_replaces_the_profiled_budget() -> None:
     available = next(t for t in plan.terms if t.name == "available KV cache memory")
     assert available.gib == pytest.approx(8.0)
     assert plan.details["num_blocks"] == 8 * 2**30 // (784 * 4096) // 16
+
+
+def test_weights_count_the_mtp_head_only_as_draft_and_vision_unless_skipped() -> None:
+    shape = load_model_shape(REPO / "examples/models/qwen3.6-27b-vllm")
+    mtp = '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}'
+
+    def weights(*flags: str) -> float:
+        spec = _incident_spec("--max-model-len", "8192", *flags)
+        return plan_vllm(spec, shape, parse_engine_args("vllm", "0.26.0", list(flags))).weights_gib
+
+    plain, with_mtp = weights(), weights("--speculative-config", mtp)
+    text_only = weights("--language-model-only")
+    assert with_mtp - plain == pytest.approx(shape.mtp_param_count * 2 / 2**30)
+    assert plain - text_only == pytest.approx(shape.vision_param_count * 2 / 2**30)

@@ -69,10 +69,12 @@ def _model_dtype(spec: Spec, args: EngineArgs, shape: ModelShape) -> str:
 def weights_bytes_estimate(
     shape: ModelShape, spec: Spec, args: EngineArgs, tp_size: int, with_mtp: bool
 ) -> int:
-    """Weights per GPU: params x bytes / TP (MTP head included when it is the draft).
+    """Weights per GPU: loaded params x bytes / TP.
 
-    vLLM loads the draft inside load_model, so "Model loading took" includes it; vision
-    towers are loaded unless --language-model-only.
+    ModelShape.param_count covers the whole checkpoint. vLLM skips the MTP head unless it
+    is the draft (the drafter loads inside load_model, so "Model loading took" includes
+    it; it shares the target's embedding and LM head), and skips the vision tower under
+    --language-model-only.
     """
     quantization = spec.model.quantization or args.get_str("quantization")
     bytes_per_param = (
@@ -80,7 +82,9 @@ def weights_bytes_estimate(
         if quantization
         else float(DTYPE_BYTES[spec.model.dtype])
     )
-    params = shape.param_count + (shape.mtp_param_count if with_mtp else 0)
+    params = shape.param_count - (0 if with_mtp else shape.mtp_param_count)
+    if args.get_bool("language_model_only"):
+        params -= shape.vision_param_count
     return int(params * bytes_per_param / tp_size)
 
 
