@@ -309,8 +309,10 @@ def activation_peak_bytes_estimate(
     MoE expert buffers or GDN in_proj) plus ~4 hidden-size copies per token. Sampler,
     per (row, vocab) element over the full vocabulary (logits are all-gathered under TP):
     model-dtype logits, their fp32 copy (Sampler.forward), fp32 probs and the fp32
-    exponential noise of random_sample = act + 12 bytes; with speculative decoding the
-    rejection sampler adds 2 rows of model-dtype logits and fp32 target probs per request.
+    exponential noise of random_sample = act + 12 bytes. With speculative decoding the
+    dummy rejection pass (rejection_sampler.py:forward) holds 2 rows per request of random
+    model-dtype logits, the bonus rows, and fp32 target logits, their clone, probs and
+    noise: 3 x act + 16 bytes, which then sets the peak.
     Hybrid models add the chunked delta-rule states of one GDN layer (`gdn_chunk_state_bytes`).
     An estimate; a log's "peak activation" replaces it.
     """
@@ -319,7 +321,7 @@ def activation_peak_bytes_estimate(
     )
     sampler_bytes_per_element = act_dtype_bytes + 12
     if num_speculative_tokens:
-        sampler_bytes_per_element += 2 * (act_dtype_bytes + 4)
+        sampler_bytes_per_element = 3 * act_dtype_bytes + 16
     sampler = sampled_rows * vocab_size * sampler_bytes_per_element
     return max(forward, sampler)
 
