@@ -154,3 +154,17 @@ def test_weights_count_the_mtp_head_only_as_draft_and_vision_unless_skipped() ->
     text_only = weights("--language-model-only")
     assert with_mtp - plain == pytest.approx(shape.mtp_param_count * 2 / 2**30)
     assert plain - text_only == pytest.approx(shape.vision_param_count * 2 / 2**30)
+
+
+def test_0_32_turns_on_prefix_caching_for_hybrid_models() -> None:
+    """0.32 defaults prefix caching on: "align" mode holds 2 mamba blocks per group, not 1."""
+    flags = ["--max-model-len", "32768", "--enforce-eager", "--kv-cache-memory-bytes", "20G"]
+    shape = load_model_shape(REPO / "examples/models/qwen3.6-27b-vllm")
+    blocks = {}
+    for version in ("0.26.0", "0.32.0"):
+        spec = _incident_spec(*flags).model_copy(
+            update={"engine": _incident_spec(*flags).engine.model_copy(update={"version": version})}
+        )
+        plan = plan_vllm(spec, shape, parse_engine_args("vllm", version, flags))
+        blocks[version] = plan.details["blocks_per_request"]
+    assert blocks == {"0.26.0": 42 + 3, "0.32.0": 42 + 6}

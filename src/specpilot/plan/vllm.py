@@ -336,6 +336,7 @@ def plan_vllm(
             "page_bytes": alloc.page_bytes,
             "kv_cache_groups": alloc.groups.attention_groups + alloc.groups.mamba_groups,
             "num_blocks": alloc.num_blocks,
+            "blocks_per_request": alloc.blocks_per_request,
             "max_concurrency": round(alloc.max_concurrency, 2),
             "max_model_len": inputs.max_model_len,
         },
