@@ -168,3 +168,23 @@ def test_0_32_turns_on_prefix_caching_for_hybrid_models() -> None:
         plan = plan_vllm(spec, shape, parse_engine_args("vllm", version, flags))
         blocks[version] = plan.details["blocks_per_request"]
     assert blocks == {"0.26.0": 42 + 3, "0.32.0": 42 + 6}
+
+
+def test_weights_beyond_the_budget_recommend_more_gpus_not_a_zero_length() -> None:
+    """Qwen3-Next-80B bf16 on two 80 GB GPUs: 74 GiB of weights per GPU leave nothing."""
+    flags = ["--tensor-parallel-size", "2", "--max-model-len", "65536"]
+    spec = Spec.model_validate({
+        "name": "next-tp2",
+        "model": {"path": str(REPO / "examples/models/qwen3-next-80b-a3b")},
+        "gpu": {"memory_gib": 79.19, "count": 2},
+        "engine": {"name": "vllm", "version": "0.26.0", "args": flags},
+    })
+    plan = plan_vllm(spec, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", flags))
+    assert not plan.fits
+    assert [p.code for p in plan.problems] == ["no_kv_memory"]
+    assert plan.recommended_args[:2] == ["--tensor-parallel-size", "4"]
+    assert "0" not in plan.recommended_args
+    tp4 = [*flags[2:], "--tensor-parallel-size", "4"]
+    spec4 = spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": tp4})})
+    assert plan_vllm(spec4, load_model_shape(spec.model_dir()),
+                     parse_engine_args("vllm", "0.26.0", tp4)).fits

@@ -309,6 +309,13 @@ def plan_vllm(
         "--max-model-len", str(max_len),
         "--max-num-seqs", str(seqs),
     ]
+    if max_len == 0:  # no budget holds the weights: more GPUs, same limits
+        recommended = [
+            "--tensor-parallel-size", str(2 * inputs.tp_size),
+            "--gpu-memory-utilization", f"{inputs.gpu_memory_utilization}",
+            "--max-model-len", str(inputs.max_model_len),
+            "--max-num-seqs", str(inputs.max_num_seqs),
+        ]
     return Plan(
         engine="vllm",
         engine_version=spec.engine.version,
