@@ -11,6 +11,7 @@ an unknown key names the closest valid one: a typo must never be silently ignore
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +22,8 @@ from specpilot.errors import UserError
 
 EngineName = Literal["sglang", "vllm"]
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -29,13 +32,9 @@ class _Section(BaseModel):
 class ModelSection(_Section):
     """`[model]`: where the model's config.json lives and how its weights are stored."""
 
-    path: str = Field(
-        description="Directory holding config.json (weights optional), or a config.json path."
-    )
+    path: str = Field(description="Directory holding config.json (weights optional), or a config.json path.")
     dtype: str = Field("bfloat16", description="Weights dtype: bfloat16, float16, float32, fp8.")
-    quantization: str | None = Field(
-        None, description="Quantization method, e.g. fp8; None for none."
-    )
+    quantization: str | None = Field(None, description="Quantization method, e.g. fp8; None for none.")
     weights_gib: float | None = Field(
         None,
         gt=0,
@@ -47,9 +46,7 @@ class ModelSection(_Section):
 class GpuSection(_Section):
     """`[gpu]`: the card, as the driver reports it."""
 
-    memory_gib: float = Field(
-        gt=0, description="Total memory per GPU in GiB, as nvidia-smi reports it."
-    )
+    memory_gib: float = Field(gt=0, description="Total memory per GPU in GiB, as nvidia-smi reports it.")
     count: int = Field(1, ge=1, description="GPUs the server uses.")
     name: str | None = Field(None, description="GPU model, e.g. H200 (informational).")
     free_before_load_gib: float | None = Field(
@@ -63,9 +60,7 @@ class EngineSection(_Section):
     name: EngineName
     version: str = Field(description="Engine release, e.g. 0.5.13 or 0.26.0.")
     args: list[str] = Field(default_factory=list, description="The engine's own flags.")
-    env: dict[str, str] = Field(
-        default_factory=dict, description="Environment variables for the engine."
-    )
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables for the engine.")
     command: list[str] | None = Field(
         None,
         description="Program to start instead of the engine's default (a venv python, a wrapper).",
@@ -86,9 +81,7 @@ class EngineSection(_Section):
 class HostSection(_Section):
     """`[host]`: where the server runs."""
 
-    target: str = Field(
-        "local", description='"local", "ssh://user@host:port", or an ~/.ssh/config alias.'
-    )
+    target: str = Field("local", description='"local", "ssh://user@host:port", or an ~/.ssh/config alias.')
     identity_file: str | None = None
     known_hosts: str | None = None
     ssh_config: str | None = None
@@ -120,6 +113,13 @@ class Spec(_Section):
         path = Path(self.model.path).expanduser()
         if not path.is_absolute() and self.source_path is not None:
             path = self.source_path.parent / path
+        if not path.exists() and _HUB_ID.match(self.model.path):
+            raise UserError(
+                f"{self.model.path!r} looks like a Hugging Face hub id, and there is no such local folder",
+                field="[model] path",
+                fix=f"specpilot reads a local copy: huggingface-cli download {self.model.path} "
+                "--include config.json --local-dir DIR, then give DIR",
+            )
         return path
 
 
@@ -157,9 +157,7 @@ def _first_error(err: ValidationError, origin: str) -> UserError:
     if kind == "extra_forbidden":
         key = str(loc[-1])
         close = difflib.get_close_matches(key, _valid_keys(loc), n=1)
-        hint = (
-            f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(_valid_keys(loc))}"
-        )
+        hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(_valid_keys(loc))}"
         return UserError("unknown key", field=where, fix=hint)
     if kind == "missing":
         return UserError(
@@ -171,9 +169,7 @@ def _first_error(err: ValidationError, origin: str) -> UserError:
     return UserError(f"{message} (got {first.get('input')!r})", field=where)
 
 
-def parse_spec(
-    data: dict[str, Any], *, origin: str = "spec", source_path: Path | None = None
-) -> Spec:
+def parse_spec(data: dict[str, Any], *, origin: str = "spec", source_path: Path | None = None) -> Spec:
     """Validate a spec given as a dict (a parsed TOML document)."""
     try:
         spec = Spec.model_validate(data)

@@ -25,9 +25,7 @@ SGLANG_FLAGS = ["--tp", "2", "--speculative-algorithm", "NEXTN"]
         ["sglang", "serve", "--model-path", "/m", *SGLANG_FLAGS],
         ["X=1", "python", "-m", "sglang.launch_server", "--model-path", "/m", *SGLANG_FLAGS],
         ["env", "X=1", "python", "-m", "sglang.launch_server", "--model-path", "/m", *SGLANG_FLAGS],
-        [
-            "python -m sglang.launch_server --model-path /m \\\n  --tp 2 --speculative-algorithm NEXTN"
-        ],
+        ["python -m sglang.launch_server --model-path /m \\\n  --tp 2 --speculative-algorithm NEXTN"],
     ],
 )
 def test_sglang_forms(tokens: list[str]) -> None:

@@ -105,7 +105,6 @@ def test_config_path_directly(tmp_path: Path) -> None:
     ("make", "message"),
     [
         (lambda p: p / "missing", "no config.json"),
-        (lambda p: Path("Qwen/Qwen3-8B"), "huggingface-cli download"),
         (lambda p: (p / "config.json").write_text("{") and p, "not valid JSON"),
         (lambda p: (p / "config.json").write_text("{}") and p, "no 'hidden_size'"),
     ],
@@ -113,3 +112,14 @@ def test_config_path_directly(tmp_path: Path) -> None:
 def test_bad_model_paths(tmp_path: Path, make: object, message: str) -> None:
     with pytest.raises(UserError, match=message):
         load_model_shape(make(tmp_path))  # type: ignore[operator]
+
+
+def test_estimates_match_published_totals() -> None:
+    """Published parameter totals: Qwen3-Next-80B-A3B 79,674,391,296 (safetensors), Qwen3-30B-A3B 30.5B."""
+    examples = Path(__file__).parents[2] / "examples" / "models"
+    next80 = load_model_shape(examples / "qwen3-next-80b-a3b")
+    assert next80.attn_output_gate
+    assert abs(next80.param_count / 79_674_391_296 - 1) < 1e-3
+    assert (next80.full_attention_layers, next80.linear_attention_layers) == (12, 36)
+    moe30 = load_model_shape(examples / "qwen3-30b-a3b")
+    assert abs(moe30.param_count / 30.5e9 - 1) < 0.01

@@ -30,6 +30,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_good_spec_loads_with_defaults(tmp_path: Path) -> None:
+    (tmp_path / "models/qwen3.6-27b").mkdir(parents=True)
     spec = load_spec(write(tmp_path, GOOD))
     assert spec.engine.env == {"SGLANG_ENABLE_SPEC_V2": "1"}
     assert spec.server.port == 30000
@@ -76,3 +77,9 @@ def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
 def test_unknown_top_level_key_suggests_section() -> None:
     with pytest.raises(UserError, match="did you mean 'engine'"):
         parse_spec({"name": "x", "engin": {}, "model": {"path": "m"}, "gpu": {"memory_gib": 1}})
+
+
+def test_hub_id_without_local_copy_says_how_to_get_one(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, GOOD.replace("models/qwen3.6-27b", "Qwen/Qwen3-8B")))
+    with pytest.raises(UserError, match="huggingface-cli download Qwen/Qwen3-8B"):
+        spec.model_dir()

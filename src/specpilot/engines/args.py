@@ -72,9 +72,7 @@ class EngineArgs:
         return bool(self.values.get(dest, False))
 
 
-def _flag(
-    name: str, kind: FlagKind, *aliases: str, default: object = None, **kw: object
-) -> FlagDef:
+def _flag(name: str, kind: FlagKind, *aliases: str, default: object = None, **kw: object) -> FlagDef:
     dest = name.removeprefix("--").replace("-", "_")
     return FlagDef(name=name, dest=dest, kind=kind, default=default, aliases=aliases, **kw)  # type: ignore[arg-type]
 
@@ -172,9 +170,7 @@ def _release_table(engine: str, version: str) -> Sequence[FlagDef]:
 def flag_table(engine: str, version: str) -> dict[str, FlagDef]:
     """Every spelling (name, alias, `--no-` form) -> its FlagDef, for one engine release."""
     if engine not in _CORE_TABLES:
-        raise UserError(
-            f"unknown engine {engine!r}", field="[engine] name", fix='use "sglang" or "vllm"'
-        )
+        raise UserError(f"unknown engine {engine!r}", field="[engine] name", fix='use "sglang" or "vllm"')
     table: dict[str, FlagDef] = {}
     for flag in (*_CORE_TABLES[engine], *_release_table(engine, version)):
         for spelling in (flag.name, *flag.aliases):

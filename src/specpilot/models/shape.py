@@ -54,6 +54,9 @@ DTYPE_BYTES: dict[str, float] = {
     "mxfp4": 0.5,
 }
 
+#: model types whose attention has an output gate (q_proj twice as wide) without saying so in config
+_GATED_ATTENTION_TYPES = frozenset({"qwen3_next"})
+
 FULL_ATTENTION = "full_attention"
 LINEAR_ATTENTION = "linear_attention"
 SLIDING_ATTENTION = "sliding_attention"
@@ -147,15 +150,11 @@ def _read_config(model_path: Path) -> tuple[dict[str, Any], Path | None]:
     else:
         config_file, weights_dir = model_path / "config.json", model_path
     if not config_file.is_file():
-        looks_like_hub_id = not model_path.exists() and str(model_path).count("/") == 1
-        fix = (
-            "specpilot reads a local directory: download it first "
-            f"(huggingface-cli download {model_path} --include config.json --local-dir DIR) "
-            "and give DIR"
-            if looks_like_hub_id
-            else "point [model] path at a directory holding the model's config.json"
+        raise UserError(
+            f"no config.json at {config_file}",
+            field="[model] path",
+            fix="point [model] path at a directory holding the model's config.json",
         )
-        raise UserError(f"no config.json at {config_file}", field="[model] path", fix=fix)
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -181,14 +180,12 @@ def _layer_kinds(text: dict[str, Any], num_layers: int) -> tuple[str, ...]:
     interval = text.get("full_attention_interval")
     if isinstance(interval, int) and interval > 0:
         return tuple(
-            FULL_ATTENTION if (i + 1) % interval == 0 else LINEAR_ATTENTION
-            for i in range(num_layers)
+            FULL_ATTENTION if (i + 1) % interval == 0 else LINEAR_ATTENTION for i in range(num_layers)
         )
     if text.get("sliding_window") and text.get("use_sliding_window"):
         max_window_layers = int(text.get("max_window_layers", num_layers))
         return tuple(
-            SLIDING_ATTENTION if i >= max_window_layers else FULL_ATTENTION
-            for i in range(num_layers)
+            SLIDING_ATTENTION if i >= max_window_layers else FULL_ATTENTION for i in range(num_layers)
         )
     return (FULL_ATTENTION,) * num_layers
 
@@ -270,8 +267,7 @@ def _estimated_params(
     """(language model incl. MTP, MTP alone) estimated from the shape: matrices only,
     norms ignored (they are < 0.01% of a model)."""
     layers = sum(
-        (_linear_attention_params(t) if kind == LINEAR_ATTENTION else _attention_params(t))
-        + _mlp_params(t)
+        (_linear_attention_params(t) if kind == LINEAR_ATTENTION else _attention_params(t)) + _mlp_params(t)
         for kind in kinds
     )
     embeddings = vocab * t.hidden * (1 if tied else 2)
@@ -311,7 +307,7 @@ def load_model_shape(model_path: str | Path) -> ModelShape:
         heads=heads,
         kv_heads=int(text.get("num_key_value_heads") or heads),
         head_dim=int(text.get("head_dim") or hidden // heads),
-        attn_output_gate=bool(text.get("attn_output_gate", False)),
+        attn_output_gate=bool(text.get("attn_output_gate", text.get("model_type") in _GATED_ATTENTION_TYPES)),
         lk_heads=int(text.get("linear_num_key_heads", 0)),
         lk_dim=int(text.get("linear_key_head_dim", 0)),
         lv_heads=int(text.get("linear_num_value_heads", 0)),
@@ -319,10 +315,7 @@ def load_model_shape(model_path: str | Path) -> ModelShape:
         conv_kernel=int(text.get("linear_conv_kernel_dim", 0)),
         inter=int(text.get("intermediate_size", 0)),
         experts=int(
-            text.get("num_experts")
-            or text.get("n_routed_experts")
-            or text.get("num_local_experts")
-            or 0
+            text.get("num_experts") or text.get("n_routed_experts") or text.get("num_local_experts") or 0
         ),
         moe_inter=int(text.get("moe_intermediate_size", 0)),
         shared_inter=int(text.get("shared_expert_intermediate_size", 0)),
@@ -338,9 +331,7 @@ def load_model_shape(model_path: str | Path) -> ModelShape:
         source = "safetensors"
     else:
         params, mtp_params = _estimated_params(t, kinds, vocab, tied, mtp_layers)
-        vision_params = (
-            _vision_params_estimate(vision_config) if isinstance(vision_config, dict) else 0
-        )
+        vision_params = _vision_params_estimate(vision_config) if isinstance(vision_config, dict) else 0
         params += vision_params
         source = "shape"
 
