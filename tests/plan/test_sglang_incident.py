@@ -74,9 +74,7 @@ def test_the_recommended_flags_fit_and_keep_concurrency() -> None:
     fixed = plan(["--tp", "1", "--speculative-algorithm", "NEXTN", *recommended])
     assert fixed.fits
     assert fixed.reserve_gib >= fixed.reserve_needed_gib * 1.1
-    assert fixed.max_running_requests == int(
-        recommended[recommended.index("--max-running-requests") + 1]
-    )
+    assert fixed.max_running_requests == int(recommended[recommended.index("--max-running-requests") + 1])
     assert fixed.max_running_requests >= 8
     assert fixed.kv_tokens >= fixed.max_running_requests * 4096
 
@@ -112,3 +110,23 @@ def test_from_0_5_14_the_draft_is_inside_the_profiled_budget() -> None:
     assert "draft weights (loaded before profiling)" in names
     assert "draft KV cache" not in names
     assert result.recommended_args[-2:] == ["--mamba-radix-cache-strategy", "extra_buffer"]
+
+
+def test_the_no_buffer_attempt_gets_a_startable_recommendation() -> None:
+    """SGLang 0.5.13 rejects NEXTN + radix cache + no_buffer: the fix moves to extra_buffer
+    and sets SGLANG_ENABLE_SPEC_V2=1, as the engine's own error message asks."""
+    result = plan(
+        [
+            "--tp",
+            "1",
+            "--speculative-algorithm",
+            "NEXTN",
+            "--mem-fraction-static",
+            "0.90",
+            "--mamba-scheduler-strategy",
+            "no_buffer",
+        ]
+    )
+    args = result.recommended_args
+    assert args[args.index("--mamba-scheduler-strategy") + 1] == "extra_buffer"
+    assert result.recommended_env == {"SGLANG_ENABLE_SPEC_V2": "1"}

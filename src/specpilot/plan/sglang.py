@@ -80,9 +80,7 @@ def _reserve_terms(
         Term("attention backend workspace", q.attention_workspace_gib(s), "estimated"),
         Term("CUDA graphs", q.cuda_graph_gib(s), "estimated"),
         Term("request-to-token table", q.req_to_token_gib(requests, s), "config"),
-        Term(
-            "runtime buffers (not itemized, measured)", q.unitemized_runtime_gib(shape), "estimated"
-        ),
+        Term("runtime buffers (not itemized, measured)", q.unitemized_runtime_gib(shape), "estimated"),
     ]
     if s.tp_size * s.pp_size > 1:
         terms.append(Term("TP communication buffers", q.tp_buffers_gib(s), "estimated"))
@@ -119,11 +117,7 @@ def size(
     rest = free_after_load - reserve - mm_reserve
     hybrid = shape.is_hybrid
     per_req = q.state_bytes_per_request(shape, s) if hybrid else 0
-    pool = (
-        q.state_pool(shape, s, rules, rest)
-        if hybrid and rest > 0
-        else q.StatePool(0, 0.0, 0.0, rest)
-    )
+    pool = q.state_pool(shape, s, rules, rest) if hybrid and rest > 0 else q.StatePool(0, 0.0, 0.0, rest)
     cell = q.pool_cell_bytes(shape, s, rules)
     tokens = q.kv_tokens(pool.rest_for_kv_gib, cell, s)
     requests = q.max_running_requests(tokens, pool.slots, s, rules, hybrid) if tokens else 0
@@ -207,9 +201,7 @@ def _fraction_candidates(start: float) -> list[float]:
 
 
 def _fits_with_margin(z: Sizing, shape: ModelShape) -> bool:
-    return (
-        not blocking_problems(z, shape) and z.reserve_gib >= z.reserve_needed_gib * RESERVE_MARGIN
-    )
+    return not blocking_problems(z, shape) and z.reserve_gib >= z.reserve_needed_gib * RESERVE_MARGIN
 
 
 def _long_request_tokens(s: SglangSettings) -> int:
@@ -230,9 +222,7 @@ def _best_state_split(
     def sized(requests: int) -> Sizing | None:
         trial = replace(s, max_mamba_cache_size=requests * ratio, max_running_requests=requests)
         z = size(shape, trial, rules, free_before_load_gib=free, weights_gib=weights)
-        enough_kv = z.kv_tokens >= max(
-            requests * KV_TOKENS_PER_REQUEST_TARGET, _long_request_tokens(s)
-        )
+        enough_kv = z.kv_tokens >= max(requests * KV_TOKENS_PER_REQUEST_TARGET, _long_request_tokens(s))
         return z if enough_kv and _fits_with_margin(z, shape) else None
 
     low, high = 0, 4096
@@ -263,6 +253,24 @@ def recommend(
         if _fits_with_margin(z, shape) and z.kv_tokens >= _long_request_tokens(s):
             return z
     return None
+
+
+def startable_settings(
+    s: SglangSettings, shape: ModelShape, rules: SglangRelease
+) -> tuple[SglangSettings, dict[str, str]]:
+    """Settings the engine accepts, and the environment they need.
+
+    SGLang refuses speculative decoding on a hybrid model with radix cache under
+    no_buffer ("...please use --mamba-scheduler-strategy extra_buffer and set
+    SGLANG_ENABLE_SPEC_V2=1"), so a recommendation never keeps that combination; releases
+    that still read SGLANG_ENABLE_SPEC_V2 need it set for overlap scheduling.
+    """
+    if not (shape.is_hybrid and s.speculative_algorithm and not s.radix_cache_disabled):
+        return s, {}
+    env = {"SGLANG_ENABLE_SPEC_V2": "1"} if rules.spec_v2_default is not None else {}
+    if s.mamba_strategy != "no_buffer":
+        return s, env
+    return replace(s, mamba_strategy="extra_buffer", overlap_schedule=True), env
 
 
 def recommended_args(z: Sizing, rules: SglangRelease, shape: ModelShape) -> list[str]:
@@ -306,11 +314,7 @@ def _without_speculation(args: EngineArgs) -> EngineArgs:
     """The same flags minus speculative decoding and the strategy it forced, so the engine
     picks its own default strategy for a plain launch."""
     dropped = ("mamba_scheduler_strategy", "mamba_radix_cache_strategy")
-    values = {
-        k: v
-        for k, v in args.values.items()
-        if not k.startswith("speculative_") and k not in dropped
-    }
+    values = {k: v for k, v in args.values.items() if not k.startswith("speculative_") and k not in dropped}
     return replace(args, values=values)
 
 
@@ -328,9 +332,7 @@ def _memory_table(
         Term("target weights", z.weights_gib, source if "weights_gib" in measured else "estimated"),
     ]
     if s.has_draft_model and rules.draft_in_profile:
-        terms.append(
-            Term("draft weights (loaded before profiling)", z.draft_weights_gib, "estimated")
-        )
+        terms.append(Term("draft weights (loaded before profiling)", z.draft_weights_gib, "estimated"))
     reserve_name = f"reserve: free x (1 - {s.mem_fraction_static:.3f})"
     terms.append(Term(reserve_name, z.reserve_gib, "config"))
     if z.multimodal_reserve_gib:
@@ -345,9 +347,7 @@ def _memory_table(
                     "config",
                 )
             )
-    terms.append(
-        Term(f"KV cache: {z.kv_tokens} tokens", z.kv_tokens * z.pool_cell_bytes / GIB, "config")
-    )
+    terms.append(Term(f"KV cache: {z.kv_tokens} tokens", z.kv_tokens * z.pool_cell_bytes / GIB, "config"))
     terms.extend(z.reserve_terms)
     return terms
 
@@ -378,7 +378,8 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EngineArgs) -> Plan:
 
     z = size(shape, settings, rules, free_before_load_gib=free, weights_gib=weights)
     problems = blocking_problems(z, shape)
-    best = recommend(shape, settings, rules, free, weights)
+    startable, rec_env = startable_settings(settings, shape, rules)
+    best = recommend(shape, startable, rules, free, weights)
     notes: list[str] = []
     rec_args: list[str] = []
     if best is not None:
@@ -389,7 +390,7 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EngineArgs) -> Plan:
             f"{best.max_running_requests} concurrent requests"
         )
         if problems:
-            problems = [replace(p, fix=Fix(args=tuple(rec_args))) for p in problems]
+            problems = [replace(p, fix=Fix(args=tuple(rec_args), env=rec_env)) for p in problems]
     else:
         notes.append("no --mem-fraction-static from 0.95 down to 0.50 fits: use more GPUs (--tp)")
     if settings.speculative_algorithm:
@@ -425,7 +426,7 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EngineArgs) -> Plan:
         reserve_needed_gib=z.reserve_needed_gib,
         problems=problems,
         recommended_args=rec_args,
-        recommended_env={},
+        recommended_env=rec_env if best is not None else {},
         terms=_memory_table(z, shape, rules, measured),
         measured=measured,
         notes=notes,
@@ -434,9 +435,7 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EngineArgs) -> Plan:
             "page_size": settings.page_size,
             "mamba_strategy": settings.mamba_strategy if shape.is_hybrid else None,
             "overlap_schedule": settings.overlap_schedule,
-            "state_slots_per_request": q.state_slots_per_request(settings)
-            if shape.is_hybrid
-            else 0,
+            "state_slots_per_request": q.state_slots_per_request(settings) if shape.is_hybrid else 0,
             "speculative_num_draft_tokens": settings.num_draft_tokens,
             "mem_fraction_static_given": settings.mem_fraction_given,
             "chunked_prefill_size": settings.chunked_prefill_size,
