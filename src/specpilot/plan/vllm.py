@@ -29,13 +29,17 @@ GIB_BYTES = mem.GIB_BYTES
 MTP_METHODS = frozenset({"mtp", "qwen3_5_mtp", "qwen3_next_mtp", "deepseek_mtp"})
 # Architectures whose SSM cache dtype follows the config's `mamba_ssm_dtype`
 # (models/config.py:Qwen3_5ForConditionalGenerationConfig); others use the model dtype.
-SSM_DTYPE_FROM_CONFIG = frozenset(
-    {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"}
-)
+SSM_DTYPE_FROM_CONFIG = frozenset({"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
 # Bytes per weight for quantized checkpoints (scales included, roughly).
 QUANT_WEIGHT_BYTES: Mapping[str, float] = {
-    "fp8": 1.0, "modelopt": 0.56, "nvfp4": 0.56, "awq": 0.56, "gptq": 0.56,
-    "auto_round": 0.56, "compressed-tensors": 1.0, "bitsandbytes": 0.56,
+    "fp8": 1.0,
+    "modelopt": 0.56,
+    "nvfp4": 0.56,
+    "awq": 0.56,
+    "gptq": 0.56,
+    "auto_round": 0.56,
+    "compressed-tensors": 1.0,
+    "bitsandbytes": 0.56,
 }
 
 
@@ -47,7 +51,8 @@ def _speculative(args: EngineArgs) -> tuple[str | None, int]:
     config = json.loads(raw) if isinstance(raw, str) else raw
     if not isinstance(config, dict):
         raise UserError(
-            "must be a JSON object", field="--speculative-config",
+            "must be a JSON object",
+            field="--speculative-config",
             fix='e.g. {"method": "mtp", "num_speculative_tokens": 3}',
         )
     return str(config.get("method", "")) or None, int(config.get("num_speculative_tokens", 0))
@@ -78,9 +83,7 @@ def weights_bytes_estimate(
     """
     quantization = spec.model.quantization or args.get_str("quantization")
     bytes_per_param = (
-        QUANT_WEIGHT_BYTES.get(quantization, 1.0)
-        if quantization
-        else float(DTYPE_BYTES[spec.model.dtype])
+        QUANT_WEIGHT_BYTES.get(quantization, 1.0) if quantization else float(DTYPE_BYTES[spec.model.dtype])
     )
     params = shape.param_count - (0 if with_mtp else shape.mtp_param_count)
     if args.get_bool("language_model_only"):
@@ -97,9 +100,7 @@ def target_attention_layers(shape: ModelShape) -> int:
 
 def _attention_bytes_per_token(shape: ModelShape, tp: int, kv_dtype_bytes: int) -> int:
     if shape.kv_lora_rank:
-        return mem.mla_bytes_per_token_per_layer(
-            shape.kv_lora_rank, shape.qk_rope_head_dim, kv_dtype_bytes
-        )
+        return mem.mla_bytes_per_token_per_layer(shape.kv_lora_rank, shape.qk_rope_head_dim, kv_dtype_bytes)
     return mem.attention_bytes_per_token_per_layer(
         shape.num_key_value_heads, shape.head_dim, tp, kv_dtype_bytes
     )
@@ -126,26 +127,32 @@ def resolve_inputs(
     batched = args.get_int("max_num_batched_tokens") or mem.default_max_num_batched_tokens(
         total_gib, spec.gpu.name
     )
-    seqs = args.get_int("max_num_seqs") or mem.default_max_num_seqs(
-        total_gib, spec.gpu.name, batched
-    )
+    seqs = args.get_int("max_num_seqs") or mem.default_max_num_seqs(total_gib, spec.gpu.name, batched)
     method, num_spec = _speculative(args)
     with_mtp = method in MTP_METHODS
     model_dtype = _model_dtype(spec, args, shape)
     act_bytes = int(DTYPE_BYTES[model_dtype])
-    ssm_dtype = (
-        args.get_str("mamba_ssm_cache_dtype")
-        or (shape.mamba_ssm_dtype if shape.architecture in SSM_DTYPE_FROM_CONFIG else model_dtype)
+    ssm_dtype = args.get_str("mamba_ssm_cache_dtype") or (
+        shape.mamba_ssm_dtype if shape.architecture in SSM_DTYPE_FROM_CONFIG else model_dtype
     )
     conv_bytes = int(DTYPE_BYTES[args.get_str("mamba_cache_dtype") or model_dtype])
     mamba_state = 0
     if shape.is_hybrid:
         mamba_state = mem.gdn_conv_state_bytes(
-            shape.linear_num_key_heads, shape.linear_num_value_heads, shape.linear_key_head_dim,
-            shape.linear_value_head_dim, shape.linear_conv_kernel_dim, tp, num_spec, conv_bytes,
+            shape.linear_num_key_heads,
+            shape.linear_num_value_heads,
+            shape.linear_key_head_dim,
+            shape.linear_value_head_dim,
+            shape.linear_conv_kernel_dim,
+            tp,
+            num_spec,
+            conv_bytes,
         ) + mem.gdn_ssm_state_bytes(
-            shape.linear_num_value_heads, shape.linear_key_head_dim, shape.linear_value_head_dim,
-            tp, int(DTYPE_BYTES[ssm_dtype]),
+            shape.linear_num_value_heads,
+            shape.linear_key_head_dim,
+            shape.linear_value_head_dim,
+            tp,
+            int(DTYPE_BYTES[ssm_dtype]),
         )
     eager = args.get_bool("enforce_eager")
     prefix = (
@@ -174,19 +181,33 @@ def resolve_inputs(
         max_num_seqs=seqs,
         max_num_batched_tokens=batched,
         weights_bytes=int(weights),
-        activation_peak_bytes=int(activation * GIB_BYTES) if activation is not None else
-        mem.activation_peak_bytes_estimate(
-            batched, shape.hidden_size, _widest_projection(shape, tp), min(seqs, batched),
-            shape.vocab_size, act_bytes, num_spec,
+        activation_peak_bytes=int(activation * GIB_BYTES)
+        if activation is not None
+        else mem.activation_peak_bytes_estimate(
+            batched,
+            shape.hidden_size,
+            _widest_projection(shape, tp),
+            min(seqs, batched),
+            shape.vocab_size,
+            act_bytes,
+            num_spec,
             mem.gdn_chunk_state_bytes(
-                batched, shape.linear_num_value_heads, shape.linear_key_head_dim,
-                shape.linear_value_head_dim, tp, act_bytes,
-            ) if shape.is_hybrid else 0,
+                batched,
+                shape.linear_num_value_heads,
+                shape.linear_key_head_dim,
+                shape.linear_value_head_dim,
+                tp,
+                act_bytes,
+            )
+            if shape.is_hybrid
+            else 0,
         ),
-        non_torch_bytes=int(non_torch * GIB_BYTES) if non_torch is not None else
-        mem.non_torch_bytes_estimate(tp),
-        cudagraph_bytes=int(cudagraph * GIB_BYTES) if cudagraph is not None else
-        mem.cudagraph_bytes_estimate(eager, mem.max_cudagraph_capture_size(seqs)),
+        non_torch_bytes=int(non_torch * GIB_BYTES)
+        if non_torch is not None
+        else mem.non_torch_bytes_estimate(tp),
+        cudagraph_bytes=int(cudagraph * GIB_BYTES)
+        if cudagraph is not None
+        else mem.cudagraph_bytes_estimate(eager, mem.max_cudagraph_capture_size(seqs)),
         attention_layers=target_attention_layers(shape) + (shape.mtp_num_layers if with_mtp else 0),
         mamba_layers=shape.linear_attention_layers,
         attention_bytes_per_token_per_layer=_attention_bytes_per_token(
@@ -245,33 +266,41 @@ def _problems(inputs: VllmInputs, alloc: VllmAllocation, spec: Spec) -> list[Pro
     free = spec.gpu.free_before_load_gib
     if free is not None and free * GIB_BYTES < alloc.requested_bytes:
         util = round(free * GIB_BYTES / inputs.gpu_total_bytes - 0.01, 2)
-        problems.append(Problem(
-            "free_memory_below_request",
-            f"free memory {free:.2f} GiB < requested {gib(alloc.requested_bytes):.2f} GiB",
-            Fix(("--gpu-memory-utilization", f"{util}")),
-        ))
+        problems.append(
+            Problem(
+                "free_memory_below_request",
+                f"free memory {free:.2f} GiB < requested {gib(alloc.requested_bytes):.2f} GiB",
+                Fix(("--gpu-memory-utilization", f"{util}")),
+            )
+        )
     util = utilization_needed(inputs, alloc)
     raise_util = Fix(("--gpu-memory-utilization", f"{util}")) if util <= MAX_UTILIZATION else None
     if alloc.available_kv_bytes <= 0:
-        problems.append(Problem(
-            "no_kv_memory",
-            f"weights, activations and graphs leave {gib(alloc.available_kv_bytes):.2f} GiB for KV",
-            raise_util or Fix(("--tensor-parallel-size", str(2 * inputs.tp_size))),
-        ))
+        problems.append(
+            Problem(
+                "no_kv_memory",
+                f"weights, activations and graphs leave {gib(alloc.available_kv_bytes):.2f} GiB for KV",
+                raise_util or Fix(("--tensor-parallel-size", str(2 * inputs.tp_size))),
+            )
+        )
     elif not alloc.fits_one_request:
-        problems.append(Problem(
-            "max_model_len_does_not_fit",
-            f"one {inputs.max_model_len}-token request needs {gib(alloc.one_request_bytes):.2f} GiB"
-            f" of KV, {gib(alloc.available_kv_bytes):.2f} GiB available",
-            Fix(("--max-model-len", str(alloc.largest_max_model_len))),
-        ))
+        problems.append(
+            Problem(
+                "max_model_len_does_not_fit",
+                f"one {inputs.max_model_len}-token request needs {gib(alloc.one_request_bytes):.2f} GiB"
+                f" of KV, {gib(alloc.available_kv_bytes):.2f} GiB available",
+                Fix(("--max-model-len", str(alloc.largest_max_model_len))),
+            )
+        )
     if inputs.full_cudagraphs and inputs.mamba_layers and inputs.max_num_seqs > alloc.num_blocks > 0:
-        problems.append(Problem(
-            "max_num_seqs_above_mamba_blocks",
-            f"--max-num-seqs {inputs.max_num_seqs} exceeds the {alloc.num_blocks} cache blocks; "
-            "vLLM refuses to capture FULL CUDA graphs (config/compilation.py)",
-            Fix(("--max-num-seqs", str(alloc.num_blocks))),
-        ))
+        problems.append(
+            Problem(
+                "max_num_seqs_above_mamba_blocks",
+                f"--max-num-seqs {inputs.max_num_seqs} exceeds the {alloc.num_blocks} cache blocks; "
+                "vLLM refuses to capture FULL CUDA graphs (config/compilation.py)",
+                Fix(("--max-num-seqs", str(alloc.num_blocks))),
+            )
+        )
     return problems
 
 
@@ -292,37 +321,58 @@ def plan_vllm(
     source = "measured" if measured else "estimated"
     terms = [
         Term("requested (total x gpu_memory_utilization)", gib(alloc.requested_bytes), "config"),
-        Term("weights", gib(inputs.weights_bytes),
-             "measured" if "weights_gib" in measured_keys else "estimated"),
-        Term("peak activation", gib(inputs.activation_peak_bytes),
-             "measured" if "activation_peak_gib" in measured_keys else "estimated"),
-        Term("non-torch memory", gib(inputs.non_torch_bytes),
-             "measured" if "non_torch_gib" in measured_keys else "estimated"),
-        Term("CUDA graph memory", gib(inputs.cudagraph_bytes),
-             "measured" if "cudagraph_gib" in measured_keys else "estimated"),
-        Term("available KV cache memory", gib(alloc.available_kv_bytes),
-             "measured" if "available_kv_gib" in measured_keys else source),
+        Term(
+            "weights",
+            gib(inputs.weights_bytes),
+            "measured" if "weights_gib" in measured_keys else "estimated",
+        ),
+        Term(
+            "peak activation",
+            gib(inputs.activation_peak_bytes),
+            "measured" if "activation_peak_gib" in measured_keys else "estimated",
+        ),
+        Term(
+            "non-torch memory",
+            gib(inputs.non_torch_bytes),
+            "measured" if "non_torch_gib" in measured_keys else "estimated",
+        ),
+        Term(
+            "CUDA graph memory",
+            gib(inputs.cudagraph_bytes),
+            "measured" if "cudagraph_gib" in measured_keys else "estimated",
+        ),
+        Term(
+            "available KV cache memory",
+            gib(alloc.available_kv_bytes),
+            "measured" if "available_kv_gib" in measured_keys else source,
+        ),
     ]
     util, max_len, seqs = recommended_knobs(inputs, alloc)
     recommended = [
-        "--gpu-memory-utilization", f"{util}",
-        "--max-model-len", str(max_len),
-        "--max-num-seqs", str(seqs),
+        "--gpu-memory-utilization",
+        f"{util}",
+        "--max-model-len",
+        str(max_len),
+        "--max-num-seqs",
+        str(seqs),
     ]
     if max_len == 0:  # no budget holds the weights: more GPUs, same limits
         recommended = [
-            "--tensor-parallel-size", str(2 * inputs.tp_size),
-            "--gpu-memory-utilization", f"{inputs.gpu_memory_utilization}",
-            "--max-model-len", str(inputs.max_model_len),
-            "--max-num-seqs", str(inputs.max_num_seqs),
+            "--tensor-parallel-size",
+            str(2 * inputs.tp_size),
+            "--gpu-memory-utilization",
+            f"{inputs.gpu_memory_utilization}",
+            "--max-model-len",
+            str(inputs.max_model_len),
+            "--max-num-seqs",
+            str(inputs.max_num_seqs),
         ]
     return Plan(
         engine="vllm",
         engine_version=spec.engine.version,
         fits=not problems,
         weights_gib=gib(inputs.weights_bytes),
-        kv_bytes_per_token=inputs.attention_bytes_per_token_per_layer
-        * target_attention_layers(shape),
+        kv_bytes_per_token=inputs.attention_bytes_per_token_per_layer * target_attention_layers(shape),
         kv_tokens=alloc.kv_tokens,
         state_bytes_per_request=inputs.mamba_state_bytes_per_layer * inputs.mamba_layers,
         state_slots=alloc.num_blocks if inputs.mamba_layers else 0,
@@ -331,7 +381,8 @@ def plan_vllm(
         reserve_gib=gib(inputs.gpu_total_bytes - alloc.requested_bytes),
         reserve_needed_gib=(
             spec.gpu.memory_gib - spec.gpu.free_before_load_gib
-            if spec.gpu.free_before_load_gib is not None else 0.0
+            if spec.gpu.free_before_load_gib is not None
+            else 0.0
         ),
         problems=problems,
         recommended_args=recommended,
@@ -358,9 +409,7 @@ def recommended_knobs(inputs: VllmInputs, alloc: VllmAllocation) -> tuple[float,
     graphs need one mamba block per sequence.
     """
     util = inputs.gpu_memory_utilization
-    if not alloc.fits_one_request and (needed := utilization_needed(inputs, alloc)) <= (
-        MAX_UTILIZATION
-    ):
+    if not alloc.fits_one_request and (needed := utilization_needed(inputs, alloc)) <= (MAX_UTILIZATION):
         util = max(util, needed)
     at_util = allocate(_with_utilization(inputs, util))
     max_len = min(inputs.max_model_len, at_util.largest_max_model_len)
@@ -382,9 +431,7 @@ def _with_utilization(inputs: VllmInputs, util: float) -> VllmInputs:
     return replace(inputs, gpu_memory_utilization=util, available_kv_bytes_measured=measured)
 
 
-def _notes(
-    inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: EngineArgs
-) -> list[str]:
+def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: EngineArgs) -> list[str]:
     notes = [
         f"KV pool: {alloc.num_blocks} blocks of {alloc.block_size_tokens} tokens; one "
         f"{inputs.max_model_len}-token request takes {alloc.blocks_per_request} blocks "
@@ -410,7 +457,6 @@ def _notes(
         )
     if shape.is_multimodal_wrapper and not args.get_bool("language_model_only"):
         notes.append(
-            "vision encoder profiling is not in the activation estimate; "
-            "--language-model-only removes it"
+            "vision encoder profiling is not in the activation estimate; --language-model-only removes it"
         )
     return notes

@@ -58,9 +58,7 @@ def vllm_line(version: str) -> VllmLine:
     try:
         parsed = Version(version)
     except ValueError as exc:
-        raise UserError(
-            f"not a version: {version!r}", field="[engine] version", fix="e.g. 0.26.0"
-        ) from exc
+        raise UserError(f"not a version: {version!r}", field="[engine] version", fix="e.g. 0.26.0") from exc
     base = Version(parsed.base_version)
     for line in VLLM_LINES:
         if line.covers(base):

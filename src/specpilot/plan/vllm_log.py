@@ -27,9 +27,7 @@ _SIGNATURES: tuple[LogNumber, ...] = (
     LogNumber(re.compile(r"vLLM API server version (?P<v>[0-9]\S*)"), ("version",)),
     LogNumber(re.compile(r"\bversion (?P<v>\d+\.\d+\.\d+\S*)"), ("version",)),
     LogNumber(re.compile(r"Model loading took (?P<v>[0-9.]+) Gi?B"), ("weights_gib",)),
-    LogNumber(
-        re.compile(r"Available KV cache memory: (?P<v>-?[0-9.]+) GiB"), ("available_kv_gib",)
-    ),
+    LogNumber(re.compile(r"Available KV cache memory: (?P<v>-?[0-9.]+) GiB"), ("available_kv_gib",)),
     LogNumber(re.compile(r"KV cache size: (?P<v>[0-9,]+) tokens"), ("kv_tokens",)),
     LogNumber(
         re.compile(r"Maximum concurrency for (?P<l>[0-9,]+) tokens per request: (?P<v>[0-9.]+)x"),
@@ -39,9 +37,7 @@ _SIGNATURES: tuple[LogNumber, ...] = (
         re.compile(r"Setting attention block size to (?P<v>\d+) tokens"),
         ("attention_block_size",),
     ),
-    LogNumber(
-        re.compile(r"Estimated CUDA graph memory: (?P<v>[0-9.]+) GiB"), ("cudagraph_gib",)
-    ),
+    LogNumber(re.compile(r"Estimated CUDA graph memory: (?P<v>[0-9.]+) GiB"), ("cudagraph_gib",)),
     # 0.2x: "... Actual usage is W GiB for weight, A GiB for peak activation,
     #        N GiB for non-torch memory, and C GiB for CUDAGraph memory."
     LogNumber(
@@ -52,8 +48,13 @@ _SIGNATURES: tuple[LogNumber, ...] = (
             r"activation, (?P<n>[0-9.]+) GiB for non-torch memory, and (?P<c>[0-9.]+) GiB"
         ),
         (
-            "free_before_load_gib", "gpu_total_gib", "gpu_memory_utilization",
-            "weights_gib", "activation_peak_gib", "non_torch_gib", "cudagraph_actual_gib",
+            "free_before_load_gib",
+            "gpu_total_gib",
+            "gpu_memory_utilization",
+            "weights_gib",
+            "activation_peak_gib",
+            "non_torch_gib",
+            "cudagraph_actual_gib",
         ),
     ),
     # 0.3x: "... Actual usage is X GiB for consumed memory (weights + non-torch),
@@ -66,8 +67,12 @@ _SIGNATURES: tuple[LogNumber, ...] = (
             r"(?P<a>[0-9.]+) GiB for peak activation, and (?P<c>[0-9.]+) GiB"
         ),
         (
-            "free_before_load_gib", "gpu_total_gib", "gpu_memory_utilization",
-            "consumed_gib", "activation_peak_gib", "cudagraph_actual_gib",
+            "free_before_load_gib",
+            "gpu_total_gib",
+            "gpu_memory_utilization",
+            "consumed_gib",
+            "activation_peak_gib",
+            "cudagraph_actual_gib",
         ),
     ),
 )

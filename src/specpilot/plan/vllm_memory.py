@@ -42,16 +42,14 @@ def available_kv_cache_bytes(
     non_torch_bytes: int,
     cudagraph_bytes: int,
 ) -> int:
-    """"Available KV cache memory": requested minus everything that is not KV cache.
+    """ "Available KV cache memory": requested minus everything that is not KV cache.
 
     gpu_worker.py:determine_available_memory: non-KV = weights ("Model loading took")
     + torch peak increase of the profile run (peak activation) + non-torch increase
     (NCCL, cuBLAS workspaces) + the CUDA graph pool estimate (counted since 0.21 unless
     VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0; 0 with --enforce-eager).
     """
-    return requested_bytes - weights_bytes - activation_peak_bytes - non_torch_bytes - (
-        cudagraph_bytes
-    )
+    return requested_bytes - weights_bytes - activation_peak_bytes - non_torch_bytes - (cudagraph_bytes)
 
 
 def attention_bytes_per_token_per_layer(
@@ -95,9 +93,7 @@ def gdn_conv_state_bytes(
     columns; dtype is the model dtype unless --mamba-cache-dtype is set.
     """
     conv_dim = key_head_dim * num_key_heads * 2 + value_head_dim * num_value_heads
-    return (conv_dim // tp_size) * (conv_kernel - 1 + num_speculative_tokens) * (
-        conv_dtype_bytes
-    )
+    return (conv_dim // tp_size) * (conv_kernel - 1 + num_speculative_tokens) * (conv_dtype_bytes)
 
 
 def gdn_ssm_state_bytes(
@@ -216,12 +212,12 @@ def blocks_per_request(
 
 
 def max_concurrency(num_blocks: int, blocks_needed_per_request: int) -> float:
-    """"Maximum concurrency for L tokens per request": num_blocks / blocks per request."""
+    """ "Maximum concurrency for L tokens per request": num_blocks / blocks per request."""
     return num_blocks / blocks_needed_per_request
 
 
 def printed_kv_tokens(concurrency: float, max_model_len: int) -> int:
-    """"GPU KV cache size: N tokens" = int(max_concurrency x max_model_len).
+    """ "GPU KV cache size: N tokens" = int(max_concurrency x max_model_len).
 
     kv_cache_utils.py:get_kv_cache_capacity (0.2x and 0.3x). Not blocks x block size:
     on hybrid models the mamba groups' blocks are not tokens.
@@ -230,27 +226,35 @@ def printed_kv_tokens(concurrency: float, max_model_len: int) -> int:
 
 
 def kv_bytes_needed_for_one_request(
-    max_model_len: int, block_size: int, groups: KvGroups, mamba_blocks_per_group: int,
+    max_model_len: int,
+    block_size: int,
+    groups: KvGroups,
+    mamba_blocks_per_group: int,
     page_bytes: int,
 ) -> int:
     """KV memory one max_model_len request needs; vLLM refuses to start above available.
 
     kv_cache_utils.py:_max_memory_usage_bytes_from_groups: group size x page x blocks.
     """
-    return groups.group_size_layers * page_bytes * blocks_per_request(
-        max_model_len, block_size, groups, mamba_blocks_per_group
+    return (
+        groups.group_size_layers
+        * page_bytes
+        * blocks_per_request(max_model_len, block_size, groups, mamba_blocks_per_group)
     )
 
 
 def largest_max_model_len(
-    available_bytes: int, block_size: int, groups: KvGroups, page_bytes: int,
-    mamba_blocks_per_group: int, upper_tokens: int,
+    available_bytes: int,
+    block_size: int,
+    groups: KvGroups,
+    page_bytes: int,
+    mamba_blocks_per_group: int,
+    upper_tokens: int,
 ) -> int:
     """Largest max_model_len whose one request fits (vLLM's estimate_max_model_len), 0 if none."""
+
     def fits(length: int) -> bool:
-        need = kv_bytes_needed_for_one_request(
-            length, block_size, groups, mamba_blocks_per_group, page_bytes
-        )
+        need = kv_bytes_needed_for_one_request(length, block_size, groups, mamba_blocks_per_group, page_bytes)
         return need <= available_bytes
 
     if not fits(1):
@@ -265,9 +269,7 @@ def largest_max_model_len(
     return best
 
 
-def default_max_num_seqs(
-    gpu_memory_gib: float, gpu_name: str | None, max_num_batched_tokens: int
-) -> int:
+def default_max_num_seqs(gpu_memory_gib: float, gpu_name: str | None, max_num_batched_tokens: int) -> int:
     """--max-num-seqs when not given: 1024 on >= 70 GiB GPUs other than A100, else 256,
     and never above max_num_batched_tokens.
 
@@ -330,14 +332,20 @@ GDN_CHUNK_TOKENS = 64
 
 
 def gdn_chunk_state_bytes(
-    batched_tokens: int, num_value_heads: int, key_head_dim: int, value_head_dim: int,
-    tp_size: int, act_dtype_bytes: int,
+    batched_tokens: int,
+    num_value_heads: int,
+    key_head_dim: int,
+    value_head_dim: int,
+    tp_size: int,
+    act_dtype_bytes: int,
 ) -> int:
     """Per-chunk recurrent states the chunked delta-rule prefill keeps for one GDN layer:
     cdiv(tokens, 64) x v_heads/TP x v_dim x k_dim at the activation dtype
     (third_party/flash_linear_attention/ops/chunk_delta_h.py: h = k.new_empty(B, NT, H, V, K))."""
-    return cdiv(batched_tokens, GDN_CHUNK_TOKENS) * (num_value_heads // tp_size) * (
-        key_head_dim * value_head_dim * act_dtype_bytes
+    return (
+        cdiv(batched_tokens, GDN_CHUNK_TOKENS)
+        * (num_value_heads // tp_size)
+        * (key_head_dim * value_head_dim * act_dtype_bytes)
     )
 
 
