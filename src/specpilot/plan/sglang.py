@@ -10,15 +10,19 @@ values that start first time.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from specpilot.engines.args import EngineArgs
 from specpilot.models.shape import ModelShape
 from specpilot.plan import sglang_quantities as q
+from specpilot.plan.sglang_log import parse_sglang_log
 from specpilot.plan.sglang_releases import SglangRelease, release_rules
 from specpilot.plan.sglang_settings import SglangSettings, resolve_settings
 from specpilot.plan.types import GIB, Fix, Plan, Problem, Term
 from specpilot.spec import Spec
+
+__all__ = ["parse_sglang_log", "plan_sglang"]
 
 #: Head-room asked of the reserve above the estimated need: the activation and graph
 #: terms are estimates, and an OOM costs a whole server start.
@@ -352,8 +356,16 @@ def _memory_table(
     return terms
 
 
-def plan_sglang(spec: Spec, shape: ModelShape, args: EngineArgs) -> Plan:
-    """The SGLang memory plan for a spec."""
+def plan_sglang(
+    spec: Spec, shape: ModelShape, args: EngineArgs, measured: Mapping[str, float] | None = None
+) -> Plan:
+    """The SGLang memory plan for a spec.
+
+    `measured` holds inputs read from an earlier log (`parse_sglang_log`). Free memory
+    before load and target weights are used (they also arrive through the spec's override
+    keys). The draft's "mem usage" line is not: it is taken before the draft swaps its own
+    embedding and LM head for the target's, so it is not the draft's resident size.
+    """
     rules = release_rules(spec.engine.version)
     settings = resolve_settings(
         args,
@@ -364,15 +376,18 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EngineArgs) -> Plan:
         quantization=spec.model.quantization,
         rules=rules,
     )
-    measured: dict[str, float] = {}
+    inputs = dict(measured or {})
+    measured_used = {
+        key: value for key, value in inputs.items() if key in ("free_before_load_gib", "weights_gib")
+    }
     free = spec.gpu.free_before_load_gib
     if free is not None:
-        measured["free_before_load_gib"] = free
+        measured_used["free_before_load_gib"] = free
     else:
         free = q.free_before_load_gib(spec.gpu.memory_gib, settings.tp_size)
     weights = spec.model.weights_gib
     if weights is not None:
-        measured["weights_gib"] = weights
+        measured_used["weights_gib"] = weights
     else:
         weights = q.target_weights_gib(shape, settings)
 
@@ -427,8 +442,8 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EngineArgs) -> Plan:
         problems=problems,
         recommended_args=rec_args,
         recommended_env=rec_env if best is not None else {},
-        terms=_memory_table(z, shape, rules, measured),
-        measured=measured,
+        terms=_memory_table(z, shape, rules, measured_used),
+        measured=measured_used,
         notes=notes,
         details={
             "context_len": settings.context_len,
