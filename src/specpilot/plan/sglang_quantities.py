@@ -154,9 +154,7 @@ def _groups_per_gpu(shape: ModelShape, tp_size: int) -> int:
 def conv_state_bytes_per_layer(shape: ModelShape, s: SglangSettings) -> int:
     """Causal-conv window of one linear-attention layer for one request, per GPU:
     (value_dim + 2 * groups * key_head_dim) / tp channels x (kernel - 1) positions."""
-    conv_dim = shape.linear_value_dim + 2 * _groups_per_gpu(shape, s.tp_size) * (
-        shape.linear_key_head_dim
-    )
+    conv_dim = shape.linear_value_dim + 2 * _groups_per_gpu(shape, s.tp_size) * (shape.linear_key_head_dim)
     return int(conv_dim // s.tp_size * (shape.linear_conv_kernel_dim - 1) * s.conv_dtype_bytes)
 
 
@@ -203,9 +201,7 @@ def _capped_requests(s: SglangSettings, slots: int, ratio: int) -> int:
     return min(requests // s.dp_size, slots // ratio)
 
 
-def state_pool(
-    shape: ModelShape, s: SglangSettings, rules: SglangRelease, rest_gib: float
-) -> StatePool:
+def state_pool(shape: ModelShape, s: SglangSettings, rules: SglangRelease, rest_gib: float) -> StatePool:
     """`handle_max_mamba_cache`: the mamba slots and what they take out of `rest`.
 
     Slots come from `--max-mamba-cache-size`, else from `--max-running-requests` when
@@ -295,9 +291,7 @@ def activation_gib(shape: ModelShape, s: SglangSettings) -> float:
     width = (
         ACTIVATION_HIDDEN_COPIES * shape.hidden_size
         + 2
-        * max(
-            shape.intermediate_size, shape.moe_intermediate_size * max(shape.num_experts_per_tok, 1)
-        )
+        * max(shape.intermediate_size, shape.moe_intermediate_size * max(shape.num_experts_per_tok, 1))
         // s.tp_size
     )
     prefill_bytes = s.chunked_prefill_size * width * 2
