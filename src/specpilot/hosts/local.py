@@ -117,19 +117,27 @@ class LocalHost(AgentHost):
         check: bool = True,
     ) -> RunResult:
         shown = redact_argv(argv)
+        if cwd is not None and not os.path.isdir(cwd):
+            # What the SSH side's `cd` reports: exit status 2, the reason on stderr.
+            return self._finish(argv, 2, b"", f"cd: {cwd}: no such directory\n".encode(), check)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv, cwd=cwd, env={**os.environ, **(env or {})},
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )
-        except FileNotFoundError as exc:
-            missing = argv[0] if exc.filename in (None, argv[0]) else exc.filename
-            raise RemoteCommandNotFound(
-                f"run {shown} on local: {missing} not found; install it or give its absolute path"
-            ) from exc
+        except FileNotFoundError:
+            if check:
+                raise RemoteCommandNotFound(
+                    f"run {shown} on local: {argv[0]} not found; install it or give its "
+                    "absolute path"
+                ) from None
+            # A shell's answer for a missing program, as SSHHost returns it.
+            return RunResult(tuple(argv), 127, b"", f"{argv[0]}: not found\n".encode())
         except PermissionError as exc:
-            raise PermissionDenied(f"run {shown} on local: {exc.strerror}") from exc
+            if check:
+                raise PermissionDenied(f"run {shown} on local: {exc.strerror}") from exc
+            return RunResult(tuple(argv), 126, b"", f"{argv[0]}: {exc.strerror}\n".encode())
         try:
             stdout, stderr = await asyncio.wait_for(process.communicate(stdin), timeout_s)
         except TimeoutError:
@@ -139,13 +147,19 @@ class LocalHost(AgentHost):
                 f"run {shown} on local: no exit after {timeout_s} s, killed it; "
                 "raise the timeout or find out why it hangs"
             ) from None
-        result = RunResult(tuple(argv), process.returncode or 0, stdout, stderr)
-        if check and result.returncode != 0:
+        return self._finish(argv, process.returncode or 0, stdout, stderr, check)
+
+    @staticmethod
+    def _finish(
+        argv: Sequence[str], returncode: int, stdout: bytes, stderr: bytes, check: bool
+    ) -> RunResult:
+        if check and returncode != 0:
             raise CommandFailed(
-                f"run {shown} on local: exit status {result.returncode}: {stderr_tail(stderr)}",
-                returncode=result.returncode, stderr=stderr,
+                f"run {redact_argv(argv)} on local: exit status {returncode}: "
+                f"{stderr_tail(stderr)}",
+                returncode=returncode, stderr=stderr,
             )
-        return result
+        return RunResult(tuple(argv), returncode, stdout, stderr)
 
     async def follow(self, path: str, offset: int = 0) -> AsyncIterator[bytes]:
         while True:
