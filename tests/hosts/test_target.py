@@ -29,7 +29,8 @@ def test_accepted_forms_parse(raw: str, expected: Target) -> None:
 @pytest.mark.parametrize(
     "raw",
     ["ssh:/x", "ssh://host:notaport", "ssh://host:0", "ssh://host:70000", "scp://host",
-     "http://host:22", "ssh://", "ssh://user@", "user@host:22", "two words", "", "-oProxyCommand=x"],
+     "http://host:22", "ssh://", "ssh://user@", "user@host:22", "two words", "",
+     "-oProxyCommand=x"],
 )
 def test_garbage_is_refused_naming_the_field_and_the_forms(raw: str) -> None:
     with pytest.raises(BadTarget) as caught:

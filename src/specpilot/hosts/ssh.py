@@ -55,10 +55,12 @@ _DROPPED = (
     asyncssh.ConnectionLost,
     asyncssh.DisconnectError,
     asyncssh.SFTPConnectionLost,
+    asyncssh.SFTPNoConnection,
     ConnectionError,
     BrokenPipeError,
     EOFError,
 )
+_SFTP_DROPPED = (asyncssh.SFTPConnectionLost, asyncssh.SFTPNoConnection)
 # A fixed script; cwd and argv arrive as its positional parameters, never as text.
 _CD_THEN_EXEC = 'cd "$1" && shift && exec "$@"'
 
@@ -227,6 +229,11 @@ class SSHHost(AgentHost):
                 f"{action} on {self.target}: the connection dropped ({exc or type(exc).__name__})"
             ) from exc
         except asyncssh.ChannelOpenError as exc:
+            if self._conn is not None and self._conn.is_closed():
+                self._conn, self._sftp = None, None
+                raise HostConnectionLost(
+                    f"{action} on {self.target}: the connection had dropped ({exc.reason})"
+                ) from exc
             raise HostError(f"{action} on {self.target}: the server refused a channel "
                             f"({exc.reason}); check MaxSessions in its sshd_config") from exc
 
@@ -246,11 +253,10 @@ class SSHHost(AgentHost):
         return shlex.join([self._python, "-I", "-c", AGENT_SOURCE])
 
     async def _agent_answer(self, operation: str, args: Mapping[str, Any]) -> dict[str, Any]:
-        conn = await self._connection()
         action = f"host agent ({operation})"
-        with self._dropped_is_lost(action):
-            done = await conn.run(self._agent_command(), input=agent_request(operation, args),
-                                  encoding=None, check=False)
+        done = await self._run_command(self._agent_command(), action,
+                                       input=agent_request(operation, args), encoding=None,
+                                       check=False)
         if done.exit_status == _EXIT_NOT_FOUND:
             raise RemoteCommandNotFound(
                 f"{action} on {self.target}: `{self._python}` not found; specpilot needs "
@@ -264,6 +270,30 @@ class SSHHost(AgentHost):
             )
         answer: dict[str, Any] = json.loads(_as_bytes(done.stdout))
         return answer
+
+    async def _run_command(
+        self, command: str, action: str, **kwargs: Any
+    ) -> asyncssh.SSHCompletedProcess:
+        """conn.run, reconnecting once when the connection turns out to have died before
+        the channel opened (nothing ran remotely, so running it again is safe)."""
+        for attempt in range(2):
+            conn = await self._connection()
+            with self._dropped_is_lost(action):
+                try:
+                    done = await conn.run(command, **kwargs)
+                except asyncssh.ChannelOpenError:
+                    if attempt > 0 or not conn.is_closed():
+                        raise
+                    continue
+            if done.exit_status is None and done.exit_signal is None:
+                # The channel closed without an exit status: the connection went away.
+                await self._forget_connection()
+                raise HostConnectionLost(
+                    f"{action} on {self.target}: the connection dropped before the command "
+                    "finished; it may or may not have completed there"
+                )
+            return done
+        raise AssertionError("unreachable: the loop returns or raises")
 
     async def run(
         self,
@@ -279,16 +309,14 @@ class SSHHost(AgentHost):
             raise ValueError("run needs a non-empty argv")
         command = shlex.join(remote_argv(argv, env=env, cwd=cwd))
         shown = redact_argv(argv)
-        conn = await self._connection()
-        with self._dropped_is_lost(f"run {shown}"):
-            try:
-                done = await conn.run(command, input=stdin, encoding=None, check=False,
-                                      timeout=timeout_s)
-            except asyncssh.TimeoutError as exc:
-                raise HostTimeout(
-                    f"run {shown} on {self.target}: no exit after {timeout_s} s; the channel "
-                    "was closed. Raise the timeout or find out why it hangs"
-                ) from exc
+        try:
+            done = await self._run_command(command, f"run {shown}", input=stdin, encoding=None,
+                                           check=False, timeout=timeout_s)
+        except asyncssh.TimeoutError as exc:
+            raise HostTimeout(
+                f"run {shown} on {self.target}: no exit after {timeout_s} s; the channel "
+                "was closed. Raise the timeout or find out why it hangs"
+            ) from exc
         status = done.returncode if done.returncode is not None else -1
         result = RunResult(tuple(argv), status, _as_bytes(done.stdout),
                            _as_bytes(done.stderr))
@@ -317,6 +345,11 @@ class SSHHost(AgentHost):
 
     # --- files --------------------------------------------------------------------
     def _sftp_error(self, exc: asyncssh.SFTPError, action: str, path: str) -> HostError:
+        if isinstance(exc, _SFTP_DROPPED):
+            self._conn, self._sftp = None, None
+            return HostConnectionLost(
+                f"{action} on {self.target}: the connection dropped ({exc.reason}) ({path})"
+            )
         if isinstance(exc, asyncssh.SFTPPermissionDenied):
             return error_from_os(errno.EACCES, exc.reason, target=self.target, action=action,
                                  filename=path)
@@ -330,6 +363,8 @@ class SSHHost(AgentHost):
         with self._dropped_is_lost(f"statvfs {directory}"):
             try:
                 stats = await sftp.statvfs(directory)
+            except _SFTP_DROPPED:
+                raise
             except asyncssh.SFTPError:
                 return None  # server without statvfs@openssh.com: rely on write errors
         return int(stats.bavail * stats.frsize)
@@ -360,6 +395,8 @@ class SSHHost(AgentHost):
                     await handle.write(data)
                     await handle.fsync()
                 await sftp.chmod(temp_path, mode)
+            except _SFTP_DROPPED:
+                raise
             except asyncssh.SFTPFailure as exc:
                 # SFTP v3 reports ENOSPC as a bare "Failure": ask the file system.
                 await self._remove_quietly(temp_path)
