@@ -18,6 +18,7 @@ from specpilot.hosts.errors import (
     HostKeyChanged,
     HostKeyUnknown,
     HostUnreachable,
+    RemoteCommandNotFound,
 )
 from tests.fixtures.sshd import SshdServer
 from tests.hosts.conftest import drive, leftovers, ssh_host
@@ -236,15 +237,26 @@ def test_follow_leaves_no_reader_behind(sshd: SshdServer, tmp_path: Path) -> Non
         return found
 
     async def body(host: Host) -> list[int]:
+        before = set(agent_readers())
         stream = host.follow(str(log_path))
         assert await stream.__anext__() == b"line\n"
-        readers_while_following = agent_readers()
-        assert readers_while_following, "the remote reader process was not found"
+        assert set(agent_readers()) - before, "the remote reader process was not found"
         await stream.aclose()  # type: ignore[attr-defined]
         for _ in range(100):
-            if not agent_readers():
-                return []
+            if not set(agent_readers()) - before:
+                break
             await asyncio.sleep(0.05)
-        return agent_readers()
+        return sorted(set(agent_readers()) - before)
 
     assert drive(lambda: ssh_host(sshd), body) == []
+
+
+def test_a_host_without_the_python_is_command_not_found(sshd: SshdServer) -> None:
+    def no_python() -> Host:
+        host = ssh_host(sshd)
+        host._python = "specpilot-no-such-python"  # type: ignore[attr-defined]
+        return host
+
+    with pytest.raises(RemoteCommandNotFound) as caught:
+        drive(no_python, lambda host: host.pid_alive(1))
+    assert "specpilot-no-such-python" in str(caught.value)

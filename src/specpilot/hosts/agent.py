@@ -3,9 +3,10 @@
 Why one program for both: "what LocalHost does" and "what SSHHost does" must not
 drift apart. LocalHost calls these functions in-process (spawn runs it as a
 subprocess so a fork never happens inside our threaded event loop); SSHHost ships
-this file's source as `python3 -I -c SOURCE` and speaks one JSON line on stdin,
-one JSON answer on stdout. Requests travel on stdin, so argv and env values
-(which may hold secrets) never appear in a process list.
+this file's source as `python3 -I -c SOURCE`, started once per connection, and
+speaks JSON lines: a request on stdin, its answer on stdout. Requests travel on
+stdin, so argv and env values (which may hold secrets) never appear in a process
+list.
 
 Standard library only, and syntax a Python 3.7 on a GPU host still runs.
 """
@@ -245,26 +246,23 @@ def _encode(value: object) -> object:
     return value
 
 
-def main() -> None:
-    """One request from stdin, one JSON answer on stdout (follow: a byte stream)."""
-    request = json.loads(sys.stdin.buffer.readline().decode())
-    operation, args = request["op"], request["args"]
-    if operation == "follow":
-        follow(**args)
-        return
-    operations: dict[str, Callable[..., Any]] = {
-        "digest": digest,
-        "proc_file": proc_file,
-        "pid_alive": pid_alive,
-        "killpg": killpg,
-        "port_owner": port_owner,
-        "spawn": spawn,
-        "facts": facts,
-    }
+_OPERATIONS: dict[str, Callable[..., Any]] = {
+    "digest": digest,
+    "proc_file": proc_file,
+    "pid_alive": pid_alive,
+    "killpg": killpg,
+    "port_owner": port_owner,
+    "spawn": spawn,
+    "facts": facts,
+}
+
+
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    """Run one request; an OSError becomes an error answer the caller maps to a type."""
     try:
-        answer: dict[str, object] = {"ok": _encode(operations[operation](**args))}
+        return {"ok": _encode(_OPERATIONS[request["op"]](**request["args"]))}
     except OSError as exc:
-        answer = {
+        return {
             "error": {
                 "errno": exc.errno,
                 "message": exc.strerror or str(exc),
@@ -272,7 +270,18 @@ def main() -> None:
                 "step": getattr(exc, "step", None),
             }
         }
-    sys.stdout.write(json.dumps(answer) + "\n")
+
+
+def main() -> None:
+    """Answer request lines from stdin until EOF, one JSON line each, so one agent
+    serves a whole connection. `follow` instead turns the process into a byte stream."""
+    for line in iter(sys.stdin.buffer.readline, b""):
+        request = json.loads(line.decode())
+        if request["op"] == "follow":
+            follow(**request["args"])
+            return
+        sys.stdout.write(json.dumps(answer(request)) + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

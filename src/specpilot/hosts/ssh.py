@@ -48,6 +48,7 @@ from specpilot.hosts.target import Target
 
 CONNECT_TIMEOUT_S = 15.0
 CLEANUP_TIMEOUT_S = 10.0
+AGENT_TIMEOUT_S = 120.0  # the slowest operation is `facts` (nvidia-smi)
 _EXIT_NOT_FOUND = 127
 _EXIT_NOT_EXECUTABLE = 126
 # Errors meaning "the connection went away", whatever layer noticed first.
@@ -112,6 +113,8 @@ class SSHHost(AgentHost):
         self._connect_timeout_s = connect_timeout_s
         self._python = python
         self._conn: asyncssh.SSHClientConnection | None = None
+        self._agent_proc: asyncssh.SSHClientProcess[bytes] | None = None
+        self._agent_lock = asyncio.Lock()
         self._sftp: asyncssh.SFTPClient | None = None
         self._lock = asyncio.Lock()
         self._home: str | None = None
@@ -207,7 +210,7 @@ class SSHHost(AgentHost):
     async def _connection(self) -> asyncssh.SSHClientConnection:
         async with self._lock:
             if self._conn is None or self._conn.is_closed():
-                self._sftp = None
+                self._sftp, self._agent_proc = None, None
                 self._conn = await self._connect()
             return self._conn
 
@@ -224,13 +227,13 @@ class SSHHost(AgentHost):
         try:
             yield
         except _DROPPED as exc:
-            self._conn, self._sftp = None, None
+            self._conn, self._sftp, self._agent_proc = None, None, None
             raise HostConnectionLost(
                 f"{action} on {self.target}: the connection dropped ({exc or type(exc).__name__})"
             ) from exc
         except asyncssh.ChannelOpenError as exc:
             if self._conn is not None and self._conn.is_closed():
-                self._conn, self._sftp = None, None
+                self._conn, self._sftp, self._agent_proc = None, None, None
                 raise HostConnectionLost(
                     f"{action} on {self.target}: the connection had dropped ({exc.reason})"
                 ) from exc
@@ -238,11 +241,13 @@ class SSHHost(AgentHost):
                             f"({exc.reason}); check MaxSessions in its sshd_config") from exc
 
     async def _forget_connection(self) -> None:
+        self._agent_proc = None
         conn, self._conn, self._sftp = self._conn, None, None
         if conn is not None:
             conn.abort()
 
     async def close(self) -> None:
+        self._stop_agent()
         conn, self._conn, self._sftp = self._conn, None, None
         if conn is not None:
             conn.close()
@@ -252,24 +257,69 @@ class SSHHost(AgentHost):
     def _agent_command(self) -> str:
         return shlex.join([self._python, "-I", "-c", AGENT_SOURCE])
 
+    async def _agent_process(self) -> asyncssh.SSHClientProcess[bytes]:
+        """The connection's long-lived agent: one login shell and Python start per
+        connection instead of per operation (each costs ~0.1-0.5 s on a typical host)."""
+        for attempt in range(2):
+            conn = await self._connection()
+            if self._agent_proc is not None and not self._agent_proc.is_closing():
+                return self._agent_proc
+            with self._dropped_is_lost("start host agent"):
+                try:
+                    self._agent_proc = await conn.create_process(self._agent_command(),
+                                                            encoding=None)
+                    return self._agent_proc
+                except asyncssh.ChannelOpenError:
+                    if attempt > 0 or not conn.is_closed():
+                        raise
+        raise AssertionError("unreachable: the loop returns or raises")
+
     async def _agent_answer(self, operation: str, args: Mapping[str, Any]) -> dict[str, Any]:
         action = f"host agent ({operation})"
-        done = await self._run_command(self._agent_command(), action,
-                                       input=agent_request(operation, args), encoding=None,
-                                       check=False)
-        if done.exit_status == _EXIT_NOT_FOUND:
-            raise RemoteCommandNotFound(
-                f"{action} on {self.target}: `{self._python}` not found; specpilot needs "
-                "Python 3.7+ on the host's PATH for the login shell"
-            )
-        if done.exit_status != 0:
-            raise CommandFailed(
-                f"{action} on {self.target}: exit status {done.exit_status}: "
-                f"{stderr_tail(_as_bytes(done.stderr))}",
-                returncode=done.exit_status or -1, stderr=_as_bytes(done.stderr),
-            )
-        answer: dict[str, Any] = json.loads(_as_bytes(done.stdout))
+        async with self._agent_lock:
+            agent = await self._agent_process()
+            with self._dropped_is_lost(action):
+                try:
+                    agent.stdin.write(agent_request(operation, args))
+                    async with asyncio.timeout(AGENT_TIMEOUT_S):
+                        line = await agent.stdout.readline()
+                except TimeoutError:
+                    self._stop_agent()
+                    raise HostTimeout(f"{action} on {self.target}: no answer within "
+                                      f"{AGENT_TIMEOUT_S} s; the agent was stopped") from None
+            if not line:
+                raise await self._agent_died(action, agent)
+        answer: dict[str, Any] = json.loads(line)
         return answer
+
+    async def _agent_died(
+        self, action: str, agent: asyncssh.SSHClientProcess[bytes]
+    ) -> HostError:
+        self._agent_proc = None
+        if self._conn is None or self._conn.is_closed():
+            await self._forget_connection()
+            return HostConnectionLost(f"{action} on {self.target}: the connection dropped")
+        async with asyncio.timeout(CLEANUP_TIMEOUT_S):
+            done = await agent.wait()
+        stderr = _as_bytes(done.stderr)
+        if done.exit_status is None and done.exit_signal is None:
+            await self._forget_connection()
+            return HostConnectionLost(f"{action} on {self.target}: the connection dropped")
+        if done.exit_status == _EXIT_NOT_FOUND:
+            return RemoteCommandNotFound(
+                f"{action} on {self.target}: `{self._python}` not found; specpilot needs "
+                "Python 3.7+ on the PATH of the host's login shell"
+            )
+        return CommandFailed(
+            f"{action} on {self.target}: the host agent exited ({done.exit_status}): "
+            f"{stderr_tail(stderr)}",
+            returncode=done.exit_status if done.exit_status is not None else -1, stderr=stderr,
+        )
+
+    def _stop_agent(self) -> None:
+        agent, self._agent_proc = self._agent_proc, None
+        if agent is not None:
+            agent.close()
 
     async def _run_command(
         self, command: str, action: str, **kwargs: Any
@@ -346,7 +396,7 @@ class SSHHost(AgentHost):
     # --- files --------------------------------------------------------------------
     def _sftp_error(self, exc: asyncssh.SFTPError, action: str, path: str) -> HostError:
         if isinstance(exc, _SFTP_DROPPED):
-            self._conn, self._sftp = None, None
+            self._conn, self._sftp, self._agent_proc = None, None, None
             return HostConnectionLost(
                 f"{action} on {self.target}: the connection dropped ({exc.reason}) ({path})"
             )
