@@ -31,6 +31,14 @@ def _echo(host: Host) -> object:
     return body()
 
 
+def _cmdline(pid: int) -> bytes:
+    """A process's cmdline, b"" once it has gone (processes come and go while we look)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _other_public_key(tmp_path: Path) -> str:
     key = tmp_path / "otherkey"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
@@ -202,8 +210,7 @@ def test_a_drop_during_a_command_is_reported_and_the_next_command_reconnects(
     sshd: SshdServer,
 ) -> None:
     def running_sleep() -> bool:
-        return any(Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x0030\x00"
-                   for pid in sshd.session_pids() if Path(f"/proc/{pid}/cmdline").exists())
+        return any(_cmdline(pid) == b"sleep\x0030\x00" for pid in sshd.session_pids())
 
     async def body(host: Host) -> bytes:
         command = asyncio.ensure_future(host.run(["sleep", "30"]))
@@ -226,15 +233,7 @@ def test_follow_leaves_no_reader_behind(sshd: SshdServer, tmp_path: Path) -> Non
     log_path.write_bytes(b"line\n")
 
     def agent_readers() -> list[int]:
-        found = []
-        for pid in sshd.session_pids():
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"specpilot.hosts.agent" not in cmdline and b"host-side work" in cmdline:
-                found.append(pid)
-        return found
+        return [pid for pid in sshd.session_pids() if b"host-side work" in _cmdline(pid)]
 
     async def body(host: Host) -> list[int]:
         before = set(agent_readers())
