@@ -21,8 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specpilot.hosts import open_host  # noqa: E402
-from tests.fixtures.sshd import SshdServer, start_sshd, stop_sshd  # noqa: E402
+from tests.fixtures.sshd import SshdServer, start_sshd, stop_sshd
+
+from specpilot.hosts import open_host
 
 _UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3}
 

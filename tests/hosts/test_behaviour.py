@@ -39,6 +39,17 @@ METACHARACTER_ENV = {
 SLEEP_ARGV = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
+def _pids_running(cmdline: bytes) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == cmdline:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def _process_children(pid: int) -> list[int]:
     children = []
     for entry in Path("/proc").iterdir():
@@ -197,8 +208,14 @@ def test_run_reports_failures_by_type(make_host: HostFactory) -> None:
         assert failed.value.returncode == 3
         assert "boom" in str(failed.value)
         assert (await host.run(["sh", "-c", "exit 4"], check=False)).returncode == 4
+        assert (await host.run(["cat"])).stdout == b""  # stdin ends: nothing waits on it
         with pytest.raises(HostTimeout):
-            await host.run(["sleep", "10"], timeout_s=0.5)
+            await host.run(["sleep", "37.25"], timeout_s=0.5)
+        for _ in range(100):  # the timed-out command was stopped, not left behind
+            if not _pids_running(b"sleep\x0037.25\x00"):
+                break
+            await asyncio.sleep(0.05)
+        assert _pids_running(b"sleep\x0037.25\x00") == []
 
     drive(make_host, body)
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import posixpath
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -125,6 +127,7 @@ class LocalHost(AgentHost):
                 *argv, cwd=cwd, env={**os.environ, **(env or {})},
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,  # so a timeout stops its children too
             )
         except FileNotFoundError:
             if check:
@@ -141,7 +144,8 @@ class LocalHost(AgentHost):
         try:
             stdout, stderr = await asyncio.wait_for(process.communicate(stdin), timeout_s)
         except TimeoutError:
-            process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
             raise HostTimeout(
                 f"run {shown} on local: no exit after {timeout_s} s, killed it; "

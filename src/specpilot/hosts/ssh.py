@@ -13,6 +13,7 @@ import asyncio
 import errno
 import json
 import shlex
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,6 +49,8 @@ from specpilot.hosts.target import Target
 
 CONNECT_TIMEOUT_S = 15.0
 CLEANUP_TIMEOUT_S = 10.0
+TIMEOUT_KILL_AFTER_S = 2.0  # SIGTERM at the timeout, SIGKILL this much later
+_TIMEOUT_EXITS = (124, 137)  # GNU timeout: TERM worked / KILL was needed
 AGENT_TIMEOUT_S = 120.0  # the slowest operation is `facts` (nvidia-smi)
 _EXIT_NOT_FOUND = 127
 _EXIT_NOT_EXECUTABLE = 126
@@ -322,19 +325,33 @@ class SSHHost(AgentHost):
             agent.close()
 
     async def _run_command(
-        self, command: str, action: str, **kwargs: Any
+        self, command: str, shown: str, stdin: bytes | None, wait_s: float | None
     ) -> asyncssh.SSHCompletedProcess:
-        """conn.run, reconnecting once when the connection turns out to have died before
-        the channel opened (nothing ran remotely, so running it again is safe)."""
+        """Run one command string to completion. Reconnects once when the connection
+        turns out to have died before the channel opened (nothing ran remotely, so
+        running it again is safe). stdin always ends (EOF), as a local DEVNULL would."""
+        action = f"run {shown}"
         for attempt in range(2):
             conn = await self._connection()
             with self._dropped_is_lost(action):
                 try:
-                    done = await conn.run(command, **kwargs)
+                    process = await conn.create_process(command, encoding=None)
                 except asyncssh.ChannelOpenError:
                     if attempt > 0 or not conn.is_closed():
                         raise
                     continue
+                if stdin:
+                    process.stdin.write(stdin)
+                process.stdin.write_eof()
+                try:
+                    async with asyncio.timeout(wait_s):
+                        done = await process.wait()
+                except TimeoutError:
+                    process.close()
+                    raise HostTimeout(
+                        f"{action} on {self.target}: no exit after {wait_s} s (not even from "
+                        "the host-side `timeout`); closed the channel, it may still run there"
+                    ) from None
             if done.exit_status is None and done.exit_signal is None:
                 # The channel closed without an exit status: the connection went away.
                 await self._forget_connection()
@@ -357,16 +374,23 @@ class SSHHost(AgentHost):
     ) -> RunResult:
         if not argv:
             raise ValueError("run needs a non-empty argv")
-        command = shlex.join(remote_argv(argv, env=env, cwd=cwd))
+        command_argv = remote_argv(argv, env=env, cwd=cwd)
+        if timeout_s is not None:
+            # sshd here may refuse "signal" requests (it does without privilege separation
+            # for the session), and closing the channel does not stop a silent command: the
+            # host's own `timeout` enforces the limit, TERM then KILL, on its process group.
+            command_argv = ["timeout", "-k", f"{TIMEOUT_KILL_AFTER_S:g}", f"{timeout_s:g}",
+                            *command_argv]
         shown = redact_argv(argv)
-        try:
-            done = await self._run_command(command, f"run {shown}", input=stdin, encoding=None,
-                                           check=False, timeout=timeout_s)
-        except asyncssh.TimeoutError as exc:
+        started = time.monotonic()
+        wait_s = None if timeout_s is None else timeout_s + TIMEOUT_KILL_AFTER_S + 10.0
+        done = await self._run_command(shlex.join(command_argv), shown, stdin, wait_s)
+        if (timeout_s is not None and done.exit_status in _TIMEOUT_EXITS
+                and time.monotonic() - started >= timeout_s):
             raise HostTimeout(
-                f"run {shown} on {self.target}: no exit after {timeout_s} s; the channel "
-                "was closed. Raise the timeout or find out why it hangs"
-            ) from exc
+                f"run {shown} on {self.target}: no exit after {timeout_s} s; stopped it. "
+                "Raise the timeout or find out why it hangs"
+            )
         status = done.returncode if done.returncode is not None else -1
         result = RunResult(tuple(argv), status, _as_bytes(done.stdout),
                            _as_bytes(done.stderr))
