@@ -389,3 +389,10 @@ def test_facts_read_gpus_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.Mon
     facts = asyncio.run(LocalHost().facts())
     assert [(g.index, g.name, g.memory_total_mib, g.memory_free_mib) for g in facts.gpus] == [
         (0, "NVIDIA H200", 143771, 140000), (1, "NVIDIA H200", 143771, 512)]
+
+
+def test_spawn_refuses_relative_paths(make_host: HostFactory, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="log_path must be an absolute path"):
+        drive(make_host, lambda host: host.spawn_detached(
+            ["true"], env={}, cwd=str(tmp_path), log_path="server.log",
+            pid_path=str(tmp_path / "pid")))

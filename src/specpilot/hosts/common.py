@@ -183,6 +183,9 @@ class AgentHost(Host, abc.ABC):
     ) -> int:
         if not argv:
             raise ValueError("spawn_detached needs a non-empty argv")
+        for name, value in (("cwd", cwd), ("log_path", log_path), ("pid_path", pid_path)):
+            if not posixpath.isabs(value):  # relative to what? cwd, home: say it exactly
+                raise ValueError(f"spawn_detached {name} must be an absolute path, got {value!r}")
         check_env_names(env)
         action = f"start {redact_argv(argv)}"
         pid = await self._agent(

@@ -194,7 +194,14 @@ class SSHHost(AgentHost):
     def _host_key_error(
         self, client: _KeyCheckingClient, tried: str, known_hosts_path: str, exc: Exception
     ) -> HostError:
-        fingerprint = (client.offered_key.get_fingerprint() if client.offered_key else "?")
+        if client.offered_key is None:  # a ProxyJump hop's key, checked by its own config
+            return HostKeyUnknown(
+                f"{tried}: a jump host's key could not be verified ({exc})",
+                field="[host] ssh_config",
+                fix="add the jump host's key to the known_hosts file its ssh_config entry uses "
+                "(`ssh-keyscan -p PORT HOST`, after checking it)",
+            )
+        fingerprint = client.offered_key.get_fingerprint()
         if client.verdict == "changed":
             return HostKeyChanged(
                 f"{tried}: the host key ({fingerprint}) differs from the one recorded in "
