@@ -34,9 +34,17 @@ def parse_size(text: str) -> int:
 
 def scp_seconds(server: SshdServer, source: Path, dest: Path) -> float:
     argv = [
-        "scp", "-q", "-B", "-P", str(server.port), "-i", server.identity_file,
-        "-o", f"UserKnownHostsFile={server.known_hosts}",
-        str(source), f"{server.user}@{server.host}:{dest}",
+        "scp",
+        "-q",
+        "-B",
+        "-P",
+        str(server.port),
+        "-i",
+        server.identity_file,
+        "-o",
+        f"UserKnownHostsFile={server.known_hosts}",
+        str(source),
+        f"{server.user}@{server.host}:{dest}",
     ]
     started = time.perf_counter()
     subprocess.run(argv, check=True)
@@ -44,8 +52,9 @@ def scp_seconds(server: SshdServer, source: Path, dest: Path) -> float:
 
 
 async def put_seconds(server: SshdServer, data: bytes, dest: Path, repeat: int) -> list[float]:
-    async with open_host(server.target, identity_file=server.identity_file,
-                         known_hosts=server.known_hosts) as host:
+    async with open_host(
+        server.target, identity_file=server.identity_file, known_hosts=server.known_hosts
+    ) as host:
         await host.run(["true"])  # connect outside the timing, as scp's own setup is inside
         timings = []
         for _ in range(repeat):
@@ -71,15 +80,18 @@ def main() -> None:
                 data = os.urandom(size_bytes)
                 source = workdir / f"source-{label}"
                 source.write_bytes(data)
-                put_s = statistics.median(asyncio.run(
-                    put_seconds(server, data, workdir / f"put-{label}", args.repeat)))
+                put_s = statistics.median(
+                    asyncio.run(put_seconds(server, data, workdir / f"put-{label}", args.repeat))
+                )
                 scp_s = statistics.median(
-                    scp_seconds(server, source, workdir / f"scp-{label}")
-                    for _ in range(args.repeat))
+                    scp_seconds(server, source, workdir / f"scp-{label}") for _ in range(args.repeat)
+                )
                 assert (workdir / f"put-{label}").read_bytes() == data
                 megabytes = size_bytes / 1e6
-                print(f"{label:>6} | {put_s:8.3f} {megabytes / put_s:9.1f} | "
-                      f"{scp_s:8.3f} {megabytes / scp_s:9.1f}")
+                print(
+                    f"{label:>6} | {put_s:8.3f} {megabytes / put_s:9.1f} | "
+                    f"{scp_s:8.3f} {megabytes / scp_s:9.1f}"
+                )
         finally:
             stop_sshd(server)
 

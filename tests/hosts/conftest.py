@@ -57,11 +57,15 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
     mount_point.mkdir()
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here ({done.stderr.strip()}); "
-                    "the disk-full test needs root with CAP_SYS_ADMIN")
+        pytest.skip(
+            f"mounting a tmpfs is not permitted here ({done.stderr.strip()}); "
+            "the disk-full test needs root with CAP_SYS_ADMIN"
+        )
     try:
         yield mount_point
     finally:

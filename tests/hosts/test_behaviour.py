@@ -25,13 +25,35 @@ from tests.hosts.conftest import HostFactory, drive, leftovers
 
 # Every argument a shell would rewrite if it ever saw it as text.
 METACHARACTER_ARGS = [
-    "model dir/with spaces", "it's", 'say "hi"', "$HOME", "${PATH}", "`id`", "$(id)",
-    "line1\nline2", "*", "?.txt", "[ab]", "semi;colon", "pipe|x", "&&", "back\\slash", "",
-    "-n", "--flag=$x", "tab\there", "ünïcödé", "~", "#comment", "{a,b}", "!bang", "a'b\"c$d`e",
+    "model dir/with spaces",
+    "it's",
+    'say "hi"',
+    "$HOME",
+    "${PATH}",
+    "`id`",
+    "$(id)",
+    "line1\nline2",
+    "*",
+    "?.txt",
+    "[ab]",
+    "semi;colon",
+    "pipe|x",
+    "&&",
+    "back\\slash",
+    "",
+    "-n",
+    "--flag=$x",
+    "tab\there",
+    "ünïcödé",
+    "~",
+    "#comment",
+    "{a,b}",
+    "!bang",
+    "a'b\"c$d`e",
 ]
 METACHARACTER_ENV = {
     "PATH": os.environ["PATH"],
-    "MODEL_PATH": "/models/My Model's \"v2\" $(rm -rf ~)",
+    "MODEL_PATH": '/models/My Model\'s "v2" $(rm -rf ~)',
     "MULTI_LINE": "first\nsecond\n",
     "GLOB": "*.safetensors",
     "EMPTY": "",
@@ -75,9 +97,8 @@ async def _wait_until_dead(host: Host, pids: list[int]) -> list[int]:
 
 # --- put -------------------------------------------------------------------------
 
-def test_put_writes_exact_bytes_mode_and_creates_parents(
-    make_host: HostFactory, tmp_path: Path
-) -> None:
+
+def test_put_writes_exact_bytes_mode_and_creates_parents(make_host: HostFactory, tmp_path: Path) -> None:
     target = tmp_path / "new dir" / "launch script.sh"
     data = os.urandom(300_000)
 
@@ -102,9 +123,7 @@ def test_put_replaces_an_existing_file(make_host: HostFactory, tmp_path: Path) -
     assert target.read_bytes() == b"new contents"
 
 
-def test_read_bytes_of_a_missing_file_is_file_not_found(
-    make_host: HostFactory, tmp_path: Path
-) -> None:
+def test_read_bytes_of_a_missing_file_is_file_not_found(make_host: HostFactory, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         drive(make_host, lambda host: host.read_bytes(str(tmp_path / "nope")))
 
@@ -144,9 +163,7 @@ def test_a_corrupted_transfer_is_caught_and_the_target_kept(
     assert leftovers(tmp_path, target.name) == []
 
 
-def test_a_full_disk_is_disk_full_and_the_target_kept(
-    make_host: HostFactory, tiny_fs: Path
-) -> None:
+def test_a_full_disk_is_disk_full_and_the_target_kept(make_host: HostFactory, tiny_fs: Path) -> None:
     target = tiny_fs / "weights.bin"
     target.write_bytes(b"old" * 1000)
     with pytest.raises(DiskFull) as caught:
@@ -178,9 +195,8 @@ def test_a_write_that_runs_out_of_space_midway_is_disk_full(
 
 # --- run -------------------------------------------------------------------------
 
-def test_run_passes_argv_env_cwd_and_stdin_exactly(
-    make_host: HostFactory, tmp_path: Path
-) -> None:
+
+def test_run_passes_argv_env_cwd_and_stdin_exactly(make_host: HostFactory, tmp_path: Path) -> None:
     workdir = tmp_path / "a dir with $pace 'and' `ticks`"
     workdir.mkdir()
 
@@ -222,22 +238,24 @@ def test_run_reports_failures_by_type(make_host: HostFactory) -> None:
 
 def test_errors_do_not_show_secret_flag_values(make_host: HostFactory) -> None:
     with pytest.raises(CommandFailed) as failed:
-        drive(make_host, lambda host: host.run(
-            ["sh", "-c", "exit 1", "--api-key", "sk-SECRET1", "--hf-token=SECRET2"]))
+        drive(
+            make_host,
+            lambda host: host.run(["sh", "-c", "exit 1", "--api-key", "sk-SECRET1", "--hf-token=SECRET2"]),
+        )
     assert "SECRET" not in str(failed.value)
 
 
 # --- processes -------------------------------------------------------------------
 
-def test_spawn_detached_round_trips_argv_and_env_exactly(
-    make_host: HostFactory, tmp_path: Path
-) -> None:
+
+def test_spawn_detached_round_trips_argv_and_env_exactly(make_host: HostFactory, tmp_path: Path) -> None:
     argv = [*SLEEP_ARGV, *METACHARACTER_ARGS]
     log_path, pid_path = tmp_path / "server log.txt", tmp_path / "server.pid"
 
     async def body(host: Host) -> None:
-        pid = await host.spawn_detached(argv, env=METACHARACTER_ENV, cwd=str(tmp_path),
-                                        log_path=str(log_path), pid_path=str(pid_path))
+        pid = await host.spawn_detached(
+            argv, env=METACHARACTER_ENV, cwd=str(tmp_path), log_path=str(log_path), pid_path=str(pid_path)
+        )
         try:
             assert pid_path.read_text().strip() == str(pid)
             assert await host.proc_argv(pid) == argv
@@ -259,8 +277,12 @@ def test_spawn_detached_appends_output_to_the_log(make_host: HostFactory, tmp_pa
 
     async def body(host: Host) -> None:
         pid = await host.spawn_detached(
-            ["sh", "-c", "echo to-stdout; echo to-stderr >&2"], env={"PATH": "/usr/bin:/bin"},
-            cwd="/", log_path=str(log_path), pid_path=str(tmp_path / "pid"))
+            ["sh", "-c", "echo to-stdout; echo to-stderr >&2"],
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+            log_path=str(log_path),
+            pid_path=str(tmp_path / "pid"),
+        )
         await _wait_until_dead(host, [pid])
 
     drive(make_host, body)
@@ -272,9 +294,16 @@ def test_spawn_of_a_missing_program_fails_loudly_without_a_pid(
 ) -> None:
     pid_path = tmp_path / "pid"
     with pytest.raises(RemoteCommandNotFound) as caught:
-        drive(make_host, lambda host: host.spawn_detached(
-            ["specpilot-no-such-server", "--port", "1"], env={"PATH": "/usr/bin:/bin"},
-            cwd=str(tmp_path), log_path=str(tmp_path / "log"), pid_path=str(pid_path)))
+        drive(
+            make_host,
+            lambda host: host.spawn_detached(
+                ["specpilot-no-such-server", "--port", "1"],
+                env={"PATH": "/usr/bin:/bin"},
+                cwd=str(tmp_path),
+                log_path=str(tmp_path / "log"),
+                pid_path=str(pid_path),
+            ),
+        )
     assert "specpilot-no-such-server" in str(caught.value)
     assert not pid_path.exists()
 
@@ -282,8 +311,12 @@ def test_spawn_of_a_missing_program_fails_loudly_without_a_pid(
 def test_signal_group_stops_parent_and_child(make_host: HostFactory, tmp_path: Path) -> None:
     async def body(host: Host) -> None:
         pid = await host.spawn_detached(
-            ["sh", "-c", "sleep 60 & wait"], env={"PATH": "/usr/bin:/bin"}, cwd=str(tmp_path),
-            log_path=str(tmp_path / "log"), pid_path=str(tmp_path / "pid"))
+            ["sh", "-c", "sleep 60 & wait"],
+            env={"PATH": "/usr/bin:/bin"},
+            cwd=str(tmp_path),
+            log_path=str(tmp_path / "log"),
+            pid_path=str(tmp_path / "pid"),
+        )
         children: list[int] = []
         for _ in range(100):
             children = _process_children(pid)
@@ -346,6 +379,7 @@ def test_port_owner_finds_the_listening_process(make_host: HostFactory, family: 
 
 # --- follow, facts ---------------------------------------------------------------
 
+
 def test_follow_yields_existing_then_appended_bytes(make_host: HostFactory, tmp_path: Path) -> None:
     log_path = tmp_path / "server.log"
     log_path.write_bytes(b"0123456789")
@@ -388,11 +422,16 @@ def test_facts_read_gpus_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     facts = asyncio.run(LocalHost().facts())
     assert [(g.index, g.name, g.memory_total_mib, g.memory_free_mib) for g in facts.gpus] == [
-        (0, "NVIDIA H200", 143771, 140000), (1, "NVIDIA H200", 143771, 512)]
+        (0, "NVIDIA H200", 143771, 140000),
+        (1, "NVIDIA H200", 143771, 512),
+    ]
 
 
 def test_spawn_refuses_relative_paths(make_host: HostFactory, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="log_path must be an absolute path"):
-        drive(make_host, lambda host: host.spawn_detached(
-            ["true"], env={}, cwd=str(tmp_path), log_path="server.log",
-            pid_path=str(tmp_path / "pid")))
+        drive(
+            make_host,
+            lambda host: host.spawn_detached(
+                ["true"], env={}, cwd=str(tmp_path), log_path="server.log", pid_path=str(tmp_path / "pid")
+            ),
+        )

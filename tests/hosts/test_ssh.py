@@ -47,13 +47,13 @@ def _other_public_key(tmp_path: Path) -> str:
 
 # --- host keys --------------------------------------------------------------------
 
+
 def test_a_changed_host_key_is_refused(sshd: SshdServer, tmp_path: Path) -> None:
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text(f"[127.0.0.1]:{sshd.port} {_other_public_key(tmp_path)}\n")
     for accept in (False, True):  # accepting *new* keys never accepts a *changed* one
         with pytest.raises(HostKeyChanged) as caught:
-            drive(lambda a=accept: ssh_host(sshd, known_hosts=str(known_hosts),
-                                            accept_new_host_key=a), _echo)
+            drive(lambda a=accept: ssh_host(sshd, known_hosts=str(known_hosts), accept_new_host_key=a), _echo)
         assert isinstance(caught.value, UserError)
         assert "ssh-keygen -R" in str(caught.value)
         assert "SHA256:" in str(caught.value)
@@ -68,8 +68,7 @@ def test_an_unknown_host_key_needs_explicit_acceptance(sshd: SshdServer, tmp_pat
     assert "accept_new_host_key = true" in message and "ssh-keyscan" in message
     assert not known_hosts.exists()
 
-    accepted = drive(lambda: ssh_host(sshd, known_hosts=str(known_hosts),
-                                      accept_new_host_key=True), _echo)
+    accepted = drive(lambda: ssh_host(sshd, known_hosts=str(known_hosts), accept_new_host_key=True), _echo)
     assert accepted == b"ok\n"
     assert known_hosts.read_text() == f"[127.0.0.1]:{sshd.port} {sshd.host_public_key}\n"
     # Now recorded: a plain connection verifies against it.
@@ -78,14 +77,20 @@ def test_an_unknown_host_key_needs_explicit_acceptance(sshd: SshdServer, tmp_pat
 
 # --- reachability and auth -----------------------------------------------------------
 
+
 def test_a_closed_port_is_unreachable(sshd: SshdServer) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
     with pytest.raises(HostUnreachable) as caught:
-        drive(lambda: open_host(f"ssh://{sshd.user}@127.0.0.1:{closed_port}",
-                                identity_file=sshd.identity_file,
-                                known_hosts=sshd.known_hosts), _echo)
+        drive(
+            lambda: open_host(
+                f"ssh://{sshd.user}@127.0.0.1:{closed_port}",
+                identity_file=sshd.identity_file,
+                known_hosts=sshd.known_hosts,
+            ),
+            _echo,
+        )
     assert caught.value.exit_code == 2
     assert f"127.0.0.1:{closed_port}" in str(caught.value)
 
@@ -104,6 +109,7 @@ def test_a_missing_identity_file_names_the_field(sshd: SshdServer, tmp_path: Pat
 
 
 # --- ssh_config aliases ------------------------------------------------------------
+
 
 def _write_ssh_config(sshd: SshdServer, path: Path) -> None:
     block = (
@@ -147,6 +153,7 @@ def test_proxy_jump_goes_through_the_jump_host(sshd: SshdServer, tmp_path: Path)
 
 
 # --- dropped connections -----------------------------------------------------------
+
 
 def _cutting_write(host: Host, sshd: SshdServer, cut_attempts: int) -> list[str]:
     """Replace the host's write step: for the first `cut_attempts` attempts, kill every

@@ -14,8 +14,10 @@ from specpilot.hosts.target import Target, parse_target
     ("raw", "expected"),
     [
         ("local", Target("local", "local")),
-        ("ssh://ubuntu@gpu-1.example.com:2222", Target(
-            "ssh://ubuntu@gpu-1.example.com:2222", "ssh", "gpu-1.example.com", 2222, "ubuntu")),
+        (
+            "ssh://ubuntu@gpu-1.example.com:2222",
+            Target("ssh://ubuntu@gpu-1.example.com:2222", "ssh", "gpu-1.example.com", 2222, "ubuntu"),
+        ),
         ("ssh://10.0.0.5", Target("ssh://10.0.0.5", "ssh", "10.0.0.5", None, None)),
         ("ssh://root@[::1]:22", Target("ssh://root@[::1]:22", "ssh", "::1", 22, "root")),
         ("gpu1", Target("gpu1", "alias", "gpu1")),
@@ -28,9 +30,20 @@ def test_accepted_forms_parse(raw: str, expected: Target) -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    ["ssh:/x", "ssh://host:notaport", "ssh://host:0", "ssh://host:70000", "scp://host",
-     "http://host:22", "ssh://", "ssh://user@", "user@host:22", "two words", "",
-     "-oProxyCommand=x"],
+    [
+        "ssh:/x",
+        "ssh://host:notaport",
+        "ssh://host:0",
+        "ssh://host:70000",
+        "scp://host",
+        "http://host:22",
+        "ssh://",
+        "ssh://user@",
+        "user@host:22",
+        "two words",
+        "",
+        "-oProxyCommand=x",
+    ],
 )
 def test_garbage_is_refused_naming_the_field_and_the_forms(raw: str) -> None:
     with pytest.raises(BadTarget) as caught:

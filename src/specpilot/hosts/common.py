@@ -56,7 +56,12 @@ def check_env_names(env: Mapping[str, str]) -> None:
 
 
 def error_from_os(
-    err: int | None, message: str, *, target: str, action: str, filename: str | None,
+    err: int | None,
+    message: str,
+    *,
+    target: str,
+    action: str,
+    filename: str | None,
     step: str | None = None,
 ) -> HostError:
     """The typed HostError for an errno met on the host, with what was tried."""
@@ -118,8 +123,12 @@ class AgentHost(Host, abc.ABC):
         if "error" in answer:
             failure = answer["error"]
             raise error_from_os(
-                failure["errno"], failure["message"], target=self.target, action=action,
-                filename=failure.get("filename"), step=failure.get("step"),
+                failure["errno"],
+                failure["message"],
+                target=self.target,
+                action=action,
+                filename=failure.get("filename"),
+                step=failure.get("step"),
             )
         result = answer["ok"]
         if isinstance(result, dict) and set(result) == {"b64"}:
@@ -153,9 +162,7 @@ class AgentHost(Host, abc.ABC):
             "and run again"
         )
 
-    async def _verify_far_side(
-        self, temp_path: str, path: str, local_sha: str, size_bytes: int
-    ) -> None:
+    async def _verify_far_side(self, temp_path: str, path: str, local_sha: str, size_bytes: int) -> None:
         far = await self._agent("digest", f"checksum {temp_path}", path=temp_path)
         if far is not None and far["sha256"] == local_sha and far["size"] == size_bytes:
             return
@@ -189,7 +196,12 @@ class AgentHost(Host, abc.ABC):
         check_env_names(env)
         action = f"start {redact_argv(argv)}"
         pid = await self._agent(
-            "spawn", action, argv=list(argv), env=dict(env), cwd=cwd, log_path=log_path,
+            "spawn",
+            action,
+            argv=list(argv),
+            env=dict(env),
+            cwd=cwd,
+            log_path=log_path,
             pid_path=pid_path,
         )
         if not isinstance(pid, int) or pid <= 0:
@@ -217,9 +229,7 @@ class AgentHost(Host, abc.ABC):
 
     async def signal_group(self, pgid: int, signum: int) -> bool:
         name = signal.Signals(signum).name
-        return bool(
-            await self._agent("killpg", f"send {name} to group {pgid}", pgid=pgid, signum=signum)
-        )
+        return bool(await self._agent("killpg", f"send {name} to group {pgid}", pgid=pgid, signum=signum))
 
     async def port_owner(self, port: int) -> PortOwner | None:
         found = await self._agent("port_owner", f"find who listens on port {port}", port=port)

@@ -50,20 +50,29 @@ class LocalHost(AgentHost):
             try:
                 result = await asyncio.to_thread(_IN_PROCESS_OPERATIONS[operation], **args)
             except OSError as exc:
-                return {"error": {"errno": exc.errno, "message": exc.strerror or str(exc),
-                                  "filename": exc.filename}}
+                return {
+                    "error": {
+                        "errno": exc.errno,
+                        "message": exc.strerror or str(exc),
+                        "filename": exc.filename,
+                    }
+                }
             return {"ok": result}
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-c", AGENT_SOURCE,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-I",
+            "-c",
+            AGENT_SOURCE,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
         stdout, stderr = await process.communicate(agent_request(operation, args))
         if process.returncode != 0:
             raise CommandFailed(
-                f"host agent ({operation}) on local exited {process.returncode}: "
-                f"{stderr_tail(stderr)}",
-                returncode=process.returncode or -1, stderr=stderr,
+                f"host agent ({operation}) on local exited {process.returncode}: {stderr_tail(stderr)}",
+                returncode=process.returncode or -1,
+                stderr=stderr,
             )
         answer: dict[str, Any] = json.loads(stdout)
         return answer
@@ -73,8 +82,13 @@ class LocalHost(AgentHost):
             await asyncio.to_thread(os.makedirs, directory, exist_ok=True)
             stats = await asyncio.to_thread(os.statvfs, directory)
         except OSError as exc:
-            raise error_from_os(exc.errno, exc.strerror or str(exc), target=self.target,
-                                action="prepare directory", filename=directory) from exc
+            raise error_from_os(
+                exc.errno,
+                exc.strerror or str(exc),
+                target=self.target,
+                action="prepare directory",
+                filename=directory,
+            ) from exc
         free_bytes = stats.f_bavail * stats.f_frsize
         if free_bytes < size_bytes:
             raise DiskFull(
@@ -86,15 +100,21 @@ class LocalHost(AgentHost):
         try:
             await asyncio.to_thread(_write_synced, temp_path, data, mode)
         except OSError as exc:
-            raise error_from_os(exc.errno, exc.strerror or str(exc), target=self.target,
-                                action="write", filename=temp_path) from exc
+            raise error_from_os(
+                exc.errno, exc.strerror or str(exc), target=self.target, action="write", filename=temp_path
+            ) from exc
 
     async def _rename(self, temp_path: str, path: str) -> None:
         try:
             await asyncio.to_thread(_replace_synced, temp_path, path)
         except OSError as exc:
-            raise error_from_os(exc.errno, exc.strerror or str(exc), target=self.target,
-                                action=f"rename to {path}", filename=temp_path) from exc
+            raise error_from_os(
+                exc.errno,
+                exc.strerror or str(exc),
+                target=self.target,
+                action=f"rename to {path}",
+                filename=temp_path,
+            ) from exc
 
     async def _remove_quietly(self, path: str) -> None:
         try:
@@ -124,16 +144,18 @@ class LocalHost(AgentHost):
             return self._finish(argv, 2, b"", f"cd: {cwd}: no such directory\n".encode(), check)
         try:
             process = await asyncio.create_subprocess_exec(
-                *argv, cwd=cwd, env={**os.environ, **(env or {})},
+                *argv,
+                cwd=cwd,
+                env={**os.environ, **(env or {})},
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,  # so a timeout stops its children too
             )
         except FileNotFoundError:
             if check:
                 raise RemoteCommandNotFound(
-                    f"run {shown} on local: {argv[0]} not found; install it or give its "
-                    "absolute path"
+                    f"run {shown} on local: {argv[0]} not found; install it or give its absolute path"
                 ) from None
             # A shell's answer for a missing program, as SSHHost returns it.
             return RunResult(tuple(argv), 127, b"", f"{argv[0]}: not found\n".encode())
@@ -154,14 +176,12 @@ class LocalHost(AgentHost):
         return self._finish(argv, process.returncode or 0, stdout, stderr, check)
 
     @staticmethod
-    def _finish(
-        argv: Sequence[str], returncode: int, stdout: bytes, stderr: bytes, check: bool
-    ) -> RunResult:
+    def _finish(argv: Sequence[str], returncode: int, stdout: bytes, stderr: bytes, check: bool) -> RunResult:
         if check and returncode != 0:
             raise CommandFailed(
-                f"run {redact_argv(argv)} on local: exit status {returncode}: "
-                f"{stderr_tail(stderr)}",
-                returncode=returncode, stderr=stderr,
+                f"run {redact_argv(argv)} on local: exit status {returncode}: {stderr_tail(stderr)}",
+                returncode=returncode,
+                stderr=stderr,
             )
         return RunResult(tuple(argv), returncode, stdout, stderr)
 
@@ -182,7 +202,7 @@ def _write_synced(path: str, data: bytes, mode: int) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fchmod(fd, mode)
         os.fsync(fd)
     finally:

@@ -80,9 +80,7 @@ class _KeyCheckingClient(asyncssh.SSHClient):
         self.offered_key: asyncssh.SSHKey | None = None
         self.matched_name = ""
 
-    def validate_host_public_key(
-        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
-    ) -> bool:
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         self.offered_key = key
         self.matched_name = host if port == 22 else f"[{host}]:{port}"
         known_keys = self._known_hosts.match(host, addr, None if port == 22 else port)[0]
@@ -142,12 +140,15 @@ class SSHHost(AgentHost):
             options = asyncssh.SSHClientConnectionOptions(**kwargs)
         except FileNotFoundError as exc:
             field = "[host] identity_file" if self._identity_file else "[host] ssh_config"
-            raise BadTarget(f"{exc.filename} does not exist", field=field,
-                            fix="point it at an existing file") from exc
+            raise BadTarget(
+                f"{exc.filename} does not exist", field=field, fix="point it at an existing file"
+            ) from exc
         except (ValueError, asyncssh.KeyImportError) as exc:
-            raise BadTarget(f"cannot use the SSH settings for {self.target}: {exc}",
-                            field="[host] ssh_config / identity_file",
-                            fix="fix the file named in the message") from exc
+            raise BadTarget(
+                f"cannot use the SSH settings for {self.target}: {exc}",
+                field="[host] ssh_config / identity_file",
+                fix="fix the file named in the message",
+            ) from exc
         configured: list[str] = list(cast(Any, options.known_hosts) or [])
         known_hosts = self._known_hosts_path or (configured[0] if configured else None)
         return options, str(Path(known_hosts or "~/.ssh/known_hosts").expanduser())
@@ -168,7 +169,9 @@ class SSHHost(AgentHost):
         tried = self._describe(options)
         try:
             conn, _ = await asyncssh.create_connection(
-                lambda: client, **self._connect_kwargs(), known_hosts=known_hosts,
+                lambda: client,
+                **self._connect_kwargs(),
+                known_hosts=known_hosts,
                 connect_timeout=self._connect_timeout_s,
             )
         except asyncssh.HostKeyNotVerifiable as exc:
@@ -181,10 +184,14 @@ class SSHHost(AgentHost):
                 "identity_file at the key it accepts",
             ) from exc
         except (TimeoutError, asyncssh.DisconnectError, OSError) as exc:
-            reason = (f"no answer within {self._connect_timeout_s} s"
-                      if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__)
+            reason = (
+                f"no answer within {self._connect_timeout_s} s"
+                if isinstance(exc, TimeoutError)
+                else str(exc) or type(exc).__name__
+            )
             raise HostUnreachable(
-                f"{tried}: {reason}", field="[host] target",
+                f"{tried}: {reason}",
+                field="[host] target",
                 fix="check the host name/port, that sshd runs there and the network path",
             ) from exc
         if client.verdict == "accepted" and client.offered_key is not None:
@@ -247,8 +254,10 @@ class SSHHost(AgentHost):
                 raise HostConnectionLost(
                     f"{action} on {self.target}: the connection had dropped ({exc.reason})"
                 ) from exc
-            raise HostError(f"{action} on {self.target}: the server refused a channel "
-                            f"({exc.reason}); check MaxSessions in its sshd_config") from exc
+            raise HostError(
+                f"{action} on {self.target}: the server refused a channel "
+                f"({exc.reason}); check MaxSessions in its sshd_config"
+            ) from exc
 
     async def _forget_connection(self) -> None:
         self._agent_proc = None
@@ -276,8 +285,7 @@ class SSHHost(AgentHost):
                 return self._agent_proc
             with self._dropped_is_lost("start host agent"):
                 try:
-                    self._agent_proc = await conn.create_process(self._agent_command(),
-                                                            encoding=None)
+                    self._agent_proc = await conn.create_process(self._agent_command(), encoding=None)
                     return self._agent_proc
                 except asyncssh.ChannelOpenError:
                     if attempt > 0 or not conn.is_closed():
@@ -295,16 +303,16 @@ class SSHHost(AgentHost):
                         line = await agent.stdout.readline()
                 except TimeoutError:
                     self._stop_agent()
-                    raise HostTimeout(f"{action} on {self.target}: no answer within "
-                                      f"{AGENT_TIMEOUT_S} s; the agent was stopped") from None
+                    raise HostTimeout(
+                        f"{action} on {self.target}: no answer within "
+                        f"{AGENT_TIMEOUT_S} s; the agent was stopped"
+                    ) from None
             if not line:
                 raise await self._agent_died(action, agent)
         answer: dict[str, Any] = json.loads(line)
         return answer
 
-    async def _agent_died(
-        self, action: str, agent: asyncssh.SSHClientProcess[bytes]
-    ) -> HostError:
+    async def _agent_died(self, action: str, agent: asyncssh.SSHClientProcess[bytes]) -> HostError:
         self._agent_proc = None
         if self._conn is None or self._conn.is_closed():
             await self._forget_connection()
@@ -321,9 +329,9 @@ class SSHHost(AgentHost):
                 "Python 3.7+ on the PATH of the host's login shell"
             )
         return CommandFailed(
-            f"{action} on {self.target}: the host agent exited ({done.exit_status}): "
-            f"{stderr_tail(stderr)}",
-            returncode=done.exit_status if done.exit_status is not None else -1, stderr=stderr,
+            f"{action} on {self.target}: the host agent exited ({done.exit_status}): {stderr_tail(stderr)}",
+            returncode=done.exit_status if done.exit_status is not None else -1,
+            stderr=stderr,
         )
 
     def _stop_agent(self) -> None:
@@ -386,34 +394,36 @@ class SSHHost(AgentHost):
             # sshd here may refuse "signal" requests (it does without privilege separation
             # for the session), and closing the channel does not stop a silent command: the
             # host's own `timeout` enforces the limit, TERM then KILL, on its process group.
-            command_argv = ["timeout", "-k", f"{TIMEOUT_KILL_AFTER_S:g}", f"{timeout_s:g}",
-                            *command_argv]
+            command_argv = ["timeout", "-k", f"{TIMEOUT_KILL_AFTER_S:g}", f"{timeout_s:g}", *command_argv]
         shown = redact_argv(argv)
         started = time.monotonic()
         wait_s = None if timeout_s is None else timeout_s + TIMEOUT_KILL_AFTER_S + 10.0
         done = await self._run_command(shlex.join(command_argv), shown, stdin, wait_s)
-        if (timeout_s is not None and done.exit_status in _TIMEOUT_EXITS
-                and time.monotonic() - started >= timeout_s):
+        if (
+            timeout_s is not None
+            and done.exit_status in _TIMEOUT_EXITS
+            and time.monotonic() - started >= timeout_s
+        ):
             raise HostTimeout(
                 f"run {shown} on {self.target}: no exit after {timeout_s} s; stopped it. "
                 "Raise the timeout or find out why it hangs"
             )
         status = done.returncode if done.returncode is not None else -1
-        result = RunResult(tuple(argv), status, _as_bytes(done.stdout),
-                           _as_bytes(done.stderr))
+        result = RunResult(tuple(argv), status, _as_bytes(done.stdout), _as_bytes(done.stderr))
         if check and status == _EXIT_NOT_FOUND:
             raise RemoteCommandNotFound(
                 f"run {shown} on {self.target}: {argv[0]} not found "
                 f"({stderr_tail(result.stderr)}); install it or give its absolute path"
             )
         if check and status == _EXIT_NOT_EXECUTABLE:
-            raise PermissionDenied(f"run {shown} on {self.target}: {argv[0]} is not executable "
-                                   f"({stderr_tail(result.stderr)})")
+            raise PermissionDenied(
+                f"run {shown} on {self.target}: {argv[0]} is not executable ({stderr_tail(result.stderr)})"
+            )
         if check and status != 0:
             raise CommandFailed(
-                f"run {shown} on {self.target}: exit status {status}: "
-                f"{stderr_tail(result.stderr)}",
-                returncode=status, stderr=result.stderr,
+                f"run {shown} on {self.target}: exit status {status}: {stderr_tail(result.stderr)}",
+                returncode=status,
+                stderr=result.stderr,
             )
         return result
 
@@ -432,11 +442,9 @@ class SSHHost(AgentHost):
                 f"{action} on {self.target}: the connection dropped ({exc.reason}) ({path})"
             )
         if isinstance(exc, asyncssh.SFTPPermissionDenied):
-            return error_from_os(errno.EACCES, exc.reason, target=self.target, action=action,
-                                 filename=path)
+            return error_from_os(errno.EACCES, exc.reason, target=self.target, action=action, filename=path)
         if isinstance(exc, asyncssh.SFTPNoSuchFile):
-            return error_from_os(errno.ENOENT, exc.reason, target=self.target, action=action,
-                                 filename=path)
+            return error_from_os(errno.ENOENT, exc.reason, target=self.target, action=action, filename=path)
         return HostError(f"{action} on {self.target}: {exc.reason} ({path})")
 
     async def _free_bytes(self, directory: str) -> int | None:
@@ -471,8 +479,7 @@ class SSHHost(AgentHost):
         sftp = await self._sftp_client()
         with self._dropped_is_lost(f"write {temp_path}"):
             try:
-                async with sftp.open(temp_path, "xb",
-                                     asyncssh.SFTPAttrs(permissions=0o600)) as handle:
+                async with sftp.open(temp_path, "xb", asyncssh.SFTPAttrs(permissions=0o600)) as handle:
                     await handle.write(data)
                     await handle.fsync()
                 await sftp.chmod(temp_path, mode)
@@ -527,8 +534,10 @@ class SSHHost(AgentHost):
                     chunk = await process.stdout.read(1 << 16)
                     if not chunk:
                         stderr = await process.stderr.read()
-                        raise HostError(f"follow {path} on {self.target}: the reader stopped: "
-                                        f"{stderr_tail(_as_bytes(stderr))}")
+                        raise HostError(
+                            f"follow {path} on {self.target}: the reader stopped: "
+                            f"{stderr_tail(_as_bytes(stderr))}"
+                        )
                     yield _as_bytes(chunk)
             finally:
                 # EOF on its stdin is the agent's signal to exit; no stray tail survives us.
@@ -537,9 +546,7 @@ class SSHHost(AgentHost):
                 process.close()
 
 
-def remote_argv(
-    argv: Sequence[str], *, env: Mapping[str, str] | None, cwd: str | None
-) -> list[str]:
+def remote_argv(argv: Sequence[str], *, env: Mapping[str, str] | None, cwd: str | None) -> list[str]:
     """The argv the remote login shell must run: env assignments through `env`, cwd
     through a fixed `sh -c` script. Joined with shlex.join, never concatenated."""
     command = list(argv)
