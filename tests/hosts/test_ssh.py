@@ -266,3 +266,19 @@ def test_a_host_without_the_python_is_command_not_found(sshd: SshdServer) -> Non
     with pytest.raises(RemoteCommandNotFound) as caught:
         drive(no_python, lambda host: host.pid_alive(1))
     assert "specpilot-no-such-python" in str(caught.value)
+
+
+def test_a_cancelled_agent_call_does_not_shift_later_answers(sshd: SshdServer) -> None:
+    """A caller that gives up mid-exchange must not leave its answer for the next caller."""
+
+    async def body(host: Host) -> list[tuple[bool, bool]]:
+        answers = []
+        await host.pid_alive(1)  # the agent is up: the cancels below land mid-exchange
+        for step in range(4):
+            pending = asyncio.ensure_future(host.port_owner(sshd.port))  # a /proc scan: slow
+            await asyncio.sleep(0.002 * step)
+            pending.cancel()
+            answers.append((await host.pid_alive(4_100_000), await host.pid_alive(os.getpid())))
+        return answers
+
+    assert drive(lambda: ssh_host(sshd), body) == [(False, True)] * 4

@@ -244,13 +244,13 @@ class SSHHost(AgentHost):
         try:
             yield
         except _DROPPED as exc:
-            self._conn, self._sftp, self._agent_proc = None, None, None
+            self._drop_connection()
             raise HostConnectionLost(
                 f"{action} on {self.target}: the connection dropped ({exc or type(exc).__name__})"
             ) from exc
         except asyncssh.ChannelOpenError as exc:
             if self._conn is not None and self._conn.is_closed():
-                self._conn, self._sftp, self._agent_proc = None, None, None
+                self._drop_connection()
                 raise HostConnectionLost(
                     f"{action} on {self.target}: the connection had dropped ({exc.reason})"
                 ) from exc
@@ -259,11 +259,14 @@ class SSHHost(AgentHost):
                 f"({exc.reason}); check MaxSessions in its sshd_config"
             ) from exc
 
-    async def _forget_connection(self) -> None:
-        self._agent_proc = None
-        conn, self._conn, self._sftp = self._conn, None, None
+    def _drop_connection(self) -> None:
+        """Abandon a broken connection (and what ran over it); the next operation reconnects."""
+        conn, self._conn, self._sftp, self._agent_proc = self._conn, None, None, None
         if conn is not None:
             conn.abort()
+
+    async def _forget_connection(self) -> None:
+        self._drop_connection()
 
     async def close(self) -> None:
         self._stop_agent()
@@ -307,6 +310,10 @@ class SSHHost(AgentHost):
                         f"{action} on {self.target}: no answer within "
                         f"{AGENT_TIMEOUT_S} s; the agent was stopped"
                     ) from None
+                except BaseException:
+                    # Cancelled mid-exchange: its answer would reach the next caller.
+                    self._stop_agent()
+                    raise
             if not line:
                 raise await self._agent_died(action, agent)
         answer: dict[str, Any] = json.loads(line)
@@ -437,7 +444,7 @@ class SSHHost(AgentHost):
     # --- files --------------------------------------------------------------------
     def _sftp_error(self, exc: asyncssh.SFTPError, action: str, path: str) -> HostError:
         if isinstance(exc, _SFTP_DROPPED):
-            self._conn, self._sftp, self._agent_proc = None, None, None
+            self._drop_connection()
             return HostConnectionLost(
                 f"{action} on {self.target}: the connection dropped ({exc.reason}) ({path})"
             )
