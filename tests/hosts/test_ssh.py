@@ -60,6 +60,17 @@ def test_a_changed_host_key_is_refused(sshd: SshdServer, tmp_path: Path) -> None
     assert sshd.host_public_key not in known_hosts.read_text()
 
 
+def test_a_host_key_of_another_type_is_changed_not_unreachable(sshd: SshdServer, tmp_path: Path) -> None:
+    """Only an RSA key recorded, the server has ed25519: the handshake fails outright."""
+    key = tmp_path / "rsakey"
+    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-f", str(key)], check=True)
+    known_hosts = tmp_path / "known_hosts"
+    rsa_public = " ".join((tmp_path / "rsakey.pub").read_text().split()[:2])
+    known_hosts.write_text(f"[127.0.0.1]:{sshd.port} {rsa_public}\n")
+    with pytest.raises(HostKeyChanged):
+        drive(lambda: ssh_host(sshd, known_hosts=str(known_hosts)), _echo)
+
+
 def test_an_unknown_host_key_needs_explicit_acceptance(sshd: SshdServer, tmp_path: Path) -> None:
     known_hosts = tmp_path / "ssh" / "known_hosts"
     with pytest.raises(HostKeyUnknown) as caught:

@@ -184,6 +184,12 @@ class SSHHost(AgentHost):
                 "identity_file at the key it accepts",
             ) from exc
         except (TimeoutError, asyncssh.DisconnectError, OSError) as exc:
+            offered = await self._changed_key_behind_failure(known_hosts, options)
+            if offered is not None:
+                client.offered_key, client.verdict = offered, "changed"
+                port = options.port
+                client.matched_name = options.host if port == 22 else f"[{options.host}]:{port}"
+                raise self._host_key_error(client, tried, known_hosts_path, exc) from exc
             reason = (
                 f"no answer within {self._connect_timeout_s} s"
                 if isinstance(exc, TimeoutError)
@@ -197,6 +203,25 @@ class SSHHost(AgentHost):
         if client.verdict == "accepted" and client.offered_key is not None:
             _append_known_host(known_hosts_path, client.matched_name, client.offered_key)
         return conn
+
+    async def _changed_key_behind_failure(
+        self, known_hosts: asyncssh.SSHKnownHosts, options: asyncssh.SSHClientConnectionOptions
+    ) -> asyncssh.SSHKey | None:
+        """A server whose key type differs from every recorded one resets the handshake
+        ("no matching host key type") instead of showing its key. When keys are
+        recorded for this host, fetch the server's key unverified, only to tell the user
+        "changed" instead of "unreachable"; the connection is refused either way."""
+        port = options.port
+        recorded = known_hosts.match(options.host, "", None if port == 22 else port)[0]
+        if not recorded:
+            return None
+        probe_kwargs = {k: v for k, v in self._connect_kwargs().items() if k in ("host", "port", "config")}
+        try:
+            async with asyncio.timeout(self._connect_timeout_s):
+                key = await asyncssh.get_server_host_key(**probe_kwargs)
+        except (asyncssh.Error, OSError, TimeoutError):
+            return None
+        return key if key is not None and key not in recorded else None
 
     def _host_key_error(
         self, client: _KeyCheckingClient, tried: str, known_hosts_path: str, exc: Exception
