@@ -26,7 +26,7 @@ def ssh_host(server: SshdServer, **overrides: Any) -> Host:
     return open_host(server.target, **settings)
 
 
-@pytest.fixture(params=["local", "ssh"])
+@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.sshd)])
 def make_host(request: pytest.FixtureRequest) -> HostFactory:
     """A factory for the host under test; each test opens and closes its own."""
     if request.param == "local":

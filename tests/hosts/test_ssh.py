@@ -23,6 +23,8 @@ from specpilot.hosts.errors import (
 from tests.fixtures.sshd import SshdServer
 from tests.hosts.conftest import drive, leftovers, ssh_host
 
+pytestmark = pytest.mark.sshd
+
 
 def _echo(host: Host) -> object:
     async def body() -> bytes:
