@@ -378,6 +378,8 @@ def build_bundle(cache: Path, members: dict[str, Path]) -> Path:
     target = cache / f"bundle-{key}.tar"
     if target.exists():
         return target
+    for stale in cache.glob("bundle-*.tar"):  # a bundle is derived data, the largest in the cache
+        stale.unlink()
     partial = target.with_name(target.name + ".partial")
     with tarfile.open(partial, "w", format=tarfile.GNU_FORMAT) as bundle:
         for name, path in sorted(members.items()):
@@ -399,7 +401,8 @@ def write_parts(bundle: Path, out: Path) -> list[dict[str, object]]:
     for index, chunk in enumerate(chunks(bundle, PART_BYTES)):
         path = out / f"part-{index:02d}"
         digest = hashlib.sha256(chunk).hexdigest()
-        if not (path.exists() and path.stat().st_size == len(chunk) and sha256_file(path) == digest):
+        current = path.exists() and path.stat().st_size == len(chunk)
+        if not (current and sha256_file(path) == digest):
             path.write_bytes(chunk)
         parts.append({"file": path.name, "bytes": len(chunk), "sha256": digest})
     for stale in sorted(out.glob("part-*")):

@@ -173,7 +173,9 @@ install_site
 ((unpack_only)) && exit 0
 
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
-export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+# DEBUG adds the memory profile (initial free memory, weights, torch peak, non-torch): the
+# planner's terms, which INFO does not print.
+export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=DEBUG
 python3 -c 'import vllm, pydantic, asyncssh; print("vllm", vllm.__version__, "pydantic", pydantic.__version__)' \
     || { say "ERROR: the site does not import"; exit 1; }
 
@@ -212,7 +214,7 @@ pack_results() {
 
 # The lines a planner comparison needs, as vLLM prints them.
 key_lines() {
-    grep -aE 'Model loading took|Loading weights took|Available KV cache memory|GPU KV cache size|Maximum concurrency|block size|page size|peak|memory profiling|Error|error:' "$1" \
+    grep -aE 'Model loading took|Loading weights took|Initial free memory|Free memory after profiling|Memory profiling takes|Available KV cache memory|GPU KV cache size|Maximum concurrency|block size|page size|Error|error:' "$1" \
         | grep -avE 'DeprecationWarning' | cut -c1-300 | head -40
 }
 
@@ -222,13 +224,17 @@ fi
 total_bytes=$(cat "$STASH/gpu_total_bytes")
 total_gib=$(awk -v b="$total_bytes" 'BEGIN { printf "%.4f", b / 2^30 }')
 say "H200 total (torch): $total_bytes bytes = $total_gib GiB; budget $budget_s s"
-[[ -f $STASH/results.tsv ]] || printf 'id\tmodel\tcard_gib\tcard_util\th200_util\tstatus\tseconds\tgpu_used_mib_ready\n' > "$STASH/results.tsv"
+[[ -f $STASH/results.tsv ]] || printf 'id\tmodel\tcard_gib\tcard_util\th200_util\tstatus\tready_s\treleased_s\tgpu_used_mib\n' > "$STASH/results.tsv"
 touch "$STASH/done.txt"
 
+# Seconds the last start of each model took here: a better estimate than the table's once the
+# kernel caches are warm.
+declare -A observed_s=()
 index=0
 while IFS=$'\t' read -r id model card_gib card_util est_s extra; do
     port=$((BASE_PORT + index)); index=$((index + 1))
     if grep -qx "$id" "$STASH/done.txt"; then say "$id: done in an earlier call"; continue; fi
+    [[ -n ${observed_s[$model]:-} ]] && est_s=$((observed_s[$model] + 10))
     if ! fits_budget "$SECONDS" "$est_s"; then
         say "$id: left for the next call (needs ~${est_s} s, $((budget_s - SECONDS)) s left)"
         continue
@@ -252,24 +258,26 @@ while IFS=$'\t' read -r id model card_gib card_util est_s extra; do
         if http_ok "$port" /health; then status=ready; break; fi
         sleep 2
     done
+    ready_s=$((SECONDS - started))
     used_mib=$(gpu_used_mib)
     if [[ $status == ready ]]; then
         nvidia-smi > "$STASH/logs/$id.nvidia-smi.txt" 2>&1
     fi
-    seconds=$((SECONDS - started))
     stop_group "$current_pgid"; current_pgid=""
     wait_gpu_released
-    say "$id: $status after ${seconds} s (GPU used at ready: ${used_mib} MiB)"
+    seconds=$((SECONDS - started))
+    observed_s[$model]=$seconds
+    say "$id: $status after ${ready_s} s, stopped and released after ${seconds} s (GPU used: ${used_mib} MiB)"
     key_lines "$log" | sed 's/^/    /'
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$model" "$card_gib" "$card_util" "$util" \
-        "$status" "$seconds" "$used_mib" >> "$STASH/results.tsv"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$model" "$card_gib" "$card_util" "$util" \
+        "$status" "$ready_s" "$seconds" "$used_mib" >> "$STASH/results.tsv"
     echo "$id" >> "$STASH/done.txt"
     pack_results
 done < <(matrix_rows)
 
 pack_results
 say "results so far:"
-column -t -s $'\t' "$STASH/results.tsv"
+column -t -s $'\t' "$STASH/results.tsv" 2>/dev/null || cat "$STASH/results.tsv"
 remaining=$(matrix_rows | cut -f1 | grep -vxF -f "$STASH/done.txt" | tr '\n' ' ')
 if [[ -n $remaining ]]; then
     say "not yet run: $remaining -- send the same command again now"
