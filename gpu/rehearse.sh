@@ -74,7 +74,19 @@ for part in $parts; do
         grep -q "waiting for:" "$work/call.log" || fail "an early call did not wait for the rest"
     fi
 done
+# A call the device tool kills at its limit leaves the server running in its own session; the
+# next call must stop it before it starts another.
+call none --only hybrid-96 > "$work/killed.log" 2>&1 &
+for _ in $(seq 100); do [[ -f $work/stash/engine.pgid ]] && break; sleep 0.2; done
+[[ -f $work/stash/engine.pgid ]] || fail "the killed call never started its server"
+# shellcheck disable=SC2046  # the ids of this rehearsal's own run_matrix.sh processes
+kill -KILL $(pgrep -f "$work/repo/gpu/run_matrix.sh") 2>/dev/null || true
+wait || true
+orphan=$(cat "$work/stash/engine.pgid")
+kill -0 "$orphan" 2>/dev/null || fail "the stand-in server should have outlived the killed call"
+
 call none | tee "$work/call.log"
+kill -0 "$orphan" 2>/dev/null && fail "the next call did not stop the orphaned server"
 grep -q "matrix complete" "$work/call.log" || fail "the matrix did not complete"
 [[ $(grep -c $'\tready\t' "$work/out/results.tsv") == 5 ]] || fail "expected 5 ready starts"
 grep -q $'hybrid-mtp-80\t.*exited-rc1' "$work/out/results.tsv" || fail "the refusal was not recorded"

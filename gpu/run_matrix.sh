@@ -181,7 +181,6 @@ python3 -c 'import vllm, pydantic, asyncssh; print("vllm", vllm.__version__, "py
 
 # --- matrix ---------------------------------------------------------------------------------
 
-current_pgid=""
 stop_group() { # pgid
     kill -TERM -- "-$1" 2>/dev/null || return 0
     local waited=0
@@ -189,7 +188,17 @@ stop_group() { # pgid
     kill -KILL -- "-$1" 2>/dev/null
     sleep 1
 }
-trap '[[ -n $current_pgid ]] && stop_group "$current_pgid"' EXIT
+# The server runs in its own session, which outlives a call the device tool kills at its time
+# limit: its group id is kept in the stash so the next call can stop it before starting another.
+readonly PGID_FILE=$STASH/engine.pgid
+stop_current() {
+    [[ -f $PGID_FILE ]] || return 0
+    stop_group "$(cat "$PGID_FILE")"
+    rm -f "$PGID_FILE"
+}
+stop_current
+trap 'stop_current' EXIT
+trap 'stop_current; exit 143' TERM INT
 
 http_ok() { # port path
     local reply=""
@@ -248,7 +257,7 @@ while IFS=$'\t' read -r id model card_gib card_util est_s extra; do
     eval "setsid $argv >> \"\$log\" 2>&1 &"
     pid=$!
     # setsid in a non-leader child execs without forking: the server's pid is its group's id.
-    current_pgid=$pid
+    echo "$pid" > "$PGID_FILE"
     deadline=$((budget_s - STOP_GRACE_S))
     status=timeout
     while ((SECONDS < deadline)); do
@@ -263,7 +272,7 @@ while IFS=$'\t' read -r id model card_gib card_util est_s extra; do
     if [[ $status == ready ]]; then
         nvidia-smi > "$STASH/logs/$id.nvidia-smi.txt" 2>&1
     fi
-    stop_group "$current_pgid"; current_pgid=""
+    stop_current
     wait_gpu_released
     seconds=$((SECONDS - started))
     observed_s[$model]=$seconds
