@@ -7,16 +7,33 @@ codes: 0 ok, 1 the check or the job failed, 2 bad input.
 
 from __future__ import annotations
 
+import importlib
 import traceback
 
 import click
 
 from specpilot import __version__
-from specpilot.errors import SpecpilotError
+from specpilot.errors import EXIT_FAILED, SpecpilotError
 
 
 class _Group(click.Group):
-    """Turns specpilot errors into one line and an exit code; `--debug` keeps tracebacks."""
+    """Loads commands on first use; turns specpilot errors into one line and an exit code."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        from specpilot.cli.commands import COMMANDS
+
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        from specpilot.cli.commands import COMMANDS
+
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, _, attribute = target.partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        assert isinstance(command, click.Command)
+        return command
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -26,10 +43,21 @@ class _Group(click.Group):
                 traceback.print_exc()
             click.echo(f"error: {err}", err=True)
             ctx.exit(err.exit_code)
-        except click.exceptions.Exit:
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
-        except (click.ClickException, click.Abort):
-            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except Exception as err:
+            # A bug, not a user mistake: still one line unless --debug asks for more.
+            if ctx.meta.get("specpilot.debug"):
+                traceback.print_exc()
+            click.echo(
+                f"error: unexpected {type(err).__name__}: {err} "
+                "(rerun with --debug for the traceback, and please report it)",
+                err=True,
+            )
+            ctx.exit(EXIT_FAILED)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -46,14 +74,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.meta["specpilot.debug"] = debug
 
 
-def _register() -> None:
-    from specpilot.cli import commands
-
-    for command in commands.ALL:
-        cli.add_command(command)
-
-
 def main() -> None:
-    _register()
     # click exits 2 on its own usage errors, matching EXIT_BAD_INPUT.
     cli.main(standalone_mode=True)
