@@ -64,6 +64,11 @@ def _effective_args(
         i += 1
         spelling, has_inline, _ = token.partition("=")
         flag = table.by_spelling.get(spelling)
+        if flag is None and spelling.startswith("--"):
+            # the engine would refuse it: it is not part of what runs
+            if not has_inline and i < len(tokens) and not tokens[i].startswith("--"):
+                i += 1
+            continue
         if flag is None or flag.dest not in changed:
             out.append(token)
             continue

@@ -210,7 +210,8 @@ RULES: tuple[Rule, ...] = (
         "adjusts",
         all_of(hybrid, radix_on, eq(STRAT_B, "auto")),
         "--mamba-radix-cache-strategy auto picks extra_buffer when overlap scheduling or page_size > 1 is "
-        "wanted and the model supports it, otherwise no_buffer with overlap scheduling off",
+        "wanted and the model supports it, otherwise no_buffer with overlap scheduling off: here "
+        "{mamba_radix_cache_strategy}",
         sets=_auto_strategy_b,
     ),
     Rule(
