@@ -370,7 +370,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang-spec-no-overlap-ngram-dflash",
         E,
-        ALL,
+        ERA_A,
         "adjusts",
         algo_in(("NGRAM", "DFLASH")),
         "The overlap scheduler is disabled for {speculative_algorithm} speculative decoding",
@@ -379,10 +379,19 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang-spec-no-mixed-chunk",
         E,
-        ALL,
+        versions(">=0.5.10,<0.5.19"),
         "adjusts",
         all_of(algo_in(SPEC_ALGOS), truthy("enable_mixed_chunk")),
         "Mixed chunked prefill is disabled because of using speculative decoding.",
+        sets=set_to(enable_mixed_chunk=False),
+    ),
+    Rule(
+        "sglang-spec-no-mixed-chunk-b",
+        E,
+        versions(">=0.5.19"),
+        "adjusts",
+        all_of(algo_in(("STANDALONE", "NGRAM")), truthy("enable_mixed_chunk")),
+        "Mixed chunked prefill is disabled: {speculative_algorithm} speculative decoding does not support it.",
         sets=set_to(enable_mixed_chunk=False),
     ),
     Rule(
@@ -468,6 +477,17 @@ RULES: tuple[Rule, ...] = (
         all_of(algo_in(("NGRAM",)), unset("speculative_num_draft_tokens")),
         "speculative_num_draft_tokens is set to 12 by default for ngram speculative decoding.",
         sets=set_to(speculative_num_draft_tokens=12),
+    ),
+    Rule(
+        "sglang-ngram-steps",
+        E,
+        ERA_B,
+        "adjusts",
+        all_of(algo_in(("NGRAM",)), unset("speculative_num_steps")),
+        "NGRAM derives speculative_num_steps as num_draft_tokens // eagle_topk",
+        sets=lambda ctx: {
+            "speculative_num_steps": int(ctx.get("speculative_num_draft_tokens")) // int(ctx.get("speculative_eagle_topk"))  # type: ignore[call-overload]
+        },
     ),
     Rule(
         "sglang-ngram-paged-backend",
