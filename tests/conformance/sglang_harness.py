@@ -66,10 +66,23 @@ def _override_platform_context() -> None:
     except ImportError:
         return
     override_platform(
-        is_cuda=True, is_hip=False, is_npu=False, is_xpu=False, is_musa=False, is_mps=False,
-        is_sm90=False, is_sm100=False, is_sm100_or_sm110=False, is_sm110=False, is_sm120=True,
-        is_blackwell=True, is_hopper_with_cuda_12_3=False, has_amx=False, has_flashinfer=True,
-        device_sm=120, device_capability=(12, 0),
+        is_cuda=True,
+        is_hip=False,
+        is_npu=False,
+        is_xpu=False,
+        is_musa=False,
+        is_mps=False,
+        is_sm90=False,
+        is_sm100=False,
+        is_sm100_or_sm110=False,
+        is_sm110=False,
+        is_sm120=True,
+        is_blackwell=True,
+        is_hopper_with_cuda_12_3=False,
+        has_amx=False,
+        has_flashinfer=True,
+        device_sm=120,
+        device_capability=(12, 0),
     ).install()
 
 

@@ -68,8 +68,14 @@ def _case(version: str, model: str, choice: tuple[object, ...], with_draft: bool
             argv += ["--speculative-num-steps", "2", "--speculative-eagle-topk", "1"]
         elif params:
             steps, topk, draft = params  # type: ignore[misc]
-            argv += ["--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
-                     "--speculative-num-draft-tokens", str(draft)]
+            argv += [
+                "--speculative-num-steps",
+                str(steps),
+                "--speculative-eagle-topk",
+                str(topk),
+                "--speculative-num-draft-tokens",
+                str(draft),
+            ]
     if strategy:
         argv += [_strategy_flag(version), str(strategy)]
     if radix_off:
@@ -89,14 +95,26 @@ def _case(version: str, model: str, choice: tuple[object, ...], with_draft: bool
 
 def generate_cases(version: str) -> list[dict[str, object]]:
     """A seeded sample of the combination space per model, plus the incident's command."""
-    space = list(itertools.product(ALGOS, STRATEGIES, (False, True), (False, True), (None, 1, 64),
-                                   SPEC_PARAMS, (None, 64), (False, True), BACKENDS, ENVS))
+    space = list(
+        itertools.product(
+            ALGOS,
+            STRATEGIES,
+            (False, True),
+            (False, True),
+            (None, 1, 64),
+            SPEC_PARAMS,
+            (None, 64),
+            (False, True),
+            BACKENDS,
+            ENVS,
+        )
+    )
     rng = random.Random(f"specpilot-{version}")
     cases = []
     for model in MODELS:
         for choice in rng.sample(space, CASES_PER_MODEL):
             cases.append(_case(version, model, choice, with_draft=rng.random() < 0.8))
-    incident = (("NEXTN", "no_buffer", False, False, None, (3, 1, 4), None, False, None, {}))
+    incident = ("NEXTN", "no_buffer", False, False, None, (3, 1, 4), None, False, None, {})
     cases.append(_case(version, "hybrid", incident, with_draft=False))
     return cases
 
@@ -106,7 +124,11 @@ def run_engine(version: str, cases: list[dict[str, object]]) -> list[dict[str, o
     request = json.dumps({"fields": fields, "cases": cases})
     done = subprocess.run(
         [str(venvs.base_python()), str(HERE / "sglang_harness.py")],
-        input=request, capture_output=True, text=True, check=True, timeout=1500,
+        input=request,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=1500,
         env={"PYTHONPATH": venvs.sglang_pythonpath(version), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
     )
     results: list[dict[str, object]] = json.loads(done.stdout)
@@ -116,14 +138,18 @@ def run_engine(version: str, cases: list[dict[str, object]]) -> list[dict[str, o
 def _disagreements(version: str) -> tuple[int, list[str]]:
     cases = generate_cases(version)
     results = run_engine(version, cases)
-    strategy_dest = "mamba_scheduler_strategy" if version.startswith("0.5.13") else "mamba_radix_cache_strategy"
+    strategy_dest = (
+        "mamba_scheduler_strategy" if version.startswith("0.5.13") else "mamba_radix_cache_strategy"
+    )
     problems = []
     for case, engine in zip(cases, results, strict=True):
         mine = check_args("sglang", version, case["argv"], case["env"], _architecture(str(case["model"])))  # type: ignore[arg-type]
         label = f"{case['model']} {' '.join(case['argv'][4:])} env={case['env']}"  # type: ignore[index]
         if mine.ok != engine["ok"]:
             errors = [f.message for f in mine.findings if f.severity == "error"]
-            problems.append(f"{label}: engine ok={engine['ok']} ({engine['error']}), specpilot ok={mine.ok} {errors}")
+            problems.append(
+                f"{label}: engine ok={engine['ok']} ({engine['error']}), specpilot ok={mine.ok} {errors}"
+            )
             continue
         if not mine.ok:
             continue
@@ -131,7 +157,9 @@ def _disagreements(version: str) -> tuple[int, list[str]]:
         assert isinstance(values, dict)
         for dest in (*COMPARED, strategy_dest):
             if mine.effective_values.get(dest) != values.get(dest):
-                problems.append(f"{label}: {dest} engine={values.get(dest)!r} specpilot={mine.effective_values.get(dest)!r}")
+                problems.append(
+                    f"{label}: {dest} engine={values.get(dest)!r} specpilot={mine.effective_values.get(dest)!r}"
+                )
     return len(cases), problems
 
 

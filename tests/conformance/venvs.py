@@ -79,8 +79,19 @@ def sglang_target(version: str) -> Path:
     target = cache_root() / f"sglang-{version}"
     if not (target / ".complete").exists():
         shutil.rmtree(target, ignore_errors=True)
-        _run([str(base_python()), "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-              f"sglang=={version}"])
+        _run(
+            [
+                str(base_python()),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                str(target),
+                f"sglang=={version}",
+            ]
+        )
         (target / ".complete").touch()
     return target
 

@@ -37,7 +37,9 @@ def parse_version(text: str) -> Version:
     try:
         return Version(text)
     except InvalidVersion:
-        raise UserError(f"not a release version: {text!r}", field="[engine] version", fix="e.g. 0.5.13.post1") from None
+        raise UserError(
+            f"not a release version: {text!r}", field="[engine] version", fix="e.g. 0.5.13.post1"
+        ) from None
 
 
 def _render_value(kind: str, value: object) -> list[str]:

@@ -38,7 +38,9 @@ def _drop_flag(argv: list[str], spellings: set[str], takes_value: Callable[[str]
     return out
 
 
-def apply_fix(engine: str, version: Version, argv: Sequence[str], env: Mapping[str, str], fix: CheckFix) -> tuple[list[str], dict[str, str]]:
+def apply_fix(
+    engine: str, version: Version, argv: Sequence[str], env: Mapping[str, str], fix: CheckFix
+) -> tuple[list[str], dict[str, str]]:
     """Set the fix's flags (replacing any spelling of the same flag), drop what it removes."""
     table = table_for(engine, version)
 
@@ -51,7 +53,11 @@ def apply_fix(engine: str, version: Version, argv: Sequence[str], env: Mapping[s
     while i < len(fix.args):
         name = fix.args[i]
         flag = table.by_spelling.get(name)
-        has_value = (flag is None or flag.kind != "bool") and i + 1 < len(fix.args) and not fix.args[i + 1].startswith("--")
+        has_value = (
+            (flag is None or flag.kind != "bool")
+            and i + 1 < len(fix.args)
+            and not fix.args[i + 1].startswith("--")
+        )
         value = fix.args[i + 1] if has_value else None
         i += 2 if has_value else 1
         same = set(flag.spellings) if flag else {name}
@@ -77,7 +83,8 @@ def fix_launch(
     result = check(args, new_env)
     for _ in range(MAX_ROUNDS):
         todo = [
-            f for f in result.findings
+            f
+            for f in result.findings
             if f.fix is not None and (f.severity == "error" or f.rule in ("flag-deprecated", "env-removed"))
         ]
         if not todo:

@@ -138,9 +138,11 @@ def _history_finding(engine: str, version: Version, spelling: str, token_value: 
             current = table_for(engine, version).by_dest.get(flag.dest)
             replacement = current.name if current else None
         gone_in = next(t.version for t in tables if t.version > older[-1].version)
-        fix_args = (replacement, token_value) if replacement and token_value else ()
+        fix_args: tuple[str, ...] = ()
         if replacement and flag.kind == "bool":
             fix_args = (replacement,)
+        elif replacement and token_value:
+            fix_args = (replacement, token_value)
         message = f"{spelling} was removed in {engine} {gone_in} (last in {older[-1].version})"
         message += f"; use {replacement}" if replacement else "; drop it"
         return Finding(
@@ -224,7 +226,11 @@ def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
                 parsed.values[flag.dest] = _convert(flag, text)
             except ValueError:
                 parsed.findings.append(
-                    Finding("flag-invalid-value", "error", f"argument {spelling}: invalid {flag.kind} value: {text!r}")
+                    Finding(
+                        "flag-invalid-value",
+                        "error",
+                        f"argument {spelling}: invalid {flag.kind} value: {text!r}",
+                    )
                 )
                 continue
         parsed.given.add(flag.dest)
@@ -237,13 +243,19 @@ def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
             if new:
                 fix_args = (new,) if flag.kind == "bool" else (new, str(parsed.values[flag.dest]))
             parsed.findings.append(
-                Finding("flag-deprecated", "warning", message, CheckFix(args=fix_args, remove_args=(spelling,)))
+                Finding(
+                    "flag-deprecated", "warning", message, CheckFix(args=fix_args, remove_args=(spelling,))
+                )
             )
     return parsed
 
 
 def env_findings(
-    engine: str, version: Version, env: dict[str, str], prefixes: tuple[str, ...], replacements: dict[str, str]
+    engine: str,
+    version: Version,
+    env: dict[str, str],
+    prefixes: tuple[str, ...],
+    replacements: dict[str, str],
 ) -> list[Finding]:
     """Engine env vars this release no longer (or never) reads."""
     table = table_for(engine, version)

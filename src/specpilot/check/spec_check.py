@@ -45,6 +45,8 @@ def fix_spec(spec: Spec) -> FixedLaunch:
     def run(args: list[str], env: dict[str, str]) -> CheckResult:
         return check_args(spec.engine.name, spec.engine.version, args, env, architecture, gpu)
 
-    fixed = fix_launch(run, spec.engine.name, parse_version(spec.engine.version), spec.engine.args, spec.engine.env)
+    fixed = fix_launch(
+        run, spec.engine.name, parse_version(spec.engine.version), spec.engine.args, spec.engine.env
+    )
     fixed.result.findings[:0] = notes
     return fixed

@@ -56,9 +56,20 @@ def _print_human(result: CheckResult) -> None:
 @click.command("check")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SPEC | -- COMMAND...")
 @click.option("--engine-version", help="Engine release for a pasted command (default: newest supported).")
-@click.option("--gpu-memory-gib", type=float, default=96.0, show_default=True, help="Per-GPU memory for a pasted command.")
+@click.option(
+    "--gpu-memory-gib",
+    type=float,
+    default=96.0,
+    show_default=True,
+    help="Per-GPU memory for a pasted command.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--fix", "fix", is_flag=True, help="Print the corrected launch command (args and env) for the same release.")
+@click.option(
+    "--fix",
+    "fix",
+    is_flag=True,
+    help="Print the corrected launch command (args and env) for the same release.",
+)
 def check(
     target: tuple[str, ...], engine_version: str | None, gpu_memory_gib: float, as_json: bool, fix: bool
 ) -> None:
@@ -85,7 +96,9 @@ def check(
     else:
         _print_human(result)
         if fix:
-            heading = "fixed command (passes)" if fixed.result.ok else "no passing command found; best attempt"
+            heading = (
+                "fixed command (passes)" if fixed.result.ok else "no passing command found; best attempt"
+            )
             click.echo(f"{heading}:\n  {command}")
     if fix:
         # --fix succeeds when it produced a command the same release accepts

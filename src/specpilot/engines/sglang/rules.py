@@ -83,7 +83,11 @@ def _auto_spec_params(ctx: Context) -> dict[str, object]:
         steps, topk, draft = SPEC_PARAMS_DEFAULT
     else:
         steps, topk, draft = SPEC_PARAMS_BY_ARCH.get(ctx.architecture or "", SPEC_PARAMS_DEFAULT)
-    return {"speculative_num_steps": steps, "speculative_eagle_topk": topk, "speculative_num_draft_tokens": draft}
+    return {
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": draft,
+    }
 
 
 def _draft_is_steps_plus_one(ctx: Context) -> dict[str, object]:
@@ -109,6 +113,12 @@ def _paged(ctx: Context) -> bool:
 def _backend_not_in(backends: tuple[str, ...]) -> Predicate:
     # an unset backend resolves to flashinfer/fa3 on CUDA, both in every allowed list
     return lambda ctx: ctx.get("attention_backend") not in (None, *backends)
+
+
+def _ngram_steps(ctx: Context) -> dict[str, object]:
+    draft, topk = ctx.get("speculative_num_draft_tokens"), ctx.get("speculative_eagle_topk")
+    assert isinstance(draft, int) and isinstance(topk, int)
+    return {"speculative_num_steps": draft // topk}
 
 
 def _ngram_topk(ctx: Context) -> dict[str, object]:
@@ -391,7 +401,8 @@ RULES: tuple[Rule, ...] = (
         versions(">=0.5.19"),
         "adjusts",
         all_of(algo_in(("STANDALONE", "NGRAM")), truthy("enable_mixed_chunk")),
-        "Mixed chunked prefill is disabled: {speculative_algorithm} speculative decoding does not support it.",
+        "Mixed chunked prefill is disabled: {speculative_algorithm} speculative decoding does not "
+        "support it.",
         sets=set_to(enable_mixed_chunk=False),
     ),
     Rule(
@@ -432,7 +443,9 @@ RULES: tuple[Rule, ...] = (
         E,
         ALL,
         "error",
-        all_of(algo_in(EAGLE_FAMILY), eq("attention_backend", "trtllm_mha"), int_gt("speculative_eagle_topk", 1)),
+        all_of(
+            algo_in(EAGLE_FAMILY), eq("attention_backend", "trtllm_mha"), int_gt("speculative_eagle_topk", 1)
+        ),
         "trtllm_mha backend only supports topk = 1 for speculative decoding.",
         CheckFix(args=("--speculative-eagle-topk", "1")),
     ),
@@ -442,7 +455,8 @@ RULES: tuple[Rule, ...] = (
         ALL,
         "adjusts",
         all_of(algo_in(EAGLE_FAMILY), _topk_mismatch),
-        "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1",
+        "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+        "speculative_eagle_topk == 1",
         sets=_draft_is_steps_plus_one,
     ),
     Rule(
@@ -457,7 +471,8 @@ RULES: tuple[Rule, ...] = (
             _backend_not_in(("flashinfer", "fa3", "triton")),
         ),
         "speculative_eagle_topk > 1 with page_size > 1 is only supported on ('flashinfer', 'fa3', "
-        "'triton'); got attention_backend={attention_backend!r}. Use page_size == 1 or one of those backends.",
+        "'triton'); got attention_backend={attention_backend!r}. Use page_size == 1 or one of those "
+        "backends.",
         CheckFix(args=("--attention-backend", "flashinfer")),
     ),
     Rule(
@@ -485,9 +500,7 @@ RULES: tuple[Rule, ...] = (
         "adjusts",
         all_of(algo_in(("NGRAM",)), unset("speculative_num_steps")),
         "NGRAM derives speculative_num_steps as num_draft_tokens // eagle_topk",
-        sets=lambda ctx: {
-            "speculative_num_steps": int(ctx.get("speculative_num_draft_tokens")) // int(ctx.get("speculative_eagle_topk"))  # type: ignore[call-overload]
-        },
+        sets=_ngram_steps,
     ),
     Rule(
         "sglang-ngram-paged-backend",
