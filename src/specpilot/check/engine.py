@@ -101,6 +101,7 @@ def check_args(
     env: Mapping[str, str] | None = None,
     architecture: str | None = None,
     gpu: GpuFacts | None = None,
+    mtp_layers: int | None = None,
 ) -> CheckResult:
     """Check one launch: the engine's flags, its env, the model class, the GPU facts."""
     rules = _rules_module(engine)
@@ -122,6 +123,7 @@ def check_args(
         architecture=architecture,
         gpu=gpu or GpuFacts(),
         spelled=parsed.spelled,
+        mtp_layers=mtp_layers,
     )
     changed: list[str] = []
     for rule in engine_rules(engine, parsed_version):

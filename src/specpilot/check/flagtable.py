@@ -181,10 +181,12 @@ def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
     while i < len(argv):
         token = argv[i]
         i += 1
-        if not token.startswith("--"):
+        spelling, has_inline, inline = token.partition("=")
+        if not token.startswith("--") and spelling not in index:  # short aliases like vLLM's -tp
             parsed.positional.append(token)
             continue
-        spelling, has_inline, inline = token.partition("=")
+        if spelling not in index and "_" in spelling:  # vLLM accepts --max_num_seqs
+            spelling = spelling.replace("_", "-")
         flag = index.get(spelling) or _abbreviation(index, spelling)
         if flag is None:
             value: str | None = inline if has_inline else None
@@ -194,7 +196,8 @@ def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
             parsed.findings.append(_history_finding(engine, version, spelling, value))
             continue
         if flag.kind == "bool":
-            parsed.values[flag.dest] = True
+            # vLLM's BooleanOptionalAction: --no-<flag> sets False
+            parsed.values[flag.dest] = not (spelling.startswith("--no-") and not flag.name.startswith("--no-"))
         elif flag.kind == "list":
             items = [inline] if has_inline else []
             while not has_inline and i < len(argv) and not argv[i].startswith("--"):

@@ -9,23 +9,24 @@ from specpilot.errors import UserError
 from specpilot.spec import Spec
 
 
-def spec_architecture(spec: Spec) -> tuple[str | None, list[Finding]]:
-    """The HF architecture of the spec's model, or None with a warning when there is no config."""
+def spec_model(spec: Spec) -> tuple[str | None, int | None, list[Finding]]:
+    """The spec model's HF architecture and MTP layer count, or None with a warning without a config."""
     from specpilot.models.shape import load_model_shape
 
     try:
-        return load_model_shape(spec.model_dir()).architecture, []
+        shape = load_model_shape(spec.model_dir())
+        return shape.architecture, shape.mtp_num_layers, []
     except (UserError, OSError) as err:
         note = Finding(
             "model-config-missing",
             "warning",
             f"no readable config.json at [model] path ({err}); model-class rules (hybrid/mamba) were skipped",
         )
-        return None, [note]
+        return None, None, [note]
 
 
 def check_spec(spec: Spec) -> CheckResult:
-    architecture, notes = spec_architecture(spec)
+    architecture, mtp_layers, notes = spec_model(spec)
     result = check_args(
         spec.engine.name,
         spec.engine.version,
@@ -33,17 +34,18 @@ def check_spec(spec: Spec) -> CheckResult:
         spec.engine.env,
         architecture,
         GpuFacts(memory_gib=spec.gpu.memory_gib),
+        mtp_layers,
     )
     result.findings[:0] = notes
     return result
 
 
 def fix_spec(spec: Spec) -> FixedLaunch:
-    architecture, notes = spec_architecture(spec)
+    architecture, mtp_layers, notes = spec_model(spec)
     gpu = GpuFacts(memory_gib=spec.gpu.memory_gib)
 
     def run(args: list[str], env: dict[str, str]) -> CheckResult:
-        return check_args(spec.engine.name, spec.engine.version, args, env, architecture, gpu)
+        return check_args(spec.engine.name, spec.engine.version, args, env, architecture, gpu, mtp_layers)
 
     fixed = fix_launch(
         run, spec.engine.name, parse_version(spec.engine.version), spec.engine.args, spec.engine.env

@@ -74,6 +74,8 @@ class Context:
     architecture: str | None
     gpu: GpuFacts
     spelled: Mapping[str, str] = field(default_factory=dict)
+    #: MTP layers the target model ships (None when unknown: no config was read)
+    mtp_layers: int | None = None
 
     def get(self, dest: str) -> object:
         return self.values.get(dest)
