@@ -110,7 +110,10 @@ def test_specpilot_agrees_with_vllm_validator() -> None:
         for key, value in expected.items():
             if engine["values"].get(key) != value:
                 problems.append(f"{label}: {key} engine={engine['values'].get(key)!r} specpilot={value!r}")
-        if "--max-num-seqs" in argv and engine["values"]["max_num_seqs"] != mine.effective_values["max_num_seqs"]:
+        if (
+            "--max-num-seqs" in argv
+            and engine["values"]["max_num_seqs"] != mine.effective_values["max_num_seqs"]
+        ):
             problems.append(f"{label}: max_num_seqs differs")
     assert len(cases) >= 200
     assert not problems, f"{len(problems)} of {len(cases)} disagree:\n" + "\n".join(problems[:40])

@@ -197,7 +197,9 @@ def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
             continue
         if flag.kind == "bool":
             # vLLM's BooleanOptionalAction: --no-<flag> sets False
-            parsed.values[flag.dest] = not (spelling.startswith("--no-") and not flag.name.startswith("--no-"))
+            parsed.values[flag.dest] = not (
+                spelling.startswith("--no-") and not flag.name.startswith("--no-")
+            )
         elif flag.kind == "list":
             items = [inline] if has_inline else []
             while not has_inline and i < len(argv) and not argv[i].startswith("--"):

@@ -46,8 +46,13 @@ def _sc(ctx: Context) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
+def _sc_json(ctx: Context, **changes: object) -> str:
+    """The speculative config with `changes` applied, as the flag's JSON text."""
+    return json.dumps({**_sc(ctx), **changes}, separators=(",", ":"))
+
+
 def _with(ctx: Context, **changes: object) -> dict[str, object]:
-    return {"speculative_config": json.dumps({**_sc(ctx), **changes}, separators=(",", ":"))}
+    return {"speculative_config": _sc_json(ctx, **changes)}
 
 
 def _method(ctx: Context) -> object:
@@ -151,14 +156,17 @@ RULES: tuple[Rule, ...] = (
         E,
         SUPPORTED,
         "error",
-        all_of(has_spec, not_(bad_json), lambda ctx: _method(ctx) is not None and _method(ctx) not in METHODS),
+        all_of(
+            has_spec, not_(bad_json), lambda ctx: _method(ctx) is not None and _method(ctx) not in METHODS
+        ),
         "speculative_config method {speculative_config} is not one of vLLM's methods: for a model's own MTP "
         'head use "mtp"; with a drafter "eagle"/"eagle3"/"draft_model"/"dflash"; without one "ngram" '
         "(names are lower case)",
         lambda ctx: CheckFix(
-            args=("--speculative-config", _with(ctx, method=str(_method(ctx)).lower().replace("nextn", "mtp"))[
-                "speculative_config"
-            ])  # type: ignore[index]
+            args=(
+                "--speculative-config",
+                _sc_json(ctx, method=str(_method(ctx)).lower().replace("nextn", "mtp")),
+            )
         ),
     ),
     Rule(
@@ -188,7 +196,12 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(method_in(DRAFTER_METHODS), _no_drafter, not_(_no_tokens)),
         "num_speculative_tokens was provided but without speculative model.",
-        CheckFix(args=("--speculative-config", '{"method":"eagle3","model":"<drafter-dir>","num_speculative_tokens":3}')),
+        CheckFix(
+            args=(
+                "--speculative-config",
+                '{"method":"eagle3","model":"<drafter-dir>","num_speculative_tokens":3}',
+            )
+        ),
     ),
     Rule(
         "vllm-spec-tokens-required",
@@ -204,7 +217,7 @@ RULES: tuple[Rule, ...] = (
         ),
         "num_speculative_tokens must be provided with speculative model unless the draft model config "
         "contains an n_predict parameter.",
-        lambda ctx: CheckFix(args=("--speculative-config", _with(ctx, num_speculative_tokens=1)["speculative_config"])),  # type: ignore[arg-type]
+        lambda ctx: CheckFix(args=("--speculative-config", _sc_json(ctx, num_speculative_tokens=1))),
     ),
     Rule(
         "vllm-ngram-lookup-range",
@@ -216,7 +229,7 @@ RULES: tuple[Rule, ...] = (
         lambda ctx: CheckFix(
             args=(
                 "--speculative-config",
-                _with(ctx, prompt_lookup_min=_sc(ctx).get("prompt_lookup_max"))["speculative_config"],  # type: ignore[arg-type]
+                _sc_json(ctx, prompt_lookup_min=_sc(ctx).get("prompt_lookup_max")),
             )
         ),
     ),
@@ -227,7 +240,12 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(method_in(("mtp",)), _no_drafter, _target_without_mtp),
         "Unsupported speculative method: 'mtp' (vLLM has no MTP drafter for {arch})",
-        CheckFix(args=("--speculative-config", '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3}')),
+        CheckFix(
+            args=(
+                "--speculative-config",
+                '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3}',
+            )
+        ),
     ),
 )
 
