@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from specpilot.check import check_args
+
 from . import venvs
 
 pytestmark = pytest.mark.conformance
