@@ -59,31 +59,27 @@ def _patch_platform() -> None:
             module.get_device_capability = lambda *a, **k: (12, 0)  # type: ignore[attr-defined]
 
 
+PLATFORM_FACTS: dict[str, object] = {
+    "is_cuda": True, "is_hip": False, "is_npu": False, "is_xpu": False, "is_musa": False, "is_mps": False,
+    "is_sm90": False, "is_sm100": False, "is_sm100_or_sm110": False, "is_sm110": False, "is_sm120": True,
+    "is_blackwell": True, "is_hopper_with_cuda_12_3": False, "has_amx": False, "has_flashinfer": True,
+    "device_sm": 120, "device_capability": (12, 0),
+}  # fmt: skip
+
+
 def _override_platform_context() -> None:
-    """Releases from 0.5.2x read one platform object; it has its own override hook."""
+    """Releases from 0.5.19 read one platform object; it has its own override hook."""
     try:
-        from sglang.srt.runtime_context import override_platform
+        from sglang.srt import runtime_context
     except ImportError:
         return
-    override_platform(
-        is_cuda=True,
-        is_hip=False,
-        is_npu=False,
-        is_xpu=False,
-        is_musa=False,
-        is_mps=False,
-        is_sm90=False,
-        is_sm100=False,
-        is_sm100_or_sm110=False,
-        is_sm110=False,
-        is_sm120=True,
-        is_blackwell=True,
-        is_hopper_with_cuda_12_3=False,
-        has_amx=False,
-        has_flashinfer=True,
-        device_sm=120,
-        device_capability=(12, 0),
-    ).install()
+    if not hasattr(runtime_context, "override_platform"):
+        return
+    known = set(getattr(runtime_context, "_PLATFORM_PROBES", ())) | set(
+        getattr(runtime_context, "_PLATFORM_VALUES", ())
+    )
+    facts = {k: v for k, v in PLATFORM_FACTS.items() if k in known}
+    runtime_context.override_platform(**facts).install()
 
 
 def _run_case(prepare, argv: list[str], env: dict[str, str], fields: list[str]) -> dict[str, object]:  # type: ignore[no-untyped-def]
