@@ -96,6 +96,8 @@ def test_incomplete_venv_is_rebuilt(tmp_path: Path) -> None:
     (venv_dir / "bin").mkdir(parents=True)
     (venv_dir / "bin" / "python").write_text("half-written")
     (venv_dir / "leftover-from-killed-build").write_text("x")
+    killed_build = venv_dir.with_name(f".building-{venv_dir.name}-999999")
+    (killed_build / "lib").mkdir(parents=True)
     assert not is_ready(venv_dir)
 
     lines: list[str] = []
@@ -103,6 +105,7 @@ def test_incomplete_venv_is_rebuilt(tmp_path: Path) -> None:
     assert python == venv_dir / "bin" / "python"
     assert is_ready(venv_dir)
     assert not (venv_dir / "leftover-from-killed-build").exists()
+    assert not killed_build.exists()
     assert any("no ready marker" in line for line in lines)
 
 

