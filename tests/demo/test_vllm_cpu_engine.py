@@ -6,6 +6,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from tests.fixtures.engines import (
     SERVED_MODEL_NAME,
     process_group_members,

@@ -59,14 +59,17 @@ class Recipe:
     install_flags: tuple[str, ...] = ()
     before: tuple[tuple[str, ...], ...] = ()
     after: tuple[tuple[str, ...], ...] = ()
+    # Another recipe whose packages this venv sees through a .pth file, so several
+    # validator venvs share one torch instead of installing it each time.
+    base: str | None = None
 
     def pip_steps(self, requirements_path: Path) -> list[tuple[str, ...]]:
         """Every pip invocation of the build, in order (arguments after `pip`)."""
         main = ("install", *self.install_flags, "-r", str(requirements_path))
         return [*self.before, main, *self.after]
 
-    def cache_key(self, python_version: str) -> str:
-        """12 hex digits over everything that decides the venv's content."""
+    def cache_key(self, python_version: str, base_dir_name: str | None = None) -> str:
+        """12 hex digits over everything that decides the venv's content (its base's too)."""
         identity = {
             "install_recipe_version": INSTALL_RECIPE_VERSION,
             "python": python_version,
@@ -75,6 +78,8 @@ class Recipe:
             "before": [list(step) for step in self.before],
             "after": [list(step) for step in self.after],
         }
+        if base_dir_name is not None:
+            identity["base"] = base_dir_name
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 
@@ -95,16 +100,26 @@ def load_recipes(recipes_file: Path | None = None) -> dict[str, Recipe]:
             return (recipes_file.parent / name).read_text()
 
     table = tomllib.loads(table_text)
-    return {
+    recipes = {
         name: Recipe(
             name=name,
             requirements_text=read_requirements(entry["requirements"]),
             install_flags=tuple(entry.get("install_flags", ())),
             before=tuple(tuple(step) for step in entry.get("before", ())),
             after=tuple(tuple(step) for step in entry.get("after", ())),
+            base=entry.get("base"),
         )
         for name, entry in table.items()
     }
+    for recipe in recipes.values():
+        base = recipes.get(recipe.base) if recipe.base else None
+        if recipe.base and (base is None or base.base is not None):
+            raise UserError(
+                f"base {recipe.base!r} must name a recipe that has no base itself",
+                field=f"recipes.toml [{recipe.name}] base",
+                fix=f"use one of: {', '.join(sorted(n for n, r in recipes.items() if not r.base))}",
+            )
+    return recipes
 
 
 def cache_root(cache_dir: Path | None = None) -> Path:
@@ -115,14 +130,28 @@ def cache_root(cache_dir: Path | None = None) -> Path:
     return Path(env_dir) if env_dir else Path.home() / ".cache" / "specpilot"
 
 
-def venv_dir_for(recipe: Recipe, *, cache_dir: Path | None = None) -> Path:
+def venv_dir_for(
+    recipe: Recipe,
+    *,
+    cache_dir: Path | None = None,
+    recipes: Mapping[str, Recipe] | None = None,
+) -> Path:
     """Where the venv for this recipe lives (whether or not it is built yet)."""
-    key = recipe.cache_key(platform.python_version())
+    base_dir_name = None
+    if recipe.base:
+        known = load_recipes() if recipes is None else recipes
+        base_dir_name = venv_dir_for(known[recipe.base], cache_dir=cache_dir).name
+    key = recipe.cache_key(platform.python_version(), base_dir_name)
     return cache_root(cache_dir) / "venvs" / f"{recipe.name}-{key}"
 
 
 def venv_python(venv_dir: Path) -> Path:
     return venv_dir / "bin" / "python"
+
+
+def site_packages(venv_dir: Path) -> Path:
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return venv_dir / "lib" / version / "site-packages"
 
 
 def is_ready(venv_dir: Path) -> bool:
@@ -146,16 +175,20 @@ def ensure_engine_venv(
             field="name",
             fix=f"use one of: {', '.join(sorted(known))}",
         )
-    final_dir = venv_dir_for(recipe, cache_dir=cache_dir)
+    final_dir = venv_dir_for(recipe, cache_dir=cache_dir, recipes=known)
     if is_ready(final_dir):
         return venv_python(final_dir)
+    base_dir = None
+    if recipe.base:
+        base_python = ensure_engine_venv(recipe.base, cache_dir=cache_dir, log=log, recipes=known)
+        base_dir = base_python.parent.parent
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     with _build_lock(final_dir):
         # Another process may have finished the same build while we waited.
         if is_ready(final_dir):
             return venv_python(final_dir)
         _remove_leftovers(final_dir, log)
-        _build(recipe, final_dir, log)
+        _build(recipe, final_dir, log, base_dir)
     return venv_python(final_dir)
 
 
@@ -185,7 +218,7 @@ def _remove_leftovers(final_dir: Path, log: Log) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def _build(recipe: Recipe, final_dir: Path, log: Log) -> None:
+def _build(recipe: Recipe, final_dir: Path, log: Log, base_dir: Path | None) -> None:
     tmp_dir = final_dir.with_name(f"{_building_prefix(final_dir)}{os.getpid()}")
     started_s = time.monotonic()
     log(f"building engine venv {recipe.name!r} in {final_dir} (takes minutes the first time)")
@@ -193,6 +226,9 @@ def _build(recipe: Recipe, final_dir: Path, log: Log) -> None:
         tmp_dir.mkdir()
         build_log = tmp_dir / BUILD_LOG
         _run_logged([sys.executable, "-m", "venv", str(tmp_dir)], build_log, log)
+        if base_dir is not None:
+            # Appended to sys.path after the venv's own packages: pins here win.
+            (site_packages(tmp_dir) / "specpilot-base.pth").write_text(f"{site_packages(base_dir)}\n")
         requirements_path = tmp_dir / "specpilot-requirements.txt"
         requirements_path.write_text(recipe.requirements_text)
         python = venv_python(tmp_dir)
