@@ -9,6 +9,8 @@ import pytest
 
 from tests.fixtures.engines import (
     SERVED_MODEL_NAME,
+    alive,
+    descendants,
     process_group_members,
     running_vllm_cpu,
 )
@@ -39,9 +41,13 @@ def test_serves_health_and_chat_then_stops_cleanly(
         assert choice["message"]["role"] == "assistant"
         assert choice["finish_reason"] in {"length", "stop"}
         assert 1 <= reply["usage"]["completion_tokens"] <= 8
-        assert process_group_members(pgid)
+        # vLLM runs an engine-core and a worker process under the API server.
+        engine_pids = [server.pgid, *descendants(server.pgid)]
+        assert len(engine_pids) >= 3
+        assert set(engine_pids) <= set(process_group_members(pgid))
 
     assert server.process.returncode is not None
     assert process_group_members(pgid) == []
+    assert alive(engine_pids) == []
     log_text = log_path.read_text()
     assert "Application startup complete." in log_text
