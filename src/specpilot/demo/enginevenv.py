@@ -238,6 +238,7 @@ def _build(recipe: Recipe, final_dir: Path, log: Log, base_dir: Path | None) -> 
             "name": recipe.name,
             "python": platform.python_version(),
             "install_recipe_version": INSTALL_RECIPE_VERSION,
+            "base": base_dir.name if base_dir else None,
             "build_s": round(time.monotonic() - started_s, 1),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
@@ -250,10 +251,12 @@ def _build(recipe: Recipe, final_dir: Path, log: Log, base_dir: Path | None) -> 
 
 
 def _run_logged(argv: list[str], log_path: Path, log: Log) -> None:
-    """Runs one build command, appending its output to the build log; failure names the log."""
+    """Runs one build command, appending its output to the build log.
+
+    A failure raises with the log's tail: the temp dir (and the log) is removed.
+    """
     log("  $ " + " ".join(argv[2:] if argv[1:3] == ["-m", "pip"] else argv))
     step_started_s = time.monotonic()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as out:
         out.write(("$ " + " ".join(argv) + "\n").encode())
         out.flush()
