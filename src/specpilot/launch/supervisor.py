@@ -1,0 +1,392 @@
+"""`up`: write, ship, verify, start, prove, watch; ready or a classified failure.
+
+The decisive signal is the engine's own log, read whole and classified line by
+line; the health endpoint confirms readiness; the process table proves the
+process is the planned one. A failure is decided within `grace_s` of the fatal
+line (collecting the rest of the error meanwhile), the process group is stopped,
+and nothing is left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specpilot.hosts.base import Host, HostFacts
+from specpilot.launch import rundir
+from specpilot.launch.allocations import plan_diff
+from specpilot.launch.classify import Failure, Fix, LogClassifier
+from specpilot.launch.command import PlannedLaunch, plan_launch
+from specpilot.launch.health import HealthAnswer, probe
+from specpilot.launch.render import render_env_file, render_launch_script
+from specpilot.launch.secrets import mask_argv, redact, secret_values
+from specpilot.launch.speclike import LaunchSpec
+from specpilot.launch.state import write_state
+from specpilot.launch.stop import stop_group
+from specpilot.launch.verify import Mismatch, check_live, wait_for_argv
+
+#: progress callback: (phase, elapsed_s, last meaningful line)
+Progress = Callable[[str, float, str | None], None]
+#: test seam: runs after shipping, before the re-verification and the start
+AfterShip = Callable[[str], Awaitable[None]]
+
+
+@dataclass
+class UpOptions:
+    grace_s: float = 0.5  # after a fatal line: collect the rest of the error this long
+    term_timeout_s: float = 0.3  # on failure: SIGTERM, then SIGKILL after this
+    verify_timeout_s: float = 5.0  # bash launch.sh -> exec engine transition
+    reverify_every_s: float = 1.0
+    health_every_s: float = 2.0  # before the log says ready
+    health_fast_every_s: float = 0.2  # after the log says ready
+    exit_drain_s: float = 0.25  # after the process exits: read the log's last lines
+    after_ship: AfterShip | None = None
+
+
+@dataclass
+class UpResult:
+    """The outcome, shaped as `specpilot up --json` prints it."""
+
+    name: str
+    phase: str  # "ready" | "failed"
+    cause: str
+    error: str | None = None
+    fix: Fix | None = None
+    pid: int | None = None
+    endpoint: str | None = None
+    allocations: dict[str, float] = field(default_factory=dict)
+    plan_diff: list[dict[str, Any]] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    last_phase: str | None = None
+    remote_dir: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "phase": self.phase,
+            "cause": self.cause,
+            "error": self.error,
+            "fix": None if self.fix is None else self.fix.to_json(),
+            "pid": self.pid,
+            "endpoint": self.endpoint,
+            "allocations": self.allocations,
+            "plan_diff": self.plan_diff,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "last_phase": self.last_phase,
+            "run_dir": self.remote_dir,
+        }
+
+
+def _spec_text(spec: LaunchSpec, secrets: list[str]) -> bytes:
+    """The spec as given, with secret values masked (they never reach the host's disk)."""
+    source = spec.source_path
+    if source is not None and Path(source).is_file():
+        return redact(Path(source).read_text(), secrets).encode()
+    return f'# spec given without a file\nname = "{spec.name}"\n'.encode()
+
+
+async def _host_env(host: Host) -> dict[str, str]:
+    """The host's login environment (PATH, HOME, ...), read with `env -0`."""
+    result = await host.run(["env", "-0"], check=False, timeout_s=30.0)
+    env = {}
+    for item in result.stdout.split(b"\0"):
+        name, eq, value = item.decode(errors="replace").partition("=")
+        if eq:
+            env[name] = value
+    return env
+
+
+async def _facts_or_none(host: Host) -> HostFacts | None:
+    try:
+        return await host.facts()
+    except Exception:  # facts are informative only; a launch must not fail on them
+        return None
+
+
+class _Run:
+    """One start in progress; owns the tasks that read the log, the pid and the endpoint."""
+
+    def __init__(
+        self,
+        host: Host,
+        spec: LaunchSpec,
+        planned: PlannedLaunch,
+        remote_dir: str,
+        plan_json: Mapping[str, Any] | None,
+        options: UpOptions,
+        progress: Progress | None,
+        started: float,
+    ) -> None:
+        self.host, self.spec, self.planned = host, spec, planned
+        self.remote_dir, self.plan_json, self.options = remote_dir, plan_json, options
+        self.progress, self.started = progress, started
+        self.classifier = LogClassifier(spec.engine.name)
+        self.secrets = secret_values(planned.env, planned.argv)
+        self.events: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
+        self.pid: int | None = None
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def _say(self) -> None:
+        if self.progress is not None:
+            line = self.classifier.last_meaningful_line
+            self.progress(
+                self.classifier.phase, self.elapsed(), None if line is None else self._hide(line)
+            )
+
+    def _hide(self, text: str) -> str:
+        return redact(text, self.secrets)
+
+    def result(self, phase: str, cause: str, **kw: Any) -> UpResult:
+        allocations = dict(self.classifier.allocations)
+        return UpResult(
+            name=self.spec.name,
+            phase=phase,
+            cause=cause,
+            pid=self.pid,
+            endpoint=self.planned.endpoint,
+            allocations=allocations,
+            plan_diff=plan_diff(allocations, self.plan_json),
+            elapsed_s=self.elapsed(),
+            last_phase=self.classifier.phase,
+            remote_dir=self.remote_dir,
+            **kw,
+        )
+
+    def failed(self, failure: Failure) -> UpResult:
+        return self.result(
+            "failed", failure.cause, error=self._hide(failure.error), fix=failure.fix
+        )
+
+    def mismatched(self, mismatch: Mismatch) -> UpResult:
+        error = f"the live process's {mismatch.what} differs from the plan:\n{mismatch.diff}"
+        return self.result("failed", "mismatch", error=self._hide(error))
+
+    async def _follow_log(self) -> None:
+        partial = b""
+        async for chunk in self.host.follow(f"{self.remote_dir}/{rundir.LOG_FILE}", 0):
+            partial += chunk
+            *lines, partial = partial.split(b"\n")
+            for raw in lines:
+                await self.events.put(("line", raw.decode(errors="replace").rstrip("\r")))
+
+    async def _watch_pid(self, pid: int) -> None:
+        while await self.host.pid_alive(pid):
+            await asyncio.sleep(0.05)
+        await self.events.put(("exit", None))
+
+    async def _poll_health(self) -> None:
+        while True:
+            answer = await probe(self.host, self.planned.endpoint)
+            await self.events.put(("health", answer))
+            fast = self.classifier.ready_seen
+            await asyncio.sleep(
+                self.options.health_fast_every_s if fast else self.options.health_every_s
+            )
+
+    async def watch(self, pid: int) -> UpResult:
+        """Classify until ready or failed. The caller stops the group on failure."""
+        opts, server = self.options, self.spec.server
+        tasks = [
+            asyncio.create_task(self._follow_log()),
+            asyncio.create_task(self._watch_pid(pid)),
+            asyncio.create_task(self._poll_health()),
+        ]
+        try:
+            last_line_at = fatal_at = exited_at = None
+            last_line_at = time.monotonic()
+            next_verify = time.monotonic() + opts.reverify_every_s
+            health: HealthAnswer | None = None
+            while True:
+                now = time.monotonic()
+                waits = [0.1]
+                if fatal_at is not None:
+                    waits.append(fatal_at + opts.grace_s - now)
+                if exited_at is not None:
+                    waits.append(exited_at + opts.exit_drain_s - now)
+                with contextlib.suppress(TimeoutError):
+                    kind, payload = await asyncio.wait_for(self.events.get(), max(0.0, min(waits)))
+                    if kind == "line":
+                        assert isinstance(payload, str)
+                        last_line_at = time.monotonic()
+                        event = self.classifier.feed(payload)
+                        if event.kind is not None:
+                            self._say()
+                        if self.classifier.fatal_seen and fatal_at is None:
+                            fatal_at = time.monotonic()
+                    elif kind == "exit":
+                        exited_at = time.monotonic()
+                    elif kind == "health":
+                        assert isinstance(payload, HealthAnswer)
+                        health = payload
+                now = time.monotonic()
+                if fatal_at is not None and (
+                    now >= fatal_at + opts.grace_s
+                    or (exited_at is not None and now >= exited_at + min(opts.exit_drain_s, 0.1))
+                ):
+                    return self.failed(self.classifier.failure(exited=exited_at is not None))
+                if exited_at is not None and now >= exited_at + opts.exit_drain_s:
+                    return self.failed(self.classifier.failure(exited=True))
+                if (
+                    self.classifier.ready_seen
+                    and health is not None
+                    and health.ok
+                    and fatal_at is None
+                ):
+                    mismatch = await check_live(self.host, pid, self.planned.argv, self.planned.env)
+                    if mismatch is not None:
+                        return self.mismatched(mismatch)
+                    return self.result("ready", "ready")
+                if now >= next_verify and fatal_at is None and exited_at is None:
+                    next_verify = now + opts.reverify_every_s
+                    mismatch = await check_live(self.host, pid, self.planned.argv, self.planned.env)
+                    if mismatch is not None:
+                        return self.mismatched(mismatch)
+                if (
+                    now - last_line_at >= server.hang_timeout_s
+                    and not self.classifier.ready_seen
+                ):
+                    quiet = now - last_line_at
+                    return self.result(
+                        "failed",
+                        "hang",
+                        error=self._hide(
+                            f"no new log line for {quiet:.0f} s during phase "
+                            f"'{self.classifier.phase}'; last line: "
+                            f"{self.classifier.last_meaningful_line or '(none)'}"
+                        ),
+                    )
+                if self.elapsed() >= server.ready_timeout_s:
+                    return self.result(
+                        "failed",
+                        "timeout",
+                        error=f"not ready after {self.elapsed():.0f} s "
+                        f"(phase '{self.classifier.phase}'; raise [server] ready_timeout_s "
+                        "if this engine needs longer)",
+                    )
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def launch(
+    spec: LaunchSpec,
+    host: Host,
+    *,
+    plan_json: Mapping[str, Any] | None,
+    options: UpOptions | None = None,
+    progress: Progress | None = None,
+    local_env: Mapping[str, str] | None = None,
+) -> UpResult:
+    """Start `spec` on `host` under supervision; return ready or a classified failure.
+
+    On failure nothing is left running. The local state file is written once the
+    pid exists and again with the outcome."""
+    options = options or UpOptions()
+    started = time.monotonic()
+    local = host.target == "local"
+    source_dir = Path(spec.source_path).parent if local and spec.source_path else None
+    planned = plan_launch(
+        spec,
+        host_env=await _host_env(host),
+        local_env=os.environ if local_env is None else local_env,
+        resolve_model_against=source_dir,
+    )
+    remote_dir = rundir.run_dir_path(await host.home(), spec.name)
+    run = _Run(host, spec, planned, remote_dir, plan_json, options, progress, started)
+    files = rundir.RunFiles(
+        spec_toml=_spec_text(spec, run.secrets),
+        plan_json=(json.dumps(plan_json or {}, indent=2, sort_keys=True) + "\n").encode(),
+        launch_sh=render_launch_script(planned.argv),
+        env=render_env_file(planned.env_file_env),
+    )
+    manifest = rundir.build_manifest(
+        files,
+        name=spec.name,
+        engine=spec.engine.name,
+        engine_version=spec.engine.version,
+        argv_shown=mask_argv(planned.argv),
+        facts=await _facts_or_none(host),
+    )
+    log_path = f"{remote_dir}/{rundir.LOG_FILE}"
+    await host.run(["mkdir", "-p", "-m", "700", remote_dir])
+    # a previous run's log must not be classified as this one's: keep it as engine.log.1
+    await host.run(["mv", "-f", log_path, f"{log_path}.1"], check=False)
+    await rundir.ship(host, remote_dir, files, manifest)
+    if options.after_ship is not None:
+        await options.after_ship(remote_dir)
+
+    owner = await host.port_owner(spec.server.port)
+    if owner is not None:
+        holder = " ".join(mask_argv(owner.argv)) or "(argv unknown)"
+        return run.result(
+            "failed",
+            "port_in_use",
+            error=f"port {spec.server.port} is already held by pid {owner.pid}: {holder}",
+            fix=Fix(f"stop pid {owner.pid} or set another [server] port"),
+        )
+    altered = await rundir.verify_on_host(host, remote_dir, files)
+    if altered:
+        return run.result(
+            "failed",
+            "mismatch",
+            error="run files changed on the host after shipping:\n" + "\n".join(altered),
+        )
+
+    pid = await host.spawn_detached(
+        ["bash", f"{remote_dir}/{rundir.LAUNCH_FILE}"],
+        env=planned.env,
+        cwd=remote_dir,
+        log_path=log_path,
+        pid_path=f"{remote_dir}/{rundir.PID_FILE}",
+    )
+    run.pid = pid
+    state = {
+        "name": spec.name,
+        "target": host.target,
+        "host_options": {
+            "identity_file": spec.host.identity_file,
+            "known_hosts": spec.host.known_hosts,
+            "ssh_config": spec.host.ssh_config,
+            "accept_new_host_key": spec.host.accept_new_host_key,
+        },
+        "remote_dir": remote_dir,
+        "log_path": log_path,
+        "pid": pid,
+        "pgid": pid,
+        "endpoint": planned.endpoint,
+        "served_model_name": planned.served_model_name,
+        "engine": spec.engine.name,
+        "engine_version": spec.engine.version,
+        "argv": mask_argv(planned.argv),
+        "phase": "starting",
+        "cause": None,
+        "started_at": time.time(),
+    }
+    write_state(state)
+    result: UpResult | None = None
+    try:
+        live = await wait_for_argv(host, pid, planned.argv, timeout_s=options.verify_timeout_s)
+        mismatch = None
+        if live is not None:
+            mismatch = await check_live(host, pid, planned.argv, planned.env)
+        result = run.mismatched(mismatch) if mismatch is not None else await run.watch(pid)
+    finally:
+        if result is None or result.phase != "ready":
+            await stop_group(host, pid, term_timeout_s=options.term_timeout_s)
+        if result is not None:
+            result.elapsed_s = run.elapsed()
+            state.update(phase=result.phase, cause=result.cause, allocations=result.allocations)
+        else:
+            state.update(phase="failed", cause="unknown")
+        write_state(state)
+    return result
