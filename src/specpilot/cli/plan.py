@@ -1,0 +1,96 @@
+"""`specpilot plan`: does it fit, what will the engine allocate, which knobs start first time."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from specpilot.cli.inputs import PASSTHROUGH, resolve_spec, spec_options
+from specpilot.errors import EXIT_FAILED, EXIT_OK
+from specpilot.plan import make_plan
+from specpilot.plan.calibrate import calibrate_from_log
+from specpilot.plan.types import Plan
+
+
+def render_plan(plan: Plan, console: Console) -> None:
+    """The plan as a person reads it: memory table, headline numbers, verdict, fixes."""
+    table = Table(title=f"{plan.engine} {plan.engine_version} memory plan (per GPU)", show_lines=False)
+    table.add_column("term")
+    table.add_column("GiB", justify="right")
+    table.add_column("source")
+    table.add_column("note", overflow="fold")
+    for term in plan.terms:
+        table.add_row(term.name, f"{term.gib:,.2f}", term.source, term.note)
+    console.print(table)
+    knob = "mem_fraction_static" if plan.engine == "sglang" else "gpu_memory_utilization"
+    console.print(
+        f"{knob} {plan.mem_fraction_static:.3f}  weights {plan.weights_gib:.2f} GiB  "
+        f"reserve {plan.reserve_gib:.2f} GiB (needs {plan.reserve_needed_gib:.2f})"
+    )
+    console.print(
+        f"KV: {plan.kv_bytes_per_token:,} bytes/token -> {plan.kv_tokens:,} tokens   "
+        f"state: {plan.state_bytes_per_request:,} bytes/request x {plan.state_slots:,} slots   "
+        f"max running requests {plan.max_running_requests:,}"
+    )
+    if plan.fits:
+        console.print("[bold green]fits[/]")
+    else:
+        console.print("[bold red]does not fit[/]")
+    for problem in plan.problems:
+        console.print(f"[red]✗ {problem.code}[/]: {problem.message}")
+        if problem.fix and (problem.fix.args or problem.fix.env):
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in problem.fix.env.items())
+            console.print(f"    fix: {env} {shlex.join(problem.fix.args)}".rstrip())
+    for note in plan.notes:
+        console.print(f"• {note}")
+    if plan.recommended_args or plan.recommended_env:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.recommended_env.items())
+        console.print("[bold]starts first time with:[/]")
+        console.print(f"  {env} {shlex.join(plan.recommended_args)}".rstrip(), soft_wrap=True)
+    if plan.measured:
+        measured = ", ".join(f"{k}={v:g}" for k, v in plan.measured.items())
+        console.print(f"measured: {measured}; everything else estimated")
+
+
+@click.command(context_settings=PASSTHROUGH)
+@spec_options
+@click.option("--from-log", "from_log", type=click.Path(dir_okay=False), help="Calibrate from an engine log.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan(
+    spec_or_command: tuple[str, ...],
+    gpu_memory_gib: float | None,
+    gpu_count: int | None,
+    engine_version: str | None,
+    from_log: str | None,
+    as_json: bool,
+) -> None:
+    """Exact GPU memory plan: fits or not, what the engine will allocate, the knobs that fit.
+
+    \b
+    Examples:
+      specpilot plan examples/qwen36-27b-mtp-sglang.toml
+      specpilot plan spec.toml --from-log engine.log --json
+      specpilot plan --gpu-memory-gib 95.6 -- python -m sglang.launch_server \\
+          --model-path models/qwen3.6-27b --speculative-algorithm NEXTN
+    Exit: 0 fits, 1 does not fit, 2 bad input.
+    """
+    spec = resolve_spec(
+        spec_or_command,
+        gpu_memory_gib=gpu_memory_gib,
+        gpu_count=gpu_count,
+        engine_version=engine_version,
+    )
+    measured: dict[str, float] = {}
+    if from_log:
+        spec, measured = calibrate_from_log(spec, from_log)
+    result = make_plan(spec)
+    result.measured.update(measured)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        render_plan(result, Console())
+    raise SystemExit(EXIT_OK if result.fits else EXIT_FAILED)

@@ -1,0 +1,131 @@
+"""Pasted launch commands -> engine, flags, environment and model path.
+
+Users paste what they ran: `python -m sglang.launch_server ...`,
+`sglang serve ...`, `vllm serve MODEL ...`,
+`python -m vllm.entrypoints.openai.api_server ...`, possibly behind `VAR=value`
+assignments or `env VAR=value`, possibly as one quoted string with
+backslash-newline continuations. All of them mean the same spec.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from specpilot.engines import ENGINES
+from specpilot.engines.args import parse_engine_args
+from specpilot.errors import UserError
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PYTHON = re.compile(r"^(.*/)?python(3(\.\d+)?)?$")
+_MODULES = {
+    "sglang.launch_server": "sglang",
+    "vllm.entrypoints.openai.api_server": "vllm",
+    "vllm.entrypoints.cli.main": "vllm",
+}
+
+
+@dataclass
+class PastedCommand:
+    engine: str
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    model_path: str = ""
+    gpu_count: int = 1
+
+    @property
+    def default_version(self) -> str:
+        return ENGINES[self.engine].newest_version
+
+
+def _tokens(tokens: list[str]) -> list[str]:
+    """One pasted string (quoted whole, with continuations) or argv tokens."""
+    if len(tokens) == 1 and (" " in tokens[0] or "\n" in tokens[0]):
+        return shlex.split(tokens[0].replace("\\\n", " "))
+    return [t for t in tokens if t != "\\\n"]
+
+
+def _split_env(tokens: list[str]) -> tuple[dict[str, str], list[str]]:
+    env: dict[str, str] = {}
+    rest = list(tokens)
+    while rest:
+        if rest[0] == "env":
+            rest.pop(0)
+            continue
+        if _ASSIGNMENT.match(rest[0]):
+            name, _, value = rest.pop(0).partition("=")
+            env[name] = value
+            continue
+        break
+    return env, rest
+
+
+def _split_program(rest: list[str]) -> tuple[str, list[str]]:
+    """Strip the program (`python -m X`, `sglang serve`, `vllm serve`) and return the engine."""
+    if not rest:
+        raise UserError(
+            "the pasted command is empty",
+            field="command",
+            fix="paste the engine's launch command after --",
+        )
+    program = os.path.basename(rest[0])
+    if _PYTHON.match(rest[0]) and len(rest) >= 3 and rest[1] == "-m":
+        engine = _MODULES.get(rest[2])
+        if engine is not None:
+            after = rest[3:]
+            if rest[2] == "vllm.entrypoints.cli.main" and after[:1] == ["serve"]:
+                after = after[1:]
+            return engine, after
+    if program in ("sglang", "vllm") and rest[1:2] == ["serve"]:
+        return program, rest[2:]
+    raise UserError(
+        f"cannot tell the engine from {shlex.join(rest[:3])!r}",
+        field="command",
+        fix="paste `python -m sglang.launch_server ...`, `sglang serve ...`, "
+        "`vllm serve MODEL ...` "
+        "or `python -m vllm.entrypoints.openai.api_server ...`",
+    )
+
+
+def split_model(engine: str, version: str, args: list[str]) -> tuple[str | None, list[str]]:
+    """Remove the model from engine flags: spec keeps it in `[model] path`."""
+    flag_names = {ENGINES[engine].model_flag}
+    flag_names |= {"--model-path", "--model"} if engine == "sglang" else {"--model"}
+    model: str | None = None
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        name, has_inline, inline = token.partition("=")
+        if name in flag_names:
+            if has_inline:
+                model = inline
+            elif i + 1 < len(args):
+                model = args[i + 1]
+                i += 1
+            i += 1
+            continue
+        rest.append(token)
+        i += 1
+    if engine == "vllm" and model is None:
+        positional = parse_engine_args(engine, version, rest).positional
+        if positional:
+            model = positional[0]
+            rest.remove(model)
+    return model, rest
+
+
+def parse_launch_command(tokens: list[str]) -> PastedCommand:
+    env, rest = _split_env(_tokens(tokens))
+    engine, args = _split_program(rest)
+    version = ENGINES[engine].newest_version
+    model, args = split_model(engine, version, args)
+    if not model:
+        fix = "add --model-path DIR" if engine == "sglang" else "add the model: vllm serve DIR ..."
+        raise UserError("the pasted command names no model", field="command", fix=fix)
+    parsed = parse_engine_args(engine, version, args)
+    tp = parsed.get_int("tp_size" if engine == "sglang" else "tensor_parallel_size") or 1
+    pp = parsed.get_int("pp_size" if engine == "sglang" else "pipeline_parallel_size") or 1
+    return PastedCommand(engine=engine, args=args, env=env, model_path=model, gpu_count=tp * pp)

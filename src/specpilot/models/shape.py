@@ -1,0 +1,374 @@
+"""Everything GPU memory depends on, read from a Hugging Face `config.json`.
+
+Hybrid models (Qwen3-Next, Qwen3.5/3.6) mix full-attention layers, which keep
+a KV cache that grows with every token, and Gated-DeltaNet (linear-attention)
+layers, which keep a fixed-size conv + SSM state per request. A planner that
+counts every layer as attention over-estimates KV by 4x on these models; one
+that forgets the state under-estimates per-request memory. So the shape keeps
+the kind of every layer.
+
+Multimodal wrappers (`Qwen3_5ForConditionalGeneration`) keep the language
+model's numbers under `text_config`; the architecture name stays the wrapper's,
+because engine rules are keyed on it.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specpilot.errors import UserError
+
+#: bytes per element of each dtype spelling engines and configs use
+DTYPE_BYTES: dict[str, float] = {
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "F32": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "BF16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "F16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "float8_e4m3fn": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "int8": 1,
+    "I8": 1,
+    "uint8": 1,
+    "U8": 1,
+    "int32": 4,
+    "I32": 4,
+    "int64": 8,
+    "I64": 8,
+    "fp4": 0.5,
+    "nvfp4": 0.5,
+    "mxfp4": 0.5,
+}
+
+#: model types whose attention has an output gate (q_proj twice as wide) without saying so in config
+_GATED_ATTENTION_TYPES = frozenset({"qwen3_next"})
+
+FULL_ATTENTION = "full_attention"
+LINEAR_ATTENTION = "linear_attention"
+SLIDING_ATTENTION = "sliding_attention"
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element; a clear error for a dtype specpilot does not know."""
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise UserError(
+            f"unknown dtype {dtype!r}",
+            field="dtype",
+            fix=f"use one of {', '.join(sorted({'bfloat16', 'float16', 'float32', 'fp8'}))}",
+        ) from None
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers memory planning needs, for the language model of a checkpoint."""
+
+    architecture: str
+    model_type: str
+    hidden_size: int
+    num_hidden_layers: int
+    layer_kinds: tuple[str, ...]
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    sliding_window: int | None
+    linear_num_key_heads: int
+    linear_num_value_heads: int
+    linear_key_head_dim: int
+    linear_value_head_dim: int
+    linear_conv_kernel_dim: int
+    mamba_ssm_dtype: str
+    intermediate_size: int
+    num_experts: int
+    num_experts_per_tok: int
+    moe_intermediate_size: int
+    shared_expert_intermediate_size: int
+    mtp_num_layers: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    max_position_embeddings: int
+    torch_dtype: str
+    param_count: int
+    param_count_source: str
+    mtp_param_count: int
+    vision_param_count: int
+    is_multimodal_wrapper: bool
+    #: MLA (DeepSeek-style) compressed KV; 0 for ordinary attention
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    attn_output_gate: bool = False
+
+    @property
+    def full_attention_layers(self) -> int:
+        return self.layer_kinds.count(FULL_ATTENTION)
+
+    @property
+    def linear_attention_layers(self) -> int:
+        return self.layer_kinds.count(LINEAR_ATTENTION)
+
+    @property
+    def sliding_attention_layers(self) -> int:
+        return self.layer_kinds.count(SLIDING_ATTENTION)
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Has per-request recurrent state (Gated DeltaNet / mamba layers)."""
+        return self.linear_attention_layers > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def linear_key_dim(self) -> int:
+        return self.linear_num_key_heads * self.linear_key_head_dim
+
+    @property
+    def linear_value_dim(self) -> int:
+        return self.linear_num_value_heads * self.linear_value_head_dim
+
+
+def _read_config(model_path: Path) -> tuple[dict[str, Any], Path | None]:
+    """The config dict and the directory weights may sit in (None for a bare config.json)."""
+    if model_path.is_file():
+        config_file, weights_dir = model_path, model_path.parent
+    else:
+        config_file, weights_dir = model_path / "config.json", model_path
+    if not config_file.is_file():
+        raise UserError(
+            f"no config.json at {config_file}",
+            field="[model] path",
+            fix="point [model] path at a directory holding the model's config.json",
+        )
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{config_file} is not valid JSON ({err})", field="[model] path") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{config_file} is not a JSON object", field="[model] path")
+    return config, weights_dir
+
+
+def _layer_kinds(text: dict[str, Any], num_layers: int) -> tuple[str, ...]:
+    """Kinds per layer from `layer_types`, `full_attention_interval` or sliding-window settings."""
+    names = {
+        "full_attention": FULL_ATTENTION,
+        "attention": FULL_ATTENTION,
+        "linear_attention": LINEAR_ATTENTION,
+        "mamba": LINEAR_ATTENTION,
+        "sliding_attention": SLIDING_ATTENTION,
+        "sliding_window": SLIDING_ATTENTION,
+    }
+    layer_types = text.get("layer_types")
+    if isinstance(layer_types, list) and len(layer_types) == num_layers:
+        return tuple(names.get(str(kind), FULL_ATTENTION) for kind in layer_types)
+    interval = text.get("full_attention_interval")
+    if isinstance(interval, int) and interval > 0:
+        return tuple(
+            FULL_ATTENTION if (i + 1) % interval == 0 else LINEAR_ATTENTION for i in range(num_layers)
+        )
+    if text.get("sliding_window") and text.get("use_sliding_window"):
+        max_window_layers = int(text.get("max_window_layers", num_layers))
+        return tuple(
+            SLIDING_ATTENTION if i >= max_window_layers else FULL_ATTENTION for i in range(num_layers)
+        )
+    return (FULL_ATTENTION,) * num_layers
+
+
+def _safetensors_params(weights_dir: Path | None) -> tuple[int, int, int] | None:
+    """(total, mtp, vision) parameter counts from safetensors headers, or None without weights.
+
+    Only the JSON header of each file is read (8-byte length + header), so this is
+    fast even for 50 GB of weights.
+    """
+    if weights_dir is None:
+        return None
+    files = sorted(weights_dir.glob("*.safetensors"))
+    if not files:
+        return None
+    total = mtp = vision = 0
+    for file in files:
+        with file.open("rb") as handle:
+            (header_len,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(header_len))
+        for key, info in header.items():
+            if key == "__metadata__":
+                continue
+            count = 1
+            for dim in info["shape"]:
+                count *= int(dim)
+            total += count
+            if "mtp." in key or key.startswith("mtp"):
+                mtp += count
+            elif "visual" in key or "vision" in key:
+                vision += count
+    return total, mtp, vision
+
+
+def _attention_params(t: _Text) -> int:
+    q_out = t.heads * t.head_dim * (2 if t.attn_output_gate else 1)
+    kv_out = 2 * t.kv_heads * t.head_dim
+    return t.hidden * (q_out + kv_out) + t.heads * t.head_dim * t.hidden
+
+
+def _linear_attention_params(t: _Text) -> int:
+    key_dim, value_dim = t.lk_heads * t.lk_dim, t.lv_heads * t.lv_dim
+    in_proj = t.hidden * (2 * key_dim + 2 * value_dim + 2 * t.lv_heads)
+    conv = (2 * key_dim + value_dim) * t.conv_kernel
+    return in_proj + conv + value_dim * t.hidden + 2 * t.lv_heads + t.lv_dim
+
+
+def _mlp_params(t: _Text) -> int:
+    if t.experts:
+        routed = t.experts * 3 * t.hidden * t.moe_inter
+        shared = 3 * t.hidden * t.shared_inter + (t.hidden if t.shared_inter else 0)
+        return routed + shared + t.hidden * t.experts
+    return 3 * t.hidden * t.inter
+
+
+@dataclass(frozen=True)
+class _Text:
+    """Short names for the text config numbers the parameter estimate needs."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    attn_output_gate: bool
+    lk_heads: int
+    lk_dim: int
+    lv_heads: int
+    lv_dim: int
+    conv_kernel: int
+    inter: int
+    experts: int
+    moe_inter: int
+    shared_inter: int
+
+
+def _estimated_params(
+    t: _Text, kinds: tuple[str, ...], vocab: int, tied: bool, mtp_layers: int
+) -> tuple[int, int]:
+    """(language model incl. MTP, MTP alone) estimated from the shape: matrices only,
+    norms ignored (they are < 0.01% of a model)."""
+    layers = sum(
+        (_linear_attention_params(t) if kind == LINEAR_ATTENTION else _attention_params(t)) + _mlp_params(t)
+        for kind in kinds
+    )
+    embeddings = vocab * t.hidden * (1 if tied else 2)
+    # An MTP module is one decoder layer plus the projection of [embedding; hidden] back to hidden.
+    mtp = mtp_layers * (_attention_params(t) + _mlp_params(t) + 2 * t.hidden * t.hidden)
+    return layers + embeddings + mtp, mtp
+
+
+def _vision_params_estimate(vision: dict[str, Any]) -> int:
+    hidden = int(vision.get("hidden_size", 0))
+    depth = int(vision.get("depth", vision.get("num_hidden_layers", 0)))
+    inter = int(vision.get("intermediate_size", 4 * hidden))
+    return depth * (4 * hidden * hidden + 2 * hidden * inter)
+
+
+def load_model_shape(model_path: str | Path) -> ModelShape:
+    """Read a model directory (or a config.json path) into a ModelShape."""
+    config, weights_dir = _read_config(Path(model_path).expanduser())
+    text: dict[str, Any] = config.get("text_config") or config
+    architectures = config.get("architectures") or [config.get("model_type", "unknown")]
+
+    def need(key: str) -> int:
+        if key not in text:
+            raise UserError(
+                f"config.json has no {key!r}",
+                field="[model] path",
+                fix="use the model's own config.json",
+            )
+        return int(text[key])
+
+    hidden = need("hidden_size")
+    num_layers = need("num_hidden_layers")
+    heads = need("num_attention_heads")
+    kinds = _layer_kinds(text, num_layers)
+    t = _Text(
+        hidden=hidden,
+        heads=heads,
+        kv_heads=int(text.get("num_key_value_heads") or heads),
+        head_dim=int(text.get("head_dim") or hidden // heads),
+        attn_output_gate=bool(text.get("attn_output_gate", text.get("model_type") in _GATED_ATTENTION_TYPES)),
+        lk_heads=int(text.get("linear_num_key_heads", 0)),
+        lk_dim=int(text.get("linear_key_head_dim", 0)),
+        lv_heads=int(text.get("linear_num_value_heads", 0)),
+        lv_dim=int(text.get("linear_value_head_dim", 0)),
+        conv_kernel=int(text.get("linear_conv_kernel_dim", 0)),
+        inter=int(text.get("intermediate_size", 0)),
+        experts=int(
+            text.get("num_experts") or text.get("n_routed_experts") or text.get("num_local_experts") or 0
+        ),
+        moe_inter=int(text.get("moe_intermediate_size", 0)),
+        shared_inter=int(text.get("shared_expert_intermediate_size", 0)),
+    )
+    vocab = int(text.get("vocab_size") or config.get("vocab_size") or 0)
+    tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+    mtp_layers = int(text.get("mtp_num_hidden_layers") or text.get("num_nextn_predict_layers") or 0)
+    vision_config = config.get("vision_config") if "text_config" in config else None
+
+    measured = _safetensors_params(weights_dir)
+    if measured is not None:
+        params, mtp_params, vision_params = measured
+        source = "safetensors"
+    else:
+        params, mtp_params = _estimated_params(t, kinds, vocab, tied, mtp_layers)
+        vision_params = _vision_params_estimate(vision_config) if isinstance(vision_config, dict) else 0
+        params += vision_params
+        source = "shape"
+
+    return ModelShape(
+        architecture=str(architectures[0]),
+        model_type=str(text.get("model_type", config.get("model_type", ""))),
+        hidden_size=hidden,
+        num_hidden_layers=num_layers,
+        layer_kinds=kinds,
+        num_attention_heads=heads,
+        num_key_value_heads=t.kv_heads,
+        head_dim=t.head_dim,
+        sliding_window=text.get("sliding_window"),
+        linear_num_key_heads=t.lk_heads,
+        linear_num_value_heads=t.lv_heads,
+        linear_key_head_dim=t.lk_dim,
+        linear_value_head_dim=t.lv_dim,
+        linear_conv_kernel_dim=t.conv_kernel,
+        mamba_ssm_dtype=str(text.get("mamba_ssm_dtype") or "float32"),
+        intermediate_size=t.inter,
+        num_experts=t.experts,
+        num_experts_per_tok=int(text.get("num_experts_per_tok", 0)),
+        moe_intermediate_size=t.moe_inter,
+        shared_expert_intermediate_size=t.shared_inter,
+        mtp_num_layers=mtp_layers,
+        vocab_size=vocab,
+        tie_word_embeddings=tied,
+        max_position_embeddings=int(text.get("max_position_embeddings", 0)),
+        torch_dtype=str(
+            text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "bfloat16"
+        ),
+        param_count=params,
+        param_count_source=source,
+        mtp_param_count=mtp_params,
+        vision_param_count=vision_params,
+        is_multimodal_wrapper="text_config" in config,
+        kv_lora_rank=int(text.get("kv_lora_rank") or 0),
+        qk_rope_head_dim=int(text.get("qk_rope_head_dim") or 0),
+        attn_output_gate=t.attn_output_gate,
+    )

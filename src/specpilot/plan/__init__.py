@@ -1,0 +1,29 @@
+"""Memory planning: spec -> model shape -> per-engine arithmetic -> Plan."""
+
+from __future__ import annotations
+
+from specpilot.engines.args import EngineArgs, parse_engine_args
+from specpilot.models.shape import ModelShape, load_model_shape
+from specpilot.plan.types import Fix, Plan, Problem, Term
+from specpilot.spec import Spec
+
+__all__ = ["Fix", "Plan", "Problem", "Term", "make_plan", "plan_inputs"]
+
+
+def plan_inputs(spec: Spec) -> tuple[ModelShape, EngineArgs]:
+    """The model shape and parsed engine flags every planner and rule reads."""
+    shape = load_model_shape(spec.model_dir())
+    args = parse_engine_args(spec.engine.name, spec.engine.version, spec.engine.args)
+    return shape, args
+
+
+def make_plan(spec: Spec) -> Plan:
+    """The plan for a spec, by its engine's planner."""
+    shape, args = plan_inputs(spec)
+    if spec.engine.name == "sglang":
+        from specpilot.plan.sglang import plan_sglang
+
+        return plan_sglang(spec, shape, args)
+    from specpilot.plan.vllm import plan_vllm
+
+    return plan_vllm(spec, shape, args)

@@ -1,0 +1,59 @@
+"""Calibration: replace estimates with what a real engine measured.
+
+Two numbers decide most of a plan and are hard to know in advance: the free
+memory the engine saw before loading weights (CUDA context, other processes,
+driver reserve) and the memory the weights took. A previous run's log states
+both; with them the plan predicts the KV token count to within the engine's
+own rounding. The spec records them as `[gpu] free_before_load_gib` and
+`[model] weights_gib`; a log can supply them (`specpilot plan --from-log`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from specpilot.errors import UserError
+from specpilot.spec import Spec
+
+LogParser = Callable[[str], Mapping[str, object]]
+
+
+def _parser(engine: str) -> LogParser:
+    if engine == "sglang":
+        from specpilot.plan.sglang import parse_sglang_log
+
+        return parse_sglang_log
+    from specpilot.plan.vllm import parse_vllm_log
+
+    return parse_vllm_log
+
+
+def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str, float]]:
+    """The spec with measured values from an engine log, and which values were measured."""
+    path = Path(log_path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise UserError(f"cannot read the log ({err.strerror})", field="--from-log") from None
+    facts = _parser(spec.engine.name)(text)
+    measured: dict[str, float] = {}
+    gpu, model, engine = spec.gpu, spec.model, spec.engine
+    free = facts.get("free_before_load_gib")
+    if isinstance(free, int | float):
+        gpu = gpu.model_copy(update={"free_before_load_gib": float(free)})
+        measured["free_before_load_gib"] = float(free)
+    weights = facts.get("weights_gib")
+    if isinstance(weights, int | float):
+        model = model.model_copy(update={"weights_gib": float(weights)})
+        measured["weights_gib"] = float(weights)
+    version = facts.get("version")
+    if isinstance(version, str) and version:
+        engine = engine.model_copy(update={"version": version})
+    if not measured:
+        raise UserError(
+            f"found no memory numbers of a {spec.engine.name} startup in {path}",
+            field="--from-log",
+            fix=f"give the log of a {spec.engine.name} start that got at least past weight loading",
+        )
+    return spec.model_copy(update={"gpu": gpu, "model": model, "engine": engine}), measured
