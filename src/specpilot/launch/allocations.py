@@ -10,9 +10,7 @@ COMPARED = ("kv_tokens", "state_slots", "max_running_requests", "weights_gib")
 WARN_ABOVE_PCT = 5.0
 
 
-def plan_diff(
-    allocations: Mapping[str, float], plan: Mapping[str, Any] | None
-) -> list[dict[str, Any]]:
+def plan_diff(allocations: Mapping[str, float], plan: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """One entry per number both sides have: planned, engine, difference, warn (> 5%)."""
     if not plan:
         return []
@@ -21,10 +19,8 @@ def plan_diff(
         planned, printed = plan.get(key), allocations.get(key)
         if not isinstance(planned, int | float) or isinstance(planned, bool) or printed is None:
             continue
-        if planned == 0:
-            diff_pct = 0.0 if printed == 0 else 100.0
-        else:
-            diff_pct = (printed - planned) / planned * 100.0
+        # against a plan of zero, any allocation is "100% off"
+        diff_pct = (printed - planned) / planned * 100.0 if planned else float(printed != 0) * 100.0
         diffs.append(
             {
                 "key": key,

@@ -27,10 +27,7 @@ DEFAULT_PROGRAM: dict[str, tuple[str, ...]] = {
     "sglang": ("python3", "-m", "sglang.launch_server"),
     "vllm": ("python3", "-m", "vllm.entrypoints.openai.api_server"),
 }
-_MODEL_FLAGS: dict[str, tuple[str, ...]] = {
-    "sglang": ("--model-path", "--model"),
-    "vllm": ("--model",),
-}
+_MODEL_FLAGS = {"sglang": "--model-path", "vllm": "--model"}
 #: Login variables taken from the host so the engine finds its Python and home.
 HOST_ENV_KEEP = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV")
 _SECRET_REF = re.compile(r"^\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -60,25 +57,26 @@ def flag_value(args: Sequence[str], flags: Sequence[str]) -> str | None:
     return found
 
 
-def plan_argv(spec: LaunchSpec, *, resolve_model_against: Path | None) -> tuple[list[str], str]:
-    """argv and the served model name. `resolve_model_against` makes a relative
-    `[model] path` absolute (local runs: the spec's directory)."""
+def host_model_path(spec: LaunchSpec, *, home: str, local: bool) -> str:
+    """`[model] path` as the engine on the host must see it: `~/` is the host's home
+    (no shell expands it); a relative path is relative to the spec file on local runs."""
+    model = spec.model.path
+    if model == "~" or model.startswith("~/"):
+        return home.rstrip("/") + model[1:]
+    if local and spec.source_path is not None and not Path(model).is_absolute():
+        return str(Path(spec.source_path).parent / model)
+    return model
+
+
+def plan_argv(spec: LaunchSpec, *, model_path: str) -> tuple[list[str], str]:
+    """argv and the served model name."""
     engine = spec.engine.name
     if engine not in DEFAULT_PROGRAM:
-        raise UserError(
-            f"unknown engine {engine!r}", field="[engine] name", fix="use sglang or vllm"
-        )
+        raise UserError(f"unknown engine {engine!r}", field="[engine] name", fix="use sglang or vllm")
     program = list(spec.engine.command) if spec.engine.command else list(DEFAULT_PROGRAM[engine])
     args = list(spec.engine.args)
-    model_flags = _MODEL_FLAGS[engine]
-    model = flag_value(args, model_flags)
-    if model is None:
-        model = spec.model.path
-        if resolve_model_against is not None and not Path(model).is_absolute():
-            candidate = resolve_model_against / model
-            if candidate.exists():
-                model = str(candidate.resolve())
-        args += [model_flags[0], model]
+    # the model lives in [model] path only (the spec refuses it in args)
+    args += [_MODEL_FLAGS[engine], model_path]
     for flag, wanted in (("--host", spec.server.host), ("--port", str(spec.server.port))):
         given = flag_value(args, (flag,))
         if given is None:
@@ -93,7 +91,7 @@ def plan_argv(spec: LaunchSpec, *, resolve_model_against: Path | None) -> tuple[
     if served is None and spec.model.served_name:
         served = spec.model.served_name
         args += ["--served-model-name", served]
-    return program + args, served or model
+    return program + args, served or model_path
 
 
 def plan_env(
@@ -131,9 +129,9 @@ def plan_launch(
     *,
     host_env: Mapping[str, str],
     local_env: Mapping[str, str],
-    resolve_model_against: Path | None,
+    model_path: str,
 ) -> PlannedLaunch:
-    argv, served = plan_argv(spec, resolve_model_against=resolve_model_against)
+    argv, served = plan_argv(spec, model_path=model_path)
     env, recorded = plan_env(spec.engine.env, host_env, local_env)
     endpoint = f"http://{_url_host(spec.server.host)}:{spec.server.port}"
     return PlannedLaunch(tuple(argv), env, recorded, endpoint, served)

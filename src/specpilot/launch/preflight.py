@@ -8,6 +8,7 @@ one file. Until a concern exists its step is skipped and reported as skipped
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,14 +37,6 @@ def _optional(module: str) -> Any | None:
         raise
 
 
-def load_spec(path: str) -> Any:
-    """`specpilot.spec.load_spec` (UserError naming the key on bad input)."""
-    spec_module = _optional("specpilot.spec")
-    if spec_module is None:
-        raise RuntimeError("specpilot.spec is not available in this build")
-    return spec_module.load_spec(path)
-
-
 def run_preflight(spec: Any) -> Preflight:
     """`specpilot.check.check_spec(spec)` then `specpilot.plan.make_plan(spec)`."""
     result = Preflight()
@@ -59,22 +52,24 @@ def run_preflight(spec: Any) -> Preflight:
                 result.cause = result.cause or "config"
                 fix = getattr(finding, "fix", None)
                 if fix is not None and result.fix is None:
-                    result.fix = Fix(
-                        line, tuple(getattr(fix, "args", ())), dict(getattr(fix, "env", {}))
-                    )
+                    result.fix = Fix(line, tuple(getattr(fix, "args", ())), dict(getattr(fix, "env", {})))
             else:
                 result.warnings.append(line)
     plan_module = _optional("specpilot.plan")
     if plan_module is None or not hasattr(plan_module, "make_plan"):
         result.skipped.append("plan (specpilot.plan.make_plan not available)")
     elif not result.errors:
-        plan = plan_module.make_plan(spec)
+        try:
+            plan = plan_module.make_plan(spec)
+        except ModuleNotFoundError as err:  # this engine's planner has not landed
+            if not (err.name or "").startswith("specpilot."):
+                raise
+            result.skipped.append(f"plan ({err.name} not available)")
+            return result
         result.plan_json = plan.to_json()
         if not plan.fits:
             result.cause = "oom"
-            result.errors.append(
-                "the plan does not fit: " + "; ".join(p.message for p in plan.problems)
-            )
+            result.errors.append("the plan does not fit: " + "; ".join(p.message for p in plan.problems))
             if plan.recommended_args or plan.recommended_env:
                 result.fix = Fix(
                     "the plan's recommended settings",
@@ -84,14 +79,8 @@ def run_preflight(spec: Any) -> Preflight:
     return result
 
 
-async def open_host(target: str, options: dict[str, Any]) -> Host:
+def open_host(target: str, options: Mapping[str, Any]) -> Host:
     """The Host for `target`: `specpilot.hosts.open_host(target, **options)`."""
     hosts = importlib.import_module("specpilot.hosts")
-    opener = getattr(hosts, "open_host", None)
-    if opener is not None:
-        host: Host = await opener(target, **options)
-        return host
-    if target == "local":
-        local_host: Host = importlib.import_module("specpilot.hosts.local").LocalHost()
-        return local_host
-    raise RuntimeError("specpilot.hosts.open_host is not available in this build")
+    host: Host = hosts.open_host(target, **options)
+    return host

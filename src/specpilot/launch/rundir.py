@@ -84,8 +84,7 @@ def build_manifest(
             "python_version": facts.python_version,
             "disk_free_bytes": facts.disk_free_bytes,
             "gpus": [
-                {"index": g.index, "name": g.name, "memory_total_mib": g.memory_total_mib}
-                for g in facts.gpus
+                {"index": g.index, "name": g.name, "memory_total_mib": g.memory_total_mib} for g in facts.gpus
             ],
             "engine_versions": dict(facts.engine_versions),
         },
@@ -99,9 +98,7 @@ async def ship(host: Host, remote_dir: str, files: RunFiles, manifest_bytes: byt
     for fname, data in files.by_name().items():
         result = await host.put(f"{remote_dir}/{fname}", data, _MODES[fname])
         if result.sha256 != sha256_hex(data):
-            raise JobFailed(
-                f"{fname}: the host stored sha256 {result.sha256}, expected {sha256_hex(data)}"
-            )
+            raise JobFailed(f"{fname}: the host stored sha256 {result.sha256}, expected {sha256_hex(data)}")
     await host.put(f"{remote_dir}/{MANIFEST_FILE}", manifest_bytes, 0o644)
 
 
@@ -113,7 +110,6 @@ async def verify_on_host(host: Host, remote_dir: str, files: RunFiles) -> list[s
         actual = await host.sha256(f"{remote_dir}/{fname}")
         if actual != expected:
             problems.append(
-                f"{remote_dir}/{fname}: sha256 on the host is {actual or 'missing'}, "
-                f"shipped {expected}"
+                f"{remote_dir}/{fname}: sha256 on the host is {actual or 'missing'}, shipped {expected}"
             )
     return problems

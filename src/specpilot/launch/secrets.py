@@ -15,9 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 MASK = "***"
 
-_SECRET_NAME = re.compile(
-    r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.I
-)
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.I)
 _SECRET_FLAG = re.compile(r"^--?[\w-]*(token|secret|password|api-key|api_key|apikey)[\w-]*$", re.I)
 
 
@@ -37,9 +35,7 @@ def secret_env_names(env: Mapping[str, str]) -> set[str]:
 
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:
     """A copy of `env` with every secret value replaced by the mask."""
-    return {
-        name: (MASK if is_secret_name(name) and value else value) for name, value in env.items()
-    }
+    return {name: (MASK if is_secret_name(name) and value else value) for name, value in env.items()}
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:

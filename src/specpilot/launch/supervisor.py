@@ -23,7 +23,7 @@ from specpilot.hosts.base import Host, HostFacts
 from specpilot.launch import rundir
 from specpilot.launch.allocations import plan_diff
 from specpilot.launch.classify import Failure, Fix, LogClassifier
-from specpilot.launch.command import PlannedLaunch, plan_launch
+from specpilot.launch.command import PlannedLaunch, host_model_path, plan_launch
 from specpilot.launch.health import HealthAnswer, probe
 from specpilot.launch.render import render_env_file, render_launch_script
 from specpilot.launch.secrets import mask_argv, redact, secret_values
@@ -88,8 +88,12 @@ def _spec_text(spec: LaunchSpec, secrets: list[str]) -> bytes:
     """The spec as given, with secret values masked (they never reach the host's disk)."""
     source = spec.source_path
     if source is not None and Path(source).is_file():
-        return redact(Path(source).read_text(), secrets).encode()
-    return f'# spec given without a file\nname = "{spec.name}"\n'.encode()
+        text = Path(source).read_text()
+    else:
+        from specpilot.spec import Spec, spec_to_toml
+
+        text = spec_to_toml(spec) if isinstance(spec, Spec) else f'name = "{spec.name}"\n'
+    return redact(text, secrets).encode()
 
 
 async def _host_env(host: Host) -> dict[str, str]:
@@ -138,9 +142,7 @@ class _Run:
     def _say(self) -> None:
         if self.progress is not None:
             line = self.classifier.last_meaningful_line
-            self.progress(
-                self.classifier.phase, self.elapsed(), None if line is None else self._hide(line)
-            )
+            self.progress(self.classifier.phase, self.elapsed(), None if line is None else self._hide(line))
 
     def _hide(self, text: str) -> str:
         return redact(text, self.secrets)
@@ -162,9 +164,7 @@ class _Run:
         )
 
     def failed(self, failure: Failure) -> UpResult:
-        return self.result(
-            "failed", failure.cause, error=self._hide(failure.error), fix=failure.fix
-        )
+        return self.result("failed", failure.cause, error=self._hide(failure.error), fix=failure.fix)
 
     def mismatched(self, mismatch: Mismatch) -> UpResult:
         error = f"the live process's {mismatch.what} differs from the plan:\n{mismatch.diff}"
@@ -188,9 +188,7 @@ class _Run:
             answer = await probe(self.host, self.planned.endpoint)
             await self.events.put(("health", answer))
             fast = self.classifier.ready_seen
-            await asyncio.sleep(
-                self.options.health_fast_every_s if fast else self.options.health_every_s
-            )
+            await asyncio.sleep(self.options.health_fast_every_s if fast else self.options.health_every_s)
 
     async def watch(self, pid: int) -> UpResult:
         """Classify until ready or failed. The caller stops the group on failure."""
@@ -235,12 +233,7 @@ class _Run:
                     return self.failed(self.classifier.failure(exited=exited_at is not None))
                 if exited_at is not None and now >= exited_at + opts.exit_drain_s:
                     return self.failed(self.classifier.failure(exited=True))
-                if (
-                    self.classifier.ready_seen
-                    and health is not None
-                    and health.ok
-                    and fatal_at is None
-                ):
+                if self.classifier.ready_seen and health is not None and health.ok and fatal_at is None:
                     mismatch = await check_live(self.host, pid, self.planned.argv, self.planned.env)
                     if mismatch is not None:
                         return self.mismatched(mismatch)
@@ -250,10 +243,7 @@ class _Run:
                     mismatch = await check_live(self.host, pid, self.planned.argv, self.planned.env)
                     if mismatch is not None:
                         return self.mismatched(mismatch)
-                if (
-                    now - last_line_at >= server.hang_timeout_s
-                    and not self.classifier.ready_seen
-                ):
+                if now - last_line_at >= server.hang_timeout_s and not self.classifier.ready_seen:
                     quiet = now - last_line_at
                     return self.result(
                         "failed",
@@ -293,15 +283,14 @@ async def launch(
     pid exists and again with the outcome."""
     options = options or UpOptions()
     started = time.monotonic()
-    local = host.target == "local"
-    source_dir = Path(spec.source_path).parent if local and spec.source_path else None
+    home = await host.home()
     planned = plan_launch(
         spec,
         host_env=await _host_env(host),
         local_env=os.environ if local_env is None else local_env,
-        resolve_model_against=source_dir,
+        model_path=host_model_path(spec, home=home, local=host.target == "local"),
     )
-    remote_dir = rundir.run_dir_path(await host.home(), spec.name)
+    remote_dir = rundir.run_dir_path(home, spec.name)
     run = _Run(host, spec, planned, remote_dir, plan_json, options, progress, started)
     files = rundir.RunFiles(
         spec_toml=_spec_text(spec, run.secrets),

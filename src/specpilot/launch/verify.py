@@ -68,9 +68,7 @@ async def wait_for_argv(
     return live
 
 
-async def check_live(
-    host: Host, pid: int, argv: Sequence[str], env: Mapping[str, str]
-) -> Mismatch | None:
+async def check_live(host: Host, pid: int, argv: Sequence[str], env: Mapping[str, str]) -> Mismatch | None:
     """Compare the live process right now; None when it matches or is gone."""
     live_argv = await host.proc_argv(pid)
     if live_argv is None:

@@ -33,9 +33,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "cuda_oom",
         r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation",
         cause="oom",
-        fix=SignatureFix(
-            "lower the memory fraction or the batch/context limits; run `specpilot plan`"
-        ),
+        fix=SignatureFix("lower the memory fraction or the batch/context limits; run `specpilot plan`"),
     ),
     Signature(
         _ANY,
@@ -64,9 +62,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "import_error",
         r"\b(?:ModuleNotFoundError|ImportError)\b(?::|$)",
         cause="import_error",
-        fix=SignatureFix(
-            "the engine's Python environment is incomplete: install the missing module"
-        ),
+        fix=SignatureFix("the engine's Python environment is incomplete: install the missing module"),
     ),
     Signature(
         _ANY,
@@ -82,10 +78,6 @@ SIGNATURES: tuple[Signature, ...] = (
         r"^(?:.*[\s\]:])?(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception)(?::\s|:?$)",
         cause="crash",
     ),
-    Signature(
-        _ANY, Kind.FATAL, "child_died", r"Received sigquit from a child process", cause="crash"
-    ),
-    Signature(
-        _ANY, Kind.FATAL, "engine_core_failed", r"Engine core initialization failed", cause="crash"
-    ),
+    Signature(_ANY, Kind.FATAL, "child_died", r"Received sigquit from a child process", cause="crash"),
+    Signature(_ANY, Kind.FATAL, "engine_core_failed", r"Engine core initialization failed", cause="crash"),
 )

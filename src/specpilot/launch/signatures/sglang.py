@@ -15,22 +15,16 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(_S, Kind.PROGRESS, "init_distributed", r"Init torch distributed begin"),
     Signature(_S, Kind.PROGRESS, "loading_weights", r"Load weight begin"),
     Signature(_S, Kind.PROGRESS, "weights_loaded", r"Load weight end"),
-    Signature(
-        _S, Kind.PROGRESS, "allocating_kv", r"(?:Mamba|KV) Cache is allocated|Memory pool end"
-    ),
+    Signature(_S, Kind.PROGRESS, "allocating_kv", r"(?:Mamba|KV) Cache is allocated|Memory pool end"),
     Signature(_S, Kind.PROGRESS, "cuda_graph_capture", r"Capture cuda graph begin"),
     Signature(_S, Kind.PROGRESS, "graphs_captured", r"Capture cuda graph end"),
     Signature(_S, Kind.PROGRESS, "http_server", r"Uvicorn running on|Started server process"),
     # allocation numbers, compared with the plan
     Signature(_S, Kind.ALLOCATION, "kv_tokens", r"max_total_num_tokens=(?P<value>\d+)"),
-    Signature(
-        _S, Kind.ALLOCATION, "kv_tokens", r"KV Cache is allocated\..*#tokens: (?P<value>\d+)"
-    ),
+    Signature(_S, Kind.ALLOCATION, "kv_tokens", r"KV Cache is allocated\..*#tokens: (?P<value>\d+)"),
     Signature(_S, Kind.ALLOCATION, "state_slots", r"max_mamba_cache_size: (?P<value>\d+)"),
     Signature(_S, Kind.ALLOCATION, "max_running_requests", r"max_running_requests=(?P<value>\d+)"),
-    Signature(
-        _S, Kind.ALLOCATION, "weights_gib", r"Load weight end\..*mem usage=(?P<value>[\d.]+) GB"
-    ),
+    Signature(_S, Kind.ALLOCATION, "weights_gib", r"Load weight end\..*mem usage=(?P<value>[\d.]+) GB"),
     # fatal, specific first (tried in order over the whole error text)
     Signature(
         _S,

@@ -10,9 +10,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(_V, Kind.READY, "ready", r"Application startup complete\."),
     Signature(_V, Kind.PROGRESS, "loading_weights", r"Starting to load model"),
     Signature(_V, Kind.PROGRESS, "weights_loaded", r"Model loading took|Loading weights took"),
-    Signature(
-        _V, Kind.PROGRESS, "allocating_kv", r"Available KV cache memory|[GC]PU KV cache size"
-    ),
+    Signature(_V, Kind.PROGRESS, "allocating_kv", r"Available KV cache memory|[GC]PU KV cache size"),
     Signature(_V, Kind.PROGRESS, "cuda_graph_capture", r"Capturing CUDA graphs?"),
     Signature(_V, Kind.PROGRESS, "graphs_captured", r"Graph capturing finished"),
     Signature(_V, Kind.PROGRESS, "engine_initialized", r"init engine \(profile, create kv cache"),
@@ -25,9 +23,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"Maximum concurrency for [\d,]+ tokens per request: (?P<value>[\d.]+)x",
     ),
     Signature(_V, Kind.ALLOCATION, "weights_gib", r"Model loading took (?P<value>[\d.]+) GiB"),
-    Signature(
-        _V, Kind.ALLOCATION, "available_kv_gib", r"Available KV cache memory: (?P<value>[\d.]+) GiB"
-    ),
+    Signature(_V, Kind.ALLOCATION, "available_kv_gib", r"Available KV cache memory: (?P<value>[\d.]+) GiB"),
     Signature(
         _V,
         Kind.FATAL,
@@ -48,9 +44,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "no_cache_blocks",
         r"No available memory for the cache blocks",
         cause="oom",
-        fix=SignatureFix(
-            "raise --gpu-memory-utilization or lower --max-model-len / --max-num-seqs"
-        ),
+        fix=SignatureFix("raise --gpu-memory-utilization or lower --max-model-len / --max-num-seqs"),
     ),
     Signature(
         _V,
