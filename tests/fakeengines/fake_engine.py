@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scenarios import SCENARIOS, Scenario  # noqa: E402
+from scenarios import SCENARIOS, Scenario
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:

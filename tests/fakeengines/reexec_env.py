@@ -11,6 +11,6 @@ if os.environ.get("SPECPILOT_FAKE_REEXECED") != "1":
     os.execve(sys.executable, [sys.executable, *sys.argv], env)
 os.environ["SPECPILOT_FAKE_SCENARIO"] = "sglang_ready"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fake_engine  # noqa: E402
+import fake_engine
 
 fake_engine.main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from typing import Any
@@ -55,8 +56,10 @@ def _render_result(result: UpResult, console: Console) -> None:
     else:
         where = f" during '{result.last_phase}'" if result.last_phase else ""
         console.print(f"[bold red]failed[/]: [bold]{result.cause}[/]{where} after {result.elapsed_s:.1f} s")
-        if result.error:
-            console.print(Panel(Text(result.error), title="error", border_style="red"))
+        if result.error:  # unboxed, so the traceback copies cleanly
+            console.rule("error", style="red")
+            console.print(Text(result.error))
+            console.rule(style="red")
         if result.fix is not None:
             console.print(Panel(Text("\n".join(_fix_lines(result.fix))), title="fix"))
         if result.pid is not None:
@@ -206,10 +209,8 @@ def logs(name: str, follow: bool) -> None:
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(copy())
-    except KeyboardInterrupt:
-        pass
 
 
 @click.command("down")

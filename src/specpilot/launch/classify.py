@@ -65,7 +65,7 @@ class LogClassifier:
         self.lines: list[str] = []
         self.phase: str = "starting"
         self.last_meaningful_line: str | None = None
-        self.allocations: dict[str, float] = {}
+        self.allocations: dict[str, int | float] = {}
         self.ready_seen = False
         self.fatal_index: int | None = None  # index of the line that said "this failed"
         self._block_start: int | None = None
@@ -90,7 +90,8 @@ class LogClassifier:
             if match is None:
                 continue
             if sig.kind is Kind.ALLOCATION:
-                self.allocations[sig.name] = float(match.group("value").replace(",", ""))
+                raw = match.group("value").replace(",", "")
+                self.allocations[sig.name] = float(raw) if "." in raw else int(raw)
                 event = LineEvent(Kind.ALLOCATION, sig.name) if event.kind is None else event
             elif sig.kind is Kind.PROGRESS:
                 self.phase = sig.name

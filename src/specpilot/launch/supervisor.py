@@ -61,7 +61,7 @@ class UpResult:
     fix: Fix | None = None
     pid: int | None = None
     endpoint: str | None = None
-    allocations: dict[str, float] = field(default_factory=dict)
+    allocations: dict[str, int | float] = field(default_factory=dict)
     plan_diff: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
     last_phase: str | None = None
