@@ -11,6 +11,7 @@ and start is caught instead of launched.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -95,21 +96,30 @@ def build_manifest(
 
 async def ship(host: Host, remote_dir: str, files: RunFiles, manifest_bytes: bytes) -> None:
     """Put every file (the host verifies each on the far side), manifest last."""
-    for fname, data in files.by_name().items():
+
+    async def put(fname: str, data: bytes) -> None:
         result = await host.put(f"{remote_dir}/{fname}", data, _MODES[fname])
         if result.sha256 != sha256_hex(data):
             raise JobFailed(f"{fname}: the host stored sha256 {result.sha256}, expected {sha256_hex(data)}")
+
+    await asyncio.gather(*(put(fname, data) for fname, data in files.by_name().items()))
     await host.put(f"{remote_dir}/{MANIFEST_FILE}", manifest_bytes, 0o644)
 
 
 async def verify_on_host(host: Host, remote_dir: str, files: RunFiles) -> list[str]:
-    """Recompute each file's sha256 on the host; one line per file that differs."""
+    """Recompute each file's sha256 on the host (one `sha256sum` run); one line per
+    file that differs or is missing."""
+    paths = {f"{remote_dir}/{fname}": data for fname, data in files.by_name().items()}
+    result = await host.run(["sha256sum", "--", *paths], check=False, timeout_s=60.0)
+    actual: dict[str, str] = {}
+    for line in result.stdout.decode(errors="replace").splitlines():
+        digest, _, path = line.partition("  ")
+        actual[path] = digest
     problems = []
-    for fname, data in files.by_name().items():
+    for path, data in paths.items():
         expected = sha256_hex(data)
-        actual = await host.sha256(f"{remote_dir}/{fname}")
-        if actual != expected:
+        if actual.get(path) != expected:
             problems.append(
-                f"{remote_dir}/{fname}: sha256 on the host is {actual or 'missing'}, shipped {expected}"
+                f"{path}: sha256 on the host is {actual.get(path, 'missing')}, shipped {expected}"
             )
     return problems

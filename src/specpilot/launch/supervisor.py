@@ -135,6 +135,7 @@ class _Run:
         self.secrets = secret_values(planned.env, planned.argv)
         self.events: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
         self.pid: int | None = None
+        self.launcher = ("bash", f"{remote_dir}/{rundir.LAUNCH_FILE}")
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -190,82 +191,99 @@ class _Run:
             fast = self.classifier.ready_seen
             await asyncio.sleep(self.options.health_fast_every_s if fast else self.options.health_every_s)
 
+    async def _verify(self, pid: int) -> None:
+        """Prove the live process is the planned one; then keep proving it while starting."""
+        argv, env = self.planned.argv, self.planned.env
+        live = await wait_for_argv(
+            self.host, pid, argv, self.launcher, timeout_s=self.options.verify_timeout_s
+        )
+        if live is None:
+            return  # gone before it could be checked: the log and the exit tell why
+        while True:
+            mismatch = await check_live(self.host, pid, argv, env)
+            await self.events.put(("verified", mismatch))
+            if mismatch is not None:
+                return
+            await asyncio.sleep(self.options.reverify_every_s)
+
     async def watch(self, pid: int) -> UpResult:
         """Classify until ready or failed. The caller stops the group on failure."""
-        opts, server = self.options, self.spec.server
         tasks = [
             asyncio.create_task(self._follow_log()),
             asyncio.create_task(self._watch_pid(pid)),
             asyncio.create_task(self._poll_health()),
+            asyncio.create_task(self._verify(pid)),
         ]
         try:
-            last_line_at = fatal_at = exited_at = None
-            last_line_at = time.monotonic()
-            next_verify = time.monotonic() + opts.reverify_every_s
-            health: HealthAnswer | None = None
-            while True:
-                now = time.monotonic()
-                waits = [0.1]
-                if fatal_at is not None:
-                    waits.append(fatal_at + opts.grace_s - now)
-                if exited_at is not None:
-                    waits.append(exited_at + opts.exit_drain_s - now)
-                with contextlib.suppress(TimeoutError):
-                    kind, payload = await asyncio.wait_for(self.events.get(), max(0.0, min(waits)))
-                    if kind == "line":
-                        assert isinstance(payload, str)
-                        last_line_at = time.monotonic()
-                        event = self.classifier.feed(payload)
-                        if event.kind is not None:
-                            self._say()
-                        if self.classifier.fatal_seen and fatal_at is None:
-                            fatal_at = time.monotonic()
-                    elif kind == "exit":
-                        exited_at = time.monotonic()
-                    elif kind == "health":
-                        assert isinstance(payload, HealthAnswer)
-                        health = payload
-                now = time.monotonic()
-                if fatal_at is not None and (
-                    now >= fatal_at + opts.grace_s
-                    or (exited_at is not None and now >= exited_at + min(opts.exit_drain_s, 0.1))
-                ):
-                    return self.failed(self.classifier.failure(exited=exited_at is not None))
-                if exited_at is not None and now >= exited_at + opts.exit_drain_s:
-                    return self.failed(self.classifier.failure(exited=True))
-                if self.classifier.ready_seen and health is not None and health.ok and fatal_at is None:
-                    mismatch = await check_live(self.host, pid, self.planned.argv, self.planned.env)
-                    if mismatch is not None:
-                        return self.mismatched(mismatch)
-                    return self.result("ready", "ready")
-                if now >= next_verify and fatal_at is None and exited_at is None:
-                    next_verify = now + opts.reverify_every_s
-                    mismatch = await check_live(self.host, pid, self.planned.argv, self.planned.env)
-                    if mismatch is not None:
-                        return self.mismatched(mismatch)
-                if now - last_line_at >= server.hang_timeout_s and not self.classifier.ready_seen:
-                    quiet = now - last_line_at
-                    return self.result(
-                        "failed",
-                        "hang",
-                        error=self._hide(
-                            f"no new log line for {quiet:.0f} s during phase "
-                            f"'{self.classifier.phase}'; last line: "
-                            f"{self.classifier.last_meaningful_line or '(none)'}"
-                        ),
-                    )
-                if self.elapsed() >= server.ready_timeout_s:
-                    return self.result(
-                        "failed",
-                        "timeout",
-                        error=f"not ready after {self.elapsed():.0f} s "
-                        f"(phase '{self.classifier.phase}'; raise [server] ready_timeout_s "
-                        "if this engine needs longer)",
-                    )
+            return await self._decide(pid)
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _decide(self, pid: int) -> UpResult:
+        opts, server = self.options, self.spec.server
+        fatal_at: float | None = None
+        exited_at: float | None = None
+        last_line_at = time.monotonic()
+        verified = False
+        health: HealthAnswer | None = None
+        while True:
+            now = time.monotonic()
+            waits = [0.1]
+            if fatal_at is not None:
+                waits.append(fatal_at + opts.grace_s - now)
+            if exited_at is not None:
+                waits.append(exited_at + opts.exit_drain_s - now)
+            with contextlib.suppress(TimeoutError):
+                kind, payload = await asyncio.wait_for(self.events.get(), max(0.0, min(waits)))
+                if kind == "line":
+                    assert isinstance(payload, str)
+                    last_line_at = time.monotonic()
+                    if self.classifier.feed(payload).kind is not None:
+                        self._say()
+                    if self.classifier.fatal_seen and fatal_at is None:
+                        fatal_at = time.monotonic()
+                elif kind == "exit":
+                    exited_at = time.monotonic()
+                elif kind == "health":
+                    assert isinstance(payload, HealthAnswer)
+                    health = payload
+                elif kind == "verified":
+                    if payload is not None and fatal_at is None and exited_at is None:
+                        assert isinstance(payload, Mismatch)
+                        return self.mismatched(payload)
+                    verified = True
+            now = time.monotonic()
+            if fatal_at is not None and (
+                now >= fatal_at + opts.grace_s
+                or (exited_at is not None and now >= exited_at + min(opts.exit_drain_s, 0.1))
+            ):
+                return self.failed(self.classifier.failure(exited=exited_at is not None))
+            if exited_at is not None and now >= exited_at + opts.exit_drain_s:
+                return self.failed(self.classifier.failure(exited=True))
+            if self.classifier.ready_seen and verified and health is not None and health.ok:
+                # the serving process is proven once more, at the moment it is declared ready
+                mismatch = await check_live(self.host, pid, self.planned.argv, self.planned.env)
+                if mismatch is not None:
+                    return self.mismatched(mismatch)
+                return self.result("ready", "ready")
+            if now - last_line_at >= server.hang_timeout_s and not self.classifier.ready_seen:
+                return self.result("failed", "hang", error=self._hang_error(now - last_line_at))
+            if self.elapsed() >= server.ready_timeout_s:
+                return self.result(
+                    "failed",
+                    "timeout",
+                    error=f"not ready after {self.elapsed():.0f} s "
+                    f"(phase '{self.classifier.phase}'; raise [server] ready_timeout_s "
+                    "if this engine needs longer)",
+                )
+
+    def _hang_error(self, quiet_s: float) -> str:
+        return self._hide(
+            f"no new log line for {quiet_s:.0f} s during phase '{self.classifier.phase}'; "
+            f"last line: {self.classifier.last_meaningful_line or '(none)'}"
+        )
 
 
 async def launch(
@@ -283,10 +301,10 @@ async def launch(
     pid exists and again with the outcome."""
     options = options or UpOptions()
     started = time.monotonic()
-    home = await host.home()
+    home, host_env, facts = await asyncio.gather(host.home(), _host_env(host), _facts_or_none(host))
     planned = plan_launch(
         spec,
-        host_env=await _host_env(host),
+        host_env=host_env,
         local_env=os.environ if local_env is None else local_env,
         model_path=host_model_path(spec, home=home, local=host.target == "local"),
     )
@@ -304,7 +322,7 @@ async def launch(
         engine=spec.engine.name,
         engine_version=spec.engine.version,
         argv_shown=mask_argv(planned.argv),
-        facts=await _facts_or_none(host),
+        facts=facts,
     )
     log_path = f"{remote_dir}/{rundir.LOG_FILE}"
     await host.run(["mkdir", "-p", "-m", "700", remote_dir])
@@ -332,7 +350,7 @@ async def launch(
         )
 
     pid = await host.spawn_detached(
-        ["bash", f"{remote_dir}/{rundir.LAUNCH_FILE}"],
+        run.launcher,
         env=planned.env,
         cwd=remote_dir,
         log_path=log_path,
@@ -364,11 +382,7 @@ async def launch(
     write_state(state)
     result: UpResult | None = None
     try:
-        live = await wait_for_argv(host, pid, planned.argv, timeout_s=options.verify_timeout_s)
-        mismatch = None
-        if live is not None:
-            mismatch = await check_live(host, pid, planned.argv, planned.env)
-        result = run.mismatched(mismatch) if mismatch is not None else await run.watch(pid)
+        result = await run.watch(pid)
     finally:
         if result is None or result.phase != "ready":
             await stop_group(host, pid, term_timeout_s=options.term_timeout_s)

@@ -55,14 +55,20 @@ def env_diff(planned: Mapping[str, str], live: Mapping[str, str]) -> str | None:
 
 
 async def wait_for_argv(
-    host: Host, pid: int, planned: Sequence[str], *, timeout_s: float = 5.0, poll_s: float = 0.02
+    host: Host,
+    pid: int,
+    planned: Sequence[str],
+    launcher: Sequence[str],
+    *,
+    timeout_s: float = 5.0,
+    poll_s: float = 0.02,
 ) -> list[str] | None:
-    """Poll /proc/PID/cmdline until it equals `planned` or `timeout_s` passes.
-
-    Returns the last argv seen (None when the process is gone)."""
+    """Poll /proc/PID/cmdline while it still shows `launcher` (bash launch.sh, before its
+    exec), up to `timeout_s`. Returns the argv seen after that (None when the process is
+    gone): the planned one, or whatever replaced the launcher instead."""
     deadline = time.monotonic() + timeout_s
     live = await host.proc_argv(pid)
-    while live is not None and list(live) != list(planned) and time.monotonic() < deadline:
+    while live is not None and list(live) == list(launcher) and time.monotonic() < deadline:
         await asyncio.sleep(poll_s)
         live = await host.proc_argv(pid)
     return live
