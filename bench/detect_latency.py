@@ -5,7 +5,10 @@ the full `launch` path on the local host; the stand-in records when it wrote the
 fatal line, and we take the time `launch` returned (process group already stopped).
 The incident's health check was `sleep 60 && grep ...`: 60 s at best.
 
-    PYTHONPATH=src python bench/detect_latency.py [--repeat 3]
+    PYTHONPATH=src python bench/detect_latency.py [--repeat 3] [--ssh]
+
+With --ssh the engine runs behind a real OpenSSH server on 127.0.0.1 (started here
+as a child, like the test fixture), so every host operation is an SSH round trip.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.fakeengines.scenarios import SCENARIOS  # noqa: E402
+from tests.fixtures.sshd import SshdServer, start_sshd, stop_sshd  # noqa: E402
 
 from specpilot.hosts import open_host  # noqa: E402
 from specpilot.launch.supervisor import launch  # noqa: E402
@@ -32,7 +36,7 @@ FAKE_ENGINE = REPO / "tests" / "fakeengines" / "fake_engine.py"
 BASELINE_S = 60.0  # `sleep 60 && grep` from the incident
 
 
-def write_spec(work: Path, scenario: str, port: int) -> Path:
+def write_spec(work: Path, scenario: str, port: int, host_toml: str) -> Path:
     mark = work / f"{scenario}.mark"
     spec = work / f"{scenario}.toml"
     env = {"SPECPILOT_FAKE_SCENARIO": scenario, "SPECPILOT_FAKE_MARK": str(mark)}
@@ -43,14 +47,22 @@ def write_spec(work: Path, scenario: str, port: int) -> Path:
         f'"{"0.5.13" if SCENARIOS[scenario].engine == "sglang" else "0.26.0"}"\n'
         f"command = {json.dumps([sys.executable, str(FAKE_ENGINE)])}\n"
         "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }\n"
-        f"[server]\nport = {port}\n"
+        f"[server]\nport = {port}\n{host_toml}"
     )
     return spec
 
 
-async def one(work: Path, scenario: str, port: int) -> tuple[float, str]:
-    spec = load_spec(write_spec(work, scenario, port))
-    host = open_host("local")
+async def one(work: Path, scenario: str, port: int, sshd: SshdServer | None) -> tuple[float, str]:
+    host_toml = ""
+    if sshd is not None:
+        host_toml = (
+            f'[host]\ntarget = "{sshd.target}"\nidentity_file = "{sshd.identity_file}"\n'
+            f'known_hosts = "{sshd.known_hosts}"\n'
+        )
+    spec = load_spec(write_spec(work, scenario, port, host_toml))
+    host = open_host(
+        spec.host.target, identity_file=spec.host.identity_file, known_hosts=spec.host.known_hosts
+    )
     try:
         result = await launch(spec, host, plan_json=None)
     finally:
@@ -64,19 +76,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--port", type=int, default=30917)
+    parser.add_argument("--ssh", action="store_true", help="through a loopback sshd")
     opts = parser.parse_args()
     failing = sorted(name for name, s in SCENARIOS.items() if s.expected_signature)
     all_s: list[float] = []
     print(f"{'scenario':32} {'cause':14} {'median_s':>9} {'max_s':>7}   (vs {BASELINE_S:.0f} s)")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for scenario in failing:
-            times, cause = [], ""
-            for _ in range(opts.repeat):
-                latency_s, cause = asyncio.run(one(work, scenario, opts.port))
-                times.append(latency_s)
-            all_s += times
-            print(f"{scenario:32} {cause:14} {statistics.median(times):9.3f} {max(times):7.3f}")
+        sshd = start_sshd(work / "sshd") if opts.ssh else None
+        try:
+            for scenario in failing:
+                times, cause = [], ""
+                for _ in range(opts.repeat):
+                    latency_s, cause = asyncio.run(one(work, scenario, opts.port, sshd))
+                    times.append(latency_s)
+                all_s += times
+                print(f"{scenario:32} {cause:14} {statistics.median(times):9.3f} {max(times):7.3f}")
+        finally:
+            if sshd is not None:
+                stop_sshd(sshd)
+    print(f"host: {'loopback sshd' if opts.ssh else 'local'}")
     print(
         f"\nall {len(all_s)} starts: median {statistics.median(all_s):.3f} s, "
         f"max {max(all_s):.3f} s from the fatal line to `up` returning "

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from specpilot.hosts.base import Host
 
-# argv: MODE PGID TERM_TIMEOUT_S; MODE "members" prints the live pids of the group,
-# MODE "stop" prints not_running | terminated | killed | survived.
+# argv: MODE PGID TERM_TIMEOUT_S DELAY_S; MODE "members" prints the live pids of the
+# group, MODE "stop" waits DELAY_S, then prints not_running | terminated | killed | survived.
 _GROUP_SCRIPT = """\
 import os, signal, sys, time
-mode, pgid, term_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+mode, pgid, term_s, delay_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 def members():
     found = []
     for entry in os.listdir("/proc"):
@@ -44,7 +44,9 @@ def signal_group(signum):
         pass
 if mode == "members":
     print(" ".join(map(str, members())))
-elif not members():
+    sys.exit(0)
+time.sleep(delay_s)
+if not members():
     print("not_running")
 else:
     signal_group(signal.SIGTERM)
@@ -56,10 +58,10 @@ else:
 """
 
 
-async def _group_script(host: Host, mode: str, pgid: int, term_timeout_s: float) -> str:
+async def _group_script(host: Host, mode: str, pgid: int, term_timeout_s: float, delay_s: float = 0.0) -> str:
     result = await host.run(
-        ["python3", "-c", _GROUP_SCRIPT, mode, str(pgid), str(term_timeout_s)],
-        timeout_s=term_timeout_s + 30.0,
+        ["python3", "-c", _GROUP_SCRIPT, mode, str(pgid), str(term_timeout_s), str(delay_s)],
+        timeout_s=delay_s + term_timeout_s + 30.0,
     )
     return result.stdout.decode().strip()
 
@@ -69,9 +71,11 @@ async def group_members(host: Host, pgid: int) -> list[int]:
     return [int(pid) for pid in (await _group_script(host, "members", pgid, 0.0)).split()]
 
 
-async def stop_group(host: Host, pgid: int, *, term_timeout_s: float) -> str:
-    """SIGTERM the group, wait up to `term_timeout_s` for every member, then SIGKILL.
+async def stop_group(host: Host, pgid: int, *, term_timeout_s: float, delay_s: float = 0.0) -> str:
+    """After `delay_s`, SIGTERM the group, wait up to `term_timeout_s` for every member,
+    then SIGKILL. (The delay lets a caller start the stop's round trip while it still
+    reads the last lines of an error.)
 
     Returns "not_running", "terminated", "killed" or "survived" (a process in
     uninterruptible sleep that even SIGKILL did not end within 5 s)."""
-    return await _group_script(host, "stop", pgid, term_timeout_s)
+    return await _group_script(host, "stop", pgid, term_timeout_s, delay_s)

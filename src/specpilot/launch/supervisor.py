@@ -40,13 +40,13 @@ AfterShip = Callable[[str], Awaitable[None]]
 
 @dataclass
 class UpOptions:
-    grace_s: float = 0.5  # after a fatal line: collect the rest of the error this long
+    grace_s: float = 0.5  # after a fatal line: collect the rest of the error at most this long
+    quiet_s: float = 0.2  # ... or until the log has been quiet this long (the block ended)
     term_timeout_s: float = 0.3  # on failure: SIGTERM, then SIGKILL after this
     verify_timeout_s: float = 5.0  # bash launch.sh -> exec engine transition
     reverify_every_s: float = 1.0
     health_every_s: float = 2.0  # before the log says ready
     health_fast_every_s: float = 0.2  # after the log says ready
-    exit_drain_s: float = 0.25  # after the process exits: read the log's last lines
     after_ship: AfterShip | None = None
 
 
@@ -136,6 +136,10 @@ class _Run:
         self.events: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
         self.pid: int | None = None
         self.launcher = ("bash", f"{remote_dir}/{rundir.LAUNCH_FILE}")
+        self.log_path = f"{remote_dir}/{rundir.LOG_FILE}"
+        self.consumed_bytes = 0  # log bytes already turned into "line" events
+        self.stop_task: asyncio.Task[str] | None = None
+        self._follow_task: asyncio.Task[None] | None = None
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -173,11 +177,44 @@ class _Run:
 
     async def _follow_log(self) -> None:
         partial = b""
-        async for chunk in self.host.follow(f"{self.remote_dir}/{rundir.LOG_FILE}", 0):
+        async for chunk in self.host.follow(self.log_path, 0):
             partial += chunk
             *lines, partial = partial.split(b"\n")
             for raw in lines:
+                self.consumed_bytes += len(raw) + 1
                 await self.events.put(("line", raw.decode(errors="replace").rstrip("\r")))
+
+    def _feed(self, line: str) -> None:
+        if self.classifier.feed(line).kind is not None:
+            self._say()
+
+    async def _catch_up(self) -> None:
+        """The process is gone: its log is complete. Take every line not yet classified
+        (queued, or not yet delivered by the follower) in one read, in order."""
+        await self.stop_following()
+        while not self.events.empty():
+            kind, payload = self.events.get_nowait()
+            if kind == "line":
+                assert isinstance(payload, str)
+                self._feed(payload)
+        if self.classifier.fatal_seen:
+            return  # the error is in hand; the rest is not worth a round trip
+        rest = await self.host.read_bytes(self.log_path, self.consumed_bytes)
+        for raw in rest.decode(errors="replace").splitlines():
+            self._feed(raw.rstrip("\r"))
+
+    def _stop_soon(self, pid: int) -> None:
+        """A fatal line arrived: start stopping the group now, signalling after `quiet_s`,
+        so the stop's round trip overlaps the collection of the error's last lines."""
+        if self.stop_task is None:
+            self.stop_task = asyncio.create_task(
+                stop_group(
+                    self.host,
+                    pid,
+                    term_timeout_s=self.options.term_timeout_s,
+                    delay_s=self.options.quiet_s,
+                )
+            )
 
     async def _watch_pid(self, pid: int) -> None:
         while await self.host.pid_alive(pid):
@@ -206,10 +243,18 @@ class _Run:
                 return
             await asyncio.sleep(self.options.reverify_every_s)
 
+    def start_following(self) -> None:
+        """Follow the log before the process exists, so its first line is not late."""
+        self._follow_task = asyncio.create_task(self._follow_log())
+
+    async def stop_following(self) -> None:
+        if self._follow_task is not None:
+            self._follow_task.cancel()
+            await asyncio.gather(self._follow_task, return_exceptions=True)
+
     async def watch(self, pid: int) -> UpResult:
         """Classify until ready or failed. The caller stops the group on failure."""
         tasks = [
-            asyncio.create_task(self._follow_log()),
             asyncio.create_task(self._watch_pid(pid)),
             asyncio.create_task(self._poll_health()),
             asyncio.create_task(self._verify(pid)),
@@ -224,7 +269,6 @@ class _Run:
     async def _decide(self, pid: int) -> UpResult:
         opts, server = self.options, self.spec.server
         fatal_at: float | None = None
-        exited_at: float | None = None
         last_line_at = time.monotonic()
         verified = False
         health: HealthAnswer | None = None
@@ -232,36 +276,32 @@ class _Run:
             now = time.monotonic()
             waits = [0.1]
             if fatal_at is not None:
-                waits.append(fatal_at + opts.grace_s - now)
-            if exited_at is not None:
-                waits.append(exited_at + opts.exit_drain_s - now)
+                waits += [fatal_at + opts.grace_s - now, last_line_at + opts.quiet_s - now]
             with contextlib.suppress(TimeoutError):
                 kind, payload = await asyncio.wait_for(self.events.get(), max(0.0, min(waits)))
                 if kind == "line":
                     assert isinstance(payload, str)
                     last_line_at = time.monotonic()
-                    if self.classifier.feed(payload).kind is not None:
-                        self._say()
-                    if self.classifier.fatal_seen and fatal_at is None:
-                        fatal_at = time.monotonic()
+                    self._feed(payload)
                 elif kind == "exit":
-                    exited_at = time.monotonic()
+                    await self._catch_up()
+                    return self.failed(self.classifier.failure(exited=True))
                 elif kind == "health":
                     assert isinstance(payload, HealthAnswer)
                     health = payload
                 elif kind == "verified":
-                    if payload is not None and fatal_at is None and exited_at is None:
+                    if payload is not None and fatal_at is None:
                         assert isinstance(payload, Mismatch)
                         return self.mismatched(payload)
                     verified = True
             now = time.monotonic()
+            if self.classifier.fatal_seen and fatal_at is None:
+                fatal_at = now
+                self._stop_soon(pid)
             if fatal_at is not None and (
-                now >= fatal_at + opts.grace_s
-                or (exited_at is not None and now >= exited_at + min(opts.exit_drain_s, 0.1))
+                now >= fatal_at + opts.grace_s or now >= last_line_at + opts.quiet_s
             ):
-                return self.failed(self.classifier.failure(exited=exited_at is not None))
-            if exited_at is not None and now >= exited_at + opts.exit_drain_s:
-                return self.failed(self.classifier.failure(exited=True))
+                return self.failed(self.classifier.failure(exited=False))
             if self.classifier.ready_seen and verified and health is not None and health.ok:
                 # the serving process is proven once more, at the moment it is declared ready
                 mismatch = await check_live(self.host, pid, self.planned.argv, self.planned.env)
@@ -324,14 +364,25 @@ async def launch(
         argv_shown=mask_argv(planned.argv),
         facts=facts,
     )
-    log_path = f"{remote_dir}/{rundir.LOG_FILE}"
     await host.run(["mkdir", "-p", "-m", "700", remote_dir])
     # a previous run's log must not be classified as this one's: keep it as engine.log.1
-    await host.run(["mv", "-f", log_path, f"{log_path}.1"], check=False)
+    await host.run(["mv", "-f", run.log_path, f"{run.log_path}.1"], check=False)
     await rundir.ship(host, remote_dir, files, manifest)
     if options.after_ship is not None:
         await options.after_ship(remote_dir)
 
+    run.start_following()
+    try:
+        return await _start_and_watch(run, spec, host, files, options)
+    finally:
+        await run.stop_following()
+
+
+async def _start_and_watch(
+    run: _Run, spec: LaunchSpec, host: Host, files: rundir.RunFiles, options: UpOptions
+) -> UpResult:
+    """Refuse a held port or altered files; start; watch; record the state; stop on failure."""
+    remote_dir, planned = run.remote_dir, run.planned
     owner = await host.port_owner(spec.server.port)
     if owner is not None:
         holder = " ".join(mask_argv(owner.argv)) or "(argv unknown)"
@@ -353,7 +404,7 @@ async def launch(
         run.launcher,
         env=planned.env,
         cwd=remote_dir,
-        log_path=log_path,
+        log_path=run.log_path,
         pid_path=f"{remote_dir}/{rundir.PID_FILE}",
     )
     run.pid = pid
@@ -367,7 +418,7 @@ async def launch(
             "accept_new_host_key": spec.host.accept_new_host_key,
         },
         "remote_dir": remote_dir,
-        "log_path": log_path,
+        "log_path": run.log_path,
         "pid": pid,
         "pgid": pid,
         "endpoint": planned.endpoint,
@@ -384,7 +435,9 @@ async def launch(
     try:
         result = await run.watch(pid)
     finally:
-        if result is None or result.phase != "ready":
+        if run.stop_task is not None:
+            await run.stop_task
+        elif result is None or result.phase != "ready":
             await stop_group(host, pid, term_timeout_s=options.term_timeout_s)
         if result is not None:
             result.elapsed_s = run.elapsed()
