@@ -87,8 +87,7 @@ def plan(
     measured: dict[str, float] = {}
     if from_log:
         spec, measured = calibrate_from_log(spec, from_log)
-    result = make_plan(spec)
-    result.measured.update(measured)
+    result = make_plan(spec, measured)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:

@@ -118,6 +118,8 @@ _SGLANG_CORE: tuple[FlagDef, ...] = (
     _flag("--max-mamba-cache-size", "int"),
     _flag("--mamba-full-memory-ratio", "float"),
     _flag("--mamba-ssm-dtype", "str"),
+    _flag("--language-only", "bool"),
+    _flag("--disable-piecewise-cuda-graph", "bool"),
 )
 
 _VLLM_CORE: tuple[FlagDef, ...] = (

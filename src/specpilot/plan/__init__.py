@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from specpilot.engines.args import EngineArgs, parse_engine_args
 from specpilot.models.shape import ModelShape, load_model_shape
 from specpilot.plan.types import Fix, Plan, Problem, Term
@@ -17,13 +19,13 @@ def plan_inputs(spec: Spec) -> tuple[ModelShape, EngineArgs]:
     return shape, args
 
 
-def make_plan(spec: Spec) -> Plan:
-    """The plan for a spec, by its engine's planner."""
+def make_plan(spec: Spec, measured: Mapping[str, float] | None = None) -> Plan:
+    """The plan for a spec, by its engine's planner; `measured` holds inputs read from a log."""
     shape, args = plan_inputs(spec)
     if spec.engine.name == "sglang":
         from specpilot.plan.sglang import plan_sglang
 
-        return plan_sglang(spec, shape, args)
+        return plan_sglang(spec, shape, args, measured)
     from specpilot.plan.vllm import plan_vllm
 
-    return plan_vllm(spec, shape, args)
+    return plan_vllm(spec, shape, args, measured)

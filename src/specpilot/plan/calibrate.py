@@ -26,34 +26,57 @@ def _parser(engine: str) -> LogParser:
         return parse_sglang_log
     from specpilot.plan.vllm import parse_vllm_log
 
-    return parse_vllm_log
+    parser: LogParser = parse_vllm_log
+    return parser
+
+
+#: numbers a log prints that the plan predicts: comparing against them is the point,
+#: so they are never fed back in as inputs
+PREDICTED_KEYS = frozenset(
+    {
+        "kv_tokens",
+        "max_concurrency",
+        "max_running_requests",
+        "state_slots",
+        "attention_block_size",
+        "max_total_num_tokens",
+        "max_mamba_cache_size",
+        "context_len",
+        "max_model_len",
+    }
+)
 
 
 def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str, float]]:
-    """The spec with measured values from an engine log, and which values were measured."""
+    """The spec with measured values from an engine log, and every measured input.
+
+    The spec carries the two values it has keys for (free memory before load,
+    weight memory); the returned dict carries those and any other measured input
+    the engine's planner uses (e.g. vLLM's peak activation).
+    """
     path = Path(log_path)
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as err:
         raise UserError(f"cannot read the log ({err.strerror})", field="--from-log") from None
     facts = _parser(spec.engine.name)(text)
-    measured: dict[str, float] = {}
-    gpu, model, engine = spec.gpu, spec.model, spec.engine
-    free = facts.get("free_before_load_gib")
-    if isinstance(free, int | float):
-        gpu = gpu.model_copy(update={"free_before_load_gib": float(free)})
-        measured["free_before_load_gib"] = float(free)
-    weights = facts.get("weights_gib")
-    if isinstance(weights, int | float):
-        model = model.model_copy(update={"weights_gib": float(weights)})
-        measured["weights_gib"] = float(weights)
-    version = facts.get("version")
-    if isinstance(version, str) and version:
-        engine = engine.model_copy(update={"version": version})
+    measured = {
+        key: float(value)
+        for key, value in facts.items()
+        if isinstance(value, int | float) and not isinstance(value, bool) and key not in PREDICTED_KEYS
+    }
     if not measured:
         raise UserError(
             f"found no memory numbers of a {spec.engine.name} startup in {path}",
             field="--from-log",
             fix=f"give the log of a {spec.engine.name} start that got at least past weight loading",
         )
+    gpu, model, engine = spec.gpu, spec.model, spec.engine
+    if "free_before_load_gib" in measured:
+        gpu = gpu.model_copy(update={"free_before_load_gib": measured["free_before_load_gib"]})
+    if "weights_gib" in measured:
+        model = model.model_copy(update={"weights_gib": measured["weights_gib"]})
+    version = facts.get("version")
+    if isinstance(version, str) and version:
+        engine = engine.model_copy(update={"version": version})
     return spec.model_copy(update={"gpu": gpu, "model": model, "engine": engine}), measured

@@ -1,0 +1,460 @@
+"""SGLang memory plan: what the engine will allocate, whether it fits, what to change.
+
+`plan_sglang` is pure: spec + model shape + parsed flags in, `Plan` out. It
+re-derives the engine's effective settings (`sglang_settings`), runs the engine's
+arithmetic on them (`sglang_quantities`), checks that everything allocated after
+the pools fits in the reserve, and searches the knobs a user controls
+(`--mem-fraction-static`, `--max-mamba-cache-size`, `--max-running-requests`) for
+values that start first time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from specpilot.engines.args import EngineArgs
+from specpilot.models.shape import ModelShape
+from specpilot.plan import sglang_quantities as q
+from specpilot.plan.sglang_log import parse_sglang_log
+from specpilot.plan.sglang_releases import SglangRelease, release_rules
+from specpilot.plan.sglang_settings import SglangSettings, resolve_settings
+from specpilot.plan.types import GIB, Fix, Plan, Problem, Term
+from specpilot.spec import Spec
+
+__all__ = ["parse_sglang_log", "plan_sglang"]
+
+#: Head-room asked of the reserve above the estimated need: the activation and graph
+#: terms are estimates, and an OOM costs a whole server start.
+RESERVE_MARGIN = 1.10
+#: Mean tokens per completion in the incident's job (1.87e9 tokens / 902,087 rows,
+#: incident.md); the recommendation leaves KV room for twice that per running request.
+BULK_MEAN_TOKENS_PER_REQUEST = 2073
+KV_TOKENS_PER_REQUEST_TARGET = 2 * BULK_MEAN_TOKENS_PER_REQUEST
+#: One request must still be able to reach this length (or the context length, if less).
+LONG_REQUEST_TOKENS = 32768
+#: Speculative decoding is flagged for offline bulk generation when running without it
+#: allows this many times more concurrent requests (see `speculative_note`).
+SPECULATIVE_CONCURRENCY_FACTOR = 2.0
+FRACTION_STEP = 0.01
+#: Term.note of memory that is needed only for a while (see `Sizing.reserve_needed_gib`)
+PEAK = "peak"
+LOWEST_FRACTION = 0.50
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Every number of one configuration, as the engine would compute it."""
+
+    settings: SglangSettings
+    free_before_load_gib: float
+    weights_gib: float
+    draft_weights_gib: float
+    reserve_gib: float
+    multimodal_reserve_gib: float
+    rest_gib: float
+    pool: q.StatePool
+    state_bytes_per_request: int
+    kv_bytes_per_token: int
+    pool_cell_bytes: int
+    kv_tokens: int
+    max_running_requests: int
+    reserve_terms: tuple[Term, ...]
+
+    @property
+    def reserve_needed_gib(self) -> float:
+        """Steady terms plus the larger of the peaks (load-time and serving peaks never
+        coincide)."""
+        steady = sum(t.gib for t in self.reserve_terms if t.note != PEAK)
+        peaks = [t.gib for t in self.reserve_terms if t.note == PEAK]
+        return steady + max(peaks, default=0.0)
+
+
+def _reserve_terms(
+    shape: ModelShape,
+    s: SglangSettings,
+    rules: SglangRelease,
+    tokens: int,
+    requests: int,
+    draft_gib: float,
+) -> tuple[Term, ...]:
+    """What is allocated after the pools and so must fit in the reserve."""
+    terms = [
+        Term("activations (prefill chunk + logits)", q.activation_gib(shape, s), "estimated", PEAK),
+        Term("attention backend workspace", q.attention_workspace_gib(s), "estimated"),
+        Term("CUDA graphs", q.cuda_graph_gib(s), "estimated"),
+        Term("request-to-token table", q.req_to_token_gib(requests, s), "config"),
+        Term("runtime buffers (not itemized, measured)", q.unitemized_runtime_gib(shape), "estimated"),
+    ]
+    if s.tp_size * s.pp_size > 1:
+        terms.append(Term("TP communication buffers", q.tp_buffers_gib(s), "estimated"))
+    if s.has_draft_model and not rules.draft_in_profile:
+        draft_kv = tokens * q.draft_kv_bytes_per_token(shape, s) / GIB
+        terms += [
+            Term("draft model weights", draft_gib, "estimated"),
+            Term(
+                "draft load peak (own embedding + LM head)",
+                q.draft_load_transient_gib(shape, s),
+                "estimated",
+                PEAK,
+            ),
+            Term("draft KV cache", draft_kv, "config"),
+        ]
+    return tuple(terms)
+
+
+def size(
+    shape: ModelShape,
+    s: SglangSettings,
+    rules: SglangRelease,
+    *,
+    free_before_load_gib: float,
+    weights_gib: float,
+) -> Sizing:
+    """Run the engine's sizing for one configuration."""
+    draft_gib = q.draft_weights_gib(shape, s)
+    free_after_load = free_before_load_gib - weights_gib
+    if rules.draft_in_profile:
+        free_after_load -= draft_gib
+    reserve = free_before_load_gib * (1 - s.mem_fraction_static)
+    mm_reserve = rules.multimodal_reserve_mib / 1024 if s.multimodal else 0.0
+    rest = free_after_load - reserve - mm_reserve
+    hybrid = shape.is_hybrid
+    per_req = q.state_bytes_per_request(shape, s) if hybrid else 0
+    pool = q.state_pool(shape, s, rules, rest) if hybrid and rest > 0 else q.StatePool(0, 0.0, 0.0, rest)
+    cell = q.pool_cell_bytes(shape, s, rules)
+    tokens = q.kv_tokens(pool.rest_for_kv_gib, cell, s)
+    requests = q.max_running_requests(tokens, pool.slots, s, rules, hybrid) if tokens else 0
+    return Sizing(
+        settings=s,
+        free_before_load_gib=free_before_load_gib,
+        weights_gib=weights_gib,
+        draft_weights_gib=draft_gib,
+        reserve_gib=reserve,
+        multimodal_reserve_gib=mm_reserve,
+        rest_gib=rest,
+        pool=pool,
+        state_bytes_per_request=per_req,
+        kv_bytes_per_token=q.kv_bytes_per_token(shape, s),
+        pool_cell_bytes=cell,
+        kv_tokens=tokens,
+        max_running_requests=requests,
+        reserve_terms=_reserve_terms(shape, s, rules, tokens, requests, draft_gib),
+    )
+
+
+def blocking_problems(z: Sizing, shape: ModelShape) -> list[Problem]:
+    """Why this configuration would fail to start (empty when it starts)."""
+    s = z.settings
+    problems: list[Problem] = []
+    if z.rest_gib <= 0:
+        problems.append(
+            Problem(
+                "weights_exceed_static_budget",
+                f"weights leave {z.rest_gib:.2f} GiB for caches under mem_fraction_static="
+                f"{s.mem_fraction_static:.3f}: SGLang stops with 'Not enough memory'",
+            )
+        )
+        return problems
+    if shape.is_hybrid and z.pool.slots <= 0:
+        problems.append(
+            Problem(
+                "no_state_slots",
+                "no room for a single hybrid state slot "
+                f"({z.state_bytes_per_request / 2**20:.1f} MiB each): "
+                "SGLang stops with 'Not enough GPU memory for hybrid ... state cache'",
+            )
+        )
+    if z.kv_tokens <= 0:
+        problems.append(
+            Problem(
+                "no_kv_tokens",
+                f"{z.pool.rest_for_kv_gib:.2f} GiB left for the KV cache after the state pool: "
+                "SGLang stops with 'Not enough memory. "
+                "Please try to increase --mem-fraction-static'",
+            )
+        )
+    elif z.max_running_requests <= 0:
+        problems.append(
+            Problem(
+                "no_running_requests",
+                f"{z.pool.slots} state slots at {q.state_slots_per_request(s)} per request "
+                "serve no request: "
+                "SGLang stops with 'state cache is too small to serve any requests'",
+            )
+        )
+    shortfall = z.reserve_needed_gib - z.reserve_gib
+    if shortfall > 0:
+        largest = max(z.reserve_terms, key=lambda t: t.gib)
+        problems.append(
+            Problem(
+                "reserve_too_small",
+                f"the reserve free_before_load x (1 - {s.mem_fraction_static:.3f}) = "
+                f"{z.reserve_gib:.2f} GiB is {shortfall:.2f} GiB short of what is allocated after "
+                f"the pools ({z.reserve_needed_gib:.2f} GiB; largest: {largest.name}, "
+                f"{largest.gib:.2f} GiB): CUDA out of memory at draft load or graph capture. "
+                "A higher --mem-fraction-static makes this worse, not better",
+            )
+        )
+    return problems
+
+
+def _fraction_candidates(start: float) -> list[float]:
+    steps = round((start - LOWEST_FRACTION) / FRACTION_STEP)
+    return [round(start - i * FRACTION_STEP, 2) for i in range(steps + 1)]
+
+
+def _fits_with_margin(z: Sizing, shape: ModelShape) -> bool:
+    return not blocking_problems(z, shape) and z.reserve_gib >= z.reserve_needed_gib * RESERVE_MARGIN
+
+
+def _long_request_tokens(s: SglangSettings) -> int:
+    return min(s.context_len, LONG_REQUEST_TOKENS)
+
+
+def _best_state_split(
+    shape: ModelShape, s: SglangSettings, rules: SglangRelease, free: float, weights: float
+) -> Sizing | None:
+    """The explicit state-slot count that maximises concurrency while every running
+    request keeps `KV_TOKENS_PER_REQUEST_TARGET` tokens and one request can reach
+    `_long_request_tokens`. Bisection over 1..4096 requests: more requests take memory
+    from the KV pool, so the KV condition is monotone; the reserve condition is not
+    always (before 0.5.14 a bigger KV pool means a bigger draft KV in the reserve), so
+    the answer is a configuration verified to fit, not always the global maximum."""
+    ratio = q.state_slots_per_request(s)
+
+    def sized(requests: int) -> Sizing | None:
+        trial = replace(s, max_mamba_cache_size=requests * ratio, max_running_requests=requests)
+        z = size(shape, trial, rules, free_before_load_gib=free, weights_gib=weights)
+        enough_kv = z.kv_tokens >= max(requests * KV_TOKENS_PER_REQUEST_TARGET, _long_request_tokens(s))
+        return z if enough_kv and _fits_with_margin(z, shape) else None
+
+    low, high = 0, 4096
+    best: Sizing | None = None
+    while low < high:
+        middle = (low + high + 1) // 2
+        found = sized(middle)
+        if found is None:
+            high = middle - 1
+        else:
+            low, best = middle, found
+    return best
+
+
+def recommend(
+    shape: ModelShape, s: SglangSettings, rules: SglangRelease, free: float, weights: float
+) -> Sizing | None:
+    """The highest `--mem-fraction-static` that leaves the reserve its margin, and for
+    hybrid models the state-slot split with the most concurrency (None: nothing fits)."""
+    for fraction in _fraction_candidates(0.95):
+        trial = replace(s, mem_fraction_static=fraction)
+        if shape.is_hybrid:
+            best = _best_state_split(shape, trial, rules, free, weights)
+            if best is not None:
+                return best
+            continue
+        z = size(shape, trial, rules, free_before_load_gib=free, weights_gib=weights)
+        if _fits_with_margin(z, shape) and z.kv_tokens >= _long_request_tokens(s):
+            return z
+    return None
+
+
+def startable_settings(
+    s: SglangSettings, shape: ModelShape, rules: SglangRelease
+) -> tuple[SglangSettings, dict[str, str]]:
+    """Settings the engine accepts, and the environment they need.
+
+    SGLang refuses speculative decoding on a hybrid model with radix cache under
+    no_buffer ("...please use --mamba-scheduler-strategy extra_buffer and set
+    SGLANG_ENABLE_SPEC_V2=1"), so a recommendation never keeps that combination; releases
+    that still read SGLANG_ENABLE_SPEC_V2 need it set for overlap scheduling.
+    """
+    if not (shape.is_hybrid and s.speculative_algorithm and not s.radix_cache_disabled):
+        return s, {}
+    env = {"SGLANG_ENABLE_SPEC_V2": "1"} if rules.spec_v2_default is not None else {}
+    if s.mamba_strategy != "no_buffer":
+        return s, env
+    return replace(s, mamba_strategy="extra_buffer", overlap_schedule=True), env
+
+
+def recommended_args(z: Sizing, rules: SglangRelease, shape: ModelShape) -> list[str]:
+    """Flags to add or change (the engine's own spelling for this release)."""
+    s = z.settings
+    args = ["--mem-fraction-static", f"{s.mem_fraction_static:.2f}"]
+    if shape.is_hybrid and s.max_mamba_cache_size is not None:
+        args += ["--max-mamba-cache-size", str(s.max_mamba_cache_size)]
+    args += ["--max-running-requests", str(z.max_running_requests)]
+    if shape.is_hybrid and s.speculative_algorithm and not s.radix_cache_disabled:
+        args += [rules.strategy_flag, s.mamba_strategy]
+    return args
+
+
+def speculative_note(spec_z: Sizing, plain_z: Sizing | None) -> str | None:
+    """Say when speculative decoding likely costs more than it returns for bulk generation.
+
+    Heuristic (incident.md's public anchors): Qwen3.6-27B on SGLang reaches ~790 output
+    tok/s per H200 at 16 concurrent requests and ~1,350 per B200 at 1,024, so aggregate
+    throughput keeps growing with concurrency, while an MTP draft's per-request gain
+    (at most the accepted length, ~2-3x at low batch) shrinks toward 1x as the batch
+    fills the GPU. When dropping speculation allows >= 2x the concurrent requests, the
+    extra concurrency is likely to return more than the draft does.
+    """
+    if plain_z is None or not spec_z.settings.speculative_algorithm:
+        return None
+    spec_n, plain_n = spec_z.max_running_requests, plain_z.max_running_requests
+    if plain_n < SPECULATIVE_CONCURRENCY_FACTOR * max(spec_n, 1):
+        return None
+    return (
+        f"speculative decoding ({spec_z.settings.speculative_algorithm}) leaves {spec_n} "
+        f"concurrent requests; without it the same GPU serves {plain_n} "
+        f"(--mem-fraction-static {plain_z.settings.mem_fraction_static:.2f}). For offline bulk "
+        "generation the extra concurrency likely returns more than the draft's per-request "
+        "speedup, which shrinks as batches grow (public anchors for Qwen3.6-27B on SGLang: "
+        "~790 tok/s per H200 at 16 concurrent, ~1,350 per B200 at 1,024). Measure both"
+    )
+
+
+def _without_speculation(args: EngineArgs) -> EngineArgs:
+    """The same flags minus speculative decoding and the strategy it forced, so the engine
+    picks its own default strategy for a plain launch."""
+    dropped = ("mamba_scheduler_strategy", "mamba_radix_cache_strategy")
+    values = {k: v for k, v in args.values.items() if not k.startswith("speculative_") and k not in dropped}
+    return replace(args, values=values)
+
+
+def _memory_table(
+    z: Sizing, shape: ModelShape, rules: SglangRelease, measured: dict[str, float]
+) -> list[Term]:
+    s = z.settings
+    source = "measured"
+    terms = [
+        Term(
+            "free before weights load",
+            z.free_before_load_gib,
+            source if "free_before_load_gib" in measured else "estimated",
+        ),
+        Term("target weights", z.weights_gib, source if "weights_gib" in measured else "estimated"),
+    ]
+    if s.has_draft_model and rules.draft_in_profile:
+        terms.append(Term("draft weights (loaded before profiling)", z.draft_weights_gib, "estimated"))
+    reserve_name = f"reserve: free x (1 - {s.mem_fraction_static:.3f})"
+    terms.append(Term(reserve_name, z.reserve_gib, "config"))
+    if z.multimodal_reserve_gib:
+        terms.append(Term("multimodal runtime reservation", z.multimodal_reserve_gib, "config"))
+    if shape.is_hybrid:
+        terms.append(Term(f"state pool: {z.pool.slots} slots", z.pool.state_gib, "config"))
+        if z.pool.intermediate_gib:
+            terms.append(
+                Term(
+                    f"speculative intermediate state ({s.num_draft_tokens} draft tokens)",
+                    z.pool.intermediate_gib,
+                    "config",
+                )
+            )
+    terms.append(Term(f"KV cache: {z.kv_tokens} tokens", z.kv_tokens * z.pool_cell_bytes / GIB, "config"))
+    terms.extend(z.reserve_terms)
+    return terms
+
+
+def plan_sglang(
+    spec: Spec, shape: ModelShape, args: EngineArgs, measured: Mapping[str, float] | None = None
+) -> Plan:
+    """The SGLang memory plan for a spec.
+
+    `measured` holds inputs read from an earlier log (`parse_sglang_log`). Free memory
+    before load and target weights are used (they also arrive through the spec's override
+    keys). The draft's "mem usage" line is not: it is taken before the draft swaps its own
+    embedding and LM head for the target's, so it is not the draft's resident size.
+    """
+    rules = release_rules(spec.engine.version)
+    settings = resolve_settings(
+        args,
+        dict(spec.engine.env),
+        shape,
+        gpu_memory_gib=spec.gpu.memory_gib,
+        weights_dtype=spec.model.dtype,
+        quantization=spec.model.quantization,
+        rules=rules,
+    )
+    inputs = dict(measured or {})
+    measured_used = {
+        key: value for key, value in inputs.items() if key in ("free_before_load_gib", "weights_gib")
+    }
+    free = spec.gpu.free_before_load_gib
+    if free is not None:
+        measured_used["free_before_load_gib"] = free
+    else:
+        free = q.free_before_load_gib(spec.gpu.memory_gib, settings.tp_size)
+    weights = spec.model.weights_gib
+    if weights is not None:
+        measured_used["weights_gib"] = weights
+    else:
+        weights = q.target_weights_gib(shape, settings)
+
+    z = size(shape, settings, rules, free_before_load_gib=free, weights_gib=weights)
+    problems = blocking_problems(z, shape)
+    startable, rec_env = startable_settings(settings, shape, rules)
+    best = recommend(shape, startable, rules, free, weights)
+    notes: list[str] = []
+    rec_args: list[str] = []
+    if best is not None:
+        rec_args = recommended_args(best, rules, shape)
+        verb = "fits with" if not problems else "starts with"
+        notes.append(
+            f"{verb} {' '.join(rec_args)}: {best.kv_tokens} KV tokens, "
+            f"{best.max_running_requests} concurrent requests"
+        )
+        if problems:
+            problems = [replace(p, fix=Fix(args=tuple(rec_args), env=rec_env)) for p in problems]
+    else:
+        notes.append("no --mem-fraction-static from 0.95 down to 0.50 fits: use more GPUs (--tp)")
+    if settings.speculative_algorithm:
+        plain = resolve_settings(
+            _without_speculation(args),
+            dict(spec.engine.env),
+            shape,
+            gpu_memory_gib=spec.gpu.memory_gib,
+            weights_dtype=spec.model.dtype,
+            quantization=spec.model.quantization,
+            rules=rules,
+        )
+        note = speculative_note(best or z, recommend(shape, plain, rules, free, weights))
+        if note:
+            notes.append(note)
+    if z.kv_tokens and z.kv_tokens < settings.context_len:
+        notes.append(
+            f"{z.kv_tokens} KV tokens hold less than one {settings.context_len}-token request "
+            "(--context-length); long requests will wait or be retracted"
+        )
+    return Plan(
+        engine="sglang",
+        engine_version=spec.engine.version,
+        fits=not problems,
+        weights_gib=weights,
+        kv_bytes_per_token=z.kv_bytes_per_token,
+        kv_tokens=z.kv_tokens,
+        state_bytes_per_request=z.state_bytes_per_request,
+        state_slots=z.pool.slots,
+        max_running_requests=z.max_running_requests,
+        mem_fraction_static=settings.mem_fraction_static,
+        reserve_gib=z.reserve_gib,
+        reserve_needed_gib=z.reserve_needed_gib,
+        problems=problems,
+        recommended_args=rec_args,
+        recommended_env=rec_env if best is not None else {},
+        terms=_memory_table(z, shape, rules, measured_used),
+        measured=measured_used,
+        notes=notes,
+        details={
+            "context_len": settings.context_len,
+            "page_size": settings.page_size,
+            "mamba_strategy": settings.mamba_strategy if shape.is_hybrid else None,
+            "overlap_schedule": settings.overlap_schedule,
+            "state_slots_per_request": q.state_slots_per_request(settings) if shape.is_hybrid else 0,
+            "speculative_num_draft_tokens": settings.num_draft_tokens,
+            "mem_fraction_static_given": settings.mem_fraction_given,
+            "chunked_prefill_size": settings.chunked_prefill_size,
+            "cuda_graph_max_bs": settings.cuda_graph_max_bs,
+            "free_before_load_gib": round(free, 3),
+        },
+    )

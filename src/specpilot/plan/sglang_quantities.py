@@ -1,0 +1,332 @@
+"""SGLang's memory arithmetic, one named quantity per function.
+
+The accounting follows the engine's own order (model_runner_kv_cache_mixin.py /
+mem_cache/kv_cache_configurator.py):
+
+1. `free_before_load` is sampled before any weight is loaded.
+2. Weights are loaded (target; from 0.5.14 also the draft model).
+3. `rest = free_after_load - free_before_load * (1 - mem_fraction_static)`: everything
+   above the reserve `free_before_load * (1 - mem_fraction_static)` goes to pools.
+4. Hybrid models split `rest` between the mamba state pool and the KV pool by
+   `mamba_full_memory_ratio` (or take `--max-mamba-cache-size` slots first),
+   after the speculative intermediate state.
+5. KV tokens = what remains // bytes per token, rounded down to the page size.
+6. max_running_requests follows from the token pool, the flag, and the state slots.
+
+Everything allocated later (activations, CUDA graphs and, before 0.5.14, the draft
+model and its KV cache) must fit in the reserve. Sizes are per GPU; "GB" in SGLang's
+logs are GiB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specpilot.models.shape import ModelShape
+from specpilot.plan.sglang_releases import SglangRelease
+from specpilot.plan.sglang_settings import SglangSettings
+from specpilot.plan.types import GIB
+
+#: Measured CUDA context + allocator + NCCL before weights load, per GPU (GiB): H100 80 GB
+#: 0.71, MI355X 0.71, 4x RTX 4090 TP4 0.91 (tests/data/startup_logs/sglang/*.json).
+CUDA_CONTEXT_GIB = 0.75
+CUDA_CONTEXT_TP_EXTRA_GIB = 0.15
+#: MiB per captured decode batch size and per piecewise prefill graph: SGLang's own
+#: coefficients for the default mem_fraction_static (_handle_gpu_memory_settings).
+GRAPH_MIB_PER_BATCH = 2.0
+PIECEWISE_GRAPH_MIB = 8.0
+#: "Constant meta data (e.g., from attention backend)" in the same heuristic; a draft
+#: model brings its own attention backends.
+ATTENTION_METADATA_MIB = 512.0
+#: Memory the engine allocates between the pools and serving that no formula above
+#: itemizes (kernel workspaces, allocator slack), measured from startup logs: Qwen3.5-27B
+#: hybrid on H100 lost 2.87 GiB of its reserve before serving, 0.10 of it CUDA graphs and
+#: 0.13 other itemized terms; Qwen3-0.6B dense on 16 GB lost 0.63 GiB to the attention
+#: backend before graph capture.
+UNITEMIZED_HYBRID_GIB = 2.5
+UNITEMIZED_DENSE_GIB = 0.6
+#: req_to_token entries beyond context_len (speculative decoding's extra room is at most a
+#: few draft tokens; get_req_to_token_extra_context_len)
+REQ_TO_TOKEN_EXTRA_TOKENS = 4
+#: Activation working set per prefill token, in units of hidden_size elements: residual,
+#: normed input, attention output and the MLP's gate/up (2 x intermediate) at once.
+ACTIVATION_HIDDEN_COPIES = 4
+
+
+def cuda_context_gib(tp_size: int) -> float:
+    """Memory gone before weights load: CUDA context, allocator pools, NCCL for TP > 1."""
+    return CUDA_CONTEXT_GIB + (CUDA_CONTEXT_TP_EXTRA_GIB if tp_size > 1 else 0.0)
+
+
+def free_before_load_gib(gpu_memory_gib: float, tp_size: int) -> float:
+    """`pre_model_load_memory`: free memory the engine samples before loading weights."""
+    return gpu_memory_gib - cuda_context_gib(tp_size)
+
+
+def embedding_params(shape: ModelShape) -> int:
+    """Input embedding plus a separate LM head unless tied."""
+    return shape.vocab_size * shape.hidden_size * (1 if shape.tie_word_embeddings else 2)
+
+
+def target_weights_gib(shape: ModelShape, s: SglangSettings) -> float:
+    """Target model weights per GPU.
+
+    The MTP head is not part of the target (the draft worker loads it). Quantized
+    checkpoints keep embeddings, LM head and vision tower in bf16; everything else
+    is at the weights dtype. TP shards every matrix, embeddings included.
+    """
+    params = shape.param_count - shape.mtp_param_count
+    if s.quantized:
+        wide = embedding_params(shape) + shape.vision_param_count
+        total_bytes = (params - wide) * s.weights_dtype_bytes + wide * 2
+    else:
+        total_bytes = params * s.weights_dtype_bytes
+    return total_bytes / s.tp_size / GIB
+
+
+def draft_weights_gib(shape: ModelShape, s: SglangSettings) -> float:
+    """Resident weights of a NEXTN/EAGLE MTP draft: its own layers only.
+
+    The MTP module shares the target's embedding and LM head (eagle_worker
+    `set_embed_and_head`), so only the decoder layer(s) and the `fc` projection stay.
+    """
+    if not s.has_draft_model:
+        return 0.0
+    return shape.mtp_param_count * s.weights_dtype_bytes / s.tp_size / GIB
+
+
+def draft_load_transient_gib(shape: ModelShape, s: SglangSettings) -> float:
+    """Extra memory while the draft loads: it builds its own embedding and LM head
+    before they are swapped for the target's and freed (qwen3_5_mtp.set_embed_and_head)."""
+    if not s.has_draft_model or not shape.mtp_num_layers:
+        return 0.0
+    return embedding_params(shape) * 2 / s.tp_size / GIB
+
+
+def kv_heads_per_gpu(shape: ModelShape, tp_size: int) -> int:
+    """`get_num_kv_heads`: KV heads are split over TP ranks, replicated below one per rank."""
+    return max(1, shape.num_key_value_heads // tp_size)
+
+
+def kv_bytes_per_token_per_layer(shape: ModelShape, s: SglangSettings) -> int:
+    """K and V of one token in one attention layer on one GPU."""
+    return int(kv_heads_per_gpu(shape, s.tp_size) * shape.head_dim * 2 * s.kv_dtype_bytes)
+
+
+def kv_layers(shape: ModelShape) -> int:
+    """Layers that keep a KV cache: full attention (and sliding window, counted in full)."""
+    return shape.full_attention_layers + shape.sliding_attention_layers
+
+
+def kv_bytes_per_token(shape: ModelShape, s: SglangSettings) -> int:
+    """SGLang's `cell_size` for the target: K+V over the KV layers, per GPU."""
+    return kv_bytes_per_token_per_layer(shape, s) * kv_layers(shape)
+
+
+def draft_kv_bytes_per_token(shape: ModelShape, s: SglangSettings) -> int:
+    """The draft's KV cell: same per-layer size over its layers (its pool has as many tokens)."""
+    if not s.has_draft_model:
+        return 0
+    return kv_bytes_per_token_per_layer(shape, s) * s.draft_layers
+
+
+def pool_cell_bytes(shape: ModelShape, s: SglangSettings, rules: SglangRelease) -> int:
+    """Bytes the token pool budget pays per token.
+
+    From 0.5.14 the draft's KV is folded in: `int(cell * (1 + draft_layers / layers))`
+    (pool_configurator.DefaultPoolConfigurator); before, the draft KV is allocated
+    afterwards from the reserve.
+    """
+    cell = kv_bytes_per_token(shape, s)
+    if rules.draft_in_profile and s.has_draft_model and kv_layers(shape):
+        cell = int(cell * (1 + s.draft_layers / kv_layers(shape)))
+    return cell
+
+
+def _groups_per_gpu(shape: ModelShape, tp_size: int) -> int:
+    """Key-head groups, padded to a multiple of TP (`extra_groups_for_head_shards`)."""
+    groups = shape.linear_num_key_heads
+    if groups % tp_size:
+        groups += tp_size - groups
+    return groups
+
+
+def conv_state_bytes_per_layer(shape: ModelShape, s: SglangSettings) -> int:
+    """Causal-conv window of one linear-attention layer for one request, per GPU:
+    (value_dim + 2 * groups * key_head_dim) / tp channels x (kernel - 1) positions."""
+    conv_dim = shape.linear_value_dim + 2 * _groups_per_gpu(shape, s.tp_size) * (shape.linear_key_head_dim)
+    return int(conv_dim // s.tp_size * (shape.linear_conv_kernel_dim - 1) * s.conv_dtype_bytes)
+
+
+def ssm_state_bytes_per_layer(shape: ModelShape, s: SglangSettings) -> int:
+    """Recurrent (temporal) state of one layer for one request, per GPU:
+    value_heads / tp x value_head_dim x key_head_dim at the SSM dtype (float32 by default)."""
+    heads = shape.linear_num_value_heads // s.tp_size
+    return int(heads * shape.linear_value_head_dim * shape.linear_key_head_dim * s.ssm_dtype_bytes)
+
+
+def state_bytes_per_request(shape: ModelShape, s: SglangSettings) -> int:
+    """`mamba_cache_per_req`: conv + SSM state over all linear-attention layers, per GPU."""
+    per_layer = conv_state_bytes_per_layer(shape, s) + ssm_state_bytes_per_layer(shape, s)
+    return per_layer * shape.linear_attention_layers
+
+
+def state_slots_per_request(s: SglangSettings) -> int:
+    """`_calculate_mamba_ratio`: state slots the scheduler reserves per running request.
+
+    1 without radix cache; otherwise 3 (running + radix checkpoints), plus the
+    extra_buffer ping-pong: 2 with overlap scheduling, 1 without or in lazy mode.
+    """
+    if s.radix_cache_disabled:
+        return 1
+    extra = 0
+    if s.extra_buffer:
+        extra = 2 if s.overlap_schedule and s.mamba_strategy == "extra_buffer" else 1
+    return 3 + extra
+
+
+@dataclass(frozen=True)
+class StatePool:
+    """The hybrid state pool as SGLang sizes it."""
+
+    slots: int
+    state_gib: float
+    intermediate_gib: float
+    #: `rest` left for the KV pool
+    rest_for_kv_gib: float
+
+
+def _capped_requests(s: SglangSettings, slots: int, ratio: int) -> int:
+    requests = s.max_running_requests or 0
+    return min(requests // s.dp_size, slots // ratio)
+
+
+def state_pool(shape: ModelShape, s: SglangSettings, rules: SglangRelease, rest_gib: float) -> StatePool:
+    """`handle_max_mamba_cache`: the mamba slots and what they take out of `rest`.
+
+    Slots come from `--max-mamba-cache-size`, else from `--max-running-requests` when
+    radix cache is off, else from the ratio split: the state budget is
+    rest * r / (1 + r) with r = mamba_full_memory_ratio. Speculative decoding adds an
+    intermediate state per draft token per running request: subtracted from rest first
+    (<=0.5.12) or solved jointly with the slots (0.5.13+; 0.5.17+ also pays the padding slot).
+    """
+    per_req = state_bytes_per_request(shape, s)
+    ratio = state_slots_per_request(s)
+    draft = s.num_draft_tokens if s.speculative_algorithm else 0
+    pad = 1 if rules.intermediate_rule == "joint_padded" else 0
+    rest_bytes = rest_gib * GIB
+    intermediate_bytes = 0.0
+    if s.max_mamba_cache_size is not None:
+        slots = s.max_mamba_cache_size // (s.dp_size if s.dp_size > 1 else 1)
+        if draft:
+            reqs = (
+                (s.max_running_requests or 0)
+                if rules.intermediate_rule == "reserve_first"
+                else _capped_requests(s, slots, ratio)
+            )
+            intermediate_bytes = per_req * (reqs + pad) * draft
+    elif s.radix_cache_disabled and s.max_running_requests is not None:
+        slots = max(1, s.max_running_requests // s.dp_size)
+        if draft:
+            intermediate_bytes = per_req * (slots + pad) * draft
+    else:
+        r = s.mamba_full_memory_ratio
+        if draft and rules.intermediate_rule == "reserve_first":
+            intermediate_bytes = per_req * (s.max_running_requests or 0) * draft
+            budget = (rest_bytes - intermediate_bytes) * r / (1 + r)
+            slots = int(budget // per_req)
+        elif draft:
+            budget = rest_bytes * r / (1 + r)
+            slots = int((budget - pad * per_req * (1 + draft)) // (per_req * (1 + draft / ratio)))
+            intermediate_bytes = per_req * (_capped_requests(s, slots, ratio) + pad) * draft
+        else:
+            budget = rest_bytes * r / (1 + r)
+            slots = int((budget - pad * per_req) // per_req)
+    state_bytes = (slots + pad) * per_req
+    return StatePool(
+        slots=slots,
+        state_gib=state_bytes / GIB,
+        intermediate_gib=intermediate_bytes / GIB,
+        rest_for_kv_gib=(rest_bytes - intermediate_bytes - state_bytes) / GIB,
+    )
+
+
+def kv_tokens(rest_for_kv_gib: float, cell_bytes: int, s: SglangSettings) -> int:
+    """`max_total_num_tokens`: bytes left // bytes per token, page-aligned, capped by
+    `--max-total-tokens`."""
+    if cell_bytes <= 0 or rest_for_kv_gib <= 0:
+        return 0
+    tokens = int(rest_for_kv_gib * GIB) // cell_bytes
+    if s.max_total_tokens is not None:
+        tokens = min(tokens, s.max_total_tokens)
+    return tokens // s.page_size * s.page_size
+
+
+def max_running_requests(
+    tokens: int, state_slots: int, s: SglangSettings, rules: SglangRelease, hybrid: bool
+) -> int:
+    """`_resolve_max_num_reqs`: concurrency the engine will schedule.
+
+    Pool estimate = clamp(tokens / context_len * 512, 2048, 4096). Unset: min(estimate,
+    tokens // 2). Set: min(flag / dp, estimate) before 0.5.14, min(flag / dp, tokens // 2)
+    after. Hybrid: also at most state_slots // slots per request.
+    """
+    estimate = max(min(int(tokens / s.context_len * 512), 4096), 2048)
+    if s.max_running_requests is not None:
+        cap = estimate if rules.explicit_requests_cap == "pool_estimate" else tokens // 2
+        requests = min(s.max_running_requests // s.dp_size, cap)
+    else:
+        requests = min(estimate, tokens // 2)
+    if hybrid:
+        requests = min(requests, state_slots // state_slots_per_request(s))
+    return max(requests, 0)
+
+
+def activation_gib(shape: ModelShape, s: SglangSettings) -> float:
+    """Peak activations of one prefill chunk plus the verify/decode logits, per GPU.
+
+    chunk x (4 x hidden + 2 x intermediate/tp) elements at the weights' compute dtype
+    (2 bytes), plus fp32 logits for every row a decode/verify step scores.
+    """
+    width = (
+        ACTIVATION_HIDDEN_COPIES * shape.hidden_size
+        + 2
+        * max(shape.intermediate_size, shape.moe_intermediate_size * max(shape.num_experts_per_tok, 1))
+        // s.tp_size
+    )
+    prefill_bytes = s.chunked_prefill_size * width * 2
+    rows = (s.max_running_requests or s.cuda_graph_max_bs) * max(s.num_draft_tokens, 1)
+    logits_bytes = rows * shape.vocab_size * 4 / s.tp_size
+    return (prefill_bytes + logits_bytes) / GIB
+
+
+def attention_workspace_gib(s: SglangSettings) -> float:
+    """Attention backend buffers: SGLang's 512 MiB allowance, twice with a draft model."""
+    return ATTENTION_METADATA_MIB * (2 if s.has_draft_model else 1) / 1024
+
+
+def unitemized_runtime_gib(shape: ModelShape) -> float:
+    """Runtime buffers no term itemizes, from measured startups (see the constants)."""
+    return UNITEMIZED_HYBRID_GIB if shape.is_hybrid else UNITEMIZED_DENSE_GIB
+
+
+def req_to_token_gib(requests: int, s: SglangSettings) -> float:
+    """The request -> token-slot table: (max_running_requests + 1) x context_len int32,
+    allocated with the pools but outside the profiled budget."""
+    return (requests + 1) * (s.context_len + REQ_TO_TOKEN_EXTRA_TOKENS) * 4 / GIB
+
+
+def cuda_graph_gib(s: SglangSettings) -> float:
+    """CUDA graphs, by SGLang's own coefficients: 2 MiB per captured decode batch size
+    (captured up to min(cuda_graph_max_bs, max_running_requests)), doubled for a draft
+    model's graphs, plus 8 MiB per piecewise prefill graph."""
+    if s.cuda_graph_disabled:
+        return 0.0
+    batch = min(s.cuda_graph_max_bs, s.max_running_requests or s.cuda_graph_max_bs)
+    decode_mib = GRAPH_MIB_PER_BATCH * batch * (2 if s.has_draft_model else 1)
+    return (decode_mib + PIECEWISE_GRAPH_MIB * s.piecewise_graph_tokens) / 1024
+
+
+def tp_buffers_gib(s: SglangSettings) -> float:
+    """NCCL / custom all-reduce buffers: SGLang's tp * pp / 8 GiB allowance."""
+    return s.tp_size * s.pp_size / 8 if s.tp_size * s.pp_size > 1 else 0.0

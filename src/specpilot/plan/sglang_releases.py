@@ -1,0 +1,162 @@
+"""What changed in SGLang's memory arithmetic from one release to the next, as data.
+
+Each `SglangRelease` row holds the release-dependent constants and rules the
+planner needs; the arithmetic itself lives in `sglang_quantities` and reads these
+fields instead of branching on version strings. Rows were read from the released
+wheels (`pip download sglang==X --no-deps`); the file:function each field comes
+from is named in its comment. 0.5.15 was not downloaded and is assumed to match
+0.5.14/0.5.16 (identical on every field below).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from packaging.version import Version
+
+from specpilot.errors import UserError
+
+#: How the speculative intermediate mamba state (one state per draft token per
+#: running request, used while verifying) is charged against the KV/mamba budget.
+IntermediateRule = Literal["reserve_first", "joint", "joint_padded"]
+
+
+@dataclass(frozen=True)
+class SglangRelease:
+    """Memory rules of a range of SGLang releases (inclusive, post releases included)."""
+
+    first: str
+    last: str
+    #: `--mamba-scheduler-strategy` (<=0.5.13) or `--mamba-radix-cache-strategy` (>=0.5.14)
+    strategy_flag: str
+    #: what `auto` resolves to: "no_buffer" always (<=0.5.13, server_args.__post_init__),
+    #: or "extra_buffer" when overlap scheduling or paging is on (>=0.5.14,
+    #: server_args._handle_mamba_radix_cache / arg_groups/overrides.py)
+    auto_strategy: Literal["no_buffer", "extra_buffer_if_overlap"]
+    #: SGLANG_ENABLE_SPEC_V2 default: spec v2 keeps the overlap scheduler on for EAGLE/NEXTN.
+    #: None: the variable was removed and spec v2 is always on (>=0.5.14, speculative_hook.py).
+    spec_v2_default: bool | None
+    #: MiB the default mem_fraction_static adds for EAGLE/NEXTN draft model + graphs
+    #: (server_args._handle_gpu_memory_settings; removed in 0.5.14, when draft weights
+    #: and draft KV moved into the profiled budget)
+    spec_default_reserve_mib: int
+    #: the same allowance for STANDALONE (a separate draft model): 6 GiB before 0.5.14
+    standalone_default_reserve_mib: int
+    #: draft weights loaded before the target's memory profile and draft KV folded into
+    #: the per-token cell size (pool_configurator.DefaultPoolConfigurator, >=0.5.14);
+    #: before that both come out of the runtime reserve
+    draft_in_profile: bool
+    #: model_runner_kv_cache_mixin.handle_max_mamba_cache: 0.5.10-0.5.12 subtract
+    #: per_req * max_running_requests * D before splitting; 0.5.13 solves the split jointly;
+    #: 0.5.17+ also counts the pool's padding slot (+1) on both buffers
+    intermediate_rule: IntermediateRule
+    #: MiB of the KV budget reserved for multimodal runtime buffers
+    #: (kv_cache_configurator.mm_runtime_reservation_gb: SGLANG_VLM_CACHE_SIZE_MB=100, >=0.5.18)
+    multimodal_reserve_mib: int
+    #: an explicit --max-running-requests is capped by the pool estimate (<=0.5.13) or by
+    #: half the KV tokens (>=0.5.14) (`_resolve_max_num_reqs`)
+    explicit_requests_cap: Literal["pool_estimate", "half_tokens"]
+
+
+RELEASES: tuple[SglangRelease, ...] = (
+    SglangRelease(
+        first="0.5.10",
+        last="0.5.10",
+        strategy_flag="--mamba-scheduler-strategy",
+        auto_strategy="no_buffer",
+        spec_v2_default=False,
+        spec_default_reserve_mib=4096,
+        standalone_default_reserve_mib=6144,
+        draft_in_profile=False,
+        intermediate_rule="reserve_first",
+        multimodal_reserve_mib=0,
+        explicit_requests_cap="pool_estimate",
+    ),
+    SglangRelease(
+        first="0.5.11",
+        last="0.5.12",
+        strategy_flag="--mamba-scheduler-strategy",
+        auto_strategy="no_buffer",
+        spec_v2_default=True,
+        spec_default_reserve_mib=4096,
+        standalone_default_reserve_mib=6144,
+        draft_in_profile=False,
+        intermediate_rule="reserve_first",
+        multimodal_reserve_mib=0,
+        explicit_requests_cap="pool_estimate",
+    ),
+    SglangRelease(
+        first="0.5.13",
+        last="0.5.13",
+        strategy_flag="--mamba-scheduler-strategy",
+        auto_strategy="no_buffer",
+        spec_v2_default=True,
+        spec_default_reserve_mib=4096,
+        standalone_default_reserve_mib=6144,
+        draft_in_profile=False,
+        intermediate_rule="joint",
+        multimodal_reserve_mib=0,
+        explicit_requests_cap="pool_estimate",
+    ),
+    SglangRelease(
+        first="0.5.14",
+        last="0.5.16",
+        strategy_flag="--mamba-radix-cache-strategy",
+        auto_strategy="extra_buffer_if_overlap",
+        spec_v2_default=None,
+        spec_default_reserve_mib=0,
+        standalone_default_reserve_mib=0,
+        draft_in_profile=True,
+        intermediate_rule="joint",
+        multimodal_reserve_mib=0,
+        explicit_requests_cap="half_tokens",
+    ),
+    SglangRelease(
+        first="0.5.17",
+        last="0.5.17",
+        strategy_flag="--mamba-radix-cache-strategy",
+        auto_strategy="extra_buffer_if_overlap",
+        spec_v2_default=None,
+        spec_default_reserve_mib=0,
+        standalone_default_reserve_mib=0,
+        draft_in_profile=True,
+        intermediate_rule="joint_padded",
+        multimodal_reserve_mib=0,
+        explicit_requests_cap="half_tokens",
+    ),
+    SglangRelease(
+        first="0.5.18",
+        last="0.5.23",
+        strategy_flag="--mamba-radix-cache-strategy",
+        auto_strategy="extra_buffer_if_overlap",
+        spec_v2_default=None,
+        spec_default_reserve_mib=0,
+        standalone_default_reserve_mib=0,
+        draft_in_profile=True,
+        intermediate_rule="joint_padded",
+        multimodal_reserve_mib=100,
+        explicit_requests_cap="half_tokens",
+    ),
+)
+
+SUPPORTED_RANGE = f"{RELEASES[0].first} to {RELEASES[-1].last}"
+
+
+def release_rules(version: str) -> SglangRelease:
+    """The rules row for an SGLang release; dev/rc builds use their base release's row."""
+    try:
+        parsed = Version(version)
+    except ValueError:
+        raise UserError(
+            f"{version!r} is not a release number", field="[engine] version", fix="e.g. 0.5.13"
+        ) from None
+    base = Version(parsed.base_version)  # post/dev builds follow their release's rules
+    for row in RELEASES:
+        if Version(row.first) <= base <= Version(row.last):
+            return row
+    raise UserError(
+        f"SGLang {version} is outside the releases the planner models ({SUPPORTED_RANGE})",
+        field="[engine] version",
+        fix=f"plan with a release from {SUPPORTED_RANGE}",
+    )

@@ -1,0 +1,329 @@
+"""The flag values SGLang actually runs with, after its own adjustments.
+
+A user types a handful of flags; SGLang fills in the rest before it sizes
+memory: chunked prefill and CUDA-graph batch limits from the GPU's memory,
+`mem_fraction_static` from those, 48 running requests for speculative decoding,
+the mamba scheduler strategy behind `auto`, overlap scheduling on or off, the
+draft-token count. The planner must start from the same values, so this module
+re-derives them (server_args.py `_handle_gpu_memory_settings`,
+`arg_groups/speculative_hook.py`, `_handle_mamba_radix_cache`), release by
+release through `SglangRelease`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specpilot.engines.args import EngineArgs
+from specpilot.errors import UserError
+from specpilot.models.shape import ModelShape, dtype_bytes
+from specpilot.plan.sglang_releases import SglangRelease
+
+MIB_PER_GIB = 1024
+
+#: SGLang's `--speculative-algorithm` values that run a draft model (NGRAM does not).
+DRAFT_MODEL_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH"})
+#: Every value SGLang accepts; NEXTN is an alias of EAGLE (speculative_hook.py).
+SPECULATIVE_ALGORITHMS = DRAFT_MODEL_ALGORITHMS | {"NGRAM", "FROZEN_KV_MTP"}
+#: SGLang's default max_running_requests under speculative decoding (speculative_hook.py).
+SPECULATIVE_DEFAULT_RUNNING_REQUESTS = 48
+#: auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens) for every
+#: architecture the planner targets (Llama and Grok use (5, 4, 8)).
+DEFAULT_SPECULATIVE_STEPS = (3, 1, 4)
+LARGE_TOPK_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM"})
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+@dataclass(frozen=True)
+class GpuDefaults:
+    """One row of `_handle_gpu_memory_settings`: defaults picked by GPU memory size."""
+
+    below_mib: float
+    chunked_prefill_size: int
+    cuda_graph_max_bs_small_tp: int
+    cuda_graph_max_bs_large_tp: int
+
+
+#: (T4 | A10/4090/5090 | A100-40G/L40 | H100 | H20/H200/96 GB | B200) -- tp < 4 vs tp >= 4
+GPU_DEFAULTS: tuple[GpuDefaults, ...] = (
+    GpuDefaults(20 * 1024, 2048, 8, 8),
+    GpuDefaults(35 * 1024, 2048, 24, 80),
+    GpuDefaults(60 * 1024, 4096, 32, 160),
+    GpuDefaults(90 * 1024, 8192, 256, 512),
+    GpuDefaults(160 * 1024, 8192, 256, 512),
+    GpuDefaults(float("inf"), 16384, 512, 512),
+)
+
+
+@dataclass(frozen=True)
+class SglangSettings:
+    """Effective values of everything SGLang's memory sizing reads."""
+
+    tp_size: int
+    pp_size: int
+    dp_size: int
+    gpu_memory_mib: float
+    page_size: int
+    context_len: int
+    kv_dtype_bytes: float
+    weights_dtype_bytes: float
+    quantized: bool
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    cuda_graph_disabled: bool
+    piecewise_graph_tokens: int
+    mem_fraction_static: float
+    mem_fraction_given: bool
+    speculative_algorithm: str | None
+    num_draft_tokens: int
+    draft_layers: int
+    max_running_requests: int | None
+    max_running_requests_given: bool
+    radix_cache_disabled: bool
+    mamba_strategy: str
+    overlap_schedule: bool
+    max_mamba_cache_size: int | None
+    mamba_full_memory_ratio: float
+    ssm_dtype_bytes: float
+    conv_dtype_bytes: float
+    max_total_tokens: int | None
+    multimodal: bool
+
+    @property
+    def has_draft_model(self) -> bool:
+        return self.speculative_algorithm in DRAFT_MODEL_ALGORITHMS
+
+    @property
+    def extra_buffer(self) -> bool:
+        return self.mamba_strategy in ("extra_buffer", "extra_buffer_lazy")
+
+
+def gpu_defaults(gpu_memory_mib: float) -> GpuDefaults:
+    """The `_handle_gpu_memory_settings` row for a GPU of this size."""
+    return next(row for row in GPU_DEFAULTS if gpu_memory_mib < row.below_mib)
+
+
+def piecewise_graph_token_sizes(max_tokens: int) -> list[int]:
+    """`_generate_piecewise_cuda_graph_tokens`: the prefill token counts captured as graphs."""
+    sizes = [
+        *range(4, 33, 4),
+        *range(48, 257, 16),
+        *range(288, 513, 32),
+        *range(576, 1025, 64),
+        *range(1280, 4097, 256),
+        *range(4608, max_tokens + 1, 512),
+    ]
+    return [s for s in sizes if s <= max_tokens]
+
+
+def vlm_fraction_factor(shape: ModelShape) -> float:
+    """`adjust_mem_fraction_for_vlm`: the default fraction shrinks with the vision tower.
+
+    The engine compares `depth * hidden**2` of the vision encoder with ViT-L/14's
+    (24 * 1024**2). The shape carries the vision parameter count rather than depth and
+    width, so `depth * hidden**2` is taken as params / 12 (a ViT layer with a 4x MLP has
+    12 * hidden**2 weights); for Qwen3.5's 27-layer, 1152-wide tower this is within 0.6%.
+    """
+    baseline = 24 * 1024**2
+    complexity_ratio = (shape.vision_param_count / 12) / baseline
+    factor = min(1.05, max(0.8, 1.0 - 0.1 * (complexity_ratio - 1.0)))
+    return 0.95 * factor
+
+
+def default_mem_fraction_static(
+    *,
+    gpu_memory_mib: float,
+    chunked_prefill_size: int,
+    cuda_graph_max_bs: int,
+    piecewise_graph_tokens: int,
+    tp_size: int,
+    pp_size: int,
+    speculative_algorithm: str | None,
+    rules: SglangRelease,
+    shape: ModelShape,
+    language_only: bool,
+) -> float:
+    """SGLang's `mem_fraction_static` when the flag is absent.
+
+    reserved_mib = 512 + 1.5 * max(chunked_prefill, 2048) + 2 * cuda_graph_max_bs
+                   + tp * pp / 8 * 1024 + 8 * len(piecewise graph sizes),
+    at least 10 GiB on GPUs over 60 GiB, plus the draft allowance of releases before
+    0.5.14; fraction = round((gpu - reserved) / gpu, 3), then scaled down for a
+    vision tower (server_args._handle_gpu_memory_settings, arg_groups/memory_hook.py).
+    """
+    reserved_mib = 512.0 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2
+    reserved_mib += tp_size * pp_size / 8 * 1024 + piecewise_graph_tokens * 8
+    if gpu_memory_mib > 60 * 1024:
+        reserved_mib = max(reserved_mib, 10 * 1024)
+    if speculative_algorithm == "STANDALONE":
+        reserved_mib += rules.standalone_default_reserve_mib
+    elif speculative_algorithm not in (None, "NGRAM"):
+        reserved_mib += rules.spec_default_reserve_mib
+    fraction = round((gpu_memory_mib - reserved_mib) / gpu_memory_mib, 3)
+    if shape.is_multimodal_wrapper and shape.vision_param_count and not language_only:
+        fraction *= vlm_fraction_factor(shape)
+    return fraction
+
+
+def _strategy(args: EngineArgs) -> str:
+    """The mamba strategy as typed, under either flag name."""
+    return str(
+        args.get("mamba_radix_cache_strategy") or args.get("mamba_scheduler_strategy") or "auto"
+    ).lower()
+
+
+def _speculative_algorithm(args: EngineArgs) -> str | None:
+    value = args.get_str("speculative_algorithm")
+    if value is None:
+        return None
+    algorithm = value.upper()
+    if algorithm not in SPECULATIVE_ALGORITHMS:
+        raise UserError(
+            f"--speculative-algorithm {value} is not an SGLang algorithm",
+            field="--speculative-algorithm",
+            fix="use NEXTN (a model's own MTP head), EAGLE, EAGLE3, STANDALONE, DFLASH or NGRAM",
+        )
+    return algorithm
+
+
+def _num_draft_tokens(args: EngineArgs, algorithm: str | None, shape: ModelShape) -> int:
+    """Draft tokens verified per step (D); SGLang forces steps + 1 when topk == 1."""
+    if algorithm is None:
+        return 0
+    if algorithm == "NGRAM":
+        return args.get_int("speculative_num_draft_tokens") or 12
+    steps, topk, draft = DEFAULT_SPECULATIVE_STEPS
+    if shape.architecture in LARGE_TOPK_ARCHITECTURES and algorithm != "STANDALONE":
+        steps, topk, draft = 5, 4, 8
+    steps = args.get_int("speculative_num_steps") or steps
+    topk = args.get_int("speculative_eagle_topk") or topk
+    draft = args.get_int("speculative_num_draft_tokens") or draft
+    return steps + 1 if topk == 1 else draft
+
+
+def _overlap_schedule(
+    args: EngineArgs,
+    env: dict[str, str],
+    algorithm: str | None,
+    strategy: str,
+    rules: SglangRelease,
+) -> bool:
+    """Whether the overlap scheduler stays on (it doubles the extra_buffer ping-pong slots)."""
+    if args.get_bool("disable_overlap_schedule"):
+        return False
+    if algorithm in ("NGRAM", "DFLASH", "FROZEN_KV_MTP"):
+        return False
+    if algorithm is not None and rules.spec_v2_default is not None:
+        spec_v2 = env.get("SGLANG_ENABLE_SPEC_V2")
+        enabled = rules.spec_v2_default if spec_v2 is None else spec_v2.lower() in _TRUE
+        if not enabled:
+            return False
+    # Without a speculative algorithm, no_buffer turns overlap scheduling off.
+    return not (strategy == "no_buffer" and algorithm is None)
+
+
+def resolve_settings(
+    args: EngineArgs,
+    env: dict[str, str],
+    shape: ModelShape,
+    *,
+    gpu_memory_gib: float,
+    weights_dtype: str,
+    quantization: str | None,
+    rules: SglangRelease,
+) -> SglangSettings:
+    """Apply SGLang's own defaults and adjustments to the flags as typed."""
+    tp_size = args.get_int("tp_size") or 1
+    pp_size = args.get_int("pp_size") or 1
+    gpu_memory_mib = gpu_memory_gib * MIB_PER_GIB
+    row = gpu_defaults(gpu_memory_mib)
+    chunked = args.get_int("chunked_prefill_size") or row.chunked_prefill_size
+    graph_bs = args.get_int("cuda_graph_max_bs") or (
+        row.cuda_graph_max_bs_small_tp if tp_size < 4 else row.cuda_graph_max_bs_large_tp
+    )
+    graphs_off = args.get_bool("disable_cuda_graph")
+    piecewise_off = (
+        graphs_off
+        or args.get_bool("disable_piecewise_cuda_graph")
+        or shape.is_multimodal_wrapper
+        or pp_size > 1
+        or args.get_bool("enable_dp_attention")
+        or args.get_bool("enable_hierarchical_cache")
+    )
+    context_len = args.get_int("context_length") or shape.max_position_embeddings
+    pcg_tokens = 0 if piecewise_off else len(piecewise_graph_token_sizes(min(chunked, context_len)))
+    algorithm = _speculative_algorithm(args)
+    language_only = args.get_bool("language_only")
+    given_fraction = args.get_float("mem_fraction_static")
+    fraction = (
+        given_fraction
+        if given_fraction is not None
+        else default_mem_fraction_static(
+            gpu_memory_mib=gpu_memory_mib,
+            chunked_prefill_size=chunked,
+            cuda_graph_max_bs=graph_bs,
+            piecewise_graph_tokens=pcg_tokens,
+            tp_size=tp_size,
+            pp_size=pp_size,
+            speculative_algorithm=algorithm,
+            rules=rules,
+            shape=shape,
+            language_only=language_only,
+        )
+    )
+    radix_off = args.get_bool("disable_radix_cache")
+    strategy = _strategy(args)
+    if strategy == "auto":
+        wants_overlap = not args.get_bool("disable_overlap_schedule")
+        page = args.get_int("page_size") or 1
+        strategy = (
+            "extra_buffer"
+            if rules.auto_strategy == "extra_buffer_if_overlap" and (wants_overlap or page > 1)
+            else "no_buffer"
+        )
+    if radix_off:
+        strategy = "no_buffer"
+    given_requests = args.get_int("max_running_requests")
+    requests = given_requests
+    if requests is None and algorithm is not None:
+        requests = SPECULATIVE_DEFAULT_RUNNING_REQUESTS
+    # KV "auto" follows the model's compute dtype (--dtype, else config torch_dtype), not the
+    # checkpoint's quantization: an fp8 checkpoint still gets a bf16 KV cache.
+    kv_dtype = args.get_str("kv_cache_dtype") or "auto"
+    compute_dtype = args.get_str("dtype") or "auto"
+    if compute_dtype == "auto":
+        compute_dtype = shape.torch_dtype if shape.torch_dtype != "float32" else "bfloat16"
+    kv_bytes = dtype_bytes(compute_dtype if kv_dtype == "auto" else kv_dtype)
+    ssm_dtype = env.get("SGLANG_MAMBA_SSM_DTYPE") or args.get_str("mamba_ssm_dtype")
+    return SglangSettings(
+        tp_size=tp_size,
+        pp_size=pp_size,
+        dp_size=args.get_int("dp_size") or 1,
+        gpu_memory_mib=gpu_memory_mib,
+        page_size=args.get_int("page_size") or 1,
+        context_len=context_len,
+        kv_dtype_bytes=kv_bytes,
+        weights_dtype_bytes=dtype_bytes(weights_dtype),
+        quantized=quantization is not None or dtype_bytes(weights_dtype) < 2,
+        chunked_prefill_size=chunked,
+        cuda_graph_max_bs=graph_bs,
+        cuda_graph_disabled=graphs_off,
+        piecewise_graph_tokens=pcg_tokens,
+        mem_fraction_static=fraction,
+        mem_fraction_given=given_fraction is not None,
+        speculative_algorithm=algorithm,
+        num_draft_tokens=_num_draft_tokens(args, algorithm, shape),
+        draft_layers=max(shape.mtp_num_layers, 1) if algorithm in ("EAGLE", "NEXTN") else 1,
+        max_running_requests=requests,
+        max_running_requests_given=given_requests is not None,
+        radix_cache_disabled=radix_off,
+        mamba_strategy=strategy,
+        overlap_schedule=_overlap_schedule(args, env, algorithm, strategy, rules),
+        max_mamba_cache_size=args.get_int("max_mamba_cache_size"),
+        mamba_full_memory_ratio=args.get_float("mamba_full_memory_ratio") or 0.9,
+        ssm_dtype_bytes=dtype_bytes(ssm_dtype or shape.mamba_ssm_dtype),
+        conv_dtype_bytes=dtype_bytes(env.get("SGLANG_MAMBA_CONV_DTYPE") or "bfloat16"),
+        max_total_tokens=args.get_int("max_total_tokens"),
+        multimodal=shape.is_multimodal_wrapper and not language_only,
+    )

@@ -1,0 +1,462 @@
+"""The vLLM planner: spec + model shape + flags -> what vLLM 0.2x/0.3x will allocate.
+
+`resolve_inputs` turns the user's flags and vLLM's own defaults into plain numbers,
+`vllm_allocation.allocate` runs vLLM's arithmetic, and `plan_vllm` writes the memory
+table, the verdict and the flags that make the configuration start.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+
+from specpilot.engines.args import EngineArgs
+from specpilot.errors import UserError
+from specpilot.models.shape import DTYPE_BYTES, ModelShape
+from specpilot.plan import vllm_memory as mem
+from specpilot.plan.types import Fix, Plan, Problem, Term, gib
+from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate
+from specpilot.plan.vllm_lines import vllm_line
+from specpilot.plan.vllm_log import parse_vllm_log
+from specpilot.spec import Spec
+
+__all__ = ["parse_vllm_log", "plan_vllm", "resolve_inputs"]
+
+GIB_BYTES = mem.GIB_BYTES
+# --speculative-config methods whose draft is the checkpoint's own MTP head.
+MTP_METHODS = frozenset({"mtp", "qwen3_5_mtp", "qwen3_next_mtp", "deepseek_mtp"})
+# Architectures whose SSM cache dtype follows the config's `mamba_ssm_dtype`
+# (models/config.py:Qwen3_5ForConditionalGenerationConfig); others use the model dtype.
+SSM_DTYPE_FROM_CONFIG = frozenset({"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
+# Bytes per weight for quantized checkpoints (scales included, roughly).
+QUANT_WEIGHT_BYTES: Mapping[str, float] = {
+    "fp8": 1.0,
+    "modelopt": 0.56,
+    "nvfp4": 0.56,
+    "awq": 0.56,
+    "gptq": 0.56,
+    "auto_round": 0.56,
+    "compressed-tensors": 1.0,
+    "bitsandbytes": 0.56,
+}
+
+
+def _speculative(args: EngineArgs) -> tuple[str | None, int]:
+    """(method, num_speculative_tokens) from --speculative-config (JSON text or dict)."""
+    raw = args.get("speculative_config")
+    if raw is None:
+        return None, 0
+    config = json.loads(raw) if isinstance(raw, str) else raw
+    if not isinstance(config, dict):
+        raise UserError(
+            "must be a JSON object",
+            field="--speculative-config",
+            fix='e.g. {"method": "mtp", "num_speculative_tokens": 3}',
+        )
+    return str(config.get("method", "")) or None, int(config.get("num_speculative_tokens", 0))
+
+
+def _kv_dtype_bytes(args: EngineArgs, model_dtype: str) -> int:
+    kv = args.get_str("kv_cache_dtype") or "auto"
+    return int(DTYPE_BYTES[model_dtype if kv in ("auto", "bfloat16", "float16") else "fp8"])
+
+
+def _model_dtype(spec: Spec, args: EngineArgs, shape: ModelShape) -> str:
+    """vLLM's --dtype, "auto" meaning the checkpoint's dtype."""
+    chosen = args.get_str("dtype") or "auto"
+    if chosen == "auto":
+        return shape.torch_dtype if shape.torch_dtype in DTYPE_BYTES else spec.model.dtype
+    return {"half": "float16", "bf16": "bfloat16"}.get(chosen, chosen)
+
+
+def weights_bytes_estimate(
+    shape: ModelShape, spec: Spec, args: EngineArgs, tp_size: int, with_mtp: bool
+) -> int:
+    """Weights per GPU: loaded params x bytes / TP.
+
+    ModelShape.param_count covers the whole checkpoint. vLLM skips the MTP head unless it
+    is the draft (the drafter loads inside load_model, so "Model loading took" includes
+    it; it shares the target's embedding and LM head), and skips the vision tower under
+    --language-model-only.
+    """
+    quantization = spec.model.quantization or args.get_str("quantization")
+    bytes_per_param = (
+        QUANT_WEIGHT_BYTES.get(quantization, 1.0) if quantization else float(DTYPE_BYTES[spec.model.dtype])
+    )
+    params = shape.param_count - (0 if with_mtp else shape.mtp_param_count)
+    if args.get_bool("language_model_only"):
+        params -= shape.vision_param_count
+    return int(params * bytes_per_param / tp_size)
+
+
+def target_attention_layers(shape: ModelShape) -> int:
+    """Layers with a KV cache. Sliding-window layers are planned as full attention: vLLM
+    gives them their own groups that hold only the window, so this over-counts (safe side).
+    """
+    return shape.full_attention_layers + shape.sliding_attention_layers
+
+
+def _attention_bytes_per_token(shape: ModelShape, tp: int, kv_dtype_bytes: int) -> int:
+    if shape.kv_lora_rank:
+        return mem.mla_bytes_per_token_per_layer(shape.kv_lora_rank, shape.qk_rope_head_dim, kv_dtype_bytes)
+    return mem.attention_bytes_per_token_per_layer(
+        shape.num_key_value_heads, shape.head_dim, tp, kv_dtype_bytes
+    )
+
+
+def _widest_projection(shape: ModelShape, tp_size: int) -> int:
+    """Widest per-GPU activation row of one layer: MLP gate_up, MoE experts, or GDN in_proj."""
+    mlp = 2 * shape.intermediate_size
+    moe = shape.num_experts_per_tok * 2 * shape.moe_intermediate_size
+    gdn = 2 * shape.linear_key_dim + 2 * shape.linear_value_dim
+    return max(mlp, moe, gdn) // tp_size
+
+
+def resolve_inputs(
+    spec: Spec, shape: ModelShape, args: EngineArgs, measured: Mapping[str, float] | None = None
+) -> VllmInputs:
+    """Every number vLLM's startup arithmetic needs, from flags, defaults and measurements."""
+    line = vllm_line(spec.engine.version)
+    measured = measured or {}
+    tp = args.get_int("tensor_parallel_size") or 1
+    total_gib = measured.get("gpu_total_gib", spec.gpu.memory_gib)
+    util = args.get_float("gpu_memory_utilization") or 0.9
+    max_len, _ = _max_model_len(args, shape)
+    batched = args.get_int("max_num_batched_tokens") or mem.default_max_num_batched_tokens(
+        total_gib, spec.gpu.name
+    )
+    seqs = args.get_int("max_num_seqs") or mem.default_max_num_seqs(total_gib, spec.gpu.name, batched)
+    method, num_spec = _speculative(args)
+    with_mtp = method in MTP_METHODS
+    model_dtype = _model_dtype(spec, args, shape)
+    act_bytes = int(DTYPE_BYTES[model_dtype])
+    ssm_dtype = args.get_str("mamba_ssm_cache_dtype") or (
+        shape.mamba_ssm_dtype if shape.architecture in SSM_DTYPE_FROM_CONFIG else model_dtype
+    )
+    conv_bytes = int(DTYPE_BYTES[args.get_str("mamba_cache_dtype") or model_dtype])
+    mamba_state = 0
+    if shape.is_hybrid:
+        mamba_state = mem.gdn_conv_state_bytes(
+            shape.linear_num_key_heads,
+            shape.linear_num_value_heads,
+            shape.linear_key_head_dim,
+            shape.linear_value_head_dim,
+            shape.linear_conv_kernel_dim,
+            tp,
+            num_spec,
+            conv_bytes,
+        ) + mem.gdn_ssm_state_bytes(
+            shape.linear_num_value_heads,
+            shape.linear_key_head_dim,
+            shape.linear_value_head_dim,
+            tp,
+            int(DTYPE_BYTES[ssm_dtype]),
+        )
+    eager = args.get_bool("enforce_eager")
+    prefix = (
+        args.get_bool("enable_prefix_caching")
+        if args.given("enable_prefix_caching")
+        else (line.hybrid_prefix_caching_default or not shape.is_hybrid)
+    )
+    weights = (
+        spec.model.weights_gib * GIB_BYTES
+        if spec.model.weights_gib is not None
+        else measured.get("weights_gib", 0) * GIB_BYTES
+        or weights_bytes_estimate(shape, spec, args, tp, with_mtp)
+    )
+    activation = measured.get("activation_peak_gib")
+    non_torch = measured.get("non_torch_gib")
+    cudagraph = measured.get("cudagraph_gib", measured.get("cudagraph_actual_gib"))
+    available = measured.get("available_kv_gib")
+    kv_memory_text = args.get_str("kv_cache_memory_bytes")
+    if kv_memory_text is not None:  # --kv-cache-memory-bytes skips the profiler's budget
+        available = parse_human_int(kv_memory_text, "--kv-cache-memory-bytes") / GIB_BYTES
+    return VllmInputs(
+        gpu_total_bytes=int(total_gib * GIB_BYTES),
+        gpu_memory_utilization=util,
+        tp_size=tp,
+        max_model_len=max_len,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=batched,
+        weights_bytes=int(weights),
+        activation_peak_bytes=int(activation * GIB_BYTES)
+        if activation is not None
+        else mem.activation_peak_bytes_estimate(
+            batched,
+            shape.hidden_size,
+            _widest_projection(shape, tp),
+            min(seqs, batched),
+            shape.vocab_size,
+            act_bytes,
+            num_spec,
+            mem.gdn_chunk_state_bytes(
+                batched,
+                shape.linear_num_value_heads,
+                shape.linear_key_head_dim,
+                shape.linear_value_head_dim,
+                tp,
+                act_bytes,
+            )
+            if shape.is_hybrid
+            else 0,
+        ),
+        non_torch_bytes=int(non_torch * GIB_BYTES)
+        if non_torch is not None
+        else mem.non_torch_bytes_estimate(tp),
+        cudagraph_bytes=int(cudagraph * GIB_BYTES)
+        if cudagraph is not None
+        else mem.cudagraph_bytes_estimate(eager, mem.max_cudagraph_capture_size(seqs)),
+        attention_layers=target_attention_layers(shape) + (shape.mtp_num_layers if with_mtp else 0),
+        mamba_layers=shape.linear_attention_layers,
+        attention_bytes_per_token_per_layer=_attention_bytes_per_token(
+            shape, tp, _kv_dtype_bytes(args, model_dtype)
+        ),
+        mamba_state_bytes_per_layer=mamba_state,
+        num_speculative_tokens=num_spec,
+        prefix_caching=prefix,
+        block_size_tokens=args.get_int("block_size") or mem.DEFAULT_BLOCK_SIZE_TOKENS,
+        full_cudagraphs=shape.is_hybrid and not eager,
+        available_kv_bytes_measured=int(available * GIB_BYTES) if available is not None else None,
+    )
+
+
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_human_int(text: str, field: str) -> int:
+    """vLLM's human_readable_int: 32768, 25.6k (x1000), 32K (x1024), 8G (x2**30)."""
+    value = text.strip()
+    try:
+        if value and value[-1] in _DECIMAL:
+            return int(float(value[:-1]) * _DECIMAL[value[-1]])
+        if value and value[-1] in _BINARY:
+            return int(float(value[:-1]) * _BINARY[value[-1]])
+        return int(value)
+    except ValueError:
+        raise UserError(f"not a number: {text!r}", field=field, fix="e.g. 32768 or 32K") from None
+
+
+def _max_model_len(args: EngineArgs, shape: ModelShape) -> tuple[int, bool]:
+    """(max_model_len, auto): "auto"/-1 lets vLLM fit the length to the KV memory."""
+    text = args.get_str("max_model_len")
+    if text is None:
+        return shape.max_position_embeddings, False
+    if text.strip() in ("auto", "-1"):
+        return shape.max_position_embeddings, True
+    return parse_human_int(text, "--max-model-len"), False
+
+
+# Above this the engine's own and the driver's unaccounted memory tends to OOM at runtime.
+MAX_UTILIZATION = 0.95
+
+
+def utilization_needed(inputs: VllmInputs, alloc: VllmAllocation) -> float:
+    """Smallest --gpu-memory-utilization (2 decimals) whose budget holds non-KV + one request."""
+    non_kv = alloc.requested_bytes - alloc.available_kv_bytes
+    needed = non_kv + alloc.one_request_bytes
+    return math.ceil(100 * needed / inputs.gpu_total_bytes + 1e-9) / 100
+
+
+def _problems(inputs: VllmInputs, alloc: VllmAllocation, spec: Spec) -> list[Problem]:
+    """What stops vLLM from starting, each with the flags that fix it."""
+    problems: list[Problem] = []
+    free = spec.gpu.free_before_load_gib
+    if free is not None and free * GIB_BYTES < alloc.requested_bytes:
+        util = round(free * GIB_BYTES / inputs.gpu_total_bytes - 0.01, 2)
+        problems.append(
+            Problem(
+                "free_memory_below_request",
+                f"free memory {free:.2f} GiB < requested {gib(alloc.requested_bytes):.2f} GiB",
+                Fix(("--gpu-memory-utilization", f"{util}")),
+            )
+        )
+    util = utilization_needed(inputs, alloc)
+    raise_util = Fix(("--gpu-memory-utilization", f"{util}")) if util <= MAX_UTILIZATION else None
+    if alloc.available_kv_bytes <= 0:
+        problems.append(
+            Problem(
+                "no_kv_memory",
+                f"weights, activations and graphs leave {gib(alloc.available_kv_bytes):.2f} GiB for KV",
+                raise_util or Fix(("--tensor-parallel-size", str(2 * inputs.tp_size))),
+            )
+        )
+    elif not alloc.fits_one_request:
+        problems.append(
+            Problem(
+                "max_model_len_does_not_fit",
+                f"one {inputs.max_model_len}-token request needs {gib(alloc.one_request_bytes):.2f} GiB"
+                f" of KV, {gib(alloc.available_kv_bytes):.2f} GiB available",
+                Fix(("--max-model-len", str(alloc.largest_max_model_len))),
+            )
+        )
+    if inputs.full_cudagraphs and inputs.mamba_layers and inputs.max_num_seqs > alloc.num_blocks > 0:
+        problems.append(
+            Problem(
+                "max_num_seqs_above_mamba_blocks",
+                f"--max-num-seqs {inputs.max_num_seqs} exceeds the {alloc.num_blocks} cache blocks; "
+                "vLLM refuses to capture FULL CUDA graphs (config/compilation.py)",
+                Fix(("--max-num-seqs", str(alloc.num_blocks))),
+            )
+        )
+    return problems
+
+
+def plan_vllm(
+    spec: Spec, shape: ModelShape, args: EngineArgs, measured: Mapping[str, float] | None = None
+) -> Plan:
+    """The plan for a vLLM server; `measured` holds numbers parsed from a previous log."""
+    inputs = resolve_inputs(spec, shape, args, measured)
+    alloc = allocate(inputs)
+    if _max_model_len(args, shape)[1] and 0 < alloc.largest_max_model_len < inputs.max_model_len:
+        # engine/kv_cache_utils.py:_auto_fit_max_model_len
+        inputs = replace(inputs, max_model_len=alloc.largest_max_model_len)
+        alloc = allocate(inputs)
+    problems = _problems(inputs, alloc, spec)
+    measured_keys = dict(measured or {})
+    if spec.model.weights_gib is not None:
+        measured_keys["weights_gib"] = spec.model.weights_gib
+    source = "measured" if measured else "estimated"
+    terms = [
+        Term("requested (total x gpu_memory_utilization)", gib(alloc.requested_bytes), "config"),
+        Term(
+            "weights",
+            gib(inputs.weights_bytes),
+            "measured" if "weights_gib" in measured_keys else "estimated",
+        ),
+        Term(
+            "peak activation",
+            gib(inputs.activation_peak_bytes),
+            "measured" if "activation_peak_gib" in measured_keys else "estimated",
+        ),
+        Term(
+            "non-torch memory",
+            gib(inputs.non_torch_bytes),
+            "measured" if "non_torch_gib" in measured_keys else "estimated",
+        ),
+        Term(
+            "CUDA graph memory",
+            gib(inputs.cudagraph_bytes),
+            "measured" if "cudagraph_gib" in measured_keys else "estimated",
+        ),
+        Term(
+            "available KV cache memory",
+            gib(alloc.available_kv_bytes),
+            "measured" if "available_kv_gib" in measured_keys else source,
+        ),
+    ]
+    util, max_len, seqs = recommended_knobs(inputs, alloc)
+    recommended = [
+        "--gpu-memory-utilization",
+        f"{util}",
+        "--max-model-len",
+        str(max_len),
+        "--max-num-seqs",
+        str(seqs),
+    ]
+    if max_len == 0:  # no budget holds the weights: more GPUs, same limits
+        recommended = [
+            "--tensor-parallel-size",
+            str(2 * inputs.tp_size),
+            "--gpu-memory-utilization",
+            f"{inputs.gpu_memory_utilization}",
+            "--max-model-len",
+            str(inputs.max_model_len),
+            "--max-num-seqs",
+            str(inputs.max_num_seqs),
+        ]
+    return Plan(
+        engine="vllm",
+        engine_version=spec.engine.version,
+        fits=not problems,
+        weights_gib=gib(inputs.weights_bytes),
+        kv_bytes_per_token=inputs.attention_bytes_per_token_per_layer * target_attention_layers(shape),
+        kv_tokens=alloc.kv_tokens,
+        state_bytes_per_request=inputs.mamba_state_bytes_per_layer * inputs.mamba_layers,
+        state_slots=alloc.num_blocks if inputs.mamba_layers else 0,
+        max_running_requests=inputs.max_num_seqs,
+        mem_fraction_static=inputs.gpu_memory_utilization,
+        reserve_gib=gib(inputs.gpu_total_bytes - alloc.requested_bytes),
+        reserve_needed_gib=(
+            spec.gpu.memory_gib - spec.gpu.free_before_load_gib
+            if spec.gpu.free_before_load_gib is not None
+            else 0.0
+        ),
+        problems=problems,
+        recommended_args=recommended,
+        terms=terms,
+        measured={k: float(v) for k, v in measured_keys.items() if isinstance(v, int | float)},
+        notes=_notes(inputs, alloc, shape, args),
+        details={
+            "attention_block_size": alloc.block_size_tokens,
+            "page_bytes": alloc.page_bytes,
+            "kv_cache_groups": alloc.groups.attention_groups + alloc.groups.mamba_groups,
+            "num_blocks": alloc.num_blocks,
+            "blocks_per_request": alloc.blocks_per_request,
+            "max_concurrency": round(alloc.max_concurrency, 2),
+            "max_model_len": inputs.max_model_len,
+        },
+    )
+
+
+def recommended_knobs(inputs: VllmInputs, alloc: VllmAllocation) -> tuple[float, int, int]:
+    """(gpu_memory_utilization, max_model_len, max_num_seqs) that start, changing the fewest.
+
+    Raise the utilization just enough for one request (up to MAX_UTILIZATION), else cut
+    max_model_len to what fits; then cap max_num_seqs at the pool's blocks when FULL CUDA
+    graphs need one mamba block per sequence.
+    """
+    util = inputs.gpu_memory_utilization
+    if not alloc.fits_one_request and (needed := utilization_needed(inputs, alloc)) <= (MAX_UTILIZATION):
+        util = max(util, needed)
+    at_util = allocate(_with_utilization(inputs, util))
+    max_len = min(inputs.max_model_len, at_util.largest_max_model_len)
+    final = allocate(replace(_with_utilization(inputs, util), max_model_len=max_len))
+    seqs = inputs.max_num_seqs
+    if inputs.full_cudagraphs and inputs.mamba_layers and final.num_blocks > 0:
+        seqs = min(seqs, final.num_blocks)
+    return util, max_len, seqs
+
+
+def _with_utilization(inputs: VllmInputs, util: float) -> VllmInputs:
+    """Inputs at another utilization; a measured KV budget moves by the requested delta."""
+    measured = inputs.available_kv_bytes_measured
+    if measured is not None:
+        delta = mem.requested_memory_bytes(inputs.gpu_total_bytes, util) - (
+            mem.requested_memory_bytes(inputs.gpu_total_bytes, inputs.gpu_memory_utilization)
+        )
+        measured += delta
+    return replace(inputs, gpu_memory_utilization=util, available_kv_bytes_measured=measured)
+
+
+def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: EngineArgs) -> list[str]:
+    notes = [
+        f"KV pool: {alloc.num_blocks} blocks of {alloc.block_size_tokens} tokens; one "
+        f"{inputs.max_model_len}-token request takes {alloc.blocks_per_request} blocks "
+        f"(max concurrency {alloc.max_concurrency:.2f}x)",
+    ]
+    if inputs.num_speculative_tokens and inputs.mamba_layers:
+        extra = alloc.groups.mamba_groups * inputs.num_speculative_tokens
+        notes.append(
+            f"speculative decoding holds {extra} extra mamba blocks per request and widens "
+            "the conv state; for offline bulk generation at high concurrency it often costs "
+            "more concurrency than its acceptance returns"
+        )
+    method, _ = _speculative(args)
+    if method is not None and method not in MTP_METHODS and method != "ngram":
+        notes.append(
+            f"speculative method {method!r}: the draft model's weights and KV layers are not "
+            "planned; calibrate with --from-log"
+        )
+    if shape.sliding_attention_layers:
+        notes.append(
+            f"{shape.sliding_attention_layers} sliding-window layers planned as full attention "
+            "(vLLM keeps only their window: the real KV token count is higher)"
+        )
+    if shape.is_multimodal_wrapper and not args.get_bool("language_model_only"):
+        notes.append(
+            "vision encoder profiling is not in the activation estimate; --language-model-only removes it"
+        )
+    return notes

