@@ -83,5 +83,5 @@ _CACHE: dict[str, re.Pattern[str]] = {}
 def _compiled(pattern: str) -> re.Pattern[str]:
     compiled = _CACHE.get(pattern)
     if compiled is None:
-        compiled = _CACHE[pattern] = re.compile(pattern)
+        compiled = _CACHE[pattern] = re.compile(pattern, re.MULTILINE)  # ^ and $ per line
     return compiled

