@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specpilot.cli import _register, cli
+from specpilot.cli import cli
 
 GOOD_SPEC = """
 name = "demo"
@@ -151,7 +151,6 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def runner() -> CliRunner:
-    _register()
     return CliRunner()
 
 

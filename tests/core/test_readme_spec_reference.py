@@ -21,6 +21,8 @@ def test_every_spec_key_is_documented() -> None:
             section = match.group(1)
         elif match := re.match(r"^(\w+) = ", line):
             documented.setdefault(section, set()).add(match.group(1))
-    assert documented[""] == {name for name in Spec.model_fields if name not in _SECTIONS and name != "source_path"}
+    assert documented[""] == {
+        name for name in Spec.model_fields if name not in _SECTIONS and name != "source_path"
+    }
     for name, model in _SECTIONS.items():
         assert documented[name] == set(model.model_fields), name

@@ -245,10 +245,7 @@ def test_max_running_requests_rules(dense: ModelShape, hybrid: ModelShape) -> No
 
 def test_draft_kv_folds_into_the_cell_from_0_5_14(hybrid: ModelShape) -> None:
     argv = ["--speculative-algorithm", "NEXTN"]
-    assert (
-        q.pool_cell_bytes(hybrid, settings(hybrid, argv, "0.5.13"), release_rules("0.5.13"))
-        == 65536
-    )
+    assert q.pool_cell_bytes(hybrid, settings(hybrid, argv, "0.5.13"), release_rules("0.5.13")) == 65536
     new = settings(hybrid, argv, "0.5.14")
     assert q.pool_cell_bytes(hybrid, new, release_rules("0.5.14")) == int(65536 * (1 + 1 / 16))
 

@@ -6,9 +6,10 @@ from specpilot.plan.vllm_log import parse_vllm_log
 
 
 def test_version_from_engine_banner_and_api_server_lines() -> None:
-    assert parse_vllm_log("INFO [core.py:114] Initializing a V1 LLM engine (v0.26.0) with config")[
-        "version"
-    ] == "0.26.0"
+    assert (
+        parse_vllm_log("INFO [core.py:114] Initializing a V1 LLM engine (v0.26.0) with config")["version"]
+        == "0.26.0"
+    )
     assert parse_vllm_log("INFO [api_server.py:1] vLLM API server version 0.9.0\n")["version"] == "0.9.0"
     banner = "INFO [utils.py:297]   █▄█▀ █     █     █     █  version 0.18.0\n"
     assert parse_vllm_log(banner)["version"] == "0.18.0"

@@ -24,12 +24,14 @@ def _case(name: str) -> tuple[dict[str, object], str]:
 
 
 def _spec(meta: dict[str, object]) -> Spec:
-    return Spec.model_validate({
-        "name": "log-case",
-        "model": {"path": str(REPO / str(meta["config"]))},
-        "gpu": {"memory_gib": 24.0, "count": int(str(meta["gpu_count"]))},
-        "engine": {"name": "vllm", "version": "0.26.0", "args": list(meta["flags"])},  # type: ignore[call-overload]
-    })
+    return Spec.model_validate(
+        {
+            "name": "log-case",
+            "model": {"path": str(REPO / str(meta["config"]))},
+            "gpu": {"memory_gib": 24.0, "count": int(str(meta["gpu_count"]))},
+            "engine": {"name": "vllm", "version": "0.26.0", "args": list(meta["flags"])},  # type: ignore[call-overload]
+        }
+    )
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -58,9 +60,12 @@ def test_hybrid_mtp_block_size_and_groups_match_vllm_layout() -> None:
     """Qwen3.6-27B TP2 + MTP3 with fp8 KV: 1600-token blocks, 17 attention + 48 GDN layers."""
     meta, text = _case("club3090-642-qwen36-27b-int4-tp2-mtp3")
     spec = _spec(meta)
-    plan = plan_vllm(spec, load_model_shape(spec.model_dir()),
-                     parse_engine_args("vllm", "0.26.0", spec.engine.args),
-                     measured=parse_vllm_log(text))
+    plan = plan_vllm(
+        spec,
+        load_model_shape(spec.model_dir()),
+        parse_engine_args("vllm", "0.26.0", spec.engine.args),
+        measured=parse_vllm_log(text),
+    )
     assert plan.details["attention_block_size"] == 1600
     assert plan.details["kv_cache_groups"] == 4
     # 426 blocks exactly as printed; the log's 2-decimal GiB (11.05) can cost one block.
@@ -68,40 +73,61 @@ def test_hybrid_mtp_block_size_and_groups_match_vllm_layout() -> None:
 
 
 def _incident_spec(*flags: str) -> Spec:
-    return Spec.model_validate({
-        "name": "incident-vllm",
-        "model": {"path": str(REPO / "examples/models/qwen3.6-27b-vllm")},
-        "gpu": {"memory_gib": 95.6, "name": "RTX PRO 6000"},
-        "engine": {"name": "vllm", "version": "0.26.0", "args": list(flags)},
-    })
+    return Spec.model_validate(
+        {
+            "name": "incident-vllm",
+            "model": {"path": str(REPO / "examples/models/qwen3.6-27b-vllm")},
+            "gpu": {"memory_gib": 95.6, "name": "RTX PRO 6000"},
+            "engine": {"name": "vllm", "version": "0.26.0", "args": list(flags)},
+        }
+    )
 
 
 def test_too_many_seqs_for_the_mamba_blocks_is_a_problem_with_its_fix() -> None:
     spec = _incident_spec(
-        "--max-model-len", "262144", "--gpu-memory-utilization", "0.75", "--max-num-seqs", "1024",
-        "--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}',
+        "--max-model-len",
+        "262144",
+        "--gpu-memory-utilization",
+        "0.75",
+        "--max-num-seqs",
+        "1024",
+        "--speculative-config",
+        '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}',
     )
-    plan = plan_vllm(spec, load_model_shape(spec.model_dir()),
-                     parse_engine_args("vllm", "0.26.0", spec.engine.args))
+    plan = plan_vllm(
+        spec, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", spec.engine.args)
+    )
     codes = {p.code: p for p in plan.problems}
     assert "max_num_seqs_above_mamba_blocks" in codes
     fix = codes["max_num_seqs_above_mamba_blocks"].fix
     assert fix is not None and fix.args == ("--max-num-seqs", str(plan.state_slots))
     assert not plan.fits
-    flags = [*plan.recommended_args, "--speculative-config",
-             '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}']
+    flags = [
+        *plan.recommended_args,
+        "--speculative-config",
+        '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}',
+    ]
     fixed = _incident_spec(*flags)
-    replanned = plan_vllm(fixed, load_model_shape(fixed.model_dir()),
-                          parse_engine_args("vllm", "0.26.0", fixed.engine.args))
+    replanned = plan_vllm(
+        fixed, load_model_shape(fixed.model_dir()), parse_engine_args("vllm", "0.26.0", fixed.engine.args)
+    )
     assert replanned.fits, replanned.problems
     assert replanned.max_running_requests <= replanned.state_slots
 
 
 def test_enforce_eager_has_no_graph_memory_and_no_block_limit() -> None:
-    spec = _incident_spec("--max-model-len", "32768", "--enforce-eager", "--max-num-seqs", "1024",
-                          "--gpu-memory-utilization", "0.75")
-    plan = plan_vllm(spec, load_model_shape(spec.model_dir()),
-                     parse_engine_args("vllm", "0.26.0", spec.engine.args))
+    spec = _incident_spec(
+        "--max-model-len",
+        "32768",
+        "--enforce-eager",
+        "--max-num-seqs",
+        "1024",
+        "--gpu-memory-utilization",
+        "0.75",
+    )
+    plan = plan_vllm(
+        spec, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", spec.engine.args)
+    )
     graph = next(t for t in plan.terms if t.name == "CUDA graph memory")
     assert graph.gib == 0
     assert plan.state_slots > 0
@@ -117,26 +143,27 @@ def test_no_kv_memory_recommends_the_utilization_that_starts() -> None:
     assert problem.fix is not None and problem.fix.args[0] == "--gpu-memory-utilization"
     assert problem.fix.args[1] in plan.recommended_args
     fixed = _incident_spec(*plan.recommended_args)
-    replanned = plan_vllm(fixed, load_model_shape(fixed.model_dir()),
-                          parse_engine_args("vllm", "0.26.0", fixed.engine.args))
+    replanned = plan_vllm(
+        fixed, load_model_shape(fixed.model_dir()), parse_engine_args("vllm", "0.26.0", fixed.engine.args)
+    )
     assert replanned.fits, replanned.problems
 
 
 def test_auto_max_model_len_fits_the_kv_memory() -> None:
-    spec = _incident_spec("--max-model-len", "auto", "--gpu-memory-utilization", "0.68",
-                          "--enforce-eager")
-    plan = plan_vllm(spec, load_model_shape(spec.model_dir()),
-                     parse_engine_args("vllm", "0.26.0", spec.engine.args))
+    spec = _incident_spec("--max-model-len", "auto", "--gpu-memory-utilization", "0.68", "--enforce-eager")
+    plan = plan_vllm(
+        spec, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", spec.engine.args)
+    )
     assert 0 < plan.details["max_model_len"] < 262144
     assert plan.fits
     assert plan.details["max_concurrency"] >= 1.0
 
 
 def test_kv_cache_memory_bytes_replaces_the_profiled_budget() -> None:
-    spec = _incident_spec("--max-model-len", "8192", "--kv-cache-memory-bytes", "8G",
-                          "--enforce-eager")
-    plan = plan_vllm(spec, load_model_shape(spec.model_dir()),
-                     parse_engine_args("vllm", "0.26.0", spec.engine.args))
+    spec = _incident_spec("--max-model-len", "8192", "--kv-cache-memory-bytes", "8G", "--enforce-eager")
+    plan = plan_vllm(
+        spec, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", spec.engine.args)
+    )
     available = next(t for t in plan.terms if t.name == "available KV cache memory")
     assert available.gib == pytest.approx(8.0)
     assert plan.details["num_blocks"] == 8 * 2**30 // (784 * 4096) // 16
@@ -173,12 +200,14 @@ def test_0_32_turns_on_prefix_caching_for_hybrid_models() -> None:
 def test_weights_beyond_the_budget_recommend_more_gpus_not_a_zero_length() -> None:
     """Qwen3-Next-80B bf16 on two 80 GB GPUs: 74 GiB of weights per GPU leave nothing."""
     flags = ["--tensor-parallel-size", "2", "--max-model-len", "65536"]
-    spec = Spec.model_validate({
-        "name": "next-tp2",
-        "model": {"path": str(REPO / "examples/models/qwen3-next-80b-a3b")},
-        "gpu": {"memory_gib": 79.19, "count": 2},
-        "engine": {"name": "vllm", "version": "0.26.0", "args": flags},
-    })
+    spec = Spec.model_validate(
+        {
+            "name": "next-tp2",
+            "model": {"path": str(REPO / "examples/models/qwen3-next-80b-a3b")},
+            "gpu": {"memory_gib": 79.19, "count": 2},
+            "engine": {"name": "vllm", "version": "0.26.0", "args": flags},
+        }
+    )
     plan = plan_vllm(spec, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", flags))
     assert not plan.fits
     assert [p.code for p in plan.problems] == ["no_kv_memory"]
@@ -186,5 +215,4 @@ def test_weights_beyond_the_budget_recommend_more_gpus_not_a_zero_length() -> No
     assert "0" not in plan.recommended_args
     tp4 = [*flags[2:], "--tensor-parallel-size", "4"]
     spec4 = spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": tp4})})
-    assert plan_vllm(spec4, load_model_shape(spec.model_dir()),
-                     parse_engine_args("vllm", "0.26.0", tp4)).fits
+    assert plan_vllm(spec4, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", tp4)).fits

@@ -91,9 +91,7 @@ def test_estimates_scale_with_their_inputs() -> None:
     large = mem.activation_peak_bytes_estimate(8192, 4096, 24576, 1024, 151936, 2)
     assert large == 4 * small
     # the sampler dominates with a big vocabulary: 1024 rows x 248,320 x (2 + 12) bytes
-    assert mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2) == (
-        1024 * 248320 * 14
-    )
+    assert mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2) == (1024 * 248320 * 14)
     with_mtp = mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2, 3)
     assert with_mtp == 1024 * 248320 * 22
     # Qwen3.6-27B: 128 chunks of 64 tokens x 48 heads x 128 x 128 x bf16
@@ -106,12 +104,22 @@ def test_estimates_scale_with_their_inputs() -> None:
 
 def _qwen36_27b_inputs(**changes: object) -> VllmInputs:
     base = dict(
-        gpu_total_bytes=int(95.6 * GIB), gpu_memory_utilization=0.9, tp_size=1,
-        max_model_len=32768, max_num_seqs=1024, max_num_batched_tokens=8192,
-        weights_bytes=int(51.0 * GIB), activation_peak_bytes=int(4.0 * GIB),
-        non_torch_bytes=int(0.15 * GIB), cudagraph_bytes=int(1.0 * GIB),
-        attention_layers=16, mamba_layers=48, attention_bytes_per_token_per_layer=4096,
-        mamba_state_bytes_per_layer=3_207_168, num_speculative_tokens=0, prefix_caching=False,
+        gpu_total_bytes=int(95.6 * GIB),
+        gpu_memory_utilization=0.9,
+        tp_size=1,
+        max_model_len=32768,
+        max_num_seqs=1024,
+        max_num_batched_tokens=8192,
+        weights_bytes=int(51.0 * GIB),
+        activation_peak_bytes=int(4.0 * GIB),
+        non_torch_bytes=int(0.15 * GIB),
+        cudagraph_bytes=int(1.0 * GIB),
+        attention_layers=16,
+        mamba_layers=48,
+        attention_bytes_per_token_per_layer=4096,
+        mamba_state_bytes_per_layer=3_207_168,
+        num_speculative_tokens=0,
+        prefix_caching=False,
         full_cudagraphs=True,
     )
     base.update(changes)

@@ -7,6 +7,7 @@ codes: 0 ok, 1 the check or the job failed, 2 bad input.
 
 from __future__ import annotations
 
+import importlib
 import traceback
 
 import click
@@ -16,7 +17,23 @@ from specpilot.errors import EXIT_FAILED, SpecpilotError
 
 
 class _Group(click.Group):
-    """Turns specpilot errors into one line and an exit code; `--debug` keeps tracebacks."""
+    """Loads commands on first use; turns specpilot errors into one line and an exit code."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        from specpilot.cli.commands import COMMANDS
+
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        from specpilot.cli.commands import COMMANDS
+
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, _, attribute = target.partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        assert isinstance(command, click.Command)
+        return command
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -57,14 +74,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.meta["specpilot.debug"] = debug
 
 
-def _register() -> None:
-    from specpilot.cli import commands
-
-    for command in commands.ALL:
-        cli.add_command(command)
-
-
 def main() -> None:
-    _register()
     # click exits 2 on its own usage errors, matching EXIT_BAD_INPUT.
     cli.main(standalone_mode=True)
