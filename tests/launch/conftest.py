@@ -21,6 +21,22 @@ FAKE_ENGINE = FAKES / "fake_engine.py"
 
 SpecFactory = Callable[..., Spec]
 
+#: a small dense Qwen3 shape, so check/plan have a real config.json to read
+TINY_QWEN3_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "intermediate_size": 128,
+    "vocab_size": 512,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": True,
+}
+
 
 @pytest.fixture
 def run_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -58,16 +74,18 @@ def make_spec(tmp_path: Path) -> SpecFactory:
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
         port: int | None = None,
+        gpu_memory_gib: float = 95.6,
         hang_timeout_s: float = 600.0,
         ready_timeout_s: float = 120.0,
         host: dict[str, object] | None = None,
     ) -> Spec:
         model = tmp_path / "model"
         model.mkdir(exist_ok=True)
+        (model / "config.json").write_text(json.dumps(TINY_QWEN3_CONFIG))
         engine_env = {"SPECPILOT_FAKE_SCENARIO": scenario, **(env or {})}
         sections = {
             "model": {"path": "model", "served_name": "fake-model"},
-            "gpu": {"memory_gib": 95.6},
+            "gpu": {"memory_gib": gpu_memory_gib},
             "engine": {
                 "name": engine,
                 "version": "0.5.13" if engine == "sglang" else "0.26.0",
