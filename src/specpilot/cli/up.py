@@ -47,6 +47,10 @@ def _fix_lines(fix: Fix) -> list[str]:
     return lines
 
 
+def _number(value: float) -> str:
+    return f"{value:,}" if isinstance(value, int) or float(value).is_integer() else f"{value:,.4g}"
+
+
 def _render_result(result: UpResult, console: Console) -> None:
     if result.phase == "ready":
         console.print(
@@ -58,7 +62,7 @@ def _render_result(result: UpResult, console: Console) -> None:
         console.print(f"[bold red]failed[/]: [bold]{result.cause}[/]{where} after {result.elapsed_s:.1f} s")
         if result.error:  # unboxed, so the traceback copies cleanly
             console.rule("error", style="red")
-            console.print(Text(result.error))
+            console.print(Text(result.error), soft_wrap=True)
             console.rule(style="red")
         if result.fix is not None:
             console.print(Panel(Text("\n".join(_fix_lines(result.fix))), title="fix"))
@@ -70,18 +74,21 @@ def _render_result(result: UpResult, console: Console) -> None:
         for key, value in sorted(result.allocations.items()):
             diff = planned.get(key)
             if diff is None:
-                table.add_row(key, f"{value:g}", "-", "-")
+                table.add_row(key, _number(value), "-", "-")
             else:
                 style = "bold yellow" if diff["warn"] else ""
                 table.add_row(
-                    key, f"{value:g}", f"{diff['planned']:g}", Text(f"{diff['diff_pct']:+.1f}%", style)
+                    key,
+                    _number(value),
+                    _number(diff["planned"]),
+                    Text(f"{diff['diff_pct']:+.1f}%", style),
                 )
         console.print(table)
     for diff in result.plan_diff:
         if diff["warn"]:
             console.print(
-                f"[yellow]warning[/]: {diff['key']} is {diff['engine']:g}, the plan said "
-                f"{diff['planned']:g} ({diff['diff_pct']:+.1f}%, more than 5%)"
+                f"[yellow]warning[/]: {diff['key']} is {_number(diff['engine'])}, the plan said "
+                f"{_number(diff['planned'])} ({diff['diff_pct']:+.1f}%, more than 5%)"
             )
 
 
