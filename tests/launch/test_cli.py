@@ -78,6 +78,8 @@ def test_up_failure_json_has_cause_error_fix_and_exit_1(
     assert (result["phase"], result["cause"]) == ("failed", "config")
     assert result["error"].startswith("Traceback (most recent call last):")
     assert result["fix"]["env"] == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    followed = run("logs", "cli-incident", "-f")  # the engine is gone: prints all, returns
+    assert followed.exit_code == 0 and "ValueError: Speculative decoding" in followed.output
 
 
 def test_human_failure_output_names_cause_error_and_fix(

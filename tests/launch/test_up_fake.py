@@ -78,6 +78,13 @@ def test_hang_after_weight_load_names_the_last_phase(make_spec: SpecFactory, run
     assert result.pid is not None and not group_alive(result.pid)
 
 
+def test_not_ready_in_time_is_a_timeout(make_spec: SpecFactory, run_home: Path) -> None:
+    spec = make_spec("sglang_hang_after_weights", ready_timeout_s=1.0)
+    result = up(spec)
+    assert result.cause == "timeout"
+    assert result.pid is not None and not group_alive(result.pid)
+
+
 def test_launch_file_altered_after_shipping_is_caught_before_start(
     make_spec: SpecFactory, run_home: Path
 ) -> None:
