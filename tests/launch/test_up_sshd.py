@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import pwd
 import shutil
 import socket
 from collections.abc import Iterator
@@ -10,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.errors import UserError
 from specpilot.hosts.base import Host
 from specpilot.launch.ops import run_down, run_status
 from specpilot.launch.preflight import open_host
@@ -40,12 +41,10 @@ def ssh_spec(make_spec: SpecFactory, sshd: SshdServer, run_home: Path) -> Iterat
         return spec
 
     yield make
-    for spec in made:  # the sshd logs in as this user: its run dirs are in the real home
-        try:
-            remote_dir = str(read_state(spec.name)["remote_dir"])
-        except UserError:
-            continue
-        shutil.rmtree(remote_dir, ignore_errors=True)
+    # the sshd logs in as this user, into its real home (not the test's HOME)
+    runs = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".specpilot" / "runs"
+    for spec in made:
+        shutil.rmtree(runs / spec.name, ignore_errors=True)
 
 
 def ssh_host(sshd: SshdServer) -> Host:
