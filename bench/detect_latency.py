@@ -21,6 +21,9 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import pwd
+import shutil
 import statistics
 import sys
 import tempfile
@@ -35,6 +38,7 @@ from tests.fakeengines.scenarios import SCENARIOS  # noqa: E402
 from tests.fixtures.sshd import SshdServer, start_sshd, stop_sshd  # noqa: E402
 
 from specpilot.hosts import open_host  # noqa: E402
+from specpilot.launch.state import specpilot_home  # noqa: E402
 from specpilot.launch.supervisor import launch  # noqa: E402
 from specpilot.spec import load_spec  # noqa: E402
 
@@ -118,6 +122,14 @@ def real_vllm_refusal(work: Path, python: str, model_dir: str, port: int) -> tup
     return returned_at - seen[0], cause
 
 
+def remove_bench_runs() -> None:
+    """The bench's run directories (host side, local or the sshd user's) and local states."""
+    homes = {Path.home(), Path(pwd.getpwuid(os.getuid()).pw_dir)}
+    for runs in [home / ".specpilot" / "runs" for home in homes] + [specpilot_home() / "runs"]:
+        for run_dir in runs.glob("bench-*"):
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -142,6 +154,7 @@ def main() -> None:
         finally:
             if sshd is not None:
                 stop_sshd(sshd)
+            remove_bench_runs()
         if opts.real_vllm:
             latency_s, cause = real_vllm_refusal(work, *opts.real_vllm, opts.port)
             all_s.append(latency_s)

@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from specpilot.errors import JobFailed
 from specpilot.hosts.base import Host, HostFacts
@@ -47,7 +47,6 @@ class RunFiles:
     plan_json: bytes
     launch_sh: bytes
     env: bytes
-    manifest: dict[str, object] = field(default_factory=dict)
 
     def by_name(self) -> dict[str, bytes]:
         return {
@@ -90,7 +89,6 @@ def build_manifest(
             "engine_versions": dict(facts.engine_versions),
         },
     }
-    files.manifest = manifest
     return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
 
 
