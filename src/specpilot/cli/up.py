@@ -48,7 +48,7 @@ def _fix_lines(fix: Fix) -> list[str]:
 
 
 def _number(value: float) -> str:
-    return f"{value:,}" if isinstance(value, int) or float(value).is_integer() else f"{value:,.4g}"
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,.4g}"
 
 
 def _render_result(result: UpResult, console: Console) -> None:
