@@ -8,10 +8,13 @@ import os
 import socket
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from specpilot.hosts.errors import HostConnectionLost
+from specpilot.hosts.local import LocalHost
 from specpilot.launch.ops import run_down, run_status, stream_log
 from specpilot.launch.state import read_state
 from specpilot.launch.supervisor import UpOptions
@@ -150,3 +153,19 @@ def test_secrets_reach_the_process_but_no_file_or_output(make_spec: SpecFactory,
             assert secret not in text
     finally:
         asyncio.run(run_down(spec.name, timeout_s=10.0))
+
+
+def test_losing_the_log_stream_fails_the_start_and_stops_the_engine(
+    make_spec: SpecFactory, run_home: Path
+) -> None:
+    class LogStreamDrops(LocalHost):
+        async def follow(self, path: str, offset: int = 0) -> AsyncIterator[bytes]:
+            raise HostConnectionLost(f"follow {path}: connection lost (injected)")
+            yield b""  # an async generator, as the real one
+
+    spec = make_spec("sglang_hang_after_weights")
+    with pytest.raises(HostConnectionLost):
+        up(spec, host=LogStreamDrops())
+    state = read_state(spec.name)
+    assert state["phase"] == "failed"
+    assert not group_alive(int(state["pid"]))

@@ -243,9 +243,17 @@ class _Run:
                 return
             await asyncio.sleep(self.options.reverify_every_s)
 
+    async def _reporting(self, work: Awaitable[None]) -> None:
+        """Run a watcher; if it fails (the host went away), hand the error to the decider
+        instead of letting the start wait for a signal that will never come."""
+        try:
+            await work
+        except Exception as err:
+            await self.events.put(("error", err))
+
     def start_following(self) -> None:
         """Follow the log before the process exists, so its first line is not late."""
-        self._follow_task = asyncio.create_task(self._follow_log())
+        self._follow_task = asyncio.create_task(self._reporting(self._follow_log()))
 
     async def stop_following(self) -> None:
         if self._follow_task is not None:
@@ -255,9 +263,9 @@ class _Run:
     async def watch(self, pid: int) -> UpResult:
         """Classify until ready or failed. The caller stops the group on failure."""
         tasks = [
-            asyncio.create_task(self._watch_pid(pid)),
-            asyncio.create_task(self._poll_health()),
-            asyncio.create_task(self._verify(pid)),
+            asyncio.create_task(self._reporting(self._watch_pid(pid))),
+            asyncio.create_task(self._reporting(self._poll_health())),
+            asyncio.create_task(self._reporting(self._verify(pid))),
         ]
         try:
             return await self._decide(pid)
@@ -289,6 +297,9 @@ class _Run:
                 elif kind == "health":
                     assert isinstance(payload, HealthAnswer)
                     health = payload
+                elif kind == "error":
+                    assert isinstance(payload, Exception)
+                    raise payload
                 elif kind == "verified":
                     if payload is not None and fatal_at is None:
                         assert isinstance(payload, Mismatch)
