@@ -1,0 +1,513 @@
+"""Running a generation job: prepare the ledger, dispatch rows to servers, persist results.
+
+Order of a run: check the output dir; open the ledger; on the first run list every
+input row (duplicate ids refused unless `--dedupe`), on a resume check the input and
+parameters are the same, repair the parts (`writer.reconcile_parts`) and requeue rows a
+kill left in flight; then stream only the pending input rows to the servers. Every
+`flush_interval_s` (or `flush_rows` answers) the writer fsyncs and the ledger commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import json
+import os
+import random
+import signal
+import time
+from collections import deque
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from specpilot import __version__
+from specpilot.errors import UserError
+from specpilot.generate.client import Answer, ChatClient, FailureKind, RequestFailed, Sampling
+from specpilot.generate.endpoints import Endpoint, default_model
+from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
+from specpilot.generate.ledger import Ledger, LedgerBatch
+from specpilot.generate.report import summarize
+from specpilot.generate.servers import Server, ServerPool, SpecTracker, probe, scrape_metrics
+from specpilot.generate.stats import LiveStats, ProgressView
+from specpilot.generate.types import PromptRow
+from specpilot.generate.validate import answer_flags, flag_bits
+from specpilot.generate.writer import DATA_DIR, list_parts, reconcile_parts
+
+DUPLICATES_SHOWN = 5
+PARAM_KEYS = ("model", "thinking", "max_tokens", "temperature", "top_p", "top_k")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    input_path: Path
+    output_dir: Path
+    endpoints: list[Endpoint]
+    model: str | None
+    thinking: bool
+    concurrency: int = 64
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    limit: int | None = None
+    dedupe: bool = False
+    retry_failed: bool = False
+    max_attempts: int = 6
+    retry_base_s: float = 1.0
+    retry_cap_s: float = 60.0
+    request_timeout_s: float = 1800.0
+    probe_timeout_s: float = 5.0
+    probe_cap_s: float = 30.0
+    give_up_after_s: float = 3600.0
+    flush_interval_s: float = 0.5
+    flush_rows: int = 2048
+    rows_per_part: int = 100_000
+    metrics_interval_s: float = 10.0
+    progress_interval_s: float = 30.0
+    show_progress: bool = True
+
+
+@dataclass
+class Outcome:
+    """What `generate` prints and how it exits."""
+
+    summary: dict[str, Any]
+    exit_code: int
+    message: str
+
+
+def _backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
+    """Full jitter: uniform over [0, min(cap, base * 2^(attempt-1))]."""
+    return random.uniform(0.0, min(cap_s, base_s * 2 ** (attempt - 1)))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+class Job:
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+        self.source: InputSource = resolve_input(config.input_path)
+        check_output_dir(config.output_dir)
+        self.ledger = Ledger.in_dir(config.output_dir)
+        self.data_dir = config.output_dir / DATA_DIR
+        self.pending: set[int] = set()
+
+    # -- preparation (synchronous) -------------------------------------------
+
+    def prepare(self, model: str) -> None:
+        meta = self.ledger.meta()
+        params = self._params(model)
+        if "initialized_at" not in meta:
+            self._initialize(params)
+        else:
+            self._check_same_job(meta, params)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        reconcile_parts(self.data_dir, self.ledger)
+        self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
+        self.ledger.set_meta({"servers": json.dumps([e.base_url for e in self.config.endpoints])})
+        pending = self.ledger.pending_positions()
+        if self.config.limit is not None:
+            pending = {p for p in pending if p < self.config.limit}
+        self.pending = pending
+
+    def _params(self, model: str) -> dict[str, str]:
+        c = self.config
+        values = {"model": model, "thinking": c.thinking, "max_tokens": c.max_tokens,
+                  "temperature": c.temperature, "top_p": c.top_p, "top_k": c.top_k}
+        return {key: json.dumps(value) if not isinstance(value, str) else value
+                for key, value in values.items()}
+
+    def _initialize(self, params: dict[str, str]) -> None:
+        seen: dict[str, int] = {}
+        duplicates: list[str] = []
+
+        def listed() -> Iterator[tuple[int, str]]:
+            for row in iter_rows(self.source):
+                if row.row_id in seen:
+                    duplicates.append(row.row_id)
+                    continue
+                seen[row.row_id] = row.position
+                yield row.position, row.row_id
+
+        def check() -> dict[str, str]:
+            if not seen:
+                raise UserError(f"{self.source.path} has no rows", field="--input",
+                                fix="pass a file with at least one prompt row")
+            if duplicates and not self.config.dedupe:
+                shown = ", ".join(list(dict.fromkeys(duplicates))[:DUPLICATES_SHOWN])
+                raise UserError(f"{len(duplicates)} rows repeat an earlier id (e.g. {shown})",
+                                field="--input", fix="make the ids unique, or pass --dedupe to "
+                                "keep only the first row of each id")
+            return {**params, "input": str(self.source.path), "input_format": self.source.kind,
+                    "input_fingerprint": self.source.fingerprint(),
+                    "input_sha256": self.source.sha256(),
+                    "duplicates_skipped": str(len(duplicates))}
+
+        self.ledger.initialize(listed(), check)
+
+    def _check_same_job(self, meta: dict[str, str], params: dict[str, str]) -> None:
+        changed = [k for k in PARAM_KEYS if meta.get(k) != params[k]]
+        if changed:
+            was = ", ".join(f"{k}={meta.get(k)} (now {params[k]})" for k in changed)
+            raise UserError(f"{self.config.output_dir} holds a job with other parameters: {was}",
+                            field="--output", fix="repeat the original parameters to resume, "
+                            "or choose a new --output directory")
+        if meta.get("input_fingerprint") == self.source.fingerprint():
+            return
+        if meta.get("input_sha256") != self.source.sha256():
+            raise UserError(f"{self.source.path} changed since this job started",
+                            field="--input", fix="pass the original input to resume, or choose "
+                            "a new --output directory for the new input")
+        self.ledger.set_meta({"input_fingerprint": self.source.fingerprint()})
+
+    # -- finishing ------------------------------------------------------------
+
+    def unfinished_in_scope(self) -> int:
+        """Rows within --limit (all rows without it) that are not done or failed."""
+        limit = self.config.limit if self.config.limit is not None else 1 << 62
+        (count,) = self.ledger.query(
+            "SELECT COUNT(*) FROM rows WHERE state IN (0, 1) AND position < ?", (limit,))[0]
+        return int(str(count))
+
+    def write_reports(self) -> dict[str, Any]:
+        """errors.jsonl and manifest.json, rewritten atomically from the ledger."""
+        out = self.config.output_dir
+        errors = "".join(json.dumps({"id": i, "attempts": a, "error": e}, ensure_ascii=False) + "\n"
+                         for i, a, e in self.ledger.failed_rows())
+        _write_atomic(out / "errors.jsonl", errors)
+        summary = summarize(self.ledger)
+        meta = self.ledger.meta()
+        commits = self.ledger.part_commits()
+        manifest = {
+            "specpilot_version": __version__,
+            "input": {"path": meta.get("input"), "format": meta.get("input_format"),
+                      "sha256": meta.get("input_sha256"),
+                      "duplicates_skipped": int(meta.get("duplicates_skipped", "0"))},
+            "params": {k: (meta[k] if k == "model" else json.loads(meta[k])) for k in PARAM_KEYS},
+            "counts": {k: summary[k] for k in ("total", "done", "failed", "pending", "in_flight")},
+            "tokens": {"prompt": summary["prompt_tokens"],
+                       "completion": summary["completion_tokens"]},
+            "flags": summary["flags"],
+            "spec_accept_length": summary["spec_accept_length"],
+            "parts": [{"file": f"{DATA_DIR}/{path.name}", "rows": commits[p].rows,
+                       "bytes": commits[p].committed_bytes}
+                      for p, path in list_parts(self.data_dir).items() if p in commits],
+            "updated_at": time.time(),
+        }
+        _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+        return summary
+
+
+class Dispatcher:
+    """The asynchronous part: feed rows to servers, handle answers and failures."""
+
+    def __init__(self, job: Job, session: aiohttp.ClientSession, sampling: Sampling) -> None:
+        from specpilot.generate.writer import PartWriter
+
+        self.job, self.config, self.session = job, job.config, session
+        self.sampling = sampling
+        self.client = ChatClient(session, sampling, self.config.request_timeout_s)
+        self.pool = ServerPool([e.base_url for e in self.config.endpoints], self.config.concurrency)
+        self.writer = PartWriter(job.data_dir, job.ledger.part_commits(), self.config.rows_per_part)
+        self.batch = LedgerBatch.empty()
+        self.rows: dict[int, PromptRow] = {}
+        self.ready: deque[int] = deque()
+        self.waiting: list[tuple[float, int]] = []  # (monotonic due time, position)
+        self.attempts: dict[int, int] = {}
+        self.input = iter_rows(job.source, job.pending)
+        self.input_done = False
+        self.window = max(1024, 4 * self.config.concurrency * len(self.pool.servers))
+        self.spec = SpecTracker()
+        self.probing: set[str] = set()
+        self.parked: dict[str, list[tuple[int, RequestFailed]]] = {}
+        self.stop_reason: str | None = None
+        self.fatal: Exception | None = None
+        done_before = job.ledger.query("SELECT COUNT(*) FROM rows WHERE state = 2")[0][0]
+        failed_before = job.ledger.query("SELECT COUNT(*) FROM rows WHERE state = 3")[0][0]
+        in_scope = len(job.pending) + int(str(done_before)) + int(str(failed_before))
+        self.stats = LiveStats(in_scope, int(str(done_before)), int(str(failed_before)))
+        self.view: ProgressView | None = None
+        self.background: list[asyncio.Task[None]] = []
+
+    def accept_length(self) -> float | None:
+        from_metrics = self.spec.mean_accept_length()
+        if from_metrics is not None:
+            return from_metrics
+        if self.stats.accept_length_rows:
+            return self.stats.accept_length_sum / self.stats.accept_length_rows
+        return None
+
+    async def run(self) -> None:
+        if self.config.show_progress:
+            self.view = ProgressView(self.stats, self.pool, self.accept_length,
+                                     interval_s=self.config.progress_interval_s)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._interrupt, sig)
+        self.background = [asyncio.create_task(self._flush_loop()),
+                           asyncio.create_task(self._metrics_loop())]
+        try:
+            await self._dispatch_loop()
+            if self.fatal is not None:
+                raise self.fatal
+            await self._scrape_metrics()
+        finally:
+            for task in self.background:
+                task.cancel()
+            for server in self.pool.servers:
+                for task in server.in_flight.values():
+                    task.cancel()
+            await asyncio.gather(*self.background, return_exceptions=True)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            self.flush()
+            self.writer.close()
+            if self.view is not None:
+                self.view.stop()
+
+    def _interrupt(self, sig: signal.Signals) -> None:
+        self.stop_reason = f"interrupted by {sig.name}; run the same command again to resume"
+        self.pool.notify()
+
+    async def _dispatch_loop(self) -> None:
+        pool = self.pool
+        down_since: float | None = None
+        while self.stop_reason is None:
+            now = time.monotonic()
+            while self.waiting and self.waiting[0][0] <= now:
+                self.ready.append(heapq.heappop(self.waiting)[1])
+            self._refill()
+            if not (self.ready or self.waiting or self.parked or pool.total_in_flight()):
+                return
+            server = pool.pick() if self.ready else None
+            if server is not None:
+                position = self.ready.popleft()
+                self._start(server, position)
+                continue
+            if pool.all_down():
+                down_since = down_since or now
+                self.stats.paused_reason = "every server is down; probing, no retries spent"
+                if now - down_since > self.config.give_up_after_s:
+                    self.stop_reason = (f"every server was down for "
+                                        f"{self.config.give_up_after_s:.0f} s; gave up")
+                    return
+            else:
+                down_since = None
+                self.stats.paused_reason = None
+            timeout = self.waiting[0][0] - now if self.waiting else 1.0
+            pool.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pool.changed.wait(), timeout=max(min(timeout, 1.0), 0.001))
+
+    def _refill(self) -> None:
+        while not self.input_done and len(self.rows) < self.window:
+            row = next(self.input, None)
+            if row is None:
+                self.input_done = True
+                return
+            self.rows[row.position] = row
+            self.ready.append(row.position)
+
+    def _start(self, server: Server, position: int) -> None:
+        self.batch.started.append(position)
+        task = asyncio.create_task(self._attempt(server, self.rows[position]))
+        server.in_flight[position] = task
+
+    async def _attempt(self, server: Server, row: PromptRow) -> None:
+        try:
+            answer = await self.client.complete(server.base_url, row.turns)
+        except RequestFailed as failure:
+            server.in_flight.pop(row.position, None)
+            self._on_failure(server, row, failure)
+        else:
+            server.in_flight.pop(row.position, None)
+            self.pool.record_success(server)
+            self._on_answer(server, row, answer)
+        finally:
+            self.pool.notify()
+
+    def _on_answer(self, server: Server, row: PromptRow, answer: Answer) -> None:
+        thinking = self.sampling.thinking
+        flags = answer_flags(answer, thinking)
+        meta: dict[str, Any] = {
+            "model": self.sampling.model, "thinking": thinking,
+            "finish_reason": answer.finish_reason, "prompt_tokens": answer.prompt_tokens,
+            "completion_tokens": answer.completion_tokens, "server": server.name, "flags": flags}
+        if answer.spec_accept_length is not None:
+            meta["spec_accept_length"] = round(answer.spec_accept_length, 4)
+            self.stats.accept_length_sum += answer.spec_accept_length
+            self.stats.accept_length_rows += 1
+        turn: dict[str, Any] = {"role": "assistant", "content": answer.content,
+                                "reasoning_content": answer.reasoning}
+        output = {"id": row.row_id, "conversations": [*row.turns, turn], "meta": meta}
+        self.writer.add(output, row.position, answer.prompt_tokens, answer.completion_tokens,
+                        flag_bits(flags), time.time())
+        del self.rows[row.position]
+        self.stats.done += 1
+        self.stats.completion_tokens += answer.completion_tokens
+        if len(self.writer) >= self.config.flush_rows:
+            self.flush()
+
+    def _on_failure(self, server: Server, row: PromptRow, failure: RequestFailed) -> None:
+        if failure.kind in (FailureKind.CONNECTION, FailureKind.TIMEOUT):
+            if not server.healthy:
+                self._requeue(row.position)
+                return
+            # Is it the row or the server? A probe decides: a dead server's rows go
+            # back to the queue for free; on a live server it was this row's attempt.
+            self.parked.setdefault(server.name, []).append((row.position, failure))
+            self._probe_soon(server)
+            return
+        self._retry_or_fail(row.position, failure)
+
+    def _retry_or_fail(self, position: int, failure: RequestFailed) -> None:
+        row = self.rows[position]
+        attempts = self.attempts.get(row.position, 0) + 1
+        self.attempts[row.position] = attempts
+        if failure.kind is FailureKind.FATAL or attempts >= self.config.max_attempts:
+            self.batch.failed.append((str(failure), row.position))
+            del self.rows[row.position]
+            self.stats.failed += 1
+            return
+        self.batch.retried.append((str(failure), row.position))
+        self.stats.retries += 1
+        delay = _backoff_s(attempts, self.config.retry_base_s, self.config.retry_cap_s)
+        if failure.retry_after_s is not None:
+            delay = max(delay, min(failure.retry_after_s, self.config.retry_cap_s))
+        heapq.heappush(self.waiting, (time.monotonic() + delay, row.position))
+
+    def _requeue(self, position: int) -> None:
+        self.stats.requeued += 1
+        self.ready.appendleft(position)
+
+    def _take_out(self, server: Server, reason: str) -> None:
+        for position in self.pool.take_out(server):
+            self._requeue(position)
+        self._say(f"server {server.name} taken out ({reason}); its rows go back to the queue")
+        self._probe_until_back(server)
+
+    def _probe_soon(self, server: Server) -> None:
+        if server.name in self.probing:
+            return
+
+        async def check() -> None:
+            try:
+                alive = await probe(self.session, server, self.config.probe_timeout_s)
+            finally:
+                self.probing.discard(server.name)
+            parked = self.parked.pop(server.name, [])
+            if alive or not server.healthy:
+                for position, failure in parked:
+                    if alive:
+                        self._retry_or_fail(position, failure)
+                    else:
+                        self._requeue(position)
+            else:
+                reason = str(parked[-1][1]) if parked else "health probe failed"
+                for position, _ in parked:
+                    self._requeue(position)
+                self._take_out(server, reason)
+            self.pool.notify()
+
+        self.probing.add(server.name)
+        self._spawn(check())
+
+    def _probe_until_back(self, server: Server) -> None:
+        async def loop() -> None:
+            delay_s = 0.5
+            while not await probe(self.session, server, self.config.probe_timeout_s):
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, self.config.probe_cap_s)
+            self.pool.bring_back(server)
+            self._say(f"server {server.name} answers again; back in rotation")
+
+        self._spawn(loop())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        self.background = [task for task in self.background if not task.done()]
+        self.background.append(asyncio.create_task(work))
+
+    def _say(self, message: str) -> None:
+        if self.view is not None:
+            self.view.say(message)
+
+    def flush(self) -> None:
+        """Make answers durable, then commit them with the other changes to the ledger."""
+        durable = self.writer.flush()
+        batch, self.batch = self.batch, LedgerBatch.empty()
+        batch.done, batch.parts = durable.done, durable.parts
+        self.job.ledger.apply(batch)
+
+    async def _flush_loop(self) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self.config.flush_interval_s)
+                self.flush()
+                if self.view is not None:
+                    self.view.tick()
+        except Exception as err:  # a failed write must stop the job, not die unseen
+            self.fatal = err
+            self.stop_reason = f"writing results failed: {err}"
+            self.pool.notify()
+
+    async def _metrics_loop(self) -> None:
+        while True:
+            await self._scrape_metrics()
+            await asyncio.sleep(self.config.metrics_interval_s)
+
+    async def _scrape_metrics(self) -> None:
+        for server in self.pool.servers:
+            if server.healthy:
+                values = await scrape_metrics(self.session, server, self.config.probe_timeout_s)
+                if values is not None:
+                    self.spec.observe(server.name, values)
+        accept = self.accept_length()
+        if accept is not None:
+            self.job.ledger.set_meta({"spec_accept_length": f"{accept:.4f}"})
+
+
+async def _run(job: Job) -> str | None:
+    config = job.config
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=config.concurrency + 4,
+                                     force_close=False)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        model = config.model or job.ledger.meta().get("model") or await default_model(
+            session, config.endpoints)
+        job.prepare(model)
+        sampling = Sampling(model=model, thinking=config.thinking, max_tokens=config.max_tokens,
+                            temperature=config.temperature, top_p=config.top_p, top_k=config.top_k)
+        dispatcher = Dispatcher(job, session, sampling)
+        await dispatcher.run()
+        return dispatcher.stop_reason
+
+
+def run_generate(config: JobConfig) -> Outcome:
+    """Run (or resume) a job to its end; the summary comes from the ledger."""
+    job = Job(config)
+    try:
+        stop_reason = asyncio.run(_run(job))
+        summary = job.write_reports()
+        scope_left = job.unfinished_in_scope()
+    finally:
+        job.ledger.close()
+    if stop_reason:
+        return Outcome(summary, 1, stop_reason)
+    if summary["failed"]:
+        return Outcome(summary, 1, f"{summary['failed']} rows failed after all retries; "
+                       f"see {config.output_dir / 'errors.jsonl'}")
+    if scope_left:
+        return Outcome(summary, 1, f"{scope_left} rows are not done")
+    return Outcome(summary, 0, f"all {summary['done']} rows done")
+
