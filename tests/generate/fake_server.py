@@ -113,9 +113,10 @@ class FakeServer:
         body: dict[str, Any] = await request.json()
         faults, counts = self.faults, self.counts
         counts.requests += 1
+        number = counts.requests
         if faults.latency_s:
             await asyncio.sleep(faults.latency_s)
-        if faults.burst_429_every and counts.requests % faults.burst_429_every == 0:
+        if faults.burst_429_every and number % faults.burst_429_every == 0:
             self._burst_left = faults.burst_429_length
         if self._burst_left > 0:
             self._burst_left -= 1

@@ -44,6 +44,8 @@ Run the same command again to resume; `specpilot report out/` shows progress."""
 @click.option("--request-timeout-s", default=1800.0, show_default=True, type=click.FloatRange(0.1))
 @click.option("--give-up-after-s", default=3600.0, show_default=True, type=click.FloatRange(0),
               help="Stop (exit 1) when every server has been down this long.")
+@click.option("--flush-interval-s", default=0.5, show_default=True, type=click.FloatRange(0.001),
+              help="How often finished rows are fsynced and committed to the ledger.")
 @click.option("--rows-per-part", default=100_000, show_default=True, type=click.IntRange(1))
 @click.option("--progress-interval-s", default=30.0, show_default=True, type=click.FloatRange(0),
               help="Seconds between summary lines when stderr is not a terminal.")
@@ -53,7 +55,8 @@ def generate(input_path: Path, output_dir: Path, servers: tuple[str, ...], runs:
              temperature: float | None, top_p: float | None, top_k: int | None, thinking: bool,
              limit: int | None, dedupe: bool, retry_failed: bool, max_attempts: int,
              retry_base_s: float, request_timeout_s: float, give_up_after_s: float,
-             rows_per_part: int, progress_interval_s: float, as_json: bool) -> None:
+             flush_interval_s: float, rows_per_part: int, progress_interval_s: float,
+             as_json: bool) -> None:
     """Generate answers (with reasoning) for every prompt, exactly once, resumably."""
     from specpilot.generate.endpoints import resolve_endpoints
     from specpilot.generate.job import JobConfig, run_generate
@@ -66,7 +69,8 @@ def generate(input_path: Path, output_dir: Path, servers: tuple[str, ...], runs:
         top_k=top_k, limit=limit, dedupe=dedupe, retry_failed=retry_failed,
         max_attempts=max_attempts, retry_base_s=retry_base_s,
         request_timeout_s=request_timeout_s, give_up_after_s=give_up_after_s,
-        rows_per_part=rows_per_part, progress_interval_s=progress_interval_s)
+        flush_interval_s=flush_interval_s, rows_per_part=rows_per_part,
+        progress_interval_s=progress_interval_s)
     outcome = run_generate(config)
     if as_json:
         click.echo(json.dumps({**outcome.summary, "exit_code": outcome.exit_code,

@@ -1,0 +1,74 @@
+"""kill -9 at random moments, resume each time: exactly 20,000 distinct, complete rows at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.generate.conftest import prompt_rows, write_jsonl
+from tests.generate.fake_server import answer_for
+
+ROWS = 20_000
+KILLS = 10
+
+
+@pytest.fixture
+def server_url(tmp_path: Path) -> Iterator[str]:
+    port_file = tmp_path / "port.json"
+    process = subprocess.Popen([sys.executable, "-m", "tests.generate.fake_server",
+                                "--port-file", str(port_file)])
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists():
+            assert process.poll() is None and time.monotonic() < deadline, "fake server failed"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{json.loads(port_file.read_text())['port']}"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path,
+                                                                server_url: str) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(ROWS))
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "tests.generate.cli_main", "generate", "--input", str(path),
+            "--output", str(out), "--server", server_url, "--concurrency", "64",
+            "--flush-interval-s", "0.05", "--rows-per-part", "3000", "--json"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    chooser = random.Random(int(os.environ.get("CRASH_SEED", "1")))
+    done_after_kill: list[int] = []
+    for _ in range(KILLS):
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        time.sleep(chooser.uniform(0.8, 2.5))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        done_after_kill.append(sum(1 for _ in _lines(out)))
+    final = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert json.loads(final.stdout)["done"] == ROWS
+    assert done_after_kill[-1] < ROWS, "the kills came too late to test anything"
+    seen: set[str] = set()
+    for line in _lines(out):
+        row = json.loads(line)
+        assert row["id"] not in seen, f"duplicate {row['id']}"
+        seen.add(row["id"])
+        user, answer = row["conversations"]
+        assert answer["content"] == answer_for(user["content"])[0]
+        assert row["id"] == "q" + user["content"].split()[1]
+    assert len(seen) == ROWS
+
+
+def _lines(out: Path) -> Iterator[bytes]:
+    for part in sorted((out / "data").glob("part-*.jsonl")):
+        yield from part.read_bytes().splitlines()
