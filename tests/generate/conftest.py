@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.generate.fake_server import Faults, FakeServer
+from tests.generate.fake_server import FakeServer, Faults
 
 
 @pytest.fixture

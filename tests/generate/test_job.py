@@ -16,7 +16,7 @@ from specpilot.cli.generate import COMMANDS
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import FATAL_MARKER, Faults, FakeServer, answer_for
+from tests.generate.fake_server import FATAL_MARKER, FakeServer, Faults, answer_for
 
 
 def _config(tmp_path: Path, servers: list[FakeServer], rows: int, **extra: Any) -> JobConfig:
