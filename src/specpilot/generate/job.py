@@ -10,7 +10,6 @@ kill left in flight; then stream only the pending input rows to the servers. Eve
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import json
 import os
@@ -27,7 +26,14 @@ import aiohttp
 
 from specpilot import __version__
 from specpilot.errors import UserError
-from specpilot.generate.client import Answer, ChatClient, FailureKind, RequestFailed, Sampling
+from specpilot.generate.client import (
+    Answer,
+    ChatClient,
+    FailureKind,
+    RequestFailed,
+    Sampling,
+    open_session,
+)
 from specpilot.generate.endpoints import Endpoint, default_model
 from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
 from specpilot.generate.ledger import Ledger, LedgerBatch
@@ -39,6 +45,7 @@ from specpilot.generate.validate import answer_flags, flag_bits
 from specpilot.generate.writer import DATA_DIR, list_parts, reconcile_parts
 
 DUPLICATES_SHOWN = 5
+TICK_S = 0.05
 PARAM_KEYS = ("model", "thinking", "max_tokens", "temperature", "top_p", "top_k")
 
 
@@ -218,7 +225,7 @@ class Dispatcher:
 
         self.job, self.config, self.session = job, job.config, session
         self.sampling = sampling
-        self.client = ChatClient(session, sampling, self.config.request_timeout_s)
+        self.client = ChatClient(session, sampling)
         self.pool = ServerPool([e.base_url for e in self.config.endpoints], self.config.concurrency)
         self.writer = PartWriter(job.data_dir, job.ledger.part_commits(), self.config.rows_per_part)
         self.batch = LedgerBatch.empty()
@@ -232,6 +239,8 @@ class Dispatcher:
         self.spec = SpecTracker()
         self.probing: set[str] = set()
         self.parked: dict[str, list[tuple[int, RequestFailed]]] = {}
+        self.sent_at: dict[int, float] = {}
+        self.overdue: set[int] = set()
         self.stop_reason: str | None = None
         self.fatal: Exception | None = None
         done_before = job.ledger.query("SELECT COUNT(*) FROM rows WHERE state = 2")[0][0]
@@ -279,23 +288,27 @@ class Dispatcher:
 
     def _interrupt(self, sig: signal.Signals) -> None:
         self.stop_reason = f"interrupted by {sig.name}; run the same command again to resume"
-        self.pool.notify()
 
     async def _dispatch_loop(self) -> None:
+        """Housekeeping tick: due retries, completion, the all-down pause.
+
+        New requests are mostly started by `_fill` right where a request finishes, so
+        the per-request path creates no extra task or timer; this loop only needs to
+        look every `TICK_S`.
+        """
         pool = self.pool
         down_since: float | None = None
+        last_watchdog = time.monotonic()
         while self.stop_reason is None:
             now = time.monotonic()
             while self.waiting and self.waiting[0][0] <= now:
                 self.ready.append(heapq.heappop(self.waiting)[1])
-            self._refill()
+            self._fill()
             if not (self.ready or self.waiting or self.parked or pool.total_in_flight()):
                 return
-            server = pool.pick() if self.ready else None
-            if server is not None:
-                position = self.ready.popleft()
-                self._start(server, position)
-                continue
+            if now - last_watchdog >= 1.0:
+                last_watchdog = now
+                self._cancel_overdue(now)
             if pool.all_down():
                 down_since = down_since or now
                 self.stats.paused_reason = "every server is down; probing, no retries spent"
@@ -306,10 +319,23 @@ class Dispatcher:
             else:
                 down_since = None
                 self.stats.paused_reason = None
-            timeout = self.waiting[0][0] - now if self.waiting else 1.0
-            pool.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(pool.changed.wait(), timeout=max(min(timeout, 1.0), 0.001))
+            next_due_s = self.waiting[0][0] - now if self.waiting else TICK_S
+            await asyncio.sleep(max(min(next_due_s, TICK_S), 0.0))
+
+    def _fill(self) -> None:
+        """Start requests while a server has room and there is work."""
+        if self.stop_reason is not None:
+            return
+        pick, ready = self.pool.pick, self.ready
+        while True:
+            if not ready:
+                self._refill()
+                if not ready:
+                    return
+            server = pick()
+            if server is None:
+                return
+            self._start(server, ready.popleft())
 
     def _refill(self) -> None:
         while not self.input_done and len(self.rows) < self.window:
@@ -324,10 +350,28 @@ class Dispatcher:
         self.batch.started.append(position)
         task = asyncio.create_task(self._attempt(server, self.rows[position]))
         server.in_flight[position] = task
+        self.sent_at[position] = time.monotonic()
+
+    def _cancel_overdue(self, now: float) -> None:
+        """The request timeout: cancel requests older than it (see client.open_session)."""
+        limit_s = self.config.request_timeout_s
+        for server in self.pool.servers:
+            for position, task in server.in_flight.items():
+                overdue = now - self.sent_at.get(position, now) > limit_s
+                if overdue and position not in self.overdue:
+                    self.overdue.add(position)
+                    task.cancel()
 
     async def _attempt(self, server: Server, row: PromptRow) -> None:
         try:
-            answer = await self.client.complete(server.base_url, row.turns)
+            try:
+                answer = await self.client.complete(server.base_url, row.turns)
+            except asyncio.CancelledError:
+                if row.position not in self.overdue:
+                    raise  # taken out or shutting down: whoever cancelled requeues the row
+                self.overdue.discard(row.position)
+                raise RequestFailed(FailureKind.TIMEOUT, "request timed out after "
+                                    f"{self.config.request_timeout_s:g} s") from None
         except RequestFailed as failure:
             server.in_flight.pop(row.position, None)
             self._on_failure(server, row, failure)
@@ -336,7 +380,7 @@ class Dispatcher:
             self.pool.record_success(server)
             self._on_answer(server, row, answer)
         finally:
-            self.pool.notify()
+            self._fill()
 
     def _on_answer(self, server: Server, row: PromptRow, answer: Answer) -> None:
         thinking = self.sampling.thinking
@@ -355,6 +399,7 @@ class Dispatcher:
         self.writer.add(output, row.position, answer.prompt_tokens, answer.completion_tokens,
                         flag_bits(flags), time.time())
         del self.rows[row.position]
+        self.sent_at.pop(row.position, None)
         self.stats.done += 1
         self.stats.completion_tokens += answer.completion_tokens
         if len(self.writer) >= self.config.flush_rows:
@@ -379,6 +424,7 @@ class Dispatcher:
         if failure.kind is FailureKind.FATAL or attempts >= self.config.max_attempts:
             self.batch.failed.append((str(failure), row.position))
             del self.rows[row.position]
+            self.sent_at.pop(row.position, None)
             self.stats.failed += 1
             return
         self.batch.retried.append((str(failure), row.position))
@@ -419,7 +465,6 @@ class Dispatcher:
                 for position, _ in parked:
                     self._requeue(position)
                 self._take_out(server, reason)
-            self.pool.notify()
 
         self.probing.add(server.name)
         self._spawn(check())
@@ -460,7 +505,6 @@ class Dispatcher:
         except Exception as err:  # a failed write must stop the job, not die unseen
             self.fatal = err
             self.stop_reason = f"writing results failed: {err}"
-            self.pool.notify()
 
     async def _metrics_loop(self) -> None:
         while True:
@@ -480,9 +524,7 @@ class Dispatcher:
 
 async def _run(job: Job) -> str | None:
     config = job.config
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=config.concurrency + 4,
-                                     force_close=False)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with open_session(config.concurrency + 4) as session:
         model = config.model or job.ledger.meta().get("model") or await default_model(
             session, config.endpoints)
         job.prepare(model)

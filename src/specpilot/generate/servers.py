@@ -33,12 +33,11 @@ class Server:
 
 
 class ServerPool:
-    """Healthy servers and their in-flight work; wakes the dispatcher on every change."""
+    """Healthy servers and their in-flight work."""
 
     def __init__(self, base_urls: list[str], concurrency: int) -> None:
         self.servers = [Server(url) for url in base_urls]
         self.concurrency = concurrency
-        self.changed = asyncio.Event()
 
     def pick(self) -> Server | None:
         best: Server | None = None
@@ -54,9 +53,6 @@ class ServerPool:
     def total_in_flight(self) -> int:
         return sum(len(server.in_flight) for server in self.servers)
 
-    def notify(self) -> None:
-        self.changed.set()
-
     def record_success(self, server: Server) -> None:
         server.done_rows += 1
 
@@ -68,12 +64,10 @@ class ServerPool:
         for task in server.in_flight.values():
             task.cancel()
         server.in_flight.clear()
-        self.notify()
         return positions
 
     def bring_back(self, server: Server) -> None:
         server.healthy = True
-        self.notify()
 
 
 async def probe(session: aiohttp.ClientSession, server: Server, timeout_s: float) -> bool:
