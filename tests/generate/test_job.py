@@ -61,8 +61,9 @@ def test_faults_on_one_server(tmp_path: Path, reasoning_field: str) -> None:
 
 
 def test_server_that_dies_and_comes_back(tmp_path: Path) -> None:
-    steady = FakeServer(Faults(latency_s=0.01)).start()
-    flaky = FakeServer(Faults(latency_s=0.01)).start()
+    # The steady server alone would need ~10 s, so the job needs the flaky one back.
+    steady = FakeServer(Faults(latency_s=0.05)).start()
+    flaky = FakeServer(Faults(latency_s=0.005)).start()
     answered_when_stopped: list[int] = []
 
     def die_then_return() -> None:
@@ -72,7 +73,7 @@ def test_server_that_dies_and_comes_back(tmp_path: Path) -> None:
 
     threading.Timer(0.4, die_then_return).start()
     try:
-        outcome = run_generate(_config(tmp_path, [steady, flaky], 1500, concurrency=8,
+        outcome = run_generate(_config(tmp_path, [steady, flaky], 1500, concurrency=4,
                                        max_attempts=2))
     finally:
         steady.close()
@@ -154,10 +155,10 @@ def test_cli_generate_report_export(tmp_path: Path) -> None:
     assert summary["done"] == 30 and summary["state"] == "finished"
     report = runner.invoke(_cli(), ["report", str(out), "--json"])
     assert report.exit_code == 0
-    assert {k: v for k, v in json.loads(report.stdout).items() if k != "rows_per_s"} == {
-        k: v for k, v in summary.items()
-        if k not in ("rows_per_s", "exit_code", "message", "output_tokens_per_s")
-    } | {"output_tokens_per_s": json.loads(report.stdout)["output_tokens_per_s"]}
+    from_ledger = json.loads(report.stdout)
+    for key in ("total", "done", "failed", "pending", "retries", "completion_tokens", "flags",
+                "model", "thinking", "spec_accept_length", "state"):
+        assert from_ledger[key] == summary[key], key
     exported = runner.invoke(_cli(), ["export", str(out), "--parquet", "--json"])
     assert exported.exit_code == 0, exported.output
     files = json.loads(exported.stdout)["files"]
@@ -177,3 +178,33 @@ def test_cli_bad_input_exits_2(tmp_path: Path) -> None:
                                          "--model", "m"])
     assert result.exit_code == 2
     assert f"{path}:2" in result.output
+
+
+def test_job_stops_when_every_row_fails_from_the_start(tmp_path: Path) -> None:
+    rows = [{"id": f"r{i}", "prompt": f"{FATAL_MARKER} {i}"} for i in range(400)]
+    server = FakeServer().start()
+    try:
+        outcome = run_generate(_config(tmp_path, [server], 0, input_rows=rows, concurrency=4))
+    finally:
+        server.close()
+    assert outcome.exit_code == 1
+    assert "all failed" in outcome.message and "--retry-failed" in outcome.message
+    assert outcome.summary["failed"] < 100 and outcome.summary["pending"] > 300
+
+
+def test_run_name_gives_endpoint_and_model(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    server = FakeServer().start()
+    monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path / "home"))
+    state = tmp_path / "home" / "runs" / "qwen" / "state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text(json.dumps({"name": "qwen", "endpoint": server.url, "phase": "ready",
+                                 "served_model_name": "served-qwen"}))
+    path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(5))
+    try:
+        result = CliRunner().invoke(_cli(), ["generate", "--input", str(path), "--output",
+                                             str(tmp_path / "out"), "--run", "qwen", "--json"])
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.output
+    assert {row["meta"]["model"] for row in read_output(tmp_path / "out")} == {"served-qwen"}

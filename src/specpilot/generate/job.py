@@ -46,6 +46,7 @@ from specpilot.generate.writer import DATA_DIR, list_parts, reconcile_parts
 
 DUPLICATES_SHOWN = 5
 TICK_S = 0.05
+FAILURES_BEFORE_SUCCESS_LIMIT = 50
 PARAM_KEYS = ("model", "thinking", "max_tokens", "temperature", "top_p", "top_k")
 
 
@@ -310,7 +311,9 @@ class Dispatcher:
                 last_watchdog = now
                 self._cancel_overdue(now)
             if pool.all_down():
-                down_since = down_since or now
+                if down_since is None:
+                    down_since = now
+                    self._say("every server is down: paused (no retries spent) while probing")
                 self.stats.paused_reason = "every server is down; probing, no retries spent"
                 if now - down_since > self.config.give_up_after_s:
                     self.stop_reason = (f"every server was down for "
@@ -426,6 +429,11 @@ class Dispatcher:
             del self.rows[row.position]
             self.sent_at.pop(row.position, None)
             self.stats.failed += 1
+            if self.stats.done == 0 and self.stats.failed >= FAILURES_BEFORE_SUCCESS_LIMIT:
+                # A wrong --model or a broken server fails every row the same way; stop
+                # before the whole input is marked failed.
+                self.stop_reason = (f"the first {self.stats.failed} rows all failed (last: "
+                                    f"{failure}); fix the cause, then rerun with --retry-failed")
             return
         self.batch.retried.append((str(failure), row.position))
         self.stats.retries += 1
