@@ -155,8 +155,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--port-file", required=True)
+    parser.add_argument("--latency-s", type=float, default=0.0)
     args = parser.parse_args()
-    server = FakeServer(port=args.port).start()
+    server = FakeServer(Faults(latency_s=args.latency_s), port=args.port).start()
     with open(args.port_file + ".tmp", "w") as handle:
         json.dump({"port": server.port}, handle)
     import os

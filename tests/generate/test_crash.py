@@ -28,10 +28,11 @@ KILLS = 10
 
 
 @pytest.fixture
-def server_url(tmp_path: Path) -> Iterator[str]:
+def server_url(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     port_file = tmp_path / "port.json"
+    latency_s = getattr(request, "param", 0.0)
     process = subprocess.Popen([sys.executable, "-m", "tests.generate.fake_server",
-                                "--port-file", str(port_file)])
+                                "--port-file", str(port_file), "--latency-s", str(latency_s)])
     try:
         deadline = time.monotonic() + 30
         while not port_file.exists():
@@ -106,3 +107,36 @@ def _wait_for_uncommitted_tail(out: Path, deadline_s: float) -> None:
 def _lines(out: Path) -> Iterator[bytes]:
     for part in sorted((out / "data").glob("part-*.jsonl")):
         yield from part.read_bytes().splitlines()
+
+
+@pytest.mark.parametrize("server_url", [0.3], indirect=True)
+def test_first_sigint_lets_requests_in_flight_finish(tmp_path: Path, server_url: str) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(120))
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "tests.generate.cli_main", "generate", "--input", str(path),
+            "--output", str(out), "--server", server_url, "--concurrency", "8", "--json"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while _count_state(out, 2) < 8:  # some rows done: the job is in full swing
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1, stderr
+    summary = json.loads(stdout)
+    assert "interrupted by SIGINT" in summary["message"]
+    assert summary["in_flight"] == 0 and 0 < summary["done"] < 120  # nothing was abandoned
+    final = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert final.returncode == 0, final.stderr
+    assert len({json.loads(line)["id"] for line in _lines(out)}) == 120
+
+
+def _count_state(out: Path, state: int) -> int:
+    try:
+        db = sqlite3.connect(f"file:{out / 'ledger.sqlite'}?mode=ro", uri=True)
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM rows WHERE state = ?", (state,))
+                       .fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0

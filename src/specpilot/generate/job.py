@@ -36,13 +36,13 @@ from specpilot.generate.client import (
 )
 from specpilot.generate.endpoints import Endpoint, default_model
 from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
-from specpilot.generate.ledger import Ledger, LedgerBatch
+from specpilot.generate.ledger import Ledger, LedgerBatch, RowState
 from specpilot.generate.report import summarize
 from specpilot.generate.servers import Server, ServerPool, SpecTracker, probe, scrape_metrics
 from specpilot.generate.stats import LiveStats, ProgressView
 from specpilot.generate.types import PromptRow
 from specpilot.generate.validate import answer_flags, flag_bits
-from specpilot.generate.writer import DATA_DIR, list_parts, reconcile_parts
+from specpilot.generate.writer import DATA_DIR, PartWriter, list_parts, reconcile_parts
 
 DUPLICATES_SHOWN = 5
 TICK_S = 0.05
@@ -184,10 +184,8 @@ class Job:
 
     def unfinished_in_scope(self) -> int:
         """Rows within --limit (all rows without it) that are not done or failed."""
-        limit = self.config.limit if self.config.limit is not None else 1 << 62
-        (count,) = self.ledger.query(
-            "SELECT COUNT(*) FROM rows WHERE state IN (0, 1) AND position < ?", (limit,))[0]
-        return int(str(count))
+        return sum(self.ledger.counts(below_position=self.config.limit)[state]
+                   for state in (RowState.PENDING, RowState.IN_FLIGHT))
 
     def write_reports(self) -> dict[str, Any]:
         """errors.jsonl and manifest.json, rewritten atomically from the ledger."""
@@ -222,8 +220,6 @@ class Dispatcher:
     """The asynchronous part: feed rows to servers, handle answers and failures."""
 
     def __init__(self, job: Job, session: aiohttp.ClientSession, sampling: Sampling) -> None:
-        from specpilot.generate.writer import PartWriter
-
         self.job, self.config, self.session = job, job.config, session
         self.sampling = sampling
         self.client = ChatClient(session, sampling)
@@ -243,11 +239,12 @@ class Dispatcher:
         self.sent_at: dict[int, float] = {}
         self.overdue: set[int] = set()
         self.stop_reason: str | None = None
+        self.stop_now = False  # False while stopping: let the requests in flight finish
         self.fatal: Exception | None = None
-        done_before = job.ledger.query("SELECT COUNT(*) FROM rows WHERE state = 2")[0][0]
-        failed_before = job.ledger.query("SELECT COUNT(*) FROM rows WHERE state = 3")[0][0]
-        in_scope = len(job.pending) + int(str(done_before)) + int(str(failed_before))
-        self.stats = LiveStats(in_scope, int(str(done_before)), int(str(failed_before)))
+        counts = job.ledger.counts()
+        done_before, failed_before = counts[RowState.DONE], counts[RowState.FAILED]
+        in_scope = len(job.pending) + done_before + failed_before
+        self.stats = LiveStats(in_scope, done_before, failed_before)
         self.view: ProgressView | None = None
         self.background: list[asyncio.Task[None]] = []
 
@@ -288,7 +285,16 @@ class Dispatcher:
                 self.view.stop()
 
     def _interrupt(self, sig: signal.Signals) -> None:
-        self.stop_reason = f"interrupted by {sig.name}; run the same command again to resume"
+        """First signal: send nothing new, let requests in flight finish. Second: stop now."""
+        if self.stop_reason is None:
+            self.stop_reason = f"interrupted by {sig.name}; run the same command again to resume"
+            self._say(f"{sig.name}: finishing the {self.pool.total_in_flight()} requests in "
+                      "flight, then stopping (send it again to stop at once)")
+        else:
+            self.stop_now = True
+
+    def _stop(self, reason: str) -> None:
+        self.stop_reason, self.stop_now = reason, True
 
     async def _dispatch_loop(self) -> None:
         """Housekeeping tick: due retries, completion, the all-down pause.
@@ -300,7 +306,7 @@ class Dispatcher:
         pool = self.pool
         down_since: float | None = None
         last_watchdog = time.monotonic()
-        while self.stop_reason is None:
+        while not (self.stop_now or (self.stop_reason and not pool.total_in_flight())):
             now = time.monotonic()
             while self.waiting and self.waiting[0][0] <= now:
                 self.ready.append(heapq.heappop(self.waiting)[1])
@@ -316,8 +322,8 @@ class Dispatcher:
                     self._say("every server is down: paused (no retries spent) while probing")
                 self.stats.paused_reason = "every server is down; probing, no retries spent"
                 if now - down_since > self.config.give_up_after_s:
-                    self.stop_reason = (f"every server was down for "
-                                        f"{self.config.give_up_after_s:.0f} s; gave up")
+                    self._stop(f"every server was down for "
+                               f"{self.config.give_up_after_s:.0f} s; gave up")
                     return
             else:
                 down_since = None
@@ -432,8 +438,8 @@ class Dispatcher:
             if self.stats.done == 0 and self.stats.failed >= FAILURES_BEFORE_SUCCESS_LIMIT:
                 # A wrong --model or a broken server fails every row the same way; stop
                 # before the whole input is marked failed.
-                self.stop_reason = (f"the first {self.stats.failed} rows all failed (last: "
-                                    f"{failure}); fix the cause, then rerun with --retry-failed")
+                self._stop(f"the first {self.stats.failed} rows all failed (last: "
+                           f"{failure}); fix the cause, then rerun with --retry-failed")
             return
         self.batch.retried.append((str(failure), row.position))
         self.stats.retries += 1
@@ -512,7 +518,7 @@ class Dispatcher:
                     self.view.tick()
         except Exception as err:  # a failed write must stop the job, not die unseen
             self.fatal = err
-            self.stop_reason = f"writing results failed: {err}"
+            self._stop(f"writing results failed: {err}")
 
     async def _metrics_loop(self) -> None:
         while True:

@@ -164,6 +164,13 @@ class Ledger:
                 [int(s) for s in states])
         return cursor.rowcount
 
+    def counts(self, below_position: int | None = None) -> dict[RowState, int]:
+        """Rows per state (only positions below `below_position` if given)."""
+        limit = (1 << 62) if below_position is None else below_position
+        found = dict(self._db.execute(
+            "SELECT state, COUNT(*) FROM rows WHERE position < ? GROUP BY state", (limit,)))
+        return {state: int(found.get(int(state), 0)) for state in RowState}
+
     def pending_positions(self) -> set[int]:
         query = f"SELECT position FROM rows WHERE state = {RowState.PENDING}"
         return {position for (position,) in self._db.execute(query)}

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specpilot.errors import UserError
-from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
+from specpilot.generate.ledger import LEDGER_FILE, Ledger
 from specpilot.generate.stats import RATE_WINDOW_S, eta_text
 from specpilot.generate.validate import FLAG_NAMES
 
@@ -31,9 +31,7 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
     """Counts, tokens, flags, recent rate and ETA of the job, as one JSON-able object."""
     now = time.time() if now is None else now
     meta = ledger.meta()
-    counts = dict.fromkeys(("pending", "in_flight", "done", "failed"), 0)
-    for state, count in ledger.query("SELECT state, COUNT(*) FROM rows GROUP BY state"):
-        counts[RowState(int(str(state))).name.lower()] = int(str(count))
+    counts = {state.name.lower(): count for state, count in ledger.counts().items()}
     flag_sums = ", ".join(f"SUM((flags >> {bit}) & 1)" for bit in range(len(FLAG_NAMES)))
     (totals,) = ledger.query(
         "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
