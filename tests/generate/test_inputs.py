@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,7 +16,7 @@ from specpilot.generate.inputs import check_output_dir, iter_rows, resolve_input
 from specpilot.generate.job import Job, JobConfig
 from tests.generate.conftest import write_jsonl
 
-ROWS = [
+ROWS: list[dict[str, Any]] = [
     {"id": "a", "conversations": [{"role": "user", "content": "hi"},
                                   {"role": "assistant", "content": "old answer"}]},
     {"id": 7, "messages": [{"role": "system", "content": "be brief"},
@@ -48,7 +49,7 @@ def test_derived_id_is_stable_and_content_sensitive() -> None:
 
 
 def test_parquet_and_saved_dataset_read_like_jsonl(tmp_path: Path) -> None:
-    import datasets
+    import datasets  # type: ignore[import-untyped]
 
     records = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(10)]
     pq.write_table(pa.Table.from_pylist(records), tmp_path / "in.parquet")
@@ -75,7 +76,7 @@ def test_row_without_prompt_is_refused(tmp_path: Path) -> None:
         _rows(write_jsonl(tmp_path / "in.jsonl", [{"id": "x", "text": "?"}]))
 
 
-def _job(tmp_path: Path, rows: list[dict[str, object]], **extra: object) -> Job:
+def _job(tmp_path: Path, rows: list[dict[str, Any]], **extra: object) -> Job:
     path = write_jsonl(tmp_path / "in.jsonl", rows)
     config = JobConfig(path, tmp_path / "out", [Endpoint("http://127.0.0.1:9")], "m", True,
                        **extra)  # type: ignore[arg-type]

@@ -138,7 +138,7 @@ def _cli() -> click.Group:
 
 
 def test_cli_generate_report_export(tmp_path: Path) -> None:
-    import datasets
+    import datasets  # type: ignore[import-untyped]
 
     server = FakeServer().start()
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(30))

@@ -17,7 +17,8 @@ Example:
       --thinking --max-tokens 16384 --temperature 0.6 --concurrency 64
   specpilot generate --input prompts.parquet --output out/ \\
       --server http://10.0.0.5:30000 --server http://10.0.0.6:30000
-Run the same command again to resume; `specpilot report out/` shows progress."""
+Run the same command again to resume; `specpilot report out/` shows progress.
+An API key, if the servers need one, is read from $SPECPILOT_API_KEY."""
 
 
 @click.command("generate", epilog=EXAMPLE_GENERATE)
@@ -30,7 +31,8 @@ Run the same command again to resume; `specpilot report out/` shows progress."""
 @click.option("--model", default=None, help="Model name (default: the run's or /v1/models').")
 @click.option("--concurrency", default=64, show_default=True, type=click.IntRange(1),
               help="Requests in flight per server.")
-@click.option("--max-tokens", type=click.IntRange(1), default=None)
+@click.option("--max-tokens", type=click.IntRange(1), default=None,
+              help="Sampling parameters are sent only when given (else the server's defaults).")
 @click.option("--temperature", type=float, default=None)
 @click.option("--top-p", type=float, default=None)
 @click.option("--top-k", type=int, default=None)
@@ -39,14 +41,18 @@ Run the same command again to resume; `specpilot report out/` shows progress."""
 @click.option("--limit", type=click.IntRange(1), default=None, help="Only the first N input rows.")
 @click.option("--dedupe", is_flag=True, help="Keep the first row of each repeated id.")
 @click.option("--retry-failed", is_flag=True, help="Send rows that failed in earlier runs again.")
-@click.option("--max-attempts", default=6, show_default=True, type=click.IntRange(1))
-@click.option("--retry-base-s", default=1.0, show_default=True, type=click.FloatRange(0))
-@click.option("--request-timeout-s", default=1800.0, show_default=True, type=click.FloatRange(0.1))
+@click.option("--max-attempts", default=6, show_default=True, type=click.IntRange(1),
+              help="Requests per row before it fails (429/5xx/timeouts are retried).")
+@click.option("--retry-base-s", default=1.0, show_default=True, type=click.FloatRange(0),
+              help="First retry delay; doubles per attempt, jittered, capped at 60 s.")
+@click.option("--request-timeout-s", default=1800.0, show_default=True, type=click.FloatRange(0.1),
+              help="Longest one request may take (long reasoning traces need minutes).")
 @click.option("--give-up-after-s", default=3600.0, show_default=True, type=click.FloatRange(0),
               help="Stop (exit 1) when every server has been down this long.")
 @click.option("--flush-interval-s", default=0.5, show_default=True, type=click.FloatRange(0.001),
               help="How often finished rows are fsynced and committed to the ledger.")
-@click.option("--rows-per-part", default=100_000, show_default=True, type=click.IntRange(1))
+@click.option("--rows-per-part", default=100_000, show_default=True, type=click.IntRange(1),
+              help="Rows per output shard data/part-NNNNN.jsonl.")
 @click.option("--progress-interval-s", default=30.0, show_default=True, type=click.FloatRange(0),
               help="Seconds between summary lines when stderr is not a terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
