@@ -25,6 +25,9 @@ RATE_WINDOW_S = 60.0
 
 @dataclass
 class LiveStats:
+    """Counters of this run. "retries" shown = backoff retries + rows requeued from a
+    server that went down, matching the ledger's count of requests sent again."""
+
     total: int
     done_before: int
     failed_before: int
@@ -101,7 +104,8 @@ class ProgressView:
             for s in self._pool.servers)
         return {"done": f"{done}/{stats.total}", "rows/s": f"{rows_per_s:.1f}",
                 "out tok/s": f"{tokens_per_s:.0f}", "in flight": in_flight,
-                "retries": str(stats.retries), "failed": str(stats.failed_before + stats.failed),
+                "retries": str(stats.retries + stats.requeued),
+                "failed": str(stats.failed_before + stats.failed),
                 "accept len": "-" if accept is None else f"{accept:.2f}", "eta": eta_text(eta)}
 
     def line(self) -> str:
