@@ -111,7 +111,7 @@ def main() -> None:
         t = time.perf_counter()
         done = int(args.rows * DONE_FRACTION)
         _finish_rows(job, done)
-        job.ledger.close()
+        job.close()
         print(f"setup: {done} rows written as done ({time.perf_counter() - t:.1f} s)")
 
         started = time.perf_counter()
@@ -119,7 +119,7 @@ def main() -> None:
         resumed.prepare("m")
         prepared_s = time.perf_counter() - started
         first_s = asyncio.run(_first_request_s(resumed, started))
-        resumed.ledger.close()
+        resumed.close()
         print(f"resume: ledger open + input check + reconcile + requeue: {prepared_s:.2f} s; "
               f"first request sent after {first_s:.2f} s ({len(resumed.pending)} rows pending)")
         out = config.output_dir

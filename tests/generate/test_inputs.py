@@ -86,33 +86,36 @@ def _job(tmp_path: Path, rows: list[dict[str, Any]], **extra: object) -> Job:
 def test_duplicate_ids_are_refused_with_names_and_fix(tmp_path: Path) -> None:
     rows = [{"id": "a", "prompt": "1"}, {"id": "b", "prompt": "2"}, {"id": "a", "prompt": "3"},
             {"prompt": "same"}, {"prompt": "same"}]
-    job = _job(tmp_path, rows)
-    with pytest.raises(UserError) as err:
-        job.prepare("m")
+    with _job(tmp_path, rows) as job:
+        with pytest.raises(UserError) as err:
+            job.prepare("m")
+        assert not job.ledger.is_initialized()  # nothing half-listed
     assert "2 rows repeat an earlier id" in str(err.value)
     assert "a," in str(err.value) and "--dedupe" in str(err.value)
-    assert not job.ledger.is_initialized()  # nothing half-listed
 
 
 def test_dedupe_keeps_the_first_row_of_each_id(tmp_path: Path) -> None:
     rows = [{"id": "a", "prompt": "1"}, {"id": "b", "prompt": "2"}, {"id": "a", "prompt": "3"}]
-    job = _job(tmp_path, rows, dedupe=True)
-    job.prepare("m")
-    assert job.pending == {0, 1}
-    assert job.ledger.meta()["duplicates_skipped"] == "1"
+    with _job(tmp_path, rows, dedupe=True) as job:
+        job.prepare("m")
+        assert job.pending == {0, 1}
+        assert job.ledger.meta()["duplicates_skipped"] == "1"
 
 
 def test_empty_input_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="has no rows"):
-        _job(tmp_path, []).prepare("m")
+    with _job(tmp_path, []) as job, pytest.raises(UserError, match="has no rows"):
+        job.prepare("m")
 
 
 def test_changed_input_or_parameters_refuse_to_resume(tmp_path: Path) -> None:
-    _job(tmp_path, [{"prompt": "1"}]).prepare("m")
-    with pytest.raises(UserError, match="other parameters: model=m"):
-        _job(tmp_path, [{"prompt": "1"}]).prepare("other-model")
-    with pytest.raises(UserError, match="changed since this job started"):
-        _job(tmp_path, [{"prompt": "2"}]).prepare("m")
+    with _job(tmp_path, [{"prompt": "1"}]) as job:
+        job.prepare("m")
+        with pytest.raises(UserError, match="another `specpilot generate`"):
+            _job(tmp_path, [{"prompt": "1"}])  # one writer per directory
+    with _job(tmp_path, [{"prompt": "1"}]) as job, pytest.raises(UserError, match="model=m"):
+        job.prepare("other-model")
+    with _job(tmp_path, [{"prompt": "2"}]) as job, pytest.raises(UserError, match="changed since"):
+        job.prepare("m")
 
 
 def test_unwritable_output_dir(tmp_path: Path) -> None:

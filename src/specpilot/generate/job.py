@@ -37,6 +37,7 @@ from specpilot.generate.client import (
 from specpilot.generate.endpoints import Endpoint, default_model
 from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
 from specpilot.generate.ledger import Ledger, LedgerBatch, RowState
+from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import summarize
 from specpilot.generate.servers import Server, ServerPool, SpecTracker, probe, scrape_metrics
 from specpilot.generate.stats import LiveStats, ProgressView
@@ -108,9 +109,20 @@ class Job:
         self.config = config
         self.source: InputSource = resolve_input(config.input_path)
         check_output_dir(config.output_dir)
+        self.lock = DirectoryLock(config.output_dir)
         self.ledger = Ledger.in_dir(config.output_dir)
         self.data_dir = config.output_dir / DATA_DIR
         self.pending: set[int] = set()
+
+    def close(self) -> None:
+        self.ledger.close()
+        self.lock.release()
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- preparation (synchronous) -------------------------------------------
 
@@ -551,13 +563,10 @@ async def _run(job: Job) -> str | None:
 
 def run_generate(config: JobConfig) -> Outcome:
     """Run (or resume) a job to its end; the summary comes from the ledger."""
-    job = Job(config)
-    try:
+    with Job(config) as job:
         stop_reason = asyncio.run(_run(job))
         summary = job.write_reports()
         scope_left = job.unfinished_in_scope()
-    finally:
-        job.ledger.close()
     if stop_reason:
         return Outcome(summary, 1, stop_reason)
     if summary["failed"]:
