@@ -1,6 +1,7 @@
 """kill -9 at random moments, resume each time: exactly 20,000 distinct, complete rows at the end.
 
-Half the kills land at random times; the other half hunt the moment between a part's
+Half the kills land at random moments (after a random number of further rows, so
+they strike mid-job whatever this machine's speed); the other half hunt the moment between a part's
 fsync and the ledger commit (the window reconciliation exists for), so resumes really
 meet uncommitted rows and torn lines, not only requeued in-flight requests.
 """
@@ -58,8 +59,9 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path,
     for kill in range(KILLS):
         process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
-        if kill % 2:
-            time.sleep(chooser.uniform(0.8, 2.5))
+        if kill % 2:  # a random moment once a random number of further rows are done
+            _wait_for_done(out, _count_state(out, 2) + chooser.randint(200, 1500), 20.0)
+            time.sleep(chooser.uniform(0.0, 0.1))
         else:
             _wait_for_uncommitted_tail(out, deadline_s=4.0)
         process.send_signal(signal.SIGKILL)
@@ -95,6 +97,12 @@ def _uncommitted_bytes(out: Path) -> int:
         return 0
     written = sum(p.stat().st_size for p in (out / "data").glob("part-*.jsonl"))
     return int(written - committed)
+
+
+def _wait_for_done(out: Path, rows: int, deadline_s: float) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline and _count_state(out, 2) < rows:
+        time.sleep(0.01)
 
 
 def _wait_for_uncommitted_tail(out: Path, deadline_s: float) -> None:
