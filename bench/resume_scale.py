@@ -23,8 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from generate_overhead import _free_port, _serve
+from specpilot.generate.dispatch import Dispatcher
 from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.job import Dispatcher, Job, JobConfig
+from specpilot.generate.job import Job, JobConfig
 from specpilot.generate.writer import DATA_DIR, PartWriter
 
 INCIDENT_ROWS = 902_087
