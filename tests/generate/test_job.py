@@ -81,6 +81,9 @@ def test_server_that_dies_and_comes_back(tmp_path: Path) -> None:
     assert outcome.exit_code == 0, outcome.message
     _check_exactly_once(tmp_path / "out", 1500)
     assert 0 < answered_when_stopped[0] < flaky.counts.answered  # worked, died, rejoined
+    by_server = {s["server"]: s for s in outcome.summary["this_run_servers"]}
+    assert by_server[flaky.url.split("://")[1]]["taken_out"] >= 1
+    assert sum(s["rows_done"] for s in by_server.values()) == 1500
 
 
 def test_all_servers_down_pauses_without_spending_retries(tmp_path: Path) -> None:

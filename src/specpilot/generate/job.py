@@ -205,7 +205,7 @@ class Job:
         return summary
 
 
-async def _run(job: Job) -> str | None:
+async def _run(job: Job) -> tuple[str | None, list[dict[str, Any]]]:
     config = job.config
     async with open_session(config.concurrency + 4) as session:
         model = config.model or job.ledger.meta().get("model") or await default_model(
@@ -215,14 +215,16 @@ async def _run(job: Job) -> str | None:
                             temperature=config.temperature, top_p=config.top_p, top_k=config.top_k)
         dispatcher = Dispatcher(job, session, sampling)
         await dispatcher.run()
-        return dispatcher.stop_reason
+        servers = [{"server": s.name, "rows_done": s.done_rows, "taken_out": s.taken_out_count}
+                   for s in dispatcher.pool.servers]
+        return dispatcher.stop_reason, servers
 
 
 def run_generate(config: JobConfig) -> Outcome:
     """Run (or resume) a job to its end; the summary comes from the ledger."""
     with Job(config) as job:
-        stop_reason = asyncio.run(_run(job))
-        summary = job.write_reports()
+        stop_reason, servers = asyncio.run(_run(job))
+        summary = {**job.write_reports(), "this_run_servers": servers}
         scope_left = job.unfinished_in_scope()
     if stop_reason:
         return Outcome(summary, 1, stop_reason)
