@@ -26,6 +26,7 @@ from tests.generate.fake_server import answer_for
 
 ROWS = 20_000
 KILLS = 10
+REPO_ROOT = Path(__file__).resolve().parents[2]  # `python -m tests.generate...` runs from here
 
 
 @pytest.fixture
@@ -33,7 +34,8 @@ def server_url(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     port_file = tmp_path / "port.json"
     latency_s = getattr(request, "param", 0.0)
     process = subprocess.Popen([sys.executable, "-m", "tests.generate.fake_server",
-                                "--port-file", str(port_file), "--latency-s", str(latency_s)])
+                                "--port-file", str(port_file), "--latency-s", str(latency_s)],
+                               cwd=REPO_ROOT)
     try:
         deadline = time.monotonic() + 30
         while not port_file.exists():
@@ -57,7 +59,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path,
     done_after_kill: list[int] = []
     uncommitted_tails = 0
     for kill in range(KILLS):
-        process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+        process = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
         if kill % 2:  # a random moment once a random number of further rows are done
             _wait_for_done(out, _count_state(out, 2) + chooser.randint(200, 1500), 20.0)
@@ -69,7 +71,8 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path,
         uncommitted_tails += _uncommitted_bytes(out) > 0
         done_after_kill.append(sum(1 for _ in _lines(out)))
     print(f"kills that left rows after the committed bytes: {uncommitted_tails}/{KILLS}")
-    final = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    final = subprocess.run(argv, env=env, cwd=REPO_ROOT, capture_output=True, text=True,
+                           timeout=300)
     assert final.returncode == 0, final.stderr[-2000:]
     assert json.loads(final.stdout)["done"] == ROWS
     assert done_after_kill[-1] < ROWS, "the kills came too late to test anything"
@@ -123,7 +126,8 @@ def test_first_sigint_lets_requests_in_flight_finish(tmp_path: Path, server_url:
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "tests.generate.cli_main", "generate", "--input", str(path),
             "--output", str(out), "--server", server_url, "--concurrency", "8", "--json"]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
     while _count_state(out, 2) < 8:  # some rows done: the job is in full swing
         assert process.poll() is None, process.communicate()
         time.sleep(0.05)
@@ -133,7 +137,7 @@ def test_first_sigint_lets_requests_in_flight_finish(tmp_path: Path, server_url:
     summary = json.loads(stdout)
     assert "interrupted by SIGINT" in summary["message"]
     assert summary["in_flight"] == 0 and 0 < summary["done"] < 120  # nothing was abandoned
-    final = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    final = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert final.returncode == 0, final.stderr
     assert len({json.loads(line)["id"] for line in _lines(out)}) == 120
 
