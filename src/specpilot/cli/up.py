@@ -1,0 +1,239 @@
+"""`specpilot up | status | logs | down`: supervised launch and the run's lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from specpilot.errors import UserError
+from specpilot.launch.classify import Fix
+from specpilot.launch.ops import run_down, run_status, stream_log
+from specpilot.launch.preflight import Preflight, open_host, run_preflight
+from specpilot.launch.state import check_run_name, read_state
+from specpilot.launch.supervisor import UpResult, launch
+from specpilot.spec import Spec, load_spec
+
+
+def _print_json(data: dict[str, Any]) -> None:
+    click.echo(json.dumps(data, indent=2))
+
+
+def _refusal(spec: Spec, pre: Preflight) -> UpResult:
+    return UpResult(
+        name=spec.name,
+        phase="failed",
+        cause=pre.cause or "config",
+        error="refused before start (use --force to start anyway):\n" + "\n".join(pre.errors),
+        fix=pre.fix,
+    )
+
+
+def _fix_lines(fix: Fix) -> list[str]:
+    lines = [fix.text] if fix.text else []
+    if fix.args:
+        lines.append("args: " + " ".join(fix.args))
+    if fix.env:
+        lines.append("env:  " + " ".join(f"{k}={v}" for k, v in fix.env.items()))
+    return lines
+
+
+def _number(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,.4g}"
+
+
+def _render_result(result: UpResult, console: Console) -> None:
+    if result.phase == "ready":
+        console.print(
+            f"[bold green]ready[/]  {result.name}  pid {result.pid}  {result.endpoint}  "
+            f"({result.elapsed_s:.1f} s; argv and env verified)"
+        )
+    else:
+        where = f" during '{result.last_phase}'" if result.last_phase else ""
+        console.print(f"[bold red]failed[/]: [bold]{result.cause}[/]{where} after {result.elapsed_s:.1f} s")
+        if result.error:  # unboxed, so the traceback copies cleanly
+            console.rule("error", style="red")
+            console.print(Text(result.error), soft_wrap=True)
+            console.rule(style="red")
+        if result.fix is not None:
+            console.print(Panel(Text("\n".join(_fix_lines(result.fix))), title="fix"))
+        if result.pid is not None:
+            console.print(f"process group {result.pid} stopped; nothing left running")
+    if result.allocations:
+        table = Table("allocation", "engine", "plan", "diff")
+        planned = {d["key"]: d for d in result.plan_diff}
+        for key, value in sorted(result.allocations.items()):
+            diff = planned.get(key)
+            if diff is None:
+                table.add_row(key, _number(value), "-", "-")
+            else:
+                style = "bold yellow" if diff["warn"] else ""
+                table.add_row(
+                    key,
+                    _number(value),
+                    _number(diff["planned"]),
+                    Text(f"{diff['diff_pct']:+.1f}%", style),
+                )
+        console.print(table)
+    for diff in result.plan_diff:
+        if diff["warn"]:
+            console.print(
+                f"[yellow]warning[/]: {diff['key']} is {_number(diff['engine'])}, the plan said "
+                f"{_number(diff['planned'])} ({diff['diff_pct']:+.1f}%, more than 5%)"
+            )
+
+
+async def _up(spec: Spec, pre: Preflight, as_json: bool, console: Console) -> UpResult:
+    host = open_host(
+        spec.host.target,
+        {
+            "identity_file": spec.host.identity_file,
+            "known_hosts": spec.host.known_hosts,
+            "ssh_config": spec.host.ssh_config,
+            "accept_new_host_key": spec.host.accept_new_host_key,
+        },
+    )
+    try:
+        if as_json:
+            return await launch(spec, host, plan_json=pre.plan_json)
+        line = Text(f"{spec.name}: shipping and starting on {spec.host.target}")
+        with Live(line, console=console, refresh_per_second=8, transient=True) as live:
+
+            def progress(phase: str, elapsed_s: float, last: str | None) -> None:
+                shown = (last or "")[-120:]
+                live.update(Text(f"{spec.name}  {phase}  {elapsed_s:6.1f} s  {shown}"))
+
+            return await launch(spec, host, plan_json=pre.plan_json, progress=progress)
+    finally:
+        await host.close()
+
+
+@click.command("up")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Start even when check or plan refuses.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+@click.pass_context
+def up(ctx: click.Context, spec_path: str, force: bool, as_json: bool) -> None:
+    """Start the spec's server under supervision and wait until it is ready or failed.
+
+    Runs check and plan, ships the run directory with verified hashes, starts the
+    engine, proves the live process has the planned argv and env, and classifies
+    the whole engine log. Exit 0 ready, 1 failed (nothing left running), 2 bad input.
+
+    \b
+    Example:
+      specpilot up examples/qwen36-27b-mtp-sglang.toml
+      specpilot up my-server.toml --json
+    """
+    spec = load_spec(spec_path)
+    check_run_name(spec.name)
+    _refuse_if_running(spec.name)
+    console = Console()
+    pre = run_preflight(spec)
+    if not as_json:
+        for note in pre.skipped:
+            console.print(f"[dim]skipped: {note}[/]")
+        for warning in pre.warnings:
+            console.print(f"[yellow]warning[/]: {warning}")
+    if pre.errors and not force:
+        result = _refusal(spec, pre)
+    else:
+        result = asyncio.run(_up(spec, pre, as_json, console))
+    if as_json:
+        _print_json(result.to_json())
+    else:
+        _render_result(result, console)
+    ctx.exit(0 if result.phase == "ready" else 1)
+
+
+def _refuse_if_running(name: str) -> None:
+    try:
+        state = read_state(name)
+    except UserError:
+        return
+    if state.get("phase") not in ("starting", "ready"):
+        return
+    status = asyncio.run(run_status(name, lines=0))
+    if status.alive:
+        raise UserError(
+            f"run {name!r} is already running (pid {status.pid} on {status.target})",
+            field="name",
+            fix=f"stop it with `specpilot down {name}` or give the spec another name",
+        )
+
+
+@click.command("status")
+@click.argument("name")
+@click.option("-n", "--lines", default=10, show_default=True, help="Log lines to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.pass_context
+def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
+    """Phase, pid, uptime, endpoint answer and the last log lines of a run.
+
+    Exit 0 when the process is alive and its endpoint answers 200, else 1.
+
+    \b
+    Example:
+      specpilot status qwen36-mtp
+    """
+    result = asyncio.run(run_status(check_run_name(name), lines=lines))
+    if as_json:
+        _print_json(result.to_json())
+    else:
+        console = Console()
+        alive = "[green]alive[/]" if result.alive else "[red]not running[/]"
+        uptime = f"up {result.uptime_s:.0f} s" if result.uptime_s is not None else ""
+        console.print(f"[bold]{name}[/]  {result.phase}  pid {result.pid} {alive}  {uptime}")
+        answer = result.endpoint_status if result.endpoint_status is not None else "-"
+        console.print(f"endpoint {result.endpoint}  answer {answer}  model {result.served_model_name}")
+        if result.last_lines:
+            console.print(Panel(Text("\n".join(result.last_lines)), title="last lines"))
+    ctx.exit(0 if result.serving else 1)
+
+
+@click.command("logs")
+@click.argument("name")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the engine exits.")
+def logs(name: str, follow: bool) -> None:
+    """Print a run's whole engine log (with -f, keep following it).
+
+    \b
+    Example:
+      specpilot logs qwen36-mtp -f
+    """
+
+    async def copy() -> None:
+        async for chunk in stream_log(check_run_name(name), follow=follow):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(copy())
+
+
+@click.command("down")
+@click.argument("name")
+@click.option("--timeout-s", default=30.0, show_default=True, help="SIGKILL the group after this long.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def down(name: str, timeout_s: float, as_json: bool) -> None:
+    """Stop a run: SIGTERM to its process group, SIGKILL after --timeout-s.
+
+    \b
+    Example:
+      specpilot down qwen36-mtp
+    """
+    result = asyncio.run(run_down(check_run_name(name), timeout_s=timeout_s))
+    if as_json:
+        _print_json(result)
+    else:
+        how = {"not_running": "was not running", "terminated": "stopped", "killed": "killed"}
+        click.echo(f"{name}: process group {result['pid']} {how[result['stopped']]}")

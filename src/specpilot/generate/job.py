@@ -1,0 +1,280 @@
+"""Running a generation job: prepare the ledger, hand the rows to `dispatch`, report.
+
+Order of a run: check the output dir; open the ledger; on the first run list every
+input row (duplicate ids refused unless `--dedupe`), on a resume check the input and
+parameters are the same, repair the parts (`writer.reconcile_parts`) and requeue rows a
+kill left in flight; then stream only the pending input rows to the servers. Every
+`flush_interval_s` (or `flush_rows` answers) the writer fsyncs and the ledger commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specpilot import __version__
+from specpilot.errors import UserError
+from specpilot.generate.client import Sampling, open_session
+from specpilot.generate.dispatch import Dispatcher
+from specpilot.generate.endpoints import Endpoint, default_model
+from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
+from specpilot.generate.ledger import Ledger, RowState
+from specpilot.generate.lock import DirectoryLock
+from specpilot.generate.report import summarize
+from specpilot.generate.writer import DATA_DIR, list_parts, reconcile_parts
+
+DUPLICATES_SHOWN = 5
+PARAM_KEYS = ("model", "thinking", "max_tokens", "temperature", "top_p", "top_k")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    input_path: Path
+    output_dir: Path
+    endpoints: list[Endpoint]
+    model: str | None
+    thinking: bool
+    concurrency: int = 64
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    limit: int | None = None
+    dedupe: bool = False
+    retry_failed: bool = False
+    max_attempts: int = 6
+    retry_base_s: float = 1.0
+    retry_cap_s: float = 60.0
+    request_timeout_s: float = 1800.0
+    probe_timeout_s: float = 5.0
+    probe_cap_s: float = 30.0
+    give_up_after_s: float = 3600.0
+    flush_interval_s: float = 0.5
+    flush_rows: int = 2048
+    rows_per_part: int = 100_000
+    metrics_interval_s: float = 10.0
+    progress_interval_s: float = 30.0
+    show_progress: bool = True
+
+
+@dataclass
+class Outcome:
+    """What `generate` prints and how it exits."""
+
+    summary: dict[str, Any]
+    exit_code: int
+    message: str
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+class Job:
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+        self.source: InputSource = resolve_input(config.input_path)
+        check_output_dir(config.output_dir)
+        self.lock = DirectoryLock(config.output_dir)
+        self.ledger = Ledger.in_dir(config.output_dir)
+        self.data_dir = config.output_dir / DATA_DIR
+        self.pending: set[int] = set()
+
+    def close(self) -> None:
+        self.ledger.close()
+        self.lock.release()
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- preparation (synchronous) -------------------------------------------
+
+    def prepare(self, model: str) -> None:
+        meta = self.ledger.meta()
+        params = self._params(model)
+        if "initialized_at" not in meta:
+            self._initialize(params)
+        else:
+            self._check_same_job(meta, params)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        reconcile_parts(self.data_dir, self.ledger)
+        self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
+        self.ledger.set_meta({"servers": json.dumps([e.base_url for e in self.config.endpoints])})
+        pending = self.ledger.pending_positions()
+        if self.config.limit is not None:
+            pending = {p for p in pending if p < self.config.limit}
+        self.pending = pending
+
+    def _params(self, model: str) -> dict[str, str]:
+        c = self.config
+        values = {
+            "model": model,
+            "thinking": c.thinking,
+            "max_tokens": c.max_tokens,
+            "temperature": c.temperature,
+            "top_p": c.top_p,
+            "top_k": c.top_k,
+        }
+        return {
+            key: json.dumps(value) if not isinstance(value, str) else value for key, value in values.items()
+        }
+
+    def _initialize(self, params: dict[str, str]) -> None:
+        seen: dict[str, int] = {}
+        duplicates: list[str] = []
+
+        def listed() -> Iterator[tuple[int, str]]:
+            for row in iter_rows(self.source):
+                if row.row_id in seen:
+                    duplicates.append(row.row_id)
+                    continue
+                seen[row.row_id] = row.position
+                yield row.position, row.row_id
+
+        def check() -> dict[str, str]:
+            if not seen:
+                raise UserError(
+                    f"{self.source.path} has no rows",
+                    field="--input",
+                    fix="pass a file with at least one prompt row",
+                )
+            if duplicates and not self.config.dedupe:
+                shown = ", ".join(list(dict.fromkeys(duplicates))[:DUPLICATES_SHOWN])
+                raise UserError(
+                    f"{len(duplicates)} rows repeat an earlier id (e.g. {shown})",
+                    field="--input",
+                    fix="make the ids unique, or pass --dedupe to keep only the first row of each id",
+                )
+            return {
+                **params,
+                "input": str(self.source.path),
+                "input_format": self.source.kind,
+                "input_fingerprint": self.source.fingerprint(),
+                "input_sha256": self.source.sha256(),
+                "duplicates_skipped": str(len(duplicates)),
+            }
+
+        self.ledger.initialize(listed(), check)
+
+    def _check_same_job(self, meta: dict[str, str], params: dict[str, str]) -> None:
+        changed = [k for k in PARAM_KEYS if meta.get(k) != params[k]]
+        if changed:
+            was = ", ".join(f"{k}={meta.get(k)} (now {params[k]})" for k in changed)
+            raise UserError(
+                f"{self.config.output_dir} holds a job with other parameters: {was}",
+                field="--output",
+                fix="repeat the original parameters to resume, or choose a new --output directory",
+            )
+        if meta.get("input_fingerprint") == self.source.fingerprint():
+            return
+        if meta.get("input_sha256") != self.source.sha256():
+            raise UserError(
+                f"{self.source.path} changed since this job started",
+                field="--input",
+                fix="pass the original input to resume, or choose a new --output directory for the new input",
+            )
+        self.ledger.set_meta({"input_fingerprint": self.source.fingerprint()})
+
+    # -- finishing ------------------------------------------------------------
+
+    def unfinished_in_scope(self) -> int:
+        """Rows within --limit (all rows without it) that are not done or failed."""
+        return sum(
+            self.ledger.counts(below_position=self.config.limit)[state]
+            for state in (RowState.PENDING, RowState.IN_FLIGHT)
+        )
+
+    def write_reports(self) -> dict[str, Any]:
+        """errors.jsonl and manifest.json, rewritten atomically from the ledger."""
+        out = self.config.output_dir
+        errors = "".join(
+            json.dumps({"id": i, "attempts": a, "error": e}, ensure_ascii=False) + "\n"
+            for i, a, e in self.ledger.failed_rows()
+        )
+        _write_atomic(out / "errors.jsonl", errors)
+        summary = summarize(self.ledger)
+        meta = self.ledger.meta()
+        commits = self.ledger.part_commits()
+        manifest = {
+            "specpilot_version": __version__,
+            "input": {
+                "path": meta.get("input"),
+                "format": meta.get("input_format"),
+                "sha256": meta.get("input_sha256"),
+                "duplicates_skipped": int(meta.get("duplicates_skipped", "0")),
+            },
+            "params": {k: (meta[k] if k == "model" else json.loads(meta[k])) for k in PARAM_KEYS},
+            "counts": {k: summary[k] for k in ("total", "done", "failed", "pending", "in_flight")},
+            "tokens": {"prompt": summary["prompt_tokens"], "completion": summary["completion_tokens"]},
+            "flags": summary["flags"],
+            "spec_accept_length": summary["spec_accept_length"],
+            "parts": [
+                {
+                    "file": f"{DATA_DIR}/{path.name}",
+                    "rows": commits[p].rows,
+                    "bytes": commits[p].committed_bytes,
+                }
+                for p, path in list_parts(self.data_dir).items()
+                if p in commits
+            ],
+            "updated_at": time.time(),
+        }
+        _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+        return summary
+
+
+async def _run(job: Job) -> tuple[str | None, list[dict[str, Any]]]:
+    config = job.config
+    async with open_session(config.concurrency + 4) as session:
+        model = (
+            config.model or job.ledger.meta().get("model") or await default_model(session, config.endpoints)
+        )
+        job.prepare(model)
+        sampling = Sampling(
+            model=model,
+            thinking=config.thinking,
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+        )
+        dispatcher = Dispatcher(job, session, sampling)
+        await dispatcher.run()
+        servers = [
+            {"server": s.name, "rows_done": s.done_rows, "taken_out": s.taken_out_count}
+            for s in dispatcher.pool.servers
+        ]
+        return dispatcher.stop_reason, servers
+
+
+def run_generate(config: JobConfig) -> Outcome:
+    """Run (or resume) a job to its end; the summary comes from the ledger."""
+    with Job(config) as job:
+        stop_reason, servers = asyncio.run(_run(job))
+        summary = {**job.write_reports(), "this_run_servers": servers}
+        scope_left = job.unfinished_in_scope()
+    if stop_reason:
+        return Outcome(summary, 1, stop_reason)
+    if summary["failed"]:
+        return Outcome(
+            summary,
+            1,
+            f"{summary['failed']} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}",
+        )
+    if scope_left:
+        return Outcome(summary, 1, f"{scope_left} rows are not done")
+    return Outcome(summary, 0, f"all {summary['done']} rows done")

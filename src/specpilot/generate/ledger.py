@@ -1,0 +1,255 @@
+"""The job ledger: one SQLite database (WAL) in the output directory.
+
+Tables:
+
+* `rows(position, id, state, attempts, last_error, part, prompt_tokens,
+  completion_tokens, flags, done_at)`: one row per input prompt, keyed by its input
+  position (so a resume parses only pending input rows) with `id` unique.
+* `parts(part, committed_bytes, rows)`: per output shard, how many bytes of it hold
+  rows that this ledger marks done.
+* `meta(key, value)`: job parameters, input fingerprint and hash, last metrics.
+
+Exactly-once invariant (together with `writer.py`):
+
+    For every part file, bytes [0, committed_bytes) hold exactly the rows that
+    the ledger marks `done` with that part, each once, each a complete line.
+
+It holds because the writer fsyncs a batch of rows *before* the ledger transaction
+that marks them done and advances `committed_bytes` commits, and both updates are in
+one transaction. A kill can therefore only leave bytes *after* `committed_bytes`
+(whole rows, perhaps a torn last line) that the ledger does not know as done;
+`writer.reconcile_parts` adopts the whole, valid, not-yet-done rows there and
+truncates the rest before anything new is written. Rows that were in memory or in
+flight are still `pending`/`in_flight` and are simply sent again.
+
+`synchronous=NORMAL` is enough: in WAL mode a process kill never loses a commit, and
+a power loss that drops the newest commits only makes the ledger lag the (fsynced)
+part files, which the reconciliation above repairs.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+
+LEDGER_FILE = "ledger.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rows (
+    position INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    state INTEGER NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    part INTEGER,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    flags INTEGER NOT NULL DEFAULT 0,
+    done_at REAL
+);
+CREATE TABLE IF NOT EXISTS parts (
+    part INTEGER PRIMARY KEY,
+    committed_bytes INTEGER NOT NULL,
+    rows INTEGER NOT NULL
+);
+"""
+
+
+class RowState(IntEnum):
+    PENDING = 0
+    IN_FLIGHT = 1
+    DONE = 2
+    FAILED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DoneRecord:
+    """What the ledger keeps about a finished row (the row itself is in its part)."""
+
+    position: int
+    part: int
+    prompt_tokens: int
+    completion_tokens: int
+    flags: int
+    done_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PartCommit:
+    """A part file's new durable length and its row count."""
+
+    part: int
+    committed_bytes: int
+    rows: int
+
+
+@dataclass
+class LedgerBatch:
+    """State changes gathered between two commits (applied in one transaction)."""
+
+    started: list[int]
+    retried: list[tuple[str, int]]  # (error, position)
+    failed: list[tuple[str, int]]
+    done: list[DoneRecord]
+    parts: list[PartCommit]
+
+    @classmethod
+    def empty(cls) -> LedgerBatch:
+        return cls([], [], [], [], [])
+
+    def __bool__(self) -> bool:
+        return bool(self.started or self.retried or self.failed or self.done or self.parts)
+
+
+class Ledger:
+    """Access to the ledger database; `readonly=True` is what `report` uses mid-job."""
+
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        self.path = path
+        if readonly:
+            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        else:
+            self._db = sqlite3.connect(path, timeout=30, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+
+    @classmethod
+    def in_dir(cls, directory: Path, *, readonly: bool = False) -> Ledger:
+        return cls(directory / LEDGER_FILE, readonly=readonly)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- setup ---------------------------------------------------------------
+
+    def meta(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        with self._transaction():
+            self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", values.items())
+
+    def is_initialized(self) -> bool:
+        return "initialized_at" in self.meta()
+
+    def initialize(self, rows: Iterable[tuple[int, str]], finish: Callable[[], dict[str, str]]) -> int:
+        """Insert every (position, id), then `finish()`'s meta, in one transaction.
+
+        One transaction means a kill during initialization (or `finish` refusing the
+        input, e.g. for duplicate ids) leaves an empty ledger that the next run
+        initializes again, never a half-listed job. Returns the row count.
+        """
+        with self._transaction():
+            self._db.execute("DELETE FROM rows")
+            cursor = self._db.executemany("INSERT INTO rows (position, id) VALUES (?, ?)", rows)
+            count = cursor.rowcount
+            meta = {**finish(), "initialized_at": f"{time.time():.3f}", "total": str(count)}
+            self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
+        return count
+
+    def requeue_unfinished(self, *, include_failed: bool) -> int:
+        """In-flight rows of a killed run (and failed ones if asked) become pending."""
+        states = (RowState.IN_FLIGHT, RowState.FAILED) if include_failed else (RowState.IN_FLIGHT,)
+        marks = ",".join("?" * len(states))
+        with self._transaction():
+            cursor = self._db.execute(
+                f"UPDATE rows SET state = {RowState.PENDING} WHERE state IN ({marks})",
+                [int(s) for s in states],
+            )
+        return cursor.rowcount
+
+    def counts(self, below_position: int | None = None) -> dict[RowState, int]:
+        """Rows per state (only positions below `below_position` if given)."""
+        limit = (1 << 62) if below_position is None else below_position
+        found = dict(
+            self._db.execute("SELECT state, COUNT(*) FROM rows WHERE position < ? GROUP BY state", (limit,))
+        )
+        return {state: int(found.get(int(state), 0)) for state in RowState}
+
+    def pending_positions(self) -> set[int]:
+        query = f"SELECT position FROM rows WHERE state = {RowState.PENDING}"
+        return {position for (position,) in self._db.execute(query)}
+
+    # -- output parts --------------------------------------------------------
+
+    def part_commits(self) -> dict[int, PartCommit]:
+        rows = self._db.execute("SELECT part, committed_bytes, rows FROM parts").fetchall()
+        return {part: PartCommit(part, size, count) for part, size, count in rows}
+
+    def states_of(self, row_ids: Sequence[str]) -> dict[str, tuple[int, RowState]]:
+        """id -> (position, state) for the ids the ledger knows."""
+        found: dict[str, tuple[int, RowState]] = {}
+        for start in range(0, len(row_ids), 500):
+            chunk = row_ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            query = f"SELECT id, position, state FROM rows WHERE id IN ({marks})"
+            for row_id, position, state in self._db.execute(query, chunk):
+                found[row_id] = (position, RowState(state))
+        return found
+
+    # -- progress ------------------------------------------------------------
+
+    def apply(self, batch: LedgerBatch) -> None:
+        """Apply gathered changes atomically (done rows must already be durable)."""
+        if not batch:
+            return
+        with self._transaction():
+            db = self._db
+            db.executemany(
+                f"UPDATE rows SET state = {RowState.IN_FLIGHT}, attempts = attempts + 1 "
+                f"WHERE position = ? AND state != {RowState.DONE}",
+                ((p,) for p in batch.started),
+            )
+            db.executemany("UPDATE rows SET last_error = ? WHERE position = ?", batch.retried)
+            db.executemany(
+                f"UPDATE rows SET state = {RowState.FAILED}, last_error = ? "
+                f"WHERE position = ? AND state != {RowState.DONE}",
+                batch.failed,
+            )
+            db.executemany(
+                f"UPDATE rows SET state = {RowState.DONE}, part = ?, prompt_tokens = ?, "
+                "completion_tokens = ?, flags = ?, done_at = ?, last_error = NULL "
+                "WHERE position = ?",
+                (
+                    (d.part, d.prompt_tokens, d.completion_tokens, d.flags, d.done_at, d.position)
+                    for d in batch.done
+                ),
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO parts VALUES (?, ?, ?)",
+                ((c.part, c.committed_bytes, c.rows) for c in batch.parts),
+            )
+
+    def failed_rows(self) -> list[tuple[str, int, str]]:
+        """(id, attempts, last_error) of every failed row, in input order."""
+        query = (
+            f"SELECT id, attempts, COALESCE(last_error, '') FROM rows "
+            f"WHERE state = {RowState.FAILED} ORDER BY position"
+        )
+        return [(str(a), int(b), str(c)) for a, b, c in self._db.execute(query)]
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        """Read-only helper for the report's aggregate queries."""
+        return self._db.execute(sql, params).fetchall()
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on error (autocommit connection)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, value: object, traceback: object) -> None:
+        self._db.execute("COMMIT" if kind is None else "ROLLBACK")

@@ -1,0 +1,88 @@
+"""The job summary, computed from the ledger alone: at the end of `generate` and by `report`.
+
+Reading only the ledger (read-only SQLite in WAL mode) makes `specpilot report DIR`
+safe while a job is writing: it sees the last committed batch, never a torn state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from specpilot.errors import UserError
+from specpilot.generate.ledger import LEDGER_FILE, Ledger
+from specpilot.generate.stats import RATE_WINDOW_S, eta_text
+from specpilot.generate.validate import FLAG_NAMES
+
+
+def open_for_report(directory: Path) -> Ledger:
+    if not (directory / LEDGER_FILE).exists():
+        raise UserError(
+            f"{directory} has no {LEDGER_FILE}",
+            field="DIR",
+            fix="pass the --output directory of a `specpilot generate` job",
+        )
+    return Ledger.in_dir(directory, readonly=True)
+
+
+def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
+    """Counts, tokens, flags, recent rate and ETA of the job, as one JSON-able object."""
+    now = time.time() if now is None else now
+    meta = ledger.meta()
+    counts = {state.name.lower(): count for state, count in ledger.counts().items()}
+    flag_sums = ", ".join(f"SUM((flags >> {bit}) & 1)" for bit in range(len(FLAG_NAMES)))
+    (totals,) = ledger.query(
+        "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
+        "COALESCE(SUM(MAX(attempts - 1, 0)), 0), "
+        f"SUM(done_at > ?), SUM(CASE WHEN done_at > ? THEN completion_tokens END), "
+        f"MIN(CASE WHEN done_at > ? THEN done_at END), {flag_sums} FROM rows",
+        (now - RATE_WINDOW_S,) * 3,
+    )
+    prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens, first = totals[:6]
+    flags = {name: int(str(value or 0)) for name, value in zip(FLAG_NAMES, totals[6:], strict=True)}
+    # The rate over the last minute, or over the job's life if it is younger than that.
+    window_s = max(now - float(str(first)), 1.0) if first is not None else RATE_WINDOW_S
+    rows_per_s = int(str(recent_rows or 0)) / window_s
+    remaining = counts["pending"] + counts["in_flight"]
+    total = sum(counts.values())
+    accept = meta.get("spec_accept_length")
+    return {
+        "total": total,
+        **counts,
+        "state": "finished" if remaining == 0 else "incomplete",
+        "prompt_tokens": int(str(prompt_tokens)),
+        "completion_tokens": int(str(completion_tokens)),
+        "retries": int(str(retries)),
+        "flags": flags,
+        "rows_per_s": round(rows_per_s, 3),
+        "output_tokens_per_s": round(int(str(recent_tokens or 0)) / window_s, 1),
+        "eta_s": round(remaining / rows_per_s, 1) if rows_per_s > 0 and remaining else None,
+        "spec_accept_length": float(accept) if accept else None,
+        "model": meta.get("model"),
+        "thinking": meta.get("thinking") == "true",
+        "servers": json.loads(meta.get("servers", "[]")),
+        "input": meta.get("input"),
+    }
+
+
+def render_summary(summary: dict[str, Any], console: Console) -> None:
+    table = Table(title=f"generate: {summary['state']}", show_header=False)
+    table.add_row("done", f"{summary['done']}/{summary['total']}")
+    table.add_row("failed", str(summary["failed"]))
+    table.add_row("pending / in flight", f"{summary['pending']} / {summary['in_flight']}")
+    table.add_row("retries", str(summary["retries"]))
+    table.add_row("tokens in / out", f"{summary['prompt_tokens']} / {summary['completion_tokens']}")
+    table.add_row("rows/s (last minute)", f"{summary['rows_per_s']:.2f}")
+    table.add_row("out tok/s (last minute)", f"{summary['output_tokens_per_s']:.0f}")
+    table.add_row("eta", eta_text(summary["eta_s"]) if summary["eta_s"] else "-")
+    accept = summary["spec_accept_length"]
+    table.add_row("spec accept length", "-" if accept is None else f"{accept:.2f}")
+    table.add_row("model / thinking", f"{summary['model']} / {summary['thinking']}")
+    for flag, count in summary["flags"].items():
+        table.add_row(f"flag {flag}", str(count))
+    console.print(table)

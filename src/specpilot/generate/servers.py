@@ -1,0 +1,161 @@
+"""The set of servers a job sends to: placement, take-out, probing, spec metrics.
+
+Placement: a new request goes to the healthy server with the fewest requests in flight,
+never above `--concurrency` per server. A server whose connections fail is taken out:
+its in-flight requests are cancelled and their rows requeued without spending an attempt
+(the row did nothing wrong); a prober then polls `/v1/models` (or `/health`) with backoff
+and puts the server back once it answers. With every server out, nothing is dispatched,
+so no retries are burnt while the job waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+
+import aiohttp
+
+PROBE_PATHS = ("/v1/models", "/health")
+
+
+@dataclass
+class Server:
+    base_url: str
+    in_flight: dict[int, asyncio.Task[None]] = field(default_factory=dict)  # position -> task
+    healthy: bool = True
+    done_rows: int = 0
+    taken_out_count: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.base_url.split("://", 1)[-1]
+
+
+class ServerPool:
+    """Healthy servers and their in-flight work."""
+
+    def __init__(self, base_urls: list[str], concurrency: int) -> None:
+        self.servers = [Server(url) for url in base_urls]
+        self.concurrency = concurrency
+
+    def pick(self) -> Server | None:
+        best: Server | None = None
+        for server in self.servers:
+            if (
+                server.healthy
+                and len(server.in_flight) < self.concurrency
+                and (best is None or len(server.in_flight) < len(best.in_flight))
+            ):
+                best = server
+        return best
+
+    def all_down(self) -> bool:
+        return not any(server.healthy for server in self.servers)
+
+    def total_in_flight(self) -> int:
+        return sum(len(server.in_flight) for server in self.servers)
+
+    def record_success(self, server: Server) -> None:
+        server.done_rows += 1
+
+    def take_out(self, server: Server) -> list[int]:
+        """Cancel the server's in-flight requests; returns their positions to requeue."""
+        server.healthy = False
+        server.taken_out_count += 1
+        positions = list(server.in_flight)
+        for task in server.in_flight.values():
+            task.cancel()
+        server.in_flight.clear()
+        return positions
+
+    def bring_back(self, server: Server) -> None:
+        server.healthy = True
+
+
+async def probe(session: aiohttp.ClientSession, server: Server, timeout_s: float) -> bool:
+    """True if the server answers a health or models request with 200."""
+    for path in PROBE_PATHS:
+        try:
+            async with session.get(
+                f"{server.base_url}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as response:
+                if response.status == 200:
+                    return True
+        except (aiohttp.ClientError, TimeoutError):
+            continue
+    return False
+
+
+@dataclass(frozen=True)
+class SpecMetric:
+    """A Prometheus series an engine exports about speculative decoding."""
+
+    engine: str
+    accepted: str | None  # counter of accepted draft tokens
+    drafts: str | None  # counter of draft rounds (verify passes)
+    gauge: str | None = None  # or a gauge that is already the mean acceptance length
+
+
+SPEC_METRICS: tuple[SpecMetric, ...] = (
+    SpecMetric("vllm", "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total"),
+    SpecMetric("sglang", None, None, gauge="sglang:spec_accept_length"),
+)
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Sum each series over its label sets (one value per metric name)."""
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match:
+            try:
+                totals[match.group(1)] = totals.get(match.group(1), 0.0) + float(match.group(2))
+            except ValueError:
+                continue
+    return totals
+
+
+@dataclass
+class SpecTracker:
+    """Mean acceptance length over the job, from counter deltas since the first scrape."""
+
+    baseline: dict[str, tuple[float, float]] = field(default_factory=dict)
+    latest: dict[str, tuple[float, float]] = field(default_factory=dict)
+    gauges: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, server: str, values: dict[str, float]) -> None:
+        for metric in SPEC_METRICS:
+            if metric.accepted and metric.drafts and metric.drafts in values:
+                pair = (values.get(metric.accepted, 0.0), values[metric.drafts])
+                self.baseline.setdefault(server, pair)
+                self.latest[server] = pair
+            if metric.gauge and metric.gauge in values:
+                self.gauges[server] = values[metric.gauge]
+
+    def mean_accept_length(self) -> float | None:
+        accepted = drafts = 0.0
+        for server, (acc, dr) in self.latest.items():
+            base_acc, base_dr = self.baseline[server]
+            accepted, drafts = accepted + acc - base_acc, drafts + dr - base_dr
+        if drafts > 0:
+            return 1.0 + accepted / drafts
+        positive = [v for v in self.gauges.values() if v > 0]
+        return sum(positive) / len(positive) if positive else None
+
+
+async def scrape_metrics(
+    session: aiohttp.ClientSession, server: Server, timeout_s: float
+) -> dict[str, float] | None:
+    try:
+        async with session.get(
+            f"{server.base_url}/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as response:
+            if response.status != 200:
+                return None
+            return parse_metrics(await response.text())
+    except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+        return None

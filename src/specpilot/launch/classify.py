@@ -1,0 +1,157 @@
+"""Line-by-line classification of an engine log against its signatures.
+
+Pure and synchronous (no I/O, no clock): the supervisor feeds lines as they
+arrive and asks for the verdict; tests feed recorded logs.
+
+Why a block and not a grep: the user needs the whole error (every traceback of a
+multi-process failure: the scheduler's or EngineCore's root cause *and* the parent's
+follow-up), and the cause is decided over that whole text with the most specific
+signature first, so "CUDA out of memory" inside an "Engine core initialization
+failed" is an OOM, not a crash.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+
+from specpilot.launch.signatures import Kind, Signature, SignatureFix, for_engine
+
+_TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):")
+_WARNING_LEVEL = re.compile(r"\bWARN(?:ING)?\b")
+#: how many lines before the first traceback line still belong to the error (context)
+_LEAD_LINES = 1
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A concrete fix for one failure, placeholders already filled from the log."""
+
+    text: str
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {"args": list(self.args), "env": dict(self.env), "text": self.text}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a start failed: the cause class, the signature, the full error, the fix."""
+
+    cause: str
+    signature: str | None
+    error: str
+    fix: Fix | None
+
+
+@dataclass
+class LineEvent:
+    """What one line meant."""
+
+    kind: Kind | None
+    name: str | None = None
+
+
+class LogClassifier:
+    """Feeds on log lines; knows the phase, the allocations, readiness and failure."""
+
+    def __init__(self, engine: str, signatures: tuple[Signature, ...] | None = None) -> None:
+        self.engine = engine
+        self._signatures = signatures if signatures is not None else for_engine(engine)
+        self._fatal = [s for s in self._signatures if s.kind is Kind.FATAL]
+        self._other = [s for s in self._signatures if s.kind is not Kind.FATAL]
+        self.lines: list[str] = []
+        self.phase: str = "starting"
+        self.last_meaningful_line: str | None = None
+        self.allocations: dict[str, int | float] = {}
+        self.ready_seen = False
+        self.fatal_index: int | None = None  # index of the line that said "this failed"
+        self._block_start: int | None = None
+        self._recent: deque[str] = deque(maxlen=50)
+
+    @property
+    def fatal_seen(self) -> bool:
+        return self.fatal_index is not None
+
+    def feed(self, line: str) -> LineEvent:
+        """Classify one line (without its newline)."""
+        index = len(self.lines)
+        self.lines.append(line)
+        self._recent.append(line)
+        if line.strip():
+            self.last_meaningful_line = line
+        if _TRACEBACK_START.search(line) and self._block_start is None:
+            self._block_start = max(0, index - _LEAD_LINES)
+        event = LineEvent(kind=None)
+        for sig in self._other:
+            match = sig.regex.search(line)
+            if match is None:
+                continue
+            if sig.kind is Kind.ALLOCATION:
+                raw = match.group("value").replace(",", "")
+                self.allocations[sig.name] = float(raw) if "." in raw else int(raw)
+                event = LineEvent(Kind.ALLOCATION, sig.name) if event.kind is None else event
+            elif sig.kind is Kind.PROGRESS:
+                self.phase = sig.name
+                self._block_start = None  # an earlier traceback was handled: the engine moved on
+                event = LineEvent(Kind.PROGRESS, sig.name)
+            elif sig.kind is Kind.READY:
+                self.ready_seen = True
+                self.phase = "ready"
+                event = LineEvent(Kind.READY, sig.name)
+        if self.fatal_index is None and self._is_fatal_line(line):
+            self.fatal_index = index
+            event = LineEvent(Kind.FATAL, None)
+        return event
+
+    def _is_fatal_line(self, line: str) -> bool:
+        in_block = self._block_start is not None
+        if not in_block and _WARNING_LEVEL.search(line):
+            return False  # an engine warning that mentions an error type is not a failure
+        return any(sig.regex.search(line) for sig in self._fatal)
+
+    def failure(self, *, exited: bool, exit_code: int | None = None) -> Failure:
+        """The verdict over everything seen so far, for a start that failed.
+
+        `exited` says the process is gone; without any fatal line that is a crash
+        whose error is the log's tail.
+        """
+        if self.fatal_index is None:
+            tail = "\n".join(list(self._recent)[-30:])
+            code = f" with code {exit_code}" if exit_code is not None else ""
+            what = (
+                f"the engine process exited{code} without a known error line"
+                if exited
+                else ("the engine stopped without a known error line")
+            )
+            return Failure("crash", None, f"{what}; last lines:\n{tail}".rstrip(), None)
+        start = self.fatal_index
+        if self._block_start is not None and self._block_start < start:
+            start = self._block_start
+        error = "\n".join(self.lines[start:]).rstrip()
+        for sig in self._fatal:
+            match = sig.regex.search(error)
+            if match:
+                return Failure(sig.cause or "unknown", sig.name, error, _render_fix(sig.fix, match))
+        return Failure("unknown", None, error, None)
+
+
+def _render_fix(fix: SignatureFix | None, match: re.Match[str]) -> Fix | None:
+    """Fill `{group}` placeholders of the fix from the regex's named groups."""
+    if fix is None:
+        return None
+    groups = {k: (v or "").strip() for k, v in match.groupdict().items()}
+
+    def fill(text: str) -> str:
+        try:
+            return text.format(**groups)
+        except (KeyError, IndexError):
+            return text
+
+    return Fix(
+        text=fill(fix.text),
+        args=tuple(fill(a) for a in fix.args),
+        env={k: fill(v) for k, v in fix.env.items()},
+    )

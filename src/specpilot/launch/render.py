@@ -1,0 +1,35 @@
+"""The launch script and the env file, rendered from argv and env (never hand-built shell).
+
+launch.sh holds no logic: `exec` of the argv quoted by `shlex.join`, so the engine
+replaces the shell and keeps the pid that was recorded. The env file is a record
+of the environment (one NAME=value a line); values with a newline cannot be
+expressed in that format and are refused.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+
+from specpilot.errors import UserError
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def render_launch_script(argv: Sequence[str]) -> bytes:
+    if not argv:
+        raise ValueError("empty argv")
+    return f"#!/usr/bin/env bash\nexec {shlex.join(argv)}\n".encode()
+
+
+def render_env_file(env: Mapping[str, str]) -> bytes:
+    lines = []
+    for name in sorted(env):
+        value = env[name]
+        if not _ENV_NAME.match(name):
+            raise UserError(f"{name!r} is not a valid variable name", field="[engine] env")
+        if "\n" in value or "\0" in value:
+            raise UserError(f"the value of {name} contains a newline", field=f"[engine] env {name}")
+        lines.append(f"{name}={value}\n")
+    return "".join(lines).encode()

@@ -1,0 +1,74 @@
+"""Which values are secret, and how they are kept out of everything we print or store.
+
+A value is secret when its environment variable name looks like a credential
+(HF_TOKEN, OPENAI_API_KEY, ...) or when it follows an argv flag that looks like one
+(`--api-key X`, `--hf-token=X`). Secret values are masked in every diff, dump,
+error and state file; the env file references them (`NAME=${NAME}`) instead of
+storing them, and the supervisor passes the real value only in the spawned
+process's environment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+MASK = "***"
+
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.I)
+_SECRET_FLAG = re.compile(r"^--?[\w-]*(token|secret|password|api-key|api_key|apikey)[\w-]*$", re.I)
+
+
+def is_secret_name(name: str) -> bool:
+    """True for env names such as HF_TOKEN, OPENAI_API_KEY, DB_PASSWORD, MY_SECRET."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def is_secret_flag(flag: str) -> bool:
+    """True for argv flags such as --api-key or --hf-token."""
+    return bool(_SECRET_FLAG.match(flag))
+
+
+def secret_env_names(env: Mapping[str, str]) -> set[str]:
+    return {name for name in env if is_secret_name(name)}
+
+
+def mask_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of `env` with every secret value replaced by the mask."""
+    return {name: (MASK if is_secret_name(name) and value else value) for name, value in env.items()}
+
+
+def mask_argv(argv: Sequence[str]) -> list[str]:
+    """A copy of argv with the value after (or inside) a secret-looking flag masked."""
+    masked: list[str] = []
+    hide_next = False
+    for token in argv:
+        if hide_next:
+            masked.append(MASK)
+            hide_next = False
+            continue
+        flag, eq, _value = token.partition("=")
+        if is_secret_flag(flag):
+            if eq:
+                masked.append(f"{flag}={MASK}")
+            else:
+                masked.append(token)
+                hide_next = True
+            continue
+        masked.append(token)
+    return masked
+
+
+def secret_values(env: Mapping[str, str], argv: Sequence[str] = ()) -> list[str]:
+    """Every secret value in env and argv (longest first, for text redaction)."""
+    values = [value for name, value in env.items() if is_secret_name(name) and value]
+    values += [orig for orig, shown in zip(argv, mask_argv(argv), strict=True) if orig != shown]
+    values = [v.partition("=")[2] if v.startswith("-") else v for v in values]
+    return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace every occurrence of every secret value in `text` by the mask."""
+    for value in secrets:
+        text = text.replace(value, MASK)
+    return text

@@ -1,0 +1,81 @@
+"""SGLang's startup lines, as it prints them (sglang 0.4 - 0.5.x log format).
+
+Each line was seen in public engine logs; `source` names one place.
+"""
+
+from __future__ import annotations
+
+from specpilot.launch.signatures.base import Kind, Signature, SignatureFix
+
+_S = "sglang"
+
+SIGNATURES: tuple[Signature, ...] = (
+    Signature(_S, Kind.READY, "ready", r"The server is fired up and ready to roll!"),
+    # progress phases, in the order SGLang passes them
+    Signature(_S, Kind.PROGRESS, "init_distributed", r"Init torch distributed begin"),
+    Signature(_S, Kind.PROGRESS, "loading_weights", r"Load weight begin"),
+    Signature(_S, Kind.PROGRESS, "weights_loaded", r"Load weight end"),
+    Signature(_S, Kind.PROGRESS, "allocating_kv", r"(?:Mamba|KV) Cache is allocated|Memory pool end"),
+    Signature(_S, Kind.PROGRESS, "cuda_graph_capture", r"Capture cuda graph begin"),
+    Signature(_S, Kind.PROGRESS, "graphs_captured", r"Capture cuda graph end"),
+    Signature(_S, Kind.PROGRESS, "http_server", r"Uvicorn running on|Started server process"),
+    # allocation numbers, compared with the plan
+    Signature(_S, Kind.ALLOCATION, "kv_tokens", r"max_total_num_tokens=(?P<value>\d+)"),
+    Signature(_S, Kind.ALLOCATION, "kv_tokens", r"KV Cache is allocated\..*#tokens: (?P<value>\d+)"),
+    Signature(_S, Kind.ALLOCATION, "state_slots", r"max_mamba_cache_size: (?P<value>\d+)"),
+    Signature(_S, Kind.ALLOCATION, "max_running_requests", r"max_running_requests=(?P<value>\d+)"),
+    Signature(_S, Kind.ALLOCATION, "weights_gib", r"Load weight end\..*mem usage=(?P<value>[\d.]+) GB"),
+    # fatal, specific first (tried in order over the whole error text)
+    Signature(
+        _S,
+        Kind.FATAL,
+        "spec_radix_no_buffer",
+        r"Speculative decoding for \S+ is not compatible with radix cache when using "
+        r"--mamba-scheduler-strategy no_buffer",
+        cause="config",
+        fix=SignatureFix(
+            "use --mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1 "
+            "(or disable radix cache)",
+            args=("--mamba-scheduler-strategy", "extra_buffer"),
+            env={"SGLANG_ENABLE_SPEC_V2": "1"},
+        ),
+        source="incident.md (sglang 0.5.10.post1 - 0.5.13.post1 server_args.py)",
+    ),
+    Signature(
+        _S,
+        Kind.FATAL,
+        "cuda_graph_oom",
+        r"Capture cuda graph failed:.*(?:out of memory|OutOfMemory)",
+        cause="oom",
+        fix=SignatureFix(
+            "CUDA graph capture ran out of memory: lower --mem-fraction-static "
+            "(e.g. by 0.05) or --cuda-graph-max-bs (e.g. 16), or add --disable-cuda-graph"
+        ),
+        source="https://github.com/sgl-project/sglang/issues/5285",
+    ),
+    Signature(
+        _S,
+        Kind.FATAL,
+        "draft_worker_oom",
+        r"(?s)(?:eagle_worker|EAGLEWorker|draft_worker|DraftWorker|multi_layer_eagle)"
+        r".*(?:CUDA out of memory|OutOfMemoryError)",
+        cause="oom",
+        fix=SignatureFix(
+            "the speculative draft model (weights + draft KV) did not fit after the target's "
+            "KV pool: lower --mem-fraction-static (specpilot plan computes the value)"
+        ),
+        source="https://github.com/sgl-project/sglang/issues/6875",
+    ),
+    Signature(
+        _S,
+        Kind.FATAL,
+        "kv_pool_empty",
+        r"Not enough memory\. Please try to increase --mem-fraction-static",
+        cause="oom",
+        fix=SignatureFix(
+            "no memory was left for the KV cache after the weights: raise --mem-fraction-static, "
+            "use more GPUs (--tp) or a smaller dtype"
+        ),
+        source="https://github.com/sgl-project/sglang/issues/4330",
+    ),
+)

@@ -1,0 +1,81 @@
+"""Stopping a run: its whole process group, politely then firmly; never by name.
+
+The whole stop (SIGTERM, wait for every member, SIGKILL) runs as one short
+script on the host, so over SSH it costs one round trip instead of one per poll;
+that round trip is most of the time between a fatal line and `up` returning.
+A member is any non-zombie process whose process group is the run's (from
+/proc/PID/stat), so helper processes that outlive the engine are found too.
+"""
+
+from __future__ import annotations
+
+from specpilot.hosts.base import Host
+
+# argv: MODE PGID TERM_TIMEOUT_S DELAY_S; MODE "members" prints the live pids of the
+# group, MODE "stop" waits DELAY_S, then prints not_running | terminated | killed | survived.
+_GROUP_SCRIPT = """\
+import os, signal, sys, time
+mode, pgid, term_s, delay_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+def members():
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+def wait_empty(seconds):
+    deadline = time.monotonic() + seconds
+    while members():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+def signal_group(signum):
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        pass
+if mode == "members":
+    print(" ".join(map(str, members())))
+    sys.exit(0)
+time.sleep(delay_s)
+if not members():
+    print("not_running")
+else:
+    signal_group(signal.SIGTERM)
+    if wait_empty(term_s):
+        print("terminated")
+    else:
+        signal_group(signal.SIGKILL)
+        print("killed" if wait_empty(5.0) else "survived")
+"""
+
+
+async def _group_script(host: Host, mode: str, pgid: int, term_timeout_s: float, delay_s: float = 0.0) -> str:
+    result = await host.run(
+        ["python3", "-c", _GROUP_SCRIPT, mode, str(pgid), str(term_timeout_s), str(delay_s)],
+        timeout_s=delay_s + term_timeout_s + 30.0,
+    )
+    return result.stdout.decode().strip()
+
+
+async def group_members(host: Host, pgid: int) -> list[int]:
+    """Live (non-zombie) processes of the group."""
+    return [int(pid) for pid in (await _group_script(host, "members", pgid, 0.0)).split()]
+
+
+async def stop_group(host: Host, pgid: int, *, term_timeout_s: float, delay_s: float = 0.0) -> str:
+    """After `delay_s`, SIGTERM the group, wait up to `term_timeout_s` for every member,
+    then SIGKILL. (The delay lets a caller start the stop's round trip while it still
+    reads the last lines of an error.)
+
+    Returns "not_running", "terminated", "killed" or "survived" (a process in
+    uninterruptible sleep that even SIGKILL did not end within 5 s)."""
+    return await _group_script(host, "stop", pgid, term_timeout_s, delay_s)

@@ -1,0 +1,184 @@
+"""`up`: write, ship, verify, start, prove, watch; ready or a classified failure.
+
+The decisive signal is the engine's own log, read whole and classified line by
+line; the health endpoint confirms readiness; the process table proves the
+process is the planned one. A failure is decided within `grace_s` of the fatal
+line (collecting the rest of the error meanwhile), the process group is stopped,
+and nothing is left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from specpilot.hosts.base import Host, HostFacts
+from specpilot.launch import rundir
+from specpilot.launch.classify import Fix
+from specpilot.launch.command import host_model_path, plan_launch
+from specpilot.launch.outcome import Progress, UpOptions, UpResult
+from specpilot.launch.render import render_env_file, render_launch_script
+from specpilot.launch.secrets import mask_argv, redact
+from specpilot.launch.speclike import LaunchSpec
+from specpilot.launch.state import write_state
+from specpilot.launch.stop import stop_group
+from specpilot.launch.watch import RunWatch
+
+__all__ = ["UpOptions", "UpResult", "launch"]
+
+
+def _spec_text(spec: LaunchSpec, secrets: list[str]) -> bytes:
+    """The spec as given, with secret values masked (they never reach the host's disk)."""
+    source = spec.source_path
+    if source is not None and Path(source).is_file():
+        text = Path(source).read_text()
+    else:
+        from specpilot.spec import Spec, spec_to_toml
+
+        text = spec_to_toml(spec) if isinstance(spec, Spec) else f'name = "{spec.name}"\n'
+    return redact(text, secrets).encode()
+
+
+async def _host_env(host: Host) -> dict[str, str]:
+    """The host's login environment (PATH, HOME, ...), read with `env -0`."""
+    result = await host.run(["env", "-0"], check=False, timeout_s=30.0)
+    env = {}
+    for item in result.stdout.split(b"\0"):
+        name, eq, value = item.decode(errors="replace").partition("=")
+        if eq:
+            env[name] = value
+    return env
+
+
+async def _facts_or_none(host: Host) -> HostFacts | None:
+    try:
+        return await host.facts()
+    except Exception:  # facts are informative only; a launch must not fail on them
+        return None
+
+
+async def launch(
+    spec: LaunchSpec,
+    host: Host,
+    *,
+    plan_json: Mapping[str, Any] | None,
+    options: UpOptions | None = None,
+    progress: Progress | None = None,
+    local_env: Mapping[str, str] | None = None,
+) -> UpResult:
+    """Start `spec` on `host` under supervision; return ready or a classified failure.
+
+    On failure nothing is left running. The local state file is written once the
+    pid exists and again with the outcome."""
+    options = options or UpOptions()
+    started = time.monotonic()
+    home, host_env, facts = await asyncio.gather(host.home(), _host_env(host), _facts_or_none(host))
+    planned = plan_launch(
+        spec,
+        host_env=host_env,
+        local_env=os.environ if local_env is None else local_env,
+        model_path=host_model_path(spec, home=home, local=host.target == "local"),
+    )
+    remote_dir = rundir.run_dir_path(home, spec.name)
+    run = RunWatch(host, spec, planned, remote_dir, plan_json, options, progress, started)
+    files = rundir.RunFiles(
+        spec_toml=_spec_text(spec, run.secrets),
+        plan_json=(json.dumps(plan_json or {}, indent=2, sort_keys=True) + "\n").encode(),
+        launch_sh=render_launch_script(planned.argv),
+        env=render_env_file(planned.env_file_env),
+    )
+    manifest = rundir.build_manifest(
+        files,
+        name=spec.name,
+        engine=spec.engine.name,
+        engine_version=spec.engine.version,
+        argv_shown=mask_argv(planned.argv),
+        facts=facts,
+    )
+    await host.run(["mkdir", "-p", "-m", "700", remote_dir])
+    # a previous run's log must not be classified as this one's: keep it as engine.log.1
+    await host.run(["mv", "-f", run.log_path, f"{run.log_path}.1"], check=False)
+    await rundir.ship(host, remote_dir, files, manifest)
+    if options.after_ship is not None:
+        await options.after_ship(remote_dir)
+
+    run.start_following()
+    try:
+        return await _start_and_watch(run, spec, host, files, options)
+    finally:
+        await run.stop_following()
+
+
+async def _start_and_watch(
+    run: RunWatch, spec: LaunchSpec, host: Host, files: rundir.RunFiles, options: UpOptions
+) -> UpResult:
+    """Refuse a held port or altered files; start; watch; record the state; stop on failure."""
+    remote_dir, planned = run.remote_dir, run.planned
+    owner = await host.port_owner(spec.server.port)
+    if owner is not None:
+        holder = " ".join(mask_argv(owner.argv)) or "(argv unknown)"
+        return run.result(
+            "failed",
+            "port_in_use",
+            error=f"port {spec.server.port} is already held by pid {owner.pid}: {holder}",
+            fix=Fix(f"stop pid {owner.pid} or set another [server] port"),
+        )
+    altered = await rundir.verify_on_host(host, remote_dir, files)
+    if altered:
+        return run.result(
+            "failed",
+            "mismatch",
+            error="run files changed on the host after shipping:\n" + "\n".join(altered),
+        )
+
+    pid = await host.spawn_detached(
+        run.launcher,
+        env=planned.env,
+        cwd=remote_dir,
+        log_path=run.log_path,
+        pid_path=f"{remote_dir}/{rundir.PID_FILE}",
+    )
+    run.pid = pid
+    state = {
+        "name": spec.name,
+        "target": host.target,
+        "host_options": {
+            "identity_file": spec.host.identity_file,
+            "known_hosts": spec.host.known_hosts,
+            "ssh_config": spec.host.ssh_config,
+            "accept_new_host_key": spec.host.accept_new_host_key,
+        },
+        "remote_dir": remote_dir,
+        "log_path": run.log_path,
+        "pid": pid,
+        "pgid": pid,
+        "endpoint": planned.endpoint,
+        "served_model_name": planned.served_model_name,
+        "engine": spec.engine.name,
+        "engine_version": spec.engine.version,
+        "argv": mask_argv(planned.argv),
+        "phase": "starting",
+        "cause": None,
+        "started_at": time.time(),
+    }
+    write_state(state)
+    result: UpResult | None = None
+    try:
+        result = await run.watch(pid)
+    finally:
+        if run.stop_task is not None:
+            await run.stop_task
+        elif result is None or result.phase != "ready":
+            await stop_group(host, pid, term_timeout_s=options.term_timeout_s)
+        if result is not None:
+            result.elapsed_s = run.elapsed()
+            state.update(phase=result.phase, cause=result.cause, allocations=result.allocations)
+        else:
+            state.update(phase="failed", cause="unknown")
+        write_state(state)
+    return result

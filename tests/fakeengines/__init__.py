@@ -1,0 +1,1 @@
+"""Scripted stand-ins for engine behaviour a CPU cannot produce (GPU OOM, NCCL)."""

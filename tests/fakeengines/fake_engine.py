@@ -1,0 +1,105 @@
+"""A stand-in engine: takes the engine's argv, prints a scenario's real log lines, ends as the
+engine would (exit code, SIGKILL of its own group, serving, or hanging).
+
+    python fake_engine.py --model-path M --host 127.0.0.1 --port 30000 ...
+    env: SPECPILOT_FAKE_SCENARIO=<name in scenarios.SCENARIOS>
+         SPECPILOT_FAKE_MARK=<file>   (optional: time.time() of the fatal line, for the bench)
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scenarios import SCENARIOS, Scenario
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--model-path", "--model", dest="model", default="model")
+    parser.add_argument("--served-model-name", default=None)
+    known, _ = parser.parse_known_args(argv)
+    return known
+
+
+def _serve(host: str, port: int, served: str) -> http.server.ThreadingHTTPServer:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                body = b""
+            elif self.path == "/v1/models":
+                body = json.dumps({"object": "list", "data": [{"id": served}]}).encode()
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _spawn_children(count: int) -> None:
+    """Helper processes in our process group, as SGLang's scheduler/detokenizer are."""
+    for _ in range(count):
+        subprocess.Popen(
+            [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"],
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def run(scenario: Scenario, args: argparse.Namespace) -> None:
+    values = {
+        "{host}": args.host,
+        "{port}": str(args.port),
+        "{pid}": str(os.getpid()),
+        "{model}": args.model,
+    }
+    mark = os.environ.get("SPECPILOT_FAKE_MARK")
+    _spawn_children(scenario.children)
+    server = None
+    for step in scenario.steps:
+        time.sleep(step.delay_s)
+        if scenario.serve_before_ready and server is None and "Uvicorn running on" in step.text:
+            server = _serve(args.host, args.port, args.served_model_name or args.model)
+        text = step.text.replace("{ts}", time.strftime("%Y-%m-%d %H:%M:%S"))
+        for key, value in values.items():
+            text = text.replace(key, value)
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        if step.fatal and mark:
+            Path(mark).write_text(repr(time.time()))
+    if scenario.end == "exit":
+        os._exit(scenario.exit_code)
+    if scenario.end == "sigkill":
+        os.killpg(os.getpgid(0), signal.SIGKILL)  # SGLang's kill_process_tree, itself included
+    if scenario.end == "serve" and server is None:
+        server = _serve(args.host, args.port, args.served_model_name or args.model)
+    while True:  # serve or hang until signalled
+        time.sleep(1)
+
+
+def main() -> None:
+    scenario = SCENARIOS[os.environ["SPECPILOT_FAKE_SCENARIO"]]
+    run(scenario, _parse_args(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""Whole jobs against the fault-injecting fake server: every row done exactly once."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from specpilot.cli import cli
+from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.job import JobConfig, run_generate
+from tests.generate.conftest import prompt_rows, read_output, write_jsonl
+from tests.generate.fake_server import FATAL_MARKER, FakeServer, Faults, answer_for
+
+
+def _config(tmp_path: Path, servers: list[FakeServer], rows: int, **extra: Any) -> JobConfig:
+    path = write_jsonl(tmp_path / "in.jsonl", extra.pop("input_rows", None) or prompt_rows(rows))
+    settings: dict[str, Any] = {
+        "concurrency": 16,
+        "retry_base_s": 0.01,
+        "retry_cap_s": 0.05,
+        "show_progress": False,
+        "flush_interval_s": 0.05,
+    }
+    settings.update(extra)
+    return JobConfig(
+        path,
+        tmp_path / "out",
+        [Endpoint(s.url) for s in servers],
+        settings.pop("model", None),
+        settings.pop("thinking", True),
+        **settings,
+    )
+
+
+def _check_exactly_once(out: Path, expected: int, thinking: bool = True) -> list[dict[str, Any]]:
+    rows = read_output(out)
+    ids = [row["id"] for row in rows]
+    assert len(ids) == expected and len(set(ids)) == expected
+    for row in rows:
+        user, answer = row["conversations"][-2], row["conversations"][-1]
+        content, reasoning = answer_for(user["content"])
+        assert answer == {
+            "role": "assistant",
+            "content": content,
+            "reasoning_content": reasoning if thinking else None,
+        }
+        assert row["meta"]["thinking"] is thinking
+    return rows
+
+
+@pytest.mark.parametrize("reasoning_field", ["reasoning_content", "reasoning"])
+def test_faults_on_one_server(tmp_path: Path, reasoning_field: str) -> None:
+    server = FakeServer(
+        Faults(
+            latency_s=0.002,
+            burst_429_every=40,
+            error_500_rate=0.05,
+            drop_rate=0.03,
+            reasoning_field=reasoning_field,
+        )
+    ).start()
+    try:
+        outcome = run_generate(_config(tmp_path, [server], 800))
+    finally:
+        server.close()
+    assert outcome.exit_code == 0, outcome.message
+    rows = _check_exactly_once(tmp_path / "out", 800)
+    assert server.counts.rate_limited and server.counts.errors_500 and server.counts.dropped
+    assert outcome.summary["retries"] > 0 and outcome.summary["failed"] == 0
+    assert outcome.summary["spec_accept_length"] == pytest.approx(3.5)
+    assert rows[0]["meta"]["model"] == "fake-model"  # from /v1/models
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["done"] == 800 and len(manifest["input"]["sha256"]) == 64
+    assert (tmp_path / "out" / "errors.jsonl").read_text() == ""
+
+
+def test_server_that_dies_and_comes_back(tmp_path: Path) -> None:
+    # The steady server alone would need ~10 s, so the job needs the flaky one back.
+    steady = FakeServer(Faults(latency_s=0.05)).start()
+    flaky = FakeServer(Faults(latency_s=0.005)).start()
+    answered_when_stopped: list[int] = []
+
+    def die_then_return() -> None:
+        answered_when_stopped.append(flaky.counts.answered)
+        flaky.stop()
+        threading.Timer(0.8, flaky.start).start()
+
+    threading.Timer(0.4, die_then_return).start()
+    try:
+        outcome = run_generate(_config(tmp_path, [steady, flaky], 1500, concurrency=4, max_attempts=2))
+    finally:
+        steady.close()
+        flaky.close()
+    assert outcome.exit_code == 0, outcome.message
+    _check_exactly_once(tmp_path / "out", 1500)
+    assert 0 < answered_when_stopped[0] < flaky.counts.answered  # worked, died, rejoined
+    by_server = {s["server"]: s for s in outcome.summary["this_run_servers"]}
+    assert by_server[flaky.url.split("://")[1]]["taken_out"] >= 1
+    assert sum(s["rows_done"] for s in by_server.values()) == 1500
+
+
+def test_all_servers_down_pauses_without_spending_retries(tmp_path: Path) -> None:
+    server = FakeServer(Faults(latency_s=0.005)).start()
+    threading.Timer(0.3, server.stop).start()
+    threading.Timer(1.5, server.start).start()
+    try:
+        outcome = run_generate(
+            _config(tmp_path, [server], 600, concurrency=4, max_attempts=1, model="fake-model")
+        )
+    finally:
+        server.close()
+    assert outcome.exit_code == 0, outcome.message  # max_attempts=1: any spent retry fails a row
+    _check_exactly_once(tmp_path / "out", 600)
+
+
+def test_rows_that_cannot_succeed_fail_at_once_and_stay_failed(tmp_path: Path) -> None:
+    rows = prompt_rows(20)
+    rows[3]["conversations"][0]["content"] = f"{FATAL_MARKER} please"
+    server = FakeServer().start()
+    try:
+        first = run_generate(_config(tmp_path, [server], 0, input_rows=rows))
+        sent = server.counts.requests
+        second = run_generate(_config(tmp_path, [server], 0, input_rows=rows))
+        resent = server.counts.requests - sent
+        third = run_generate(_config(tmp_path, [server], 0, input_rows=rows, retry_failed=True))
+    finally:
+        server.close()
+    assert (first.exit_code, second.exit_code, third.exit_code) == (1, 1, 1)
+    assert first.summary["failed"] == 1 and first.summary["retries"] == 0
+    assert resent == 0  # a finished job re-run sends nothing
+    errors = [json.loads(x) for x in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [e["id"] for e in errors] == ["q3"]
+    assert "HTTP 400" in errors[0]["error"] and "maximum context length" in errors[0]["error"]
+    assert errors[0]["attempts"] == 2  # the third run tried it once more
+    assert len(read_output(tmp_path / "out")) == 19
+
+
+def test_no_thinking_and_limit(tmp_path: Path) -> None:
+    server = FakeServer().start()
+    try:
+        outcome = run_generate(_config(tmp_path, [server], 50, thinking=False, limit=10))
+        rest = run_generate(_config(tmp_path, [server], 50, thinking=False))
+    finally:
+        server.close()
+    assert outcome.exit_code == 0 and outcome.summary["done"] == 10
+    assert outcome.summary["flags"]["missing_reasoning"] == 0
+    assert rest.exit_code == 0
+    _check_exactly_once(tmp_path / "out", 50, thinking=False)
+
+
+def _cli() -> click.Group:
+    return cli
+
+
+def test_cli_generate_report_export(tmp_path: Path) -> None:
+    import datasets  # type: ignore[import-untyped]
+
+    server = FakeServer().start()
+    path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(30))
+    out = tmp_path / "out"
+    runner = CliRunner()
+    try:
+        result = runner.invoke(
+            _cli(),
+            [
+                "generate",
+                "--input",
+                str(path),
+                "--output",
+                str(out),
+                "--server",
+                server.url,
+                "--max-tokens",
+                "64",
+                "--rows-per-part",
+                "12",
+                "--json",
+            ],
+        )
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["done"] == 30 and summary["state"] == "finished"
+    report = runner.invoke(_cli(), ["report", str(out), "--json"])
+    assert report.exit_code == 0
+    from_ledger = json.loads(report.stdout)
+    for key in (
+        "total",
+        "done",
+        "failed",
+        "pending",
+        "retries",
+        "completion_tokens",
+        "flags",
+        "model",
+        "thinking",
+        "spec_accept_length",
+        "state",
+    ):
+        assert from_ledger[key] == summary[key], key
+    exported = runner.invoke(_cli(), ["export", str(out), "--parquet", "--json"])
+    assert exported.exit_code == 0, exported.output
+    files = json.loads(exported.stdout)["files"]
+    assert len(files) == 3  # 12 + 12 + 6 rows
+    table = datasets.load_dataset("parquet", data_files=files, split="train")
+    assert sorted(table["id"]) == sorted(f"q{i}" for i in range(30))
+    row = table[0]
+    assert row["conversations"][-1]["reasoning_content"].startswith("thinking about")
+    assert row["meta"]["completion_tokens"] == 4
+
+
+def test_cli_bad_input_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"prompt": "a"}\n{oops\n')
+    result = CliRunner().invoke(
+        _cli(),
+        [
+            "generate",
+            "--input",
+            str(path),
+            "--output",
+            str(tmp_path / "out"),
+            "--server",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+        ],
+    )
+    assert result.exit_code == 2
+    assert f"{path}:2" in result.output
+
+
+def test_job_stops_when_every_row_fails_from_the_start(tmp_path: Path) -> None:
+    rows = [{"id": f"r{i}", "prompt": f"{FATAL_MARKER} {i}"} for i in range(400)]
+    server = FakeServer().start()
+    try:
+        outcome = run_generate(_config(tmp_path, [server], 0, input_rows=rows, concurrency=4))
+    finally:
+        server.close()
+    assert outcome.exit_code == 1
+    assert "all failed" in outcome.message and "--retry-failed" in outcome.message
+    assert outcome.summary["failed"] < 100 and outcome.summary["pending"] > 300
+
+
+def test_run_name_gives_endpoint_and_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = FakeServer().start()
+    monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path / "home"))
+    state = tmp_path / "home" / "runs" / "qwen" / "state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text(
+        json.dumps(
+            {"name": "qwen", "endpoint": server.url, "phase": "ready", "served_model_name": "served-qwen"}
+        )
+    )
+    path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(5))
+    try:
+        result = CliRunner().invoke(
+            _cli(),
+            ["generate", "--input", str(path), "--output", str(tmp_path / "out"), "--run", "qwen", "--json"],
+        )
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.output
+    assert {row["meta"]["model"] for row in read_output(tmp_path / "out")} == {"served-qwen"}

@@ -1,0 +1,107 @@
+"""Fixtures for launch tests: an isolated home, free ports, specs that start stand-ins."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from specpilot.spec import Spec, load_spec
+
+FAKES = Path(__file__).resolve().parents[1] / "fakeengines"
+FAKE_ENGINE = FAKES / "fake_engine.py"
+
+SpecFactory = Callable[..., Spec]
+
+#: a small dense Qwen3 shape, so check/plan have a real config.json to read
+TINY_QWEN3_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "intermediate_size": 128,
+    "vocab_size": 512,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": True,
+}
+
+
+@pytest.fixture
+def run_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME (where LocalHost keeps run directories) and SPECPILOT_HOME (local state)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path / "state"))
+    return home
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def toml_value(value: object) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
+@pytest.fixture
+def make_spec(tmp_path: Path) -> SpecFactory:
+    """A spec file whose engine is a stand-in playing `scenario`; returns the loaded Spec."""
+
+    def make(
+        scenario: str,
+        *,
+        engine: str = "sglang",
+        name: str | None = None,
+        command: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        args: list[str] | None = None,
+        port: int | None = None,
+        gpu_memory_gib: float = 95.6,
+        hang_timeout_s: float = 600.0,
+        ready_timeout_s: float = 120.0,
+        host: dict[str, object] | None = None,
+    ) -> Spec:
+        model = tmp_path / "model"
+        model.mkdir(exist_ok=True)
+        (model / "config.json").write_text(json.dumps(TINY_QWEN3_CONFIG))
+        engine_env = {"SPECPILOT_FAKE_SCENARIO": scenario, **(env or {})}
+        sections = {
+            "model": {"path": "model", "served_name": "fake-model"},
+            "gpu": {"memory_gib": gpu_memory_gib},
+            "engine": {
+                "name": engine,
+                "version": "0.5.13" if engine == "sglang" else "0.26.0",
+                "command": command or [sys.executable, str(FAKE_ENGINE)],
+                "args": args or [],
+                "env": engine_env,
+            },
+            "server": {
+                "port": port or free_port(),
+                "hang_timeout_s": hang_timeout_s,
+                "ready_timeout_s": ready_timeout_s,
+            },
+            "host": host or {"target": "local"},
+        }
+        lines = [f'name = "{name or scenario.replace("_", "-")}"']
+        for section, values in sections.items():
+            lines.append(f"[{section}]")
+            lines += [f"{key} = {toml_value(value)}" for key, value in values.items()]
+        path = tmp_path / f"{name or scenario}.toml"
+        path.write_text("\n".join(lines) + "\n")
+        return load_spec(path)
+
+    return make

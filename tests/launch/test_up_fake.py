@@ -1,0 +1,171 @@
+"""`up` against scripted stand-ins on the local host: every failure classified, nothing left."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from specpilot.hosts.errors import HostConnectionLost
+from specpilot.hosts.local import LocalHost
+from specpilot.launch.ops import run_down, run_status, stream_log
+from specpilot.launch.state import read_state
+from specpilot.launch.supervisor import UpOptions
+from tests.fakeengines.scenarios import SCENARIOS
+from tests.launch.conftest import FAKES, SpecFactory
+from tests.launch.helpers import group_alive, up
+
+FAILING = sorted(name for name, s in SCENARIOS.items() if s.expected_signature)
+
+
+@pytest.mark.parametrize("name", FAILING)
+def test_failure_is_classified_fast_with_the_whole_error_and_nothing_left(
+    name: str, make_spec: SpecFactory, run_home: Path, tmp_path: Path
+) -> None:
+    scenario = SCENARIOS[name]
+    mark = tmp_path / "fatal-at"
+    spec = make_spec(name, engine=scenario.engine, env={"SPECPILOT_FAKE_MARK": str(mark)})
+    result = up(spec)
+    returned_at = time.time()
+    assert result.phase == "failed"
+    assert result.cause == scenario.expected_cause, result.error
+    fatal_text = next(step.text for step in scenario.steps if step.fatal)
+    assert result.error is not None and fatal_text.split("{")[0][:60] in result.error
+    assert result.pid is not None and not group_alive(result.pid)
+    # a generous bound only; bench/detect_latency.py measures the real number
+    assert returned_at - float(mark.read_text()) < 5.0
+    assert read_state(spec.name)["phase"] == "failed"
+
+
+def test_ready_then_status_logs_down_from_the_state_file(make_spec: SpecFactory, run_home: Path) -> None:
+    spec = make_spec("sglang_ready")
+    plan = {"kv_tokens": 295950, "state_slots": 80, "max_running_requests": 48}
+    result = up(spec, plan_json=plan)
+    assert (result.phase, result.cause) == ("ready", "ready"), result.error
+    assert result.pid is not None
+    try:
+        assert result.allocations["kv_tokens"] == 295950
+        warned = {d["key"]: d["warn"] for d in result.plan_diff}
+        assert warned == {"kv_tokens": False, "state_slots": True, "max_running_requests": False}
+        status = asyncio.run(run_status(spec.name))
+        assert status.alive and status.serving and status.phase == "ready"
+        assert any("ready to roll" in line for line in status.last_lines)
+        state = read_state(spec.name)
+        assert state["endpoint"] == f"http://127.0.0.1:{spec.server.port}"
+        assert state["served_model_name"] == "fake-model"
+
+        async def whole_log() -> bytes:
+            return b"".join([chunk async for chunk in stream_log(spec.name, follow=False)])
+
+        assert b"Load weight begin" in asyncio.run(whole_log())
+    finally:
+        stopped = asyncio.run(run_down(spec.name, timeout_s=10.0))
+    assert stopped["stopped"] == "terminated"
+    assert not group_alive(result.pid)  # the stand-in's helper processes are gone too
+    after = asyncio.run(run_status(spec.name))
+    assert (after.phase, after.alive) == ("stopped", False)
+
+
+def test_hang_after_weight_load_names_the_last_phase(make_spec: SpecFactory, run_home: Path) -> None:
+    spec = make_spec("sglang_hang_after_weights", hang_timeout_s=1.5)
+    result = up(spec)
+    assert result.cause == "hang"
+    assert result.error is not None and "weights_loaded" in result.error
+    assert result.pid is not None and not group_alive(result.pid)
+
+
+def test_not_ready_in_time_is_a_timeout(make_spec: SpecFactory, run_home: Path) -> None:
+    spec = make_spec("sglang_hang_after_weights", ready_timeout_s=1.0)
+    result = up(spec)
+    assert result.cause == "timeout"
+    assert result.pid is not None and not group_alive(result.pid)
+
+
+def test_launch_file_altered_after_shipping_is_caught_before_start(
+    make_spec: SpecFactory, run_home: Path
+) -> None:
+    async def tamper(remote_dir: str) -> None:
+        script = Path(remote_dir) / "launch.sh"
+        script.write_text(script.read_text().replace("exec ", "exec env X=1 "))
+
+    spec = make_spec("sglang_ready")
+    result = up(spec, options=UpOptions(after_ship=tamper))
+    assert result.cause == "mismatch"
+    assert result.error is not None and "launch.sh" in result.error
+    assert result.pid is None  # nothing was started
+
+
+def test_wrapper_that_reexecs_with_other_flags_is_a_mismatch(make_spec: SpecFactory, run_home: Path) -> None:
+    spec = make_spec("sglang_ready", command=["bash", str(FAKES / "rewrap.sh")])
+    result = up(spec)
+    assert result.cause == "mismatch"
+    assert result.error is not None and "+--mem-fraction-static" in result.error
+    assert result.pid is not None and not group_alive(result.pid)
+
+
+def test_process_that_changes_its_environment_is_a_mismatch(make_spec: SpecFactory, run_home: Path) -> None:
+    spec = make_spec(
+        "sglang_ready",
+        command=[sys.executable, str(FAKES / "reexec_env.py")],
+        env={"SGLANG_ENABLE_SPEC_V2": "1"},
+    )
+    result = up(spec)
+    assert result.cause == "mismatch"
+    assert result.error is not None
+    assert "- SGLANG_ENABLE_SPEC_V2=1" in result.error
+    assert "+ SGLANG_ENABLE_SPEC_V2=0" in result.error
+
+
+def test_port_already_held_is_refused_with_the_holder(make_spec: SpecFactory, run_home: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        spec = make_spec("sglang_ready", port=holder.getsockname()[1])
+        result = up(spec)
+    assert result.cause == "port_in_use"
+    assert result.error is not None and f"pid {os.getpid()}" in result.error
+    assert result.pid is None
+
+
+def test_secrets_reach_the_process_but_no_file_or_output(make_spec: SpecFactory, run_home: Path) -> None:
+    secret = "hf_abcdefghijklmnop123456"
+    spec = make_spec("sglang_ready", env={"HF_TOKEN": secret}, args=["--api-key", secret])
+    result = up(spec)
+    try:
+        assert result.phase == "ready", result.error  # the live env had the real value
+        state_text = json.dumps(read_state(spec.name))
+        run_dir = Path(result.remote_dir or "")
+        assert (run_dir / "env").read_text().count("HF_TOKEN=${HF_TOKEN}") == 1
+        for text in (
+            state_text,
+            json.dumps(result.to_json()),
+            (run_dir / "spec.toml").read_text(),
+            (run_dir / "env").read_text(),
+            (run_dir / "manifest.json").read_text(),
+        ):
+            assert secret not in text
+    finally:
+        asyncio.run(run_down(spec.name, timeout_s=10.0))
+
+
+def test_losing_the_log_stream_fails_the_start_and_stops_the_engine(
+    make_spec: SpecFactory, run_home: Path
+) -> None:
+    class LogStreamDrops(LocalHost):
+        async def follow(self, path: str, offset: int = 0) -> AsyncIterator[bytes]:
+            raise HostConnectionLost(f"follow {path}: connection lost (injected)")
+            yield b""  # an async generator, as the real one
+
+    spec = make_spec("sglang_hang_after_weights")
+    with pytest.raises(HostConnectionLost):
+        up(spec, host=LogStreamDrops())
+    state = read_state(spec.name)
+    assert state["phase"] == "failed"
+    assert not group_alive(int(state["pid"]))
