@@ -4,7 +4,7 @@ Each release runs in its own cached environment (tests/conformance/venvs.py) wit
 `sglang_harness.py` calls the release's `prepare_server_args` (and 0.5.23's `resolve_once`) on
 every combination in one process. SGLang's validation asks the GPU questions; the harness
 answers them as a 96 GB, SM 12.0, `is_cuda() == True` GPU with flashinfer installed (it
-replaces SGLang's platform helpers / installs 0.5.23's platform override), and specpilot is
+replaces SGLang's platform helpers / installs the platform override of 0.5.19+), and specpilot is
 given the same facts. Asserted per combination: same accept/reject, and on accept the same
 effective values of every arg specpilot's rules adjust.
 """

@@ -16,34 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-BASE_REQUIREMENTS = (
-    "torch==2.13.0",
-    "numpy",
-    "transformers==5.6.0",
-    "tokenizers<0.23.1",
-    "huggingface-hub<2",
-    "pydantic",
-    "packaging",
-    "requests",
-    "orjson",
-    "psutil",
-    "pybase64",
-    "triton",
-    "pillow",
-    "starlette",
-    "msgspec",
-    "ipython",
-    "pyzmq",
-    "aiohttp",
-    "openai",
-    "partial_json_parser",
-    "dill",
-    "sentencepiece",
-    "xgrammar",
-    "compressed-tensors",
-    "einops",
-    "gguf",
-)
+#: pinned (pip freeze of a working build); the cache key is this file's content
+BASE_REQUIREMENTS_FILE = Path(__file__).parent / "requirements" / "base-torch.txt"
 STUBS = Path(__file__).parent / "stubs"
 
 
@@ -51,8 +25,8 @@ def cache_root() -> Path:
     return Path(os.environ.get("SPECPILOT_CACHE", Path.home() / ".cache" / "specpilot")) / "venvs"
 
 
-def _key(items: tuple[str, ...]) -> str:
-    return hashlib.sha256("\n".join(items).encode()).hexdigest()[:12]
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _run(argv: list[str]) -> None:
@@ -61,15 +35,15 @@ def _run(argv: list[str]) -> None:
 
 def base_python() -> Path:
     """The interpreter of the shared base venv, built on first use."""
-    root = cache_root() / f"base-torch-2.13.0-{_key(BASE_REQUIREMENTS)}"
+    root = cache_root() / f"base-torch-2.13.0-{_key(BASE_REQUIREMENTS_FILE.read_text())}"
     python = root / "bin" / "python"
     if not (root / ".complete").exists():
         shutil.rmtree(root, ignore_errors=True)
         root.parent.mkdir(parents=True, exist_ok=True)
         _run([sys.executable, "-m", "venv", str(root)])
-        pin = root / "torch-pin.txt"
-        pin.write_text("torch==2.13.0\n")  # nothing may upgrade torch to a CUDA build
-        _run([str(python), "-m", "pip", "install", "-q", "-c", str(pin), *BASE_REQUIREMENTS])
+        # torch first: pip takes the local CPU wheel; the pins keep everything else from upgrading it
+        _run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0"])
+        _run([str(python), "-m", "pip", "install", "-q", "-r", str(BASE_REQUIREMENTS_FILE)])
         (root / ".complete").touch()
     return python
 
