@@ -100,9 +100,12 @@ def release_tables(engine: str) -> tuple[ReleaseTable, ...]:
 
 
 def table_for(engine: str, version: Version) -> ReleaseTable:
-    """The newest shipped table at or below `version` (the oldest one below the first)."""
+    """The newest shipped table of a release line at or below `version` (the oldest one below the first).
+
+    Compared by release number, so "0.5.13" finds the 0.5.13.post1 table.
+    """
     tables = release_tables(engine)
-    eligible = [t for t in tables if t.version <= version]
+    eligible = [t for t in tables if t.version.release <= version.release]
     return eligible[-1] if eligible else tables[0]
 
 
@@ -128,8 +131,8 @@ def _convert(flag: FlagInfo, text: str) -> object:
 def _history_finding(engine: str, version: Version, spelling: str, token_value: str | None) -> Finding:
     """Explain a flag this release does not know, from the other releases' tables."""
     tables = release_tables(engine)
-    older = [t for t in tables if t.version < version and spelling in t.by_spelling]
-    newer = [t for t in tables if t.version > version and spelling in t.by_spelling]
+    older = [t for t in tables if t.version.release < version.release and spelling in t.by_spelling]
+    newer = [t for t in tables if t.version.release > version.release and spelling in t.by_spelling]
     if older:
         flag = older[-1].by_spelling[spelling]
         replacement = flag.replacement
@@ -269,7 +272,7 @@ def env_findings(
     for name in env:
         if not name.startswith(prefixes) or name in table.env:
             continue
-        older = [t for t in tables if t.version < version and name in t.env]
+        older = [t for t in tables if t.version.release < version.release and name in t.env]
         hint = replacements.get(name, "")
         if older:
             message = f"{name} was removed after {engine} {older[-1].version}; {engine} {version} ignores it"
