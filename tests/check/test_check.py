@@ -122,10 +122,10 @@ def test_effective_args_show_engine_adjustments() -> None:
 
 def test_tables_cover_supported_releases() -> None:
     versions = [str(t.version) for t in release_tables("sglang")]
-    assert versions == ["0.5.10.post1", "0.5.13.post1", "0.5.14", "0.5.19", "0.5.23"]
+    assert versions == ["0.5.10.post1", "0.5.11", "0.5.12", "0.5.13.post1", "0.5.14", "0.5.19", "0.5.23"]
     from packaging.version import Version
 
-    assert str(table_for("sglang", Version("0.5.12")).version) == "0.5.10.post1"
+    assert str(table_for("sglang", Version("0.5.13")).version) == "0.5.13.post1"
 
 
 def test_cli_json_contract_and_exit_codes() -> None:

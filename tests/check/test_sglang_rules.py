@@ -257,6 +257,19 @@ CASES: dict[str, Case] = {
         [*NEXTN, *STEPS_348, "--page-size", "64", "--attention-backend", "fa3"],
         arch=DENSE,
     ),
+    "sglang-spec-topk-paged-backend-a": Case(
+        "0.5.12",
+        [*NEXTN, *STEPS_348, "--page-size", "64", "--attention-backend", "triton"],
+        [*NEXTN, *STEPS_348, "--page-size", "64", "--attention-backend", "fa3"],
+        arch=DENSE,
+    ),
+    "sglang-spec-topk-no-overlap": Case(
+        "0.5.12",
+        [*NEXTN, *STEPS_348],
+        [*NEXTN, *STEPS_314],
+        arch=DENSE,
+        effect={"disable_overlap_schedule": True},
+    ),
     "sglang-ngram-topk": Case(
         "0.5.23",
         ["--speculative-algorithm", "NGRAM"],

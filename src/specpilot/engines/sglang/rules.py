@@ -135,7 +135,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang-spec-algorithm-unknown",
         E,
-        versions(">=0.5.13"),
+        versions(">=0.5.12"),
         "error",
         all_of(spec_on, lambda ctx: _algo(ctx) not in VALID_ALGOS),
         "Unknown speculative algorithm name: {speculative_algorithm}. " + INVALID_ALGO_HINT,
@@ -184,7 +184,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang-mamba-no-buffer-page-size",
         E,
-        versions(">=0.5.13,<0.5.14"),
+        versions(">=0.5.11,<0.5.14"),
         "adjusts",
         all_of(hybrid, eq(STRAT_A, "no_buffer"), radix_on, int_gt("page_size", 1)),
         "{arch} with radix cache requires page_size=1 in the current Mamba scheduling mode "
@@ -293,7 +293,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang-spec-upper-case",
         E,
-        versions(">=0.5.13"),
+        versions(">=0.5.12"),
         "adjusts",
         all_of(spec_on, lambda ctx: str(ctx.get("speculative_algorithm")) != _algo(ctx)),
         "the speculative algorithm name is upper-cased",
@@ -302,7 +302,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang-dflash-needs-draft",
         E,
-        versions(">=0.5.13"),
+        versions(">=0.5.11"),
         "error",
         all_of(algo_in(("DFLASH",)), unset("speculative_draft_model_path")),
         "DFLASH speculative decoding requires setting --speculative-draft-model-path.",
@@ -311,7 +311,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang-dflash-single-step",
         E,
-        versions(">=0.5.13"),
+        versions(">=0.5.11"),
         "adjusts",
         algo_in(("DFLASH",)),
         "DFLASH only supports speculative_num_steps == 1 and speculative_eagle_topk == 1",
@@ -320,7 +320,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang-dflash-block-size",
         E,
-        versions(">=0.5.13"),
+        versions(">=0.5.11"),
         "adjusts",
         all_of(algo_in(("DFLASH",)), unset("speculative_num_draft_tokens")),
         "speculative_num_draft_tokens is not set; defaulting to 16 for DFLASH (when the drafter config "
@@ -366,6 +366,16 @@ RULES: tuple[Rule, ...] = (
         "adjusts",
         all_of(algo_in(EAGLE_FAMILY), not_(env_true("SGLANG_ENABLE_SPEC_V2", default=False))),
         "Overlap scheduler is disabled when spec v2 is off (set SGLANG_ENABLE_SPEC_V2=True to enable it)",
+        sets=set_to(disable_overlap_schedule=True),
+    ),
+    Rule(
+        "sglang-spec-topk-no-overlap",
+        E,
+        versions(">=0.5.11,<0.5.13"),
+        "adjusts",
+        all_of(algo_in(EAGLE_FAMILY), int_gt("speculative_eagle_topk", 1)),
+        "Spec v1 is used for eagle/eagle3/standalone speculative decoding because spec v2 currently "
+        "only supports topk = 1 (overlap scheduling off)",
         sets=set_to(disable_overlap_schedule=True),
     ),
     Rule(
@@ -460,9 +470,24 @@ RULES: tuple[Rule, ...] = (
         sets=_draft_is_steps_plus_one,
     ),
     Rule(
+        "sglang-spec-topk-paged-backend-a",
+        E,
+        versions(">=0.5.10,<0.5.13"),
+        "error",
+        all_of(
+            algo_in(EAGLE_FAMILY),
+            int_gt("speculative_eagle_topk", 1),
+            _paged,
+            _backend_not_in(("flashinfer", "fa3")),
+        ),
+        "speculative_eagle_topk > 1 with page_size > 1 is unstable and produces incorrect results for "
+        "paged attention backends. This combination is only supported for the 'flashinfer' backend.",
+        CheckFix(args=("--attention-backend", "flashinfer")),
+    ),
+    Rule(
         "sglang-spec-topk-paged-backend",
         E,
-        ALL,
+        versions(">=0.5.13"),
         "error",
         all_of(
             algo_in(EAGLE_FAMILY),
