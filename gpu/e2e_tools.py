@@ -8,7 +8,7 @@ Subcommands (each prints or writes one JSON object, so the shell only sequences)
   decodes to text. Built where it runs, with that machine's tokenizers/transformers, so the
   files always match the installed transformers' format.
 * ``prompts FILE N``: N short chat prompts as ``{"id", "messages"}`` JSONL.
-* ``timed OUT_JSON [--metrics-url U] -- CMD ...``: runs CMD, records wall time, the child's CPU
+* ``timed [--metrics-url U] OUT_JSON -- CMD ...``: runs CMD, records wall time, the child's CPU
   time (user + system, from wait4) and the engine's generated tokens in that window (the
   difference of ``vllm:generation_tokens_total`` on /metrics); CMD's stdout goes to OUT_JSON.stdout.
 * ``baseline --url U --input F --concurrency N --max-tokens N``: the plain client of
@@ -39,15 +39,26 @@ from typing import Any
 SRC = Path(__file__).resolve().parents[1] / "src"
 GENERATED_TOKENS = re.compile(r"^vllm:generation_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+]+)", re.M)
 METRIC_LINES = re.compile(r"^vllm:(generation_tokens|spec_decode|num_requests|kv_cache_usage)", re.M)
-PROMPT_TOPICS = ("the sea", "prime numbers", "a robot painter", "GPU memory", "autumn leaves",
-                 "sorting lists", "the capital of France", "speculative decoding")
+PROMPT_TOPICS = (
+    "the sea",
+    "prime numbers",
+    "a robot painter",
+    "GPU memory",
+    "autumn leaves",
+    "sorting lists",
+    "the capital of France",
+    "speculative decoding",
+)
 # Lines of a vLLM startup log that tell memory and capacity (as vLLM 0.26 prints them).
-MEMORY_LINES = re.compile(r"Model loading took|Available KV cache memory|GPU KV cache size|"
-                          r"Maximum concurrency|Free memory on device|CUDA graph|"
-                          r"Memory profiling takes|block size|torch.compile takes")
+MEMORY_LINES = re.compile(
+    r"Model loading took|Available KV cache memory|GPU KV cache size|"
+    r"Maximum concurrency|Free memory on device|CUDA graph|"
+    r"Memory profiling takes|block size|torch.compile takes"
+)
 
 
 # --- tokenizer --------------------------------------------------------------------------------
+
 
 def filler_token(index: int) -> str:
     """A word-like byte-level token (Ġ is the space): decodes to ' w' + letters."""
@@ -61,12 +72,13 @@ def filler_token(index: int) -> str:
 
 def build_tokenizer(model_dir: Path) -> dict[str, Any]:
     sys.path.insert(0, str(SRC))
-    from specpilot.demo import tinymodel  # the same BPE, specials and ChatML template
     from tokenizers import Tokenizer  # type: ignore[import-not-found, unused-ignore]
     from transformers import (  # type: ignore[import-not-found, unused-ignore]
         AutoTokenizer,
         PreTrainedTokenizerFast,
     )
+
+    from specpilot.demo import tinymodel  # the same BPE, specials and ChatML template
 
     config = json.loads((model_dir / "config.json").read_text())
     vocab_size = int(config.get("text_config", config)["vocab_size"])
@@ -86,33 +98,53 @@ def build_tokenizer(model_dir: Path) -> dict[str, Any]:
             vocab[next(fillers)] = token_id
     tokenizer = Tokenizer.from_str(json.dumps(data))
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token=None, eos_token=tinymodel.IM_END,
-        pad_token=tinymodel.END_OF_TEXT, unk_token=None,
+        tokenizer_object=tokenizer,
+        bos_token=None,
+        eos_token=tinymodel.IM_END,
+        pad_token=tinymodel.END_OF_TEXT,
+        unk_token=None,
         model_max_length=int(config.get("text_config", config)["max_position_embeddings"]),
-        clean_up_tokenization_spaces=False)
+        clean_up_tokenization_spaces=False,
+    )
     fast.chat_template = tinymodel.CHAT_TEMPLATE
     fast.save_pretrained(str(model_dir))
     for leftover in scratch.iterdir():
         leftover.unlink()
     scratch.rmdir()
     loaded = AutoTokenizer.from_pretrained(str(model_dir))
-    text = loaded.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                      add_generation_prompt=True)
+    text = loaded.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     import transformers  # type: ignore[import-not-found, unused-ignore]
 
-    return {"model_dir": str(model_dir), "vocab": len(loaded), "model_vocab_size": vocab_size,
-            "transformers": transformers.__version__, "decode_last_id": loaded.decode([vocab_size - 1]),
-            "chat_template_ok": text.endswith("<|im_start|>assistant\n")}
+    return {
+        "model_dir": str(model_dir),
+        "vocab": len(loaded),
+        "model_vocab_size": vocab_size,
+        "transformers": transformers.__version__,
+        "decode_last_id": loaded.decode([vocab_size - 1]),
+        "chat_template_ok": text.endswith("<|im_start|>assistant\n"),
+    }
 
 
 # --- prompts, metrics -------------------------------------------------------------------------
+
 
 def write_prompts(path: Path, count: int) -> None:
     with path.open("w") as out:
         for i in range(count):
             topic = PROMPT_TOPICS[i % len(PROMPT_TOPICS)]
-            out.write(json.dumps({"id": f"p{i:06d}", "messages": [
-                {"role": "user", "content": f"Write a few sentences about {topic} (#{i})."}]}) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "id": f"p{i:06d}",
+                        "messages": [
+                            {"role": "user", "content": f"Write a few sentences about {topic} (#{i})."}
+                        ],
+                    }
+                )
+                + "\n"
+            )
 
 
 def fetch_metrics(url: str | None) -> str:
@@ -137,6 +169,7 @@ def engine_tokens(before: str, after: str) -> float | None:
 
 # --- timed command ----------------------------------------------------------------------------
 
+
 def timed(out_json: Path, metrics_url: str | None, argv: list[str]) -> int:
     before = fetch_metrics(metrics_url)
     wall = time.perf_counter()
@@ -146,15 +179,21 @@ def timed(out_json: Path, metrics_url: str | None, argv: list[str]) -> int:
     wall_s = time.perf_counter() - wall
     tokens = engine_tokens(before, fetch_metrics(metrics_url))
     rc = os.waitstatus_to_exitcode(status)
-    result = {"argv": argv, "rc": rc, "wall_s": round(wall_s, 3),
-              "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "engine_output_tokens": tokens,
-              "engine_output_tokens_per_s": round(tokens / wall_s, 1) if tokens else None}
+    result = {
+        "argv": argv,
+        "rc": rc,
+        "wall_s": round(wall_s, 3),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+        "engine_output_tokens": tokens,
+        "engine_output_tokens_per_s": round(tokens / wall_s, 1) if tokens else None,
+    }
     out_json.write_text(json.dumps(result) + "\n")
     print(json.dumps(result))
     return rc
 
 
 # --- baseline client --------------------------------------------------------------------------
+
 
 def baseline(url: str, input_path: Path, concurrency: int, max_tokens: int) -> dict[str, Any]:
     import openai
@@ -165,8 +204,7 @@ def baseline(url: str, input_path: Path, concurrency: int, max_tokens: int) -> d
 
     async def main() -> str:
         nonlocal completion_tokens, failed
-        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=3,
-                                    timeout=1800)
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=3, timeout=1800)
         model = (await client.models.list()).data[0].id
         limit = asyncio.Semaphore(concurrency)
 
@@ -175,8 +213,11 @@ def baseline(url: str, input_path: Path, concurrency: int, max_tokens: int) -> d
             async with limit:
                 try:
                     response = await client.chat.completions.create(
-                        model=model, messages=prompt["messages"], max_tokens=max_tokens,
-                        extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+                        model=model,
+                        messages=prompt["messages"],
+                        max_tokens=max_tokens,
+                        extra_body={"chat_template_kwargs": {"enable_thinking": True}},
+                    )
                 except openai.OpenAIError:
                     failed += 1
                     return
@@ -192,16 +233,24 @@ def baseline(url: str, input_path: Path, concurrency: int, max_tokens: int) -> d
     model = asyncio.run(main())
     wall_s, cpu_s = time.perf_counter() - wall, time.process_time() - cpu
     tokens = engine_tokens(before, fetch_metrics(url))
-    return {"driver": "AsyncOpenAI + Semaphore", "model": model, "rows": len(prompts),
-            "failed": failed, "concurrency": concurrency, "wall_s": round(wall_s, 3),
-            "cpu_s": round(cpu_s, 3), "cpu_ms_per_request": round(cpu_s / len(prompts) * 1e3, 3),
-            "completion_tokens": completion_tokens,
-            "client_output_tokens_per_s": round(completion_tokens / wall_s, 1),
-            "engine_output_tokens": tokens,
-            "engine_output_tokens_per_s": round(tokens / wall_s, 1) if tokens else None}
+    return {
+        "driver": "AsyncOpenAI + Semaphore",
+        "model": model,
+        "rows": len(prompts),
+        "failed": failed,
+        "concurrency": concurrency,
+        "wall_s": round(wall_s, 3),
+        "cpu_s": round(cpu_s, 3),
+        "cpu_ms_per_request": round(cpu_s / len(prompts) * 1e3, 3),
+        "completion_tokens": completion_tokens,
+        "client_output_tokens_per_s": round(completion_tokens / wall_s, 1),
+        "engine_output_tokens": tokens,
+        "engine_output_tokens_per_s": round(tokens / wall_s, 1) if tokens else None,
+    }
 
 
 # --- refusal latency --------------------------------------------------------------------------
+
 
 def up_latency(spec: Path, out_json: Path, fatal_regex: str, run_name: str) -> int:
     log = Path.home() / ".specpilot" / "runs" / run_name / "engine.log"
@@ -223,23 +272,32 @@ def up_latency(spec: Path, out_json: Path, fatal_regex: str, run_name: str) -> i
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     started = time.time()
-    child = subprocess.run([sys.executable, "-m", "specpilot", "up", "--json", "--force", str(spec)],
-                           capture_output=True, text=True, check=False)
+    child = subprocess.run(
+        [sys.executable, "-m", "specpilot", "up", "--json", "--force", str(spec)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     returned = time.time()
     done.set()
     try:
         up = json.loads(child.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
         up = {"stdout": child.stdout[-2000:], "stderr": child.stderr[-2000:]}
-    result = {"up": up, "rc": child.returncode, "up_wall_s": round(returned - started, 3),
-              "fatal_regex": fatal_regex,
-              "fatal_line_to_up_exit_s": round(returned - seen[0], 3) if seen else None}
+    result = {
+        "up": up,
+        "rc": child.returncode,
+        "up_wall_s": round(returned - started, 3),
+        "fatal_regex": fatal_regex,
+        "fatal_line_to_up_exit_s": round(returned - seen[0], 3) if seen else None,
+    }
     out_json.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "up"}))
     return 0
 
 
 # --- summary ----------------------------------------------------------------------------------
+
 
 def load(path: Path) -> Any:
     try:
@@ -289,25 +347,37 @@ def summarize(e2e: Path, out: Path) -> None:
         summary = last_json_line(Path(f"{run_file}.stdout")) or {}
         rows = int(summary.get("done") or 0) + int(summary.get("failed") or 0)
         base = load(results / f"{step}.base-c{conc}.json")
-        steps.setdefault(step, {}).setdefault("generate", []).append({
-            "concurrency": int(conc), "rows": summary.get("total"), "done": summary.get("done"),
-            "failed": summary.get("failed"), "wall_s": timing.get("wall_s"),
-            "cpu_s": timing.get("cpu_s"),
-            "cpu_ms_per_request": round(timing["cpu_s"] / rows * 1e3, 3) if rows and timing.get("cpu_s") else None,
-            "completion_tokens": summary.get("completion_tokens"),
-            "engine_output_tokens_per_s": timing.get("engine_output_tokens_per_s"),
-            "spec_accept_length": summary.get("spec_accept_length"),
-            "baseline": base})
+        steps.setdefault(step, {}).setdefault("generate", []).append(
+            {
+                "concurrency": int(conc),
+                "rows": summary.get("total"),
+                "done": summary.get("done"),
+                "failed": summary.get("failed"),
+                "wall_s": timing.get("wall_s"),
+                "cpu_s": timing.get("cpu_s"),
+                "cpu_ms_per_request": round(timing["cpu_s"] / rows * 1e3, 3)
+                if rows and timing.get("cpu_s")
+                else None,
+                "completion_tokens": summary.get("completion_tokens"),
+                "engine_output_tokens_per_s": timing.get("engine_output_tokens_per_s"),
+                "spec_accept_length": summary.get("spec_accept_length"),
+                "baseline": base,
+            }
+        )
     for report_file in sorted(results.glob("*.report.json")):
         steps.setdefault(report_file.name.split(".")[0], {})["report"] = load(report_file)
     for metrics_file in sorted(results.glob("*.metrics.txt")):
-        steps.setdefault(metrics_file.name.split(".")[0], {})["metrics"] = \
+        steps.setdefault(metrics_file.name.split(".")[0], {})["metrics"] = (
             metrics_file.read_text().splitlines()[:60]
+        )
     refusal = load(results / "refusal.latency.json")
     if refusal:
         steps.setdefault("refusal", {}).update(
-            up=up_digest(refusal.get("up")), rc=refusal.get("rc"), up_wall_s=refusal.get("up_wall_s"),
-            fatal_line_to_up_exit_s=refusal.get("fatal_line_to_up_exit_s"))
+            up=up_digest(refusal.get("up")),
+            rc=refusal.get("rc"),
+            up_wall_s=refusal.get("up_wall_s"),
+            fatal_line_to_up_exit_s=refusal.get("fatal_line_to_up_exit_s"),
+        )
     tokenizer = load(results / "tokenizer.json")
     done = (e2e / "done.txt").read_text().split() if (e2e / "done.txt").exists() else []
     document = {"steps_done": done, "tokenizer": tokenizer, "steps": steps}
@@ -321,22 +391,32 @@ def markdown(document: dict[str, Any]) -> str:
         lines.append(f"## {name}")
         up = step.get("up")
         if up:
-            lines.append(f"- up: phase `{up.get('phase')}`, cause `{up.get('cause')}`, "
-                         f"elapsed {up.get('elapsed_s')} s, allocations `{json.dumps(up.get('allocations'))}`")
+            lines.append(
+                f"- up: phase `{up.get('phase')}`, cause `{up.get('cause')}`, "
+                f"elapsed {up.get('elapsed_s')} s, allocations `{json.dumps(up.get('allocations'))}`"
+            )
         if "fatal_line_to_up_exit_s" in step:
-            lines.append(f"- fatal line to `up` exit: {step['fatal_line_to_up_exit_s']} s "
-                         f"(up wall {step.get('up_wall_s')} s)")
+            lines.append(
+                f"- fatal line to `up` exit: {step['fatal_line_to_up_exit_s']} s "
+                f"(up wall {step.get('up_wall_s')} s)"
+            )
             if up and up.get("error_tail"):
                 lines += ["", "```", str(up["error_tail"])[-800:], "```"]
         if step.get("generate"):
-            lines += ["", "| conc | rows | specpilot tok/s | specpilot CPU ms/req | baseline tok/s | "
-                      "baseline CPU ms/req | accept len |", "|---|---|---|---|---|---|---|"]
+            lines += [
+                "",
+                "| conc | rows | specpilot tok/s | specpilot CPU ms/req | baseline tok/s | "
+                "baseline CPU ms/req | accept len |",
+                "|---|---|---|---|---|---|---|",
+            ]
             for run in sorted(step["generate"], key=lambda r: r["concurrency"]):
                 base = run.get("baseline") or {}
-                lines.append(f"| {run['concurrency']} | {run['done']}/{run['rows']} | "
-                             f"{run['engine_output_tokens_per_s']} | {run['cpu_ms_per_request']} | "
-                             f"{base.get('engine_output_tokens_per_s', '-')} | "
-                             f"{base.get('cpu_ms_per_request', '-')} | {run['spec_accept_length']} |")
+                lines.append(
+                    f"| {run['concurrency']} | {run['done']}/{run['rows']} | "
+                    f"{run['engine_output_tokens_per_s']} | {run['cpu_ms_per_request']} | "
+                    f"{base.get('engine_output_tokens_per_s', '-')} | "
+                    f"{base.get('cpu_ms_per_request', '-')} | {run['spec_accept_length']} |"
+                )
         for line in step.get("memory_lines", [])[:8]:
             lines.append(f"    {line}")
         lines.append("")
@@ -384,8 +464,9 @@ def main() -> int:
         return up_latency(args.spec, args.out_json, args.fatal_regex, args.run_name)
     elif args.command == "scrape":
         text = fetch_metrics(args.url)
-        args.out.write_text("\n".join(m.string[m.start():].split("\n", 1)[0]
-                                      for m in METRIC_LINES.finditer(text)) + "\n")
+        args.out.write_text(
+            "\n".join(m.string[m.start() :].split("\n", 1)[0] for m in METRIC_LINES.finditer(text)) + "\n"
+        )
     else:
         summarize(args.e2e_dir, args.out_dir)
     return 0

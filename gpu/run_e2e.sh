@@ -53,8 +53,9 @@ if ((rehearsal)); then
     hybrid_rows=${E2E_HYBRID_ROWS:-8}
     hybrid_conc=${E2E_HYBRID_CONC:-4}
     base_port=18310
-    # step estimates (s, launch to down) for the budget
-    declare -A EST_S=([tokenizer]=20 [dense]=300 [refusal]=60 [hybrid]=120 [hybrid-mtp]=120)
+    # estimates (s) for the budget: whole steps (launch to down), one engine start, one generate pair
+    declare -A EST_S=([tokenizer]=25 [dense]=90 [refusal]=20 [hybrid]=60 [hybrid-mtp]=60)
+    gen_est_s=15 up_est_s=40
     fatal_regex='validation error|ValueError'
 else
     STASH=${SPECPILOT_GPU_STASH:-/root/stash}
@@ -67,13 +68,12 @@ else
     hybrid_conc=${E2E_HYBRID_CONC:-64}
     base_port=8300
     declare -A EST_S=([tokenizer]=20 [dense]=380 [refusal]=70 [hybrid]=220 [hybrid-mtp]=300)
+    gen_est_s=90 up_est_s=200
     fatal_regex='No available memory for the cache blocks|CUDA out of memory|ValueError|RuntimeError'
 fi
 readonly SITE=$STASH/site
 readonly E2E=$STASH/e2e
 dense_eager=${E2E_DENSE_EAGER:-0}
-# Sub-step estimates within a step, so a step resumed in the next call starts only what fits.
-readonly GEN_EST_S=60 UP_EST_S=120
 
 say() { printf '[e2e %4ds] %s\n' "$SECONDS" "$*"; }
 
@@ -153,7 +153,7 @@ tools() { "$driver_python" gpu/e2e_tools.py "$@"; }
 
 is_done() { grep -qxF "$1" "$E2E/done.txt"; }
 mark_done() { echo "$1" >> "$E2E/done.txt"; }
-remaining_s() { echo $((budget_s - SECONDS)); }
+remaining_s() { local left=$((budget_s - SECONDS)); echo $((left > 1 ? left : 1)); }
 fits() { (($1 <= $(remaining_s))); }
 
 pack_results() {
@@ -229,10 +229,14 @@ generate_pair() { # step run_name url concurrency rows with_baseline
     out=$E2E/gen/$step-c$conc
     rm -rf "$out"
     say "$sub: specpilot generate, $rows prompts at concurrency $conc, max_tokens $max_tokens"
-    timeout "$(remaining_s)" "$driver_python" gpu/e2e_tools.py timed "$E2E/results/$sub.json" \
-        --metrics-url "$url" -- "$driver_python" -m specpilot generate --input "$input" \
+    timeout "$(remaining_s)" "$driver_python" gpu/e2e_tools.py timed --metrics-url "$url" \
+        "$E2E/results/$sub.json" -- "$driver_python" -m specpilot generate --input "$input" \
         --output "$out" --run "$name" --concurrency "$conc" --max-tokens "$max_tokens" \
         --progress-interval-s 10 --json
+    if (($? == 124)); then  # cut at the budget: the sub-step starts over in the next call
+        say "$sub: stopped at the call's budget; left for the next call"
+        return 2
+    fi
     specpilot report "$out" --json > "$E2E/results/$step.report-c$conc.json" 2>&1
     [[ $step != dense ]] && cp "$E2E/results/$step.report-c$conc.json" "$E2E/results/$step.report.json"
     if (($6)); then
@@ -240,6 +244,10 @@ generate_pair() { # step run_name url concurrency rows with_baseline
         timeout "$(remaining_s)" "$driver_python" gpu/e2e_tools.py baseline --url "$url" \
             --input "$input" --concurrency "$conc" --max-tokens "$max_tokens" \
             > "$E2E/results/$step.base-c$conc.json"
+        if (($? == 124)); then
+            say "$sub: baseline stopped at the call's budget; left for the next call"
+            return 2
+        fi
     fi
     tools scrape "$url" "$E2E/results/$step.metrics.txt"
     mark_done "$sub"
@@ -273,12 +281,12 @@ serve_and_generate() { # step run_name "conc:rows ..." with_baseline
         url=$(json_field "$E2E/results/$step.up.json" endpoint)
         for pair in $3; do
             conc=${pair%%:*}; rows=${pair##*:}
-            if ! is_done "$step.gen-c$conc" && ! fits "$GEN_EST_S"; then
+            if ! is_done "$step.gen-c$conc" && ! fits "$gen_est_s"; then
                 say "$step.gen-c$conc: left for the next call ($(remaining_s) s left)"
                 engine_down "$step" "$name"
                 return 2
             fi
-            generate_pair "$step" "$name" "$url" "$conc" "$rows" "$4"
+            generate_pair "$step" "$name" "$url" "$conc" "$rows" "$4" || { engine_down "$step" "$name"; return 2; }
         done
         specpilot status "$name" --json > "$E2E/results/$step.status.json" 2>&1
         engine_down "$step" "$name"
@@ -313,7 +321,7 @@ for step in "${STEPS[@]}"; do
     if is_done "$step"; then say "$step: done in an earlier call"; continue; fi
     # The dense step's sub-steps resume on their own: it needs only an engine start and one run.
     est=${EST_S[$step]}
-    [[ $step == dense ]] && grep -q '^dense\.' "$E2E/done.txt" && est=$((UP_EST_S + GEN_EST_S))
+    [[ $step == dense ]] && grep -q '^dense\.' "$E2E/done.txt" && est=$((up_est_s + gen_est_s))
     if ! fits "$est"; then
         say "$step: left for the next call (needs ~${est} s, $(remaining_s) s left)"
         pending_steps+=("$step")
