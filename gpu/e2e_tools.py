@@ -241,7 +241,7 @@ def baseline(url: str, input_path: Path, concurrency: int, max_tokens: int) -> d
         "concurrency": concurrency,
         "wall_s": round(wall_s, 3),
         "cpu_s": round(cpu_s, 3),
-        "cpu_ms_per_request": round(cpu_s / len(prompts) * 1e3, 3),
+        "inprocess_cpu_ms_per_request": round(cpu_s / len(prompts) * 1e3, 3),
         "completion_tokens": completion_tokens,
         "client_output_tokens_per_s": round(completion_tokens / wall_s, 1),
         "engine_output_tokens": tokens,
@@ -281,8 +281,8 @@ def up_latency(spec: Path, out_json: Path, fatal_regex: str, run_name: str) -> i
     returned = time.time()
     done.set()
     try:
-        up = json.loads(child.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
+        up = json.loads(child.stdout)
+    except json.JSONDecodeError:
         up = {"stdout": child.stdout[-2000:], "stderr": child.stderr[-2000:]}
     result = {
         "up": up,
@@ -346,7 +346,14 @@ def summarize(e2e: Path, out: Path) -> None:
         timing = load(run_file) or {}
         summary = last_json_line(Path(f"{run_file}.stdout")) or {}
         rows = int(summary.get("done") or 0) + int(summary.get("failed") or 0)
-        base = load(results / f"{step}.base-c{conc}.json")
+        # The baseline ran under `timed` too: both CPU figures include interpreter start and imports.
+        base_timing = load(results / f"{step}.base-c{conc}.json") or {}
+        base = last_json_line(results / f"{step}.base-c{conc}.json.stdout")
+        if base is not None:
+            base["process_cpu_s"] = base_timing.get("cpu_s")
+            base["cpu_ms_per_request"] = (
+                round(base_timing["cpu_s"] / base["rows"] * 1e3, 3) if base_timing.get("cpu_s") else None
+            )
         steps.setdefault(step, {}).setdefault("generate", []).append(
             {
                 "concurrency": int(conc),

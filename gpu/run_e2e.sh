@@ -241,9 +241,9 @@ generate_pair() { # step run_name url concurrency rows with_baseline
     [[ $step != dense ]] && cp "$E2E/results/$step.report-c$conc.json" "$E2E/results/$step.report.json"
     if (($6)); then
         say "$sub: AsyncOpenAI + Semaphore baseline, same prompts"
-        timeout "$(remaining_s)" "$driver_python" gpu/e2e_tools.py baseline --url "$url" \
-            --input "$input" --concurrency "$conc" --max-tokens "$max_tokens" \
-            > "$E2E/results/$step.base-c$conc.json"
+        timeout "$(remaining_s)" "$driver_python" gpu/e2e_tools.py timed \
+            "$E2E/results/$step.base-c$conc.json" -- "$driver_python" gpu/e2e_tools.py baseline \
+            --url "$url" --input "$input" --concurrency "$conc" --max-tokens "$max_tokens"
         if (($? == 124)); then
             say "$sub: baseline stopped at the call's budget; left for the next call"
             return 2
