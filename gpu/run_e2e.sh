@@ -24,6 +24,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 readonly REPO=$PWD
+# specpilot keeps run directories under the home directory; the engine log is read from there.
+HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+export HOME
 
 budget_s=540
 only=""
