@@ -28,7 +28,7 @@ def _spec(meta: dict[str, object]) -> Spec:
         {
             "name": "log-case",
             "model": {"path": str(REPO / str(meta["config"]))},
-            "gpu": {"memory_gib": 24.0, "count": int(str(meta["gpu_count"]))},
+            "gpu": {"memory_gib": float(str(meta.get("gpu_memory_gib", 24.0))), "count": int(str(meta["gpu_count"]))},
             "engine": {"name": "vllm", "version": "0.26.0", "args": list(meta["flags"])},  # type: ignore[call-overload]
         }
     )
@@ -53,7 +53,8 @@ def test_kv_tokens_and_concurrency_match_the_engine(name: str) -> None:
     printed = meta["printed"]
     assert plan.kv_tokens == pytest.approx(printed["kv_tokens"], rel=0.02)  # type: ignore[index]
     assert plan.details["max_concurrency"] == pytest.approx(printed["max_concurrency"], abs=0.02)  # type: ignore[index]
-    assert plan.max_running_requests == int(args.get_int("max_num_seqs") or 256)
+    default_seqs = int(str(meta.get("default_max_num_seqs", 256)))
+    assert plan.max_running_requests == int(args.get_int("max_num_seqs") or default_seqs)
 
 
 def test_hybrid_mtp_block_size_and_groups_match_vllm_layout() -> None:

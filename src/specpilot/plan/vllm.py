@@ -114,6 +114,24 @@ def _widest_projection(shape: ModelShape, tp_size: int) -> int:
     return max(mlp, moe, gdn) // tp_size
 
 
+# config/vllm.py:_get_v2_model_runner_unsupported_features: speculative methods the V2 runner
+# does not run (ngram); other methods (eagle, eagle3, mtp, dflash) keep it.
+V2_RUNNER_UNSUPPORTED_METHODS = frozenset({"ngram", "ngram_gpu"})
+
+
+def model_runner(shape: ModelShape, method: str | None) -> mem.ModelRunner:
+    """Which GPU model runner vLLM 0.26 picks: its profile run (hence the peak activation) differs.
+
+    config/vllm.py:use_v2_model_runner (_is_default_v2_model_runner_model): the V2 runner
+    is the default for generate models that are neither hybrid nor MoE (the H200 matrix:
+    Qwen3-8B logged v1/worker/gpu/model_runner.py, the Qwen3.6-27B hybrid
+    v1/worker/gpu_model_runner.py); ngram speculation falls back to V1.
+    """
+    if shape.is_hybrid or shape.is_moe or method in V2_RUNNER_UNSUPPORTED_METHODS:
+        return "v1"
+    return "v2"
+
+
 def resolve_inputs(
     spec: Spec, shape: ModelShape, args: EngineArgs, measured: Mapping[str, float] | None = None
 ) -> VllmInputs:
@@ -190,7 +208,7 @@ def resolve_inputs(
             min(seqs, batched),
             shape.vocab_size,
             act_bytes,
-            num_spec,
+            mem.sampler_cost(model_runner(shape, method), speculative=method is not None),
             mem.gdn_chunk_state_bytes(
                 batched,
                 shape.linear_num_value_heads,

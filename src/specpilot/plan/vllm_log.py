@@ -75,6 +75,17 @@ _SIGNATURES: tuple[LogNumber, ...] = (
             "cudagraph_actual_gib",
         ),
     ),
+    # DEBUG lines (VLLM_LOGGING_LEVEL=DEBUG) printed right after profiling, before the KV
+    # cache is allocated: the same terms as the summary line, present even when the start
+    # then fails (gpu_worker.py:determine_available_memory).
+    LogNumber(re.compile(r"Initial free memory: (?P<v>[0-9.]+) GiB"), ("free_before_load_gib",)),
+    LogNumber(
+        re.compile(
+            r"torch peak memory increase: (?P<a>[0-9.]+) ?GiB; "
+            r"non-torch forward increase memory: (?P<n>[0-9.]+) ?GiB"
+        ),
+        ("activation_peak_gib", "non_torch_gib"),
+    ),
 )
 
 _GROUP_ORDER = ("f", "t", "u", "w", "a", "n", "c")
@@ -105,8 +116,8 @@ def parse_vllm_log(text: str) -> dict[str, float | str]:
 
 
 def _ordered_values(groups: dict[str, str | None]) -> list[str]:
-    """Group values in key order: ("l", "v") for concurrency, _GROUP_ORDER for the memory line."""
-    if "f" in groups:
+    """Group values in key order: ("l", "v") for concurrency, _GROUP_ORDER for the memory lines."""
+    if "f" in groups or "a" in groups:
         return [value for name in _GROUP_ORDER if (value := groups.get(name)) is not None]
     if "l" in groups:
         return [str(groups["l"]), str(groups["v"])]
