@@ -92,7 +92,9 @@ def test_max_concurrency_and_block_size_are_consistent(run: str, tmp_path: Path)
     """vLLM prints KV tokens = int(concurrency x max_model_len); the plan keeps that relation,
     picks the same attention block size, and its concurrency tracks the printed one."""
     printed = _printed(run)
-    assert printed["kv_tokens"] == pytest.approx(printed["max_concurrency"] * printed["max_model_len"], rel=1e-3)
+    assert printed["kv_tokens"] == pytest.approx(
+        printed["max_concurrency"] * printed["max_model_len"], rel=1e-3
+    )
     for plan in (_plan_alone(run), _plan_calibrated(run, tmp_path)):
         concurrency = plan.details["max_concurrency"]
         assert plan.kv_tokens == pytest.approx(concurrency * plan.details["max_model_len"], rel=1e-3)

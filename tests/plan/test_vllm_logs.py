@@ -28,7 +28,10 @@ def _spec(meta: dict[str, object]) -> Spec:
         {
             "name": "log-case",
             "model": {"path": str(REPO / str(meta["config"]))},
-            "gpu": {"memory_gib": float(str(meta.get("gpu_memory_gib", 24.0))), "count": int(str(meta["gpu_count"]))},
+            "gpu": {
+                "memory_gib": float(str(meta.get("gpu_memory_gib", 24.0))),
+                "count": int(str(meta["gpu_count"])),
+            },
             "engine": {"name": "vllm", "version": "0.26.0", "args": list(meta["flags"])},  # type: ignore[call-overload]
         }
     )

@@ -18,6 +18,7 @@ from specpilot.models.shape import DTYPE_BYTES, ModelShape
 from specpilot.plan import vllm_memory as mem
 from specpilot.plan.types import Fix, Plan, Problem, Term, gib
 from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate
+from specpilot.plan.vllm_cpu import VLLM_CPU, cpu_kv_cache_bytes, targets_cpu
 from specpilot.plan.vllm_lines import vllm_line
 from specpilot.plan.vllm_log import parse_vllm_log
 from specpilot.spec import Spec
@@ -142,10 +143,17 @@ def resolve_inputs(
     total_gib = measured.get("gpu_total_gib", spec.gpu.memory_gib)
     util = args.get_float("gpu_memory_utilization") or 0.9
     max_len, _ = _max_model_len(args, shape)
-    batched = args.get_int("max_num_batched_tokens") or mem.default_max_num_batched_tokens(
-        total_gib, spec.gpu.name
+    on_cpu = targets_cpu(spec.engine.env)
+    batched = args.get_int("max_num_batched_tokens") or (
+        VLLM_CPU.max_num_batched_tokens_per_rank * tp
+        if on_cpu
+        else mem.default_max_num_batched_tokens(total_gib, spec.gpu.name)
     )
-    seqs = args.get_int("max_num_seqs") or mem.default_max_num_seqs(total_gib, spec.gpu.name, batched)
+    seqs = args.get_int("max_num_seqs") or (
+        min(VLLM_CPU.max_num_seqs_per_rank * tp, batched)
+        if on_cpu
+        else mem.default_max_num_seqs(total_gib, spec.gpu.name, batched)
+    )
     method, num_spec = _speculative(args)
     with_mtp = method in MTP_METHODS
     model_dtype = _model_dtype(spec, args, shape)
@@ -189,8 +197,21 @@ def resolve_inputs(
     cudagraph = measured.get("cudagraph_gib", measured.get("cudagraph_actual_gib"))
     available = measured.get("available_kv_gib")
     kv_memory_text = args.get_str("kv_cache_memory_bytes")
-    if kv_memory_text is not None:  # --kv-cache-memory-bytes skips the profiler's budget
-        available = parse_human_int(kv_memory_text, "--kv-cache-memory-bytes") / GIB_BYTES
+    kv_memory_flag = (
+        parse_human_int(kv_memory_text, "--kv-cache-memory-bytes") if kv_memory_text is not None else None
+    )
+    if kv_memory_flag is not None:  # --kv-cache-memory-bytes skips the profiler's budget
+        available = kv_memory_flag / GIB_BYTES
+    if on_cpu:  # no profiling on a CPU: the KV space is configured (the env var wins)
+        available = (
+            cpu_kv_cache_bytes(
+                spec.engine.env, kv_memory_flag, int(total_gib * GIB_BYTES), util, int(weights)
+            )
+            / GIB_BYTES
+        )
+    default_block = VLLM_CPU.block_size_tokens if on_cpu else mem.DEFAULT_BLOCK_SIZE_TOKENS
+    if on_cpu and shape.kv_lora_rank:
+        default_block = VLLM_CPU.mla_block_size_tokens
     return VllmInputs(
         gpu_total_bytes=int(total_gib * GIB_BYTES),
         gpu_memory_utilization=util,
@@ -234,8 +255,8 @@ def resolve_inputs(
         mamba_state_bytes_per_layer=mamba_state,
         num_speculative_tokens=num_spec,
         prefix_caching=prefix,
-        block_size_tokens=args.get_int("block_size") or mem.DEFAULT_BLOCK_SIZE_TOKENS,
-        full_cudagraphs=shape.is_hybrid and not eager,
+        block_size_tokens=args.get_int("block_size") or default_block,
+        full_cudagraphs=shape.is_hybrid and not eager and not on_cpu,
         available_kv_bytes_measured=int(available * GIB_BYTES) if available is not None else None,
     )
 
@@ -337,6 +358,9 @@ def plan_vllm(
     if spec.model.weights_gib is not None:
         measured_keys["weights_gib"] = spec.model.weights_gib
     source = "measured" if measured else "estimated"
+    on_cpu = targets_cpu(spec.engine.env)
+    if on_cpu:
+        source = "config"
     terms = [
         Term("requested (total x gpu_memory_utilization)", gib(alloc.requested_bytes), "config"),
         Term(
@@ -406,7 +430,7 @@ def plan_vllm(
         recommended_args=recommended,
         terms=terms,
         measured={k: float(v) for k, v in measured_keys.items() if isinstance(v, int | float)},
-        notes=_notes(inputs, alloc, shape, args),
+        notes=_notes(inputs, alloc, shape, args) + (_CPU_NOTES if on_cpu else []),
         details={
             "attention_block_size": alloc.block_size_tokens,
             "page_bytes": alloc.page_bytes,
@@ -417,6 +441,13 @@ def plan_vllm(
             "max_model_len": inputs.max_model_len,
         },
     )
+
+
+_CPU_NOTES = [
+    f"vLLM CPU backend ({VLLM_CPU.target_env}=cpu): the KV pool is {VLLM_CPU.kv_space_env} GiB "
+    "(else --kv-cache-memory-bytes, else node memory x --gpu-memory-utilization minus the "
+    "worker's memory); weights, activations and graphs are not taken from it",
+]
 
 
 def recommended_knobs(inputs: VllmInputs, alloc: VllmAllocation) -> tuple[float, int, int]:
