@@ -149,3 +149,13 @@ def test_debug_profiling_lines_alone_give_the_measured_terms() -> None:
     assert parsed["free_before_load_gib"] == 139.29
     assert parsed["activation_peak_gib"] == 7.36
     assert parsed["non_torch_gib"] == 0.22
+
+
+def test_weights_include_the_rotary_cache_vllm_builds() -> None:
+    """The gap between parameters and "Model loading took" on the H200: the cos/sin cache,
+    4 x max positions for the multimodal rotary of Qwen3.6 (x partial rotary 0.25)."""
+    from specpilot.plan.vllm import rotary_cache_bytes
+
+    assert rotary_cache_bytes(REPO / "gpu/models/qwen3.6-27b", 256, 2) == 262144 * 4 * 64 * 2
+    assert rotary_cache_bytes(REPO / "gpu/models/qwen3-8b", 128, 2) == 40960 * 128 * 2
+    assert rotary_cache_bytes(REPO / "gpu/models/no-such-model", 128, 2) == 0

@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 
 from specpilot.engines.args import EngineArgs
 from specpilot.errors import UserError
@@ -90,6 +91,35 @@ def weights_bytes_estimate(
     if args.get_bool("language_model_only"):
         params -= shape.vision_param_count
     return int(params * bytes_per_param / tp_size)
+
+
+# layers/rotary_embedding/mrope.py:MRotaryEmbedding: "we enlarge max_position_embeddings to 4
+# times to get a larger cos and sin cache" (video positions of Qwen-VL models).
+MROPE_CACHE_POSITIONS_FACTOR = 4
+
+
+def rotary_cache_bytes(model_dir: Path, head_dim: int, act_dtype_bytes: int) -> int:
+    """The rotary cos/sin cache every GPU holds, counted in "Model loading took".
+
+    layers/rotary_embedding/base.py: a (positions, rotary_dim) buffer cast to the model
+    dtype, rotary_dim = head_dim x partial_rotary_factor, positions = max_position_embeddings
+    (x4 for multimodal rotary, mrope.py); one instance shared by all layers and the MTP
+    layer (get_rope caches it). The H200 matrix: the Qwen3.6-27B shape's 262,144 x 4 x 64 x
+    bf16 = 0.125 GiB was the whole gap between the parameter count (50.10 GiB) and the
+    printed 50.22 GiB; Qwen3-8B's 40,960 x 128 x bf16 = 0.01 GiB makes 15.27. Read from
+    config.json (text_config for wrappers) because ModelShape does not carry the rope fields.
+    """
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    text = config.get("text_config") or config
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    factor = float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 1.0)))
+    positions = int(text.get("max_position_embeddings", 0))
+    if "mrope_section" in rope:
+        positions *= MROPE_CACHE_POSITIONS_FACTOR
+    return positions * int(head_dim * factor) * act_dtype_bytes
 
 
 def target_attention_layers(shape: ModelShape) -> int:
@@ -191,6 +221,7 @@ def resolve_inputs(
         if spec.model.weights_gib is not None
         else measured.get("weights_gib", 0) * GIB_BYTES
         or weights_bytes_estimate(shape, spec, args, tp, with_mtp)
+        + rotary_cache_bytes(spec.model_dir(), shape.head_dim, act_bytes)
     )
     activation = measured.get("activation_peak_gib")
     non_torch = measured.get("non_torch_gib")
