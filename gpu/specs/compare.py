@@ -50,7 +50,12 @@ def table(run: str, scratch: Path) -> str:
         ("weights (GiB)", "weights_gib", lambda p: p.weights_gib, "{:.2f}"),
         ("peak activation (GiB)", "activation_peak_gib", lambda p: _term(p, "peak activation"), "{:.2f}"),
         ("non-torch (GiB)", "non_torch_gib", lambda p: _term(p, "non-torch memory"), "{:.2f}"),
-        ("available KV memory (GiB)", "available_kv_gib", lambda p: _term(p, "available KV cache memory"), "{:.2f}"),
+        (
+            "available KV memory (GiB)",
+            "available_kv_gib",
+            lambda p: _term(p, "available KV cache memory"),
+            "{:.2f}",
+        ),
         (
             "attention block size (tokens)",
             "attention_block_size",
@@ -58,7 +63,12 @@ def table(run: str, scratch: Path) -> str:
             "{:.0f}",
         ),
         ("KV tokens", "kv_tokens", lambda p: p.kv_tokens, "{:,.0f}"),
-        ("max concurrency (8,192-token requests)", "max_concurrency", lambda p: p.details["max_concurrency"], "{:.2f}"),
+        (
+            "max concurrency (8,192-token requests)",
+            "max_concurrency",
+            lambda p: p.details["max_concurrency"],
+            "{:.2f}",
+        ),
     ]
     out = [
         f"### {run}: {meta['model'].split(',')[0]}, --gpu-memory-utilization "

@@ -68,6 +68,8 @@ def test_the_kv_pool_is_the_configured_space_and_matches_the_real_log(tmp_path: 
     assert plan.details["attention_block_size"] == 128  # the CPU backend's block
     assert plan.max_running_requests == 128  # CPU API-server default
     assert plan.fits
+    terms = {t.name: t.gib for t in plan.terms}
+    assert terms["non-torch memory"] == terms["peak activation"] == 0  # nothing profiled out of it
     # what `specpilot up` compares after the start: nothing off by more than 5%
     diffs = plan_diff({k: float(v) for k, v in printed.items() if k != "version"}, plan.to_json())
     assert diffs and not any(d["warn"] for d in diffs), diffs

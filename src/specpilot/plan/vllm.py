@@ -243,7 +243,7 @@ def resolve_inputs(
     default_block = VLLM_CPU.block_size_tokens if on_cpu else mem.DEFAULT_BLOCK_SIZE_TOKENS
     if on_cpu and shape.kv_lora_rank:
         default_block = VLLM_CPU.mla_block_size_tokens
-    return VllmInputs(
+    inputs = VllmInputs(
         gpu_total_bytes=int(total_gib * GIB_BYTES),
         gpu_memory_utilization=util,
         tp_size=tp,
@@ -290,6 +290,9 @@ def resolve_inputs(
         full_cudagraphs=shape.is_hybrid and not eager and not on_cpu,
         available_kv_bytes_measured=int(available * GIB_BYTES) if available is not None else None,
     )
+    if on_cpu:  # nothing is profiled out of a CPU pool
+        return replace(inputs, activation_peak_bytes=0, non_torch_bytes=0, cudagraph_bytes=0)
+    return inputs
 
 
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
