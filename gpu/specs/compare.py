@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from specpilot.plan import make_plan
@@ -46,7 +47,7 @@ def table(run: str, scratch: Path) -> str:
     meta = json.loads((LOGS / f"h200-{run}.json").read_text())
     printed = meta["printed"]
     alone, calibrated = make_plan(load_spec(spec_path)), _calibrated(run, spec_path, scratch)
-    rows = [
+    rows: list[tuple[str, str, Callable[[Plan], float], str]] = [
         ("weights (GiB)", "weights_gib", lambda p: p.weights_gib, "{:.2f}"),
         ("peak activation (GiB)", "activation_peak_gib", lambda p: _term(p, "peak activation"), "{:.2f}"),
         ("non-torch (GiB)", "non_torch_gib", lambda p: _term(p, "non-torch memory"), "{:.2f}"),

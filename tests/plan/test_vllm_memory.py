@@ -108,7 +108,7 @@ def test_estimates_scale_with_their_inputs() -> None:
 
 
 def _qwen36_27b_inputs(**changes: object) -> VllmInputs:
-    base = dict(
+    base: dict[str, object] = dict(
         gpu_total_bytes=int(95.6 * GIB),
         gpu_memory_utilization=0.9,
         tp_size=1,
