@@ -98,7 +98,7 @@ def weights_bytes_estimate(
 MROPE_CACHE_POSITIONS_FACTOR = 4
 
 
-def rotary_cache_bytes(model_dir: Path, head_dim: int, act_dtype_bytes: int) -> int:
+def rotary_cache_bytes(model_dir: Path | None, head_dim: int, act_dtype_bytes: int) -> int:
     """The rotary cos/sin cache every GPU holds, counted in "Model loading took".
 
     layers/rotary_embedding/base.py: a (positions, rotary_dim) buffer cast to the model
@@ -109,6 +109,8 @@ def rotary_cache_bytes(model_dir: Path, head_dim: int, act_dtype_bytes: int) -> 
     printed 50.22 GiB; Qwen3-8B's 40,960 x 128 x bf16 = 0.01 GiB makes 15.27. Read from
     config.json (text_config for wrappers) because ModelShape does not carry the rope fields.
     """
+    if model_dir is None:
+        return 0
     try:
         config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -120,6 +122,14 @@ def rotary_cache_bytes(model_dir: Path, head_dim: int, act_dtype_bytes: int) -> 
     if "mrope_section" in rope:
         positions *= MROPE_CACHE_POSITIONS_FACTOR
     return positions * int(head_dim * factor) * act_dtype_bytes
+
+
+def _config_dir(spec: Spec) -> Path | None:
+    """The model folder when the spec's path resolves to one (the shape may come from elsewhere)."""
+    try:
+        return spec.model_dir()
+    except UserError:
+        return None
 
 
 def target_attention_layers(shape: ModelShape) -> int:
@@ -221,7 +231,7 @@ def resolve_inputs(
         if spec.model.weights_gib is not None
         else measured.get("weights_gib", 0) * GIB_BYTES
         or weights_bytes_estimate(shape, spec, args, tp, with_mtp)
-        + rotary_cache_bytes(spec.model_dir(), shape.head_dim, act_bytes)
+        + rotary_cache_bytes(_config_dir(spec), shape.head_dim, act_bytes)
     )
     activation = measured.get("activation_peak_gib")
     non_torch = measured.get("non_torch_gib")
