@@ -158,4 +158,5 @@ def test_weights_include_the_rotary_cache_vllm_builds() -> None:
 
     assert rotary_cache_bytes(REPO / "gpu/models/qwen3.6-27b", 256, 2) == 262144 * 4 * 64 * 2
     assert rotary_cache_bytes(REPO / "gpu/models/qwen3-8b", 128, 2) == 40960 * 128 * 2
+    assert rotary_cache_bytes(REPO / "gpu/models/qwen3-8b/config.json", 128, 2) == 40960 * 128 * 2
     assert rotary_cache_bytes(REPO / "gpu/models/no-such-model", 128, 2) == 0

@@ -111,8 +111,9 @@ def rotary_cache_bytes(model_dir: Path | None, head_dim: int, act_dtype_bytes: i
     """
     if model_dir is None:
         return 0
+    config_path = model_dir if model_dir.suffix == ".json" else model_dir / "config.json"
     try:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return 0
     text = config.get("text_config") or config
