@@ -1,0 +1,153 @@
+"""Evaluate every rule of an engine release over one launch; report all findings.
+
+The engine stops at its first error; `check` keeps going so the user sees every problem at
+once. `adjusts` rules update the context in the engine's own order, so later rules see the
+values the engine would see, and the final values become `effective_args`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+
+from packaging.version import InvalidVersion, Version
+
+from specpilot.check.flagtable import env_findings, parse_argv, table_for
+from specpilot.check.rules import Rule
+from specpilot.check.types import CheckResult, Context, Finding, GpuFacts
+from specpilot.errors import UserError
+
+ENGINES = ("sglang", "vllm")
+ENV_PREFIXES = {"sglang": ("SGLANG_", "SGL_"), "vllm": ("VLLM_",)}
+
+
+def _rules_module(engine: str) -> ModuleType:
+    if engine not in ENGINES:
+        raise UserError(f"unknown engine {engine!r}", field="[engine] name", fix='use "sglang" or "vllm"')
+    return importlib.import_module(f"specpilot.engines.{engine}.rules")
+
+
+def engine_rules(engine: str, version: Version) -> list[Rule]:
+    return [r for r in _rules_module(engine).RULES if r.applies_to(engine, version)]
+
+
+def parse_version(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise UserError(
+            f"not a release version: {text!r}", field="[engine] version", fix="e.g. 0.5.13.post1"
+        ) from None
+
+
+def _render_value(kind: str, value: object) -> list[str]:
+    if kind == "bool":
+        return []
+    if kind == "json":
+        return [json.dumps(value, separators=(",", ":"))]
+    if kind == "list" and isinstance(value, list):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def _effective_args(
+    engine: str, version: Version, argv: Sequence[str], values: Mapping[str, object], changed: Sequence[str]
+) -> list[str]:
+    """The argv as given, with adjusted values replaced in place and new ones appended."""
+    table = table_for(engine, version)
+    out: list[str] = []
+    written: set[str] = set()
+    i = 0
+    tokens = list(argv)
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        spelling, has_inline, _ = token.partition("=")
+        flag = table.by_spelling.get(spelling)
+        if flag is None and spelling.startswith("--"):
+            # the engine would refuse it: it is not part of what runs
+            if not has_inline and i < len(tokens) and not tokens[i].startswith("--"):
+                i += 1
+            continue
+        if flag is None or flag.dest not in changed:
+            out.append(token)
+            continue
+        if flag.kind != "bool" and not has_inline:
+            i += 1  # skip its old value
+        written.add(flag.dest)
+        value = values.get(flag.dest)
+        if flag.kind == "bool":
+            if value:
+                out.append(spelling)
+        else:
+            out += [spelling, *_render_value(flag.kind, value)]
+    for dest in changed:
+        if dest in written:
+            continue
+        flag = table.by_dest.get(dest)
+        value = values.get(dest)
+        if flag is None or value is None or (flag.kind == "bool" and not value):
+            continue
+        out += [flag.name, *_render_value(flag.kind, value)]
+    return out
+
+
+def check_args(
+    engine: str,
+    version: str,
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    architecture: str | None = None,
+    gpu: GpuFacts | None = None,
+    mtp_layers: int | None = None,
+) -> CheckResult:
+    """Check one launch: the engine's flags, its env, the model class, the GPU facts."""
+    rules = _rules_module(engine)
+    parsed_version = parse_version(version)
+    env = dict(env or {})
+    parsed = parse_argv(engine, parsed_version, list(argv))
+    findings: list[Finding] = list(parsed.findings)
+    findings += env_findings(
+        engine, parsed_version, env, ENV_PREFIXES[engine], getattr(rules, "ENV_REPLACEMENTS", {})
+    )
+    values = table_for(engine, parsed_version).defaults()
+    values.update(parsed.values)
+    ctx = Context(
+        engine=engine,
+        version=parsed_version,
+        values=values,
+        given=frozenset(parsed.given),
+        env=env,
+        architecture=architecture,
+        gpu=gpu or GpuFacts(),
+        spelled=parsed.spelled,
+        mtp_layers=mtp_layers,
+    )
+    changed: list[str] = []
+    for rule in engine_rules(engine, parsed_version):
+        try:
+            fires = rule.when(ctx)
+        except (TypeError, ValueError):
+            fires = False
+        if not fires:
+            continue
+        if rule.severity == "adjusts" and rule.sets is not None:
+            updates = dict(rule.sets(ctx))
+            really = {k: v for k, v in updates.items() if ctx.values.get(k) != v}
+            ctx.values.update(updates)
+            changed += [k for k in really if k not in changed]
+            if not really:
+                continue
+        findings.append(Finding(rule.id, rule.severity, rule.render(ctx), rule.make_fix(ctx)))
+    ok = not any(f.severity == "error" for f in findings)
+    return CheckResult(
+        ok=ok,
+        findings=findings,
+        effective_args=_effective_args(engine, parsed_version, argv, ctx.values, changed),
+        effective_env=env,
+        engine=engine,
+        version=version,
+        effective_values=dict(ctx.values),
+    )

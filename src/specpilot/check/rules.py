@@ -1,0 +1,122 @@
+"""A rule is one small declarative object: where it applies, when it fires, what it says and fixes.
+
+Conditions are predicates over a `Context`; the small combinators below keep each rule a
+single readable expression (`all_of(hybrid, eq("mamba_scheduler_strategy", "no_buffer"))`).
+Messages are `str.format` templates over the effective values plus `arch`; for errors they
+carry the engine's own text where the engine raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from specpilot.check.types import CheckFix, Context, Severity
+
+Predicate = Callable[[Context], bool]
+Adjustment = Callable[[Context], Mapping[str, object]]
+FixMaker = Callable[[Context], CheckFix]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One engine behaviour: raises (error), warns (warning) or changes args on its own (adjusts)."""
+
+    id: str
+    engine: str
+    versions: SpecifierSet
+    severity: Severity
+    when: Predicate
+    message: str
+    fix: CheckFix | FixMaker | None = None
+    #: for `adjusts`: the values the engine sets (dest -> value), computed from the context
+    sets: Adjustment | None = None
+    why: str = ""
+    tags: tuple[str, ...] = field(default=())
+
+    def applies_to(self, engine: str, version: Version) -> bool:
+        return engine == self.engine and self.versions.contains(version, prereleases=True)
+
+    def render(self, ctx: Context) -> str:
+        fields = {k: v for k, v in ctx.values.items()}
+        fields["arch"] = ctx.architecture or "this model"
+        return self.message.format(**fields)
+
+    def make_fix(self, ctx: Context) -> CheckFix | None:
+        if self.fix is None or isinstance(self.fix, CheckFix):
+            return self.fix
+        return self.fix(ctx)
+
+
+def versions(spec: str) -> SpecifierSet:
+    return SpecifierSet(spec)
+
+
+# --- predicate combinators -------------------------------------------------------------
+
+
+def eq(dest: str, value: object) -> Predicate:
+    return lambda ctx: ctx.get(dest) == value
+
+
+def one_of(dest: str, values: tuple[object, ...]) -> Predicate:
+    return lambda ctx: ctx.get(dest) in values
+
+
+def truthy(dest: str) -> Predicate:
+    return lambda ctx: bool(ctx.get(dest))
+
+
+def unset(dest: str) -> Predicate:
+    return lambda ctx: ctx.get(dest) is None
+
+
+def given(dest: str) -> Predicate:
+    return lambda ctx: dest in ctx.given
+
+
+def env_set(name: str) -> Predicate:
+    return lambda ctx: name in ctx.env
+
+
+def env_true(name: str, default: bool) -> Predicate:
+    """SGLang's EnvBool reading: 1/true/yes/on are true, anything else given is false."""
+
+    def check(ctx: Context) -> bool:
+        raw = ctx.env.get(name)
+        if raw is None:
+            return default
+        return raw.strip().lower() in ("1", "true", "yes", "y", "on")
+
+    return check
+
+
+def arch_in(archs: frozenset[str]) -> Predicate:
+    return lambda ctx: ctx.architecture in archs
+
+
+def all_of(*preds: Predicate) -> Predicate:
+    return lambda ctx: all(p(ctx) for p in preds)
+
+
+def any_of(*preds: Predicate) -> Predicate:
+    return lambda ctx: any(p(ctx) for p in preds)
+
+
+def not_(pred: Predicate) -> Predicate:
+    return lambda ctx: not pred(ctx)
+
+
+def int_gt(dest: str, bound: int) -> Predicate:
+    def check(ctx: Context) -> bool:
+        value = ctx.get(dest)
+        return isinstance(value, int) and value > bound
+
+    return check
+
+
+def set_to(**values: object) -> Adjustment:
+    return lambda ctx: values

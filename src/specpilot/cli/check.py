@@ -1,0 +1,106 @@
+"""`specpilot check`: would the engine accept these flags, and what would it change on its own?"""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+
+from specpilot.check.fix import render_command
+from specpilot.check.spec_check import check_spec, fix_spec
+from specpilot.check.types import CheckResult, Finding
+from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
+from specpilot.spec import Spec, load_spec, spec_from_command
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "adjusts": "cyan"}
+
+
+def _spec_from(target: tuple[str, ...], engine_version: str | None, gpu_memory_gib: float) -> Spec:
+    if len(target) == 1 and target[0].endswith(".toml"):
+        return load_spec(target[0])
+    if not target:
+        raise UserError("nothing to check", field="SPEC", fix="give a spec .toml, or -- <launch command>")
+    return spec_from_command(list(target), gpu_memory_gib=gpu_memory_gib, engine_version=engine_version)
+
+
+def _program(spec: Spec) -> list[str]:
+    from specpilot.engines import ENGINES
+
+    facts = ENGINES[spec.engine.name]
+    program = list(spec.engine.command or facts.default_command)
+    return [*program, facts.model_flag, spec.model.path]
+
+
+def _fix_text(finding: Finding) -> str:
+    if finding.fix is None:
+        return ""
+    parts = [" ".join(finding.fix.args)] + [f"{k}={v}" for k, v in finding.fix.env.items()]
+    parts += [f"drop {a}" for a in (*finding.fix.remove_args, *finding.fix.remove_env)]
+    return "; ".join(p for p in parts if p)
+
+
+def _print_human(result: CheckResult) -> None:
+    console = Console(highlight=False)
+    verdict = "[green]accepted[/green]" if result.ok else "[bold red]rejected[/bold red]"
+    console.print(f"{result.engine} {result.version}: {verdict}")
+    for finding in result.findings:
+        style = SEVERITY_STYLE[finding.severity]
+        console.print(f"[{style}]{finding.severity:8}[/{style}] {finding.rule}")
+        console.print(f"         {finding.message}", markup=False)
+        if fix := _fix_text(finding):
+            console.print(f"         fix: {fix}", markup=False)
+    console.print("effective args: " + " ".join(result.effective_args), markup=False)
+
+
+@click.command("check")
+@click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SPEC | -- COMMAND...")
+@click.option("--engine-version", help="Engine release for a pasted command (default: newest supported).")
+@click.option(
+    "--gpu-memory-gib",
+    type=float,
+    default=96.0,
+    show_default=True,
+    help="Per-GPU memory for a pasted command.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--fix",
+    "fix",
+    is_flag=True,
+    help="Print the corrected launch command (args and env) for the same release.",
+)
+def check(
+    target: tuple[str, ...], engine_version: str | None, gpu_memory_gib: float, as_json: bool, fix: bool
+) -> None:
+    """Check engine flags against the release's own rules before anything starts.
+
+    \b
+    Examples:
+      specpilot check examples/qwen36-27b-mtp-nobuffer-sglang.toml
+      specpilot check --engine-version 0.5.13 --fix -- \\
+          SGLANG_ENABLE_SPEC_V2=1 python -m sglang.launch_server --model-path M \\
+          --speculative-algorithm NEXTN --mamba-scheduler-strategy no_buffer
+
+    Exit 0 when the engine would accept the flags, 1 when it would refuse them, 2 on bad input.
+    """
+    spec = _spec_from(target, engine_version, gpu_memory_gib)
+    result = check_spec(spec)
+    payload: dict[str, object] = result.to_json()
+    if fix:
+        fixed = fix_spec(spec)
+        command = render_command(_program(spec), fixed.args, fixed.env)
+        payload["fixed"] = {"ok": fixed.result.ok, "args": fixed.args, "env": fixed.env, "command": command}
+    if as_json:
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        _print_human(result)
+        if fix:
+            heading = (
+                "fixed command (passes)" if fixed.result.ok else "no passing command found; best attempt"
+            )
+            click.echo(f"{heading}:\n  {command}")
+    if fix:
+        # --fix succeeds when it produced a command the same release accepts
+        raise SystemExit(EXIT_OK if fixed.result.ok else EXIT_FAILED)
+    raise SystemExit(EXIT_OK if result.ok else EXIT_FAILED)

@@ -1,0 +1,1 @@
+"""SGLang knowledge as data: per-release flag tables, model-class facts, validation rules."""

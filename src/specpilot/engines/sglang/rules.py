@@ -1,0 +1,552 @@
+"""SGLang's argument validation, re-expressed as rules (in the order the engine runs them).
+
+Sources: `ServerArgs.__post_init__` and its `_handle_*` chain (0.5.10.post1, 0.5.13.post1),
+`arg_groups/speculative_hook.py` (0.5.13.post1+), the 0.5.14 mamba handlers and 0.5.23's
+resolution pipeline (`arg_groups/overrides.py`, `mamba_hook.py`, `model_hook.py`).
+Two eras matter for hybrid models: until 0.5.13.post1 the flag is `--mamba-scheduler-strategy`
+and `auto` means `no_buffer`; from 0.5.14 it is `--mamba-radix-cache-strategy` and `auto`
+picks `extra_buffer` when overlap or paging is wanted.
+"""
+
+from __future__ import annotations
+
+from specpilot.check.rules import (
+    Predicate,
+    Rule,
+    all_of,
+    any_of,
+    arch_in,
+    env_true,
+    eq,
+    given,
+    int_gt,
+    not_,
+    one_of,
+    set_to,
+    truthy,
+    unset,
+    versions,
+)
+from specpilot.check.types import CheckFix, Context
+from specpilot.engines.sglang.models import (
+    EXTRA_BUFFER_ARCHS,
+    MAMBA_RADIX_ARCHS,
+    SPEC_PARAMS_BY_ARCH,
+    SPEC_PARAMS_DEFAULT,
+)
+
+E = "sglang"
+ERA_A = versions(">=0.5.10,<0.5.14")  # --mamba-scheduler-strategy, auto -> no_buffer
+ERA_B = versions(">=0.5.14")  # --mamba-radix-cache-strategy, auto -> extra_buffer when useful
+ALL = versions(">=0.5.10")
+STRAT_A = "mamba_scheduler_strategy"
+STRAT_B = "mamba_radix_cache_strategy"
+EXTRA = ("extra_buffer", "extra_buffer_lazy")
+
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")
+SPEC_ALGOS = (*EAGLE_FAMILY, "NGRAM", "DFLASH")
+#: algorithm names each release accepts (NEXTN is an alias of EAGLE in all of them)
+VALID_ALGOS_A10 = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+VALID_ALGOS = (*VALID_ALGOS_A10, "DFLASH", "FROZEN_KV_MTP")
+
+hybrid = arch_in(MAMBA_RADIX_ARCHS)
+radix_on = not_(truthy("disable_radix_cache"))
+spec_on = not_(unset("speculative_algorithm"))
+# before the speculative hook upper-cases and maps it, the raw name decides the mamba checks
+
+
+def _algo(ctx: Context) -> str:
+    return str(ctx.get("speculative_algorithm") or "").upper()
+
+
+def algo_in(names: tuple[str, ...]) -> Predicate:
+    return lambda ctx: _algo(ctx) in names
+
+
+def _strategy_fix(dest_flag: str, value: str, env: dict[str, str] | None = None) -> CheckFix:
+    return CheckFix(args=(dest_flag, value), env=env or {})
+
+
+def _auto_strategy_b(ctx: Context) -> dict[str, object]:
+    """0.5.14+: extra_buffer when overlap or paging is wanted and the model supports it."""
+    wants_overlap = not ctx.get("disable_overlap_schedule")
+    page = ctx.get("page_size")
+    wants_paging = isinstance(page, int) and page > 1
+    supports = ctx.architecture in EXTRA_BUFFER_ARCHS and ctx.get("linear_attn_backend") == "triton"
+    if (wants_overlap or wants_paging) and supports:
+        return {STRAT_B: "extra_buffer"}
+    return {STRAT_B: "no_buffer", "disable_overlap_schedule": True}
+
+
+def _auto_spec_params(ctx: Context) -> dict[str, object]:
+    if _algo(ctx) == "STANDALONE":
+        steps, topk, draft = SPEC_PARAMS_DEFAULT
+    else:
+        steps, topk, draft = SPEC_PARAMS_BY_ARCH.get(ctx.architecture or "", SPEC_PARAMS_DEFAULT)
+    return {
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": draft,
+    }
+
+
+def _draft_is_steps_plus_one(ctx: Context) -> dict[str, object]:
+    steps = ctx.get("speculative_num_steps")
+    return {"speculative_num_draft_tokens": int(steps) + 1}  # type: ignore[call-overload]
+
+
+def _topk_mismatch(ctx: Context) -> bool:
+    steps, draft = ctx.get("speculative_num_steps"), ctx.get("speculative_num_draft_tokens")
+    return ctx.get("speculative_eagle_topk") == 1 and isinstance(steps, int) and draft != steps + 1
+
+
+def _page_not_dividing_track_interval(ctx: Context) -> bool:
+    page, interval = ctx.get("page_size"), ctx.get("mamba_track_interval")
+    return isinstance(page, int) and isinstance(interval, int) and page > 0 and interval % page != 0
+
+
+def _paged(ctx: Context) -> bool:
+    page = ctx.get("page_size")
+    return isinstance(page, int) and page > 1
+
+
+def _backend_not_in(backends: tuple[str, ...]) -> Predicate:
+    # an unset backend resolves to flashinfer/fa3 on CUDA, both in every allowed list
+    return lambda ctx: ctx.get("attention_backend") not in (None, *backends)
+
+
+def _ngram_steps(ctx: Context) -> dict[str, object]:
+    draft, topk = ctx.get("speculative_num_draft_tokens"), ctx.get("speculative_eagle_topk")
+    assert isinstance(draft, int) and isinstance(topk, int)
+    return {"speculative_num_steps": draft // topk}
+
+
+def _ngram_topk(ctx: Context) -> dict[str, object]:
+    return {"speculative_eagle_topk": ctx.get("speculative_ngram_max_bfs_breadth")}
+
+
+INVALID_ALGO_HINT = (
+    "{speculative_algorithm!r} is not an SGLang speculative algorithm: for a model's own MTP head use "
+    "NEXTN (an alias of EAGLE); for a separate drafter EAGLE/EAGLE3/STANDALONE/DFLASH; NGRAM needs no drafter"
+)
+
+RULES: tuple[Rule, ...] = (
+    # --- invalid values ------------------------------------------------------------------------
+    Rule(
+        "sglang-spec-algorithm-unknown",
+        E,
+        versions(">=0.5.12"),
+        "error",
+        all_of(spec_on, lambda ctx: _algo(ctx) not in VALID_ALGOS),
+        "Unknown speculative algorithm name: {speculative_algorithm}. " + INVALID_ALGO_HINT,
+        CheckFix(args=("--speculative-algorithm", "NEXTN")),
+    ),
+    # --- defaults resolved early (`_handle_missing_default_values`) ----------------------------
+    Rule(
+        "sglang-mamba-auto-no-buffer",
+        E,
+        ERA_A,
+        "adjusts",
+        eq(STRAT_A, "auto"),
+        "--mamba-scheduler-strategy auto resolves to no_buffer in this release",
+        sets=set_to(mamba_scheduler_strategy="no_buffer"),
+    ),
+    # --- hybrid models, era A (`_handle_mamba_radix_cache`) ------------------------------------
+    Rule(
+        "sglang-mamba-extra-buffer-unsupported",
+        E,
+        ERA_A,
+        "error",
+        all_of(hybrid, not_(arch_in(EXTRA_BUFFER_ARCHS)), one_of(STRAT_A, EXTRA)),
+        "mamba extra_buffer is not supported for {arch} model",
+        CheckFix(args=("--mamba-scheduler-strategy", "no_buffer")),
+    ),
+    Rule(
+        "sglang-mamba-extra-buffer-needs-radix",
+        E,
+        ERA_A,
+        "error",
+        all_of(hybrid, one_of(STRAT_A, EXTRA), truthy("disable_radix_cache")),
+        "mamba extra_buffer is not compatible with --disable-radix-cache. Overlap scheduling is "
+        "already supported with no_buffer + disable_radix_cache. Please use "
+        "--mamba-scheduler-strategy no_buffer instead.",
+        CheckFix(args=("--mamba-scheduler-strategy", "no_buffer")),
+    ),
+    Rule(
+        "sglang-mamba-extra-buffer-page-size",
+        E,
+        ERA_A,
+        "error",
+        all_of(hybrid, one_of(STRAT_A, EXTRA), radix_on, _page_not_dividing_track_interval),
+        "mamba_track_interval {mamba_track_interval} must be divisible by page_size {page_size}",
+        CheckFix(args=("--page-size", "64")),
+    ),
+    Rule(
+        "sglang-mamba-no-buffer-page-size",
+        E,
+        versions(">=0.5.11,<0.5.14"),
+        "adjusts",
+        all_of(hybrid, eq(STRAT_A, "no_buffer"), radix_on, int_gt("page_size", 1)),
+        "{arch} with radix cache requires page_size=1 in the current Mamba scheduling mode "
+        "(no_buffer), but got {page_size}. Automatically setting page_size=1.",
+        sets=set_to(page_size=1),
+    ),
+    Rule(
+        "sglang-mamba-no-buffer-no-overlap",
+        E,
+        ERA_A,
+        "adjusts",
+        all_of(hybrid, eq(STRAT_A, "no_buffer"), radix_on, not_(spec_on)),
+        "Disabling overlap schedule since mamba no_buffer is not compatible with overlap schedule",
+        sets=set_to(disable_overlap_schedule=True),
+    ),
+    Rule(
+        "sglang-mamba-no-buffer-spec-radix",
+        E,
+        ERA_A,
+        "error",
+        all_of(hybrid, eq(STRAT_A, "no_buffer"), radix_on, spec_on),
+        "Speculative decoding for {arch} is not compatible with radix cache when using "
+        "--mamba-scheduler-strategy no_buffer.To use radix cache with speculative decoding, please use "
+        "--mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1.",
+        _strategy_fix("--mamba-scheduler-strategy", "extra_buffer", {"SGLANG_ENABLE_SPEC_V2": "1"}),
+        why="the incident's refusal",
+    ),
+    # --- hybrid models, era B (0.5.14 `_handle_mamba_radix_cache`, 0.5.23 resolution) ----------
+    Rule(
+        "sglang-mamba-auto-resolve",
+        E,
+        ERA_B,
+        "adjusts",
+        all_of(hybrid, radix_on, eq(STRAT_B, "auto")),
+        "--mamba-radix-cache-strategy auto picks extra_buffer when overlap scheduling or page_size > 1 is "
+        "wanted and the model supports it, otherwise no_buffer with overlap scheduling off: here "
+        "{mamba_radix_cache_strategy}",
+        sets=_auto_strategy_b,
+    ),
+    Rule(
+        "sglang-mamba-extra-buffer-dense",
+        E,
+        versions(">=0.5.23"),
+        "error",
+        all_of(not_(hybrid), radix_on, one_of(STRAT_B, EXTRA)),
+        "--mamba-radix-cache-strategy {mamba_radix_cache_strategy} needs mamba state, got {arch}.",
+        CheckFix(remove_args=("--mamba-radix-cache-strategy",)),
+    ),
+    Rule(
+        "sglang-mamba-extra-buffer-unsupported-b",
+        E,
+        ERA_B,
+        "error",
+        all_of(hybrid, radix_on, one_of(STRAT_B, EXTRA), not_(arch_in(EXTRA_BUFFER_ARCHS))),
+        "extra_buffer is not supported for {arch}; use no_buffer.",
+        CheckFix(args=("--mamba-radix-cache-strategy", "no_buffer")),
+    ),
+    Rule(
+        "sglang-mamba-extra-buffer-page-size-b",
+        E,
+        ERA_B,
+        "error",
+        all_of(hybrid, radix_on, one_of(STRAT_B, EXTRA), _page_not_dividing_track_interval),
+        "mamba_track_interval {mamba_track_interval} must be divisible by page_size {page_size}",
+        CheckFix(args=("--page-size", "64")),
+    ),
+    Rule(
+        "sglang-mamba-no-buffer-page-size-b",
+        E,
+        ERA_B,
+        "error",
+        all_of(hybrid, radix_on, eq(STRAT_B, "no_buffer"), int_gt("page_size", 1)),
+        "no_buffer only supports page_size=1.",
+        CheckFix(args=("--mamba-radix-cache-strategy", "extra_buffer")),
+    ),
+    Rule(
+        "sglang-mamba-no-buffer-overlap-b",
+        E,
+        ERA_B,
+        "error",
+        all_of(hybrid, radix_on, eq(STRAT_B, "no_buffer"), not_(truthy("disable_overlap_schedule"))),
+        "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.",
+        CheckFix(args=("--mamba-radix-cache-strategy", "extra_buffer")),
+        why="0.5.14 turned the incident's ValueError into this assertion; extra_buffer keeps overlap",
+    ),
+    # --- page size default (`_handle_page_size`) ------------------------------------------------
+    Rule(
+        "sglang-page-size-default",
+        E,
+        ALL,
+        "adjusts",
+        unset("page_size"),
+        "page_size defaults to 1 on CUDA",
+        sets=set_to(page_size=1),
+    ),
+    # --- speculative decoding (`_handle_speculative_decoding` / speculative_hook) --------------
+    Rule(
+        "sglang-spec-nextn-is-eagle",
+        E,
+        ALL,
+        "adjusts",
+        algo_in(("NEXTN",)),
+        "NEXTN is SGLang's alias of EAGLE (the model's own MTP head drafts)",
+        sets=set_to(speculative_algorithm="EAGLE"),
+    ),
+    Rule(
+        "sglang-spec-upper-case",
+        E,
+        versions(">=0.5.12"),
+        "adjusts",
+        all_of(spec_on, lambda ctx: str(ctx.get("speculative_algorithm")) != _algo(ctx)),
+        "the speculative algorithm name is upper-cased",
+        sets=lambda ctx: {"speculative_algorithm": _algo(ctx)},
+    ),
+    Rule(
+        "sglang-dflash-needs-draft",
+        E,
+        versions(">=0.5.11"),
+        "error",
+        all_of(algo_in(("DFLASH",)), unset("speculative_draft_model_path")),
+        "DFLASH speculative decoding requires setting --speculative-draft-model-path.",
+        CheckFix(args=("--speculative-draft-model-path", "<dflash-drafter-dir>")),
+    ),
+    Rule(
+        "sglang-dflash-single-step",
+        E,
+        versions(">=0.5.11"),
+        "adjusts",
+        algo_in(("DFLASH",)),
+        "DFLASH only supports speculative_num_steps == 1 and speculative_eagle_topk == 1",
+        sets=set_to(speculative_num_steps=1, speculative_eagle_topk=1),
+    ),
+    Rule(
+        "sglang-dflash-block-size",
+        E,
+        versions(">=0.5.11"),
+        "adjusts",
+        all_of(algo_in(("DFLASH",)), unset("speculative_num_draft_tokens")),
+        "speculative_num_draft_tokens is not set; defaulting to 16 for DFLASH (when the drafter config "
+        "names no block size)",
+        sets=set_to(speculative_num_draft_tokens=16),
+    ),
+    Rule(
+        "sglang-spec-max-running-48",
+        E,
+        ALL,
+        "adjusts",
+        all_of(algo_in(SPEC_ALGOS), unset("max_running_requests")),
+        "Max running requests is reset to 48 for speculative decoding. You can override this by "
+        "explicitly setting --max-running-requests.",
+        sets=set_to(max_running_requests=48),
+    ),
+    Rule(
+        "sglang-spec-v2-topk",
+        E,
+        versions(">=0.5.10,<0.5.11"),
+        "error",
+        all_of(
+            algo_in(EAGLE_FAMILY),
+            env_true("SGLANG_ENABLE_SPEC_V2", default=False),
+            int_gt("speculative_eagle_topk", 1),
+        ),
+        "Spec v2 currently only supports topk = 1 for speculative decoding.",
+        CheckFix(args=("--speculative-eagle-topk", "1")),
+    ),
+    Rule(
+        "sglang-spec-v2-overlap-on",
+        E,
+        versions(">=0.5.10,<0.5.11"),
+        "adjusts",
+        all_of(algo_in(EAGLE_FAMILY), env_true("SGLANG_ENABLE_SPEC_V2", default=False)),
+        "Spec v2 is enabled for eagle/eagle3 speculative decoding and overlap schedule is turned on.",
+        sets=set_to(disable_overlap_schedule=False),
+    ),
+    Rule(
+        "sglang-spec-overlap-off",
+        E,
+        versions(">=0.5.10,<0.5.11"),
+        "adjusts",
+        all_of(algo_in(EAGLE_FAMILY), not_(env_true("SGLANG_ENABLE_SPEC_V2", default=False))),
+        "Overlap scheduler is disabled when spec v2 is off (set SGLANG_ENABLE_SPEC_V2=True to enable it)",
+        sets=set_to(disable_overlap_schedule=True),
+    ),
+    Rule(
+        "sglang-spec-topk-no-overlap",
+        E,
+        versions(">=0.5.11,<0.5.13"),
+        "adjusts",
+        all_of(algo_in(EAGLE_FAMILY), int_gt("speculative_eagle_topk", 1)),
+        "Spec v1 is used for eagle/eagle3/standalone speculative decoding because spec v2 currently "
+        "only supports topk = 1 (overlap scheduling off)",
+        sets=set_to(disable_overlap_schedule=True),
+    ),
+    Rule(
+        "sglang-spec-v2-off-overlap",
+        E,
+        versions(">=0.5.11,<0.5.14"),
+        "adjusts",
+        all_of(algo_in(EAGLE_FAMILY), not_(env_true("SGLANG_ENABLE_SPEC_V2", default=True))),
+        "SGLANG_ENABLE_SPEC_V2=0 selects the non-overlap (synchronous) spec v2 path",
+        sets=set_to(disable_overlap_schedule=True),
+    ),
+    Rule(
+        "sglang-spec-no-overlap-ngram-dflash",
+        E,
+        ERA_A,
+        "adjusts",
+        algo_in(("NGRAM", "DFLASH")),
+        "The overlap scheduler is disabled for {speculative_algorithm} speculative decoding",
+        sets=set_to(disable_overlap_schedule=True),
+    ),
+    Rule(
+        "sglang-spec-no-mixed-chunk",
+        E,
+        versions(">=0.5.10,<0.5.19"),
+        "adjusts",
+        all_of(algo_in(SPEC_ALGOS), truthy("enable_mixed_chunk")),
+        "Mixed chunked prefill is disabled because of using speculative decoding.",
+        sets=set_to(enable_mixed_chunk=False),
+    ),
+    Rule(
+        "sglang-spec-no-mixed-chunk-b",
+        E,
+        versions(">=0.5.19"),
+        "adjusts",
+        all_of(algo_in(("STANDALONE", "NGRAM")), truthy("enable_mixed_chunk")),
+        "Mixed chunked prefill is disabled: {speculative_algorithm} speculative decoding does not "
+        "support it.",
+        sets=set_to(enable_mixed_chunk=False),
+    ),
+    Rule(
+        "sglang-spec-params-together",
+        E,
+        ALL,
+        "error",
+        all_of(
+            algo_in(EAGLE_FAMILY),
+            unset("speculative_num_steps"),
+            any_of(given("speculative_eagle_topk"), given("speculative_num_draft_tokens")),
+        ),
+        "AssertionError: --speculative-eagle-topk / --speculative-num-draft-tokens given without "
+        "--speculative-num-steps (SGLang only auto-chooses all three together)",
+        CheckFix(args=("--speculative-num-steps", "3")),
+    ),
+    Rule(
+        "sglang-spec-auto-params",
+        E,
+        ALL,
+        "adjusts",
+        all_of(algo_in(EAGLE_FAMILY), unset("speculative_num_steps")),
+        "speculative num_steps/eagle_topk/num_draft_tokens chosen automatically",
+        sets=_auto_spec_params,
+    ),
+    Rule(
+        "sglang-spec-steps-need-topk",
+        E,
+        ALL,
+        "error",
+        all_of(algo_in(EAGLE_FAMILY), given("speculative_num_steps"), unset("speculative_eagle_topk")),
+        "TypeError: --speculative-num-steps given without --speculative-eagle-topk (SGLang compares the "
+        "unset topk with 1 and crashes)",
+        CheckFix(args=("--speculative-eagle-topk", "1")),
+    ),
+    Rule(
+        "sglang-spec-trtllm-topk",
+        E,
+        ALL,
+        "error",
+        all_of(
+            algo_in(EAGLE_FAMILY), eq("attention_backend", "trtllm_mha"), int_gt("speculative_eagle_topk", 1)
+        ),
+        "trtllm_mha backend only supports topk = 1 for speculative decoding.",
+        CheckFix(args=("--speculative-eagle-topk", "1")),
+    ),
+    Rule(
+        "sglang-spec-topk1-draft-tokens",
+        E,
+        ALL,
+        "adjusts",
+        all_of(algo_in(EAGLE_FAMILY), _topk_mismatch),
+        "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+        "speculative_eagle_topk == 1",
+        sets=_draft_is_steps_plus_one,
+    ),
+    Rule(
+        "sglang-spec-topk-paged-backend-a",
+        E,
+        versions(">=0.5.10,<0.5.13"),
+        "error",
+        all_of(
+            algo_in(EAGLE_FAMILY),
+            int_gt("speculative_eagle_topk", 1),
+            _paged,
+            _backend_not_in(("flashinfer", "fa3")),
+        ),
+        "speculative_eagle_topk > 1 with page_size > 1 is unstable and produces incorrect results for "
+        "paged attention backends. This combination is only supported for the 'flashinfer' backend.",
+        CheckFix(args=("--attention-backend", "flashinfer")),
+    ),
+    Rule(
+        "sglang-spec-topk-paged-backend",
+        E,
+        versions(">=0.5.13"),
+        "error",
+        all_of(
+            algo_in(EAGLE_FAMILY),
+            int_gt("speculative_eagle_topk", 1),
+            _paged,
+            _backend_not_in(("flashinfer", "fa3", "triton")),
+        ),
+        "speculative_eagle_topk > 1 with page_size > 1 is only supported on ('flashinfer', 'fa3', "
+        "'triton'); got attention_backend={attention_backend!r}. Use page_size == 1 or one of those "
+        "backends.",
+        CheckFix(args=("--attention-backend", "flashinfer")),
+    ),
+    Rule(
+        "sglang-ngram-topk",
+        E,
+        ALL,
+        "adjusts",
+        algo_in(("NGRAM",)),
+        "NGRAM uses speculative_ngram_max_bfs_breadth as its topk",
+        sets=_ngram_topk,
+    ),
+    Rule(
+        "sglang-ngram-draft-tokens",
+        E,
+        ALL,
+        "adjusts",
+        all_of(algo_in(("NGRAM",)), unset("speculative_num_draft_tokens")),
+        "speculative_num_draft_tokens is set to 12 by default for ngram speculative decoding.",
+        sets=set_to(speculative_num_draft_tokens=12),
+    ),
+    Rule(
+        "sglang-ngram-steps",
+        E,
+        ERA_B,
+        "adjusts",
+        all_of(algo_in(("NGRAM",)), unset("speculative_num_steps")),
+        "NGRAM derives speculative_num_steps as num_draft_tokens // eagle_topk",
+        sets=_ngram_steps,
+    ),
+    Rule(
+        "sglang-ngram-paged-backend",
+        E,
+        ALL,
+        "error",
+        all_of(
+            algo_in(("NGRAM",)),
+            int_gt("speculative_eagle_topk", 1),
+            _paged,
+            _backend_not_in(("flashinfer",)),
+        ),
+        "speculative_eagle_topk({speculative_eagle_topk}) > 1 with page_size({page_size}) > 1 is unstable "
+        "and produces incorrect results for paged attention backends. This combination is only supported "
+        "for the 'flashinfer' backend.",
+        CheckFix(args=("--attention-backend", "flashinfer")),
+    ),
+)
+
+#: env vars a release stopped reading, with what replaces them
+ENV_REPLACEMENTS: dict[str, str] = {
+    "SGLANG_ENABLE_SPEC_V2": "speculative decoding always runs the V2 worker; use --disable-overlap-schedule "
+    "to select the non-overlap path",
+}

@@ -1,0 +1,1 @@
+"""vLLM knowledge as data: per-release flag tables and `--speculative-config` rules."""

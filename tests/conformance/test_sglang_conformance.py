@@ -1,0 +1,176 @@
+"""specpilot check agrees with SGLang's own validator on generated flag combinations.
+
+Each release runs in its own cached environment (tests/conformance/venvs.py) with CPU torch;
+`sglang_harness.py` calls the release's `prepare_server_args` (and 0.5.23's `resolve_once`) on
+every combination in one process. SGLang's validation asks the GPU questions; the harness
+answers them as a 96 GB, SM 12.0, `is_cuda() == True` GPU with flashinfer installed (it
+replaces SGLang's platform helpers / installs the platform override of 0.5.19+), and specpilot is
+given the same facts. Asserted per combination: same accept/reject, and on accept the same
+effective values of every arg specpilot's rules adjust.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from specpilot.check import check_args
+
+from . import venvs
+
+pytestmark = pytest.mark.conformance
+
+HERE = Path(__file__).parent
+MODELS = {"hybrid": HERE / "models" / "hybrid", "dense": HERE / "models" / "dense"}
+VERSIONS = ("0.5.10.post1", "0.5.11", "0.5.12", "0.5.13.post1", "0.5.14", "0.5.19", "0.5.23")
+CASES_PER_MODEL = 130
+COMPARED = (
+    "speculative_algorithm",
+    "max_running_requests",
+    "page_size",
+    "disable_overlap_schedule",
+    "enable_mixed_chunk",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+)
+
+ALGOS = (None, "NEXTN", "EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "DFLASH", "nextn", "MTP")
+STRATEGIES = (None, "auto", "no_buffer", "extra_buffer")
+SPEC_PARAMS = ((), (3, 1, 4), (3, 1, 6), (3, 4, 8), ("topk", 4), ("steps", 2))
+BACKENDS = (None, "triton", "flashinfer", "fa3")
+ENVS = ({}, {"SGLANG_ENABLE_SPEC_V2": "1"}, {"SGLANG_ENABLE_SPEC_V2": "0"})
+
+
+def _architecture(model: str) -> str:
+    config = json.loads((MODELS[model] / "config.json").read_text())
+    return str(config["architectures"][0])
+
+
+def _era_a(version: str) -> bool:
+    """Until 0.5.14: --mamba-scheduler-strategy and SGLANG_ENABLE_SPEC_V2."""
+    return Version(version) < Version("0.5.14")
+
+
+def _strategy_flag(version: str) -> str:
+    return "--mamba-scheduler-strategy" if _era_a(version) else "--mamba-radix-cache-strategy"
+
+
+def _case(version: str, model: str, choice: tuple[object, ...], with_draft: bool) -> dict[str, object]:
+    algo, strategy, radix_off, overlap_off, page, params, mrr, mixed, backend, env = choice
+    argv = ["--model-path", str(MODELS[model]), "--device", "cuda"]
+    if algo:
+        argv += ["--speculative-algorithm", str(algo)]
+        if with_draft:
+            argv += ["--speculative-draft-model-path", str(MODELS["dense"])]
+        if params == ("topk", 4):
+            argv += ["--speculative-eagle-topk", "4"]
+        elif params == ("steps", 2):
+            argv += ["--speculative-num-steps", "2", "--speculative-eagle-topk", "1"]
+        elif params:
+            steps, topk, draft = params  # type: ignore[misc]
+            argv += [
+                "--speculative-num-steps",
+                str(steps),
+                "--speculative-eagle-topk",
+                str(topk),
+                "--speculative-num-draft-tokens",
+                str(draft),
+            ]
+    if strategy:
+        argv += [_strategy_flag(version), str(strategy)]
+    if radix_off:
+        argv.append("--disable-radix-cache")
+    if overlap_off:
+        argv.append("--disable-overlap-schedule")
+    if page:
+        argv += ["--page-size", str(page)]
+    if mrr:
+        argv += ["--max-running-requests", str(mrr)]
+    if mixed:
+        argv.append("--enable-mixed-chunk")
+    if backend:
+        argv += ["--attention-backend", str(backend)]
+    return {"model": model, "argv": argv, "env": env if _era_a(version) else {}}
+
+
+def generate_cases(version: str) -> list[dict[str, object]]:
+    """A seeded sample of the combination space per model, plus the incident's command."""
+    space = list(
+        itertools.product(
+            ALGOS,
+            STRATEGIES,
+            (False, True),
+            (False, True),
+            (None, 1, 64),
+            SPEC_PARAMS,
+            (None, 64),
+            (False, True),
+            BACKENDS,
+            ENVS,
+        )
+    )
+    rng = random.Random(f"specpilot-{version}")
+    cases = []
+    for model in MODELS:
+        for choice in rng.sample(space, CASES_PER_MODEL):
+            cases.append(_case(version, model, choice, with_draft=rng.random() < 0.8))
+    incident = ("NEXTN", "no_buffer", False, False, None, (3, 1, 4), None, False, None, {})
+    cases.append(_case(version, "hybrid", incident, with_draft=False))
+    return cases
+
+
+def run_engine(version: str, cases: list[dict[str, object]]) -> list[dict[str, object]]:
+    fields = [*COMPARED, "mamba_scheduler_strategy", "mamba_radix_cache_strategy"]
+    request = json.dumps({"fields": fields, "cases": cases})
+    done = subprocess.run(
+        [str(venvs.base_python()), str(HERE / "sglang_harness.py")],
+        input=request,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1500,
+        env={"PYTHONPATH": venvs.sglang_pythonpath(version), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, f"harness failed for sglang {version}:\n{done.stderr[-3000:]}"
+    results: list[dict[str, object]] = json.loads(done.stdout)
+    return results
+
+
+def _disagreements(version: str) -> tuple[int, list[str]]:
+    cases = generate_cases(version)
+    results = run_engine(version, cases)
+    strategy_dest = "mamba_scheduler_strategy" if _era_a(version) else "mamba_radix_cache_strategy"
+    problems = []
+    for case, engine in zip(cases, results, strict=True):
+        mine = check_args("sglang", version, case["argv"], case["env"], _architecture(str(case["model"])))  # type: ignore[arg-type]
+        label = f"{case['model']} {' '.join(case['argv'][4:])} env={case['env']}"  # type: ignore[index]
+        if mine.ok != engine["ok"]:
+            errors = [f.message for f in mine.findings if f.severity == "error"]
+            problems.append(
+                f"{label}: engine ok={engine['ok']} ({engine['error']}), specpilot ok={mine.ok} {errors}"
+            )
+            continue
+        if not mine.ok:
+            continue
+        values = engine["values"]
+        assert isinstance(values, dict)
+        for dest in (*COMPARED, strategy_dest):
+            if mine.effective_values.get(dest) != values.get(dest):
+                problems.append(
+                    f"{label}: {dest} engine={values.get(dest)!r} specpilot={mine.effective_values.get(dest)!r}"
+                )
+    return len(cases), problems
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_specpilot_agrees_with_sglang_validator(version: str) -> None:
+    count, problems = _disagreements(version)
+    assert count >= 200
+    assert not problems, f"{len(problems)} of {count} combinations disagree:\n" + "\n".join(problems[:40])

@@ -1,0 +1,74 @@
+"""Cached engine environments for the conformance suite, keyed by their pinned requirements.
+
+Layout under `${SPECPILOT_CACHE:-~/.cache/specpilot}/venvs/`:
+  base-torch-2.13.0-<hash>/   a venv with CPU torch and what SGLang's validation imports
+  sglang-<version>/           `pip install --no-deps --target` of the release wheel
+A directory is complete when its `.complete` marker exists, so an interrupted build is redone.
+The torchvision stub (tests/conformance/stubs) stands in for the CUDA-only PyPI torchvision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+#: pinned (pip freeze of a working build); the cache key is this file's content
+BASE_REQUIREMENTS_FILE = Path(__file__).parent / "requirements" / "base-torch.txt"
+STUBS = Path(__file__).parent / "stubs"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SPECPILOT_CACHE", Path.home() / ".cache" / "specpilot")) / "venvs"
+
+
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _run(argv: list[str]) -> None:
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+
+
+def base_python() -> Path:
+    """The interpreter of the shared base venv, built on first use."""
+    root = cache_root() / f"base-torch-2.13.0-{_key(BASE_REQUIREMENTS_FILE.read_text())}"
+    python = root / "bin" / "python"
+    if not (root / ".complete").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        _run([sys.executable, "-m", "venv", str(root)])
+        # torch first: pip takes the local CPU wheel; the pins keep everything else from upgrading it
+        _run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0"])
+        _run([str(python), "-m", "pip", "install", "-q", "-r", str(BASE_REQUIREMENTS_FILE)])
+        (root / ".complete").touch()
+    return python
+
+
+def sglang_target(version: str) -> Path:
+    """The release's files, installed without dependencies, built on first use."""
+    target = cache_root() / f"sglang-{version}"
+    if not (target / ".complete").exists():
+        shutil.rmtree(target, ignore_errors=True)
+        _run(
+            [
+                str(base_python()),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                str(target),
+                f"sglang=={version}",
+            ]
+        )
+        (target / ".complete").touch()
+    return target
+
+
+def sglang_pythonpath(version: str) -> str:
+    return os.pathsep.join([str(sglang_target(version)), str(STUBS)])
