@@ -9,5 +9,13 @@ from __future__ import annotations
 #: command name -> "module:attribute", in the order `--help` lists them
 COMMANDS: dict[str, str] = {
     "plan": "specpilot.cli.plan:plan",
+    "up": "specpilot.cli.up:up",
+    "status": "specpilot.cli.up:status",
+    "logs": "specpilot.cli.up:logs",
+    "down": "specpilot.cli.up:down",
+    "generate": "specpilot.cli.generate:generate",
+    "report": "specpilot.cli.generate:report",
+    "export": "specpilot.cli.generate:export",
+    "demo": "specpilot.cli.demo:demo",
     "completion": "specpilot.cli.completion:completion",
 }
