@@ -10,8 +10,13 @@ from rich.console import Console
 
 
 @click.command("demo")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("specpilot-demo"),
-              show_default=True, help="Where the tiny model, the spec, the logs and the output go.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("specpilot-demo"),
+    show_default=True,
+    help="Where the tiny model, the spec, the logs and the output go.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Steps on stderr; one JSON object on stdout.")
 def demo(workdir: Path, as_json: bool) -> None:
     """Run the whole pipeline here: no GPU, no SSH host, nothing downloaded but the engine.
