@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -100,8 +101,13 @@ class _Steps:
         """Runs a step under a spinner; the body sets `detail` for the closing line."""
         started_s = time.monotonic()
         outcome = {"detail": ""}
-        with self.console.status(f"{name}: {doing}"):
-            yield outcome
+        try:
+            with self.console.status(f"{name}: {doing}"):
+                yield outcome
+        except BaseException:
+            seconds = time.monotonic() - started_s
+            self.console.print(f"[red]✗[/] [bold]{name:<9}[/] failed after {seconds:.1f} s", soft_wrap=True)
+            raise
         seconds = time.monotonic() - started_s
         self.result.steps.append({"step": name, "seconds": round(seconds, 1), "detail": outcome["detail"]})
         self.console.print(
@@ -181,6 +187,8 @@ def _rows_done(output_dir: Path) -> int:
         return 0
     try:
         return int(summarize(ledger)["done"])
+    except sqlite3.OperationalError:  # the job has created the file, not yet its tables
+        return 0
     finally:
         ledger.close()
 
