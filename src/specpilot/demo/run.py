@@ -57,6 +57,7 @@ GENERATE_MAX_TOKENS = 128
 LEDGER_POLL_S = 0.1
 GENERATE_TIMEOUT_S = 900.0
 UP_TIMEOUT_S = 600
+CHILD_CLEANUP_S = 60.0
 
 
 @dataclass
@@ -169,13 +170,26 @@ ready_timeout_s = {UP_TIMEOUT_S}
 
 
 def _run_json(argv: list[str], what: str, timeout_s: float) -> dict[str, Any]:
-    """Runs a specpilot command with --json; its JSON object, or JobFailed with its stderr."""
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    """Runs a specpilot command with --json; its JSON object, or JobFailed with its stderr.
+
+    Interrupted (Ctrl-C, timeout), the child gets SIGINT and time to clean up: a
+    SIGKILLed `up` could leave the engine it already started without a record to stop it by.
+    """
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=timeout_s)
+        except BaseException:
+            child.send_signal(signal.SIGINT)
+            try:
+                child.communicate(timeout=CHILD_CLEANUP_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            raise
     try:
-        parsed: dict[str, Any] = json.loads(done.stdout)
+        parsed: dict[str, Any] = json.loads(stdout)
     except json.JSONDecodeError:
-        raise JobFailed(f"{what} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}") from None
-    parsed["exit_code"] = done.returncode
+        raise JobFailed(f"{what} failed (exit {child.returncode}): {stderr.strip()[-2000:]}") from None
+    parsed["exit_code"] = child.returncode
     return parsed
 
 
