@@ -293,16 +293,17 @@ def _stop_server(console: Console) -> None:
 def gpu_host_next_steps(spec_path: Path) -> str:
     return f"""\
 The same on a real GPU host: copy {spec_path} to my-gpu.toml and change
+  name = "my-gpu"
   [host]   target = "ssh://you@gpu-node:22"        (or an alias from ~/.ssh/config)
   [model]  path = "/models/Qwen3-8B"               (a folder on that host)
   [gpu]    memory_gib = 79.6                       (nvidia-smi's total)
-  [engine] version = "0.26.0"; drop command, args = ["--max-model-len", "32768"] and env
+  [engine] version = "0.26.0", args = ["--max-model-len", "32768"]; delete command and env
 then:
   specpilot plan my-gpu.toml
   specpilot up my-gpu.toml
-  specpilot generate --input prompts.jsonl --output out/ --run {RUN_NAME} --concurrency 64
+  specpilot generate --input prompts.jsonl --output out/ --run my-gpu --concurrency 64
   specpilot report out/
-  specpilot down {RUN_NAME}"""
+  specpilot down my-gpu"""
 
 
 def run_demo(workdir: Path, console: Console) -> DemoResult:
