@@ -27,17 +27,34 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-RESPONSE = json.dumps({
-    "id": "x", "object": "chat.completion", "model": "bench",
-    "choices": [{"index": 0, "finish_reason": "stop",
-                 "message": {"role": "assistant", "content": "Four.",
-                             "reasoning_content": "2+2=4"}}],
-    "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}}).encode()
-HTTP_OK = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-           + str(len(RESPONSE)).encode() + b"\r\nConnection: keep-alive\r\n\r\n" + RESPONSE)
+RESPONSE = json.dumps(
+    {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "bench",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "Four.", "reasoning_content": "2+2=4"},
+            }
+        ],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
+    }
+).encode()
+HTTP_OK = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+    + str(len(RESPONSE)).encode()
+    + b"\r\nConnection: keep-alive\r\n\r\n"
+    + RESPONSE
+)
 MODELS = json.dumps({"data": [{"id": "bench"}]}).encode()
-HTTP_MODELS = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-               + str(len(MODELS)).encode() + b"\r\n\r\n" + MODELS)
+HTTP_MODELS = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+    + str(len(MODELS)).encode()
+    + b"\r\n\r\n"
+    + MODELS
+)
 HTTP_404 = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 
 
@@ -62,10 +79,15 @@ class _Http(asyncio.Protocol):
                     length = int(value)
             if len(self.buffer) < end + 4 + length:
                 return
-            self.buffer = self.buffer[end + 4 + length:]
+            self.buffer = self.buffer[end + 4 + length :]
             path = head.split(" ", 2)[1]
-            reply = (HTTP_OK if path.endswith("/chat/completions")
-                     else HTTP_MODELS if path.endswith("/models") else HTTP_404)
+            reply = (
+                HTTP_OK
+                if path.endswith("/chat/completions")
+                else HTTP_MODELS
+                if path.endswith("/models")
+                else HTTP_404
+            )
             self.transport.write(reply)  # type: ignore[attr-defined]
 
 
@@ -84,8 +106,10 @@ def _free_port() -> int:
 
 
 def _prompts(count: int) -> list[dict[str, object]]:
-    return [{"id": f"r{i}", "messages": [{"role": "user", "content": f"What is 2+2? ({i})"}]}
-            for i in range(count)]
+    return [
+        {"id": f"r{i}", "messages": [{"role": "user", "content": f"What is 2+2? ({i})"}]}
+        for i in range(count)
+    ]
 
 
 Runner = Callable[[str, list[dict[str, object]], int, Path], None]
@@ -95,24 +119,35 @@ def _measure(name: str, rows: int, work: Callable[[], None]) -> dict[str, float 
     wall, cpu = time.perf_counter(), time.process_time()
     work()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return {"driver": name, "requests_per_s": rows / wall, "cpu_us_per_request": cpu / rows * 1e6,
-            "wall_s": wall}
+    return {
+        "driver": name,
+        "requests_per_s": rows / wall,
+        "cpu_us_per_request": cpu / rows * 1e6,
+        "wall_s": wall,
+    }
 
 
-def run_specpilot(url: str, prompts: list[dict[str, object]], concurrency: int,
-                  work_dir: Path) -> None:
+def run_specpilot(url: str, prompts: list[dict[str, object]], concurrency: int, work_dir: Path) -> None:
     from specpilot.generate.endpoints import Endpoint
     from specpilot.generate.job import JobConfig, run_generate
 
     path = work_dir / "in.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in prompts))
-    outcome = run_generate(JobConfig(path, work_dir / "out", [Endpoint(url)], "bench", True,
-                                     concurrency=concurrency, show_progress=False))
+    outcome = run_generate(
+        JobConfig(
+            path,
+            work_dir / "out",
+            [Endpoint(url)],
+            "bench",
+            True,
+            concurrency=concurrency,
+            show_progress=False,
+        )
+    )
     assert outcome.summary["done"] == len(prompts), outcome.message
 
 
-def run_async_openai(url: str, prompts: list[dict[str, object]], concurrency: int,
-                     work_dir: Path) -> None:
+def run_async_openai(url: str, prompts: list[dict[str, object]], concurrency: int, work_dir: Path) -> None:
     import openai
 
     async def main() -> None:
@@ -123,8 +158,10 @@ def run_async_openai(url: str, prompts: list[dict[str, object]], concurrency: in
             async def one(prompt: dict[str, object]) -> None:
                 async with limit:
                     response = await client.chat.completions.create(  # type: ignore[call-overload]
-                        model="bench", messages=prompt["messages"],
-                        extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+                        model="bench",
+                        messages=prompt["messages"],
+                        extra_body={"chat_template_kwargs": {"enable_thinking": True}},
+                    )
                 message = response.choices[0].message
                 out.write(json.dumps({"id": prompt["id"], "content": message.content}) + "\n")
 
@@ -134,16 +171,17 @@ def run_async_openai(url: str, prompts: list[dict[str, object]], concurrency: in
     asyncio.run(main())
 
 
-def run_thread_pool(url: str, prompts: list[dict[str, object]], concurrency: int,
-                    work_dir: Path) -> None:
+def run_thread_pool(url: str, prompts: list[dict[str, object]], concurrency: int, work_dir: Path) -> None:
     import openai
 
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=3)
 
     def one(prompt: dict[str, object]) -> str:
         response = client.chat.completions.create(  # type: ignore[call-overload]
-            model="bench", messages=prompt["messages"],
-            extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+            model="bench",
+            messages=prompt["messages"],
+            extra_body={"chat_template_kwargs": {"enable_thinking": True}},
+        )
         return json.dumps({"id": prompt["id"], "content": response.choices[0].message.content})
 
     with ThreadPoolExecutor(concurrency) as pool, (work_dir / "threads.jsonl").open("w") as out:
@@ -155,8 +193,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--only-specpilot", action="store_true",
-                        help="Skip the two reference clients (they take ~2 minutes).")
+    parser.add_argument(
+        "--only-specpilot", action="store_true", help="Skip the two reference clients (they take ~2 minutes)."
+    )
     parser.add_argument("--repeat", type=int, default=1, help="Runs of each driver; all printed.")
     args = parser.parse_args()
     # Imports are one-off costs, not per request: load every client before measuring.
@@ -174,26 +213,34 @@ def main() -> None:
     try:
         drivers: list[tuple[str, Runner]] = [("specpilot generate", run_specpilot)]
         if not args.only_specpilot:
-            drivers += [("(a) AsyncOpenAI + Semaphore", run_async_openai),
-                        ("(b) ThreadPool + OpenAI", run_thread_pool)]
+            drivers += [
+                ("(a) AsyncOpenAI + Semaphore", run_async_openai),
+                ("(b) ThreadPool + OpenAI", run_thread_pool),
+            ]
         for name, runner in drivers:
             for _ in range(args.repeat):
                 with tempfile.TemporaryDirectory() as work:
-                    results.append(_measure(name, args.rows, partial(
-                        runner, url, prompts, args.concurrency, Path(work))))
+                    results.append(
+                        _measure(name, args.rows, partial(runner, url, prompts, args.concurrency, Path(work)))
+                    )
     finally:
         server.kill()
     print(f"{args.rows} requests, concurrency {args.concurrency}, zero-latency local server")
     print(f"{'driver':32} {'req/s':>9} {'CPU us/req':>11} {'wall s':>8}")
     for r in results:
-        print(f"{r['driver']:32} {r['requests_per_s']:9.0f} {r['cpu_us_per_request']:11.0f} "
-              f"{r['wall_s']:8.2f}")
-    best = {r["driver"]: float(r["requests_per_s"]) for r in sorted(
-        results, key=lambda r: float(r["requests_per_s"]))}
+        print(
+            f"{r['driver']:32} {r['requests_per_s']:9.0f} {r['cpu_us_per_request']:11.0f} {r['wall_s']:8.2f}"
+        )
+    best = {
+        r["driver"]: float(r["requests_per_s"])
+        for r in sorted(results, key=lambda r: float(r["requests_per_s"]))
+    }
     if len(best) == 3:
         ours = best["specpilot generate"]
-        print(f"specpilot vs (a): {ours / best['(a) AsyncOpenAI + Semaphore']:.1f}x req/s, "
-              f"vs (b): {ours / best['(b) ThreadPool + OpenAI']:.1f}x req/s (best runs)")
+        print(
+            f"specpilot vs (a): {ours / best['(a) AsyncOpenAI + Semaphore']:.1f}x req/s, "
+            f"vs (b): {ours / best['(b) ThreadPool + OpenAI']:.1f}x req/s (best runs)"
+        )
     print(json.dumps(results))
 
 

@@ -35,8 +35,17 @@ DONE_FRACTION = 0.6
 def _write_input(path: Path, rows: int) -> None:
     with path.open("w") as out:
         for i in range(rows):
-            out.write(json.dumps({"id": f"row-{i:07d}", "conversations": [
-                {"role": "user", "content": f"Explain step {i} of the proof in detail."}]}) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "id": f"row-{i:07d}",
+                        "conversations": [
+                            {"role": "user", "content": f"Explain step {i} of the proof in detail."}
+                        ],
+                    }
+                )
+                + "\n"
+            )
 
 
 def _finish_rows(job: Job, done: int) -> None:
@@ -46,9 +55,11 @@ def _finish_rows(job: Job, done: int) -> None:
     answer = {"role": "assistant", "content": "x" * 200, "reasoning_content": "y" * 400}
     for start in range(0, done, 20_000):
         for i in range(start, min(start + 20_000, done)):
-            row = {"id": f"row-{i:07d}", "conversations": [{"role": "user", "content": "p"},
-                                                           answer],
-                   "meta": {"model": "m", "thinking": True, "completion_tokens": 150}}
+            row = {
+                "id": f"row-{i:07d}",
+                "conversations": [{"role": "user", "content": "p"}, answer],
+                "meta": {"model": "m", "thinking": True, "completion_tokens": 150},
+            }
             writer.add(row, i, 20, 150, 0, time.time())
         ledger.apply(writer.flush())
     writer.close()
@@ -80,6 +91,7 @@ async def _first_request_s(job: Job, started: float) -> float:
 
 def _import_s() -> float:
     """Wall time of a python that imports the generate CLI, minus a bare python."""
+
     def timed(code: str) -> float:
         t = time.perf_counter()
         subprocess.run([sys.executable, "-c", code], check=True)
@@ -99,12 +111,21 @@ def main() -> None:
     work = args.keep or Path(tempfile.mkdtemp(prefix="resume-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        config = JobConfig(work / "in.jsonl", work / "out", [Endpoint(f"http://127.0.0.1:{port}")],
-                           "m", True, concurrency=8, show_progress=False)
+        config = JobConfig(
+            work / "in.jsonl",
+            work / "out",
+            [Endpoint(f"http://127.0.0.1:{port}")],
+            "m",
+            True,
+            concurrency=8,
+            show_progress=False,
+        )
         t = time.perf_counter()
         _write_input(config.input_path, args.rows)
-        print(f"input: {args.rows} rows, {config.input_path.stat().st_size / 2**20:.0f} MiB "
-              f"({time.perf_counter() - t:.1f} s to write)")
+        print(
+            f"input: {args.rows} rows, {config.input_path.stat().st_size / 2**20:.0f} MiB "
+            f"({time.perf_counter() - t:.1f} s to write)"
+        )
         t = time.perf_counter()
         job = Job(config)
         job.prepare("m")
@@ -121,12 +142,16 @@ def main() -> None:
         prepared_s = time.perf_counter() - started
         first_s = asyncio.run(_first_request_s(resumed, started))
         resumed.close()
-        print(f"resume: ledger open + input check + reconcile + requeue: {prepared_s:.2f} s; "
-              f"first request sent after {first_s:.2f} s ({len(resumed.pending)} rows pending)")
+        print(
+            f"resume: ledger open + input check + reconcile + requeue: {prepared_s:.2f} s; "
+            f"first request sent after {first_s:.2f} s ({len(resumed.pending)} rows pending)"
+        )
         out = config.output_dir
         ledger_mib = _disk_mib(out, "ledger.sqlite*")
-        print(f"ledger on disk: {ledger_mib:.1f} MiB ({ledger_mib * 2**20 / args.rows:.0f} "
-              f"bytes/row); parts: {_disk_mib(out / DATA_DIR, '*.jsonl'):.0f} MiB")
+        print(
+            f"ledger on disk: {ledger_mib:.1f} MiB ({ledger_mib * 2**20 / args.rows:.0f} "
+            f"bytes/row); parts: {_disk_mib(out / DATA_DIR, '*.jsonl'):.0f} MiB"
+        )
         print(f"CLI start-up (python + imports, not counted above): {_import_s():.2f} s")
     finally:
         server.kill()

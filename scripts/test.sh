@@ -29,8 +29,12 @@ for venv in $(python3 -m specpilot.demo.enginevenv --list-ci); do
 done
 
 step "ruff"
-ruff check src tests bench
+ruff check src tests bench gpu
 ruff format --check src tests bench
+
+step "GPU scripts parse (they run only on the lent H200, never in CI)"
+for script in gpu/*.sh; do bash -n "$script"; done
+bash gpu/run_matrix.sh --dry-run >/dev/null
 
 step "mypy"
 mypy

@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.fixtures.sshd"]
+pytest_plugins = ["tests.fixtures.sshd", "tests.fixtures.engines"]

@@ -25,8 +25,10 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def prompt_rows(count: int, *, prefix: str = "q") -> list[dict[str, Any]]:
-    return [{"id": f"{prefix}{i}", "conversations": [{"role": "user", "content": f"{prefix} {i}"}]}
-            for i in range(count)]
+    return [
+        {"id": f"{prefix}{i}", "conversations": [{"role": "user", "content": f"{prefix} {i}"}]}
+        for i in range(count)
+    ]
 
 
 def read_output(directory: Path) -> list[dict[str, Any]]:

@@ -103,10 +103,12 @@ class FakeServer:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         accepted = self._drafts * ACCEPTED_PER_DRAFT
-        text = ("# TYPE vllm:spec_decode_num_drafts_total counter\n"
-                f'vllm:spec_decode_num_drafts_total{{model_name="fake-model"}} {self._drafts}\n'
-                f'vllm:spec_decode_num_accepted_tokens_total{{model_name="fake-model"}} '
-                f"{accepted}\n")
+        text = (
+            "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+            f'vllm:spec_decode_num_drafts_total{{model_name="fake-model"}} {self._drafts}\n'
+            f'vllm:spec_decode_num_accepted_tokens_total{{model_name="fake-model"}} '
+            f"{accepted}\n"
+        )
         return web.Response(text=text)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -121,8 +123,7 @@ class FakeServer:
         if self._burst_left > 0:
             self._burst_left -= 1
             counts.rate_limited += 1
-            return web.json_response({"error": "slow down"}, status=429,
-                                     headers={"Retry-After": "0"})
+            return web.json_response({"error": "slow down"}, status=429, headers={"Retry-After": "0"})
         if self._random.random() < faults.error_500_rate:
             counts.errors_500 += 1
             return web.json_response({"error": "internal"}, status=500)
@@ -134,8 +135,8 @@ class FakeServer:
         prompt = str(body["messages"][-1]["content"])
         if FATAL_MARKER in prompt:
             return web.json_response(
-                {"error": {"message": "This model's maximum context length is 8 tokens"}},
-                status=400)
+                {"error": {"message": "This model's maximum context length is 8 tokens"}}, status=400
+            )
         thinking = bool(body.get("chat_template_kwargs", {}).get("enable_thinking"))
         content, reasoning = answer_for(prompt)
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -144,11 +145,19 @@ class FakeServer:
         counts.answered += 1
         counts.per_prompt[prompt] += 1
         self._drafts += 1
-        return web.json_response({
-            "id": "chatcmpl-1", "object": "chat.completion", "model": body["model"],
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": 4,
-                      "total_tokens": len(prompt.split()) + 4}})
+        return web.json_response(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {
+                    "prompt_tokens": len(prompt.split()),
+                    "completion_tokens": 4,
+                    "total_tokens": len(prompt.split()) + 4,
+                },
+            }
+        )
 
 
 def main() -> None:

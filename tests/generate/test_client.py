@@ -22,8 +22,13 @@ from specpilot.generate.validate import answer_flags, flag_bits
 
 
 def _response(message: dict[str, object], **extra: object) -> bytes:
-    return json.dumps({"choices": [{"message": message, "finish_reason": "stop"}],
-                       "usage": {"prompt_tokens": 3, "completion_tokens": 10}, **extra}).encode()
+    return json.dumps(
+        {
+            "choices": [{"message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 10},
+            **extra,
+        }
+    ).encode()
 
 
 @pytest.mark.parametrize("status", [408, 409, 425, 429, 500, 502, 503, 504])
@@ -57,8 +62,13 @@ def test_malformed_body_is_retryable() -> None:
 
 def test_request_body_carries_thinking_and_sampling() -> None:
     body = Sampling("m", thinking=False, max_tokens=5, temperature=0.6, top_k=20).as_json()
-    assert body == {"model": "m", "max_tokens": 5, "temperature": 0.6, "top_k": 20,
-                    "chat_template_kwargs": {"enable_thinking": False}}
+    assert body == {
+        "model": "m",
+        "max_tokens": 5,
+        "temperature": 0.6,
+        "top_k": 20,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
 
 
 def _answer(content: str, reasoning: str | None, finish: str = "stop") -> Answer:
@@ -77,8 +87,10 @@ def test_validation_flags() -> None:
 def test_vllm_metrics_give_mean_acceptance_length() -> None:
     tracker = SpecTracker()
     first = 'vllm:spec_decode_num_drafts_total{m="a"} 10\nvllm:spec_decode_num_accepted_tokens_total 20\n'
-    later = ('# HELP x\nvllm:spec_decode_num_drafts_total{m="a"} 30\n'
-             "vllm:spec_decode_num_accepted_tokens_total 70\n")
+    later = (
+        '# HELP x\nvllm:spec_decode_num_drafts_total{m="a"} 30\n'
+        "vllm:spec_decode_num_accepted_tokens_total 70\n"
+    )
     tracker.observe("s", parse_metrics(first))
     assert tracker.mean_accept_length() is None  # no drafts since the first scrape
     tracker.observe("s", parse_metrics(later))
@@ -98,12 +110,14 @@ def test_endpoint_urls_and_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         endpoint_of_run("q")
     state = tmp_path / "runs" / "q" / "state.json"
     state.parent.mkdir(parents=True)
-    state.write_text(json.dumps({"name": "q", "endpoint": "http://h:1", "phase": "starting",
-                                 "served_model_name": "qwen"}))
+    state.write_text(
+        json.dumps({"name": "q", "endpoint": "http://h:1", "phase": "starting", "served_model_name": "qwen"})
+    )
     with pytest.raises(UserError, match="not ready"):
         endpoint_of_run("q")
-    state.write_text(json.dumps({"name": "q", "endpoint": "http://h:1/v1", "phase": "ready",
-                                 "served_model_name": "qwen"}))
+    state.write_text(
+        json.dumps({"name": "q", "endpoint": "http://h:1/v1", "phase": "ready", "served_model_name": "qwen"})
+    )
     assert endpoint_of_run("q").base_url == "http://h:1"
     assert endpoint_of_run("q").served_model_name == "qwen"
     with pytest.raises(UserError, match="no server given"):

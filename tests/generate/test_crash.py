@@ -33,9 +33,18 @@ REPO_ROOT = Path(__file__).resolve().parents[2]  # `python -m tests.generate...`
 def server_url(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     port_file = tmp_path / "port.json"
     latency_s = getattr(request, "param", 0.0)
-    process = subprocess.Popen([sys.executable, "-m", "tests.generate.fake_server",
-                                "--port-file", str(port_file), "--latency-s", str(latency_s)],
-                               cwd=REPO_ROOT)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.generate.fake_server",
+            "--port-file",
+            str(port_file),
+            "--latency-s",
+            str(latency_s),
+        ],
+        cwd=REPO_ROOT,
+    )
     try:
         deadline = time.monotonic() + 30
         while not port_file.exists():
@@ -47,20 +56,36 @@ def server_url(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
         process.wait()
 
 
-def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path,
-                                                                server_url: str) -> None:
+def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path, server_url: str) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(ROWS))
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "tests.generate.cli_main", "generate", "--input", str(path),
-            "--output", str(out), "--server", server_url, "--concurrency", "64",
-            "--flush-interval-s", "0.05", "--rows-per-part", "3000", "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "specpilot",
+        "generate",
+        "--input",
+        str(path),
+        "--output",
+        str(out),
+        "--server",
+        server_url,
+        "--concurrency",
+        "64",
+        "--flush-interval-s",
+        "0.05",
+        "--rows-per-part",
+        "3000",
+        "--json",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     chooser = random.Random(int(os.environ.get("CRASH_SEED", "1")))
     done_after_kill: list[int] = []
     uncommitted_tails = 0
     for kill in range(KILLS):
-        process = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            argv, env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         if kill % 2:  # a random moment once a random number of further rows are done
             _wait_for_done(out, _count_state(out, 2) + chooser.randint(200, 1500), 20.0)
             time.sleep(chooser.uniform(0.0, 0.1))
@@ -71,8 +96,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path,
         uncommitted_tails += _uncommitted_bytes(out) > 0
         done_after_kill.append(sum(1 for _ in _lines(out)))
     print(f"kills that left rows after the committed bytes: {uncommitted_tails}/{KILLS}")
-    final = subprocess.run(argv, env=env, cwd=REPO_ROOT, capture_output=True, text=True,
-                           timeout=300)
+    final = subprocess.run(argv, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert final.returncode == 0, final.stderr[-2000:]
     assert json.loads(final.stdout)["done"] == ROWS
     assert done_after_kill[-1] < ROWS, "the kills came too late to test anything"
@@ -92,8 +116,7 @@ def _uncommitted_bytes(out: Path) -> int:
     try:
         db = sqlite3.connect(f"file:{out / 'ledger.sqlite'}?mode=ro", uri=True)
         try:
-            (committed,) = db.execute("SELECT COALESCE(SUM(committed_bytes), 0) FROM parts"
-                                      ).fetchone()
+            (committed,) = db.execute("SELECT COALESCE(SUM(committed_bytes), 0) FROM parts").fetchone()
         finally:
             db.close()
     except sqlite3.Error:
@@ -124,10 +147,22 @@ def _lines(out: Path) -> Iterator[bytes]:
 def test_first_sigint_lets_requests_in_flight_finish(tmp_path: Path, server_url: str) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(120))
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "tests.generate.cli_main", "generate", "--input", str(path),
-            "--output", str(out), "--server", server_url, "--concurrency", "8", "--json"]
-    process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "specpilot",
+        "generate",
+        "--input",
+        str(path),
+        "--output",
+        str(out),
+        "--server",
+        server_url,
+        "--concurrency",
+        "8",
+        "--json",
+    ]
+    process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while _count_state(out, 2) < 8:  # some rows done: the job is in full swing
         assert process.poll() is None, process.communicate()
         time.sleep(0.05)
@@ -146,8 +181,7 @@ def _count_state(out: Path, state: int) -> int:
     try:
         db = sqlite3.connect(f"file:{out / 'ledger.sqlite'}?mode=ro", uri=True)
         try:
-            return int(db.execute("SELECT COUNT(*) FROM rows WHERE state = ?", (state,))
-                       .fetchone()[0])
+            return int(db.execute("SELECT COUNT(*) FROM rows WHERE state = ?", (state,)).fetchone()[0])
         finally:
             db.close()
     except sqlite3.Error:

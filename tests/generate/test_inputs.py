@@ -17,10 +17,11 @@ from specpilot.generate.job import Job, JobConfig
 from tests.generate.conftest import write_jsonl
 
 ROWS: list[dict[str, Any]] = [
-    {"id": "a", "conversations": [{"role": "user", "content": "hi"},
-                                  {"role": "assistant", "content": "old answer"}]},
-    {"id": 7, "messages": [{"role": "system", "content": "be brief"},
-                           {"role": "user", "content": "2+2?"}]},
+    {
+        "id": "a",
+        "conversations": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "old answer"}],
+    },
+    {"id": 7, "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]},
     {"prompt": "no id here"},
     {"conversations": [{"from": "human", "value": "sharegpt"}, {"from": "gpt", "value": "x"}]},
 ]
@@ -78,14 +79,18 @@ def test_row_without_prompt_is_refused(tmp_path: Path) -> None:
 
 def _job(tmp_path: Path, rows: list[dict[str, Any]], **extra: object) -> Job:
     path = write_jsonl(tmp_path / "in.jsonl", rows)
-    config = JobConfig(path, tmp_path / "out", [Endpoint("http://127.0.0.1:9")], "m", True,
-                       **extra)  # type: ignore[arg-type]
+    config = JobConfig(path, tmp_path / "out", [Endpoint("http://127.0.0.1:9")], "m", True, **extra)  # type: ignore[arg-type]
     return Job(config)
 
 
 def test_duplicate_ids_are_refused_with_names_and_fix(tmp_path: Path) -> None:
-    rows = [{"id": "a", "prompt": "1"}, {"id": "b", "prompt": "2"}, {"id": "a", "prompt": "3"},
-            {"prompt": "same"}, {"prompt": "same"}]
+    rows = [
+        {"id": "a", "prompt": "1"},
+        {"id": "b", "prompt": "2"},
+        {"id": "a", "prompt": "3"},
+        {"prompt": "same"},
+        {"prompt": "same"},
+    ]
     with _job(tmp_path, rows) as job:
         with pytest.raises(UserError) as err:
             job.prepare("m")

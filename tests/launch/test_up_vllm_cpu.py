@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.demo.vllmcpu import SERVER_ENV as VLLM_CPU_ENV
 from specpilot.launch.ops import run_down, run_status
 from specpilot.launch.state import read_state
 from specpilot.spec import Spec, parse_spec
-from tests.fixtures.engines import VLLM_CPU_ENV, process_group_members
+from tests.fixtures.engines import process_group_members
 from tests.launch.conftest import free_port
 from tests.launch.helpers import up
 

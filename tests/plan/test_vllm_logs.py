@@ -23,12 +23,20 @@ def _case(name: str) -> tuple[dict[str, object], str]:
     return meta, (LOGS / f"{name}.log").read_text()
 
 
+def _numbers(parsed: dict[str, float | str]) -> dict[str, float]:
+    """The numeric facts of a parsed log (the version is text)."""
+    return {key: value for key, value in parsed.items() if isinstance(value, float)}
+
+
 def _spec(meta: dict[str, object]) -> Spec:
     return Spec.model_validate(
         {
             "name": "log-case",
             "model": {"path": str(REPO / str(meta["config"]))},
-            "gpu": {"memory_gib": 24.0, "count": int(str(meta["gpu_count"]))},
+            "gpu": {
+                "memory_gib": float(str(meta.get("gpu_memory_gib", 24.0))),
+                "count": int(str(meta["gpu_count"])),
+            },
             "engine": {"name": "vllm", "version": "0.26.0", "args": list(meta["flags"])},  # type: ignore[call-overload]
         }
     )
@@ -49,11 +57,12 @@ def test_kv_tokens_and_concurrency_match_the_engine(name: str) -> None:
     spec = _spec(meta)
     shape = load_model_shape(spec.model_dir())
     args = parse_engine_args("vllm", "0.26.0", spec.engine.args)
-    plan = plan_vllm(spec, shape, args, measured=parse_vllm_log(text))
+    plan = plan_vllm(spec, shape, args, measured=_numbers(parse_vllm_log(text)))
     printed = meta["printed"]
     assert plan.kv_tokens == pytest.approx(printed["kv_tokens"], rel=0.02)  # type: ignore[index]
     assert plan.details["max_concurrency"] == pytest.approx(printed["max_concurrency"], abs=0.02)  # type: ignore[index]
-    assert plan.max_running_requests == int(args.get_int("max_num_seqs") or 256)
+    default_seqs = int(str(meta.get("default_max_num_seqs", 256)))
+    assert plan.max_running_requests == int(args.get_int("max_num_seqs") or default_seqs)
 
 
 def test_hybrid_mtp_block_size_and_groups_match_vllm_layout() -> None:
@@ -64,7 +73,7 @@ def test_hybrid_mtp_block_size_and_groups_match_vllm_layout() -> None:
         spec,
         load_model_shape(spec.model_dir()),
         parse_engine_args("vllm", "0.26.0", spec.engine.args),
-        measured=parse_vllm_log(text),
+        measured=_numbers(parse_vllm_log(text)),
     )
     assert plan.details["attention_block_size"] == 1600
     assert plan.details["kv_cache_groups"] == 4

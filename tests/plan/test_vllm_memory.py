@@ -90,10 +90,15 @@ def test_estimates_scale_with_their_inputs() -> None:
     small = mem.activation_peak_bytes_estimate(2048, 4096, 24576, 256, 151936, 2)
     large = mem.activation_peak_bytes_estimate(8192, 4096, 24576, 1024, 151936, 2)
     assert large == 4 * small
-    # the sampler dominates with a big vocabulary: 1024 rows x 248,320 x (2 + 12) bytes
-    assert mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2) == (1024 * 248320 * 14)
-    with_mtp = mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2, 3)
-    assert with_mtp == 1024 * 248320 * 22
+    # the sampler dominates with a big vocabulary: 1024 rows x 248,320 x (2 + 13) bytes (V1 runner)
+    assert mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2) == (1024 * 248320 * 15)
+    spec_sampler = mem.sampler_cost("v1", speculative=True)
+    with_mtp = mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2, spec_sampler)
+    assert with_mtp == 1024 * 248320 * (2 * 2 + 27)
+    # the V2 runner (dense models) samples without top-k/top-p work: logits + one fp32 copy
+    v2 = mem.activation_peak_bytes_estimate(8192, 4096, 24576, 1024, 151936, 2, mem.sampler_cost("v2", False))
+    assert v2 == 1024 * 151936 * 6
+    assert mem.sampler_cost("v2", speculative=True) == mem.V2_SAMPLER
     # Qwen3.6-27B: 128 chunks of 64 tokens x 48 heads x 128 x 128 x bf16
     assert mem.gdn_chunk_state_bytes(8192, 48, 128, 128, 1, 2) == 128 * 48 * 128 * 128 * 2
     assert mem.gdn_chunk_state_bytes(8192, 48, 128, 128, 2, 2) == 128 * 24 * 128 * 128 * 2
@@ -103,7 +108,7 @@ def test_estimates_scale_with_their_inputs() -> None:
 
 
 def _qwen36_27b_inputs(**changes: object) -> VllmInputs:
-    base = dict(
+    base: dict[str, object] = dict(
         gpu_total_bytes=int(95.6 * GIB),
         gpu_memory_utilization=0.9,
         tp_size=1,

@@ -100,8 +100,10 @@ def open_session(connections_per_server: int) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, limit_per_host=connections_per_server),
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
-        cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
-        skip_auto_headers=("Accept-Encoding",))
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        skip_auto_headers=("Accept-Encoding",),
+    )
 
 
 class ChatClient:
@@ -130,20 +132,19 @@ class ChatClient:
         if url is None:
             url = self._urls[base_url] = yarl.URL(f"{base_url}/v1/chat/completions")
         try:
-            async with self._session.post(url, data=self.body(messages),
-                                          headers=self._headers) as response:
+            async with self._session.post(url, data=self.body(messages), headers=self._headers) as response:
                 raw = await response.read()
                 status = response.status
                 retry_after = response.headers.get("Retry-After")
         except (TimeoutError, aiohttp.ServerTimeoutError):
             raise RequestFailed(FailureKind.TIMEOUT, "request timed out") from None
         except aiohttp.ClientError as err:
-            raise RequestFailed(FailureKind.CONNECTION,
-                                f"connection failed: {type(err).__name__}: {err}") from None
+            raise RequestFailed(
+                FailureKind.CONNECTION, f"connection failed: {type(err).__name__}: {err}"
+            ) from None
         if status != 200:
             text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
-            raise RequestFailed(classify_status(status), f"HTTP {status}: {text}",
-                                _seconds(retry_after))
+            raise RequestFailed(classify_status(status), f"HTTP {status}: {text}", _seconds(retry_after))
         return parse_answer(raw)
 
 
@@ -168,11 +169,14 @@ def parse_answer(raw: bytes) -> Answer:
         reasoning = message.get("reasoning")
     usage = data.get("usage") or {}
     completion_tokens = int(usage.get("completion_tokens") or 0)
-    return Answer(content=message.get("content") or "", reasoning=reasoning,
-                  finish_reason=choice.get("finish_reason"),
-                  prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                  completion_tokens=completion_tokens,
-                  spec_accept_length=_spec_accept_length(data, completion_tokens))
+    return Answer(
+        content=message.get("content") or "",
+        reasoning=reasoning,
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=completion_tokens,
+        spec_accept_length=_spec_accept_length(data, completion_tokens),
+    )
 
 
 def _spec_accept_length(data: dict[str, Any], completion_tokens: int) -> float | None:

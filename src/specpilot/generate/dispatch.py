@@ -41,7 +41,6 @@ def _backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
     return random.uniform(0.0, min(cap_s, base_s * 2 ** (attempt - 1)))
 
 
-
 class Dispatcher:
     """The asynchronous part: feed rows to servers, handle answers and failures."""
 
@@ -84,13 +83,13 @@ class Dispatcher:
 
     async def run(self) -> None:
         if self.config.show_progress:
-            self.view = ProgressView(self.stats, self.pool, self.accept_length,
-                                     interval_s=self.config.progress_interval_s)
+            self.view = ProgressView(
+                self.stats, self.pool, self.accept_length, interval_s=self.config.progress_interval_s
+            )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._interrupt, sig)
-        self.background = [asyncio.create_task(self._flush_loop()),
-                           asyncio.create_task(self._metrics_loop())]
+        self.background = [asyncio.create_task(self._flush_loop()), asyncio.create_task(self._metrics_loop())]
         try:
             await self._dispatch_loop()
             if self.fatal is not None:
@@ -114,8 +113,10 @@ class Dispatcher:
         """First signal: send nothing new, let requests in flight finish. Second: stop now."""
         if self.stop_reason is None:
             self.stop_reason = f"interrupted by {sig.name}; run the same command again to resume"
-            self._say(f"{sig.name}: finishing the {self.pool.total_in_flight()} requests in "
-                      "flight, then stopping (send it again to stop at once)")
+            self._say(
+                f"{sig.name}: finishing the {self.pool.total_in_flight()} requests in "
+                "flight, then stopping (send it again to stop at once)"
+            )
         else:
             self.stop_now = True
 
@@ -148,8 +149,7 @@ class Dispatcher:
                     self._say("every server is down: paused (no retries spent) while probing")
                 self.stats.paused_reason = "every server is down; probing, no retries spent"
                 if now - down_since > self.config.give_up_after_s:
-                    self._stop(f"every server was down for "
-                               f"{self.config.give_up_after_s:.0f} s; gave up")
+                    self._stop(f"every server was down for {self.config.give_up_after_s:.0f} s; gave up")
                     return
             else:
                 down_since = None
@@ -205,8 +205,9 @@ class Dispatcher:
                 if row.position not in self.overdue:
                     raise  # taken out or shutting down: whoever cancelled requeues the row
                 self.overdue.discard(row.position)
-                raise RequestFailed(FailureKind.TIMEOUT, "request timed out after "
-                                    f"{self.config.request_timeout_s:g} s") from None
+                raise RequestFailed(
+                    FailureKind.TIMEOUT, f"request timed out after {self.config.request_timeout_s:g} s"
+                ) from None
         except RequestFailed as failure:
             server.in_flight.pop(row.position, None)
             self._on_failure(server, row, failure)
@@ -221,18 +222,32 @@ class Dispatcher:
         thinking = self.sampling.thinking
         flags = answer_flags(answer, thinking)
         meta: dict[str, Any] = {
-            "model": self.sampling.model, "thinking": thinking,
-            "finish_reason": answer.finish_reason, "prompt_tokens": answer.prompt_tokens,
-            "completion_tokens": answer.completion_tokens, "server": server.name, "flags": flags}
+            "model": self.sampling.model,
+            "thinking": thinking,
+            "finish_reason": answer.finish_reason,
+            "prompt_tokens": answer.prompt_tokens,
+            "completion_tokens": answer.completion_tokens,
+            "server": server.name,
+            "flags": flags,
+        }
         if answer.spec_accept_length is not None:
             meta["spec_accept_length"] = round(answer.spec_accept_length, 4)
             self.stats.accept_length_sum += answer.spec_accept_length
             self.stats.accept_length_rows += 1
-        turn: dict[str, Any] = {"role": "assistant", "content": answer.content,
-                                "reasoning_content": answer.reasoning}
+        turn: dict[str, Any] = {
+            "role": "assistant",
+            "content": answer.content,
+            "reasoning_content": answer.reasoning,
+        }
         output = {"id": row.row_id, "conversations": [*row.turns, turn], "meta": meta}
-        self.writer.add(output, row.position, answer.prompt_tokens, answer.completion_tokens,
-                        flag_bits(flags), time.time())
+        self.writer.add(
+            output,
+            row.position,
+            answer.prompt_tokens,
+            answer.completion_tokens,
+            flag_bits(flags),
+            time.time(),
+        )
         del self.rows[row.position]
         self.sent_at.pop(row.position, None)
         self.stats.done += 1
@@ -264,8 +279,10 @@ class Dispatcher:
             if self.stats.done == 0 and self.stats.failed >= FAILURES_BEFORE_SUCCESS_LIMIT:
                 # A wrong --model or a broken server fails every row the same way; stop
                 # before the whole input is marked failed.
-                self._stop(f"the first {self.stats.failed} rows all failed (last: "
-                           f"{failure}); fix the cause, then rerun with --retry-failed")
+                self._stop(
+                    f"the first {self.stats.failed} rows all failed (last: "
+                    f"{failure}); fix the cause, then rerun with --retry-failed"
+                )
             return
         self.batch.retried.append((str(failure), row.position))
         self.stats.retries += 1

@@ -41,16 +41,23 @@ def normalize_url(url: str) -> str:
 def endpoint_of_run(name: str) -> Endpoint:
     state_file = specpilot_home() / "runs" / name / "state.json"
     if not state_file.exists():
-        raise UserError(f"no run named {name!r} ({state_file} is missing)", field="--run",
-                        fix="start it with `specpilot up SPEC`, or pass --server URL")
+        raise UserError(
+            f"no run named {name!r} ({state_file} is missing)",
+            field="--run",
+            fix="start it with `specpilot up SPEC`, or pass --server URL",
+        )
     try:
         state = json.loads(state_file.read_text())
     except ValueError:
-        raise UserError(f"{state_file} is not valid JSON", field="--run",
-                        fix="check the run with `specpilot status NAME`") from None
+        raise UserError(
+            f"{state_file} is not valid JSON", field="--run", fix="check the run with `specpilot status NAME`"
+        ) from None
     if state.get("phase") != READY_PHASE or not state.get("endpoint"):
-        raise UserError(f"run {name!r} is not ready (phase {state.get('phase')!r})",
-                        field="--run", fix=f"wait for `specpilot status {name}` to say ready")
+        raise UserError(
+            f"run {name!r} is not ready (phase {state.get('phase')!r})",
+            field="--run",
+            fix=f"wait for `specpilot status {name}` to say ready",
+        )
     return Endpoint(normalize_url(str(state["endpoint"])), state.get("served_model_name"))
 
 
@@ -58,11 +65,13 @@ def resolve_endpoints(servers: tuple[str, ...], runs: tuple[str, ...]) -> list[E
     endpoints = [Endpoint(normalize_url(url)) for url in servers]
     endpoints += [endpoint_of_run(name) for name in runs]
     if not endpoints:
-        raise UserError("no server given", field="--server",
-                        fix="pass --server http://HOST:PORT (repeatable) or --run NAME")
+        raise UserError(
+            "no server given",
+            field="--server",
+            fix="pass --server http://HOST:PORT (repeatable) or --run NAME",
+        )
     if len({e.base_url for e in endpoints}) != len(endpoints):
-        raise UserError("the same server is given twice", field="--server",
-                        fix="list each server once")
+        raise UserError("the same server is given twice", field="--server", fix="list each server once")
     return endpoints
 
 
@@ -87,8 +96,13 @@ async def default_model(session: aiohttp.ClientSession, endpoints: list[Endpoint
         except (aiohttp.ClientError, TimeoutError):
             continue
     if not_openai:
-        raise UserError(f"not an OpenAI-compatible server: {not_openai[0]}, not a model list",
-                        field="--server",
-                        fix="pass the base URL of a vLLM/SGLang server, e.g. http://HOST:30000")
-    raise UserError("no server answered /v1/models, so the model name is unknown",
-                    field="--model", fix="start the server or pass --model NAME")
+        raise UserError(
+            f"not an OpenAI-compatible server: {not_openai[0]}, not a model list",
+            field="--server",
+            fix="pass the base URL of a vLLM/SGLang server, e.g. http://HOST:30000",
+        )
+    raise UserError(
+        "no server answered /v1/models, so the model name is unknown",
+        field="--model",
+        fix="start the server or pass --model NAME",
+    )

@@ -20,12 +20,19 @@ from specpilot.errors import UserError
 from specpilot.generate.ledger import LEDGER_FILE, Ledger
 from specpilot.generate.writer import DATA_DIR, list_parts
 
-TURN = pa.struct([("role", pa.string()), ("content", pa.string()),
-                  ("reasoning_content", pa.string())])
-META = pa.struct([("model", pa.string()), ("thinking", pa.bool_()),
-                  ("finish_reason", pa.string()), ("prompt_tokens", pa.int64()),
-                  ("completion_tokens", pa.int64()), ("server", pa.string()),
-                  ("spec_accept_length", pa.float64()), ("flags", pa.list_(pa.string()))])
+TURN = pa.struct([("role", pa.string()), ("content", pa.string()), ("reasoning_content", pa.string())])
+META = pa.struct(
+    [
+        ("model", pa.string()),
+        ("thinking", pa.bool_()),
+        ("finish_reason", pa.string()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("server", pa.string()),
+        ("spec_accept_length", pa.float64()),
+        ("flags", pa.list_(pa.string())),
+    ]
+)
 SCHEMA = pa.schema([("id", pa.string()), ("conversations", pa.list_(TURN)), ("meta", META)])
 
 
@@ -40,18 +47,25 @@ def _text(value: Any) -> str | None:
 
 
 def _record(row: dict[str, Any]) -> dict[str, Any]:
-    turns = [{"role": t.get("role"), "content": _text(t.get("content")),
-              "reasoning_content": _text(t.get("reasoning_content"))}
-             for t in row["conversations"]]
+    turns = [
+        {
+            "role": t.get("role"),
+            "content": _text(t.get("content")),
+            "reasoning_content": _text(t.get("reasoning_content")),
+        }
+        for t in row["conversations"]
+    ]
     meta = row.get("meta") or {}
-    return {"id": row["id"], "conversations": turns,
-            "meta": {name: meta.get(name) for name in META.names}}
+    return {"id": row["id"], "conversations": turns, "meta": {name: meta.get(name) for name in META.names}}
 
 
 def export_parquet(directory: Path, target: Path | None = None) -> ExportResult:
     if not (directory / LEDGER_FILE).exists():
-        raise UserError(f"{directory} has no {LEDGER_FILE}", field="DIR",
-                        fix="pass the --output directory of a `specpilot generate` job")
+        raise UserError(
+            f"{directory} has no {LEDGER_FILE}",
+            field="DIR",
+            fix="pass the --output directory of a `specpilot generate` job",
+        )
     ledger = Ledger.in_dir(directory, readonly=True)
     try:
         commits = ledger.part_commits()
@@ -75,6 +89,7 @@ def export_parquet(directory: Path, target: Path | None = None) -> ExportResult:
         files.append(out)
         rows += len(records)
     if not files:
-        raise UserError(f"{directory} has no finished rows yet", field="DIR",
-                        fix="run `specpilot generate` into it first")
+        raise UserError(
+            f"{directory} has no finished rows yet", field="DIR", fix="run `specpilot generate` into it first"
+        )
     return ExportResult(files, rows)

@@ -30,8 +30,14 @@ from specpilot.generate.ids import derive_row_id
 from specpilot.generate.types import Message, PromptRow
 
 PROMPT_KEYS = ("conversations", "messages", "prompt")
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                  "system": "system", "tool": "tool"}
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "tool": "tool",
+}
 ARROW_BATCH_ROWS = 4096
 HASH_CHUNK_BYTES = 1 << 20
 
@@ -65,8 +71,11 @@ class InputSource:
 def resolve_input(path: Path) -> InputSource:
     """Find the format of `path`; UserError if it is missing or unrecognised."""
     if not path.exists():
-        raise UserError(f"{path} does not exist", field="--input",
-                        fix="pass a .jsonl, .parquet or a datasets save_to_disk directory")
+        raise UserError(
+            f"{path} does not exist",
+            field="--input",
+            fix="pass a .jsonl, .parquet or a datasets save_to_disk directory",
+        )
     if path.is_dir():
         return InputSource(path, "hf-datasets", _hf_arrow_files(path))
     if path.suffix == ".parquet":
@@ -82,12 +91,18 @@ def _hf_arrow_files(directory: Path) -> tuple[Path, ...]:
         if len(splits) == 1:
             return _hf_arrow_files(directory / splits[0])
         example = directory / (splits or ["train"])[0]
-        raise UserError(f"{directory} holds several splits {splits}", field="--input",
-                        fix=f"pass one split directory, e.g. {example}")
+        raise UserError(
+            f"{directory} holds several splits {splits}",
+            field="--input",
+            fix=f"pass one split directory, e.g. {example}",
+        )
     state_file = directory / "state.json"
     if not state_file.exists():
-        raise UserError(f"{directory} is not a saved datasets directory (no state.json)",
-                        field="--input", fix="save it with Dataset.save_to_disk(DIR)")
+        raise UserError(
+            f"{directory} is not a saved datasets directory (no state.json)",
+            field="--input",
+            fix="save it with Dataset.save_to_disk(DIR)",
+        )
     names = [entry["filename"] for entry in json.loads(state_file.read_text())["_data_files"]]
     return tuple(directory / name for name in names)
 
@@ -110,10 +125,11 @@ def _iter_jsonl(path: Path, positions: Container[int] | None) -> Iterator[Prompt
                 try:
                     record = json.loads(raw)
                 except ValueError as err:
-                    raise UserError(f"line {line_number} is not valid JSON ({err.args[0]})",
-                                    field=f"{path}:{line_number}",
-                                    fix="fix or delete that line; each line must be one JSON object"
-                                    ) from None
+                    raise UserError(
+                        f"line {line_number} is not valid JSON ({err.args[0]})",
+                        field=f"{path}:{line_number}",
+                        fix="fix or delete that line; each line must be one JSON object",
+                    ) from None
                 yield row_from_record(record, position, f"{path}:{line_number}")
             position += 1
 
@@ -133,8 +149,7 @@ def _iter_arrow(source: InputSource, positions: Container[int] | None) -> Iterat
                 batches = iter(pa.ipc.open_stream(mapped).read_all().to_batches(ARROW_BATCH_ROWS))
         for batch in batches:
             count = batch.num_rows
-            if positions is not None and not any(p in positions
-                                                 for p in range(position, position + count)):
+            if positions is not None and not any(p in positions for p in range(position, position + count)):
                 position += count
                 continue
             for offset, record in enumerate(batch.to_pylist()):
@@ -147,8 +162,11 @@ def _iter_arrow(source: InputSource, positions: Container[int] | None) -> Iterat
 def row_from_record(record: Any, position: int, where: str) -> PromptRow:
     """Turn one decoded record into a PromptRow; UserError naming `where` if it can't."""
     if not isinstance(record, dict):
-        raise UserError("row is not a JSON object", field=where,
-                        fix='each row must look like {"id": ..., "conversations": [...]}')
+        raise UserError(
+            "row is not a JSON object",
+            field=where,
+            fix='each row must look like {"id": ..., "conversations": [...]}',
+        )
     turns = _turns(record, where)
     raw_id = record.get("id")
     row_id = derive_row_id(turns) if raw_id is None or raw_id == "" else str(raw_id)
@@ -165,8 +183,11 @@ def _turns(record: dict[str, Any], where: str) -> list[Message]:
                 raise UserError("'prompt' must be a non-empty string", field=where)
             return [{"role": "user", "content": value}]
         return _chat_turns(value, key, where)
-    raise UserError(f"row has none of {', '.join(PROMPT_KEYS)}", field=where,
-                    fix='give each row "conversations", "messages" or "prompt"')
+    raise UserError(
+        f"row has none of {', '.join(PROMPT_KEYS)}",
+        field=where,
+        fix='give each row "conversations", "messages" or "prompt"',
+    )
 
 
 def _chat_turns(value: Any, key: str, where: str) -> list[Message]:
@@ -180,8 +201,11 @@ def _chat_turns(value: Any, key: str, where: str) -> list[Message]:
         content = turn.get("content", turn.get("value"))
         mapped = SHAREGPT_ROLES.get(str(role))
         if mapped is None or content is None:
-            raise UserError(f"turn {turn!r:.80} lacks a known role or content", field=where,
-                            fix="each turn needs role (user/assistant/system) and content")
+            raise UserError(
+                f"turn {turn!r:.80} lacks a known role or content",
+                field=where,
+                fix="each turn needs role (user/assistant/system) and content",
+            )
         kept: Message = {"role": mapped, "content": content}
         if turn.get("reasoning_content") is not None:
             kept["reasoning_content"] = turn["reasoning_content"]
@@ -198,8 +222,14 @@ def check_output_dir(directory: Path) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UserError(f"cannot create {directory}: {err.strerror}", field="--output",
-                        fix="choose a directory you can write to") from None
+        raise UserError(
+            f"cannot create {directory}: {err.strerror}",
+            field="--output",
+            fix="choose a directory you can write to",
+        ) from None
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise UserError(f"{directory} is not writable", field="--output",
-                        fix="choose a directory you can write to, or fix its permissions")
+        raise UserError(
+            f"{directory} is not writable",
+            field="--output",
+            fix="choose a directory you can write to, or fix its permissions",
+        )

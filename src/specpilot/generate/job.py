@@ -121,10 +121,17 @@ class Job:
 
     def _params(self, model: str) -> dict[str, str]:
         c = self.config
-        values = {"model": model, "thinking": c.thinking, "max_tokens": c.max_tokens,
-                  "temperature": c.temperature, "top_p": c.top_p, "top_k": c.top_k}
-        return {key: json.dumps(value) if not isinstance(value, str) else value
-                for key, value in values.items()}
+        values = {
+            "model": model,
+            "thinking": c.thinking,
+            "max_tokens": c.max_tokens,
+            "temperature": c.temperature,
+            "top_p": c.top_p,
+            "top_k": c.top_k,
+        }
+        return {
+            key: json.dumps(value) if not isinstance(value, str) else value for key, value in values.items()
+        }
 
     def _initialize(self, params: dict[str, str]) -> None:
         seen: dict[str, int] = {}
@@ -140,17 +147,26 @@ class Job:
 
         def check() -> dict[str, str]:
             if not seen:
-                raise UserError(f"{self.source.path} has no rows", field="--input",
-                                fix="pass a file with at least one prompt row")
+                raise UserError(
+                    f"{self.source.path} has no rows",
+                    field="--input",
+                    fix="pass a file with at least one prompt row",
+                )
             if duplicates and not self.config.dedupe:
                 shown = ", ".join(list(dict.fromkeys(duplicates))[:DUPLICATES_SHOWN])
-                raise UserError(f"{len(duplicates)} rows repeat an earlier id (e.g. {shown})",
-                                field="--input", fix="make the ids unique, or pass --dedupe to "
-                                "keep only the first row of each id")
-            return {**params, "input": str(self.source.path), "input_format": self.source.kind,
-                    "input_fingerprint": self.source.fingerprint(),
-                    "input_sha256": self.source.sha256(),
-                    "duplicates_skipped": str(len(duplicates))}
+                raise UserError(
+                    f"{len(duplicates)} rows repeat an earlier id (e.g. {shown})",
+                    field="--input",
+                    fix="make the ids unique, or pass --dedupe to keep only the first row of each id",
+                )
+            return {
+                **params,
+                "input": str(self.source.path),
+                "input_format": self.source.kind,
+                "input_fingerprint": self.source.fingerprint(),
+                "input_sha256": self.source.sha256(),
+                "duplicates_skipped": str(len(duplicates)),
+            }
 
         self.ledger.initialize(listed(), check)
 
@@ -158,47 +174,63 @@ class Job:
         changed = [k for k in PARAM_KEYS if meta.get(k) != params[k]]
         if changed:
             was = ", ".join(f"{k}={meta.get(k)} (now {params[k]})" for k in changed)
-            raise UserError(f"{self.config.output_dir} holds a job with other parameters: {was}",
-                            field="--output", fix="repeat the original parameters to resume, "
-                            "or choose a new --output directory")
+            raise UserError(
+                f"{self.config.output_dir} holds a job with other parameters: {was}",
+                field="--output",
+                fix="repeat the original parameters to resume, or choose a new --output directory",
+            )
         if meta.get("input_fingerprint") == self.source.fingerprint():
             return
         if meta.get("input_sha256") != self.source.sha256():
-            raise UserError(f"{self.source.path} changed since this job started",
-                            field="--input", fix="pass the original input to resume, or choose "
-                            "a new --output directory for the new input")
+            raise UserError(
+                f"{self.source.path} changed since this job started",
+                field="--input",
+                fix="pass the original input to resume, or choose a new --output directory for the new input",
+            )
         self.ledger.set_meta({"input_fingerprint": self.source.fingerprint()})
 
     # -- finishing ------------------------------------------------------------
 
     def unfinished_in_scope(self) -> int:
         """Rows within --limit (all rows without it) that are not done or failed."""
-        return sum(self.ledger.counts(below_position=self.config.limit)[state]
-                   for state in (RowState.PENDING, RowState.IN_FLIGHT))
+        return sum(
+            self.ledger.counts(below_position=self.config.limit)[state]
+            for state in (RowState.PENDING, RowState.IN_FLIGHT)
+        )
 
     def write_reports(self) -> dict[str, Any]:
         """errors.jsonl and manifest.json, rewritten atomically from the ledger."""
         out = self.config.output_dir
-        errors = "".join(json.dumps({"id": i, "attempts": a, "error": e}, ensure_ascii=False) + "\n"
-                         for i, a, e in self.ledger.failed_rows())
+        errors = "".join(
+            json.dumps({"id": i, "attempts": a, "error": e}, ensure_ascii=False) + "\n"
+            for i, a, e in self.ledger.failed_rows()
+        )
         _write_atomic(out / "errors.jsonl", errors)
         summary = summarize(self.ledger)
         meta = self.ledger.meta()
         commits = self.ledger.part_commits()
         manifest = {
             "specpilot_version": __version__,
-            "input": {"path": meta.get("input"), "format": meta.get("input_format"),
-                      "sha256": meta.get("input_sha256"),
-                      "duplicates_skipped": int(meta.get("duplicates_skipped", "0"))},
+            "input": {
+                "path": meta.get("input"),
+                "format": meta.get("input_format"),
+                "sha256": meta.get("input_sha256"),
+                "duplicates_skipped": int(meta.get("duplicates_skipped", "0")),
+            },
             "params": {k: (meta[k] if k == "model" else json.loads(meta[k])) for k in PARAM_KEYS},
             "counts": {k: summary[k] for k in ("total", "done", "failed", "pending", "in_flight")},
-            "tokens": {"prompt": summary["prompt_tokens"],
-                       "completion": summary["completion_tokens"]},
+            "tokens": {"prompt": summary["prompt_tokens"], "completion": summary["completion_tokens"]},
             "flags": summary["flags"],
             "spec_accept_length": summary["spec_accept_length"],
-            "parts": [{"file": f"{DATA_DIR}/{path.name}", "rows": commits[p].rows,
-                       "bytes": commits[p].committed_bytes}
-                      for p, path in list_parts(self.data_dir).items() if p in commits],
+            "parts": [
+                {
+                    "file": f"{DATA_DIR}/{path.name}",
+                    "rows": commits[p].rows,
+                    "bytes": commits[p].committed_bytes,
+                }
+                for p, path in list_parts(self.data_dir).items()
+                if p in commits
+            ],
             "updated_at": time.time(),
         }
         _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
@@ -208,15 +240,24 @@ class Job:
 async def _run(job: Job) -> tuple[str | None, list[dict[str, Any]]]:
     config = job.config
     async with open_session(config.concurrency + 4) as session:
-        model = config.model or job.ledger.meta().get("model") or await default_model(
-            session, config.endpoints)
+        model = (
+            config.model or job.ledger.meta().get("model") or await default_model(session, config.endpoints)
+        )
         job.prepare(model)
-        sampling = Sampling(model=model, thinking=config.thinking, max_tokens=config.max_tokens,
-                            temperature=config.temperature, top_p=config.top_p, top_k=config.top_k)
+        sampling = Sampling(
+            model=model,
+            thinking=config.thinking,
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+        )
         dispatcher = Dispatcher(job, session, sampling)
         await dispatcher.run()
-        servers = [{"server": s.name, "rows_done": s.done_rows, "taken_out": s.taken_out_count}
-                   for s in dispatcher.pool.servers]
+        servers = [
+            {"server": s.name, "rows_done": s.done_rows, "taken_out": s.taken_out_count}
+            for s in dispatcher.pool.servers
+        ]
         return dispatcher.stop_reason, servers
 
 
@@ -229,9 +270,11 @@ def run_generate(config: JobConfig) -> Outcome:
     if stop_reason:
         return Outcome(summary, 1, stop_reason)
     if summary["failed"]:
-        return Outcome(summary, 1, f"{summary['failed']} rows failed after all retries; "
-                       f"see {config.output_dir / 'errors.jsonl'}")
+        return Outcome(
+            summary,
+            1,
+            f"{summary['failed']} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}",
+        )
     if scope_left:
         return Outcome(summary, 1, f"{scope_left} rows are not done")
     return Outcome(summary, 0, f"all {summary['done']} rows done")
-

@@ -138,8 +138,7 @@ class Ledger:
     def is_initialized(self) -> bool:
         return "initialized_at" in self.meta()
 
-    def initialize(self, rows: Iterable[tuple[int, str]],
-                   finish: Callable[[], dict[str, str]]) -> int:
+    def initialize(self, rows: Iterable[tuple[int, str]], finish: Callable[[], dict[str, str]]) -> int:
         """Insert every (position, id), then `finish()`'s meta, in one transaction.
 
         One transaction means a kill during initialization (or `finish` refusing the
@@ -161,14 +160,16 @@ class Ledger:
         with self._transaction():
             cursor = self._db.execute(
                 f"UPDATE rows SET state = {RowState.PENDING} WHERE state IN ({marks})",
-                [int(s) for s in states])
+                [int(s) for s in states],
+            )
         return cursor.rowcount
 
     def counts(self, below_position: int | None = None) -> dict[RowState, int]:
         """Rows per state (only positions below `below_position` if given)."""
         limit = (1 << 62) if below_position is None else below_position
-        found = dict(self._db.execute(
-            "SELECT state, COUNT(*) FROM rows WHERE position < ? GROUP BY state", (limit,)))
+        found = dict(
+            self._db.execute("SELECT state, COUNT(*) FROM rows WHERE position < ? GROUP BY state", (limit,))
+        )
         return {state: int(found.get(int(state), 0)) for state in RowState}
 
     def pending_positions(self) -> set[int]:
@@ -185,7 +186,7 @@ class Ledger:
         """id -> (position, state) for the ids the ledger knows."""
         found: dict[str, tuple[int, RowState]] = {}
         for start in range(0, len(row_ids), 500):
-            chunk = row_ids[start:start + 500]
+            chunk = row_ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
             query = f"SELECT id, position, state FROM rows WHERE id IN ({marks})"
             for row_id, position, state in self._db.execute(query, chunk):
@@ -200,25 +201,37 @@ class Ledger:
             return
         with self._transaction():
             db = self._db
-            db.executemany(f"UPDATE rows SET state = {RowState.IN_FLIGHT}, attempts = attempts + 1 "
-                           f"WHERE position = ? AND state != {RowState.DONE}",
-                           ((p,) for p in batch.started))
+            db.executemany(
+                f"UPDATE rows SET state = {RowState.IN_FLIGHT}, attempts = attempts + 1 "
+                f"WHERE position = ? AND state != {RowState.DONE}",
+                ((p,) for p in batch.started),
+            )
             db.executemany("UPDATE rows SET last_error = ? WHERE position = ?", batch.retried)
-            db.executemany(f"UPDATE rows SET state = {RowState.FAILED}, last_error = ? "
-                           f"WHERE position = ? AND state != {RowState.DONE}", batch.failed)
+            db.executemany(
+                f"UPDATE rows SET state = {RowState.FAILED}, last_error = ? "
+                f"WHERE position = ? AND state != {RowState.DONE}",
+                batch.failed,
+            )
             db.executemany(
                 f"UPDATE rows SET state = {RowState.DONE}, part = ?, prompt_tokens = ?, "
                 "completion_tokens = ?, flags = ?, done_at = ?, last_error = NULL "
                 "WHERE position = ?",
-                ((d.part, d.prompt_tokens, d.completion_tokens, d.flags, d.done_at, d.position)
-                 for d in batch.done))
-            db.executemany("INSERT OR REPLACE INTO parts VALUES (?, ?, ?)",
-                           ((c.part, c.committed_bytes, c.rows) for c in batch.parts))
+                (
+                    (d.part, d.prompt_tokens, d.completion_tokens, d.flags, d.done_at, d.position)
+                    for d in batch.done
+                ),
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO parts VALUES (?, ?, ?)",
+                ((c.part, c.committed_bytes, c.rows) for c in batch.parts),
+            )
 
     def failed_rows(self) -> list[tuple[str, int, str]]:
         """(id, attempts, last_error) of every failed row, in input order."""
-        query = (f"SELECT id, attempts, COALESCE(last_error, '') FROM rows "
-                 f"WHERE state = {RowState.FAILED} ORDER BY position")
+        query = (
+            f"SELECT id, attempts, COALESCE(last_error, '') FROM rows "
+            f"WHERE state = {RowState.FAILED} ORDER BY position"
+        )
         return [(str(a), int(b), str(c)) for a, b, c in self._db.execute(query)]
 
     def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:

@@ -26,9 +26,11 @@ class DirectoryLock:
         except BlockingIOError:
             holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(self._fd)
-            raise UserError(f"another `specpilot generate` (pid {holder}) is writing {directory}",
-                            field="--output", fix="wait for it, stop it, or use another directory"
-                            ) from None
+            raise UserError(
+                f"another `specpilot generate` (pid {holder}) is writing {directory}",
+                field="--output",
+                fix="wait for it, stop it, or use another directory",
+            ) from None
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, str(os.getpid()).encode(), 0)
 

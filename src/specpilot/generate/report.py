@@ -22,8 +22,11 @@ from specpilot.generate.validate import FLAG_NAMES
 
 def open_for_report(directory: Path) -> Ledger:
     if not (directory / LEDGER_FILE).exists():
-        raise UserError(f"{directory} has no {LEDGER_FILE}", field="DIR",
-                        fix="pass the --output directory of a `specpilot generate` job")
+        raise UserError(
+            f"{directory} has no {LEDGER_FILE}",
+            field="DIR",
+            fix="pass the --output directory of a `specpilot generate` job",
+        )
     return Ledger.in_dir(directory, readonly=True)
 
 
@@ -38,7 +41,8 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
         "COALESCE(SUM(MAX(attempts - 1, 0)), 0), "
         f"SUM(done_at > ?), SUM(CASE WHEN done_at > ? THEN completion_tokens END), "
         f"MIN(CASE WHEN done_at > ? THEN done_at END), {flag_sums} FROM rows",
-        (now - RATE_WINDOW_S,) * 3)
+        (now - RATE_WINDOW_S,) * 3,
+    )
     prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens, first = totals[:6]
     flags = {name: int(str(value or 0)) for name, value in zip(FLAG_NAMES, totals[6:], strict=True)}
     # The rate over the last minute, or over the job's life if it is younger than that.
@@ -48,16 +52,21 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
     total = sum(counts.values())
     accept = meta.get("spec_accept_length")
     return {
-        "total": total, **counts,
+        "total": total,
+        **counts,
         "state": "finished" if remaining == 0 else "incomplete",
-        "prompt_tokens": int(str(prompt_tokens)), "completion_tokens": int(str(completion_tokens)),
-        "retries": int(str(retries)), "flags": flags,
+        "prompt_tokens": int(str(prompt_tokens)),
+        "completion_tokens": int(str(completion_tokens)),
+        "retries": int(str(retries)),
+        "flags": flags,
         "rows_per_s": round(rows_per_s, 3),
         "output_tokens_per_s": round(int(str(recent_tokens or 0)) / window_s, 1),
         "eta_s": round(remaining / rows_per_s, 1) if rows_per_s > 0 and remaining else None,
         "spec_accept_length": float(accept) if accept else None,
-        "model": meta.get("model"), "thinking": meta.get("thinking") == "true",
-        "servers": json.loads(meta.get("servers", "[]")), "input": meta.get("input"),
+        "model": meta.get("model"),
+        "thinking": meta.get("thinking") == "true",
+        "servers": json.loads(meta.get("servers", "[]")),
+        "input": meta.get("input"),
     }
 
 

@@ -42,8 +42,11 @@ class ServerPool:
     def pick(self) -> Server | None:
         best: Server | None = None
         for server in self.servers:
-            if server.healthy and len(server.in_flight) < self.concurrency and (
-                    best is None or len(server.in_flight) < len(best.in_flight)):
+            if (
+                server.healthy
+                and len(server.in_flight) < self.concurrency
+                and (best is None or len(server.in_flight) < len(best.in_flight))
+            ):
                 best = server
         return best
 
@@ -74,8 +77,9 @@ async def probe(session: aiohttp.ClientSession, server: Server, timeout_s: float
     """True if the server answers a health or models request with 200."""
     for path in PROBE_PATHS:
         try:
-            async with session.get(f"{server.base_url}{path}",
-                                   timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+            async with session.get(
+                f"{server.base_url}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as response:
                 if response.status == 200:
                     return True
         except (aiohttp.ClientError, TimeoutError):
@@ -94,8 +98,7 @@ class SpecMetric:
 
 
 SPEC_METRICS: tuple[SpecMetric, ...] = (
-    SpecMetric("vllm", "vllm:spec_decode_num_accepted_tokens_total",
-               "vllm:spec_decode_num_drafts_total"),
+    SpecMetric("vllm", "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total"),
     SpecMetric("sglang", None, None, gauge="sglang:spec_accept_length"),
 )
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
@@ -144,11 +147,13 @@ class SpecTracker:
         return sum(positive) / len(positive) if positive else None
 
 
-async def scrape_metrics(session: aiohttp.ClientSession, server: Server,
-                         timeout_s: float) -> dict[str, float] | None:
+async def scrape_metrics(
+    session: aiohttp.ClientSession, server: Server, timeout_s: float
+) -> dict[str, float] | None:
     try:
-        async with session.get(f"{server.base_url}/metrics",
-                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+        async with session.get(
+            f"{server.base_url}/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as response:
             if response.status != 200:
                 return None
             return parse_metrics(await response.text())

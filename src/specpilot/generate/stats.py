@@ -67,9 +67,15 @@ def eta_text(seconds: float | None) -> str:
 class ProgressView:
     """Refreshes a rich table on a TTY; elsewhere prints one summary line per interval."""
 
-    def __init__(self, stats: LiveStats, pool: ServerPool,
-                 accept_length: Callable[[], float | None], *, interval_s: float,
-                 stream: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        stats: LiveStats,
+        pool: ServerPool,
+        accept_length: Callable[[], float | None],
+        *,
+        interval_s: float,
+        stream: TextIO | None = None,
+    ) -> None:
         self._stats, self._pool, self._accept_length = stats, pool, accept_length
         self._stream = stream or sys.stderr
         self._tty = self._stream.isatty()
@@ -77,8 +83,9 @@ class ProgressView:
         self._last_line = time.monotonic()
         self._live: Live | None = None
         if self._tty:
-            self._live = Live(self._table(), console=Console(file=self._stream),
-                              refresh_per_second=2, transient=False)
+            self._live = Live(
+                self._table(), console=Console(file=self._stream), refresh_per_second=2, transient=False
+            )
             self._live.start()
 
     def tick(self) -> None:
@@ -100,13 +107,18 @@ class ProgressView:
         eta = stats.remaining() / rows_per_s if rows_per_s > 0 else None
         accept = self._accept_length()
         in_flight = " ".join(
-            f"{s.name}:{len(s.in_flight)}" if s.healthy else f"{s.name}:DOWN"
-            for s in self._pool.servers)
-        return {"done": f"{done}/{stats.total}", "rows/s": f"{rows_per_s:.1f}",
-                "out tok/s": f"{tokens_per_s:.0f}", "in flight": in_flight,
-                "retries": str(stats.retries + stats.requeued),
-                "failed": str(stats.failed_before + stats.failed),
-                "accept len": "-" if accept is None else f"{accept:.2f}", "eta": eta_text(eta)}
+            f"{s.name}:{len(s.in_flight)}" if s.healthy else f"{s.name}:DOWN" for s in self._pool.servers
+        )
+        return {
+            "done": f"{done}/{stats.total}",
+            "rows/s": f"{rows_per_s:.1f}",
+            "out tok/s": f"{tokens_per_s:.0f}",
+            "in flight": in_flight,
+            "retries": str(stats.retries + stats.requeued),
+            "failed": str(stats.failed_before + stats.failed),
+            "accept len": "-" if accept is None else f"{accept:.2f}",
+            "eta": eta_text(eta),
+        }
 
     def line(self) -> str:
         text = " | ".join(f"{key} {value}" for key, value in self._numbers().items())

@@ -23,15 +23,22 @@ class Check:
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("empty_content", "assistant content is empty",
-          lambda a, thinking: not a.content.strip()),
-    Check("missing_reasoning", "thinking was on but no reasoning came back",
-          lambda a, thinking: thinking and not (a.reasoning or "").strip()),
-    Check("think_markers", "a <think>/</think> marker is left in content or reasoning",
-          lambda a, thinking: any(m in a.content or m in (a.reasoning or "")
-                                  for m in THINK_MARKERS)),
-    Check("truncated", "finish_reason is 'length' (hit --max-tokens)",
-          lambda a, thinking: a.finish_reason == "length"),
+    Check("empty_content", "assistant content is empty", lambda a, thinking: not a.content.strip()),
+    Check(
+        "missing_reasoning",
+        "thinking was on but no reasoning came back",
+        lambda a, thinking: thinking and not (a.reasoning or "").strip(),
+    ),
+    Check(
+        "think_markers",
+        "a <think>/</think> marker is left in content or reasoning",
+        lambda a, thinking: any(m in a.content or m in (a.reasoning or "") for m in THINK_MARKERS),
+    ),
+    Check(
+        "truncated",
+        "finish_reason is 'length' (hit --max-tokens)",
+        lambda a, thinking: a.finish_reason == "length",
+    ),
 )
 FLAG_NAMES: tuple[str, ...] = tuple(check.flag for check in CHECKS)
 

@@ -76,11 +76,17 @@ class PartWriter:
     def __len__(self) -> int:
         return len(self._buffer)
 
-    def add(self, row: dict[str, Any], position: int, prompt_tokens: int,
-            completion_tokens: int, flags: int, done_at: float) -> None:
+    def add(
+        self,
+        row: dict[str, Any],
+        position: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+        flags: int,
+        done_at: float,
+    ) -> None:
         line = json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
-        self._buffer.append(_Pending(line, position, prompt_tokens, completion_tokens, flags,
-                                     done_at))
+        self._buffer.append(_Pending(line, position, prompt_tokens, completion_tokens, flags, done_at))
 
     def flush(self) -> LedgerBatch:
         """Write and fsync every buffered row; the batch says what is now durable."""
@@ -93,7 +99,7 @@ class PartWriter:
                 self._close()
                 self._part, self._bytes, self._rows = self._part + 1, 0, 0
                 continue
-            chunk = pending[start:start + room]
+            chunk = pending[start : start + room]
             self._append(chunk, batch)
             start += len(chunk)
         return batch
@@ -106,9 +112,17 @@ class PartWriter:
         os.fsync(handle.fileno())
         self._bytes += len(data)
         self._rows += len(items)
-        batch.done.extend(DoneRecord(item.position, self._part, item.prompt_tokens,
-                                     item.completion_tokens, item.flags, item.done_at)
-                          for item in items)
+        batch.done.extend(
+            DoneRecord(
+                item.position,
+                self._part,
+                item.prompt_tokens,
+                item.completion_tokens,
+                item.flags,
+                item.done_at,
+            )
+            for item in items
+        )
         batch.parts.append(PartCommit(self._part, self._bytes, self._rows))
 
     def _open(self) -> IO[bytes]:
@@ -117,8 +131,10 @@ class PartWriter:
             is_new = not path.exists()
             self._handle = path.open("ab")
             if self._handle.tell() != self._bytes:
-                raise JobFailed(f"{path} is {self._handle.tell()} bytes, ledger expects "
-                                f"{self._bytes}; was it changed while the job ran?")
+                raise JobFailed(
+                    f"{path} is {self._handle.tell()} bytes, ledger expects "
+                    f"{self._bytes}; was it changed while the job ran?"
+                )
             if is_new:
                 fsync_dir(self._data_dir)
         return self._handle
@@ -157,8 +173,9 @@ def reconcile_parts(data_dir: Path, ledger: Ledger) -> ReconcileResult:
         commit = commits.get(part, PartCommit(part, 0, 0))
         size = path.stat().st_size
         if size < commit.committed_bytes:
-            raise JobFailed(f"{path} is {size} bytes but the ledger has {commit.committed_bytes} "
-                            "bytes of it as written", )
+            raise JobFailed(
+                f"{path} is {size} bytes but the ledger has {commit.committed_bytes} bytes of it as written",
+            )
         if size == commit.committed_bytes:
             continue
         with path.open("rb") as handle:
@@ -181,8 +198,9 @@ def reconcile_parts(data_dir: Path, ledger: Ledger) -> ReconcileResult:
     return ReconcileResult(adopted, dropped, truncated)
 
 
-def _adoptable(tail: bytes, ledger: Ledger, part: int,
-               commit: PartCommit) -> tuple[list[bytes], list[DoneRecord]]:
+def _adoptable(
+    tail: bytes, ledger: Ledger, part: int, commit: PartCommit
+) -> tuple[list[bytes], list[DoneRecord]]:
     """The complete, valid lines of `tail` whose ids the ledger has but not as done."""
     parsed: list[tuple[bytes, dict[str, Any]]] = []
     for raw in tail.split(b"\n")[:-1]:  # the last piece is torn (or empty)
@@ -204,7 +222,14 @@ def _adoptable(tail: bytes, ledger: Ledger, part: int,
         seen.add(row["id"])
         meta = row.get("meta", {})
         keep.append(line)
-        records.append(DoneRecord(known[0], part, int(meta.get("prompt_tokens") or 0),
-                                  int(meta.get("completion_tokens") or 0),
-                                  flag_bits(meta.get("flags") or ()), now))
+        records.append(
+            DoneRecord(
+                known[0],
+                part,
+                int(meta.get("prompt_tokens") or 0),
+                int(meta.get("completion_tokens") or 0),
+                flag_bits(meta.get("flags") or ()),
+                now,
+            )
+        )
     return keep, records

