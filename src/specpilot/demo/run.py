@@ -248,14 +248,15 @@ def generate_killed_midway(prompts: Path, output_dir: Path, log_path: Path) -> i
 
 
 def _prompt_count(prompts: Path) -> int:
-    return sum(1 for line in prompts.read_text().splitlines() if line.strip())
+    return sum(1 for line in prompts.read_text().split("\n") if line.strip())
 
 
 def read_output_rows(output_dir: Path) -> list[dict[str, Any]]:
     """Every row of the output shards, parsed (a torn or broken line raises)."""
     rows: list[dict[str, Any]] = []
     for part in sorted((output_dir / "data").glob("part-*.jsonl")):
-        rows.extend(json.loads(line) for line in part.read_text().splitlines() if line)
+        # "\n" only: generated text may hold U+2028 or \x85, which str.splitlines() also splits on
+        rows.extend(json.loads(line) for line in part.read_text().split("\n") if line)
     return rows
 
 
@@ -281,7 +282,7 @@ def verify_output(output_dir: Path, expected_ids: set[str]) -> tuple[int, int]:
 
 
 def _prompt_ids(prompts: Path) -> set[str]:
-    return {str(json.loads(line)["id"]) for line in prompts.read_text().splitlines() if line.strip()}
+    return {str(json.loads(line)["id"]) for line in prompts.read_text().split("\n") if line.strip()}
 
 
 def _stop_server(console: Console) -> None:
