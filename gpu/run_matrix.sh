@@ -102,74 +102,11 @@ OUT=${OUT:?OUT is set by the device tool; use --dry-run elsewhere}
 mkdir -p "$STASH/parts" "$STASH/logs" "$OUT"
 exec > >(tee -a "$OUT/run_matrix.log") 2>&1
 
-# --- carry: stash parts, join, verify, unpack ---------------------------------------------
+# --- carry: stash parts, join, verify, unpack (gpu/lib.sh) ----------------------------------
 
-stash_parts() {
-    [[ -f .carry/SHA256SUMS ]] || return 0
-    if [[ -f $STASH/SHA256SUMS ]] && ! cmp -s .carry/SHA256SUMS "$STASH/SHA256SUMS"; then
-        say "a different carry than the stashed one: dropping the old parts"
-        rm -f "$STASH"/parts/part-* "$STASH/SHA256SUMS"
-    fi
-    cp .carry/SHA256SUMS .carry/manifest.json "$STASH/"
-    local part
-    for part in .carry/part-*; do
-        [[ -f $part ]] || continue
-        if (cd .carry && grep " ${part##*/}\$" SHA256SUMS | sha256sum --check --status); then
-            cp "$part" "$STASH/parts/" && say "stashed ${part##*/} (sha256 ok)"
-        else
-            say "ERROR: ${part##*/} does not match its sha256; send it again"
-            exit 1
-        fi
-    done
-}
-
-parts_missing() {
-    local file missing=()
-    while read -r _ file; do
-        [[ -f $STASH/parts/$file ]] || missing+=("$file")
-    done < "$STASH/SHA256SUMS"
-    echo "${missing[*]}"
-}
-
-install_site() {
-    local bundle_sha
-    bundle_sha=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bundle_sha256"])' \
-        "$STASH/manifest.json")
-    if [[ -f $SITE/.bundle-sha256 && $(cat "$SITE/.bundle-sha256") == "$bundle_sha" ]]; then
-        say "site already unpacked ($SITE)"
-        return 0
-    fi
-    (cd "$STASH/parts" && sha256sum --check --quiet ../SHA256SUMS) || { say "ERROR: a stashed part is corrupt"; exit 1; }
-    local joined
-    joined=$(cd "$STASH/parts" && cat $(awk '{print $2}' ../SHA256SUMS | sort) | tee "$STASH/bundle.tar" | sha256sum | cut -d' ' -f1)
-    if [[ $joined != "$bundle_sha" ]]; then
-        say "ERROR: joined bundle sha256 $joined, manifest says $bundle_sha"
-        exit 1
-    fi
-    say "bundle sha256 ok; unpacking"
-    rm -rf "$SITE" "$STASH/bundle" && mkdir -p "$SITE" "$STASH/bundle"
-    tar -xf "$STASH/bundle.tar" -C "$STASH/bundle" && rm -f "$STASH/bundle.tar"
-    local archive pids=()
-    for archive in "$STASH"/bundle/carry/*.tar.xz; do
-        tar -xJf "$archive" -C "$SITE" & pids+=($!)
-    done
-    local pid
-    for pid in "${pids[@]}"; do wait "$pid" || { say "ERROR: unpacking failed"; exit 1; }; done
-    echo "$bundle_sha" > "$SITE/.bundle-sha256"
-    say "site unpacked: $(du -sh "$SITE" | cut -f1)"
-}
-
-stash_parts
-if [[ ! -f $STASH/SHA256SUMS ]]; then
-    say "nothing stashed and no .carry/ here: send the parts first (gpu/README.md)"
-    exit 1
-fi
-missing=$(parts_missing)
-if [[ -n $missing ]]; then
-    say "waiting for: $missing (send the next call now: the machine stays warm ~30 s)"
-    exit 0
-fi
-install_site
+# shellcheck source=gpu/lib.sh
+source gpu/lib.sh
+carry_ready || exit 0
 ((unpack_only)) && exit 0
 
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
@@ -181,13 +118,6 @@ python3 -c 'import vllm, pydantic, asyncssh; print("vllm", vllm.__version__, "py
 
 # --- matrix ---------------------------------------------------------------------------------
 
-stop_group() { # pgid
-    kill -TERM -- "-$1" 2>/dev/null || return 0
-    local waited=0
-    while kill -0 -- "-$1" 2>/dev/null && ((waited < STOP_GRACE_S)); do sleep 1; waited=$((waited + 1)); done
-    kill -KILL -- "-$1" 2>/dev/null
-    sleep 1
-}
 # The server runs in its own session, which outlives a call the device tool kills at its time
 # limit: its group id is kept in the stash so the next call can stop it before starting another.
 readonly PGID_FILE=$STASH/engine.pgid
@@ -208,8 +138,6 @@ http_ok() { # port path
     exec 3<&- 3>&-
     [[ $reply == *" 200"* ]]
 } 2>/dev/null
-
-gpu_used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
 
 wait_gpu_released() {
     local waited=0

@@ -35,6 +35,7 @@ ruff format --check src tests bench
 step "GPU scripts parse (they run only on the lent H200, never in CI)"
 for script in gpu/*.sh; do bash -n "$script"; done
 bash gpu/run_matrix.sh --dry-run >/dev/null
+bash gpu/run_e2e.sh --dry-run >/dev/null
 
 step "mypy"
 mypy
