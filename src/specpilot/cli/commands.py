@@ -16,5 +16,6 @@ COMMANDS: dict[str, str] = {
     "generate": "specpilot.cli.generate:generate",
     "report": "specpilot.cli.generate:report",
     "export": "specpilot.cli.generate:export",
+    "demo": "specpilot.cli.demo:demo",
     "completion": "specpilot.cli.completion:completion",
 }

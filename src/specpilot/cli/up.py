@@ -148,6 +148,13 @@ def up(ctx: click.Context, spec_path: str, force: bool, as_json: bool) -> None:
         result = _refusal(spec, pre)
     else:
         result = asyncio.run(_up(spec, pre, as_json, console))
+    if result.cause == "port_in_use" and result.pid is None:
+        # found before anything started: the spec's port is the input to change (exit 2)
+        raise UserError(
+            result.error or f"port {spec.server.port} is in use",
+            field="[server] port",
+            fix=result.fix.text if result.fix else "set another [server] port",
+        )
     if as_json:
         _print_json(result.to_json())
     else:

@@ -80,17 +80,27 @@ async def default_model(session: aiohttp.ClientSession, endpoints: list[Endpoint
     for endpoint in endpoints:
         if endpoint.served_model_name:
             return endpoint.served_model_name
+    not_openai = []
     for endpoint in endpoints:
+        url = f"{endpoint.base_url}/v1/models"
         try:
-            async with session.get(
-                f"{endpoint.base_url}/v1/models", timeout=aiohttp.ClientTimeout(total=10)
-            ) as response:
-                if response.status == 200:
-                    models = (await response.json()).get("data") or []
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as response:
+                if response.status != 200:
+                    continue
+                try:
+                    models = (await response.json(content_type=None)).get("data") or []
                     if models:
                         return str(models[0]["id"])
-        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
+                except (ValueError, AttributeError, KeyError, TypeError):
+                    not_openai.append(f"{url} answered {response.content_type}")
+        except (aiohttp.ClientError, TimeoutError):
             continue
+    if not_openai:
+        raise UserError(
+            f"not an OpenAI-compatible server: {not_openai[0]}, not a model list",
+            field="--server",
+            fix="pass the base URL of a vLLM/SGLang server, e.g. http://HOST:30000",
+        )
     raise UserError(
         "no server answered /v1/models, so the model name is unknown",
         field="--model",

