@@ -1,6 +1,7 @@
 """`specpilot check`: the engines' flag rules, version-aware, each with its fix."""
 
 from specpilot.check.engine import check_args
+from specpilot.check.spec_check import check_spec, fix_spec
 from specpilot.check.types import CheckFix, CheckResult, Finding, GpuFacts
 
-__all__ = ["CheckFix", "CheckResult", "Finding", "GpuFacts", "check_args"]
+__all__ = ["CheckFix", "CheckResult", "Finding", "GpuFacts", "check_args", "check_spec", "fix_spec"]

@@ -10,18 +10,11 @@ from rich.console import Console
 from specpilot.check.fix import render_command
 from specpilot.check.spec_check import check_spec, fix_spec
 from specpilot.check.types import CheckResult, Finding
-from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
-from specpilot.spec import Spec, load_spec, spec_from_command
+from specpilot.cli.inputs import PASSTHROUGH, resolve_spec
+from specpilot.errors import EXIT_FAILED, EXIT_OK
+from specpilot.spec import Spec
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "adjusts": "cyan"}
-
-
-def _spec_from(target: tuple[str, ...], engine_version: str | None, gpu_memory_gib: float) -> Spec:
-    if len(target) == 1 and target[0].endswith(".toml"):
-        return load_spec(target[0])
-    if not target:
-        raise UserError("nothing to check", field="SPEC", fix="give a spec .toml, or -- <launch command>")
-    return spec_from_command(list(target), gpu_memory_gib=gpu_memory_gib, engine_version=engine_version)
 
 
 def _program(spec: Spec) -> list[str]:
@@ -53,7 +46,7 @@ def _print_human(result: CheckResult) -> None:
     console.print("effective args: " + " ".join(result.effective_args), markup=False)
 
 
-@click.command("check")
+@click.command("check", context_settings=PASSTHROUGH)
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SPEC | -- COMMAND...")
 @click.option("--engine-version", help="Engine release for a pasted command (default: newest supported).")
 @click.option(
@@ -84,7 +77,7 @@ def check(
 
     Exit 0 when the engine would accept the flags, 1 when it would refuse them, 2 on bad input.
     """
-    spec = _spec_from(target, engine_version, gpu_memory_gib)
+    spec = resolve_spec(target, gpu_memory_gib=gpu_memory_gib, gpu_count=None, engine_version=engine_version)
     result = check_spec(spec)
     payload: dict[str, object] = result.to_json()
     if fix:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 #: command name -> "module:attribute", in the order `--help` lists them
 COMMANDS: dict[str, str] = {
+    "check": "specpilot.cli.check:check",
     "plan": "specpilot.cli.plan:plan",
     "up": "specpilot.cli.up:up",
     "status": "specpilot.cli.up:status",

@@ -9,11 +9,29 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from specpilot.check import check_spec
 from specpilot.cli.inputs import PASSTHROUGH, resolve_spec, spec_options
-from specpilot.errors import EXIT_FAILED, EXIT_OK
+from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
 from specpilot.plan.types import Plan
+from specpilot.spec import Spec
+
+
+def refuse_rejected_flags(spec: Spec) -> None:
+    """A plan for flags the engine refuses at startup would describe a server that never runs."""
+    report = check_spec(spec)
+    errors = [finding for finding in report.findings if finding.severity == "error"]
+    if not errors:
+        return
+    first = errors[0]
+    more = f" (+{len(errors) - 1} more: specpilot check shows all)" if len(errors) > 1 else ""
+    fix = " ".join([*first.fix.args, *(f"{k}={v}" for k, v in first.fix.env.items())]) if first.fix else ""
+    raise UserError(
+        f"{spec.engine.name} {spec.engine.version} would refuse these flags: {first.message}{more}",
+        field="[engine] args",
+        fix=f"fix: {fix}" if fix else "run specpilot check --fix",
+    )
 
 
 def render_plan(plan: Plan, console: Console) -> None:
@@ -84,6 +102,7 @@ def plan(
         gpu_count=gpu_count,
         engine_version=engine_version,
     )
+    refuse_rejected_flags(spec)
     measured: dict[str, float] = {}
     if from_log:
         spec, measured = calibrate_from_log(spec, from_log)

@@ -140,8 +140,6 @@ def up(ctx: click.Context, spec_path: str, force: bool, as_json: bool) -> None:
     console = Console()
     pre = run_preflight(spec)
     if not as_json:
-        for note in pre.skipped:
-            console.print(f"[dim]skipped: {note}[/]")
         for warning in pre.warnings:
             console.print(f"[yellow]warning[/]: {warning}")
     if pre.errors and not force:

@@ -377,8 +377,7 @@ def _check_and_plan(steps: _Steps, spec: Spec, console: Console) -> None:
         pre = run_preflight(spec)
         if pre.errors:
             raise JobFailed("check/plan refused the demo spec: " + "; ".join(pre.errors))
-        skipped = [f"skipped: {note}" for note in pre.skipped]
-        out["detail"] = "; ".join(pre.warnings + skipped) or "no findings"
+        out["detail"] = "; ".join(pre.warnings) or "no findings"
     with steps.step("plan", "planning memory") as out:
         plan = make_plan(spec)
         out["detail"] = (

@@ -174,13 +174,23 @@ def flag_table(engine: str, version: str) -> dict[str, FlagDef]:
     if engine not in _CORE_TABLES:
         raise UserError(f"unknown engine {engine!r}", field="[engine] name", fix='use "sglang" or "vllm"')
     table: dict[str, FlagDef] = {}
-    for flag in (*_CORE_TABLES[engine], *_release_table(engine, version)):
+    # A release table is the engine's whole argparse: a flag it lacks does not exist there.
+    for flag in _release_table(engine, version) or _CORE_TABLES[engine]:
         for spelling in (flag.name, *flag.aliases):
             table[spelling] = flag
     return table
 
 
 _KIND_WORDS: dict[str, str] = {"int": "an integer", "float": "a number", "json": "JSON"}
+
+
+def _abbreviation(table: Mapping[str, FlagDef], spelling: str) -> FlagDef | None:
+    """argparse's `allow_abbrev` (on in both engines): a unique prefix of a long flag is that
+    flag, so `--tp 2` means `--tp-size 2` to SGLang. An ambiguous prefix matches nothing."""
+    if not spelling.startswith("--"):
+        return None
+    matches = {flag.name: flag for name, flag in table.items() if name.startswith(spelling)}
+    return next(iter(matches.values())) if len(matches) == 1 else None
 
 
 def _convert(flag: FlagDef, spelling: str, text: str) -> object:
@@ -207,6 +217,9 @@ def parse_engine_args(engine: str, version: str, argv: Sequence[str]) -> EngineA
     next token is not a flag) so a rule can report them instead of failing here.
     """
     table = flag_table(engine, version)
+    # Prefixes resolve only against a release's whole table: the hand table is a subset,
+    # and a prefix unique within it may be ambiguous in the real parser.
+    complete = bool(_release_table(engine, version))
     parsed = EngineArgs(engine=engine, version=version, raw=list(argv))
     tokens = list(argv)
     i = 0
@@ -217,7 +230,7 @@ def parse_engine_args(engine: str, version: str, argv: Sequence[str]) -> EngineA
             parsed.positional.append(token)
             continue
         spelling, has_inline, inline = token.partition("=")
-        flag = table.get(spelling)
+        flag = table.get(spelling) or (_abbreviation(table, spelling) if complete else None)
         negated = False
         if flag is None and spelling.startswith("--no-"):
             positive = table.get("--" + spelling.removeprefix("--no-"))
