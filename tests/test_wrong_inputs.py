@@ -383,10 +383,7 @@ def runner() -> CliRunner:
 
 ALL_CASES = [
     *CASES,
-    pytest.param(
-        UNKNOWN_FLAG,
-        marks=pytest.mark.xfail(strict=True, reason="plan ignores unknown engine flags until check lands"),
-    ),
+    UNKNOWN_FLAG,
 ]
 
 
