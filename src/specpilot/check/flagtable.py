@@ -13,7 +13,8 @@ from importlib import resources
 
 from packaging.version import Version
 
-from specpilot.check.types import CheckFix, Finding
+from specpilot.check.types import Finding
+from specpilot.fixes import Fix
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,20 +153,20 @@ def _history_finding(engine: str, version: Version, spelling: str, token_value: 
             "flag-removed",
             "error",
             message + f" ({engine} {version} exits with 'unrecognized arguments: {spelling}')",
-            CheckFix(args=tuple(a for a in fix_args if a), remove_args=(spelling,)),
+            Fix(args=tuple(a for a in fix_args if a), remove_args=(spelling,)),
         )
     if newer:
         return Finding(
             "flag-not-yet",
             "error",
             f"{spelling} does not exist in {engine} {version}; it appears in {newer[0].version}",
-            CheckFix(remove_args=(spelling,)),
+            Fix(remove_args=(spelling,)),
         )
     return Finding(
         "flag-unknown",
         "error",
         f"unrecognized arguments: {spelling} ({engine} {version} does not define this flag)",
-        CheckFix(remove_args=(spelling,)),
+        Fix(remove_args=(spelling,)),
     )
 
 
@@ -251,9 +252,7 @@ def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
             if new:
                 fix_args = (new,) if flag.kind == "bool" else (new, str(parsed.values[flag.dest]))
             parsed.findings.append(
-                Finding(
-                    "flag-deprecated", "warning", message, CheckFix(args=fix_args, remove_args=(spelling,))
-                )
+                Finding("flag-deprecated", "warning", message, Fix(args=fix_args, remove_args=(spelling,)))
             )
     return parsed
 
@@ -283,7 +282,7 @@ def env_findings(
                 "env-removed" if older else "env-unknown",
                 "warning",
                 message + (f" ({hint})" if hint else ""),
-                CheckFix(remove_env=(name,)),
+                Fix(remove_env=(name,)),
             )
         )
     return findings

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from specpilot.fixes import Fix
 from specpilot.hosts.base import Host, HostFacts
 from specpilot.launch import rundir
-from specpilot.launch.classify import Fix
 from specpilot.launch.command import host_model_path, plan_launch
 from specpilot.launch.outcome import Progress, UpOptions, UpResult
 from specpilot.launch.render import render_env_file, render_launch_script
@@ -126,7 +126,7 @@ async def _start_and_watch(
             "failed",
             "port_in_use",
             error=f"port {spec.server.port} is already held by pid {owner.pid}: {holder}",
-            fix=Fix(f"stop pid {owner.pid} or set another [server] port"),
+            fix=Fix(text=f"stop pid {owner.pid} or set another [server] port"),
         )
     altered = await rundir.verify_on_host(host, remote_dir, files)
     if altered:

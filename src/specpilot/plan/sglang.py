@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from specpilot.engines.args import EngineArgs
+from specpilot.fixes import Fix
 from specpilot.models.shape import ModelShape
 from specpilot.plan import sglang_quantities as q
 from specpilot.plan.sglang_log import parse_sglang_log
 from specpilot.plan.sglang_releases import SglangRelease, release_rules
 from specpilot.plan.sglang_settings import SglangSettings, resolve_settings
-from specpilot.plan.types import GIB, Fix, Plan, Problem, Term
+from specpilot.plan.types import GIB, Plan, Problem, Term
 from specpilot.spec import Spec
 
 __all__ = ["parse_sglang_log", "plan_sglang"]

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from specpilot.engines.args import EngineArgs
 from specpilot.errors import UserError
+from specpilot.fixes import Fix
 from specpilot.models.shape import DTYPE_BYTES, ModelShape
 from specpilot.plan import vllm_memory as mem
-from specpilot.plan.types import Fix, Plan, Problem, Term, gib
+from specpilot.plan.types import Plan, Problem, Term, gib
 from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate
 from specpilot.plan.vllm_cpu import VLLM_CPU, cpu_kv_cache_bytes, targets_cpu
 from specpilot.plan.vllm_lines import vllm_line
