@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specpilot.errors import UserError
-from specpilot.launch.secrets import is_secret_name
 from specpilot.launch.speclike import LaunchSpec
+from specpilot.secrets import is_secret_name
 
 #: The program each engine is started with when `[engine] command` is not set.
 #: vLLM: the OpenAI server module, not `vllm serve`: it takes the same flags, works

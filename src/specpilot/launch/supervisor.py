@@ -23,11 +23,11 @@ from specpilot.launch import rundir
 from specpilot.launch.command import host_model_path, plan_launch
 from specpilot.launch.outcome import Progress, UpOptions, UpResult
 from specpilot.launch.render import render_env_file, render_launch_script
-from specpilot.launch.secrets import mask_argv, redact
 from specpilot.launch.speclike import LaunchSpec
 from specpilot.launch.state import write_state
 from specpilot.launch.stop import stop_group
 from specpilot.launch.watch import RunWatch
+from specpilot.secrets import mask_argv, redact
 
 __all__ = ["UpOptions", "UpResult", "launch"]
 
