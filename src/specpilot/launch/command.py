@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specpilot.errors import UserError
-from specpilot.launch.speclike import LaunchSpec
 from specpilot.secrets import is_secret_name
+from specpilot.spec import Spec
 
 #: The program each engine is started with when `[engine] command` is not set.
 #: vLLM: the OpenAI server module, not `vllm serve`: it takes the same flags, works
@@ -57,7 +57,7 @@ def flag_value(args: Sequence[str], flags: Sequence[str]) -> str | None:
     return found
 
 
-def host_model_path(spec: LaunchSpec, *, home: str, local: bool) -> str:
+def host_model_path(spec: Spec, *, home: str, local: bool) -> str:
     """`[model] path` as the engine on the host must see it: `~/` is the host's home
     (no shell expands it); a relative path is relative to the spec file on local runs."""
     model = spec.model.path
@@ -68,7 +68,7 @@ def host_model_path(spec: LaunchSpec, *, home: str, local: bool) -> str:
     return model
 
 
-def plan_argv(spec: LaunchSpec, *, model_path: str) -> tuple[list[str], str]:
+def plan_argv(spec: Spec, *, model_path: str) -> tuple[list[str], str]:
     """argv and the served model name."""
     engine = spec.engine.name
     if engine not in DEFAULT_PROGRAM:
@@ -125,7 +125,7 @@ def plan_env(
 
 
 def plan_launch(
-    spec: LaunchSpec,
+    spec: Spec,
     *,
     host_env: Mapping[str, str],
     local_env: Mapping[str, str],
