@@ -89,3 +89,12 @@ def test_render_round_trips() -> None:
 def test_unknown_engine() -> None:
     with pytest.raises(UserError, match="unknown engine"):
         flag_table("tgi", "1.0")
+
+
+@pytest.mark.parametrize("version", ["0.5.10.post1", "0.5.13.post1", "0.5.14", "0.5.23"])
+@pytest.mark.parametrize("spelling", ["--tp", "--tp-size", "--tensor-parallel-size"])
+def test_sglang_tp_reaches_the_field_the_server_reads(version: str, spelling: str) -> None:
+    """Up to 0.5.13 argparse stores --tp-size under `tensor_parallel_size` and ServerArgs renames
+    it to `tp_size`; the planner reads `tp_size` on every release, `--tp` by argparse prefix."""
+    args = parse_engine_args("sglang", version, [spelling, "4"])
+    assert args.get_int("tp_size") == 4

@@ -19,6 +19,19 @@ _KINDS: dict[str, FlagKind] = {
 }
 
 
+#: argparse dests that `ServerArgs.from_cli_args` renames to the field the server reads
+#: (server_args.py, every release covered): specpilot keys values by the field name, so
+#: `--tp-size 2` is `tp_size` whichever spelling came first in that release's argparse
+_FIELD_OF_DEST: dict[str, str] = {
+    "tensor_parallel_size": "tp_size",
+    "pipeline_parallel_size": "pp_size",
+    "attention_context_parallel_size": "attn_cp_size",
+    "moe_data_parallel_size": "moe_dp_size",
+    "data_parallel_size": "dp_size",
+    "expert_parallel_size": "ep_size",
+}
+
+
 def release_flags(version: str) -> list[FlagDef]:
     from packaging.version import Version
 
@@ -26,7 +39,7 @@ def release_flags(version: str) -> list[FlagDef]:
     return [
         FlagDef(
             name=f.name,
-            dest=f.dest,
+            dest=_FIELD_OF_DEST.get(f.dest, f.dest),
             kind=_KINDS.get(f.kind, "str"),
             default=f.default,
             aliases=f.aliases,
