@@ -50,13 +50,7 @@ class LocalHost(AgentHost):
             try:
                 result = await asyncio.to_thread(_IN_PROCESS_OPERATIONS[operation], **args)
             except OSError as exc:
-                return {
-                    "error": {
-                        "errno": exc.errno,
-                        "message": exc.strerror or str(exc),
-                        "filename": exc.filename,
-                    }
-                }
+                return agent.error_answer(exc)
             return {"ok": result}
         process = await asyncio.create_subprocess_exec(
             sys.executable,
