@@ -14,6 +14,7 @@ from importlib import resources
 from packaging.version import Version
 
 from specpilot.check.types import Finding
+from specpilot.engines.args import convert_value
 from specpilot.fixes import Fix
 
 
@@ -119,16 +120,6 @@ class ParsedArgs:
     findings: list[Finding]
 
 
-def _convert(flag: FlagInfo, text: str) -> object:
-    if flag.kind == "int":
-        return int(text)
-    if flag.kind == "float":
-        return float(text)
-    if flag.kind == "json":
-        return json.loads(text)
-    return text
-
-
 def _history_finding(engine: str, version: Version, spelling: str, token_value: str | None) -> Finding:
     """Explain a flag this release does not know, from the other releases' tables."""
     tables = release_tables(engine)
@@ -232,7 +223,7 @@ def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
                 )
                 continue
             try:
-                parsed.values[flag.dest] = _convert(flag, text)
+                parsed.values[flag.dest] = convert_value(flag.kind, text)
             except ValueError:
                 parsed.findings.append(
                     Finding(

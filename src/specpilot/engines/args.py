@@ -193,21 +193,26 @@ def _abbreviation(table: Mapping[str, FlagDef], spelling: str) -> FlagDef | None
     return next(iter(matches.values())) if len(matches) == 1 else None
 
 
+def convert_value(kind: str, text: str) -> object:
+    """A flag's text as its kind's Python value (int, float, JSON); ValueError if it is not one."""
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    if kind == "json":
+        return json.loads(text)
+    return text
+
+
 def _convert(flag: FlagDef, spelling: str, text: str) -> object:
     try:
-        if flag.kind == "int":
-            return int(text)
-        if flag.kind == "float":
-            return float(text)
-        if flag.kind == "json":
-            return json.loads(text)
+        return convert_value(flag.kind, text)
     except ValueError:
         raise UserError(
             f"{spelling} takes {_KIND_WORDS[flag.kind]}, got {text!r}",
             field="[engine] args",
             fix=f"write {spelling} <{flag.kind}>",
         ) from None
-    return text
 
 
 def parse_engine_args(engine: str, version: str, argv: Sequence[str]) -> EngineArgs:
