@@ -16,11 +16,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from specpilot.errors import UserError
 
 FlagKind = Literal["bool", "int", "float", "str", "json", "list"]
+_KINDS: dict[str, FlagKind] = {kind: kind for kind in get_args(FlagKind)}
+
+
+def flag_kind(name: str) -> FlagKind:
+    """A flag table's kind name as a FlagKind; a kind we do not model parses as a string."""
+    return _KINDS.get(name, "str")
 
 
 @dataclass(frozen=True)
