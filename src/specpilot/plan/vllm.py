@@ -407,32 +407,20 @@ def plan_vllm(
     on_cpu = targets_cpu(spec.engine.env)
     if on_cpu:
         source = "config"
+
+    def source_of(key: str, otherwise: str = "estimated") -> str:
+        return "measured" if key in measured_keys else otherwise
+
     terms = [
         Term("requested (total x gpu_memory_utilization)", gib(alloc.requested_bytes), "config"),
-        Term(
-            "weights",
-            gib(inputs.weights_bytes),
-            "measured" if "weights_gib" in measured_keys else "estimated",
-        ),
-        Term(
-            "peak activation",
-            gib(inputs.activation_peak_bytes),
-            "measured" if "activation_peak_gib" in measured_keys else "estimated",
-        ),
-        Term(
-            "non-torch memory",
-            gib(inputs.non_torch_bytes),
-            "measured" if "non_torch_gib" in measured_keys else "estimated",
-        ),
-        Term(
-            "CUDA graph memory",
-            gib(inputs.cudagraph_bytes),
-            "measured" if "cudagraph_gib" in measured_keys else "estimated",
-        ),
+        Term("weights", gib(inputs.weights_bytes), source_of("weights_gib")),
+        Term("peak activation", gib(inputs.activation_peak_bytes), source_of("activation_peak_gib")),
+        Term("non-torch memory", gib(inputs.non_torch_bytes), source_of("non_torch_gib")),
+        Term("CUDA graph memory", gib(inputs.cudagraph_bytes), source_of("cudagraph_gib")),
         Term(
             "available KV cache memory",
             gib(alloc.available_kv_bytes),
-            "measured" if "available_kv_gib" in measured_keys else source,
+            source_of("available_kv_gib", otherwise=source),
         ),
     ]
     util, max_len, seqs = recommended_knobs(inputs, alloc)
