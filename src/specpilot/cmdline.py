@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from specpilot.engines import ENGINES
@@ -89,26 +90,29 @@ def _split_program(rest: list[str]) -> tuple[str, list[str]]:
     )
 
 
+def take_flag(args: Sequence[str], flags: Collection[str]) -> tuple[str | None, list[str]]:
+    """(the value of the last `--flag value` / `--flag=value` among `flags`, args without them)."""
+    value: str | None = None
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        name, has_inline, inline = args[i].partition("=")
+        if name not in flags:
+            rest.append(args[i])
+        elif has_inline:
+            value = inline
+        elif i + 1 < len(args):
+            value = args[i + 1]
+            i += 1
+        i += 1
+    return value, rest
+
+
 def split_model(engine: str, version: str, args: list[str]) -> tuple[str | None, list[str]]:
     """Remove the model from engine flags: spec keeps it in `[model] path`."""
     flag_names = {ENGINES[engine].model_flag}
     flag_names |= {"--model-path", "--model"} if engine == "sglang" else {"--model"}
-    model: str | None = None
-    rest: list[str] = []
-    i = 0
-    while i < len(args):
-        token = args[i]
-        name, has_inline, inline = token.partition("=")
-        if name in flag_names:
-            if has_inline:
-                model = inline
-            elif i + 1 < len(args):
-                model = args[i + 1]
-                i += 1
-            i += 1
-            continue
-        rest.append(token)
-        i += 1
+    model, rest = take_flag(args, flag_names)
     if engine == "vllm" and model is None:
         positional = parse_engine_args(engine, version, rest).positional
         if positional:

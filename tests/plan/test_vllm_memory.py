@@ -6,10 +6,9 @@ import pytest
 
 from specpilot.errors import UserError
 from specpilot.plan import vllm_memory as mem
+from specpilot.plan.types import GIB
 from specpilot.plan.vllm_allocation import VllmInputs, allocate
 from specpilot.plan.vllm_lines import vllm_line
-
-GIB = mem.GIB_BYTES
 
 
 def test_requested_memory_rounds_up() -> None:

@@ -2,6 +2,7 @@
 
 from specpilot.check.engine import check_args
 from specpilot.check.spec_check import check_spec, fix_spec
-from specpilot.check.types import CheckFix, CheckResult, Finding, GpuFacts
+from specpilot.check.types import CheckResult, Finding, GpuFacts
+from specpilot.fixes import Fix
 
-__all__ = ["CheckFix", "CheckResult", "Finding", "GpuFacts", "check_args", "check_spec", "fix_spec"]
+__all__ = ["CheckResult", "Finding", "Fix", "GpuFacts", "check_args", "check_spec", "fix_spec"]

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from packaging.version import Version
 
 from specpilot.check.flagtable import table_for
-from specpilot.check.types import CheckFix, CheckResult
+from specpilot.check.types import CheckResult
+from specpilot.fixes import Fix
 
 #: how many fix-and-recheck rounds before giving up (a fix can unmask one more finding)
 MAX_ROUNDS = 4
@@ -39,7 +40,7 @@ def _drop_flag(argv: list[str], spellings: set[str], takes_value: Callable[[str]
 
 
 def apply_fix(
-    engine: str, version: Version, argv: Sequence[str], env: Mapping[str, str], fix: CheckFix
+    engine: str, version: Version, argv: Sequence[str], env: Mapping[str, str], fix: Fix
 ) -> tuple[list[str], dict[str, str]]:
     """Set the fix's flags (replacing any spelling of the same flag), drop what it removes."""
     table = table_for(engine, version)

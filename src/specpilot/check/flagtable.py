@@ -13,7 +13,9 @@ from importlib import resources
 
 from packaging.version import Version
 
-from specpilot.check.types import CheckFix, Finding
+from specpilot.check.types import Finding
+from specpilot.engines.args import convert_value
+from specpilot.fixes import Fix
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,16 +120,6 @@ class ParsedArgs:
     findings: list[Finding]
 
 
-def _convert(flag: FlagInfo, text: str) -> object:
-    if flag.kind == "int":
-        return int(text)
-    if flag.kind == "float":
-        return float(text)
-    if flag.kind == "json":
-        return json.loads(text)
-    return text
-
-
 def _history_finding(engine: str, version: Version, spelling: str, token_value: str | None) -> Finding:
     """Explain a flag this release does not know, from the other releases' tables."""
     tables = release_tables(engine)
@@ -152,20 +144,20 @@ def _history_finding(engine: str, version: Version, spelling: str, token_value: 
             "flag-removed",
             "error",
             message + f" ({engine} {version} exits with 'unrecognized arguments: {spelling}')",
-            CheckFix(args=tuple(a for a in fix_args if a), remove_args=(spelling,)),
+            Fix(args=tuple(a for a in fix_args if a), remove_args=(spelling,)),
         )
     if newer:
         return Finding(
             "flag-not-yet",
             "error",
             f"{spelling} does not exist in {engine} {version}; it appears in {newer[0].version}",
-            CheckFix(remove_args=(spelling,)),
+            Fix(remove_args=(spelling,)),
         )
     return Finding(
         "flag-unknown",
         "error",
         f"unrecognized arguments: {spelling} ({engine} {version} does not define this flag)",
-        CheckFix(remove_args=(spelling,)),
+        Fix(remove_args=(spelling,)),
     )
 
 
@@ -231,7 +223,7 @@ def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
                 )
                 continue
             try:
-                parsed.values[flag.dest] = _convert(flag, text)
+                parsed.values[flag.dest] = convert_value(flag.kind, text)
             except ValueError:
                 parsed.findings.append(
                     Finding(
@@ -251,9 +243,7 @@ def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
             if new:
                 fix_args = (new,) if flag.kind == "bool" else (new, str(parsed.values[flag.dest]))
             parsed.findings.append(
-                Finding(
-                    "flag-deprecated", "warning", message, CheckFix(args=fix_args, remove_args=(spelling,))
-                )
+                Finding("flag-deprecated", "warning", message, Fix(args=fix_args, remove_args=(spelling,)))
             )
     return parsed
 
@@ -283,7 +273,7 @@ def env_findings(
                 "env-removed" if older else "env-unknown",
                 "warning",
                 message + (f" ({hint})" if hint else ""),
-                CheckFix(remove_env=(name,)),
+                Fix(remove_env=(name,)),
             )
         )
     return findings

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from specpilot.check.types import CheckFix, Context, Severity
+from specpilot.check.types import Context, Severity
+from specpilot.fixes import Fix
 
 Predicate = Callable[[Context], bool]
 Adjustment = Callable[[Context], Mapping[str, object]]
-FixMaker = Callable[[Context], CheckFix]
+FixMaker = Callable[[Context], Fix]
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class Rule:
     severity: Severity
     when: Predicate
     message: str
-    fix: CheckFix | FixMaker | None = None
+    fix: Fix | FixMaker | None = None
     #: for `adjusts`: the values the engine sets (dest -> value), computed from the context
     sets: Adjustment | None = None
     why: str = ""
@@ -45,8 +46,8 @@ class Rule:
         fields["arch"] = ctx.architecture or "this model"
         return self.message.format(**fields)
 
-    def make_fix(self, ctx: Context) -> CheckFix | None:
-        if self.fix is None or isinstance(self.fix, CheckFix):
+    def make_fix(self, ctx: Context) -> Fix | None:
+        if self.fix is None or isinstance(self.fix, Fix):
             return self.fix
         return self.fix(ctx)
 

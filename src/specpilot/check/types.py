@@ -8,6 +8,8 @@ from typing import Literal
 
 from packaging.version import Version
 
+from specpilot.fixes import Fix
+
 Severity = Literal["error", "warning", "adjusts"]
 
 
@@ -21,33 +23,11 @@ class GpuFacts:
 
 
 @dataclass(frozen=True)
-class CheckFix:
-    """Concrete changes that make a finding go away: flags to set, flags/env to drop.
-
-    `args` replace the value of the same flag when it is already given; `remove_args` and
-    `remove_env` name flags/variables to delete (a removed env var, a flag that must go).
-    """
-
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    remove_args: tuple[str, ...] = ()
-    remove_env: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {"args": list(self.args), "env": dict(self.env)}
-        if self.remove_args:
-            out["remove_args"] = list(self.remove_args)
-        if self.remove_env:
-            out["remove_env"] = list(self.remove_env)
-        return out
-
-
-@dataclass(frozen=True)
 class Finding:
     rule: str
     severity: Severity
     message: str
-    fix: CheckFix | None = None
+    fix: Fix | None = None
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -12,17 +12,9 @@ from specpilot.check.spec_check import check_spec, fix_spec
 from specpilot.check.types import CheckResult, Finding
 from specpilot.cli.inputs import PASSTHROUGH, resolve_spec
 from specpilot.errors import EXIT_FAILED, EXIT_OK
-from specpilot.spec import Spec
+from specpilot.launch.command import engine_program
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "adjusts": "cyan"}
-
-
-def _program(spec: Spec) -> list[str]:
-    from specpilot.engines import ENGINES
-
-    facts = ENGINES[spec.engine.name]
-    program = list(spec.engine.command or facts.default_command)
-    return [*program, facts.model_flag, spec.model.path]
 
 
 def _fix_text(finding: Finding) -> str:
@@ -82,7 +74,8 @@ def check(
     payload: dict[str, object] = result.to_json()
     if fix:
         fixed = fix_spec(spec)
-        command = render_command(_program(spec), fixed.args, fixed.env)
+        program, model_args = engine_program(spec, model_path=spec.model.path)
+        command = render_command([*program, *model_args], fixed.args, fixed.env)
         payload["fixed"] = {"ok": fixed.result.ok, "args": fixed.args, "env": fixed.env, "command": command}
     if as_json:
         click.echo(json.dumps(payload, indent=2))

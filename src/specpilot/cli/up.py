@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specpilot.errors import UserError
-from specpilot.launch.classify import Fix
+from specpilot.fixes import Fix
 from specpilot.launch.ops import run_down, run_status, stream_log
 from specpilot.launch.preflight import Preflight, open_host, run_preflight
 from specpilot.launch.state import check_run_name, read_state

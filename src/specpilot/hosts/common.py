@@ -30,8 +30,8 @@ from specpilot.hosts.errors import (
     PermissionDenied,
     RemoteCommandNotFound,
     TransferCorrupted,
-    redact_argv,
 )
+from specpilot.secrets import shown_argv
 
 PUT_ATTEMPTS = 3
 PUT_RETRY_DELAYS_S = (0.2, 1.0)
@@ -194,7 +194,7 @@ class AgentHost(Host, abc.ABC):
             if not posixpath.isabs(value):  # relative to what? cwd, home: say it exactly
                 raise ValueError(f"spawn_detached {name} must be an absolute path, got {value!r}")
         check_env_names(env)
-        action = f"start {redact_argv(argv)}"
+        action = f"start {shown_argv(argv)}"
         pid = await self._agent(
             "spawn",
             action,

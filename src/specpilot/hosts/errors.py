@@ -10,37 +10,10 @@ a reachable host are `HostError`s (exit 1). Every class here is a `HostError`, s
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-
 from specpilot.errors import SpecpilotError, UserError
 
 TARGET_FIELD = "[host] target"
 TARGET_FORMS = "local, ssh://user@host:port, ssh://host, or a Host alias from ~/.ssh/config"
-
-_SECRET_FLAG = re.compile(r"(key|token|secret|password|passwd)", re.IGNORECASE)
-
-
-def redact_argv(argv: Sequence[str]) -> str:
-    """argv as one readable line with the values of secret-looking flags masked,
-    so an error message never carries an API key (`--api-key X`, `--hf-token=X`)."""
-    shown: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            shown.append("***")
-            hide_next = False
-            continue
-        flag, eq, _value = arg.partition("=")
-        if flag.startswith("-") and _SECRET_FLAG.search(flag):
-            if eq:
-                shown.append(f"{flag}=***")
-            else:
-                shown.append(arg)
-                hide_next = True
-            continue
-        shown.append(arg)
-    return " ".join(repr(a) if (not a or any(c.isspace() for c in a)) else a for a in shown)
 
 
 class HostError(SpecpilotError):

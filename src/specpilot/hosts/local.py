@@ -21,9 +21,9 @@ from specpilot.hosts.errors import (
     HostTimeout,
     PermissionDenied,
     RemoteCommandNotFound,
-    redact_argv,
     stderr_tail,
 )
+from specpilot.secrets import shown_argv
 
 _IN_PROCESS_OPERATIONS: dict[str, Callable[..., Any]] = {
     "digest": agent.digest,
@@ -50,13 +50,7 @@ class LocalHost(AgentHost):
             try:
                 result = await asyncio.to_thread(_IN_PROCESS_OPERATIONS[operation], **args)
             except OSError as exc:
-                return {
-                    "error": {
-                        "errno": exc.errno,
-                        "message": exc.strerror or str(exc),
-                        "filename": exc.filename,
-                    }
-                }
+                return agent.error_answer(exc)
             return {"ok": result}
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -138,7 +132,7 @@ class LocalHost(AgentHost):
         stdin: bytes | None = None,
         check: bool = True,
     ) -> RunResult:
-        shown = redact_argv(argv)
+        shown = shown_argv(argv)
         if cwd is not None and not os.path.isdir(cwd):
             # What the SSH side's `cd` reports: exit status 2, the reason on stderr.
             return self._finish(argv, 2, b"", f"cd: {cwd}: no such directory\n".encode(), check)
@@ -179,7 +173,7 @@ class LocalHost(AgentHost):
     def _finish(argv: Sequence[str], returncode: int, stdout: bytes, stderr: bytes, check: bool) -> RunResult:
         if check and returncode != 0:
             raise CommandFailed(
-                f"run {redact_argv(argv)} on local: exit status {returncode}: {stderr_tail(stderr)}",
+                f"run {shown_argv(argv)} on local: exit status {returncode}: {stderr_tail(stderr)}",
                 returncode=returncode,
                 stderr=stderr,
             )

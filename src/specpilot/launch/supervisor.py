@@ -14,33 +14,27 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+from specpilot.fixes import Fix
 from specpilot.hosts.base import Host, HostFacts
 from specpilot.launch import rundir
-from specpilot.launch.classify import Fix
 from specpilot.launch.command import host_model_path, plan_launch
 from specpilot.launch.outcome import Progress, UpOptions, UpResult
 from specpilot.launch.render import render_env_file, render_launch_script
-from specpilot.launch.secrets import mask_argv, redact
-from specpilot.launch.speclike import LaunchSpec
 from specpilot.launch.state import write_state
 from specpilot.launch.stop import stop_group
 from specpilot.launch.watch import RunWatch
+from specpilot.secrets import mask_argv, redact
+from specpilot.spec import Spec, spec_to_toml
 
 __all__ = ["UpOptions", "UpResult", "launch"]
 
 
-def _spec_text(spec: LaunchSpec, secrets: list[str]) -> bytes:
+def _spec_text(spec: Spec, secrets: list[str]) -> bytes:
     """The spec as given, with secret values masked (they never reach the host's disk)."""
     source = spec.source_path
-    if source is not None and Path(source).is_file():
-        text = Path(source).read_text()
-    else:
-        from specpilot.spec import Spec, spec_to_toml
-
-        text = spec_to_toml(spec) if isinstance(spec, Spec) else f'name = "{spec.name}"\n'
+    text = source.read_text() if source is not None and source.is_file() else spec_to_toml(spec)
     return redact(text, secrets).encode()
 
 
@@ -63,7 +57,7 @@ async def _facts_or_none(host: Host) -> HostFacts | None:
 
 
 async def launch(
-    spec: LaunchSpec,
+    spec: Spec,
     host: Host,
     *,
     plan_json: Mapping[str, Any] | None,
@@ -115,7 +109,7 @@ async def launch(
 
 
 async def _start_and_watch(
-    run: RunWatch, spec: LaunchSpec, host: Host, files: rundir.RunFiles, options: UpOptions
+    run: RunWatch, spec: Spec, host: Host, files: rundir.RunFiles, options: UpOptions
 ) -> UpResult:
     """Refuse a held port or altered files; start; watch; record the state; stop on failure."""
     remote_dir, planned = run.remote_dir, run.planned
@@ -126,7 +120,7 @@ async def _start_and_watch(
             "failed",
             "port_in_use",
             error=f"port {spec.server.port} is already held by pid {owner.pid}: {holder}",
-            fix=Fix(f"stop pid {owner.pid} or set another [server] port"),
+            fix=Fix(text=f"stop pid {owner.pid} or set another [server] port"),
         )
     altered = await rundir.verify_on_host(host, remote_dir, files)
     if altered:

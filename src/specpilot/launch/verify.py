@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from specpilot.hosts.base import Host
-from specpilot.launch.secrets import mask_argv, mask_env
+from specpilot.secrets import mask_argv, mask_env
 
 
 @dataclass(frozen=True)

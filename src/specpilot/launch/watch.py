@@ -20,10 +20,10 @@ from specpilot.launch.classify import Failure, LogClassifier
 from specpilot.launch.command import PlannedLaunch
 from specpilot.launch.health import HealthAnswer, probe
 from specpilot.launch.outcome import Progress, UpOptions, UpResult
-from specpilot.launch.secrets import redact, secret_values
-from specpilot.launch.speclike import LaunchSpec
 from specpilot.launch.stop import stop_group
 from specpilot.launch.verify import Mismatch, check_live, wait_for_argv
+from specpilot.secrets import redact, secret_values
+from specpilot.spec import Spec
 
 
 class RunWatch:
@@ -32,7 +32,7 @@ class RunWatch:
     def __init__(
         self,
         host: Host,
-        spec: LaunchSpec,
+        spec: Spec,
         planned: PlannedLaunch,
         remote_dir: str,
         plan_json: Mapping[str, Any] | None,

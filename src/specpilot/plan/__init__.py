@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from specpilot.engines.args import EngineArgs, parse_engine_args
+from specpilot.fixes import Fix
 from specpilot.models.shape import ModelShape, load_model_shape
-from specpilot.plan.types import Fix, Plan, Problem, Term
+from specpilot.plan.types import Plan, Problem, Term
 from specpilot.spec import Spec
 
 __all__ = ["Fix", "Plan", "Problem", "Term", "make_plan", "plan_inputs"]

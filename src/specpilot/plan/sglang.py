@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from specpilot.engines.args import EngineArgs
+from specpilot.fixes import Fix
 from specpilot.models.shape import ModelShape
 from specpilot.plan import sglang_quantities as q
 from specpilot.plan.sglang_log import parse_sglang_log
 from specpilot.plan.sglang_releases import SglangRelease, release_rules
 from specpilot.plan.sglang_settings import SglangSettings, resolve_settings
-from specpilot.plan.types import GIB, Fix, Plan, Problem, Term
+from specpilot.plan.types import GIB, Plan, Problem, Term
 from specpilot.spec import Spec
 
 __all__ = ["parse_sglang_log", "plan_sglang"]
@@ -367,15 +368,19 @@ def plan_sglang(
     embedding and LM head for the target's, so it is not the draft's resident size.
     """
     rules = release_rules(spec.engine.version)
-    settings = resolve_settings(
-        args,
-        dict(spec.engine.env),
-        shape,
-        gpu_memory_gib=spec.gpu.memory_gib,
-        weights_dtype=spec.model.dtype,
-        quantization=spec.model.quantization,
-        rules=rules,
-    )
+
+    def settings_for(engine_args: EngineArgs) -> SglangSettings:
+        return resolve_settings(
+            engine_args,
+            dict(spec.engine.env),
+            shape,
+            gpu_memory_gib=spec.gpu.memory_gib,
+            weights_dtype=spec.model.dtype,
+            quantization=spec.model.quantization,
+            rules=rules,
+        )
+
+    settings = settings_for(args)
     inputs = dict(measured or {})
     measured_used = {
         key: value for key, value in inputs.items() if key in ("free_before_load_gib", "weights_gib")
@@ -409,15 +414,7 @@ def plan_sglang(
     else:
         notes.append("no --mem-fraction-static from 0.95 down to 0.50 fits: use more GPUs (--tp)")
     if settings.speculative_algorithm:
-        plain = resolve_settings(
-            _without_speculation(args),
-            dict(spec.engine.env),
-            shape,
-            gpu_memory_gib=spec.gpu.memory_gib,
-            weights_dtype=spec.model.dtype,
-            quantization=spec.model.quantization,
-            rules=rules,
-        )
+        plain = settings_for(_without_speculation(args))
         note = speculative_note(best or z, recommend(shape, plain, rules, free, weights))
         if note:
             notes.append(note)

@@ -10,23 +10,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specpilot.fixes import Fix
+
 GIB = 1024**3
 
 
 def gib(num_bytes: float) -> float:
     """Bytes -> GiB."""
     return num_bytes / GIB
-
-
-@dataclass(frozen=True)
-class Fix:
-    """Concrete changes that resolve a problem: flags to set and environment variables."""
-
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"args": list(self.args), "env": dict(self.env)}
 
 
 @dataclass(frozen=True)

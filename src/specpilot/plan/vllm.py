@@ -15,9 +15,10 @@ from pathlib import Path
 
 from specpilot.engines.args import EngineArgs
 from specpilot.errors import UserError
+from specpilot.fixes import Fix
 from specpilot.models.shape import DTYPE_BYTES, ModelShape
 from specpilot.plan import vllm_memory as mem
-from specpilot.plan.types import Fix, Plan, Problem, Term, gib
+from specpilot.plan.types import GIB, Plan, Problem, Term, gib
 from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate
 from specpilot.plan.vllm_cpu import VLLM_CPU, cpu_kv_cache_bytes, targets_cpu
 from specpilot.plan.vllm_lines import vllm_line
@@ -26,7 +27,6 @@ from specpilot.spec import Spec
 
 __all__ = ["parse_vllm_log", "plan_vllm", "resolve_inputs"]
 
-GIB_BYTES = mem.GIB_BYTES
 # --speculative-config methods whose draft is the checkpoint's own MTP head.
 MTP_METHODS = frozenset({"mtp", "qwen3_5_mtp", "qwen3_next_mtp", "deepseek_mtp"})
 # Architectures whose SSM cache dtype follows the config's `mamba_ssm_dtype`
@@ -228,9 +228,9 @@ def resolve_inputs(
         else (line.hybrid_prefix_caching_default or not shape.is_hybrid)
     )
     weights = (
-        spec.model.weights_gib * GIB_BYTES
+        spec.model.weights_gib * GIB
         if spec.model.weights_gib is not None
-        else measured.get("weights_gib", 0) * GIB_BYTES
+        else measured.get("weights_gib", 0) * GIB
         or weights_bytes_estimate(shape, spec, args, tp, with_mtp)
         + rotary_cache_bytes(_config_dir(spec), shape.head_dim, act_bytes)
     )
@@ -243,26 +243,24 @@ def resolve_inputs(
         parse_human_int(kv_memory_text, "--kv-cache-memory-bytes") if kv_memory_text is not None else None
     )
     if kv_memory_flag is not None:  # --kv-cache-memory-bytes skips the profiler's budget
-        available = kv_memory_flag / GIB_BYTES
+        available = kv_memory_flag / GIB
     if on_cpu:  # no profiling on a CPU: the KV space is configured (the env var wins)
         available = (
-            cpu_kv_cache_bytes(
-                spec.engine.env, kv_memory_flag, int(total_gib * GIB_BYTES), util, int(weights)
-            )
-            / GIB_BYTES
+            cpu_kv_cache_bytes(spec.engine.env, kv_memory_flag, int(total_gib * GIB), util, int(weights))
+            / GIB
         )
     default_block = VLLM_CPU.block_size_tokens if on_cpu else mem.DEFAULT_BLOCK_SIZE_TOKENS
     if on_cpu and shape.kv_lora_rank:
         default_block = VLLM_CPU.mla_block_size_tokens
     inputs = VllmInputs(
-        gpu_total_bytes=int(total_gib * GIB_BYTES),
+        gpu_total_bytes=int(total_gib * GIB),
         gpu_memory_utilization=util,
         tp_size=tp,
         max_model_len=max_len,
         max_num_seqs=seqs,
         max_num_batched_tokens=batched,
         weights_bytes=int(weights),
-        activation_peak_bytes=int(activation * GIB_BYTES)
+        activation_peak_bytes=int(activation * GIB)
         if activation is not None
         else mem.activation_peak_bytes_estimate(
             batched,
@@ -283,10 +281,8 @@ def resolve_inputs(
             if shape.is_hybrid
             else 0,
         ),
-        non_torch_bytes=int(non_torch * GIB_BYTES)
-        if non_torch is not None
-        else mem.non_torch_bytes_estimate(tp),
-        cudagraph_bytes=int(cudagraph * GIB_BYTES)
+        non_torch_bytes=int(non_torch * GIB) if non_torch is not None else mem.non_torch_bytes_estimate(tp),
+        cudagraph_bytes=int(cudagraph * GIB)
         if cudagraph is not None
         else mem.cudagraph_bytes_estimate(eager, mem.max_cudagraph_capture_size(seqs)),
         attention_layers=target_attention_layers(shape) + (shape.mtp_num_layers if with_mtp else 0),
@@ -299,7 +295,7 @@ def resolve_inputs(
         prefix_caching=prefix,
         block_size_tokens=args.get_int("block_size") or default_block,
         full_cudagraphs=shape.is_hybrid and not eager and not on_cpu,
-        available_kv_bytes_measured=int(available * GIB_BYTES) if available is not None else None,
+        available_kv_bytes_measured=int(available * GIB) if available is not None else None,
     )
     if on_cpu:  # nothing is profiled out of a CPU pool
         return replace(inputs, activation_peak_bytes=0, non_torch_bytes=0, cudagraph_bytes=0)
@@ -348,8 +344,8 @@ def _problems(inputs: VllmInputs, alloc: VllmAllocation, spec: Spec) -> list[Pro
     """What stops vLLM from starting, each with the flags that fix it."""
     problems: list[Problem] = []
     free = spec.gpu.free_before_load_gib
-    if free is not None and free * GIB_BYTES < alloc.requested_bytes:
-        util = round(free * GIB_BYTES / inputs.gpu_total_bytes - 0.01, 2)
+    if free is not None and free * GIB < alloc.requested_bytes:
+        util = round(free * GIB / inputs.gpu_total_bytes - 0.01, 2)
         problems.append(
             Problem(
                 "free_memory_below_request",
@@ -406,32 +402,20 @@ def plan_vllm(
     on_cpu = targets_cpu(spec.engine.env)
     if on_cpu:
         source = "config"
+
+    def source_of(key: str, otherwise: str = "estimated") -> str:
+        return "measured" if key in measured_keys else otherwise
+
     terms = [
         Term("requested (total x gpu_memory_utilization)", gib(alloc.requested_bytes), "config"),
-        Term(
-            "weights",
-            gib(inputs.weights_bytes),
-            "measured" if "weights_gib" in measured_keys else "estimated",
-        ),
-        Term(
-            "peak activation",
-            gib(inputs.activation_peak_bytes),
-            "measured" if "activation_peak_gib" in measured_keys else "estimated",
-        ),
-        Term(
-            "non-torch memory",
-            gib(inputs.non_torch_bytes),
-            "measured" if "non_torch_gib" in measured_keys else "estimated",
-        ),
-        Term(
-            "CUDA graph memory",
-            gib(inputs.cudagraph_bytes),
-            "measured" if "cudagraph_gib" in measured_keys else "estimated",
-        ),
+        Term("weights", gib(inputs.weights_bytes), source_of("weights_gib")),
+        Term("peak activation", gib(inputs.activation_peak_bytes), source_of("activation_peak_gib")),
+        Term("non-torch memory", gib(inputs.non_torch_bytes), source_of("non_torch_gib")),
+        Term("CUDA graph memory", gib(inputs.cudagraph_bytes), source_of("cudagraph_gib")),
         Term(
             "available KV cache memory",
             gib(alloc.available_kv_bytes),
-            "measured" if "available_kv_gib" in measured_keys else source,
+            source_of("available_kv_gib", otherwise=source),
         ),
     ]
     util, max_len, seqs = recommended_knobs(inputs, alloc)

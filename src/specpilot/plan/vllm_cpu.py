@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from specpilot.errors import UserError
-
-GIB_BYTES = 1 << 30
+from specpilot.plan.types import GIB
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ def cpu_kv_cache_bytes(
                 field=f"[engine] env.{VLLM_CPU.kv_space_env}",
                 fix=f'e.g. {VLLM_CPU.kv_space_env} = "4"',
             )
-        return int(space) * GIB_BYTES
+        return int(space) * GIB
     if kv_cache_memory_bytes is not None:
         return kv_cache_memory_bytes
     return math.ceil(node_memory_bytes * memory_utilization) - resident_bytes

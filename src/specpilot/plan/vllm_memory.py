@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-GIB_BYTES = 1 << 30
+from specpilot.plan.types import GIB
+
 # Smallest kernel block of the CUDA attention backends (FLASH_ATTN: MultipleOf(16),
 # FLASHINFER: [16, 32, 64]) and CacheConfig.DEFAULT_BLOCK_SIZE.
 DEFAULT_BLOCK_SIZE_TOKENS = 16
@@ -391,7 +392,7 @@ def non_torch_bytes_estimate(tp_size: int) -> int:
     GPUs show 0.10-0.15 GiB. 0.22 is used for one GPU (the larger, safe side);
     with TP ~0.3-0.5 GiB (NCCL, custom all-reduce).
     """
-    return int((0.22 if tp_size == 1 else 0.4) * GIB_BYTES)
+    return int((0.22 if tp_size == 1 else 0.4) * GIB)
 
 
 def cudagraph_bytes_estimate(enforce_eager: bool, capture_size: int) -> int:
@@ -402,4 +403,4 @@ def cudagraph_bytes_estimate(enforce_eager: bool, capture_size: int) -> int:
     """
     if enforce_eager:
         return 0
-    return int((0.05 + 0.9 * capture_size / 512) * GIB_BYTES)
+    return int((0.05 + 0.9 * capture_size / 512) * GIB)

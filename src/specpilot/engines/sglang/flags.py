@@ -7,17 +7,7 @@ release's argparse defines, as `FlagDef`s, from the newest shipped table at or b
 from __future__ import annotations
 
 from specpilot.check.flagtable import table_for
-from specpilot.engines.args import FlagDef, FlagKind
-
-_KINDS: dict[str, FlagKind] = {
-    "bool": "bool",
-    "int": "int",
-    "float": "float",
-    "str": "str",
-    "json": "json",
-    "list": "list",
-}
-
+from specpilot.engines.args import FlagDef, flag_kind
 
 #: argparse dests that `ServerArgs.from_cli_args` renames to the field the server reads
 #: (server_args.py, every release covered): specpilot keys values by the field name, so
@@ -40,7 +30,7 @@ def release_flags(version: str) -> list[FlagDef]:
         FlagDef(
             name=f.name,
             dest=_FIELD_OF_DEST.get(f.dest, f.dest),
-            kind=_KINDS.get(f.kind, "str"),
+            kind=flag_kind(f.kind),
             default=f.default,
             aliases=f.aliases,
             choices=f.choices,

@@ -27,13 +27,14 @@ from specpilot.check.rules import (
     unset,
     versions,
 )
-from specpilot.check.types import CheckFix, Context
+from specpilot.check.types import Context
 from specpilot.engines.sglang.models import (
     EXTRA_BUFFER_ARCHS,
     MAMBA_RADIX_ARCHS,
     SPEC_PARAMS_BY_ARCH,
     SPEC_PARAMS_DEFAULT,
 )
+from specpilot.fixes import Fix
 
 E = "sglang"
 ERA_A = versions(">=0.5.10,<0.5.14")  # --mamba-scheduler-strategy, auto -> no_buffer
@@ -63,8 +64,8 @@ def algo_in(names: tuple[str, ...]) -> Predicate:
     return lambda ctx: _algo(ctx) in names
 
 
-def _strategy_fix(dest_flag: str, value: str, env: dict[str, str] | None = None) -> CheckFix:
-    return CheckFix(args=(dest_flag, value), env=env or {})
+def _strategy_fix(dest_flag: str, value: str, env: dict[str, str] | None = None) -> Fix:
+    return Fix(args=(dest_flag, value), env=env or {})
 
 
 def _auto_strategy_b(ctx: Context) -> dict[str, object]:
@@ -139,7 +140,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(spec_on, lambda ctx: _algo(ctx) not in VALID_ALGOS),
         "Unknown speculative algorithm name: {speculative_algorithm}. " + INVALID_ALGO_HINT,
-        CheckFix(args=("--speculative-algorithm", "NEXTN")),
+        Fix(args=("--speculative-algorithm", "NEXTN")),
     ),
     # --- defaults resolved early (`_handle_missing_default_values`) ----------------------------
     Rule(
@@ -159,7 +160,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(hybrid, not_(arch_in(EXTRA_BUFFER_ARCHS)), one_of(STRAT_A, EXTRA)),
         "mamba extra_buffer is not supported for {arch} model",
-        CheckFix(args=("--mamba-scheduler-strategy", "no_buffer")),
+        Fix(args=("--mamba-scheduler-strategy", "no_buffer")),
     ),
     Rule(
         "sglang-mamba-extra-buffer-needs-radix",
@@ -170,7 +171,7 @@ RULES: tuple[Rule, ...] = (
         "mamba extra_buffer is not compatible with --disable-radix-cache. Overlap scheduling is "
         "already supported with no_buffer + disable_radix_cache. Please use "
         "--mamba-scheduler-strategy no_buffer instead.",
-        CheckFix(args=("--mamba-scheduler-strategy", "no_buffer")),
+        Fix(args=("--mamba-scheduler-strategy", "no_buffer")),
     ),
     Rule(
         "sglang-mamba-extra-buffer-page-size",
@@ -179,7 +180,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(hybrid, one_of(STRAT_A, EXTRA), radix_on, _page_not_dividing_track_interval),
         "mamba_track_interval {mamba_track_interval} must be divisible by page_size {page_size}",
-        CheckFix(args=("--page-size", "64")),
+        Fix(args=("--page-size", "64")),
     ),
     Rule(
         "sglang-mamba-no-buffer-page-size",
@@ -231,7 +232,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(not_(hybrid), radix_on, one_of(STRAT_B, EXTRA)),
         "--mamba-radix-cache-strategy {mamba_radix_cache_strategy} needs mamba state, got {arch}.",
-        CheckFix(remove_args=("--mamba-radix-cache-strategy",)),
+        Fix(remove_args=("--mamba-radix-cache-strategy",)),
     ),
     Rule(
         "sglang-mamba-extra-buffer-unsupported-b",
@@ -240,7 +241,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(hybrid, radix_on, one_of(STRAT_B, EXTRA), not_(arch_in(EXTRA_BUFFER_ARCHS))),
         "extra_buffer is not supported for {arch}; use no_buffer.",
-        CheckFix(args=("--mamba-radix-cache-strategy", "no_buffer")),
+        Fix(args=("--mamba-radix-cache-strategy", "no_buffer")),
     ),
     Rule(
         "sglang-mamba-extra-buffer-page-size-b",
@@ -249,7 +250,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(hybrid, radix_on, one_of(STRAT_B, EXTRA), _page_not_dividing_track_interval),
         "mamba_track_interval {mamba_track_interval} must be divisible by page_size {page_size}",
-        CheckFix(args=("--page-size", "64")),
+        Fix(args=("--page-size", "64")),
     ),
     Rule(
         "sglang-mamba-no-buffer-page-size-b",
@@ -258,7 +259,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(hybrid, radix_on, eq(STRAT_B, "no_buffer"), int_gt("page_size", 1)),
         "no_buffer only supports page_size=1.",
-        CheckFix(args=("--mamba-radix-cache-strategy", "extra_buffer")),
+        Fix(args=("--mamba-radix-cache-strategy", "extra_buffer")),
     ),
     Rule(
         "sglang-mamba-no-buffer-overlap-b",
@@ -267,7 +268,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(hybrid, radix_on, eq(STRAT_B, "no_buffer"), not_(truthy("disable_overlap_schedule"))),
         "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.",
-        CheckFix(args=("--mamba-radix-cache-strategy", "extra_buffer")),
+        Fix(args=("--mamba-radix-cache-strategy", "extra_buffer")),
         why="0.5.14 turned the incident's ValueError into this assertion; extra_buffer keeps overlap",
     ),
     # --- page size default (`_handle_page_size`) ------------------------------------------------
@@ -306,7 +307,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(algo_in(("DFLASH",)), unset("speculative_draft_model_path")),
         "DFLASH speculative decoding requires setting --speculative-draft-model-path.",
-        CheckFix(args=("--speculative-draft-model-path", "<dflash-drafter-dir>")),
+        Fix(args=("--speculative-draft-model-path", "<dflash-drafter-dir>")),
     ),
     Rule(
         "sglang-dflash-single-step",
@@ -348,7 +349,7 @@ RULES: tuple[Rule, ...] = (
             int_gt("speculative_eagle_topk", 1),
         ),
         "Spec v2 currently only supports topk = 1 for speculative decoding.",
-        CheckFix(args=("--speculative-eagle-topk", "1")),
+        Fix(args=("--speculative-eagle-topk", "1")),
     ),
     Rule(
         "sglang-spec-v2-overlap-on",
@@ -427,7 +428,7 @@ RULES: tuple[Rule, ...] = (
         ),
         "AssertionError: --speculative-eagle-topk / --speculative-num-draft-tokens given without "
         "--speculative-num-steps (SGLang only auto-chooses all three together)",
-        CheckFix(args=("--speculative-num-steps", "3")),
+        Fix(args=("--speculative-num-steps", "3")),
     ),
     Rule(
         "sglang-spec-auto-params",
@@ -446,7 +447,7 @@ RULES: tuple[Rule, ...] = (
         all_of(algo_in(EAGLE_FAMILY), given("speculative_num_steps"), unset("speculative_eagle_topk")),
         "TypeError: --speculative-num-steps given without --speculative-eagle-topk (SGLang compares the "
         "unset topk with 1 and crashes)",
-        CheckFix(args=("--speculative-eagle-topk", "1")),
+        Fix(args=("--speculative-eagle-topk", "1")),
     ),
     Rule(
         "sglang-spec-trtllm-topk",
@@ -457,7 +458,7 @@ RULES: tuple[Rule, ...] = (
             algo_in(EAGLE_FAMILY), eq("attention_backend", "trtllm_mha"), int_gt("speculative_eagle_topk", 1)
         ),
         "trtllm_mha backend only supports topk = 1 for speculative decoding.",
-        CheckFix(args=("--speculative-eagle-topk", "1")),
+        Fix(args=("--speculative-eagle-topk", "1")),
     ),
     Rule(
         "sglang-spec-topk1-draft-tokens",
@@ -482,7 +483,7 @@ RULES: tuple[Rule, ...] = (
         ),
         "speculative_eagle_topk > 1 with page_size > 1 is unstable and produces incorrect results for "
         "paged attention backends. This combination is only supported for the 'flashinfer' backend.",
-        CheckFix(args=("--attention-backend", "flashinfer")),
+        Fix(args=("--attention-backend", "flashinfer")),
     ),
     Rule(
         "sglang-spec-topk-paged-backend",
@@ -498,7 +499,7 @@ RULES: tuple[Rule, ...] = (
         "speculative_eagle_topk > 1 with page_size > 1 is only supported on ('flashinfer', 'fa3', "
         "'triton'); got attention_backend={attention_backend!r}. Use page_size == 1 or one of those "
         "backends.",
-        CheckFix(args=("--attention-backend", "flashinfer")),
+        Fix(args=("--attention-backend", "flashinfer")),
     ),
     Rule(
         "sglang-ngram-topk",
@@ -541,7 +542,7 @@ RULES: tuple[Rule, ...] = (
         "speculative_eagle_topk({speculative_eagle_topk}) > 1 with page_size({page_size}) > 1 is unstable "
         "and produces incorrect results for paged attention backends. This combination is only supported "
         "for the 'flashinfer' backend.",
-        CheckFix(args=("--attention-backend", "flashinfer")),
+        Fix(args=("--attention-backend", "flashinfer")),
     ),
 )
 

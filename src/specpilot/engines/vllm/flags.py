@@ -10,16 +10,7 @@ from __future__ import annotations
 from packaging.version import Version
 
 from specpilot.check.flagtable import table_for
-from specpilot.engines.args import FlagDef, FlagKind
-
-_KINDS: dict[str, FlagKind] = {
-    "bool": "bool",
-    "int": "int",
-    "float": "float",
-    "str": "str",
-    "json": "json",
-    "list": "list",
-}
+from specpilot.engines.args import FlagDef, flag_kind
 
 
 def release_flags(version: str) -> list[FlagDef]:
@@ -28,7 +19,7 @@ def release_flags(version: str) -> list[FlagDef]:
         FlagDef(
             name=f.name,
             dest=f.dest,
-            kind="json" if f.dest == "speculative_config" else _KINDS.get(f.kind, "str"),
+            kind="json" if f.dest == "speculative_config" else flag_kind(f.kind),
             default=f.default,
             aliases=tuple(a for a in f.aliases if not a.startswith("--no-")),
             choices=f.choices,

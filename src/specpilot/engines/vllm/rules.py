@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 
 from specpilot.check.rules import Predicate, Rule, all_of, not_, versions
-from specpilot.check.types import CheckFix, Context
+from specpilot.check.types import Context
+from specpilot.fixes import Fix
 
 E = "vllm"
 SUPPORTED = versions(">=0.26.0")
@@ -149,7 +150,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         bad_json,
         "--speculative-config is not a JSON object: {speculative_config}",
-        CheckFix(args=("--speculative-config", '{"method":"mtp","num_speculative_tokens":1}')),
+        Fix(args=("--speculative-config", '{"method":"mtp","num_speculative_tokens":1}')),
     ),
     Rule(
         "vllm-spec-method-unknown",
@@ -162,7 +163,7 @@ RULES: tuple[Rule, ...] = (
         "speculative_config method {speculative_config} is not one of vLLM's methods: for a model's own MTP "
         'head use "mtp"; with a drafter "eagle"/"eagle3"/"draft_model"/"dflash"; without one "ngram" '
         "(names are lower case)",
-        lambda ctx: CheckFix(
+        lambda ctx: Fix(
             args=(
                 "--speculative-config",
                 _sc_json(ctx, method=str(_method(ctx)).lower().replace("nextn", "mtp")),
@@ -196,7 +197,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(method_in(DRAFTER_METHODS), _no_drafter, not_(_no_tokens)),
         "num_speculative_tokens was provided but without speculative model.",
-        CheckFix(
+        Fix(
             args=(
                 "--speculative-config",
                 '{"method":"eagle3","model":"<drafter-dir>","num_speculative_tokens":3}',
@@ -217,7 +218,7 @@ RULES: tuple[Rule, ...] = (
         ),
         "num_speculative_tokens must be provided with speculative model unless the draft model config "
         "contains an n_predict parameter.",
-        lambda ctx: CheckFix(args=("--speculative-config", _sc_json(ctx, num_speculative_tokens=1))),
+        lambda ctx: Fix(args=("--speculative-config", _sc_json(ctx, num_speculative_tokens=1))),
     ),
     Rule(
         "vllm-ngram-lookup-range",
@@ -226,7 +227,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(method_in(("ngram", "ngram_gpu")), _lookup_inverted),
         "prompt_lookup_min must be <= prompt_lookup_max ({speculative_config})",
-        lambda ctx: CheckFix(
+        lambda ctx: Fix(
             args=(
                 "--speculative-config",
                 _sc_json(ctx, prompt_lookup_min=_sc(ctx).get("prompt_lookup_max")),
@@ -240,7 +241,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         all_of(method_in(("mtp",)), _no_drafter, _target_without_mtp),
         "Unsupported speculative method: 'mtp' (vLLM has no MTP drafter for {arch})",
-        CheckFix(
+        Fix(
             args=(
                 "--speculative-config",
                 '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3}',

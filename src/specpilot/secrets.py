@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 MASK = "***"
 
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.I)
-_SECRET_FLAG = re.compile(r"^--?[\w-]*(token|secret|password|api-key|api_key|apikey)[\w-]*$", re.I)
+#: broad on purpose: a host error showing `--ssl-keyfile` as *** costs nothing, a leaked key does
+_SECRET_FLAG = re.compile(r"(key|token|secret|password|passwd)", re.I)
 
 
 def is_secret_name(name: str) -> bool:
@@ -25,8 +26,8 @@ def is_secret_name(name: str) -> bool:
 
 
 def is_secret_flag(flag: str) -> bool:
-    """True for argv flags such as --api-key or --hf-token."""
-    return bool(_SECRET_FLAG.match(flag))
+    """True for argv flags such as --api-key, --hf-token or --db-password."""
+    return flag.startswith("-") and bool(_SECRET_FLAG.search(flag))
 
 
 def secret_env_names(env: Mapping[str, str]) -> set[str]:
@@ -65,6 +66,11 @@ def secret_values(env: Mapping[str, str], argv: Sequence[str] = ()) -> list[str]
     values += [orig for orig, shown in zip(argv, mask_argv(argv), strict=True) if orig != shown]
     values = [v.partition("=")[2] if v.startswith("-") else v for v in values]
     return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+
+
+def shown_argv(argv: Sequence[str]) -> str:
+    """argv as one readable line with secret flag values masked, for an error message."""
+    return " ".join(repr(a) if (not a or any(c.isspace() for c in a)) else a for a in mask_argv(argv))
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
