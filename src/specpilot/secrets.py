@@ -10,24 +10,34 @@ process's environment.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
 MASK = "***"
 
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.I)
-#: broad on purpose: a host error showing `--ssl-keyfile` as *** costs nothing, a leaked key does
-_SECRET_FLAG = re.compile(r"(key|token|secret|password|passwd)", re.I)
+#: whole words of a name or flag that mark a credential. Words, not substrings: MAX_TOKENS,
+#: --max-num-batched-tokens and --num-speculative-tokens are counts, and masking "8192"
+#: would blank every 8192 in the engine log shown to the user.
+_SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "credential", "credentials", "apikey"})
+_SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key")})
+
+
+def _is_secret_words(words: list[str]) -> bool:
+    lowered = [word.lower() for word in words if word]
+    return any(word in _SECRET_WORDS for word in lowered) or any(
+        pair in _SECRET_PAIRS for pair in itertools.pairwise(lowered)
+    )
 
 
 def is_secret_name(name: str) -> bool:
     """True for env names such as HF_TOKEN, OPENAI_API_KEY, DB_PASSWORD, MY_SECRET."""
-    return bool(_SECRET_NAME.search(name))
+    return _is_secret_words(name.split("_"))
 
 
 def is_secret_flag(flag: str) -> bool:
-    """True for argv flags such as --api-key, --hf-token or --db-password."""
-    return flag.startswith("-") and bool(_SECRET_FLAG.search(flag))
+    """True for argv flags such as --api-key, --hf-token or --ssl-keyfile-password."""
+    return flag.startswith("-") and _is_secret_words(re.split(r"[-_]", flag.lstrip("-").split("=")[0]))
 
 
 def secret_env_names(env: Mapping[str, str]) -> set[str]:
