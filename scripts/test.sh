@@ -27,6 +27,8 @@ step "engine environments (cached in \${SPECPILOT_CACHE:-~/.cache/specpilot}/ven
 for venv in $(python3 -m specpilot.demo.enginevenv --list-ci); do
   python3 -m specpilot.demo.enginevenv "$venv" >/dev/null
 done
+# The SGLang releases whose own validator the conformance suite runs (tests/conformance).
+python3 tests/conformance/venvs.py >/dev/null
 
 step "ruff"
 ruff check src tests bench gpu

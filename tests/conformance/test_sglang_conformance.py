@@ -28,7 +28,7 @@ pytestmark = pytest.mark.conformance
 
 HERE = Path(__file__).parent
 MODELS = {"hybrid": HERE / "models" / "hybrid", "dense": HERE / "models" / "dense"}
-VERSIONS = ("0.5.10.post1", "0.5.11", "0.5.12", "0.5.13.post1", "0.5.14", "0.5.19", "0.5.23")
+VERSIONS = venvs.SGLANG_RELEASES
 CASES_PER_MODEL = 130
 COMPARED = (
     "speculative_algorithm",

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 #: pinned (pip freeze of a working build); the cache key is this file's content
+#: the SGLang releases whose own validator the conformance suite runs
+SGLANG_RELEASES = ("0.5.10.post1", "0.5.11", "0.5.12", "0.5.13.post1", "0.5.14", "0.5.19", "0.5.23")
 BASE_REQUIREMENTS_FILE = Path(__file__).parent / "requirements" / "base-torch.txt"
 STUBS = Path(__file__).parent / "stubs"
 
@@ -72,3 +74,10 @@ def sglang_target(version: str) -> Path:
 
 def sglang_pythonpath(version: str) -> str:
     return os.pathsep.join([str(sglang_target(version)), str(STUBS)])
+
+
+if __name__ == "__main__":
+    # `python tests/conformance/venvs.py`: build (or reuse) every release's validator
+    # environment ahead of pytest, so a cold build is not charged to a test's timeout.
+    for release in SGLANG_RELEASES:
+        print(sglang_target(release))
