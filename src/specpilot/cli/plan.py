@@ -66,9 +66,9 @@ def render_plan(plan: Plan, console: Console) -> None:
     for note in plan.notes:
         console.print(f"• {note}")
     if plan.recommended_args or plan.recommended_env:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.recommended_env.items())
+        env = [f"{k}={shlex.quote(v)}" for k, v in plan.recommended_env.items()]
         console.print("[bold]starts first time with:[/]")
-        console.print(f"  {env} {shlex.join(plan.recommended_args)}".rstrip(), soft_wrap=True)
+        console.print("  " + " ".join([*env, shlex.join(plan.recommended_args)]), soft_wrap=True)
     if plan.measured:
         measured = ", ".join(f"{k}={v:g}" for k, v in plan.measured.items())
         console.print(f"measured: {measured}; everything else estimated")
