@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping, Sequence
 
 import click
 from rich.console import Console
@@ -34,6 +35,11 @@ def refuse_rejected_flags(spec: Spec) -> None:
     )
 
 
+def _command_text(env: Mapping[str, str], args: Sequence[str]) -> str:
+    """`NAME=value ... --flag value ...`, quoted as a shell would need it."""
+    return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(args)]).strip()
+
+
 def render_plan(plan: Plan, console: Console) -> None:
     """The plan as a person reads it: memory table, headline numbers, verdict, fixes."""
     table = Table(title=f"{plan.engine} {plan.engine_version} memory plan (per GPU)", show_lines=False)
@@ -61,14 +67,12 @@ def render_plan(plan: Plan, console: Console) -> None:
     for problem in plan.problems:
         console.print(f"[red]✗ {problem.code}[/]: {problem.message}")
         if problem.fix and (problem.fix.args or problem.fix.env):
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in problem.fix.env.items())
-            console.print(f"    fix: {env} {shlex.join(problem.fix.args)}".rstrip())
+            console.print(f"    fix: {_command_text(problem.fix.env, problem.fix.args)}")
     for note in plan.notes:
         console.print(f"• {note}")
     if plan.recommended_args or plan.recommended_env:
-        env = [f"{k}={shlex.quote(v)}" for k, v in plan.recommended_env.items()]
         console.print("[bold]starts first time with:[/]")
-        console.print("  " + " ".join([*env, shlex.join(plan.recommended_args)]), soft_wrap=True)
+        console.print("  " + _command_text(plan.recommended_env, plan.recommended_args), soft_wrap=True)
     if plan.measured:
         measured = ", ".join(f"{k}={v:g}" for k, v in plan.measured.items())
         console.print(f"measured: {measured}; everything else estimated")
