@@ -16,22 +16,8 @@ from specpilot.check.spec_check import check_spec
 from specpilot.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-INCIDENT = [
-    "--tp",
-    "1",
-    "--mem-fraction-static",
-    "0.90",
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-    "--mamba-scheduler-strategy",
-    "no_buffer",
-]
+#: the incident's second attempt, as the example spec states it (no_buffer + NEXTN + radix cache)
+INCIDENT = load_spec(ROOT / "examples" / "qwen36-27b-mtp-nobuffer-sglang.toml").engine.args
 
 
 def _time_ms(fn: object, repeats: int) -> list[float]:

@@ -16,22 +16,8 @@ from specpilot.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 HYBRID = "Qwen3_5ForConditionalGeneration"
-INCIDENT = [
-    "--tp",
-    "1",
-    "--mem-fraction-static",
-    "0.90",
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-    "--mamba-scheduler-strategy",
-    "no_buffer",
-]
+#: the incident's second attempt, as the example spec states it (no_buffer + NEXTN + radix cache)
+INCIDENT = load_spec(ROOT / "examples" / "qwen36-27b-mtp-nobuffer-sglang.toml").engine.args
 INCIDENT_ERROR = (
     "Speculative decoding for Qwen3_5ForConditionalGeneration is not compatible with radix cache "
     "when using --mamba-scheduler-strategy no_buffer.To use radix cache with speculative decoding, "
