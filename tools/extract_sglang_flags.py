@@ -18,27 +18,7 @@ import json
 import sys
 from importlib.metadata import version as dist_version
 
-
-def _kind(action: argparse.Action) -> str:
-    if action.nargs == 0:
-        return "bool"
-    if action.nargs in ("*", "+") or isinstance(action.nargs, int):
-        return "list"
-    if action.type is int:
-        return "int"
-    if action.type is float:
-        return "float"
-    if getattr(action.type, "__name__", "") in ("loads", "json_loads"):
-        return "json"
-    return "str"
-
-
-def _jsonable(value: object) -> object:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return str(value)
+from argparse_facts import action_kind, jsonable
 
 
 def _flag_entry(action: argparse.Action) -> dict[str, object] | None:
@@ -51,8 +31,8 @@ def _flag_entry(action: argparse.Action) -> dict[str, object] | None:
         "name": long_names[0],
         "aliases": [s for s in action.option_strings if s != long_names[0]],
         "dest": action.dest,
-        "kind": _kind(action),
-        "default": _jsonable(action.default),
+        "kind": action_kind(action, detect_json=True),
+        "default": jsonable(action.default),
         "choices": [str(c) for c in action.choices] if action.choices else None,
         "deprecated": deprecated,
         "replacement": new_flag,

@@ -16,25 +16,7 @@ import sys
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 
-
-def _kind(action: argparse.Action) -> str:
-    if action.nargs == 0:
-        return "bool"
-    if action.nargs in ("*", "+") or isinstance(action.nargs, int):
-        return "list"
-    if action.type is int:
-        return "int"
-    if action.type is float:
-        return "float"
-    return "str"
-
-
-def _jsonable(value: object) -> object:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return str(value)
+from argparse_facts import action_kind, jsonable
 
 
 def _entry(action: argparse.Action) -> dict[str, object] | None:
@@ -42,13 +24,13 @@ def _entry(action: argparse.Action) -> dict[str, object] | None:
     if not long_names or action.dest == "help":
         return None
     negatable = any(s.startswith("--no-") for s in action.option_strings)
-    kind = "bool" if negatable else _kind(action)
+    kind = "bool" if negatable else action_kind(action, detect_json=False)
     return {
         "name": long_names[0],
         "aliases": [s for s in action.option_strings if s != long_names[0]],
         "dest": action.dest,
         "kind": kind,
-        "default": _jsonable(action.default),
+        "default": jsonable(action.default),
         "choices": [str(c) for c in action.choices] if action.choices else None,
         "deprecated": bool(getattr(action, "deprecated", False)),
         "replacement": None,
