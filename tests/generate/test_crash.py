@@ -56,28 +56,18 @@ def server_url(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
         process.wait()
 
 
+def _generate_argv(path: Path, out: Path, server_url: str, *options: str) -> list[str]:
+    """`specpilot generate` as a real process (the tests signal it), JSON summary at the end."""
+    return [sys.executable, "-m", "specpilot", "generate", "--input", str(path), "--output", str(out),
+            "--server", server_url, *options, "--json"]  # fmt: skip
+
+
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path, server_url: str) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(ROWS))
     out = tmp_path / "out"
-    argv = [
-        sys.executable,
-        "-m",
-        "specpilot",
-        "generate",
-        "--input",
-        str(path),
-        "--output",
-        str(out),
-        "--server",
-        server_url,
-        "--concurrency",
-        "64",
-        "--flush-interval-s",
-        "0.05",
-        "--rows-per-part",
-        "3000",
-        "--json",
-    ]
+    argv = _generate_argv(
+        path, out, server_url, "--concurrency", "64", "--flush-interval-s", "0.05", "--rows-per-part", "3000"
+    )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     chooser = random.Random(int(os.environ.get("CRASH_SEED", "1")))
     done_after_kill: list[int] = []
@@ -147,21 +137,7 @@ def _lines(out: Path) -> Iterator[bytes]:
 def test_first_sigint_lets_requests_in_flight_finish(tmp_path: Path, server_url: str) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(120))
     out = tmp_path / "out"
-    argv = [
-        sys.executable,
-        "-m",
-        "specpilot",
-        "generate",
-        "--input",
-        str(path),
-        "--output",
-        str(out),
-        "--server",
-        server_url,
-        "--concurrency",
-        "8",
-        "--json",
-    ]
+    argv = _generate_argv(path, out, server_url, "--concurrency", "8")
     process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while _count_state(out, 2) < 8:  # some rows done: the job is in full swing
         assert process.poll() is None, process.communicate()
