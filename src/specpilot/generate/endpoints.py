@@ -18,6 +18,9 @@ from specpilot.errors import UserError
 HOME_ENV = "SPECPILOT_HOME"
 READY_PHASE = "ready"
 
+#: how long /v1/models may take to answer when asking a server which model it serves
+MODELS_PROBE_TIMEOUT_S = 10.0
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -84,7 +87,9 @@ async def default_model(session: aiohttp.ClientSession, endpoints: list[Endpoint
     for endpoint in endpoints:
         url = f"{endpoint.base_url}/v1/models"
         try:
-            async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as response:
+            async with session.get(
+                url, timeout=aiohttp.ClientTimeout(total=MODELS_PROBE_TIMEOUT_S)
+            ) as response:
                 if response.status != 200:
                     continue
                 try:

@@ -59,6 +59,9 @@ CREATE TABLE IF NOT EXISTS parts (
 );
 """
 
+#: a reader (`report`) or the job itself waits this long for the other side's SQLite lock
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
 
 class RowState(IntEnum):
     PENDING = 0
@@ -112,9 +115,9 @@ class Ledger:
     def __init__(self, path: Path, *, readonly: bool = False) -> None:
         self.path = path
         if readonly:
-            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
         else:
-            self._db = sqlite3.connect(path, timeout=30, isolation_level=None)
+            self._db = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)

