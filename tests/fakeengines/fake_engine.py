@@ -3,7 +3,9 @@ engine would (exit code, SIGKILL of its own group, serving, or hanging).
 
     python fake_engine.py --model-path M --host 127.0.0.1 --port 30000 ...
     env: SPECPILOT_FAKE_SCENARIO=<name in scenarios.SCENARIOS>
-         SPECPILOT_FAKE_MARK=<file>   (optional: time.time() of the fatal line, for the bench)
+         SPECPILOT_FAKE_MARK=<file>   (optional: time.time() of the fatal line, for the bench;
+                                      <file>.ended is written if the stand-in reaches its own end)
+         SPECPILOT_FAKE_LINGER_S=<s>  (optional: stay alive this long after the last line)
 """
 
 from __future__ import annotations
@@ -86,6 +88,9 @@ def run(scenario: Scenario, args: argparse.Namespace) -> None:
         sys.stdout.flush()
         if step.fatal and mark:
             Path(mark).write_text(repr(time.time()))
+    time.sleep(float(os.environ.get("SPECPILOT_FAKE_LINGER_S", "0")))
+    if mark:
+        Path(mark + ".ended").write_text(scenario.end)
     if scenario.end == "exit":
         os._exit(scenario.exit_code)
     if scenario.end == "sigkill":
