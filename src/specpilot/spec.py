@@ -166,7 +166,11 @@ def _first_error(err: ValidationError, origin: str) -> UserError:
             fix="add it to the spec; see the README's spec reference",
         )
     message = str(first["msg"]).removeprefix("Value error, ")
-    return UserError(f"{message} (got {first.get('input')!r})", field=where)
+    return UserError(
+        f"{message} (got {first.get('input')!r})",
+        field=where,
+        fix="see the README's spec reference for this key",
+    )
 
 
 def parse_spec(data: dict[str, Any], *, origin: str = "spec", source_path: Path | None = None) -> Spec:
@@ -204,9 +208,15 @@ def load_spec(path: str | Path) -> Spec:
     try:
         data = tomllib.loads(spec_path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:
-        raise UserError(f"not valid TOML: {err}", field=str(spec_path)) from None
+        raise UserError(
+            f"not valid TOML: {err}",
+            field=str(spec_path),
+            fix="fix the syntax at that line: one key = value per line, strings in quotes",
+        ) from None
     except UnicodeDecodeError:
-        raise UserError("not a UTF-8 text file", field=str(spec_path)) from None
+        raise UserError(
+            "not a UTF-8 text file", field=str(spec_path), fix="save the spec as UTF-8 text"
+        ) from None
     return parse_spec(data, origin=str(spec_path), source_path=spec_path.resolve())
 
 

@@ -277,6 +277,7 @@ def parse_engine_args(engine: str, version: str, argv: Sequence[str]) -> EngineA
             raise UserError(
                 f"{spelling} {text!r} is not one of {', '.join(flag.choices)}",
                 field="[engine] args",
+                fix=f"write {spelling} with one of those values",
             )
         parsed.values[flag.dest] = _convert(flag, spelling, text)
     return parsed

@@ -180,7 +180,9 @@ def _turns(record: dict[str, Any], where: str) -> list[Message]:
             continue
         if key == "prompt":
             if not isinstance(value, str) or not value:
-                raise UserError("'prompt' must be a non-empty string", field=where)
+                raise UserError(
+                    "'prompt' must be a non-empty string", field=where, fix='write it as "prompt": "..."'
+                )
             return [{"role": "user", "content": value}]
         return _chat_turns(value, key, where)
     raise UserError(
@@ -190,13 +192,24 @@ def _turns(record: dict[str, Any], where: str) -> list[Message]:
     )
 
 
+_TURNS_FIX = 'write it as [{"role": "user", "content": "..."}, ...]'
+
+
 def _chat_turns(value: Any, key: str, where: str) -> list[Message]:
     if not isinstance(value, list) or not value:
-        raise UserError(f"'{key}' must be a non-empty list of turns", field=where)
+        raise UserError(
+            f"'{key}' must be a non-empty list of turns",
+            field=where,
+            fix='write it as [{"role": "user", "content": "..."}, ...]',
+        )
     turns: list[Message] = []
     for turn in value:
         if not isinstance(turn, dict):
-            raise UserError(f"'{key}' holds a non-object turn", field=where)
+            raise UserError(
+                f"'{key}' holds a non-object turn",
+                field=where,
+                fix='write it as [{"role": "user", "content": "..."}, ...]',
+            )
         role = turn.get("role", turn.get("from"))
         content = turn.get("content", turn.get("value"))
         mapped = SHAREGPT_ROLES.get(str(role))
@@ -213,7 +226,11 @@ def _chat_turns(value: Any, key: str, where: str) -> list[Message]:
     while turns and turns[-1]["role"] == "assistant":
         turns.pop()
     if not turns:
-        raise UserError(f"'{key}' has no user turn to answer", field=where)
+        raise UserError(
+            f"'{key}' has no user turn to answer",
+            field=where,
+            fix="end the conversation with the user turn the model should answer",
+        )
     return turns
 
 

@@ -28,8 +28,16 @@ def render_env_file(env: Mapping[str, str]) -> bytes:
     for name in sorted(env):
         value = env[name]
         if not _ENV_NAME.match(name):
-            raise UserError(f"{name!r} is not a valid variable name", field="[engine] env")
+            raise UserError(
+                f"{name!r} is not a valid variable name",
+                field="[engine] env",
+                fix="use letters, digits and _, not starting with a digit",
+            )
         if "\n" in value or "\0" in value:
-            raise UserError(f"the value of {name} contains a newline", field=f"[engine] env {name}")
+            raise UserError(
+                f"the value of {name} contains a newline",
+                field=f"[engine] env {name}",
+                fix="put a multi-line value in a file on the host and pass its path",
+            )
         lines.append(f"{name}={value}\n")
     return "".join(lines).encode()

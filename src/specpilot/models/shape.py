@@ -158,9 +158,17 @@ def _read_config(model_path: Path) -> tuple[dict[str, Any], Path | None]:
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"{config_file} is not valid JSON ({err})", field="[model] path") from None
+        raise UserError(
+            f"{config_file} is not valid JSON ({err})",
+            field="[model] path",
+            fix="use the model's own config.json, unedited",
+        ) from None
     if not isinstance(config, dict):
-        raise UserError(f"{config_file} is not a JSON object", field="[model] path")
+        raise UserError(
+            f"{config_file} is not a JSON object",
+            field="[model] path",
+            fix="use the model's own config.json, unedited",
+        )
     return config, weights_dir
 
 

@@ -58,7 +58,11 @@ def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as err:
-        raise UserError(f"cannot read the log ({err.strerror})", field="--from-log") from None
+        raise UserError(
+            f"cannot read the log ({err.strerror})",
+            field="--from-log",
+            fix="give the path of a saved engine log (specpilot logs NAME > engine.log writes one)",
+        ) from None
     facts = _parser(spec.engine.name)(text)
     measured = {
         key: float(value)
