@@ -9,7 +9,7 @@ carry the engine's own text where the engine raises.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -36,7 +36,6 @@ class Rule:
     #: for `adjusts`: the values the engine sets (dest -> value), computed from the context
     sets: Adjustment | None = None
     why: str = ""
-    tags: tuple[str, ...] = field(default=())
 
     def applies_to(self, engine: str, version: Version) -> bool:
         return engine == self.engine and self.versions.contains(version, prereleases=True)
@@ -77,10 +76,6 @@ def unset(dest: str) -> Predicate:
 
 def given(dest: str) -> Predicate:
     return lambda ctx: dest in ctx.given
-
-
-def env_set(name: str) -> Predicate:
-    return lambda ctx: name in ctx.env
 
 
 def env_true(name: str, default: bool) -> Predicate:

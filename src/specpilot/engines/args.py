@@ -281,23 +281,3 @@ def parse_engine_args(engine: str, version: str, argv: Sequence[str]) -> EngineA
             )
         parsed.values[flag.dest] = _convert(flag, spelling, text)
     return parsed
-
-
-def render_engine_args(values: Mapping[str, object], table: Mapping[str, FlagDef]) -> list[str]:
-    """Typed values back to flags, canonical spellings, in the order given."""
-    by_dest = {flag.dest: flag for flag in table.values()}
-    argv: list[str] = []
-    for dest, value in values.items():
-        flag = by_dest[dest]
-        if flag.kind == "bool":
-            if value:
-                argv.append(flag.name)
-            elif flag.negatable:
-                argv.append("--no-" + flag.name.removeprefix("--"))
-        elif flag.kind == "json":
-            argv += [flag.name, json.dumps(value, separators=(",", ":"))]
-        elif flag.kind == "list":
-            argv += [flag.name, *(str(v) for v in value)]  # type: ignore[attr-defined]
-        else:
-            argv += [flag.name, str(value)]
-    return argv

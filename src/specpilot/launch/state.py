@@ -60,10 +60,3 @@ def read_state(name: str) -> dict[str, Any]:
             fix="start it with `specpilot up SPEC`, or set SPECPILOT_HOME as when it was started",
         ) from None
     return data
-
-
-def update_state(name: str, **changes: Any) -> dict[str, Any]:
-    state = read_state(name)
-    state.update(changes)
-    write_state(state)
-    return state
