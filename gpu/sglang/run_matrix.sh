@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Runs ON the H200 machine (the device tool's `run`), from the repository root: real SGLang starts
+# with random weights, one lane per GPU, each start on an emulated card, every startup log kept.
+#
+#   bash gpu/sglang/run_matrix.sh CARRY_DIR MATRIX_TSV [--budget-s S] [--only ID,ID]
+#   bash gpu/sglang/run_matrix.sh --dry-run MATRIX_TSV      (prints the starts; no GPU, no carry)
+#
+# CARRY_DIR holds sglcarry.tar.xz.part-NN and ARCHIVE_SHA256 (gpu/sglang/build_carry.sh); it is
+# joined, checked and unpacked once per machine into /root/sglang-<sha>/. MATRIX_TSV rows:
+#   id  model(folder under gpu/models)  card_gib(- = the whole card)  est_s  env(- or A=1,B=2)  sglang flags...
+# Each lane (GPU) takes the next row; a row starts only if its estimate fits the time left.
+# A start: hold the memory above card_gib in another process on that GPU, start SGLang, wait for
+# ready (or exit, or the budget), send one token-id request, stop the server's process group,
+# release the card. Logs, the resolved ServerArgs and outcomes end in $OUT/sglang-logs.tar.gz
+# (the device tool returns at most 8 files), written before the budget ends.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+
+readonly BASE_PORT=30000
+readonly STOP_GRACE_S=20
+readonly TAR_RESERVE_S=25
+# What the carry leaves out: FA3 (triton attention), flashinfer's sampler, xgrammar's library,
+# the tokenizer (token-id requests), the checkpoint (dummy weights). gpu/sglang/README.md.
+readonly BASE_FLAGS=(--load-format dummy --skip-tokenizer-init --attention-backend triton
+    --sampling-backend pytorch --grammar-backend none --mm-attention-backend triton_attn
+    --host 127.0.0.1)
+
+budget_s=540
+only=""
+dry_run=0
+if [[ ${1:-} == --dry-run ]]; then dry_run=1; shift; carry=""; else carry=${1:?carry dir}; shift; fi
+matrix=${1:?matrix tsv}; shift
+while (($#)); do
+    case $1 in
+        --budget-s) budget_s=$2; shift 2 ;;
+        --only) only=$2; shift 2 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+
+say() { printf '[sglang-matrix %4ds] %s\n' "$SECONDS" "$*"; }
+
+rows() {
+    local line id
+    while IFS= read -r line; do
+        [[ -z $line || $line == \#* ]] && continue
+        id=${line%%$'\t'*}
+        if [[ -n $only && ",$only," != *",$id,"* ]]; then continue; fi
+        printf '%s\n' "$line"
+    done < "$matrix"
+}
+
+if ((dry_run)); then
+    rows | while IFS=$'\t' read -r id model card est env flags; do
+        printf '%-28s %-14s card %-6s est %4ss env %s  %s\n' "$id" "$model" "$card" "$est" "$env" "$flags"
+    done
+    exit 0
+fi
+
+# ------------------------------------------------------------------ install the carry (once)
+sha=$(cat "$carry/ARCHIVE_SHA256")
+root=/root/sglang-${sha:0:12}
+if [[ ! -f $root/.installed ]]; then
+    got=$(cat "$carry"/sglcarry.tar.xz.part-* | tee /tmp/sglcarry.tar.xz | sha256sum | cut -d' ' -f1)
+    [[ $got == "$sha" ]] || { say "carry sha256 $got, expected $sha: send the parts again"; exit 3; }
+    rm -rf "$root" && mkdir -p "$root"
+    tar -xJf /tmp/sglcarry.tar.xz -C "$root" || { say "unpacking failed"; exit 4; }
+    rm -f /tmp/sglcarry.tar.xz && touch "$root/.installed"
+    say "carry ${sha:0:12} unpacked into $root ($(du -sh "$root" | cut -f1))"
+fi
+export PYTHONPATH="$PWD/gpu/sglang/stubs:$root/sgl-pin:$root/sgl-site${PYTHONPATH:+:$PYTHONPATH}"
+export PATH="$(dirname "$(command -v python3)"):/usr/local/cuda/bin:$PATH" CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export SGLANG_ENABLE_JIT_DEEPGEMM=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+python3 -c 'import importlib.metadata as m; print("sglang", m.version("sglang"), "torch", m.version("torch"))'
+
+logs=/tmp/sglang-logs; rm -rf "$logs"; mkdir -p "$logs"
+queue=/tmp/sglang-queue; rows > "$queue"; : > "$queue.taken"
+lanes=$(nvidia-smi --list-gpus | wc -l)
+deadline=$((SECONDS + budget_s - TAR_RESERVE_S))
+say "$(wc -l < "$queue") starts, $lanes lane(s), budget ${budget_s}s"
+
+# The next row not yet taken whose estimate fits the time left (flock: lanes share the queue).
+take_row() {
+    local line
+    exec 9> "$queue.lock"; flock 9
+    while IFS= read -r line; do
+        grep -qxF -- "$line" "$queue.taken" && continue
+        local est; est=$(cut -f4 <<< "$line")
+        if ((SECONDS + est + STOP_GRACE_S <= deadline)); then
+            printf '%s\n' "$line" >> "$queue.taken"; printf '%s\n' "$line"; break
+        fi
+    done < "$queue"
+    flock -u 9
+}
+
+# Leave free exactly what a card of card_gib total would have free before SGLang starts: card minus
+# what the idle GPU already uses (read before the blocker's own CUDA context exists).
+start_blocker() { # gpu card_gib outfile
+    local idle_mib
+    idle_mib=$(nvidia-smi -i "$1" --query-gpu=memory.used --format=csv,noheader,nounits)
+    CUDA_VISIBLE_DEVICES=$1 python3 - "$2" "$idle_mib" > "$3" 2>&1 <<'PY' &
+import sys, time, torch
+card, idle = float(sys.argv[1]) * 2**30, float(sys.argv[2]) * 2**20
+torch.empty(1, device="cuda")
+free, total = torch.cuda.mem_get_info()
+hold = int(free - (card - idle))
+x = torch.empty(hold, dtype=torch.uint8, device="cuda")
+free2, _ = torch.cuda.mem_get_info()
+print(f"blocker: total {total/2**30:.3f} GiB, held {hold/2**30:.3f}, free now {free2/2**30:.3f}", flush=True)
+print("BLOCKER_READY", flush=True)
+time.sleep(10**6)
+PY
+    echo $!
+}
+
+ready_or_done() { # pid log port  -> 0 ready, 1 exited, 2 out of time
+    while :; do
+        kill -0 "$1" 2>/dev/null || return 1
+        if grep -q "The server is fired up and ready to roll" "$2" &&
+            curl -sf -o /dev/null "http://127.0.0.1:$3/health"; then return 0; fi
+        ((SECONDS >= deadline)) && return 2
+        sleep 2
+    done
+}
+
+one_request() { # port log
+    curl -s -m 120 "http://127.0.0.1:$1/generate" -H 'Content-Type: application/json' \
+        -d '{"input_ids": [1000,1001,1002,1003,1004,1005,1006,1007], "sampling_params": {"max_new_tokens": 16, "temperature": 0, "ignore_eos": true}}' \
+        | head -c 600 >> "$2"
+    echo >> "$2"
+}
+
+run_row() { # gpu line
+    local gpu=$1 id model card est env flags
+    IFS=$'\t' read -r id model card est env flags <<< "$2"
+    local log=$logs/$id.log port=$((BASE_PORT + gpu * 10)) t0=$SECONDS bpid=""
+    {
+        echo "# specpilot gpu/sglang/run_matrix.sh start $id"
+        echo "# date $(date -u +%FT%TZ) gpu $gpu $(nvidia-smi -i "$gpu" --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
+        echo "# sglang $(python3 -c 'import importlib.metadata as m; print(m.version("sglang"))') card_gib $card model $model"
+        echo "# env $env flags $flags"
+    } > "$log"
+    if [[ $card != - ]]; then
+        bpid=$(start_blocker "$gpu" "$card" "$logs/$id.blocker")
+        for _ in $(seq 1 120); do grep -q BLOCKER_READY "$logs/$id.blocker" 2>/dev/null && break; sleep 0.5; done
+        echo "# $(head -n 1 "$logs/$id.blocker")" >> "$log"
+    fi
+    local -a argv envs=()
+    [[ $env != - ]] && IFS=, read -r -a envs <<< "$env"
+    # shellcheck disable=SC2206  # flags are space-separated by the matrix's contract
+    argv=(python3 gpu/sglang/launch.py --model-path "gpu/models/$model" "${BASE_FLAGS[@]}" --port "$port" $flags)
+    echo "# argv ${argv[*]}" >> "$log"
+    set -m
+    env "${envs[@]}" CUDA_VISIBLE_DEVICES="$gpu" "${argv[@]}" >> "$log" 2>&1 < /dev/null &
+    local pid=$!
+    set +m
+    ready_or_done "$pid" "$log" "$port"
+    local outcome=$?
+    case $outcome in
+        0) echo "# nvidia-smi at ready: $(nvidia-smi -i "$gpu" --query-gpu=memory.used,memory.total --format=csv,noheader)" >> "$log"
+           one_request "$port" "$log"; outcome=ready ;;
+        1) outcome=exited ;;
+        2) outcome=budget ;;
+    esac
+    kill -TERM -- "-$pid" 2>/dev/null
+    for _ in $(seq 1 "$STOP_GRACE_S"); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 1; done
+    kill -KILL -- "-$pid" 2>/dev/null
+    [[ -n $bpid ]] && kill "$bpid" 2>/dev/null && wait "$bpid" 2>/dev/null
+    for _ in $(seq 1 30); do
+        (($(nvidia-smi -i "$gpu" --query-gpu=memory.used --format=csv,noheader,nounits) < 2048)) && break; sleep 1
+    done
+    echo "# outcome $outcome after $((SECONDS - t0)) s" >> "$log"
+    printf '%s\t%s\t%s\t%s\n' "$id" "$gpu" "$outcome" "$((SECONDS - t0))" >> "$logs/outcomes.tsv"
+    say "lane $gpu: $id $outcome in $((SECONDS - t0)) s"
+}
+
+lane() { # gpu
+    local line
+    while line=$(take_row) && [[ -n $line ]]; do run_row "$1" "$line"; done
+}
+
+for ((g = 0; g < lanes; g++)); do lane "$g" & done
+wait
+cat "$logs/outcomes.tsv" 2>/dev/null
+for f in "$logs"/*.log; do
+    echo "== $(basename "$f")"
+    grep -E "avail mem=|Load weight end|Mamba Cache is allocated|KV Cache is allocated|Memory pool end|max_total_num_tokens=|CUDA graph end|capped|Error|error:" "$f" \
+        | grep -v "server_args=ServerArgs" | cut -c1-260 | head -n 30
+done
+if [[ -n ${OUT:-} ]]; then tar -czf "$OUT/sglang-logs.tar.gz" -C "$logs" . && say "logs in \$OUT/sglang-logs.tar.gz"; fi
