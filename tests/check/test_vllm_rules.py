@@ -20,6 +20,8 @@ def sc(**config: object) -> list[str]:
 #: rule id -> (argv that fires it, argv that does not, architecture, effect on speculative config)
 CASES: dict[str, tuple[list[str], list[str], str, dict[str, object]]] = {
     "vllm-prefix-caching-default": ([], ["--no-enable-prefix-caching"], HYBRID, {}),
+    "vllm-prefix-caching-default-2x": ([], ["--enable-prefix-caching"], HYBRID, {}),
+    "vllm-gpu-memory-utilization-default-2x": ([], ["--gpu-memory-utilization", "0.8"], DENSE, {}),
     "vllm-spec-config-json": (
         ["--speculative-config", "{method:mtp}"],
         sc(method="mtp", num_speculative_tokens=1),
@@ -71,6 +73,11 @@ CASES: dict[str, tuple[list[str], list[str], str, dict[str, object]]] = {
 }
 #: the near miss of the MTP rule is the same flags on a model vLLM has an MTP drafter for
 QUIET_ARCH = {"vllm-mtp-needs-mtp-layers": HYBRID}
+#: rules of the 0.2x line are exercised on 0.26.0, the rest on 0.32.0
+RULE_VERSION = {
+    "vllm-prefix-caching-default-2x": "0.26.0",
+    "vllm-gpu-memory-utilization-default-2x": "0.26.0",
+}
 
 
 def test_every_rule_has_a_case() -> None:
@@ -81,7 +88,8 @@ def test_every_rule_has_a_case() -> None:
 def test_rule_fires_on_its_case_and_not_on_the_near_miss(rule_id: str) -> None:
     fires, quiet, arch, effect = CASES[rule_id]
     rule = next(r for r in RULES if r.id == rule_id)
-    result = check_args("vllm", "0.32.0", ["--model", "m", *fires], {}, arch)
+    version = RULE_VERSION.get(rule_id, "0.32.0")
+    result = check_args("vllm", version, ["--model", "m", *fires], {}, arch, hybrid=arch == HYBRID)
     finding = next((f for f in result.findings if f.rule == rule_id), None)
     assert finding is not None
     if rule.severity == "error":
@@ -89,7 +97,8 @@ def test_rule_fires_on_its_case_and_not_on_the_near_miss(rule_id: str) -> None:
     for key, value in effect.items():
         effective = json.loads(str(result.effective_values["speculative_config"]))
         assert effective[key] == value
-    near = check_args("vllm", "0.32.0", ["--model", "m", *quiet], {}, QUIET_ARCH.get(rule_id, arch))
+    near_arch = QUIET_ARCH.get(rule_id, arch)
+    near = check_args("vllm", version, ["--model", "m", *quiet], {}, near_arch, hybrid=near_arch == HYBRID)
     assert rule_id not in {f.rule for f in near.findings}
 
 
@@ -100,3 +109,19 @@ def test_negated_boolean_and_short_alias() -> None:
     assert result.ok
     assert result.effective_values["enable_prefix_caching"] is False
     assert result.effective_values["tensor_parallel_size"] == 2
+
+
+@pytest.mark.parametrize(
+    ("version", "hybrid", "prefix_caching", "utilization"),
+    [
+        ("0.26.0", True, False, 0.9),  # 0.2x: prefix caching opt-in for mamba/GDN models
+        ("0.26.0", False, True, 0.9),
+        ("0.32.0", True, True, 0.92),  # 0.3x: on for every model; the 0.32.0 table's default
+    ],
+)
+def test_line_defaults_are_effective_values(
+    version: str, hybrid: bool, prefix_caching: bool, utilization: float
+) -> None:
+    result = check_args("vllm", version, ["--model", "m"], {}, HYBRID if hybrid else DENSE, hybrid=hybrid)
+    assert result.effective_values["enable_prefix_caching"] is prefix_caching
+    assert result.effective_values["gpu_memory_utilization"] == utilization

@@ -40,6 +40,8 @@ E = "sglang"
 ERA_A = versions(">=0.5.10,<0.5.14")  # --mamba-scheduler-strategy, auto -> no_buffer
 ERA_B = versions(">=0.5.14")  # --mamba-radix-cache-strategy, auto -> extra_buffer when useful
 ALL = versions(">=0.5.10")
+#: the releases `check` and `plan` accept; newer than the newest flag table only warns
+SUPPORTED_RELEASES = versions(">=0.5.10,<0.6")
 STRAT_A = "mamba_scheduler_strategy"
 STRAT_B = "mamba_radix_cache_strategy"
 EXTRA = ("extra_buffer", "extra_buffer_lazy")

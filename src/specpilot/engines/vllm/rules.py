@@ -16,6 +16,8 @@ from specpilot.fixes import Fix
 
 E = "vllm"
 SUPPORTED = versions(">=0.26.0")
+#: the releases `check` and `plan` accept (the planner's 0.2x and 0.3x lines)
+SUPPORTED_RELEASES = versions(">=0.21,<0.40")
 
 #: the `method` names vLLM 0.32.0 accepts (SpeculativeMethod)
 MTP_METHODS = (
@@ -133,11 +135,40 @@ def _target_without_mtp(ctx: Context) -> bool:
     return ctx.architecture is not None and ctx.architecture not in MTP_TARGET_ARCHS
 
 
+LINE_2X = versions(">=0.21,<0.30")
+LINE_3X = versions(">=0.30")
+
+
+def _hybrid(ctx: Context) -> bool:
+    return ctx.hybrid is True
+
+
 RULES: tuple[Rule, ...] = (
+    Rule(
+        "vllm-prefix-caching-default-2x",
+        E,
+        LINE_2X,
+        "adjusts",
+        lambda ctx: ctx.get("enable_prefix_caching") is None,
+        "prefix caching is on by default, except for hybrid (mamba/GDN) models, where it is opt-in: "
+        "here {enable_prefix_caching}",
+        sets=lambda ctx: {"enable_prefix_caching": not _hybrid(ctx)},
+        why="engine/arg_utils.py:_set_default_chunked_prefill_and_prefix_caching_args of 0.26.0",
+    ),
+    Rule(
+        "vllm-gpu-memory-utilization-default-2x",
+        E,
+        LINE_2X,
+        "adjusts",
+        lambda ctx: "gpu_memory_utilization" not in ctx.given,
+        "--gpu-memory-utilization defaults to 0.9 in this release line",
+        sets=lambda ctx: {"gpu_memory_utilization": 0.9},
+        why="the 0.2x default, printed by the project's 0.26.0 H200 starts; the 0.32.0 table says 0.92",
+    ),
     Rule(
         "vllm-prefix-caching-default",
         E,
-        SUPPORTED,
+        LINE_3X,
         "adjusts",
         lambda ctx: ctx.get("enable_prefix_caching") is None,
         "prefix caching is on by default (hybrid models included, with mamba state caching)",
