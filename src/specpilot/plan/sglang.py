@@ -359,6 +359,18 @@ def _memory_table(
     return terms
 
 
+def planner_settings(spec: Spec, shape: ModelShape, args: EffectiveArgs) -> SglangSettings:
+    """The sizing inputs of one launch: `args` are check's effective values for it."""
+    return resolve_settings(
+        args,
+        shape,
+        gpu_memory_gib=spec.gpu.memory_gib,
+        weights_dtype=spec.model.dtype,
+        quantization=spec.model.quantization,
+        rules=release_rules(spec.engine.version),
+    )
+
+
 def plan_sglang(
     spec: Spec, shape: ModelShape, args: EffectiveArgs, measured: Mapping[str, float] | None = None
 ) -> Plan:
@@ -370,18 +382,7 @@ def plan_sglang(
     embedding and LM head for the target's, so it is not the draft's resident size.
     """
     rules = release_rules(spec.engine.version)
-
-    def settings_for(engine_args: EffectiveArgs) -> SglangSettings:
-        return resolve_settings(
-            engine_args,
-            shape,
-            gpu_memory_gib=spec.gpu.memory_gib,
-            weights_dtype=spec.model.dtype,
-            quantization=spec.model.quantization,
-            rules=rules,
-        )
-
-    settings = settings_for(args)
+    settings = planner_settings(spec, shape, args)
     inputs = dict(measured or {})
     measured_used = {
         key: value for key, value in inputs.items() if key in ("free_before_load_gib", "weights_gib")
@@ -415,7 +416,7 @@ def plan_sglang(
     else:
         notes.append("no --mem-fraction-static from 0.95 down to 0.50 fits: use more GPUs (--tp)")
     if settings.speculative_algorithm:
-        plain = settings_for(effective_args_without(spec, shape, _speculation_dest))
+        plain = planner_settings(spec, shape, effective_args_without(spec, shape, _speculation_dest))
         note = speculative_note(best or z, recommend(shape, plain, rules, free, weights))
         if note:
             notes.append(note)
