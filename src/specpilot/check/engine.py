@@ -56,10 +56,11 @@ def refuse_unsupported(engine: str, version: Version) -> None:
     if releases.contains(Version(version.base_version), prereleases=True):
         return
     newest = release_tables(engine)[-1].version
+    bounds = " ".join(sorted((str(s) for s in releases), key=lambda s: not s.startswith(">")))
     raise UserError(
-        f"{engine} {version} is outside the releases specpilot models ({releases})",
+        f"{engine} {version} is outside the releases specpilot models ({bounds})",
         field="[engine] version",
-        fix=f"use a release in {releases}, e.g. {newest} (the newest verified)",
+        fix=f"use a release in that range, e.g. {newest} (the newest verified)",
     )
 
 

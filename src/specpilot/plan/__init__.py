@@ -8,6 +8,7 @@ from specpilot.check.effective import EffectiveArgs
 from specpilot.fixes import Fix
 from specpilot.models.shape import ModelShape, load_model_shape
 from specpilot.plan.effective import effective_args
+from specpilot.plan.provenance import provenance
 from specpilot.plan.types import Plan, Problem, Term
 from specpilot.spec import Spec
 
@@ -26,7 +27,10 @@ def make_plan(spec: Spec, measured: Mapping[str, float] | None = None) -> Plan:
     if spec.engine.name == "sglang":
         from specpilot.plan.sglang import plan_sglang
 
-        return plan_sglang(spec, shape, args, measured)
-    from specpilot.plan.vllm import plan_vllm
+        plan = plan_sglang(spec, shape, args, measured)
+    else:
+        from specpilot.plan.vllm import plan_vllm
 
-    return plan_vllm(spec, shape, args, measured)
+        plan = plan_vllm(spec, shape, args, measured)
+    plan.provenance = provenance(spec.engine.name, spec.engine.version)
+    return plan
