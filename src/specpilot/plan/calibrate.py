@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from specpilot.errors import UserError
-from specpilot.plan.log_checks import refuse_foreign_log, refuse_other_engine
+from specpilot.plan.log_checks import refuse_foreign_log, refuse_other_engine, refuse_unfinished_load
 from specpilot.spec import Spec
 
 LogParser = Callable[[str], Mapping[str, object]]
@@ -67,6 +67,7 @@ def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str
             fix="give the path of a saved engine log (specpilot logs NAME > engine.log writes one)",
         ) from None
     refuse_other_engine(spec, text)
+    refuse_unfinished_load(spec, text)
     facts = _parser(spec.engine.name)(text)
     measured = {
         key: float(value)

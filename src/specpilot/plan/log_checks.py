@@ -75,6 +75,8 @@ SIGNATURES: dict[str, LogSignature] = {
             re.compile(r"vLLM API server version"),
             re.compile(r"LLM engine \(v[0-9]"),
             re.compile(r"Resolved architecture: \w+"),
+            re.compile(r"worker init memory snapshot"),
+            re.compile(r"Chunked prefill is enabled with max_num_batched_tokens"),
         ),
         loaded=(
             re.compile(r"Model loading took"),
@@ -221,10 +223,9 @@ def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, facts: Mapping[st
 
 
 def refuse_foreign_log(spec: Spec, text: str, facts: Mapping[str, object]) -> None:
-    """Every check of a parsed log against the spec (the engine's own lines were found)."""
+    """The checks of a parsed log of this engine, past weight loading, against the spec."""
     from specpilot.models.shape import load_model_shape
 
-    refuse_unfinished_load(spec, text)
     refuse_other_release(spec, facts.get("version"))
     shape = load_model_shape(spec.model_dir())
     refuse_other_architecture(spec, shape, text)
