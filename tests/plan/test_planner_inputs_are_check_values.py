@@ -83,6 +83,8 @@ def test_sglang_planner_inputs_equal_check_effective_values(version: str) -> Non
             "mamba_strategy": "no_buffer" if v["disable_radix_cache"] or strategy == "auto" else strategy,
             "tp_size": v.get("tp_size", v.get("tensor_parallel_size")),
             "mem_fraction_given": "mem_fraction_static" in checked.given,
+            "chunked_prefill_size": v["chunked_prefill_size"],
+            "cuda_graph_max_bs": v.get("cuda_graph_max_bs", v.get("cuda_graph_max_bs_decode")),
         }
         for name, value in expected.items():
             if getattr(s, name) != value:

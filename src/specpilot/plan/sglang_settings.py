@@ -4,9 +4,10 @@ The flag values come from `check`'s evaluation of the release's rules
 (`specpilot.plan.effective`): 48 running requests for speculative decoding, the
 mamba strategy behind `auto`, overlap scheduling, page size and draft-token counts
 are the rules' effective values, tested against the engines; nothing here
-re-derives them. What stays here is memory sizing that follows from the GPU's
-size (server_args.py `_handle_gpu_memory_settings`: chunked prefill, CUDA-graph
-batch limit, the default `mem_fraction_static`) and the model's dtypes.
+re-derives them. The chunked-prefill size and CUDA-graph batch limit SGLang picks from the GPU's
+memory are rules too (`engines/sglang/gpu.py`); what stays here is the memory
+arithmetic on them (the default `mem_fraction_static` of
+`_handle_gpu_memory_settings`, piecewise graph sizes) and the model's dtypes.
 """
 
 from __future__ import annotations
@@ -24,27 +25,6 @@ MIB_PER_GIB = 1024
 DRAFT_MODEL_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH"})
 #: Every value SGLang accepts; NEXTN is an alias of EAGLE (speculative_hook.py).
 SPECULATIVE_ALGORITHMS = DRAFT_MODEL_ALGORITHMS | {"NGRAM", "FROZEN_KV_MTP"}
-
-
-@dataclass(frozen=True)
-class GpuDefaults:
-    """One row of `_handle_gpu_memory_settings`: defaults picked by GPU memory size."""
-
-    below_mib: float
-    chunked_prefill_size: int
-    cuda_graph_max_bs_small_tp: int
-    cuda_graph_max_bs_large_tp: int
-
-
-#: (T4 | A10/4090/5090 | A100-40G/L40 | H100 | H20/H200/96 GB | B200) -- tp < 4 vs tp >= 4
-GPU_DEFAULTS: tuple[GpuDefaults, ...] = (
-    GpuDefaults(20 * 1024, 2048, 8, 8),
-    GpuDefaults(35 * 1024, 2048, 24, 80),
-    GpuDefaults(60 * 1024, 4096, 32, 160),
-    GpuDefaults(90 * 1024, 8192, 256, 512),
-    GpuDefaults(160 * 1024, 8192, 256, 512),
-    GpuDefaults(float("inf"), 16384, 512, 512),
-)
 
 
 @dataclass(frozen=True)
@@ -88,11 +68,6 @@ class SglangSettings:
     @property
     def extra_buffer(self) -> bool:
         return self.mamba_strategy in ("extra_buffer", "extra_buffer_lazy")
-
-
-def gpu_defaults(gpu_memory_mib: float) -> GpuDefaults:
-    """The `_handle_gpu_memory_settings` row for a GPU of this size."""
-    return next(row for row in GPU_DEFAULTS if gpu_memory_mib < row.below_mib)
 
 
 def piecewise_graph_token_sizes(max_tokens: int) -> list[int]:
@@ -200,11 +175,8 @@ def resolve_settings(
     tp_size = _int(args, "tp_size")
     pp_size = _int(args, "pp_size")
     gpu_memory_mib = gpu_memory_gib * MIB_PER_GIB
-    row = gpu_defaults(gpu_memory_mib)
-    chunked = args.get_int("chunked_prefill_size") or row.chunked_prefill_size
-    graph_bs = args.get_int("cuda_graph_max_bs") or (
-        row.cuda_graph_max_bs_small_tp if tp_size < 4 else row.cuda_graph_max_bs_large_tp
-    )
+    chunked = _int(args, "chunked_prefill_size")
+    graph_bs = _int(args, "cuda_graph_max_bs")
     graphs_off = args.get_bool("disable_cuda_graph")
     piecewise_off = (
         graphs_off
