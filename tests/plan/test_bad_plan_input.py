@@ -155,6 +155,13 @@ def test_bad_input_is_one_line_naming_field_and_fix(case: Case, tmp_path: Path) 
         assert word in errors[0], output
 
 
+def test_a_text_only_class_of_the_same_model_is_the_same_model(tmp_path: Path) -> None:
+    """SGLang may load a wrapper's language model class (Qwen3_5ForCausalLM for a Qwen3.5 VL)."""
+    text = SGLANG_LOADED.replace("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
+    result = CliRunner().invoke(cli, ["plan", sglang(tmp_path), "--from-log", log(tmp_path, text), "--json"])
+    assert result.exit_code in (0, 1), result.output
+
+
 @pytest.mark.parametrize(
     ("engine", "text", "weights_gib"),
     [

@@ -159,9 +159,17 @@ def refuse_other_parallelism(spec: Spec, shape: ModelShape, text: str) -> None:
     )
 
 
+_HEAD_SUFFIX = re.compile(r"For(?:CausalLM|ConditionalGeneration)\w*$")
+
+
+def _family(architecture: str) -> str:
+    """The model class without its head: an engine may load a wrapper's text-only class."""
+    return _HEAD_SUFFIX.sub("", architecture)
+
+
 def refuse_other_architecture(spec: Spec, shape: ModelShape, text: str) -> None:
     match = SIGNATURES[spec.engine.name].architecture.search(text)
-    if match is None or match.group(1) == shape.architecture:
+    if match is None or _family(match.group(1)) == _family(shape.architecture):
         return
     raise UserError(
         f"the log's model is a {match.group(1)}; "
