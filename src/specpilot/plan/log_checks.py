@@ -180,7 +180,7 @@ def refuse_other_architecture(spec: Spec, shape: ModelShape, text: str) -> None:
 
 
 def _model_words(shape: ModelShape) -> str:
-    layers = shape.full_attention_layers + shape.sliding_attention_layers
+    layers = shape.full_attention_layers
     return (
         f"{shape.architecture}: {layers} attention layers x {shape.num_key_value_heads} KV heads "
         f"x {shape.head_dim}, hidden size {shape.hidden_size}"
@@ -204,14 +204,15 @@ def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, text: str) -> N
     from specpilot.plan.sglang import planner_settings
 
     match = _SGLANG_K_SIZE.search(text)
-    if match is None or shape.kv_lora_rank:
+    # MLA caches a latent, and sliding-window layers get their own smaller pool: skipped
+    if match is None or shape.kv_lora_rank or shape.sliding_attention_layers:
         return
     dtype, tokens, k_gib = match.group(1), int(match.group(2)), float(match.group(3))
     if dtype not in DTYPE_BYTES or not tokens or not k_gib:
         return
     s = planner_settings(spec, shape, effective_args(spec, shape))
     heads = q.kv_heads_per_gpu(shape, s.tp_size)
-    planned = q.kv_layers(shape) * heads * shape.head_dim * DTYPE_BYTES[dtype]
+    planned = shape.full_attention_layers * heads * shape.head_dim * DTYPE_BYTES[dtype]
     _refuse_footprint(spec, shape, k_gib * GIB / tokens, planned, "K cache")
 
 
