@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specpilot.check import check_args
+from specpilot.check import GpuFacts, check_args
 from specpilot.engines.vllm.rules import RULES
 
 HYBRID = "Qwen3NextForCausalLM"
@@ -20,6 +20,8 @@ def sc(**config: object) -> list[str]:
 #: rule id -> (argv that fires it, argv that does not, architecture, effect on speculative config)
 CASES: dict[str, tuple[list[str], list[str], str, dict[str, object]]] = {
     "vllm-prefix-caching-default": ([], ["--no-enable-prefix-caching"], HYBRID, {}),
+    "vllm-max-num-batched-tokens-default": ([], ["--max-num-batched-tokens", "4096"], DENSE, {}),
+    "vllm-max-num-seqs-default": ([], ["--max-num-seqs", "64"], DENSE, {}),
     "vllm-prefix-caching-default-2x": ([], ["--enable-prefix-caching"], HYBRID, {}),
     "vllm-gpu-memory-utilization-default-2x": ([], ["--gpu-memory-utilization", "0.8"], DENSE, {}),
     "vllm-spec-config-json": (
@@ -125,3 +127,24 @@ def test_line_defaults_are_effective_values(
     result = check_args("vllm", version, ["--model", "m"], {}, HYBRID if hybrid else DENSE, hybrid=hybrid)
     assert result.effective_values["enable_prefix_caching"] is prefix_caching
     assert result.effective_values["gpu_memory_utilization"] == utilization
+
+
+@pytest.mark.parametrize(
+    ("gpu", "env", "argv", "seqs", "batched"),
+    [
+        (GpuFacts(memory_gib=139.8, name="NVIDIA H200"), {}, [], 1024, 8192),
+        (GpuFacts(memory_gib=79.3, name="NVIDIA A100-SXM4-80GB"), {}, [], 256, 2048),
+        (GpuFacts(memory_gib=23.5), {}, [], 256, 2048),
+        (GpuFacts(memory_gib=139.8, name="H200"), {}, ["--max-num-batched-tokens", "512"], 512, 512),
+        (GpuFacts(memory_gib=139.8), {"VLLM_TARGET_DEVICE": "cpu"}, ["-tp", "2"], 256, 4096),
+    ],
+)
+def test_batch_defaults_follow_the_device(
+    gpu: GpuFacts, env: dict[str, str], argv: list[str], seqs: int, batched: int
+) -> None:
+    """get_batch_defaults: >= 70 GiB non-A100 GPUs get bigger batches; the CPU backend's are
+    per TP rank; max_num_seqs never exceeds max_num_batched_tokens."""
+    result = check_args("vllm", "0.26.0", ["--model", "m", *argv], env, DENSE, gpu)
+    assert result.effective_values["max_num_seqs"] == seqs
+    # the flag takes vLLM's human-readable ints ("8k"): a given value stays text
+    assert str(result.effective_values["max_num_batched_tokens"]) == str(batched)

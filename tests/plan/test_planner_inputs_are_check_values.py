@@ -15,6 +15,7 @@ import pytest
 
 from specpilot.check import GpuFacts, check_args
 from specpilot.check.types import CheckResult
+from specpilot.engines.vllm.defaults import human_int
 from specpilot.models.shape import ModelShape, load_model_shape
 from specpilot.plan import plan_inputs
 from specpilot.plan.sglang import planner_settings
@@ -129,9 +130,9 @@ def test_vllm_planner_inputs_equal_check_effective_values(version: str) -> None:
             "num_speculative_tokens": tokens,
             "tp_size": v["tensor_parallel_size"],
             "max_model_len": int(str(v["max_model_len"])),
+            "max_num_seqs": v["max_num_seqs"],
+            "max_num_batched_tokens": human_int(str(v["max_num_batched_tokens"])),
         }
-        if v["max_num_seqs"] is not None:
-            expected["max_num_seqs"] = v["max_num_seqs"]
         for name, value in expected.items():
             if getattr(inputs, name) != value:
                 problems.append(

@@ -44,7 +44,7 @@ def check_spec(spec: Spec) -> CheckResult:
         spec.engine.args,
         spec.engine.env,
         model.architecture,
-        GpuFacts(memory_gib=spec.gpu.memory_gib),
+        GpuFacts(memory_gib=spec.gpu.memory_gib, name=spec.gpu.name),
         model.mtp_layers,
         model.hybrid,
     )
@@ -54,7 +54,7 @@ def check_spec(spec: Spec) -> CheckResult:
 
 def fix_spec(spec: Spec) -> FixedLaunch:
     model, notes = spec_model(spec)
-    gpu = GpuFacts(memory_gib=spec.gpu.memory_gib)
+    gpu = GpuFacts(memory_gib=spec.gpu.memory_gib, name=spec.gpu.name)
 
     def run(args: list[str], env: dict[str, str]) -> CheckResult:
         return check_args(

@@ -20,6 +20,8 @@ class GpuFacts:
     memory_gib: float = 96.0
     compute_capability: tuple[int, int] = (12, 0)
     is_cuda: bool = True
+    #: the GPU's model name as the spec gives it (vLLM's batch defaults except A100s)
+    name: str | None = None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ def evaluate(
     env: Mapping[str, str],
     shape: ModelShape,
     gpu_memory_gib: float,
+    gpu_name: str | None = None,
 ) -> EffectiveArgs:
     """One launch's flags as the engine will run them, for a model of this shape."""
     result = check_args(
@@ -33,7 +34,7 @@ def evaluate(
         list(argv),
         dict(env),
         shape.architecture,
-        GpuFacts(memory_gib=gpu_memory_gib),
+        GpuFacts(memory_gib=gpu_memory_gib, name=gpu_name),
         shape.mtp_num_layers,
         shape.is_hybrid,
     )
@@ -51,6 +52,7 @@ def effective_args(
         spec.engine.env if env is None else env,
         shape,
         spec.gpu.memory_gib,
+        spec.gpu.name,
     )
 
 

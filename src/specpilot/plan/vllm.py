@@ -15,13 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from specpilot.check.effective import EffectiveArgs
+from specpilot.engines.vllm.defaults import human_int, targets_cpu
 from specpilot.errors import UserError
 from specpilot.fixes import Fix
 from specpilot.models.shape import DTYPE_BYTES, ModelShape
 from specpilot.plan import vllm_memory as mem
 from specpilot.plan.types import GIB, Plan, Problem, Term, gib
 from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate
-from specpilot.plan.vllm_cpu import VLLM_CPU, cpu_kv_cache_bytes, targets_cpu
+from specpilot.plan.vllm_cpu import VLLM_CPU, cpu_kv_cache_bytes
 from specpilot.plan.vllm_log import parse_vllm_log
 from specpilot.spec import Spec
 
@@ -191,16 +192,9 @@ def resolve_inputs(
     assert util is not None, "every vLLM flag table and line rule sets gpu_memory_utilization"
     max_len, _ = _max_model_len(args, shape)
     on_cpu = targets_cpu(spec.engine.env)
-    batched = args.get_int("max_num_batched_tokens") or (
-        VLLM_CPU.max_num_batched_tokens_per_rank * tp
-        if on_cpu
-        else mem.default_max_num_batched_tokens(total_gib, spec.gpu.name)
-    )
-    seqs = args.get_int("max_num_seqs") or (
-        min(VLLM_CPU.max_num_seqs_per_rank * tp, batched)
-        if on_cpu
-        else mem.default_max_num_seqs(total_gib, spec.gpu.name, batched)
-    )
+    batched = parse_human_int(str(args.get("max_num_batched_tokens")), "--max-num-batched-tokens")
+    seqs = args.get_int("max_num_seqs")
+    assert seqs is not None, "vLLM's batch-default rule sets it"
     method, num_spec = _speculative(args)
     with_mtp = method in MTP_METHODS
     model_dtype = _model_dtype(spec, args, shape)
@@ -303,19 +297,10 @@ def resolve_inputs(
     return inputs
 
 
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
 def parse_human_int(text: str, field: str) -> int:
     """vLLM's human_readable_int: 32768, 25.6k (x1000), 32K (x1024), 8G (x2**30)."""
-    value = text.strip()
     try:
-        if value and value[-1] in _DECIMAL:
-            return int(float(value[:-1]) * _DECIMAL[value[-1]])
-        if value and value[-1] in _BINARY:
-            return int(float(value[:-1]) * _BINARY[value[-1]])
-        return int(value)
+        return human_int(text)
     except ValueError:
         raise UserError(f"not a number: {text!r}", field=field, fix="e.g. 32768 or 32K") from None
 

@@ -9,9 +9,12 @@ normalized form back, so `effective_args` carry what vLLM will use.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from contextlib import suppress
 
 from specpilot.check.rules import Predicate, Rule, all_of, not_, versions
 from specpilot.check.types import Context
+from specpilot.engines.vllm.defaults import batch_defaults, human_int
 from specpilot.fixes import Fix
 
 E = "vllm"
@@ -143,7 +146,42 @@ def _hybrid(ctx: Context) -> bool:
     return ctx.hybrid is True
 
 
+def _batch_default(name: str) -> Callable[[Context], dict[str, object]]:
+    """`max_num_seqs` or `max_num_batched_tokens` as vLLM sets it for this device, the first
+    capped by the second (`_set_default_max_num_seqs_and_batched_tokens_args`)."""
+
+    def sets(ctx: Context) -> dict[str, object]:
+        tp = ctx.get("tensor_parallel_size")
+        row = batch_defaults(ctx.gpu.memory_gib, ctx.gpu.name, ctx.env, tp if isinstance(tp, int) else 1)
+        value: int = getattr(row, name)
+        batched = ctx.get("max_num_batched_tokens")
+        if name == "max_num_seqs" and batched is not None:
+            with suppress(ValueError):  # not a number: vLLM refuses the flag itself
+                value = min(value, human_int(str(batched)))
+        return {name: value}
+
+    return sets
+
+
 RULES: tuple[Rule, ...] = (
+    Rule(
+        "vllm-max-num-batched-tokens-default",
+        E,
+        SUPPORTED_RELEASES,
+        "adjusts",
+        lambda ctx: ctx.get("max_num_batched_tokens") is None,
+        "--max-num-batched-tokens defaults to {max_num_batched_tokens} on this device",
+        sets=_batch_default("max_num_batched_tokens"),
+    ),
+    Rule(
+        "vllm-max-num-seqs-default",
+        E,
+        SUPPORTED_RELEASES,
+        "adjusts",
+        lambda ctx: ctx.get("max_num_seqs") is None,
+        "--max-num-seqs defaults to {max_num_seqs} on this device (at most --max-num-batched-tokens)",
+        sets=_batch_default("max_num_seqs"),
+    ),
     Rule(
         "vllm-prefix-caching-default-2x",
         E,
