@@ -143,13 +143,15 @@ def _speculative_algorithm(args: EffectiveArgs) -> str | None:
     value = args.get_str("speculative_algorithm")
     if value is None:
         return None
-    if value not in SPECULATIVE_ALGORITHMS:
+    # releases before 0.5.12 keep the name as typed; their checks compare it upper-cased
+    algorithm = value.upper()
+    if algorithm not in SPECULATIVE_ALGORITHMS:
         raise UserError(
             f"--speculative-algorithm {value} is not an SGLang algorithm",
             field="--speculative-algorithm",
             fix="use NEXTN (a model's own MTP head), EAGLE, EAGLE3, STANDALONE, DFLASH or NGRAM",
         )
-    return value
+    return algorithm
 
 
 def _mamba_strategy(args: EffectiveArgs) -> str:
