@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from specpilot.check import check_args
+from specpilot.check import GpuFacts, check_args
 from specpilot.engines.sglang.rules import RULES
 
 HYBRID = "Qwen3_5ForConditionalGeneration"
@@ -43,6 +43,16 @@ class Case:
 
 
 CASES: dict[str, Case] = {
+    # check's GPU facts default to a 96 GiB card: the H20/H200/96 GB row
+    "sglang-gpu-chunked-prefill-default": Case(
+        "0.5.13.post1", [], ["--chunked-prefill-size", "4096"], effect={"chunked_prefill_size": 8192}
+    ),
+    "sglang-gpu-cuda-graph-max-bs-default": Case(
+        "0.5.13.post1", ["--tp-size", "4"], ["--cuda-graph-max-bs", "64"], effect={"cuda_graph_max_bs": 512}
+    ),
+    "sglang-gpu-cuda-graph-max-bs-default-b": Case(
+        "0.5.23", [], ["--cuda-graph-max-bs-decode", "64"], effect={"cuda_graph_max_bs_decode": 256}
+    ),
     "sglang-spec-algorithm-unknown": Case("0.5.13.post1", ["--speculative-algorithm", "MTP"], NEXTN),
     "sglang-mamba-auto-no-buffer": Case(
         "0.5.13.post1",
@@ -323,3 +333,15 @@ def test_rule_fires_on_its_case_and_not_on_the_near_miss(rule_id: str) -> None:
         assert result.effective_values[dest] == value  # type: ignore[attr-defined]
     quiet, _ = _rule_ids(case.version, case.quiet, case.env, case.arch)
     assert rule_id not in quiet
+
+
+@pytest.mark.parametrize(
+    ("memory_gib", "tp", "chunked", "graph_bs"),
+    [(24.0, 1, 2048, 24), (80.0, 1, 8192, 256), (139.8, 4, 8192, 512), (180.0, 1, 16384, 512)],
+)
+def test_gpu_memory_defaults_follow_the_card(memory_gib: float, tp: int, chunked: int, graph_bs: int) -> None:
+    result = check_args(
+        "sglang", "0.5.19", ["--tp-size", str(tp)], {}, DENSE, GpuFacts(memory_gib=memory_gib)
+    )
+    assert result.effective_values["chunked_prefill_size"] == chunked
+    assert result.effective_values["cuda_graph_max_bs_decode"] == graph_bs

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specpilot.check import check_args
+from specpilot.check import GpuFacts, check_args
 from specpilot.engines.vllm.rules import RULES
 
 HYBRID = "Qwen3NextForCausalLM"
@@ -20,6 +20,10 @@ def sc(**config: object) -> list[str]:
 #: rule id -> (argv that fires it, argv that does not, architecture, effect on speculative config)
 CASES: dict[str, tuple[list[str], list[str], str, dict[str, object]]] = {
     "vllm-prefix-caching-default": ([], ["--no-enable-prefix-caching"], HYBRID, {}),
+    "vllm-max-num-batched-tokens-default": ([], ["--max-num-batched-tokens", "4096"], DENSE, {}),
+    "vllm-max-num-seqs-default": ([], ["--max-num-seqs", "64"], DENSE, {}),
+    "vllm-prefix-caching-default-2x": ([], ["--enable-prefix-caching"], HYBRID, {}),
+    "vllm-gpu-memory-utilization-default-2x": ([], ["--gpu-memory-utilization", "0.8"], DENSE, {}),
     "vllm-spec-config-json": (
         ["--speculative-config", "{method:mtp}"],
         sc(method="mtp", num_speculative_tokens=1),
@@ -71,6 +75,11 @@ CASES: dict[str, tuple[list[str], list[str], str, dict[str, object]]] = {
 }
 #: the near miss of the MTP rule is the same flags on a model vLLM has an MTP drafter for
 QUIET_ARCH = {"vllm-mtp-needs-mtp-layers": HYBRID}
+#: rules of the 0.2x line are exercised on 0.26.0, the rest on 0.32.0
+RULE_VERSION = {
+    "vllm-prefix-caching-default-2x": "0.26.0",
+    "vllm-gpu-memory-utilization-default-2x": "0.26.0",
+}
 
 
 def test_every_rule_has_a_case() -> None:
@@ -81,7 +90,8 @@ def test_every_rule_has_a_case() -> None:
 def test_rule_fires_on_its_case_and_not_on_the_near_miss(rule_id: str) -> None:
     fires, quiet, arch, effect = CASES[rule_id]
     rule = next(r for r in RULES if r.id == rule_id)
-    result = check_args("vllm", "0.32.0", ["--model", "m", *fires], {}, arch)
+    version = RULE_VERSION.get(rule_id, "0.32.0")
+    result = check_args("vllm", version, ["--model", "m", *fires], {}, arch, hybrid=arch == HYBRID)
     finding = next((f for f in result.findings if f.rule == rule_id), None)
     assert finding is not None
     if rule.severity == "error":
@@ -89,7 +99,8 @@ def test_rule_fires_on_its_case_and_not_on_the_near_miss(rule_id: str) -> None:
     for key, value in effect.items():
         effective = json.loads(str(result.effective_values["speculative_config"]))
         assert effective[key] == value
-    near = check_args("vllm", "0.32.0", ["--model", "m", *quiet], {}, QUIET_ARCH.get(rule_id, arch))
+    near_arch = QUIET_ARCH.get(rule_id, arch)
+    near = check_args("vllm", version, ["--model", "m", *quiet], {}, near_arch, hybrid=near_arch == HYBRID)
     assert rule_id not in {f.rule for f in near.findings}
 
 
@@ -100,3 +111,40 @@ def test_negated_boolean_and_short_alias() -> None:
     assert result.ok
     assert result.effective_values["enable_prefix_caching"] is False
     assert result.effective_values["tensor_parallel_size"] == 2
+
+
+@pytest.mark.parametrize(
+    ("version", "hybrid", "prefix_caching", "utilization"),
+    [
+        ("0.26.0", True, False, 0.9),  # 0.2x: prefix caching opt-in for mamba/GDN models
+        ("0.26.0", False, True, 0.9),
+        ("0.32.0", True, True, 0.92),  # 0.3x: on for every model; the 0.32.0 table's default
+    ],
+)
+def test_line_defaults_are_effective_values(
+    version: str, hybrid: bool, prefix_caching: bool, utilization: float
+) -> None:
+    result = check_args("vllm", version, ["--model", "m"], {}, HYBRID if hybrid else DENSE, hybrid=hybrid)
+    assert result.effective_values["enable_prefix_caching"] is prefix_caching
+    assert result.effective_values["gpu_memory_utilization"] == utilization
+
+
+@pytest.mark.parametrize(
+    ("gpu", "env", "argv", "seqs", "batched"),
+    [
+        (GpuFacts(memory_gib=139.8, name="NVIDIA H200"), {}, [], 1024, 8192),
+        (GpuFacts(memory_gib=79.3, name="NVIDIA A100-SXM4-80GB"), {}, [], 256, 2048),
+        (GpuFacts(memory_gib=23.5), {}, [], 256, 2048),
+        (GpuFacts(memory_gib=139.8, name="H200"), {}, ["--max-num-batched-tokens", "512"], 512, 512),
+        (GpuFacts(memory_gib=139.8), {"VLLM_TARGET_DEVICE": "cpu"}, ["-tp", "2"], 256, 4096),
+    ],
+)
+def test_batch_defaults_follow_the_device(
+    gpu: GpuFacts, env: dict[str, str], argv: list[str], seqs: int, batched: int
+) -> None:
+    """get_batch_defaults: >= 70 GiB non-A100 GPUs get bigger batches; the CPU backend's are
+    per TP rank; max_num_seqs never exceeds max_num_batched_tokens."""
+    result = check_args("vllm", "0.26.0", ["--model", "m", *argv], env, DENSE, gpu)
+    assert result.effective_values["max_num_seqs"] == seqs
+    # the flag takes vLLM's human-readable ints ("8k"): a given value stays text
+    assert str(result.effective_values["max_num_batched_tokens"]) == str(batched)

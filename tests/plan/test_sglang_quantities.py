@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.engines.args import parse_engine_args
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape, load_model_shape
 from specpilot.plan import sglang_quantities as q
+from specpilot.plan.effective import evaluate
 from specpilot.plan.sglang_releases import release_rules
 from specpilot.plan.sglang_settings import (
     SglangSettings,
@@ -41,10 +41,9 @@ def settings(
     env: dict[str, str] | None = None,
     gpu_gib: float = 95.6,
 ) -> SglangSettings:
-    args = parse_engine_args("sglang", version, argv)
+    args = evaluate("sglang", version, argv, env or {}, shape, gpu_gib)
     return resolve_settings(
         args,
-        env or {},
         shape,
         gpu_memory_gib=gpu_gib,
         weights_dtype="bfloat16",
@@ -126,7 +125,8 @@ def test_state_slots_per_request_follow_strategy_and_overlap(
 
 def test_speculative_defaults(hybrid: ModelShape) -> None:
     s = settings(hybrid, ["--speculative-algorithm", "nextn"])
-    assert (s.speculative_algorithm, s.num_draft_tokens, s.max_running_requests) == ("NEXTN", 4, 48)
+    # NEXTN is SGLang's alias of EAGLE
+    assert (s.speculative_algorithm, s.num_draft_tokens, s.max_running_requests) == ("EAGLE", 4, 48)
     s = settings(
         hybrid,
         [
@@ -134,6 +134,8 @@ def test_speculative_defaults(hybrid: ModelShape) -> None:
             "NEXTN",
             "--speculative-num-steps",
             "5",
+            "--speculative-eagle-topk",
+            "1",
             "--speculative-num-draft-tokens",
             "3",
         ],

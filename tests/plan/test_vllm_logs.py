@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.engines.args import parse_engine_args
 from specpilot.models.shape import load_model_shape
+from specpilot.plan.effective import effective_args
 from specpilot.plan.vllm import parse_vllm_log, plan_vllm
 from specpilot.spec import Spec
 
@@ -56,7 +56,7 @@ def test_kv_tokens_and_concurrency_match_the_engine(name: str) -> None:
     meta, text = _case(name)
     spec = _spec(meta)
     shape = load_model_shape(spec.model_dir())
-    args = parse_engine_args("vllm", "0.26.0", spec.engine.args)
+    args = effective_args(spec, shape)
     plan = plan_vllm(spec, shape, args, measured=_numbers(parse_vllm_log(text)))
     printed = meta["printed"]
     assert plan.kv_tokens == pytest.approx(printed["kv_tokens"], rel=0.02)  # type: ignore[index]
@@ -72,7 +72,7 @@ def test_hybrid_mtp_block_size_and_groups_match_vllm_layout() -> None:
     plan = plan_vllm(
         spec,
         load_model_shape(spec.model_dir()),
-        parse_engine_args("vllm", "0.26.0", spec.engine.args),
+        effective_args(spec, load_model_shape(spec.model_dir())),
         measured=_numbers(parse_vllm_log(text)),
     )
     assert plan.details["attention_block_size"] == 1600
@@ -104,7 +104,7 @@ def test_too_many_seqs_for_the_mamba_blocks_is_a_problem_with_its_fix() -> None:
         '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}',
     )
     plan = plan_vllm(
-        spec, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", spec.engine.args)
+        spec, load_model_shape(spec.model_dir()), effective_args(spec, load_model_shape(spec.model_dir()))
     )
     codes = {p.code: p for p in plan.problems}
     assert "max_num_seqs_above_mamba_blocks" in codes
@@ -118,7 +118,7 @@ def test_too_many_seqs_for_the_mamba_blocks_is_a_problem_with_its_fix() -> None:
     ]
     fixed = _incident_spec(*flags)
     replanned = plan_vllm(
-        fixed, load_model_shape(fixed.model_dir()), parse_engine_args("vllm", "0.26.0", fixed.engine.args)
+        fixed, load_model_shape(fixed.model_dir()), effective_args(fixed, load_model_shape(fixed.model_dir()))
     )
     assert replanned.fits, replanned.problems
     assert replanned.max_running_requests <= replanned.state_slots
@@ -135,7 +135,7 @@ def test_enforce_eager_has_no_graph_memory_and_no_block_limit() -> None:
         "0.75",
     )
     plan = plan_vllm(
-        spec, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", spec.engine.args)
+        spec, load_model_shape(spec.model_dir()), effective_args(spec, load_model_shape(spec.model_dir()))
     )
     graph = next(t for t in plan.terms if t.name == "CUDA graph memory")
     assert graph.gib == 0
@@ -146,14 +146,14 @@ def test_enforce_eager_has_no_graph_memory_and_no_block_limit() -> None:
 
 def test_no_kv_memory_recommends_the_utilization_that_starts() -> None:
     spec = _incident_spec("--max-model-len", "32768", "--gpu-memory-utilization", "0.55")
-    args = parse_engine_args("vllm", "0.26.0", spec.engine.args)
+    args = effective_args(spec, load_model_shape(spec.model_dir()))
     plan = plan_vllm(spec, load_model_shape(spec.model_dir()), args)
     problem = next(p for p in plan.problems if p.code == "no_kv_memory")
     assert problem.fix is not None and problem.fix.args[0] == "--gpu-memory-utilization"
     assert problem.fix.args[1] in plan.recommended_args
     fixed = _incident_spec(*plan.recommended_args)
     replanned = plan_vllm(
-        fixed, load_model_shape(fixed.model_dir()), parse_engine_args("vllm", "0.26.0", fixed.engine.args)
+        fixed, load_model_shape(fixed.model_dir()), effective_args(fixed, load_model_shape(fixed.model_dir()))
     )
     assert replanned.fits, replanned.problems
 
@@ -161,7 +161,7 @@ def test_no_kv_memory_recommends_the_utilization_that_starts() -> None:
 def test_auto_max_model_len_fits_the_kv_memory() -> None:
     spec = _incident_spec("--max-model-len", "auto", "--gpu-memory-utilization", "0.68", "--enforce-eager")
     plan = plan_vllm(
-        spec, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", spec.engine.args)
+        spec, load_model_shape(spec.model_dir()), effective_args(spec, load_model_shape(spec.model_dir()))
     )
     assert 0 < plan.details["max_model_len"] < 262144
     assert plan.fits
@@ -171,7 +171,7 @@ def test_auto_max_model_len_fits_the_kv_memory() -> None:
 def test_kv_cache_memory_bytes_replaces_the_profiled_budget() -> None:
     spec = _incident_spec("--max-model-len", "8192", "--kv-cache-memory-bytes", "8G", "--enforce-eager")
     plan = plan_vllm(
-        spec, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", spec.engine.args)
+        spec, load_model_shape(spec.model_dir()), effective_args(spec, load_model_shape(spec.model_dir()))
     )
     available = next(t for t in plan.terms if t.name == "available KV cache memory")
     assert available.gib == pytest.approx(8.0)
@@ -184,7 +184,7 @@ def test_weights_count_the_mtp_head_only_as_draft_and_vision_unless_skipped() ->
 
     def weights(*flags: str) -> float:
         spec = _incident_spec("--max-model-len", "8192", *flags)
-        return plan_vllm(spec, shape, parse_engine_args("vllm", "0.26.0", list(flags))).weights_gib
+        return plan_vllm(spec, shape, effective_args(spec, shape)).weights_gib
 
     plain, with_mtp = weights(), weights("--speculative-config", mtp)
     text_only = weights("--language-model-only")
@@ -201,7 +201,7 @@ def test_0_32_turns_on_prefix_caching_for_hybrid_models() -> None:
         spec = _incident_spec(*flags).model_copy(
             update={"engine": _incident_spec(*flags).engine.model_copy(update={"version": version})}
         )
-        plan = plan_vllm(spec, shape, parse_engine_args("vllm", version, flags))
+        plan = plan_vllm(spec, shape, effective_args(spec, shape))
         blocks[version] = plan.details["blocks_per_request"]
     assert blocks == {"0.26.0": 42 + 3, "0.32.0": 42 + 6}
 
@@ -217,11 +217,15 @@ def test_weights_beyond_the_budget_recommend_more_gpus_not_a_zero_length() -> No
             "engine": {"name": "vllm", "version": "0.26.0", "args": flags},
         }
     )
-    plan = plan_vllm(spec, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", flags))
+    plan = plan_vllm(
+        spec, load_model_shape(spec.model_dir()), effective_args(spec, load_model_shape(spec.model_dir()))
+    )
     assert not plan.fits
     assert [p.code for p in plan.problems] == ["no_kv_memory"]
     assert plan.recommended_args[:2] == ["--tensor-parallel-size", "4"]
     assert "0" not in plan.recommended_args
     tp4 = [*flags[2:], "--tensor-parallel-size", "4"]
     spec4 = spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": tp4})})
-    assert plan_vllm(spec4, load_model_shape(spec.model_dir()), parse_engine_args("vllm", "0.26.0", tp4)).fits
+    assert plan_vllm(
+        spec4, load_model_shape(spec.model_dir()), effective_args(spec4, load_model_shape(spec.model_dir()))
+    ).fits

@@ -12,12 +12,14 @@ import json
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from specpilot.check.flagtable import env_findings, parse_argv, table_for
+from specpilot.check.flagtable import env_findings, parse_argv, release_tables, table_for
 from specpilot.check.rules import Rule
 from specpilot.check.types import CheckResult, Context, Finding, GpuFacts
 from specpilot.errors import UserError
+from specpilot.fixes import Fix
 
 ENGINES = ("sglang", "vllm")
 ENV_PREFIXES = {"sglang": ("SGLANG_", "SGL_"), "vllm": ("VLLM_",)}
@@ -40,6 +42,40 @@ def parse_version(text: str) -> Version:
         raise UserError(
             f"not a release version: {text!r}", field="[engine] version", fix="e.g. 0.5.13.post1"
         ) from None
+
+
+def supported_releases(engine: str) -> SpecifierSet:
+    """The releases an engine's rules module covers (`SUPPORTED_RELEASES`)."""
+    releases: SpecifierSet = _rules_module(engine).SUPPORTED_RELEASES
+    return releases
+
+
+def refuse_unsupported(engine: str, version: Version) -> None:
+    """A release outside the engine's supported range is bad input, not a guess."""
+    releases = supported_releases(engine)
+    if releases.contains(Version(version.base_version), prereleases=True):
+        return
+    newest = release_tables(engine)[-1].version
+    bounds = " ".join(sorted((str(s) for s in releases), key=lambda s: not s.startswith(">")))
+    raise UserError(
+        f"{engine} {version} is outside the releases specpilot models ({bounds})",
+        field="[engine] version",
+        fix=f"use a release in that range, e.g. {newest} (the newest verified)",
+    )
+
+
+def unverified_release(engine: str, version: Version) -> Finding | None:
+    """A warning when no flag table of this release or a newer one was verified."""
+    newest = release_tables(engine)[-1].version
+    if version.release <= newest.release:
+        return None
+    return Finding(
+        "release-unverified",
+        "warning",
+        f"{engine} {version} is newer than the newest verified flag table ({newest}): its flags, "
+        f"defaults and rules are assumed unchanged since {newest}",
+        Fix(text=f'pin a verified release: [engine] version = "{newest}"'),
+    )
 
 
 def _render_value(kind: str, value: object) -> list[str]:
@@ -102,13 +138,17 @@ def check_args(
     architecture: str | None = None,
     gpu: GpuFacts | None = None,
     mtp_layers: int | None = None,
+    hybrid: bool | None = None,
 ) -> CheckResult:
     """Check one launch: the engine's flags, its env, the model class, the GPU facts."""
     rules = _rules_module(engine)
     parsed_version = parse_version(version)
+    refuse_unsupported(engine, parsed_version)
     env = dict(env or {})
     parsed = parse_argv(engine, parsed_version, list(argv))
-    findings: list[Finding] = list(parsed.findings)
+    unverified = unverified_release(engine, parsed_version)
+    findings: list[Finding] = [unverified] if unverified else []
+    findings += parsed.findings
     findings += env_findings(
         engine, parsed_version, env, ENV_PREFIXES[engine], getattr(rules, "ENV_REPLACEMENTS", {})
     )
@@ -124,6 +164,7 @@ def check_args(
         gpu=gpu or GpuFacts(),
         spelled=parsed.spelled,
         mtp_layers=mtp_layers,
+        hybrid=hybrid,
     )
     changed: list[str] = []
     for rule in engine_rules(engine, parsed_version):
@@ -150,4 +191,5 @@ def check_args(
         engine=engine,
         version=version,
         effective_values=dict(ctx.values),
+        given=ctx.given,
     )

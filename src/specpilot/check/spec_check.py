@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specpilot.check.engine import check_args, parse_version
 from specpilot.check.fix import FixedLaunch, fix_launch
 from specpilot.check.types import CheckResult, Finding, GpuFacts
@@ -9,43 +11,62 @@ from specpilot.errors import UserError
 from specpilot.spec import Spec
 
 
-def spec_model(spec: Spec) -> tuple[str | None, int | None, list[Finding]]:
-    """The spec model's HF architecture and MTP layer count, or None with a warning without a config."""
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the rules ask of the model; all None when its config could not be read."""
+
+    architecture: str | None = None
+    mtp_layers: int | None = None
+    hybrid: bool | None = None
+
+
+def spec_model(spec: Spec) -> tuple[ModelFacts, list[Finding]]:
+    """The spec model's facts, or none with a warning without a config."""
     from specpilot.models.shape import load_model_shape
 
     try:
         shape = load_model_shape(spec.model_dir())
-        return shape.architecture, shape.mtp_num_layers, []
+        return ModelFacts(shape.architecture, shape.mtp_num_layers, shape.is_hybrid), []
     except (UserError, OSError) as err:
         note = Finding(
             "model-config-missing",
             "warning",
             f"no readable config.json at [model] path ({err}); model-class rules (hybrid/mamba) were skipped",
         )
-        return None, None, [note]
+        return ModelFacts(), [note]
 
 
 def check_spec(spec: Spec) -> CheckResult:
-    architecture, mtp_layers, notes = spec_model(spec)
+    model, notes = spec_model(spec)
     result = check_args(
         spec.engine.name,
         spec.engine.version,
         spec.engine.args,
         spec.engine.env,
-        architecture,
-        GpuFacts(memory_gib=spec.gpu.memory_gib),
-        mtp_layers,
+        model.architecture,
+        GpuFacts(memory_gib=spec.gpu.memory_gib, name=spec.gpu.name),
+        model.mtp_layers,
+        model.hybrid,
     )
     result.findings[:0] = notes
     return result
 
 
 def fix_spec(spec: Spec) -> FixedLaunch:
-    architecture, mtp_layers, notes = spec_model(spec)
-    gpu = GpuFacts(memory_gib=spec.gpu.memory_gib)
+    model, notes = spec_model(spec)
+    gpu = GpuFacts(memory_gib=spec.gpu.memory_gib, name=spec.gpu.name)
 
     def run(args: list[str], env: dict[str, str]) -> CheckResult:
-        return check_args(spec.engine.name, spec.engine.version, args, env, architecture, gpu, mtp_layers)
+        return check_args(
+            spec.engine.name,
+            spec.engine.version,
+            args,
+            env,
+            model.architecture,
+            gpu,
+            model.mtp_layers,
+            model.hybrid,
+        )
 
     fixed = fix_launch(
         run, spec.engine.name, parse_version(spec.engine.version), spec.engine.args, spec.engine.env

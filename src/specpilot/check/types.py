@@ -20,6 +20,8 @@ class GpuFacts:
     memory_gib: float = 96.0
     compute_capability: tuple[int, int] = (12, 0)
     is_cuda: bool = True
+    #: the GPU's model name as the spec gives it (vLLM's batch defaults except A100s)
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class Context:
     spelled: Mapping[str, str] = field(default_factory=dict)
     #: MTP layers the target model ships (None when unknown: no config was read)
     mtp_layers: int | None = None
+    #: whether the model has linear-attention (mamba/GDN) layers (None when unknown)
+    hybrid: bool | None = None
 
     def get(self, dest: str) -> object:
         return self.values.get(dest)
@@ -75,6 +79,8 @@ class CheckResult:
     version: str = ""
     #: every flag's value after the engine's adjustments (dest -> value), for the planner
     effective_values: dict[str, object] = field(default_factory=dict)
+    #: the dests the user set (the rest of `effective_values` are defaults or adjustments)
+    given: frozenset[str] = frozenset()
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -22,6 +22,7 @@ def _fix_text(finding: Finding) -> str:
         return ""
     parts = [" ".join(finding.fix.args)] + [f"{k}={v}" for k, v in finding.fix.env.items()]
     parts += [f"drop {a}" for a in (*finding.fix.remove_args, *finding.fix.remove_env)]
+    parts += [finding.fix.text or ""]
     return "; ".join(p for p in parts if p)
 
 

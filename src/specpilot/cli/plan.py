@@ -76,6 +76,9 @@ def render_plan(plan: Plan, console: Console) -> None:
     if plan.measured:
         measured = ", ".join(f"{k}={v:g}" for k, v in plan.measured.items())
         console.print(f"measured: {measured}; everything else estimated")
+    if plan.provenance:
+        basis = plan.provenance.summary(plan.engine, plan.engine_version)
+        console.print(f"rests on: {basis}", soft_wrap=True)
 
 
 @click.command(context_settings=PASSTHROUGH)

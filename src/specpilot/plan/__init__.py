@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from specpilot.engines.args import EngineArgs, parse_engine_args
+from specpilot.check.effective import EffectiveArgs
 from specpilot.fixes import Fix
 from specpilot.models.shape import ModelShape, load_model_shape
+from specpilot.plan.effective import effective_args
+from specpilot.plan.provenance import provenance
 from specpilot.plan.types import Plan, Problem, Term
 from specpilot.spec import Spec
 
 __all__ = ["Fix", "Plan", "Problem", "Term", "make_plan", "plan_inputs"]
 
 
-def plan_inputs(spec: Spec) -> tuple[ModelShape, EngineArgs]:
-    """The model shape and parsed engine flags every planner and rule reads."""
+def plan_inputs(spec: Spec) -> tuple[ModelShape, EffectiveArgs]:
+    """The model shape, and the flags as `check`'s rules evaluate them for that model."""
     shape = load_model_shape(spec.model_dir())
-    args = parse_engine_args(spec.engine.name, spec.engine.version, spec.engine.args)
-    return shape, args
+    return shape, effective_args(spec, shape)
 
 
 def make_plan(spec: Spec, measured: Mapping[str, float] | None = None) -> Plan:
@@ -26,7 +27,10 @@ def make_plan(spec: Spec, measured: Mapping[str, float] | None = None) -> Plan:
     if spec.engine.name == "sglang":
         from specpilot.plan.sglang import plan_sglang
 
-        return plan_sglang(spec, shape, args, measured)
-    from specpilot.plan.vllm import plan_vllm
+        plan = plan_sglang(spec, shape, args, measured)
+    else:
+        from specpilot.plan.vllm import plan_vllm
 
-    return plan_vllm(spec, shape, args, measured)
+        plan = plan_vllm(spec, shape, args, measured)
+    plan.provenance = provenance(spec.engine.name, spec.engine.version)
+    return plan

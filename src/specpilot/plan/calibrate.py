@@ -6,6 +6,8 @@ driver reserve) and the memory the weights took. A previous run's log states
 both; with them the plan predicts the KV token count to within the engine's
 own rounding. The spec records them as `[gpu] free_before_load_gib` and
 `[model] weights_gib`; a log can supply them (`specpilot plan --from-log`).
+A log of another engine, release, model or parallelism, or one that stops before
+the weights finished loading, is refused (`log_checks`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from specpilot.errors import UserError
+from specpilot.plan.log_checks import refuse_foreign_log, refuse_other_engine, refuse_unfinished_load
 from specpilot.spec import Spec
 
 LogParser = Callable[[str], Mapping[str, object]]
@@ -63,6 +66,8 @@ def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str
             field="--from-log",
             fix="give the path of a saved engine log (specpilot logs NAME > engine.log writes one)",
         ) from None
+    refuse_other_engine(spec, text)
+    refuse_unfinished_load(spec, text)
     facts = _parser(spec.engine.name)(text)
     measured = {
         key: float(value)
@@ -75,12 +80,10 @@ def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str
             field="--from-log",
             fix=f"give the log of a {spec.engine.name} start that got at least past weight loading",
         )
-    gpu, model, engine = spec.gpu, spec.model, spec.engine
+    refuse_foreign_log(spec, text, facts)
+    gpu, model = spec.gpu, spec.model
     if "free_before_load_gib" in measured:
         gpu = gpu.model_copy(update={"free_before_load_gib": measured["free_before_load_gib"]})
     if "weights_gib" in measured:
         model = model.model_copy(update={"weights_gib": measured["weights_gib"]})
-    version = facts.get("version")
-    if isinstance(version, str) and version:
-        engine = engine.model_copy(update={"version": version})
-    return spec.model_copy(update={"gpu": gpu, "model": model, "engine": engine}), measured
+    return spec.model_copy(update={"gpu": gpu, "model": model}), measured

@@ -1,7 +1,7 @@
 """SGLang memory plan: what the engine will allocate, whether it fits, what to change.
 
-`plan_sglang` is pure: spec + model shape + parsed flags in, `Plan` out. It
-re-derives the engine's effective settings (`sglang_settings`), runs the engine's
+`plan_sglang` is pure: spec + model shape + the flags as `check` evaluates them in,
+`Plan` out. It turns those into sizing inputs (`sglang_settings`), runs the engine's
 arithmetic on them (`sglang_quantities`), checks that everything allocated after
 the pools fits in the reserve, and searches the knobs a user controls
 (`--mem-fraction-static`, `--max-mamba-cache-size`, `--max-running-requests`) for
@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from specpilot.engines.args import EngineArgs
+from specpilot.check.effective import EffectiveArgs
 from specpilot.fixes import Fix
 from specpilot.models.shape import ModelShape
 from specpilot.plan import sglang_quantities as q
+from specpilot.plan.effective import effective_args_without
 from specpilot.plan.sglang_log import parse_sglang_log
 from specpilot.plan.sglang_releases import SglangRelease, release_rules
 from specpilot.plan.sglang_settings import SglangSettings, resolve_settings
@@ -315,12 +316,13 @@ def speculative_note(spec_z: Sizing, plain_z: Sizing | None) -> str | None:
     )
 
 
-def _without_speculation(args: EngineArgs) -> EngineArgs:
-    """The same flags minus speculative decoding and the strategy it forced, so the engine
-    picks its own default strategy for a plain launch."""
-    dropped = ("mamba_scheduler_strategy", "mamba_radix_cache_strategy")
-    values = {k: v for k, v in args.values.items() if not k.startswith("speculative_") and k not in dropped}
-    return replace(args, values=values)
+STRATEGY_DESTS = ("mamba_scheduler_strategy", "mamba_radix_cache_strategy")
+
+
+def _speculation_dest(dest: str) -> bool:
+    """Speculative flags and the strategy they forced: dropped for the plain comparison, so the
+    engine picks its own default strategy for a plain launch."""
+    return dest.startswith("speculative_") or dest in STRATEGY_DESTS
 
 
 def _memory_table(
@@ -357,8 +359,20 @@ def _memory_table(
     return terms
 
 
+def planner_settings(spec: Spec, shape: ModelShape, args: EffectiveArgs) -> SglangSettings:
+    """The sizing inputs of one launch: `args` are check's effective values for it."""
+    return resolve_settings(
+        args,
+        shape,
+        gpu_memory_gib=spec.gpu.memory_gib,
+        weights_dtype=spec.model.dtype,
+        quantization=spec.model.quantization,
+        rules=release_rules(spec.engine.version),
+    )
+
+
 def plan_sglang(
-    spec: Spec, shape: ModelShape, args: EngineArgs, measured: Mapping[str, float] | None = None
+    spec: Spec, shape: ModelShape, args: EffectiveArgs, measured: Mapping[str, float] | None = None
 ) -> Plan:
     """The SGLang memory plan for a spec.
 
@@ -368,19 +382,7 @@ def plan_sglang(
     embedding and LM head for the target's, so it is not the draft's resident size.
     """
     rules = release_rules(spec.engine.version)
-
-    def settings_for(engine_args: EngineArgs) -> SglangSettings:
-        return resolve_settings(
-            engine_args,
-            dict(spec.engine.env),
-            shape,
-            gpu_memory_gib=spec.gpu.memory_gib,
-            weights_dtype=spec.model.dtype,
-            quantization=spec.model.quantization,
-            rules=rules,
-        )
-
-    settings = settings_for(args)
+    settings = planner_settings(spec, shape, args)
     inputs = dict(measured or {})
     measured_used = {
         key: value for key, value in inputs.items() if key in ("free_before_load_gib", "weights_gib")
@@ -414,7 +416,7 @@ def plan_sglang(
     else:
         notes.append("no --mem-fraction-static from 0.95 down to 0.50 fits: use more GPUs (--tp)")
     if settings.speculative_algorithm:
-        plain = settings_for(_without_speculation(args))
+        plain = planner_settings(spec, shape, effective_args_without(spec, shape, _speculation_dest))
         note = speculative_note(best or z, recommend(shape, plain, rules, free, weights))
         if note:
             notes.append(note)

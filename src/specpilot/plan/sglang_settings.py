@@ -1,20 +1,20 @@
-"""The flag values SGLang actually runs with, after its own adjustments.
+"""The numbers SGLang's memory sizing reads, from the flags it actually runs with.
 
-A user types a handful of flags; SGLang fills in the rest before it sizes
-memory: chunked prefill and CUDA-graph batch limits from the GPU's memory,
-`mem_fraction_static` from those, 48 running requests for speculative decoding,
-the mamba scheduler strategy behind `auto`, overlap scheduling on or off, the
-draft-token count. The planner must start from the same values, so this module
-re-derives them (server_args.py `_handle_gpu_memory_settings`,
-`arg_groups/speculative_hook.py`, `_handle_mamba_radix_cache`), release by
-release through `SglangRelease`.
+The flag values come from `check`'s evaluation of the release's rules
+(`specpilot.plan.effective`): 48 running requests for speculative decoding, the
+mamba strategy behind `auto`, overlap scheduling, page size and draft-token counts
+are the rules' effective values, tested against the engines; nothing here
+re-derives them. The chunked-prefill size and CUDA-graph batch limit SGLang picks from the GPU's
+memory are rules too (`engines/sglang/gpu.py`); what stays here is the memory
+arithmetic on them (the default `mem_fraction_static` of
+`_handle_gpu_memory_settings`, piecewise graph sizes) and the model's dtypes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specpilot.engines.args import EngineArgs
+from specpilot.check.effective import EffectiveArgs
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape, dtype_bytes
 from specpilot.plan.sglang_releases import SglangRelease
@@ -25,35 +25,6 @@ MIB_PER_GIB = 1024
 DRAFT_MODEL_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH"})
 #: Every value SGLang accepts; NEXTN is an alias of EAGLE (speculative_hook.py).
 SPECULATIVE_ALGORITHMS = DRAFT_MODEL_ALGORITHMS | {"NGRAM", "FROZEN_KV_MTP"}
-#: SGLang's default max_running_requests under speculative decoding (speculative_hook.py).
-SPECULATIVE_DEFAULT_RUNNING_REQUESTS = 48
-#: auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens) for every
-#: architecture the planner targets (Llama and Grok use (5, 4, 8)).
-DEFAULT_SPECULATIVE_STEPS = (3, 1, 4)
-LARGE_TOPK_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM"})
-
-_TRUE = frozenset({"1", "true", "yes", "on"})
-
-
-@dataclass(frozen=True)
-class GpuDefaults:
-    """One row of `_handle_gpu_memory_settings`: defaults picked by GPU memory size."""
-
-    below_mib: float
-    chunked_prefill_size: int
-    cuda_graph_max_bs_small_tp: int
-    cuda_graph_max_bs_large_tp: int
-
-
-#: (T4 | A10/4090/5090 | A100-40G/L40 | H100 | H20/H200/96 GB | B200) -- tp < 4 vs tp >= 4
-GPU_DEFAULTS: tuple[GpuDefaults, ...] = (
-    GpuDefaults(20 * 1024, 2048, 8, 8),
-    GpuDefaults(35 * 1024, 2048, 24, 80),
-    GpuDefaults(60 * 1024, 4096, 32, 160),
-    GpuDefaults(90 * 1024, 8192, 256, 512),
-    GpuDefaults(160 * 1024, 8192, 256, 512),
-    GpuDefaults(float("inf"), 16384, 512, 512),
-)
 
 
 @dataclass(frozen=True)
@@ -97,11 +68,6 @@ class SglangSettings:
     @property
     def extra_buffer(self) -> bool:
         return self.mamba_strategy in ("extra_buffer", "extra_buffer_lazy")
-
-
-def gpu_defaults(gpu_memory_mib: float) -> GpuDefaults:
-    """The `_handle_gpu_memory_settings` row for a GPU of this size."""
-    return next(row for row in GPU_DEFAULTS if gpu_memory_mib < row.below_mib)
 
 
 def piecewise_graph_token_sizes(max_tokens: int) -> list[int]:
@@ -166,17 +132,18 @@ def default_mem_fraction_static(
     return fraction
 
 
-def _strategy(args: EngineArgs) -> str:
-    """The mamba strategy as typed, under either flag name."""
-    return str(
-        args.get("mamba_radix_cache_strategy") or args.get("mamba_scheduler_strategy") or "auto"
-    ).lower()
+def _int(args: EffectiveArgs, name: str) -> int:
+    """A value every release's table or rules set (sizes, page size)."""
+    value = args.get_int(name)
+    assert value is not None, f"the rules left {name} unset"
+    return value
 
 
-def _speculative_algorithm(args: EngineArgs) -> str | None:
+def _speculative_algorithm(args: EffectiveArgs) -> str | None:
     value = args.get_str("speculative_algorithm")
     if value is None:
         return None
+    # releases before 0.5.12 keep the name as typed; their checks compare it upper-cased
     algorithm = value.upper()
     if algorithm not in SPECULATIVE_ALGORITHMS:
         raise UserError(
@@ -187,45 +154,18 @@ def _speculative_algorithm(args: EngineArgs) -> str | None:
     return algorithm
 
 
-def _num_draft_tokens(args: EngineArgs, algorithm: str | None, shape: ModelShape) -> int:
-    """Draft tokens verified per step (D); SGLang forces steps + 1 when topk == 1."""
-    if algorithm is None:
-        return 0
-    if algorithm == "NGRAM":
-        return args.get_int("speculative_num_draft_tokens") or 12
-    steps, topk, draft = DEFAULT_SPECULATIVE_STEPS
-    if shape.architecture in LARGE_TOPK_ARCHITECTURES and algorithm != "STANDALONE":
-        steps, topk, draft = 5, 4, 8
-    steps = args.get_int("speculative_num_steps") or steps
-    topk = args.get_int("speculative_eagle_topk") or topk
-    draft = args.get_int("speculative_num_draft_tokens") or draft
-    return steps + 1 if topk == 1 else draft
-
-
-def _overlap_schedule(
-    args: EngineArgs,
-    env: dict[str, str],
-    algorithm: str | None,
-    strategy: str,
-    rules: SglangRelease,
-) -> bool:
-    """Whether the overlap scheduler stays on (it doubles the extra_buffer ping-pong slots)."""
-    if args.get_bool("disable_overlap_schedule"):
-        return False
-    if algorithm in ("NGRAM", "DFLASH", "FROZEN_KV_MTP"):
-        return False
-    if algorithm is not None and rules.spec_v2_default is not None:
-        spec_v2 = env.get("SGLANG_ENABLE_SPEC_V2")
-        enabled = rules.spec_v2_default if spec_v2 is None else spec_v2.lower() in _TRUE
-        if not enabled:
-            return False
-    # Without a speculative algorithm, no_buffer turns overlap scheduling off.
-    return not (strategy == "no_buffer" and algorithm is None)
+def _mamba_strategy(args: EffectiveArgs) -> str:
+    """The strategy the rules settled on; one they left at `auto` (radix cache off, or a model
+    without a mamba radix cache) allocates no extra buffers."""
+    typed = args.get_str("mamba_radix_cache_strategy") or args.get_str("mamba_scheduler_strategy")
+    strategy = (typed or "auto").lower()
+    if args.get_bool("disable_radix_cache") or strategy == "auto":
+        return "no_buffer"
+    return strategy
 
 
 def resolve_settings(
-    args: EngineArgs,
-    env: dict[str, str],
+    args: EffectiveArgs,
     shape: ModelShape,
     *,
     gpu_memory_gib: float,
@@ -233,15 +173,12 @@ def resolve_settings(
     quantization: str | None,
     rules: SglangRelease,
 ) -> SglangSettings:
-    """Apply SGLang's own defaults and adjustments to the flags as typed."""
-    tp_size = args.get_int("tp_size") or 1
-    pp_size = args.get_int("pp_size") or 1
+    """The numbers SGLang's memory sizing reads, from the flags as `check` evaluates them."""
+    tp_size = _int(args, "tp_size")
+    pp_size = _int(args, "pp_size")
     gpu_memory_mib = gpu_memory_gib * MIB_PER_GIB
-    row = gpu_defaults(gpu_memory_mib)
-    chunked = args.get_int("chunked_prefill_size") or row.chunked_prefill_size
-    graph_bs = args.get_int("cuda_graph_max_bs") or (
-        row.cuda_graph_max_bs_small_tp if tp_size < 4 else row.cuda_graph_max_bs_large_tp
-    )
+    chunked = _int(args, "chunked_prefill_size")
+    graph_bs = _int(args, "cuda_graph_max_bs")
     graphs_off = args.get_bool("disable_cuda_graph")
     piecewise_off = (
         graphs_off
@@ -272,22 +209,7 @@ def resolve_settings(
             language_only=language_only,
         )
     )
-    radix_off = args.get_bool("disable_radix_cache")
-    strategy = _strategy(args)
-    if strategy == "auto":
-        wants_overlap = not args.get_bool("disable_overlap_schedule")
-        page = args.get_int("page_size") or 1
-        strategy = (
-            "extra_buffer"
-            if rules.auto_strategy == "extra_buffer_if_overlap" and (wants_overlap or page > 1)
-            else "no_buffer"
-        )
-    if radix_off:
-        strategy = "no_buffer"
-    given_requests = args.get_int("max_running_requests")
-    requests = given_requests
-    if requests is None and algorithm is not None:
-        requests = SPECULATIVE_DEFAULT_RUNNING_REQUESTS
+    requests = args.get_int("max_running_requests")
     # KV "auto" follows the model's compute dtype (--dtype, else config torch_dtype), not the
     # checkpoint's quantization: an fp8 checkpoint still gets a bf16 KV cache.
     kv_dtype = args.get_str("kv_cache_dtype") or "auto"
@@ -295,13 +217,15 @@ def resolve_settings(
     if compute_dtype == "auto":
         compute_dtype = shape.torch_dtype if shape.torch_dtype != "float32" else "bfloat16"
     kv_bytes = dtype_bytes(compute_dtype if kv_dtype == "auto" else kv_dtype)
+    env = args.env
     ssm_dtype = env.get("SGLANG_MAMBA_SSM_DTYPE") or args.get_str("mamba_ssm_dtype")
+    strategy = _mamba_strategy(args)
     return SglangSettings(
         tp_size=tp_size,
         pp_size=pp_size,
-        dp_size=args.get_int("dp_size") or 1,
+        dp_size=_int(args, "dp_size"),
         gpu_memory_mib=gpu_memory_mib,
-        page_size=args.get_int("page_size") or 1,
+        page_size=_int(args, "page_size"),
         context_len=context_len,
         kv_dtype_bytes=kv_bytes,
         weights_dtype_bytes=dtype_bytes(weights_dtype),
@@ -313,14 +237,16 @@ def resolve_settings(
         mem_fraction_static=fraction,
         mem_fraction_given=given_fraction is not None,
         speculative_algorithm=algorithm,
-        num_draft_tokens=_num_draft_tokens(args, algorithm, shape),
-        draft_layers=max(shape.mtp_num_layers, 1) if algorithm in ("EAGLE", "NEXTN") else 1,
+        num_draft_tokens=(args.get_int("speculative_num_draft_tokens") or 0) if algorithm else 0,
+        # NEXTN is EAGLE by now: the model's own MTP layers draft
+        draft_layers=max(shape.mtp_num_layers, 1) if algorithm == "EAGLE" else 1,
         max_running_requests=requests,
-        max_running_requests_given=given_requests is not None,
-        radix_cache_disabled=radix_off,
+        max_running_requests_given=args.given("max_running_requests"),
+        radix_cache_disabled=args.get_bool("disable_radix_cache"),
         mamba_strategy=strategy,
-        overlap_schedule=_overlap_schedule(args, env, algorithm, strategy, rules),
+        overlap_schedule=not args.get_bool("disable_overlap_schedule"),
         max_mamba_cache_size=args.get_int("max_mamba_cache_size"),
+        # 0.5.23's table leaves the ratio unset for its memory hook to fill with the same 0.9
         mamba_full_memory_ratio=args.get_float("mamba_full_memory_ratio") or 0.9,
         ssm_dtype_bytes=dtype_bytes(ssm_dtype or shape.mamba_ssm_dtype),
         conv_dtype_bytes=dtype_bytes(env.get("SGLANG_MAMBA_CONV_DTYPE") or "bfloat16"),

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specpilot.fixes import Fix
+from specpilot.plan.provenance import Provenance
 
 GIB = 1024**3
 
@@ -70,6 +71,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     #: engine-specific extra numbers worth showing (context length, page size, ...)
     details: dict[str, Any] = field(default_factory=dict)
+    #: which release's arithmetic the plan used and the real starts behind it
+    provenance: Provenance | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -77,4 +80,5 @@ class Plan:
         for key in ("weights_gib", "reserve_gib", "reserve_needed_gib", "mem_fraction_static"):
             data[key] = round(float(data[key]), 4)
         data["terms"] = [{**asdict(t), "gib": round(t.gib, 4)} for t in self.terms]
+        data["provenance"] = self.provenance.to_json() if self.provenance else None
         return data

@@ -1,6 +1,7 @@
 """The vLLM planner: spec + model shape + flags -> what vLLM 0.2x/0.3x will allocate.
 
-`resolve_inputs` turns the user's flags and vLLM's own defaults into plain numbers,
+`resolve_inputs` turns the flags as `check` evaluates them (vLLM's own defaults and
+adjustments included, `specpilot.plan.effective`) into plain numbers,
 `vllm_allocation.allocate` runs vLLM's arithmetic, and `plan_vllm` writes the memory
 table, the verdict and the flags that make the configuration start.
 """
@@ -13,15 +14,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from specpilot.engines.args import EngineArgs
+from specpilot.check.effective import EffectiveArgs
+from specpilot.engines.vllm.defaults import human_int, targets_cpu
 from specpilot.errors import UserError
 from specpilot.fixes import Fix
 from specpilot.models.shape import DTYPE_BYTES, ModelShape
 from specpilot.plan import vllm_memory as mem
 from specpilot.plan.types import GIB, Plan, Problem, Term, gib
 from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate
-from specpilot.plan.vllm_cpu import VLLM_CPU, cpu_kv_cache_bytes, targets_cpu
-from specpilot.plan.vllm_lines import vllm_line
+from specpilot.plan.vllm_cpu import VLLM_CPU, cpu_kv_cache_bytes
 from specpilot.plan.vllm_log import parse_vllm_log
 from specpilot.spec import Spec
 
@@ -45,7 +46,7 @@ QUANT_WEIGHT_BYTES: Mapping[str, float] = {
 }
 
 
-def _speculative(args: EngineArgs) -> tuple[str | None, int]:
+def _speculative(args: EffectiveArgs) -> tuple[str | None, int]:
     """(method, num_speculative_tokens) from --speculative-config (JSON text or dict)."""
     raw = args.get("speculative_config")
     if raw is None:
@@ -60,12 +61,18 @@ def _speculative(args: EngineArgs) -> tuple[str | None, int]:
     return str(config.get("method", "")) or None, int(config.get("num_speculative_tokens", 0))
 
 
-def _kv_dtype_bytes(args: EngineArgs, model_dtype: str) -> int:
+def _unless_auto(args: EffectiveArgs, name: str) -> str | None:
+    """A dtype flag's value; "auto" (the default) leaves the choice to the model."""
+    value = args.get_str(name)
+    return None if value == "auto" else value
+
+
+def _kv_dtype_bytes(args: EffectiveArgs, model_dtype: str) -> int:
     kv = args.get_str("kv_cache_dtype") or "auto"
     return int(DTYPE_BYTES[model_dtype if kv in ("auto", "bfloat16", "float16") else "fp8"])
 
 
-def _model_dtype(spec: Spec, args: EngineArgs, shape: ModelShape) -> str:
+def _model_dtype(spec: Spec, args: EffectiveArgs, shape: ModelShape) -> str:
     """vLLM's --dtype, "auto" meaning the checkpoint's dtype."""
     chosen = args.get_str("dtype") or "auto"
     if chosen == "auto":
@@ -74,7 +81,7 @@ def _model_dtype(spec: Spec, args: EngineArgs, shape: ModelShape) -> str:
 
 
 def weights_bytes_estimate(
-    shape: ModelShape, spec: Spec, args: EngineArgs, tp_size: int, with_mtp: bool
+    shape: ModelShape, spec: Spec, args: EffectiveArgs, tp_size: int, with_mtp: bool
 ) -> int:
     """Weights per GPU: loaded params x bytes / TP.
 
@@ -175,34 +182,27 @@ def model_runner(shape: ModelShape, method: str | None) -> mem.ModelRunner:
 
 
 def resolve_inputs(
-    spec: Spec, shape: ModelShape, args: EngineArgs, measured: Mapping[str, float] | None = None
+    spec: Spec, shape: ModelShape, args: EffectiveArgs, measured: Mapping[str, float] | None = None
 ) -> VllmInputs:
     """Every number vLLM's startup arithmetic needs, from flags, defaults and measurements."""
-    line = vllm_line(spec.engine.version)
     measured = measured or {}
     tp = args.get_int("tensor_parallel_size") or 1
     total_gib = measured.get("gpu_total_gib", spec.gpu.memory_gib)
-    util = args.get_float("gpu_memory_utilization") or 0.9
+    util = args.get_float("gpu_memory_utilization")
+    assert util is not None, "every vLLM flag table and line rule sets gpu_memory_utilization"
     max_len, _ = _max_model_len(args, shape)
     on_cpu = targets_cpu(spec.engine.env)
-    batched = args.get_int("max_num_batched_tokens") or (
-        VLLM_CPU.max_num_batched_tokens_per_rank * tp
-        if on_cpu
-        else mem.default_max_num_batched_tokens(total_gib, spec.gpu.name)
-    )
-    seqs = args.get_int("max_num_seqs") or (
-        min(VLLM_CPU.max_num_seqs_per_rank * tp, batched)
-        if on_cpu
-        else mem.default_max_num_seqs(total_gib, spec.gpu.name, batched)
-    )
+    batched = parse_human_int(str(args.get("max_num_batched_tokens")), "--max-num-batched-tokens")
+    seqs = args.get_int("max_num_seqs")
+    assert seqs is not None, "vLLM's batch-default rule sets it"
     method, num_spec = _speculative(args)
     with_mtp = method in MTP_METHODS
     model_dtype = _model_dtype(spec, args, shape)
     act_bytes = int(DTYPE_BYTES[model_dtype])
-    ssm_dtype = args.get_str("mamba_ssm_cache_dtype") or (
+    ssm_dtype = _unless_auto(args, "mamba_ssm_cache_dtype") or (
         shape.mamba_ssm_dtype if shape.architecture in SSM_DTYPE_FROM_CONFIG else model_dtype
     )
-    conv_bytes = int(DTYPE_BYTES[args.get_str("mamba_cache_dtype") or model_dtype])
+    conv_bytes = int(DTYPE_BYTES[_unless_auto(args, "mamba_cache_dtype") or model_dtype])
     mamba_state = 0
     if shape.is_hybrid:
         mamba_state = mem.gdn_conv_state_bytes(
@@ -222,11 +222,6 @@ def resolve_inputs(
             int(DTYPE_BYTES[ssm_dtype]),
         )
     eager = args.get_bool("enforce_eager")
-    prefix = (
-        args.get_bool("enable_prefix_caching")
-        if args.given("enable_prefix_caching")
-        else (line.hybrid_prefix_caching_default or not shape.is_hybrid)
-    )
     weights = (
         spec.model.weights_gib * GIB
         if spec.model.weights_gib is not None
@@ -292,7 +287,7 @@ def resolve_inputs(
         ),
         mamba_state_bytes_per_layer=mamba_state,
         num_speculative_tokens=num_spec,
-        prefix_caching=prefix,
+        prefix_caching=args.get_bool("enable_prefix_caching"),
         block_size_tokens=args.get_int("block_size") or default_block,
         full_cudagraphs=shape.is_hybrid and not eager and not on_cpu,
         available_kv_bytes_measured=int(available * GIB) if available is not None else None,
@@ -302,24 +297,15 @@ def resolve_inputs(
     return inputs
 
 
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
 def parse_human_int(text: str, field: str) -> int:
     """vLLM's human_readable_int: 32768, 25.6k (x1000), 32K (x1024), 8G (x2**30)."""
-    value = text.strip()
     try:
-        if value and value[-1] in _DECIMAL:
-            return int(float(value[:-1]) * _DECIMAL[value[-1]])
-        if value and value[-1] in _BINARY:
-            return int(float(value[:-1]) * _BINARY[value[-1]])
-        return int(value)
+        return human_int(text)
     except ValueError:
         raise UserError(f"not a number: {text!r}", field=field, fix="e.g. 32768 or 32K") from None
 
 
-def _max_model_len(args: EngineArgs, shape: ModelShape) -> tuple[int, bool]:
+def _max_model_len(args: EffectiveArgs, shape: ModelShape) -> tuple[int, bool]:
     """(max_model_len, auto): "auto"/-1 lets vLLM fit the length to the KV memory."""
     text = args.get_str("max_model_len")
     if text is None:
@@ -385,7 +371,7 @@ def _problems(inputs: VllmInputs, alloc: VllmAllocation, spec: Spec) -> list[Pro
 
 
 def plan_vllm(
-    spec: Spec, shape: ModelShape, args: EngineArgs, measured: Mapping[str, float] | None = None
+    spec: Spec, shape: ModelShape, args: EffectiveArgs, measured: Mapping[str, float] | None = None
 ) -> Plan:
     """The plan for a vLLM server; `measured` holds numbers parsed from a previous log."""
     inputs = resolve_inputs(spec, shape, args, measured)
@@ -509,7 +495,7 @@ def _with_utilization(inputs: VllmInputs, util: float) -> VllmInputs:
     return replace(inputs, gpu_memory_utilization=util, available_kv_bytes_measured=measured)
 
 
-def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: EngineArgs) -> list[str]:
+def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: EffectiveArgs) -> list[str]:
     notes = [
         f"KV pool: {alloc.num_blocks} blocks of {alloc.block_size_tokens} tokens; one "
         f"{inputs.max_model_len}-token request takes {alloc.blocks_per_request} blocks "

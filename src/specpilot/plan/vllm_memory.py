@@ -16,8 +16,6 @@ from specpilot.plan.types import GIB
 # Smallest kernel block of the CUDA attention backends (FLASH_ATTN: MultipleOf(16),
 # FLASHINFER: [16, 32, 64]) and CacheConfig.DEFAULT_BLOCK_SIZE.
 DEFAULT_BLOCK_SIZE_TOKENS = 16
-# engine/arg_utils.py:get_batch_defaults: GPUs with >= 70 GiB (not A100) get bigger batches.
-LARGE_GPU_THRESHOLD_GIB = 70.0
 
 MambaCacheMode = Literal["none", "align", "all"]
 
@@ -268,25 +266,6 @@ def largest_max_model_len(
         else:
             high = mid - 1
     return best
-
-
-def default_max_num_seqs(gpu_memory_gib: float, gpu_name: str | None, max_num_batched_tokens: int) -> int:
-    """--max-num-seqs when not given: 1024 on >= 70 GiB GPUs other than A100, else 256,
-    and never above max_num_batched_tokens.
-
-    engine/arg_utils.py:get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args.
-    """
-    large = gpu_memory_gib >= LARGE_GPU_THRESHOLD_GIB and "a100" not in (gpu_name or "").lower()
-    return min(1024 if large else 256, max_num_batched_tokens)
-
-
-def default_max_num_batched_tokens(gpu_memory_gib: float, gpu_name: str | None) -> int:
-    """--max-num-batched-tokens for the API server: 8192 on >= 70 GiB non-A100 GPUs, else 2048.
-
-    engine/arg_utils.py:get_batch_defaults (chunked prefill on, as for every generate model).
-    """
-    large = gpu_memory_gib >= LARGE_GPU_THRESHOLD_GIB and "a100" not in (gpu_name or "").lower()
-    return 8192 if large else 2048
 
 
 def max_cudagraph_capture_size(max_num_seqs: int) -> int:

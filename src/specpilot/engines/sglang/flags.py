@@ -11,14 +11,16 @@ from specpilot.engines.args import FlagDef, flag_kind
 
 #: argparse dests that `ServerArgs.from_cli_args` renames to the field the server reads
 #: (server_args.py, every release covered): specpilot keys values by the field name, so
-#: `--tp-size 2` is `tp_size` whichever spelling came first in that release's argparse
-_FIELD_OF_DEST: dict[str, str] = {
+#: `--tp-size 2` is `tp_size` whichever spelling came first in that release's argparse.
+#: `--cuda-graph-max-bs` became the decode graphs' limit in 0.5.14 (`cuda_graph_max_bs_decode`).
+FIELD_OF_DEST: dict[str, str] = {
     "tensor_parallel_size": "tp_size",
     "pipeline_parallel_size": "pp_size",
     "attention_context_parallel_size": "attn_cp_size",
     "moe_data_parallel_size": "moe_dp_size",
     "data_parallel_size": "dp_size",
     "expert_parallel_size": "ep_size",
+    "cuda_graph_max_bs_decode": "cuda_graph_max_bs",
 }
 
 
@@ -29,7 +31,7 @@ def release_flags(version: str) -> list[FlagDef]:
     return [
         FlagDef(
             name=f.name,
-            dest=_FIELD_OF_DEST.get(f.dest, f.dest),
+            dest=FIELD_OF_DEST.get(f.dest, f.dest),
             kind=flag_kind(f.kind),
             default=f.default,
             aliases=f.aliases,

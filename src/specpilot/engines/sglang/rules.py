@@ -10,6 +10,8 @@ picks `extra_buffer` when overlap or paging is wanted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from specpilot.check.rules import (
     Predicate,
     Rule,
@@ -28,6 +30,7 @@ from specpilot.check.rules import (
     versions,
 )
 from specpilot.check.types import Context
+from specpilot.engines.sglang.gpu import cuda_graph_max_bs, gpu_defaults
 from specpilot.engines.sglang.models import (
     EXTRA_BUFFER_ARCHS,
     MAMBA_RADIX_ARCHS,
@@ -40,6 +43,8 @@ E = "sglang"
 ERA_A = versions(">=0.5.10,<0.5.14")  # --mamba-scheduler-strategy, auto -> no_buffer
 ERA_B = versions(">=0.5.14")  # --mamba-radix-cache-strategy, auto -> extra_buffer when useful
 ALL = versions(">=0.5.10")
+#: the releases `check` and `plan` accept; newer than the newest flag table only warns
+SUPPORTED_RELEASES = versions(">=0.5.10,<0.6")
 STRAT_A = "mamba_scheduler_strategy"
 STRAT_B = "mamba_radix_cache_strategy"
 EXTRA = ("extra_buffer", "extra_buffer_lazy")
@@ -122,6 +127,19 @@ def _ngram_steps(ctx: Context) -> dict[str, object]:
     return {"speculative_num_steps": draft // topk}
 
 
+def _tp_size(ctx: Context) -> int:
+    value = ctx.get("tp_size") or ctx.get("tensor_parallel_size")  # the dest's name before 0.5.14
+    return value if isinstance(value, int) else 1
+
+
+def _chunked_prefill_default(ctx: Context) -> dict[str, object]:
+    return {"chunked_prefill_size": gpu_defaults(ctx.gpu.memory_gib).chunked_prefill_size}
+
+
+def _graph_bs_default(dest: str) -> Callable[[Context], dict[str, object]]:
+    return lambda ctx: {dest: cuda_graph_max_bs(ctx.gpu.memory_gib, _tp_size(ctx))}
+
+
 def _ngram_topk(ctx: Context) -> dict[str, object]:
     return {"speculative_eagle_topk": ctx.get("speculative_ngram_max_bfs_breadth")}
 
@@ -141,6 +159,35 @@ RULES: tuple[Rule, ...] = (
         all_of(spec_on, lambda ctx: _algo(ctx) not in VALID_ALGOS),
         "Unknown speculative algorithm name: {speculative_algorithm}. " + INVALID_ALGO_HINT,
         Fix(args=("--speculative-algorithm", "NEXTN")),
+    ),
+    # --- defaults from the GPU's memory size (`_handle_gpu_memory_settings`) -------------------
+    Rule(
+        "sglang-gpu-chunked-prefill-default",
+        E,
+        ALL,
+        "adjusts",
+        unset("chunked_prefill_size"),
+        "chunked_prefill_size defaults to {chunked_prefill_size} on a GPU of this memory size",
+        sets=_chunked_prefill_default,
+    ),
+    Rule(
+        "sglang-gpu-cuda-graph-max-bs-default",
+        E,
+        ERA_A,
+        "adjusts",
+        unset("cuda_graph_max_bs"),
+        "cuda_graph_max_bs defaults to {cuda_graph_max_bs} on a GPU of this memory size and TP",
+        sets=_graph_bs_default("cuda_graph_max_bs"),
+    ),
+    Rule(
+        "sglang-gpu-cuda-graph-max-bs-default-b",
+        E,
+        ERA_B,
+        "adjusts",
+        unset("cuda_graph_max_bs_decode"),
+        "the decode CUDA graphs' batch limit defaults to {cuda_graph_max_bs_decode} on a GPU of this "
+        "memory size and TP",
+        sets=_graph_bs_default("cuda_graph_max_bs_decode"),
     ),
     # --- defaults resolved early (`_handle_missing_default_values`) ----------------------------
     Rule(

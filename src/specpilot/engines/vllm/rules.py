@@ -9,13 +9,18 @@ normalized form back, so `effective_args` carry what vLLM will use.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from contextlib import suppress
 
 from specpilot.check.rules import Predicate, Rule, all_of, not_, versions
 from specpilot.check.types import Context
+from specpilot.engines.vllm.defaults import batch_defaults, human_int
 from specpilot.fixes import Fix
 
 E = "vllm"
 SUPPORTED = versions(">=0.26.0")
+#: the releases `check` and `plan` accept (the planner's 0.2x and 0.3x lines)
+SUPPORTED_RELEASES = versions(">=0.21,<0.40")
 
 #: the `method` names vLLM 0.32.0 accepts (SpeculativeMethod)
 MTP_METHODS = (
@@ -133,11 +138,75 @@ def _target_without_mtp(ctx: Context) -> bool:
     return ctx.architecture is not None and ctx.architecture not in MTP_TARGET_ARCHS
 
 
+LINE_2X = versions(">=0.21,<0.30")
+LINE_3X = versions(">=0.30")
+
+
+def _hybrid(ctx: Context) -> bool:
+    return ctx.hybrid is True
+
+
+def _batch_default(name: str) -> Callable[[Context], dict[str, object]]:
+    """`max_num_seqs` or `max_num_batched_tokens` as vLLM sets it for this device, the first
+    capped by the second (`_set_default_max_num_seqs_and_batched_tokens_args`)."""
+
+    def sets(ctx: Context) -> dict[str, object]:
+        tp = ctx.get("tensor_parallel_size")
+        row = batch_defaults(ctx.gpu.memory_gib, ctx.gpu.name, ctx.env, tp if isinstance(tp, int) else 1)
+        value: int = getattr(row, name)
+        batched = ctx.get("max_num_batched_tokens")
+        if name == "max_num_seqs" and batched is not None:
+            with suppress(ValueError):  # not a number: vLLM refuses the flag itself
+                value = min(value, human_int(str(batched)))
+        return {name: value}
+
+    return sets
+
+
 RULES: tuple[Rule, ...] = (
+    Rule(
+        "vllm-max-num-batched-tokens-default",
+        E,
+        SUPPORTED_RELEASES,
+        "adjusts",
+        lambda ctx: ctx.get("max_num_batched_tokens") is None,
+        "--max-num-batched-tokens defaults to {max_num_batched_tokens} on this device",
+        sets=_batch_default("max_num_batched_tokens"),
+    ),
+    Rule(
+        "vllm-max-num-seqs-default",
+        E,
+        SUPPORTED_RELEASES,
+        "adjusts",
+        lambda ctx: ctx.get("max_num_seqs") is None,
+        "--max-num-seqs defaults to {max_num_seqs} on this device (at most --max-num-batched-tokens)",
+        sets=_batch_default("max_num_seqs"),
+    ),
+    Rule(
+        "vllm-prefix-caching-default-2x",
+        E,
+        LINE_2X,
+        "adjusts",
+        lambda ctx: ctx.get("enable_prefix_caching") is None,
+        "prefix caching is on by default, except for hybrid (mamba/GDN) models, where it is opt-in: "
+        "here {enable_prefix_caching}",
+        sets=lambda ctx: {"enable_prefix_caching": not _hybrid(ctx)},
+        why="engine/arg_utils.py:_set_default_chunked_prefill_and_prefix_caching_args of 0.26.0",
+    ),
+    Rule(
+        "vllm-gpu-memory-utilization-default-2x",
+        E,
+        LINE_2X,
+        "adjusts",
+        lambda ctx: "gpu_memory_utilization" not in ctx.given,
+        "--gpu-memory-utilization defaults to 0.9 in this release line",
+        sets=lambda ctx: {"gpu_memory_utilization": 0.9},
+        why="the 0.2x default, printed by the project's 0.26.0 H200 starts; the 0.32.0 table says 0.92",
+    ),
     Rule(
         "vllm-prefix-caching-default",
         E,
-        SUPPORTED,
+        LINE_3X,
         "adjusts",
         lambda ctx: ctx.get("enable_prefix_caching") is None,
         "prefix caching is on by default (hybrid models included, with mamba state caching)",

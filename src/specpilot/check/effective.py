@@ -1,0 +1,62 @@
+"""The flags an engine runs with, as `check`'s rules evaluate them: what the planner reads.
+
+`check` applies a release's defaults, the flags as typed and every `adjusts` rule in the
+engine's order; the resulting values are the one model of the engine's settings. The
+planner reads them through `EffectiveArgs` and resolves nothing of its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from specpilot.check.types import CheckResult
+
+
+def _field_names(engine: str) -> Mapping[str, str]:
+    """argparse dests an engine renames to the field its server reads (`FIELD_OF_DEST`)."""
+    module = importlib.import_module(f"specpilot.engines.{engine}.flags")
+    names: Mapping[str, str] = getattr(module, "FIELD_OF_DEST", {})
+    return names
+
+
+@dataclass(frozen=True)
+class EffectiveArgs:
+    """Every flag's effective value (release default, as given, or as the engine adjusts it)."""
+
+    engine: str
+    version: str
+    values: Mapping[str, object]
+    #: the fields the user set
+    given_fields: frozenset[str]
+    env: Mapping[str, str]
+
+    @classmethod
+    def from_result(cls, result: CheckResult) -> EffectiveArgs:
+        rename = _field_names(result.engine)
+        values = {rename.get(dest, dest): value for dest, value in result.effective_values.items()}
+        given = frozenset(rename.get(dest, dest) for dest in result.given)
+        return cls(result.engine, result.version, values, given, dict(result.effective_env))
+
+    def get(self, name: str, default: object = None) -> object:
+        value = self.values.get(name)
+        return default if value is None else value
+
+    def given(self, name: str) -> bool:
+        return name in self.given_fields
+
+    def get_int(self, name: str) -> int | None:
+        value = self.values.get(name)
+        return None if value is None else int(value)  # type: ignore[call-overload]
+
+    def get_float(self, name: str) -> float | None:
+        value = self.values.get(name)
+        return None if value is None else float(value)  # type: ignore[arg-type]
+
+    def get_str(self, name: str) -> str | None:
+        value = self.values.get(name)
+        return None if value is None else str(value)
+
+    def get_bool(self, name: str) -> bool:
+        return bool(self.values.get(name, False))

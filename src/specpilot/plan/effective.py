@@ -1,0 +1,67 @@
+"""The planner's view of the flags: `check`'s evaluation of the rules, never a resolver of its own.
+
+One direction only: spec -> `check_args` (release defaults, the flags as typed, the engine's
+own adjustments as tested rules) -> `EffectiveArgs` -> the planner's arithmetic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from specpilot.check.effective import EffectiveArgs
+from specpilot.check.engine import check_args, parse_version
+from specpilot.check.fix import apply_fix
+from specpilot.check.flagtable import table_for
+from specpilot.check.types import GpuFacts
+from specpilot.fixes import Fix
+from specpilot.models.shape import ModelShape
+from specpilot.spec import Spec
+
+
+def evaluate(
+    engine: str,
+    version: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    shape: ModelShape,
+    gpu_memory_gib: float,
+    gpu_name: str | None = None,
+) -> EffectiveArgs:
+    """One launch's flags as the engine will run them, for a model of this shape."""
+    result = check_args(
+        engine,
+        version,
+        list(argv),
+        dict(env),
+        shape.architecture,
+        GpuFacts(memory_gib=gpu_memory_gib, name=gpu_name),
+        shape.mtp_num_layers,
+        shape.is_hybrid,
+    )
+    return EffectiveArgs.from_result(result)
+
+
+def effective_args(
+    spec: Spec, shape: ModelShape, argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> EffectiveArgs:
+    """The spec's flags (or `argv`/`env` in their place) as the engine will run them."""
+    return evaluate(
+        spec.engine.name,
+        spec.engine.version,
+        spec.engine.args if argv is None else argv,
+        spec.engine.env if env is None else env,
+        shape,
+        spec.gpu.memory_gib,
+        spec.gpu.name,
+    )
+
+
+def effective_args_without(spec: Spec, shape: ModelShape, dropped: Callable[[str], bool]) -> EffectiveArgs:
+    """The same launch with every flag whose dest `dropped` names removed, re-evaluated."""
+    version = parse_version(spec.engine.version)
+    table = table_for(spec.engine.name, version)
+    spellings = tuple(s for s, flag in table.by_spelling.items() if dropped(flag.dest))
+    argv, env = apply_fix(
+        spec.engine.name, version, spec.engine.args, spec.engine.env, Fix(remove_args=spellings)
+    )
+    return effective_args(spec, shape, argv, env)

@@ -1,0 +1,71 @@
+"""A plan says which release's arithmetic it used and which real starts it rests on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from specpilot.cli import cli
+from specpilot.plan.provenance import MEASURED, MeasuredRelease, provenance
+
+REPO = Path(__file__).resolve().parents[2]
+SGLANG_0517 = MeasuredRelease("sglang", "0.5.17", "H200", 12, "docs/sglang-gpu-validation.md")
+
+
+def test_the_vllm_h200_matrix_is_registered() -> None:
+    basis = provenance("vllm", "0.26.0")
+    assert basis.arithmetic == "vLLM 0.2x (0.21-0.29, verified on 0.26.0)"
+    assert basis.measured_starts == ("vLLM 0.26.0 on H200, 9 starts, docs/gpu-validation.md",)
+    assert basis.release_measured
+
+
+def test_a_release_in_a_measured_window_is_still_named_unmeasured() -> None:
+    basis = provenance("vllm", "0.27.0")
+    assert basis.measured_starts and not basis.release_measured
+    assert "vLLM 0.27.0 itself is unmeasured" in basis.summary("vllm", "0.27.0")
+
+
+def test_a_window_without_starts_says_unverified() -> None:
+    basis = provenance("sglang", "0.5.17", MEASURED)
+    assert basis.arithmetic == "SGLang 0.5.17"
+    assert not basis.measured_starts and not basis.release_measured
+    assert "unverified on a real GPU" in basis.summary("sglang", "0.5.17")
+
+
+@pytest.mark.parametrize(
+    ("version", "in_window", "measured"),
+    [("0.5.17", True, True), ("0.5.14", False, False), ("0.5.18", False, False)],
+)
+def test_an_appended_record_counts_inside_its_arithmetic_window_only(
+    version: str, in_window: bool, measured: bool
+) -> None:
+    basis = provenance("sglang", version, (*MEASURED, SGLANG_0517))
+    assert bool(basis.measured_starts) is in_window
+    assert basis.release_measured is measured
+
+
+def test_post_releases_are_their_own_release() -> None:
+    record = MeasuredRelease("sglang", "0.5.13.post1", "H200", 3, "docs/x.md")
+    assert provenance("sglang", "0.5.13.post1", (record,)).release_measured
+    assert not provenance("sglang", "0.5.13", (record,)).release_measured
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("gpu/specs/h200-dense-96.toml", "9 starts"),
+        ("examples/qwen36-27b-mtp-sglang.toml", "unverified on a real GPU"),
+    ],
+)
+def test_plan_prints_and_reports_its_basis(spec: str, words: str) -> None:
+    runner = CliRunner()
+    human = runner.invoke(cli, ["plan", str(REPO / spec)])
+    assert "rests on: arithmetic of " in human.output and words in human.output
+    data = json.loads(runner.invoke(cli, ["plan", str(REPO / spec), "--json"]).output)
+    assert set(data["provenance"]) == {"arithmetic", "measured_starts", "release_measured"}
+    assert (
+        words in " ".join(data["provenance"]["measured_starts"]) or not data["provenance"]["measured_starts"]
+    )
