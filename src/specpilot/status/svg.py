@@ -24,7 +24,7 @@ def _number(value: float) -> str:
         return f"{value / 1e6:.1f}M"
     if value >= 1e4:
         return f"{value / 1e3:.0f}k"
-    return f"{value:.3g}"
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _clock(unix_s: float) -> str:
