@@ -1,7 +1,7 @@
 """A scripted OpenAI-compatible stand-in whose answers a test can hold, so a job's state stays put.
 
 Behaviour is a function of markers in the prompt: `HOLD` waits until `release()`,
-`TOO-LONG` gets a 400, `RETRY` gets one 429 first, `EMPTY` gets empty content (the
+`TOO-LONG` gets a 400, `RETRY` gets one 429 first (from whichever stand-in sees it first), `EMPTY` gets empty content (the
 row is flagged). Completion lengths vary with the prompt's number, for a histogram.
 `/metrics` exports SGLang's acceptance-length gauge.
 """
@@ -23,10 +23,11 @@ def completion_tokens_for(prompt: str) -> int:
 
 
 class StandIn:
-    def __init__(self) -> None:
+    def __init__(self, retried: set[str]) -> None:
+        """`retried`: prompts already refused once, shared by stand-ins so a row gets one 429 in all."""
         self.port = 0
         self.answered = 0
-        self._retried: set[str] = set()
+        self._retried = retried
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()

@@ -76,7 +76,8 @@ class RunningJob:
 @pytest.fixture
 def running_job(tmp_path: Path) -> Iterator[RunningJob]:
     """A job with every row answered or failed except the held ones, which stay in flight."""
-    servers = [StandIn().start(), StandIn().start()]
+    retried: set[str] = set()
+    servers = [StandIn(retried).start(), StandIn(retried).start()]
     rows = [{"id": f"q{i}", "conversations": [{"role": "user", "content": _prompt(i)}]} for i in range(ROWS)]
     path = write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "out"

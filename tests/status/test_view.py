@@ -17,33 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.job import JobConfig, run_generate
 from specpilot.status.server import bind
-from tests.generate.conftest import prompt_rows, write_jsonl
-from tests.generate.fake_server import FakeServer, Faults
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def finished_job(tmp_path: Path) -> Path:
-    server = FakeServer(Faults()).start()
-    try:
-        config = JobConfig(
-            write_jsonl(tmp_path / "in.jsonl", prompt_rows(40)),
-            tmp_path / "out",
-            [Endpoint(server.url)],
-            None,
-            True,
-            concurrency=8,
-            show_progress=False,
-            flush_interval_s=0.05,
-        )
-        assert run_generate(config).exit_code == 0
-    finally:
-        server.close()
-    return tmp_path / "out"
 
 
 def _folder_state(directory: Path) -> dict[str, tuple[int, str]]:

@@ -56,8 +56,9 @@ def job_metrics(snapshot: LedgerSnapshot, live: LiveView | None) -> Iterator[Met
     for flag, count in s["flags"].items():
         flagged.add_metric([flag], count)
     yield flagged
-    if s["eta_s"] is not None:
-        yield GaugeMetricFamily("specpilot_eta_seconds", "Estimated time to finish.", value=s["eta_s"])
+    eta_s = 0.0 if s["pending"] + s["in_flight"] == 0 else s["eta_s"]
+    if eta_s is not None:  # unknown while nothing has finished in the last minute
+        yield GaugeMetricFamily("specpilot_eta_seconds", "Estimated time to finish.", value=eta_s)
     accept = live.accept_length if live is not None else s["spec_accept_length"]
     if accept is not None:
         yield GaugeMetricFamily(

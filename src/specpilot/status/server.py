@@ -3,7 +3,9 @@
 The socket is bound before the job starts, so an address in use is a one-line error
 before anything is sent or written. Ledger reads run in a worker thread (a full scan
 of a 900k-row ledger takes a while and must not stall the dispatcher's event loop) and
-are shared by requests arriving within `LEDGER_REFRESH_S` of each other.
+are shared by requests arriving within `LEDGER_REFRESH_S` of each other (or within
+`READ_COST_FACTOR` times the last read's duration, so a huge ledger is not scanned
+back to back while the job runs).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from specpilot.status.page import PageInput, render_page
 
 DEFAULT_ADDR = "127.0.0.1:8765"
 LEDGER_REFRESH_S = 2.0
+READ_COST_FACTOR = 5.0
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -108,13 +111,16 @@ class StatusSource:
         self.recorder = recorder
         self._snapshot: LedgerSnapshot | None = None
         self._read_at = 0.0
+        self._reuse_s = LEDGER_REFRESH_S
         self._lock = asyncio.Lock()
 
     async def read(self) -> tuple[LedgerSnapshot, LiveView | None]:
         async with self._lock:
-            if self._snapshot is None or time.monotonic() - self._read_at >= LEDGER_REFRESH_S:
+            if self._snapshot is None or time.monotonic() - self._read_at >= self._reuse_s:
+                started = time.monotonic()
                 self._snapshot = await asyncio.to_thread(read_snapshot, self.directory)
                 self._read_at = time.monotonic()
+                self._reuse_s = max(LEDGER_REFRESH_S, READ_COST_FACTOR * (self._read_at - started))
             snapshot = self._snapshot
         return snapshot, self.recorder.view() if self.recorder is not None else None
 
