@@ -73,8 +73,8 @@ class RunningJob:
     process: subprocess.Popen[str]
 
 
-@pytest.fixture
-def running_job(tmp_path: Path) -> Iterator[RunningJob]:
+@contextlib.contextmanager
+def _held_job(tmp_path: Path, serve_status: bool) -> Iterator[RunningJob]:
     """A job with every row answered or failed except the held ones, which stay in flight."""
     retried: set[str] = set()
     servers = [StandIn(retried).start(), StandIn(retried).start()]
@@ -84,8 +84,9 @@ def running_job(tmp_path: Path) -> Iterator[RunningJob]:
     port = _free_port()
     argv = [sys.executable, "-m", "specpilot", "generate", "--input", str(path), "--output", str(out),
             "--server", servers[0].url, "--server", servers[1].url, "--concurrency", "16",
-            "--retry-base-s", "0.01", "--flush-interval-s", "0.05", "--max-tokens", "512",
-            "--serve-status", f"127.0.0.1:{port}", "--json"]  # fmt: skip
+            "--retry-base-s", "0.01", "--flush-interval-s", "0.05", "--max-tokens", "512", "--json"]  # fmt: skip
+    if serve_status:
+        argv += ["--serve-status", f"127.0.0.1:{port}"]
     env = {**os.environ, "SPECPILOT_API_KEY": API_KEY}
     process = subprocess.Popen(
         argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -97,8 +98,8 @@ def running_job(tmp_path: Path) -> Iterator[RunningJob]:
             assert process.poll() is None, process.communicate()[1][-2000:]
             assert time.monotonic() < deadline, "the job did not reach its held state"
             time.sleep(0.1)
-        # the page caches the ledger briefly; the history needs a few one-second samples
-        time.sleep(LEDGER_REFRESH_S + 2.5)
+        if serve_status:  # the page caches the ledger briefly; the history needs a few samples
+            time.sleep(LEDGER_REFRESH_S + 2.5)
         yield RunningJob(out, f"http://127.0.0.1:{port}/", servers, process)
         for server in servers:
             server.release()
@@ -111,6 +112,12 @@ def running_job(tmp_path: Path) -> Iterator[RunningJob]:
             process.communicate()
         for server in servers:
             server.close()
+
+
+@pytest.fixture
+def running_job(tmp_path: Path) -> Iterator[RunningJob]:
+    with _held_job(tmp_path, serve_status=True) as job:
+        yield job
 
 
 VOID_TAGS = frozenset({"meta", "br", "img", "input", "link", "hr"})
@@ -258,3 +265,32 @@ def test_metrics_parse_with_prometheus_client(running_job: RunningJob) -> None:
     assert sum(in_flight) == len(HELD)
     assert all(samples[("specpilot_server_up", (("server", n),))] == 1 for n in names)
     assert API_KEY not in text and PROMPT_WORDS not in text
+
+
+def test_view_reads_a_running_job_without_disturbing_it(tmp_path: Path) -> None:
+    """A job started without --serve-status: `specpilot view` reads its live ledger (WAL readers
+    are not blocked by the writer), and the job then finishes normally."""
+    with _held_job(tmp_path, serve_status=False) as job:
+        names_before = sorted(p.name for p in job.out.iterdir())
+        port = _free_port()
+        argv = [sys.executable, "-m", "specpilot", "view", str(job.out), "--addr", f"127.0.0.1:{port}"]
+        view = subprocess.Popen(argv, cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+                        html = response.read().decode()
+                    break
+                except OSError:
+                    assert view.poll() is None and time.monotonic() < deadline, view.communicate()[1]
+                    time.sleep(0.1)
+        finally:
+            view.terminate()
+            view.communicate(timeout=10)
+        page = _Page()
+        page.feed(html)
+        assert page.text["rows-done"] == str(ROWS - len(HELD) - len(TOO_LONG))
+        assert page.text["rows-in-flight"] == str(len(HELD))
+        assert "read from the ledger" in html and "not watched" in html
+        assert sorted(p.name for p in job.out.iterdir()) == names_before
