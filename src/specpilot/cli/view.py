@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from specpilot.status.server import DEFAULT_ADDR
+from specpilot.status import DEFAULT_ADDR
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -23,12 +23,12 @@ from pathlib import Path
 from aiohttp import web
 
 from specpilot.errors import UserError
+from specpilot.status import DEFAULT_ADDR
 from specpilot.status.ledger_view import LedgerSnapshot, read_snapshot
 from specpilot.status.live import SAMPLE_INTERVAL_S, LiveJob, LiveRecorder, LiveView
 from specpilot.status.metrics import CONTENT_TYPE, exposition
 from specpilot.status.page import PageInput, render_page
 
-DEFAULT_ADDR = "127.0.0.1:8765"
 LEDGER_REFRESH_S = 2.0
 READ_COST_FACTOR = 5.0
 
