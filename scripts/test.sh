@@ -23,6 +23,16 @@ if [ ! -x /usr/sbin/sshd ]; then
   fi
 fi
 
+if ! command -v chromium >/dev/null; then
+  step "install Chromium (tests/status load the live job page in headless Chromium)"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "chromium missing: run 'sudo apt-get install -y chromium' first" >&2
+    exit 2
+  fi
+fi
+
 step "engine environments (cached in \${SPECPILOT_CACHE:-~/.cache/specpilot}/venvs)"
 for venv in $(python3 -m specpilot.demo.enginevenv --list-ci); do
   python3 -m specpilot.demo.enginevenv "$venv" >/dev/null

@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "generate": "specpilot.cli.generate:generate",
     "report": "specpilot.cli.generate:report",
     "export": "specpilot.cli.generate:export",
+    "view": "specpilot.cli.view:view",
     "demo": "specpilot.cli.demo:demo",
     "completion": "specpilot.cli.completion:completion",
 }

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from specpilot.cli.view import serve_status_options
 from specpilot.errors import EXIT_OK, UserError
 
 EXAMPLE_GENERATE = """\b
@@ -113,6 +114,7 @@ An API key, if the servers need one, is read from $SPECPILOT_API_KEY."""
     type=click.FloatRange(0),
     help="Seconds between summary lines when stderr is not a terminal.",
 )
+@serve_status_options
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
 def generate(
     input_path: Path,
@@ -136,6 +138,8 @@ def generate(
     flush_interval_s: float,
     rows_per_part: int,
     progress_interval_s: float,
+    serve_status: str | None,
+    status_public: bool,
     as_json: bool,
 ) -> None:
     """Generate answers (with reasoning) for every prompt, exactly once, resumably."""
@@ -165,7 +169,14 @@ def generate(
         rows_per_part=rows_per_part,
         progress_interval_s=progress_interval_s,
     )
-    outcome = run_generate(config)
+    watch = None
+    if serve_status is not None:
+        from specpilot.status.server import bind, url_of, watch_job
+
+        sock = bind(serve_status, public=status_public, flag="--serve-status")
+        click.echo(f"status page: {url_of(sock)}  metrics: {url_of(sock)}metrics", err=True)
+        watch = watch_job(sock, output_dir)
+    outcome = run_generate(config, watch)
     if as_json:
         click.echo(
             json.dumps({**outcome.summary, "exit_code": outcome.exit_code, "message": outcome.message})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -81,10 +82,45 @@ def render_plan(plan: Plan, console: Console) -> None:
         console.print(f"rests on: {basis}", soft_wrap=True)
 
 
+def _draw(
+    spec: Spec, measured: dict[str, float], result: Plan, svg_path: Path | None, html_path: Path | None
+) -> None:
+    """The card as a picture; a speculative spec is drawn next to the same spec without it."""
+    from specpilot.plan.compare import without_speculation
+    from specpilot.plan.picture import card_of, render_html, render_svg
+
+    plans = [(result, "as given")]
+    plain = without_speculation(spec)
+    if plain is not None:
+        plans = [(result, "with speculative decoding"), (make_plan(plain, measured), "without it")]
+    cards = [card_of(p, f"{spec.name}: {title}") for p, title in plans]
+    for path, text in ((svg_path, render_svg(cards)), (html_path, render_html(cards, [p for p, _ in plans]))):
+        if path is None:
+            continue
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise UserError(
+                f"cannot write {path}: {err.strerror}", field="--svg/--html", fix="choose a writable path"
+            ) from None
+
+
 @click.command(context_settings=PASSTHROUGH)
 @spec_options
 @click.option("--from-log", "from_log", type=click.Path(dir_okay=False), help="Calibrate from an engine log.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option(
+    "--svg",
+    "svg_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also draw the card to scale as an SVG file (with and without speculation side by side).",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write a standalone HTML page with the drawing and the memory tables.",
+)
 def plan(
     spec_or_command: tuple[str, ...],
     gpu_memory_gib: float | None,
@@ -92,6 +128,8 @@ def plan(
     engine_version: str | None,
     from_log: str | None,
     as_json: bool,
+    svg_path: Path | None,
+    html_path: Path | None,
 ) -> None:
     """Exact GPU memory plan: fits or not, what the engine will allocate, the knobs that fit.
 
@@ -99,6 +137,7 @@ def plan(
     Examples:
       specpilot plan examples/qwen36-27b-mtp-sglang.toml
       specpilot plan spec.toml --from-log engine.log --json
+      specpilot plan spec.toml --svg plan.svg --html plan.html
       specpilot plan --gpu-memory-gib 95.6 -- python -m sglang.launch_server \\
           --model-path models/qwen3.6-27b --speculative-algorithm NEXTN
     Exit: 0 fits, 1 does not fit, 2 bad input.
@@ -114,6 +153,8 @@ def plan(
     if from_log:
         spec, measured = calibrate_from_log(spec, from_log)
     result = make_plan(spec, measured)
+    if svg_path or html_path:
+        _draw(spec, measured, result, svg_path, html_path)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:

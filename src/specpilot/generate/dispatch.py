@@ -249,9 +249,9 @@ class Dispatcher:
             time.time(),
         )
         del self.rows[row.position]
-        self.sent_at.pop(row.position, None)
-        self.stats.done += 1
-        self.stats.completion_tokens += answer.completion_tokens
+        sent_at = self.sent_at.pop(row.position, None)
+        latency_s = time.monotonic() - sent_at if sent_at is not None else 0.0
+        self.stats.answered(server.name, latency_s, answer.prompt_tokens, answer.completion_tokens)
         if len(self.writer) >= self.config.flush_rows:
             self.flush()
 
@@ -275,7 +275,7 @@ class Dispatcher:
             self.batch.failed.append((str(failure), row.position))
             del self.rows[row.position]
             self.sent_at.pop(row.position, None)
-            self.stats.failed += 1
+            self.stats.row_failed(str(failure))
             if self.stats.done == 0 and self.stats.failed >= FAILURES_BEFORE_SUCCESS_LIMIT:
                 # A wrong --model or a broken server fails every row the same way; stop
                 # before the whole input is marked failed.
@@ -285,14 +285,14 @@ class Dispatcher:
                 )
             return
         self.batch.retried.append((str(failure), row.position))
-        self.stats.retries += 1
+        self.stats.retried(str(failure))
         delay = _backoff_s(attempts, self.config.retry_base_s, self.config.retry_cap_s)
         if failure.retry_after_s is not None:
             delay = max(delay, min(failure.retry_after_s, self.config.retry_cap_s))
         heapq.heappush(self.waiting, (time.monotonic() + delay, row.position))
 
     def _requeue(self, position: int) -> None:
-        self.stats.requeued += 1
+        self.stats.requeued_from_down_server()
         self.ready.appendleft(position)
 
     def _take_out(self, server: Server, reason: str) -> None:

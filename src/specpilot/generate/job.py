@@ -10,10 +10,12 @@ kill left in flight; then stream only the pending input rows to the servers. Eve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,9 @@ from specpilot.generate.ledger import Ledger, RowState
 from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import summarize
 from specpilot.generate.writer import DATA_DIR, list_parts, reconcile_parts
+
+#: something that watches a running job (the status page), entered once its dispatcher exists
+JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
 
 DUPLICATES_SHOWN = 5
 PARAM_KEYS = ("model", "thinking", "max_tokens", "temperature", "top_p", "top_k")
@@ -237,7 +242,7 @@ class Job:
         return summary
 
 
-async def _run(job: Job) -> tuple[str | None, list[dict[str, Any]]]:
+async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[dict[str, Any]]]:
     config = job.config
     async with open_session(config.concurrency + 4) as session:
         model = (
@@ -253,7 +258,8 @@ async def _run(job: Job) -> tuple[str | None, list[dict[str, Any]]]:
             top_k=config.top_k,
         )
         dispatcher = Dispatcher(job, session, sampling)
-        await dispatcher.run()
+        async with watch(dispatcher) if watch else contextlib.nullcontext():
+            await dispatcher.run()
         servers = [
             {"server": s.name, "rows_done": s.done_rows, "taken_out": s.taken_out_count}
             for s in dispatcher.pool.servers
@@ -261,10 +267,10 @@ async def _run(job: Job) -> tuple[str | None, list[dict[str, Any]]]:
         return dispatcher.stop_reason, servers
 
 
-def run_generate(config: JobConfig) -> Outcome:
+def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
     """Run (or resume) a job to its end; the summary comes from the ledger."""
     with Job(config) as job:
-        stop_reason, servers = asyncio.run(_run(job))
+        stop_reason, servers = asyncio.run(_run(job, watch))
         summary = {**job.write_reports(), "this_run_servers": servers}
         scope_left = job.unfinished_in_scope()
     if stop_reason:

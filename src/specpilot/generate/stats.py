@@ -7,9 +7,10 @@ costs nothing per request beyond a few integer additions.
 
 from __future__ import annotations
 
+import bisect
 import sys
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -18,9 +19,31 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from specpilot.generate.causes import SERVER_DOWN, cause_of
 from specpilot.generate.servers import ServerPool
 
 RATE_WINDOW_S = 60.0
+#: upper bounds of the request latency histogram (LLM answers take from a second to many minutes)
+LATENCY_BUCKETS_S: tuple[float, ...] = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+
+
+@dataclass
+class ServerStats:
+    """One server's answers in this run: rows, tokens, and a latency histogram."""
+
+    rows: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_sum_s: float = 0.0
+    #: answers per latency bucket (LATENCY_BUCKETS_S, then one for slower), not cumulative
+    latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
+
+    def observe(self, latency_s: float, prompt_tokens: int, completion_tokens: int) -> None:
+        self.rows += 1
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        self.latency_sum_s += latency_s
+        self.latency_counts[bisect.bisect_left(LATENCY_BUCKETS_S, latency_s)] += 1
 
 
 @dataclass
@@ -36,11 +59,35 @@ class LiveStats:
     retries: int = 0
     requeued: int = 0
     completion_tokens: int = 0
+    prompt_tokens: int = 0
     accept_length_sum: float = 0.0
     accept_length_rows: int = 0
     started_at: float = field(default_factory=time.monotonic)
     paused_reason: str | None = None
+    retries_by_cause: Counter[str] = field(default_factory=Counter)
+    failed_by_cause: Counter[str] = field(default_factory=Counter)
+    servers: dict[str, ServerStats] = field(default_factory=dict)
     _samples: deque[tuple[float, int, int]] = field(default_factory=deque)
+
+    # The dispatcher reports each outcome through these (the status page and /metrics read them).
+
+    def answered(self, server: str, latency_s: float, prompt_tokens: int, completion_tokens: int) -> None:
+        self.done += 1
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        self.servers.setdefault(server, ServerStats()).observe(latency_s, prompt_tokens, completion_tokens)
+
+    def retried(self, error: str) -> None:
+        self.retries += 1
+        self.retries_by_cause[cause_of(error)] += 1
+
+    def requeued_from_down_server(self) -> None:
+        self.requeued += 1
+        self.retries_by_cause[SERVER_DOWN] += 1
+
+    def row_failed(self, error: str) -> None:
+        self.failed += 1
+        self.failed_by_cause[cause_of(error)] += 1
 
     def sample(self) -> tuple[float, float]:
         """(rows/s, output tokens/s) over the last minute of this run."""

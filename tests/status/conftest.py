@@ -1,0 +1,32 @@
+"""Fixtures for the status tests: a small finished job to view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.job import JobConfig, run_generate
+from tests.generate.conftest import prompt_rows, write_jsonl
+from tests.generate.fake_server import FakeServer, Faults
+
+
+@pytest.fixture
+def finished_job(tmp_path: Path) -> Path:
+    server = FakeServer(Faults()).start()
+    try:
+        config = JobConfig(
+            write_jsonl(tmp_path / "in.jsonl", prompt_rows(40)),
+            tmp_path / "out",
+            [Endpoint(server.url)],
+            None,
+            True,
+            concurrency=8,
+            show_progress=False,
+            flush_interval_s=0.05,
+        )
+        assert run_generate(config).exit_code == 0
+    finally:
+        server.close()
+    return tmp_path / "out"
