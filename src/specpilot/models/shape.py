@@ -108,6 +108,10 @@ class ModelShape:
     mtp_param_count: int
     vision_param_count: int
     is_multimodal_wrapper: bool
+    #: the vision tower's `num_hidden_layers` and `hidden_size` as its config.json spells them
+    #: (0 when absent: Qwen3.5/3.6 write `depth`, and SGLang then assumes 24 layers)
+    vision_num_hidden_layers: int = 0
+    vision_hidden_size: int = 0
     #: MLA (DeepSeek-style) compressed KV; 0 for ordinary attention
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
@@ -285,10 +289,21 @@ def _estimated_params(
 
 
 def _vision_params_estimate(vision: dict[str, Any]) -> int:
+    """ViT blocks plus, where the config names them, the patch embedding, the learned
+    position table and the patch merger into the language model's width (Qwen-VL style)."""
     hidden = int(vision.get("hidden_size", 0))
     depth = int(vision.get("depth", vision.get("num_hidden_layers", 0)))
     inter = int(vision.get("intermediate_size", 4 * hidden))
-    return depth * (4 * hidden * hidden + 2 * hidden * inter)
+    blocks = depth * (4 * hidden * hidden + 2 * hidden * inter)
+    patch = int(vision.get("patch_size", 0))
+    patch_embed = (
+        int(vision.get("in_channels", 3)) * int(vision.get("temporal_patch_size", 1)) * patch**2 * hidden
+    )
+    positions = int(vision.get("num_position_embeddings", 0)) * hidden
+    out_hidden = int(vision.get("out_hidden_size", 0))
+    merged = hidden * int(vision.get("spatial_merge_size", 1)) ** 2
+    merger = merged * merged + merged * out_hidden if out_hidden else 0
+    return blocks + patch_embed + positions + merger
 
 
 def load_model_shape(model_path: str | Path) -> ModelShape:
@@ -332,6 +347,7 @@ def load_model_shape(model_path: str | Path) -> ModelShape:
     tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
     mtp_layers = int(text.get("mtp_num_hidden_layers") or text.get("num_nextn_predict_layers") or 0)
     vision_config = config.get("vision_config") if "text_config" in config else None
+    vision: dict[str, Any] = vision_config if isinstance(vision_config, dict) else {}
 
     measured = _safetensors_params(weights_dir)
     if measured is not None:
@@ -376,6 +392,8 @@ def load_model_shape(model_path: str | Path) -> ModelShape:
         mtp_param_count=mtp_params,
         vision_param_count=vision_params,
         is_multimodal_wrapper="text_config" in config,
+        vision_num_hidden_layers=int(vision.get("num_hidden_layers") or 0),
+        vision_hidden_size=int(vision.get("hidden_size") or 0),
         kv_lora_rank=int(text.get("kv_lora_rank") or 0),
         qk_rope_head_dim=int(text.get("qk_rope_head_dim") or 0),
         attn_output_gate=t.attn_output_gate,

@@ -53,6 +53,10 @@ class Sizing:
     weights_gib: float
     draft_weights_gib: float
     reserve_gib: float
+    #: memory the engine frees after the pools, before serving: from 0.5.14 the draft
+    #: loads inside the profile with its own embedding and LM head, then drops them for
+    #: the target's (they fall back to the reserve's side)
+    freed_after_pools_gib: float
     multimodal_reserve_gib: float
     rest_gib: float
     pool: q.StatePool
@@ -62,6 +66,16 @@ class Sizing:
     kv_tokens: int
     max_running_requests: int
     reserve_terms: tuple[Term, ...]
+
+    @property
+    def available_after_pools_gib(self) -> float:
+        """What the allocations after the pools can use: the reserve plus what was freed."""
+        return self.reserve_gib + self.freed_after_pools_gib
+
+    @property
+    def margin_gib(self) -> float:
+        """Free memory left after the last allocation at startup (negative: OOM)."""
+        return self.available_after_pools_gib - self.reserve_needed_gib
 
     @property
     def reserve_needed_gib(self) -> float:
@@ -84,14 +98,21 @@ def _reserve_terms(
     terms = [
         Term("activations (prefill chunk + logits)", q.activation_gib(shape, s), "estimated", PEAK),
         Term("attention backend workspace", q.attention_workspace_gib(s), "estimated"),
-        Term("CUDA graphs", q.cuda_graph_gib(s), "estimated"),
+        Term(
+            f"prefill CUDA graphs (up to {s.prefill_graph_max_tokens} tokens)",
+            q.prefill_graph_gib(shape, s, rules),
+            "estimated",
+        ),
+        Term(
+            f"decode CUDA graphs ({q.decode_graph_families(s)} families)", q.decode_graphs_gib(s), "estimated"
+        ),
         Term("request-to-token table", q.req_to_token_gib(requests, s), "config"),
-        Term("runtime buffers (not itemized, measured)", q.unitemized_runtime_gib(shape), "estimated"),
+        Term("runtime buffers (not itemized, measured)", q.unitemized_runtime_gib(shape, rules), "estimated"),
     ]
     if s.tp_size * s.pp_size > 1:
         terms.append(Term("TP communication buffers", q.tp_buffers_gib(s), "estimated"))
+    draft_kv_after_pools = s.has_draft_model and not (rules.draft_in_profile and rules.draft_kv_in_cell)
     if s.has_draft_model and not rules.draft_in_profile:
-        draft_kv = tokens * q.draft_kv_bytes_per_token(shape, s) / GIB
         terms += [
             Term("draft model weights", draft_gib, "estimated"),
             Term(
@@ -100,8 +121,10 @@ def _reserve_terms(
                 "estimated",
                 PEAK,
             ),
-            Term("draft KV cache", draft_kv, "config"),
         ]
+    if draft_kv_after_pools:
+        draft_kv = tokens * q.draft_kv_bytes_per_token(shape, s) / GIB
+        terms.append(Term("draft KV cache", draft_kv, "config"))
     return tuple(terms)
 
 
@@ -115,9 +138,11 @@ def size(
 ) -> Sizing:
     """Run the engine's sizing for one configuration."""
     draft_gib = q.draft_weights_gib(shape, s)
-    free_after_load = free_before_load_gib - weights_gib
+    free_after_load = free_before_load_gib - weights_gib - rules.pre_profile_gib
+    freed = 0.0
     if rules.draft_in_profile:
-        free_after_load -= draft_gib
+        freed = q.draft_load_transient_gib(shape, s)
+        free_after_load -= draft_gib + freed
     reserve = free_before_load_gib * (1 - s.mem_fraction_static)
     mm_reserve = rules.multimodal_reserve_mib / 1024 if s.multimodal else 0.0
     rest = free_after_load - reserve - mm_reserve
@@ -133,6 +158,7 @@ def size(
         weights_gib=weights_gib,
         draft_weights_gib=draft_gib,
         reserve_gib=reserve,
+        freed_after_pools_gib=freed,
         multimodal_reserve_gib=mm_reserve,
         rest_gib=rest,
         pool=pool,
@@ -185,14 +211,14 @@ def blocking_problems(z: Sizing, shape: ModelShape) -> list[Problem]:
                 "SGLang stops with 'state cache is too small to serve any requests'",
             )
         )
-    shortfall = z.reserve_needed_gib - z.reserve_gib
+    shortfall = -z.margin_gib
     if shortfall > 0:
-        largest = max(z.reserve_terms, key=lambda t: t.gib)
+        largest = largest_transient(z)
         problems.append(
             Problem(
                 "reserve_too_small",
                 f"the reserve free_before_load x (1 - {s.mem_fraction_static:.3f}) = "
-                f"{z.reserve_gib:.2f} GiB is {shortfall:.2f} GiB short of what is allocated after "
+                f"{z.reserve_gib:.2f} GiB{_freed_text(z)} is {shortfall:.2f} GiB short of what is allocated after "
                 f"the pools ({z.reserve_needed_gib:.2f} GiB; largest: {largest.name}, "
                 f"{largest.gib:.2f} GiB): CUDA out of memory at draft load or graph capture. "
                 "A higher --mem-fraction-static makes this worse, not better",
@@ -201,13 +227,25 @@ def blocking_problems(z: Sizing, shape: ModelShape) -> list[Problem]:
     return problems
 
 
+def _freed_text(z: Sizing) -> str:
+    return f" (+{z.freed_after_pools_gib:.2f} freed after the pools)" if z.freed_after_pools_gib else ""
+
+
+def largest_transient(z: Sizing) -> Term:
+    """The biggest single allocation after the pools: the one that runs out first."""
+    return max(z.reserve_terms, key=lambda t: t.gib)
+
+
 def _fraction_candidates(start: float) -> list[float]:
     steps = round((start - LOWEST_FRACTION) / FRACTION_STEP)
     return [round(start - i * FRACTION_STEP, 2) for i in range(steps + 1)]
 
 
 def _fits_with_margin(z: Sizing, shape: ModelShape) -> bool:
-    return not blocking_problems(z, shape) and z.reserve_gib >= z.reserve_needed_gib * RESERVE_MARGIN
+    return (
+        not blocking_problems(z, shape)
+        and z.available_after_pools_gib >= z.reserve_needed_gib * RESERVE_MARGIN
+    )
 
 
 def _long_request_tokens(s: SglangSettings) -> int:
@@ -338,8 +376,17 @@ def _memory_table(
         ),
         Term("target weights", z.weights_gib, source if "weights_gib" in measured else "estimated"),
     ]
+    if rules.pre_profile_gib:
+        terms.append(Term("allocated before the memory profile", rules.pre_profile_gib, "estimated"))
     if s.has_draft_model and rules.draft_in_profile:
         terms.append(Term("draft weights (loaded before profiling)", z.draft_weights_gib, "estimated"))
+        terms.append(
+            Term(
+                "draft's own embedding + LM head (loaded, freed after the pools)",
+                z.freed_after_pools_gib,
+                "estimated",
+            )
+        )
     reserve_name = f"reserve: free x (1 - {s.mem_fraction_static:.3f})"
     terms.append(Term(reserve_name, z.reserve_gib, "config"))
     if z.multimodal_reserve_gib:
@@ -407,9 +454,11 @@ def plan_sglang(
     if best is not None:
         rec_args = recommended_args(best, rules, shape)
         verb = "fits with" if not problems else "starts with"
+        transient = largest_transient(best)
         notes.append(
             f"{verb} {' '.join(rec_args)}: {best.kv_tokens} KV tokens, "
-            f"{best.max_running_requests} concurrent requests"
+            f"{best.max_running_requests} concurrent requests, {best.margin_gib:.2f} GiB free after "
+            f"the last startup allocation (largest: {transient.name}, {transient.gib:.2f} GiB)"
         )
         if problems:
             problems = [replace(p, fix=Fix(args=tuple(rec_args), env=rec_env)) for p in problems]
@@ -455,5 +504,7 @@ def plan_sglang(
             "chunked_prefill_size": settings.chunked_prefill_size,
             "cuda_graph_max_bs": settings.cuda_graph_max_bs,
             "free_before_load_gib": round(free, 3),
+            "margin_gib": round(z.margin_gib, 3),
+            "largest_transient": largest_transient(z).name,
         },
     )

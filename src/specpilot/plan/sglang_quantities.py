@@ -31,10 +31,20 @@ from specpilot.plan.types import GIB
 #: 0.71, MI355X 0.71, 4x RTX 4090 TP4 0.91 (tests/data/startup_logs/sglang/*.json).
 CUDA_CONTEXT_GIB = 0.75
 CUDA_CONTEXT_TP_EXTRA_GIB = 0.15
-#: MiB per captured decode batch size and per piecewise prefill graph: SGLang's own
-#: coefficients for the default mem_fraction_static (_handle_gpu_memory_settings).
-GRAPH_MIB_PER_BATCH = 2.0
+#: MiB per piecewise prefill graph: SGLang's own allowance in the default
+#: mem_fraction_static (_handle_gpu_memory_settings).
 PIECEWISE_GRAPH_MIB = 8.0
+#: Bytes a breakable prefill graph (0.5.17) keeps per captured token per hidden unit per
+#: layer. Real 0.5.17 starts on the H200 ("Capture target prefill CUDA graph end ... mem
+#: usage", 8192 tokens): Qwen3.6-27B 2.86-2.90 GiB (1.15), Qwen3-8B 1.44 GiB (1.28); the
+#: larger is kept so the term never under-counts.
+BREAKABLE_GRAPH_BYTES_PER_TOKEN_HIDDEN_LAYER = 1.28
+#: One captured decode-side graph family (target decode, or with a draft model: target
+#: verify, draft decode, draft extend): a fixed part plus a part per captured batch size.
+#: Real 0.5.17 starts on the H200: decode 0.21 GiB at 42 sizes, 0.32 at 256; verify / draft
+#: decode / draft extend 0.36-0.39 / 0.24-0.25 / 0.27-0.30 GiB at 21-23.
+GRAPH_FAMILY_GIB = 0.30
+GRAPH_FAMILY_MIB_PER_BATCH = 0.5
 #: "Constant meta data (e.g., from attention backend)" in the same heuristic; a draft
 #: model brings its own attention backends.
 ATTENTION_METADATA_MIB = 512.0
@@ -138,7 +148,7 @@ def pool_cell_bytes(shape: ModelShape, s: SglangSettings, rules: SglangRelease) 
     afterwards from the reserve.
     """
     cell = kv_bytes_per_token(shape, s)
-    if rules.draft_in_profile and s.has_draft_model and kv_layers(shape):
+    if rules.draft_in_profile and rules.draft_kv_in_cell and s.has_draft_model and kv_layers(shape):
         cell = int(cell * (1 + s.draft_layers / kv_layers(shape)))
     return cell
 
@@ -305,9 +315,9 @@ def attention_workspace_gib(s: SglangSettings) -> float:
     return ATTENTION_METADATA_MIB * (2 if s.has_draft_model else 1) / 1024
 
 
-def unitemized_runtime_gib(shape: ModelShape) -> float:
-    """Runtime buffers no term itemizes, from measured startups (see the constants)."""
-    return UNITEMIZED_HYBRID_GIB if shape.is_hybrid else UNITEMIZED_DENSE_GIB
+def unitemized_runtime_gib(shape: ModelShape, rules: SglangRelease) -> float:
+    """Runtime buffers no term itemizes, from measured startups (`SglangRelease`)."""
+    return rules.unitemized_hybrid_gib if shape.is_hybrid else rules.unitemized_dense_gib
 
 
 def req_to_token_gib(requests: int, s: SglangSettings) -> float:
@@ -316,15 +326,32 @@ def req_to_token_gib(requests: int, s: SglangSettings) -> float:
     return (requests + 1) * (s.context_len + REQ_TO_TOKEN_EXTRA_TOKENS) * 4 / GIB
 
 
-def cuda_graph_gib(s: SglangSettings) -> float:
-    """CUDA graphs, by SGLang's own coefficients: 2 MiB per captured decode batch size
-    (captured up to min(cuda_graph_max_bs, max_running_requests)), doubled for a draft
-    model's graphs, plus 8 MiB per piecewise prefill graph."""
+def decode_graph_families(s: SglangSettings) -> int:
+    """Decode-side graph families captured: target decode, or with a draft model target
+    verify + draft decode + draft extend."""
     if s.cuda_graph_disabled:
-        return 0.0
+        return 0
+    return 3 if s.has_draft_model else 1
+
+
+def decode_graphs_gib(s: SglangSettings) -> float:
+    """Decode-side CUDA graphs, captured for batch sizes up to min(cuda_graph_max_bs,
+    max_running_requests): `GRAPH_FAMILY_GIB` plus `GRAPH_FAMILY_MIB_PER_BATCH` per size."""
     batch = min(s.cuda_graph_max_bs, s.max_running_requests or s.cuda_graph_max_bs)
-    decode_mib = GRAPH_MIB_PER_BATCH * batch * (2 if s.has_draft_model else 1)
-    return (decode_mib + PIECEWISE_GRAPH_MIB * s.piecewise_graph_tokens) / 1024
+    per_family_gib = GRAPH_FAMILY_GIB + GRAPH_FAMILY_MIB_PER_BATCH * batch / 1024
+    return decode_graph_families(s) * per_family_gib
+
+
+def prefill_graph_gib(shape: ModelShape, s: SglangSettings, rules: SglangRelease) -> float:
+    """Prefill CUDA graphs: a breakable graph keeps activations for its largest token count
+    in every layer (`BREAKABLE_GRAPH_BYTES_PER_TOKEN_HIDDEN_LAYER`); piecewise graphs get
+    SGLang's own 8 MiB per captured size."""
+    if not s.piecewise_graph_tokens:
+        return 0.0
+    if rules.prefill_graph == "breakable":
+        per_token = BREAKABLE_GRAPH_BYTES_PER_TOKEN_HIDDEN_LAYER * shape.hidden_size * shape.num_hidden_layers
+        return s.prefill_graph_max_tokens * per_token / s.tp_size / GIB
+    return PIECEWISE_GRAPH_MIB * s.piecewise_graph_tokens / 1024
 
 
 def tp_buffers_gib(s: SglangSettings) -> float:

@@ -30,10 +30,6 @@ class SglangRelease:
     last: str
     #: `--mamba-scheduler-strategy` (<=0.5.13) or `--mamba-radix-cache-strategy` (>=0.5.14)
     strategy_flag: str
-    #: what `auto` resolves to: "no_buffer" always (<=0.5.13, server_args.__post_init__),
-    #: or "extra_buffer" when overlap scheduling or paging is on (>=0.5.14,
-    #: server_args._handle_mamba_radix_cache / arg_groups/overrides.py)
-    auto_strategy: Literal["no_buffer", "extra_buffer_if_overlap"]
     #: SGLANG_ENABLE_SPEC_V2 default: spec v2 keeps the overlap scheduler on for EAGLE/NEXTN.
     #: None: the variable was removed and spec v2 is always on (>=0.5.14, speculative_hook.py).
     spec_v2_default: bool | None
@@ -57,6 +53,28 @@ class SglangRelease:
     #: an explicit --max-running-requests is capped by the pool estimate (<=0.5.13) or by
     #: half the KV tokens (>=0.5.14) (`_resolve_max_num_reqs`)
     explicit_requests_cap: Literal["pool_estimate", "half_tokens"]
+    #: How the prefill CUDA graph is captured and what it holds: "piecewise" (torch.compile
+    #: pieces, SGLang's own allowance of 8 MiB per captured size) or "breakable" (0.5.17's
+    #: default on CUDA: measured on the H200, see `sglang_quantities.prefill_graph_gib`)
+    prefill_graph: Literal["piecewise", "breakable"] = "piecewise"
+    #: with `draft_in_profile`, whether the draft's KV is folded into the per-token cell
+    #: (pool_configurator, read from the wheels) or allocated after the pools, out of the
+    #: reserve: a real 0.5.17 on the H200 sized the target's KV pool with the target's cell
+    #: alone (NEXTN on Qwen3.6-27B, 4 starts) and then allocated the draft's KV
+    draft_kv_in_cell: bool = True
+    #: Multimodal architectures that keep the prefill graph (every other multimodal model
+    #: runs prefill eagerly): 0.5.17's `multimodal_breakable_cuda_graph_supported_model_archs`
+    prefill_graph_multimodal_archs: frozenset[str] = frozenset()
+    #: Memory taken after the pools that no term itemizes (allocator slack, kernel
+    #: workspaces, the warm-up forward's transients), hybrid / dense models, GiB. Up to 0.5.16
+    #: from published logs (a 0.5.18 Qwen3.5-27B H100 log lost 2.87 GiB, its prefill graph
+    #: included); 0.5.17 from the H200 matrix, where the prefill graph is its own term.
+    #: allocated after the weight-load line and before the memory profile (the scheduler's
+    #: and the draft worker's small buffers): 0.04-0.05 GiB in every real 0.5.13.post1 and
+    #: 0.5.17 start on the H200; unmeasured elsewhere (a 0.5.14 TP4 log shows none)
+    pre_profile_gib: float = 0.0
+    unitemized_hybrid_gib: float = 2.5
+    unitemized_dense_gib: float = 0.6
 
 
 RELEASES: tuple[SglangRelease, ...] = (
@@ -64,7 +82,6 @@ RELEASES: tuple[SglangRelease, ...] = (
         first="0.5.10",
         last="0.5.10",
         strategy_flag="--mamba-scheduler-strategy",
-        auto_strategy="no_buffer",
         spec_v2_default=False,
         spec_default_reserve_mib=4096,
         standalone_default_reserve_mib=6144,
@@ -77,7 +94,6 @@ RELEASES: tuple[SglangRelease, ...] = (
         first="0.5.11",
         last="0.5.12",
         strategy_flag="--mamba-scheduler-strategy",
-        auto_strategy="no_buffer",
         spec_v2_default=True,
         spec_default_reserve_mib=4096,
         standalone_default_reserve_mib=6144,
@@ -90,7 +106,6 @@ RELEASES: tuple[SglangRelease, ...] = (
         first="0.5.13",
         last="0.5.13",
         strategy_flag="--mamba-scheduler-strategy",
-        auto_strategy="no_buffer",
         spec_v2_default=True,
         spec_default_reserve_mib=4096,
         standalone_default_reserve_mib=6144,
@@ -98,12 +113,12 @@ RELEASES: tuple[SglangRelease, ...] = (
         intermediate_rule="joint",
         multimodal_reserve_mib=0,
         explicit_requests_cap="pool_estimate",
+        pre_profile_gib=0.05,
     ),
     SglangRelease(
         first="0.5.14",
         last="0.5.16",
         strategy_flag="--mamba-radix-cache-strategy",
-        auto_strategy="extra_buffer_if_overlap",
         spec_v2_default=None,
         spec_default_reserve_mib=0,
         standalone_default_reserve_mib=0,
@@ -116,7 +131,6 @@ RELEASES: tuple[SglangRelease, ...] = (
         first="0.5.17",
         last="0.5.17",
         strategy_flag="--mamba-radix-cache-strategy",
-        auto_strategy="extra_buffer_if_overlap",
         spec_v2_default=None,
         spec_default_reserve_mib=0,
         standalone_default_reserve_mib=0,
@@ -124,12 +138,19 @@ RELEASES: tuple[SglangRelease, ...] = (
         intermediate_rule="joint_padded",
         multimodal_reserve_mib=0,
         explicit_requests_cap="half_tokens",
+        prefill_graph="breakable",
+        draft_kv_in_cell=False,
+        pre_profile_gib=0.05,
+        prefill_graph_multimodal_archs=frozenset(
+            {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"}
+        ),
+        unitemized_hybrid_gib=0.6,
+        unitemized_dense_gib=0.6,
     ),
     SglangRelease(
         first="0.5.18",
         last="0.5.23",
         strategy_flag="--mamba-radix-cache-strategy",
-        auto_strategy="extra_buffer_if_overlap",
         spec_v2_default=None,
         spec_default_reserve_mib=0,
         standalone_default_reserve_mib=0,

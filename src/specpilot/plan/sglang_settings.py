@@ -43,7 +43,10 @@ class SglangSettings:
     chunked_prefill_size: int
     cuda_graph_max_bs: int
     cuda_graph_disabled: bool
+    #: how many prefill token counts are captured as CUDA graphs (0: prefill runs eagerly)
     piecewise_graph_tokens: int
+    #: the largest of them: the prefill graph's activations are sized for it
+    prefill_graph_max_tokens: int
     mem_fraction_static: float
     mem_fraction_given: bool
     speculative_algorithm: str | None
@@ -86,13 +89,15 @@ def piecewise_graph_token_sizes(max_tokens: int) -> list[int]:
 def vlm_fraction_factor(shape: ModelShape) -> float:
     """`adjust_mem_fraction_for_vlm`: the default fraction shrinks with the vision tower.
 
-    The engine compares `depth * hidden**2` of the vision encoder with ViT-L/14's
-    (24 * 1024**2). The shape carries the vision parameter count rather than depth and
-    width, so `depth * hidden**2` is taken as params / 12 (a ViT layer with a 4x MLP has
-    12 * hidden**2 weights); for Qwen3.5's 27-layer, 1152-wide tower this is within 0.6%.
+    The engine compares `num_hidden_layers * hidden_size**2` of the vision config with
+    ViT-L/14's (24 * 1024**2), reading each attribute with those defaults. Qwen3.5/3.6 name
+    their depth `depth`, so the engine takes 24 layers for their 27-layer, 1152-wide tower
+    (factor 0.92477, the 0.835063 = 0.903 x 0.92477 a real 0.5.17 printed on the H200).
     """
     baseline = 24 * 1024**2
-    complexity_ratio = (shape.vision_param_count / 12) / baseline
+    layers = shape.vision_num_hidden_layers or 24
+    width = shape.vision_hidden_size or 1024
+    complexity_ratio = layers * width**2 / baseline
     factor = min(1.05, max(0.8, 1.0 - 0.1 * (complexity_ratio - 1.0)))
     return 0.95 * factor
 
@@ -183,13 +188,14 @@ def resolve_settings(
     piecewise_off = (
         graphs_off
         or args.get_bool("disable_piecewise_cuda_graph")
-        or shape.is_multimodal_wrapper
+        or (shape.is_multimodal_wrapper and shape.architecture not in rules.prefill_graph_multimodal_archs)
         or pp_size > 1
         or args.get_bool("enable_dp_attention")
         or args.get_bool("enable_hierarchical_cache")
     )
     context_len = args.get_int("context_length") or shape.max_position_embeddings
-    pcg_tokens = 0 if piecewise_off else len(piecewise_graph_token_sizes(min(chunked, context_len)))
+    prefill_graph_sizes = [] if piecewise_off else piecewise_graph_token_sizes(min(chunked, context_len))
+    pcg_tokens = len(prefill_graph_sizes)
     algorithm = _speculative_algorithm(args)
     language_only = args.get_bool("language_only")
     given_fraction = args.get_float("mem_fraction_static")
@@ -234,6 +240,7 @@ def resolve_settings(
         cuda_graph_max_bs=graph_bs,
         cuda_graph_disabled=graphs_off,
         piecewise_graph_tokens=pcg_tokens,
+        prefill_graph_max_tokens=max(prefill_graph_sizes, default=0),
         mem_fraction_static=fraction,
         mem_fraction_given=given_fraction is not None,
         speculative_algorithm=algorithm,
