@@ -218,8 +218,8 @@ def blocking_problems(z: Sizing, shape: ModelShape) -> list[Problem]:
             Problem(
                 "reserve_too_small",
                 f"the reserve free_before_load x (1 - {s.mem_fraction_static:.3f}) = "
-                f"{z.reserve_gib:.2f} GiB{_freed_text(z)} is {shortfall:.2f} GiB short of what is allocated after "
-                f"the pools ({z.reserve_needed_gib:.2f} GiB; largest: {largest.name}, "
+                f"{z.reserve_gib:.2f} GiB{_freed_text(z)} is {shortfall:.2f} GiB short of what is "
+                f"allocated after the pools ({z.reserve_needed_gib:.2f} GiB; largest: {largest.name}, "
                 f"{largest.gib:.2f} GiB): CUDA out of memory at draft load or graph capture. "
                 "A higher --mem-fraction-static makes this worse, not better",
             )
