@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from specpilot.check.engine import check_args, parse_version
 from specpilot.check.fix import FixedLaunch, fix_launch
 from specpilot.check.types import CheckResult, Finding, GpuFacts
@@ -9,24 +12,25 @@ from specpilot.errors import UserError
 from specpilot.spec import Spec
 
 
-def spec_model(spec: Spec) -> tuple[str | None, int | None, list[Finding]]:
-    """The spec model's HF architecture and MTP layer count, or None with a warning without a config."""
+def spec_model(spec: Spec) -> tuple[str | None, int | None, Mapping[str, Any] | None, list[Finding]]:
+    """The spec model's HF architecture, MTP layer count and config, or Nones with a warning."""
     from specpilot.models.shape import load_model_shape
 
     try:
         shape = load_model_shape(spec.model_dir())
-        return shape.architecture, shape.mtp_num_layers, []
+        return shape.architecture, shape.mtp_num_layers, shape.config, []
     except (UserError, OSError) as err:
         note = Finding(
             "model-config-missing",
             "warning",
-            f"no readable config.json at [model] path ({err}); model-class rules (hybrid/mamba) were skipped",
+            f"no readable config.json at [model] path ({err}); model-class rules (hybrid/mamba) "
+            "and the context-length check were skipped",
         )
-        return None, None, [note]
+        return None, None, None, [note]
 
 
 def check_spec(spec: Spec) -> CheckResult:
-    architecture, mtp_layers, notes = spec_model(spec)
+    architecture, mtp_layers, config, notes = spec_model(spec)
     result = check_args(
         spec.engine.name,
         spec.engine.version,
@@ -35,17 +39,20 @@ def check_spec(spec: Spec) -> CheckResult:
         architecture,
         GpuFacts(memory_gib=spec.gpu.memory_gib),
         mtp_layers,
+        config,
     )
     result.findings[:0] = notes
     return result
 
 
 def fix_spec(spec: Spec) -> FixedLaunch:
-    architecture, mtp_layers, notes = spec_model(spec)
+    architecture, mtp_layers, config, notes = spec_model(spec)
     gpu = GpuFacts(memory_gib=spec.gpu.memory_gib)
 
     def run(args: list[str], env: dict[str, str]) -> CheckResult:
-        return check_args(spec.engine.name, spec.engine.version, args, env, architecture, gpu, mtp_layers)
+        return check_args(
+            spec.engine.name, spec.engine.version, args, env, architecture, gpu, mtp_layers, config
+        )
 
     fixed = fix_launch(
         run, spec.engine.name, parse_version(spec.engine.version), spec.engine.args, spec.engine.env

@@ -56,6 +56,8 @@ class Context:
     spelled: Mapping[str, str] = field(default_factory=dict)
     #: MTP layers the target model ships (None when unknown: no config was read)
     mtp_layers: int | None = None
+    #: the longest context this engine derives from the model's config (None: unknown)
+    model_context_len: int | None = None
 
     def get(self, dest: str) -> object:
         return self.values.get(dest)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,8 @@ class ModelShape:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     attn_output_gate: bool = False
+    #: config.json as read (for what the engines derive from it, e.g. the context length)
+    config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def full_attention_layers(self) -> int:
@@ -379,4 +382,5 @@ def load_model_shape(model_path: str | Path) -> ModelShape:
         kv_lora_rank=int(text.get("kv_lora_rank") or 0),
         qk_rope_head_dim=int(text.get("qk_rope_head_dim") or 0),
         attn_output_gate=t.attn_output_gate,
+        config=config,
     )
