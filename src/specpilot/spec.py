@@ -22,7 +22,7 @@ from specpilot.errors import UserError
 
 EngineName = Literal["sglang", "vllm"]
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class _Section(BaseModel):
@@ -113,7 +113,7 @@ class Spec(_Section):
         path = Path(self.model.path).expanduser()
         if not path.is_absolute() and self.source_path is not None:
             path = self.source_path.parent / path
-        if not path.exists() and _HUB_ID.match(self.model.path):
+        if not path.exists() and HUB_ID.match(self.model.path):
             raise UserError(
                 f"{self.model.path!r} looks like a Hugging Face hub id, and there is no such local folder",
                 field="[model] path",

@@ -14,10 +14,11 @@ from specpilot.spec import Spec
 
 def spec_model(spec: Spec) -> tuple[str | None, int | None, Mapping[str, Any] | None, list[Finding]]:
     """The spec model's HF architecture, MTP layer count and config, or Nones with a warning."""
-    from specpilot.models.shape import load_model_shape
+    from specpilot.models.host_files import spec_model_files
+    from specpilot.models.shape import shape_from_files
 
     try:
-        shape = load_model_shape(spec.model_dir())
+        shape = shape_from_files(spec_model_files(spec))
         return shape.architecture, shape.mtp_num_layers, shape.config, []
     except (UserError, OSError) as err:
         note = Finding(

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from specpilot.engines.args import EngineArgs, parse_engine_args
 from specpilot.fixes import Fix
-from specpilot.models.shape import ModelShape, load_model_shape
+from specpilot.models.shape import ModelShape, shape_from_files
 from specpilot.plan.types import Plan, Problem, Term
 from specpilot.spec import Spec
 
@@ -15,7 +15,9 @@ __all__ = ["Fix", "Plan", "Problem", "Term", "make_plan", "plan_inputs"]
 
 def plan_inputs(spec: Spec) -> tuple[ModelShape, EngineArgs]:
     """The model shape and parsed engine flags every planner and rule reads."""
-    shape = load_model_shape(spec.model_dir())
+    from specpilot.models.host_files import spec_model_files
+
+    shape = shape_from_files(spec_model_files(spec))
     args = parse_engine_args(spec.engine.name, spec.engine.version, spec.engine.args)
     return shape, args
 
