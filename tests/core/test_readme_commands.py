@@ -132,3 +132,17 @@ def test_readme_names_nothing_outside_the_repository() -> None:
     for link in re.findall(r"\]\(([^)#]+)", README):
         if not link.startswith("http"):
             assert (ROOT / link).exists(), link
+
+
+def test_rule_counts_in_the_readme_match_the_rule_tables() -> None:
+    from collections import Counter
+
+    from specpilot.check.rules import Rule
+    from specpilot.engines.sglang.rules import RULES as SGLANG_RULES
+    from specpilot.engines.vllm.rules import RULES as VLLM_RULES
+
+    def shown(rules: tuple[Rule, ...]) -> str:
+        counts = Counter(rule.severity for rule in rules)
+        return f"{len(rules)} ({counts['error']} errors, {counts['warning']} warning, {counts['adjusts']} adjusts)"
+
+    assert f"| `check` rules | {shown(SGLANG_RULES)} | {shown(VLLM_RULES)} |" in README
