@@ -86,7 +86,11 @@ def test_plan_and_check_run_on_a_remote_model(tmp_path: Path, sshd: SshdServer) 
     runner = CliRunner()
     planned = runner.invoke(cli, ["plan", "--json", str(_spec(tmp_path, sshd, str(model)))])
     assert planned.exit_code in (0, 1), planned.output
-    assert json.loads(planned.output)["engine"] == "vllm"
+    # the same model read here plans the same (weights, rotary cache, KV): nothing is lost remotely
+    local = _spec(tmp_path, sshd, str(model)).read_text().replace(sshd.target, "local")
+    (tmp_path / "local.toml").write_text(local)
+    planned_here = runner.invoke(cli, ["plan", "--json", str(tmp_path / "local.toml")])
+    assert json.loads(planned.output) == json.loads(planned_here.output)
     # the context-length rule sees the remote config's 40,960 positions
     too_long = _spec(tmp_path, sshd, str(model)).read_text().replace('"4096"', '"65536"')
     (tmp_path / "long.toml").write_text(too_long)
