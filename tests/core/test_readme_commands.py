@@ -27,7 +27,7 @@ README = (ROOT / "README.md").read_text()
 #: subcommands that need nothing but the repository (no engine, no host, no earlier step)
 RUNNABLE = ("plan", "check")
 #: paths the README's commands name that earlier steps create (the demo, a generate job)
-MADE_BY_EARLIER_STEPS = ("specpilot-demo/", "out/", "fixed.toml", "NEW.toml")
+MADE_BY_EARLIER_STEPS = ("specpilot-demo/", "out/")
 COMMAND_TIMEOUT_S = 120
 BORDER = re.compile(r"^[\s┏┡└┃━┳╇┴┬─┼┓┩┘╭╮╰╯]*$")
 
