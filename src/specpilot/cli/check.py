@@ -92,7 +92,7 @@ def _write_new_spec(path: Path, text: str) -> None:
     "--write",
     "write_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="With --fix: write the corrected spec to this new file (never overwrites).",
+    help="Write the corrected spec to this new file (implies --fix; never overwrites).",
 )
 def check(
     target: tuple[str, ...],
