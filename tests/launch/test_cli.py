@@ -105,6 +105,7 @@ def test_plan_that_does_not_fit_refuses_unless_forced(
     human = run("up", spec_file("cli-nofit", tmp_path))
     assert human.exit_code == 1
     assert "refused before start: oom; nothing was started" in human.output
+    assert "the plan does not fit" in human.output  # the reason is printed too
     assert "failed" not in human.output and "after 0.0 s" not in human.output
     forced = run("up", spec_file("cli-nofit", tmp_path), "--json", "--force")
     assert json.loads(forced.output)["cause"] == "config"  # it started, and the engine refused

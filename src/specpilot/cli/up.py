@@ -58,11 +58,14 @@ def _render_result(result: UpResult, console: Console) -> None:
             f"[bold green]ready[/]  {result.name}  pid {result.pid}  {result.endpoint}  "
             f"({result.elapsed_s:.1f} s; argv and env verified)"
         )
-    elif result.phase == "refused":
-        console.print(f"[bold red]refused[/] before start: [bold]{result.cause}[/]; nothing was started")
     else:
-        where = f" during '{result.last_phase}'" if result.last_phase else ""
-        console.print(f"[bold red]failed[/]: [bold]{result.cause}[/]{where} after {result.elapsed_s:.1f} s")
+        if result.phase == "refused":
+            console.print(f"[bold red]refused[/] before start: [bold]{result.cause}[/]; nothing was started")
+        else:
+            where = f" during '{result.last_phase}'" if result.last_phase else ""
+            console.print(
+                f"[bold red]failed[/]: [bold]{result.cause}[/]{where} after {result.elapsed_s:.1f} s"
+            )
         if result.error:  # unboxed, so the traceback copies cleanly
             console.rule("error", style="red")
             console.print(Text(result.error), soft_wrap=True)
