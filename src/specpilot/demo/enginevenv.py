@@ -317,6 +317,16 @@ def _build(recipe: Recipe, final_dir: Path, log: Log, base_dir: Path | None) -> 
     log(f"engine venv {recipe.name!r} ready in {time.monotonic() - started_s:.0f} s")
 
 
+def wait_with_progress(process: subprocess.Popen[bytes], log: Log) -> int:
+    """Wait for `process`, logging a line every PROGRESS_INTERVAL_S; its exit code."""
+    started_s = time.monotonic()
+    while True:
+        try:
+            return process.wait(timeout=PROGRESS_INTERVAL_S)
+        except subprocess.TimeoutExpired:
+            log(f"    still running after {time.monotonic() - started_s:.0f} s")
+
+
 def _run_logged(argv: list[str], log_path: Path, log: Log) -> None:
     """Runs one build command, appending its output to the build log.
 
@@ -328,12 +338,7 @@ def _run_logged(argv: list[str], log_path: Path, log: Log) -> None:
         out.write(("$ " + " ".join(argv) + "\n").encode())
         out.flush()
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        while True:
-            try:
-                returncode = process.wait(timeout=PROGRESS_INTERVAL_S)
-                break
-            except subprocess.TimeoutExpired:
-                log(f"    still running after {time.monotonic() - step_started_s:.0f} s")
+        returncode = wait_with_progress(process, log)
     if returncode != 0:
         tail = log_path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
         raise JobFailed(f"engine venv build step failed (exit {returncode}): {' '.join(argv)}\n{tail}")
