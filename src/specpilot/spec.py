@@ -113,13 +113,6 @@ class Spec(_Section):
         path = Path(self.model.path).expanduser()
         if not path.is_absolute() and self.source_path is not None:
             path = self.source_path.parent / path
-        if not path.exists() and HUB_ID.match(self.model.path):
-            raise UserError(
-                f"{self.model.path!r} looks like a Hugging Face hub id, and there is no such local folder",
-                field="[model] path",
-                fix=f"specpilot reads a local copy: huggingface-cli download {self.model.path} "
-                "--include config.json --local-dir DIR, then give DIR",
-            )
         return path
 
 

@@ -2,7 +2,8 @@
 
 `[model] path` names the model as the engine sees it: an absolute path, `~/` for
 the host user's home, or an `org/name` Hugging Face id looked up in the host's hub
-cache (`~/.cache/huggingface/hub/models--org--name/snapshots/*/`), as the engines do.
+cache (`~/.cache/huggingface/hub/models--org--name/snapshots/*/`), as the engines do
+(on this machine too, where HF_HUB_CACHE and HF_HOME are honoured).
 One exception: a relative path that exists beside the spec file on this machine is
 a local copy of the model's config (as `examples/` ships them) and is read here.
 Every failure is one line naming the host and the path.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +33,8 @@ LIST_TIMEOUT_S = 30.0
 def spec_model_files(spec: Spec) -> ModelFiles:
     """The model files where the spec's engine will read them: here, or on `[host] target`."""
     if spec.host.target.strip() == "local" or _local_copy(spec):
+        if is_hub_id_only(spec):
+            return _read_local_hub(spec.model.path)
         return read_local_model(spec.model_dir())
     host = spec.host
     return _read_remote(
@@ -41,6 +45,33 @@ def spec_model_files(spec: Spec) -> ModelFiles:
         host.accept_new_host_key,
         spec.model.path,
     )
+
+
+def is_hub_id_only(spec: Spec) -> bool:
+    """`[model] path` is an `org/name` Hub id with no such folder here (the engine downloads or
+    reads it from its hub cache)."""
+    path = spec.model.path
+    base = spec.source_path.parent if spec.source_path is not None else Path.cwd()
+    return bool(HUB_ID.match(path)) and not (base / path).exists() and not Path(path).exists()
+
+
+def local_hub_cache() -> Path:
+    """This machine's hub cache, as huggingface_hub finds it: HF_HUB_CACHE, HF_HOME/hub, ~/.cache."""
+    if cache := os.environ.get("HF_HUB_CACHE"):
+        return Path(cache)
+    if home := os.environ.get("HF_HOME"):
+        return Path(home) / "hub"
+    return Path.home() / HF_HUB_CACHE
+
+
+def _read_local_hub(repo_id: str) -> ModelFiles:
+    from specpilot.hosts import LocalHost
+
+    async def read() -> ModelFiles:
+        async with LocalHost() as host:
+            return await read_host_model(host, repo_id, hf_cache=str(local_hub_cache()))
+
+    return asyncio.run(read())
 
 
 def _local_copy(spec: Spec) -> bool:
