@@ -32,7 +32,9 @@ class _Section(BaseModel):
 class ModelSection(_Section):
     """`[model]`: where the model's config.json lives and how its weights are stored."""
 
-    path: str = Field(description="Directory holding config.json (weights optional), or a config.json path.")
+    path: str = Field(
+        description="Directory holding config.json (weights optional), a config.json path, or a Hub id."
+    )
     dtype: str = Field("bfloat16", description="Weights dtype: bfloat16, float16, float32, fp8.")
     quantization: str | None = Field(None, description="Quantization method, e.g. fp8; None for none.")
     weights_gib: float | None = Field(
