@@ -146,3 +146,17 @@ def test_rule_counts_in_the_readme_match_the_rule_tables() -> None:
         return f"{len(rules)} ({counts['error']} errors, {counts['warning']} warning, {counts['adjusts']} adjusts)"
 
     assert f"| `check` rules | {shown(SGLANG_RULES)} | {shown(VLLM_RULES)} |" in README
+
+
+def test_json_claim_matches_the_commands() -> None:
+    """The README says which commands lack --json; every other command has it."""
+    from click.testing import CliRunner
+
+    from specpilot.cli import cli
+    from specpilot.cli.commands import COMMANDS
+
+    without = {"logs", "completion"}
+    assert "Every command but `logs` (it prints" in README and "and `completion` (it prints" in README
+    for name in COMMANDS:
+        has_json = "--json" in CliRunner().invoke(cli, [name, "--help"]).output
+        assert has_json == (name not in without), name
