@@ -33,7 +33,7 @@ LIST_TIMEOUT_S = 30.0
 def spec_model_files(spec: Spec) -> ModelFiles:
     """The model files where the spec's engine will read them: here, or on `[host] target`."""
     if spec.host.target.strip() == "local" or _local_copy(spec):
-        if is_hub_id_only(spec):
+        if _is_hub_id_only(spec):
             return _read_local_hub(spec.model.path)
         return read_local_model(spec.model_dir())
     host = spec.host
@@ -47,7 +47,7 @@ def spec_model_files(spec: Spec) -> ModelFiles:
     )
 
 
-def is_hub_id_only(spec: Spec) -> bool:
+def _is_hub_id_only(spec: Spec) -> bool:
     """`[model] path` is an `org/name` Hub id with no such folder here (the engine downloads or
     reads it from its hub cache)."""
     path = spec.model.path
