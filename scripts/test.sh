@@ -34,6 +34,7 @@ if ! command -v chromium >/dev/null; then
 fi
 
 step "engine environments (cached in \${SPECPILOT_CACHE:-~/.cache/specpilot}/venvs)"
+# A cold build takes minutes; each pip step prints its start, a line every 30 s and its end.
 for venv in $(python3 -m specpilot.demo.enginevenv --list-ci); do
   python3 -m specpilot.demo.enginevenv "$venv" >/dev/null
 done

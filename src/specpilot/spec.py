@@ -22,7 +22,7 @@ from specpilot.errors import UserError
 
 EngineName = Literal["sglang", "vllm"]
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class _Section(BaseModel):
@@ -32,7 +32,9 @@ class _Section(BaseModel):
 class ModelSection(_Section):
     """`[model]`: where the model's config.json lives and how its weights are stored."""
 
-    path: str = Field(description="Directory holding config.json (weights optional), or a config.json path.")
+    path: str = Field(
+        description="Directory holding config.json (weights optional), a config.json path, or a Hub id."
+    )
     dtype: str = Field("bfloat16", description="Weights dtype: bfloat16, float16, float32, fp8.")
     quantization: str | None = Field(None, description="Quantization method, e.g. fp8; None for none.")
     weights_gib: float | None = Field(
@@ -113,13 +115,6 @@ class Spec(_Section):
         path = Path(self.model.path).expanduser()
         if not path.is_absolute() and self.source_path is not None:
             path = self.source_path.parent / path
-        if not path.exists() and _HUB_ID.match(self.model.path):
-            raise UserError(
-                f"{self.model.path!r} looks like a Hugging Face hub id, and there is no such local folder",
-                field="[model] path",
-                fix=f"specpilot reads a local copy: huggingface-cli download {self.model.path} "
-                "--include config.json --local-dir DIR, then give DIR",
-            )
         return path
 
 

@@ -12,6 +12,7 @@ from specpilot.check import check_args
 from specpilot.check.flagtable import release_tables, table_for
 from specpilot.check.spec_check import check_spec, fix_spec
 from specpilot.cli.check import check
+from specpilot.errors import UserError
 from specpilot.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,8 +125,10 @@ def test_cli_json_contract_and_exit_codes() -> None:
     assert {"rule", "severity", "message", "fix"} <= set(payload["findings"][0])
     assert isinstance(payload["effective_args"], list)
     fixed = runner.invoke(check, [spec_path, "--json", "--fix"])
-    assert fixed.exit_code == 0
+    # --fix prints the fix; the exit code stays the verdict on the flags given
+    assert fixed.exit_code == 1
     assert json.loads(fixed.output)["fixed"]["env"] == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    assert json.loads(fixed.output)["fixed"]["ok"] is True
 
 
 @pytest.mark.parametrize("version", ["0.5.13", "0.5.23"])
@@ -147,7 +150,7 @@ def test_cli_pasted_command(version: str) -> None:
         "no_buffer",
     ]
     out = CliRunner().invoke(check, argv)
-    assert out.exit_code == 0, out.output
+    assert out.exit_code == 1, out.output
     assert "rejected" in out.output and "fixed command (passes)" in out.output
 
 
@@ -158,3 +161,24 @@ def test_cli_bad_input_is_a_user_error() -> None:
     # the `specpilot` group maps UserError to exit code 2
     assert isinstance(out.exception, UserError)
     assert out.exception.exit_code == EXIT_BAD_INPUT
+
+
+def test_fix_write_makes_a_spec_that_passes(tmp_path: Path) -> None:
+    runner = CliRunner()
+    new_spec = tmp_path / "sub" / "fixed.toml"
+    new_spec.parent.mkdir()
+    spec_path = str(ROOT / "examples" / "qwen36-27b-mtp-nobuffer-sglang.toml")
+    out = runner.invoke(check, ["--fix", "--write", str(new_spec), spec_path])
+    assert out.exit_code == 1, out.output
+    assert f"corrected spec written to {new_spec}" in out.output
+    written = load_spec(new_spec)
+    assert written.engine.env == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    assert "extra_buffer" in written.engine.args and "no_buffer" not in written.engine.args
+    # the relative model path still names the example's model folder from the new location
+    assert written.model_dir().resolve() == (ROOT / "examples" / "models" / "qwen3.6-27b").resolve()
+    again = runner.invoke(check, [str(new_spec)])
+    assert again.exit_code == 0, again.output
+    # never overwrites
+    refused = runner.invoke(check, ["--fix", "--write", str(new_spec), spec_path])
+    assert isinstance(refused.exception, UserError) and refused.exception.exit_code == 2
+    assert "never overwrites" in str(refused.exception)

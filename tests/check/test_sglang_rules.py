@@ -40,6 +40,12 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     #: for adjusts: dest -> value the engine ends up with when the rule fires
     effect: dict[str, object] = field(default_factory=dict)
+    #: the model's config.json, for rules that read it
+    config: dict[str, object] | None = None
+
+
+#: Qwen3-8B's positions (config.json: max_position_embeddings 40960, no rope scaling)
+QWEN3_8B = {"architectures": [DENSE], "max_position_embeddings": 40960}
 
 
 CASES: dict[str, Case] = {
@@ -52,6 +58,20 @@ CASES: dict[str, Case] = {
     ),
     "sglang-gpu-cuda-graph-max-bs-default-b": Case(
         "0.5.23", [], ["--cuda-graph-max-bs-decode", "64"], effect={"cuda_graph_max_bs_decode": 256}
+    "sglang-context-length-over-model": Case(
+        "0.5.13.post1",
+        ["--context-length", "300000"],
+        ["--context-length", "40960"],
+        arch=DENSE,
+        config=QWEN3_8B,
+    ),
+    "sglang-context-length-over-model-allowed": Case(
+        "0.5.23",
+        ["--context-length", "300000"],
+        ["--context-length", "32768"],
+        arch=DENSE,
+        env={"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"},
+        config=QWEN3_8B,
     ),
     "sglang-spec-algorithm-unknown": Case("0.5.13.post1", ["--speculative-algorithm", "MTP"], NEXTN),
     "sglang-mamba-auto-no-buffer": Case(
@@ -310,8 +330,10 @@ CASES: dict[str, Case] = {
 }
 
 
-def _rule_ids(version: str, argv: list[str], env: dict[str, str], arch: str) -> tuple[set[str], object]:
-    result = check_args("sglang", version, argv, env, arch)
+def _rule_ids(
+    version: str, argv: list[str], env: dict[str, str], arch: str, config: dict[str, object] | None = None
+) -> tuple[set[str], object]:
+    result = check_args("sglang", version, argv, env, arch, model_config=config)
     return {f.rule for f in result.findings}, result
 
 
@@ -323,7 +345,7 @@ def test_every_rule_has_a_case() -> None:
 def test_rule_fires_on_its_case_and_not_on_the_near_miss(rule_id: str) -> None:
     case = CASES[rule_id]
     rule = next(r for r in RULES if r.id == rule_id)
-    fired, result = _rule_ids(case.version, case.fires, case.env, case.arch)
+    fired, result = _rule_ids(case.version, case.fires, case.env, case.arch, case.config)
     assert rule_id in fired
     if rule.severity == "error":
         assert not result.ok  # type: ignore[attr-defined]
@@ -331,7 +353,7 @@ def test_rule_fires_on_its_case_and_not_on_the_near_miss(rule_id: str) -> None:
         assert finding.fix is not None, "every error says how to fix it"
     for dest, value in case.effect.items():
         assert result.effective_values[dest] == value  # type: ignore[attr-defined]
-    quiet, _ = _rule_ids(case.version, case.quiet, case.env, case.arch)
+    quiet, _ = _rule_ids(case.version, case.quiet, case.env, case.arch, case.config)
     assert rule_id not in quiet
 
 
@@ -345,3 +367,20 @@ def test_gpu_memory_defaults_follow_the_card(memory_gib: float, tp: int, chunked
     )
     assert result.effective_values["chunked_prefill_size"] == chunked
     assert result.effective_values["cuda_graph_max_bs_decode"] == graph_bs
+def test_context_length_follows_sglang_derivation() -> None:
+    from specpilot.check.context_len import sglang_context_len
+
+    assert sglang_context_len(QWEN3_8B) == 40960
+    # the first key in SGLang's order wins, not the smallest
+    assert sglang_context_len({"seq_length": 8192, "max_position_embeddings": 4096}) == 8192
+    assert sglang_context_len({"max_position_embeddings": 32768, "rope_scaling": {"factor": 4.0}}) == 131072
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    assert sglang_context_len({"max_position_embeddings": 40960, "rope_scaling": yarn}) == 40960
+    assert sglang_context_len({}) == 2048
+
+
+def test_qwen3_8b_context_300000_is_refused_with_the_models_length() -> None:
+    result = check_args("sglang", "0.5.13", ["--context-length", "300000"], {}, DENSE, model_config=QWEN3_8B)
+    finding = next(f for f in result.findings if f.rule == "sglang-context-length-over-model")
+    assert not result.ok and "(300000)" in finding.message and "(40960)" in finding.message
+    assert finding.fix is not None and finding.fix.args == ("--context-length", "40960")

@@ -5,6 +5,8 @@ Layout under `${SPECPILOT_CACHE:-~/.cache/specpilot}/venvs/`:
   sglang-<version>/           `pip install --no-deps --target` of the release wheel
 A directory is complete when its `.complete` marker exists, so an interrupted build is redone.
 The torchvision stub (tests/conformance/stubs) stands in for the CUDA-only PyPI torchvision.
+CPU torch comes from the machine's pip sources when they have it, else from PyTorch's CPU index
+(the same choice as specpilot's engine environments). Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from specpilot.demo.enginevenv import (
+    TORCH_CPU_INDEX_URL,
+    local_label_pins,
+    package_sources,
+    wait_with_progress,
+)
 
 #: pinned (pip freeze of a working build); the cache key is this file's content
 #: the SGLang releases whose own validator the conformance suite runs
@@ -31,8 +41,17 @@ def _key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def _run(argv: list[str]) -> None:
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    started_s = time.monotonic()
+    _log("  $ " + " ".join(argv[1:]))
+    returncode = wait_with_progress(subprocess.Popen(argv, stdout=subprocess.DEVNULL), _log)
+    if returncode != 0:
+        raise subprocess.CalledProcessError(returncode, argv)
+    _log(f"    ok in {time.monotonic() - started_s:.0f} s")
 
 
 def base_python() -> Path:
@@ -40,12 +59,15 @@ def base_python() -> Path:
     root = cache_root() / f"base-torch-2.13.0-{_key(BASE_REQUIREMENTS_FILE.read_text())}"
     python = root / "bin" / "python"
     if not (root / ".complete").exists():
+        _log(f"building {root.name} (CPU torch and SGLang's validation imports; minutes the first time)")
         shutil.rmtree(root, ignore_errors=True)
         root.parent.mkdir(parents=True, exist_ok=True)
         _run([sys.executable, "-m", "venv", str(root)])
-        # torch first: pip takes the local CPU wheel; the pins keep everything else from upgrading it
-        _run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0"])
-        _run([str(python), "-m", "pip", "install", "-q", "-r", str(BASE_REQUIREMENTS_FILE)])
+        requirements = BASE_REQUIREMENTS_FILE.read_text()
+        sources = package_sources(python, local_label_pins(requirements), TORCH_CPU_INDEX_URL, _log)
+        # torch first: the CPU wheel; the pins keep everything else from upgrading it
+        _run([str(python), "-m", "pip", "install", "-q", *sources, "torch==2.13.0"])
+        _run([str(python), "-m", "pip", "install", "-q", *sources, "-r", str(BASE_REQUIREMENTS_FILE)])
         (root / ".complete").touch()
     return python
 
@@ -54,6 +76,7 @@ def sglang_target(version: str) -> Path:
     """The release's files, installed without dependencies, built on first use."""
     target = cache_root() / f"sglang-{version}"
     if not (target / ".complete").exists():
+        _log(f"installing sglang=={version} (no dependencies) into {target}")
         shutil.rmtree(target, ignore_errors=True)
         _run(
             [

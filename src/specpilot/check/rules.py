@@ -43,6 +43,7 @@ class Rule:
     def render(self, ctx: Context) -> str:
         fields = {k: v for k, v in ctx.values.items()}
         fields["arch"] = ctx.architecture or "this model"
+        fields["model_context_len"] = ctx.model_context_len
         return self.message.format(**fields)
 
     def make_fix(self, ctx: Context) -> Fix | None:
@@ -112,6 +113,22 @@ def int_gt(dest: str, bound: int) -> Predicate:
         return isinstance(value, int) and value > bound
 
     return check
+
+
+def longer_than_model(dest: str) -> Predicate:
+    """The flag asks for more tokens than the engine derives from the model's config."""
+    from specpilot.check.context_len import requested_tokens
+
+    def check(ctx: Context) -> bool:
+        asked = requested_tokens(ctx.get(dest))
+        return asked is not None and ctx.model_context_len is not None and asked > ctx.model_context_len
+
+    return check
+
+
+def env_in(name: str, values: tuple[str, ...]) -> Predicate:
+    """An env var read as the engine reads it: stripped, lower-cased, one of `values`."""
+    return lambda ctx: ctx.env.get(name, "").strip().lower() in values
 
 
 def set_to(**values: object) -> Adjustment:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from specpilot.check.engine import check_args, parse_version
 from specpilot.check.fix import FixedLaunch, fix_launch
@@ -18,20 +20,24 @@ class ModelFacts:
     architecture: str | None = None
     mtp_layers: int | None = None
     hybrid: bool | None = None
+    #: config.json as read (on the spec's host): the context-length rules read it
+    config: Mapping[str, Any] | None = None
 
 
 def spec_model(spec: Spec) -> tuple[ModelFacts, list[Finding]]:
     """The spec model's facts, or none with a warning without a config."""
-    from specpilot.models.shape import load_model_shape
+    from specpilot.models.host_files import spec_model_files
+    from specpilot.models.shape import shape_from_files
 
     try:
-        shape = load_model_shape(spec.model_dir())
-        return ModelFacts(shape.architecture, shape.mtp_num_layers, shape.is_hybrid), []
+        shape = shape_from_files(spec_model_files(spec))
+        return ModelFacts(shape.architecture, shape.mtp_num_layers, shape.is_hybrid, shape.config), []
     except (UserError, OSError) as err:
         note = Finding(
             "model-config-missing",
             "warning",
-            f"no readable config.json at [model] path ({err}); model-class rules (hybrid/mamba) were skipped",
+            f"no readable config.json at [model] path ({err}); model-class rules (hybrid/mamba) "
+            "and the context-length check were skipped",
         )
         return ModelFacts(), [note]
 
@@ -47,6 +53,7 @@ def check_spec(spec: Spec) -> CheckResult:
         GpuFacts(memory_gib=spec.gpu.memory_gib, name=spec.gpu.name),
         model.mtp_layers,
         model.hybrid,
+        model.config,
     )
     result.findings[:0] = notes
     return result
@@ -66,6 +73,7 @@ def fix_spec(spec: Spec) -> FixedLaunch:
             gpu,
             model.mtp_layers,
             model.hybrid,
+            model.config,
         )
 
     fixed = fix_launch(

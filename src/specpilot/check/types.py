@@ -60,6 +60,8 @@ class Context:
     mtp_layers: int | None = None
     #: whether the model has linear-attention (mamba/GDN) layers (None when unknown)
     hybrid: bool | None = None
+    #: the longest context this engine derives from the model's config (None: unknown)
+    model_context_len: int | None = None
 
     def get(self, dest: str) -> object:
         return self.values.get(dest)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -11,8 +13,9 @@ from specpilot.check.fix import render_command
 from specpilot.check.spec_check import check_spec, fix_spec
 from specpilot.check.types import CheckResult, Finding
 from specpilot.cli.inputs import PASSTHROUGH, resolve_spec
-from specpilot.errors import EXIT_FAILED, EXIT_OK
+from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.launch.command import engine_program
+from specpilot.spec import Spec, spec_to_toml
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "adjusts": "cyan"}
 
@@ -39,6 +42,36 @@ def _print_human(result: CheckResult) -> None:
     console.print("effective args: " + " ".join(result.effective_args), markup=False)
 
 
+def _fixed_spec_text(spec: Spec, args: list[str], env: dict[str, str], new_path: Path) -> str:
+    """The spec with the fixed args and env; a relative model path still names the same folder."""
+    model = spec.model.path
+    base = spec.source_path.parent if spec.source_path else Path.cwd()
+    if not Path(model).expanduser().is_absolute() and (base / model).exists():
+        model = os.path.relpath(base / model, new_path.resolve().parent)
+    fixed = spec.model_copy(
+        update={
+            "model": spec.model.model_copy(update={"path": model}),
+            "engine": spec.engine.model_copy(update={"args": args, "env": env}),
+        }
+    )
+    return spec_to_toml(fixed)
+
+
+def _write_new_spec(path: Path, text: str) -> None:
+    if path.exists():
+        raise UserError(
+            "already exists; --write creates a new file and never overwrites",
+            field=f"--write {path}",
+            fix="choose another file name, or move the old file away first",
+        )
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise UserError(
+            f"cannot be written ({err.strerror})", field=f"--write {path}", fix="choose a writable path"
+        ) from None
+
+
 @click.command("check", context_settings=PASSTHROUGH)
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SPEC | -- COMMAND...")
 @click.option("--engine-version", help="Engine release for a pasted command (default: newest supported).")
@@ -56,8 +89,19 @@ def _print_human(result: CheckResult) -> None:
     is_flag=True,
     help="Print the corrected launch command (args and env) for the same release.",
 )
+@click.option(
+    "--write",
+    "write_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the corrected spec to this new file (implies --fix; never overwrites).",
+)
 def check(
-    target: tuple[str, ...], engine_version: str | None, gpu_memory_gib: float, as_json: bool, fix: bool
+    target: tuple[str, ...],
+    engine_version: str | None,
+    gpu_memory_gib: float,
+    as_json: bool,
+    fix: bool,
+    write_path: Path | None,
 ) -> None:
     """Check engine flags against the release's own rules before anything starts.
 
@@ -67,17 +111,32 @@ def check(
       specpilot check --engine-version 0.5.13 --fix -- \\
           SGLANG_ENABLE_SPEC_V2=1 python -m sglang.launch_server --model-path M \\
           --speculative-algorithm NEXTN --mamba-scheduler-strategy no_buffer
+      specpilot check --fix --write fixed.toml examples/qwen36-27b-mtp-nobuffer-sglang.toml
 
-    Exit 0 when the engine would accept the flags, 1 when it would refuse them, 2 on bad input.
+    Exit 0 when the engine would accept the flags as given, 1 when it would refuse them,
+    2 on bad input. --fix and --write do not change the exit code: it is always the verdict
+    on the flags given (the fixed command's verdict is printed, and is `fixed.ok` in --json).
+    --write writes the corrected spec only when the fixed command passes.
     """
+    fix = fix or write_path is not None
     spec = resolve_spec(target, gpu_memory_gib=gpu_memory_gib, gpu_count=None, engine_version=engine_version)
     result = check_spec(spec)
     payload: dict[str, object] = result.to_json()
+    written: str | None = None
     if fix:
         fixed = fix_spec(spec)
         program, model_args = engine_program(spec, model_path=spec.model.path)
         command = render_command([*program, *model_args], fixed.args, fixed.env)
-        payload["fixed"] = {"ok": fixed.result.ok, "args": fixed.args, "env": fixed.env, "command": command}
+        if write_path is not None and fixed.result.ok:
+            _write_new_spec(write_path, _fixed_spec_text(spec, fixed.args, fixed.env, write_path))
+            written = str(write_path)
+        payload["fixed"] = {
+            "ok": fixed.result.ok,
+            "args": fixed.args,
+            "env": fixed.env,
+            "command": command,
+            "written": written,
+        }
     if as_json:
         click.echo(json.dumps(payload, indent=2))
     else:
@@ -87,7 +146,8 @@ def check(
                 "fixed command (passes)" if fixed.result.ok else "no passing command found; best attempt"
             )
             click.echo(f"{heading}:\n  {command}")
-    if fix:
-        # --fix succeeds when it produced a command the same release accepts
-        raise SystemExit(EXIT_OK if fixed.result.ok else EXIT_FAILED)
+            if written:
+                click.echo(f"corrected spec written to {written}")
+            elif write_path is not None:
+                click.echo(f"nothing written to {write_path}: no passing command was found")
     raise SystemExit(EXIT_OK if result.ok else EXIT_FAILED)

@@ -14,6 +14,7 @@ COMMANDS: dict[str, str] = {
     "status": "specpilot.cli.up:status",
     "logs": "specpilot.cli.up:logs",
     "down": "specpilot.cli.up:down",
+    "runs": "specpilot.cli.runs:runs",
     "generate": "specpilot.cli.generate:generate",
     "report": "specpilot.cli.generate:report",
     "export": "specpilot.cli.generate:export",

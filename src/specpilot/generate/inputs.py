@@ -38,6 +38,12 @@ SHAREGPT_ROLES = {
     "system": "system",
     "tool": "tool",
 }
+#: file names read as JSON Lines (`datasets`' to_json writes JSON Lines as .json)
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonlines")
+FORMATS_FIX = (
+    "use JSON Lines (.jsonl, one row per line), Parquet (.parquet) or a datasets save_to_disk "
+    'directory, with rows like {"prompt": "..."}; `specpilot generate --help` shows every row shape'
+)
 ARROW_BATCH_ROWS = 4096
 HASH_CHUNK_BYTES = 1 << 20
 
@@ -80,6 +86,12 @@ def resolve_input(path: Path) -> InputSource:
         return InputSource(path, "hf-datasets", _hf_arrow_files(path))
     if path.suffix == ".parquet":
         return InputSource(path, "parquet", (path,))
+    if path.suffix.lower() not in JSONL_SUFFIXES:
+        raise UserError(
+            f"{path}: unknown prompt file format {path.suffix or '(no suffix)'!r}",
+            field="--input",
+            fix=FORMATS_FIX,
+        )
     return InputSource(path, "jsonl", (path,))
 
 
@@ -125,6 +137,12 @@ def _iter_jsonl(path: Path, positions: Container[int] | None) -> Iterator[Prompt
                 try:
                     record = json.loads(raw)
                 except ValueError as err:
+                    if line_number == 1 and raw.lstrip().startswith(b"["):
+                        raise UserError(
+                            "is one JSON array, not JSON Lines",
+                            field=str(path),
+                            fix=f"write one row per line, e.g. jq -c '.[]' {path} > prompts.jsonl",
+                        ) from None
                     raise UserError(
                         f"line {line_number} is not valid JSON ({err.args[0]})",
                         field=f"{path}:{line_number}",
@@ -188,7 +206,7 @@ def _turns(record: dict[str, Any], where: str) -> list[Message]:
     raise UserError(
         f"row has none of {', '.join(PROMPT_KEYS)}",
         field=where,
-        fix='give each row "conversations", "messages" or "prompt"',
+        fix='give each row "conversations", "messages" or "prompt" (`specpilot generate --help` shows each)',
     )
 
 

@@ -40,17 +40,22 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
         "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
         "COALESCE(SUM(MAX(attempts - 1, 0)), 0), "
         f"SUM(done_at > ?), SUM(CASE WHEN done_at > ? THEN completion_tokens END), "
-        f"MIN(CASE WHEN done_at > ? THEN done_at END), {flag_sums} FROM rows",
+        f"MIN(CASE WHEN done_at > ? THEN done_at END), MIN(done_at), MAX(done_at), {flag_sums} FROM rows",
         (now - RATE_WINDOW_S,) * 3,
     )
     prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens, first = totals[:6]
-    flags = {name: int(str(value or 0)) for name, value in zip(FLAG_NAMES, totals[6:], strict=True)}
+    first_done, last_done = totals[6:8]
+    flags = {name: int(str(value or 0)) for name, value in zip(FLAG_NAMES, totals[8:], strict=True)}
     # The rate over the last minute, or over the job's life if it is younger than that.
     window_s = max(now - float(str(first)), 1.0) if first is not None else RATE_WINDOW_S
     rows_per_s = int(str(recent_rows or 0)) / window_s
     remaining = counts["pending"] + counts["in_flight"]
     total = sum(counts.values())
     accept = meta.get("spec_accept_length")
+    # Whole-job totals: from the job's start (the ledger's creation) to its last finished row.
+    started = float(meta.get("initialized_at") or str(first_done or now))
+    elapsed_s = max(float(str(last_done)) - started, 1e-3) if last_done is not None else None
+    done_rows = counts["done"]
     return {
         "total": total,
         **counts,
@@ -62,6 +67,11 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
         "rows_per_s": round(rows_per_s, 3),
         "output_tokens_per_s": round(int(str(recent_tokens or 0)) / window_s, 1),
         "eta_s": round(remaining / rows_per_s, 1) if rows_per_s > 0 and remaining else None,
+        "elapsed_s": None if elapsed_s is None else round(elapsed_s, 3),
+        "rows_per_s_overall": None if elapsed_s is None else round(done_rows / elapsed_s, 3),
+        "output_tokens_per_s_overall": (
+            None if elapsed_s is None else round(int(str(completion_tokens)) / elapsed_s, 1)
+        ),
         "spec_accept_length": float(accept) if accept else None,
         "model": meta.get("model"),
         "thinking": meta.get("thinking") == "true",
@@ -77,9 +87,15 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     table.add_row("pending / in flight", f"{summary['pending']} / {summary['in_flight']}")
     table.add_row("retries", str(summary["retries"]))
     table.add_row("tokens in / out", f"{summary['prompt_tokens']} / {summary['completion_tokens']}")
-    table.add_row("rows/s (last minute)", f"{summary['rows_per_s']:.2f}")
-    table.add_row("out tok/s (last minute)", f"{summary['output_tokens_per_s']:.0f}")
-    table.add_row("eta", eta_text(summary["eta_s"]) if summary["eta_s"] else "-")
+    if summary["state"] == "finished" and summary["elapsed_s"] is not None:
+        # a finished job's last-minute rates are 0: its totals are what it did
+        table.add_row("time (start to last row)", eta_text(summary["elapsed_s"]))
+        table.add_row("rows/s (whole job)", f"{summary['rows_per_s_overall']:.2f}")
+        table.add_row("out tok/s (whole job)", f"{summary['output_tokens_per_s_overall']:.0f}")
+    else:
+        table.add_row("rows/s (last minute)", f"{summary['rows_per_s']:.2f}")
+        table.add_row("out tok/s (last minute)", f"{summary['output_tokens_per_s']:.0f}")
+        table.add_row("eta", eta_text(summary["eta_s"]) if summary["eta_s"] else "-")
     accept = summary["spec_accept_length"]
     table.add_row("spec accept length", "-" if accept is None else f"{accept:.2f}")
     table.add_row("model / thinking", f"{summary['model']} / {summary['thinking']}")

@@ -39,13 +39,16 @@ class PlannedLaunch:
 
 def host_model_path(spec: Spec, *, home: str, local: bool) -> str:
     """`[model] path` as the engine on the host must see it: `~/` is the host's home
-    (no shell expands it); a relative path is relative to the spec file on local runs."""
+    (no shell expands it); on local runs a relative path that exists beside the spec file is
+    taken from there, anything else (a Hub id) goes to the engine as written."""
     model = spec.model.path
     if model == "~" or model.startswith("~/"):
         return home.rstrip("/") + model[1:]
     if local and spec.source_path is not None and not Path(model).is_absolute():
-        return str(Path(spec.source_path).parent / model)
-    return model
+        beside_spec = Path(spec.source_path).parent / model
+        if beside_spec.exists():
+            return str(beside_spec)
+    return model  # absolute, on the host, or a Hub id the engine resolves itself
 
 
 def engine_program(spec: Spec, *, model_path: str) -> tuple[list[str], list[str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -90,19 +91,43 @@ async def stream_log(name: str, *, follow: bool, quiet_exit_s: float = 1.0) -> A
         if not follow:
             yield await host.read_bytes(log_path)
             return
-        stream = host.follow(log_path, 0)
+        async for chunk in _follow_while_alive(host, log_path, pid, quiet_exit_s):
+            yield chunk
+    finally:
+        await host.close()
+
+
+async def _follow_while_alive(
+    host: Host, log_path: str, pid: int | None, quiet_exit_s: float
+) -> AsyncIterator[bytes]:
+    """New bytes as they come; between them, every `quiet_exit_s`, is the process still there?
+
+    The pending read is waited on, never cancelled: cancelling it would close the
+    follow stream, which then ends after the first quiet second.
+    """
+    stream = host.follow(log_path, 0)
+    pending: asyncio.Future[bytes] | None = None
+    try:
         while True:
-            try:
-                chunk = await asyncio.wait_for(anext(stream), quiet_exit_s)
-            except TimeoutError:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(stream))
+            done, _ = await asyncio.wait({pending}, timeout=quiet_exit_s)
+            if not done:
                 if pid is None or not await host.pid_alive(int(pid)):
                     return
                 continue
+            finished, pending = pending, None
+            try:
+                chunk = finished.result()
             except StopAsyncIteration:
                 return
             yield chunk
     finally:
-        await host.close()
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await pending
+        await stream.aclose()  # type: ignore[attr-defined]
 
 
 async def run_down(name: str, *, timeout_s: float) -> dict[str, Any]:

@@ -31,7 +31,7 @@ class UpResult:
     """The outcome, shaped as `specpilot up --json` prints it."""
 
     name: str
-    phase: str  # "ready" | "failed"
+    phase: str  # "ready" | "failed" | "refused" (check or plan said no; nothing was started)
     cause: str
     error: str | None = None
     fix: Fix | None = None

@@ -14,13 +14,13 @@ because engine rules are keyed on it.
 
 from __future__ import annotations
 
-import json
-import struct
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specpilot.errors import UserError
+from specpilot.models.files import ModelFiles, read_local_model
 
 #: bytes per element of each dtype spelling engines and configs use
 DTYPE_BYTES: dict[str, float] = {
@@ -116,6 +116,8 @@ class ModelShape:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     attn_output_gate: bool = False
+    #: config.json as read (for what the engines derive from it, e.g. the context length)
+    config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def full_attention_layers(self) -> int:
@@ -147,35 +149,6 @@ class ModelShape:
         return self.linear_num_value_heads * self.linear_value_head_dim
 
 
-def _read_config(model_path: Path) -> tuple[dict[str, Any], Path | None]:
-    """The config dict and the directory weights may sit in (None for a bare config.json)."""
-    if model_path.is_file():
-        config_file, weights_dir = model_path, model_path.parent
-    else:
-        config_file, weights_dir = model_path / "config.json", model_path
-    if not config_file.is_file():
-        raise UserError(
-            f"no config.json at {config_file}",
-            field="[model] path",
-            fix="point [model] path at a directory holding the model's config.json",
-        )
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(
-            f"{config_file} is not valid JSON ({err})",
-            field="[model] path",
-            fix="use the model's own config.json, unedited",
-        ) from None
-    if not isinstance(config, dict):
-        raise UserError(
-            f"{config_file} is not a JSON object",
-            field="[model] path",
-            fix="use the model's own config.json, unedited",
-        )
-    return config, weights_dir
-
-
 def _layer_kinds(text: dict[str, Any], num_layers: int) -> tuple[str, ...]:
     """Kinds per layer from `layer_types`, `full_attention_interval` or sliding-window settings."""
     names = {
@@ -202,22 +175,12 @@ def _layer_kinds(text: dict[str, Any], num_layers: int) -> tuple[str, ...]:
     return (FULL_ATTENTION,) * num_layers
 
 
-def _safetensors_params(weights_dir: Path | None) -> tuple[int, int, int] | None:
-    """(total, mtp, vision) parameter counts from safetensors headers, or None without weights.
-
-    Only the JSON header of each file is read (8-byte length + header), so this is
-    fast even for 50 GB of weights.
-    """
-    if weights_dir is None:
-        return None
-    files = sorted(weights_dir.glob("*.safetensors"))
-    if not files:
+def _safetensors_params(headers: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | None:
+    """(total, mtp, vision) parameter counts from safetensors headers, or None without weights."""
+    if not headers:
         return None
     total = mtp = vision = 0
-    for file in files:
-        with file.open("rb") as handle:
-            (header_len,) = struct.unpack("<Q", handle.read(8))
-            header = json.loads(handle.read(header_len))
+    for header in headers:
         for key, info in header.items():
             if key == "__metadata__":
                 continue
@@ -307,8 +270,13 @@ def _vision_params_estimate(vision: dict[str, Any]) -> int:
 
 
 def load_model_shape(model_path: str | Path) -> ModelShape:
-    """Read a model directory (or a config.json path) into a ModelShape."""
-    config, weights_dir = _read_config(Path(model_path).expanduser())
+    """Read a model directory (or a config.json path) on this machine into a ModelShape."""
+    return shape_from_files(read_local_model(Path(model_path).expanduser()))
+
+
+def shape_from_files(files: ModelFiles) -> ModelShape:
+    """The ModelShape of a model's config.json and safetensors headers, wherever they were read."""
+    config = files.config
     text: dict[str, Any] = config.get("text_config") or config
     architectures = config.get("architectures") or [config.get("model_type", "unknown")]
 
@@ -349,7 +317,7 @@ def load_model_shape(model_path: str | Path) -> ModelShape:
     vision_config = config.get("vision_config") if "text_config" in config else None
     vision: dict[str, Any] = vision_config if isinstance(vision_config, dict) else {}
 
-    measured = _safetensors_params(weights_dir)
+    measured = _safetensors_params(files.safetensors_headers)
     if measured is not None:
         params, mtp_params, vision_params = measured
         source = "safetensors"
@@ -397,4 +365,5 @@ def load_model_shape(model_path: str | Path) -> ModelShape:
         kv_lora_rank=int(text.get("kv_lora_rank") or 0),
         qk_rope_head_dim=int(text.get("qk_rope_head_dim") or 0),
         attn_output_gate=t.attn_output_gate,
+        config=config,
     )

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from specpilot.check.effective import EffectiveArgs
 from specpilot.fixes import Fix
-from specpilot.models.shape import ModelShape, load_model_shape
+from specpilot.models.shape import ModelShape, shape_from_files
 from specpilot.plan.effective import effective_args
 from specpilot.plan.provenance import provenance
 from specpilot.plan.types import Plan, Problem, Term
@@ -16,8 +16,11 @@ __all__ = ["Fix", "Plan", "Problem", "Term", "make_plan", "plan_inputs"]
 
 
 def plan_inputs(spec: Spec) -> tuple[ModelShape, EffectiveArgs]:
-    """The model shape, and the flags as `check`'s rules evaluate them for that model."""
-    shape = load_model_shape(spec.model_dir())
+    """The model shape (config.json read on the spec's host), and the flags as `check`'s
+    rules evaluate them for that model."""
+    from specpilot.models.host_files import spec_model_files
+
+    shape = shape_from_files(spec_model_files(spec))
     return shape, effective_args(spec, shape)
 
 

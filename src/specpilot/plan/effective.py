@@ -37,6 +37,7 @@ def evaluate(
         GpuFacts(memory_gib=gpu_memory_gib, name=gpu_name),
         shape.mtp_num_layers,
         shape.is_hybrid,
+        shape.config,
     )
     return EffectiveArgs.from_result(result)
 

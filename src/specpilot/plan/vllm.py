@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from specpilot.check.effective import EffectiveArgs
 from specpilot.engines.vllm.defaults import human_int, targets_cpu
@@ -106,6 +107,18 @@ MROPE_CACHE_POSITIONS_FACTOR = 4
 
 
 def rotary_cache_bytes(model_dir: Path | None, head_dim: int, act_dtype_bytes: int) -> int:
+    """`rotary_cache_bytes_of` for the config.json in `model_dir` (0 when there is none)."""
+    if model_dir is None:
+        return 0
+    config_path = model_dir if model_dir.suffix == ".json" else model_dir / "config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    return rotary_cache_bytes_of(config, head_dim, act_dtype_bytes)
+
+
+def rotary_cache_bytes_of(config: Mapping[str, Any], head_dim: int, act_dtype_bytes: int) -> int:
     """The rotary cos/sin cache every GPU holds, counted in "Model loading took".
 
     layers/rotary_embedding/base.py: a (positions, rotary_dim) buffer cast to the model
@@ -116,13 +129,6 @@ def rotary_cache_bytes(model_dir: Path | None, head_dim: int, act_dtype_bytes: i
     printed 50.22 GiB; Qwen3-8B's 40,960 x 128 x bf16 = 0.01 GiB makes 15.27. Read from
     config.json (text_config for wrappers) because ModelShape does not carry the rope fields.
     """
-    if model_dir is None:
-        return 0
-    config_path = model_dir if model_dir.suffix == ".json" else model_dir / "config.json"
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return 0
     text = config.get("text_config") or config
     rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
     factor = float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 1.0)))
@@ -130,14 +136,6 @@ def rotary_cache_bytes(model_dir: Path | None, head_dim: int, act_dtype_bytes: i
     if "mrope_section" in rope:
         positions *= MROPE_CACHE_POSITIONS_FACTOR
     return positions * int(head_dim * factor) * act_dtype_bytes
-
-
-def _config_dir(spec: Spec) -> Path | None:
-    """The model folder when the spec's path resolves to one (the shape may come from elsewhere)."""
-    try:
-        return spec.model_dir()
-    except UserError:
-        return None
 
 
 def target_attention_layers(shape: ModelShape) -> int:
@@ -227,7 +225,7 @@ def resolve_inputs(
         if spec.model.weights_gib is not None
         else measured.get("weights_gib", 0) * GIB
         or weights_bytes_estimate(shape, spec, args, tp, with_mtp)
-        + rotary_cache_bytes(_config_dir(spec), shape.head_dim, act_bytes)
+        + rotary_cache_bytes_of(shape.config, shape.head_dim, act_bytes)
     )
     activation = measured.get("activation_peak_gib")
     non_torch = measured.get("non_torch_gib")

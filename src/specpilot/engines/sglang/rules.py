@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from specpilot.check.context_len import sglang_context_len as context_len
 from specpilot.check.rules import (
     Predicate,
     Rule,
@@ -22,6 +23,7 @@ from specpilot.check.rules import (
     eq,
     given,
     int_gt,
+    longer_than_model,
     not_,
     one_of,
     set_to,
@@ -592,6 +594,44 @@ RULES: tuple[Rule, ...] = (
         Fix(args=("--attention-backend", "flashinfer")),
     ),
 )
+
+# ModelConfig._derive_context_length (sglang/srt/configs/model_config.py): a longer
+# --context-length raises unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN (an EnvBool) is true
+long_context_allowed = env_true("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", False)
+LONG_CONTEXT_MESSAGE = (
+    "User-specified context_length ({context_length}) is greater than the derived context_length "
+    "({model_context_len})."
+)
+
+
+def _context_fix(ctx: Context) -> Fix:
+    return Fix(args=("--context-length", str(ctx.model_context_len)))
+
+
+RULES += (
+    Rule(
+        "sglang-context-length-over-model",
+        E,
+        ALL,
+        "error",
+        all_of(longer_than_model("context_length"), not_(long_context_allowed)),
+        LONG_CONTEXT_MESSAGE
+        + " To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
+        _context_fix,
+    ),
+    Rule(
+        "sglang-context-length-over-model-allowed",
+        E,
+        ALL,
+        "warning",
+        all_of(longer_than_model("context_length"), long_context_allowed),
+        LONG_CONTEXT_MESSAGE + " SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set: this may lead to "
+        "incorrect model outputs or CUDA errors",
+        _context_fix,
+    ),
+)
+
+__all__ = ["ENV_REPLACEMENTS", "RULES", "context_len"]
 
 #: env vars a release stopped reading, with what replaces them
 ENV_REPLACEMENTS: dict[str, str] = {

@@ -12,7 +12,8 @@ import json
 from collections.abc import Callable
 from contextlib import suppress
 
-from specpilot.check.rules import Predicate, Rule, all_of, not_, versions
+from specpilot.check.context_len import vllm_context_len as context_len
+from specpilot.check.rules import Predicate, Rule, all_of, env_in, longer_than_model, not_, versions
 from specpilot.check.types import Context
 from specpilot.engines.vllm.defaults import batch_defaults, human_int
 from specpilot.fixes import Fix
@@ -162,6 +163,20 @@ def _batch_default(name: str) -> Callable[[Context], dict[str, object]]:
 
     return sets
 
+
+# vllm/envs.py: VLLM_ALLOW_LONG_MAX_MODEL_LEN is true for "1" or "true" (any case)
+long_len_allowed = env_in("VLLM_ALLOW_LONG_MAX_MODEL_LEN", ("1", "true"))
+LONG_LEN_MESSAGE = (
+    "User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len "
+    "({model_context_len}) in model's config.json."
+)
+
+
+def _model_len_fix(ctx: Context) -> Fix:
+    return Fix(args=("--max-model-len", str(ctx.model_context_len)))
+
+
+__all__ = ["RULES", "context_len"]
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -316,6 +331,30 @@ RULES: tuple[Rule, ...] = (
                 '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3}',
             )
         ),
+    ),
+)
+
+# `_get_and_verify_max_len` (vllm/config/model.py): a longer length raises unless the env allows it
+RULES += (
+    Rule(
+        "vllm-max-model-len-over-model",
+        E,
+        SUPPORTED,
+        "error",
+        all_of(longer_than_model("max_model_len"), not_(long_len_allowed)),
+        LONG_LEN_MESSAGE
+        + " To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
+        _model_len_fix,
+    ),
+    Rule(
+        "vllm-max-model-len-over-model-allowed",
+        E,
+        SUPPORTED,
+        "warning",
+        all_of(longer_than_model("max_model_len"), long_len_allowed),
+        LONG_LEN_MESSAGE + " VLLM_ALLOW_LONG_MAX_MODEL_LEN is set: positions past the model's produce NaN "
+        "(RoPE) or out-of-bounds errors (absolute positions)",
+        _model_len_fix,
     ),
 )
 

@@ -1,0 +1,23 @@
+"""The demo never deletes what it did not create: a rerun writes a new output folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specpilot.demo.run import fresh_output_dir
+
+
+def test_first_run_writes_out(tmp_path: Path) -> None:
+    assert fresh_output_dir(tmp_path) == tmp_path / "out"
+
+
+def test_a_rerun_leaves_the_earlier_output_and_user_files_alone(tmp_path: Path) -> None:
+    earlier = tmp_path / "out"
+    (earlier / "data").mkdir(parents=True)
+    mine = earlier / "my-notes.txt"
+    mine.write_text("the user's own file")
+    (tmp_path / "out-2.generate.log").write_text("a log of a second run whose folder is gone")
+    chosen = fresh_output_dir(tmp_path)
+    assert chosen == tmp_path / "out-3"
+    assert mine.read_text() == "the user's own file"
+    assert (tmp_path / "out-2.generate.log").exists()
