@@ -58,6 +58,7 @@ CASES: dict[str, Case] = {
     ),
     "sglang-gpu-cuda-graph-max-bs-default-b": Case(
         "0.5.23", [], ["--cuda-graph-max-bs-decode", "64"], effect={"cuda_graph_max_bs_decode": 256}
+    ),
     "sglang-context-length-over-model": Case(
         "0.5.13.post1",
         ["--context-length", "300000"],
