@@ -21,6 +21,11 @@ from specpilot.launch.signatures import Kind, Signature, SignatureFix, for_engin
 
 _TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):")
 _WARNING_LEVEL = re.compile(r"\bWARN(?:ING)?\b")
+#: an engine that reports an error it handled and goes on (an optional endpoint it could not
+#: build: SGLang's Responses API without `openai_harmony`); the traceback that follows, up to
+#: the next timestamped record, is not a failure
+_HANDLED = re.compile(r"Can not initialize \w+, error:|disabled: \w+ init failed")
+_RECORD_START = re.compile(r"^\[\d{4}-\d\d-\d\d[ T]")
 #: how many lines before the first traceback line still belong to the error (context)
 _LEAD_LINES = 1
 
@@ -58,6 +63,7 @@ class LogClassifier:
         self.ready_seen = False
         self.fatal_index: int | None = None  # index of the line that said "this failed"
         self._block_start: int | None = None
+        self._handled = False  # inside an error report the engine handled (see _HANDLED)
         self._recent: deque[str] = deque(maxlen=50)
 
     @property
@@ -71,6 +77,12 @@ class LogClassifier:
         self._recent.append(line)
         if line.strip():
             self.last_meaningful_line = line
+        if _HANDLED.search(line):
+            self._handled = True
+        elif self._handled and _RECORD_START.search(line):
+            self._handled = False
+        if self._handled:
+            return LineEvent(kind=None)
         if _TRACEBACK_START.search(line) and self._block_start is None:
             self._block_start = max(0, index - _LEAD_LINES)
         event = LineEvent(kind=None)

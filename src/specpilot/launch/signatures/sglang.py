@@ -16,8 +16,9 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(_S, Kind.PROGRESS, "loading_weights", r"Load weight begin"),
     Signature(_S, Kind.PROGRESS, "weights_loaded", r"Load weight end"),
     Signature(_S, Kind.PROGRESS, "allocating_kv", r"(?:Mamba|KV) Cache is allocated|Memory pool end"),
-    Signature(_S, Kind.PROGRESS, "cuda_graph_capture", r"Capture cuda graph begin"),
-    Signature(_S, Kind.PROGRESS, "graphs_captured", r"Capture cuda graph end"),
+    # 0.5.13 "Capture cuda graph begin"; 0.5.17 "Capture target prefill CUDA graph begin", per family
+    Signature(_S, Kind.PROGRESS, "cuda_graph_capture", r"Capture (?:[\w ]+ )?(?:cuda|CUDA) graph begin"),
+    Signature(_S, Kind.PROGRESS, "graphs_captured", r"Capture (?:[\w ]+ )?(?:cuda|CUDA) graph end"),
     Signature(_S, Kind.PROGRESS, "http_server", r"Uvicorn running on|Started server process"),
     # allocation numbers, compared with the plan
     Signature(_S, Kind.ALLOCATION, "kv_tokens", r"max_total_num_tokens=(?P<value>\d+)"),
@@ -52,6 +53,34 @@ SIGNATURES: tuple[Signature, ...] = (
             "(e.g. by 0.05) or --cuda-graph-max-bs (e.g. 16), or add --disable-cuda-graph"
         ),
         source="https://github.com/sgl-project/sglang/issues/5285",
+    ),
+    Signature(
+        _S,
+        Kind.FATAL,
+        "prefill_graph_oom",
+        r"(?s)(?:prefill_cuda_graph_runner|breakable_cuda_graph_backend).*"
+        r"(?:CUDA error: out of memory|CUDA out of memory|OutOfMemoryError)",
+        cause="oom",
+        fix=SignatureFix(
+            "the prefill CUDA graphs (captured up to --chunked-prefill-size tokens, 0.5.17+) did not "
+            "fit in what the pools left: lower --mem-fraction-static (specpilot plan computes the value "
+            "with the graphs counted)"
+        ),
+        source="real SGLang 0.5.17 on an H200 (tests/data/startup_logs/sglang-h200/r17-plain-rec-96.log)",
+    ),
+    Signature(
+        _S,
+        Kind.FATAL,
+        "weights_leave_no_kv",
+        r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=(?P<given>[\d.]+)\. "
+        r"Raise --mem-fraction-static above (?P<minimum>[\d.]+)",
+        cause="oom",
+        fix=SignatureFix(
+            "after the weights (draft included) and the hybrid state pool nothing was left for the KV "
+            "cache at --mem-fraction-static {given}: raise --mem-fraction-static above {minimum} or "
+            "lower --max-mamba-cache-size / --max-running-requests (specpilot plan computes all three)"
+        ),
+        source="real SGLang 0.5.17 on an H200 (tests/data/startup_logs/sglang-h200/r17-mtp-explicit-80.log)",
     ),
     Signature(
         _S,
