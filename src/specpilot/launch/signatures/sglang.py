@@ -72,8 +72,8 @@ SIGNATURES: tuple[Signature, ...] = (
         _S,
         Kind.FATAL,
         "weights_leave_no_kv",
-        r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=(?P<given>[\d.]+)\. "
-        r"Raise --mem-fraction-static above (?P<minimum>[\d.]+)",
+        r"Loaded weights leave no GPU memory for the KV cache under "
+        r"--mem-fraction-static=(?P<given>[\d.]+)\. Raise --mem-fraction-static above (?P<minimum>[\d.]+)",
         cause="oom",
         fix=SignatureFix(
             "after the weights (draft included) and the hybrid state pool nothing was left for the KV "
