@@ -15,7 +15,7 @@ from specpilot.cli import cli
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import FATAL_MARKER, FakeServer, Faults, answer_for
+from tests.generate.fake_server import CUT_MARKER, FATAL_MARKER, FakeServer, Faults, answer_for
 
 
 def _config(tmp_path: Path, servers: list[FakeServer], rows: int, **extra: Any) -> JobConfig:
@@ -48,7 +48,7 @@ def _check_exactly_once(out: Path, expected: int, thinking: bool = True) -> list
         assert answer == {
             "role": "assistant",
             "content": content,
-            "reasoning_content": reasoning if thinking else None,
+            "reasoning_content": reasoning if thinking else "",
         }
         assert row["meta"]["thinking"] is thinking
     return rows
@@ -269,3 +269,65 @@ def test_run_name_gives_endpoint_and_model(tmp_path: Path, monkeypatch: pytest.M
         server.close()
     assert result.exit_code == 0, result.output
     assert {row["meta"]["model"] for row in read_output(tmp_path / "out")} == {"served-qwen"}
+
+
+def _turn(role: str, content: str) -> dict[str, str]:
+    return {"role": role, "content": content}
+
+
+def test_every_turn_is_the_targets_and_each_prompt_is_its_own_conversation(tmp_path: Path) -> None:
+    given = [
+        _turn("system", "be brief"),
+        _turn("user", "u1"),
+        _turn("assistant", "NOT THE TARGET"),
+        _turn("user", "u2"),
+        _turn("assistant", "NOT THE TARGET EITHER"),
+    ]
+    server = FakeServer().start()
+    try:
+        outcome = run_generate(
+            _config(tmp_path, [server], 0, input_rows=[{"id": "m", "conversations": given}])
+        )
+    finally:
+        server.close()
+    assert outcome.exit_code == 0
+    (row,) = read_output(tmp_path / "out")
+    first = {"role": "assistant", "content": answer_for("u1")[0], "reasoning_content": answer_for("u1")[1]}
+    second = {"role": "assistant", "content": answer_for("u2")[0], "reasoning_content": answer_for("u2")[1]}
+    assert row["conversations"] == [given[0], given[1], first, given[3], second]
+    assert row["meta"]["target_turns"] == [2, 4] and row["status"] == "success"
+    assert [t["index"] for t in row["meta"]["turns"]] == [2, 4]
+    # turn 2 was asked with the target's own first answer, reasoning included
+    assert [b["messages"] for b in server.counts.bodies] == [given[:2], [*given[:2], first, given[3]]]
+
+
+def test_flagged_rows_go_to_their_own_split_and_a_cut_turn_ends_the_row(tmp_path: Path) -> None:
+    rows = [
+        *prompt_rows(3),
+        {
+            "id": "cut",
+            "conversations": [
+                _turn("user", f"{CUT_MARKER} u1"),
+                _turn("assistant", "x"),
+                _turn("user", "never asked"),
+            ],
+        },
+    ]
+    server = FakeServer().start()
+    try:
+        outcome = run_generate(_config(tmp_path, [server], 0, input_rows=rows))
+    finally:
+        server.close()
+    out = tmp_path / "out"
+    assert outcome.exit_code == 0
+    assert outcome.summary["clean"] == 3 and outcome.summary["flagged"] == 1
+    assert {r["id"] for r in read_output(out)} == {"q0", "q1", "q2"}
+    (flagged,) = [
+        json.loads(line) for line in (out / "flagged" / "part-00000.jsonl").read_text().splitlines()
+    ]
+    assert flagged["meta"]["flags"] == ["truncated"] and flagged["meta"]["target_turns"] == [1]
+    assert len(flagged["conversations"]) == 2  # the turn after the cut one was not generated
+    assert "never asked" not in server.counts.per_prompt
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {p["file"] for p in manifest["parts"]} == {"data/part-00000.jsonl", "flagged/part-00000.jsonl"}
+    assert manifest["counts"]["flagged"] == 1

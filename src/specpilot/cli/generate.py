@@ -61,6 +61,12 @@ An API key, if the servers need one, is read from $SPECPILOT_API_KEY."""
     show_default=True,
     help="chat_template_kwargs.enable_thinking; recorded in every row.",
 )
+@click.option(
+    "--keep-given-turns",
+    is_flag=True,
+    help="Keep the input's assistant turns as context and generate only the last answer "
+    "(default: the target writes every assistant turn, as drafter training needs).",
+)
 @click.option("--limit", type=click.IntRange(1), default=None, help="Only the first N input rows.")
 @click.option("--dedupe", is_flag=True, help="Keep the first row of each repeated id.")
 @click.option("--retry-failed", is_flag=True, help="Send rows that failed in earlier runs again.")
@@ -126,6 +132,7 @@ def generate(
     top_p: float | None,
     top_k: int | None,
     thinking: bool,
+    keep_given_turns: bool,
     limit: int | None,
     dedupe: bool,
     retry_failed: bool,
@@ -149,6 +156,7 @@ def generate(
         endpoints=resolve_endpoints(servers, runs),
         model=model,
         thinking=thinking,
+        keep_given_turns=keep_given_turns,
         concurrency=concurrency,
         max_tokens=max_tokens,
         temperature=temperature,

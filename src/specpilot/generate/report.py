@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specpilot.errors import UserError
-from specpilot.generate.ledger import LEDGER_FILE, Ledger
+from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.stats import RATE_WINDOW_S, eta_text
 from specpilot.generate.validate import FLAG_NAMES
 
@@ -40,11 +40,12 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
         "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
         "COALESCE(SUM(MAX(attempts - 1, 0)), 0), "
         f"SUM(done_at > ?), SUM(CASE WHEN done_at > ? THEN completion_tokens END), "
-        f"MIN(CASE WHEN done_at > ? THEN done_at END), {flag_sums} FROM rows",
+        f"MIN(CASE WHEN done_at > ? THEN done_at END), "
+        f"COALESCE(SUM(state = {RowState.DONE} AND flags != 0), 0), {flag_sums} FROM rows",
         (now - RATE_WINDOW_S,) * 3,
     )
-    prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens, first = totals[:6]
-    flags = {name: int(str(value or 0)) for name, value in zip(FLAG_NAMES, totals[6:], strict=True)}
+    prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens, first, flagged = totals[:7]
+    flags = {name: int(str(value or 0)) for name, value in zip(FLAG_NAMES, totals[7:], strict=True)}
     # The rate over the last minute, or over the job's life if it is younger than that.
     window_s = max(now - float(str(first)), 1.0) if first is not None else RATE_WINDOW_S
     rows_per_s = int(str(recent_rows or 0)) / window_s
@@ -54,6 +55,9 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
     return {
         "total": total,
         **counts,
+        "clean": counts["done"] - int(str(flagged)),
+        "flagged": int(str(flagged)),
+        "rejected": int(meta.get("rejected", "0")),
         "state": "finished" if remaining == 0 else "incomplete",
         "prompt_tokens": int(str(prompt_tokens)),
         "completion_tokens": int(str(completion_tokens)),
@@ -73,6 +77,8 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
 def render_summary(summary: dict[str, Any], console: Console) -> None:
     table = Table(title=f"generate: {summary['state']}", show_header=False)
     table.add_row("done", f"{summary['done']}/{summary['total']}")
+    table.add_row("  clean (data/) / flagged (flagged/)", f"{summary['clean']} / {summary['flagged']}")
+    table.add_row("rejected input rows", str(summary["rejected"]))
     table.add_row("failed", str(summary["failed"]))
     table.add_row("pending / in flight", f"{summary['pending']} / {summary['in_flight']}")
     table.add_row("retries", str(summary["retries"]))
