@@ -205,7 +205,7 @@ def test_cli_generate_report_export(tmp_path: Path) -> None:
         "state",
     ):
         assert from_ledger[key] == summary[key], key
-    exported = runner.invoke(_cli(), ["export", str(out), "--parquet", "--json"])
+    exported = runner.invoke(_cli(), ["export", str(out), "--format", "parquet", "--json"])
     assert exported.exit_code == 0, exported.output
     files = json.loads(exported.stdout)["files"]
     assert len(files) == 3  # 12 + 12 + 6 rows
@@ -213,7 +213,61 @@ def test_cli_generate_report_export(tmp_path: Path) -> None:
     assert sorted(table["id"]) == sorted(f"q{i}" for i in range(30))
     row = table[0]
     assert row["conversations"][-1]["reasoning_content"].startswith("thinking about")
-    assert row["meta"]["completion_tokens"] == 4
+    assert row["meta"]["completion_tokens"] == 4 and row["meta"]["target_turns"] == [1]
+    saved = runner.invoke(_cli(), ["export", str(out), "--format", "hf", "--json"])
+    assert saved.exit_code == 0, saved.output
+    loaded = datasets.load_from_disk(str(out / "hf"))
+    assert sorted(loaded["id"]) == sorted(table["id"])
+    assert (
+        loaded[0]["conversations"] == table.filter(lambda r: r["id"] == loaded[0]["id"])[0]["conversations"]
+    )
+
+
+def test_cli_export_specforge_states_the_template_and_refuses_one_that_drops_reasoning(
+    tmp_path: Path,
+) -> None:
+    server = FakeServer().start()
+    rows = [*prompt_rows(4), {"id": "cut", "prompt": f"{CUT_MARKER} long"}]
+    try:
+        assert (
+            run_generate(_config(tmp_path, [server], 0, input_rows=rows, model="Qwen/Qwen3.6-27B")).exit_code
+            == 0
+        )
+    finally:
+        server.close()
+    out = tmp_path / "out"
+    runner = CliRunner()
+    result = runner.invoke(
+        _cli(), ["export", str(out), "--format", "specforge", "--max-length", "5", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    told = json.loads(result.stdout)
+    assert told["chat_template"] == "qwen3.5" and told["rows"] == 4 and told["over_max_length"] == 4
+    exported = [json.loads(line) for line in (out / "specforge.jsonl").read_text().splitlines()]
+    assert {r["id"] for r in exported} == {"q0", "q1", "q2", "q3"}  # the truncated row stays out
+    assert all(r["status"] == "success" and "meta" not in r for r in exported)
+    with_flagged = runner.invoke(
+        _cli(), ["export", str(out), "--format", "specforge", "--include-flagged", "--json"]
+    )
+    assert json.loads(with_flagged.stdout)["rows"] == 5
+    for template, reason in (("qwen", "drops every reasoning trace"), ("qwen3-thinking", "system prompt")):
+        refused = runner.invoke(
+            _cli(), ["export", str(out), "--format", "specforge", "--chat-template", template]
+        )
+        assert (
+            refused.exit_code == 2
+            and reason in refused.output
+            and "--chat-template qwen3.5" in refused.output
+        )
+    report = runner.invoke(_cli(), ["report", str(out), "--max-length", "6", "--json"])
+    lengths = json.loads(report.stdout)["lengths"]
+    # the fake server counts prompt words: "q N" is 2 tokens + 4 completion = 6 in all, within 6
+    assert lengths["data"]["rows"] == 4 and lengths["data"]["over_max_length"] == 0
+    assert lengths["data"]["percentiles"]["total"]["p100"] == 6
+    assert lengths["flagged"]["rows"] == 1
+    assert lengths["data"]["estimated_rows"] == 4  # the fake server reports no reasoning_tokens
+    shown = runner.invoke(_cli(), ["report", str(out), "--max-length", "6"])
+    assert "rows over --max-length 6: 0" in shown.output
 
 
 def test_cli_bad_input_exits_2(tmp_path: Path) -> None:

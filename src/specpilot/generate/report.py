@@ -92,3 +92,28 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     for flag, count in summary["flags"].items():
         table.add_row(f"flag {flag}", str(count))
     console.print(table)
+
+
+def render_lengths(split: str, lengths: dict[str, Any], console: Console) -> None:
+    """The histogram of row lengths (tokens) and how many rows the trainer would cut."""
+    table = Table(title=f"row length, {split}/ ({lengths['rows']} rows)", show_header=True)
+    table.add_column("tokens")
+    table.add_column("rows", justify="right")
+    table.add_column("")
+    widest = max((bucket["rows"] for bucket in lengths["histogram"]), default=0) or 1
+    for bucket in lengths["histogram"]:
+        edge = bucket["le_tokens"]
+        label = f"<= {edge}" if edge is not None else "longer"
+        table.add_row(label, str(bucket["rows"]), "#" * round(30 * bucket["rows"] / widest))
+    console.print(table)
+    p = lengths["percentiles"]
+    console.print(
+        "p50/p90/max tokens: " + ", ".join(f"{k} {v['p50']}/{v['p90']}/{v['p100']}" for k, v in p.items())
+    )
+    if lengths["max_length_tokens"] is not None:
+        console.print(f"rows over --max-length {lengths['max_length_tokens']}: {lengths['over_max_length']}")
+    if lengths["estimated_rows"]:
+        console.print(
+            f"reasoning/answer split estimated from characters in {lengths['estimated_rows']} rows "
+            "(the server did not report reasoning_tokens)"
+        )
