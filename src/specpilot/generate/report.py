@@ -77,8 +77,8 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
 def render_summary(summary: dict[str, Any], console: Console) -> None:
     table = Table(title=f"generate: {summary['state']}", show_header=False)
     table.add_row("done", f"{summary['done']}/{summary['total']}")
-    table.add_row("  clean (data/) / flagged (flagged/)", f"{summary['clean']} / {summary['flagged']}")
-    table.add_row("rejected input rows", str(summary["rejected"]))
+    table.add_row("clean / flagged", f"{summary['clean']} / {summary['flagged']}")
+    table.add_row("rejected", str(summary["rejected"]))
     table.add_row("failed", str(summary["failed"]))
     table.add_row("pending / in flight", f"{summary['pending']} / {summary['in_flight']}")
     table.add_row("retries", str(summary["retries"]))
