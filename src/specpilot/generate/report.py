@@ -100,8 +100,11 @@ def render_lengths(split: str, lengths: dict[str, Any], console: Console) -> Non
     table.add_column("tokens")
     table.add_column("rows", justify="right")
     table.add_column("")
-    widest = max((bucket["rows"] for bucket in lengths["histogram"]), default=0) or 1
-    for bucket in lengths["histogram"]:
+    buckets = lengths["histogram"]
+    # up to the longest non-empty bucket: empty 64k-token buckets say nothing
+    shown = buckets[: max((i + 1 for i, b in enumerate(buckets) if b["rows"]), default=1)]
+    widest = max((bucket["rows"] for bucket in shown), default=0) or 1
+    for bucket in shown:
         edge = bucket["le_tokens"]
         label = f"<= {edge}" if edge is not None else "longer"
         table.add_row(label, str(bucket["rows"]), "#" * round(30 * bucket["rows"] / widest))
