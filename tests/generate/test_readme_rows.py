@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from specpilot.generate.export import FORMATS
+from specpilot.generate.export import FORMATS, META, TURN_META
 from specpilot.generate.job import run_generate
 from specpilot.generate.rows import META_FIELDS, TURN_FIELDS
 from tests.generate.conftest import read_output
@@ -59,6 +59,7 @@ def test_documented_row_fields_are_the_written_ones(tmp_path: Path) -> None:
         TURN_FIELDS
     )
     assert list(row["meta"]) == list(META_FIELDS) and list(row["meta"]["turns"][0]) == list(TURN_FIELDS)
+    assert META.names == list(META_FIELDS) and TURN_META.names == list(TURN_FIELDS)  # Parquet/hf keep them all
     assert row["tools"] == tools and server.counts.bodies[0]["tools"] == tools  # carried to the server too
 
 
