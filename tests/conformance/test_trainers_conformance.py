@@ -27,8 +27,8 @@ from specpilot.cli import cli
 from specpilot.demo.enginevenv import ensure_engine_venv
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
-from tests.generate.conftest import write_jsonl
-from tests.generate.fake_server import CUT_MARKER, FakeServer, answer_for
+from tests.generate.conftest import read_output, write_jsonl
+from tests.generate.fake_server import CUT_MARKER, FakeServer
 
 pytestmark = pytest.mark.conformance
 
@@ -69,20 +69,31 @@ ROWS: list[dict[str, Any]] = [
 
 
 def render_prompt(messages: list[dict[str, Any]]) -> str:
-    """The Qwen3.5-style template (trainers_harness.QWEN35_STYLE_TEMPLATE) with the generation prompt."""
+    """A request as the Qwen3.5-style template renders it (trainers_harness.QWEN35_STYLE_TEMPLATE).
+
+    Every assistant turn of a request is history: an empty think block, then the answer.
+    """
     text = ""
     for m in messages:
         if m["role"] == "assistant":
-            text += f"<|im_start|>assistant\n<think>\n{m['reasoning_content']}\n</think>\n\n{m['content']}<|im_end|>\n"
+            text += f"<|im_start|>assistant\n<think>\n\n</think>\n\n{m['content']}<|im_end|>\n"
         else:
             text += f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n"
     return text + "<|im_start|>assistant\n<think>\n"
 
 
-def supervised(prompt: str) -> str:
-    """What the target wrote for `prompt`, as the trainer must supervise it."""
-    content, reasoning = answer_for(prompt)
-    return f"{reasoning}\n</think>\n\n{content}<|im_end|>\n"
+def supervised(turn: dict[str, Any], *, last: bool) -> str:
+    """What a trainer must supervise of a target turn: all of it after `<think>\\n`."""
+    reasoning = turn["reasoning_content"] if last else ""
+    return f"{reasoning}\n</think>\n\n{turn['content']}<|im_end|>\n"
+
+
+def as_sent(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Turns as a request carries them: earlier target turns without their reasoning."""
+    return [
+        {k: v for k, v in t.items() if k != "reasoning_content"} if t["role"] == "assistant" else t
+        for t in turns
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -157,24 +168,32 @@ def test_trainers_train_exactly_on_the_targets_turns(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     samples = json.loads((tmp_path / "samples.json").read_text())
-    # every request the server answered, as (what it was sent, what its answer supervises)
-    turns = [(render_prompt(messages), supervised(messages[-1]["content"])) for messages in sent]
-    answered_cut = [t for t in turns if CUT_MARKER in t[0]]
-    assert len(answered_cut) == 1  # sent, answered, flagged: not exported
-    kept = [t for t in turns if CUT_MARKER not in t[0]]
-    assert len(kept) == 7  # 1 + 1 + 3 + 2 target turns
+    rows = read_output(out)
+    assert len(rows) == 4 and sum(len(r["meta"]["target_turns"]) for r in rows) == 7
 
-    # SpecForge: one sample per row; its text is the row's last request plus the answer;
-    # the mask is on every target turn of the row and nothing else.
-    last_turns = [t for t in kept if not any(o[0].startswith(t[0] + t[1]) for o in kept)]
-    expected = sorted(
-        (prompt + answer, [a for p, a in kept if (prompt + answer).startswith(p + a)])
-        for prompt, answer in last_turns
-    )
-    assert len(expected) == 4
+    # SpecForge: one sample per row. Its text is what the server was sent for the row's
+    # last turn plus that turn's reasoning and answer; its mask is on every target turn.
+    expected = []
+    for row in rows:
+        turns, targets = row["conversations"], row["meta"]["target_turns"]
+        request = as_sent(turns[: targets[-1]])
+        assert request in sent  # exactly what the server was asked
+        spans = [supervised(turns[i], last=i == targets[-1]) for i in targets]
+        expected.append((render_prompt(request) + spans[-1], spans))
     got = sorted((s["text"], s["supervised"]) for s in samples["specforge"])
-    assert got == expected
+    assert got == sorted(expected)
 
-    # speculators: one sample per target turn; each supervises only its own turn
+    # speculators: one sample per target turn, supervising that turn only
+    expected_turns = []
+    for row in rows:
+        turns = row["conversations"]
+        for i in row["meta"]["target_turns"]:
+            assert as_sent(turns[:i]) in sent
+            expected_turns.append(
+                (
+                    render_prompt(as_sent(turns[:i])) + supervised(turns[i], last=True),
+                    [supervised(turns[i], last=True)],
+                )
+            )
     got_turns = sorted((s["text"], s["supervised"]) for s in samples["speculators"])
-    assert got_turns == sorted((prompt + answer, [answer]) for prompt, answer in kept)
+    assert got_turns == sorted(expected_turns)

@@ -15,8 +15,9 @@ answered.
   chat template (vLLM's render does exactly that for a text model).
 
 The tokenizer is the tiny demo tokenizer (built locally, nothing downloaded) with a
-chat template shaped like Qwen3.5's: assistant turns render `reasoning_content` inside
-`<think>...</think>`, the generation prompt opens `<think>`.
+chat template shaped like Qwen3.5's/3.6's: the last assistant turns render
+`reasoning_content` inside `<think>...</think>`, earlier ones an empty think block, the
+generation prompt opens `<think>`.
 """
 
 from __future__ import annotations
@@ -32,10 +33,18 @@ from typing import Any
 
 TINYMODEL = Path(__file__).resolve().parents[2] / "src" / "specpilot" / "demo" / "tinymodel.py"
 
+# As Qwen3.x templates do (Qwen3.6 with its default preserve_thinking=false), only the
+# assistant turns after the last user turn show their reasoning; earlier ones an empty
+# think block.
 QWEN35_STYLE_TEMPLATE = (
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
+    "{%- endfor -%}"
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'assistant' -%}"
-    "{{- '<|im_start|>assistant\\n<think>\\n' + (message['reasoning_content'] or '') + '\\n</think>\\n\\n'"
+    "{%- set reasoning = (message['reasoning_content'] or '') if loop.index0 > ns.last_user else '' -%}"
+    "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning + '\\n</think>\\n\\n'"
     " + message['content'] + '<|im_end|>\\n' -}}"
     "{%- else -%}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"

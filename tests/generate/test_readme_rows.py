@@ -59,7 +59,9 @@ def test_documented_row_fields_are_the_written_ones(tmp_path: Path) -> None:
         TURN_FIELDS
     )
     assert list(row["meta"]) == list(META_FIELDS) and list(row["meta"]["turns"][0]) == list(TURN_FIELDS)
-    assert META.names == list(META_FIELDS) and TURN_META.names == list(TURN_FIELDS)  # Parquet/hf keep them all
+    assert META.names == list(META_FIELDS) and TURN_META.names == list(
+        TURN_FIELDS
+    )  # Parquet/hf keep them all
     assert row["tools"] == tools and server.counts.bodies[0]["tools"] == tools  # carried to the server too
 
 

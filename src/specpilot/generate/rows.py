@@ -69,12 +69,24 @@ def assistant_turn(answer: Answer) -> Message:
     return turn
 
 
+def history_turn(answer: Answer) -> Message:
+    """An earlier target turn as the next request carries it: without its reasoning.
+
+    SpecForge's and speculators' regeneration send history this way, and Qwen3.x chat
+    templates drop earlier turns' reasoning anyway (Qwen3.6 unless `preserve_thinking`);
+    the row itself keeps every turn's reasoning.
+    """
+    turn = assistant_turn(answer)
+    del turn["reasoning_content"]
+    return turn
+
+
 def messages_for(row: PromptRow, done: list[TurnResult]) -> list[Message]:
     """What is sent for the next target turn: the conversation so far as the target wrote it."""
     messages: list[Message] = []
     for segment, result in zip(row.segments, done, strict=False):
         messages += segment
-        messages.append(assistant_turn(result.answer))
+        messages.append(history_turn(result.answer))
     return messages + row.segments[len(done)]
 
 
