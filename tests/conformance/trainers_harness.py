@@ -8,7 +8,9 @@ loss mask supervises. The test compares these with what the server was sent and
 answered.
 
 * SpecForge: `specforge.data.prompt_builder.prepare_prompt_tasks`, the path
-  `specforge train` takes for `data.train_data_path`, with `--chat-template qwen3.5`.
+  `specforge train` takes for `data.train_data_path`, with `--chat-template qwen3.5`;
+  it tokenizes and masks through `build_eagle3_dataset`, the function the offline
+  `scripts/prepare_hidden_states.py` path uses too.
 * speculators: `load_raw_dataset` + `build_speculator_training_dataset`, the path of
   `speculators prepare-data`. It tokenizes through vLLM's `/v1/chat/completions/render`
   endpoint; a stand-in here serves that endpoint by applying the same tokenizer's
