@@ -11,20 +11,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from specpilot.errors import UserError
-from specpilot.generate.ledger import LEDGER_FILE, Ledger, PartCommit
+from specpilot.generate.ledger import PartCommit
+from specpilot.generate.report import open_for_report
 from specpilot.generate.writer import Split, list_parts
 
 
 def job_commits(directory: Path) -> dict[int, PartCommit]:
     """The ledger's part commits; UserError if `directory` is not a job directory."""
-    if not (directory / LEDGER_FILE).exists():
-        raise UserError(
-            f"{directory} has no {LEDGER_FILE}",
-            field="DIR",
-            fix="pass the --output directory of a `specpilot generate` job",
-        )
-    ledger = Ledger.in_dir(directory, readonly=True)
+    ledger = open_for_report(directory)
     try:
         return ledger.part_commits()
     finally:

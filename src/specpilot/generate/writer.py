@@ -33,9 +33,6 @@ class Split:
     directory: str
     first_part: int
 
-    def owns(self, part: int) -> bool:
-        return self.first_part <= part < self.first_part + SPLIT_PARTS
-
 
 SPLIT_PARTS = 1 << 32
 CLEAN = Split(DATA_DIR, 0)
