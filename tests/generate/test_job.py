@@ -387,3 +387,32 @@ def test_flagged_rows_go_to_their_own_split_and_a_cut_turn_ends_the_row(tmp_path
     manifest = json.loads((out / "manifest.json").read_text())
     assert {p["file"] for p in manifest["parts"]} == {"data/part-00000.jsonl", "flagged/part-00000.jsonl"}
     assert manifest["counts"]["flagged"] == 1
+
+
+def test_keep_given_turns_sends_the_given_conversation_and_tools_and_writes_only_the_last_turn(
+    tmp_path: Path,
+) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+    given = [
+        _turn("user", "add 2 and 3"),
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "5", "tool_call_id": "c1"},
+    ]
+    server = FakeServer().start()
+    try:
+        config = _config(
+            tmp_path,
+            [server],
+            0,
+            input_rows=[{"id": "t", "tools": tools, "conversations": given}],
+            keep_given_turns=True,
+        )
+        assert run_generate(config).exit_code == 0
+    finally:
+        server.close()
+    ((body,), (row,)) = server.counts.bodies, read_output(tmp_path / "out")
+    assert body["messages"] == given and body["tools"] == tools
+    assert row["conversations"][:3] == given and row["tools"] == tools
+    assert row["meta"]["keep_given_turns"] is True and row["meta"]["target_turns"] == [3]
+    assert row["conversations"][3]["content"] == answer_for("5")[0]
