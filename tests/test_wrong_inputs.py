@@ -231,7 +231,7 @@ CASES = [
     Case(
         "empty input",
         lambda t: generate(t, jsonl(t)),
-        ("--input", "has no rows", "at least one prompt"),
+        ("--input", "has no usable rows", "at least one valid prompt row"),
     ),
     Case(
         "input file missing",
@@ -312,10 +312,10 @@ CASES = [
     ),
     Case(
         "export of a folder that is not a generate output",
-        lambda t: ["export", str(t), "--parquet"],
+        lambda t: ["export", str(t), "--format", "parquet"],
         ("DIR", "no ledger.sqlite", "--output directory"),
     ),
-    Case("export without a format", lambda t: ["export", str(t)], ("--parquet",)),
+    Case("export without a format", lambda t: ["export", str(t)], ("--format",)),
     Case(
         "report of a missing folder",
         lambda t: ["report", str(t / "gone")],

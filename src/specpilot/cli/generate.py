@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 
 from specpilot.cli.view import serve_status_options
-from specpilot.errors import EXIT_OK, UserError
+from specpilot.errors import EXIT_OK
 
 #: one example of each prompt row shape the reader accepts (shown in --help, tested)
 ROW_SHAPES: dict[str, dict[str, object]] = {
@@ -23,7 +23,7 @@ ROW_SHAPES: dict[str, dict[str, object]] = {
         ],
     },
     "ShareGPT": {"id": "q3", "conversations": [{"from": "human", "value": "Write a haiku about GPUs."}]},
-    "multi-turn (the model answers the last user turn)": {
+    "multi-turn (the target writes both assistant turns)": {
         "id": "q4",
         "messages": [
             {"role": "user", "content": "Pick a number."},
@@ -46,8 +46,9 @@ An API key, if the servers need one, is read from $SPECPILOT_API_KEY.
 
 \b
 Input rows (one JSON object per line; Parquet/datasets columns of the same names).
-"id" is optional (a content hash is used without it); trailing assistant turns are
-dropped, since the model writes the final answer:
+"id" is optional (a content hash is used without it). The target writes every
+assistant turn (a given one only marks where an answer goes); --keep-given-turns keeps
+them as context and generates only the last answer:
 """
     + ROW_SHAPES_HELP
 )
@@ -92,6 +93,12 @@ dropped, since the model writes the final answer:
     default=True,
     show_default=True,
     help="chat_template_kwargs.enable_thinking; recorded in every row.",
+)
+@click.option(
+    "--keep-given-turns",
+    is_flag=True,
+    help="Keep the input's assistant turns as context and generate only the last answer "
+    "(default: the target writes every assistant turn, as drafter training needs).",
 )
 @click.option("--limit", type=click.IntRange(1), default=None, help="Only the first N input rows.")
 @click.option("--dedupe", is_flag=True, help="Keep the first row of each repeated id.")
@@ -159,6 +166,7 @@ def generate(
     top_p: float | None,
     top_k: int | None,
     thinking: bool,
+    keep_given_turns: bool,
     limit: int | None,
     dedupe: bool,
     retry_failed: bool,
@@ -184,6 +192,7 @@ def generate(
         endpoints=resolve_endpoints(servers, runs),
         model=model,
         thinking=thinking,
+        keep_given_turns=keep_given_turns,
         concurrency=concurrency,
         max_tokens=max_tokens,
         temperature=temperature,
@@ -219,45 +228,124 @@ def generate(
         sys.exit(outcome.exit_code)
 
 
-@click.command("report", epilog="\b\nExample:\n  specpilot report out/ --json")
+MAX_LENGTH_HELP = (
+    "Training max length in tokens (SpecForge's Qwen3.6 recipes: 2048-4096): count rows over it."
+)
+
+
+@click.command("report", epilog="\b\nExample:\n  specpilot report out/ --max-length 4096 --json")
 @click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--max-length", "max_length_tokens", type=click.IntRange(1), default=None, help=MAX_LENGTH_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def report(directory: Path, as_json: bool) -> None:
+def report(directory: Path, max_length_tokens: int | None, as_json: bool) -> None:
     """Summary of a generate job from its ledger; safe while the job runs."""
-    from specpilot.generate.report import open_for_report, render_summary, summarize
+    from specpilot.generate.committed import committed_rows
+    from specpilot.generate.lengths import length_report
+    from specpilot.generate.report import open_for_report, render_lengths, render_summary, summarize
+    from specpilot.generate.writer import CLEAN, FLAGGED
 
     ledger = open_for_report(directory)
     try:
         summary = summarize(ledger)
     finally:
         ledger.close()
+    if max_length_tokens is not None:
+        summary["lengths"] = {
+            split.directory: length_report(committed_rows(directory, (split,)), max_length_tokens)
+            for split in (CLEAN, FLAGGED)
+        }
     if as_json:
         click.echo(json.dumps(summary))
-    else:
-        render_summary(summary, Console())
+        return
+    console = Console()
+    render_summary(summary, console)
+    for split, lengths in summary.get("lengths", {}).items():
+        render_lengths(split, lengths, console)
 
 
-@click.command("export", epilog="\b\nExample:\n  specpilot export out/ --parquet")
+EXAMPLE_EXPORT = """\b
+Example:
+  specpilot export out/ --format specforge --max-length 4096
+  specpilot export out/ --format parquet --include-flagged"""
+
+
+@click.command("export", epilog=EXAMPLE_EXPORT)
 @click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--parquet", is_flag=True, help="Write Parquet shards (the only format so far).")
+@click.option(
+    "--format",
+    "fmt",
+    required=True,
+    type=click.Choice(["specforge", "speculators", "parquet", "hf"]),
+    help="specforge/speculators: one JSONL file; parquet: shards; hf: a datasets save_to_disk folder.",
+)
 @click.option(
     "--to",
     "target",
     type=click.Path(path_type=Path),
     default=None,
-    help="Where to write the shards (default DIR/parquet).",
+    help="Where to write (default DIR/specforge.jsonl, DIR/speculators.jsonl, DIR/parquet, DIR/hf).",
 )
+@click.option("--include-flagged", is_flag=True, help="Also export the flagged rows (truncated, empty, ...).")
+@click.option(
+    "--chat-template",
+    default=None,
+    help="The SpecForge template you will train with; refused if it would change the text "
+    "(default: the one for the job's model, qwen3.5 for Qwen3.5/3.6).",
+)
+@click.option("--max-length", "max_length_tokens", type=click.IntRange(1), default=None, help=MAX_LENGTH_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the files written as JSON.")
-def export(directory: Path, parquet: bool, target: Path | None, as_json: bool) -> None:
-    """Export the finished rows of a generate job (readable by datasets.load_dataset)."""
-    from specpilot.generate.export import export_parquet
+def export(
+    directory: Path,
+    fmt: str,
+    target: Path | None,
+    include_flagged: bool,
+    chat_template: str | None,
+    max_length_tokens: int | None,
+    as_json: bool,
+) -> None:
+    """Export the finished rows of a generate job for SpecForge, speculators or datasets."""
+    from specpilot.generate.committed import committed_rows
+    from specpilot.generate.export import export as run_export
+    from specpilot.generate.lengths import length_report
+    from specpilot.generate.report import open_for_report
+    from specpilot.generate.templates import choose_template
+    from specpilot.generate.writer import CLEAN, FLAGGED
 
-    if not parquet:
-        raise UserError("no format chosen", field="--parquet", fix="pass --parquet")
-    result = export_parquet(directory, target)
+    ledger = open_for_report(directory)
+    try:
+        meta = ledger.meta()
+    finally:
+        ledger.close()
+    template, warnings = choose_template(chat_template, meta.get("model"))
+    result = run_export(directory, fmt, target, include_flagged=include_flagged)
+    splits = (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
+    over = None
+    if max_length_tokens is not None:
+        over = length_report(committed_rows(directory, splits), max_length_tokens)["over_max_length"]
+        if over:
+            warnings.append(
+                f"{over} of {result.rows} rows are longer than --max-length {max_length_tokens}: "
+                "the trainer cuts them (see `specpilot report DIR --max-length N`)"
+            )
     if as_json:
-        click.echo(json.dumps({"files": [str(f) for f in result.files], "rows": result.rows}))
-    else:
+        files = [str(f) for f in result.files]
         click.echo(
-            f"wrote {result.rows} rows to {len(result.files)} Parquet shards in {result.files[0].parent}"
+            json.dumps(
+                {
+                    "format": fmt,
+                    "files": files,
+                    "rows": result.rows,
+                    "flagged_included": include_flagged,
+                    "chat_template": template,
+                    "over_max_length": over,
+                    "warnings": warnings,
+                }
+            )
         )
+        return
+    where = result.files[0] if len(result.files) == 1 else result.files[0].parent
+    click.echo(f"wrote {result.rows} rows ({fmt}) to {where}")
+    if template is not None:
+        click.echo(f"train with chat template {template} (SpecForge: --chat-template {template})")
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)

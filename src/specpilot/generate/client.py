@@ -65,6 +65,8 @@ class Answer:
     prompt_tokens: int
     completion_tokens: int
     spec_accept_length: float | None
+    reasoning_tokens: int | None = None  # only where the server reports them
+    tool_calls: list[Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,16 +125,21 @@ class ChatClient:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
 
-    def body(self, messages: Sequence[Message]) -> bytes:
+    def body(self, messages: Sequence[Message], tools: Sequence[Any] | None = None) -> bytes:
         encoded = json.dumps(messages, ensure_ascii=False, separators=(",", ":"))
+        if tools:
+            encoded += ',"tools":' + json.dumps(tools, ensure_ascii=False, separators=(",", ":"))
         return self._body_prefix + encoded.encode() + b"}"
 
-    async def complete(self, base_url: str, messages: Sequence[Message]) -> Answer:
+    async def complete(
+        self, base_url: str, messages: Sequence[Message], tools: Sequence[Any] | None = None
+    ) -> Answer:
         url = self._urls.get(base_url)
         if url is None:
             url = self._urls[base_url] = yarl.URL(f"{base_url}/v1/chat/completions")
         try:
-            async with self._session.post(url, data=self.body(messages), headers=self._headers) as response:
+            body = self.body(messages, tools)
+            async with self._session.post(url, data=body, headers=self._headers) as response:
                 raw = await response.read()
                 status = response.status
                 retry_after = response.headers.get("Retry-After")
@@ -169,6 +176,8 @@ def parse_answer(raw: bytes) -> Answer:
         reasoning = message.get("reasoning")
     usage = data.get("usage") or {}
     completion_tokens = int(usage.get("completion_tokens") or 0)
+    details = usage.get("completion_tokens_details") or {}
+    reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
     return Answer(
         content=message.get("content") or "",
         reasoning=reasoning,
@@ -176,6 +185,8 @@ def parse_answer(raw: bytes) -> Answer:
         prompt_tokens=int(usage.get("prompt_tokens") or 0),
         completion_tokens=completion_tokens,
         spec_accept_length=_spec_accept_length(data, completion_tokens),
+        reasoning_tokens=reasoning_tokens if isinstance(reasoning_tokens, int) else None,
+        tool_calls=message.get("tool_calls") or None,
     )
 
 

@@ -21,21 +21,45 @@ from specpilot.generate.ledger import DoneRecord, Ledger, LedgerBatch, PartCommi
 from specpilot.generate.validate import flag_bits
 
 DATA_DIR = "data"
+FLAGGED_DIR = "flagged"
 PART_NAME = "part-{:05d}.jsonl"
 PART_PATTERN = re.compile(r"^part-(\d{5,})\.jsonl$")
 
 
-def part_path(data_dir: Path, part: int) -> Path:
-    return data_dir / PART_NAME.format(part)
+@dataclass(frozen=True)
+class Split:
+    """A folder of parts. The ledger numbers all parts in one space, so each split owns a range."""
+
+    directory: str
+    first_part: int
 
 
-def list_parts(data_dir: Path) -> dict[int, Path]:
+SPLIT_PARTS = 1 << 32
+CLEAN = Split(DATA_DIR, 0)
+FLAGGED = Split(FLAGGED_DIR, SPLIT_PARTS)  # rows with a flag (truncated, empty, ...): not for training as is
+SPLITS = (CLEAN, FLAGGED)
+
+
+def part_path(directory: Path, part: int, first_part: int = 0) -> Path:
+    return directory / PART_NAME.format(part - first_part)
+
+
+def list_parts(directory: Path, first_part: int = 0) -> dict[int, Path]:
+    """Ledger part id -> file, for the parts in `directory` (a split starting at `first_part`)."""
     found = {}
-    for path in data_dir.glob("part-*.jsonl"):
+    for path in directory.glob("part-*.jsonl"):
         match = PART_PATTERN.match(path.name)
         if match:
-            found[int(match.group(1))] = path
+            found[first_part + int(match.group(1))] = path
     return dict(sorted(found.items()))
+
+
+def split_parts(job_dir: Path) -> dict[int, Path]:
+    """Every part of the job, clean and flagged, by ledger part id."""
+    found: dict[int, Path] = {}
+    for split in SPLITS:
+        found.update(list_parts(job_dir / split.directory, split.first_part))
+    return found
 
 
 def fsync_dir(directory: Path) -> None:
@@ -60,15 +84,19 @@ class _Pending:
 class PartWriter:
     """Appends finished rows to the newest part, rotating after `rows_per_part` rows."""
 
-    def __init__(self, data_dir: Path, commits: dict[int, PartCommit], rows_per_part: int) -> None:
+    def __init__(
+        self, data_dir: Path, commits: dict[int, PartCommit], rows_per_part: int, first_part: int = 0
+    ) -> None:
         self._data_dir = data_dir
         self._rows_per_part = rows_per_part
+        self._first_part = first_part
         data_dir.mkdir(parents=True, exist_ok=True)
-        last = max(commits.values(), key=lambda c: c.part, default=None)
+        mine = [c for c in commits.values() if first_part <= c.part < first_part + SPLIT_PARTS]
+        last = max(mine, key=lambda c: c.part, default=None)
         if last is not None and last.rows < rows_per_part:
             self._part, self._bytes, self._rows = last.part, last.committed_bytes, last.rows
         else:
-            self._part = 0 if last is None else last.part + 1
+            self._part = first_part if last is None else last.part + 1
             self._bytes, self._rows = 0, 0
         self._handle: IO[bytes] | None = None
         self._buffer: list[_Pending] = []
@@ -127,7 +155,7 @@ class PartWriter:
 
     def _open(self) -> IO[bytes]:
         if self._handle is None:
-            path = part_path(self._data_dir, self._part)
+            path = part_path(self._data_dir, self._part, self._first_part)
             is_new = not path.exists()
             self._handle = path.open("ab")
             if self._handle.tell() != self._bytes:
@@ -157,7 +185,7 @@ class ReconcileResult:
     truncated_bytes: int
 
 
-def reconcile_parts(data_dir: Path, ledger: Ledger) -> ReconcileResult:
+def reconcile_parts(data_dir: Path, ledger: Ledger, first_part: int = 0) -> ReconcileResult:
     """Repair every part after a kill so the ledger invariant holds again.
 
     Past `committed_bytes` a part may hold whole rows that were fsynced but not yet
@@ -169,7 +197,7 @@ def reconcile_parts(data_dir: Path, ledger: Ledger) -> ReconcileResult:
     """
     commits = ledger.part_commits()
     adopted = dropped = truncated = 0
-    for part, path in list_parts(data_dir).items():
+    for part, path in list_parts(data_dir, first_part).items():
         commit = commits.get(part, PartCommit(part, 0, 0))
         size_bytes = path.stat().st_size
         if size_bytes < commit.committed_bytes:

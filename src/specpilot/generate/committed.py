@@ -1,0 +1,43 @@
+"""Reading back the rows a job has committed, split by split.
+
+Only the bytes the ledger has committed are read, so reading while a job runs never
+picks up a torn or not-yet-durable row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from specpilot.generate.ledger import PartCommit
+from specpilot.generate.report import open_for_report
+from specpilot.generate.writer import Split, list_parts
+
+
+def job_commits(directory: Path) -> dict[int, PartCommit]:
+    """The ledger's part commits; UserError if `directory` is not a job directory."""
+    ledger = open_for_report(directory)
+    try:
+        return ledger.part_commits()
+    finally:
+        ledger.close()
+
+
+def committed_parts(directory: Path, splits: Sequence[Split]) -> Iterator[tuple[Path, list[dict[str, Any]]]]:
+    """(part file, its committed rows) for each non-empty part of `splits`, in order."""
+    commits = job_commits(directory)
+    for split in splits:
+        for part, path in list_parts(directory / split.directory, split.first_part).items():
+            commit = commits.get(part)
+            if commit is None or commit.rows == 0:
+                continue
+            with path.open("rb") as handle:
+                data = handle.read(commit.committed_bytes)
+            yield path, [json.loads(line) for line in data.splitlines() if line]
+
+
+def committed_rows(directory: Path, splits: Sequence[Split]) -> Iterator[dict[str, Any]]:
+    for _, rows in committed_parts(directory, splits):
+        yield from rows
