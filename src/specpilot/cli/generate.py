@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.errors import EXIT_OK, UserError
 
 EXAMPLE_GENERATE = """\b
@@ -26,14 +27,14 @@ An API key, if the servers need one, is read from $SPECPILOT_API_KEY."""
     "--input",
     "input_path",
     required=True,
-    type=click.Path(path_type=Path),
+    type=NonEmptyPath(path_type=Path),
     help="Prompts: .jsonl, .parquet, or a datasets save_to_disk directory.",
 )
 @click.option(
     "--output",
     "output_dir",
     required=True,
-    type=click.Path(path_type=Path),
+    type=NonEmptyPath(path_type=Path),
     help="Job directory: ledger, data/part-*.jsonl, errors.jsonl, manifest.json.",
 )
 @click.option("--server", "servers", multiple=True, help="OpenAI-compatible base URL (repeatable).")
@@ -52,8 +53,8 @@ An API key, if the servers need one, is read from $SPECPILOT_API_KEY."""
     default=None,
     help="Sampling parameters are sent only when given (else the server's defaults).",
 )
-@click.option("--temperature", type=float, default=None)
-@click.option("--top-p", type=float, default=None)
+@click.option("--temperature", type=FiniteFloat(0), default=None)
+@click.option("--top-p", type=FiniteFloat(0, 1), default=None)
 @click.option("--top-k", type=int, default=None)
 @click.option(
     "--thinking/--no-thinking",
@@ -75,28 +76,28 @@ An API key, if the servers need one, is read from $SPECPILOT_API_KEY."""
     "--retry-base-s",
     default=1.0,
     show_default=True,
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     help="First retry delay; doubles per attempt, jittered, capped at 60 s.",
 )
 @click.option(
     "--request-timeout-s",
     default=1800.0,
     show_default=True,
-    type=click.FloatRange(0.1),
+    type=FiniteFloat(0.1),
     help="Longest one request may take (long reasoning traces need minutes).",
 )
 @click.option(
     "--give-up-after-s",
     default=3600.0,
     show_default=True,
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     help="Stop (exit 1) when every server has been down this long.",
 )
 @click.option(
     "--flush-interval-s",
     default=0.5,
     show_default=True,
-    type=click.FloatRange(0.001),
+    type=FiniteFloat(0.001),
     help="How often finished rows are fsynced and committed to the ledger.",
 )
 @click.option(
@@ -110,7 +111,7 @@ An API key, if the servers need one, is read from $SPECPILOT_API_KEY."""
     "--progress-interval-s",
     default=30.0,
     show_default=True,
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     help="Seconds between summary lines when stderr is not a terminal.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")

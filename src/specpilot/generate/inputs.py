@@ -40,6 +40,8 @@ SHAREGPT_ROLES = {
 }
 ARROW_BATCH_ROWS = 4096
 HASH_CHUNK_BYTES = 1 << 20
+#: a JSONL line longer than this is refused rather than read whole into memory
+MAX_LINE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,13 @@ def resolve_input(path: Path) -> InputSource:
         )
     if path.is_dir():
         return InputSource(path, "hf-datasets", _hf_arrow_files(path))
+    if not path.is_file():
+        # /dev/zero, a FIFO or a socket: endless or read-once, so neither hashable nor resumable
+        raise UserError(
+            f"{path} is not a regular file",
+            field="--input",
+            fix="save the prompts to a .jsonl or .parquet file and pass that",
+        )
     if path.suffix == ".parquet":
         return InputSource(path, "parquet", (path,))
     return InputSource(path, "jsonl", (path,))
@@ -118,13 +127,19 @@ def iter_rows(source: InputSource, positions: Container[int] | None = None) -> I
 def _iter_jsonl(path: Path, positions: Container[int] | None) -> Iterator[PromptRow]:
     position = 0
     with path.open("rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
+        for line_number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise UserError(
+                    f"line {line_number} is longer than {MAX_LINE_BYTES >> 20} MiB",
+                    field=f"{path}:{line_number}",
+                    fix="check the file is JSONL (one prompt per line); split or shorten that row",
+                )
             if not raw.strip():
                 continue
             if positions is None or position in positions:
                 try:
                     record = json.loads(raw)
-                except ValueError as err:
+                except (ValueError, RecursionError) as err:
                     raise UserError(
                         f"line {line_number} is not valid JSON ({err.args[0]})",
                         field=f"{path}:{line_number}",
@@ -135,6 +150,19 @@ def _iter_jsonl(path: Path, positions: Container[int] | None) -> Iterator[Prompt
 
 
 def _iter_arrow(source: InputSource, positions: Container[int] | None) -> Iterator[PromptRow]:
+    import pyarrow as pa
+
+    try:
+        yield from _iter_arrow_files(source, positions)
+    except (pa.ArrowException, OSError) as err:
+        raise UserError(
+            f"{source.path} cannot be read as {source.kind} ({err})",
+            field="--input",
+            fix="check the file is complete and of that format, or pass a .jsonl file",
+        ) from None
+
+
+def _iter_arrow_files(source: InputSource, positions: Container[int] | None) -> Iterator[PromptRow]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 

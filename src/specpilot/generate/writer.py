@@ -155,6 +155,10 @@ class ReconcileResult:
     adopted_rows: int
     dropped_rows: int
     truncated_bytes: int
+    #: rows marked done whose part was deleted or cut short: sent again
+    requeued_rows: int = 0
+    #: the parts that lost rows (missing or shorter than the ledger says)
+    lost_parts: tuple[str, ...] = ()
 
 
 def reconcile_parts(data_dir: Path, ledger: Ledger) -> ReconcileResult:
@@ -167,17 +171,12 @@ def reconcile_parts(data_dir: Path, ledger: Ledger) -> ReconcileResult:
     write the adopted rows back, fsync, then commit. A kill in between only un-adopts
     those rows, which are then generated again: nothing is ever duplicated.
     """
+    requeued, lost = _requeue_lost_rows(data_dir, ledger)
     commits = ledger.part_commits()
     adopted = dropped = truncated = 0
     for part, path in list_parts(data_dir).items():
         commit = commits.get(part, PartCommit(part, 0, 0))
         size_bytes = path.stat().st_size
-        if size_bytes < commit.committed_bytes:
-            raise JobFailed(
-                f"{path} is {size_bytes} bytes but the ledger has {commit.committed_bytes} bytes of it as "
-                "written: the output was truncated or replaced since; restore the file, or start over "
-                "with a new --output folder",
-            )
         if size_bytes == commit.committed_bytes:
             continue
         with path.open("rb") as handle:
@@ -197,7 +196,52 @@ def reconcile_parts(data_dir: Path, ledger: Ledger) -> ReconcileResult:
         new_commit = PartCommit(part, commit.committed_bytes + kept_bytes, commit.rows + len(keep))
         ledger.apply(LedgerBatch([], [], [], records, [new_commit]))
         adopted += len(keep)
-    return ReconcileResult(adopted, dropped, truncated)
+    return ReconcileResult(adopted, dropped, truncated, requeued, lost)
+
+
+def _requeue_lost_rows(data_dir: Path, ledger: Ledger) -> tuple[int, tuple[str, ...]]:
+    """Parts deleted or cut short since: keep their intact prefix, send the other rows again.
+
+    Bytes [0, committed_bytes) held exactly the part's done rows, so the complete lines
+    still there are rows the ledger knows; the part is truncated to them (fsynced) before
+    the ledger moves the rest back to pending. A kill in between only repeats this.
+    """
+    requeued = 0
+    lost: list[str] = []
+    for part, commit in sorted(ledger.part_commits().items()):
+        path = part_path(data_dir, part)
+        size_bytes = path.stat().st_size if path.exists() else 0
+        if size_bytes >= commit.committed_bytes:
+            continue
+        done = ledger.done_in_part(part)
+        kept_bytes, kept_ids = _intact_prefix(path, done) if size_bytes else (0, set())
+        if path.exists():
+            with path.open("r+b") as handle:
+                handle.truncate(kept_bytes)
+                os.fsync(handle.fileno())
+        positions = [position for row_id, position in done.items() if row_id not in kept_ids]
+        ledger.requeue_lost(positions, PartCommit(part, kept_bytes, len(kept_ids)))
+        requeued += len(positions)
+        lost.append(path.name)
+    return requeued, tuple(lost)
+
+
+def _intact_prefix(path: Path, done: dict[str, int]) -> tuple[int, set[str]]:
+    """Length and ids of the leading complete lines that are done rows of this part."""
+    kept_bytes = 0
+    ids: set[str] = set()
+    with path.open("rb") as handle:
+        for raw in handle:
+            try:
+                row = json.loads(raw) if raw.endswith(b"\n") else None
+            except ValueError:
+                row = None
+            row_id = row.get("id") if isinstance(row, dict) else None
+            if row_id not in done or row_id in ids:
+                break
+            ids.add(row_id)
+            kept_bytes += len(raw)
+    return kept_bytes, ids
 
 
 def _adoptable(
