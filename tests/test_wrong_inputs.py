@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
+from tests.generate.fake_server import FakeServer
 
 GOOD_SPEC = """
 name = "demo"
@@ -85,7 +86,8 @@ def jsonl(tmp: Path, *lines: str) -> str:
 
 
 GOOD_ROW = '{"id": "a", "prompt": "What is 2 + 2?"}'
-#: Filled by the module fixtures below: a URL that answers HTML, a port this test holds.
+#: Filled by the module fixtures below: a URL that answers HTML, a port this test holds,
+#: a chat server that answers every prompt.
 LIVE: dict[str, str] = {}
 
 
@@ -102,6 +104,51 @@ def a_file(tmp: Path) -> Path:
     path = tmp / "a-file"
     path.write_text("")
     return path
+
+
+def with_output(argv: list[str], output: str) -> list[str]:
+    """`argv` of `generate(...)` with another --output value."""
+    at = argv.index("--output") + 1
+    return [*argv[:at], output, *argv[at + 1 :]]
+
+
+def with_server(argv: list[str], url: str) -> list[str]:
+    at = argv.index("--server") + 1
+    return [*argv[:at], url, *argv[at + 1 :]]
+
+
+def not_parquet(tmp: Path) -> str:
+    path = tmp / "prompts.parquet"
+    path.write_bytes(b"PAR1 this is not a parquet file")
+    return str(path)
+
+
+def damaged_ledger(tmp: Path) -> list[str]:
+    argv = generate(tmp, jsonl(tmp, GOOD_ROW))
+    (tmp / "out").mkdir()
+    (tmp / "out" / "ledger.sqlite").write_bytes(b"not a database, but 100 bytes of junk " * 3)
+    return argv
+
+
+def data_dir_is_a_file(tmp: Path) -> list[str]:
+    argv = generate(tmp, jsonl(tmp, GOOD_ROW))
+    (tmp / "out").mkdir()
+    (tmp / "out" / "data").write_text("")
+    return argv
+
+
+def full_disk(tmp: Path) -> list[str]:
+    """The first shard is /dev/full: every write to it fails with ENOSPC, as on a full disk."""
+    argv = with_server(generate(tmp, jsonl(tmp, GOOD_ROW)), LIVE["chat_url"])
+    (tmp / "out" / "data").mkdir(parents=True)
+    (tmp / "out" / "data" / "part-00000.jsonl").symlink_to("/dev/full")
+    return argv
+
+
+def corrupt_state(tmp: Path) -> str:
+    run_state(tmp, "ready")
+    (tmp / "state" / "runs" / "old" / "state.json").write_text('{"name": "old", "pha')
+    return "old"
 
 
 def run_state(tmp: Path, phase: str) -> str:
@@ -295,6 +342,89 @@ CASES = [
         ("--run", "is not ready", "specpilot status old"),
     ),
     Case(
+        "empty --output",
+        lambda t: with_output(generate(t, jsonl(t, GOOD_ROW)), ""),
+        ("--output", "is empty"),
+    ),
+    Case(
+        "--run name that climbs out of the run registry",
+        lambda t: [
+            "generate",
+            "--input",
+            jsonl(t, GOOD_ROW),
+            "--output",
+            str(t / "out"),
+            "--run",
+            "../../../x",
+        ],
+        ("--run", "not usable as a directory name"),
+    ),
+    Case(
+        "input that is a device, not a file",
+        lambda t: generate(t, "/dev/zero"),
+        ("--input", "/dev/zero", "not a regular file", ".jsonl"),
+    ),
+    Case(
+        "input named .parquet that is not Parquet",
+        lambda t: generate(t, not_parquet(t)),
+        ("--input", "cannot be read as parquet", "pass a .jsonl file"),
+    ),
+    Case(
+        "temperature nan",
+        lambda t: generate(t, jsonl(t, GOOD_ROW), "--temperature", "nan"),
+        ("--temperature", "not a finite number"),
+    ),
+    Case(
+        "give-up-after-s nan",
+        lambda t: generate(t, jsonl(t, GOOD_ROW), "--give-up-after-s", "nan"),
+        ("--give-up-after-s", "not a finite number"),
+    ),
+    Case(
+        "server port out of range",
+        lambda t: with_server(generate(t, jsonl(t, GOOD_ROW)), "http://127.0.0.1:99999"),
+        ("--server", "127.0.0.1:99999", "Port out of range", "http://HOST:PORT"),
+    ),
+    Case(
+        "server URL with another scheme",
+        lambda t: with_server(generate(t, jsonl(t, GOOD_ROW)), "ftp://gpu-node:30000"),
+        ("--server", "scheme 'ftp'", "http://HOST:PORT"),
+    ),
+    Case(
+        "server URL without a host",
+        lambda t: with_server(generate(t, jsonl(t, GOOD_ROW)), "http://:30000"),
+        ("--server", "names no host"),
+    ),
+    Case(
+        "server URL with a space",
+        lambda t: with_server(generate(t, jsonl(t, GOOD_ROW)), "http://gpu node:30000"),
+        ("--server", "spaces"),
+    ),
+    Case(
+        "server port that is not a number",
+        lambda t: with_server(generate(t, jsonl(t, GOOD_ROW)), "http://gpu-node:http"),
+        ("--server", "gpu-node:http", "http://HOST:PORT"),
+    ),
+    Case(
+        "damaged ledger in --output",
+        damaged_ledger,
+        ("--output", "ledger.sqlite", "is damaged", "new --output folder"),
+    ),
+    Case(
+        "output folder holding a file where data/ belongs",
+        data_dir_is_a_file,
+        ("--output", "failed", "run the same command again to resume"),
+    ),
+    Case(
+        "disk full while writing results",
+        full_disk,
+        ("--output", "is full", "free space", "run the same command again to resume"),
+    ),
+    Case(
+        "status of a run whose state.json is corrupt",
+        lambda t: ["status", corrupt_state(t)],
+        ("NAME", "state.json", "not valid JSON", "specpilot up SPEC"),
+    ),
+    Case(
         "status of an unknown run",
         lambda t: ["status", "nope"],
         ("NAME", "no run named 'nope'", "specpilot up"),
@@ -363,6 +493,8 @@ def live_endpoints() -> Iterator[None]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HtmlPage)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    chat = FakeServer().start()
+    LIVE["chat_url"] = chat.url
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
@@ -371,6 +503,7 @@ def live_endpoints() -> Iterator[None]:
         try:
             yield
         finally:
+            chat.close()
             server.shutdown()
             server.server_close()
             thread.join()

@@ -130,7 +130,7 @@ def _iter_jsonl(path: Path, positions: Container[int] | None) -> Iterator[Prompt
         for line_number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
             if len(raw) > MAX_LINE_BYTES:
                 raise UserError(
-                    f"line {line_number} is longer than {MAX_LINE_BYTES >> 20} MiB",
+                    f"line {line_number} is longer than {MAX_LINE_BYTES:,} bytes",
                     field=f"{path}:{line_number}",
                     fix="check the file is JSONL (one prompt per line); split or shorten that row",
                 )
