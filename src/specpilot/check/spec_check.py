@@ -25,7 +25,21 @@ def spec_model(spec: Spec) -> tuple[str | None, int | None, list[Finding]]:
         return None, None, [note]
 
 
+def refuse_unmodelled_release(spec: Spec) -> None:
+    """The releases `check` and `plan` both stand behind: a version the planner refuses
+    (vLLM 0.0.1) is refused here too, rather than checked against the nearest table."""
+    if spec.engine.name == "vllm":
+        from specpilot.plan.vllm_lines import vllm_line
+
+        vllm_line(spec.engine.version)
+    else:
+        from specpilot.plan.sglang_releases import release_rules
+
+        release_rules(spec.engine.version)
+
+
 def check_spec(spec: Spec) -> CheckResult:
+    refuse_unmodelled_release(spec)
     architecture, mtp_layers, notes = spec_model(spec)
     result = check_args(
         spec.engine.name,
@@ -41,6 +55,7 @@ def check_spec(spec: Spec) -> CheckResult:
 
 
 def fix_spec(spec: Spec) -> FixedLaunch:
+    refuse_unmodelled_release(spec)
     architecture, mtp_layers, notes = spec_model(spec)
     gpu = GpuFacts(memory_gib=spec.gpu.memory_gib)
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from specpilot.engines.args import EngineArgs, parse_engine_args
 from specpilot.fixes import Fix
-from specpilot.models.shape import ModelShape, load_model_shape
+from specpilot.models.shape import PLANNED_ARCHITECTURES, ModelShape, load_model_shape
 from specpilot.plan.types import Plan, Problem, Term
 from specpilot.spec import Spec
 
@@ -26,7 +26,16 @@ def make_plan(spec: Spec, measured: Mapping[str, float] | None = None) -> Plan:
     if spec.engine.name == "sglang":
         from specpilot.plan.sglang import plan_sglang
 
-        return plan_sglang(spec, shape, args, measured)
-    from specpilot.plan.vllm import plan_vllm
+        plan = plan_sglang(spec, shape, args, measured)
+    else:
+        from specpilot.plan.vllm import plan_vllm
 
-    return plan_vllm(spec, shape, args, measured)
+        plan = plan_vllm(spec, shape, args, measured)
+    if shape.architecture not in PLANNED_ARCHITECTURES:
+        plan.notes.insert(
+            0,
+            f"warning: architecture {shape.architecture} is not one this planner was checked on; its "
+            "layers are planned as plain attention + MLP, so the verdict may be wrong: calibrate with "
+            "--from-log (an engine startup log) before trusting it",
+        )
+    return plan

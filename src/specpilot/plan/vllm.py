@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from specpilot.check.ranges import human_int
 from specpilot.engines.args import EngineArgs
 from specpilot.errors import UserError
 from specpilot.fixes import Fix
@@ -302,19 +303,10 @@ def resolve_inputs(
     return inputs
 
 
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
 def parse_human_int(text: str, field: str) -> int:
     """vLLM's human_readable_int: 32768, 25.6k (x1000), 32K (x1024), 8G (x2**30)."""
-    value = text.strip()
     try:
-        if value and value[-1] in _DECIMAL:
-            return int(float(value[:-1]) * _DECIMAL[value[-1]])
-        if value and value[-1] in _BINARY:
-            return int(float(value[:-1]) * _BINARY[value[-1]])
-        return int(value)
+        return human_int(text)
     except ValueError:
         raise UserError(f"not a number: {text!r}", field=field, fix="e.g. 32768 or 32K") from None
 
