@@ -59,6 +59,8 @@ class Case:
     argv: Callable[[Path], list[str]]
     #: words the one-line message must contain
     expect: tuple[str, ...]
+    #: text that must appear nowhere in the output (a secret)
+    absent: tuple[str, ...] = ()
 
 
 def spec_with(tmp: Path, old: str = "", new: str = "") -> str:
@@ -70,6 +72,67 @@ def spec_with(tmp: Path, old: str = "", new: str = "") -> str:
     path = tmp / "spec.toml"
     path.write_text(text.replace(old, new, 1) if old else text)
     return str(path)
+
+
+def spec_config(tmp: Path, **changes: object) -> str:
+    """The good spec, its model's config.json changed (a None value deletes the key)."""
+    path = spec_with(tmp)
+    config = {**CONFIG, **changes}
+    (tmp / "model" / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    return path
+
+
+def spec_args(tmp: Path, *args: str) -> str:
+    """The good spec with more engine flags."""
+    return spec_with(tmp, '"4096"', '"4096", ' + ", ".join(json.dumps(a) for a in args))
+
+
+#: a hybrid (Gated DeltaNet) config that lacks one of the state-size keys
+HYBRID_WITHOUT_VALUE_HEADS = {
+    "full_attention_interval": 2,
+    "linear_num_key_heads": 2,
+    "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64,
+    "linear_conv_kernel_dim": 4,
+}
+SECRET = "hf_q8Zr4Kp1Lm9Xw2Vn"
+
+
+def nested_toml(tmp: Path) -> str:
+    path = Path(spec_with(tmp))
+    path.write_text(path.read_text() + "[extra]\nx = " + "[" * 5000 + "]" * 5000 + "\n")
+    return str(path)
+
+
+def finished_job(tmp: Path) -> Path:
+    """A generate job that finished (one part), against the module's chat server."""
+    argv = with_server(
+        generate(tmp, jsonl(tmp, GOOD_ROW, '{"id": "b", "prompt": "2 + 3?"}')), LIVE["chat_url"]
+    )
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    return tmp / "out"
+
+
+def export_over_a_file(tmp: Path) -> list[str]:
+    out = finished_job(tmp)
+    (tmp / "taken").write_text("")
+    return ["export", str(out), "--parquet", "--to", str(tmp / "taken")]
+
+
+def export_cut_shard(tmp: Path) -> list[str]:
+    out = finished_job(tmp)
+    shard = out / "data" / "part-00000.jsonl"
+    shard.write_bytes(shard.read_bytes()[:20])
+    return ["export", str(out), "--parquet"]
+
+
+def report_damaged_ledger(tmp: Path) -> list[str]:
+    out = finished_job(tmp)
+    (out / "ledger.sqlite").write_bytes(b"\0" * 4096)
+    for extra in ("ledger.sqlite-wal", "ledger.sqlite-shm"):
+        (out / extra).unlink(missing_ok=True)
+    return ["report", str(out)]
 
 
 def spec_plus(tmp: Path, extra_toml: str) -> str:
@@ -425,6 +488,123 @@ CASES = [
         ("NAME", "state.json", "not valid JSON", "specpilot up SPEC"),
     ),
     Case(
+        "model config with no layers",
+        lambda t: ["plan", spec_config(t, num_hidden_layers=0)],
+        ("[model] path", "num_hidden_layers = 0", "1 or more"),
+    ),
+    Case(
+        "model config with a count as text",
+        lambda t: ["plan", spec_config(t, vocab_size="many")],
+        ("[model] path", "vocab_size = 'many'", "whole number"),
+    ),
+    Case(
+        "model config with an infinite size",
+        lambda t: ["plan", spec_config(t, hidden_size=1e400)],
+        ("[model] path", "hidden_size = inf"),
+    ),
+    Case(
+        "model config with an unknown torch_dtype",
+        lambda t: ["plan", spec_config(t, torch_dtype="bfloat61")],
+        ("[model] path", "'bfloat61'", "bfloat16"),
+    ),
+    Case(
+        "model config with an int4 torch_dtype",
+        lambda t: ["plan", spec_config(t, torch_dtype="int4")],
+        ("[model] path", "'int4'"),
+    ),
+    Case(
+        "hybrid model config without linear_num_value_heads",
+        lambda t: ["plan", spec_config(t, **HYBRID_WITHOUT_VALUE_HEADS)],
+        ("[model] path", "linear_num_value_heads", "state size"),
+    ),
+    Case(
+        "unknown weights dtype in the spec",
+        lambda t: ["plan", spec_with(t, "[model]\n", '[model]\ndtype = "bfloat61"\n')],
+        ("[model] dtype", "unknown dtype", "bfloat16"),
+    ),
+    Case(
+        "unknown quantization method",
+        lambda t: ["plan", spec_with(t, "[model]\n", '[model]\nquantization = "fp9"\n')],
+        ("[model] quantization", "'fp9'", "fp8"),
+    ),
+    Case(
+        "infinite GPU memory",
+        lambda t: ["plan", spec_with(t, "memory_gib = 80", "memory_gib = inf")],
+        ("[gpu] memory_gib", "finite"),
+    ),
+    Case(
+        "NaN GPU memory",
+        lambda t: ["plan", spec_with(t, "memory_gib = 80", "memory_gib = nan")],
+        ("[gpu] memory_gib", "finite"),
+    ),
+    Case(
+        "free memory before load above the card's total",
+        lambda t: ["plan", spec_with(t, "memory_gib = 80", "memory_gib = 80\nfree_before_load_gib = 95")],
+        ("[gpu] free_before_load_gib", "more than memory_gib", "cannot exceed"),
+    ),
+    Case(
+        "TOML nested thousands deep",
+        lambda t: ["plan", nested_toml(t)],
+        ("not valid TOML", "nested too deeply"),
+    ),
+    Case(
+        "env given as a string holding a secret",
+        lambda t: ["check", spec_with(t, "[engine]\n", f'[engine]\nenv = "HF_TOKEN={SECRET}"\n')],
+        ("[engine] env", "not shown"),
+        absent=(SECRET,),
+    ),
+    Case(
+        "vLLM gpu-memory-utilization above 1",
+        lambda t: ["plan", spec_args(t, "--gpu-memory-utilization", "1.5")],
+        ("[engine] args", "--gpu-memory-utilization", "'1.5'", "0 < x <= 1"),
+    ),
+    Case(
+        "vLLM max-model-len that is not a number",
+        lambda t: ["plan", spec_with(t, '"4096"', '"abc"')],
+        ("[engine] args", "--max-model-len", "'abc'", "32K"),
+    ),
+    Case(
+        "tensor-parallel size 0",
+        lambda t: ["plan", spec_args(t, "--tensor-parallel-size", "0")],
+        ("[engine] args", "--tensor-parallel-size", "x >= 1"),
+    ),
+    Case(
+        "tensor-parallel size -2 (short spelling)",
+        lambda t: ["plan", spec_args(t, "-tp", "-2")],
+        ("[engine] args", "-tp", "'-2'"),
+    ),
+    Case(
+        "max-num-seqs 0",
+        lambda t: ["plan", spec_args(t, "--max-num-seqs", "0")],
+        ("[engine] args", "--max-num-seqs", "x >= 1"),
+    ),
+    Case(
+        "check of a release the planner does not model",
+        lambda t: ["check", spec_with(t, '"0.26.0"', '"0.0.1"')],
+        ("[engine] version", "0.0.1", "supported line"),
+    ),
+    Case(
+        "pasted command with an unbalanced quote",
+        lambda t: ["check", "--", f"vllm serve /m --api-key '{SECRET}"],
+        ("command", "No closing quotation", "close the quote"),
+        absent=(SECRET,),
+    ),
+    Case(
+        "export --to an existing file",
+        export_over_a_file,
+        ("--to", "taken", "a folder"),
+    ),
+    Case(
+        "export of a job whose shard was cut short",
+        export_cut_shard,
+        ("DIR", "part-00000.jsonl", "cut", "rerun the same `specpilot generate`"),
+    ),
+    Case(
+        "report of a job whose ledger is damaged",
+        report_damaged_ledger,
+        ("DIR", "ledger", "cannot be read", "restore"),
+    ),
+    Case(
         "status of an unknown run",
         lambda t: ["status", "nope"],
         ("NAME", "no run named 'nope'", "specpilot up"),
@@ -530,9 +710,52 @@ def test_wrong_input_is_one_clear_line(case: Case, runner: CliRunner, tmp_path: 
     assert len(error_lines) == 1, output
     for word in case.expect:
         assert word in error_lines[0], output
+    for secret in case.absent:
+        assert secret not in output
 
 
 def test_debug_shows_the_traceback(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(cli, ["--debug", "plan", spec_with(tmp_path, "memory_gib", "memory_gb")])
     assert result.exit_code == 2
     assert "Traceback" in result.output
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.mark.parametrize("memory_gib", [0.5, 4, 16.9])
+def test_a_gpu_too_small_is_does_not_fit_not_a_crash(
+    runner: CliRunner, tmp_path: Path, memory_gib: float
+) -> None:
+    """Qwen3-8B on vLLM below ~17 GiB once raised ZeroDivisionError (no length fits at all)."""
+    text = (EXAMPLES / "qwen3-8b-vllm.toml").read_text()
+    text = text.replace('path = "models/', f'path = "{EXAMPLES}/models/').replace(
+        "memory_gib = 79.19", f"memory_gib = {memory_gib}"
+    )
+    spec = tmp_path / "small.toml"
+    spec.write_text(text)
+    result = runner.invoke(cli, ["plan", str(spec)])
+    assert result.exit_code == 1, result.output
+    assert "does not fit" in result.output and "unexpected" not in result.output
+
+
+def test_an_unknown_architecture_is_planned_with_a_warning(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(cli, ["plan", spec_config(tmp_path, architectures=["FooForCausalLM"])])
+    assert result.exit_code == 0, result.output
+    assert "warning: architecture FooForCausalLM is not one this planner was checked on" in " ".join(
+        result.output.split()
+    )
+
+
+@pytest.mark.parametrize("secret", [SECRET, "hf_tab\there"], ids=["plain", "with a TOML escape"])
+@pytest.mark.parametrize("extra", [[], ["--fix"], ["--json"], ["--fix", "--json"]], ids=str)
+def test_check_never_prints_secret_values(
+    runner: CliRunner, tmp_path: Path, secret: str, extra: list[str]
+) -> None:
+    spec = spec_with(tmp_path, "[engine]\n", f"[engine]\nenv = {{ HF_TOKEN = {json.dumps(secret)} }}\n")
+    spec = Path(spec)
+    spec.write_text(spec.read_text().replace('"4096"', f'"4096", "--api-key", {json.dumps(secret)}'))
+    result = runner.invoke(cli, ["check", *extra, str(spec)])
+    assert result.exit_code == 0, result.output
+    assert "--api-key" in result.output and "***" in result.output
+    assert secret not in result.output and json.dumps(secret)[1:-1] not in result.output

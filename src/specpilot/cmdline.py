@@ -44,7 +44,14 @@ class PastedCommand:
 def _tokens(tokens: list[str]) -> list[str]:
     """One pasted string (quoted whole, with continuations) or argv tokens."""
     if len(tokens) == 1 and (" " in tokens[0] or "\n" in tokens[0]):
-        return shlex.split(tokens[0].replace("\\\n", " "))
+        try:
+            return shlex.split(tokens[0].replace("\\\n", " "))
+        except ValueError as err:  # an unbalanced quote: the text itself is not shown (secrets)
+            raise UserError(
+                f"the pasted command cannot be split into words: {err}",
+                field="command",
+                fix="close the quote that is left open, or paste the command without outer quotes",
+            ) from None
     return [t for t in tokens if t != "\\\n"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -188,6 +189,12 @@ def report(directory: Path, as_json: bool) -> None:
     ledger = open_for_report(directory)
     try:
         summary = summarize(ledger)
+    except sqlite3.DatabaseError as err:
+        raise UserError(
+            f"the ledger in {directory} cannot be read ({err})",
+            field="DIR",
+            fix="restore the folder from a backup; the rows themselves are in its data/ folder",
+        ) from None
     finally:
         ledger.close()
     if as_json:

@@ -9,6 +9,7 @@ one table; non-string message content (e.g. multimodal parts) is stored as JSON 
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,13 +67,27 @@ def export_parquet(directory: Path, target: Path | None = None) -> ExportResult:
             field="DIR",
             fix="pass the --output directory of a `specpilot generate` job",
         )
-    ledger = Ledger.in_dir(directory, readonly=True)
     try:
-        commits = ledger.part_commits()
-    finally:
-        ledger.close()
+        ledger = Ledger.in_dir(directory, readonly=True)
+        try:
+            commits = ledger.part_commits()
+        finally:
+            ledger.close()
+    except sqlite3.DatabaseError as err:
+        raise UserError(
+            f"the ledger {directory / LEDGER_FILE} cannot be read ({err})",
+            field="DIR",
+            fix="restore the folder from a backup; the rows themselves are in its data/ folder",
+        ) from None
     target = target or directory / "parquet"
-    target.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"cannot make the folder {target}: {err.strerror}",
+            field="--to",
+            fix="give a folder that does not exist yet or is a folder you can write to",
+        ) from None
     files: list[Path] = []
     rows = 0
     for part, path in list_parts(directory / DATA_DIR).items():
@@ -81,6 +96,13 @@ def export_parquet(directory: Path, target: Path | None = None) -> ExportResult:
             continue
         with path.open("rb") as handle:
             data = handle.read(commit.committed_bytes)
+        if len(data) < commit.committed_bytes:
+            raise UserError(
+                f"{path} holds {len(data)} bytes but {commit.committed_bytes} were written to it: it was cut "
+                "short or replaced since",
+                field="DIR",
+                fix="rerun the same `specpilot generate` command (it makes the lost rows again), then export",
+            )
         records = [_record(json.loads(line)) for line in data.splitlines() if line]
         out = target / f"{path.stem}.parquet"
         tmp = out.with_name(out.name + ".tmp")
