@@ -423,6 +423,11 @@ CASES = [
         ("--run", "not usable as a directory name"),
     ),
     Case(
+        "input line nested thousands deep",
+        lambda t: generate(t, jsonl(t, '{"id": "a", "prompt": ' + "[" * 100_000 + "]" * 100_000 + "}")),
+        ("prompts.jsonl:1", "not valid JSON"),
+    ),
+    Case(
         "input that is a device, not a file",
         lambda t: generate(t, "/dev/zero"),
         ("--input", "/dev/zero", "not a regular file", ".jsonl"),
