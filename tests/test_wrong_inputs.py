@@ -186,6 +186,13 @@ def not_parquet(tmp: Path) -> str:
     return str(path)
 
 
+def damaged_saved_dataset(tmp: Path) -> str:
+    folder = tmp / "saved"
+    folder.mkdir()
+    (folder / "state.json").write_text('{"_data_files": [{"filename": ')
+    return str(folder)
+
+
 def damaged_ledger(tmp: Path) -> list[str]:
     argv = generate(tmp, jsonl(tmp, GOOD_ROW))
     (tmp / "out").mkdir()
@@ -436,6 +443,11 @@ CASES = [
         "input named .parquet that is not Parquet",
         lambda t: generate(t, not_parquet(t)),
         ("--input", "cannot be read as parquet", "pass a .jsonl file"),
+    ),
+    Case(
+        "saved datasets folder with a damaged state.json",
+        lambda t: generate(t, damaged_saved_dataset(t)),
+        ("--input", "state.json cannot be read", "save_to_disk"),
     ),
     Case(
         "temperature nan",

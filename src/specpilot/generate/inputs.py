@@ -96,10 +96,10 @@ def _hf_arrow_files(directory: Path) -> tuple[Path, ...]:
     """The arrow shards of a `Dataset.save_to_disk` directory (one split)."""
     splits_file = directory / "dataset_dict.json"
     if splits_file.exists():
-        splits = json.loads(splits_file.read_text()).get("splits", [])
+        splits = _json_field(splits_file, "splits")
         if len(splits) == 1:
-            return _hf_arrow_files(directory / splits[0])
-        example = directory / (splits or ["train"])[0]
+            return _hf_arrow_files(directory / str(splits[0]))
+        example = directory / str((splits or ["train"])[0])
         raise UserError(
             f"{directory} holds several splits {splits}",
             field="--input",
@@ -112,8 +112,30 @@ def _hf_arrow_files(directory: Path) -> tuple[Path, ...]:
             field="--input",
             fix="save it with Dataset.save_to_disk(DIR)",
         )
-    names = [entry["filename"] for entry in json.loads(state_file.read_text())["_data_files"]]
-    return tuple(directory / name for name in names)
+    entries = _json_field(state_file, "_data_files")
+    if not all(isinstance(entry, dict) and isinstance(entry.get("filename"), str) for entry in entries):
+        raise _unreadable_dataset(state_file, "an entry of _data_files has no filename")
+    return tuple(directory / entry["filename"] for entry in entries)
+
+
+def _json_field(path: Path, key: str) -> list[Any]:
+    """`key` of the JSON object in `path`, which must be a list."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        raise _unreadable_dataset(path, str(err)) from None
+    value = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(value, list):
+        raise _unreadable_dataset(path, f"no list {key!r}")
+    return value
+
+
+def _unreadable_dataset(path: Path, why: str) -> UserError:
+    return UserError(
+        f"{path} cannot be read ({why})",
+        field="--input",
+        fix="save the dataset again with Dataset.save_to_disk(DIR), or pass a .jsonl file",
+    )
 
 
 def iter_rows(source: InputSource, positions: Container[int] | None = None) -> Iterator[PromptRow]:
