@@ -82,6 +82,12 @@ def spec_config(tmp: Path, **changes: object) -> str:
     return path
 
 
+def model_dir(tmp: Path) -> str:
+    """The folder of the good model (its config.json written)."""
+    spec_with(tmp)
+    return str(tmp / "model")
+
+
 def spec_args(tmp: Path, *args: str) -> str:
     """The good spec with more engine flags."""
     return spec_with(tmp, '"4096"', '"4096", ' + ", ".join(json.dumps(a) for a in args))
@@ -589,6 +595,21 @@ CASES = [
         "tensor-parallel size -2 (short spelling)",
         lambda t: ["plan", spec_args(t, "-tp", "-2")],
         ("[engine] args", "-tp", "'-2'"),
+    ),
+    Case(
+        "pasted command with a negative tensor-parallel size",
+        lambda t: [
+            "plan",
+            "--gpu-memory-gib",
+            "80",
+            "--",
+            "vllm",
+            "serve",
+            model_dir(t),
+            "-tp",
+            "-2",
+        ],
+        ("[engine] args", "-tp", "'-2'", "x >= 1"),
     ),
     Case(
         "max-num-seqs 0",

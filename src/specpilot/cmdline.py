@@ -139,4 +139,6 @@ def parse_launch_command(tokens: list[str]) -> PastedCommand:
     parsed = parse_engine_args(engine, version, args)
     tp = parsed.get_int("tp_size" if engine == "sglang" else "tensor_parallel_size") or 1
     pp = parsed.get_int("pp_size" if engine == "sglang" else "pipeline_parallel_size") or 1
-    return PastedCommand(engine=engine, args=args, env=env, model_path=model, gpu_count=tp * pp)
+    # a size below 1 is the flag's error (check names it), not a GPU count of -2
+    gpu_count = tp * pp if tp >= 1 and pp >= 1 else 1
+    return PastedCommand(engine=engine, args=args, env=env, model_path=model, gpu_count=gpu_count)
