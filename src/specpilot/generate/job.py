@@ -274,7 +274,7 @@ async def _run(job: Job) -> tuple[str | None, list[dict[str, Any]]]:
         return dispatcher.stop_reason, servers
 
 
-def storage_error(err: OSError | sqlite3.Error, output_dir: Path) -> UserError:
+def storage_error(err: OSError | sqlite3.Error, output_dir: Path, input_path: Path) -> UserError:
     """A full disk, an unwritable folder or a damaged ledger, as one line with its fix.
 
     The ledger only marks rows done after they are fsynced, so after any of these
@@ -293,8 +293,12 @@ def storage_error(err: OSError | sqlite3.Error, output_dir: Path) -> UserError:
             field="--output",
             fix="restore the folder from a backup, or start over with a new --output folder",
         )
-    where = getattr(err, "filename", None) or output_dir
+    where = Path(getattr(err, "filename", None) or output_dir)
     reason = getattr(err, "strerror", None) or text
+    if where.resolve().is_relative_to(input_path.resolve()):
+        return UserError(
+            f"reading {where} failed: {reason}", field="--input", fix="check the file is there and readable"
+        )
     return UserError(
         f"reading or writing {where} failed: {reason}",
         field="--output",
@@ -310,7 +314,7 @@ def run_generate(config: JobConfig) -> Outcome:
             summary = {**job.write_reports(), "this_run_servers": servers}
             scope_left = job.unfinished_in_scope()
     except (OSError, sqlite3.Error) as err:
-        raise storage_error(err, config.output_dir) from err
+        raise storage_error(err, config.output_dir, config.input_path) from err
     if stop_reason:
         return Outcome(summary, 1, stop_reason)
     if summary["failed"]:
