@@ -37,7 +37,7 @@ def _chat(message: Any, **extra: Any) -> dict[str, Any]:
     return {"choices": [{"message": message, "finish_reason": "stop"}], **extra}
 
 
-#: (name, body the server answers with status 200)
+#: (name, body the server answers with status 200: JSON-able, or raw bytes)
 WRONG_SHAPES: list[tuple[str, Any]] = [
     ("message is a string", _chat("hello")),
     ("usage is a string", _chat({"content": "hi"}, usage="lots")),
@@ -47,6 +47,8 @@ WRONG_SHAPES: list[tuple[str, Any]] = [
     ("choices is empty", {"choices": []}),
     ("body is a list", [1, 2]),
     ("prompt_tokens is negative", _chat({"content": "hi"}, usage={"prompt_tokens": -3})),
+    ("body nested thousands deep", b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    ("body is not JSON", b"<html>bad gateway</html>"),
 ]
 
 
@@ -72,6 +74,8 @@ class StandIn:
         return int(self._runner.addresses[0][1])
 
     async def _chat(self, request: web.Request) -> web.Response:
+        if isinstance(self.body, bytes):  # a body json.dumps could not write
+            return web.Response(body=self.body, content_type="application/json")
         return web.json_response(self.body)
 
     async def _models(self, request: web.Request) -> web.Response:

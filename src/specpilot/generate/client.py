@@ -181,7 +181,7 @@ def parse_answer(raw: bytes) -> Answer:
         completion_tokens = _optional(usage, "completion_tokens", int) or 0
         prompt_tokens = _optional(usage, "prompt_tokens", int) or 0
         finish_reason = _optional(choice, "finish_reason", str)
-    except (ValueError, _Malformed) as err:
+    except (ValueError, RecursionError, _Malformed) as err:
         text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
         why = f" ({err})" if isinstance(err, _Malformed) else ""
         raise RequestFailed(FailureKind.RETRYABLE, f"malformed response{why}: {text}") from None
