@@ -209,9 +209,9 @@ def test_a_lost_shard_is_requeued_and_said(
     damage(shard)
     outcome = run_generate(finished_job)
     said = capsys.readouterr().err
-    assert "part-00001.jsonl" in said and "went missing or was cut short" in said
+    assert "part-00001.jsonl" in said and "lost rows since the last run" in said
     if requeued is not None:
-        assert f"{requeued} rows it held are queued" in said
+        assert f"{requeued} rows are queued to be generated again" in said
     assert (outcome.exit_code, outcome.message) == (0, "all 30 rows done")
     ids = [row["id"] for row in read_output(finished_job.output_dir)]
     assert sorted(ids) == sorted(f"q{i}" for i in range(30))

@@ -121,8 +121,8 @@ class Job:
         repaired = reconcile_parts(self.data_dir, self.ledger)
         if repaired.lost_parts:
             print(
-                f"{', '.join(repaired.lost_parts)} in {self.data_dir} went missing or was cut short: "
-                f"{repaired.requeued_rows} rows it held are queued to be generated again",
+                f"{', '.join(repaired.lost_parts)} in {self.data_dir} lost rows since the last run "
+                f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again",
                 file=sys.stderr,
             )
         self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
