@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specpilot.errors import UserError
+from specpilot.generate import inputs
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.ids import derive_row_id
 from specpilot.generate.inputs import check_output_dir, iter_rows, resolve_input
@@ -185,6 +186,20 @@ def test_input_with_only_bad_rows_is_refused(tmp_path: Path) -> None:
         pytest.raises(UserError, match="no usable rows"),
     ):
         job.prepare("m")
+
+
+def test_a_line_longer_than_the_bound_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file with no newlines (a binary, /dev/zero copied to disk) is not read whole."""
+    monkeypatch.setattr(inputs, "MAX_LINE_BYTES", 64)
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"prompt": "short"}\n{"prompt": "' + "x" * 100 + '"}\n')
+    with pytest.raises(UserError) as err:
+        _rows(path)
+    assert f"{path}:2" in str(err.value) and "longer than" in str(err.value)
+    monkeypatch.setattr(inputs, "MAX_LINE_BYTES", 1 << 10)
+    assert len(_rows(path)) == 2
 
 
 def _job(tmp_path: Path, rows: list[dict[str, Any]], **extra: object) -> Job:

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.view import serve_status_options
 from specpilot.errors import EXIT_OK
 
@@ -59,14 +60,14 @@ them as context and generates only the last answer:
     "--input",
     "input_path",
     required=True,
-    type=click.Path(path_type=Path),
+    type=NonEmptyPath(path_type=Path),
     help="Prompts: .jsonl, .parquet, or a datasets save_to_disk directory (row shapes below).",
 )
 @click.option(
     "--output",
     "output_dir",
     required=True,
-    type=click.Path(path_type=Path),
+    type=NonEmptyPath(path_type=Path),
     help="Job directory: ledger, data/part-*.jsonl, errors.jsonl, manifest.json.",
 )
 @click.option("--server", "servers", multiple=True, help="OpenAI-compatible base URL (repeatable).")
@@ -85,8 +86,8 @@ them as context and generates only the last answer:
     default=None,
     help="Sampling parameters are sent only when given (else the server's defaults).",
 )
-@click.option("--temperature", type=float, default=None)
-@click.option("--top-p", type=float, default=None)
+@click.option("--temperature", type=FiniteFloat(0), default=None)
+@click.option("--top-p", type=FiniteFloat(0, 1), default=None)
 @click.option("--top-k", type=int, default=None)
 @click.option(
     "--thinking/--no-thinking",
@@ -114,28 +115,28 @@ them as context and generates only the last answer:
     "--retry-base-s",
     default=1.0,
     show_default=True,
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     help="First retry delay; doubles per attempt, jittered, capped at 60 s.",
 )
 @click.option(
     "--request-timeout-s",
     default=1800.0,
     show_default=True,
-    type=click.FloatRange(0.1),
+    type=FiniteFloat(0.1),
     help="Longest one request may take (long reasoning traces need minutes).",
 )
 @click.option(
     "--give-up-after-s",
     default=3600.0,
     show_default=True,
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     help="Stop (exit 1) when every server has been down this long.",
 )
 @click.option(
     "--flush-interval-s",
     default=0.5,
     show_default=True,
-    type=click.FloatRange(0.001),
+    type=FiniteFloat(0.001),
     help="How often finished rows are fsynced and committed to the ledger.",
 )
 @click.option(
@@ -149,7 +150,7 @@ them as context and generates only the last answer:
     "--progress-interval-s",
     default=30.0,
     show_default=True,
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     help="Seconds between summary lines when stderr is not a terminal.",
 )
 @serve_status_options
@@ -241,14 +242,11 @@ def report(directory: Path, max_length_tokens: int | None, as_json: bool) -> Non
     """Summary of a generate job from its ledger; safe while the job runs."""
     from specpilot.generate.committed import committed_rows
     from specpilot.generate.lengths import length_report
-    from specpilot.generate.report import open_for_report, render_lengths, render_summary, summarize
+    from specpilot.generate.report import reading_ledger, render_lengths, render_summary, summarize
     from specpilot.generate.writer import CLEAN, FLAGGED
 
-    ledger = open_for_report(directory)
-    try:
+    with reading_ledger(directory) as ledger:
         summary = summarize(ledger)
-    finally:
-        ledger.close()
     if max_length_tokens is not None:
         summary["lengths"] = {
             split.directory: length_report(committed_rows(directory, (split,)), max_length_tokens)
@@ -307,15 +305,12 @@ def export(
     from specpilot.generate.committed import committed_rows
     from specpilot.generate.export import export as run_export
     from specpilot.generate.lengths import length_report
-    from specpilot.generate.report import open_for_report
+    from specpilot.generate.report import reading_ledger
     from specpilot.generate.templates import choose_template
     from specpilot.generate.writer import CLEAN, FLAGGED
 
-    ledger = open_for_report(directory)
-    try:
+    with reading_ledger(directory) as ledger:
         meta = ledger.meta()
-    finally:
-        ledger.close()
     template, warnings = choose_template(chat_template, meta.get("model"))
     result = run_export(directory, fmt, target, include_flagged=include_flagged)
     splits = (CLEAN, FLAGGED) if include_flagged else (CLEAN,)

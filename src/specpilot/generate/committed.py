@@ -11,18 +11,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from specpilot.errors import UserError
 from specpilot.generate.ledger import PartCommit
-from specpilot.generate.report import open_for_report
+from specpilot.generate.report import reading_ledger
 from specpilot.generate.writer import Split, list_parts
 
 
 def job_commits(directory: Path) -> dict[int, PartCommit]:
-    """The ledger's part commits; UserError if `directory` is not a job directory."""
-    ledger = open_for_report(directory)
-    try:
+    """The ledger's part commits; UserError if `directory` is not a readable job directory."""
+    with reading_ledger(directory) as ledger:
         return ledger.part_commits()
-    finally:
-        ledger.close()
 
 
 def committed_parts(directory: Path, splits: Sequence[Split]) -> Iterator[tuple[Path, list[dict[str, Any]]]]:
@@ -35,6 +33,14 @@ def committed_parts(directory: Path, splits: Sequence[Split]) -> Iterator[tuple[
                 continue
             with path.open("rb") as handle:
                 data = handle.read(commit.committed_bytes)
+            if len(data) < commit.committed_bytes:
+                raise UserError(
+                    f"{path} holds {len(data)} bytes but {commit.committed_bytes} were written to it: "
+                    "it was cut short or replaced since",
+                    field="DIR",
+                    fix="rerun the same `specpilot generate` command (it makes the lost rows again), "
+                    "then this command",
+                )
             yield path, [json.loads(line) for line in data.splitlines() if line]
 
 

@@ -75,7 +75,7 @@ class Dispatcher:
         self.overdue: set[int] = set()
         self.stop_reason: str | None = None
         self.stop_now = False  # False while stopping: let the requests in flight finish
-        self.fatal: Exception | None = None
+        self.fatal: BaseException | None = None
         counts = job.ledger.counts()
         done_before, failed_before = counts[RowState.DONE], counts[RowState.FAILED]
         in_scope = len(job.pending) + done_before + failed_before
@@ -99,26 +99,34 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._interrupt, sig)
-        self.background = [asyncio.create_task(self._flush_loop()), asyncio.create_task(self._metrics_loop())]
+        self._spawn(self._flush_loop())
+        self._spawn(self._metrics_loop())
         try:
             await self._dispatch_loop()
             if self.fatal is not None:
                 raise self.fatal
             await self._scrape_metrics()
         finally:
-            for task in self.background:
+            tasks = [*self.background, *(t for s in self.pool.servers for t in s.in_flight.values())]
+            for task in tasks:
                 task.cancel()
-            for server in self.pool.servers:
-                for task in server.in_flight.values():
-                    task.cancel()
-            await asyncio.gather(*self.background, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-            self.flush()
-            for writer in self.writers.values():
-                writer.close()
-            if self.view is not None:
-                self.view.stop()
+            try:
+                self.flush()
+            except Exception:
+                # The job already failed (self.fatal is raised): a flush failing the same
+                # way must not hide it. Unflushed rows stay in flight and are sent again.
+                if self.fatal is None:
+                    raise
+            finally:
+                for writer in self.writers.values():
+                    writer.close()
+                if self.view is not None:
+                    self.view.stop()
+        if self.fatal is not None:
+            raise self.fatal  # a task failed after the loop ended (the last flush, a metrics scrape)
 
     def _interrupt(self, sig: signal.Signals) -> None:
         """First signal: send nothing new, let requests in flight finish. Second: stop now."""
@@ -197,6 +205,7 @@ class Dispatcher:
     def _start(self, server: Server, position: int) -> None:
         self.batch.started.append(position)
         task = asyncio.create_task(self._attempt(server, self.rows[position]))
+        task.add_done_callback(self._supervise)
         server.in_flight[position] = task
         self.sent_at[position] = time.monotonic()
 
@@ -350,7 +359,23 @@ class Dispatcher:
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         self.background = [task for task in self.background if not task.done()]
-        self.background.append(asyncio.create_task(work))
+        task = asyncio.create_task(work)
+        task.add_done_callback(self._supervise)
+        self.background.append(task)
+
+    def _supervise(self, task: asyncio.Task[None]) -> None:
+        """Every task's end: an error (a bug, a full disk) ends the job, raised by `run`.
+
+        Without this an exception would end only its task ("Task exception was never
+        retrieved") and leave its row in flight for ever, so the job would never finish.
+        Rows in flight when the job ends stay in flight in the ledger; the next run
+        sends them again.
+        """
+        if task.cancelled() or task.exception() is None:
+            return
+        if self.fatal is None:
+            self.fatal = task.exception()
+        self._stop(f"stopped by an error: {self.fatal}")
 
     def _say(self, message: str) -> None:
         if self.view is not None:
@@ -366,15 +391,11 @@ class Dispatcher:
         self.job.ledger.apply(batch)
 
     async def _flush_loop(self) -> None:
-        try:
-            while True:
-                await asyncio.sleep(self.config.flush_interval_s)
-                self.flush()
-                if self.view is not None:
-                    self.view.tick()
-        except Exception as err:  # a failed write must stop the job, not die unseen
-            self.fatal = err
-            self._stop(f"writing results failed: {err}")
+        while True:
+            await asyncio.sleep(self.config.flush_interval_s)
+            self.flush()
+            if self.view is not None:
+                self.view.tick()
 
     async def _metrics_loop(self) -> None:
         while True:

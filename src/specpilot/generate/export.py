@@ -125,6 +125,17 @@ def jsonl_record(row: dict[str, Any], *, with_status: bool) -> dict[str, Any]:
     return record
 
 
+def _make_folder(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"cannot make the folder {path}: {err.strerror}",
+            field="--to",
+            fix="give a folder that does not exist yet or is a folder you can write to",
+        ) from None
+
+
 def _splits(include_flagged: bool) -> tuple[Split, ...]:
     return (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
 
@@ -132,7 +143,11 @@ def _splits(include_flagged: bool) -> tuple[Split, ...]:
 def _write_jsonl(
     directory: Path, target: Path, include_flagged: bool, with_status: bool
 ) -> tuple[list[Path], int]:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir():
+        raise UserError(
+            f"{target} is a folder", field="--to", fix="give the path of the .jsonl file to write"
+        )
+    _make_folder(target.parent)
     tmp = target.with_name(target.name + ".tmp")
     rows = 0
     with tmp.open("w", encoding="utf-8") as out:
@@ -156,7 +171,7 @@ def _tables(directory: Path, include_flagged: bool) -> Iterator[tuple[Path, pa.T
 
 
 def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> tuple[list[Path], int]:
-    target.mkdir(parents=True, exist_ok=True)
+    _make_folder(target)
     files: list[Path] = []
     rows = 0
     for path, table in _tables(directory, include_flagged):
@@ -171,7 +186,7 @@ def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> tupl
 
 def _write_hf(directory: Path, target: Path, include_flagged: bool) -> tuple[list[Path], int]:
     """A `Dataset.save_to_disk` directory: Arrow stream shards, state.json, dataset_info.json."""
-    target.mkdir(parents=True, exist_ok=True)
+    _make_folder(target)
     tables = list(_tables(directory, include_flagged))
     names = [f"data-{i:05d}-of-{len(tables):05d}.arrow" for i in range(len(tables))]
     fingerprint = hashlib.sha256()  # datasets keys its caches by this: one per content

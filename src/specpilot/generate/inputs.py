@@ -44,6 +44,8 @@ FORMATS_FIX = (
 )
 ARROW_BATCH_ROWS = 4096
 HASH_CHUNK_BYTES = 1 << 20
+#: a JSONL line longer than this is refused rather than read whole into memory
+MAX_LINE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,13 @@ def resolve_input(path: Path) -> InputSource:
         )
     if path.is_dir():
         return InputSource(path, "hf-datasets", _hf_arrow_files(path))
+    if not path.is_file():
+        # /dev/zero, a FIFO or a socket: endless or read-once, so neither hashable nor resumable
+        raise UserError(
+            f"{path} is not a regular file",
+            field="--input",
+            fix="save the prompts to a .jsonl or .parquet file and pass that",
+        )
     if path.suffix == ".parquet":
         return InputSource(path, "parquet", (path,))
     if path.suffix.lower() not in JSONL_SUFFIXES:
@@ -97,10 +106,10 @@ def _hf_arrow_files(directory: Path) -> tuple[Path, ...]:
     """The arrow shards of a `Dataset.save_to_disk` directory (one split)."""
     splits_file = directory / "dataset_dict.json"
     if splits_file.exists():
-        splits = json.loads(splits_file.read_text()).get("splits", [])
+        splits = _json_field(splits_file, "splits")
         if len(splits) == 1:
-            return _hf_arrow_files(directory / splits[0])
-        example = directory / (splits or ["train"])[0]
+            return _hf_arrow_files(directory / str(splits[0]))
+        example = directory / str((splits or ["train"])[0])
         raise UserError(
             f"{directory} holds several splits {splits}",
             field="--input",
@@ -113,8 +122,30 @@ def _hf_arrow_files(directory: Path) -> tuple[Path, ...]:
             field="--input",
             fix="save it with Dataset.save_to_disk(DIR)",
         )
-    names = [entry["filename"] for entry in json.loads(state_file.read_text())["_data_files"]]
-    return tuple(directory / name for name in names)
+    entries = _json_field(state_file, "_data_files")
+    if not all(isinstance(entry, dict) and isinstance(entry.get("filename"), str) for entry in entries):
+        raise _unreadable_dataset(state_file, "an entry of _data_files has no filename")
+    return tuple(directory / entry["filename"] for entry in entries)
+
+
+def _json_field(path: Path, key: str) -> list[Any]:
+    """`key` of the JSON object in `path`, which must be a list."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        raise _unreadable_dataset(path, str(err)) from None
+    value = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(value, list):
+        raise _unreadable_dataset(path, f"no list {key!r}")
+    return value
+
+
+def _unreadable_dataset(path: Path, why: str) -> UserError:
+    return UserError(
+        f"{path} cannot be read ({why})",
+        field="--input",
+        fix="save the dataset again with Dataset.save_to_disk(DIR), or pass a .jsonl file",
+    )
 
 
 def iter_rows(
@@ -130,13 +161,19 @@ def iter_rows(
 def _iter_jsonl(path: Path, positions: Container[int] | None, keep_given_turns: bool) -> Iterator[Row]:
     position = 0
     with path.open("rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
+        for line_number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise UserError(
+                    f"line {line_number} is longer than {MAX_LINE_BYTES:,} bytes",
+                    field=f"{path}:{line_number}",
+                    fix="check the file is JSONL (one prompt per line); split or shorten that row",
+                )
             if not raw.strip():
                 continue
             if positions is None or position in positions:
                 try:
                     record = json.loads(raw)
-                except ValueError as err:
+                except (ValueError, RecursionError) as err:
                     if line_number == 1 and raw.lstrip().startswith(b"["):
                         raise UserError(
                             "is one JSON array, not JSON Lines",
@@ -155,6 +192,21 @@ def _iter_jsonl(path: Path, positions: Container[int] | None, keep_given_turns: 
 
 
 def _iter_arrow(
+    source: InputSource, positions: Container[int] | None, keep_given_turns: bool
+) -> Iterator[Row]:
+    import pyarrow as pa
+
+    try:
+        yield from _iter_arrow_files(source, positions, keep_given_turns)
+    except (pa.ArrowException, OSError) as err:
+        raise UserError(
+            f"{source.path} cannot be read as {source.kind} ({err})",
+            field="--input",
+            fix="check the file is complete and of that format, or pass a .jsonl file",
+        ) from None
+
+
+def _iter_arrow_files(
     source: InputSource, positions: Container[int] | None, keep_given_turns: bool
 ) -> Iterator[Row]:
     import pyarrow as pa

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +29,7 @@ from specpilot.generate.client import Sampling, open_session
 from specpilot.generate.dispatch import Dispatcher
 from specpilot.generate.endpoints import Endpoint, default_model
 from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
-from specpilot.generate.ledger import Ledger, RowState
+from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import summarize
 from specpilot.generate.types import RejectedRow
@@ -103,7 +105,11 @@ class Job:
         self.source: InputSource = resolve_input(config.input_path)
         check_output_dir(config.output_dir)
         self.lock = DirectoryLock(config.output_dir)
-        self.ledger = Ledger.in_dir(config.output_dir)
+        try:
+            self.ledger = Ledger.in_dir(config.output_dir)
+        except BaseException:
+            self.lock.release()
+            raise
         self.pending: set[int] = set()
 
     def close(self) -> None:
@@ -128,7 +134,12 @@ class Job:
         for split in SPLITS:
             directory = self.config.output_dir / split.directory
             directory.mkdir(parents=True, exist_ok=True)
-            reconcile_parts(directory, self.ledger, split.first_part)
+            repaired = reconcile_parts(directory, self.ledger, split.first_part)
+            if repaired.lost_parts:
+                self.config.notify(
+                    f"{', '.join(repaired.lost_parts)} in {directory} lost rows since the last run "
+                    f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again"
+                )
         self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
         self.ledger.set_meta({"servers": json.dumps([e.base_url for e in self.config.endpoints])})
         pending = self.ledger.pending_positions()
@@ -307,12 +318,47 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[dic
         return dispatcher.stop_reason, servers
 
 
+def storage_error(err: OSError | sqlite3.Error, output_dir: Path, input_path: Path) -> UserError:
+    """A full disk, an unwritable folder or a damaged ledger, as one line with its fix.
+
+    The ledger only marks rows done after they are fsynced, so after any of these
+    every finished row is kept and a rerun of the same command resumes.
+    """
+    resume = "then run the same command again to resume (finished rows are kept)"
+    errno_name = getattr(err, "errno", None)
+    text = str(err)
+    if errno_name == errno.ENOSPC or "disk is full" in text:
+        return UserError(
+            f"the disk holding {output_dir} is full", field="--output", fix=f"free space, {resume}"
+        )
+    if isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError):
+        return UserError(
+            f"the ledger {output_dir / LEDGER_FILE} is damaged ({text})",
+            field="--output",
+            fix="restore the folder from a backup, or start over with a new --output folder",
+        )
+    where = Path(getattr(err, "filename", None) or output_dir)
+    reason = getattr(err, "strerror", None) or text
+    if where.resolve().is_relative_to(input_path.resolve()):
+        return UserError(
+            f"reading {where} failed: {reason}", field="--input", fix="check the file is there and readable"
+        )
+    return UserError(
+        f"reading or writing {where} failed: {reason}",
+        field="--output",
+        fix=f"check the folder's permissions and free space, {resume}",
+    )
+
+
 def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
     """Run (or resume) a job to its end; the summary comes from the ledger."""
-    with Job(config) as job:
-        stop_reason, servers = asyncio.run(_run(job, watch))
-        summary = {**job.write_reports(), "this_run_servers": servers}
-        scope_left = job.unfinished_in_scope()
+    try:
+        with Job(config) as job:
+            stop_reason, servers = asyncio.run(_run(job, watch))
+            summary = {**job.write_reports(), "this_run_servers": servers}
+            scope_left = job.unfinished_in_scope()
+    except (OSError, sqlite3.Error) as err:
+        raise storage_error(err, config.output_dir, config.input_path) from err
     if stop_reason:
         return Outcome(summary, 1, stop_reason)
     if summary["failed"]:

@@ -7,7 +7,10 @@ safe while a job is writing: it sees the last committed batch, never a torn stat
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,23 @@ def open_for_report(directory: Path) -> Ledger:
             fix="pass the --output directory of a `specpilot generate` job",
         )
     return Ledger.in_dir(directory, readonly=True)
+
+
+@contextmanager
+def reading_ledger(directory: Path) -> Iterator[Ledger]:
+    """The job's ledger, read-only and closed after; a damaged one is one line naming it."""
+    try:
+        ledger = open_for_report(directory)
+        try:
+            yield ledger
+        finally:
+            ledger.close()
+    except sqlite3.DatabaseError as err:
+        raise UserError(
+            f"the ledger in {directory} cannot be read ({err})",
+            field="DIR",
+            fix="restore the folder from a backup; the rows themselves are in its data/ folder",
+        ) from None
 
 
 def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
