@@ -368,6 +368,8 @@ def test_gpu_memory_defaults_follow_the_card(memory_gib: float, tp: int, chunked
     )
     assert result.effective_values["chunked_prefill_size"] == chunked
     assert result.effective_values["cuda_graph_max_bs_decode"] == graph_bs
+
+
 def test_context_length_follows_sglang_derivation() -> None:
     from specpilot.check.context_len import sglang_context_len
 

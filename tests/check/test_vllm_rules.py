@@ -118,7 +118,13 @@ def test_rule_fires_on_its_case_and_not_on_the_near_miss(rule_id: str) -> None:
         assert effective[key] == value
     near_arch = QUIET_ARCH.get(rule_id, arch)
     near = check_args(
-        "vllm", version, ["--model", "m", *quiet], env, near_arch, hybrid=near_arch == HYBRID, model_config=config
+        "vllm",
+        version,
+        ["--model", "m", *quiet],
+        env,
+        near_arch,
+        hybrid=near_arch == HYBRID,
+        model_config=config,
     )
     assert rule_id not in {f.rule for f in near.findings}
 
@@ -167,6 +173,8 @@ def test_batch_defaults_follow_the_device(
     assert result.effective_values["max_num_seqs"] == seqs
     # the flag takes vLLM's human-readable ints ("8k"): a given value stays text
     assert str(result.effective_values["max_num_batched_tokens"]) == str(batched)
+
+
 def test_context_length_follows_vllm_derivation() -> None:
     from specpilot.check.context_len import vllm_context_len
 
