@@ -51,7 +51,7 @@ def _write_input(path: Path, rows: int) -> None:
 def _finish_rows(job: Job, done: int) -> None:
     """Mark the first `done` rows finished, with real part files behind them."""
     ledger = job.ledger
-    writer = PartWriter(job.data_dir, ledger.part_commits(), rows_per_part=100_000)
+    writer = PartWriter(job.config.output_dir / DATA_DIR, ledger.part_commits(), rows_per_part=100_000)
     answer = {"role": "assistant", "content": "x" * 200, "reasoning_content": "y" * 400}
     for start in range(0, done, 20_000):
         for i in range(start, min(start + 20_000, done)):

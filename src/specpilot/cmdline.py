@@ -44,7 +44,14 @@ class PastedCommand:
 def _tokens(tokens: list[str]) -> list[str]:
     """One pasted string (quoted whole, with continuations) or argv tokens."""
     if len(tokens) == 1 and (" " in tokens[0] or "\n" in tokens[0]):
-        return shlex.split(tokens[0].replace("\\\n", " "))
+        try:
+            return shlex.split(tokens[0].replace("\\\n", " "))
+        except ValueError as err:  # an unbalanced quote: the text itself is not shown (secrets)
+            raise UserError(
+                f"the pasted command cannot be split into words: {err}",
+                field="command",
+                fix="close the quote that is left open, or paste the command without outer quotes",
+            ) from None
     return [t for t in tokens if t != "\\\n"]
 
 
@@ -132,4 +139,6 @@ def parse_launch_command(tokens: list[str]) -> PastedCommand:
     parsed = parse_engine_args(engine, version, args)
     tp = parsed.get_int("tp_size" if engine == "sglang" else "tensor_parallel_size") or 1
     pp = parsed.get_int("pp_size" if engine == "sglang" else "pipeline_parallel_size") or 1
-    return PastedCommand(engine=engine, args=args, env=env, model_path=model, gpu_count=tp * pp)
+    # a size below 1 is the flag's error (check names it), not a GPU count of -2
+    gpu_count = tp * pp if tp >= 1 and pp >= 1 else 1
+    return PastedCommand(engine=engine, args=args, env=env, model_path=model, gpu_count=gpu_count)

@@ -88,3 +88,15 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     for value in secrets:
         text = text.replace(value, MASK)
     return text
+
+
+def redact_tree(value: object, secrets: Sequence[str]) -> object:
+    """`redact` applied to every string inside lists and dicts (before JSON encoding,
+    where a secret holding a tab or a quote would no longer match as written)."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, list | tuple):
+        return [redact_tree(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {key: redact_tree(item, secrets) for key, item in value.items()}
+    return value

@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from specpilot.errors import UserError
 
@@ -25,8 +25,16 @@ EngineName = Literal["sglang", "vllm"]
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
+#: quantization methods whose weight size the planners know (vLLM's and SGLang's spellings)
+QUANTIZATION_METHODS = frozenset(
+    {"fp8", "modelopt", "modelopt_fp4", "nvfp4", "mxfp4", "awq", "awq_marlin", "gptq", "gptq_marlin",
+     "auto_round", "compressed-tensors", "bitsandbytes", "w8a8_int8", "w8a8_fp8"}
+)  # fmt: skip
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan are valid TOML floats; no GPU has inf GiB (and nan passes every `gt`)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSection(_Section):
@@ -44,6 +52,24 @@ class ModelSection(_Section):
     )
     served_name: str | None = Field(None, description="Name the server reports in /v1/models.")
 
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, value: str) -> str:
+        from specpilot.models.shape import DTYPE_BYTES
+
+        if value not in DTYPE_BYTES:
+            raise ValueError("unknown dtype; use bfloat16, float16, float32 or fp8")
+        return value
+
+    @field_validator("quantization")
+    @classmethod
+    def _known_quantization(cls, value: str | None) -> str | None:
+        if value is not None and value not in QUANTIZATION_METHODS:
+            raise ValueError(
+                f"unknown quantization method; use one of {', '.join(sorted(QUANTIZATION_METHODS))}"
+            )
+        return value
+
 
 class GpuSection(_Section):
     """`[gpu]`: the card, as the driver reports it."""
@@ -54,6 +80,14 @@ class GpuSection(_Section):
     free_before_load_gib: float | None = Field(
         None, gt=0, description="Measured free memory (GiB) the engine saw before loading weights."
     )
+
+    @field_validator("free_before_load_gib")
+    @classmethod
+    def _free_within_total(cls, value: float | None, info: ValidationInfo) -> float | None:
+        total = info.data.get("memory_gib")
+        if value is not None and total is not None and value > total:
+            raise ValueError(f"more than memory_gib ({total:g}): free memory cannot exceed the card's total")
+        return value
 
 
 class EngineSection(_Section):
@@ -162,10 +196,21 @@ def _first_error(err: ValidationError, origin: str) -> UserError:
         )
     message = str(first["msg"]).removeprefix("Value error, ")
     return UserError(
-        f"{message} (got {first.get('input')!r})",
+        f"{message} (got {_shown_input(loc, first.get('input'))})",
         field=where,
         fix="see the README's spec reference for this key",
     )
+
+
+def _shown_input(loc: tuple[int | str, ...], value: object) -> str:
+    """The offending value for an error line, unless it may hold a secret (env values, args)."""
+    from specpilot.secrets import mask_argv
+
+    if loc[:2] == ("engine", "env"):
+        return f"a {type(value).__name__}; the value is not shown as it may hold a secret"
+    if loc[:2] == ("engine", "args") and isinstance(value, list):
+        return repr(mask_argv([str(item) for item in value]))
+    return repr(value)
 
 
 def parse_spec(data: dict[str, Any], *, origin: str = "spec", source_path: Path | None = None) -> Spec:
@@ -211,6 +256,12 @@ def load_spec(path: str | Path) -> Spec:
     except UnicodeDecodeError:
         raise UserError(
             "not a UTF-8 text file", field=str(spec_path), fix="save the spec as UTF-8 text"
+        ) from None
+    except RecursionError:
+        raise UserError(
+            "not valid TOML: arrays or tables nested too deeply to read",
+            field=str(spec_path),
+            fix="a spec needs no nesting beyond [section] key = value; remove the nested value",
         ) from None
     return parse_spec(data, origin=str(spec_path), source_path=spec_path.resolve())
 

@@ -27,7 +27,7 @@ DEMO_TIMEOUT_S = 900
 
 def _output_ids(output_dir: Path) -> list[str]:
     ids = []
-    for part in sorted((output_dir / "data").glob("part-*.jsonl")):
+    for part in [*(output_dir / "data").glob("part-*.jsonl"), *(output_dir / "flagged").glob("part-*.jsonl")]:
         for line in filter(None, part.read_text().split("\n")):  # not splitlines(): U+2028 in text
             row = json.loads(line)
             assert row["conversations"][-1]["role"] == "assistant"

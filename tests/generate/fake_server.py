@@ -22,6 +22,7 @@ from aiohttp import web
 
 ACCEPTED_PER_DRAFT = 2.5  # /metrics reports mean acceptance length 1 + 2.5 = 3.5
 FATAL_MARKER = "TOO-LONG"
+CUT_MARKER = "CUT-OFF"  # answered with finish_reason "length"
 
 
 def answer_for(prompt: str) -> tuple[str, str]:
@@ -48,6 +49,7 @@ class Counts:
     errors_500: int = 0
     dropped: int = 0
     per_prompt: Counter[str] = field(default_factory=Counter)
+    bodies: list[dict[str, Any]] = field(default_factory=list)  # every answered request
 
 
 class FakeServer:
@@ -144,13 +146,20 @@ class FakeServer:
             message[faults.reasoning_field] = reasoning
         counts.answered += 1
         counts.per_prompt[prompt] += 1
+        counts.bodies.append(body)
         self._drafts += 1
         return web.json_response(
             {
                 "id": "chatcmpl-1",
                 "object": "chat.completion",
                 "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "finish_reason": "length" if CUT_MARKER in prompt else "stop",
+                    }
+                ],
                 "usage": {
                     "prompt_tokens": len(prompt.split()),
                     "completion_tokens": 4,

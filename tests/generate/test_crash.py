@@ -162,3 +162,39 @@ def _count_state(out: Path, state: int) -> int:
             db.close()
     except sqlite3.Error:
         return 0
+
+
+@pytest.mark.parametrize("server_url", [0.02], indirect=True)
+def test_multi_turn_rows_are_written_once_whole_across_kills(tmp_path: Path, server_url: str) -> None:
+    """A row is committed once, with all its turns; turns done before a kill are generated again."""
+    rows = [
+        {
+            "id": f"m{i}",
+            "conversations": [
+                {"role": "user", "content": f"m{i} first"},
+                {"role": "assistant", "content": "given"},
+                {"role": "user", "content": f"m{i} second"},
+                {"role": "assistant", "content": "given"},
+                {"role": "user", "content": f"m{i} third"},
+            ],
+        }
+        for i in range(300)
+    ]
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "out"
+    argv = _generate_argv(path, out, server_url, "--concurrency", "32", "--flush-interval-s", "0.05")
+    for kill in range(3):
+        process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_for_done(out, 40 * (kill + 1), 30.0)  # rows done, many others between their turns
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert _count_state(out, 2) < 300, "the kills came too late to test anything"
+    final = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, final.stderr[-2000:]
+    written = [json.loads(line) for line in _lines(out)]
+    assert sorted(row["id"] for row in written) == sorted(f"m{i}" for i in range(300))
+    for row in written:
+        turns = row["conversations"]
+        assert row["meta"]["target_turns"] == [1, 3, 5]
+        for index in (1, 3, 5):
+            assert turns[index]["content"] == answer_for(turns[index - 1]["content"])[0]

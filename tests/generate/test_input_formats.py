@@ -11,19 +11,19 @@ from click.testing import CliRunner
 from specpilot.cli import cli
 from specpilot.errors import UserError
 from specpilot.generate.inputs import iter_rows, resolve_input
+from specpilot.generate.types import PromptRow
 
-#: help label -> the messages the row must become
+#: help label -> the messages before each target turn the row must become
 EXPECTED = {
-    "plain prompt": [{"role": "user", "content": "What is 2 + 2?"}],
+    "plain prompt": [[{"role": "user", "content": "What is 2 + 2?"}]],
     "OpenAI messages": [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "Name a prime."},
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a prime."}],
     ],
-    "ShareGPT": [{"role": "user", "content": "Write a haiku about GPUs."}],
+    "ShareGPT": [[{"role": "user", "content": "Write a haiku about GPUs."}]],
+    # the given "7" only marks where the target's first answer goes
     "multi-turn": [
-        {"role": "user", "content": "Pick a number."},
-        {"role": "assistant", "content": "7"},
-        {"role": "user", "content": "Why that one?"},
+        [{"role": "user", "content": "Pick a number."}],
+        [{"role": "user", "content": "Why that one?"}],
     ],
 }
 
@@ -46,7 +46,8 @@ def test_every_row_shape_in_the_help_parses_to_its_messages(tmp_path: Path) -> N
     path.write_text("".join(examples[label] + "\n" for label in EXPECTED))
     rows = list(iter_rows(resolve_input(path)))
     for row, label in zip(rows, EXPECTED, strict=True):
-        assert [dict(m) for m in row.turns] == EXPECTED[label], label
+        assert isinstance(row, PromptRow), row
+        assert [[dict(m) for m in segment] for segment in row.segments] == EXPECTED[label], label
 
 
 @pytest.mark.parametrize(
@@ -58,7 +59,12 @@ def test_every_row_shape_in_the_help_parses_to_its_messages(tmp_path: Path) -> N
             json.dumps([{"prompt": "hi"}], indent=2),
             ("prompts.json", "one JSON array", "jq -c"),
         ),
-        ("alpaca.jsonl", json.dumps({"instruction": "hi"}) + "\n", ("alpaca.jsonl:1", "--help")),
+        # the row itself is rejected on its own line (alpaca.jsonl:1); the error is that none is left
+        (
+            "alpaca.jsonl",
+            json.dumps({"instruction": "hi"}) + "\n",
+            ("alpaca.jsonl", "no usable rows", "--help"),
+        ),
     ],
 )
 def test_unknown_format_is_one_line_naming_the_file_and_the_fix(
@@ -75,6 +81,8 @@ def test_unknown_format_is_one_line_naming_the_file_and_the_fix(
     assert len(errors) == 1 and "Traceback" not in result.output
     for word in words:
         assert word in errors[0], result.output
+    if name == "alpaca.jsonl":
+        assert "rejected " in result.output and "alpaca.jsonl:1: unknown field 'instruction'" in result.output
 
 
 def test_unknown_suffix_is_refused_before_reading(tmp_path: Path) -> None:

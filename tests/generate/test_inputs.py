@@ -10,10 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from specpilot.errors import UserError
+from specpilot.generate import inputs
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.ids import derive_row_id
 from specpilot.generate.inputs import check_output_dir, iter_rows, resolve_input
 from specpilot.generate.job import Job, JobConfig
+from specpilot.generate.types import PromptRow, RejectedRow
 from tests.generate.conftest import write_jsonl
 
 ROWS: list[dict[str, Any]] = [
@@ -27,19 +29,110 @@ ROWS: list[dict[str, Any]] = [
 ]
 
 
-def _rows(path: Path) -> list[tuple[int, str, list[dict[str, object]]]]:
-    return [(r.position, r.row_id, r.turns) for r in iter_rows(resolve_input(path))]
+def _rows(path: Path, keep_given_turns: bool = False) -> list[tuple[int, str, list[list[dict[str, object]]]]]:
+    rows = []
+    for r in iter_rows(resolve_input(path), keep_given_turns=keep_given_turns):
+        assert isinstance(r, PromptRow), r
+        rows.append((r.position, r.row_id, r.segments))
+    return rows
 
 
 def test_jsonl_shapes_become_chat_turns(tmp_path: Path) -> None:
     rows = _rows(write_jsonl(tmp_path / "in.jsonl", ROWS))
     assert [r[0] for r in rows] == [0, 1, 2, 3]
-    assert rows[0][1:] == ("a", [{"role": "user", "content": "hi"}])  # old answer dropped
+    assert rows[0][1:] == ("a", [[{"role": "user", "content": "hi"}]])  # old answer: the target rewrites it
     assert rows[1][1] == "7"
-    assert rows[1][2][0] == {"role": "system", "content": "be brief"}
-    assert rows[2][2] == [{"role": "user", "content": "no id here"}]
+    assert rows[1][2] == [[{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]]
+    assert rows[2][2] == [[{"role": "user", "content": "no id here"}]]
     assert rows[2][1] == derive_row_id([{"role": "user", "content": "no id here"}])
-    assert rows[3][2] == [{"role": "user", "content": "sharegpt"}]
+    assert rows[3][2] == [[{"role": "user", "content": "sharegpt"}]]
+    # the derived id does not depend on the given answer the target replaces
+    assert rows[3][1] == derive_row_id([{"role": "user", "content": "sharegpt"}])
+
+
+MULTI_TURN = {
+    "id": "m",
+    "conversations": [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "u1"},
+        {"role": "assistant", "content": "given a1"},
+        {"role": "user", "content": "u2"},
+        {"role": "assistant", "content": "given a2"},
+        {"role": "user", "content": "u3"},
+    ],
+}
+
+
+def test_every_assistant_turn_is_a_target_turn_unless_given_turns_are_kept(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", [MULTI_TURN])
+    ((_, _, segments),) = _rows(path)
+    assert [[t["content"] for t in s] for s in segments] == [["be brief", "u1"], ["u2"], ["u3"]]
+    ((_, _, kept),) = _rows(path, keep_given_turns=True)
+    assert kept == [MULTI_TURN["conversations"]]
+
+
+def _user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def _assistant(text: str) -> dict[str, str]:
+    return {"role": "assistant", "content": text}
+
+
+BAD_ROWS: list[tuple[dict[str, Any], str, str]] = [
+    ({"id": "o", "conversations": [_user("a"), _user("b")]}, "out of order", "order the turns"),
+    ({"id": "s", "conversations": [_assistant("a"), _user("b")]}, "(assistant) is out of order", "order"),
+    ({"id": "e", "conversations": [_user("  ")]}, "turn 0 (user) has empty content", "give it text"),
+    ({"id": "f", "conversations": [{**_user("a"), "contnet": "x"}]}, "unknown field 'contnet'", "remove it"),
+    ({"id": "g", "prompt": "a", "source": "web"}, "unknown field 'source'", "remove it"),
+    (
+        {"id": "t", "conversations": [_user("a"), _assistant("b"), {"role": "tool", "content": "42"}]},
+        "tool result without an assistant tool call",
+        "order",
+    ),
+    ({"id": "n"}, "none of conversations, messages, prompt", 'give each row "conversations"'),
+]
+
+
+@pytest.mark.parametrize(("record", "problem", "fix"), BAD_ROWS, ids=[r[0]["id"] for r in BAD_ROWS])
+def test_bad_rows_are_rejected_with_line_id_and_fix(
+    tmp_path: Path, record: dict[str, Any], problem: str, fix: str
+) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", [{"id": "ok", "prompt": "fine"}, record])
+    good, bad = iter_rows(resolve_input(path))
+    assert isinstance(good, PromptRow)
+    assert isinstance(bad, RejectedRow)
+    line = bad.line()
+    assert line.startswith(f"{path}:2 (id {record['id']}): ")
+    assert problem in line and fix in line
+
+
+def test_assistant_last_is_nothing_to_generate_only_when_given_turns_are_kept(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", [{"id": "x", "conversations": [_user("a"), _assistant("b")]}])
+    (bad,) = iter_rows(resolve_input(path), keep_given_turns=True)
+    assert isinstance(bad, RejectedRow) and "nothing to generate" in bad.problem
+    assert "drop --keep-given-turns" in bad.fix
+    ((_, _, segments),) = _rows(path)  # regenerating: the last answer is the target's to write
+    assert segments == [[_user("a")]]
+
+
+def test_tool_turns_need_the_given_calls_kept(tmp_path: Path) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+    record = {
+        "id": "tool",
+        "tools": [{"type": "function", "function": {"name": "add", "parameters": {}}}],
+        "conversations": [
+            _user("add"),
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": "42", "tool_call_id": "c1"},
+        ],
+    }
+    path = write_jsonl(tmp_path / "in.jsonl", [record])
+    (bad,) = iter_rows(resolve_input(path))
+    assert isinstance(bad, RejectedRow) and "--keep-given-turns" in bad.fix
+    (row,) = iter_rows(resolve_input(path), keep_given_turns=True)
+    assert isinstance(row, PromptRow)
+    assert row.tools == record["tools"] and row.segments[0][1]["tool_calls"] == [call]
 
 
 def test_derived_id_is_stable_and_content_sensitive() -> None:
@@ -72,9 +165,41 @@ def test_broken_line_names_file_and_line(tmp_path: Path) -> None:
     assert "fix or delete that line" in str(err.value)
 
 
-def test_row_without_prompt_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="none of conversations, messages, prompt"):
-        _rows(write_jsonl(tmp_path / "in.jsonl", [{"id": "x", "text": "?"}]))
+def test_rejected_rows_are_named_counted_and_skipped(tmp_path: Path) -> None:
+    lines: list[str] = []
+    rows = [
+        {"id": "a", "prompt": "1"},
+        {"id": "bad", "conversations": [_user("x"), _user("y")]},
+        {"prompt": "2"},
+    ]
+    with _job(tmp_path, rows, notify=lines.append) as job:
+        job.prepare("m")
+        assert job.pending == {0, 2}
+        assert job.ledger.meta()["rejected"] == "1"
+    assert len(lines) == 1 and lines[0].startswith("rejected ") and ":2 (id bad): " in lines[0]
+    assert '"id": "bad"' in (tmp_path / "out" / "rejected.jsonl").read_text()
+
+
+def test_input_with_only_bad_rows_is_refused(tmp_path: Path) -> None:
+    with (
+        _job(tmp_path, [{"id": "x", "text": "?"}], notify=lambda line: None) as job,
+        pytest.raises(UserError, match="no usable rows"),
+    ):
+        job.prepare("m")
+
+
+def test_a_line_longer_than_the_bound_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file with no newlines (a binary, /dev/zero copied to disk) is not read whole."""
+    monkeypatch.setattr(inputs, "MAX_LINE_BYTES", 64)
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"prompt": "short"}\n{"prompt": "' + "x" * 100 + '"}\n')
+    with pytest.raises(UserError) as err:
+        _rows(path)
+    assert f"{path}:2" in str(err.value) and "longer than" in str(err.value)
+    monkeypatch.setattr(inputs, "MAX_LINE_BYTES", 1 << 10)
+    assert len(_rows(path)) == 2
 
 
 def _job(tmp_path: Path, rows: list[dict[str, Any]], **extra: object) -> Job:
@@ -108,7 +233,7 @@ def test_dedupe_keeps_the_first_row_of_each_id(tmp_path: Path) -> None:
 
 
 def test_empty_input_is_refused(tmp_path: Path) -> None:
-    with _job(tmp_path, []) as job, pytest.raises(UserError, match="has no rows"):
+    with _job(tmp_path, []) as job, pytest.raises(UserError, match="has no usable rows"):
         job.prepare("m")
 
 

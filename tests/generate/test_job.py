@@ -15,7 +15,7 @@ from specpilot.cli import cli
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import FATAL_MARKER, FakeServer, Faults, answer_for
+from tests.generate.fake_server import CUT_MARKER, FATAL_MARKER, FakeServer, Faults, answer_for
 
 
 def _config(tmp_path: Path, servers: list[FakeServer], rows: int, **extra: Any) -> JobConfig:
@@ -48,7 +48,7 @@ def _check_exactly_once(out: Path, expected: int, thinking: bool = True) -> list
         assert answer == {
             "role": "assistant",
             "content": content,
-            "reasoning_content": reasoning if thinking else None,
+            "reasoning_content": reasoning if thinking else "",
         }
         assert row["meta"]["thinking"] is thinking
     return rows
@@ -205,7 +205,7 @@ def test_cli_generate_report_export(tmp_path: Path) -> None:
         "state",
     ):
         assert from_ledger[key] == summary[key], key
-    exported = runner.invoke(_cli(), ["export", str(out), "--parquet", "--json"])
+    exported = runner.invoke(_cli(), ["export", str(out), "--format", "parquet", "--json"])
     assert exported.exit_code == 0, exported.output
     files = json.loads(exported.stdout)["files"]
     assert len(files) == 3  # 12 + 12 + 6 rows
@@ -213,7 +213,61 @@ def test_cli_generate_report_export(tmp_path: Path) -> None:
     assert sorted(table["id"]) == sorted(f"q{i}" for i in range(30))
     row = table[0]
     assert row["conversations"][-1]["reasoning_content"].startswith("thinking about")
-    assert row["meta"]["completion_tokens"] == 4
+    assert row["meta"]["completion_tokens"] == 4 and row["meta"]["target_turns"] == [1]
+    saved = runner.invoke(_cli(), ["export", str(out), "--format", "hf", "--json"])
+    assert saved.exit_code == 0, saved.output
+    loaded = datasets.load_from_disk(str(out / "hf"))
+    assert sorted(loaded["id"]) == sorted(table["id"])
+    assert (
+        loaded[0]["conversations"] == table.filter(lambda r: r["id"] == loaded[0]["id"])[0]["conversations"]
+    )
+
+
+def test_cli_export_specforge_states_the_template_and_refuses_one_that_drops_reasoning(
+    tmp_path: Path,
+) -> None:
+    server = FakeServer().start()
+    rows = [*prompt_rows(4), {"id": "cut", "prompt": f"{CUT_MARKER} long"}]
+    try:
+        assert (
+            run_generate(_config(tmp_path, [server], 0, input_rows=rows, model="Qwen/Qwen3.6-27B")).exit_code
+            == 0
+        )
+    finally:
+        server.close()
+    out = tmp_path / "out"
+    runner = CliRunner()
+    result = runner.invoke(
+        _cli(), ["export", str(out), "--format", "specforge", "--max-length", "5", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    told = json.loads(result.stdout)
+    assert told["chat_template"] == "qwen3.5" and told["rows"] == 4 and told["over_max_length"] == 4
+    exported = [json.loads(line) for line in (out / "specforge.jsonl").read_text().splitlines()]
+    assert {r["id"] for r in exported} == {"q0", "q1", "q2", "q3"}  # the truncated row stays out
+    assert all(r["status"] == "success" and "meta" not in r for r in exported)
+    with_flagged = runner.invoke(
+        _cli(), ["export", str(out), "--format", "specforge", "--include-flagged", "--json"]
+    )
+    assert json.loads(with_flagged.stdout)["rows"] == 5
+    for template, reason in (("qwen", "drops every reasoning trace"), ("qwen3-thinking", "system prompt")):
+        refused = runner.invoke(
+            _cli(), ["export", str(out), "--format", "specforge", "--chat-template", template]
+        )
+        assert (
+            refused.exit_code == 2
+            and reason in refused.output
+            and "--chat-template qwen3.5" in refused.output
+        )
+    report = runner.invoke(_cli(), ["report", str(out), "--max-length", "6", "--json"])
+    lengths = json.loads(report.stdout)["lengths"]
+    # the fake server counts prompt words: "q N" is 2 tokens + 4 completion = 6 in all, within 6
+    assert lengths["data"]["rows"] == 4 and lengths["data"]["over_max_length"] == 0
+    assert lengths["data"]["percentiles"]["total"]["p100"] == 6
+    assert lengths["flagged"]["rows"] == 1
+    assert lengths["data"]["estimated_rows"] == 4  # the fake server reports no reasoning_tokens
+    shown = runner.invoke(_cli(), ["report", str(out), "--max-length", "6"])
+    assert "rows over --max-length 6: 0" in shown.output
 
 
 def test_cli_bad_input_exits_2(tmp_path: Path) -> None:
@@ -269,3 +323,96 @@ def test_run_name_gives_endpoint_and_model(tmp_path: Path, monkeypatch: pytest.M
         server.close()
     assert result.exit_code == 0, result.output
     assert {row["meta"]["model"] for row in read_output(tmp_path / "out")} == {"served-qwen"}
+
+
+def _turn(role: str, content: str) -> dict[str, str]:
+    return {"role": role, "content": content}
+
+
+def test_every_turn_is_the_targets_and_each_prompt_is_its_own_conversation(tmp_path: Path) -> None:
+    given = [
+        _turn("system", "be brief"),
+        _turn("user", "u1"),
+        _turn("assistant", "NOT THE TARGET"),
+        _turn("user", "u2"),
+        _turn("assistant", "NOT THE TARGET EITHER"),
+    ]
+    server = FakeServer().start()
+    try:
+        outcome = run_generate(
+            _config(tmp_path, [server], 0, input_rows=[{"id": "m", "conversations": given}])
+        )
+    finally:
+        server.close()
+    assert outcome.exit_code == 0
+    (row,) = read_output(tmp_path / "out")
+    first = {"role": "assistant", "content": answer_for("u1")[0], "reasoning_content": answer_for("u1")[1]}
+    second = {"role": "assistant", "content": answer_for("u2")[0], "reasoning_content": answer_for("u2")[1]}
+    assert row["conversations"] == [given[0], given[1], first, given[3], second]
+    assert row["meta"]["target_turns"] == [2, 4] and row["status"] == "success"
+    assert [t["index"] for t in row["meta"]["turns"]] == [2, 4]
+    # turn 2 was asked with the target's own first answer (its reasoning left out, as
+    # SpecForge's and speculators' regeneration send history)
+    history = {"role": "assistant", "content": first["content"]}
+    assert [b["messages"] for b in server.counts.bodies] == [given[:2], [*given[:2], history, given[3]]]
+
+
+def test_flagged_rows_go_to_their_own_split_and_a_cut_turn_ends_the_row(tmp_path: Path) -> None:
+    rows = [
+        *prompt_rows(3),
+        {
+            "id": "cut",
+            "conversations": [
+                _turn("user", f"{CUT_MARKER} u1"),
+                _turn("assistant", "x"),
+                _turn("user", "never asked"),
+            ],
+        },
+    ]
+    server = FakeServer().start()
+    try:
+        outcome = run_generate(_config(tmp_path, [server], 0, input_rows=rows))
+    finally:
+        server.close()
+    out = tmp_path / "out"
+    assert outcome.exit_code == 0
+    assert outcome.summary["clean"] == 3 and outcome.summary["flagged"] == 1
+    assert {r["id"] for r in read_output(out)} == {"q0", "q1", "q2"}
+    (flagged,) = [
+        json.loads(line) for line in (out / "flagged" / "part-00000.jsonl").read_text().splitlines()
+    ]
+    assert flagged["meta"]["flags"] == ["truncated"] and flagged["meta"]["target_turns"] == [1]
+    assert len(flagged["conversations"]) == 2  # the turn after the cut one was not generated
+    assert "never asked" not in server.counts.per_prompt
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {p["file"] for p in manifest["parts"]} == {"data/part-00000.jsonl", "flagged/part-00000.jsonl"}
+    assert manifest["counts"]["flagged"] == 1
+
+
+def test_keep_given_turns_sends_the_given_conversation_and_tools_and_writes_only_the_last_turn(
+    tmp_path: Path,
+) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+    given = [
+        _turn("user", "add 2 and 3"),
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "5", "tool_call_id": "c1"},
+    ]
+    server = FakeServer().start()
+    try:
+        config = _config(
+            tmp_path,
+            [server],
+            0,
+            input_rows=[{"id": "t", "tools": tools, "conversations": given}],
+            keep_given_turns=True,
+        )
+        assert run_generate(config).exit_code == 0
+    finally:
+        server.close()
+    ((body,), (row,)) = server.counts.bodies, read_output(tmp_path / "out")
+    assert body["messages"] == given and body["tools"] == tools
+    assert row["conversations"][:3] == given and row["tools"] == tools
+    assert row["meta"]["keep_given_turns"] is True and row["meta"]["target_turns"] == [3]
+    assert row["conversations"][3]["content"] == answer_for("5")[0]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specpilot.generate.ledger import Ledger, LedgerBatch, RowState
-from specpilot.generate.writer import PartWriter, part_path, reconcile_parts
+from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, part_path, reconcile_parts
 
 
 def _ledger(tmp_path: Path, count: int) -> Ledger:
@@ -136,3 +136,58 @@ def test_report_can_read_while_writer_holds_the_ledger(tmp_path: Path) -> None:
     reader = Ledger.in_dir(tmp_path, readonly=True)
     assert reader.query("SELECT state FROM rows WHERE position = 0") == [(RowState.IN_FLIGHT,)]
     reader.close()
+
+
+def test_the_flagged_split_keeps_its_own_parts_and_is_reconciled_alike(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path, 6)
+    clean, flagged = tmp_path / CLEAN.directory, tmp_path / FLAGGED.directory
+    _write_durable(ledger, clean, range(2)).close()
+    writer = PartWriter(flagged, ledger.part_commits(), rows_per_part=1000, first_part=FLAGGED.first_part)
+    writer.add(json.loads(_line(2)), 2, 1, 2, 8, 1.0)
+    ledger.apply(writer.flush())
+    writer.close()
+    flagged_part = part_path(flagged, FLAGGED.first_part, FLAGGED.first_part)
+    assert flagged_part.name == "part-00000.jsonl" and _ids_in(flagged_part) == ["id2"]
+    with flagged_part.open("ab") as handle:  # kill after fsync, before commit: a whole row and a torn one
+        handle.write(_line(3) + _line(4)[:10])
+    assert reconcile_parts(clean, ledger, CLEAN.first_part).adopted_rows == 0
+    result = reconcile_parts(flagged, ledger, FLAGGED.first_part)
+    assert (result.adopted_rows, result.dropped_rows) == (1, 1)
+    assert _ids_in(flagged_part) == ["id2", "id3"]
+    assert set(ledger.part_commits()) == {0, FLAGGED.first_part}
+    # a writer resumed on the flagged split appends to its own part, after the adopted row
+    resumed = PartWriter(flagged, ledger.part_commits(), 1000, first_part=FLAGGED.first_part)
+    resumed.add(json.loads(_line(5)), 5, 1, 2, 8, 1.0)
+    ledger.apply(resumed.flush())
+    resumed.close()
+    assert _ids_in(flagged_part) == ["id2", "id3", "id5"] and _ids_in(part_path(clean, 0)) == ["id0", "id1"]
+
+
+def test_a_lost_part_is_requeued_in_its_own_split_only(tmp_path: Path) -> None:
+    """The requeue of deleted or cut parts and the flagged split's part ids (from 2**32) are one
+    mechanism: each split's pass looks at its own parts, so neither requeues the other's rows."""
+    ledger = _ledger(tmp_path, 6)
+    clean, flagged = tmp_path / CLEAN.directory, tmp_path / FLAGGED.directory
+    _write_durable(ledger, clean, range(3)).close()
+    writer = PartWriter(flagged, ledger.part_commits(), rows_per_part=1000, first_part=FLAGGED.first_part)
+    for i in (3, 4):
+        writer.add(json.loads(_line(i)), i, 1, 2, 8, 1.0)
+    ledger.apply(writer.flush())
+    writer.close()
+    flagged_part = part_path(flagged, FLAGGED.first_part, FLAGGED.first_part)
+    flagged_part.write_bytes(_line(3) + _line(4)[:10])  # cut short: its second row is lost
+
+    assert reconcile_parts(clean, ledger, CLEAN.first_part).requeued_rows == 0
+    assert [_states(ledger)[i] for i in range(6)] == [RowState.DONE] * 5 + [RowState.PENDING]
+    result = reconcile_parts(flagged, ledger, FLAGGED.first_part)
+    assert (result.requeued_rows, result.lost_parts) == (1, ("part-00000.jsonl",))
+    assert _ids_in(flagged_part) == ["id3"]
+    states = _states(ledger)
+    assert [states[i] for i in range(6)] == [RowState.DONE] * 4 + [RowState.PENDING] * 2
+    assert ledger.part_commits()[FLAGGED.first_part].rows == 1
+
+    part_path(clean, 0).unlink()  # deleted: all its rows are sent again, the flagged row stays done
+    result = reconcile_parts(clean, ledger, CLEAN.first_part)
+    assert (result.requeued_rows, result.lost_parts) == (3, ("part-00000.jsonl",))
+    states = _states(ledger)
+    assert [states[i] for i in range(6)] == [RowState.PENDING] * 3 + [RowState.DONE] + [RowState.PENDING] * 2

@@ -134,23 +134,32 @@ def test_port_already_held_is_refused_with_the_holder(make_spec: SpecFactory, ru
     assert result.pid is None
 
 
-def test_secrets_reach_the_process_but_no_file_or_output(make_spec: SpecFactory, run_home: Path) -> None:
-    secret = "hf_abcdefghijklmnop123456"
+@pytest.mark.parametrize(
+    "secret",
+    ["hf_abcdefghijklmnop123456", 'hf_with\ttab"and-quote'],
+    ids=["plain", "needs a TOML escape"],
+)
+def test_secrets_reach_the_process_but_no_file_or_output(
+    make_spec: SpecFactory, run_home: Path, secret: str
+) -> None:
     spec = make_spec("sglang_ready", env={"HF_TOKEN": secret}, args=["--api-key", secret])
     result = up(spec)
     try:
-        assert result.phase == "ready", result.error  # the live env had the real value
+        # ready means the live argv and env matched the plan: the engine got the real values
+        assert result.phase == "ready", result.error
         state_text = json.dumps(read_state(spec.name))
         run_dir = Path(result.remote_dir or "")
         assert (run_dir / "env").read_text().count("HF_TOKEN=${HF_TOKEN}") == 1
+        assert '--api-key "${SPECPILOT_ARG_API_KEY}"' in (run_dir / "launch.sh").read_text()
         for text in (
             state_text,
             json.dumps(result.to_json()),
             (run_dir / "spec.toml").read_text(),
             (run_dir / "env").read_text(),
             (run_dir / "manifest.json").read_text(),
+            (run_dir / "launch.sh").read_text(),
         ):
-            assert secret not in text
+            assert secret not in text and json.dumps(secret)[1:-1] not in text
     finally:
         asyncio.run(run_down(spec.name, timeout_s=10.0))
 

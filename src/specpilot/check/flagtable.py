@@ -6,6 +6,7 @@ in 0.5.14" or "removed in 0.5.23, use ..." instead of guessing.
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -13,6 +14,7 @@ from importlib import resources
 
 from packaging.version import Version
 
+from specpilot.check.ranges import ValueRange
 from specpilot.check.types import Finding
 from specpilot.engines.args import convert_value
 from specpilot.fixes import Fix
@@ -109,6 +111,13 @@ def table_for(engine: str, version: Version) -> ReleaseTable:
     tables = release_tables(engine)
     eligible = [t for t in tables if t.version.release <= version.release]
     return eligible[-1] if eligible else tables[0]
+
+
+@cache
+def value_ranges(engine: str) -> dict[str, ValueRange]:
+    """The engine's `VALUE_RANGES` by dest (imported late: the engine modules import this one)."""
+    module = importlib.import_module(f"specpilot.engines.{engine}.flags")
+    return {r.dest: r for r in getattr(module, "VALUE_RANGES", ())}
 
 
 @dataclass
@@ -233,6 +242,17 @@ def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
                     )
                 )
                 continue
+            value_range = value_ranges(engine).get(flag.dest)
+            problem = value_range.problem(text) if value_range is not None else None
+            if problem is not None:
+                parsed.findings.append(
+                    Finding(
+                        "flag-out-of-range",
+                        "error",
+                        f"argument {spelling}: {problem} ({engine} refuses it at startup)",
+                        Fix(remove_args=(spelling,)),
+                    )
+                )
         parsed.given.add(flag.dest)
         parsed.spelled[flag.dest] = spelling
         if flag.deprecated:

@@ -15,6 +15,7 @@ from specpilot.check.types import CheckResult, Finding
 from specpilot.cli.inputs import PASSTHROUGH, resolve_spec
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.launch.command import engine_program
+from specpilot.secrets import mask_argv, mask_env, redact, redact_tree, secret_values
 from specpilot.spec import Spec, spec_to_toml
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "adjusts": "cyan"}
@@ -29,17 +30,17 @@ def _fix_text(finding: Finding) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def _print_human(result: CheckResult) -> None:
+def _print_human(result: CheckResult, secrets: list[str]) -> None:
     console = Console(highlight=False)
     verdict = "[green]accepted[/green]" if result.ok else "[bold red]rejected[/bold red]"
     console.print(f"{result.engine} {result.version}: {verdict}")
     for finding in result.findings:
         style = SEVERITY_STYLE[finding.severity]
         console.print(f"[{style}]{finding.severity:8}[/{style}] {finding.rule}")
-        console.print(f"         {finding.message}", markup=False)
+        console.print(f"         {redact(finding.message, secrets)}", markup=False)
         if fix := _fix_text(finding):
-            console.print(f"         fix: {fix}", markup=False)
-    console.print("effective args: " + " ".join(result.effective_args), markup=False)
+            console.print(f"         fix: {redact(fix, secrets)}", markup=False)
+    console.print("effective args: " + " ".join(mask_argv(result.effective_args)), markup=False)
 
 
 def _fixed_spec_text(spec: Spec, args: list[str], env: dict[str, str], new_path: Path) -> str:
@@ -120,27 +121,32 @@ def check(
     """
     fix = fix or write_path is not None
     spec = resolve_spec(target, gpu_memory_gib=gpu_memory_gib, gpu_count=None, engine_version=engine_version)
+    # --api-key and HF_TOKEN values never reach the terminal (or a CI log): they show as ***
+    secrets = secret_values(spec.engine.env, spec.engine.args)
     result = check_spec(spec)
     payload: dict[str, object] = result.to_json()
+    payload["effective_args"] = mask_argv(result.effective_args)
+    payload["effective_env"] = mask_env(result.effective_env)
     written: str | None = None
     if fix:
         fixed = fix_spec(spec)
         program, model_args = engine_program(spec, model_path=spec.model.path)
-        command = render_command([*program, *model_args], fixed.args, fixed.env)
+        command = render_command([*program, *model_args], mask_argv(fixed.args), mask_env(fixed.env))
         if write_path is not None and fixed.result.ok:
+            # the new spec file holds the real values, as the spec it was made from does
             _write_new_spec(write_path, _fixed_spec_text(spec, fixed.args, fixed.env, write_path))
             written = str(write_path)
         payload["fixed"] = {
             "ok": fixed.result.ok,
-            "args": fixed.args,
-            "env": fixed.env,
+            "args": mask_argv(fixed.args),
+            "env": mask_env(fixed.env),
             "command": command,
             "written": written,
         }
     if as_json:
-        click.echo(json.dumps(payload, indent=2))
+        click.echo(json.dumps(redact_tree(payload, secrets), indent=2))
     else:
-        _print_human(result)
+        _print_human(result, secrets)
         if fix:
             heading = (
                 "fixed command (passes)" if fixed.result.ok else "no passing command found; best attempt"

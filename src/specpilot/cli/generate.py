@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.view import serve_status_options
-from specpilot.errors import EXIT_OK, UserError
+from specpilot.errors import EXIT_OK
 
 #: one example of each prompt row shape the reader accepts (shown in --help, tested)
 ROW_SHAPES: dict[str, dict[str, object]] = {
@@ -23,7 +24,7 @@ ROW_SHAPES: dict[str, dict[str, object]] = {
         ],
     },
     "ShareGPT": {"id": "q3", "conversations": [{"from": "human", "value": "Write a haiku about GPUs."}]},
-    "multi-turn (the model answers the last user turn)": {
+    "multi-turn (the target writes both assistant turns)": {
         "id": "q4",
         "messages": [
             {"role": "user", "content": "Pick a number."},
@@ -46,8 +47,9 @@ An API key, if the servers need one, is read from $SPECPILOT_API_KEY.
 
 \b
 Input rows (one JSON object per line; Parquet/datasets columns of the same names).
-"id" is optional (a content hash is used without it); trailing assistant turns are
-dropped, since the model writes the final answer:
+"id" is optional (a content hash is used without it). The target writes every
+assistant turn (a given one only marks where an answer goes); --keep-given-turns keeps
+them as context and generates only the last answer:
 """
     + ROW_SHAPES_HELP
 )
@@ -58,14 +60,14 @@ dropped, since the model writes the final answer:
     "--input",
     "input_path",
     required=True,
-    type=click.Path(path_type=Path),
+    type=NonEmptyPath(path_type=Path),
     help="Prompts: .jsonl, .parquet, or a datasets save_to_disk directory (row shapes below).",
 )
 @click.option(
     "--output",
     "output_dir",
     required=True,
-    type=click.Path(path_type=Path),
+    type=NonEmptyPath(path_type=Path),
     help="Job directory: ledger, data/part-*.jsonl, errors.jsonl, manifest.json.",
 )
 @click.option("--server", "servers", multiple=True, help="OpenAI-compatible base URL (repeatable).")
@@ -84,14 +86,20 @@ dropped, since the model writes the final answer:
     default=None,
     help="Sampling parameters are sent only when given (else the server's defaults).",
 )
-@click.option("--temperature", type=float, default=None)
-@click.option("--top-p", type=float, default=None)
+@click.option("--temperature", type=FiniteFloat(0), default=None)
+@click.option("--top-p", type=FiniteFloat(0, 1), default=None)
 @click.option("--top-k", type=int, default=None)
 @click.option(
     "--thinking/--no-thinking",
     default=True,
     show_default=True,
     help="chat_template_kwargs.enable_thinking; recorded in every row.",
+)
+@click.option(
+    "--keep-given-turns",
+    is_flag=True,
+    help="Keep the input's assistant turns as context and generate only the last answer "
+    "(default: the target writes every assistant turn, as drafter training needs).",
 )
 @click.option("--limit", type=click.IntRange(1), default=None, help="Only the first N input rows.")
 @click.option("--dedupe", is_flag=True, help="Keep the first row of each repeated id.")
@@ -107,28 +115,28 @@ dropped, since the model writes the final answer:
     "--retry-base-s",
     default=1.0,
     show_default=True,
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     help="First retry delay; doubles per attempt, jittered, capped at 60 s.",
 )
 @click.option(
     "--request-timeout-s",
     default=1800.0,
     show_default=True,
-    type=click.FloatRange(0.1),
+    type=FiniteFloat(0.1),
     help="Longest one request may take (long reasoning traces need minutes).",
 )
 @click.option(
     "--give-up-after-s",
     default=3600.0,
     show_default=True,
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     help="Stop (exit 1) when every server has been down this long.",
 )
 @click.option(
     "--flush-interval-s",
     default=0.5,
     show_default=True,
-    type=click.FloatRange(0.001),
+    type=FiniteFloat(0.001),
     help="How often finished rows are fsynced and committed to the ledger.",
 )
 @click.option(
@@ -142,7 +150,7 @@ dropped, since the model writes the final answer:
     "--progress-interval-s",
     default=30.0,
     show_default=True,
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     help="Seconds between summary lines when stderr is not a terminal.",
 )
 @serve_status_options
@@ -159,6 +167,7 @@ def generate(
     top_p: float | None,
     top_k: int | None,
     thinking: bool,
+    keep_given_turns: bool,
     limit: int | None,
     dedupe: bool,
     retry_failed: bool,
@@ -184,6 +193,7 @@ def generate(
         endpoints=resolve_endpoints(servers, runs),
         model=model,
         thinking=thinking,
+        keep_given_turns=keep_given_turns,
         concurrency=concurrency,
         max_tokens=max_tokens,
         temperature=temperature,
@@ -219,45 +229,118 @@ def generate(
         sys.exit(outcome.exit_code)
 
 
-@click.command("report", epilog="\b\nExample:\n  specpilot report out/ --json")
-@click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def report(directory: Path, as_json: bool) -> None:
-    """Summary of a generate job from its ledger; safe while the job runs."""
-    from specpilot.generate.report import open_for_report, render_summary, summarize
+MAX_LENGTH_HELP = (
+    "Training max length in tokens (SpecForge's Qwen3.6 recipes: 2048-4096): count rows over it."
+)
 
-    ledger = open_for_report(directory)
-    try:
+
+@click.command("report", epilog="\b\nExample:\n  specpilot report out/ --max-length 4096 --json")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--max-length", "max_length_tokens", type=click.IntRange(1), default=None, help=MAX_LENGTH_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def report(directory: Path, max_length_tokens: int | None, as_json: bool) -> None:
+    """Summary of a generate job from its ledger; safe while the job runs."""
+    from specpilot.generate.committed import committed_rows
+    from specpilot.generate.lengths import length_report
+    from specpilot.generate.report import reading_ledger, render_lengths, render_summary, summarize
+    from specpilot.generate.writer import CLEAN, FLAGGED
+
+    with reading_ledger(directory) as ledger:
         summary = summarize(ledger)
-    finally:
-        ledger.close()
+    if max_length_tokens is not None:
+        summary["lengths"] = {
+            split.directory: length_report(committed_rows(directory, (split,)), max_length_tokens)
+            for split in (CLEAN, FLAGGED)
+        }
     if as_json:
         click.echo(json.dumps(summary))
-    else:
-        render_summary(summary, Console())
+        return
+    console = Console()
+    render_summary(summary, console)
+    for split, lengths in summary.get("lengths", {}).items():
+        render_lengths(split, lengths, console)
 
 
-@click.command("export", epilog="\b\nExample:\n  specpilot export out/ --parquet")
+EXAMPLE_EXPORT = """\b
+Example:
+  specpilot export out/ --format specforge --max-length 4096
+  specpilot export out/ --format parquet --include-flagged"""
+
+
+@click.command("export", epilog=EXAMPLE_EXPORT)
 @click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--parquet", is_flag=True, help="Write Parquet shards (the only format so far).")
+@click.option(
+    "--format",
+    "fmt",
+    required=True,
+    type=click.Choice(["specforge", "speculators", "parquet", "hf"]),
+    help="specforge/speculators: one JSONL file; parquet: shards; hf: a datasets save_to_disk folder.",
+)
 @click.option(
     "--to",
     "target",
     type=click.Path(path_type=Path),
     default=None,
-    help="Where to write the shards (default DIR/parquet).",
+    help="Where to write (default DIR/specforge.jsonl, DIR/speculators.jsonl, DIR/parquet, DIR/hf).",
 )
+@click.option("--include-flagged", is_flag=True, help="Also export the flagged rows (truncated, empty, ...).")
+@click.option(
+    "--chat-template",
+    default=None,
+    help="The SpecForge template you will train with; refused if it would change the text "
+    "(default: the one for the job's model, qwen3.5 for Qwen3.5/3.6).",
+)
+@click.option("--max-length", "max_length_tokens", type=click.IntRange(1), default=None, help=MAX_LENGTH_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the files written as JSON.")
-def export(directory: Path, parquet: bool, target: Path | None, as_json: bool) -> None:
-    """Export the finished rows of a generate job (readable by datasets.load_dataset)."""
-    from specpilot.generate.export import export_parquet
+def export(
+    directory: Path,
+    fmt: str,
+    target: Path | None,
+    include_flagged: bool,
+    chat_template: str | None,
+    max_length_tokens: int | None,
+    as_json: bool,
+) -> None:
+    """Export the finished rows of a generate job for SpecForge, speculators or datasets."""
+    from specpilot.generate.committed import committed_rows
+    from specpilot.generate.export import export as run_export
+    from specpilot.generate.lengths import length_report
+    from specpilot.generate.report import reading_ledger
+    from specpilot.generate.templates import choose_template
+    from specpilot.generate.writer import CLEAN, FLAGGED
 
-    if not parquet:
-        raise UserError("no format chosen", field="--parquet", fix="pass --parquet")
-    result = export_parquet(directory, target)
+    with reading_ledger(directory) as ledger:
+        meta = ledger.meta()
+    template, warnings = choose_template(chat_template, meta.get("model"))
+    result = run_export(directory, fmt, target, include_flagged=include_flagged)
+    splits = (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
+    over = None
+    if max_length_tokens is not None:
+        over = length_report(committed_rows(directory, splits), max_length_tokens)["over_max_length"]
+        if over:
+            warnings.append(
+                f"{over} of {result.rows} rows are longer than --max-length {max_length_tokens}: "
+                "the trainer cuts them (see `specpilot report DIR --max-length N`)"
+            )
     if as_json:
-        click.echo(json.dumps({"files": [str(f) for f in result.files], "rows": result.rows}))
-    else:
+        files = [str(f) for f in result.files]
         click.echo(
-            f"wrote {result.rows} rows to {len(result.files)} Parquet shards in {result.files[0].parent}"
+            json.dumps(
+                {
+                    "format": fmt,
+                    "files": files,
+                    "rows": result.rows,
+                    "flagged_included": include_flagged,
+                    "chat_template": template,
+                    "over_max_length": over,
+                    "warnings": warnings,
+                }
+            )
         )
+        return
+    where = result.files[0] if len(result.files) == 1 else result.files[0].parent
+    click.echo(f"wrote {result.rows} rows ({fmt}) to {where}")
+    if template is not None:
+        click.echo(f"train with chat template {template} (SpecForge: --chat-template {template})")
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)

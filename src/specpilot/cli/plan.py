@@ -17,6 +17,7 @@ from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
 from specpilot.plan.types import Plan
+from specpilot.secrets import redact, secret_values
 from specpilot.spec import Spec
 
 
@@ -29,10 +30,14 @@ def refuse_rejected_flags(spec: Spec) -> None:
     first = errors[0]
     more = f" (+{len(errors) - 1} more: specpilot check shows all)" if len(errors) > 1 else ""
     fix = " ".join([*first.fix.args, *(f"{k}={v}" for k, v in first.fix.env.items())]) if first.fix else ""
+    secrets = secret_values(spec.engine.env, spec.engine.args)
     raise UserError(
-        f"{spec.engine.name} {spec.engine.version} would refuse these flags: {first.message}{more}",
+        redact(
+            f"{spec.engine.name} {spec.engine.version} would refuse these flags: {first.message}{more}",
+            secrets,
+        ),
         field="[engine] args",
-        fix=f"fix: {fix}" if fix else "run specpilot check --fix",
+        fix=redact(f"fix: {fix}", secrets) if fix else "run specpilot check --fix",
     )
 
 

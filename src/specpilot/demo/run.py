@@ -252,9 +252,13 @@ def _prompt_count(prompts: Path) -> int:
 
 
 def read_output_rows(output_dir: Path) -> list[dict[str, Any]]:
-    """Every row of the output shards, parsed (a torn or broken line raises)."""
+    """Every row of the output shards, clean and flagged, parsed (a torn or broken line raises)."""
     rows: list[dict[str, Any]] = []
-    for part in sorted((output_dir / "data").glob("part-*.jsonl")):
+    parts = [
+        *sorted((output_dir / "data").glob("part-*.jsonl")),
+        *sorted((output_dir / "flagged").glob("part-*.jsonl")),
+    ]
+    for part in parts:
         # "\n" only: generated text may hold U+2028 or \x85, which str.splitlines() also splits on
         rows.extend(json.loads(line) for line in part.read_text().split("\n") if line)
     return rows

@@ -65,6 +65,8 @@ class Answer:
     prompt_tokens: int
     completion_tokens: int
     spec_accept_length: float | None
+    reasoning_tokens: int | None = None  # only where the server reports them
+    tool_calls: list[Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,16 +125,21 @@ class ChatClient:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
 
-    def body(self, messages: Sequence[Message]) -> bytes:
+    def body(self, messages: Sequence[Message], tools: Sequence[Any] | None = None) -> bytes:
         encoded = json.dumps(messages, ensure_ascii=False, separators=(",", ":"))
+        if tools:
+            encoded += ',"tools":' + json.dumps(tools, ensure_ascii=False, separators=(",", ":"))
         return self._body_prefix + encoded.encode() + b"}"
 
-    async def complete(self, base_url: str, messages: Sequence[Message]) -> Answer:
+    async def complete(
+        self, base_url: str, messages: Sequence[Message], tools: Sequence[Any] | None = None
+    ) -> Answer:
         url = self._urls.get(base_url)
         if url is None:
             url = self._urls[base_url] = yarl.URL(f"{base_url}/v1/chat/completions")
         try:
-            async with self._session.post(url, data=self.body(messages), headers=self._headers) as response:
+            body = self.body(messages, tools)
+            async with self._session.post(url, data=body, headers=self._headers) as response:
                 raw = await response.read()
                 status = response.status
                 retry_after = response.headers.get("Retry-After")
@@ -155,28 +162,67 @@ def _seconds(value: str | None) -> float | None:
         return None
 
 
+class _Malformed(Exception):
+    """A response body whose shape is not an OpenAI chat completion."""
+
+
 def parse_answer(raw: bytes) -> Answer:
-    """Read an OpenAI-style response; both `reasoning_content` and vLLM's `reasoning`."""
+    """Read an OpenAI-style response; both `reasoning_content` and vLLM's `reasoning`.
+
+    Every field is checked for its type: a server answering 200 with another shape
+    (`"message": "hello"`, `"usage": "lots"`) is a retryable malformed response, never
+    an exception that would leave the row in flight.
+    """
     try:
         data = json.loads(raw)
-        choice = data["choices"][0]
-        message = choice["message"]
-    except (ValueError, KeyError, IndexError, TypeError):
+        choices = _field(data, "choices", list)
+        choice = choices[0] if choices else None
+        if not isinstance(choice, dict):
+            raise _Malformed("choices[0] is not an object")
+        message = _field(choice, "message", dict)
+        content = _optional(message, "content", str)
+        reasoning = _optional(message, "reasoning_content", str)
+        if reasoning is None:
+            reasoning = _optional(message, "reasoning", str)
+        usage = _optional(data, "usage", dict) or {}
+        completion_tokens = _optional(usage, "completion_tokens", int) or 0
+        prompt_tokens = _optional(usage, "prompt_tokens", int) or 0
+        finish_reason = _optional(choice, "finish_reason", str)
+        details = _optional(usage, "completion_tokens_details", dict) or {}
+        reasoning_tokens = _optional(details, "reasoning_tokens", int)
+        tool_calls = _optional(message, "tool_calls", list)
+    except (ValueError, RecursionError, _Malformed) as err:
         text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
-        raise RequestFailed(FailureKind.RETRYABLE, f"malformed response: {text}") from None
-    reasoning = message.get("reasoning_content")
-    if reasoning is None:
-        reasoning = message.get("reasoning")
-    usage = data.get("usage") or {}
-    completion_tokens = int(usage.get("completion_tokens") or 0)
+        why = f" ({err})" if isinstance(err, _Malformed) else ""
+        raise RequestFailed(FailureKind.RETRYABLE, f"malformed response{why}: {text}") from None
     return Answer(
-        content=message.get("content") or "",
+        content=content or "",
         reasoning=reasoning,
-        finish_reason=choice.get("finish_reason"),
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        finish_reason=finish_reason,
+        prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         spec_accept_length=_spec_accept_length(data, completion_tokens),
+        reasoning_tokens=reasoning_tokens,
+        tool_calls=tool_calls or None,
     )
+
+
+def _field(node: Any, key: str, kind: type) -> Any:
+    """`node[key]`, which must be a `kind` (a bool is not an int here)."""
+    value = node.get(key) if isinstance(node, dict) else None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise _Malformed(f"{key} is missing or not a {kind.__name__}")
+    return value
+
+
+def _optional(node: dict[str, Any], key: str, kind: type) -> Any:
+    """`node[key]` if present and not null; else None. Present with another type: malformed."""
+    if node.get(key) is None:
+        return None
+    value = _field(node, key, kind)
+    if kind is int and value < 0:
+        raise _Malformed(f"{key} is negative")
+    return value
 
 
 def _spec_accept_length(data: dict[str, Any], completion_tokens: int) -> float | None:

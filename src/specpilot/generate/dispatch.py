@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from specpilot.generate.client import Answer, ChatClient, FailureKind, RequestFailed, Sampling
+from specpilot.generate.client import ChatClient, FailureKind, RequestFailed, Sampling
 from specpilot.generate.inputs import iter_rows
 from specpilot.generate.ledger import LedgerBatch, RowState
+from specpilot.generate.rows import TurnResult, build_row, is_complete, messages_for
 from specpilot.generate.servers import Server, ServerPool, SpecTracker, probe, scrape_metrics
 from specpilot.generate.stats import LiveStats, ProgressView
 from specpilot.generate.types import PromptRow
-from specpilot.generate.validate import answer_flags, flag_bits
-from specpilot.generate.writer import PartWriter
+from specpilot.generate.validate import flag_bits
+from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter
 
 if TYPE_CHECKING:
     from specpilot.generate.job import Job
@@ -49,13 +50,22 @@ class Dispatcher:
         self.sampling = sampling
         self.client = ChatClient(session, sampling)
         self.pool = ServerPool([e.base_url for e in self.config.endpoints], self.config.concurrency)
-        self.writer = PartWriter(job.data_dir, job.ledger.part_commits(), self.config.rows_per_part)
+        commits = job.ledger.part_commits()
+        self.writers = {
+            split: PartWriter(
+                job.config.output_dir / split.directory, commits, self.config.rows_per_part, split.first_part
+            )
+            for split in (CLEAN, FLAGGED)
+        }
         self.batch = LedgerBatch.empty()
         self.rows: dict[int, PromptRow] = {}
+        # Target turns done so far of rows not yet written. Kept in memory only: a row is
+        # written and committed once, whole; after a kill its turns are generated again.
+        self.partial: dict[int, list[TurnResult]] = {}
         self.ready: deque[int] = deque()
         self.waiting: list[tuple[float, int]] = []  # (monotonic due time, position)
         self.attempts: dict[int, int] = {}
-        self.input = iter_rows(job.source, job.pending)
+        self.input = iter_rows(job.source, job.pending, keep_given_turns=self.config.keep_given_turns)
         self.input_done = False
         self.window = max(1024, 4 * self.config.concurrency * len(self.pool.servers))
         self.spec = SpecTracker()
@@ -65,7 +75,7 @@ class Dispatcher:
         self.overdue: set[int] = set()
         self.stop_reason: str | None = None
         self.stop_now = False  # False while stopping: let the requests in flight finish
-        self.fatal: Exception | None = None
+        self.fatal: BaseException | None = None
         counts = job.ledger.counts()
         done_before, failed_before = counts[RowState.DONE], counts[RowState.FAILED]
         in_scope = len(job.pending) + done_before + failed_before
@@ -89,25 +99,34 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._interrupt, sig)
-        self.background = [asyncio.create_task(self._flush_loop()), asyncio.create_task(self._metrics_loop())]
+        self._spawn(self._flush_loop())
+        self._spawn(self._metrics_loop())
         try:
             await self._dispatch_loop()
             if self.fatal is not None:
                 raise self.fatal
             await self._scrape_metrics()
         finally:
-            for task in self.background:
+            tasks = [*self.background, *(t for s in self.pool.servers for t in s.in_flight.values())]
+            for task in tasks:
                 task.cancel()
-            for server in self.pool.servers:
-                for task in server.in_flight.values():
-                    task.cancel()
-            await asyncio.gather(*self.background, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-            self.flush()
-            self.writer.close()
-            if self.view is not None:
-                self.view.stop()
+            try:
+                self.flush()
+            except Exception:
+                # The job already failed (self.fatal is raised): a flush failing the same
+                # way must not hide it. Unflushed rows stay in flight and are sent again.
+                if self.fatal is None:
+                    raise
+            finally:
+                for writer in self.writers.values():
+                    writer.close()
+                if self.view is not None:
+                    self.view.stop()
+        if self.fatal is not None:
+            raise self.fatal  # a task failed after the loop ended (the last flush, a metrics scrape)
 
     def _interrupt(self, sig: signal.Signals) -> None:
         """First signal: send nothing new, let requests in flight finish. Second: stop now."""
@@ -178,12 +197,15 @@ class Dispatcher:
             if row is None:
                 self.input_done = True
                 return
+            if not isinstance(row, PromptRow):
+                continue  # rejected when the job was listed; never pending
             self.rows[row.position] = row
             self.ready.append(row.position)
 
     def _start(self, server: Server, position: int) -> None:
         self.batch.started.append(position)
         task = asyncio.create_task(self._attempt(server, self.rows[position]))
+        task.add_done_callback(self._supervise)
         server.in_flight[position] = task
         self.sent_at[position] = time.monotonic()
 
@@ -200,7 +222,11 @@ class Dispatcher:
     async def _attempt(self, server: Server, row: PromptRow) -> None:
         try:
             try:
-                answer = await self.client.complete(server.base_url, row.turns)
+                done = self.partial.setdefault(row.position, [])
+                while not is_complete(row, done):
+                    sent_at = self.sent_at[row.position] = time.monotonic()
+                    answer = await self.client.complete(server.base_url, messages_for(row, done), row.tools)
+                    done.append(TurnResult(answer, server.name, time.monotonic() - sent_at))
             except asyncio.CancelledError:
                 if row.position not in self.overdue:
                     raise  # taken out or shutting down: whoever cancelled requeues the row
@@ -214,45 +240,38 @@ class Dispatcher:
         else:
             server.in_flight.pop(row.position, None)
             self.pool.record_success(server)
-            self._on_answer(server, row, answer)
+            self._on_answer(row, self.partial.pop(row.position))
         finally:
             self._fill()
 
-    def _on_answer(self, server: Server, row: PromptRow, answer: Answer) -> None:
-        thinking = self.sampling.thinking
-        flags = answer_flags(answer, thinking)
-        meta: dict[str, Any] = {
-            "model": self.sampling.model,
-            "thinking": thinking,
-            "finish_reason": answer.finish_reason,
-            "prompt_tokens": answer.prompt_tokens,
-            "completion_tokens": answer.completion_tokens,
-            "server": server.name,
-            "flags": flags,
-        }
-        if answer.spec_accept_length is not None:
-            meta["spec_accept_length"] = round(answer.spec_accept_length, 4)
-            self.stats.accept_length_sum += answer.spec_accept_length
-            self.stats.accept_length_rows += 1
-        turn: dict[str, Any] = {
-            "role": "assistant",
-            "content": answer.content,
-            "reasoning_content": answer.reasoning,
-        }
-        output = {"id": row.row_id, "conversations": [*row.turns, turn], "meta": meta}
-        self.writer.add(
+    def _on_answer(self, row: PromptRow, done: list[TurnResult]) -> None:
+        output = build_row(
+            row,
+            done,
+            model=self.sampling.model,
+            thinking=self.sampling.thinking,
+            keep_given_turns=self.config.keep_given_turns,
+        )
+        meta = output["meta"]
+        for result in done:
+            if result.answer.spec_accept_length is not None:
+                self.stats.accept_length_sum += result.answer.spec_accept_length
+                self.stats.accept_length_rows += 1
+        writer = self.writers[FLAGGED if meta["flags"] else CLEAN]
+        writer.add(
             output,
             row.position,
-            answer.prompt_tokens,
-            answer.completion_tokens,
-            flag_bits(flags),
+            meta["prompt_tokens"],
+            meta["completion_tokens"],
+            flag_bits(meta["flags"]),
             time.time(),
         )
         del self.rows[row.position]
-        sent_at = self.sent_at.pop(row.position, None)
-        latency_s = time.monotonic() - sent_at if sent_at is not None else 0.0
-        self.stats.answered(server.name, latency_s, answer.prompt_tokens, answer.completion_tokens)
-        if len(self.writer) >= self.config.flush_rows:
+        self.sent_at.pop(row.position, None)
+        # One row, however many turns: the last turn's server, the time its requests took.
+        latency_s = sum(result.latency_s for result in done)
+        self.stats.answered(done[-1].server, latency_s, meta["prompt_tokens"], meta["completion_tokens"])
+        if sum(len(w) for w in self.writers.values()) >= self.config.flush_rows:
             self.flush()
 
     def _on_failure(self, server: Server, row: PromptRow, failure: RequestFailed) -> None:
@@ -274,6 +293,7 @@ class Dispatcher:
         if failure.kind is FailureKind.FATAL or attempts >= self.config.max_attempts:
             self.batch.failed.append((str(failure), row.position))
             del self.rows[row.position]
+            self.partial.pop(row.position, None)
             self.sent_at.pop(row.position, None)
             self.stats.row_failed(str(failure))
             if self.stats.done == 0 and self.stats.failed >= FAILURES_BEFORE_SUCCESS_LIMIT:
@@ -339,7 +359,23 @@ class Dispatcher:
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         self.background = [task for task in self.background if not task.done()]
-        self.background.append(asyncio.create_task(work))
+        task = asyncio.create_task(work)
+        task.add_done_callback(self._supervise)
+        self.background.append(task)
+
+    def _supervise(self, task: asyncio.Task[None]) -> None:
+        """Every task's end: an error (a bug, a full disk) ends the job, raised by `run`.
+
+        Without this an exception would end only its task ("Task exception was never
+        retrieved") and leave its row in flight for ever, so the job would never finish.
+        Rows in flight when the job ends stay in flight in the ledger; the next run
+        sends them again.
+        """
+        if task.cancelled() or task.exception() is None:
+            return
+        if self.fatal is None:
+            self.fatal = task.exception()
+        self._stop(f"stopped by an error: {self.fatal}")
 
     def _say(self, message: str) -> None:
         if self.view is not None:
@@ -347,21 +383,19 @@ class Dispatcher:
 
     def flush(self) -> None:
         """Make answers durable, then commit them with the other changes to the ledger."""
-        durable = self.writer.flush()
         batch, self.batch = self.batch, LedgerBatch.empty()
-        batch.done, batch.parts = durable.done, durable.parts
+        for writer in self.writers.values():
+            durable = writer.flush()
+            batch.done += durable.done
+            batch.parts += durable.parts
         self.job.ledger.apply(batch)
 
     async def _flush_loop(self) -> None:
-        try:
-            while True:
-                await asyncio.sleep(self.config.flush_interval_s)
-                self.flush()
-                if self.view is not None:
-                    self.view.tick()
-        except Exception as err:  # a failed write must stop the job, not die unseen
-            self.fatal = err
-            self._stop(f"writing results failed: {err}")
+        while True:
+            await asyncio.sleep(self.config.flush_interval_s)
+            self.flush()
+            if self.view is not None:
+                self.view.tick()
 
     async def _metrics_loop(self) -> None:
         while True:

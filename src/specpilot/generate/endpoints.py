@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
 from specpilot.errors import UserError
+from specpilot.launch.state import check_run_name
 
 HOME_ENV = "SPECPILOT_HOME"
 READY_PHASE = "ready"
@@ -32,16 +34,36 @@ def specpilot_home() -> Path:
     return Path(os.environ.get(HOME_ENV) or Path.home() / ".specpilot")
 
 
-def normalize_url(url: str) -> str:
+def normalize_url(url: str, field: str = "--server") -> str:
+    """`scheme://host:port[/prefix]` without `/v1`; UserError naming a URL that cannot work."""
+    given = url
     url = url.strip().rstrip("/")
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
     if "://" not in url:
         url = f"http://{url}"
+    fix = "write it as http://HOST:PORT, e.g. http://127.0.0.1:30000"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as err:
+        raise UserError(f"{given!r} is not a usable URL ({err})", field=field, fix=fix) from None
+    problem = None
+    if parts.scheme not in ("http", "https"):
+        problem = f"scheme {parts.scheme!r} is not http or https"
+    elif not parts.hostname:
+        problem = "it names no host"
+    elif port == 0:
+        problem = "port 0 is not a server port"
+    elif parts.query or parts.fragment or any(c.isspace() or ord(c) < 32 for c in url):
+        problem = "it holds a query, a fragment, spaces or control characters"
+    if problem:
+        raise UserError(f"{given!r} is not a usable URL: {problem}", field=field, fix=fix)
     return url
 
 
 def endpoint_of_run(name: str) -> Endpoint:
+    check_run_name(name, field="--run")
     state_file = specpilot_home() / "runs" / name / "state.json"
     if not state_file.exists():
         raise UserError(
@@ -51,17 +73,22 @@ def endpoint_of_run(name: str) -> Endpoint:
         )
     try:
         state = json.loads(state_file.read_text())
-    except ValueError:
+    except (ValueError, OSError):
+        state = None
+    if not isinstance(state, dict):
         raise UserError(
-            f"{state_file} is not valid JSON", field="--run", fix="check the run with `specpilot status NAME`"
-        ) from None
+            f"{state_file} is unreadable or not a JSON object",
+            field="--run",
+            fix=f"check the run with `specpilot status {name}`, or start it again with `specpilot up SPEC`",
+        )
     if state.get("phase") != READY_PHASE or not state.get("endpoint"):
         raise UserError(
             f"run {name!r} is not ready (phase {state.get('phase')!r})",
             field="--run",
             fix=f"wait for `specpilot status {name}` to say ready",
         )
-    return Endpoint(normalize_url(str(state["endpoint"])), state.get("served_model_name"))
+    served = state.get("served_model_name")
+    return Endpoint(normalize_url(str(state["endpoint"]), field=str(state_file)), served and str(served))
 
 
 def resolve_endpoints(servers: tuple[str, ...], runs: tuple[str, ...]) -> list[Endpoint]:

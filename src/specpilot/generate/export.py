@@ -1,15 +1,25 @@
-"""`specpilot export DIR --parquet`: the committed rows of each part as one Parquet shard.
+"""`specpilot export DIR --format specforge|speculators|parquet|hf`: the committed rows for a trainer.
 
-Only the bytes the ledger has committed are read, so exporting while a job runs never
-picks up a torn or not-yet-durable row. The schema is fixed (not inferred per shard) so
-every shard agrees and `datasets.load_dataset("parquet", data_files=...)` reads them as
-one table; non-string message content (e.g. multimodal parts) is stored as JSON text.
+| format | writes | read by |
+|---|---|---|
+| `specforge` | one JSONL file, `DIR/specforge.jsonl` | SpecForge `train_data_path`, its validation script |
+| `speculators` | one JSONL file, `DIR/speculators.jsonl` | speculators `prepare-data` / `load_raw_dataset` |
+| `parquet` | one shard per part, `DIR/parquet/` | `datasets.load_dataset("parquet", data_files=...)` |
+| `hf` | a `save_to_disk` directory, `DIR/hf/` | `datasets.load_from_disk` |
+
+Only clean rows (`data/`) unless `include_flagged`. The JSONL formats carry strings
+only (never null), `tools` as a JSON string (so every row has one Arrow type), and
+SpecForge's `"status": "success"`. The Parquet/Arrow schema is fixed (not inferred per
+shard) so shards agree; non-string values are stored as JSON text.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,79 +27,205 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specpilot.errors import UserError
-from specpilot.generate.ledger import LEDGER_FILE, Ledger
-from specpilot.generate.writer import DATA_DIR, list_parts
+from specpilot.generate.committed import committed_parts
+from specpilot.generate.writer import CLEAN, FLAGGED, Split
 
-TURN = pa.struct([("role", pa.string()), ("content", pa.string()), ("reasoning_content", pa.string())])
-META = pa.struct(
+TURN = pa.struct(
     [
-        ("model", pa.string()),
-        ("thinking", pa.bool_()),
+        ("role", pa.string()),
+        ("content", pa.string()),
+        ("reasoning_content", pa.string()),
+        ("tool_calls", pa.string()),
+        ("tool_call_id", pa.string()),
+    ]
+)
+TURN_META = pa.struct(
+    [
+        ("index", pa.int64()),
         ("finish_reason", pa.string()),
         ("prompt_tokens", pa.int64()),
         ("completion_tokens", pa.int64()),
+        ("reasoning_tokens", pa.int64()),
+        ("answer_tokens", pa.int64()),
+        ("tokens_estimated", pa.bool_()),
         ("server", pa.string()),
         ("spec_accept_length", pa.float64()),
         ("flags", pa.list_(pa.string())),
     ]
 )
-SCHEMA = pa.schema([("id", pa.string()), ("conversations", pa.list_(TURN)), ("meta", META)])
+META = pa.struct(
+    [
+        ("model", pa.string()),
+        ("thinking", pa.bool_()),
+        ("keep_given_turns", pa.bool_()),
+        ("target_turns", pa.list_(pa.int64())),
+        ("finish_reason", pa.string()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("reasoning_tokens", pa.int64()),
+        ("answer_tokens", pa.int64()),
+        ("tokens_estimated", pa.bool_()),
+        ("server", pa.string()),
+        ("spec_accept_length", pa.float64()),
+        ("flags", pa.list_(pa.string())),
+        ("turns", pa.list_(TURN_META)),
+    ]
+)
+SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("conversations", pa.list_(TURN)),
+        ("tools", pa.string()),
+        ("status", pa.string()),
+        ("meta", META),
+    ]
+)
+JSONL_TURN_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name")
 
 
-@dataclass(frozen=True)
+@dataclass
 class ExportResult:
     files: list[Path]
     rows: int
+    flagged_included: bool
+    chat_template: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def _text(value: Any) -> str | None:
-    return value if value is None or isinstance(value, str) else json.dumps(value)
+    return value if value is None or isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _record(row: dict[str, Any]) -> dict[str, Any]:
-    turns = [
-        {
-            "role": t.get("role"),
-            "content": _text(t.get("content")),
-            "reasoning_content": _text(t.get("reasoning_content")),
-        }
-        for t in row["conversations"]
-    ]
+def _arrow_record(row: dict[str, Any]) -> dict[str, Any]:
+    turns = [{name: _text(t.get(name)) for name in TURN.names} for t in row["conversations"]]
     meta = row.get("meta") or {}
-    return {"id": row["id"], "conversations": turns, "meta": {name: meta.get(name) for name in META.names}}
+    return {
+        "id": row["id"],
+        "conversations": turns,
+        "tools": _text(row.get("tools")),
+        "status": row.get("status", "success"),
+        "meta": {name: meta.get(name) for name in META.names},
+    }
 
 
-def export_parquet(directory: Path, target: Path | None = None) -> ExportResult:
-    if not (directory / LEDGER_FILE).exists():
-        raise UserError(
-            f"{directory} has no {LEDGER_FILE}",
-            field="DIR",
-            fix="pass the --output directory of a `specpilot generate` job",
-        )
-    ledger = Ledger.in_dir(directory, readonly=True)
+def jsonl_record(row: dict[str, Any], *, with_status: bool) -> dict[str, Any]:
+    """A row as SpecForge / speculators read it: strings never null, tools as JSON text."""
+    turns = []
+    for turn in row["conversations"]:
+        kept = {key: turn[key] for key in JSONL_TURN_KEYS if turn.get(key) is not None}
+        kept["content"] = turn.get("content") or ""
+        if turn["role"] == "assistant":
+            kept["reasoning_content"] = turn.get("reasoning_content") or ""
+        turns.append(kept)
+    record: dict[str, Any] = {"id": row["id"], "conversations": turns}
+    if row.get("tools"):
+        record["tools"] = _text(row["tools"])
+    if with_status:
+        record["status"] = "success"
+    return record
+
+
+def _make_folder(path: Path) -> None:
     try:
-        commits = ledger.part_commits()
-    finally:
-        ledger.close()
-    target = target or directory / "parquet"
-    target.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"cannot make the folder {path}: {err.strerror}",
+            field="--to",
+            fix="give a folder that does not exist yet or is a folder you can write to",
+        ) from None
+
+
+def _splits(include_flagged: bool) -> tuple[Split, ...]:
+    return (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
+
+
+def _write_jsonl(
+    directory: Path, target: Path, include_flagged: bool, with_status: bool
+) -> tuple[list[Path], int]:
+    if target.is_dir():
+        raise UserError(
+            f"{target} is a folder", field="--to", fix="give the path of the .jsonl file to write"
+        )
+    _make_folder(target.parent)
+    tmp = target.with_name(target.name + ".tmp")
+    rows = 0
+    with tmp.open("w", encoding="utf-8") as out:
+        for _, part_rows in committed_parts(directory, _splits(include_flagged)):
+            for row in part_rows:
+                out.write(json.dumps(jsonl_record(row, with_status=with_status), ensure_ascii=False) + "\n")
+            rows += len(part_rows)
+        out.flush()
+        os.fsync(out.fileno())
+    if not rows:
+        tmp.unlink()
+        return [], 0
+    tmp.replace(target)
+    return [target], rows
+
+
+def _tables(directory: Path, include_flagged: bool) -> Iterator[tuple[Path, pa.Table]]:
+    for path, part_rows in committed_parts(directory, _splits(include_flagged)):
+        records = [_arrow_record(row) for row in part_rows]
+        yield path, pa.Table.from_pylist(records, schema=SCHEMA)
+
+
+def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> tuple[list[Path], int]:
+    _make_folder(target)
     files: list[Path] = []
     rows = 0
-    for part, path in list_parts(directory / DATA_DIR).items():
-        commit = commits.get(part)
-        if commit is None or commit.rows == 0:
-            continue
-        with path.open("rb") as handle:
-            data = handle.read(commit.committed_bytes)
-        records = [_record(json.loads(line)) for line in data.splitlines() if line]
-        out = target / f"{path.stem}.parquet"
+    for path, table in _tables(directory, include_flagged):
+        out = target / f"{path.parent.name}-{path.stem}.parquet"
         tmp = out.with_name(out.name + ".tmp")
-        pq.write_table(pa.Table.from_pylist(records, schema=SCHEMA), tmp)
+        pq.write_table(table, tmp)
         tmp.replace(out)
         files.append(out)
-        rows += len(records)
+        rows += table.num_rows
+    return files, rows
+
+
+def _write_hf(directory: Path, target: Path, include_flagged: bool) -> tuple[list[Path], int]:
+    """A `Dataset.save_to_disk` directory: Arrow stream shards, state.json, dataset_info.json."""
+    _make_folder(target)
+    tables = list(_tables(directory, include_flagged))
+    names = [f"data-{i:05d}-of-{len(tables):05d}.arrow" for i in range(len(tables))]
+    fingerprint = hashlib.sha256()  # datasets keys its caches by this: one per content
+    for name, (_, table) in zip(names, tables, strict=True):
+        with pa.OSFile(str(target / name), "wb") as sink, pa.ipc.new_stream(sink, SCHEMA) as stream:
+            stream.write_table(table)
+        fingerprint.update("\n".join(table.column("id").to_pylist()).encode())
+    state: dict[str, Any] = {
+        "_data_files": [{"filename": name} for name in names],
+        "_fingerprint": fingerprint.hexdigest()[:16],
+        "_format_columns": None,
+        "_format_kwargs": {},
+        "_format_type": None,
+        "_output_all_columns": False,
+        "_split": None,
+    }
+    (target / "state.json").write_text(json.dumps(state, indent=2) + "\n")
+    (target / "dataset_info.json").write_text(json.dumps({"description": "specpilot generate export"}) + "\n")
+    return [target / name for name in names], sum(t.num_rows for _, t in tables)
+
+
+Writer = Callable[[Path, Path, bool], tuple[list[Path], int]]
+FORMATS: dict[str, tuple[str, Writer]] = {
+    "specforge": ("specforge.jsonl", lambda d, t, f: _write_jsonl(d, t, f, with_status=True)),
+    "speculators": ("speculators.jsonl", lambda d, t, f: _write_jsonl(d, t, f, with_status=False)),
+    "parquet": ("parquet", _write_parquet),
+    "hf": ("hf", _write_hf),
+}
+
+
+def export(
+    directory: Path, fmt: str, target: Path | None = None, *, include_flagged: bool = False
+) -> ExportResult:
+    default_name, write = FORMATS[fmt]
+    files, rows = write(directory, target or directory / default_name, include_flagged)
     if not files:
         raise UserError(
-            f"{directory} has no finished rows yet", field="DIR", fix="run `specpilot generate` into it first"
+            f"{directory} has no finished rows{'' if include_flagged else ' in data/'} yet",
+            field="DIR",
+            fix="run `specpilot generate` into it first (or pass --include-flagged for the flagged rows)",
         )
-    return ExportResult(files, rows)
+    return ExportResult(files, rows, include_flagged)

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
+import sqlite3
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
@@ -26,16 +29,24 @@ from specpilot.generate.client import Sampling, open_session
 from specpilot.generate.dispatch import Dispatcher
 from specpilot.generate.endpoints import Endpoint, default_model
 from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
-from specpilot.generate.ledger import Ledger, RowState
+from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import summarize
-from specpilot.generate.writer import DATA_DIR, list_parts, reconcile_parts
+from specpilot.generate.types import RejectedRow
+from specpilot.generate.writer import SPLITS, reconcile_parts, split_parts
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
 JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
 
 DUPLICATES_SHOWN = 5
-PARAM_KEYS = ("model", "thinking", "max_tokens", "temperature", "top_p", "top_k")
+REJECTED_SHOWN = 20
+REJECTED_FILE = "rejected.jsonl"
+PARAM_KEYS = ("model", "thinking", "keep_given_turns", "max_tokens", "temperature", "top_p", "top_k")
+DEFAULT_PARAMS = {"keep_given_turns": "false"}
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,7 @@ class JobConfig:
     endpoints: list[Endpoint]
     model: str | None
     thinking: bool
+    keep_given_turns: bool = False
     concurrency: int = 64
     max_tokens: int | None = None
     temperature: float | None = None
@@ -66,6 +78,7 @@ class JobConfig:
     metrics_interval_s: float = 10.0
     progress_interval_s: float = 30.0
     show_progress: bool = True
+    notify: Callable[[str], None] = _stderr
 
 
 @dataclass
@@ -92,8 +105,11 @@ class Job:
         self.source: InputSource = resolve_input(config.input_path)
         check_output_dir(config.output_dir)
         self.lock = DirectoryLock(config.output_dir)
-        self.ledger = Ledger.in_dir(config.output_dir)
-        self.data_dir = config.output_dir / DATA_DIR
+        try:
+            self.ledger = Ledger.in_dir(config.output_dir)
+        except BaseException:
+            self.lock.release()
+            raise
         self.pending: set[int] = set()
 
     def close(self) -> None:
@@ -115,8 +131,15 @@ class Job:
             self._initialize(params)
         else:
             self._check_same_job(meta, params)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        reconcile_parts(self.data_dir, self.ledger)
+        for split in SPLITS:
+            directory = self.config.output_dir / split.directory
+            directory.mkdir(parents=True, exist_ok=True)
+            repaired = reconcile_parts(directory, self.ledger, split.first_part)
+            if repaired.lost_parts:
+                self.config.notify(
+                    f"{', '.join(repaired.lost_parts)} in {directory} lost rows since the last run "
+                    f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again"
+                )
         self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
         self.ledger.set_meta({"servers": json.dumps([e.base_url for e in self.config.endpoints])})
         pending = self.ledger.pending_positions()
@@ -129,6 +152,7 @@ class Job:
         values = {
             "model": model,
             "thinking": c.thinking,
+            "keep_given_turns": c.keep_given_turns,
             "max_tokens": c.max_tokens,
             "temperature": c.temperature,
             "top_p": c.top_p,
@@ -141,9 +165,13 @@ class Job:
     def _initialize(self, params: dict[str, str]) -> None:
         seen: dict[str, int] = {}
         duplicates: list[str] = []
+        rejected: list[RejectedRow] = []
 
         def listed() -> Iterator[tuple[int, str]]:
-            for row in iter_rows(self.source):
+            for row in iter_rows(self.source, keep_given_turns=self.config.keep_given_turns):
+                if isinstance(row, RejectedRow):
+                    rejected.append(row)
+                    continue
                 if row.row_id in seen:
                     duplicates.append(row.row_id)
                     continue
@@ -151,11 +179,13 @@ class Job:
                 yield row.position, row.row_id
 
         def check() -> dict[str, str]:
+            self._report_rejected(rejected)
             if not seen:
                 raise UserError(
-                    f"{self.source.path} has no rows",
+                    f"{self.source.path} has no usable rows ({len(rejected)} rejected)",
                     field="--input",
-                    fix="pass a file with at least one prompt row",
+                    fix="pass a file with at least one valid prompt row (the lines above say what is wrong; "
+                    "`specpilot generate --help` shows every row shape)",
                 )
             if duplicates and not self.config.dedupe:
                 shown = ", ".join(list(dict.fromkeys(duplicates))[:DUPLICATES_SHOWN])
@@ -171,12 +201,27 @@ class Job:
                 "input_fingerprint": self.source.fingerprint(),
                 "input_sha256": self.source.sha256(),
                 "duplicates_skipped": str(len(duplicates)),
+                "rejected": str(len(rejected)),
             }
 
         self.ledger.initialize(listed(), check)
 
+    def _report_rejected(self, rejected: list[RejectedRow]) -> None:
+        """One line per rejected row (the first few; all of them in rejected.jsonl)."""
+        lines = [row.line() for row in rejected]
+        for line in lines[:REJECTED_SHOWN]:
+            self.config.notify(f"rejected {line}")
+        if len(lines) > REJECTED_SHOWN:
+            self.config.notify(f"... {len(lines) - REJECTED_SHOWN} more rejected rows in {REJECTED_FILE}")
+        records = ({"where": r.where, "id": r.row_id, "problem": r.problem, "fix": r.fix} for r in rejected)
+        _write_atomic(
+            self.config.output_dir / REJECTED_FILE,
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+        )
+
     def _check_same_job(self, meta: dict[str, str], params: dict[str, str]) -> None:
-        changed = [k for k in PARAM_KEYS if meta.get(k) != params[k]]
+        # a ledger from before a parameter existed ran with its default
+        changed = [k for k in PARAM_KEYS if meta.get(k, DEFAULT_PARAMS.get(k)) != params[k]]
         if changed:
             was = ", ".join(f"{k}={meta.get(k)} (now {params[k]})" for k in changed)
             raise UserError(
@@ -221,19 +266,25 @@ class Job:
                 "format": meta.get("input_format"),
                 "sha256": meta.get("input_sha256"),
                 "duplicates_skipped": int(meta.get("duplicates_skipped", "0")),
+                "rejected": summary["rejected"],
             },
-            "params": {k: (meta[k] if k == "model" else json.loads(meta[k])) for k in PARAM_KEYS},
-            "counts": {k: summary[k] for k in ("total", "done", "failed", "pending", "in_flight")},
+            "params": {
+                k: (meta[k] if k == "model" else json.loads(meta.get(k, DEFAULT_PARAMS.get(k, "null"))))
+                for k in PARAM_KEYS
+            },
+            "counts": {
+                k: summary[k] for k in ("total", "done", "clean", "flagged", "failed", "pending", "in_flight")
+            },
             "tokens": {"prompt": summary["prompt_tokens"], "completion": summary["completion_tokens"]},
             "flags": summary["flags"],
             "spec_accept_length": summary["spec_accept_length"],
             "parts": [
                 {
-                    "file": f"{DATA_DIR}/{path.name}",
+                    "file": f"{path.parent.name}/{path.name}",
                     "rows": commits[p].rows,
                     "bytes": commits[p].committed_bytes,
                 }
-                for p, path in list_parts(self.data_dir).items()
+                for p, path in split_parts(out).items()
                 if p in commits
             ],
             "updated_at": time.time(),
@@ -267,12 +318,47 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[dic
         return dispatcher.stop_reason, servers
 
 
+def storage_error(err: OSError | sqlite3.Error, output_dir: Path, input_path: Path) -> UserError:
+    """A full disk, an unwritable folder or a damaged ledger, as one line with its fix.
+
+    The ledger only marks rows done after they are fsynced, so after any of these
+    every finished row is kept and a rerun of the same command resumes.
+    """
+    resume = "then run the same command again to resume (finished rows are kept)"
+    errno_name = getattr(err, "errno", None)
+    text = str(err)
+    if errno_name == errno.ENOSPC or "disk is full" in text:
+        return UserError(
+            f"the disk holding {output_dir} is full", field="--output", fix=f"free space, {resume}"
+        )
+    if isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError):
+        return UserError(
+            f"the ledger {output_dir / LEDGER_FILE} is damaged ({text})",
+            field="--output",
+            fix="restore the folder from a backup, or start over with a new --output folder",
+        )
+    where = Path(getattr(err, "filename", None) or output_dir)
+    reason = getattr(err, "strerror", None) or text
+    if where.resolve().is_relative_to(input_path.resolve()):
+        return UserError(
+            f"reading {where} failed: {reason}", field="--input", fix="check the file is there and readable"
+        )
+    return UserError(
+        f"reading or writing {where} failed: {reason}",
+        field="--output",
+        fix=f"check the folder's permissions and free space, {resume}",
+    )
+
+
 def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
     """Run (or resume) a job to its end; the summary comes from the ledger."""
-    with Job(config) as job:
-        stop_reason, servers = asyncio.run(_run(job, watch))
-        summary = {**job.write_reports(), "this_run_servers": servers}
-        scope_left = job.unfinished_in_scope()
+    try:
+        with Job(config) as job:
+            stop_reason, servers = asyncio.run(_run(job, watch))
+            summary = {**job.write_reports(), "this_run_servers": servers}
+            scope_left = job.unfinished_in_scope()
+    except (OSError, sqlite3.Error) as err:
+        raise storage_error(err, config.output_dir, config.input_path) from err
     if stop_reason:
         return Outcome(summary, 1, stop_reason)
     if summary["failed"]:

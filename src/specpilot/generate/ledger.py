@@ -185,6 +185,24 @@ class Ledger:
         rows = self._db.execute("SELECT part, committed_bytes, rows FROM parts").fetchall()
         return {part: PartCommit(part, size, count) for part, size, count in rows}
 
+    def done_in_part(self, part: int) -> dict[str, int]:
+        """id -> position of the rows the ledger has as done in `part`."""
+        query = f"SELECT id, position FROM rows WHERE state = {RowState.DONE} AND part = ?"
+        return {str(row_id): int(position) for row_id, position in self._db.execute(query, (part,))}
+
+    def requeue_lost(self, positions: Iterable[int], commit: PartCommit) -> None:
+        """Rows whose part lost them go back to pending; the part's commit shrinks to `commit`."""
+        with self._transaction():
+            self._db.executemany(
+                f"UPDATE rows SET state = {RowState.PENDING}, part = NULL, prompt_tokens = NULL, "
+                "completion_tokens = NULL, flags = 0, done_at = NULL WHERE position = ?",
+                ((p,) for p in positions),
+            )
+            self._db.execute(
+                "INSERT OR REPLACE INTO parts VALUES (?, ?, ?)",
+                (commit.part, commit.committed_bytes, commit.rows),
+            )
+
     def states_of(self, row_ids: Sequence[str]) -> dict[str, tuple[int, RowState]]:
         """id -> (position, state) for the ids the ledger knows."""
         found: dict[str, tuple[int, RowState]] = {}

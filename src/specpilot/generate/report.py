@@ -7,7 +7,10 @@ safe while a job is writing: it sees the last committed batch, never a torn stat
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specpilot.errors import UserError
-from specpilot.generate.ledger import LEDGER_FILE, Ledger
+from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.stats import RATE_WINDOW_S, eta_text
 from specpilot.generate.validate import FLAG_NAMES
 
@@ -30,6 +33,23 @@ def open_for_report(directory: Path) -> Ledger:
     return Ledger.in_dir(directory, readonly=True)
 
 
+@contextmanager
+def reading_ledger(directory: Path) -> Iterator[Ledger]:
+    """The job's ledger, read-only and closed after; a damaged one is one line naming it."""
+    try:
+        ledger = open_for_report(directory)
+        try:
+            yield ledger
+        finally:
+            ledger.close()
+    except sqlite3.DatabaseError as err:
+        raise UserError(
+            f"the ledger in {directory} cannot be read ({err})",
+            field="DIR",
+            fix="restore the folder from a backup; the rows themselves are in its data/ folder",
+        ) from None
+
+
 def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
     """Counts, tokens, flags, recent rate and ETA of the job, as one JSON-able object."""
     now = time.time() if now is None else now
@@ -40,12 +60,13 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
         "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
         "COALESCE(SUM(MAX(attempts - 1, 0)), 0), "
         f"SUM(done_at > ?), SUM(CASE WHEN done_at > ? THEN completion_tokens END), "
-        f"MIN(CASE WHEN done_at > ? THEN done_at END), MIN(done_at), MAX(done_at), {flag_sums} FROM rows",
+        f"MIN(CASE WHEN done_at > ? THEN done_at END), MIN(done_at), MAX(done_at), "
+        f"COALESCE(SUM(state = {RowState.DONE} AND flags != 0), 0), {flag_sums} FROM rows",
         (now - RATE_WINDOW_S,) * 3,
     )
     prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens, first = totals[:6]
-    first_done, last_done = totals[6:8]
-    flags = {name: int(str(value or 0)) for name, value in zip(FLAG_NAMES, totals[8:], strict=True)}
+    first_done, last_done, flagged = totals[6:9]
+    flags = {name: int(str(value or 0)) for name, value in zip(FLAG_NAMES, totals[9:], strict=True)}
     # The rate over the last minute, or over the job's life if it is younger than that.
     window_s = max(now - float(str(first)), 1.0) if first is not None else RATE_WINDOW_S
     rows_per_s = int(str(recent_rows or 0)) / window_s
@@ -59,6 +80,9 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
     return {
         "total": total,
         **counts,
+        "clean": counts["done"] - int(str(flagged)),
+        "flagged": int(str(flagged)),
+        "rejected": int(meta.get("rejected", "0")),
         "state": "finished" if remaining == 0 else "incomplete",
         "prompt_tokens": int(str(prompt_tokens)),
         "completion_tokens": int(str(completion_tokens)),
@@ -83,6 +107,8 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
 def render_summary(summary: dict[str, Any], console: Console) -> None:
     table = Table(title=f"generate: {summary['state']}", show_header=False)
     table.add_row("done", f"{summary['done']}/{summary['total']}")
+    table.add_row("clean / flagged", f"{summary['clean']} / {summary['flagged']}")
+    table.add_row("rejected", str(summary["rejected"]))
     table.add_row("failed", str(summary["failed"]))
     table.add_row("pending / in flight", f"{summary['pending']} / {summary['in_flight']}")
     table.add_row("retries", str(summary["retries"]))
@@ -102,3 +128,31 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     for flag, count in summary["flags"].items():
         table.add_row(f"flag {flag}", str(count))
     console.print(table)
+
+
+def render_lengths(split: str, lengths: dict[str, Any], console: Console) -> None:
+    """The histogram of row lengths (tokens) and how many rows the trainer would cut."""
+    table = Table(title=f"row length, {split}/ ({lengths['rows']} rows)", show_header=True)
+    table.add_column("tokens")
+    table.add_column("rows", justify="right")
+    table.add_column("")
+    buckets = lengths["histogram"]
+    # up to the longest non-empty bucket: empty 64k-token buckets say nothing
+    shown = buckets[: max((i + 1 for i, b in enumerate(buckets) if b["rows"]), default=1)]
+    widest = max((bucket["rows"] for bucket in shown), default=0) or 1
+    for bucket in shown:
+        edge = bucket["le_tokens"]
+        label = f"<= {edge}" if edge is not None else "longer"
+        table.add_row(label, str(bucket["rows"]), "#" * round(30 * bucket["rows"] / widest))
+    console.print(table)
+    p = lengths["percentiles"]
+    console.print(
+        "p50/p90/max tokens: " + ", ".join(f"{k} {v['p50']}/{v['p90']}/{v['p100']}" for k, v in p.items())
+    )
+    if lengths["max_length_tokens"] is not None:
+        console.print(f"rows over --max-length {lengths['max_length_tokens']}: {lengths['over_max_length']}")
+    if lengths["estimated_rows"]:
+        console.print(
+            f"reasoning/answer split estimated from characters in {lengths['estimated_rows']} rows "
+            "(the server did not report reasoning_tokens)"
+        )

@@ -11,12 +11,29 @@ Message = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class PromptRow:
-    """One input row: its position in the input, its id, the turns sent and kept.
+    """One input row: its position in the input, its id, and what the target answers.
 
-    `turns` are the conversation as it will appear in the output before the new
-    assistant turn; they are also exactly the messages sent to the server.
+    `segments[k]` are the messages (system, user; or with `--keep-given-turns` the
+    whole given conversation) that come before the target's k-th turn; turn k is
+    generated from `segments[0] + answer0 + ... + segments[k]` (see `turns.py`).
     """
 
     position: int
     row_id: str
-    turns: list[Message]
+    segments: list[list[Message]]
+    tools: list[Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedRow:
+    """An input row the job skips: where it is, its id if it has one, and why."""
+
+    position: int
+    where: str
+    row_id: str | None
+    problem: str
+    fix: str
+
+    def line(self) -> str:
+        name = f" (id {self.row_id})" if self.row_id else ""
+        return f"{self.where}{name}: {self.problem}; {self.fix}"

@@ -1,4 +1,4 @@
-"""Output shards `DIR/data/part-NNNNN.jsonl`: batched durable appends and crash repair.
+"""Output shards `DIR/data/part-NNNNN.jsonl` (and `DIR/flagged/`): batched durable appends and crash repair.
 
 Rows are buffered in memory and written in batches; `flush()` writes, fsyncs and
 only then returns the `DoneRecord`s and `PartCommit`s the caller hands to the ledger.
@@ -21,21 +21,52 @@ from specpilot.generate.ledger import DoneRecord, Ledger, LedgerBatch, PartCommi
 from specpilot.generate.validate import flag_bits
 
 DATA_DIR = "data"
+FLAGGED_DIR = "flagged"
 PART_NAME = "part-{:05d}.jsonl"
 PART_PATTERN = re.compile(r"^part-(\d{5,})\.jsonl$")
 
 
-def part_path(data_dir: Path, part: int) -> Path:
-    return data_dir / PART_NAME.format(part)
+@dataclass(frozen=True)
+class Split:
+    """A folder of parts. The ledger numbers all parts in one space, so each split owns a range."""
+
+    directory: str
+    first_part: int
 
 
-def list_parts(data_dir: Path) -> dict[int, Path]:
+SPLIT_PARTS = 1 << 32
+CLEAN = Split(DATA_DIR, 0)
+FLAGGED = Split(FLAGGED_DIR, SPLIT_PARTS)  # rows with a flag (truncated, empty, ...): not for training as is
+SPLITS = (CLEAN, FLAGGED)
+
+
+def split_commits(commits: dict[int, PartCommit], first_part: int) -> list[PartCommit]:
+    """The commits of the split whose part ids start at `first_part`, in part order."""
+    return sorted(
+        (c for c in commits.values() if first_part <= c.part < first_part + SPLIT_PARTS), key=lambda c: c.part
+    )
+
+
+def part_path(directory: Path, part: int, first_part: int = 0) -> Path:
+    return directory / PART_NAME.format(part - first_part)
+
+
+def list_parts(directory: Path, first_part: int = 0) -> dict[int, Path]:
+    """Ledger part id -> file, for the parts in `directory` (a split starting at `first_part`)."""
     found = {}
-    for path in data_dir.glob("part-*.jsonl"):
+    for path in directory.glob("part-*.jsonl"):
         match = PART_PATTERN.match(path.name)
         if match:
-            found[int(match.group(1))] = path
+            found[first_part + int(match.group(1))] = path
     return dict(sorted(found.items()))
+
+
+def split_parts(job_dir: Path) -> dict[int, Path]:
+    """Every part of the job, clean and flagged, by ledger part id."""
+    found: dict[int, Path] = {}
+    for split in SPLITS:
+        found.update(list_parts(job_dir / split.directory, split.first_part))
+    return found
 
 
 def fsync_dir(directory: Path) -> None:
@@ -60,15 +91,19 @@ class _Pending:
 class PartWriter:
     """Appends finished rows to the newest part, rotating after `rows_per_part` rows."""
 
-    def __init__(self, data_dir: Path, commits: dict[int, PartCommit], rows_per_part: int) -> None:
+    def __init__(
+        self, data_dir: Path, commits: dict[int, PartCommit], rows_per_part: int, first_part: int = 0
+    ) -> None:
         self._data_dir = data_dir
         self._rows_per_part = rows_per_part
+        self._first_part = first_part
         data_dir.mkdir(parents=True, exist_ok=True)
-        last = max(commits.values(), key=lambda c: c.part, default=None)
+        mine = split_commits(commits, first_part)
+        last = mine[-1] if mine else None
         if last is not None and last.rows < rows_per_part:
             self._part, self._bytes, self._rows = last.part, last.committed_bytes, last.rows
         else:
-            self._part = 0 if last is None else last.part + 1
+            self._part = first_part if last is None else last.part + 1
             self._bytes, self._rows = 0, 0
         self._handle: IO[bytes] | None = None
         self._buffer: list[_Pending] = []
@@ -127,7 +162,7 @@ class PartWriter:
 
     def _open(self) -> IO[bytes]:
         if self._handle is None:
-            path = part_path(self._data_dir, self._part)
+            path = part_path(self._data_dir, self._part, self._first_part)
             is_new = not path.exists()
             self._handle = path.open("ab")
             if self._handle.tell() != self._bytes:
@@ -155,10 +190,18 @@ class ReconcileResult:
     adopted_rows: int
     dropped_rows: int
     truncated_bytes: int
+    #: rows marked done whose part was deleted or cut short: sent again
+    requeued_rows: int = 0
+    #: the parts that lost rows (missing or shorter than the ledger says)
+    lost_parts: tuple[str, ...] = ()
 
 
-def reconcile_parts(data_dir: Path, ledger: Ledger) -> ReconcileResult:
-    """Repair every part after a kill so the ledger invariant holds again.
+def reconcile_parts(data_dir: Path, ledger: Ledger, first_part: int = 0) -> ReconcileResult:
+    """Repair every part of one split (`data_dir`, part ids from `first_part`) so the ledger
+    invariant holds again: first parts that lost committed rows, then what a kill left.
+
+    A part deleted or cut short since keeps its intact prefix; its other rows go back to
+    pending and are generated again (`_requeue_lost_rows`).
 
     Past `committed_bytes` a part may hold whole rows that were fsynced but not yet
     marked done (adopted: marked done, not generated again), rows the ledger already
@@ -167,17 +210,12 @@ def reconcile_parts(data_dir: Path, ledger: Ledger) -> ReconcileResult:
     write the adopted rows back, fsync, then commit. A kill in between only un-adopts
     those rows, which are then generated again: nothing is ever duplicated.
     """
+    requeued, lost = _requeue_lost_rows(data_dir, ledger, first_part)
     commits = ledger.part_commits()
     adopted = dropped = truncated = 0
-    for part, path in list_parts(data_dir).items():
+    for part, path in list_parts(data_dir, first_part).items():
         commit = commits.get(part, PartCommit(part, 0, 0))
         size_bytes = path.stat().st_size
-        if size_bytes < commit.committed_bytes:
-            raise JobFailed(
-                f"{path} is {size_bytes} bytes but the ledger has {commit.committed_bytes} bytes of it as "
-                "written: the output was truncated or replaced since; restore the file, or start over "
-                "with a new --output folder",
-            )
         if size_bytes == commit.committed_bytes:
             continue
         with path.open("rb") as handle:
@@ -197,7 +235,53 @@ def reconcile_parts(data_dir: Path, ledger: Ledger) -> ReconcileResult:
         new_commit = PartCommit(part, commit.committed_bytes + kept_bytes, commit.rows + len(keep))
         ledger.apply(LedgerBatch([], [], [], records, [new_commit]))
         adopted += len(keep)
-    return ReconcileResult(adopted, dropped, truncated)
+    return ReconcileResult(adopted, dropped, truncated, requeued, lost)
+
+
+def _requeue_lost_rows(data_dir: Path, ledger: Ledger, first_part: int) -> tuple[int, tuple[str, ...]]:
+    """Parts deleted or cut short since: keep their intact prefix, send the other rows again.
+
+    Bytes [0, committed_bytes) held exactly the part's done rows, so the complete lines
+    still there are rows the ledger knows; the part is truncated to them (fsynced) before
+    the ledger moves the rest back to pending. A kill in between only repeats this.
+    """
+    requeued = 0
+    lost: list[str] = []
+    for commit in split_commits(ledger.part_commits(), first_part):
+        part = commit.part
+        path = part_path(data_dir, part, first_part)
+        size_bytes = path.stat().st_size if path.exists() else 0
+        if size_bytes >= commit.committed_bytes:
+            continue
+        done = ledger.done_in_part(part)
+        kept_bytes, kept_ids = _intact_prefix(path, done) if size_bytes else (0, set())
+        if path.exists():
+            with path.open("r+b") as handle:
+                handle.truncate(kept_bytes)
+                os.fsync(handle.fileno())
+        positions = [position for row_id, position in done.items() if row_id not in kept_ids]
+        ledger.requeue_lost(positions, PartCommit(part, kept_bytes, len(kept_ids)))
+        requeued += len(positions)
+        lost.append(path.name)
+    return requeued, tuple(lost)
+
+
+def _intact_prefix(path: Path, done: dict[str, int]) -> tuple[int, set[str]]:
+    """Length and ids of the leading complete lines that are done rows of this part."""
+    kept_bytes = 0
+    ids: set[str] = set()
+    with path.open("rb") as handle:
+        for raw in handle:
+            try:
+                row = json.loads(raw) if raw.endswith(b"\n") else None
+            except ValueError:
+                row = None
+            row_id = row.get("id") if isinstance(row, dict) else None
+            if row_id not in done or row_id in ids:
+                break
+            ids.add(row_id)
+            kept_bytes += len(raw)
+    return kept_bytes, ids
 
 
 def _adoptable(

@@ -11,14 +11,14 @@ are written, then `[engine] env`.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from specpilot.cmdline import take_flag
 from specpilot.engines import ENGINES
 from specpilot.errors import UserError
-from specpilot.secrets import is_secret_name
+from specpilot.secrets import MASK, is_secret_name, mask_argv
 from specpilot.spec import Spec
 
 #: Login variables taken from the host so the engine finds its Python and home.
@@ -35,6 +35,8 @@ class PlannedLaunch:
     env_file_env: dict[str, str]  # the env as recorded on disk: secrets as ${NAME}
     endpoint: str
     served_model_name: str
+    #: argv positions holding a secret flag value -> (text before it, env variable carrying it)
+    secret_args: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 def host_model_path(spec: Spec, *, home: str, local: bool) -> str:
@@ -110,6 +112,25 @@ def plan_env(
     return env, recorded
 
 
+SECRET_ARG_ENV_PREFIX = "SPECPILOT_ARG_"
+
+
+def secret_arg_refs(argv: Sequence[str]) -> dict[int, tuple[str, str]]:
+    """Where argv holds a secret flag value (`--api-key X`, `--hf-token=X`): position ->
+    (the part before the value, the env variable that carries it to the engine)."""
+    refs: dict[int, tuple[str, str]] = {}
+    for i, (given, shown) in enumerate(zip(argv, mask_argv(argv), strict=True)):
+        if given == shown:
+            continue
+        flag, eq, _ = given.partition("=") if shown.endswith(f"={MASK}") else (argv[i - 1], "", "")
+        name = SECRET_ARG_ENV_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", flag.lstrip("-")).upper()
+        taken = {ref for _, ref in refs.values()}
+        if name in taken:
+            name = f"{name}_{i}"
+        refs[i] = (f"{flag}=" if eq else "", name)
+    return refs
+
+
 def plan_launch(
     spec: Spec,
     *,
@@ -119,8 +140,12 @@ def plan_launch(
 ) -> PlannedLaunch:
     argv, served = plan_argv(spec, model_path=model_path)
     env, recorded = plan_env(spec.engine.env, host_env, local_env)
+    refs = secret_arg_refs(argv)
+    for position, (prefix, name) in refs.items():
+        env[name] = argv[position][len(prefix) :]
+        recorded[name] = f"${{{name}}}"
     endpoint = f"http://{_url_host(spec.server.host)}:{spec.server.port}"
-    return PlannedLaunch(tuple(argv), env, recorded, endpoint, served)
+    return PlannedLaunch(tuple(argv), env, recorded, endpoint, served, refs)
 
 
 def _url_host(bind_host: str) -> str:

@@ -17,10 +17,22 @@ from specpilot.errors import UserError
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def render_launch_script(argv: Sequence[str]) -> bytes:
+def render_launch_script(argv: Sequence[str], env_refs: Mapping[int, tuple[str, str]] | None = None) -> bytes:
+    """`exec` of argv; `env_refs[i] = (prefix, NAME)` writes word i as prefix + "${NAME}".
+
+    That is how a secret flag value (`--api-key X`) reaches the engine without being
+    written into launch.sh: the value travels in the process environment.
+    """
     if not argv:
         raise ValueError("empty argv")
-    return f"#!/usr/bin/env bash\nexec {shlex.join(argv)}\n".encode()
+    refs = env_refs or {}
+    words = [
+        (shlex.quote(refs[i][0]) if refs[i][0] else "") + f'"${{{refs[i][1]}}}"'
+        if i in refs
+        else shlex.quote(arg)
+        for i, arg in enumerate(argv)
+    ]
+    return f"#!/usr/bin/env bash\nexec {' '.join(words)}\n".encode()
 
 
 def render_env_file(env: Mapping[str, str]) -> bytes:

@@ -23,11 +23,11 @@ def specpilot_home() -> Path:
     return Path(os.environ.get("SPECPILOT_HOME") or Path.home() / ".specpilot")
 
 
-def check_run_name(name: str) -> str:
+def check_run_name(name: str, field: str = "name") -> str:
     if not _NAME.match(name) or name in (".", ".."):
         raise UserError(
             f"run name {name!r} is not usable as a directory name",
-            field="name",
+            field=field,
             fix="use letters, digits, '.', '_' and '-'",
         )
     return name
@@ -52,11 +52,23 @@ def write_state(state: dict[str, Any]) -> Path:
 def read_state(name: str) -> dict[str, Any]:
     path = state_path(name)
     try:
-        data: dict[str, Any] = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except FileNotFoundError:
         raise UserError(
             f"no run named {name!r} (looked for {path})",
             field="NAME",
             fix="start it with `specpilot up SPEC`, or set SPECPILOT_HOME as when it was started",
         ) from None
+    except (ValueError, OSError) as err:
+        raise UserError(
+            f"{path} is unreadable or not valid JSON ({err})",
+            field="NAME",
+            fix=f"delete {path.parent} if the run is gone, or start it again with `specpilot up SPEC`",
+        ) from None
+    if not isinstance(data, dict):
+        raise UserError(
+            f"{path} does not hold a JSON object",
+            field="NAME",
+            fix=f"delete {path.parent} if the run is gone, or start it again with `specpilot up SPEC`",
+        )
     return data

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import time
+import tomllib
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,17 +26,46 @@ from specpilot.launch.render import render_env_file, render_launch_script
 from specpilot.launch.state import write_state
 from specpilot.launch.stop import stop_group
 from specpilot.launch.watch import RunWatch
-from specpilot.secrets import mask_argv, redact
+from specpilot.secrets import mask_argv, mask_env, redact
 from specpilot.spec import Spec, spec_to_toml
 
 __all__ = ["UpOptions", "UpResult", "launch"]
 
 
 def _spec_text(spec: Spec, secrets: list[str]) -> bytes:
-    """The spec as given, with secret values masked (they never reach the host's disk)."""
+    """The spec as given, with secret values masked (they never reach the host's disk).
+
+    The file's own text keeps its comments, but a secret written with a TOML escape
+    (`"hf_ab\\tc"`) does not appear there as its value: when the masked text still
+    parses to a secret, the spec is written from its parsed form, secrets masked.
+    """
     source = spec.source_path
-    text = source.read_text() if source is not None and source.is_file() else spec_to_toml(spec)
-    return redact(text, secrets).encode()
+    if source is not None and source.is_file():
+        text = redact(source.read_text(), secrets)
+        if not _holds_secret(text, secrets):
+            return text.encode()
+    engine = spec.engine.model_copy(
+        update={"env": mask_env(spec.engine.env), "args": mask_argv(spec.engine.args)}
+    )
+    return redact(spec_to_toml(spec.model_copy(update={"engine": engine})), secrets).encode()
+
+
+def _holds_secret(toml_text: str, secrets: list[str]) -> bool:
+    """Whether any string the TOML text parses to still contains a secret value."""
+    try:
+        document: object = tomllib.loads(toml_text)
+    except (tomllib.TOMLDecodeError, RecursionError):
+        return True
+    pending, strings = [document], []
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            pending += [*node.keys(), *node.values()]
+        elif isinstance(node, list):
+            pending += node
+        elif isinstance(node, str):
+            strings.append(node)
+    return any(secret in text for text in strings for secret in secrets)
 
 
 async def _host_env(host: Host) -> dict[str, str]:
@@ -83,7 +113,7 @@ async def launch(
     files = rundir.RunFiles(
         spec_toml=_spec_text(spec, run.secrets),
         plan_json=(json.dumps(plan_json or {}, indent=2, sort_keys=True) + "\n").encode(),
-        launch_sh=render_launch_script(planned.argv),
+        launch_sh=render_launch_script(planned.argv, planned.secret_args),
         env=render_env_file(planned.env_file_env),
     )
     manifest = rundir.build_manifest(

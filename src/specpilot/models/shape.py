@@ -14,6 +14,7 @@ because engine rules are keyed on it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,31 @@ DTYPE_BYTES: dict[str, float] = {
 
 #: model types whose attention has an output gate (q_proj twice as wide) without saying so in config
 _GATED_ATTENTION_TYPES = frozenset({"qwen3_next"})
+
+#: architectures whose layers this module reads and whose plans were checked against engine
+#: logs; another architecture is planned as plain attention + MLP layers, with a warning
+PLANNED_ARCHITECTURES = frozenset(
+    {
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "Qwen3NextForCausalLM",
+        "Qwen3_5ForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForCausalLM",
+        "Qwen3_5MoeForConditionalGeneration",
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+    }
+)
+#: the linear-attention (Gated DeltaNet) numbers a hybrid model's state size is made of
+LINEAR_ATTENTION_KEYS = (
+    "linear_num_key_heads",
+    "linear_key_head_dim",
+    "linear_num_value_heads",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+)
 
 FULL_ATTENTION = "full_attention"
 LINEAR_ATTENTION = "linear_attention"
@@ -269,6 +295,50 @@ def _vision_params_estimate(vision: dict[str, Any]) -> int:
     return blocks + patch_embed + positions + merger
 
 
+class _ConfigNumbers:
+    """Integer fields of a config, each checked: an int (not a bool, not a string), >= 0."""
+
+    def __init__(self, text: dict[str, Any], config_file: str) -> None:
+        self.text, self.config_file = text, config_file
+
+    def _bad(self, key: str, value: object, wanted: str) -> UserError:
+        return UserError(
+            f"{self.config_file}: {key} = {value!r} is not {wanted}",
+            field="[model] path",
+            fix="use the model's own config.json, unedited",
+        )
+
+    def get(self, *keys: str, default: int = 0, fallback: dict[str, Any] | None = None) -> int:
+        """The first of `keys` that is set (not null, not 0), else `default`."""
+        for key in keys:
+            value = self.text.get(key)
+            if value is None and fallback is not None:
+                value = fallback.get(key)
+            if value is None:
+                continue
+            whole = isinstance(value, int | float) and math.isfinite(value) and value == int(value)
+            if isinstance(value, bool) or not whole:
+                raise self._bad(key, value, "a whole number")
+            if value < 0:
+                raise self._bad(key, value, "zero or more")
+            if value:
+                return int(value)
+        return default
+
+    def need(self, key: str) -> int:
+        """A key the plan cannot do without: present and at least 1."""
+        if key not in self.text:
+            raise UserError(
+                f"config.json has no {key!r}",
+                field="[model] path",
+                fix="use the model's own config.json",
+            )
+        value = self.get(key)
+        if value < 1:
+            raise self._bad(key, self.text[key], "1 or more")
+        return value
+
+
 def load_model_shape(model_path: str | Path) -> ModelShape:
     """Read a model directory (or a config.json path) on this machine into a ModelShape."""
     return shape_from_files(read_local_model(Path(model_path).expanduser()))
@@ -278,42 +348,57 @@ def shape_from_files(files: ModelFiles) -> ModelShape:
     """The ModelShape of a model's config.json and safetensors headers, wherever they were read."""
     config = files.config
     text: dict[str, Any] = config.get("text_config") or config
+    if not isinstance(text, dict):
+        raise UserError(
+            "config.json's text_config is not an object",
+            field="[model] path",
+            fix="use the model's own config.json, unedited",
+        )
     architectures = config.get("architectures") or [config.get("model_type", "unknown")]
-
-    def need(key: str) -> int:
-        if key not in text:
-            raise UserError(
-                f"config.json has no {key!r}",
-                field="[model] path",
-                fix="use the model's own config.json",
-            )
-        return int(text[key])
+    numbers = _ConfigNumbers(text, "config.json")
+    need, number = numbers.need, numbers.get
 
     hidden = need("hidden_size")
     num_layers = need("num_hidden_layers")
     heads = need("num_attention_heads")
     kinds = _layer_kinds(text, num_layers)
+    if LINEAR_ATTENTION in kinds:
+        # without them the per-request state would be planned as zero bytes (a verdict flip)
+        missing = [key for key in LINEAR_ATTENTION_KEYS if number(key) < 1]
+        if missing:
+            raise UserError(
+                f"config.json describes linear-attention layers but has no {', '.join(missing)}",
+                field="[model] path",
+                fix="use the model's own config.json, unedited (a hybrid model's state size needs them)",
+            )
     t = _Text(
         hidden=hidden,
         heads=heads,
-        kv_heads=int(text.get("num_key_value_heads") or heads),
-        head_dim=int(text.get("head_dim") or hidden // heads),
+        kv_heads=number("num_key_value_heads", default=heads),
+        head_dim=number("head_dim", default=hidden // heads),
         attn_output_gate=bool(text.get("attn_output_gate", text.get("model_type") in _GATED_ATTENTION_TYPES)),
-        lk_heads=int(text.get("linear_num_key_heads", 0)),
-        lk_dim=int(text.get("linear_key_head_dim", 0)),
-        lv_heads=int(text.get("linear_num_value_heads", 0)),
-        lv_dim=int(text.get("linear_value_head_dim", 0)),
-        conv_kernel=int(text.get("linear_conv_kernel_dim", 0)),
-        inter=int(text.get("intermediate_size", 0)),
-        experts=int(
-            text.get("num_experts") or text.get("n_routed_experts") or text.get("num_local_experts") or 0
-        ),
-        moe_inter=int(text.get("moe_intermediate_size", 0)),
-        shared_inter=int(text.get("shared_expert_intermediate_size", 0)),
+        lk_heads=number("linear_num_key_heads"),
+        lk_dim=number("linear_key_head_dim"),
+        lv_heads=number("linear_num_value_heads"),
+        lv_dim=number("linear_value_head_dim"),
+        conv_kernel=number("linear_conv_kernel_dim"),
+        inter=number("intermediate_size"),
+        experts=number("num_experts", "n_routed_experts", "num_local_experts"),
+        moe_inter=number("moe_intermediate_size"),
+        shared_inter=number("shared_expert_intermediate_size"),
     )
-    vocab = int(text.get("vocab_size") or config.get("vocab_size") or 0)
+    if t.head_dim < 1:
+        raise numbers._bad("head_dim", text.get("head_dim"), "1 or more")
+    vocab = number("vocab_size", fallback=config)
     tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
-    mtp_layers = int(text.get("mtp_num_hidden_layers") or text.get("num_nextn_predict_layers") or 0)
+    mtp_layers = number("mtp_num_hidden_layers", "num_nextn_predict_layers")
+    torch_dtype = str(text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "bfloat16")
+    if torch_dtype not in DTYPE_BYTES:
+        raise UserError(
+            f"config.json's torch_dtype {torch_dtype!r} is not a dtype specpilot knows",
+            field="[model] path",
+            fix="use the model's own config.json, unedited (bfloat16, float16, float32 or fp8)",
+        )
     vision_config = config.get("vision_config") if "text_config" in config else None
     vision: dict[str, Any] = vision_config if isinstance(vision_config, dict) else {}
 
@@ -345,16 +430,14 @@ def shape_from_files(files: ModelFiles) -> ModelShape:
         mamba_ssm_dtype=str(text.get("mamba_ssm_dtype") or "float32"),
         intermediate_size=t.inter,
         num_experts=t.experts,
-        num_experts_per_tok=int(text.get("num_experts_per_tok", 0)),
+        num_experts_per_tok=number("num_experts_per_tok"),
         moe_intermediate_size=t.moe_inter,
         shared_expert_intermediate_size=t.shared_inter,
         mtp_num_layers=mtp_layers,
         vocab_size=vocab,
         tie_word_embeddings=tied,
-        max_position_embeddings=int(text.get("max_position_embeddings", 0)),
-        torch_dtype=str(
-            text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "bfloat16"
-        ),
+        max_position_embeddings=number("max_position_embeddings"),
+        torch_dtype=torch_dtype,
         param_count=params,
         param_count_source=source,
         mtp_param_count=mtp_params,
@@ -362,8 +445,8 @@ def shape_from_files(files: ModelFiles) -> ModelShape:
         is_multimodal_wrapper="text_config" in config,
         vision_num_hidden_layers=int(vision.get("num_hidden_layers") or 0),
         vision_hidden_size=int(vision.get("hidden_size") or 0),
-        kv_lora_rank=int(text.get("kv_lora_rank") or 0),
-        qk_rope_head_dim=int(text.get("qk_rope_head_dim") or 0),
+        kv_lora_rank=number("kv_lora_rank"),
+        qk_rope_head_dim=number("qk_rope_head_dim"),
         attn_output_gate=t.attn_output_gate,
         config=config,
     )

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from specpilot.check.effective import EffectiveArgs
 from specpilot.fixes import Fix
-from specpilot.models.shape import ModelShape, shape_from_files
+from specpilot.models.shape import PLANNED_ARCHITECTURES, ModelShape, shape_from_files
 from specpilot.plan.effective import effective_args
 from specpilot.plan.provenance import provenance
 from specpilot.plan.types import Plan, Problem, Term
@@ -36,4 +36,11 @@ def make_plan(spec: Spec, measured: Mapping[str, float] | None = None) -> Plan:
 
         plan = plan_vllm(spec, shape, args, measured)
     plan.provenance = provenance(spec.engine.name, spec.engine.version)
+    if shape.architecture not in PLANNED_ARCHITECTURES:
+        plan.notes.insert(
+            0,
+            f"warning: architecture {shape.architecture} is not one this planner was checked on; its "
+            "layers are planned as plain attention + MLP, so the verdict may be wrong: calibrate with "
+            "--from-log (an engine startup log) before trusting it",
+        )
     return plan

@@ -211,8 +211,12 @@ def blocks_per_request(
 
 
 def max_concurrency(num_blocks: int, blocks_needed_per_request: int) -> float:
-    """ "Maximum concurrency for L tokens per request": num_blocks / blocks per request."""
-    return num_blocks / blocks_needed_per_request
+    """ "Maximum concurrency for L tokens per request": num_blocks / blocks per request.
+
+    Zero blocks per request only happens for a zero-token length (no length fits at
+    all), which serves nothing.
+    """
+    return num_blocks / blocks_needed_per_request if blocks_needed_per_request > 0 else 0.0
 
 
 def printed_kv_tokens(concurrency: float, max_model_len: int) -> int:

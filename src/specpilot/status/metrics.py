@@ -83,7 +83,7 @@ def _live_metrics(live: LiveView) -> Iterator[Metric]:
     )
     latency = HistogramMetricFamily(
         "specpilot_request_duration_seconds",
-        "Time from sending a request to its answer, answered requests of this run.",
+        "Time from sending a request to its answer per answered row of this run (a multi-turn row: summed).",
         labels=["server"],
     )
     for server in live.servers:

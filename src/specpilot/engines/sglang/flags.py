@@ -7,7 +7,25 @@ release's argparse defines, as `FlagDef`s, from the newest shipped table at or b
 from __future__ import annotations
 
 from specpilot.check.flagtable import table_for
+from specpilot.check.ranges import ValueRange
 from specpilot.engines.args import FlagDef, flag_kind
+
+_SERVER_ARGS = "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py"
+
+#: values SGLang cannot start with (sizes and counts of at least one; a memory fraction)
+VALUE_RANGES: tuple[ValueRange, ...] = (
+    ValueRange("mem_fraction_static", 0, 1, above_minimum=True, source=_SERVER_ARGS),
+    ValueRange("context_length", 1, source=_SERVER_ARGS),
+    ValueRange("max_running_requests", 1, source=_SERVER_ARGS),
+    ValueRange("max_total_tokens", 1, source=_SERVER_ARGS),
+    ValueRange("page_size", 1, source=_SERVER_ARGS),
+    ValueRange("tensor_parallel_size", 1, source=_SERVER_ARGS),
+    ValueRange("tp_size", 1, source=_SERVER_ARGS),
+    ValueRange("pipeline_parallel_size", 1, source=_SERVER_ARGS),
+    ValueRange("pp_size", 1, source=_SERVER_ARGS),
+    ValueRange("data_parallel_size", 1, source=_SERVER_ARGS),
+    ValueRange("dp_size", 1, source=_SERVER_ARGS),
+)
 
 #: argparse dests that `ServerArgs.from_cli_args` renames to the field the server reads
 #: (server_args.py, every release covered): specpilot keys values by the field name, so

@@ -10,7 +10,24 @@ from __future__ import annotations
 from packaging.version import Version
 
 from specpilot.check.flagtable import table_for
+from specpilot.check.ranges import ValueRange
 from specpilot.engines.args import FlagDef, flag_kind
+
+_ARG_UTILS = "https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py"
+_CACHE_CONFIG = "https://github.com/vllm-project/vllm/blob/main/vllm/config/cache.py"
+
+#: what vLLM's config validation refuses at startup (every release covered)
+VALUE_RANGES: tuple[ValueRange, ...] = (
+    ValueRange("gpu_memory_utilization", 0, 1, above_minimum=True, source=_CACHE_CONFIG),
+    ValueRange("max_model_len", 1, parse="human_int", special=("auto", "-1"), source=_ARG_UTILS),
+    ValueRange("max_num_batched_tokens", 1, parse="human_int", source=_ARG_UTILS),
+    ValueRange("kv_cache_memory_bytes", 1, parse="human_int", source=_ARG_UTILS),
+    ValueRange("max_num_seqs", 1, source=_ARG_UTILS),
+    ValueRange("tensor_parallel_size", 1, source=_ARG_UTILS),
+    ValueRange("pipeline_parallel_size", 1, source=_ARG_UTILS),
+    ValueRange("data_parallel_size", 1, source=_ARG_UTILS),
+    ValueRange("block_size", 1, source=_CACHE_CONFIG),
+)
 
 
 def release_flags(version: str) -> list[FlagDef]:

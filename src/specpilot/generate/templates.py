@@ -1,0 +1,74 @@
+"""Which SpecForge chat template renders the rows as the target saw them, as data.
+
+SpecForge renders each row with a named template from its registry
+(`specforge/data/template.py`, https://github.com/sgl-project/SpecForge). Some names
+silently change the training text: `qwen` renders only `content` (every reasoning
+trace is dropped) and, like `qwen3-thinking`, inserts the system prompt "You are a
+helpful assistant." into every row without one: text the target never saw. `qwen3.5`
+renders `reasoning_content` inside `<think>...</think>` and adds no system prompt.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from specpilot.errors import UserError
+
+
+@dataclass(frozen=True)
+class TemplateRule:
+    name: str
+    refused_because: str | None  # None: renders the rows as the target produced them
+
+
+TEMPLATE_RULES = {
+    rule.name: rule
+    for rule in (
+        TemplateRule("qwen3.5", None),
+        TemplateRule(
+            "qwen",
+            "it drops every reasoning trace and adds a system prompt the model never saw",
+        ),
+        TemplateRule(
+            "qwen3-thinking", "it adds the system prompt 'You are a helpful assistant.' the model never saw"
+        ),
+        TemplateRule(
+            "qwen3-instruct", "it adds the system prompt 'You are a helpful assistant.' the model never saw"
+        ),
+    )
+}
+#: model name pattern -> the template its rows need
+RECOMMENDED: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"qwen3[._-]?[56]", re.IGNORECASE), "qwen3.5"),
+)
+
+
+def recommended_template(model: str | None) -> str | None:
+    for pattern, name in RECOMMENDED:
+        if model and pattern.search(model):
+            return name
+    return None
+
+
+def choose_template(requested: str | None, model: str | None) -> tuple[str | None, list[str]]:
+    """(template to state, warnings); UserError for a template that would change the text."""
+    recommended = recommended_template(model)
+    name = requested or recommended
+    if name is None:
+        return None, [
+            f"no known SpecForge template for model {model!r}: choose one that renders "
+            "reasoning_content like the model's own chat template and adds no system prompt"
+        ]
+    rule = TEMPLATE_RULES.get(name)
+    if rule is None:
+        return name, [
+            f"specpilot does not know SpecForge template {name!r}: check it keeps reasoning_content"
+        ]
+    if rule.refused_because is not None:
+        raise UserError(
+            f"chat template {name!r} would not train on what the model wrote: {rule.refused_because}",
+            field="--chat-template",
+            fix=f"use --chat-template {recommended or 'qwen3.5'}",
+        )
+    return name, []

@@ -1,0 +1,167 @@
+"""An input conversation checked and cut into the turns the target will write.
+
+By default every assistant turn is the target's own, as SpecForge's and speculators'
+regeneration scripts do: the given assistant turns only mark where an answer goes, and
+turn k is generated from the conversation so far *as the target produced it*. So the
+conversation is cut into segments, each the non-assistant messages (system, user) that
+precede one target turn:
+
+    [system, user1, assistant1, user2]  ->  segments [[system, user1], [user2]]
+
+With `keep_given_turns` the given assistant turns (and tool messages) stay as context
+and only the final answer is generated: one segment, the whole given conversation.
+
+A row that cannot be used raises `RowRejected` with what is wrong and the fix; the
+job skips it and counts it, the other rows are unaffected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specpilot.generate.types import Message
+
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "tool": "tool",
+}
+ROW_FIELDS = frozenset({"id", "conversations", "messages", "prompt", "tools"})
+TURN_FIELDS = frozenset(
+    {"role", "from", "content", "value", "reasoning_content", "tool_calls", "tool_call_id", "name"}
+)
+TURNS_FIX = 'write it as [{"role": "user", "content": "..."}, ...]'
+
+
+class RowRejected(Exception):
+    """One input row that cannot be generated: what is wrong and the fix."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}; {fix}")
+        self.problem = problem
+        self.fix = fix
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """The messages before each target turn, and the row's tool definitions."""
+
+    segments: list[list[Message]]
+    tools: list[Any] | None
+
+
+def check_row_fields(record: dict[str, Any]) -> None:
+    unknown = sorted(set(record) - ROW_FIELDS)
+    if unknown:
+        raise RowRejected(
+            f"unknown field {unknown[0]!r}",
+            f"remove it (a row has {', '.join(sorted(ROW_FIELDS))})",
+        )
+
+
+def normalize_turns(value: Any, key: str) -> list[Message]:
+    """ShareGPT or OpenAI turns as OpenAI messages; RowRejected if one is malformed."""
+    if not isinstance(value, list) or not value:
+        raise RowRejected(f"'{key}' is not a non-empty list of turns", TURNS_FIX)
+    turns: list[Message] = []
+    for index, turn in enumerate(value):
+        if not isinstance(turn, dict):
+            raise RowRejected(f"turn {index} is not an object", TURNS_FIX)
+        unknown = sorted(k for k in set(turn) - TURN_FIELDS if turn[k] is not None)
+        if unknown:
+            raise RowRejected(
+                f"turn {index} has unknown field {unknown[0]!r}",
+                f"remove it (a turn has {', '.join(sorted(TURN_FIELDS))})",
+            )
+        given_role = turn.get("role") or turn.get("from")
+        role = SHAREGPT_ROLES.get(str(given_role))
+        if role is None:
+            raise RowRejected(f"turn {index} has role {given_role!r}", "use system, user, assistant or tool")
+        content = turn.get("content")
+        kept: Message = {"role": role, "content": turn.get("value") if content is None else content}
+        for extra in ("reasoning_content", "tool_calls", "tool_call_id", "name"):
+            if turn.get(extra) is not None:
+                kept[extra] = turn[extra]
+        if role != "assistant" and not _has_text(kept):
+            raise RowRejected(f"turn {index} ({role}) has empty content", "give it text, or remove the turn")
+        turns.append(kept)
+    return turns
+
+
+def _has_text(turn: Message) -> bool:
+    content = turn.get("content")
+    if isinstance(content, str):
+        return bool(content.strip())
+    return bool(content)  # multimodal parts: a non-empty list
+
+
+def plan_conversation(turns: list[Message], tools: Any, *, keep_given_turns: bool) -> Conversation:
+    """Check the role order and cut `turns` into segments (see the module docstring)."""
+    if tools is not None and not isinstance(tools, list):
+        raise RowRejected("'tools' is not a list", 'write it as [{"type": "function", "function": {...}}]')
+    _check_order(turns)
+    if keep_given_turns:
+        if turns[-1]["role"] == "assistant":
+            raise RowRejected(
+                "the last turn is the assistant's: nothing to generate",
+                "end with the user turn to answer, or drop --keep-given-turns to regenerate every answer",
+            )
+        for index, turn in enumerate(turns):
+            if turn["role"] == "assistant" and not (_has_text(turn) or turn.get("tool_calls")):
+                raise RowRejected(
+                    f"turn {index} (assistant) has empty content",
+                    "give it text, or drop --keep-given-turns to have the target write it",
+                )
+        return Conversation([turns], tools)
+    if any(t["role"] == "tool" for t in turns):
+        raise RowRejected(
+            "tool results answer the given assistant's calls, which the target's own turns would not make",
+            "pass --keep-given-turns to keep the given turns as context and generate only the last answer",
+        )
+    segments: list[list[Message]] = [[]]
+    for turn in turns:
+        if turn["role"] == "assistant":
+            segments.append([])
+        else:
+            segments[-1].append(turn)
+    if not segments[-1]:
+        segments.pop()  # the conversation ended with an assistant turn: it is regenerated too
+    return Conversation(segments, tools)
+
+
+def _check_order(turns: list[Message]) -> None:
+    """system first (optional), then user/assistant alternating; tool only after a call."""
+    previous = None
+    for index, turn in enumerate(turns):
+        role = turn["role"]
+        allowed = _ALLOWED_AFTER[previous]
+        if role == "tool" and previous == "assistant" and not turns[index - 1].get("tool_calls"):
+            allowed = allowed - {"tool"}
+        if role not in allowed:
+            raise RowRejected(_order_problem(index, role, previous), _ORDER_FIX)
+        previous = role
+    if "user" not in {t["role"] for t in turns}:
+        raise RowRejected("the conversation has no user turn", _ORDER_FIX)
+
+
+_ORDER_FIX = (
+    "order the turns system (optional), user, assistant, user, ... (tool only after an assistant call)"
+)
+_ALLOWED_AFTER: dict[str | None, frozenset[str]] = {
+    None: frozenset({"system", "user"}),
+    "system": frozenset({"user"}),
+    "user": frozenset({"assistant"}),
+    "assistant": frozenset({"user", "tool"}),
+    "tool": frozenset({"tool", "assistant"}),
+}
+
+
+def _order_problem(index: int, role: str, previous: str | None) -> str:
+    if role == "tool":
+        return f"turn {index} is a tool result without an assistant tool call before it"
+    where = "first" if previous is None else f"after a {previous} turn"
+    return f"turn {index} ({role}) is out of order: {role} cannot come {where}"
