@@ -6,6 +6,8 @@ engine would (exit code, SIGKILL of its own group, serving, or hanging).
          SPECPILOT_FAKE_MARK=<file>   (optional: time.time() of the fatal line, for the bench;
                                       <file>.ended is written if the stand-in reaches its own end)
          SPECPILOT_FAKE_LINGER_S=<s>  (optional: stay alive this long after the last line)
+         SPECPILOT_FAKE_ORPHAN=1      (optional: before ending, SIGKILL our parent (the launch
+                                      watcher), so a non-reaping init adopts us and we end a zombie)
 """
 
 from __future__ import annotations
@@ -67,6 +69,14 @@ def _spawn_children(count: int) -> None:
         )
 
 
+def _orphan_self() -> None:
+    """Lose the parent that would reap us; return once another process adopted us."""
+    parent = os.getppid()
+    os.kill(parent, signal.SIGKILL)
+    while os.getppid() == parent:
+        time.sleep(0.005)
+
+
 def run(scenario: Scenario, args: argparse.Namespace) -> None:
     values = {
         "{host}": args.host,
@@ -89,6 +99,8 @@ def run(scenario: Scenario, args: argparse.Namespace) -> None:
         if step.fatal and mark:
             Path(mark).write_text(repr(time.time()))
     time.sleep(float(os.environ.get("SPECPILOT_FAKE_LINGER_S", "0")))
+    if os.environ.get("SPECPILOT_FAKE_ORPHAN") == "1":
+        _orphan_self()
     if mark:
         Path(mark + ".ended").write_text(scenario.end)
     if scenario.end == "exit":

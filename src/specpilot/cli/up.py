@@ -18,6 +18,7 @@ from rich.text import Text
 from specpilot.errors import UserError
 from specpilot.fixes import Fix
 from specpilot.launch.ops import run_down, run_status, stream_log
+from specpilot.launch.outcome import describe_returncode
 from specpilot.launch.preflight import Preflight, open_host, run_preflight
 from specpilot.launch.state import check_run_name, read_state
 from specpilot.launch.supervisor import UpResult, launch
@@ -60,6 +61,8 @@ def _render_result(result: UpResult, console: Console) -> None:
     else:
         where = f" during '{result.last_phase}'" if result.last_phase else ""
         console.print(f"[bold red]failed[/]: [bold]{result.cause}[/]{where} after {result.elapsed_s:.1f} s")
+        if result.exit_status is not None:
+            console.print(f"the engine {describe_returncode(result.exit_status)}")
         if result.error:  # unboxed, so the traceback copies cleanly
             console.rule("error", style="red")
             console.print(Text(result.error), soft_wrap=True)

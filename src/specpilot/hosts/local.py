@@ -29,6 +29,7 @@ _IN_PROCESS_OPERATIONS: dict[str, Callable[..., Any]] = {
     "digest": agent.digest,
     "proc_file": agent.proc_file,
     "pid_alive": agent.pid_alive,
+    "proc_stat": agent.proc_stat,
     "killpg": agent.killpg,
     "port_owner": agent.port_owner,
     "facts": agent.facts,

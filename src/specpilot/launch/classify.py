@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from specpilot.fixes import Fix
+from specpilot.launch.outcome import describe_returncode
 from specpilot.launch.signatures import Kind, Signature, SignatureFix, for_engine
 
 _TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):")
@@ -109,9 +110,9 @@ class LogClassifier:
         """
         if self.fatal_index is None:
             tail = "\n".join(list(self._recent)[-30:])
-            code = f" with code {exit_code}" if exit_code is not None else ""
+            how = "exited" if exit_code is None else describe_returncode(exit_code)
             what = (
-                f"the engine process exited{code} without a known error line"
+                f"the engine process {how} without a known error line"
                 if exited
                 else ("the engine stopped without a known error line")
             )

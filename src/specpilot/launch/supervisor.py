@@ -136,8 +136,12 @@ async def _start_and_watch(
         cwd=remote_dir,
         log_path=run.log_path,
         pid_path=f"{remote_dir}/{rundir.PID_FILE}",
+        exit_path=run.exit_path,
     )
     run.pid = pid
+    # (pid, start time) names this process for good: `down` and `status` check it
+    # before trusting the pid, which the kernel may give to another process later
+    identity = await host.proc_stat(pid)
     state = {
         "name": spec.name,
         "target": host.target,
@@ -149,7 +153,9 @@ async def _start_and_watch(
         },
         "remote_dir": remote_dir,
         "log_path": run.log_path,
+        "exit_path": run.exit_path,
         "pid": pid,
+        "start_ticks": None if identity is None else identity.start_ticks,
         "pgid": pid,
         "endpoint": planned.endpoint,
         "served_model_name": planned.served_model_name,
@@ -171,7 +177,12 @@ async def _start_and_watch(
             await stop_group(host, pid, term_timeout_s=options.term_timeout_s)
         if result is not None:
             result.elapsed_s = run.elapsed()
-            state.update(phase=result.phase, cause=result.cause, allocations=result.allocations)
+            state.update(
+                phase=result.phase,
+                cause=result.cause,
+                allocations=result.allocations,
+                exit_status=result.exit_status,
+            )
         else:
             state.update(phase="failed", cause="unknown")
         write_state(state)
