@@ -11,12 +11,33 @@ from typing import Any
 from specpilot.hosts.base import Host
 from specpilot.launch.health import probe
 from specpilot.launch.preflight import open_host
+from specpilot.launch.rundir import LAUNCH_FILE
 from specpilot.launch.state import read_state, write_state
 from specpilot.launch.stop import stop_group
+from specpilot.secrets import mask_argv
 
 
 def host_for(state: dict[str, Any]) -> Host:
     return open_host(str(state["target"]), dict(state.get("host_options") or {}))
+
+
+async def recorded_process(host: Host, state: dict[str, Any]) -> str:
+    """Whether the state's pid is still the run's process: "running", "exited" (gone or
+    a zombie) or "reused" (the pid now belongs to another process).
+
+    The identity recorded at start is the pid's start time; a state written before
+    it was recorded is checked by its argv (the engine's, or the launch script's)."""
+    pid = state.get("pid")
+    stat = None if pid is None else await host.proc_stat(int(pid))
+    if pid is None or stat is None or stat.exited:
+        return "exited"
+    if state.get("start_ticks") is not None:
+        return "running" if stat.start_ticks == state["start_ticks"] else "reused"
+    live = await host.proc_argv(int(pid))
+    launcher = ["bash", f"{state.get('remote_dir')}/{LAUNCH_FILE}"]
+    if not live:
+        return "exited"
+    return "running" if mask_argv(live) in (state.get("argv"), launcher) else "reused"
 
 
 @dataclass
@@ -31,6 +52,10 @@ class RunStatus:
     served_model_name: str | None
     target: str
     last_lines: list[str] = field(default_factory=list)
+    #: how the engine ended, when it has and its watcher recorded it (-N: signal N)
+    exit_status: int | None = None
+    #: the recorded pid now belongs to another process (the run's own is gone)
+    pid_reused: bool = False
 
     @property
     def serving(self) -> bool:
@@ -48,6 +73,8 @@ class RunStatus:
             "served_model_name": self.served_model_name,
             "target": self.target,
             "last_lines": self.last_lines,
+            "exit_status": self.exit_status,
+            "pid_reused": self.pid_reused,
         }
 
 
@@ -56,7 +83,10 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
     host = host_for(state)
     try:
         pid = state.get("pid")
-        alive = pid is not None and await host.pid_alive(int(pid))
+        process = await recorded_process(host, state)
+        alive = process == "running"
+        exit_path = state.get("exit_path")
+        exit_status = None if alive or not exit_path else await host.exit_status(str(exit_path))
         phase = str(state.get("phase"))
         if not alive and phase in ("starting", "ready"):
             phase = "exited"  # it was up and is gone: nobody stopped it through specpilot
@@ -74,6 +104,8 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
             served_model_name=state.get("served_model_name"),
             target=str(state["target"]),
             last_lines=tail.stdout.decode(errors="replace").splitlines(),
+            exit_status=exit_status,
+            pid_reused=process == "reused",
         )
     finally:
         await host.close()
@@ -85,7 +117,6 @@ async def stream_log(name: str, *, follow: bool, quiet_exit_s: float = 1.0) -> A
     state = read_state(name)
     host = host_for(state)
     log_path = str(state["log_path"])
-    pid = state.get("pid")
     try:
         if not follow:
             yield await host.read_bytes(log_path)
@@ -95,7 +126,7 @@ async def stream_log(name: str, *, follow: bool, quiet_exit_s: float = 1.0) -> A
             try:
                 chunk = await asyncio.wait_for(anext(stream), quiet_exit_s)
             except TimeoutError:
-                if pid is None or not await host.pid_alive(int(pid)):
+                if await recorded_process(host, state) != "running":
                     return
                 continue
             except StopAsyncIteration:
@@ -106,14 +137,24 @@ async def stream_log(name: str, *, follow: bool, quiet_exit_s: float = 1.0) -> A
 
 
 async def run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
-    """SIGTERM to the run's process group, SIGKILL after `timeout_s`; never by name."""
+    """SIGTERM to the run's process group, SIGKILL after `timeout_s`; never by name, and
+    never to a pid that now belongs to another process. `stopped` is a key of
+    STOP_OUTCOMES; `phase` is "stopped" unless a member survived SIGKILL."""
     state = read_state(name)
     host = host_for(state)
     try:
         pgid = state.get("pgid") or state.get("pid")
-        how = "not_running" if pgid is None else await stop_group(host, int(pgid), term_timeout_s=timeout_s)
+        if pgid is None:
+            how = "not_running"
+        elif await recorded_process(host, state) == "reused":
+            how = "stale"
+        else:
+            how = await stop_group(
+                host, int(pgid), term_timeout_s=timeout_s, start_ticks=state.get("start_ticks")
+            )
     finally:
         await host.close()
-    state.update(phase="stopped", stopped_at=time.time())
+    phase = "stop_failed" if how == "survived" else "stopped"
+    state.update(phase=phase, stopped_at=time.time())
     write_state(state)
-    return {"name": name, "pid": state.get("pid"), "phase": "stopped", "stopped": how}
+    return {"name": name, "pid": state.get("pid"), "phase": phase, "stopped": how}
