@@ -202,6 +202,8 @@ def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
         alive = "[green]alive[/]" if result.alive else "[red]not running[/]"
         uptime = f"up {result.uptime_s:.0f} s" if result.uptime_s is not None else ""
         console.print(f"[bold]{name}[/]  {result.phase}  pid {result.pid} {alive}  {uptime}")
+        if result.crash is not None:
+            console.print(f"[bold red]{result.crash['cause']}[/] after ready: {result.crash['line']}")
         if result.pid_reused:
             console.print(f"pid {result.pid} now belongs to another process: the run's own is gone")
         if result.exit_status is not None:

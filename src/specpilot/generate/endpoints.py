@@ -26,6 +26,7 @@ MODELS_PROBE_TIMEOUT_S = 10.0
 class Endpoint:
     base_url: str  # scheme://host:port, without /v1
     served_model_name: str | None = None
+    run_name: str | None = None  # `--run NAME`: the job watches that run's log for a crash
 
 
 def specpilot_home() -> Path:
@@ -61,7 +62,7 @@ def endpoint_of_run(name: str) -> Endpoint:
             field="--run",
             fix=f"wait for `specpilot status {name}` to say ready",
         )
-    return Endpoint(normalize_url(str(state["endpoint"])), state.get("served_model_name"))
+    return Endpoint(normalize_url(str(state["endpoint"])), state.get("served_model_name"), name)
 
 
 def resolve_endpoints(servers: tuple[str, ...], runs: tuple[str, ...]) -> list[Endpoint]:

@@ -10,34 +10,15 @@ from typing import Any
 
 from specpilot.hosts.base import Host
 from specpilot.launch.health import probe
+from specpilot.launch.identity import recorded_process
 from specpilot.launch.preflight import open_host
-from specpilot.launch.rundir import LAUNCH_FILE
+from specpilot.launch.serving import check_serving, record_crash
 from specpilot.launch.state import read_state, write_state
 from specpilot.launch.stop import stop_group
-from specpilot.secrets import mask_argv
 
 
 def host_for(state: dict[str, Any]) -> Host:
     return open_host(str(state["target"]), dict(state.get("host_options") or {}))
-
-
-async def recorded_process(host: Host, state: dict[str, Any]) -> str:
-    """Whether the state's pid is still the run's process: "running", "exited" (gone or
-    a zombie) or "reused" (the pid now belongs to another process).
-
-    The identity recorded at start is the pid's start time; a state written before
-    it was recorded is checked by its argv (the engine's, or the launch script's)."""
-    pid = state.get("pid")
-    stat = None if pid is None else await host.proc_stat(int(pid))
-    if pid is None or stat is None or stat.exited:
-        return "exited"
-    if state.get("start_ticks") is not None:
-        return "running" if stat.start_ticks == state["start_ticks"] else "reused"
-    live = await host.proc_argv(int(pid))
-    launcher = ["bash", f"{state.get('remote_dir')}/{LAUNCH_FILE}"]
-    if not live:
-        return "exited"
-    return "running" if mask_argv(live) in (state.get("argv"), launcher) else "reused"
 
 
 @dataclass
@@ -56,10 +37,13 @@ class RunStatus:
     exit_status: int | None = None
     #: the recorded pid now belongs to another process (the run's own is gone)
     pid_reused: bool = False
+    cause: str | None = None
+    #: how a ready run ended (a fatal line after ready, or its process gone): Crash.to_json()
+    crash: dict[str, Any] | None = None
 
     @property
     def serving(self) -> bool:
-        return self.alive and self.endpoint_status == 200
+        return self.alive and self.endpoint_status == 200 and self.crash is None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +59,8 @@ class RunStatus:
             "last_lines": self.last_lines,
             "exit_status": self.exit_status,
             "pid_reused": self.pid_reused,
+            "cause": self.cause,
+            "crash": self.crash,
         }
 
 
@@ -83,6 +69,9 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
     host = host_for(state)
     try:
         pid = state.get("pid")
+        crash = await check_serving(host, state)
+        if crash is not None:
+            state = record_crash(name, crash)
         process = await recorded_process(host, state)
         alive = process == "running"
         exit_path = state.get("exit_path")
@@ -106,6 +95,8 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
             last_lines=tail.stdout.decode(errors="replace").splitlines(),
             exit_status=exit_status,
             pid_reused=process == "reused",
+            cause=state.get("cause"),
+            crash=state.get("crash"),
         )
     finally:
         await host.close()

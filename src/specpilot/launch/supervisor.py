@@ -22,6 +22,7 @@ from specpilot.launch import rundir
 from specpilot.launch.command import host_model_path, plan_launch
 from specpilot.launch.outcome import Progress, UpOptions, UpResult
 from specpilot.launch.render import render_env_file, render_launch_script
+from specpilot.launch.serving import READY_LOG_BYTES
 from specpilot.launch.state import write_state
 from specpilot.launch.stop import stop_group
 from specpilot.launch.watch import RunWatch
@@ -175,6 +176,8 @@ async def _start_and_watch(
             await run.stop_task
         elif result is None or result.phase != "ready":
             await stop_group(host, pid, term_timeout_s=options.term_timeout_s)
+        if result is not None and result.phase == "ready":
+            state[READY_LOG_BYTES] = run.fed_bytes  # where serving begins: watched from there
         if result is not None:
             result.elapsed_s = run.elapsed()
             state.update(

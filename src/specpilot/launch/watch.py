@@ -51,6 +51,7 @@ class RunWatch:
         self.log_path = f"{remote_dir}/{rundir.LOG_FILE}"
         self.exit_path = f"{remote_dir}/{rundir.EXIT_FILE}"
         self.consumed_bytes = 0  # log bytes already turned into "line" events
+        self.fed_bytes = 0  # log bytes classified: at ready, where serving begins
         self.stop_task: asyncio.Task[str] | None = None
         self._follow_task: asyncio.Task[None] | None = None
 
@@ -95,11 +96,18 @@ class RunWatch:
             *lines, partial = partial.split(b"\n")
             for raw in lines:
                 self.consumed_bytes += len(raw) + 1
-                await self.events.put(("line", raw.decode(errors="replace").rstrip("\r")))
+                await self.events.put(("line", (raw.decode(errors="replace").rstrip("\r"), len(raw) + 1)))
 
     def _feed(self, line: str) -> None:
         if self.classifier.feed(line).kind is not None:
             self._say()
+
+    def _feed_event(self, payload: object) -> None:
+        """A queued line: classify it and count its bytes."""
+        assert isinstance(payload, tuple)
+        line, size_bytes = payload
+        self._feed(line)
+        self.fed_bytes += size_bytes
 
     async def _collect_rest(self, until: float) -> None:
         """The process has exited: its log is (nearly) complete. Take the lines still on
@@ -112,15 +120,13 @@ class RunWatch:
             except TimeoutError:
                 break
             if kind == "line":
-                assert isinstance(payload, str)
-                self._feed(payload)
+                self._feed_event(payload)
                 last_line_at = time.monotonic()
         await self.stop_following()
         while not self.events.empty():
             kind, payload = self.events.get_nowait()
             if kind == "line":
-                assert isinstance(payload, str)
-                self._feed(payload)
+                self._feed_event(payload)
         rest = await self.host.read_bytes(self.log_path, self.consumed_bytes)
         for raw in rest.decode(errors="replace").splitlines():
             self._feed(raw.rstrip("\r"))
@@ -227,9 +233,8 @@ class RunWatch:
             with contextlib.suppress(TimeoutError):
                 kind, payload = await asyncio.wait_for(self.events.get(), max(0.0, min(waits)))
                 if kind == "line":
-                    assert isinstance(payload, str)
                     last_line_at = time.monotonic()
-                    self._feed(payload)
+                    self._feed_event(payload)
                 elif kind == "exit":
                     return await self.exited()
                 elif kind == "health":

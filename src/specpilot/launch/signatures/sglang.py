@@ -76,6 +76,6 @@ SIGNATURES: tuple[Signature, ...] = (
             "no memory was left for the KV cache after the weights: raise --mem-fraction-static, "
             "use more GPUs (--tp) or a smaller dtype"
         ),
-        source="https://github.com/sgl-project/sglang/issues/4330",
+        source="https://github.com/gpustack/gpustack/issues/3831",
     ),
 )
