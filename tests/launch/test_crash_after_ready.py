@@ -13,7 +13,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.launch.ops import host_for, run_down, run_status
+from specpilot.launch.ops import host_for, run_down, run_status, stream_log
 from specpilot.launch.serving import watch_serving
 from specpilot.launch.state import read_state
 from specpilot.spec import Spec
@@ -115,5 +115,32 @@ def test_generate_stops_with_the_cause_when_its_run_crashes(
         # nothing answered; the rows wait for the resume (in flight ones are requeued then)
         assert (summary["done"], summary["failed"], summary["in_flight"] + summary["pending"]) == (0, 0, 5)
         assert read_state(spec.name)["phase"] == "failed"
+    finally:
+        asyncio.run(run_down(spec.name, timeout_s=5.0))
+
+
+def test_logs_follow_keeps_following_a_quiet_run(
+    make_spec: SpecFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """`logs -f` outlives quiet spells while the engine runs (it used to end at the first)."""
+    spec, trigger = ready_run(make_spec, tmp_path, "crash-logs")
+
+    async def follow() -> bytes:
+        async def crash_later() -> None:
+            await asyncio.sleep(0.5)  # several quiet spells of 0.1 s pass first
+            trigger.touch()
+
+        crashing = asyncio.create_task(crash_later())
+        seen = b""
+        async for chunk in stream_log(spec.name, follow=True, quiet_exit_s=0.1):
+            seen += chunk
+            if DIED.encode() in seen:
+                break
+        await crashing
+        return seen
+
+    try:
+        seen = asyncio.run(follow())
+        assert b"Application startup complete." in seen and DIED.encode() in seen
     finally:
         asyncio.run(run_down(spec.name, timeout_s=5.0))

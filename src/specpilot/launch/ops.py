@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from specpilot.launch.preflight import open_host
 from specpilot.launch.serving import check_serving, record_crash
 from specpilot.launch.state import read_state, write_state
 from specpilot.launch.stop import stop_group
+from specpilot.launch.tail import followed, next_chunk
 
 
 def host_for(state: dict[str, Any]) -> Host:
@@ -112,17 +112,13 @@ async def stream_log(name: str, *, follow: bool, quiet_exit_s: float = 1.0) -> A
         if not follow:
             yield await host.read_bytes(log_path)
             return
-        stream = host.follow(log_path, 0)
-        while True:
-            try:
-                chunk = await asyncio.wait_for(anext(stream), quiet_exit_s)
-            except TimeoutError:
-                if await recorded_process(host, state) != "running":
+        async with followed(host, log_path, 0) as chunks:
+            while True:
+                chunk = await next_chunk(chunks, quiet_exit_s)
+                if chunk is not None:
+                    yield chunk
+                elif await recorded_process(host, state) != "running":
                     return
-                continue
-            except StopAsyncIteration:
-                return
-            yield chunk
     finally:
         await host.close()
 

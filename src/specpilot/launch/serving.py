@@ -14,8 +14,6 @@ instead of waiting out request timeouts). Either records the crash in the run st
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from specpilot.hosts.base import Host
 from specpilot.launch.classify import LogClassifier
 from specpilot.launch.identity import recorded_process
 from specpilot.launch.state import read_state, write_state
+from specpilot.launch.tail import followed, next_chunk
 
 #: state key: log bytes up to and including the line that said ready
 READY_LOG_BYTES = "ready_log_bytes"
@@ -87,31 +86,23 @@ async def watch_serving(host: Host, state: dict[str, Any]) -> Crash:
     process that ends without one is noticed within `PROCESS_EVERY_S`."""
     log_path, offset = str(state["log_path"]), int(state.get(READY_LOG_BYTES) or 0)
     classifier = LogClassifier(str(state["engine"]), serving=True)
-    chunks: asyncio.Queue[bytes] = asyncio.Queue()
-
-    async def follow() -> None:
-        async for chunk in host.follow(log_path, offset):
-            await chunks.put(chunk)
-
-    reader = asyncio.create_task(follow())
     partial = b""
     fatal_at: float | None = None
     last_line_at = time.monotonic()
     next_process_check = last_line_at + PROCESS_EVERY_S
-    try:
+    async with followed(host, log_path, offset) as chunks:
         while True:
             now = time.monotonic()
-            deadline = (
-                next_process_check if fatal_at is None else min(fatal_at + GRACE_S, last_line_at + QUIET_S)
-            )
-            with contextlib.suppress(TimeoutError):
-                chunk = await asyncio.wait_for(chunks.get(), max(0.0, deadline - now))
+            if fatal_at is None:
+                deadline = next_process_check
+            else:
+                deadline = min(fatal_at + GRACE_S, last_line_at + QUIET_S)
+            chunk = await next_chunk(chunks, deadline - now)
+            if chunk is not None:
                 *lines, partial = (partial + chunk).split(b"\n")
                 for raw in lines:
                     classifier.feed(raw.decode(errors="replace").rstrip("\r"))
                 last_line_at = time.monotonic() if lines else last_line_at
-            if reader.done():
-                reader.result()  # the follower failed (the host went away): say so
             now = time.monotonic()
             if classifier.fatal_seen and fatal_at is None:
                 fatal_at = now
@@ -121,9 +112,6 @@ async def watch_serving(host: Host, state: dict[str, Any]) -> Crash:
                 if await recorded_process(host, state) != "running":
                     return await _crash(host, state, classifier, exited=True)
                 next_process_check = time.monotonic() + PROCESS_EVERY_S
-    finally:
-        reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
 
 
 def record_crash(name: str, crash: Crash) -> dict[str, Any]:
