@@ -168,6 +168,13 @@ class LocalHost(AgentHost):
                 f"run {shown} on local: no exit after {timeout_s} s, killed it; "
                 "raise the timeout or find out why it hangs"
             ) from None
+        except asyncio.CancelledError:
+            # the caller gave up (a watcher was stopped): end and reap the command, or its
+            # transport outlives the event loop
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+            raise
         return self._finish(argv, process.returncode or 0, stdout, stderr, check)
 
     @staticmethod
