@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.launch.ops import run_status
 from specpilot.launch.preflight import open_host
 from specpilot.launch.verify import check_live, running, wait_for_argv
 from tests.fixtures.sshd import SshdServer, start_sshd, stop_sshd
@@ -73,6 +74,8 @@ def test_local_fast_exit_is_its_logged_cause_never_a_mismatch(
     else:
         assert result["pid"] not in zombies
         assert result["exit_status"] == 1
+        status = asyncio.run(run_status("exit-local"))  # from a new shell: the watcher's record
+        assert (status.alive, status.exit_status) == (False, 1)
 
 
 @pytest.fixture
