@@ -39,7 +39,7 @@ SIGNATURES: tuple[Signature, ...] = (
             args=("--mamba-scheduler-strategy", "extra_buffer"),
             env={"SGLANG_ENABLE_SPEC_V2": "1"},
         ),
-        source="incident.md (sglang 0.5.10.post1 - 0.5.13.post1 server_args.py)",
+        source="https://github.com/QwenLM/Qwen3.8/issues/108",
     ),
     Signature(
         _S,
