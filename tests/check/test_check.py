@@ -182,3 +182,20 @@ def test_fix_write_makes_a_spec_that_passes(tmp_path: Path) -> None:
     refused = runner.invoke(check, ["--fix", "--write", str(new_spec), spec_path])
     assert isinstance(refused.exception, UserError) and refused.exception.exit_code == 2
     assert "never overwrites" in str(refused.exception)
+
+
+def test_a_rule_that_raises_is_a_rule_error_finding_not_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specpilot.check.rules import Rule, versions
+    from specpilot.engines.sglang import rules as sglang_rules
+
+    def broken(ctx: object) -> bool:
+        raise TypeError("'<' not supported between instances of 'NoneType' and 'int'")
+
+    rule = Rule("sglang-broken-example", "sglang", versions(">=0.5.10"), "error", broken, "never shown")
+    monkeypatch.setattr(sglang_rules, "RULES", (*sglang_rules.RULES, rule))
+    result = check_args("sglang", "0.5.13", ["--model-path", "m"], {}, HYBRID)
+    assert not result.ok
+    [finding] = [f for f in result.findings if f.rule == "rule-error"]
+    assert finding.severity == "error"
+    assert "sglang-broken-example" in finding.message
+    assert "TypeError: '<' not supported" in finding.message

@@ -98,6 +98,18 @@ CASES: dict[str, Case] = {
         ["--mamba-scheduler-strategy", "extra_buffer", "--page-size", "48"],
         ["--mamba-scheduler-strategy", "extra_buffer", "--page-size", "64"],
     ),
+    # the case: lazy + speculative with an explicit draft-token count
+    "sglang-mamba-extra-buffer-lazy-spec": Case(
+        "0.5.13.post1",
+        ["--mamba-scheduler-strategy", "extra_buffer_lazy", *NEXTN, *STEPS_314],
+        ["--mamba-scheduler-strategy", "extra_buffer", *NEXTN, *STEPS_314],
+        env={"SGLANG_ENABLE_SPEC_V2": "1"},
+    ),
+    "sglang-mamba-extra-buffer-lazy-spec-b": Case(
+        "0.5.14",
+        ["--mamba-radix-cache-strategy", "extra_buffer_lazy", *NEXTN, *STEPS_314],
+        ["--mamba-radix-cache-strategy", "extra_buffer_lazy", *NEXTN],
+    ),
     "sglang-mamba-no-buffer-page-size": Case(
         "0.5.13.post1",
         ["--page-size", "64"],

@@ -21,6 +21,7 @@ import pytest
 from packaging.version import Version
 
 from specpilot.check import check_args
+from specpilot.check.flagtable import table_for
 
 from . import venvs
 
@@ -42,7 +43,6 @@ COMPARED = (
 )
 
 ALGOS = (None, "NEXTN", "EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "DFLASH", "nextn", "MTP")
-STRATEGIES = (None, "auto", "no_buffer", "extra_buffer")
 SPEC_PARAMS = ((), (3, 1, 4), (3, 1, 6), (3, 4, 8), ("topk", 4), ("steps", 2))
 BACKENDS = (None, "triton", "flashinfer", "fa3")
 ENVS = ({}, {"SGLANG_ENABLE_SPEC_V2": "1"}, {"SGLANG_ENABLE_SPEC_V2": "0"})
@@ -100,12 +100,49 @@ def _case(version: str, model: str, choice: tuple[object, ...], with_draft: bool
     return {"model": model, "argv": argv, "env": env if _era_a(version) else {}}
 
 
+def _strategies(version: str) -> tuple[str | None, ...]:
+    """Every value the release's strategy flag accepts (from its flag table), and unset."""
+    dest = "mamba_scheduler_strategy" if _era_a(version) else "mamba_radix_cache_strategy"
+    flag = table_for("sglang", Version(version)).by_dest[dest]
+    return (None, *(flag.choices or ()))
+
+
+def _every_mamba_combination(version: str, rng: random.Random) -> list[tuple[object, ...]]:
+    """Every strategy x speculative algorithm x radix on/off x overlap on/off x draft-token
+    count given or not, the other dimensions drawn: a rule that hinges on one of these
+    (0.5.13.post1's extra_buffer_lazy + --speculative-num-draft-tokens) cannot hide."""
+    explicit = [p for p in SPEC_PARAMS if len(p) == 3]
+    implicit = [p for p in SPEC_PARAMS if len(p) != 3]
+    choices = []
+    for algo, strategy, radix_off, overlap_off, draft_given in itertools.product(
+        ALGOS, _strategies(version), (False, True), (False, True), (False, True)
+    ):
+        params = rng.choice(explicit if draft_given else implicit)
+        page, mrr, mixed = rng.choice((None, 1, 64)), rng.choice((None, 64)), rng.random() < 0.5
+        choices.append(
+            (
+                algo,
+                strategy,
+                radix_off,
+                overlap_off,
+                page,
+                params,
+                mrr,
+                mixed,
+                rng.choice(BACKENDS),
+                rng.choice(ENVS),
+            )
+        )
+    return choices
+
+
 def generate_cases(version: str) -> list[dict[str, object]]:
-    """A seeded sample of the combination space per model, plus the incident's command."""
+    """Every mamba combination and a seeded sample of the whole space, per model, plus the
+    incident's command."""
     space = list(
         itertools.product(
             ALGOS,
-            STRATEGIES,
+            _strategies(version),
             (False, True),
             (False, True),
             (None, 1, 64),
@@ -119,11 +156,28 @@ def generate_cases(version: str) -> list[dict[str, object]]:
     rng = random.Random(f"specpilot-{version}")
     cases = []
     for model in MODELS:
-        for choice in rng.sample(space, CASES_PER_MODEL):
+        for choice in _every_mamba_combination(version, rng) + rng.sample(space, CASES_PER_MODEL):
             cases.append(_case(version, model, choice, with_draft=rng.random() < 0.8))
     incident = ("NEXTN", "no_buffer", False, False, None, (3, 1, 4), None, False, None, {})
     cases.append(_case(version, "hybrid", incident, with_draft=False))
     return cases
+
+
+def test_every_mamba_combination_is_drawn_for_every_release() -> None:
+    """The generator itself (no engine needed): 0.5.13.post1's lazy + spec gap is in it."""
+    for version in VERSIONS:
+        strategies = _strategies(version)
+        drawn = {
+            (c[0], c[1], c[2], c[3], len(c[5]) == 3)  # type: ignore[arg-type]
+            for c in _every_mamba_combination(version, random.Random(0))
+        }
+        assert len(drawn) == len(ALGOS) * len(strategies) * 2 * 2 * 2
+    lazy_spec = [
+        case["argv"]
+        for case in generate_cases("0.5.13.post1")
+        if "extra_buffer_lazy" in case["argv"] and "--speculative-num-draft-tokens" in case["argv"]  # type: ignore[operator]
+    ]
+    assert lazy_spec
 
 
 def run_engine(version: str, cases: list[dict[str, object]]) -> list[dict[str, object]]:

@@ -6,6 +6,9 @@ engine would (exit code, SIGKILL of its own group, serving, or hanging).
          SPECPILOT_FAKE_MARK=<file>   (optional: time.time() of the fatal line, for the bench;
                                       <file>.ended is written if the stand-in reaches its own end)
          SPECPILOT_FAKE_LINGER_S=<s>  (optional: stay alive this long after the last line)
+         SPECPILOT_FAKE_TRIGGER=<file> (a scenario's after_ready lines are printed once it exists)
+         SPECPILOT_FAKE_ORPHAN=1      (optional: before ending, SIGKILL our parent (the launch
+                                      watcher), so a non-reaping init adopts us and we end a zombie)
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scenarios import SCENARIOS, Scenario
+from scenarios import SCENARIOS, Scenario, Step
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
@@ -50,6 +53,9 @@ def _serve(host: str, port: int, served: str) -> http.server.ThreadingHTTPServer
             self.end_headers()
             self.wfile.write(body)
 
+        def do_POST(self) -> None:
+            time.sleep(3600)  # a request the engine never answers (it died): the client waits
+
         def log_message(self, *args: object) -> None:
             return
 
@@ -65,6 +71,28 @@ def _spawn_children(count: int) -> None:
             [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"],
             stdin=subprocess.DEVNULL,
         )
+
+
+def _after_ready(steps: tuple[Step, ...], trigger: Path) -> None:
+    """Serve until the trigger file appears, then print the lines of a crash (and linger,
+    as an engine whose API server outlives its dead core does)."""
+    while not trigger.exists():
+        time.sleep(0.02)
+    mark = os.environ.get("SPECPILOT_FAKE_MARK")
+    for step in steps:
+        time.sleep(step.delay_s)
+        sys.stdout.write(step.text + "\n")
+        sys.stdout.flush()
+        if step.fatal and mark:
+            Path(mark).write_text(repr(time.time()))
+
+
+def _orphan_self() -> None:
+    """Lose the parent that would reap us; return once another process adopted us."""
+    parent = os.getppid()
+    os.kill(parent, signal.SIGKILL)
+    while os.getppid() == parent:
+        time.sleep(0.005)
 
 
 def run(scenario: Scenario, args: argparse.Namespace) -> None:
@@ -89,6 +117,8 @@ def run(scenario: Scenario, args: argparse.Namespace) -> None:
         if step.fatal and mark:
             Path(mark).write_text(repr(time.time()))
     time.sleep(float(os.environ.get("SPECPILOT_FAKE_LINGER_S", "0")))
+    if os.environ.get("SPECPILOT_FAKE_ORPHAN") == "1":
+        _orphan_self()
     if mark:
         Path(mark + ".ended").write_text(scenario.end)
     if scenario.end == "exit":
@@ -97,6 +127,8 @@ def run(scenario: Scenario, args: argparse.Namespace) -> None:
         os.killpg(os.getpgid(0), signal.SIGKILL)  # SGLang's kill_process_tree, itself included
     if scenario.end == "serve" and server is None:
         server = _serve(args.host, args.port, args.served_model_name or args.model)
+    if scenario.after_ready:
+        _after_ready(scenario.after_ready, Path(os.environ["SPECPILOT_FAKE_TRIGGER"]))
     while True:  # serve or hang until signalled
         time.sleep(1)
 

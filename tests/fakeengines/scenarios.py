@@ -34,6 +34,8 @@ class Scenario:
     source: str = ""
     children: int = 0  # helper processes in the same group (SGLang's scheduler, detokenizer)
     serve_before_ready: bool = False  # bind the port before the ready line (uvicorn, then warmup)
+    #: printed once serving, when the file named by SPECPILOT_FAKE_TRIGGER exists (a crash after ready)
+    after_ready: tuple[Step, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -377,5 +379,28 @@ SCENARIOS: dict[str, Scenario] = {
         expected_cause="oom",
         expected_signature="max_model_len_does_not_fit",
         source="https://github.com/syv-ai/qwen38-27b-rtx3090/issues/39",
+    ),
+    "vllm_crash_after_ready": Scenario(
+        engine="vllm",
+        steps=(
+            Step(0.05, "INFO:     Started server process [{pid}]"),
+            Step(0.0, "INFO:     Waiting for application startup."),
+            Step(0.0, "INFO:     Application startup complete."),
+        ),
+        after_ready=tuple(
+            Step(0.0, "eap-llm-server-on-arc  | " + text, fatal=text.startswith("ERROR 11-08 11:01:29"))
+            for text in (
+                'INFO:     127.0.0.1:48802 - "GET /health HTTP/1.1" 200 OK',
+                "ERROR 11-08 11:01:29 [multiproc_executor.py:135] Worker proc VllmWorker-3 died "
+                "unexpectedly, shutting down executor.",
+                "ERROR 11-08 11:01:30 [core.py:502] EngineCore encountered a fatal error.",
+                "ERROR 11-08 11:01:30 [core.py:502] Traceback (most recent call last):",
+                'ERROR 11-08 11:01:30 [core.py:502]   File "/usr/local/lib/python3.10/dist-packages/'
+                'vllm/v1/engine/core.py", line 493, in run_engine_core',
+                "ERROR 11-08 11:01:30 [core.py:502]     engine_core.run_busy_loop()",
+            )
+        ),
+        end="serve",  # ready: the crash comes later (tests/launch/test_crash_after_ready.py)
+        source="https://github.com/intel/llm-scaler/issues/154 (the lines after /health answered 200)",
     ),
 }

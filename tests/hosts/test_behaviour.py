@@ -255,7 +255,12 @@ def test_spawn_detached_round_trips_argv_and_env_exactly(make_host: HostFactory,
 
     async def body(host: Host) -> None:
         pid = await host.spawn_detached(
-            argv, env=METACHARACTER_ENV, cwd=str(tmp_path), log_path=str(log_path), pid_path=str(pid_path)
+            argv,
+            env=METACHARACTER_ENV,
+            cwd=str(tmp_path),
+            log_path=str(log_path),
+            pid_path=str(pid_path),
+            exit_path=str(tmp_path / "exit"),
         )
         try:
             assert pid_path.read_text().strip() == str(pid)
@@ -272,6 +277,68 @@ def test_spawn_detached_round_trips_argv_and_env_exactly(make_host: HostFactory,
     drive(make_host, body)
 
 
+async def _recorded_exit(host: Host, exit_path: str) -> int | None:
+    """The watcher's record, polled for up to 10 s (a guard, not a speed assertion)."""
+    for _ in range(200):
+        returncode = await host.exit_status(exit_path)
+        if returncode is not None:
+            return returncode
+        await asyncio.sleep(0.05)
+    return None
+
+
+@pytest.mark.parametrize(("script", "expected"), [("exit 3", 3), ("kill -9 $$", -9), ("exit 0", 0)])
+def test_the_watcher_records_how_the_process_ended(
+    make_host: HostFactory, tmp_path: Path, script: str, expected: int
+) -> None:
+    exit_path = tmp_path / "exit"
+    exit_path.write_text('{"returncode": 42}\n')  # an earlier run's record must not be read as this one's
+
+    async def body(host: Host) -> int | None:
+        pid = await host.spawn_detached(
+            ["sh", "-c", f"sleep 0.3; {script}"],
+            env={"PATH": "/usr/bin:/bin"},
+            cwd=str(tmp_path),
+            log_path=str(tmp_path / "log"),
+            pid_path=str(tmp_path / "pid"),
+            exit_path=str(exit_path),
+        )
+        assert await host.exit_status(str(exit_path)) is None  # still running
+        assert await _wait_until_dead(host, [pid]) == []
+        returncode = await _recorded_exit(host, str(exit_path))
+        # the watcher reaped it: no zombie is left behind, whatever init does
+        assert await host.proc_stat(pid) is None
+        return returncode
+
+    assert drive(make_host, body) == expected
+
+
+def test_proc_stat_names_the_process_by_its_start_time(make_host: HostFactory, tmp_path: Path) -> None:
+    async def body(host: Host) -> None:
+        pid = await host.spawn_detached(
+            ["sleep", "60"],
+            env={"PATH": "/usr/bin:/bin"},
+            cwd=str(tmp_path),
+            log_path=str(tmp_path / "log"),
+            pid_path=str(tmp_path / "pid"),
+            exit_path=str(tmp_path / "exit"),
+        )
+        try:
+            stat = await host.proc_stat(pid)
+            assert stat is not None and not stat.exited
+            assert stat.pgid == pid
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            assert stat.start_ticks == int(fields[19])
+            mine = await host.proc_stat(os.getpid())
+            assert mine is not None and mine.start_ticks != stat.start_ticks
+        finally:
+            await host.signal_group(pid, signal.SIGKILL)
+        assert await _wait_until_dead(host, [pid]) == []
+        assert await host.proc_stat(pid) is None
+
+    drive(make_host, body)
+
+
 def test_spawn_detached_appends_output_to_the_log(make_host: HostFactory, tmp_path: Path) -> None:
     log_path = tmp_path / "log"
     log_path.write_text("earlier line\n")
@@ -283,6 +350,7 @@ def test_spawn_detached_appends_output_to_the_log(make_host: HostFactory, tmp_pa
             cwd="/",
             log_path=str(log_path),
             pid_path=str(tmp_path / "pid"),
+            exit_path=str(tmp_path / "exit"),
         )
         await _wait_until_dead(host, [pid])
 
@@ -303,6 +371,7 @@ def test_spawn_of_a_missing_program_fails_loudly_without_a_pid(
                 cwd=str(tmp_path),
                 log_path=str(tmp_path / "log"),
                 pid_path=str(pid_path),
+                exit_path=str(tmp_path / "exit"),
             ),
         )
     assert "specpilot-no-such-server" in str(caught.value)
@@ -317,6 +386,7 @@ def test_signal_group_stops_parent_and_child(make_host: HostFactory, tmp_path: P
             cwd=str(tmp_path),
             log_path=str(tmp_path / "log"),
             pid_path=str(tmp_path / "pid"),
+            exit_path=str(tmp_path / "exit"),
         )
         children: list[int] = []
         for _ in range(100):
@@ -433,6 +503,11 @@ def test_spawn_refuses_relative_paths(make_host: HostFactory, tmp_path: Path) ->
         drive(
             make_host,
             lambda host: host.spawn_detached(
-                ["true"], env={}, cwd=str(tmp_path), log_path="server.log", pid_path=str(tmp_path / "pid")
+                ["true"],
+                env={},
+                cwd=str(tmp_path),
+                log_path="server.log",
+                pid_path=str(tmp_path / "pid"),
+                exit_path=str(tmp_path / "exit"),
             ),
         )

@@ -7,6 +7,7 @@ import os
 import pwd
 import shutil
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,3 +96,24 @@ def test_port_held_over_ssh_names_the_holder(ssh_spec: SpecFactory, sshd: SshdSe
         result = up(spec, host=ssh_host(sshd))
     assert result.cause == "port_in_use"
     assert result.error is not None and "held by pid" in result.error
+
+
+def test_crash_after_ready_over_ssh_is_reported_by_status(
+    ssh_spec: SpecFactory, sshd: SshdServer, tmp_path: Path
+) -> None:
+    trigger = tmp_path / "crash"  # the loopback host shares this file system
+    spec = ssh_spec("vllm_crash_after_ready", engine="vllm", env={"SPECPILOT_FAKE_TRIGGER": str(trigger)})
+    result = up(spec, host=ssh_host(sshd))
+    assert (result.phase, result.cause) == ("ready", "ready"), result.error
+    try:
+        trigger.touch()
+        for _ in range(200):  # a guard while the stand-in prints, not a speed assertion
+            status = asyncio.run(run_status(spec.name))
+            if status.crash is not None:
+                break
+            time.sleep(0.05)
+        assert status.crash is not None
+        assert (status.phase, status.crash["signature"]) == ("failed", "engine_dead")
+        assert read_state(spec.name)["cause"] == "crash"
+    finally:
+        asyncio.run(run_down(spec.name, timeout_s=10.0))

@@ -131,6 +131,34 @@ def _effective_args(
     return out
 
 
+RULE_ERROR = "rule-error"
+
+
+def rule_error(rule: Rule, exc: Exception) -> Finding:
+    """A rule that raised: an error finding naming the rule and the exception, so the
+    launch is never accepted on a rule that was not evaluated."""
+    return Finding(
+        RULE_ERROR,
+        "error",
+        f"rule {rule.id} could not be evaluated ({type(exc).__name__}: {exc}); "
+        "this is a specpilot bug: please report it with the spec",
+    )
+
+
+def _apply(rule: Rule, ctx: Context, changed: list[str]) -> Finding | None:
+    """Evaluate one rule; apply its adjustment to `ctx`; its finding, or None."""
+    if not rule.when(ctx):
+        return None
+    if rule.severity == "adjusts" and rule.sets is not None:
+        updates = dict(rule.sets(ctx))
+        really = {k: v for k, v in updates.items() if ctx.values.get(k) != v}
+        ctx.values.update(updates)
+        changed += [k for k in really if k not in changed]
+        if not really:
+            return None
+    return Finding(rule.id, rule.severity, rule.render(ctx), rule.make_fix(ctx))
+
+
 def check_args(
     engine: str,
     version: str,
@@ -173,19 +201,11 @@ def check_args(
     changed: list[str] = []
     for rule in engine_rules(engine, parsed_version):
         try:
-            fires = rule.when(ctx)
-        except (TypeError, ValueError):
-            fires = False
-        if not fires:
-            continue
-        if rule.severity == "adjusts" and rule.sets is not None:
-            updates = dict(rule.sets(ctx))
-            really = {k: v for k, v in updates.items() if ctx.values.get(k) != v}
-            ctx.values.update(updates)
-            changed += [k for k in really if k not in changed]
-            if not really:
-                continue
-        findings.append(Finding(rule.id, rule.severity, rule.render(ctx), rule.make_fix(ctx)))
+            finding = _apply(rule, ctx, changed)
+        except Exception as exc:  # a broken rule must not read as "accepted"
+            finding = rule_error(rule, exc)
+        if finding is not None:
+            findings.append(finding)
     ok = not any(f.severity == "error" for f in findings)
     return CheckResult(
         ok=ok,

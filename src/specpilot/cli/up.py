@@ -18,8 +18,10 @@ from rich.text import Text
 from specpilot.errors import UserError
 from specpilot.fixes import Fix
 from specpilot.launch.ops import run_down, run_status, stream_log
+from specpilot.launch.outcome import describe_returncode
 from specpilot.launch.preflight import Preflight, open_host, run_preflight
 from specpilot.launch.state import check_run_name, read_state
+from specpilot.launch.stop import STOP_OUTCOMES
 from specpilot.launch.supervisor import UpResult, launch
 from specpilot.spec import Spec, load_spec
 
@@ -66,6 +68,8 @@ def _render_result(result: UpResult, console: Console) -> None:
             console.print(
                 f"[bold red]failed[/]: [bold]{result.cause}[/]{where} after {result.elapsed_s:.1f} s"
             )
+        if result.exit_status is not None:
+            console.print(f"the engine {describe_returncode(result.exit_status)}")
         if result.error:  # unboxed, so the traceback copies cleanly
             console.rule("error", style="red")
             console.print(Text(result.error), soft_wrap=True)
@@ -204,6 +208,12 @@ def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
         alive = "[green]alive[/]" if result.alive else "[red]not running[/]"
         uptime = f"up {result.uptime_s:.0f} s" if result.uptime_s is not None else ""
         console.print(f"[bold]{name}[/]  {result.phase}  pid {result.pid} {alive}  {uptime}")
+        if result.crash is not None:
+            console.print(f"[bold red]{result.crash['cause']}[/] after ready: {result.crash['line']}")
+        if result.pid_reused:
+            console.print(f"pid {result.pid} now belongs to another process: the run's own is gone")
+        if result.exit_status is not None:
+            console.print(f"the engine {describe_returncode(result.exit_status)}")
         answer = result.endpoint_status if result.endpoint_status is not None else "-"
         console.print(f"endpoint {result.endpoint}  answer {answer}  model {result.served_model_name}")
         if result.last_lines:
@@ -235,8 +245,11 @@ def logs(name: str, follow: bool) -> None:
 @click.argument("name")
 @click.option("--timeout-s", default=30.0, show_default=True, help="SIGKILL the group after this long.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
-def down(name: str, timeout_s: float, as_json: bool) -> None:
+@click.pass_context
+def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None:
     """Stop a run: SIGTERM to its process group, SIGKILL after --timeout-s.
+
+    Exit 0 when nothing of it is left running, 1 when a process survived SIGKILL.
 
     \b
     Example:
@@ -246,5 +259,6 @@ def down(name: str, timeout_s: float, as_json: bool) -> None:
     if as_json:
         _print_json(result)
     else:
-        how = {"not_running": "was not running", "terminated": "stopped", "killed": "killed"}
-        click.echo(f"{name}: process group {result['pid']} {how[result['stopped']]}")
+        how = STOP_OUTCOMES.get(result["stopped"], f"stop ended with {result['stopped']!r}")
+        click.echo(f"{name}: process group {result['pid']} {how.replace('PGID', str(result['pid']))}")
+    ctx.exit(1 if result["phase"] == "stop_failed" else 0)

@@ -142,6 +142,14 @@ class Dispatcher:
     def _stop(self, reason: str) -> None:
         self.stop_reason, self.stop_now = reason, True
 
+    def stop_for(self, reason: str) -> None:
+        """Stop now for a reason found outside the job (a run it drives crashed)."""
+        self._stop(reason)
+
+    def note(self, message: str) -> None:
+        """Tell the user something from outside the job."""
+        self._say(message)
+
     async def _dispatch_loop(self) -> None:
         """Housekeeping tick: due retries, completion, the all-down pause.
 

@@ -28,6 +28,7 @@ MODELS_PROBE_TIMEOUT_S = 10.0
 class Endpoint:
     base_url: str  # scheme://host:port, without /v1
     served_model_name: str | None = None
+    run_name: str | None = None  # `--run NAME`: the job watches that run's log for a crash
 
 
 def specpilot_home() -> Path:
@@ -88,7 +89,9 @@ def endpoint_of_run(name: str) -> Endpoint:
             fix=f"wait for `specpilot status {name}` to say ready",
         )
     served = state.get("served_model_name")
-    return Endpoint(normalize_url(str(state["endpoint"]), field=str(state_file)), served and str(served))
+    return Endpoint(
+        normalize_url(str(state["endpoint"]), field=str(state_file)), served and str(served), name
+    )
 
 
 def resolve_endpoints(servers: tuple[str, ...], runs: tuple[str, ...]) -> list[Endpoint]:

@@ -309,8 +309,14 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[dic
             top_k=config.top_k,
         )
         dispatcher = Dispatcher(job, session, sampling)
-        async with watch(dispatcher) if watch else contextlib.nullcontext():
-            await dispatcher.run()
+        watchers = _watch_runs(config.endpoints, dispatcher)
+        try:
+            async with watch(dispatcher) if watch else contextlib.nullcontext():
+                await dispatcher.run()
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
         servers = [
             {"server": s.name, "rows_done": s.done_rows, "taken_out": s.taken_out_count}
             for s in dispatcher.pool.servers
@@ -348,6 +354,22 @@ def storage_error(err: OSError | sqlite3.Error, output_dir: Path, input_path: Pa
         field="--output",
         fix=f"check the folder's permissions and free space, {resume}",
     )
+
+
+def _watch_runs(endpoints: list[Endpoint], dispatcher: Dispatcher) -> list[asyncio.Task[None]]:
+    """A run started by `specpilot up` can die after ready; its log says so at once, so
+    the job stops then with the cause instead of waiting out request timeouts."""
+    names = [e.run_name for e in endpoints if e.run_name is not None]
+    if not names:
+        return []
+    # imported here: a job without --run never loads the host (SSH) layer
+    from specpilot.launch.ops import host_for
+    from specpilot.launch.serving import stop_on_crash
+
+    return [
+        asyncio.create_task(stop_on_crash(name, dispatcher.stop_for, dispatcher.note, host_for))
+        for name in names
+    ]
 
 
 def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:

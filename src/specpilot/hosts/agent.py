@@ -14,6 +14,7 @@ Standard library only, and syntax a Python 3.7 on a GPU host still runs.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -124,52 +125,128 @@ def port_owner(port: int) -> dict[str, Any] | None:
     return {"pid": None, "argv": []}
 
 
-def spawn(argv: list[str], env: dict[str, str], cwd: str, log_path: str, pid_path: str) -> int:
-    """Start argv in a new session with exactly `env`, output appended to log_path.
+def proc_stat(pid: int) -> dict[str, Any] | None:
+    """State letter, process group and start time (clock ticks after boot) from
+    /proc/PID/stat; None if the process is gone. (pid, start_ticks) names one process:
+    a recycled pid has another start time."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read().decode("ascii", "replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return {"state": fields[0], "pgid": int(fields[2]), "start_ticks": int(fields[19])}
 
-    The pid is known for certain because this process forks it; an exec failure
-    (missing program, bad cwd) comes back through a close-on-exec pipe instead of
-    being a pid that dies at once. The pid file is written only after exec worked."""
-    read_fd, write_fd = os.pipe()  # both close-on-exec
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        step = "setsid"
-        try:
-            os.close(read_fd)
-            os.setsid()
-            step = "cwd"
-            os.chdir(cwd)
-            step = "log"
-            log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            null_fd = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null_fd, 0)
-            os.dup2(log_fd, 1)
-            os.dup2(log_fd, 2)
-            step = "exec"
-            os.execvpe(argv[0], argv, env)
-        except OSError as exc:
-            report = {"errno": exc.errno, "message": exc.strerror, "step": step}
-            os.write(write_fd, json.dumps(report).encode())
-        os._exit(127)
-    os.close(write_fd)
-    report_bytes = b""
+
+def returncode_of(status: int) -> int:
+    """A wait status as Python's returncode: the exit code, or -N for signal N."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def _write_atomic(path: str, text: str) -> None:
+    temp_path = f"{path}.{os.getpid()}.tmp"
+    with open(temp_path, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp_path, path)
+
+
+def _exec_engine(argv: list[str], env: dict[str, str], cwd: str, log_path: str, err_fd: int) -> None:
+    """In the engine's child: own session, cwd, log as stdout/stderr, exec; an OSError
+    goes back through `err_fd` (close-on-exec, so a working exec closes it)."""
+    step = "setsid"
+    try:
+        os.setsid()
+        step = "cwd"
+        os.chdir(cwd)
+        step = "log"
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null_fd = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null_fd, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        step = "exec"
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        os.write(err_fd, json.dumps({"errno": exc.errno, "message": exc.strerror, "step": step}).encode())
+    os._exit(127)
+
+
+def _watch_engine(
+    argv: list[str], env: dict[str, str], cwd: str, log_path: str, exit_path: str, pid_fd: int, err_fd: int
+) -> None:  # pragma: no cover - runs in the forked watcher
+    """The engine's parent: start it, report its pid, reap it, record how it ended.
+
+    Why a parent of our own: a detached engine's parent is otherwise init, and where
+    init does not reap (many containers) a dead engine stays a zombie whose exit
+    status nobody can read. This process holds nothing open but the exit file."""
+    engine_pid = os.fork()
+    if engine_pid == 0:
+        _exec_engine(argv, env, cwd, log_path, err_fd)
+    os.close(err_fd)
+    os.write(pid_fd, str(engine_pid).encode())
+    os.close(pid_fd)
+    null_fd = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null_fd, fd)  # the caller's pipes (an SSH channel) must not wait for us
+    os.closerange(3, 65536)
+    _, status = os.waitpid(engine_pid, 0)
+    with contextlib.suppress(OSError):  # the run dir is gone: nobody is left to read it
+        _write_atomic(exit_path, json.dumps({"returncode": returncode_of(status)}) + "\n")
+    os._exit(0)
+
+
+def _read_all(fd: int) -> bytes:
+    data = b""
     while True:
-        chunk = os.read(read_fd, 65536)
+        chunk = os.read(fd, 65536)
         if not chunk:
-            break
-        report_bytes += chunk
-    os.close(read_fd)
+            os.close(fd)
+            return data
+        data += chunk
+
+
+def spawn(
+    argv: list[str], env: dict[str, str], cwd: str, log_path: str, pid_path: str, exit_path: str
+) -> int:
+    """Start argv in a new session with exactly `env`, output appended to log_path,
+    under a watcher that writes its returncode to `exit_path` when it ends.
+
+    Process tree: this process -> a short-lived middle (new session, exits at once so
+    nothing here has to reap) -> the watcher -> the engine (its own session and group).
+    The pid is known for certain because the watcher forks it; an exec failure (missing
+    program, bad cwd) comes back through a close-on-exec pipe instead of being a pid
+    that dies at once. The pid file is written only after exec worked."""
+    if os.path.exists(exit_path):
+        os.unlink(exit_path)  # an earlier run's ending is not this one's
+    pid_read, pid_write = os.pipe()
+    err_read, err_write = os.pipe()  # both close-on-exec
+    middle = os.fork()
+    if middle == 0:  # pragma: no cover - runs in the child
+        try:
+            os.close(pid_read)
+            os.close(err_read)
+            os.setsid()
+            if os.fork() == 0:
+                _watch_engine(argv, env, cwd, log_path, exit_path, pid_write, err_write)
+        finally:
+            os._exit(0)
+    os.close(pid_write)
+    os.close(err_write)
+    os.waitpid(middle, 0)
+    pid_text = _read_all(pid_read).decode()
+    report_bytes = _read_all(err_read)
     if report_bytes:
-        os.waitpid(pid, 0)
         report = json.loads(report_bytes.decode())
         filename = {"cwd": cwd, "log": log_path, "exec": argv[0]}.get(report["step"])
         raise StepError(report["errno"], report["message"], filename, report["step"])
-    temp_pid_path = f"{pid_path}.{os.getpid()}.tmp"
-    with open(temp_pid_path, "w") as handle:
-        handle.write(f"{pid}\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp_pid_path, pid_path)
+    if not pid_text:
+        raise StepError(0, "the watcher reported no pid", None, "fork")
+    pid = int(pid_text)
+    _write_atomic(pid_path, f"{pid}\n")
     return pid
 
 
@@ -252,6 +329,7 @@ _OPERATIONS: dict[str, Callable[..., Any]] = {
     "digest": digest,
     "proc_file": proc_file,
     "pid_alive": pid_alive,
+    "proc_stat": proc_stat,
     "killpg": killpg,
     "port_owner": port_owner,
     "spawn": spawn,

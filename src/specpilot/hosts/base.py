@@ -42,6 +42,20 @@ class PortOwner:
 
 
 @dataclass(frozen=True)
+class ProcStat:
+    """One process as /proc/PID/stat shows it. (pid, start_ticks) identifies a process
+    for good: a recycled pid has another start time."""
+
+    state: str  # R, S, D, Z (zombie), X (dead), ...
+    pgid: int
+    start_ticks: int  # clock ticks after boot
+
+    @property
+    def exited(self) -> bool:
+        return self.state in ("Z", "X", "x")
+
+
+@dataclass(frozen=True)
 class GpuFacts:
     index: int
     name: str
@@ -106,11 +120,22 @@ class Host(abc.ABC):
         cwd: str,
         log_path: str,
         pid_path: str,
+        exit_path: str,
     ) -> int:
         """Start argv in a new session (its pid is its process group id), stdout and
         stderr appended to `log_path`, the pid written to `pid_path`; return the pid.
         The environment is exactly `env` (nothing inherited). Raises HostError when no
-        pid comes back."""
+        pid comes back. A watcher process is the new process's parent: it reaps it and
+        writes its returncode to `exit_path` (read with `exit_status`)."""
+
+    @abc.abstractmethod
+    async def exit_status(self, exit_path: str) -> int | None:
+        """The returncode the watcher recorded in `exit_path` (-N: killed by signal N), or
+        None while the process runs or when its watcher could not record it."""
+
+    @abc.abstractmethod
+    async def proc_stat(self, pid: int) -> ProcStat | None:
+        """State, process group and start time of a process, or None if it is gone."""
 
     @abc.abstractmethod
     async def proc_argv(self, pid: int) -> list[str] | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.hosts import agent
-from specpilot.hosts.base import GpuFacts, Host, HostFacts, PortOwner, PutResult
+from specpilot.hosts.base import GpuFacts, Host, HostFacts, PortOwner, ProcStat, PutResult
 from specpilot.hosts.errors import (
     DiskFull,
     HostConnectionLost,
@@ -187,10 +187,12 @@ class AgentHost(Host, abc.ABC):
         cwd: str,
         log_path: str,
         pid_path: str,
+        exit_path: str,
     ) -> int:
         if not argv:
             raise ValueError("spawn_detached needs a non-empty argv")
-        for name, value in (("cwd", cwd), ("log_path", log_path), ("pid_path", pid_path)):
+        paths = (("cwd", cwd), ("log_path", log_path), ("pid_path", pid_path), ("exit_path", exit_path))
+        for name, value in paths:
             if not posixpath.isabs(value):  # relative to what? cwd, home: say it exactly
                 raise ValueError(f"spawn_detached {name} must be an absolute path, got {value!r}")
         check_env_names(env)
@@ -203,6 +205,7 @@ class AgentHost(Host, abc.ABC):
             cwd=cwd,
             log_path=log_path,
             pid_path=pid_path,
+            exit_path=exit_path,
         )
         if not isinstance(pid, int) or pid <= 0:
             raise HostError(f"{action} on {self.target}: no pid came back (got {pid!r})")
@@ -223,6 +226,25 @@ class AgentHost(Host, abc.ABC):
         if raw is None:
             return None
         return dict(entry.partition("=")[::2] for entry in split_nul(raw))
+
+    async def exit_status(self, exit_path: str) -> int | None:
+        try:
+            raw = await self.read_bytes(exit_path)
+        except FileNotFoundError:
+            return None
+        try:
+            returncode = json.loads(raw)["returncode"]
+        except (ValueError, KeyError, TypeError):
+            return None  # not written by the watcher: unknown, not a guess
+        return returncode if isinstance(returncode, int) else None
+
+    async def proc_stat(self, pid: int) -> ProcStat | None:
+        found = await self._agent("proc_stat", f"read the state of pid {pid}", pid=pid)
+        if found is None:
+            return None
+        return ProcStat(
+            state=str(found["state"]), pgid=int(found["pgid"]), start_ticks=int(found["start_ticks"])
+        )
 
     async def pid_alive(self, pid: int) -> bool:
         return bool(await self._agent("pid_alive", f"check pid {pid}", pid=pid))

@@ -29,6 +29,7 @@ _IN_PROCESS_OPERATIONS: dict[str, Callable[..., Any]] = {
     "digest": agent.digest,
     "proc_file": agent.proc_file,
     "pid_alive": agent.pid_alive,
+    "proc_stat": agent.proc_stat,
     "killpg": agent.killpg,
     "port_owner": agent.port_owner,
     "facts": agent.facts,
@@ -167,6 +168,13 @@ class LocalHost(AgentHost):
                 f"run {shown} on local: no exit after {timeout_s} s, killed it; "
                 "raise the timeout or find out why it hangs"
             ) from None
+        except asyncio.CancelledError:
+            # the caller gave up (a watcher was stopped): end and reap the command, or its
+            # transport outlives the event loop
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+            raise
         return self._finish(argv, process.returncode or 0, stdout, stderr, check)
 
     @staticmethod

@@ -17,8 +17,20 @@ from collections import deque
 from dataclasses import dataclass
 
 from specpilot.fixes import Fix
+from specpilot.launch.outcome import describe_returncode
 from specpilot.launch.signatures import Kind, Signature, SignatureFix, for_engine
 
+#: colours anywhere in a line (vLLM colours its process prefixes and levels)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: what wraps an engine's own line, possibly nested: `docker compose` service prefixes
+#: ("sglang-1  | "), Ray / vLLM process prefixes ("(VllmWorker TP0 pid=77) "), torch's
+#: "[rank0]: " and SGLang's "[2025-01-01 10:00:00 TP0] " rank tags
+_WRAPPERS = re.compile(
+    r"^(?:[A-Za-z0-9][\w.-]*\s+\|\s?"
+    r"|\([^()]*\bpid=\d+[^()]*\)\s*"
+    r"|\[rank\d+\]:\s*"
+    r"|\[(?:[^\]]*\s)?(?:TP|DP|PP|EP|CP)\d+(?:\s[^\]]*)?\]\s*)+"
+)
 _TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):")
 _WARNING_LEVEL = re.compile(r"\bWARN(?:ING)?\b")
 #: an engine that reports an error it handled and goes on (an optional endpoint it could not
@@ -26,8 +38,15 @@ _WARNING_LEVEL = re.compile(r"\bWARN(?:ING)?\b")
 #: the next timestamped record, is not a failure
 _HANDLED = re.compile(r"Can not initialize \w+, error:|disabled: \w+ init failed")
 _RECORD_START = re.compile(r"^\[\d{4}-\d\d-\d\d[ T]")
+_INFO_LEVEL = re.compile(r"\bINFO\b")
 #: how many lines before the first traceback line still belong to the error (context)
 _LEAD_LINES = 1
+
+
+def engine_text(line: str) -> str:
+    """The engine's own text of a log line: without colours and without the prefixes a
+    container runtime, Ray or a rank tag put in front, so signatures match it the same."""
+    return _WRAPPERS.sub("", _ANSI.sub("", line))
 
 
 @dataclass(frozen=True)
@@ -51,12 +70,19 @@ class LineEvent:
 class LogClassifier:
     """Feeds on log lines; knows the phase, the allocations, readiness and failure."""
 
-    def __init__(self, engine: str, signatures: tuple[Signature, ...] | None = None) -> None:
+    def __init__(
+        self, engine: str, signatures: tuple[Signature, ...] | None = None, *, serving: bool = False
+    ) -> None:
+        """`serving`: the log after ready, where a failed request may log an error and a
+        traceback while the server serves on; only a line that ends serving is fatal."""
         self.engine = engine
         self._signatures = signatures if signatures is not None else for_engine(engine)
         self._fatal = [s for s in self._signatures if s.kind is Kind.FATAL]
+        self._triggers = [s for s in self._fatal if s.ends_serving] if serving else self._fatal
+        self._serving = serving
         self._other = [s for s in self._signatures if s.kind is not Kind.FATAL]
-        self.lines: list[str] = []
+        self.lines: list[str] = []  # as printed (the error shown is these)
+        self._plain: list[str] = []  # engine_text of each (what signatures see)
         self.phase: str = "starting"
         self.last_meaningful_line: str | None = None
         self.allocations: dict[str, int | float] = {}
@@ -70,21 +96,25 @@ class LogClassifier:
     def fatal_seen(self) -> bool:
         return self.fatal_index is not None
 
-    def feed(self, line: str) -> LineEvent:
+    def feed(self, printed: str) -> LineEvent:
         """Classify one line (without its newline)."""
         index = len(self.lines)
-        self.lines.append(line)
-        self._recent.append(line)
+        line = engine_text(printed)
+        self.lines.append(printed)
+        self._plain.append(line)
+        self._recent.append(printed)
         if line.strip():
-            self.last_meaningful_line = line
+            self.last_meaningful_line = printed
         if _HANDLED.search(line):
             self._handled = True
-        elif self._handled and _RECORD_START.search(line):
+        elif self._handled and (_RECORD_START.search(line) or _RECORD_START.search(printed)):
             self._handled = False
         if self._handled:
             return LineEvent(kind=None)
         if _TRACEBACK_START.search(line) and self._block_start is None:
             self._block_start = max(0, index - _LEAD_LINES)
+        elif self._serving and self.fatal_index is None and _INFO_LEVEL.search(line):
+            self._block_start = None  # a request's traceback was handled: the server served on
         event = LineEvent(kind=None)
         for sig in self._other:
             match = sig.regex.search(line)
@@ -111,7 +141,7 @@ class LogClassifier:
         in_block = self._block_start is not None
         if not in_block and _WARNING_LEVEL.search(line):
             return False  # an engine warning that mentions an error type is not a failure
-        return any(sig.regex.search(line) for sig in self._fatal)
+        return any(sig.regex.search(line) for sig in self._triggers)
 
     def failure(self, *, exited: bool, exit_code: int | None = None) -> Failure:
         """The verdict over everything seen so far, for a start that failed.
@@ -121,9 +151,9 @@ class LogClassifier:
         """
         if self.fatal_index is None:
             tail = "\n".join(list(self._recent)[-30:])
-            code = f" with code {exit_code}" if exit_code is not None else ""
+            how = "exited" if exit_code is None else describe_returncode(exit_code)
             what = (
-                f"the engine process exited{code} without a known error line"
+                f"the engine process {how} without a known error line"
                 if exited
                 else ("the engine stopped without a known error line")
             )
@@ -132,8 +162,9 @@ class LogClassifier:
         if self._block_start is not None and self._block_start < start:
             start = self._block_start
         error = "\n".join(self.lines[start:]).rstrip()
+        plain = "\n".join(self._plain[start:])
         for sig in self._fatal:
-            match = sig.regex.search(error)
+            match = sig.regex.search(plain)
             if match:
                 return Failure(sig.cause or "unknown", sig.name, error, _render_fix(sig.fix, match))
         return Failure("unknown", None, error, None)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -11,9 +9,12 @@ from typing import Any
 
 from specpilot.hosts.base import Host
 from specpilot.launch.health import probe
+from specpilot.launch.identity import recorded_process
 from specpilot.launch.preflight import open_host
+from specpilot.launch.serving import check_serving, record_crash
 from specpilot.launch.state import read_state, write_state
 from specpilot.launch.stop import stop_group
+from specpilot.launch.tail import followed, next_chunk
 
 
 def host_for(state: dict[str, Any]) -> Host:
@@ -32,10 +33,17 @@ class RunStatus:
     served_model_name: str | None
     target: str
     last_lines: list[str] = field(default_factory=list)
+    #: how the engine ended, when it has and its watcher recorded it (-N: signal N)
+    exit_status: int | None = None
+    #: the recorded pid now belongs to another process (the run's own is gone)
+    pid_reused: bool = False
+    cause: str | None = None
+    #: how a ready run ended (a fatal line after ready, or its process gone): Crash.to_json()
+    crash: dict[str, Any] | None = None
 
     @property
     def serving(self) -> bool:
-        return self.alive and self.endpoint_status == 200
+        return self.alive and self.endpoint_status == 200 and self.crash is None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +57,10 @@ class RunStatus:
             "served_model_name": self.served_model_name,
             "target": self.target,
             "last_lines": self.last_lines,
+            "exit_status": self.exit_status,
+            "pid_reused": self.pid_reused,
+            "cause": self.cause,
+            "crash": self.crash,
         }
 
 
@@ -57,7 +69,13 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
     host = host_for(state)
     try:
         pid = state.get("pid")
-        alive = pid is not None and await host.pid_alive(int(pid))
+        crash = await check_serving(host, state)
+        if crash is not None:
+            state = record_crash(name, crash)
+        process = await recorded_process(host, state)
+        alive = process == "running"
+        exit_path = state.get("exit_path")
+        exit_status = None if alive or not exit_path else await host.exit_status(str(exit_path))
         phase = str(state.get("phase"))
         if not alive and phase in ("starting", "ready"):
             phase = "exited"  # it was up and is gone: nobody stopped it through specpilot
@@ -75,6 +93,10 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
             served_model_name=state.get("served_model_name"),
             target=str(state["target"]),
             last_lines=tail.stdout.decode(errors="replace").splitlines(),
+            exit_status=exit_status,
+            pid_reused=process == "reused",
+            cause=state.get("cause"),
+            crash=state.get("crash"),
         )
     finally:
         await host.close()
@@ -86,59 +108,40 @@ async def stream_log(name: str, *, follow: bool, quiet_exit_s: float = 1.0) -> A
     state = read_state(name)
     host = host_for(state)
     log_path = str(state["log_path"])
-    pid = state.get("pid")
     try:
         if not follow:
             yield await host.read_bytes(log_path)
             return
-        async for chunk in _follow_while_alive(host, log_path, pid, quiet_exit_s):
-            yield chunk
+        async with followed(host, log_path, 0) as chunks:
+            while True:
+                chunk = await next_chunk(chunks, quiet_exit_s)
+                if chunk is not None:
+                    yield chunk
+                elif await recorded_process(host, state) != "running":
+                    return
     finally:
         await host.close()
 
 
-async def _follow_while_alive(
-    host: Host, log_path: str, pid: int | None, quiet_exit_s: float
-) -> AsyncIterator[bytes]:
-    """New bytes as they come; between them, every `quiet_exit_s`, is the process still there?
-
-    The pending read is waited on, never cancelled: cancelling it would close the
-    follow stream, which then ends after the first quiet second.
-    """
-    stream = host.follow(log_path, 0)
-    pending: asyncio.Future[bytes] | None = None
-    try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(stream))
-            done, _ = await asyncio.wait({pending}, timeout=quiet_exit_s)
-            if not done:
-                if pid is None or not await host.pid_alive(int(pid)):
-                    return
-                continue
-            finished, pending = pending, None
-            try:
-                chunk = finished.result()
-            except StopAsyncIteration:
-                return
-            yield chunk
-    finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await pending
-        await stream.aclose()  # type: ignore[attr-defined]
-
-
 async def run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
-    """SIGTERM to the run's process group, SIGKILL after `timeout_s`; never by name."""
+    """SIGTERM to the run's process group, SIGKILL after `timeout_s`; never by name, and
+    never to a pid that now belongs to another process. `stopped` is a key of
+    STOP_OUTCOMES; `phase` is "stopped" unless a member survived SIGKILL."""
     state = read_state(name)
     host = host_for(state)
     try:
         pgid = state.get("pgid") or state.get("pid")
-        how = "not_running" if pgid is None else await stop_group(host, int(pgid), term_timeout_s=timeout_s)
+        if pgid is None:
+            how = "not_running"
+        elif await recorded_process(host, state) == "reused":
+            how = "stale"
+        else:
+            how = await stop_group(
+                host, int(pgid), term_timeout_s=timeout_s, start_ticks=state.get("start_ticks")
+            )
     finally:
         await host.close()
-    state.update(phase="stopped", stopped_at=time.time())
+    phase = "stop_failed" if how == "survived" else "stopped"
+    state.update(phase=phase, stopped_at=time.time())
     write_state(state)
-    return {"name": name, "pid": state.get("pid"), "phase": "stopped", "stopped": how}
+    return {"name": name, "pid": state.get("pid"), "phase": phase, "stopped": how}

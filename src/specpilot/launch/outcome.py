@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,17 @@ from specpilot.fixes import Fix
 Progress = Callable[[str, float, str | None], None]
 #: test seam: runs after shipping, before the re-verification and the start
 AfterShip = Callable[[str], Awaitable[None]]
+
+
+def describe_returncode(returncode: int) -> str:
+    """'exited with status 1' or 'was killed by SIGKILL (signal 9)'."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = "a signal"
+    return f"was killed by {name} (signal {-returncode})"
 
 
 @dataclass
@@ -42,6 +54,8 @@ class UpResult:
     elapsed_s: float = 0.0
     last_phase: str | None = None
     remote_dir: str | None = None
+    #: how the engine process ended, when it did and the host could know (-N: signal N)
+    exit_status: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,4 +71,5 @@ class UpResult:
             "elapsed_s": round(self.elapsed_s, 3),
             "last_phase": self.last_phase,
             "run_dir": self.remote_dir,
+            "exit_status": self.exit_status,
         }

@@ -3,6 +3,7 @@
     <home>/.specpilot/runs/<name>/
       spec.toml  plan.json  launch.sh  env  manifest.json   (written by `up`, verified)
       pid  engine.log                                       (written at start)
+      exit                                                  (the engine's returncode, by its watcher)
 
 The manifest holds the sha256 of every file it lists; `verify_on_host` recomputes
 them on the far side just before the start, so a file changed between shipping
@@ -27,6 +28,7 @@ ENV_FILE = "env"
 MANIFEST_FILE = "manifest.json"
 PID_FILE = "pid"
 LOG_FILE = "engine.log"
+EXIT_FILE = "exit"
 #: files the manifest covers, with their modes
 _MODES = {SPEC_FILE: 0o600, PLAN_FILE: 0o644, LAUNCH_FILE: 0o700, ENV_FILE: 0o600}
 

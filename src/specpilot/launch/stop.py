@@ -11,11 +11,21 @@ from __future__ import annotations
 
 from specpilot.hosts.base import Host
 
-# argv: MODE PGID TERM_TIMEOUT_S DELAY_S; MODE "members" prints the live pids of the
-# group, MODE "stop" waits DELAY_S, then prints not_running | terminated | killed | survived.
+# argv: MODE PGID TERM_TIMEOUT_S DELAY_S START_TICKS; MODE "members" prints the live pids
+# of the group, MODE "stop" waits DELAY_S, then prints one of STOP_OUTCOMES. START_TICKS
+# (-1: unknown) is the leader's start time when it was started: a leader alive with another
+# start time is a recycled pid, and nothing is signalled ("stale").
 _GROUP_SCRIPT = """\
 import os, signal, sys, time
 mode, pgid, term_s, delay_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+start_ticks = int(sys.argv[5])
+def leader_ticks():
+    try:
+        with open("/proc/%d/stat" % pgid) as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[19])
 def members():
     found = []
     for entry in os.listdir("/proc"):
@@ -46,7 +56,10 @@ if mode == "members":
     print(" ".join(map(str, members())))
     sys.exit(0)
 time.sleep(delay_s)
-if not members():
+ticks = leader_ticks()
+if start_ticks >= 0 and ticks is not None and ticks != start_ticks:
+    print("stale")
+elif not members():
     print("not_running")
 else:
     signal_group(signal.SIGTERM)
@@ -58,9 +71,29 @@ else:
 """
 
 
-async def _group_script(host: Host, mode: str, pgid: int, term_timeout_s: float, delay_s: float = 0.0) -> str:
+#: what `stop_group` may answer, as `down` says it
+STOP_OUTCOMES = {
+    "not_running": "was not running",
+    "terminated": "stopped",
+    "killed": "killed (SIGKILL: it did not end within the timeout after SIGTERM)",
+    "survived": "survived SIGKILL: a member is still there, most likely in uninterruptible "
+    "sleep (state D, e.g. stuck in the GPU driver); see `ps -o pid,stat,cmd -g PGID` on the host",
+    "stale": "was not signalled: its pid now belongs to another process (started after the run), "
+    "so the run's process is gone",
+}
+
+
+async def _group_script(
+    host: Host,
+    mode: str,
+    pgid: int,
+    term_timeout_s: float,
+    delay_s: float = 0.0,
+    start_ticks: int | None = None,
+) -> str:
+    ticks = -1 if start_ticks is None else start_ticks
     result = await host.run(
-        ["python3", "-c", _GROUP_SCRIPT, mode, str(pgid), str(term_timeout_s), str(delay_s)],
+        ["python3", "-c", _GROUP_SCRIPT, mode, str(pgid), str(term_timeout_s), str(delay_s), str(ticks)],
         timeout_s=delay_s + term_timeout_s + 30.0,
     )
     return result.stdout.decode().strip()
@@ -71,11 +104,20 @@ async def group_members(host: Host, pgid: int) -> list[int]:
     return [int(pid) for pid in (await _group_script(host, "members", pgid, 0.0)).split()]
 
 
-async def stop_group(host: Host, pgid: int, *, term_timeout_s: float, delay_s: float = 0.0) -> str:
+async def stop_group(
+    host: Host,
+    pgid: int,
+    *,
+    term_timeout_s: float,
+    delay_s: float = 0.0,
+    start_ticks: int | None = None,
+) -> str:
     """After `delay_s`, SIGTERM the group, wait up to `term_timeout_s` for every member,
     then SIGKILL. (The delay lets a caller start the stop's round trip while it still
-    reads the last lines of an error.)
+    reads the last lines of an error.) With `start_ticks`, a leader that is alive but
+    started at another time is someone else's process: nothing is signalled.
 
-    Returns "not_running", "terminated", "killed" or "survived" (a process in
-    uninterruptible sleep that even SIGKILL did not end within 5 s)."""
-    return await _group_script(host, "stop", pgid, term_timeout_s, delay_s)
+    Returns a key of STOP_OUTCOMES: "not_running", "terminated", "killed", "survived"
+    (a process in uninterruptible sleep that even SIGKILL did not end within 5 s) or
+    "stale"."""
+    return await _group_script(host, "stop", pgid, term_timeout_s, delay_s, start_ticks)

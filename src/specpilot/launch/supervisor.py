@@ -23,6 +23,7 @@ from specpilot.launch import rundir
 from specpilot.launch.command import host_model_path, plan_launch
 from specpilot.launch.outcome import Progress, UpOptions, UpResult
 from specpilot.launch.render import render_env_file, render_launch_script
+from specpilot.launch.serving import READY_LOG_BYTES
 from specpilot.launch.state import write_state
 from specpilot.launch.stop import stop_group
 from specpilot.launch.watch import RunWatch
@@ -166,8 +167,12 @@ async def _start_and_watch(
         cwd=remote_dir,
         log_path=run.log_path,
         pid_path=f"{remote_dir}/{rundir.PID_FILE}",
+        exit_path=run.exit_path,
     )
     run.pid = pid
+    # (pid, start time) names this process for good: `down` and `status` check it
+    # before trusting the pid, which the kernel may give to another process later
+    identity = await host.proc_stat(pid)
     state = {
         "name": spec.name,
         "target": host.target,
@@ -179,7 +184,9 @@ async def _start_and_watch(
         },
         "remote_dir": remote_dir,
         "log_path": run.log_path,
+        "exit_path": run.exit_path,
         "pid": pid,
+        "start_ticks": None if identity is None else identity.start_ticks,
         "pgid": pid,
         "endpoint": planned.endpoint,
         "served_model_name": planned.served_model_name,
@@ -199,9 +206,16 @@ async def _start_and_watch(
             await run.stop_task
         elif result is None or result.phase != "ready":
             await stop_group(host, pid, term_timeout_s=options.term_timeout_s)
+        if result is not None and result.phase == "ready":
+            state[READY_LOG_BYTES] = run.fed_bytes  # where serving begins: watched from there
         if result is not None:
             result.elapsed_s = run.elapsed()
-            state.update(phase=result.phase, cause=result.cause, allocations=result.allocations)
+            state.update(
+                phase=result.phase,
+                cause=result.cause,
+                allocations=result.allocations,
+                exit_status=result.exit_status,
+            )
         else:
             state.update(phase="failed", cause="unknown")
         write_state(state)

@@ -65,24 +65,36 @@ async def wait_for_argv(
 ) -> list[str] | None:
     """Poll /proc/PID/cmdline while it still shows `launcher` (bash launch.sh, before its
     exec), up to `timeout_s`. Returns the argv seen after that (None when the process is
-    gone): the planned one, or whatever replaced the launcher instead."""
+    gone or exiting): the planned one, or whatever replaced the launcher instead."""
     deadline = time.monotonic() + timeout_s
     live = await host.proc_argv(pid)
-    while live is not None and list(live) == list(launcher) and time.monotonic() < deadline:
+    while live and list(live) == list(launcher) and time.monotonic() < deadline:
         await asyncio.sleep(poll_s)
         live = await host.proc_argv(pid)
-    return live
+    return live or None
+
+
+async def running(host: Host, pid: int) -> bool:
+    """The process exists and has not exited (a zombie has)."""
+    stat = await host.proc_stat(pid)
+    return stat is not None and not stat.exited
 
 
 async def check_live(host: Host, pid: int, argv: Sequence[str], env: Mapping[str, str]) -> Mismatch | None:
-    """Compare the live process right now; None when it matches or is gone."""
+    """Compare the live process right now; None when it matches or has exited.
+
+    Exit beats argv: a process that is gone, a zombie, or whose cmdline reads empty
+    (as an exiting one does) has exited, and its log says why; a difference counts
+    only while the process is still running after it was read."""
     live_argv = await host.proc_argv(pid)
-    if live_argv is None:
+    if not live_argv:
         return None
     if list(live_argv) != list(argv):
-        return Mismatch("argv", argv_diff(argv, live_argv))
+        return Mismatch("argv", argv_diff(argv, live_argv)) if await running(host, pid) else None
     live_env = await host.proc_env(pid)
-    if live_env is None:
+    if not live_env:
         return None
     diff = env_diff(env, live_env)
-    return Mismatch("env", diff) if diff else None
+    if diff is None or not await running(host, pid):
+        return None
+    return Mismatch("env", diff)

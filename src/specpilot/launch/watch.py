@@ -49,7 +49,9 @@ class RunWatch:
         self.pid: int | None = None
         self.launcher = ("bash", f"{remote_dir}/{rundir.LAUNCH_FILE}")
         self.log_path = f"{remote_dir}/{rundir.LOG_FILE}"
+        self.exit_path = f"{remote_dir}/{rundir.EXIT_FILE}"
         self.consumed_bytes = 0  # log bytes already turned into "line" events
+        self.fed_bytes = 0  # log bytes classified: at ready, where serving begins
         self.stop_task: asyncio.Task[str] | None = None
         self._follow_task: asyncio.Task[None] | None = None
 
@@ -94,26 +96,57 @@ class RunWatch:
             *lines, partial = partial.split(b"\n")
             for raw in lines:
                 self.consumed_bytes += len(raw) + 1
-                await self.events.put(("line", raw.decode(errors="replace").rstrip("\r")))
+                await self.events.put(("line", (raw.decode(errors="replace").rstrip("\r"), len(raw) + 1)))
 
     def _feed(self, line: str) -> None:
         if self.classifier.feed(line).kind is not None:
             self._say()
 
-    async def _catch_up(self) -> None:
-        """The process is gone: its log is complete. Take every line not yet classified
-        (queued, or not yet delivered by the follower) in one read, in order."""
+    def _feed_event(self, payload: object) -> None:
+        """A queued line: classify it and count its bytes."""
+        assert isinstance(payload, tuple)
+        line, size_bytes = payload
+        self._feed(line)
+        self.fed_bytes += size_bytes
+
+    async def _collect_rest(self, until: float) -> None:
+        """The process has exited: its log is (nearly) complete. Take the lines still on
+        their way (the follower polls; a helper process may still write) until the log has
+        been quiet for `quiet_s` or `until`, then every byte not yet classified, in order."""
+        last_line_at = time.monotonic()
+        while (wait_s := min(until, last_line_at + self.options.quiet_s) - time.monotonic()) > 0:
+            try:
+                kind, payload = await asyncio.wait_for(self.events.get(), wait_s)
+            except TimeoutError:
+                break
+            if kind == "line":
+                self._feed_event(payload)
+                last_line_at = time.monotonic()
         await self.stop_following()
         while not self.events.empty():
             kind, payload = self.events.get_nowait()
             if kind == "line":
-                assert isinstance(payload, str)
-                self._feed(payload)
-        if self.classifier.fatal_seen:
-            return  # the error is in hand; the rest is not worth a round trip
+                self._feed_event(payload)
         rest = await self.host.read_bytes(self.log_path, self.consumed_bytes)
         for raw in rest.decode(errors="replace").splitlines():
             self._feed(raw.rstrip("\r"))
+
+    async def _returncode(self, until: float) -> int | None:
+        """How the engine ended, as its watcher recorded it; None when no record came by
+        `until` (its watcher is gone, so a zombie engine's status is unknowable)."""
+        while True:
+            returncode = await self.host.exit_status(self.exit_path)
+            if returncode is not None or time.monotonic() >= until:
+                return returncode
+            await asyncio.sleep(0.02)
+
+    async def exited(self) -> UpResult:
+        """Exit beats argv: classify from the log's last lines and report the returncode."""
+        until = time.monotonic() + self.options.grace_s
+        returncode, _ = await asyncio.gather(self._returncode(until), self._collect_rest(until))
+        result = self.failed(self.classifier.failure(exited=True, exit_code=returncode))
+        result.exit_status = returncode
+        return result
 
     def _stop_soon(self, pid: int) -> None:
         """A fatal line arrived: start stopping the group now, signalling after `quiet_s`,
@@ -200,12 +233,10 @@ class RunWatch:
             with contextlib.suppress(TimeoutError):
                 kind, payload = await asyncio.wait_for(self.events.get(), max(0.0, min(waits)))
                 if kind == "line":
-                    assert isinstance(payload, str)
                     last_line_at = time.monotonic()
-                    self._feed(payload)
+                    self._feed_event(payload)
                 elif kind == "exit":
-                    await self._catch_up()
-                    return self.failed(self.classifier.failure(exited=True))
+                    return await self.exited()
                 elif kind == "health":
                     assert isinstance(payload, HealthAnswer)
                     health = payload

@@ -60,6 +60,8 @@ VALID_ALGOS = (*VALID_ALGOS_A10, "DFLASH", "FROZEN_KV_MTP")
 hybrid = arch_in(MAMBA_RADIX_ARCHS)
 radix_on = not_(truthy("disable_radix_cache"))
 spec_on = not_(unset("speculative_algorithm"))
+#: set by the user: the mamba checks run before the speculative hook fills in defaults
+draft_given = not_(unset("speculative_num_draft_tokens"))
 # before the speculative hook upper-cases and maps it, the raw name decides the mamba checks
 
 
@@ -232,6 +234,18 @@ RULES: tuple[Rule, ...] = (
         Fix(args=("--page-size", "64")),
     ),
     Rule(
+        "sglang-mamba-extra-buffer-lazy-spec",
+        E,
+        versions(">=0.5.13,<0.5.14"),
+        "error",
+        all_of(hybrid, arch_in(EXTRA_BUFFER_ARCHS), eq(STRAT_A, "extra_buffer_lazy"), radix_on, draft_given),
+        "extra_buffer_lazy is not yet supported with speculative decoding. Use "
+        "--mamba-scheduler-strategy extra_buffer instead.",
+        Fix(args=("--mamba-scheduler-strategy", "extra_buffer")),
+        why="0.5.13.post1 asserts it in `_handle_mamba_radix_cache`, before the speculative hook: "
+        "so only when --speculative-num-draft-tokens is given, whatever the algorithm",
+    ),
+    Rule(
         "sglang-mamba-no-buffer-page-size",
         E,
         versions(">=0.5.11,<0.5.14"),
@@ -291,6 +305,17 @@ RULES: tuple[Rule, ...] = (
         all_of(hybrid, radix_on, one_of(STRAT_B, EXTRA), not_(arch_in(EXTRA_BUFFER_ARCHS))),
         "extra_buffer is not supported for {arch}; use no_buffer.",
         Fix(args=("--mamba-radix-cache-strategy", "no_buffer")),
+    ),
+    Rule(
+        "sglang-mamba-extra-buffer-lazy-spec-b",
+        E,
+        versions(">=0.5.14,<0.5.19"),
+        "error",
+        all_of(hybrid, radix_on, eq(STRAT_B, "extra_buffer_lazy"), arch_in(EXTRA_BUFFER_ARCHS), draft_given),
+        "extra_buffer_lazy unsupported with spec.",
+        Fix(args=("--mamba-radix-cache-strategy", "extra_buffer")),
+        why="0.5.14's `_validate_mamba_extra_buffer` runs before the speculative hook (so only an "
+        "explicit --speculative-num-draft-tokens trips it); 0.5.19's mamba_hook supports lazy with spec",
     ),
     Rule(
         "sglang-mamba-extra-buffer-page-size-b",

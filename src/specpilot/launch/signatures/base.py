@@ -62,6 +62,9 @@ class Signature:
     cause: str | None = None
     fix: SignatureFix | None = None
     source: str | None = None  # where the line was seen (public issue URL)
+    #: the server can no longer serve (not one request failing): after ready, only such
+    #: a line ends the run; the cause is still decided over its whole error block
+    ends_serving: bool = False
 
     def __post_init__(self) -> None:
         if self.kind is Kind.FATAL and self.cause not in CAUSES:

@@ -18,6 +18,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"error: unrecognized arguments: (?P<flags>.+)",
         cause="bad_args",
         fix=SignatureFix("remove or rename {flags}: this engine version does not know them"),
+        source="https://github.com/vllm-project/vllm-omni/issues/1364",
     ),
     Signature(
         _ANY,
@@ -26,6 +27,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"error: argument (?P<flag>--?[\w-]+)(?:/[\w-]+)*: (?P<why>.+)",
         cause="bad_args",
         fix=SignatureFix("fix the value of {flag}: {why}"),
+        source="https://github.com/intel/llm-scaler/issues/403",
     ),
     Signature(
         _ANY,
@@ -34,6 +36,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation",
         cause="oom",
         fix=SignatureFix("lower the memory fraction or the batch/context limits; run `specpilot plan`"),
+        source="https://github.com/vllm-project/vllm/issues/8073",
     ),
     Signature(
         _ANY,
@@ -46,7 +49,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "process holds the GPUs and that --tp matches the visible GPUs",
             env={"NCCL_DEBUG": "INFO"},
         ),
-        source="https://github.com/sgl-project/sglang/issues/4289",
+        source="https://github.com/sgl-project/sglang/issues/8974",
     ),
     Signature(
         _ANY,
@@ -55,6 +58,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"[Aa]ddress already in use|\[Errno 98\]",
         cause="port_in_use",
         fix=SignatureFix("another process took the port: stop it or choose another [server] port"),
+        source="https://github.com/vllm-project/vllm/issues/7514",
     ),
     Signature(
         _ANY,
@@ -63,6 +67,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"\b(?:ModuleNotFoundError|ImportError)\b(?::|$)",
         cause="import_error",
         fix=SignatureFix("the engine's Python environment is incomplete: install the missing module"),
+        source="https://github.com/vllm-project/vllm/issues/22072",
     ),
     Signature(
         _ANY,
@@ -70,6 +75,49 @@ SIGNATURES: tuple[Signature, ...] = (
         "argument_validation",
         r"\b(?:ValueError|AssertionError|NotImplementedError|ValidationError)\b(?::|$)",
         cause="config",
+        source="https://github.com/vllm-project/vllm/issues/13150",
+    ),
+    # the engine's own "a process of mine died" lines: before the bare exception, so they
+    # name a crash; after every specific cause, so an OOM inside the block stays an OOM
+    Signature(
+        _ANY,
+        Kind.FATAL,
+        "child_died",
+        r"Received sigquit from a child proces",  # "proces" in SGLang 0.4.x
+        cause="crash",
+        source="https://github.com/sgl-project/sglang/issues/3460",
+        ends_serving=True,
+    ),
+    Signature(
+        "sglang",
+        Kind.FATAL,
+        "scheduler_exception",
+        r"Scheduler hit an exception",
+        cause="crash",
+        source="https://github.com/sgl-project/sglang/issues/3889",
+        ends_serving=True,
+    ),
+    Signature(
+        _ANY,
+        Kind.FATAL,
+        "engine_core_failed",
+        r"Engine core initialization failed",
+        cause="crash",
+        source="https://github.com/vllm-project/vllm/issues/23176",
+    ),
+    Signature(
+        "vllm",
+        Kind.FATAL,
+        "engine_dead",
+        r"Worker proc \S+ died unexpectedly|EngineCore encountered a fatal error|"
+        r"Engine core proc \S+ died unexpectedly|EngineDeadError|MQLLMEngine is already dead",
+        cause="crash",
+        fix=SignatureFix(
+            "the engine died while serving: its error above names the cause; restart it with "
+            "`specpilot up` (requests in flight were lost; `generate` resumes them)"
+        ),
+        source="https://github.com/intel/llm-scaler/issues/154",
+        ends_serving=True,
     ),
     Signature(
         _ANY,
@@ -77,7 +125,6 @@ SIGNATURES: tuple[Signature, ...] = (
         "exception",
         r"^(?:.*[\s\]:])?(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception)(?::\s|:?$)",
         cause="crash",
+        source="https://github.com/sgl-project/sglang/issues/4205",
     ),
-    Signature(_ANY, Kind.FATAL, "child_died", r"Received sigquit from a child process", cause="crash"),
-    Signature(_ANY, Kind.FATAL, "engine_core_failed", r"Engine core initialization failed", cause="crash"),
 )

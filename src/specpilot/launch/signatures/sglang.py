@@ -40,7 +40,7 @@ SIGNATURES: tuple[Signature, ...] = (
             args=("--mamba-scheduler-strategy", "extra_buffer"),
             env={"SGLANG_ENABLE_SPEC_V2": "1"},
         ),
-        source="incident.md (sglang 0.5.10.post1 - 0.5.13.post1 server_args.py)",
+        source="https://github.com/QwenLM/Qwen3.8/issues/108",
     ),
     Signature(
         _S,
@@ -105,6 +105,6 @@ SIGNATURES: tuple[Signature, ...] = (
             "no memory was left for the KV cache after the weights: raise --mem-fraction-static, "
             "use more GPUs (--tp) or a smaller dtype"
         ),
-        source="https://github.com/sgl-project/sglang/issues/4330",
+        source="https://github.com/gpustack/gpustack/issues/3831",
     ),
 )

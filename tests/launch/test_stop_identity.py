@@ -1,0 +1,115 @@
+"""`down` and `status` trust the recorded pid only while it is still the run's process,
+and `down` says every way a stop can end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from specpilot.cli import cli
+from specpilot.launch.ops import run_down, run_status
+from specpilot.launch.state import write_state
+from specpilot.launch.stop import _GROUP_SCRIPT, STOP_OUTCOMES
+
+ENGINE_ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--port", "30000"]
+
+
+def start_ticks(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
+
+
+@pytest.fixture
+def unrelated() -> Iterator[subprocess.Popen[bytes]]:
+    """Someone else's process leading its own group: what a recycled pid points at."""
+    process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def stale_state(name: str, pid: int, run_home: Path, **recorded: Any) -> None:
+    """A ready run whose engine is gone and whose pid the kernel gave to `pid`."""
+    run_dir = run_home / ".specpilot" / "runs" / name
+    run_dir.mkdir(parents=True)
+    (run_dir / "engine.log").write_text("The server is fired up and ready to roll!\n")
+    write_state(
+        {
+            "name": name,
+            "target": "local",
+            "host_options": {},
+            "remote_dir": str(run_dir),
+            "log_path": str(run_dir / "engine.log"),
+            "exit_path": str(run_dir / "exit"),
+            "pid": pid,
+            "pgid": pid,
+            "argv": ENGINE_ARGV,
+            "endpoint": "http://127.0.0.1:9",
+            "phase": "ready",
+            "started_at": time.time() - 60,
+            **recorded,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "start_time_recorded", [True, False], ids=["by-start-time", "by-argv-when-no-start-time-was-recorded"]
+)
+def test_a_recycled_pid_is_neither_alive_nor_signalled(
+    run_home: Path, unrelated: subprocess.Popen[bytes], start_time_recorded: bool
+) -> None:
+    # the run's engine started before the process that holds its pid now
+    recorded = {"start_ticks": start_ticks(unrelated.pid) - 1} if start_time_recorded else {}
+    stale_state("stale", unrelated.pid, run_home, **recorded)
+    status = asyncio.run(run_status("stale"))
+    assert (status.alive, status.pid_reused, status.phase) == (False, True, "exited")
+    assert not status.serving
+    stopped = asyncio.run(run_down("stale", timeout_s=1.0))
+    assert stopped["stopped"] == "stale"
+    assert unrelated.poll() is None  # the unrelated process was not signalled
+    assert os.getpgid(unrelated.pid) == unrelated.pid
+
+
+def test_the_run_s_own_process_is_recognised_and_stopped(run_home: Path) -> None:
+    own = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        stale_state("own", own.pid, run_home, start_ticks=start_ticks(own.pid))
+        assert asyncio.run(run_status("own")).alive
+        assert asyncio.run(run_down("own", timeout_s=5.0))["stopped"] == "terminated"
+        assert own.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if own.poll() is None:
+            own.kill()
+            own.wait()
+
+
+@pytest.mark.parametrize("outcome", sorted(STOP_OUTCOMES))
+def test_down_says_every_outcome(outcome: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def fake_run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
+        phase = "stop_failed" if outcome == "survived" else "stopped"
+        return {"name": name, "pid": 4242, "phase": phase, "stopped": outcome}
+
+    monkeypatch.setattr("specpilot.cli.up.run_down", fake_run_down)
+    result = CliRunner().invoke(cli, ["down", "some-run"], catch_exceptions=False)
+    assert result.output.startswith("some-run: process group 4242 ")
+    assert STOP_OUTCOMES[outcome].split(":")[0].replace("PGID", "4242") in result.output
+    assert result.exit_code == (1 if outcome == "survived" else 0)
+
+
+def test_outcomes_cover_what_the_stop_script_can_print() -> None:
+    printed = set()
+    for line in _GROUP_SCRIPT.splitlines():
+        if "print(" in line and '"' in line:
+            printed |= {part for part in line.split('"')[1::2] if part.replace("_", "").isalpha()}
+    assert printed == set(STOP_OUTCOMES)
