@@ -53,6 +53,13 @@ PUBLISHED = {
 }
 #: signatures whose line no public issue found so far shows (their stand-in scenario covers them)
 NOT_FOUND_PUBLISHED = {"draft_worker_oom", "package_metadata"}
+#: signatures first seen in our own recordings of a real engine (whole logs with their date, GPU,
+#: release and flags in tests/data/startup_logs/sglang-h200/): the log that shows each
+OWN_RECORDINGS = {
+    "prefill_graph_oom": "r17-plain-rec-96.log",
+    "weights_leave_no_kv": "r17-mtp-explicit-80.log",
+}
+H200_LOGS = Path(__file__).resolve().parents[1] / "data" / "startup_logs" / "sglang-h200"
 
 PREFIXES = {
     "as printed": "",
@@ -90,11 +97,19 @@ def test_published_failure_classifies_the_same_whatever_the_prefix(name: str, pr
 def test_every_fatal_signature_has_a_published_log_with_its_url() -> None:
     covered = {signature for _, _, signature, _ in PUBLISHED.values()}
     fatal = {sig.name for sig in ALL if sig.kind is Kind.FATAL}
-    assert fatal - covered == NOT_FOUND_PUBLISHED
+    assert fatal - covered == NOT_FOUND_PUBLISHED | set(OWN_RECORDINGS)
     assert {path.name for path in DATA.glob("*.log")} == set(PUBLISHED)
     for sig in ALL:
         if sig.kind is Kind.FATAL and sig.name in covered:
             assert sig.source is not None and sig.source.startswith("https://"), sig.name
+
+
+@pytest.mark.parametrize(("signature", "log"), sorted(OWN_RECORDINGS.items()))
+def test_signatures_from_our_own_recordings_classify_their_log(signature: str, log: str) -> None:
+    classifier = LogClassifier("sglang")
+    for line in (H200_LOGS / log).read_text().splitlines():
+        classifier.feed(line)
+    assert classifier.failure(exited=True).signature == signature
 
 
 def test_a_crash_after_ready_ends_serving_but_a_failed_request_does_not() -> None:
