@@ -28,11 +28,18 @@ def test_a_release_in_a_measured_window_is_still_named_unmeasured() -> None:
     assert "vLLM 0.27.0 itself is unmeasured" in basis.summary("vllm", "0.27.0")
 
 
-def test_a_window_without_starts_says_unverified() -> None:
-    basis = provenance("sglang", "0.5.17", MEASURED)
+def test_the_sglang_h200_matrix_is_registered() -> None:
+    basis = provenance("sglang", "0.5.17")
     assert basis.arithmetic == "SGLang 0.5.17"
+    assert basis.measured_starts == ("SGLang 0.5.17 on H200, 12 starts, docs/gpu-validation.md",)
+    assert basis.release_measured
+
+
+def test_a_window_without_starts_says_unverified() -> None:
+    basis = provenance("sglang", "0.5.20")
+    assert basis.arithmetic == "SGLang 0.5.18-0.5.23"
     assert not basis.measured_starts and not basis.release_measured
-    assert "unverified on a real GPU" in basis.summary("sglang", "0.5.17")
+    assert "unverified on a real GPU" in basis.summary("sglang", "0.5.20")
 
 
 @pytest.mark.parametrize(
@@ -42,22 +49,26 @@ def test_a_window_without_starts_says_unverified() -> None:
 def test_an_appended_record_counts_inside_its_arithmetic_window_only(
     version: str, in_window: bool, measured: bool
 ) -> None:
-    basis = provenance("sglang", version, (*MEASURED, SGLANG_0517))
+    without = tuple(r for r in MEASURED if r.engine != "sglang")
+    basis = provenance("sglang", version, (*without, SGLANG_0517))
     assert bool(basis.measured_starts) is in_window
     assert basis.release_measured is measured
 
 
-def test_post_releases_are_their_own_release() -> None:
+def test_a_post_release_measures_its_release() -> None:
+    """Post releases fix bugs, not memory arithmetic; the record names the one started."""
     record = MeasuredRelease("sglang", "0.5.13.post1", "H200", 3, "docs/x.md")
     assert provenance("sglang", "0.5.13.post1", (record,)).release_measured
-    assert not provenance("sglang", "0.5.13", (record,)).release_measured
+    assert provenance("sglang", "0.5.13", (record,)).release_measured
+    assert not provenance("sglang", "0.5.12", (record,)).release_measured
 
 
 @pytest.mark.parametrize(
     ("spec", "words"),
     [
         ("gpu/specs/h200-dense-96.toml", "9 starts"),
-        ("examples/qwen36-27b-mtp-sglang.toml", "unverified on a real GPU"),
+        ("examples/qwen36-27b-mtp-sglang.toml", "SGLang 0.5.13.post1 on H200, 12 starts"),
+        ("examples/qwen3-next-80b-a3b-sglang.toml", "unverified on a real GPU"),
     ],
 )
 def test_plan_prints_and_reports_its_basis(spec: str, words: str) -> None:

@@ -39,6 +39,10 @@ class MeasuredRelease:
 MEASURED: tuple[MeasuredRelease, ...] = (
     # 6 matrix starts (hybrid/MTP/dense x 95.6/79.6 GiB budgets) + 3 `up` starts, 2026-11-29
     MeasuredRelease("vllm", "0.26.0", "H200", 9, "docs/gpu-validation.md"),
+    # gpu/sglang/run_matrix.sh, 2026-11-30: 8 fitting starts + 4 recommendations started
+    # out of sample each (tests/data/startup_logs/sglang-h200/r13-*)
+    MeasuredRelease("sglang", "0.5.13.post1", "H200", 12, "docs/gpu-validation.md"),
+    MeasuredRelease("sglang", "0.5.17", "H200", 12, "docs/gpu-validation.md"),
 )
 
 
@@ -70,7 +74,8 @@ class Provenance:
 
 
 def _same_release(a: Version, b: Version) -> bool:
-    return a.release == b.release and a.post == b.post
+    """Post releases fix bugs, not memory arithmetic: 0.5.13 is measured by 0.5.13.post1."""
+    return a.release == b.release
 
 
 def provenance(engine: str, version: str, measured: tuple[MeasuredRelease, ...] = MEASURED) -> Provenance:
