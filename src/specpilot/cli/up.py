@@ -18,12 +18,18 @@ from rich.text import Text
 from specpilot.errors import UserError
 from specpilot.fixes import Fix
 from specpilot.launch.ops import run_down, run_status, stream_log
-from specpilot.launch.outcome import describe_returncode
+from specpilot.launch.outcome import UpResult, describe_returncode
 from specpilot.launch.preflight import Preflight, open_host, run_preflight
+from specpilot.launch.replan import Replan, replan, replan_reason
 from specpilot.launch.state import check_run_name, read_state
 from specpilot.launch.stop import STOP_OUTCOMES
-from specpilot.launch.supervisor import UpResult, launch
+from specpilot.launch.supervisor import launch
 from specpilot.spec import Spec, load_spec
+
+#: at most this many re-planned restarts in one `up`: each costs a whole engine start
+MAX_REPLANS = 3
+#: a ready server being replaced gets this long between SIGTERM and SIGKILL
+REPLAN_STOP_TIMEOUT_S = 30.0
 
 
 def _print_json(data: dict[str, Any]) -> None:
@@ -130,9 +136,19 @@ async def _up(spec: Spec, pre: Preflight, as_json: bool, console: Console) -> Up
 @click.command("up")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Start even when check or plan refuses.")
+@click.option(
+    "--replan",
+    type=click.IntRange(0, MAX_REPLANS),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="When the engine runs out of memory, or is ready with allocations more than 5% from the "
+    "plan, plan again from the numbers it printed and start again, at most N times. Off by "
+    "default: it changes your flags (each change is printed).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
 @click.pass_context
-def up(ctx: click.Context, spec_path: str, force: bool, as_json: bool) -> None:
+def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bool) -> None:
     """Start the spec's server under supervision and wait until it is ready or failed.
 
     Runs check and plan, ships the run directory with verified hashes, starts the
@@ -143,31 +159,75 @@ def up(ctx: click.Context, spec_path: str, force: bool, as_json: bool) -> None:
     Example:
       specpilot up examples/qwen36-27b-mtp-sglang.toml
       specpilot up my-server.toml --json
+      specpilot up my-server.toml --replan 2
     """
     spec = load_spec(spec_path)
     check_run_name(spec.name)
     _refuse_if_running(spec.name)
     console = Console()
-    pre = run_preflight(spec)
-    if not as_json:
-        for warning in pre.warnings:
-            console.print(f"[yellow]warning[/]: {warning}")
-    if pre.errors and not force:
-        result = _refusal(spec, pre)
-    else:
-        result = asyncio.run(_up(spec, pre, as_json, console))
-    if result.cause == "port_in_use" and result.pid is None:
-        # found before anything started: the spec's port is the input to change (exit 2)
-        raise UserError(
-            result.error or f"port {spec.server.port} is in use",
-            field="[server] port",
-            fix=result.fix.text if result.fix else "set another [server] port",
-        )
+    replans: list[Replan] = []
+    while True:
+        pre = run_preflight(spec)
+        if not as_json:
+            for warning in pre.warnings:
+                console.print(f"[yellow]warning[/]: {warning}")
+        if pre.errors and not (force and not replans):
+            result = _refusal(spec, pre)
+        else:
+            result = asyncio.run(_up(spec, pre, as_json, console))
+        if result.cause == "port_in_use" and result.pid is None:
+            # found before anything started: the spec's port is the input to change (exit 2)
+            raise UserError(
+                result.error or f"port {spec.server.port} is in use",
+                field="[server] port",
+                fix=result.fix.text if result.fix else "set another [server] port",
+            )
+        if not as_json:
+            _render_result(result, console)
+        change = _next_replan(spec, result, pre, len(replans), replan, console, as_json)
+        if change is None:
+            break
+        replans.append(change)
+        spec = change.spec
     if as_json:
-        _print_json(result.to_json())
-    else:
-        _render_result(result, console)
+        _print_json({**result.to_json(), "replans": [r.to_json() for r in replans]})
     ctx.exit(0 if result.phase == "ready" else 1)
+
+
+def _next_replan(
+    spec: Spec, result: UpResult, pre: Preflight, done: int, allowed: int, console: Console, quiet: bool
+) -> Replan | None:
+    """The re-planned spec to start next, with the reason and changes printed; None to stop.
+
+    A ready server that is re-planned is stopped first (by its process group)."""
+    reason = replan_reason(result)
+    if reason is None or done >= allowed:
+        if reason is not None and not allowed and not quiet:
+            console.print(f"[dim]{reason}: `up --replan 1` plans again from the engine's numbers[/]")
+        return None
+    log_text = asyncio.run(_engine_log(spec.name))
+    try:
+        change = replan(spec, log_text, pre.plan_json)
+    except UserError as err:
+        if not quiet:
+            console.print(f"[yellow]no re-plan[/]: {err}")
+        return None
+    if change is None:
+        if not quiet:
+            console.print("[yellow]no re-plan[/]: the engine's own numbers give the flags that ran")
+        return None
+    if result.phase == "ready":
+        asyncio.run(run_down(spec.name, timeout_s=REPLAN_STOP_TIMEOUT_S))
+    if not quiet:
+        console.print(f"[bold]re-plan {done + 1} of {allowed}[/]: {reason}")
+        for line in (*change.reasons, *change.changes):
+            console.print(f"  {line}")
+    return change
+
+
+async def _engine_log(name: str) -> str:
+    chunks = [chunk async for chunk in stream_log(name, follow=False)]
+    return b"".join(chunks).decode(errors="replace")
 
 
 def _refuse_if_running(name: str) -> None:

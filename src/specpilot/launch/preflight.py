@@ -31,8 +31,9 @@ def run_preflight(spec: Spec) -> Preflight:
     report = check_spec(spec)
     for finding in report.findings:
         line = f"{finding.rule}: {finding.message}"
-        if finding.severity != "error":
+        if finding.severity == "warning":
             result.warnings.append(line)
+        if finding.severity != "error":
             continue
         result.errors.append(line)
         result.cause = result.cause or "config"

@@ -66,6 +66,11 @@ def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str
             field="--from-log",
             fix="give the path of a saved engine log (specpilot logs NAME > engine.log writes one)",
         ) from None
+    return calibrate_from_text(spec, text, str(path))
+
+
+def calibrate_from_text(spec: Spec, text: str, source: str) -> tuple[Spec, dict[str, float]]:
+    """`calibrate_from_log` on a log already read (`source` names it in errors)."""
     refuse_other_engine(spec, text)
     refuse_unfinished_load(spec, text)
     facts = _parser(spec.engine.name)(text)
@@ -76,7 +81,7 @@ def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str
     }
     if not measured:
         raise UserError(
-            f"found no memory numbers of a {spec.engine.name} startup in {path}",
+            f"found no memory numbers of a {spec.engine.name} startup in {source}",
             field="--from-log",
             fix=f"give the log of a {spec.engine.name} start that got at least past weight loading",
         )

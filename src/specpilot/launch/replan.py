@@ -1,0 +1,108 @@
+"""Close the loop: when a start proves the plan wrong, plan again from what the engine printed.
+
+A plan rests on two numbers it can only estimate before the engine runs: the free memory the
+engine sees before loading (other processes, the driver, the card's real size) and what the
+weights take. Every engine prints both while it starts. When a start runs out of memory, or
+reaches ready with allocations more than 5% away from the plan, those printed numbers replace
+the estimates (`plan.calibrate`), the planner recommends the knobs again, and `up` can start
+once more with them. Nothing changes silently: the reason and every changed flag are printed,
+and the re-planned spec keeps the measured values so a later `plan` of it agrees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specpilot.check.engine import parse_version
+from specpilot.check.fix import apply_fix
+from specpilot.check.flagtable import table_for
+from specpilot.fixes import Fix
+from specpilot.launch.outcome import UpResult
+from specpilot.plan import make_plan
+from specpilot.plan.calibrate import calibrate_from_text
+from specpilot.spec import Spec
+
+#: measured inputs compared with the plan's assumptions when saying why it was wrong
+_INPUTS = (("free_before_load_gib", "free memory before loading"), ("weights_gib", "target weights"))
+
+
+@dataclass(frozen=True)
+class Replan:
+    """The spec to start next and, in words, why and what changed."""
+
+    spec: Spec
+    reasons: tuple[str, ...]
+    changes: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reasons": list(self.reasons), "changes": list(self.changes)}
+
+
+def replan_reason(result: UpResult) -> str | None:
+    """Why this outcome calls for a re-plan (None: it does not): a memory failure, or a
+    ready server whose allocations are more than 5% from the plan."""
+    if result.phase == "failed" and result.cause == "oom":
+        return "the engine ran out of memory"
+    if result.phase == "ready":
+        off = [d for d in result.plan_diff if d["warn"]]
+        if off:
+            return "; ".join(
+                f"{d['key']} is {d['engine']:,}, the plan said {d['planned']:,} ({d['diff_pct']:+.1f}%)"
+                for d in off
+            )
+    return None
+
+
+def _flag_values(spec: Spec, argv: Sequence[str]) -> dict[str, str | None]:
+    """Value of each flag by its destination, whatever spelling `argv` used."""
+    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    values: dict[str, str | None] = {}
+    for i, arg in enumerate(argv):
+        flag = table.by_spelling.get(arg)
+        if flag is None:
+            continue
+        takes_value = flag.kind != "bool" and i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        values[flag.dest] = argv[i + 1] if takes_value else "on"
+    return values
+
+
+def _changes(spec: Spec, old: Sequence[str], new: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    before, after = _flag_values(spec, old), _flag_values(spec, new)
+    lines = []
+    for dest, value in after.items():
+        if before.get(dest) != value:
+            spelling = next((f.spellings[0] for f in table.by_spelling.values() if f.dest == dest), dest)
+            lines.append(f"{spelling} {before.get(dest) or '(unset)'} -> {value}")
+    lines += [
+        f"{name}={value} (environment)" for name, value in env.items() if spec.engine.env.get(name) != value
+    ]
+    return lines
+
+
+def replan(spec: Spec, log_text: str, planned: Mapping[str, Any] | None) -> Replan | None:
+    """The spec re-planned from the engine's printed numbers, or None when the planner,
+    given them, recommends exactly what ran (restarting would change nothing).
+
+    Raises UserError when the log cannot calibrate (another engine's, or cut before the
+    weights loaded: then nothing was measured)."""
+    calibrated, measured = calibrate_from_text(spec, log_text, "the engine's log")
+    plan = make_plan(calibrated, measured)
+    if not plan.recommended_args:
+        return None
+    fix = Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env))
+    version = parse_version(spec.engine.version)
+    args, env = apply_fix(spec.engine.name, version, spec.engine.args, spec.engine.env, fix)
+    changes = _changes(spec, spec.engine.args, args, env)
+    if not changes:
+        return None
+    assumed = {**(planned or {}), **(planned or {}).get("details", {})}
+    reasons = [
+        f"the engine printed {label} {measured[key]:.2f} GiB; the plan assumed {assumed[key]:.2f} GiB"
+        for key, label in _INPUTS
+        if key in measured and key in assumed and abs(measured[key] - float(assumed[key])) >= 0.01
+    ]
+    engine = calibrated.engine.model_copy(update={"args": args, "env": env})
+    return Replan(calibrated.model_copy(update={"engine": engine}), tuple(reasons), tuple(changes))

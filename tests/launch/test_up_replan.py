@@ -1,0 +1,94 @@
+"""`up --replan`: a start that proves the plan wrong is planned again from the engine's numbers.
+
+The engine is a stand-in replaying real SGLang 0.5.17 logs from the H200
+(tests/data/startup_logs/sglang-h200/), chosen by the --mem-fraction-static it is started
+with: 0.95 replays a start that ran out of memory capturing the prefill CUDA graphs (the
+configuration an older plan recommended), 0.93 the start of what the re-plan recommends.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from specpilot.cli import cli
+from specpilot.launch.ops import run_down
+from tests.launch.conftest import FAKES, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+H200 = REPO / "tests" / "data" / "startup_logs" / "sglang-h200"
+OOM_LOG = H200 / "r17-plain-rec-96.log"
+READY_LOG = H200 / "r17-plain-rec2-96.log"
+OLD_FLAGS = ["--mem-fraction-static", "0.95", "--max-mamba-cache-size", "200", "--max-running-requests", "40"]
+
+
+def _spec(tmp_path: Path, flags: list[str]) -> Path:
+    spec = tmp_path / "replan.toml"
+    engine_env = {"SPECPILOT_REPLAY_LOGS": f"0.95={OOM_LOG};0.93={READY_LOG}"}
+    spec.write_text(
+        "\n".join(
+            [
+                'name = "replan"',
+                "[model]",
+                f'path = "{REPO / "gpu" / "models" / "qwen3.6-27b"}"',
+                "[gpu]",
+                "memory_gib = 95.6",
+                "[engine]",
+                'name = "sglang"',
+                'version = "0.5.17"',
+                f"command = {json.dumps([sys.executable, str(FAKES / 'replay_engine.py')])}",
+                f"args = {json.dumps(['--context-length', '32768', *flags])}",
+                f"env = {{ SPECPILOT_REPLAY_LOGS = {json.dumps(engine_env['SPECPILOT_REPLAY_LOGS'])} }}",
+                "[server]",
+                f"port = {free_port()}",
+                "ready_timeout_s = 60",
+                "[host]",
+                'target = "local"',
+            ]
+        )
+        + "\n"
+    )
+    return spec
+
+
+@pytest.fixture
+def stop_replan() -> object:
+    yield None
+    import asyncio
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        asyncio.run(run_down("replan", timeout_s=5))
+
+
+def test_an_oom_start_is_replanned_from_the_engines_numbers_and_started_again(
+    tmp_path: Path, run_home: Path, stop_replan: object
+) -> None:
+    spec = _spec(tmp_path, OLD_FLAGS)
+    out = CliRunner().invoke(cli, ["up", str(spec), "--force", "--replan", "1", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["phase"] == "ready"
+    [change] = data["replans"]
+    assert "--mem-fraction-static 0.95 -> 0.93" in change["changes"]
+    assert any(line.startswith("--max-mamba-cache-size 200 -> ") for line in change["changes"])
+    # what the engine printed before it died replaced the plan's estimates
+    assert any("free memory before loading 94.93 GiB" in reason for reason in change["reasons"])
+    assert data["allocations"]["kv_tokens"] == 160933
+
+
+def test_without_replan_the_failure_stands_and_says_how_to_replan(tmp_path: Path, run_home: Path) -> None:
+    spec = _spec(tmp_path, OLD_FLAGS)
+    out = CliRunner().invoke(cli, ["up", str(spec), "--force"])
+    assert out.exit_code == 1
+    assert "oom" in out.output and "--replan 1" in out.output
+    assert "prefill CUDA graphs" in out.output  # the signature's fix for this OOM
+
+
+def test_replan_count_is_bounded(tmp_path: Path) -> None:
+    out = CliRunner().invoke(cli, ["up", str(_spec(tmp_path, OLD_FLAGS)), "--replan", "9"])
+    assert out.exit_code == 2 and "--replan" in out.output
