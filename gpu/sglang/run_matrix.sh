@@ -57,21 +57,7 @@ if ((dry_run)); then
     exit 0
 fi
 
-# ------------------------------------------------------------------ install the carry (once)
-sha=$(cat "$carry/ARCHIVE_SHA256")
-root=/root/sglang-${sha:0:12}
-if [[ ! -f $root/.installed ]]; then
-    got=$(cat "$carry"/sglcarry.tar.xz.part-* | tee /tmp/sglcarry.tar.xz | sha256sum | cut -d' ' -f1)
-    [[ $got == "$sha" ]] || { say "carry sha256 $got, expected $sha: send the parts again"; exit 3; }
-    rm -rf "$root" && mkdir -p "$root"
-    tar -xJf /tmp/sglcarry.tar.xz -C "$root" || { say "unpacking failed"; exit 4; }
-    rm -f /tmp/sglcarry.tar.xz && touch "$root/.installed"
-    say "carry ${sha:0:12} unpacked into $root ($(du -sh "$root" | cut -f1))"
-fi
-export PYTHONPATH="$PWD/gpu/sglang/stubs:$root/sgl-pin:$root/sgl-site${PYTHONPATH:+:$PYTHONPATH}"
-export PATH="$(dirname "$(command -v python3)"):/usr/local/cuda/bin:$PATH" CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-export SGLANG_ENABLE_JIT_DEEPGEMM=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source gpu/sglang/env.sh "$carry" || exit $?
 python3 -c 'import importlib.metadata as m; print("sglang", m.version("sglang"), "torch", m.version("torch"))'
 
 logs=/tmp/sglang-logs; rm -rf "$logs"; mkdir -p "$logs"
@@ -92,26 +78,6 @@ take_row() {
         fi
     done < "$queue"
     flock -u 9
-}
-
-# Leave free exactly what a card of card_gib total would have free before SGLang starts: card minus
-# what the idle GPU already uses (read before the blocker's own CUDA context exists).
-start_blocker() { # gpu card_gib outfile
-    local idle_mib
-    idle_mib=$(nvidia-smi -i "$1" --query-gpu=memory.used --format=csv,noheader,nounits)
-    CUDA_VISIBLE_DEVICES=$1 python3 - "$2" "$idle_mib" > "$3" 2>&1 <<'PY' &
-import sys, time, torch
-card, idle = float(sys.argv[1]) * 2**30, float(sys.argv[2]) * 2**20
-torch.empty(1, device="cuda")
-free, total = torch.cuda.mem_get_info()
-hold = int(free - (card - idle))
-x = torch.empty(hold, dtype=torch.uint8, device="cuda")
-free2, _ = torch.cuda.mem_get_info()
-print(f"blocker: total {total/2**30:.3f} GiB, held {hold/2**30:.3f}, free now {free2/2**30:.3f}", flush=True)
-print("BLOCKER_READY", flush=True)
-time.sleep(10**6)
-PY
-    echo $!
 }
 
 ready_or_done() { # pid log port  -> 0 ready, 1 exited, 2 out of time
