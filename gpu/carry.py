@@ -67,7 +67,7 @@ TARGET_PLATFORMS = (
 PART_BYTES = 56 * 1024 * 1024
 CALL_LIMIT_BYTES = 64 * 1024 * 1024
 # Heavy optional packages that a dummy-weight start on Hopper never imports (measured
-# 2026-11-29, ../shared/gpu-vllm.md); their own dependencies are not walked either.
+# 2026-11-29); their own dependencies are not walked either.
 DROPPED = frozenset(
     {
         "tokenspeed-triton",

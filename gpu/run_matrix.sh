@@ -21,7 +21,7 @@ readonly MAX_MODEL_LEN=8192
 readonly BASE_PORT=8100
 readonly STOP_GRACE_S=30
 readonly INSTALL_EST_S=60
-# vLLM's own flags for a start without weights or tokenizer (../shared/gpu-vllm.md).
+# vLLM's own flags for a start without weights or tokenizer.
 readonly COMMON_ARGS=(--load-format dummy --skip-tokenizer-init --language-model-only
     --enforce-eager --max-model-len "$MAX_MODEL_LEN" --host 127.0.0.1)
 

