@@ -46,12 +46,13 @@ python3 tests/conformance/venvs.py >/dev/null
 
 step "ruff"
 ruff check src tests bench gpu
-ruff format --check src tests bench
+ruff format --check src tests bench gpu/sglang
 
 step "GPU scripts parse (they run only on the lent H200, never in CI)"
-for script in gpu/*.sh; do bash -n "$script"; done
+for script in gpu/*.sh gpu/sglang/*.sh; do bash -n "$script"; done
 bash gpu/run_matrix.sh --dry-run >/dev/null
 bash gpu/run_e2e.sh --dry-run >/dev/null
+for matrix in gpu/sglang/matrix-*.tsv; do bash gpu/sglang/run_matrix.sh --dry-run "$matrix" >/dev/null; done
 
 step "mypy"
 mypy

@@ -155,8 +155,9 @@ def test_json_claim_matches_the_commands() -> None:
     from specpilot.cli import cli
     from specpilot.cli.commands import COMMANDS
 
-    without = {"logs", "completion"}
-    assert "Every command but `logs` (it prints" in README and "and `completion` (it prints" in README
+    without = {"logs", "completion", "view"}
+    assert "Every command but `logs` (it prints" in README and "`completion` (it prints" in README
+    assert "and `view` (it serves a page" in README
     for name in COMMANDS:
         has_json = "--json" in CliRunner().invoke(cli, [name, "--help"]).output
         assert has_json == (name not in without), name

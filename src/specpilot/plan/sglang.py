@@ -99,16 +99,14 @@ def _reserve_terms(
         Term("activations (prefill chunk + logits)", q.activation_gib(shape, s), "estimated", PEAK),
         Term("attention backend workspace", q.attention_workspace_gib(s), "estimated"),
         Term(
-            f"prefill CUDA graphs (up to {s.prefill_graph_max_tokens} tokens)",
-            q.prefill_graph_gib(shape, s, rules),
-            "estimated",
-        ),
-        Term(
             f"decode CUDA graphs ({q.decode_graph_families(s)} families)", q.decode_graphs_gib(s), "estimated"
         ),
         Term("request-to-token table", q.req_to_token_gib(requests, s), "config"),
         Term("runtime buffers (not itemized, measured)", q.unitemized_runtime_gib(shape, rules), "estimated"),
     ]
+    if s.piecewise_graph_tokens:  # prefill runs eagerly otherwise (multimodal models before 0.5.17)
+        name = f"prefill CUDA graphs (up to {s.prefill_graph_max_tokens} tokens)"
+        terms.append(Term(name, q.prefill_graph_gib(shape, s, rules), "estimated"))
     if s.tp_size * s.pp_size > 1:
         terms.append(Term("TP communication buffers", q.tp_buffers_gib(s), "estimated"))
     draft_kv_after_pools = s.has_draft_model and not (rules.draft_in_profile and rules.draft_kv_in_cell)
