@@ -7,7 +7,7 @@ engine knowledge here. The memory table's convention places the terms allocated 
 the reserve after the reserve's own line, so a term listed after it that is not a pool
 (state, speculative buffers, KV) is drawn inside the reserve. Transients (notes
 "peak") never coincide, so they are drawn overlapping from the same offset; the margin
-is the plan's own `reserve_gib - reserve_needed_gib`.
+is the plan's own (`details["margin_gib"]`, else `reserve_gib - reserve_needed_gib`).
 """
 
 from __future__ import annotations
@@ -84,10 +84,9 @@ class Card:
     transients: list[Segment]
     reserve_needed_gib: float
     fits: bool
-
-    @property
-    def margin_gib(self) -> float:
-        return self.reserve_gib - self.reserve_needed_gib
+    #: free after the last startup allocation: the plan's own figure where it has one (SGLang
+    #: counts memory freed after the pools), else reserve minus what it must hold
+    margin_gib: float
 
     @property
     def unassigned_gib(self) -> float:
@@ -129,6 +128,7 @@ def card_of(plan: Plan, title: str) -> Card:
         transients,
         plan.reserve_needed_gib,
         plan.fits,
+        float(plan.details.get("margin_gib", plan.reserve_gib - plan.reserve_needed_gib)),
     )
 
 
