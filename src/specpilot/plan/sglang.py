@@ -39,6 +39,8 @@ LONG_REQUEST_TOKENS = 32768
 #: allows this many times more concurrent requests (see `speculative_note`).
 SPECULATIVE_CONCURRENCY_FACTOR = 2.0
 FRACTION_STEP = 0.01
+#: the hybrid search stops after this many fraction steps without more concurrency
+PLATEAU_FRACTIONS = 5
 #: Term.note of memory that is needed only for a while (see `Sizing.reserve_needed_gib`)
 PEAK = "peak"
 LOWEST_FRACTION = 0.50
@@ -290,12 +292,18 @@ def recommend(
     reserve's margin is what binds, one step down frees room for many more state slots
     (a card with 84.9 GiB free: 15 requests at 0.95, about 40 at 0.94)."""
     if shape.is_hybrid:
-        splits = (
-            _best_state_split(shape, replace(s, mem_fraction_static=fraction), rules, free, weights)
-            for fraction in _fraction_candidates(0.95)
-        )
-        found = [z for z in splits if z is not None]
-        return max(found, key=_concurrency_first, default=None)
+        best: Sizing | None = None
+        since_better = 0
+        for fraction in _fraction_candidates(0.95):
+            z = _best_state_split(shape, replace(s, mem_fraction_static=fraction), rules, free, weights)
+            if z is not None and (best is None or _concurrency_first(z) > _concurrency_first(best)):
+                best, since_better = z, 0
+            elif best is not None:
+                since_better += 1
+                # concurrency rises while the reserve's margin binds, then falls with the pools
+                if since_better >= PLATEAU_FRACTIONS:
+                    break
+        return best
     for fraction in _fraction_candidates(0.95):
         trial = replace(s, mem_fraction_static=fraction)
         z = size(shape, trial, rules, free_before_load_gib=free, weights_gib=weights)
