@@ -92,3 +92,30 @@ def test_without_replan_the_failure_stands_and_says_how_to_replan(tmp_path: Path
 def test_replan_count_is_bounded(tmp_path: Path) -> None:
     out = CliRunner().invoke(cli, ["up", str(_spec(tmp_path, OLD_FLAGS)), "--replan", "9"])
     assert out.exit_code == 2 and "--replan" in out.output
+
+
+def test_a_start_that_matched_its_plan_is_not_replanned(tmp_path: Path) -> None:
+    """The recommended flags and the log of their own start: re-planning changes nothing."""
+    from specpilot.launch.replan import replan
+    from specpilot.spec import load_spec
+
+    recommended = [
+        "--mem-fraction-static",
+        "0.93",
+        "--max-mamba-cache-size",
+        "190",
+        "--max-running-requests",
+        "38",
+    ]
+    spec = load_spec(_spec(tmp_path, recommended))
+    assert replan(spec, READY_LOG.read_text(), None) is None
+
+
+def test_a_log_cut_before_the_weights_cannot_replan(tmp_path: Path) -> None:
+    from specpilot.errors import UserError
+    from specpilot.launch.replan import replan
+    from specpilot.spec import load_spec
+
+    head = "\n".join(line for line in OOM_LOG.read_text().splitlines() if "Load weight" not in line)
+    with pytest.raises(UserError):
+        replan(load_spec(_spec(tmp_path, OLD_FLAGS)), head, None)

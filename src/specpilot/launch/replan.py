@@ -17,7 +17,7 @@ from typing import Any
 
 from specpilot.check.engine import parse_version
 from specpilot.check.fix import apply_fix
-from specpilot.check.flagtable import table_for
+from specpilot.check.flagtable import parse_argv
 from specpilot.fixes import Fix
 from specpilot.launch.outcome import UpResult
 from specpilot.plan import make_plan
@@ -55,27 +55,17 @@ def replan_reason(result: UpResult) -> str | None:
     return None
 
 
-def _flag_values(spec: Spec, argv: Sequence[str]) -> dict[str, str | None]:
-    """Value of each flag by its destination, whatever spelling `argv` used."""
-    table = table_for(spec.engine.name, parse_version(spec.engine.version))
-    values: dict[str, str | None] = {}
-    for i, arg in enumerate(argv):
-        flag = table.by_spelling.get(arg)
-        if flag is None:
-            continue
-        takes_value = flag.kind != "bool" and i + 1 < len(argv) and not argv[i + 1].startswith("--")
-        values[flag.dest] = argv[i + 1] if takes_value else "on"
-    return values
-
-
 def _changes(spec: Spec, old: Sequence[str], new: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    table = table_for(spec.engine.name, parse_version(spec.engine.version))
-    before, after = _flag_values(spec, old), _flag_values(spec, new)
-    lines = []
-    for dest, value in after.items():
-        if before.get(dest) != value:
-            spelling = next((f.spellings[0] for f in table.by_spelling.values() if f.dest == dest), dest)
-            lines.append(f"{spelling} {before.get(dest) or '(unset)'} -> {value}")
+    """Each flag whose value differs (as the release's argparse reads both argvs), then the
+    environment the new launch sets differently."""
+    version = parse_version(spec.engine.version)
+    before = parse_argv(spec.engine.name, version, list(old))
+    after = parse_argv(spec.engine.name, version, list(new))
+    lines = [
+        f"{after.spelled.get(dest, dest)} {before.values.get(dest, '(unset)')} -> {value}"
+        for dest, value in after.values.items()
+        if before.values.get(dest) != value
+    ]
     lines += [
         f"{name}={value} (environment)" for name, value in env.items() if spec.engine.env.get(name) != value
     ]
