@@ -1,0 +1,129 @@
+"""`up FLEET`, `status`, `down` with the real `smg` router and stand-in engines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pwd
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from click.testing import CliRunner, Result
+
+from specpilot.cli import cli
+from specpilot.fleet.router import RouterClient, Worker
+from tests.fixtures.sshd import SshdServer
+from tests.fleet.conftest import FleetFactory
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def router_workers(url: str) -> list[Worker]:
+    async def go() -> list[Worker]:
+        async with aiohttp.ClientSession() as session:
+            return await RouterClient(session, url).workers()
+
+    return asyncio.run(go())
+
+
+def up_json(path: Path) -> tuple[int, dict[str, object]]:
+    result = run("up", str(path), "--json")
+    assert result.stdout.strip(), result.output
+    return result.exit_code, json.loads(result.stdout)
+
+
+@pytest.fixture
+def downs() -> Iterator[list[str]]:
+    """Fleet names to take down after the test, whatever it asserted."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        run("down", name)
+
+
+def test_two_members_on_one_host_registered_and_down_stops_all(
+    smg: str, make_fleet: FleetFactory, run_home: Path, downs: list[str]
+) -> None:
+    path = make_fleet([{"target": "local", "gpus": 2}])
+    downs.append("fl")
+    code, out = up_json(path)
+    assert code == 0, out
+    members = out["members"]
+    assert isinstance(members, list) and [m["phase"] for m in members] == ["registered", "registered"]
+    urls = {m["worker_url"] for m in members}
+    assert len(urls) == 2  # one port each on the shared host
+    listed = router_workers(str(out["router_url"]))
+    assert {w.url for w in listed} == urls and all(w.status == "ready" for w in listed)
+    # each member got its own GPU, in the verified env file shipped with it
+    env_files = [(run_home / ".specpilot" / "runs" / f"fl-{i}" / "env").read_text() for i in (0, 1)]
+    assert "CUDA_VISIBLE_DEVICES=0" in env_files[0] and "CUDA_VISIBLE_DEVICES=1" in env_files[1]
+
+    status = run("status", "fl", "--json")
+    assert status.exit_code == 0
+    assert all(m["serving"] and m["registered"] for m in json.loads(status.stdout)["members"])
+    member = run("status", "fl-1", "--json")  # one member, as any run
+    assert member.exit_code == 0 and json.loads(member.stdout)["phase"] == "ready"
+
+    down = run("down", "fl", "--json")
+    assert down.exit_code == 0
+    stopped = json.loads(down.stdout)
+    assert stopped["router"] in ("terminated", "killed")
+    assert {m["phase"] for m in stopped["members"]} == {"stopped"}
+    after = run("status", "fl", "--json")
+    assert after.exit_code == 1 and not json.loads(after.stdout)["router_alive"]
+
+
+def test_failing_member_is_left_out_with_its_cause(
+    smg: str, make_fleet: FleetFactory, run_home: Path, downs: list[str]
+) -> None:
+    path = make_fleet([{"target": "local", "gpus": 2}])
+    downs.append("fl")
+    spec_port = int(
+        next(
+            line for line in (path.parent / "member.toml").read_text().splitlines() if line.startswith("port")
+        ).split("=")[1]
+    )
+    with socket.socket() as held:  # the second member's port is taken: it cannot start
+        held.bind(("127.0.0.1", spec_port + 1))
+        held.listen()
+        code, out = up_json(path)
+    assert code == 0, out
+    members = out["members"]
+    assert isinstance(members, list)
+    assert [m["phase"] for m in members] == ["registered", "failed"]
+    assert members[1]["cause"] == "port_in_use"
+    assert {w.url for w in router_workers(str(out["router_url"]))} == {members[0]["worker_url"]}
+
+
+@pytest.mark.sshd
+def test_members_over_two_real_sshd_hosts(
+    smg: str,
+    make_fleet: FleetFactory,
+    run_home: Path,
+    downs: list[str],
+    sshd_pair: tuple[list[SshdServer], str],
+) -> None:
+    servers, known_hosts = sshd_pair
+    spec_host = {"target": "local", "identity_file": servers[0].identity_file, "known_hosts": known_hosts}
+    path = make_fleet([s.target for s in servers], name="sshfl", spec_host=spec_host)
+    downs.append("sshfl")
+    try:
+        code, out = up_json(path)
+        assert code == 0, out
+        members = out["members"]
+        assert isinstance(members, list)
+        assert [m["target"] for m in members] == [s.target for s in servers]
+        assert all(m["phase"] == "registered" for m in members)
+        assert len(router_workers(str(out["router_url"]))) == 2
+    finally:
+        run("down", "sshfl")
+        runs = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".specpilot" / "runs"
+        for i in range(2):
+            shutil.rmtree(runs / f"sshfl-{i}", ignore_errors=True)
