@@ -12,6 +12,7 @@ import pytest
 
 from specpilot.demo.enginevenv import ensure_engine_venv
 from tests.fixtures.sshd import SshdServer, start_sshd, stop_sshd
+from tests.generate.conftest import fake_server  # noqa: F401  (a fixture used here)
 from tests.launch.conftest import SpecFactory, free_port, make_spec, run_home, toml_value  # noqa: F401  (fixtures used here)
 
 FleetFactory = Callable[..., Path]

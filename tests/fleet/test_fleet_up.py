@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
 from specpilot.fleet.router import RouterClient, Worker
+from specpilot.generate.endpoints import resolve_endpoints
 from tests.fixtures.sshd import SshdServer
 from tests.fleet.conftest import FleetFactory
 
@@ -68,6 +69,8 @@ def test_two_members_on_one_host_registered_and_down_stops_all(
     status = run("status", "fl", "--json")
     assert status.exit_code == 0
     assert all(m["serving"] and m["registered"] for m in json.loads(status.stdout)["members"])
+    (endpoint,) = resolve_endpoints((), (), (), ("fl",))  # generate --fleet fl
+    assert endpoint.router and endpoint.base_url == out["router_url"] and endpoint.slots == 2
     member = run("status", "fl-1", "--json")  # one member, as any run
     assert member.exit_code == 0 and json.loads(member.stdout)["phase"] == "ready"
 

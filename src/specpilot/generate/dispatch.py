@@ -49,7 +49,11 @@ class Dispatcher:
         self.job, self.config, self.session = job, job.config, session
         self.sampling = sampling
         self.client = ChatClient(session, sampling)
-        self.pool = ServerPool([e.base_url for e in self.config.endpoints], self.config.concurrency)
+        self.pool = ServerPool(
+            [e.base_url for e in self.config.endpoints],
+            self.config.concurrency,
+            {e.base_url: e.slots for e in self.config.endpoints if e.router},
+        )
         commits = job.ledger.part_commits()
         self.writers = {
             split: PartWriter(
@@ -67,7 +71,7 @@ class Dispatcher:
         self.attempts: dict[int, int] = {}
         self.input = iter_rows(job.source, job.pending, keep_given_turns=self.config.keep_given_turns)
         self.input_done = False
-        self.window = max(1024, 4 * self.config.concurrency * len(self.pool.servers))
+        self.window = max(1024, 4 * self.config.concurrency * sum(s.slots for s in self.pool.servers))
         self.spec = SpecTracker()
         self.probing: set[str] = set()
         self.parked: dict[str, list[tuple[int, RequestFailed]]] = {}

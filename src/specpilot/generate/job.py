@@ -295,7 +295,8 @@ class Job:
 
 async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[dict[str, Any]]]:
     config = job.config
-    async with open_session(config.concurrency + 4) as session:
+    slots = max(e.slots for e in config.endpoints)
+    async with open_session(config.concurrency * slots + 4) as session:
         model = (
             config.model or job.ledger.meta().get("model") or await default_model(session, config.endpoints)
         )
