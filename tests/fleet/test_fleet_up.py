@@ -7,6 +7,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,3 +131,38 @@ def test_members_over_two_real_sshd_hosts(
         runs = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".specpilot" / "runs"
         for i in range(2):
             shutil.rmtree(runs / f"sshfl-{i}", ignore_errors=True)
+
+
+def test_repair_restarts_a_dead_member_and_registers_it_again(
+    smg: str, make_fleet: FleetFactory, run_home: Path, downs: list[str]
+) -> None:
+    path = make_fleet([{"target": "local", "gpus": 2}])
+    downs.append("fl")
+    code, out = up_json(path)
+    assert code == 0, out
+    dead = json.loads((run_home.parent / "state" / "runs" / "fl-1" / "state.json").read_text())
+    os.killpg(int(dead["pgid"]), signal.SIGKILL)
+    before = json.loads(run("status", "fl", "--json").stdout)["members"]
+    assert [m["serving"] for m in before] == [True, False]
+
+    repaired = run("fleet-repair", "fl", "--backoff-s", "0", "--json")
+    assert repaired.exit_code == 0, repaired.output
+    actions = {m["name"]: m["action"] for m in json.loads(repaired.stdout)["members"]}
+    assert actions == {"fl-0": "ok", "fl-1": "restarted"}
+    after = json.loads((run_home.parent / "state" / "runs" / "fl-1" / "state.json").read_text())
+    assert after["phase"] == "ready" and after["pid"] != dead["pid"]
+    listed = router_workers(str(out["router_url"]))
+    assert sorted(w.url for w in listed) == sorted(m["worker_url"] for m in out["members"])  # type: ignore[union-attr]
+    assert all(w.status == "ready" and w.healthy for w in listed)
+
+
+def test_repair_refuses_a_changed_fleet_file(
+    smg: str, make_fleet: FleetFactory, run_home: Path, downs: list[str]
+) -> None:
+    path = make_fleet(["local"])
+    downs.append("fl")
+    code, _ = up_json(path)
+    assert code == 0
+    path.write_text(path.read_text().replace('hosts = ["local"]', 'hosts = [{ target = "local", gpus = 2 }]'))
+    result = run("fleet-repair", "fl")
+    assert result.exit_code == 2 and "changed since `up`" in result.output

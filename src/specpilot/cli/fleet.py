@@ -87,3 +87,57 @@ def fleet_logs(name: str) -> None:
     click.echo(f"# router log {path} (a member's engine log: specpilot logs {name}-0)", err=True)
     with open(path, "rb") as log:
         sys.stdout.buffer.write(log.read())
+
+
+@click.command("fleet-repair")
+@click.argument("name")
+@click.option("--max-restarts", default=3, show_default=True, type=click.IntRange(1), help="Per member.")
+@click.option(
+    "--backoff-s", default=10.0, show_default=True, type=click.FloatRange(0), help="First wait; doubles."
+)
+@click.option("--watch", is_flag=True, help="Keep checking every --interval-s until Ctrl-C.")
+@click.option("--interval-s", default=30.0, show_default=True, type=click.FloatRange(0.1))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per pass.")
+@click.pass_context
+def fleet_repair(
+    ctx: click.Context,
+    name: str,
+    max_restarts: int,
+    backoff_s: float,
+    watch: bool,
+    interval_s: float,
+    as_json: bool,
+) -> None:
+    """Restart the fleet's dead members with the same verified files and register them again.
+
+    A member that stopped serving is taken out of the router first; one that serves but is
+    not routed is registered again. Exit 0 when every member is serving and routed.
+
+    \b
+    Example:
+      specpilot fleet-repair qwen36-fleet
+      specpilot fleet-repair qwen36-fleet --watch --interval-s 30
+    """
+    import time
+
+    from specpilot.fleet.repair import load_recorded_fleet, repair_fleet
+
+    fleet = load_recorded_fleet(name)
+    console = Console(stderr=True)
+    say = (lambda line: None) if as_json else console.print
+    restarts: dict[str, int] = {}
+    while True:
+        repairs = asyncio.run(
+            repair_fleet(fleet, max_restarts=max_restarts, backoff_s=backoff_s, say=say, restarts=restarts)
+        )
+        healthy = all(r.action != "gave_up" for r in repairs)
+        if as_json:
+            click.echo(json.dumps({"name": name, "members": [r.to_json() for r in repairs]}))
+        else:
+            broken = [r for r in repairs if r.action != "ok"]
+            console.print(
+                f"fleet {name}: {len(repairs) - len(broken)} of {len(repairs)} members needed nothing"
+            )
+        if not watch:
+            ctx.exit(EXIT_OK if healthy else EXIT_FAILED)
+        time.sleep(interval_s)

@@ -10,6 +10,7 @@ everything started so far.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
 import time
 from collections.abc import Callable
@@ -186,6 +187,11 @@ async def _start_member(
     return outcome
 
 
+def spec_digest(member: Member) -> str:
+    """What `up` started for this member: `fleet-repair` refuses to start anything else."""
+    return hashlib.sha256(member.spec.model_dump_json().encode()).hexdigest()
+
+
 def fleet_record(fleet: Fleet, pid: int, argv: list[str], members: list[MemberOutcome]) -> dict[str, Any]:
     return {
         "name": fleet.name,
@@ -199,6 +205,7 @@ def fleet_record(fleet: Fleet, pid: int, argv: list[str], members: list[MemberOu
         "members": [
             {"name": m.name, "target": m.spec.host.target, "worker_url": m.worker_url} for m in fleet.members
         ],
+        "member_digests": [spec_digest(m) for m in fleet.members],
         "outcomes": [o.to_json() for o in members],
         "started_at": time.time(),
     }
