@@ -92,6 +92,9 @@ def router_argv(smg: str, router: RouterSection, metrics_port: int) -> list[str]
         str(router.health_failure_threshold),
         "--retry-max-retries",
         str(router.retries),
+        # the job bounds what is in flight; the router's own cap would answer 429 past it
+        "--max-concurrent-requests",
+        "0",
         "--log-level",
         "warn",
     ]
