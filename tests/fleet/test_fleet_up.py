@@ -166,3 +166,17 @@ def test_repair_refuses_a_changed_fleet_file(
     path.write_text(path.read_text().replace('hosts = ["local"]', 'hosts = [{ target = "local", gpus = 2 }]'))
     result = run("fleet-repair", "fl")
     assert result.exit_code == 2 and "changed since `up`" in result.output
+
+
+def test_up_again_refuses_while_a_member_runs(
+    smg: str, make_fleet: FleetFactory, run_home: Path, downs: list[str]
+) -> None:
+    path = make_fleet(["local"])
+    downs.append("fl")
+    code, _ = up_json(path)
+    assert code == 0
+    router_pid = json.loads((run_home.parent / "state" / "fleets" / "fl.json").read_text())["router_pid"]
+    os.killpg(router_pid, signal.SIGKILL)  # the router is gone, its member is not
+    again = run("up", str(path))
+    assert again.exit_code == 2
+    assert "fl-0 is already running" in again.output and "specpilot down fl" in again.output

@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.fleet.router import RouterClient, Worker, start_ticks
+from specpilot.fleet.router import RouterClient, Worker, alive, start_ticks
 from specpilot.fleet.state import read_fleet, write_fleet
 from specpilot.hosts.local import LocalHost
 from specpilot.launch.ops import run_down, run_status
@@ -23,7 +23,7 @@ STOP_TIMEOUT_S = 30.0
 def router_alive(name: str) -> bool:
     record = read_fleet(name)
     pid = record.get("router_pid")
-    return pid is not None and start_ticks(int(pid)) == record.get("router_start_ticks")
+    return pid is not None and alive(int(pid)) and start_ticks(int(pid)) == record.get("router_start_ticks")
 
 
 @dataclass
@@ -69,8 +69,8 @@ async def _router_workers(url: str) -> list[Worker]:
 
 async def fleet_status(name: str) -> FleetStatus:
     record = read_fleet(name)
-    alive = router_alive(name)
-    workers = await _router_workers(record["router_url"]) if alive else []
+    router_up = router_alive(name)
+    workers = await _router_workers(record["router_url"]) if router_up else []
     ready = {w.url for w in workers if w.status == "ready" and w.healthy}
 
     async def one(member: dict[str, Any]) -> MemberStatus:
@@ -88,7 +88,7 @@ async def fleet_status(name: str) -> FleetStatus:
         )
 
     members = await asyncio.gather(*(one(m) for m in record["members"]))
-    return FleetStatus(name, record["router_url"], alive, list(members))
+    return FleetStatus(name, record["router_url"], router_up, list(members))
 
 
 async def fleet_down(name: str) -> dict[str, Any]:

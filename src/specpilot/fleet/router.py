@@ -148,7 +148,7 @@ class RouterClient:
                 return
             except (aiohttp.ClientError, TimeoutError, RuntimeError, ValueError):
                 pass
-            if not _alive(pid):
+            if not alive(pid):
                 raise RuntimeError("the router exited during start")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the router did not answer within {timeout_s:g} s")
@@ -187,7 +187,8 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Running (not gone, not a zombie)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -143,6 +143,25 @@ async def check_reachable(fleet: Fleet) -> None:
     await asyncio.gather(*(reach(m) for m in first_per_host.values()))
 
 
+async def check_members_not_running(fleet: Fleet) -> None:
+    """A member left running by an earlier `up` would hold its port: refuse, name it."""
+    from specpilot.launch.ops import run_status
+    from specpilot.launch.state import read_state, state_path
+
+    for member in fleet.members:
+        if not state_path(member.name).exists():
+            continue
+        if read_state(member.name).get("phase") not in ("starting", "ready"):
+            continue
+        status = await run_status(member.name, lines=0)
+        if status.alive:
+            raise UserError(
+                f"member {member.name} is already running (pid {status.pid} on {status.target})",
+                field="[fleet] name",
+                fix=f"stop it with `specpilot down {fleet.name}` (or `down {member.name}`) first",
+            )
+
+
 def check_inputs(fleet: Fleet, say: Say) -> tuple[list[str], dict[tuple[float, str | None, int], Preflight]]:
     """Everything that can refuse, before anything starts: UserError (exit 2)."""
     if fleet_path(fleet.name).exists():
@@ -154,6 +173,7 @@ def check_inputs(fleet: Fleet, say: Say) -> tuple[list[str], dict[tuple[float, s
                 field="[fleet] name",
                 fix=f"stop it with `specpilot down {fleet.name}` first",
             )
+    asyncio.run(check_members_not_running(fleet))
     smg = find_smg()
     smg_version(smg)
     check_port_free(fleet.router.host, fleet.router.port, f"{fleet.path}: [router] port")
