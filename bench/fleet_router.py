@@ -35,6 +35,9 @@ from pathlib import Path
 
 import aiohttp
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.fleet.routerproc starts the router as the tests do
+
 RESPONSE = json.dumps(
     {
         "id": "x",
@@ -164,30 +167,23 @@ def _admin(url: str, method: str, *args: object) -> object:
 
 @contextmanager
 def router(smg: str, workers: list[Worker], work: Path) -> Iterator[tuple[str, int]]:
-    import os
-    import signal
+    from tests.fleet.routerproc import start_router
 
-    from specpilot.fleet.router import router_argv, spawn_router
+    from specpilot.fleet.router import router_argv
     from specpilot.fleet.spec import RouterSection
+    from specpilot.hosts.local import LocalHost
+    from specpilot.launch.stop import stop_group
 
     section = RouterSection.model_validate({"port": _free_port(), "health_check_interval_s": 1})
-    pid = spawn_router(router_argv(smg, section, _free_port()), work / "router.log")
+    process = asyncio.run(start_router(router_argv(smg, section, _free_port())))
     url = f"http://127.0.0.1:{section.port}"
     try:
-        from specpilot.fleet.router import RouterClient
-
-        async def up() -> None:
-            async with aiohttp.ClientSession() as session:
-                await RouterClient(session, url).wait_up(pid, 30)
-
-        asyncio.run(up())
         for worker in workers:
             problem = _admin(url, "add", worker.url, 30.0)
             assert problem is None, problem
-        yield url, pid
+        yield url, process.pid
     finally:
-        os.killpg(pid, signal.SIGTERM)
-        os.waitpid(pid, 0)
+        asyncio.run(stop_group(LocalHost(), process.pid, term_timeout_s=10, start_ticks=process.start_ticks))
 
 
 def _cpu_s(pid: int) -> float:

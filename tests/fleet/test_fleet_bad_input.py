@@ -73,3 +73,8 @@ def test_a_host_whose_gpu_the_plan_does_not_fit(smg: str, make_fleet: FleetFacto
 def test_remote_member_of_a_loopback_server(smg: str, make_fleet: FleetFactory, run_home: Path) -> None:
     line = refused(make_fleet(["local", "ssh://gpu@10.0.0.5:22"]), run_home)
     assert "[server] host" in line and "0.0.0.0" in line
+
+
+def test_remote_router_bound_to_loopback(smg: str, make_fleet: FleetFactory, run_home: Path) -> None:
+    line = refused(make_fleet(["local"], router={"target": "ssh://gw@10.0.0.9:22"}), run_home)
+    assert "[router] host" in line and "0.0.0.0" in line

@@ -180,3 +180,39 @@ def test_up_again_refuses_while_a_member_runs(
     again = run("up", str(path))
     assert again.exit_code == 2
     assert "fl-0 is already running" in again.output and "specpilot down fl" in again.output
+
+
+@pytest.mark.sshd
+def test_router_on_a_named_host(
+    smg: str, make_fleet: FleetFactory, run_home: Path, downs: list[str], sshd: SshdServer
+) -> None:
+    """The router runs on another host (here the loopback sshd), started and stopped there."""
+    spec_host = {"target": "local", "identity_file": sshd.identity_file, "known_hosts": sshd.known_hosts}
+    path = make_fleet(["local"], name="rfl", spec_host=spec_host, router={"target": sshd.target, "smg": smg})
+    downs.append("rfl")
+    real_fleets = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".specpilot" / "fleets"
+    try:
+        code, out = up_json(path)
+        assert code == 0, out
+        record = json.loads((run_home.parent / "state" / "fleets" / "rfl.json").read_text())
+        assert record["router_target"] == sshd.target
+        assert record["router_log"] == str(real_fleets / "rfl.router.log")  # on the router's host
+        assert len(router_workers(str(out["router_url"]))) == 1
+        logs = run("logs", "rfl")
+        assert logs.exit_code == 0 and "smg" in logs.stdout
+        down = run("down", "rfl", "--json")
+        assert json.loads(down.stdout)["router"] in ("terminated", "killed")
+        assert json.loads(run("status", "rfl", "--json").stdout)["router_alive"] is False
+    finally:
+        for leftover in real_fleets.glob("rfl.router.*"):
+            leftover.unlink()
+
+
+@pytest.mark.sshd
+def test_router_host_without_smg(make_fleet: FleetFactory, run_home: Path, sshd: SshdServer) -> None:
+    spec_host = {"target": "local", "identity_file": sshd.identity_file, "known_hosts": sshd.known_hosts}
+    router = {"target": sshd.target, "smg": str(run_home / "nowhere" / "smg")}
+    result = run("up", str(make_fleet(["local"], spec_host=spec_host, router=router)))
+    assert result.exit_code == 2
+    assert "[router] smg" in result.output and "pip install smg==1.13.0" in result.output
+    assert not (run_home.parent / "state" / "fleets").exists()

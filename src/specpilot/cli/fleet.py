@@ -83,10 +83,8 @@ def fleet_down(name: str, as_json: bool) -> int:
 def fleet_logs(name: str) -> None:
     from specpilot.fleet.ops import router_log
 
-    path = router_log(name)
-    click.echo(f"# router log {path} (a member's engine log: specpilot logs {name}-0)", err=True)
-    with open(path, "rb") as log:
-        sys.stdout.buffer.write(log.read())
+    click.echo(f"# the router's log (a member's engine log: specpilot logs {name}-0)", err=True)
+    sys.stdout.buffer.write(asyncio.run(router_log(name)))
 
 
 @click.command("fleet-repair")

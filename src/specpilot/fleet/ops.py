@@ -5,25 +5,55 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from specpilot.fleet.router import RouterClient, Worker, alive, start_ticks
+from specpilot.fleet.router import RouterClient, Worker, running
 from specpilot.fleet.state import read_fleet, write_fleet
-from specpilot.hosts.local import LocalHost
+from specpilot.hosts.base import Host
+from specpilot.hosts.errors import HostError
 from specpilot.launch.ops import run_down, run_status
+from specpilot.launch.preflight import open_host
 from specpilot.launch.state import state_path
 from specpilot.launch.stop import stop_group
 
 STOP_TIMEOUT_S = 30.0
 
 
-def router_alive(name: str) -> bool:
-    record = read_fleet(name)
+def router_host(record: dict[str, Any]) -> Host:
+    return open_host(str(record.get("router_target", "local")), dict(record.get("router_host_options") or {}))
+
+
+async def router_running(record: dict[str, Any]) -> bool:
     pid = record.get("router_pid")
-    return pid is not None and alive(int(pid)) and start_ticks(int(pid)) == record.get("router_start_ticks")
+    if pid is None:
+        return False
+    host = router_host(record)
+    try:
+        return await running(host, int(pid), record.get("router_start_ticks"))
+    except HostError:
+        return False  # its host does not answer: the router is not usable either
+    finally:
+        await host.close()
+
+
+async def stop_router(record: dict[str, Any]) -> str:
+    """SIGTERM its group, SIGKILL after STOP_TIMEOUT_S; a STOP_OUTCOMES key."""
+    pid = record.get("router_pid")
+    if pid is None:
+        return "not_running"
+    host = router_host(record)
+    try:
+        return await stop_group(
+            host, int(pid), term_timeout_s=STOP_TIMEOUT_S, start_ticks=record.get("router_start_ticks")
+        )
+    finally:
+        await host.close()
+
+
+def router_alive(name: str) -> bool:
+    return asyncio.run(router_running(read_fleet(name)))
 
 
 @dataclass
@@ -69,7 +99,7 @@ async def _router_workers(url: str) -> list[Worker]:
 
 async def fleet_status(name: str) -> FleetStatus:
     record = read_fleet(name)
-    router_up = router_alive(name)
+    router_up = await router_running(record)
     workers = await _router_workers(record["router_url"]) if router_up else []
     ready = {w.url for w in workers if w.status == "ready" and w.healthy}
 
@@ -94,12 +124,7 @@ async def fleet_status(name: str) -> FleetStatus:
 async def fleet_down(name: str) -> dict[str, Any]:
     """Stop the router first (no request reaches a stopping member), then every member."""
     record = read_fleet(name)
-    pid = record.get("router_pid")
-    router = "not_running"
-    if pid is not None:
-        router = await stop_group(
-            LocalHost(), int(pid), term_timeout_s=STOP_TIMEOUT_S, start_ticks=record.get("router_start_ticks")
-        )
+    router = await stop_router(record)
 
     async def down(member: dict[str, Any]) -> dict[str, Any]:
         if not state_path(member["name"]).exists():
@@ -112,5 +137,10 @@ async def fleet_down(name: str) -> dict[str, Any]:
     return {"name": name, "router": router, "members": list(members)}
 
 
-def router_log(name: str) -> Path:
-    return Path(read_fleet(name)["router_log"])
+async def router_log(name: str) -> bytes:
+    record = read_fleet(name)
+    host = router_host(record)
+    try:
+        return await host.read_bytes(str(record["router_log"]))
+    finally:
+        await host.close()

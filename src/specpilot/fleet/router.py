@@ -13,9 +13,8 @@ import asyncio
 import os
 import re
 import shutil
-import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import aiohttp
 
 from specpilot.errors import UserError
 from specpilot.fleet.spec import RouterSection
+from specpilot.hosts.base import Host
 
 SMG_ENV = "SPECPILOT_SMG"
 #: the first release with the `/workers` control API this module uses
@@ -45,16 +45,16 @@ def find_smg() -> str:
     return found
 
 
-def smg_version(smg: str) -> tuple[int, ...]:
-    """`smg --version` ("smg 1.13.0") as numbers; UserError if too old to have the API."""
-    try:
-        out = subprocess.run(
-            [smg, "--version"], capture_output=True, text=True, timeout=30, check=False
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired) as err:
+async def smg_version(host: Host, smg: str) -> tuple[int, ...]:
+    """`smg --version` ("smg 1.13.0") on the router's host; UserError if missing or too old."""
+    result = await host.run([smg, "--version"], check=False, timeout_s=30.0)
+    out = result.stdout.decode(errors="replace")
+    if result.returncode == 127:
         raise UserError(
-            f"{smg} --version failed ({err})", field="[router]", fix=f"pip install {SMG_PIN}"
-        ) from None
+            f"`{smg}` is not installed on {host.target}",
+            field="[router] smg",
+            fix=f"pip install {SMG_PIN} there, or set [router] smg to its path",
+        )
     match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
     version = tuple(int(part) for part in match.groups() if part is not None) if match else ()
     if version < MIN_SMG_VERSION:
@@ -100,14 +100,49 @@ def router_argv(smg: str, router: RouterSection, metrics_port: int) -> list[str]
     ]
 
 
-def spawn_router(argv: Sequence[str], log_path: Path) -> int:
-    """Start the router in its own session (it outlives `up`); returns its pid."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-        )
-    return process.pid
+@dataclass(frozen=True)
+class RouterProcess:
+    """The router's process on its host: (pid, start_ticks) names it for good."""
+
+    pid: int
+    start_ticks: int | None
+    log_path: str
+
+
+async def spawn_router(host: Host, argv: Sequence[str], log_dir: str, name: str) -> RouterProcess:
+    """Start the router in its own session on `host` (it outlives `up`)."""
+    await host.run(["mkdir", "-p", "-m", "700", log_dir])
+    env = await _login_env(host)
+    log_path = f"{log_dir}/{name}.router.log"
+    pid = await host.spawn_detached(
+        list(argv),
+        env=env,
+        cwd=log_dir,
+        log_path=log_path,
+        pid_path=f"{log_dir}/{name}.router.pid",
+        exit_path=f"{log_dir}/{name}.router.exit",
+    )
+    stat = await host.proc_stat(pid)
+    return RouterProcess(pid, None if stat is None else stat.start_ticks, log_path)
+
+
+async def running(host: Host, pid: int, start_ticks: int | None) -> bool:
+    """The recorded router process is still this one, and not a zombie."""
+    stat = await host.proc_stat(pid)
+    return stat is not None and stat.state not in ("Z", "X") and stat.start_ticks == start_ticks
+
+
+async def _login_env(host: Host) -> dict[str, str]:
+    """The host's own environment (PATH, HOME, ...): spawn_detached inherits nothing."""
+    if host.target == "local":
+        return dict(os.environ)
+    result = await host.run(["env", "-0"], check=False, timeout_s=30.0)
+    env = {}
+    for item in result.stdout.split(b"\0"):
+        name, eq, value = item.decode(errors="replace").partition("=")
+        if eq:
+            env[name] = value
+    return env
 
 
 @dataclass(frozen=True)
@@ -139,7 +174,7 @@ class RouterClient:
             for w in data.get("workers", [])
         ]
 
-    async def wait_up(self, pid: int, timeout_s: float) -> None:
+    async def wait_up(self, is_running: Callable[[], Awaitable[bool]], timeout_s: float) -> None:
         """Until GET /workers answers; RuntimeError if the process exits first."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -148,7 +183,7 @@ class RouterClient:
                 return
             except (aiohttp.ClientError, TimeoutError, RuntimeError, ValueError):
                 pass
-            if not alive(pid):
+            if not await is_running():
                 raise RuntimeError("the router exited during start")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the router did not answer within {timeout_s:g} s")
@@ -177,26 +212,3 @@ class RouterClient:
         for worker in entries:
             await self._json("DELETE", f"/workers/{worker.id}")
         return len(entries)
-
-
-def start_ticks(pid: int) -> int | None:
-    """The process's start time (/proc/PID/stat field 22): (pid, start) names it for good."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def alive(pid: int) -> bool:
-    """Running (not gone, not a zombie)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie (our own child not yet reaped) is not alive
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False

@@ -52,7 +52,14 @@ class FleetSection(_Section):
 
 
 class RouterSection(_Section):
-    host: str = Field("127.0.0.1", description="Address the router binds on the controller.")
+    target: str = Field("local", description='Where the router runs: "local" (this controller) or a host.')
+    address: str | None = Field(
+        None, description="Where the job reaches the router (default: target's name)."
+    )
+    smg: str | None = Field(
+        None, description="`smg` on that host (default: $SPECPILOT_SMG or PATH; remote: smg)."
+    )
+    host: str = Field("127.0.0.1", description="Address the router binds.")
     port: int = Field(30080, ge=1, le=65535)
     metrics_port: int | None = Field(None, ge=1, le=65535, description="Prometheus port (default port + 1).")
     policy: Literal["least_load", "power_of_two", "round_robin", "random"] = "least_load"
@@ -105,9 +112,17 @@ class Fleet:
     members: tuple[Member, ...]
 
     @property
+    def router_address(self) -> str:
+        if self.router.address:
+            return self.router.address
+        if parse_target(self.router.target).kind != "local":
+            return _address(HostEntry(target=self.router.target))
+        return "127.0.0.1" if self.router.host in ("0.0.0.0", "::", "") else self.router.host
+
+    @property
     def router_url(self) -> str:
-        host = "127.0.0.1" if self.router.host in ("0.0.0.0", "::", "") else self.router.host
-        return f"http://{host}:{self.router.port}"
+        host = self.router_address
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.router.port}"
 
     @property
     def metrics_port(self) -> int:
@@ -161,7 +176,30 @@ def parse_fleet(data: dict[str, Any], path: Path) -> Fleet:
     server = load_spec(path.parent / parsed.fleet.server)
     entries = [HostEntry(target=h) if isinstance(h, str) else h for h in parsed.fleet.hosts]
     members = _members(parsed.fleet.name, server, entries, path)
-    return Fleet(parsed.fleet.name, path, server, parsed.router, tuple(members))
+    fleet = Fleet(parsed.fleet.name, path, server, parsed.router, tuple(members))
+    _check_router_reach(fleet)
+    return fleet
+
+
+def _check_router_reach(fleet: Fleet) -> None:
+    """A router away from the controller must bind an outside address, and must not be
+    handed members that only the controller's loopback reaches."""
+    where = fleet.router_address
+    if _is_loopback(where):
+        return
+    if _is_loopback(fleet.router.host):
+        raise UserError(
+            f"the router runs on {fleet.router.target} but binds {fleet.router.host}",
+            field=f"{fleet.path}: [router] host",
+            fix='set host = "0.0.0.0" so the job reaches it',
+        )
+    for member in fleet.members:
+        if _is_loopback(member.address):
+            raise UserError(
+                f"{member.spec.host.target} is reached at {member.address}, the router host's own loopback",
+                field=f"{fleet.path}: [fleet] hosts[{member.host_index}]",
+                fix="give the host an address the router's host reaches (address = ...)",
+            )
 
 
 def _members(name: str, server: Spec, entries: list[HostEntry], path: Path) -> list[Member]:

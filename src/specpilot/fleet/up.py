@@ -22,17 +22,18 @@ import aiohttp
 from specpilot.errors import UserError
 from specpilot.fleet.router import (
     RouterClient,
+    RouterProcess,
     find_smg,
     router_argv,
     smg_version,
     spawn_router,
-    start_ticks,
 )
 from specpilot.fleet.spec import Fleet, Member
 from specpilot.fleet.state import fleet_path, write_fleet
+from specpilot.hosts.errors import HostError
+from specpilot.hosts.target import parse_target
 from specpilot.launch.ops import run_down
 from specpilot.launch.preflight import Preflight, open_host, run_preflight
-from specpilot.launch.stop import stop_group
 from specpilot.launch.supervisor import launch
 from specpilot.spec import Spec
 
@@ -162,6 +163,35 @@ async def check_members_not_running(fleet: Fleet) -> None:
             )
 
 
+def router_place(fleet: Fleet) -> tuple[str, dict[str, Any], str]:
+    """(target, host options, smg executable) of the router: the controller by default."""
+    local = parse_target(fleet.router.target).kind == "local"
+    smg = fleet.router.smg or (find_smg() if local else "smg")
+    return fleet.router.target, host_options(fleet.server), smg
+
+
+async def check_router_place(fleet: Fleet, target: str, options: dict[str, Any], smg: str) -> None:
+    """`smg` there and new enough, its ports free (the bind test locally, the listeners remotely)."""
+    host = open_host(target, options)
+    try:
+        try:
+            await smg_version(host, smg)
+        except HostError as err:
+            raise UserError(
+                f"{target} is unreachable: {err}",
+                field=f"{fleet.path}: [router] target",
+                fix="check the address, the SSH key and that sshd runs there",
+            ) from None
+        for port, field in ((fleet.router.port, "port"), (fleet.metrics_port, "metrics_port")):
+            where = f"{fleet.path}: [router] {field}"
+            if target == "local":
+                check_port_free(fleet.router.host, port, where)
+            elif await host.port_owner(port) is not None:
+                raise UserError(f"port {port} on {target} is in use", field=where, fix="choose another port")
+    finally:
+        await host.close()
+
+
 def check_inputs(fleet: Fleet, say: Say) -> tuple[list[str], dict[tuple[float, str | None, int], Preflight]]:
     """Everything that can refuse, before anything starts: UserError (exit 2)."""
     if fleet_path(fleet.name).exists():
@@ -174,10 +204,8 @@ def check_inputs(fleet: Fleet, say: Say) -> tuple[list[str], dict[tuple[float, s
                 fix=f"stop it with `specpilot down {fleet.name}` first",
             )
     asyncio.run(check_members_not_running(fleet))
-    smg = find_smg()
-    smg_version(smg)
-    check_port_free(fleet.router.host, fleet.router.port, f"{fleet.path}: [router] port")
-    check_port_free(fleet.router.host, fleet.metrics_port, f"{fleet.path}: [router] metrics_port")
+    target, options, smg = router_place(fleet)
+    asyncio.run(check_router_place(fleet, target, options, smg))
     plans = preflight_per_gpu(fleet, say)
     asyncio.run(check_reachable(fleet))
     return router_argv(smg, fleet.router, fleet.metrics_port), plans
@@ -212,51 +240,70 @@ def spec_digest(member: Member) -> str:
     return hashlib.sha256(member.spec.model_dump_json().encode()).hexdigest()
 
 
-def fleet_record(fleet: Fleet, pid: int, argv: list[str], members: list[MemberOutcome]) -> dict[str, Any]:
+def fleet_record(fleet: Fleet, process: RouterProcess, argv: list[str]) -> dict[str, Any]:
+    target, options, _ = router_place(fleet)
     return {
         "name": fleet.name,
         "fleet_file": str(fleet.path.resolve()),
         "router_url": fleet.router_url,
-        "router_pid": pid,
-        "router_start_ticks": start_ticks(pid),
+        "router_target": target,
+        "router_host_options": options,
+        "router_pid": process.pid,
+        "router_start_ticks": process.start_ticks,
         "router_argv": argv,
-        "router_log": str(fleet_path(fleet.name).with_suffix(".router.log")),
+        "router_log": process.log_path,
         "ready_timeout_s": fleet.router.ready_timeout_s,
         "members": [
             {"name": m.name, "target": m.spec.host.target, "worker_url": m.worker_url} for m in fleet.members
         ],
         "member_digests": [spec_digest(m) for m in fleet.members],
-        "outcomes": [o.to_json() for o in members],
+        "outcomes": [],
         "started_at": time.time(),
     }
 
 
+async def _spawn(fleet: Fleet, argv: list[str]) -> RouterProcess:
+    target, options, _ = router_place(fleet)
+    host = open_host(target, options)
+    try:
+        log_dir = (
+            str(fleet_path(fleet.name).parent)
+            if target == "local"
+            else f"{await host.home()}/.specpilot/fleets"
+        )
+        return await spawn_router(host, argv, log_dir, fleet.name)
+    finally:
+        await host.close()
+
+
 def fleet_up(fleet: Fleet, say: Say) -> FleetOutcome:
     argv, plans = check_inputs(fleet, say)
-    log_path = fleet_path(fleet.name).with_suffix(".router.log")
-    pid = spawn_router(argv, log_path)
-    record = fleet_record(fleet, pid, argv, [])
+    record = fleet_record(fleet, asyncio.run(_spawn(fleet, argv)), argv)
     write_fleet(record)
     try:
-        outcome = asyncio.run(_bring_up(fleet, plans, pid, say))
+        outcome = asyncio.run(_bring_up(fleet, record, plans, say))
     except BaseException:
-        asyncio.run(_stop_everything(fleet, pid))
+        asyncio.run(_stop_everything(fleet, record))
         raise
     record["outcomes"] = [o.to_json() for o in outcome.members]
     write_fleet(record)
     if not outcome.registered:
-        asyncio.run(_stop_everything(fleet, pid))
+        asyncio.run(_stop_everything(fleet, record))
     return outcome
 
 
-async def _bring_up(fleet: Fleet, plans: dict[Any, Preflight], pid: int, say: Say) -> FleetOutcome:
+async def _bring_up(
+    fleet: Fleet, record: dict[str, Any], plans: dict[Any, Preflight], say: Say
+) -> FleetOutcome:
+    from specpilot.fleet.ops import router_running
+
     async with aiohttp.ClientSession() as session:
         router = RouterClient(session, fleet.router_url)
         try:
-            await router.wait_up(pid, ROUTER_START_TIMEOUT_S)
+            await router.wait_up(lambda: router_running(record), ROUTER_START_TIMEOUT_S)
         except RuntimeError as err:
             raise UserError(
-                f"{err}; see {fleet_path(fleet.name).with_suffix('.router.log')}",
+                f"{err}; see {record['router_log']} on {record['router_target']}",
                 field=f"{fleet.path}: [router]",
                 fix="fix what the router log says, then run up again",
             ) from None
@@ -270,8 +317,8 @@ async def _bring_up(fleet: Fleet, plans: dict[Any, Preflight], pid: int, say: Sa
     return FleetOutcome(fleet.name, fleet.router_url, list(outcomes))
 
 
-async def _stop_everything(fleet: Fleet, pid: int) -> None:
-    from specpilot.hosts.local import LocalHost
+async def _stop_everything(fleet: Fleet, record: dict[str, Any]) -> None:
+    from specpilot.fleet.ops import stop_router
     from specpilot.launch.state import state_path
 
     async def down(member: Member) -> None:
@@ -279,4 +326,4 @@ async def _stop_everything(fleet: Fleet, pid: int) -> None:
             await run_down(member.name, timeout_s=STOP_TIMEOUT_S)
 
     await asyncio.gather(*(down(m) for m in fleet.members), return_exceptions=True)
-    await stop_group(LocalHost(), pid, term_timeout_s=STOP_TIMEOUT_S, start_ticks=start_ticks(pid))
+    await stop_router(record)
