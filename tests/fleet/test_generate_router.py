@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,9 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.generate.client import FailureKind, classify_status
+from specpilot.generate.dispatch import Dispatcher
+from specpilot.generate.endpoints import resolve_endpoints
+from specpilot.generate.job import JobConfig, run_generate
 from tests.fleet.routerproc import router_call, running_router
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer, Faults, answer_for
@@ -119,3 +124,40 @@ def test_router_flag_refuses_a_plain_server(fake_server: FakeServer, tmp_path: P
     )
     assert result.exit_code == 2
     assert "--router" in result.output and "GET /workers" in result.output and "--server" in result.output
+
+
+def test_room_follows_the_workers_the_router_lists(smg: str, tmp_path: Path) -> None:
+    """A member registered mid-job (fleet-repair) widens what the job keeps in flight."""
+    first = FakeServer(Faults(latency_s=0.01)).start()
+    second = FakeServer(Faults(latency_s=0.01)).start()
+    seen: list[Dispatcher] = []
+
+    @contextlib.asynccontextmanager
+    async def watch(dispatcher: Dispatcher) -> AsyncIterator[None]:
+        seen.append(dispatcher)
+        yield
+
+    try:
+        with running_router(smg, [first.url]) as url:
+            (endpoint,) = resolve_endpoints((), (), (url,))
+            assert endpoint.slots == 1
+
+            def join_later() -> None:
+                while first.counts.answered < 50:
+                    time.sleep(0.01)
+                assert router_call(url, "add", second.url, 30.0) is None
+
+            thread = threading.Thread(target=join_later, daemon=True)
+            thread.start()
+            source = write_jsonl(tmp_path / "in.jsonl", prompt_rows(1500))
+            config = JobConfig(
+                source, tmp_path / "out", [endpoint], "fake-model", True,
+                concurrency=2, show_progress=False, metrics_interval_s=0.1,
+            )  # fmt: skip
+            outcome = run_generate(config, watch)
+            thread.join(30)
+    finally:
+        first.close()
+        second.close()
+    assert outcome.exit_code == 0 and outcome.summary["done"] == 1500
+    assert seen[0].pool.servers[0].slots == 2 and second.counts.answered > 0

@@ -24,7 +24,14 @@ from specpilot.generate.client import ChatClient, FailureKind, RequestFailed, Sa
 from specpilot.generate.inputs import iter_rows
 from specpilot.generate.ledger import LedgerBatch, RowState
 from specpilot.generate.rows import TurnResult, build_row, is_complete, messages_for
-from specpilot.generate.servers import Server, ServerPool, SpecTracker, probe, scrape_metrics
+from specpilot.generate.servers import (
+    Server,
+    ServerPool,
+    SpecTracker,
+    probe,
+    router_workers_ready,
+    scrape_metrics,
+)
 from specpilot.generate.stats import LiveStats, ProgressView
 from specpilot.generate.types import PromptRow
 from specpilot.generate.validate import flag_bits
@@ -416,6 +423,11 @@ class Dispatcher:
 
     async def _scrape_metrics(self) -> None:
         for server in self.pool.servers:
+            if server.router:
+                # members come and go (fleet-repair): the room follows the router's list
+                ready = await router_workers_ready(self.session, server, self.config.probe_timeout_s)
+                if ready:
+                    server.slots = ready
             if server.healthy:
                 values = await scrape_metrics(self.session, server, self.config.probe_timeout_s)
                 if values is not None:

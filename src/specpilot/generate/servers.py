@@ -164,3 +164,19 @@ async def scrape_metrics(
             return parse_metrics(await response.text())
     except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
         return None
+
+
+async def router_workers_ready(
+    session: aiohttp.ClientSession, server: Server, timeout_s: float
+) -> int | None:
+    """How many workers an smg router lists as ready and healthy (GET /workers), or None."""
+    try:
+        async with session.get(
+            f"{server.base_url}/workers", timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as response:
+            if response.status != 200:
+                return None
+            workers = (await response.json(content_type=None)).get("workers") or []
+            return sum(1 for w in workers if w.get("status") == "ready" and w.get("is_healthy"))
+    except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError, TypeError):
+        return None
