@@ -21,6 +21,7 @@ from specpilot.fleet.router import RouterClient, Worker
 from specpilot.generate.endpoints import resolve_endpoints
 from tests.fixtures.sshd import SshdServer
 from tests.fleet.conftest import FleetFactory
+from tests.launch.conftest import free_port
 
 
 def run(*args: str) -> Result:
@@ -216,3 +217,28 @@ def test_router_host_without_smg(make_fleet: FleetFactory, run_home: Path, sshd:
     assert result.exit_code == 2
     assert "[router] smg" in result.output and "pip install smg==1.13.0" in result.output
     assert not (run_home.parent / "state" / "fleets").exists()
+
+
+def test_down_stops_what_it_reaches_when_a_member_host_is_gone(
+    smg: str, make_fleet: FleetFactory, run_home: Path, downs: list[str]
+) -> None:
+    path = make_fleet([{"target": "local", "gpus": 2}])
+    downs.append("fl")
+    code, _ = up_json(path)
+    assert code == 0
+    state_file = run_home.parent / "state" / "runs" / "fl-1" / "state.json"
+    real = state_file.read_text()
+    lost = json.loads(real)
+    lost["target"] = f"ssh://nobody@127.0.0.1:{free_port()}"  # its host no longer answers
+    state_file.write_text(json.dumps(lost))
+    try:
+        status = json.loads(run("status", "fl", "--json").stdout)
+        assert [m["phase"] for m in status["members"]] == ["ready", "unreachable"]
+        down = run("down", "fl", "--json")
+        assert down.exit_code == 1
+        result = json.loads(down.stdout)
+        assert result["router"] in ("terminated", "killed")
+        assert [m["stopped"] for m in result["members"]] == ["terminated", "unreachable"]
+    finally:
+        state_file.write_text(real)
+        run("down", "fl-1")

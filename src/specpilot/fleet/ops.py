@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 
+from specpilot.errors import SpecpilotError
 from specpilot.fleet.router import RouterClient, Worker, running
 from specpilot.fleet.state import read_fleet, write_fleet
 from specpilot.hosts.base import Host
@@ -106,8 +107,11 @@ async def fleet_status(name: str) -> FleetStatus:
     async def one(member: dict[str, Any]) -> MemberStatus:
         serving, phase = False, "not started"
         if state_path(member["name"]).exists():
-            status = await run_status(member["name"], lines=0)
-            serving, phase = status.serving, status.phase
+            try:
+                status = await run_status(member["name"], lines=0)
+                serving, phase = status.serving, status.phase
+            except SpecpilotError:
+                phase = "unreachable"
         return MemberStatus(
             member["name"],
             member["target"],
@@ -129,7 +133,15 @@ async def fleet_down(name: str) -> dict[str, Any]:
     async def down(member: dict[str, Any]) -> dict[str, Any]:
         if not state_path(member["name"]).exists():
             return {"name": member["name"], "phase": "not started", "stopped": "not_running"}
-        return await run_down(member["name"], timeout_s=STOP_TIMEOUT_S)
+        try:
+            return await run_down(member["name"], timeout_s=STOP_TIMEOUT_S)
+        except SpecpilotError as err:  # one unreachable host must not keep the others running
+            return {
+                "name": member["name"],
+                "phase": "stop_failed",
+                "stopped": "unreachable",
+                "error": str(err),
+            }
 
     members = await asyncio.gather(*(down(m) for m in record["members"]))
     record["stopped_at"] = time.time()

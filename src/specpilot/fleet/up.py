@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.errors import UserError
+from specpilot.errors import SpecpilotError, UserError
 from specpilot.fleet.router import (
     RouterClient,
     RouterProcess,
@@ -218,6 +218,10 @@ async def _start_member(
     host = open_host(member.spec.host.target, host_options(member.spec))
     try:
         result = await launch(member.spec, host, plan_json=pre.plan_json)
+    except SpecpilotError as err:  # its host went away mid-start: this member only
+        outcome.cause, outcome.error = "host", str(err)[-400:]
+        say(f"{member.name} on {outcome.target}: {err}; left out")
+        return outcome
     finally:
         await host.close()
     if result.phase != "ready":
