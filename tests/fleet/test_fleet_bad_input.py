@@ -78,3 +78,8 @@ def test_remote_member_of_a_loopback_server(smg: str, make_fleet: FleetFactory, 
 def test_remote_router_bound_to_loopback(smg: str, make_fleet: FleetFactory, run_home: Path) -> None:
     line = refused(make_fleet(["local"], router={"target": "ssh://gw@10.0.0.9:22"}), run_home)
     assert "[router] host" in line and "0.0.0.0" in line
+
+
+def test_replan_is_for_one_server_spec(smg: str, make_fleet: FleetFactory, run_home: Path) -> None:
+    result = run("up", str(make_fleet(["local"])), "--replan", "1")
+    assert result.exit_code == 2 and "--replan" in result.output and "not a fleet" in result.output

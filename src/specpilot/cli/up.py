@@ -169,6 +169,13 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
     if is_fleet_file(spec_path):
         from specpilot.cli.fleet import fleet_up
 
+        if force or replan:
+            raise UserError(
+                "--force and --replan apply to one server spec, not a fleet",
+                field="--force" if force else "--replan",
+                fix="start the server spec alone with them first, then the fleet without",
+            )
+
         ctx.exit(fleet_up(spec_path, as_json))
     spec = load_spec(spec_path)
     check_run_name(spec.name)
