@@ -62,7 +62,7 @@ def fleet_status(name: str, as_json: bool) -> int:
         for m in result.members:
             serving = "[green]serving[/]" if m.serving else "[red]not serving[/]"
             routed = "registered" if m.registered else "[yellow]not registered[/]"
-            console.print(f"  {m.name:<24} {m.target:<28} {m.phase:<10} {serving}  {routed}")
+            console.print(f"  {m.name}  {m.target}  {m.phase}  {serving}  {routed}", soft_wrap=True)
     return EXIT_OK if result.healthy else EXIT_FAILED
 
 
