@@ -87,6 +87,7 @@ class FakeServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
@@ -99,6 +100,9 @@ class FakeServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "fake-model"}]})

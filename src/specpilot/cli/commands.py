@@ -14,6 +14,7 @@ COMMANDS: dict[str, str] = {
     "status": "specpilot.cli.up:status",
     "logs": "specpilot.cli.up:logs",
     "down": "specpilot.cli.up:down",
+    "fleet-repair": "specpilot.cli.fleet:fleet_repair",
     "runs": "specpilot.cli.runs:runs",
     "generate": "specpilot.cli.generate:generate",
     "report": "specpilot.cli.generate:report",

@@ -42,6 +42,7 @@ Example:
       --thinking --max-tokens 16384 --temperature 0.6 --concurrency 64
   specpilot generate --input prompts.parquet --output out/ \\
       --server http://10.0.0.5:30000 --server http://10.0.0.6:30000
+  specpilot generate --input prompts.jsonl --output out/ --fleet qwen36-fleet
 Run the same command again to resume; `specpilot report out/` shows progress.
 An API key, if the servers need one, is read from $SPECPILOT_API_KEY.
 
@@ -72,13 +73,22 @@ them as context and generates only the last answer:
 )
 @click.option("--server", "servers", multiple=True, help="OpenAI-compatible base URL (repeatable).")
 @click.option("--run", "runs", multiple=True, help="Name of a run started by `specpilot up`.")
+@click.option(
+    "--router",
+    "routers",
+    multiple=True,
+    help="An smg router's URL: it picks the worker; --concurrency is then per worker behind it.",
+)
+@click.option(
+    "--fleet", "fleets", multiple=True, help="Name of a fleet started by `specpilot up FLEET.toml`."
+)
 @click.option("--model", default=None, help="Model name (default: the run's or /v1/models').")
 @click.option(
     "--concurrency",
     default=64,
     show_default=True,
     type=click.IntRange(1),
-    help="Requests in flight per server.",
+    help="Requests in flight per server (per worker behind a --router or --fleet).",
 )
 @click.option(
     "--max-tokens",
@@ -160,6 +170,8 @@ def generate(
     output_dir: Path,
     servers: tuple[str, ...],
     runs: tuple[str, ...],
+    routers: tuple[str, ...],
+    fleets: tuple[str, ...],
     model: str | None,
     concurrency: int,
     max_tokens: int | None,
@@ -190,7 +202,7 @@ def generate(
     config = JobConfig(
         input_path=input_path,
         output_dir=output_dir,
-        endpoints=resolve_endpoints(servers, runs),
+        endpoints=resolve_endpoints(servers, runs, routers, fleets),
         model=model,
         thinking=thinking,
         keep_given_turns=keep_given_turns,

@@ -151,6 +151,9 @@ async def _up(spec: Spec, pre: Preflight, as_json: bool, console: Console) -> Up
 def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bool) -> None:
     """Start the spec's server under supervision and wait until it is ready or failed.
 
+    A fleet file (a [fleet] table: one server spec on many hosts) starts every member
+    and one `smg` router in front of them.
+
     Runs check and plan, ships the run directory with verified hashes, starts the
     engine, proves the live process has the planned argv and env, and classifies
     the whole engine log. Exit 0 ready, 1 failed (nothing left running), 2 bad input.
@@ -161,6 +164,19 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
       specpilot up my-server.toml --json
       specpilot up my-server.toml --replan 2
     """
+    from specpilot.fleet.spec import is_fleet_file
+
+    if is_fleet_file(spec_path):
+        from specpilot.cli.fleet import fleet_up
+
+        if force or replan:
+            raise UserError(
+                "--force and --replan apply to one server spec, not a fleet",
+                field="--force" if force else "--replan",
+                fix="start the server spec alone with them first, then the fleet without",
+            )
+
+        ctx.exit(fleet_up(spec_path, as_json))
     spec = load_spec(spec_path)
     check_run_name(spec.name)
     _refuse_if_running(spec.name)
@@ -260,6 +276,12 @@ def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
     Example:
       specpilot status qwen36-mtp
     """
+    from specpilot.fleet.state import is_fleet
+
+    if is_fleet(name):
+        from specpilot.cli.fleet import fleet_status
+
+        ctx.exit(fleet_status(name, as_json))
     result = asyncio.run(run_status(check_run_name(name), lines=lines))
     if as_json:
         _print_json(result.to_json())
@@ -292,6 +314,14 @@ def logs(name: str, follow: bool) -> None:
       specpilot logs qwen36-mtp -f
     """
 
+    from specpilot.fleet.state import is_fleet
+
+    if is_fleet(name):
+        from specpilot.cli.fleet import fleet_logs
+
+        fleet_logs(name)
+        return
+
     async def copy() -> None:
         async for chunk in stream_log(check_run_name(name), follow=follow):
             sys.stdout.buffer.write(chunk)
@@ -315,6 +345,12 @@ def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None
     Example:
       specpilot down qwen36-mtp
     """
+    from specpilot.fleet.state import is_fleet
+
+    if is_fleet(name):
+        from specpilot.cli.fleet import fleet_down
+
+        ctx.exit(fleet_down(name, as_json))
     result = asyncio.run(run_down(check_run_name(name), timeout_s=timeout_s))
     if as_json:
         _print_json(result)

@@ -53,7 +53,15 @@ class RequestFailed(Exception):
         self.retry_after_s = retry_after_s
 
 
-def classify_status(status: int) -> FailureKind:
+#: answers that mean "nobody can serve this now", not "this row failed": an smg router
+#: with no healthy worker (503 no_available_workers). Handled like a server that is down:
+#: the row goes back to the queue and no attempt is spent.
+NO_WORKER_MARKERS = (b'"no_available_workers"',)
+
+
+def classify_status(status: int, body: bytes = b"") -> FailureKind:
+    if status == 503 and any(marker in body for marker in NO_WORKER_MARKERS):
+        return FailureKind.CONNECTION
     return FailureKind.RETRYABLE if status in RETRYABLE_STATUSES else FailureKind.FATAL
 
 
@@ -151,7 +159,11 @@ class ChatClient:
             ) from None
         if status != 200:
             text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
-            raise RequestFailed(classify_status(status), f"HTTP {status}: {text}", _seconds(retry_after))
+            raise RequestFailed(
+                classify_status(status, raw[:ERROR_BODY_CHARS]),
+                f"HTTP {status}: {text}",
+                _seconds(retry_after),
+            )
         return parse_answer(raw)
 
 

@@ -24,7 +24,14 @@ from specpilot.generate.client import ChatClient, FailureKind, RequestFailed, Sa
 from specpilot.generate.inputs import iter_rows
 from specpilot.generate.ledger import LedgerBatch, RowState
 from specpilot.generate.rows import TurnResult, build_row, is_complete, messages_for
-from specpilot.generate.servers import Server, ServerPool, SpecTracker, probe, scrape_metrics
+from specpilot.generate.servers import (
+    Server,
+    ServerPool,
+    SpecTracker,
+    probe,
+    router_workers_ready,
+    scrape_metrics,
+)
 from specpilot.generate.stats import LiveStats, ProgressView
 from specpilot.generate.types import PromptRow
 from specpilot.generate.validate import flag_bits
@@ -49,7 +56,11 @@ class Dispatcher:
         self.job, self.config, self.session = job, job.config, session
         self.sampling = sampling
         self.client = ChatClient(session, sampling)
-        self.pool = ServerPool([e.base_url for e in self.config.endpoints], self.config.concurrency)
+        self.pool = ServerPool(
+            [e.base_url for e in self.config.endpoints],
+            self.config.concurrency,
+            {e.base_url: e.slots for e in self.config.endpoints if e.router},
+        )
         commits = job.ledger.part_commits()
         self.writers = {
             split: PartWriter(
@@ -67,7 +78,7 @@ class Dispatcher:
         self.attempts: dict[int, int] = {}
         self.input = iter_rows(job.source, job.pending, keep_given_turns=self.config.keep_given_turns)
         self.input_done = False
-        self.window = max(1024, 4 * self.config.concurrency * len(self.pool.servers))
+        self.window = max(1024, 4 * self.config.concurrency * sum(s.slots for s in self.pool.servers))
         self.spec = SpecTracker()
         self.probing: set[str] = set()
         self.parked: dict[str, list[tuple[int, RequestFailed]]] = {}
@@ -412,6 +423,11 @@ class Dispatcher:
 
     async def _scrape_metrics(self) -> None:
         for server in self.pool.servers:
+            if server.router:
+                # members come and go (fleet-repair): the room follows the router's list
+                ready = await router_workers_ready(self.session, server, self.config.probe_timeout_s)
+                if ready:
+                    server.slots = ready
             if server.healthy:
                 values = await scrape_metrics(self.session, server, self.config.probe_timeout_s)
                 if values is not None:

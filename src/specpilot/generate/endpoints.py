@@ -1,4 +1,5 @@
-"""Where to send requests: `--server URL` as given, or `--run NAME` from `specpilot up`'s state.
+"""Where to send requests: `--server URL` as given, `--run NAME` from `specpilot up`'s state,
+or one router: `--router URL` (an `smg` gateway) or `--fleet NAME` (the router of a fleet).
 
 A run's local state lives in `$SPECPILOT_HOME/runs/<NAME>/state.json` (default home
 `~/.specpilot`) with at least `name`, `endpoint`, `served_model_name` and `phase`.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +31,9 @@ class Endpoint:
     base_url: str  # scheme://host:port, without /v1
     served_model_name: str | None = None
     run_name: str | None = None  # `--run NAME`: the job watches that run's log for a crash
+    #: a router: --concurrency is per worker behind it, so it gets `slots` x that in flight
+    router: bool = False
+    slots: int = 1
 
 
 def specpilot_home() -> Path:
@@ -94,14 +99,45 @@ def endpoint_of_run(name: str) -> Endpoint:
     )
 
 
-def resolve_endpoints(servers: tuple[str, ...], runs: tuple[str, ...]) -> list[Endpoint]:
+def router_endpoint(url: str, field: str = "--router") -> Endpoint:
+    """An `smg` router; its workers (GET /workers) set how many requests it gets at once."""
+    base = normalize_url(url, field=field)
+    try:
+        with urllib.request.urlopen(f"{base}/workers", timeout=MODELS_PROBE_TIMEOUT_S) as response:
+            workers = json.loads(response.read()).get("workers")
+    except (OSError, ValueError, AttributeError) as err:
+        raise UserError(
+            f"{base} does not answer GET /workers as an smg router does ({err})",
+            field=field,
+            fix="start the router (`specpilot up FLEET.toml`) or pass its URL; plain servers go in --server",
+        ) from None
+    if not isinstance(workers, list):
+        raise UserError(f"{base}/workers holds no worker list", field=field, fix="pass an smg router's URL")
+    return Endpoint(base, router=True, slots=max(1, len(workers)))
+
+
+def endpoint_of_fleet(name: str) -> Endpoint:
+    from specpilot.fleet.state import read_fleet
+
+    check_run_name(name, field="--fleet")
+    return router_endpoint(str(read_fleet(name)["router_url"]), field="--fleet")
+
+
+def resolve_endpoints(
+    servers: tuple[str, ...],
+    runs: tuple[str, ...],
+    routers: tuple[str, ...] = (),
+    fleets: tuple[str, ...] = (),
+) -> list[Endpoint]:
     endpoints = [Endpoint(normalize_url(url)) for url in servers]
     endpoints += [endpoint_of_run(name) for name in runs]
+    endpoints += [router_endpoint(url) for url in routers]
+    endpoints += [endpoint_of_fleet(name) for name in fleets]
     if not endpoints:
         raise UserError(
             "no server given",
             field="--server",
-            fix="pass --server http://HOST:PORT (repeatable) or --run NAME",
+            fix="pass --server http://HOST:PORT (repeatable), --run NAME, --router URL or --fleet NAME",
         )
     if len({e.base_url for e in endpoints}) != len(endpoints):
         raise UserError("the same server is given twice", field="--server", fix="list each server once")

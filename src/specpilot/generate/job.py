@@ -295,7 +295,9 @@ class Job:
 
 async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[dict[str, Any]]]:
     config = job.config
-    async with open_session(config.concurrency + 4) as session:
+    # a router's room grows with its workers (the dispatcher bounds what is in flight): no cap
+    unbounded = any(e.router for e in config.endpoints)
+    async with open_session(0 if unbounded else config.concurrency + 4) as session:
         model = (
             config.model or job.ledger.meta().get("model") or await default_model(session, config.endpoints)
         )

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import aiohttp
 
 PROBE_PATHS = ("/v1/models", "/health")
+#: an smg router answers /health while it has no worker; /readiness is 503 then
+ROUTER_PROBE_PATHS = ("/readiness",)
 
 
 @dataclass
@@ -26,6 +28,8 @@ class Server:
     healthy: bool = True
     done_rows: int = 0
     taken_out_count: int = 0
+    router: bool = False
+    slots: int = 1  # workers behind a router: it takes slots x --concurrency at once
 
     @property
     def name(self) -> str:
@@ -35,19 +39,20 @@ class Server:
 class ServerPool:
     """Healthy servers and their in-flight work."""
 
-    def __init__(self, base_urls: list[str], concurrency: int) -> None:
-        self.servers = [Server(url) for url in base_urls]
+    def __init__(self, base_urls: list[str], concurrency: int, routers: dict[str, int] | None = None) -> None:
+        """`routers`: base URL -> workers behind it, for the URLs that are routers."""
+        routers = routers or {}
+        self.servers = [Server(url, router=url in routers, slots=routers.get(url, 1)) for url in base_urls]
         self.concurrency = concurrency
 
     def pick(self) -> Server | None:
+        """The healthy server with the most free room (a router counts per worker)."""
         best: Server | None = None
+        best_free = 0
         for server in self.servers:
-            if (
-                server.healthy
-                and len(server.in_flight) < self.concurrency
-                and (best is None or len(server.in_flight) < len(best.in_flight))
-            ):
-                best = server
+            free = self.concurrency * server.slots - len(server.in_flight)
+            if server.healthy and free > 0 and (best is None or free > best_free):
+                best, best_free = server, free
         return best
 
     def all_down(self) -> bool:
@@ -75,7 +80,7 @@ class ServerPool:
 
 async def probe(session: aiohttp.ClientSession, server: Server, timeout_s: float) -> bool:
     """True if the server answers a health or models request with 200."""
-    for path in PROBE_PATHS:
+    for path in ROUTER_PROBE_PATHS if server.router else PROBE_PATHS:
         try:
             async with session.get(
                 f"{server.base_url}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)
@@ -158,4 +163,20 @@ async def scrape_metrics(
                 return None
             return parse_metrics(await response.text())
     except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+        return None
+
+
+async def router_workers_ready(
+    session: aiohttp.ClientSession, server: Server, timeout_s: float
+) -> int | None:
+    """How many workers an smg router lists as ready and healthy (GET /workers), or None."""
+    try:
+        async with session.get(
+            f"{server.base_url}/workers", timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as response:
+            if response.status != 200:
+                return None
+            workers = (await response.json(content_type=None)).get("workers") or []
+            return sum(1 for w in workers if w.get("status") == "ready" and w.get("is_healthy"))
+    except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError, TypeError):
         return None

@@ -1,0 +1,51 @@
+"""The local record of a fleet: `${SPECPILOT_HOME:-~/.specpilot}/fleets/<name>.json`.
+
+Members are ordinary runs (runs/<fleet>-<i>/state.json); this file adds the router's
+process, its URL and which member is registered with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from specpilot.errors import UserError
+from specpilot.launch.state import check_run_name, specpilot_home
+
+
+def fleet_path(name: str) -> Path:
+    return specpilot_home() / "fleets" / f"{check_run_name(name)}.json"
+
+
+def is_fleet(name: str) -> bool:
+    try:
+        return fleet_path(name).is_file()
+    except UserError:
+        return False
+
+
+def write_fleet(state: dict[str, Any]) -> None:
+    path = fleet_path(str(state["name"]))
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".fleet.")
+    with os.fdopen(fd, "w") as out:
+        json.dump(state, out, indent=2, sort_keys=True)
+        out.write("\n")
+    os.replace(tmp, path)
+
+
+def read_fleet(name: str) -> dict[str, Any]:
+    path = fleet_path(name)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(
+            f"no readable fleet record {path} ({err})",
+            field="NAME",
+            fix="start the fleet with `specpilot up FLEET.toml`",
+        ) from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} does not hold a JSON object", field="NAME", fix=f"delete {path}")
+    return data

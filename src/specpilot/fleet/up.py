@@ -1,0 +1,333 @@
+"""`specpilot up FLEET.toml`: plan per GPU type, check, start every member, then the router.
+
+Nothing starts before every input is known good (hosts reachable, plans fit, router
+ports free, `smg` new enough). Members start in parallel through the same verified
+`launch` as a single `up`; each is registered with the router once ready, and one
+that fails is reported with its cause and never registered. An interrupt stops
+everything started so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from specpilot.errors import SpecpilotError, UserError
+from specpilot.fleet.router import (
+    RouterClient,
+    RouterProcess,
+    find_smg,
+    router_argv,
+    smg_version,
+    spawn_router,
+)
+from specpilot.fleet.spec import Fleet, Member
+from specpilot.fleet.state import fleet_path, write_fleet
+from specpilot.hosts.errors import HostError
+from specpilot.hosts.target import parse_target
+from specpilot.launch.ops import run_down
+from specpilot.launch.preflight import Preflight, open_host, run_preflight
+from specpilot.launch.supervisor import launch
+from specpilot.spec import Spec
+
+#: how long `up` waits for a host to answer a first command
+REACH_TIMEOUT_S = 30.0
+ROUTER_START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class MemberOutcome:
+    name: str
+    target: str
+    worker_url: str
+    phase: str  # "registered" or "failed"
+    cause: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class FleetOutcome:
+    name: str
+    router_url: str
+    members: list[MemberOutcome] = field(default_factory=list)
+
+    @property
+    def registered(self) -> int:
+        return sum(1 for m in self.members if m.phase == "registered")
+
+
+def host_options(spec: Spec) -> dict[str, Any]:
+    return {
+        "identity_file": spec.host.identity_file,
+        "known_hosts": spec.host.known_hosts,
+        "ssh_config": spec.host.ssh_config,
+        "accept_new_host_key": spec.host.accept_new_host_key,
+    }
+
+
+def preflight_per_gpu(fleet: Fleet, say: Say) -> dict[tuple[float, str | None, int], Preflight]:
+    """check + plan once per distinct GPU; a plan that does not fit names its hosts."""
+    plans: dict[tuple[float, str | None, int], Preflight] = {}
+    for member in fleet.members:
+        key = member.gpu_key
+        if key in plans:
+            continue
+        pre = run_preflight(member.spec)
+        hosts = sorted({m.host_index for m in fleet.members if m.gpu_key == key})
+        where = ", ".join(f"hosts[{i}]" for i in hosts)
+        for warning in pre.warnings:
+            say(f"warning ({where}): {warning}")
+        if pre.errors:
+            fix = (
+                pre.fix.text
+                if pre.fix and pre.fix.text
+                else "change the server spec or leave these hosts out"
+            )
+            if pre.fix and pre.fix.args:
+                fix += ": " + " ".join(pre.fix.args)
+            raise UserError(
+                f"{pre.errors[0]} (GPU {key[1] or '?'} {key[0]:g} GiB)",
+                field=f"{fleet.path}: [fleet] {where}",
+                fix=fix,
+            )
+        plans[key] = pre
+    return plans
+
+
+def check_port_free(host: str, port: int, field: str) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            raise UserError(
+                f"{host}:{port} is not free ({err.strerror})", field=field, fix="choose another port"
+            ) from None
+
+
+async def check_reachable(fleet: Fleet) -> None:
+    """Every host answers a first command, before anything starts."""
+
+    async def reach(member: Member) -> None:
+        host = open_host(member.spec.host.target, host_options(member.spec))
+        try:
+            await asyncio.wait_for(host.run(["true"]), REACH_TIMEOUT_S)
+        except UserError as err:
+            raise UserError(
+                f"{member.spec.host.target} is unreachable: {err}",
+                field=f"{fleet.path}: [fleet] hosts[{member.host_index}]",
+                fix="check the address, the SSH key and that sshd runs there, or leave the host out",
+            ) from None
+        except (OSError, TimeoutError) as err:
+            raise UserError(
+                f"{member.spec.host.target} is unreachable ({type(err).__name__}: {err})",
+                field=f"{fleet.path}: [fleet] hosts[{member.host_index}]",
+                fix="check the address, the SSH key and that sshd runs there, or leave the host out",
+            ) from None
+        finally:
+            await host.close()
+
+    first_per_host = {m.host_index: m for m in reversed(fleet.members)}
+    await asyncio.gather(*(reach(m) for m in first_per_host.values()))
+
+
+async def check_members_not_running(fleet: Fleet) -> None:
+    """A member left running by an earlier `up` would hold its port: refuse, name it."""
+    from specpilot.launch.ops import run_status
+    from specpilot.launch.state import read_state, state_path
+
+    for member in fleet.members:
+        if not state_path(member.name).exists():
+            continue
+        if read_state(member.name).get("phase") not in ("starting", "ready"):
+            continue
+        status = await run_status(member.name, lines=0)
+        if status.alive:
+            raise UserError(
+                f"member {member.name} is already running (pid {status.pid} on {status.target})",
+                field="[fleet] name",
+                fix=f"stop it with `specpilot down {fleet.name}` (or `down {member.name}`) first",
+            )
+
+
+def router_place(fleet: Fleet) -> tuple[str, dict[str, Any], str]:
+    """(target, host options, smg executable) of the router: the controller by default."""
+    local = parse_target(fleet.router.target).kind == "local"
+    smg = fleet.router.smg or (find_smg() if local else "smg")
+    return fleet.router.target, host_options(fleet.server), smg
+
+
+async def check_router_place(fleet: Fleet, target: str, options: dict[str, Any], smg: str) -> None:
+    """`smg` there and new enough, its ports free (the bind test locally, the listeners remotely)."""
+    host = open_host(target, options)
+    try:
+        try:
+            await smg_version(host, smg)
+        except HostError as err:
+            raise UserError(
+                f"{target} is unreachable: {err}",
+                field=f"{fleet.path}: [router] target",
+                fix="check the address, the SSH key and that sshd runs there",
+            ) from None
+        for port, field in ((fleet.router.port, "port"), (fleet.metrics_port, "metrics_port")):
+            where = f"{fleet.path}: [router] {field}"
+            if target == "local":
+                check_port_free(fleet.router.host, port, where)
+            elif await host.port_owner(port) is not None:
+                raise UserError(f"port {port} on {target} is in use", field=where, fix="choose another port")
+    finally:
+        await host.close()
+
+
+def check_inputs(fleet: Fleet, say: Say) -> tuple[list[str], dict[tuple[float, str | None, int], Preflight]]:
+    """Everything that can refuse, before anything starts: UserError (exit 2)."""
+    if fleet_path(fleet.name).exists():
+        from specpilot.fleet.ops import router_alive
+
+        if router_alive(fleet.name):
+            raise UserError(
+                f"fleet {fleet.name!r} is already up",
+                field="[fleet] name",
+                fix=f"stop it with `specpilot down {fleet.name}` first",
+            )
+    asyncio.run(check_members_not_running(fleet))
+    target, options, smg = router_place(fleet)
+    asyncio.run(check_router_place(fleet, target, options, smg))
+    plans = preflight_per_gpu(fleet, say)
+    asyncio.run(check_reachable(fleet))
+    return router_argv(smg, fleet.router, fleet.metrics_port), plans
+
+
+async def _start_member(
+    member: Member, pre: Preflight, router: RouterClient, timeout_s: float, say: Say
+) -> MemberOutcome:
+    outcome = MemberOutcome(member.name, member.spec.host.target, member.worker_url, "failed")
+    host = open_host(member.spec.host.target, host_options(member.spec))
+    try:
+        result = await launch(member.spec, host, plan_json=pre.plan_json)
+    except SpecpilotError as err:  # its host went away mid-start: this member only
+        outcome.cause, outcome.error = "host", str(err)[-400:]
+        say(f"{member.name} on {outcome.target}: {err}; left out")
+        return outcome
+    finally:
+        await host.close()
+    if result.phase != "ready":
+        outcome.cause, outcome.error = result.cause, (result.error or "")[-400:]
+        say(f"{member.name} on {outcome.target}: failed ({result.cause}); left out")
+        return outcome
+    problem = await router.add(member.worker_url, timeout_s)
+    if problem is not None:
+        await run_down(member.name, timeout_s=STOP_TIMEOUT_S)
+        outcome.cause, outcome.error = "not_registered", problem
+        say(f"{member.name}: {problem}; stopped and left out")
+        return outcome
+    outcome.phase = "registered"
+    say(f"{member.name} on {outcome.target}: ready, registered as {member.worker_url}")
+    return outcome
+
+
+def spec_digest(member: Member) -> str:
+    """What `up` started for this member: `fleet-repair` refuses to start anything else."""
+    return hashlib.sha256(member.spec.model_dump_json().encode()).hexdigest()
+
+
+def fleet_record(fleet: Fleet, process: RouterProcess, argv: list[str]) -> dict[str, Any]:
+    target, options, _ = router_place(fleet)
+    return {
+        "name": fleet.name,
+        "fleet_file": str(fleet.path.resolve()),
+        "router_url": fleet.router_url,
+        "router_target": target,
+        "router_host_options": options,
+        "router_pid": process.pid,
+        "router_start_ticks": process.start_ticks,
+        "router_argv": argv,
+        "router_log": process.log_path,
+        "ready_timeout_s": fleet.router.ready_timeout_s,
+        "members": [
+            {"name": m.name, "target": m.spec.host.target, "worker_url": m.worker_url} for m in fleet.members
+        ],
+        "member_digests": [spec_digest(m) for m in fleet.members],
+        "outcomes": [],
+        "started_at": time.time(),
+    }
+
+
+async def _spawn(fleet: Fleet, argv: list[str]) -> RouterProcess:
+    target, options, _ = router_place(fleet)
+    host = open_host(target, options)
+    try:
+        log_dir = (
+            str(fleet_path(fleet.name).parent)
+            if target == "local"
+            else f"{await host.home()}/.specpilot/fleets"
+        )
+        return await spawn_router(host, argv, log_dir, fleet.name)
+    finally:
+        await host.close()
+
+
+def fleet_up(fleet: Fleet, say: Say) -> FleetOutcome:
+    argv, plans = check_inputs(fleet, say)
+    record = fleet_record(fleet, asyncio.run(_spawn(fleet, argv)), argv)
+    write_fleet(record)
+    try:
+        outcome = asyncio.run(_bring_up(fleet, record, plans, say))
+    except BaseException:
+        asyncio.run(_stop_everything(fleet, record))
+        raise
+    record["outcomes"] = [o.to_json() for o in outcome.members]
+    write_fleet(record)
+    if not outcome.registered:
+        asyncio.run(_stop_everything(fleet, record))
+    return outcome
+
+
+async def _bring_up(
+    fleet: Fleet, record: dict[str, Any], plans: dict[Any, Preflight], say: Say
+) -> FleetOutcome:
+    from specpilot.fleet.ops import router_running
+
+    async with aiohttp.ClientSession() as session:
+        router = RouterClient(session, fleet.router_url)
+        try:
+            await router.wait_up(lambda: router_running(record), ROUTER_START_TIMEOUT_S)
+        except RuntimeError as err:
+            raise UserError(
+                f"{err}; see {record['router_log']} on {record['router_target']}",
+                field=f"{fleet.path}: [router]",
+                fix="fix what the router log says, then run up again",
+            ) from None
+        say(f"router {fleet.router_url} ({fleet.router.policy}) up; starting {len(fleet.members)} members")
+        outcomes = await asyncio.gather(
+            *(
+                _start_member(m, plans[m.gpu_key], router, fleet.router.ready_timeout_s, say)
+                for m in fleet.members
+            )
+        )
+    return FleetOutcome(fleet.name, fleet.router_url, list(outcomes))
+
+
+async def _stop_everything(fleet: Fleet, record: dict[str, Any]) -> None:
+    from specpilot.fleet.ops import stop_router
+    from specpilot.launch.state import state_path
+
+    async def down(member: Member) -> None:
+        if state_path(member.name).exists():
+            await run_down(member.name, timeout_s=STOP_TIMEOUT_S)
+
+    await asyncio.gather(*(down(m) for m in fleet.members), return_exceptions=True)
+    await stop_router(record)
