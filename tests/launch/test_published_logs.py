@@ -52,10 +52,11 @@ PUBLISHED = {
     ),
 }
 #: signatures whose line no public issue found so far shows (their stand-in scenario covers them)
-NOT_FOUND_PUBLISHED = {"draft_worker_oom", "package_metadata"}
+NOT_FOUND_PUBLISHED = {"package_metadata"}
 #: signatures first seen in our own recordings of a real engine (whole logs with their date, GPU,
 #: release and flags in tests/data/startup_logs/sglang-h200/): the log that shows each
 OWN_RECORDINGS = {
+    "draft_worker_oom": "r13-mtp-092-96.log",  # the incident's 0.92 on 0.5.13.post1
     "prefill_graph_oom": "r17-plain-rec-96.log",
     "weights_leave_no_kv": "r17-mtp-explicit-80.log",
 }
