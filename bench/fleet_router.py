@@ -38,6 +38,8 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.fleet.routerproc starts the router as the tests do
 
+from standin_http import free_port, reply, serve  # noqa: E402 - a sibling of this script
+
 RESPONSE = json.dumps(
     {
         "id": "x",
@@ -56,70 +58,12 @@ RESPONSE = json.dumps(
 MODELS = json.dumps({"object": "list", "data": [{"id": "bench", "object": "model"}]}).encode()
 
 
-def _reply(body: bytes) -> bytes:
-    return (
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-        + str(len(body)).encode()
-        + b"\r\nConnection: keep-alive\r\n\r\n"
-        + body
-    )
-
-
-HTTP_OK, HTTP_MODELS, HTTP_HEALTH = _reply(RESPONSE), _reply(MODELS), _reply(b"")
-HTTP_404 = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
-
-
-class _Http(asyncio.Protocol):
-    """Minimal keep-alive HTTP/1.1: chat completions, /v1/models, /health."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-        self.buffer = b""
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buffer[:end].decode("latin-1")
-            length = 0
-            for line in head.split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value)
-            if len(self.buffer) < end + 4 + length:
-                return
-            self.buffer = self.buffer[end + 4 + length :]
-            path = head.split(" ", 2)[1]
-            if path.endswith("/chat/completions"):
-                reply = HTTP_OK
-            elif path.endswith("/models"):
-                reply = HTTP_MODELS
-            elif path == "/health":
-                reply = HTTP_HEALTH
-            else:
-                reply = HTTP_404
-            self.transport.write(reply)  # type: ignore[attr-defined]
-
-
-def _serve(port: int) -> None:
-    async def main() -> None:
-        server = await asyncio.get_running_loop().create_server(_Http, "127.0.0.1", port, reuse_address=True)
-        await server.serve_forever()
-
-    asyncio.run(main())
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+ROUTES = (("/chat/completions", reply(RESPONSE)), ("/models", reply(MODELS)), ("/health", reply(b"")))
 
 
 class Worker:
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.process: multiprocessing.Process | None = None
 
     @property
@@ -127,7 +71,7 @@ class Worker:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        self.process = multiprocessing.Process(target=_serve, args=(self.port,), daemon=True)
+        self.process = multiprocessing.Process(target=serve, args=(self.port, ROUTES), daemon=True)
         self.process.start()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -174,8 +118,8 @@ def router(smg: str, workers: list[Worker], work: Path) -> Iterator[tuple[str, i
     from specpilot.hosts.local import LocalHost
     from specpilot.launch.stop import stop_group
 
-    section = RouterSection.model_validate({"port": _free_port(), "health_check_interval_s": 1})
-    process = asyncio.run(start_router(router_argv(smg, section, _free_port())))
+    section = RouterSection.model_validate({"port": free_port(), "health_check_interval_s": 1})
+    process = asyncio.run(start_router(router_argv(smg, section, free_port())))
     url = f"http://127.0.0.1:{section.port}"
     try:
         for worker in workers:

@@ -19,13 +19,14 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import socket
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
+
+from standin_http import free_port, reply, serve
 
 RESPONSE = json.dumps(
     {
@@ -42,67 +43,8 @@ RESPONSE = json.dumps(
         "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
     }
 ).encode()
-HTTP_OK = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-    + str(len(RESPONSE)).encode()
-    + b"\r\nConnection: keep-alive\r\n\r\n"
-    + RESPONSE
-)
 MODELS = json.dumps({"data": [{"id": "bench"}]}).encode()
-HTTP_MODELS = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-    + str(len(MODELS)).encode()
-    + b"\r\n\r\n"
-    + MODELS
-)
-HTTP_404 = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
-
-
-class _Http(asyncio.Protocol):
-    """Minimal keep-alive HTTP/1.1: enough for chat completions, /v1/models and /metrics."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-        self.buffer = b""
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buffer[:end].decode("latin-1")
-            length = 0
-            for line in head.split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value)
-            if len(self.buffer) < end + 4 + length:
-                return
-            self.buffer = self.buffer[end + 4 + length :]
-            path = head.split(" ", 2)[1]
-            reply = (
-                HTTP_OK
-                if path.endswith("/chat/completions")
-                else HTTP_MODELS
-                if path.endswith("/models")
-                else HTTP_404
-            )
-            self.transport.write(reply)  # type: ignore[attr-defined]
-
-
-def _serve(port: int) -> None:
-    async def main() -> None:
-        server = await asyncio.get_running_loop().create_server(_Http, "127.0.0.1", port)
-        await server.serve_forever()
-
-    asyncio.run(main())
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+ROUTES = (("/chat/completions", reply(RESPONSE)), ("/models", reply(MODELS)))
 
 
 def _prompts(count: int) -> list[dict[str, object]]:
@@ -203,8 +145,8 @@ def main() -> None:
 
     import specpilot.generate.job  # noqa: F401
 
-    port = _free_port()
-    server = multiprocessing.Process(target=_serve, args=(port,), daemon=True)
+    port = free_port()
+    server = multiprocessing.Process(target=serve, args=(port, ROUTES), daemon=True)
     server.start()
     time.sleep(0.5)
     url = f"http://127.0.0.1:{port}"
