@@ -8,15 +8,21 @@ configuration an older plan recommended), 0.93 the start of what the re-plan rec
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
+from specpilot.errors import UserError
 from specpilot.launch.ops import run_down
+from specpilot.launch.replan import replan
+from specpilot.spec import load_spec
 from tests.launch.conftest import FAKES, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,17 +62,15 @@ def _spec(tmp_path: Path, flags: list[str]) -> Path:
 
 
 @pytest.fixture
-def stop_replan() -> object:
+def stop_replan() -> Iterator[None]:
+    """Whatever the test's outcome, nothing it started keeps running."""
     yield None
-    import asyncio
-    import contextlib
-
     with contextlib.suppress(Exception):
         asyncio.run(run_down("replan", timeout_s=5))
 
 
 def test_an_oom_start_is_replanned_from_the_engines_numbers_and_started_again(
-    tmp_path: Path, run_home: Path, stop_replan: object
+    tmp_path: Path, run_home: Path, stop_replan: None
 ) -> None:
     spec = _spec(tmp_path, OLD_FLAGS)
     out = CliRunner().invoke(cli, ["up", str(spec), "--force", "--replan", "1", "--json"])
@@ -96,9 +100,6 @@ def test_replan_count_is_bounded(tmp_path: Path) -> None:
 
 def test_a_start_that_matched_its_plan_is_not_replanned(tmp_path: Path) -> None:
     """The recommended flags and the log of their own start: re-planning changes nothing."""
-    from specpilot.launch.replan import replan
-    from specpilot.spec import load_spec
-
     recommended = [
         "--mem-fraction-static",
         "0.93",
@@ -112,10 +113,6 @@ def test_a_start_that_matched_its_plan_is_not_replanned(tmp_path: Path) -> None:
 
 
 def test_a_log_cut_before_the_weights_cannot_replan(tmp_path: Path) -> None:
-    from specpilot.errors import UserError
-    from specpilot.launch.replan import replan
-    from specpilot.spec import load_spec
-
     text = OOM_LOG.read_text()
     head = text[: text.index("Load weight end")]  # the engine died while loading the weights
     with pytest.raises(UserError):
