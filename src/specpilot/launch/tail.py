@@ -37,8 +37,11 @@ async def followed(host: Host, path: str, offset: int) -> AsyncIterator[asyncio.
 
 async def next_chunk(chunks: asyncio.Queue[bytes | BaseException], timeout_s: float) -> bytes | None:
     """The next bytes, None when none came within `timeout_s`; the reader's error is raised."""
+    # asyncio.timeout, not wait_for: on 3.11 wait_for returns an item that arrives as the
+    # caller is cancelled and drops the cancel, and a follower loop then never ends
     try:
-        item = await asyncio.wait_for(chunks.get(), max(0.0, timeout_s))
+        async with asyncio.timeout(max(0.0, timeout_s)):
+            item = await chunks.get()
     except TimeoutError:
         return None
     if isinstance(item, BaseException):

@@ -116,7 +116,8 @@ class RunWatch:
         last_line_at = time.monotonic()
         while (wait_s := min(until, last_line_at + self.options.quiet_s) - time.monotonic()) > 0:
             try:
-                kind, payload = await asyncio.wait_for(self.events.get(), wait_s)
+                async with asyncio.timeout(wait_s):
+                    kind, payload = await self.events.get()
             except TimeoutError:
                 break
             if kind == "line":
@@ -231,7 +232,8 @@ class RunWatch:
             if fatal_at is not None:
                 waits += [fatal_at + opts.grace_s - now, last_line_at + opts.quiet_s - now]
             with contextlib.suppress(TimeoutError):
-                kind, payload = await asyncio.wait_for(self.events.get(), max(0.0, min(waits)))
+                async with asyncio.timeout(max(0.0, min(waits))):
+                    kind, payload = await self.events.get()
                 if kind == "line":
                     last_line_at = time.monotonic()
                     self._feed_event(payload)
