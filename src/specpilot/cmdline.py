@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from specpilot.engines import ENGINES
-from specpilot.engines.args import parse_engine_args
+from specpilot.engines.argv import ReadArgv, read_argv, resolve
+from specpilot.engines.flags import ReleaseTable, parse_version, table_for
+from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -38,7 +38,7 @@ class PastedCommand:
 
     @property
     def default_version(self) -> str:
-        return ENGINES[self.engine].newest_version
+        return engine_by_name(self.engine).newest_version
 
 
 def _tokens(tokens: list[str]) -> list[str]:
@@ -97,48 +97,46 @@ def _split_program(rest: list[str]) -> tuple[str, list[str]]:
     )
 
 
-def take_flag(args: Sequence[str], flags: Collection[str]) -> tuple[str | None, list[str]]:
-    """(the value of the last `--flag value` / `--flag=value` among `flags`, args without them)."""
-    value: str | None = None
-    rest: list[str] = []
-    i = 0
-    while i < len(args):
-        name, has_inline, inline = args[i].partition("=")
-        if name not in flags:
-            rest.append(args[i])
-        elif has_inline:
-            value = inline
-        elif i + 1 < len(args):
-            value = args[i + 1]
-            i += 1
-        i += 1
-    return value, rest
-
-
 def split_model(engine: str, version: str, args: list[str]) -> tuple[str | None, list[str]]:
-    """Remove the model from engine flags: spec keeps it in `[model] path`."""
-    flag_names = {ENGINES[engine].model_flag}
-    flag_names |= {"--model-path", "--model"} if engine == "sglang" else {"--model"}
-    model, rest = take_flag(args, flag_names)
-    if engine == "vllm" and model is None:
-        positional = parse_engine_args(engine, version, rest).positional
-        if positional:
-            model = positional[0]
-            rest.remove(model)
-    return model, rest
+    """Remove the model from engine flags: spec keeps it in `[model] path`. vLLM also takes
+    it as the first positional argument (`vllm serve MODEL`)."""
+    table = _table(engine, version)
+    read = read_argv(table, args)
+    model_flag = resolve(table, engine_by_name(engine).model_flag)[1]
+    dest = model_flag.dest if model_flag is not None else None
+    given = read.last(dest) if dest is not None else None
+    rest = read.without(lambda use: use.flag is not None and use.flag.dest == dest)
+    if given is not None:
+        return given.text, rest
+    if engine == "vllm" and read.positional:
+        model = read.positional[0]
+        rest.remove(model)
+        return model, rest
+    return None, rest
+
+
+def _table(engine: str, version: str) -> ReleaseTable:
+    return table_for(engine_by_name(engine).name, parse_version(version))
 
 
 def parse_launch_command(tokens: list[str]) -> PastedCommand:
     env, rest = _split_env(_tokens(tokens))
     engine, args = _split_program(rest)
-    version = ENGINES[engine].newest_version
+    version = engine_by_name(engine).newest_version
     model, args = split_model(engine, version, args)
     if not model:
         fix = "add --model-path DIR" if engine == "sglang" else "add the model: vllm serve DIR ..."
         raise UserError("the pasted command names no model", field="command", fix=fix)
-    parsed = parse_engine_args(engine, version, args)
-    tp = parsed.get_int("tp_size" if engine == "sglang" else "tensor_parallel_size") or 1
-    pp = parsed.get_int("pp_size" if engine == "sglang" else "pipeline_parallel_size") or 1
-    # a size below 1 is the flag's error (check names it), not a GPU count of -2
-    gpu_count = tp * pp if tp >= 1 and pp >= 1 else 1
+    read = read_argv(_table(engine, version), args)
+    tp = _count(read, "tp_size", "tensor_parallel_size")
+    pp = _count(read, "pp_size", "pipeline_parallel_size")
+    gpu_count = tp * pp
     return PastedCommand(engine=engine, args=args, env=env, model_path=model, gpu_count=gpu_count)
+
+
+def _count(read: ReadArgv, *dests: str) -> int:
+    """A parallel size as given (SGLang's dest changed name across releases); 1 when not
+    given or not a count: a bad size is the flag's error (check names it), not a GPU count."""
+    uses = [use for dest in dests if (use := read.last(dest)) is not None]
+    text = max(uses, key=lambda use: use.start).text if uses else None
+    return int(text) if text is not None and text.isdigit() and int(text) >= 1 else 1

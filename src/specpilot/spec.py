@@ -18,7 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from specpilot.cmdline import parse_launch_command, split_model
+from specpilot.dtypes import DTYPE_BYTES
 from specpilot.errors import UserError
+from specpilot.secrets import mask_argv
 
 EngineName = Literal["sglang", "vllm"]
 
@@ -55,8 +58,6 @@ class ModelSection(_Section):
     @field_validator("dtype")
     @classmethod
     def _known_dtype(cls, value: str) -> str:
-        from specpilot.models.shape import DTYPE_BYTES
-
         if value not in DTYPE_BYTES:
             raise ValueError("unknown dtype; use bfloat16, float16, float32 or fp8")
         return value
@@ -204,7 +205,6 @@ def _first_error(err: ValidationError, origin: str) -> UserError:
 
 def _shown_input(loc: tuple[int | str, ...], value: object) -> str:
     """The offending value for an error line, unless it may hold a secret (env values, args)."""
-    from specpilot.secrets import mask_argv
 
     if loc[:2] == ("engine", "env"):
         return f"a {type(value).__name__}; the value is not shown as it may hold a secret"
@@ -225,7 +225,6 @@ def parse_spec(data: dict[str, Any], *, origin: str = "spec", source_path: Path 
 
 def _refuse_model_in_args(spec: Spec, origin: str) -> None:
     """The model lives in `[model] path` only: two sources of truth would disagree one day."""
-    from specpilot.cmdline import split_model
 
     model, _ = split_model(spec.engine.name, spec.engine.version, spec.engine.args)
     if model is not None:
@@ -282,7 +281,6 @@ def spec_from_command(
     name: str = "pasted",
 ) -> Spec:
     """A spec from a pasted launch command (see `specpilot.cmdline`)."""
-    from specpilot.cmdline import parse_launch_command
 
     pasted = parse_launch_command(tokens)
     if gpu_memory_gib is None:

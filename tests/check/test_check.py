@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.check import check_args
-from specpilot.check.flagtable import release_tables, table_for
 from specpilot.check.spec_check import check_spec, fix_spec
 from specpilot.cli.check import check
+from specpilot.engines.flags import release_tables, table_for
 from specpilot.errors import UserError
 from specpilot.spec import load_spec
 
@@ -185,14 +186,15 @@ def test_fix_write_makes_a_spec_that_passes(tmp_path: Path) -> None:
 
 
 def test_a_rule_that_raises_is_a_rule_error_finding_not_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
-    from specpilot.check.rules import Rule, versions
-    from specpilot.engines.sglang import rules as sglang_rules
+    from specpilot.engines.registry import ENGINES
+    from specpilot.engines.rules import Rule, versions
 
     def broken(ctx: object) -> bool:
         raise TypeError("'<' not supported between instances of 'NoneType' and 'int'")
 
     rule = Rule("sglang-broken-example", "sglang", versions(">=0.5.10"), "error", broken, "never shown")
-    monkeypatch.setattr(sglang_rules, "RULES", (*sglang_rules.RULES, rule))
+    sglang = ENGINES["sglang"]
+    monkeypatch.setitem(ENGINES, "sglang", dataclasses.replace(sglang, rules=(*sglang.rules, rule)))
     result = check_args("sglang", "0.5.13", ["--model-path", "m"], {}, HYBRID)
     assert not result.ok
     [finding] = [f for f in result.findings if f.rule == "rule-error"]

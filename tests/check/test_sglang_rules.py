@@ -383,7 +383,7 @@ def test_gpu_memory_defaults_follow_the_card(memory_gib: float, tp: int, chunked
 
 
 def test_context_length_follows_sglang_derivation() -> None:
-    from specpilot.check.context_len import sglang_context_len
+    from specpilot.engines.context_len import sglang_context_len
 
     assert sglang_context_len(QWEN3_8B) == 40960
     # the first key in SGLang's order wins, not the smallest

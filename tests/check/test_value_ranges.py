@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.check.flagtable import release_tables, value_ranges
-from specpilot.check.ranges import ValueRange, human_int
+from specpilot.engines.flags import release_tables
+from specpilot.engines.ranges import ValueRange, human_int
+from specpilot.engines.registry import engine_by_name
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_every_range_names_a_flag_of_a_shipped_release(engine: str) -> None:
     dests = set().union(*({f.dest for f in t.flags} for t in release_tables(engine)))
-    ranges = value_ranges(engine)
+    ranges = engine_by_name(engine).value_ranges
     assert ranges, f"{engine} lists no value ranges"
     assert set(ranges) - dests == set(), "a range for a flag no release defines is never checked"
     assert all(r.source.startswith("https://") for r in ranges.values())

@@ -176,7 +176,7 @@ def test_batch_defaults_follow_the_device(
 
 
 def test_context_length_follows_vllm_derivation() -> None:
-    from specpilot.check.context_len import vllm_context_len
+    from specpilot.engines.context_len import vllm_context_len
 
     assert vllm_context_len({"max_position_embeddings": 40960}) == 40960
     # the smallest key wins; model_max_length overrides

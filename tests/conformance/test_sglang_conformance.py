@@ -21,7 +21,7 @@ import pytest
 from packaging.version import Version
 
 from specpilot.check import check_args
-from specpilot.check.flagtable import table_for
+from specpilot.engines.flags import table_for
 
 from . import venvs
 

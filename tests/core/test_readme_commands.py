@@ -137,7 +137,7 @@ def test_readme_names_nothing_outside_the_repository() -> None:
 def test_rule_counts_in_the_readme_match_the_rule_tables() -> None:
     from collections import Counter
 
-    from specpilot.check.rules import Rule
+    from specpilot.engines.rules import Rule
     from specpilot.engines.sglang.rules import RULES as SGLANG_RULES
     from specpilot.engines.vllm.rules import RULES as VLLM_RULES
 

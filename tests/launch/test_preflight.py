@@ -32,3 +32,12 @@ def test_plan_that_does_not_fit_refuses_with_the_recommended_knobs(
     pre = run_preflight(make_spec("sglang_ready", gpu_memory_gib=0.5))
     assert pre.cause == "oom"
     assert pre.errors and pre.errors[0].startswith("the plan does not fit")
+
+
+def test_refusal_for_an_unknown_flag_keeps_what_to_drop(make_spec: SpecFactory, run_home: Path) -> None:
+    """`up`'s refusal used to copy only args and env out of the finding's fix, so its advice
+    for a flag the release does not have said nothing about dropping it."""
+    pre = run_preflight(make_spec("sglang_ready", args=["--frobnicate", "7"]))
+    assert pre.cause == "config"
+    assert pre.fix is not None and pre.fix.remove_args == ("--frobnicate",)
+    assert "drop --frobnicate" in pre.fix.describe()

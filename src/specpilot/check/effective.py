@@ -7,18 +7,11 @@ planner reads them through `EffectiveArgs` and resolves nothing of its own.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from specpilot.check.types import CheckResult
-
-
-def _field_names(engine: str) -> Mapping[str, str]:
-    """argparse dests an engine renames to the field its server reads (`FIELD_OF_DEST`)."""
-    module = importlib.import_module(f"specpilot.engines.{engine}.flags")
-    names: Mapping[str, str] = getattr(module, "FIELD_OF_DEST", {})
-    return names
+from specpilot.engines.registry import engine_by_name
 
 
 @dataclass(frozen=True)
@@ -34,7 +27,7 @@ class EffectiveArgs:
 
     @classmethod
     def from_result(cls, result: CheckResult) -> EffectiveArgs:
-        rename = _field_names(result.engine)
+        rename = engine_by_name(result.engine).field_of_dest
         values = {rename.get(dest, dest): value for dest, value in result.effective_values.items()}
         given = frozenset(rename.get(dest, dest) for dest in result.given)
         return cls(result.engine, result.version, values, given, dict(result.effective_env))

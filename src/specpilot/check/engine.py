@@ -7,53 +7,30 @@ values the engine would see, and the final values become `effective_args`.
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Mapping, Sequence
-from types import ModuleType
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from specpilot.check.flagtable import env_findings, parse_argv, release_tables, table_for
-from specpilot.check.rules import Rule
-from specpilot.check.types import CheckResult, Context, Finding, GpuFacts
+from specpilot.check.parse import env_findings, parse_argv
+from specpilot.check.types import CheckResult
+from specpilot.engines.argv import read_argv
+from specpilot.engines.fix import Fix
+from specpilot.engines.flags import parse_version, release_tables, table_for
+from specpilot.engines.registry import engine_by_name
+from specpilot.engines.rules import Context, Finding, GpuFacts, Rule
 from specpilot.errors import UserError
-from specpilot.fixes import Fix
-
-ENGINES = ("sglang", "vllm")
-ENV_PREFIXES = {"sglang": ("SGLANG_", "SGL_"), "vllm": ("VLLM_",)}
-
-
-def _rules_module(engine: str) -> ModuleType:
-    if engine not in ENGINES:
-        raise UserError(f"unknown engine {engine!r}", field="[engine] name", fix='use "sglang" or "vllm"')
-    return importlib.import_module(f"specpilot.engines.{engine}.rules")
 
 
 def engine_rules(engine: str, version: Version) -> list[Rule]:
-    return [r for r in _rules_module(engine).RULES if r.applies_to(engine, version)]
-
-
-def parse_version(text: str) -> Version:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        raise UserError(
-            f"not a release version: {text!r}", field="[engine] version", fix="e.g. 0.5.13.post1"
-        ) from None
-
-
-def supported_releases(engine: str) -> SpecifierSet:
-    """The releases an engine's rules module covers (`SUPPORTED_RELEASES`)."""
-    releases: SpecifierSet = _rules_module(engine).SUPPORTED_RELEASES
-    return releases
+    return [r for r in engine_by_name(engine).rules if r.applies_to(engine, version)]
 
 
 def refuse_unsupported(engine: str, version: Version) -> None:
     """A release outside the engine's supported range is bad input, not a guess."""
-    releases = supported_releases(engine)
+    releases: SpecifierSet = engine_by_name(engine).supported_releases
     if releases.contains(Version(version.base_version), prereleases=True):
         return
     newest = release_tables(engine)[-1].version
@@ -92,34 +69,28 @@ def _render_value(kind: str, value: object) -> list[str]:
 def _effective_args(
     engine: str, version: Version, argv: Sequence[str], values: Mapping[str, object], changed: Sequence[str]
 ) -> list[str]:
-    """The argv as given, with adjusted values replaced in place and new ones appended."""
+    """The argv as given, with adjusted values replaced in place and new ones appended;
+    flags the release does not define are left out (the engine would refuse them)."""
     table = table_for(engine, version)
+    read = read_argv(table, list(argv))
     out: list[str] = []
     written: set[str] = set()
-    i = 0
-    tokens = list(argv)
-    while i < len(tokens):
-        token = tokens[i]
-        i += 1
-        spelling, has_inline, _ = token.partition("=")
-        flag = table.by_spelling.get(spelling)
-        if flag is None and spelling.startswith("--"):
-            # the engine would refuse it: it is not part of what runs
-            if not has_inline and i < len(tokens) and not tokens[i].startswith("--"):
-                i += 1
+    for use_or_token in read.in_order():
+        if isinstance(use_or_token, str):
+            out.append(use_or_token)
             continue
-        if flag is None or flag.dest not in changed:
-            out.append(token)
+        use = use_or_token
+        if use.flag is None:
             continue
-        if flag.kind != "bool" and not has_inline:
-            i += 1  # skip its old value
-        written.add(flag.dest)
-        value = values.get(flag.dest)
-        if flag.kind == "bool":
-            if value:
-                out.append(spelling)
+        if use.flag.dest not in changed:
+            out += read.tokens_of(use)
+            continue
+        written.add(use.flag.dest)
+        value = values.get(use.flag.dest)
+        if use.flag.kind == "bool":
+            out += [use.typed] if value else []
         else:
-            out += [spelling, *_render_value(flag.kind, value)]
+            out += [use.typed, *_render_value(use.flag.kind, value)]
     for dest in changed:
         if dest in written:
             continue
@@ -172,7 +143,7 @@ def check_args(
 ) -> CheckResult:
     """Check one launch: the engine's flags, its env, the model class, the GPU facts,
     and (given the model's config.json) the context length the engine derives."""
-    rules = _rules_module(engine)
+    known = engine_by_name(engine)
     parsed_version = parse_version(version)
     refuse_unsupported(engine, parsed_version)
     env = dict(env or {})
@@ -180,9 +151,7 @@ def check_args(
     unverified = unverified_release(engine, parsed_version)
     findings: list[Finding] = [unverified] if unverified else []
     findings += parsed.findings
-    findings += env_findings(
-        engine, parsed_version, env, ENV_PREFIXES[engine], getattr(rules, "ENV_REPLACEMENTS", {})
-    )
+    findings += env_findings(engine, parsed_version, env, known.env_prefixes, dict(known.env_replacements))
     values = table_for(engine, parsed_version).defaults()
     values.update(parsed.values)
     ctx = Context(
@@ -196,7 +165,7 @@ def check_args(
         spelled=parsed.spelled,
         mtp_layers=mtp_layers,
         hybrid=hybrid,
-        model_context_len=rules.context_len(model_config) if model_config is not None else None,
+        model_context_len=known.context_len(model_config) if model_config is not None else None,
     )
     changed: list[str] = []
     for rule in engine_rules(engine, parsed_version):

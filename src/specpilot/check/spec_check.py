@@ -6,9 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specpilot.check.engine import check_args, parse_version
+from specpilot.check.engine import check_args
 from specpilot.check.fix import FixedLaunch, fix_launch
-from specpilot.check.types import CheckResult, Finding, GpuFacts
+from specpilot.check.types import CheckResult
+from specpilot.engines.flags import parse_version
+from specpilot.engines.rules import Finding, GpuFacts
 from specpilot.errors import UserError
 from specpilot.spec import Spec
 

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from specpilot.check.fix import render_command
 from specpilot.check.spec_check import check_spec, fix_spec
-from specpilot.check.types import CheckResult, Finding
+from specpilot.check.types import CheckResult
 from specpilot.cli.inputs import PASSTHROUGH, resolve_spec
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.launch.command import engine_program
@@ -19,15 +19,6 @@ from specpilot.secrets import mask_argv, mask_env, redact, redact_tree, secret_v
 from specpilot.spec import Spec, spec_to_toml
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "adjusts": "cyan"}
-
-
-def _fix_text(finding: Finding) -> str:
-    if finding.fix is None:
-        return ""
-    parts = [" ".join(finding.fix.args)] + [f"{k}={v}" for k, v in finding.fix.env.items()]
-    parts += [f"drop {a}" for a in (*finding.fix.remove_args, *finding.fix.remove_env)]
-    parts += [finding.fix.text or ""]
-    return "; ".join(p for p in parts if p)
 
 
 def _print_human(result: CheckResult, secrets: list[str]) -> None:
@@ -38,7 +29,7 @@ def _print_human(result: CheckResult, secrets: list[str]) -> None:
         style = SEVERITY_STYLE[finding.severity]
         console.print(f"[{style}]{finding.severity:8}[/{style}] {finding.rule}")
         console.print(f"         {redact(finding.message, secrets)}", markup=False)
-        if fix := _fix_text(finding):
+        if finding.fix and (fix := finding.fix.describe()):
             console.print(f"         fix: {redact(fix, secrets)}", markup=False)
     console.print("effective args: " + " ".join(mask_argv(result.effective_args)), markup=False)
 

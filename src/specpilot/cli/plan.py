@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import json
-import shlex
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from specpilot.check import check_spec
 from specpilot.cli.inputs import PASSTHROUGH, resolve_spec, spec_options
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
+from specpilot.plan.text import render_plan
 from specpilot.plan.types import Plan
 from specpilot.secrets import redact, secret_values
 from specpilot.spec import Spec
@@ -29,7 +27,7 @@ def refuse_rejected_flags(spec: Spec) -> None:
         return
     first = errors[0]
     more = f" (+{len(errors) - 1} more: specpilot check shows all)" if len(errors) > 1 else ""
-    fix = " ".join([*first.fix.args, *(f"{k}={v}" for k, v in first.fix.env.items())]) if first.fix else ""
+    fix = first.fix.describe() if first.fix else ""
     secrets = secret_values(spec.engine.env, spec.engine.args)
     raise UserError(
         redact(
@@ -39,52 +37,6 @@ def refuse_rejected_flags(spec: Spec) -> None:
         field="[engine] args",
         fix=redact(f"fix: {fix}", secrets) if fix else "run specpilot check --fix",
     )
-
-
-def _command_text(env: Mapping[str, str], args: Sequence[str]) -> str:
-    """`NAME=value ... --flag value ...`, quoted as a shell would need it."""
-    return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(args)]).strip()
-
-
-def render_plan(plan: Plan, console: Console) -> None:
-    """The plan as a person reads it: memory table, headline numbers, verdict, fixes."""
-    table = Table(title=f"{plan.engine} {plan.engine_version} memory plan (per GPU)", show_lines=False)
-    table.add_column("term")
-    table.add_column("GiB", justify="right")
-    table.add_column("source")
-    table.add_column("note", overflow="fold")
-    for term in plan.terms:
-        table.add_row(term.name, f"{term.gib:,.2f}", term.source, term.note)
-    console.print(table)
-    knob = "mem_fraction_static" if plan.engine == "sglang" else "gpu_memory_utilization"
-    console.print(
-        f"{knob} {plan.mem_fraction_static:.3f}  weights {plan.weights_gib:.2f} GiB  "
-        f"reserve {plan.reserve_gib:.2f} GiB (needs {plan.reserve_needed_gib:.2f})"
-    )
-    console.print(
-        f"KV: {plan.kv_bytes_per_token:,} bytes/token -> {plan.kv_tokens:,} tokens   "
-        f"state: {plan.state_bytes_per_request:,} bytes/request x {plan.state_slots:,} slots   "
-        f"max running requests {plan.max_running_requests:,}"
-    )
-    if plan.fits:
-        console.print("[bold green]fits[/]")
-    else:
-        console.print("[bold red]does not fit[/]")
-    for problem in plan.problems:
-        console.print(f"[red]✗ {problem.code}[/]: {problem.message}")
-        if problem.fix and (problem.fix.args or problem.fix.env):
-            console.print(f"    fix: {_command_text(problem.fix.env, problem.fix.args)}")
-    for note in plan.notes:
-        console.print(f"• {note}")
-    if plan.recommended_args or plan.recommended_env:
-        console.print("[bold]starts first time with:[/]")
-        console.print("  " + _command_text(plan.recommended_env, plan.recommended_args), soft_wrap=True)
-    if plan.measured:
-        measured = ", ".join(f"{k}={v:g}" for k, v in plan.measured.items())
-        console.print(f"measured: {measured}; everything else estimated")
-    if plan.provenance:
-        basis = plan.provenance.summary(plan.engine, plan.engine_version)
-        console.print(f"rests on: {basis}", soft_wrap=True)
 
 
 def _draw(

@@ -15,8 +15,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from specpilot.engines.fix import Fix
 from specpilot.errors import UserError
-from specpilot.fixes import Fix
 from specpilot.launch.ops import run_down, run_status, stream_log
 from specpilot.launch.outcome import UpResult, describe_returncode
 from specpilot.launch.preflight import Preflight, open_host, run_preflight
@@ -53,6 +53,8 @@ def _fix_lines(fix: Fix) -> list[str]:
         lines.append("args: " + " ".join(fix.args))
     if fix.env:
         lines.append("env:  " + " ".join(f"{k}={v}" for k, v in fix.env.items()))
+    if fix.remove_args or fix.remove_env:
+        lines.append("drop: " + " ".join((*fix.remove_args, *fix.remove_env)))
     return lines
 
 

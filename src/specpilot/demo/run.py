@@ -35,7 +35,6 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from specpilot.cli.plan import render_plan
 from specpilot.demo import vllmcpu
 from specpilot.demo.enginevenv import ensure_engine_venv, is_ready, load_recipes, venv_dir_for
 from specpilot.demo.gate import HoldingGate
@@ -43,6 +42,7 @@ from specpilot.errors import JobFailed, UserError
 from specpilot.generate.report import open_for_report, render_summary, summarize
 from specpilot.launch.preflight import run_preflight
 from specpilot.plan import make_plan
+from specpilot.plan.text import render_plan
 from specpilot.spec import Spec, load_spec
 
 RUN_NAME = "specpilot-demo"

@@ -92,12 +92,10 @@ def preflight_per_gpu(fleet: Fleet, say: Say) -> dict[tuple[float, str | None, i
             say(f"warning ({where}): {warning}")
         if pre.errors:
             fix = (
-                pre.fix.text
-                if pre.fix and pre.fix.text
+                pre.fix.describe()
+                if pre.fix and pre.fix.describe()
                 else "change the server spec or leave these hosts out"
             )
-            if pre.fix and pre.fix.args:
-                fix += ": " + " ".join(pre.fix.args)
             raise UserError(
                 f"{pre.errors[0]} (GPU {key[1] or '?'} {key[0]:g} GiB)",
                 field=f"{fleet.path}: [fleet] {where}",

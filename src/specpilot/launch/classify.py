@@ -16,7 +16,7 @@ import re
 from collections import deque
 from dataclasses import dataclass
 
-from specpilot.fixes import Fix
+from specpilot.engines.fix import Fix
 from specpilot.launch.outcome import describe_returncode
 from specpilot.launch.signatures import Kind, Signature, SignatureFix, for_engine
 

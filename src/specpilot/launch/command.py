@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specpilot.cmdline import take_flag
-from specpilot.engines import ENGINES
+from specpilot.engines.argv import read_argv
+from specpilot.engines.flags import parse_version, table_for
+from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.secrets import MASK, is_secret_name, mask_argv
 from specpilot.spec import Spec
@@ -57,7 +58,7 @@ def engine_program(spec: Spec, *, model_path: str) -> tuple[list[str], list[str]
     """(the program, the flag naming the model): what every command line for `spec` is
     built from, by `up` and by `check --fix` alike. The model lives in `[model] path`
     only (the spec refuses it in args), so it is always added here."""
-    facts = ENGINES[spec.engine.name]
+    facts = engine_by_name(spec.engine.name)
     return list(spec.engine.command or facts.default_command), [facts.model_flag, model_path]
 
 
@@ -65,8 +66,10 @@ def plan_argv(spec: Spec, *, model_path: str) -> tuple[list[str], str]:
     """argv and the served model name."""
     program, model_args = engine_program(spec, model_path=model_path)
     args = [*spec.engine.args, *model_args]
+    read = read_argv(table_for(spec.engine.name, parse_version(spec.engine.version)), args)
     for flag, wanted in (("--host", spec.server.host), ("--port", str(spec.server.port))):
-        given, _ = take_flag(args, (flag,))
+        use = read.last(flag[2:])
+        given = use.text if use is not None else None
         if given is None:
             args += [flag, wanted]
         elif given != wanted:
@@ -75,7 +78,8 @@ def plan_argv(spec: Spec, *, model_path: str) -> tuple[list[str], str]:
                 field="[engine] args",
                 fix=f"remove {flag} from [engine] args; [server] {flag[2:]} sets it",
             )
-    served, _ = take_flag(args, ("--served-model-name",))
+    named = read.last("served_model_name")
+    served = named.values[0] if named is not None and named.values else None
     if served is None and spec.model.served_name:
         served = spec.model.served_name
         args += ["--served-model-name", served]

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from specpilot.fixes import Fix
+from specpilot.engines.fix import Fix
 
 #: progress callback: (phase, elapsed_s, last meaningful line)
 Progress = Callable[[str, float, str | None], None]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specpilot import hosts
 from specpilot.check import check_spec
-from specpilot.fixes import Fix
+from specpilot.engines.fix import Fix
 from specpilot.hosts.base import Host
 from specpilot.plan import make_plan
 from specpilot.spec import Spec
@@ -38,7 +38,7 @@ def run_preflight(spec: Spec) -> Preflight:
         result.errors.append(line)
         result.cause = result.cause or "config"
         if finding.fix is not None and result.fix is None:
-            result.fix = Fix(finding.fix.args, dict(finding.fix.env), text=line)
+            result.fix = replace(finding.fix, text=line)
     if result.errors:
         return result
     plan = make_plan(spec)

@@ -15,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specpilot.check.engine import parse_version
-from specpilot.check.fix import apply_fix
-from specpilot.check.flagtable import parse_argv
-from specpilot.fixes import Fix
+from specpilot.check.parse import parse_argv
+from specpilot.engines.fix import Fix
+from specpilot.engines.flags import parse_version, table_for
 from specpilot.launch.outcome import UpResult
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_text
@@ -83,8 +82,8 @@ def replan(spec: Spec, log_text: str, planned: Mapping[str, Any] | None) -> Repl
     if not plan.recommended_args:
         return None
     fix = Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env))
-    version = parse_version(spec.engine.version)
-    args, env = apply_fix(spec.engine.name, version, spec.engine.args, spec.engine.env, fix)
+    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    args, env = fix.apply(table, spec.engine.args, spec.engine.env)
     changes = _changes(spec, spec.engine.args, args, env)
     if not changes:
         return None

@@ -17,7 +17,7 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any
 
-from specpilot.fixes import Fix
+from specpilot.engines.fix import Fix
 from specpilot.hosts.base import Host, HostFacts
 from specpilot.launch import rundir
 from specpilot.launch.command import host_model_path, plan_launch

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from specpilot.check.effective import EffectiveArgs
-from specpilot.fixes import Fix
+from specpilot.engines.fix import Fix
 from specpilot.models.shape import PLANNED_ARCHITECTURES, ModelShape, shape_from_files
 from specpilot.plan.effective import effective_args
 from specpilot.plan.provenance import provenance

@@ -1,12 +1,13 @@
 """The same spec without speculative decoding, so a plan can be shown next to its plain twin.
 
-Flags are removed by name as the engine's own flag table spells them (a boolean flag
-takes no value, others take the next token unless written `--flag=value`).
+Flags are found as the release's parser reads them (engines/argv.py), so an abbreviated
+or `--flag=value` spelling is dropped with its value like any other.
 """
 
 from __future__ import annotations
 
-from specpilot.engines.args import flag_table
+from specpilot.engines.argv import read_argv
+from specpilot.engines.flags import parse_version, table_for
 from specpilot.spec import Spec
 
 #: flags that turn speculative decoding on or tune it (prefixes, both engines)
@@ -21,23 +22,9 @@ def _dropped(flag: str) -> bool:
 
 def without_speculation(spec: Spec) -> Spec | None:
     """The spec minus its speculative flags; None when it has none."""
-    table = flag_table(spec.engine.name, spec.engine.version)
-    args = spec.engine.args
-    kept: list[str] = []
-    index = 0
-    removed = False
-    while index < len(args):
-        token = args[index]
-        name, has_value, _ = token.partition("=")
-        index += 1
-        if not _dropped(name):
-            kept.append(token)
-            continue
-        removed = True
-        definition = table.get(name)
-        takes_value = definition.kind != "bool" if definition else True
-        if not has_value and takes_value and index < len(args) and not args[index].startswith("--"):
-            index += 1
-    if not removed:
+    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    read = read_argv(table, spec.engine.args)
+    if not any(_dropped(use.spelling) for use in read.uses):
         return None
+    kept = read.without(lambda use: _dropped(use.spelling))
     return spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": kept})})

@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from specpilot.check.effective import EffectiveArgs
-from specpilot.check.engine import check_args, parse_version
-from specpilot.check.fix import apply_fix
-from specpilot.check.flagtable import table_for
-from specpilot.check.types import GpuFacts
-from specpilot.fixes import Fix
+from specpilot.check.engine import check_args
+from specpilot.engines.fix import Fix
+from specpilot.engines.flags import parse_version, table_for
+from specpilot.engines.rules import GpuFacts
 from specpilot.models.shape import ModelShape
 from specpilot.spec import Spec
 
@@ -62,7 +61,5 @@ def effective_args_without(spec: Spec, shape: ModelShape, dropped: Callable[[str
     version = parse_version(spec.engine.version)
     table = table_for(spec.engine.name, version)
     spellings = tuple(s for s, flag in table.by_spelling.items() if dropped(flag.dest))
-    argv, env = apply_fix(
-        spec.engine.name, version, spec.engine.args, spec.engine.env, Fix(remove_args=spellings)
-    )
+    argv, env = Fix(remove_args=spellings).apply(table, spec.engine.args, spec.engine.env)
     return effective_args(spec, shape, argv, env)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
+from specpilot.dtypes import DTYPE_BYTES
 from specpilot.errors import UserError
-from specpilot.models.shape import DTYPE_BYTES, ModelShape
+from specpilot.models.shape import ModelShape
 from specpilot.plan.effective import effective_args
 from specpilot.plan.types import GIB
 from specpilot.spec import Spec

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from specpilot.check.effective import EffectiveArgs
-from specpilot.fixes import Fix
+from specpilot.engines.fix import Fix
 from specpilot.models.shape import ModelShape
 from specpilot.plan import sglang_quantities as q
 from specpilot.plan.effective import effective_args_without

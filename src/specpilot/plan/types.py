@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specpilot.fixes import Fix
+from specpilot.engines.fix import Fix
 from specpilot.plan.provenance import Provenance
 
 GIB = 1024**3

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.check.effective import EffectiveArgs
+from specpilot.dtypes import DTYPE_BYTES
+from specpilot.engines.fix import Fix
 from specpilot.engines.vllm.defaults import human_int, targets_cpu
 from specpilot.errors import UserError
-from specpilot.fixes import Fix
-from specpilot.models.shape import DTYPE_BYTES, ModelShape
+from specpilot.models.shape import ModelShape
 from specpilot.plan import vllm_memory as mem
 from specpilot.plan.types import GIB, Plan, Problem, Term, gib
 from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate

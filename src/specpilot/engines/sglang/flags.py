@@ -1,14 +1,12 @@
-"""SGLang's per-release flag tables (flags/<release>.json, from tools/extract_sglang_flags.py).
+"""What SGLang does with its flags beyond argparse: value ranges and field renames.
 
-`release_flags(version)` is the hook `specpilot.engines.args.flag_table` calls: every flag the
-release's argparse defines, as `FlagDef`s, from the newest shipped table at or below `version`.
+The flags themselves are the per-release tables in flags/<release>.json
+(tools/extract_sglang_flags.py), read through engines/flags.py.
 """
 
 from __future__ import annotations
 
-from specpilot.check.flagtable import table_for
-from specpilot.check.ranges import ValueRange
-from specpilot.engines.args import FlagDef, flag_kind
+from specpilot.engines.ranges import ValueRange
 
 _SERVER_ARGS = "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py"
 
@@ -40,20 +38,3 @@ FIELD_OF_DEST: dict[str, str] = {
     "expert_parallel_size": "ep_size",
     "cuda_graph_max_bs_decode": "cuda_graph_max_bs",
 }
-
-
-def release_flags(version: str) -> list[FlagDef]:
-    from packaging.version import Version
-
-    table = table_for("sglang", Version(version))
-    return [
-        FlagDef(
-            name=f.name,
-            dest=FIELD_OF_DEST.get(f.dest, f.dest),
-            kind=flag_kind(f.kind),
-            default=f.default,
-            aliases=f.aliases,
-            choices=f.choices,
-        )
-        for f in table.flags
-    ]

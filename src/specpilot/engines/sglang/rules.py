@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from specpilot.check.context_len import sglang_context_len as context_len
-from specpilot.check.rules import (
+from specpilot.engines.context_len import sglang_context_len as context_len
+from specpilot.engines.fix import Fix
+from specpilot.engines.rules import (
+    Context,
     Predicate,
     Rule,
     all_of,
@@ -31,7 +33,6 @@ from specpilot.check.rules import (
     unset,
     versions,
 )
-from specpilot.check.types import Context
 from specpilot.engines.sglang.gpu import cuda_graph_max_bs, gpu_defaults
 from specpilot.engines.sglang.models import (
     EXTRA_BUFFER_ARCHS,
@@ -39,7 +40,6 @@ from specpilot.engines.sglang.models import (
     SPEC_PARAMS_BY_ARCH,
     SPEC_PARAMS_DEFAULT,
 )
-from specpilot.fixes import Fix
 
 E = "sglang"
 ERA_A = versions(">=0.5.10,<0.5.14")  # --mamba-scheduler-strategy, auto -> no_buffer

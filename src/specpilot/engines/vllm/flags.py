@@ -1,17 +1,13 @@
-"""vLLM's per-release flag tables (flags/<release>.json, from tools/extract_vllm_flags.py).
+"""What vLLM does with its flags beyond argparse: the value ranges its config refuses.
 
-`release_flags(version)` is the hook `specpilot.engines.args.flag_table` calls: every flag of
-`vllm serve` as `FlagDef`s, from the newest shipped table at or below `version` (the oldest
-shipped one, 0.32.0, stands in for earlier releases).
+The flags themselves are the per-release tables in flags/<release>.json
+(tools/extract_vllm_flags.py), read through engines/flags.py; the oldest shipped one,
+0.32.0, stands in for earlier releases.
 """
 
 from __future__ import annotations
 
-from packaging.version import Version
-
-from specpilot.check.flagtable import table_for
-from specpilot.check.ranges import ValueRange
-from specpilot.engines.args import FlagDef, flag_kind
+from specpilot.engines.ranges import ValueRange
 
 _ARG_UTILS = "https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py"
 _CACHE_CONFIG = "https://github.com/vllm-project/vllm/blob/main/vllm/config/cache.py"
@@ -28,19 +24,3 @@ VALUE_RANGES: tuple[ValueRange, ...] = (
     ValueRange("data_parallel_size", 1, source=_ARG_UTILS),
     ValueRange("block_size", 1, source=_CACHE_CONFIG),
 )
-
-
-def release_flags(version: str) -> list[FlagDef]:
-    table = table_for("vllm", Version(version))
-    return [
-        FlagDef(
-            name=f.name,
-            dest=f.dest,
-            kind="json" if f.dest == "speculative_config" else flag_kind(f.kind),
-            default=f.default,
-            aliases=tuple(a for a in f.aliases if not a.startswith("--no-")),
-            choices=f.choices,
-            negatable=any(a.startswith("--no-") for a in f.aliases),
-        )
-        for f in table.flags
-    ]

@@ -12,11 +12,19 @@ import json
 from collections.abc import Callable
 from contextlib import suppress
 
-from specpilot.check.context_len import vllm_context_len as context_len
-from specpilot.check.rules import Predicate, Rule, all_of, env_in, longer_than_model, not_, versions
-from specpilot.check.types import Context
+from specpilot.engines.context_len import vllm_context_len as context_len
+from specpilot.engines.fix import Fix
+from specpilot.engines.rules import (
+    Context,
+    Predicate,
+    Rule,
+    all_of,
+    env_in,
+    longer_than_model,
+    not_,
+    versions,
+)
 from specpilot.engines.vllm.defaults import batch_defaults, human_int
-from specpilot.fixes import Fix
 
 E = "vllm"
 SUPPORTED = versions(">=0.26.0")

@@ -9,13 +9,75 @@ carry the engine's own text where the engine raises.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from specpilot.check.types import Context, Severity
-from specpilot.fixes import Fix
+from specpilot.engines.context_len import requested_tokens
+from specpilot.engines.fix import Fix
+
+Severity = Literal["error", "warning", "adjusts"]
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """What the engine's validation asks the GPU; defaults describe the incident's 96 GB SM 12.0 card."""
+
+    memory_gib: float = 96.0
+    compute_capability: tuple[int, int] = (12, 0)
+    is_cuda: bool = True
+    #: the GPU's model name as the spec gives it (vLLM's batch defaults except A100s)
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: Severity
+    message: str
+    fix: Fix | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "message": self.message,
+            "fix": self.fix.to_json() if self.fix else None,
+        }
+
+
+@dataclass
+class Context:
+    """One launch as the engine's validation sees it, updated as `adjusts` rules fire.
+
+    `values` holds every flag's effective value (release default, then what was given,
+    then the engine's own adjustments so far); `given` the dests the user set.
+    """
+
+    engine: str
+    version: Version
+    values: dict[str, object]
+    given: frozenset[str]
+    env: Mapping[str, str]
+    architecture: str | None
+    gpu: GpuFacts
+    spelled: Mapping[str, str] = field(default_factory=dict)
+    #: MTP layers the target model ships (None when unknown: no config was read)
+    mtp_layers: int | None = None
+    #: whether the model has linear-attention (mamba/GDN) layers (None when unknown)
+    hybrid: bool | None = None
+    #: the longest context this engine derives from the model's config (None: unknown)
+    model_context_len: int | None = None
+
+    def get(self, dest: str) -> object:
+        return self.values.get(dest)
+
+    def flag(self, dest: str, default: str | None = None) -> str:
+        """The spelling to quote back to the user for a dest."""
+        return self.spelled.get(dest, default or "--" + dest.replace("_", "-"))
+
 
 Predicate = Callable[[Context], bool]
 Adjustment = Callable[[Context], Mapping[str, object]]
@@ -117,7 +179,6 @@ def int_gt(dest: str, bound: int) -> Predicate:
 
 def longer_than_model(dest: str) -> Predicate:
     """The flag asks for more tokens than the engine derives from the model's config."""
-    from specpilot.check.context_len import requested_tokens
 
     def check(ctx: Context) -> bool:
         asked = requested_tokens(ctx.get(dest))

@@ -1,0 +1,179 @@
+"""A launch's argv and env as a release reads them: values, and findings for what it refuses.
+
+Parsing against the exact release's table (engines/flags.py, read by engines/argv.py) is
+what lets `check` say "unrecognized", "renamed in 0.5.14" or "removed in 0.5.23, use ..."
+instead of guessing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+from specpilot.engines.argv import FlagUse, read_argv
+from specpilot.engines.fix import Fix
+from specpilot.engines.flags import release_tables, table_for
+from specpilot.engines.registry import engine_by_name
+from specpilot.engines.rules import Finding
+
+
+@dataclass
+class ParsedArgs:
+    values: dict[str, object]
+    given: set[str]
+    spelled: dict[str, str]
+    positional: list[str]
+    findings: list[Finding]
+
+
+def _history_finding(engine: str, version: Version, spelling: str, token_value: str | None) -> Finding:
+    """Explain a flag this release does not know, from the other releases' tables."""
+    tables = release_tables(engine)
+    older = [t for t in tables if t.version.release < version.release and spelling in t.by_spelling]
+    newer = [t for t in tables if t.version.release > version.release and spelling in t.by_spelling]
+    if older:
+        flag = older[-1].by_spelling[spelling]
+        replacement = flag.replacement
+        if replacement is None:
+            # a flag gone from this release whose dest lives on under another name
+            current = table_for(engine, version).by_dest.get(flag.dest)
+            replacement = current.name if current else None
+        gone_in = next(t.version for t in tables if t.version > older[-1].version)
+        fix_args: tuple[str, ...] = ()
+        if replacement and flag.kind == "bool":
+            fix_args = (replacement,)
+        elif replacement and token_value:
+            fix_args = (replacement, token_value)
+        message = f"{spelling} was removed in {engine} {gone_in} (last in {older[-1].version})"
+        message += f"; use {replacement}" if replacement else "; drop it"
+        return Finding(
+            "flag-removed",
+            "error",
+            message + f" ({engine} {version} exits with 'unrecognized arguments: {spelling}')",
+            Fix(args=tuple(a for a in fix_args if a), remove_args=(spelling,)),
+        )
+    if newer:
+        return Finding(
+            "flag-not-yet",
+            "error",
+            f"{spelling} does not exist in {engine} {version}; it appears in {newer[0].version}",
+            Fix(remove_args=(spelling,)),
+        )
+    return Finding(
+        "flag-unknown",
+        "error",
+        f"unrecognized arguments: {spelling} ({engine} {version} does not define this flag)",
+        Fix(remove_args=(spelling,)),
+    )
+
+
+_KIND_WORDS = {"int": "an integer", "float": "a number", "json": "JSON"}
+
+
+def _value_findings(engine: str, version: Version, use: FlagUse, parsed: ParsedArgs) -> bool:
+    """Convert a known flag's value into `parsed`; False (with a finding) when the release refuses it."""
+    flag = use.flag
+    assert flag is not None
+    if flag.kind == "bool":
+        parsed.values[flag.dest] = not use.negated
+        return True
+    if flag.kind == "list":
+        parsed.values[flag.dest] = list(use.values)
+        return True
+    if use.missing_value:
+        parsed.findings.append(
+            Finding("flag-missing-value", "error", f"argument {use.typed}: expected one argument")
+        )
+        return False
+    text = use.values[0]
+    if flag.choices is not None and text not in flag.choices:
+        parsed.findings.append(
+            Finding(
+                "flag-invalid-choice",
+                "error",
+                f"argument {use.typed}: invalid choice: {text!r} (choose from {', '.join(flag.choices)})",
+            )
+        )
+        return False
+    try:
+        parsed.values[flag.dest] = flag.convert(text)
+    except ValueError:
+        parsed.findings.append(
+            Finding(
+                "flag-invalid-value",
+                "error",
+                f"argument {use.typed}: invalid {flag.kind} value: {text!r}",
+                Fix(text=f"write {use.typed} followed by {_KIND_WORDS.get(flag.kind, flag.kind)}"),
+            )
+        )
+        return False
+    value_range = engine_by_name(engine).value_ranges.get(flag.dest)
+    problem = value_range.problem(text) if value_range is not None else None
+    if problem is not None:
+        parsed.findings.append(
+            Finding(
+                "flag-out-of-range",
+                "error",
+                f"argument {use.typed}: {problem} ({engine} refuses it at startup)",
+                Fix(remove_args=(use.typed,)),
+            )
+        )
+    return True
+
+
+def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
+    """Parse like the release's argparse; problems become findings instead of exits."""
+    read = read_argv(table_for(engine, version), argv)
+    parsed = ParsedArgs(values={}, given=set(), spelled={}, positional=list(read.positional), findings=[])
+    for use in read.uses:
+        flag = use.flag
+        if flag is None:
+            parsed.findings.append(_history_finding(engine, version, use.typed, use.text))
+            continue
+        if not _value_findings(engine, version, use, parsed):
+            continue
+        parsed.given.add(flag.dest)
+        parsed.spelled[flag.dest] = use.spelling
+        if flag.deprecated:
+            new = flag.replacement
+            message = f"{use.spelling} is deprecated in {engine} {version}"
+            message += f"; use {new}" if new else ""
+            fix_args: tuple[str, ...] = ()
+            if new:
+                fix_args = (new,) if flag.kind == "bool" else (new, str(parsed.values[flag.dest]))
+            parsed.findings.append(
+                Finding("flag-deprecated", "warning", message, Fix(args=fix_args, remove_args=(use.typed,)))
+            )
+    return parsed
+
+
+def env_findings(
+    engine: str,
+    version: Version,
+    env: dict[str, str],
+    prefixes: tuple[str, ...],
+    replacements: dict[str, str],
+) -> list[Finding]:
+    """Engine env vars this release no longer (or never) reads."""
+    table = table_for(engine, version)
+    tables = release_tables(engine)
+    findings = []
+    for name in env:
+        if not name.startswith(prefixes) or name in table.env:
+            continue
+        older = [t for t in tables if t.version.release < version.release and name in t.env]
+        hint = replacements.get(name, "")
+        if older:
+            message = f"{name} was removed after {engine} {older[-1].version}; {engine} {version} ignores it"
+        else:
+            message = f"{name} is not an environment variable {engine} {version} reads"
+        findings.append(
+            Finding(
+                "env-removed" if older else "env-unknown",
+                "warning",
+                message + (f" ({hint})" if hint else ""),
+                Fix(remove_env=(name,)),
+            )
+        )
+    return findings

@@ -1,0 +1,151 @@
+"""The one reader of engine argv: which tokens are which flag, and their value text.
+
+Everything that looks at engine flags (check's findings and values, the effective-args
+rewrite, applying a fix, taking the model flag out of a pasted command, dropping the
+speculative flags for a plan's plain twin) reads argv through `read_argv`, so they
+agree on the edge cases the engines' argparse decides:
+
+- `--flag=value` and `--flag value`; a boolean flag takes no value;
+- a token is an option when it starts with `-`, unless it is a negative number
+  (argparse reads `--max-running-requests -1` as the value -1);
+- a unique prefix of a long flag is that flag (argparse's `allow_abbrev`, on in both
+  engines); an ambiguous prefix is unknown;
+- `--max_num_seqs` is `--max-num-seqs` only where the engine's parser says so (vLLM);
+- `--no-<flag>` is whatever the release table lists it as (vLLM's negatable booleans);
+- a list flag takes every value up to the next option; `--` ends the options.
+
+Values stay text here; check converts them by the flag's kind.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from specpilot.engines.flags import FlagInfo, ReleaseTable
+
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def is_option(token: str) -> bool:
+    """argparse's test: `-x`/`--x` is an option string, `-1` and `-` are values."""
+    return token.startswith("-") and token != "-" and not _NEGATIVE_NUMBER.match(token)
+
+
+@dataclass(frozen=True)
+class FlagUse:
+    """One flag as it occurs in argv: `argv[start:stop]` is the flag and its values."""
+
+    #: the option as typed, without `=value`
+    typed: str
+    #: the release's spelling it resolved to (the typed one, normalised); typed when unknown
+    spelling: str
+    #: None when the release defines no such flag
+    flag: FlagInfo | None
+    values: tuple[str, ...]
+    inline: bool
+    start: int
+    stop: int
+
+    @property
+    def missing_value(self) -> bool:
+        return self.flag is not None and self.flag.takes_value and not self.values
+
+    @property
+    def negated(self) -> bool:
+        """`--no-<flag>` of a boolean whose own name does not start with `--no-`."""
+        return (
+            self.flag is not None
+            and self.spelling.startswith("--no-")
+            and not self.flag.name.startswith("--no-")
+        )
+
+    @property
+    def text(self) -> str | None:
+        """The value of a one-value flag (None for a boolean or a missing value)."""
+        return self.values[0] if len(self.values) == 1 else None
+
+
+@dataclass(frozen=True)
+class ReadArgv:
+    argv: tuple[str, ...]
+    uses: tuple[FlagUse, ...]
+    positional: tuple[str, ...]
+
+    def last(self, dest: str) -> FlagUse | None:
+        """The use argparse keeps for a dest: the last one."""
+        found = [u for u in self.uses if u.flag is not None and u.flag.dest == dest]
+        return found[-1] if found else None
+
+    def tokens_of(self, use: FlagUse) -> list[str]:
+        return list(self.argv[use.start : use.stop])
+
+    def in_order(self) -> Iterator[FlagUse | str]:
+        """Each flag use and each positional token, in argv order."""
+        starts = {use.start: use for use in self.uses}
+        i = 0
+        while i < len(self.argv):
+            use = starts.get(i)
+            if use is None:
+                yield self.argv[i]
+                i += 1
+            else:
+                yield use
+                i = use.stop
+
+    def without(self, drop: Callable[[FlagUse], bool]) -> list[str]:
+        """argv minus the uses `drop` selects, each with its values."""
+        dropped = [u for u in self.uses if drop(u)]
+        gone = {i for u in dropped for i in range(u.start, u.stop)}
+        return [token for i, token in enumerate(self.argv) if i not in gone]
+
+
+def resolve(table: ReleaseTable, typed: str) -> tuple[str, FlagInfo | None]:
+    """(the spelling, its flag) for an option as typed; (typed, None) when unknown."""
+    index = table.by_spelling
+    if typed in index:
+        return typed, index[typed]
+    if table.underscore_spellings and typed.startswith("--") and "_" in typed:
+        dashed = "--" + typed[2:].replace("_", "-")
+        if dashed in index:
+            return dashed, index[dashed]
+    if typed.startswith("--"):
+        matches = {id(f): (s, f) for s, f in index.items() if s.startswith(typed)}
+        if len(matches) == 1:
+            spelling, flag = next(iter(matches.values()))
+            return spelling, flag
+    return typed, None
+
+
+def read_argv(table: ReleaseTable, argv: tuple[str, ...] | list[str]) -> ReadArgv:
+    """Split argv into flag uses and positional arguments, as the release's parser would."""
+    tokens = tuple(argv)
+    uses: list[FlagUse] = []
+    positional: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        start = i
+        i += 1
+        if token == "--":
+            positional += tokens[i:]
+            break
+        if not is_option(token):
+            positional.append(token)
+            continue
+        typed, inline, inline_value = token.partition("=")
+        spelling, flag = resolve(table, typed)
+        values: list[str] = [inline_value] if inline else []
+        wants = "none" if flag is not None and not flag.takes_value else "one"
+        if flag is not None and flag.kind == "list":
+            wants = "many"
+        if not inline and wants == "one" and i < len(tokens) and not is_option(tokens[i]):
+            values.append(tokens[i])
+            i += 1
+        elif not inline and wants == "many":
+            while i < len(tokens) and not is_option(tokens[i]):
+                values.append(tokens[i])
+                i += 1
+        uses.append(FlagUse(typed, spelling, flag, tuple(values), bool(inline), start, i))
+    return ReadArgv(tokens, tuple(uses), tuple(positional))

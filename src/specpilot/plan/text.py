@@ -1,0 +1,58 @@
+"""A plan as a person reads it in a terminal (`plan`, `demo`): the memory table, the
+headline numbers, the verdict, each problem's fix and the flags that start first time."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from specpilot.plan.types import Plan
+
+
+def command_text(env: Mapping[str, str], args: Sequence[str]) -> str:
+    """`NAME=value ... --flag value ...`, quoted as a shell would need it."""
+    return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(args)]).strip()
+
+
+def render_plan(plan: Plan, console: Console) -> None:
+    """The plan as a person reads it: memory table, headline numbers, verdict, fixes."""
+    table = Table(title=f"{plan.engine} {plan.engine_version} memory plan (per GPU)", show_lines=False)
+    table.add_column("term")
+    table.add_column("GiB", justify="right")
+    table.add_column("source")
+    table.add_column("note", overflow="fold")
+    for term in plan.terms:
+        table.add_row(term.name, f"{term.gib:,.2f}", term.source, term.note)
+    console.print(table)
+    knob = "mem_fraction_static" if plan.engine == "sglang" else "gpu_memory_utilization"
+    console.print(
+        f"{knob} {plan.mem_fraction_static:.3f}  weights {plan.weights_gib:.2f} GiB  "
+        f"reserve {plan.reserve_gib:.2f} GiB (needs {plan.reserve_needed_gib:.2f})"
+    )
+    console.print(
+        f"KV: {plan.kv_bytes_per_token:,} bytes/token -> {plan.kv_tokens:,} tokens   "
+        f"state: {plan.state_bytes_per_request:,} bytes/request x {plan.state_slots:,} slots   "
+        f"max running requests {plan.max_running_requests:,}"
+    )
+    if plan.fits:
+        console.print("[bold green]fits[/]")
+    else:
+        console.print("[bold red]does not fit[/]")
+    for problem in plan.problems:
+        console.print(f"[red]✗ {problem.code}[/]: {problem.message}")
+        if problem.fix and (fix := problem.fix.describe()):
+            console.print(f"    fix: {fix}", markup=False)
+    for note in plan.notes:
+        console.print(f"• {note}")
+    if plan.recommended_args or plan.recommended_env:
+        console.print("[bold]starts first time with:[/]")
+        console.print("  " + command_text(plan.recommended_env, plan.recommended_args), soft_wrap=True)
+    if plan.measured:
+        measured = ", ".join(f"{k}={v:g}" for k, v in plan.measured.items())
+        console.print(f"measured: {measured}; everything else estimated")
+    if plan.provenance:
+        basis = plan.provenance.summary(plan.engine, plan.engine_version)
+        console.print(f"rests on: {basis}", soft_wrap=True)
