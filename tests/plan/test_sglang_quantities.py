@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.engines.sglang.releases import release_rules
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape, load_model_shape
 from specpilot.plan import sglang_quantities as q
 from specpilot.plan.effective import evaluate
-from specpilot.plan.sglang_releases import release_rules
 from specpilot.plan.sglang_settings import (
     SglangSettings,
     default_mem_fraction_static,

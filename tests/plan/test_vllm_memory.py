@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from specpilot.engines.vllm.releases import vllm_line
 from specpilot.errors import UserError
 from specpilot.plan import vllm_memory as mem
 from specpilot.plan.types import GIB
 from specpilot.plan.vllm_allocation import VllmInputs, allocate
-from specpilot.plan.vllm_lines import vllm_line
 
 
 def test_requested_memory_rounds_up() -> None:

@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from specpilot.check.effective import EffectiveArgs
+from specpilot.engines.sglang.releases import SglangRelease, release_rules
 from specpilot.fixes import Fix
 from specpilot.models.shape import ModelShape
 from specpilot.plan import sglang_quantities as q
 from specpilot.plan.effective import effective_args_without
 from specpilot.plan.sglang_log import parse_sglang_log
-from specpilot.plan.sglang_releases import SglangRelease, release_rules
 from specpilot.plan.sglang_settings import SglangSettings, resolve_settings
 from specpilot.plan.types import GIB, Plan, Problem, Term
 from specpilot.spec import Spec

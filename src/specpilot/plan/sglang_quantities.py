@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specpilot.engines.sglang.releases import SglangRelease
 from specpilot.models.shape import ModelShape
-from specpilot.plan.sglang_releases import SglangRelease
 from specpilot.plan.sglang_settings import SglangSettings
 from specpilot.plan.types import GIB
 

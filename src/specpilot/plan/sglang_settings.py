@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specpilot.check.effective import EffectiveArgs
+from specpilot.engines.sglang.releases import SglangRelease
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape, dtype_bytes
-from specpilot.plan.sglang_releases import SglangRelease
 
 MIB_PER_GIB = 1024
 
