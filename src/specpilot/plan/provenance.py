@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from specpilot.plan.sglang_releases import release_rules
-from specpilot.plan.vllm_lines import vllm_line
+from specpilot.engines.sglang.releases import release_rules
+from specpilot.engines.vllm.releases import vllm_line
 
 ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 
 from specpilot.check.effective import EffectiveArgs
 from specpilot.engines.fix import Fix
+from specpilot.engines.sglang.releases import SglangRelease, release_rules
 from specpilot.models.shape import ModelShape
 from specpilot.plan import sglang_quantities as q
 from specpilot.plan.effective import effective_args_without
 from specpilot.plan.sglang_log import parse_sglang_log
-from specpilot.plan.sglang_releases import SglangRelease, release_rules
 from specpilot.plan.sglang_settings import SglangSettings, resolve_settings
 from specpilot.plan.types import GIB, Plan, Problem, Term
 from specpilot.spec import Spec
@@ -292,18 +292,33 @@ def recommend(
     reserve's margin is what binds, one step down frees room for many more state slots
     (a card with 84.9 GiB free: 15 requests at 0.95, about 40 at 0.94)."""
     if shape.is_hybrid:
-        best: Sizing | None = None
-        since_better = 0
-        for fraction in _fraction_candidates(0.95):
-            z = _best_state_split(shape, replace(s, mem_fraction_static=fraction), rules, free, weights)
-            if z is not None and (best is None or _concurrency_first(z) > _concurrency_first(best)):
-                best, since_better = z, 0
-            elif best is not None:
-                since_better += 1
-                # concurrency rises while the reserve's margin binds, then falls with the pools
-                if since_better >= PLATEAU_FRACTIONS:
-                    break
-        return best
+        return _recommend_hybrid(shape, s, rules, free, weights)
+    return _recommend_dense(shape, s, rules, free, weights)
+
+
+def _recommend_hybrid(
+    shape: ModelShape, s: SglangSettings, rules: SglangRelease, free: float, weights: float
+) -> Sizing | None:
+    """The fraction, from 0.95 down, whose best state split serves the most requests;
+    the search stops once `PLATEAU_FRACTIONS` steps bring nothing better."""
+    best: Sizing | None = None
+    since_better = 0
+    for fraction in _fraction_candidates(0.95):
+        z = _best_state_split(shape, replace(s, mem_fraction_static=fraction), rules, free, weights)
+        if z is not None and (best is None or _concurrency_first(z) > _concurrency_first(best)):
+            best, since_better = z, 0
+        elif best is not None:
+            since_better += 1
+            # concurrency rises while the reserve's margin binds, then falls with the pools
+            if since_better >= PLATEAU_FRACTIONS:
+                break
+    return best
+
+
+def _recommend_dense(
+    shape: ModelShape, s: SglangSettings, rules: SglangRelease, free: float, weights: float
+) -> Sizing | None:
+    """The highest fraction that fits with margin and still holds one long request."""
     for fraction in _fraction_candidates(0.95):
         trial = replace(s, mem_fraction_static=fraction)
         z = size(shape, trial, rules, free_before_load_gib=free, weights_gib=weights)
@@ -435,6 +450,82 @@ def planner_settings(spec: Spec, shape: ModelShape, args: EffectiveArgs) -> Sgla
     )
 
 
+def _free_and_weights(
+    spec: Spec, shape: ModelShape, settings: SglangSettings, measured: Mapping[str, float] | None
+) -> tuple[float, float, dict[str, float]]:
+    """(free before load GiB, target weights GiB, the measured inputs used).
+
+    The spec's overrides win over a log's numbers, which win over the estimates; the
+    draft's "mem usage" line is never used (see `plan_sglang`).
+    """
+    used_keys = ("free_before_load_gib", "weights_gib")
+    measured_used = {key: value for key, value in (measured or {}).items() if key in used_keys}
+    free = spec.gpu.free_before_load_gib
+    if free is not None:
+        measured_used["free_before_load_gib"] = free
+    else:
+        free = q.free_before_load_gib(spec.gpu.memory_gib, settings.tp_size)
+    weights = spec.model.weights_gib
+    if weights is not None:
+        measured_used["weights_gib"] = weights
+    else:
+        weights = q.target_weights_gib(shape, settings)
+    return free, weights, measured_used
+
+
+def _recommendation(
+    best: Sizing | None,
+    problems: list[Problem],
+    rules: SglangRelease,
+    shape: ModelShape,
+    env: dict[str, str],
+) -> tuple[list[Problem], list[str], str]:
+    """(problems with the recommendation as their fix, the recommended flags, the note saying
+    what they give)."""
+    if best is None:
+        return problems, [], "no --mem-fraction-static from 0.95 down to 0.50 fits: use more GPUs (--tp)"
+    rec_args = recommended_args(best, rules, shape)
+    verb = "fits with" if not problems else "starts with"
+    transient = largest_transient(best)
+    note = (
+        f"{verb} {' '.join(rec_args)}: {best.kv_tokens} KV tokens, "
+        f"{best.max_running_requests} concurrent requests, {best.margin_gib:.2f} GiB free after "
+        f"the last startup allocation (largest: {transient.name}, {transient.gib:.2f} GiB)"
+    )
+    fixed = [replace(p, fix=Fix(args=tuple(rec_args), env=env)) for p in problems]
+    return fixed, rec_args, note
+
+
+def _context_note(z: Sizing) -> str | None:
+    """Say when the KV pool cannot hold one request of the full context length."""
+    context_len = z.settings.context_len
+    if not z.kv_tokens or z.kv_tokens >= context_len:
+        return None
+    return (
+        f"{z.kv_tokens} KV tokens hold less than one {context_len}-token request "
+        "(--context-length); long requests will wait or be retracted"
+    )
+
+
+def _details(z: Sizing, shape: ModelShape, free: float) -> dict[str, object]:
+    """The effective values behind the plan that the engine also logs."""
+    s = z.settings
+    return {
+        "context_len": s.context_len,
+        "page_size": s.page_size,
+        "mamba_strategy": s.mamba_strategy if shape.is_hybrid else None,
+        "overlap_schedule": s.overlap_schedule,
+        "state_slots_per_request": q.state_slots_per_request(s) if shape.is_hybrid else 0,
+        "speculative_num_draft_tokens": s.num_draft_tokens,
+        "mem_fraction_static_given": s.mem_fraction_given,
+        "chunked_prefill_size": s.chunked_prefill_size,
+        "cuda_graph_max_bs": s.cuda_graph_max_bs,
+        "free_before_load_gib": round(free, 3),
+        "margin_gib": round(z.margin_gib, 3),
+        "largest_transient": largest_transient(z).name,
+    }
+
+
 def plan_sglang(
     spec: Spec, shape: ModelShape, args: EffectiveArgs, measured: Mapping[str, float] | None = None
 ) -> Plan:
@@ -447,50 +538,19 @@ def plan_sglang(
     """
     rules = release_rules(spec.engine.version)
     settings = planner_settings(spec, shape, args)
-    inputs = dict(measured or {})
-    measured_used = {
-        key: value for key, value in inputs.items() if key in ("free_before_load_gib", "weights_gib")
-    }
-    free = spec.gpu.free_before_load_gib
-    if free is not None:
-        measured_used["free_before_load_gib"] = free
-    else:
-        free = q.free_before_load_gib(spec.gpu.memory_gib, settings.tp_size)
-    weights = spec.model.weights_gib
-    if weights is not None:
-        measured_used["weights_gib"] = weights
-    else:
-        weights = q.target_weights_gib(shape, settings)
-
+    free, weights, measured_used = _free_and_weights(spec, shape, settings, measured)
     z = size(shape, settings, rules, free_before_load_gib=free, weights_gib=weights)
-    problems = blocking_problems(z, shape)
     startable, rec_env = startable_settings(settings, shape, rules)
     best = recommend(shape, startable, rules, free, weights)
-    notes: list[str] = []
-    rec_args: list[str] = []
-    if best is not None:
-        rec_args = recommended_args(best, rules, shape)
-        verb = "fits with" if not problems else "starts with"
-        transient = largest_transient(best)
-        notes.append(
-            f"{verb} {' '.join(rec_args)}: {best.kv_tokens} KV tokens, "
-            f"{best.max_running_requests} concurrent requests, {best.margin_gib:.2f} GiB free after "
-            f"the last startup allocation (largest: {transient.name}, {transient.gib:.2f} GiB)"
-        )
-        if problems:
-            problems = [replace(p, fix=Fix(args=tuple(rec_args), env=rec_env)) for p in problems]
-    else:
-        notes.append("no --mem-fraction-static from 0.95 down to 0.50 fits: use more GPUs (--tp)")
+    problems, rec_args, rec_note = _recommendation(best, blocking_problems(z, shape), rules, shape, rec_env)
+    notes = [rec_note]
     if settings.speculative_algorithm:
         plain = planner_settings(spec, shape, effective_args_without(spec, shape, _speculation_dest))
         note = speculative_note(best or z, recommend(shape, plain, rules, free, weights))
         if note:
             notes.append(note)
-    if z.kv_tokens and z.kv_tokens < settings.context_len:
-        notes.append(
-            f"{z.kv_tokens} KV tokens hold less than one {settings.context_len}-token request "
-            "(--context-length); long requests will wait or be retracted"
-        )
+    if context_note := _context_note(z):
+        notes.append(context_note)
     return Plan(
         engine="sglang",
         engine_version=spec.engine.version,
@@ -510,18 +570,5 @@ def plan_sglang(
         terms=_memory_table(z, shape, rules, measured_used),
         measured=measured_used,
         notes=notes,
-        details={
-            "context_len": settings.context_len,
-            "page_size": settings.page_size,
-            "mamba_strategy": settings.mamba_strategy if shape.is_hybrid else None,
-            "overlap_schedule": settings.overlap_schedule,
-            "state_slots_per_request": q.state_slots_per_request(settings) if shape.is_hybrid else 0,
-            "speculative_num_draft_tokens": settings.num_draft_tokens,
-            "mem_fraction_static_given": settings.mem_fraction_given,
-            "chunked_prefill_size": settings.chunked_prefill_size,
-            "cuda_graph_max_bs": settings.cuda_graph_max_bs,
-            "free_before_load_gib": round(free, 3),
-            "margin_gib": round(z.margin_gib, 3),
-            "largest_transient": largest_transient(z).name,
-        },
+        details=_details(z, shape, free),
     )

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specpilot.engines.sglang.releases import SglangRelease
 from specpilot.models.shape import ModelShape
-from specpilot.plan.sglang_releases import SglangRelease
 from specpilot.plan.sglang_settings import SglangSettings
 from specpilot.plan.types import GIB
 
@@ -211,47 +211,64 @@ def _capped_requests(s: SglangSettings, slots: int, ratio: int) -> int:
     return min(requests // s.dp_size, slots // ratio)
 
 
+def given_state_slots(s: SglangSettings) -> int | None:
+    """Slots the flags fix: `--max-mamba-cache-size` (split over DP ranks), else one per
+    `--max-running-requests` when radix cache is off; None when the memory decides."""
+    if s.max_mamba_cache_size is not None:
+        return s.max_mamba_cache_size // (s.dp_size if s.dp_size > 1 else 1)
+    if s.radix_cache_disabled and s.max_running_requests is not None:
+        return max(1, s.max_running_requests // s.dp_size)
+    return None
+
+
+def _speculating_requests(s: SglangSettings, rules: SglangRelease, slots: int, ratio: int) -> int:
+    """Running requests that hold intermediate states next to `given_state_slots`: one per
+    slot without radix cache; else the flag's count (<=0.5.12) or as many as the slots serve."""
+    if s.max_mamba_cache_size is None:
+        return slots
+    if rules.intermediate_rule == "reserve_first":
+        return s.max_running_requests or 0
+    return _capped_requests(s, slots, ratio)
+
+
+def _split_state_budget(
+    s: SglangSettings, rules: SglangRelease, per_req: int, ratio: int, pad: int, rest_bytes: float
+) -> tuple[int, float]:
+    """(slots, intermediate bytes) when the memory decides: the state budget is
+    rest x r / (1 + r), r = mamba_full_memory_ratio; speculation's intermediate states come
+    off `rest` first (<=0.5.12) or share the budget with the slots (0.5.13+)."""
+    draft = s.num_draft_tokens if s.speculative_algorithm else 0
+    r = s.mamba_full_memory_ratio
+    if draft and rules.intermediate_rule == "reserve_first":
+        intermediate_bytes = per_req * (s.max_running_requests or 0) * draft
+        budget = (rest_bytes - intermediate_bytes) * r / (1 + r)
+        return int(budget // per_req), intermediate_bytes
+    budget = rest_bytes * r / (1 + r)
+    if draft:
+        slots = int((budget - pad * per_req * (1 + draft)) // (per_req * (1 + draft / ratio)))
+        return slots, per_req * (_capped_requests(s, slots, ratio) + pad) * draft
+    return int((budget - pad * per_req) // per_req), 0.0
+
+
 def state_pool(shape: ModelShape, s: SglangSettings, rules: SglangRelease, rest_gib: float) -> StatePool:
     """`handle_max_mamba_cache`: the mamba slots and what they take out of `rest`.
 
     Slots come from `--max-mamba-cache-size`, else from `--max-running-requests` when
-    radix cache is off, else from the ratio split: the state budget is
-    rest * r / (1 + r) with r = mamba_full_memory_ratio. Speculative decoding adds an
-    intermediate state per draft token per running request: subtracted from rest first
-    (<=0.5.12) or solved jointly with the slots (0.5.13+; 0.5.17+ also pays the padding slot).
+    radix cache is off (`given_state_slots`), else from the ratio split
+    (`_split_state_budget`). Speculative decoding adds an intermediate state per draft token
+    per running request; 0.5.17+ also pays the padding slot.
     """
     per_req = state_bytes_per_request(shape, s)
     ratio = state_slots_per_request(s)
     draft = s.num_draft_tokens if s.speculative_algorithm else 0
     pad = 1 if rules.intermediate_rule == "joint_padded" else 0
     rest_bytes = rest_gib * GIB
-    intermediate_bytes = 0.0
-    if s.max_mamba_cache_size is not None:
-        slots = s.max_mamba_cache_size // (s.dp_size if s.dp_size > 1 else 1)
-        if draft:
-            reqs = (
-                (s.max_running_requests or 0)
-                if rules.intermediate_rule == "reserve_first"
-                else _capped_requests(s, slots, ratio)
-            )
-            intermediate_bytes = per_req * (reqs + pad) * draft
-    elif s.radix_cache_disabled and s.max_running_requests is not None:
-        slots = max(1, s.max_running_requests // s.dp_size)
-        if draft:
-            intermediate_bytes = per_req * (slots + pad) * draft
+    given = given_state_slots(s)
+    if given is None:
+        slots, intermediate_bytes = _split_state_budget(s, rules, per_req, ratio, pad, rest_bytes)
     else:
-        r = s.mamba_full_memory_ratio
-        if draft and rules.intermediate_rule == "reserve_first":
-            intermediate_bytes = per_req * (s.max_running_requests or 0) * draft
-            budget = (rest_bytes - intermediate_bytes) * r / (1 + r)
-            slots = int(budget // per_req)
-        elif draft:
-            budget = rest_bytes * r / (1 + r)
-            slots = int((budget - pad * per_req * (1 + draft)) // (per_req * (1 + draft / ratio)))
-            intermediate_bytes = per_req * (_capped_requests(s, slots, ratio) + pad) * draft
-        else:
-            budget = rest_bytes * r / (1 + r)
-            slots = int((budget - pad * per_req) // per_req)
+        slots = given
+        intermediate_bytes = per_req * (_speculating_requests(s, rules, slots, ratio) + pad) * draft
     state_bytes = (slots + pad) * per_req
     return StatePool(
         slots=slots,

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specpilot.check.effective import EffectiveArgs
+from specpilot.engines.sglang.releases import SglangRelease
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape, dtype_bytes
-from specpilot.plan.sglang_releases import SglangRelease
 
 MIB_PER_GIB = 1024
 
@@ -169,6 +169,68 @@ def _mamba_strategy(args: EffectiveArgs) -> str:
     return strategy
 
 
+def prefill_graph_disabled(args: EffectiveArgs, shape: ModelShape, rules: SglangRelease) -> bool:
+    """Whether prefill runs eagerly: graphs off, prefill graphs off, a multimodal model the
+    release does not capture, pipeline parallelism, DP attention or the hierarchical cache
+    each turn the prefill (piecewise) graph off."""
+    return (
+        args.get_bool("disable_cuda_graph")
+        or args.get_bool("disable_piecewise_cuda_graph")
+        or (shape.is_multimodal_wrapper and shape.architecture not in rules.prefill_graph_multimodal_archs)
+        or _int(args, "pp_size") > 1
+        or args.get_bool("enable_dp_attention")
+        or args.get_bool("enable_hierarchical_cache")
+    )
+
+
+def prefill_graph_token_sizes(
+    args: EffectiveArgs, shape: ModelShape, rules: SglangRelease, context_len: int
+) -> list[int]:
+    """The prefill token counts captured as graphs: up to the chunk (or the context, if
+    shorter); none when prefill runs eagerly."""
+    if prefill_graph_disabled(args, shape, rules):
+        return []
+    return piecewise_graph_token_sizes(min(_int(args, "chunked_prefill_size"), context_len))
+
+
+def kv_dtype_bytes(args: EffectiveArgs, shape: ModelShape) -> float:
+    """Bytes per KV element. KV "auto" follows the model's compute dtype (--dtype, else the
+    config's torch_dtype, float32 meaning bfloat16), not the checkpoint's quantization: an
+    fp8 checkpoint still gets a bf16 KV cache."""
+    kv_dtype = args.get_str("kv_cache_dtype") or "auto"
+    compute_dtype = args.get_str("dtype") or "auto"
+    if compute_dtype == "auto":
+        compute_dtype = shape.torch_dtype if shape.torch_dtype != "float32" else "bfloat16"
+    return dtype_bytes(compute_dtype if kv_dtype == "auto" else kv_dtype)
+
+
+def mem_fraction_static(
+    args: EffectiveArgs,
+    shape: ModelShape,
+    rules: SglangRelease,
+    *,
+    gpu_memory_mib: float,
+    piecewise_graph_tokens: int,
+    speculative_algorithm: str | None,
+) -> float:
+    """--mem-fraction-static, else the release's default for this GPU and configuration."""
+    given = args.get_float("mem_fraction_static")
+    if given is not None:
+        return given
+    return default_mem_fraction_static(
+        gpu_memory_mib=gpu_memory_mib,
+        chunked_prefill_size=_int(args, "chunked_prefill_size"),
+        cuda_graph_max_bs=_int(args, "cuda_graph_max_bs"),
+        piecewise_graph_tokens=piecewise_graph_tokens,
+        tp_size=_int(args, "tp_size"),
+        pp_size=_int(args, "pp_size"),
+        speculative_algorithm=speculative_algorithm,
+        rules=rules,
+        shape=shape,
+        language_only=args.get_bool("language_only"),
+    )
+
+
 def resolve_settings(
     args: EffectiveArgs,
     shape: ModelShape,
@@ -179,78 +241,44 @@ def resolve_settings(
     rules: SglangRelease,
 ) -> SglangSettings:
     """The numbers SGLang's memory sizing reads, from the flags as `check` evaluates them."""
-    tp_size = _int(args, "tp_size")
-    pp_size = _int(args, "pp_size")
     gpu_memory_mib = gpu_memory_gib * MIB_PER_GIB
-    chunked = _int(args, "chunked_prefill_size")
-    graph_bs = _int(args, "cuda_graph_max_bs")
-    graphs_off = args.get_bool("disable_cuda_graph")
-    piecewise_off = (
-        graphs_off
-        or args.get_bool("disable_piecewise_cuda_graph")
-        or (shape.is_multimodal_wrapper and shape.architecture not in rules.prefill_graph_multimodal_archs)
-        or pp_size > 1
-        or args.get_bool("enable_dp_attention")
-        or args.get_bool("enable_hierarchical_cache")
-    )
     context_len = args.get_int("context_length") or shape.max_position_embeddings
-    prefill_graph_sizes = [] if piecewise_off else piecewise_graph_token_sizes(min(chunked, context_len))
-    pcg_tokens = len(prefill_graph_sizes)
+    prefill_graph_sizes = prefill_graph_token_sizes(args, shape, rules, context_len)
     algorithm = _speculative_algorithm(args)
-    language_only = args.get_bool("language_only")
-    given_fraction = args.get_float("mem_fraction_static")
-    fraction = (
-        given_fraction
-        if given_fraction is not None
-        else default_mem_fraction_static(
-            gpu_memory_mib=gpu_memory_mib,
-            chunked_prefill_size=chunked,
-            cuda_graph_max_bs=graph_bs,
-            piecewise_graph_tokens=pcg_tokens,
-            tp_size=tp_size,
-            pp_size=pp_size,
-            speculative_algorithm=algorithm,
-            rules=rules,
-            shape=shape,
-            language_only=language_only,
-        )
-    )
-    requests = args.get_int("max_running_requests")
-    # KV "auto" follows the model's compute dtype (--dtype, else config torch_dtype), not the
-    # checkpoint's quantization: an fp8 checkpoint still gets a bf16 KV cache.
-    kv_dtype = args.get_str("kv_cache_dtype") or "auto"
-    compute_dtype = args.get_str("dtype") or "auto"
-    if compute_dtype == "auto":
-        compute_dtype = shape.torch_dtype if shape.torch_dtype != "float32" else "bfloat16"
-    kv_bytes = dtype_bytes(compute_dtype if kv_dtype == "auto" else kv_dtype)
     env = args.env
     ssm_dtype = env.get("SGLANG_MAMBA_SSM_DTYPE") or args.get_str("mamba_ssm_dtype")
-    strategy = _mamba_strategy(args)
     return SglangSettings(
-        tp_size=tp_size,
-        pp_size=pp_size,
+        tp_size=_int(args, "tp_size"),
+        pp_size=_int(args, "pp_size"),
         dp_size=_int(args, "dp_size"),
         gpu_memory_mib=gpu_memory_mib,
         page_size=_int(args, "page_size"),
         context_len=context_len,
-        kv_dtype_bytes=kv_bytes,
+        kv_dtype_bytes=kv_dtype_bytes(args, shape),
         weights_dtype_bytes=dtype_bytes(weights_dtype),
         quantized=quantization is not None or dtype_bytes(weights_dtype) < 2,
-        chunked_prefill_size=chunked,
-        cuda_graph_max_bs=graph_bs,
-        cuda_graph_disabled=graphs_off,
-        piecewise_graph_tokens=pcg_tokens,
+        chunked_prefill_size=_int(args, "chunked_prefill_size"),
+        cuda_graph_max_bs=_int(args, "cuda_graph_max_bs"),
+        cuda_graph_disabled=args.get_bool("disable_cuda_graph"),
+        piecewise_graph_tokens=len(prefill_graph_sizes),
         prefill_graph_max_tokens=max(prefill_graph_sizes, default=0),
-        mem_fraction_static=fraction,
-        mem_fraction_given=given_fraction is not None,
+        mem_fraction_static=mem_fraction_static(
+            args,
+            shape,
+            rules,
+            gpu_memory_mib=gpu_memory_mib,
+            piecewise_graph_tokens=len(prefill_graph_sizes),
+            speculative_algorithm=algorithm,
+        ),
+        mem_fraction_given=args.get_float("mem_fraction_static") is not None,
         speculative_algorithm=algorithm,
         num_draft_tokens=(args.get_int("speculative_num_draft_tokens") or 0) if algorithm else 0,
         # NEXTN is EAGLE by now: the model's own MTP layers draft
         draft_layers=max(shape.mtp_num_layers, 1) if algorithm == "EAGLE" else 1,
-        max_running_requests=requests,
+        max_running_requests=args.get_int("max_running_requests"),
         max_running_requests_given=args.given("max_running_requests"),
         radix_cache_disabled=args.get_bool("disable_radix_cache"),
-        mamba_strategy=strategy,
+        mamba_strategy=_mamba_strategy(args),
         overlap_schedule=not args.get_bool("disable_overlap_schedule"),
         max_mamba_cache_size=args.get_int("max_mamba_cache_size"),
         # 0.5.23's table leaves the ratio unset for its memory hook to fill with the same 0.9
@@ -258,5 +286,5 @@ def resolve_settings(
         ssm_dtype_bytes=dtype_bytes(ssm_dtype or shape.mamba_ssm_dtype),
         conv_dtype_bytes=dtype_bytes(env.get("SGLANG_MAMBA_CONV_DTYPE") or "bfloat16"),
         max_total_tokens=args.get_int("max_total_tokens"),
-        multimodal=shape.is_multimodal_wrapper and not language_only,
+        multimodal=shape.is_multimodal_wrapper and not args.get_bool("language_only"),
     )

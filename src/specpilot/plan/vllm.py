@@ -180,13 +180,168 @@ def model_runner(shape: ModelShape, method: str | None) -> mem.ModelRunner:
     return "v2"
 
 
+def ssm_cache_dtype(shape: ModelShape, args: EffectiveArgs, model_dtype: str) -> str:
+    """The GDN recurrent state's dtype: --mamba-ssm-cache-dtype, else the config's
+    `mamba_ssm_dtype` for Qwen3.5 (SSM_DTYPE_FROM_CONFIG), else the model dtype."""
+    return _unless_auto(args, "mamba_ssm_cache_dtype") or (
+        shape.mamba_ssm_dtype if shape.architecture in SSM_DTYPE_FROM_CONFIG else model_dtype
+    )
+
+
+def mamba_state_bytes_per_layer(
+    shape: ModelShape, args: EffectiveArgs, tp_size: int, num_speculative_tokens: int, model_dtype: str
+) -> int:
+    """Conv + SSM state of one Gated-DeltaNet layer for one request (0 without GDN layers).
+
+    The conv state widens with the speculative tokens; its dtype is --mamba-cache-dtype,
+    else the model dtype.
+    """
+    if not shape.is_hybrid:
+        return 0
+    conv_dtype_bytes = int(DTYPE_BYTES[_unless_auto(args, "mamba_cache_dtype") or model_dtype])
+    ssm_dtype_bytes = int(DTYPE_BYTES[ssm_cache_dtype(shape, args, model_dtype)])
+    return mem.gdn_conv_state_bytes(
+        shape.linear_num_key_heads,
+        shape.linear_num_value_heads,
+        shape.linear_key_head_dim,
+        shape.linear_value_head_dim,
+        shape.linear_conv_kernel_dim,
+        tp_size,
+        num_speculative_tokens,
+        conv_dtype_bytes,
+    ) + mem.gdn_ssm_state_bytes(
+        shape.linear_num_value_heads,
+        shape.linear_key_head_dim,
+        shape.linear_value_head_dim,
+        tp_size,
+        ssm_dtype_bytes,
+    )
+
+
+def weights_bytes(
+    spec: Spec,
+    shape: ModelShape,
+    args: EffectiveArgs,
+    measured: Mapping[str, float],
+    tp_size: int,
+    with_mtp: bool,
+    act_dtype_bytes: int,
+) -> int:
+    """ "Model loading took" per GPU: the spec's override, else a log's, else parameters
+    (`weights_bytes_estimate`) plus the rotary cache vLLM allocates with them."""
+    if spec.model.weights_gib is not None:
+        return int(spec.model.weights_gib * GIB)
+    return int(
+        measured.get("weights_gib", 0) * GIB
+        or weights_bytes_estimate(shape, spec, args, tp_size, with_mtp)
+        + rotary_cache_bytes_of(shape.config, shape.head_dim, act_dtype_bytes)
+    )
+
+
+def kv_cache_memory_flag_bytes(args: EffectiveArgs) -> int | None:
+    """--kv-cache-memory-bytes: a KV budget given outright (None when absent)."""
+    text = args.get_str("kv_cache_memory_bytes")
+    return parse_human_int(text, "--kv-cache-memory-bytes") if text is not None else None
+
+
+def available_kv_bytes_given(
+    spec: Spec,
+    measured: Mapping[str, float],
+    kv_memory_flag_bytes: int | None,
+    gpu_total_bytes: int,
+    gpu_memory_utilization: float,
+    weights: int,
+) -> int | None:
+    """A KV budget that replaces the profiler's: the CPU backend's configured space (the
+    env var wins), else --kv-cache-memory-bytes, else a log's "Available KV cache
+    memory"; None lets `allocate` derive it. Passed through GiB as the log's number is."""
+    available_gib = measured.get("available_kv_gib")
+    if kv_memory_flag_bytes is not None:
+        available_gib = kv_memory_flag_bytes / GIB
+    if targets_cpu(spec.engine.env):  # no profiling on a CPU
+        available_gib = (
+            cpu_kv_cache_bytes(
+                spec.engine.env, kv_memory_flag_bytes, gpu_total_bytes, gpu_memory_utilization, weights
+            )
+            / GIB
+        )
+    return int(available_gib * GIB) if available_gib is not None else None
+
+
+def activation_peak_bytes(
+    shape: ModelShape,
+    measured: Mapping[str, float],
+    batched_tokens: int,
+    max_num_seqs: int,
+    tp_size: int,
+    act_dtype_bytes: int,
+    method: str | None,
+) -> int:
+    """Torch peak of the profile run: a log's, else the estimate for a full batch of
+    --max-num-batched-tokens through the widest projection, the sampler of the runner
+    vLLM picks, and (GDN) the chunked state."""
+    measured_gib = measured.get("activation_peak_gib")
+    if measured_gib is not None:
+        return int(measured_gib * GIB)
+    gdn_chunk = (
+        mem.gdn_chunk_state_bytes(
+            batched_tokens,
+            shape.linear_num_value_heads,
+            shape.linear_key_head_dim,
+            shape.linear_value_head_dim,
+            tp_size,
+            act_dtype_bytes,
+        )
+        if shape.is_hybrid
+        else 0
+    )
+    return mem.activation_peak_bytes_estimate(
+        batched_tokens,
+        shape.hidden_size,
+        _widest_projection(shape, tp_size),
+        min(max_num_seqs, batched_tokens),
+        shape.vocab_size,
+        act_dtype_bytes,
+        mem.sampler_cost(model_runner(shape, method), speculative=method is not None),
+        gdn_chunk,
+    )
+
+
+def non_torch_bytes(measured: Mapping[str, float], tp_size: int) -> int:
+    """Memory outside torch's allocator (NCCL, cuBLAS workspaces): a log's, else the estimate."""
+    measured_gib = measured.get("non_torch_gib")
+    return int(measured_gib * GIB) if measured_gib is not None else mem.non_torch_bytes_estimate(tp_size)
+
+
+def cudagraph_bytes(measured: Mapping[str, float], enforce_eager: bool, max_num_seqs: int) -> int:
+    """CUDA graph pool: a log's estimate (or its actual), else ours for the capture sizes
+    --max-num-seqs implies (0 under --enforce-eager)."""
+    measured_gib = measured.get("cudagraph_gib", measured.get("cudagraph_actual_gib"))
+    if measured_gib is not None:
+        return int(measured_gib * GIB)
+    return mem.cudagraph_bytes_estimate(enforce_eager, mem.max_cudagraph_capture_size(max_num_seqs))
+
+
+def default_block_size_tokens(shape: ModelShape, on_cpu: bool) -> int:
+    """The block size without --block-size: the CUDA kernels' smallest, or the CPU
+    backend's (its own for MLA)."""
+    if not on_cpu:
+        return mem.DEFAULT_BLOCK_SIZE_TOKENS
+    return VLLM_CPU.mla_block_size_tokens if shape.kv_lora_rank else VLLM_CPU.block_size_tokens
+
+
+def attention_layers(shape: ModelShape, with_mtp: bool) -> int:
+    """Layers with a KV cache, the MTP draft's included when it is the drafter."""
+    return target_attention_layers(shape) + (shape.mtp_num_layers if with_mtp else 0)
+
+
 def resolve_inputs(
     spec: Spec, shape: ModelShape, args: EffectiveArgs, measured: Mapping[str, float] | None = None
 ) -> VllmInputs:
     """Every number vLLM's startup arithmetic needs, from flags, defaults and measurements."""
     measured = measured or {}
     tp = args.get_int("tensor_parallel_size") or 1
-    total_gib = measured.get("gpu_total_gib", spec.gpu.memory_gib)
+    total_bytes = int(measured.get("gpu_total_gib", spec.gpu.memory_gib) * GIB)
     util = args.get_float("gpu_memory_utilization")
     assert util is not None, "every vLLM flag table and line rule sets gpu_memory_utilization"
     max_len, _ = _max_model_len(args, shape)
@@ -198,98 +353,32 @@ def resolve_inputs(
     with_mtp = method in MTP_METHODS
     model_dtype = _model_dtype(spec, args, shape)
     act_bytes = int(DTYPE_BYTES[model_dtype])
-    ssm_dtype = _unless_auto(args, "mamba_ssm_cache_dtype") or (
-        shape.mamba_ssm_dtype if shape.architecture in SSM_DTYPE_FROM_CONFIG else model_dtype
-    )
-    conv_bytes = int(DTYPE_BYTES[_unless_auto(args, "mamba_cache_dtype") or model_dtype])
-    mamba_state = 0
-    if shape.is_hybrid:
-        mamba_state = mem.gdn_conv_state_bytes(
-            shape.linear_num_key_heads,
-            shape.linear_num_value_heads,
-            shape.linear_key_head_dim,
-            shape.linear_value_head_dim,
-            shape.linear_conv_kernel_dim,
-            tp,
-            num_spec,
-            conv_bytes,
-        ) + mem.gdn_ssm_state_bytes(
-            shape.linear_num_value_heads,
-            shape.linear_key_head_dim,
-            shape.linear_value_head_dim,
-            tp,
-            int(DTYPE_BYTES[ssm_dtype]),
-        )
     eager = args.get_bool("enforce_eager")
-    weights = (
-        spec.model.weights_gib * GIB
-        if spec.model.weights_gib is not None
-        else measured.get("weights_gib", 0) * GIB
-        or weights_bytes_estimate(shape, spec, args, tp, with_mtp)
-        + rotary_cache_bytes_of(shape.config, shape.head_dim, act_bytes)
-    )
-    activation = measured.get("activation_peak_gib")
-    non_torch = measured.get("non_torch_gib")
-    cudagraph = measured.get("cudagraph_gib", measured.get("cudagraph_actual_gib"))
-    available = measured.get("available_kv_gib")
-    kv_memory_text = args.get_str("kv_cache_memory_bytes")
-    kv_memory_flag = (
-        parse_human_int(kv_memory_text, "--kv-cache-memory-bytes") if kv_memory_text is not None else None
-    )
-    if kv_memory_flag is not None:  # --kv-cache-memory-bytes skips the profiler's budget
-        available = kv_memory_flag / GIB
-    if on_cpu:  # no profiling on a CPU: the KV space is configured (the env var wins)
-        available = (
-            cpu_kv_cache_bytes(spec.engine.env, kv_memory_flag, int(total_gib * GIB), util, int(weights))
-            / GIB
-        )
-    default_block = VLLM_CPU.block_size_tokens if on_cpu else mem.DEFAULT_BLOCK_SIZE_TOKENS
-    if on_cpu and shape.kv_lora_rank:
-        default_block = VLLM_CPU.mla_block_size_tokens
+    weights = weights_bytes(spec, shape, args, measured, tp, with_mtp, act_bytes)
     inputs = VllmInputs(
-        gpu_total_bytes=int(total_gib * GIB),
+        gpu_total_bytes=total_bytes,
         gpu_memory_utilization=util,
         tp_size=tp,
         max_model_len=max_len,
         max_num_seqs=seqs,
         max_num_batched_tokens=batched,
-        weights_bytes=int(weights),
-        activation_peak_bytes=int(activation * GIB)
-        if activation is not None
-        else mem.activation_peak_bytes_estimate(
-            batched,
-            shape.hidden_size,
-            _widest_projection(shape, tp),
-            min(seqs, batched),
-            shape.vocab_size,
-            act_bytes,
-            mem.sampler_cost(model_runner(shape, method), speculative=method is not None),
-            mem.gdn_chunk_state_bytes(
-                batched,
-                shape.linear_num_value_heads,
-                shape.linear_key_head_dim,
-                shape.linear_value_head_dim,
-                tp,
-                act_bytes,
-            )
-            if shape.is_hybrid
-            else 0,
-        ),
-        non_torch_bytes=int(non_torch * GIB) if non_torch is not None else mem.non_torch_bytes_estimate(tp),
-        cudagraph_bytes=int(cudagraph * GIB)
-        if cudagraph is not None
-        else mem.cudagraph_bytes_estimate(eager, mem.max_cudagraph_capture_size(seqs)),
-        attention_layers=target_attention_layers(shape) + (shape.mtp_num_layers if with_mtp else 0),
+        weights_bytes=weights,
+        activation_peak_bytes=activation_peak_bytes(shape, measured, batched, seqs, tp, act_bytes, method),
+        non_torch_bytes=non_torch_bytes(measured, tp),
+        cudagraph_bytes=cudagraph_bytes(measured, eager, seqs),
+        attention_layers=attention_layers(shape, with_mtp),
         mamba_layers=shape.linear_attention_layers,
         attention_bytes_per_token_per_layer=_attention_bytes_per_token(
             shape, tp, _kv_dtype_bytes(args, model_dtype)
         ),
-        mamba_state_bytes_per_layer=mamba_state,
+        mamba_state_bytes_per_layer=mamba_state_bytes_per_layer(shape, args, tp, num_spec, model_dtype),
         num_speculative_tokens=num_spec,
         prefix_caching=args.get_bool("enable_prefix_caching"),
-        block_size_tokens=args.get_int("block_size") or default_block,
+        block_size_tokens=args.get_int("block_size") or default_block_size_tokens(shape, on_cpu),
         full_cudagraphs=shape.is_hybrid and not eager and not on_cpu,
-        available_kv_bytes_measured=int(available * GIB) if available is not None else None,
+        available_kv_bytes_measured=available_kv_bytes_given(
+            spec, measured, kv_cache_memory_flag_bytes(args), total_bytes, util, weights
+        ),
     )
     if on_cpu:  # nothing is profiled out of a CPU pool
         return replace(inputs, activation_peak_bytes=0, non_torch_bytes=0, cudagraph_bytes=0)
@@ -369,6 +458,88 @@ def _problems(inputs: VllmInputs, alloc: VllmAllocation, spec: Spec) -> list[Pro
     return problems
 
 
+def _measured_keys(spec: Spec, measured: Mapping[str, float] | None) -> dict[str, float]:
+    """The inputs that came from a log or the spec's overrides rather than an estimate."""
+    keys = dict(measured or {})
+    if spec.model.weights_gib is not None:
+        keys["weights_gib"] = spec.model.weights_gib
+    return keys
+
+
+def _kv_budget_source(spec: Spec, measured: Mapping[str, float] | None) -> str:
+    """Where an unmeasured KV budget comes from: the CPU backend's configuration, else the
+    other terms (measured when a log was given, estimated otherwise)."""
+    if targets_cpu(spec.engine.env):
+        return "config"
+    return "measured" if measured else "estimated"
+
+
+def memory_terms(
+    inputs: VllmInputs, alloc: VllmAllocation, measured_keys: Mapping[str, float], kv_source: str
+) -> list[Term]:
+    """The memory table in the order of vLLM's own "Available KV cache memory" sum."""
+
+    def source_of(key: str, otherwise: str = "estimated") -> str:
+        return "measured" if key in measured_keys else otherwise
+
+    return [
+        Term("requested (total x gpu_memory_utilization)", gib(alloc.requested_bytes), "config"),
+        Term("weights", gib(inputs.weights_bytes), source_of("weights_gib")),
+        Term("peak activation", gib(inputs.activation_peak_bytes), source_of("activation_peak_gib")),
+        Term("non-torch memory", gib(inputs.non_torch_bytes), source_of("non_torch_gib")),
+        Term("CUDA graph memory", gib(inputs.cudagraph_bytes), source_of("cudagraph_gib")),
+        Term(
+            "available KV cache memory",
+            gib(alloc.available_kv_bytes),
+            source_of("available_kv_gib", otherwise=kv_source),
+        ),
+    ]
+
+
+def recommended_args(inputs: VllmInputs, alloc: VllmAllocation) -> list[str]:
+    """The three knobs of `recommended_knobs`; when no budget holds the weights, twice the
+    GPUs with the limits unchanged."""
+    util, max_len, seqs = recommended_knobs(inputs, alloc)
+    if max_len == 0:
+        return [
+            "--tensor-parallel-size",
+            str(2 * inputs.tp_size),
+            "--gpu-memory-utilization",
+            f"{inputs.gpu_memory_utilization}",
+            "--max-model-len",
+            str(inputs.max_model_len),
+            "--max-num-seqs",
+            str(inputs.max_num_seqs),
+        ]
+    return [
+        "--gpu-memory-utilization",
+        f"{util}",
+        "--max-model-len",
+        str(max_len),
+        "--max-num-seqs",
+        str(seqs),
+    ]
+
+
+def _reserve_needed_gib(spec: Spec) -> float:
+    """What other processes hold on the card before vLLM starts (0 when not given)."""
+    free_gib = spec.gpu.free_before_load_gib
+    return spec.gpu.memory_gib - free_gib if free_gib is not None else 0.0
+
+
+def _details(inputs: VllmInputs, alloc: VllmAllocation) -> dict[str, Any]:
+    """The pool's geometry as vLLM logs it."""
+    return {
+        "attention_block_size": alloc.block_size_tokens,
+        "page_bytes": alloc.page_bytes,
+        "kv_cache_groups": alloc.groups.attention_groups + alloc.groups.mamba_groups,
+        "num_blocks": alloc.num_blocks,
+        "blocks_per_request": alloc.blocks_per_request,
+        "max_concurrency": round(alloc.max_concurrency, 2),
+        "max_model_len": inputs.max_model_len,
+    }
+
+
 def plan_vllm(
     spec: Spec, shape: ModelShape, args: EffectiveArgs, measured: Mapping[str, float] | None = None
 ) -> Plan:
@@ -380,49 +551,8 @@ def plan_vllm(
         inputs = replace(inputs, max_model_len=alloc.largest_max_model_len)
         alloc = allocate(inputs)
     problems = _problems(inputs, alloc, spec)
-    measured_keys = dict(measured or {})
-    if spec.model.weights_gib is not None:
-        measured_keys["weights_gib"] = spec.model.weights_gib
-    source = "measured" if measured else "estimated"
+    measured_keys = _measured_keys(spec, measured)
     on_cpu = targets_cpu(spec.engine.env)
-    if on_cpu:
-        source = "config"
-
-    def source_of(key: str, otherwise: str = "estimated") -> str:
-        return "measured" if key in measured_keys else otherwise
-
-    terms = [
-        Term("requested (total x gpu_memory_utilization)", gib(alloc.requested_bytes), "config"),
-        Term("weights", gib(inputs.weights_bytes), source_of("weights_gib")),
-        Term("peak activation", gib(inputs.activation_peak_bytes), source_of("activation_peak_gib")),
-        Term("non-torch memory", gib(inputs.non_torch_bytes), source_of("non_torch_gib")),
-        Term("CUDA graph memory", gib(inputs.cudagraph_bytes), source_of("cudagraph_gib")),
-        Term(
-            "available KV cache memory",
-            gib(alloc.available_kv_bytes),
-            source_of("available_kv_gib", otherwise=source),
-        ),
-    ]
-    util, max_len, seqs = recommended_knobs(inputs, alloc)
-    recommended = [
-        "--gpu-memory-utilization",
-        f"{util}",
-        "--max-model-len",
-        str(max_len),
-        "--max-num-seqs",
-        str(seqs),
-    ]
-    if max_len == 0:  # no budget holds the weights: more GPUs, same limits
-        recommended = [
-            "--tensor-parallel-size",
-            str(2 * inputs.tp_size),
-            "--gpu-memory-utilization",
-            f"{inputs.gpu_memory_utilization}",
-            "--max-model-len",
-            str(inputs.max_model_len),
-            "--max-num-seqs",
-            str(inputs.max_num_seqs),
-        ]
     return Plan(
         engine="vllm",
         engine_version=spec.engine.version,
@@ -435,25 +565,13 @@ def plan_vllm(
         max_running_requests=inputs.max_num_seqs,
         mem_fraction_static=inputs.gpu_memory_utilization,
         reserve_gib=gib(inputs.gpu_total_bytes - alloc.requested_bytes),
-        reserve_needed_gib=(
-            spec.gpu.memory_gib - spec.gpu.free_before_load_gib
-            if spec.gpu.free_before_load_gib is not None
-            else 0.0
-        ),
+        reserve_needed_gib=_reserve_needed_gib(spec),
         problems=problems,
-        recommended_args=recommended,
-        terms=terms,
+        recommended_args=recommended_args(inputs, alloc),
+        terms=memory_terms(inputs, alloc, measured_keys, _kv_budget_source(spec, measured)),
         measured={k: float(v) for k, v in measured_keys.items() if isinstance(v, int | float)},
         notes=_notes(inputs, alloc, shape, args) + (_CPU_NOTES if on_cpu else []),
-        details={
-            "attention_block_size": alloc.block_size_tokens,
-            "page_bytes": alloc.page_bytes,
-            "kv_cache_groups": alloc.groups.attention_groups + alloc.groups.mamba_groups,
-            "num_blocks": alloc.num_blocks,
-            "blocks_per_request": alloc.blocks_per_request,
-            "max_concurrency": round(alloc.max_concurrency, 2),
-            "max_model_len": inputs.max_model_len,
-        },
+        details=_details(inputs, alloc),
     )
 
 

@@ -1,8 +1,9 @@
 """vLLM's memory arithmetic, one named quantity per function, bytes in and bytes out.
 
 Each docstring states the accounting rule and where vLLM applies it (paths are in the
-vllm 0.26.0 wheel; 0.32.0 is the same unless `vllm_lines` says otherwise). Nothing here
-reads files or knows about specs: `specpilot.plan.vllm` feeds it numbers.
+vllm 0.26.0 wheel; 0.32.0 is the same unless `specpilot.engines.vllm.releases` says
+otherwise). Nothing here reads files or knows about specs: `specpilot.plan.vllm` feeds it
+numbers.
 """
 
 from __future__ import annotations

