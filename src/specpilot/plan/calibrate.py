@@ -46,8 +46,11 @@ PREDICTED_KEYS = frozenset(
         "max_mamba_cache_size",
         "context_len",
         "max_model_len",
+        "k_cache_gib",
     }
 )
+#: the server's own settings as the log prints them: checked against the spec, not inputs
+SETTING_KEYS = frozenset({"tp_size"})
 
 
 def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str, float]]:
@@ -77,7 +80,9 @@ def calibrate_from_text(spec: Spec, text: str, source: str) -> tuple[Spec, dict[
     measured = {
         key: float(value)
         for key, value in facts.items()
-        if isinstance(value, int | float) and not isinstance(value, bool) and key not in PREDICTED_KEYS
+        if isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and key not in PREDICTED_KEYS | SETTING_KEYS
     }
     if not measured:
         raise UserError(
@@ -85,7 +90,7 @@ def calibrate_from_text(spec: Spec, text: str, source: str) -> tuple[Spec, dict[
             field="--from-log",
             fix=f"give the log of a {spec.engine.name} start that got at least past weight loading",
         )
-    refuse_foreign_log(spec, text, facts)
+    refuse_foreign_log(spec, facts)
     gpu, model = spec.gpu, spec.model
     if "free_before_load_gib" in measured:
         gpu = gpu.model_copy(update={"free_before_load_gib": measured["free_before_load_gib"]})
