@@ -17,20 +17,13 @@ from pathlib import Path
 
 from specpilot.errors import UserError
 from specpilot.plan.log_checks import refuse_foreign_log, refuse_other_engine, refuse_unfinished_load
+from specpilot.plan.sglang_log import parse_sglang_log
+from specpilot.plan.vllm_log import parse_vllm_log
 from specpilot.spec import Spec
 
 LogParser = Callable[[str], Mapping[str, object]]
-
-
-def _parser(engine: str) -> LogParser:
-    if engine == "sglang":
-        from specpilot.plan.sglang import parse_sglang_log
-
-        return parse_sglang_log
-    from specpilot.plan.vllm import parse_vllm_log
-
-    parser: LogParser = parse_vllm_log
-    return parser
+#: per engine, the reader of its log quantities (engines/<engine>/loglines.py)
+PARSERS: dict[str, LogParser] = {"sglang": parse_sglang_log, "vllm": parse_vllm_log}
 
 
 #: numbers a log prints that the plan predicts: comparing against them is the point,
@@ -76,7 +69,7 @@ def calibrate_from_text(spec: Spec, text: str, source: str) -> tuple[Spec, dict[
     """`calibrate_from_log` on a log already read (`source` names it in errors)."""
     refuse_other_engine(spec, text)
     refuse_unfinished_load(spec, text)
-    facts = _parser(spec.engine.name)(text)
+    facts = PARSERS[spec.engine.name](text)
     measured = {
         key: float(value)
         for key, value in facts.items()

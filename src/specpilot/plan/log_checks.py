@@ -2,10 +2,11 @@
 
 A log calibrates a plan only when it is a start of the same engine, release, model and
 parallelism that got past weight loading; otherwise its numbers would silently plan
-another server. Each engine's log is described as data (`LogSignature`): the lines only
-that engine prints, the lines that show weight loading finished, and where it prints
-its release, architecture and tensor parallelism. The model is also compared by its KV
-footprint per token, which fixes attention layers x KV heads x head size.
+another server. Each engine's log is described as data in `engines/<engine>/loglines.py`:
+the lines only that engine prints, the lines that show weight loading finished, and
+the quantities the parsed log carries (release, architecture, tensor parallelism). The
+model is also compared by its KV footprint per token, which fixes attention layers x KV
+heads x head size.
 """
 
 from __future__ import annotations
