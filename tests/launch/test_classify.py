@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.launch.classify import LogClassifier
-from specpilot.launch.signatures import ALL, Kind
+from specpilot.engines.signatures import Kind
+from specpilot.launch.classify import ALL, LogClassifier
 from tests.fakeengines.scenarios import SCENARIOS, Scenario
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.launch.classify import LogClassifier
-from specpilot.launch.signatures import ALL, Kind
+from specpilot.engines.signatures import Kind
+from specpilot.launch.classify import ALL, LogClassifier
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "engine_logs"
 SOURCE = "# source: "

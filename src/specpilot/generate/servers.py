@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from specpilot.engines.metrics import SpecMetric
+from specpilot.engines.sglang import metrics as sglang_metrics
+from specpilot.engines.vllm import metrics as vllm_metrics
+
 PROBE_PATHS = ("/v1/models", "/health")
 #: an smg router answers /health while it has no worker; /readiness is 503 then
 ROUTER_PROBE_PATHS = ("/readiness",)
@@ -92,20 +96,7 @@ async def probe(session: aiohttp.ClientSession, server: Server, timeout_s: float
     return False
 
 
-@dataclass(frozen=True)
-class SpecMetric:
-    """A Prometheus series an engine exports about speculative decoding."""
-
-    engine: str
-    accepted: str | None  # counter of accepted draft tokens
-    drafts: str | None  # counter of draft rounds (verify passes)
-    gauge: str | None = None  # or a gauge that is already the mean acceptance length
-
-
-SPEC_METRICS: tuple[SpecMetric, ...] = (
-    SpecMetric("vllm", "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total"),
-    SpecMetric("sglang", None, None, gauge="sglang:spec_accept_length"),
-)
+SPEC_METRICS: tuple[SpecMetric, ...] = (vllm_metrics.SPEC_ACCEPTANCE, sglang_metrics.SPEC_ACCEPTANCE)
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
 
 

@@ -1,13 +1,45 @@
-"""Compare what the engine allocated (parsed from its log) with what the plan predicted."""
+"""Compare what the engine allocated (read from its log) with what the plan predicted.
+
+The numbers are the engine's log quantities (`engines/<engine>/loglines.py`), read by
+the same reader calibration uses, so `up` and `plan --from-log` see the same values
+(the target's weights, not a speculative draft's).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-#: allocation names shared by the log signatures and Plan.to_json()
+from specpilot.engines.loglines import LogQuantity, Value
+from specpilot.engines.sglang import loglines as sglang_lines
+from specpilot.engines.vllm import loglines as vllm_lines
+
+LOG_QUANTITIES: dict[str, tuple[LogQuantity, ...]] = {
+    "sglang": sglang_lines.QUANTITIES,
+    "vllm": vllm_lines.QUANTITIES,
+}
+#: the quantities `up` reports, under the plan's name (Plan.to_json()) -> the log's name
+REPORTED: dict[str, str] = {
+    "kv_tokens": "kv_tokens",
+    "state_slots": "max_mamba_cache_size",
+    "max_running_requests": "max_running_requests",
+    "weights_gib": "weights_gib",
+    "max_concurrency": "max_concurrency",
+    "available_kv_gib": "available_kv_gib",
+}
+#: the reported numbers compared with the plan
 COMPARED = ("kv_tokens", "state_slots", "max_running_requests", "weights_gib")
 WARN_ABOVE_PCT = 5.0
+
+
+def allocations(values: Mapping[str, Value]) -> dict[str, int | float]:
+    """The reported numbers among a log's values, by the plan's names."""
+    found: dict[str, int | float] = {}
+    for name, key in REPORTED.items():
+        value = values.get(key)
+        if isinstance(value, int | float):
+            found[name] = value
+    return found
 
 
 def plan_diff(allocations: Mapping[str, float], plan: Mapping[str, Any] | None) -> list[dict[str, Any]]:

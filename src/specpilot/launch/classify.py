@@ -17,11 +17,15 @@ from collections import deque
 from dataclasses import dataclass
 
 from specpilot.engines.fix import Fix
+from specpilot.engines.loglines import ANSI, LogReading
+from specpilot.engines.sglang import signatures as sglang_signatures
+from specpilot.engines.signatures import SHARED, Kind, Signature, SignatureFix
+from specpilot.engines.vllm import signatures as vllm_signatures
+from specpilot.launch.allocations import LOG_QUANTITIES, REPORTED, allocations
 from specpilot.launch.outcome import describe_returncode
-from specpilot.launch.signatures import Kind, Signature, SignatureFix, for_engine
 
-#: colours anywhere in a line (vLLM colours its process prefixes and levels)
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: every signature: engine-specific ones before the shared ones
+ALL: tuple[Signature, ...] = sglang_signatures.SIGNATURES + vllm_signatures.SIGNATURES + SHARED
 #: what wraps an engine's own line, possibly nested: `docker compose` service prefixes
 #: ("sglang-1  | "), Ray / vLLM process prefixes ("(VllmWorker TP0 pid=77) "), torch's
 #: "[rank0]: " and SGLang's "[2025-01-01 10:00:00 TP0] " rank tags
@@ -46,7 +50,12 @@ _LEAD_LINES = 1
 def engine_text(line: str) -> str:
     """The engine's own text of a log line: without colours and without the prefixes a
     container runtime, Ray or a rank tag put in front, so signatures match it the same."""
-    return _WRAPPERS.sub("", _ANSI.sub("", line))
+    return _WRAPPERS.sub("", ANSI.sub("", line))
+
+
+def for_engine(engine: str) -> tuple[Signature, ...]:
+    """The signatures that apply to `engine`, engine-specific before shared ones."""
+    return tuple(sig for sig in ALL if sig.applies_to(engine))
 
 
 @dataclass(frozen=True)
@@ -85,12 +94,17 @@ class LogClassifier:
         self._plain: list[str] = []  # engine_text of each (what signatures see)
         self.phase: str = "starting"
         self.last_meaningful_line: str | None = None
-        self.allocations: dict[str, int | float] = {}
+        self._reading = LogReading(LOG_QUANTITIES[engine])
         self.ready_seen = False
         self.fatal_index: int | None = None  # index of the line that said "this failed"
         self._block_start: int | None = None
         self._handled = False  # inside an error report the engine handled (see _HANDLED)
         self._recent: deque[str] = deque(maxlen=50)
+
+    @property
+    def allocations(self) -> dict[str, int | float]:
+        """The numbers `up` reports, read as calibration reads them (first printing wins)."""
+        return allocations(self._reading.values)
 
     @property
     def fatal_seen(self) -> bool:
@@ -105,6 +119,8 @@ class LogClassifier:
         self._recent.append(printed)
         if line.strip():
             self.last_meaningful_line = printed
+        # every line, as calibration reads a saved log (the reader sees the rank tags)
+        read = [name for name, key in REPORTED.items() if key in self._reading.feed(printed)]
         if _HANDLED.search(line):
             self._handled = True
         elif self._handled and (_RECORD_START.search(line) or _RECORD_START.search(printed)):
@@ -115,16 +131,11 @@ class LogClassifier:
             self._block_start = max(0, index - _LEAD_LINES)
         elif self._serving and self.fatal_index is None and _INFO_LEVEL.search(line):
             self._block_start = None  # a request's traceback was handled: the server served on
-        event = LineEvent(kind=None)
+        event = LineEvent(Kind.ALLOCATION, read[0]) if read else LineEvent(kind=None)
         for sig in self._other:
-            match = sig.regex.search(line)
-            if match is None:
+            if sig.regex.search(line) is None:
                 continue
-            if sig.kind is Kind.ALLOCATION:
-                raw = match.group("value").replace(",", "")
-                self.allocations[sig.name] = float(raw) if "." in raw else int(raw)
-                event = LineEvent(Kind.ALLOCATION, sig.name) if event.kind is None else event
-            elif sig.kind is Kind.PROGRESS:
+            if sig.kind is Kind.PROGRESS:
                 self.phase = sig.name
                 self._block_start = None  # an earlier traceback was handled: the engine moved on
                 event = LineEvent(Kind.PROGRESS, sig.name)

@@ -17,20 +17,13 @@ from pathlib import Path
 
 from specpilot.errors import UserError
 from specpilot.plan.log_checks import refuse_foreign_log, refuse_other_engine, refuse_unfinished_load
+from specpilot.plan.sglang_log import parse_sglang_log
+from specpilot.plan.vllm_log import parse_vllm_log
 from specpilot.spec import Spec
 
 LogParser = Callable[[str], Mapping[str, object]]
-
-
-def _parser(engine: str) -> LogParser:
-    if engine == "sglang":
-        from specpilot.plan.sglang import parse_sglang_log
-
-        return parse_sglang_log
-    from specpilot.plan.vllm import parse_vllm_log
-
-    parser: LogParser = parse_vllm_log
-    return parser
+#: per engine, the reader of its log quantities (engines/<engine>/loglines.py)
+PARSERS: dict[str, LogParser] = {"sglang": parse_sglang_log, "vllm": parse_vllm_log}
 
 
 #: numbers a log prints that the plan predicts: comparing against them is the point,
@@ -46,8 +39,11 @@ PREDICTED_KEYS = frozenset(
         "max_mamba_cache_size",
         "context_len",
         "max_model_len",
+        "k_cache_gib",
     }
 )
+#: the server's own settings as the log prints them: checked against the spec, not inputs
+SETTING_KEYS = frozenset({"tp_size"})
 
 
 def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str, float]]:
@@ -73,11 +69,13 @@ def calibrate_from_text(spec: Spec, text: str, source: str) -> tuple[Spec, dict[
     """`calibrate_from_log` on a log already read (`source` names it in errors)."""
     refuse_other_engine(spec, text)
     refuse_unfinished_load(spec, text)
-    facts = _parser(spec.engine.name)(text)
+    facts = PARSERS[spec.engine.name](text)
     measured = {
         key: float(value)
         for key, value in facts.items()
-        if isinstance(value, int | float) and not isinstance(value, bool) and key not in PREDICTED_KEYS
+        if isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and key not in PREDICTED_KEYS | SETTING_KEYS
     }
     if not measured:
         raise UserError(
@@ -85,7 +83,7 @@ def calibrate_from_text(spec: Spec, text: str, source: str) -> tuple[Spec, dict[
             field="--from-log",
             fix=f"give the log of a {spec.engine.name} start that got at least past weight loading",
         )
-    refuse_foreign_log(spec, text, facts)
+    refuse_foreign_log(spec, facts)
     gpu, model = spec.gpu, spec.model
     if "free_before_load_gib" in measured:
         gpu = gpu.model_copy(update={"free_before_load_gib": measured["free_before_load_gib"]})

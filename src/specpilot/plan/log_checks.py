@@ -2,10 +2,11 @@
 
 A log calibrates a plan only when it is a start of the same engine, release, model and
 parallelism that got past weight loading; otherwise its numbers would silently plan
-another server. Each engine's log is described as data (`LogSignature`): the lines only
-that engine prints, the lines that show weight loading finished, and where it prints
-its release, architecture and tensor parallelism. The model is also compared by its KV
-footprint per token, which fixes attention layers x KV heads x head size.
+another server. Each engine's log is described as data in `engines/<engine>/loglines.py`:
+the lines only that engine prints, the lines that show weight loading finished, and
+the quantities the parsed log carries (release, architecture, tensor parallelism). The
+model is also compared by its KV footprint per token, which fixes attention layers x KV
+heads x head size.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from packaging.version import InvalidVersion, Version
 
 from specpilot.dtypes import DTYPE_BYTES
+from specpilot.engines.sglang import loglines as sglang_lines
+from specpilot.engines.vllm import loglines as vllm_lines
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape
 from specpilot.plan.effective import effective_args
@@ -31,7 +34,7 @@ FOOTPRINT_TOLERANCE = 0.05
 
 @dataclass(frozen=True)
 class LogSignature:
-    """How one engine's startup log reads."""
+    """How one engine's startup log reads (the lines are declared in its `loglines`)."""
 
     engine: str
     name: str
@@ -41,59 +44,14 @@ class LogSignature:
     loaded: tuple[re.Pattern[str], ...]
     #: the end-of-load line as a user finds it in the log
     loaded_line: str
-    architecture: re.Pattern[str]
-    tp_size: re.Pattern[str]
 
 
 SIGNATURES: dict[str, LogSignature] = {
     "sglang": LogSignature(
-        engine="sglang",
-        name="SGLang",
-        markers=(
-            re.compile(r"Load weight (?:begin|end)\."),
-            re.compile(r"KV Cache is allocated\."),
-            re.compile(r"max_total_num_tokens=\d+"),
-            re.compile(r"server_args=ServerArgs\("),
-        ),
-        loaded=(
-            re.compile(r"Load weight end\."),
-            re.compile(r"KV Cache is allocated\."),
-            re.compile(r"Mamba Cache is allocated\."),
-            re.compile(r"max_total_num_tokens=\d+"),
-            re.compile(r"max_running_requests is capped to \d+"),
-        ),
-        loaded_line="Load weight end.",
-        architecture=re.compile(r"Load weight end\..*?type=(\w+)"),
-        tp_size=re.compile(r"\btp_size=(\d+)"),
+        "sglang", "SGLang", sglang_lines.MARKERS, sglang_lines.LOADED, sglang_lines.LOADED_LINE
     ),
-    "vllm": LogSignature(
-        engine="vllm",
-        name="vLLM",
-        markers=(
-            re.compile(r"Model loading took"),
-            re.compile(r"GPU KV cache size: [0-9,]+ tokens"),
-            re.compile(r"Available KV cache memory"),
-            re.compile(r"vLLM API server version"),
-            re.compile(r"LLM engine \(v[0-9]"),
-            re.compile(r"Resolved architecture: \w+"),
-            re.compile(r"worker init memory snapshot"),
-            re.compile(r"Chunked prefill is enabled with max_num_batched_tokens"),
-        ),
-        loaded=(
-            re.compile(r"Model loading took"),
-            re.compile(r"Available KV cache memory"),
-            re.compile(r"GPU KV cache size"),
-            re.compile(r"set \([0-9.]+/[0-9.]+\) GiB for KV cache"),
-        ),
-        loaded_line="Model loading took",
-        architecture=re.compile(r"Resolved architecture: (\w+)"),
-        tp_size=re.compile(r"\btensor_parallel_size=(\d+)"),
-    ),
+    "vllm": LogSignature("vllm", "vLLM", vllm_lines.MARKERS, vllm_lines.LOADED, vllm_lines.LOADED_LINE),
 }
-
-_SGLANG_K_SIZE = re.compile(
-    r"KV Cache is allocated\. dtype: torch\.(\w+), #tokens: (\d+), K size: ([0-9.]+) ?GB"
-)
 
 
 def _found(patterns: tuple[re.Pattern[str], ...], text: str) -> bool:
@@ -144,17 +102,17 @@ def refuse_other_release(spec: Spec, logged_version: object) -> None:
     )
 
 
-def refuse_other_parallelism(spec: Spec, shape: ModelShape, text: str) -> None:
+def refuse_other_parallelism(spec: Spec, shape: ModelShape, facts: Mapping[str, object]) -> None:
     """Weights per GPU follow tensor parallelism: a log of another TP size calibrates wrongly."""
-    match = SIGNATURES[spec.engine.name].tp_size.search(text)
-    if match is None:
+    logged = facts.get("tp_size")
+    if logged is None:
         return
     args = effective_args(spec, shape)
     planned = args.get_int("tp_size") or args.get_int("tensor_parallel_size")
-    if planned is None or int(match.group(1)) == planned:
+    if planned is None or logged == planned:
         return
     raise UserError(
-        f"the log's server ran with tensor parallel size {match.group(1)}; the spec's runs with {planned}",
+        f"the log's server ran with tensor parallel size {logged}; the spec's runs with {planned}",
         field=FIELD,
         fix=f"give the log of a start with tensor parallel size {planned}, or set it in [engine] args",
     )
@@ -168,13 +126,12 @@ def _family(architecture: str) -> str:
     return _HEAD_SUFFIX.sub("", architecture)
 
 
-def refuse_other_architecture(spec: Spec, shape: ModelShape, text: str) -> None:
-    match = SIGNATURES[spec.engine.name].architecture.search(text)
-    if match is None or _family(match.group(1)) == _family(shape.architecture):
+def refuse_other_architecture(spec: Spec, shape: ModelShape, facts: Mapping[str, object]) -> None:
+    logged = facts.get("architecture")
+    if not isinstance(logged, str) or _family(logged) == _family(shape.architecture):
         return
     raise UserError(
-        f"the log's model is a {match.group(1)}; "
-        f"the spec's model ({spec.model.path}) is a {shape.architecture}",
+        f"the log's model is a {logged}; the spec's model ({spec.model.path}) is a {shape.architecture}",
         field=FIELD,
         fix="give the log of a start of the [model] path's model, or set [model] path to the log's model",
     )
@@ -199,16 +156,17 @@ def _refuse_footprint(spec: Spec, shape: ModelShape, logged: float, planned: flo
     )
 
 
-def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, text: str) -> None:
+def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, facts: Mapping[str, object]) -> None:
     """SGLang prints the target's K cache size and token count: K bytes per token per GPU."""
     from specpilot.plan import sglang_quantities as q
     from specpilot.plan.sglang import planner_settings
 
-    match = _SGLANG_K_SIZE.search(text)
+    dtype, tokens, k_gib = facts.get("kv_dtype"), facts.get("kv_tokens"), facts.get("k_cache_gib")
     # MLA caches a latent, and sliding-window layers get their own smaller pool: skipped
-    if match is None or shape.kv_lora_rank or shape.sliding_attention_layers:
+    if shape.kv_lora_rank or shape.sliding_attention_layers:
         return
-    dtype, tokens, k_gib = match.group(1), int(match.group(2)), float(match.group(3))
+    if not isinstance(dtype, str) or not isinstance(tokens, int) or not isinstance(k_gib, float):
+        return
     if dtype not in DTYPE_BYTES or not tokens or not k_gib:
         return
     s = planner_settings(spec, shape, effective_args(spec, shape))
@@ -232,15 +190,15 @@ def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, facts: Mapping[st
     _refuse_footprint(spec, shape, available * GIB / tokens, planned, "KV cache")
 
 
-def refuse_foreign_log(spec: Spec, text: str, facts: Mapping[str, object]) -> None:
+def refuse_foreign_log(spec: Spec, facts: Mapping[str, object]) -> None:
     """The checks of a parsed log of this engine, past weight loading, against the spec."""
     from specpilot.models.shape import load_model_shape
 
     refuse_other_release(spec, facts.get("version"))
     shape = load_model_shape(spec.model_dir())
-    refuse_other_architecture(spec, shape, text)
-    refuse_other_parallelism(spec, shape, text)
+    refuse_other_architecture(spec, shape, facts)
+    refuse_other_parallelism(spec, shape, facts)
     if spec.engine.name == "sglang":
-        refuse_other_sglang_footprint(spec, shape, text)
+        refuse_other_sglang_footprint(spec, shape, facts)
     else:
         refuse_other_vllm_footprint(spec, shape, facts)

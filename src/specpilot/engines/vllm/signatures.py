@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specpilot.launch.signatures.base import Kind, Signature, SignatureFix
+from specpilot.engines.signatures import Kind, Signature, SignatureFix
 
 _V = "vllm"
 
@@ -17,15 +17,6 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(_V, Kind.PROGRESS, "graphs_captured", r"Graph capturing finished"),
     Signature(_V, Kind.PROGRESS, "engine_initialized", r"init engine \(profile, create kv cache"),
     Signature(_V, Kind.PROGRESS, "http_server", r"Starting vLLM (?:API )?server on"),
-    Signature(_V, Kind.ALLOCATION, "kv_tokens", r"[GC]PU KV cache size: (?P<value>[\d,]+) tokens"),
-    Signature(
-        _V,
-        Kind.ALLOCATION,
-        "max_concurrency",
-        r"Maximum concurrency for [\d,]+ tokens per request: (?P<value>[\d.]+)x",
-    ),
-    Signature(_V, Kind.ALLOCATION, "weights_gib", r"Model loading took (?P<value>[\d.]+) GiB"),
-    Signature(_V, Kind.ALLOCATION, "available_kv_gib", r"Available KV cache memory: (?P<value>[\d.]+) GiB"),
     Signature(
         _V,
         Kind.FATAL,

@@ -5,7 +5,7 @@ Each line was seen in public engine logs; `source` names one place.
 
 from __future__ import annotations
 
-from specpilot.launch.signatures.base import Kind, Signature, SignatureFix
+from specpilot.engines.signatures import Kind, Signature, SignatureFix
 
 _S = "sglang"
 
@@ -20,12 +20,6 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(_S, Kind.PROGRESS, "cuda_graph_capture", r"Capture (?:[\w ]+ )?(?:cuda|CUDA) graph begin"),
     Signature(_S, Kind.PROGRESS, "graphs_captured", r"Capture (?:[\w ]+ )?(?:cuda|CUDA) graph end"),
     Signature(_S, Kind.PROGRESS, "http_server", r"Uvicorn running on|Started server process"),
-    # allocation numbers, compared with the plan
-    Signature(_S, Kind.ALLOCATION, "kv_tokens", r"max_total_num_tokens=(?P<value>\d+)"),
-    Signature(_S, Kind.ALLOCATION, "kv_tokens", r"KV Cache is allocated\..*#tokens: (?P<value>\d+)"),
-    Signature(_S, Kind.ALLOCATION, "state_slots", r"max_mamba_cache_size: (?P<value>\d+)"),
-    Signature(_S, Kind.ALLOCATION, "max_running_requests", r"max_running_requests=(?P<value>\d+)"),
-    Signature(_S, Kind.ALLOCATION, "weights_gib", r"Load weight end\..*mem usage=(?P<value>[\d.]+) GB"),
     # fatal, specific first (tried in order over the whole error text)
     Signature(
         _S,

@@ -1,0 +1,13 @@
+"""vLLM's Prometheus series that specpilot reads (`/metrics`)."""
+
+from __future__ import annotations
+
+from specpilot.engines.metrics import SpecMetric
+
+#: counters; prometheus_client adds "_total" to a counter's declared name
+SPEC_ACCEPTANCE = SpecMetric(
+    "vllm",
+    accepted="vllm:spec_decode_num_accepted_tokens_total",
+    drafts="vllm:spec_decode_num_drafts_total",
+    source="https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/spec_decode/metrics.py#L229",
+)
