@@ -112,6 +112,7 @@ def test_updates_change_only_what_they_say() -> None:
         "ready",
         4321,
     )
+    assert stopped.to_json()["stopped_at"] == 5.0  # the key `down` always wrote
     ended = state.ended("failed", "oom", allocations={"weights_gib": 15.2}, exit_status=1)
     assert (ended.phase, ended.cause, ended.allocations, ended.exit_status) == (
         "failed",
