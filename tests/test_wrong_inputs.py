@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from tests.generate.fake_server import FakeServer
+from tests.launch.helpers import ready_state
 
 GOOD_SPEC = """
 name = "demo"
@@ -231,7 +232,7 @@ def run_state(tmp: Path, phase: str) -> str:
     """A run named `old` in this test's registry, in the given phase."""
     state = tmp / "state" / "runs" / "old" / "state.json"
     state.parent.mkdir(parents=True)
-    state.write_text(json.dumps({"name": "old", "phase": phase, "endpoint": "http://127.0.0.1:1"}))
+    state.write_text(json.dumps(ready_state("old", phase=phase, endpoint="http://127.0.0.1:1").to_json()))
     return "old"
 
 

@@ -19,6 +19,8 @@ from specpilot.generate.client import (
 from specpilot.generate.endpoints import endpoint_of_run, normalize_url, resolve_endpoints
 from specpilot.generate.servers import SpecTracker, parse_metrics
 from specpilot.generate.validate import answer_flags, flag_bits
+from specpilot.launch.state import write_state
+from tests.launch.helpers import ready_state
 
 
 def _response(message: dict[str, object], **extra: object) -> bytes:
@@ -108,16 +110,10 @@ def test_endpoint_urls_and_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path))
     with pytest.raises(UserError, match="no run named 'q'"):
         endpoint_of_run("q")
-    state = tmp_path / "runs" / "q" / "state.json"
-    state.parent.mkdir(parents=True)
-    state.write_text(
-        json.dumps({"name": "q", "endpoint": "http://h:1", "phase": "starting", "served_model_name": "qwen"})
-    )
+    write_state(ready_state("q", endpoint="http://h:1", phase="starting", served_model_name="qwen"))
     with pytest.raises(UserError, match="not ready"):
         endpoint_of_run("q")
-    state.write_text(
-        json.dumps({"name": "q", "endpoint": "http://h:1/v1", "phase": "ready", "served_model_name": "qwen"})
-    )
+    write_state(ready_state("q", endpoint="http://h:1/v1", served_model_name="qwen"))
     assert endpoint_of_run("q").base_url == "http://h:1"
     assert endpoint_of_run("q").served_model_name == "qwen"
     with pytest.raises(UserError, match="no server given"):

@@ -14,8 +14,10 @@ from click.testing import CliRunner
 from specpilot.cli import cli
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.launch.state import write_state
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import CUT_MARKER, FATAL_MARKER, FakeServer, Faults, answer_for
+from tests.launch.helpers import ready_state
 
 
 def _config(tmp_path: Path, servers: list[FakeServer], rows: int, **extra: Any) -> JobConfig:
@@ -306,13 +308,7 @@ def test_job_stops_when_every_row_fails_from_the_start(tmp_path: Path) -> None:
 def test_run_name_gives_endpoint_and_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = FakeServer().start()
     monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path / "home"))
-    state = tmp_path / "home" / "runs" / "qwen" / "state.json"
-    state.parent.mkdir(parents=True)
-    state.write_text(
-        json.dumps(
-            {"name": "qwen", "endpoint": server.url, "phase": "ready", "served_model_name": "served-qwen"}
-        )
-    )
+    write_state(ready_state("qwen", endpoint=server.url, served_model_name="served-qwen"))
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(5))
     try:
         result = CliRunner().invoke(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from specpilot.errors import UserError
-from specpilot.hosts import LocalHost, SSHHost, open_host
+from specpilot.hosts import LocalHost, SSHHost, open_host, open_host_section
 from specpilot.hosts.errors import BadTarget
 from specpilot.hosts.target import Target, parse_target
+from specpilot.spec import HostSection
 
 
 @pytest.mark.parametrize(
@@ -62,3 +63,13 @@ def test_open_host_picks_the_implementation() -> None:
     assert remote.target == "ssh://u@h:2"
     with pytest.raises(BadTarget):
         open_host("ssh:/x")
+
+
+def test_a_host_section_opens_the_host_it_names() -> None:
+    assert isinstance(open_host_section(HostSection()), LocalHost)
+    remote = open_host_section(
+        HostSection(target="ssh://u@h:2", identity_file="/k", accept_new_host_key=True)
+    )
+    assert isinstance(remote, SSHHost) and remote.target == "ssh://u@h:2"
+    with pytest.raises(BadTarget):
+        open_host_section(HostSection(target="ssh:/x"))

@@ -10,7 +10,10 @@ from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
 from specpilot.cli import commands as registry
+from specpilot.launch.state import write_state
+from specpilot.spec import HostSection
 from tests.launch.conftest import SpecFactory
+from tests.launch.helpers import ready_state
 
 UP_KEYS = {
     "name",
@@ -136,11 +139,9 @@ def test_runs_lists_phase_endpoint_and_age(make_spec: SpecFactory, run_home: Pat
 
 
 def test_runs_shows_a_vanished_local_process_as_exited(run_home: Path) -> None:
-    from specpilot.launch.state import write_state
-
     # 2**22 + 7 is above the kernel's largest pid (pid_max <= 2**22): no such process
-    write_state({"name": "gone", "phase": "ready", "target": "local", "pid": 2**22 + 7, "started_at": 0})
-    write_state({"name": "far", "phase": "ready", "target": "ssh://gpu@10.0.0.9", "pid": 2**22 + 7})
+    write_state(ready_state("gone", pid=2**22 + 7, started_at_s=0.0))
+    write_state(ready_state("far", host=HostSection(target="ssh://gpu@10.0.0.9"), pid=2**22 + 7))
     listed = {r["name"]: r for r in json.loads(run("runs", "--json").output)}
     assert listed["gone"]["phase"] == "exited"
     assert listed["far"]["phase"] == "ready"  # a remote run keeps its recorded phase

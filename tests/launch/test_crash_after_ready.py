@@ -48,11 +48,11 @@ def test_status_reports_the_crash_after_ready_and_records_it(
                 break
             time.sleep(0.05)
         assert after.crash is not None
-        assert (after.phase, after.cause, after.crash["signature"]) == ("failed", "crash", "engine_dead")
-        assert DIED in after.crash["line"]
+        assert (after.phase, after.cause, after.crash.signature) == ("failed", "crash", "engine_dead")
+        assert DIED in after.crash.line
         assert not after.serving  # the engine process lingers and /health still answers
         state = read_state(spec.name)
-        assert (state["phase"], state["cause"]) == ("failed", "crash")
+        assert (state.phase, state.cause) == ("failed", "crash")
     finally:
         asyncio.run(run_down(spec.name, timeout_s=5.0))
 
@@ -114,7 +114,7 @@ def test_generate_stops_with_the_cause_when_its_run_crashes(
         assert DIED in summary["message"]
         # nothing answered; the rows wait for the resume (in flight ones are requeued then)
         assert (summary["done"], summary["failed"], summary["in_flight"] + summary["pending"]) == (0, 0, 5)
-        assert read_state(spec.name)["phase"] == "failed"
+        assert read_state(spec.name).phase == "failed"
     finally:
         asyncio.run(run_down(spec.name, timeout_s=5.0))
 

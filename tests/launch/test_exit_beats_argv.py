@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.hosts import open_host
 from specpilot.launch.ops import run_status
-from specpilot.launch.preflight import open_host
 from specpilot.launch.verify import check_live, running, wait_for_argv
 from tests.fixtures.sshd import SshdServer, start_sshd, stop_sshd
 from tests.launch.conftest import FAKES, SpecFactory
@@ -97,7 +97,7 @@ def test_ssh_fast_exit_is_its_logged_cause_never_a_mismatch(
     host = {"target": server.target, "identity_file": server.identity_file, "known_hosts": server.known_hosts}
     env = {"SPECPILOT_FAKE_ORPHAN": "1"} if orphan else {}
     spec = make_spec(SCENARIO, name=f"exit-ssh-{orphan}".lower(), env=env, host=host)
-    ssh = open_host(server.target, {"identity_file": server.identity_file, "known_hosts": server.known_hosts})
+    ssh = open_host(server.target, identity_file=server.identity_file, known_hosts=server.known_hosts)
     result = up(spec, host=ssh)
     assert (result.phase, result.cause) == ("failed", "config"), result.error
     assert result.error is not None and "is not compatible with radix cache" in result.error
@@ -118,7 +118,7 @@ def test_a_zombie_is_exited_for_the_verifier_not_a_mismatch() -> None:
     planned = ["python3", "-m", "sglang.launch_server", "--port", "30000"]
 
     async def verdicts() -> tuple[object, ...]:
-        host = open_host("local", {})
+        host = open_host("local")
         try:
             return (
                 await check_live(host, child.pid, planned, {"PATH": "/usr/bin"}),

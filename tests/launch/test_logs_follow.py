@@ -23,7 +23,7 @@ def test_follow_keeps_going_while_the_engine_runs_and_ends_when_it_stops(
     spec = make_spec("sglang_ready", name="follow-me")
     result = up(spec)
     assert result.phase == "ready", result.error
-    log_path = Path(read_state(spec.name)["log_path"])
+    log_path = Path(read_state(spec.name).log_path)
 
     async def follow_then_stop() -> bytes:
         seen = b""

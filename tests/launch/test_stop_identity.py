@@ -17,8 +17,9 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.launch.ops import run_down, run_status
-from specpilot.launch.state import write_state
+from specpilot.launch.state import RunState, write_state
 from specpilot.launch.stop import _GROUP_SCRIPT, STOP_OUTCOMES
+from specpilot.spec import HostSection
 
 ENGINE_ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--port", "30000"]
 
@@ -39,27 +40,30 @@ def unrelated() -> Iterator[subprocess.Popen[bytes]]:
         process.wait()
 
 
-def stale_state(name: str, pid: int, run_home: Path, **recorded: Any) -> None:
+def stale_state(name: str, pid: int, run_home: Path, start_ticks: int | None = None) -> None:
     """A ready run whose engine is gone and whose pid the kernel gave to `pid`."""
     run_dir = run_home / ".specpilot" / "runs" / name
     run_dir.mkdir(parents=True)
     (run_dir / "engine.log").write_text("The server is fired up and ready to roll!\n")
     write_state(
-        {
-            "name": name,
-            "target": "local",
-            "host_options": {},
-            "remote_dir": str(run_dir),
-            "log_path": str(run_dir / "engine.log"),
-            "exit_path": str(run_dir / "exit"),
-            "pid": pid,
-            "pgid": pid,
-            "argv": ENGINE_ARGV,
-            "endpoint": "http://127.0.0.1:9",
-            "phase": "ready",
-            "started_at": time.time() - 60,
-            **recorded,
-        }
+        RunState(
+            name=name,
+            host=HostSection(target="local"),
+            remote_dir=str(run_dir),
+            log_path=str(run_dir / "engine.log"),
+            exit_path=str(run_dir / "exit"),
+            pid=pid,
+            pgid=pid,
+            start_ticks=start_ticks,
+            argv=tuple(ENGINE_ARGV),
+            endpoint="http://127.0.0.1:9",
+            served_model_name=None,
+            engine="sglang",
+            engine_version="0.5.10",
+            phase="ready",
+            cause="ready",
+            started_at_s=time.time() - 60,
+        )
     )
 
 
@@ -70,8 +74,8 @@ def test_a_recycled_pid_is_neither_alive_nor_signalled(
     run_home: Path, unrelated: subprocess.Popen[bytes], start_time_recorded: bool
 ) -> None:
     # the run's engine started before the process that holds its pid now
-    recorded = {"start_ticks": start_ticks(unrelated.pid) - 1} if start_time_recorded else {}
-    stale_state("stale", unrelated.pid, run_home, **recorded)
+    recorded = start_ticks(unrelated.pid) - 1 if start_time_recorded else None
+    stale_state("stale", unrelated.pid, run_home, start_ticks=recorded)
     status = asyncio.run(run_status("stale"))
     assert (status.alive, status.pid_reused, status.phase) == (False, True, "exited")
     assert not status.serving

@@ -15,7 +15,7 @@ import pytest
 from specpilot.hosts.errors import HostConnectionLost
 from specpilot.hosts.local import LocalHost
 from specpilot.launch.ops import run_down, run_status, stream_log
-from specpilot.launch.state import read_state
+from specpilot.launch.state import read_state, state_path
 from specpilot.launch.supervisor import UpOptions
 from tests.fakeengines.scenarios import SCENARIOS
 from tests.launch.conftest import FAKES, SpecFactory
@@ -41,7 +41,7 @@ def test_failure_is_classified_fast_with_the_whole_error_and_nothing_left(
     assert result.error is not None and fatal_text.split("{")[0][:60] in result.error
     assert result.pid is not None and not group_alive(result.pid)
     assert mark.exists() and not mark.with_name(mark.name + ".ended").exists()
-    assert read_state(spec.name)["phase"] == "failed"
+    assert read_state(spec.name).phase == "failed"
 
 
 def test_ready_then_status_logs_down_from_the_state_file(make_spec: SpecFactory, run_home: Path) -> None:
@@ -58,8 +58,8 @@ def test_ready_then_status_logs_down_from_the_state_file(make_spec: SpecFactory,
         assert status.alive and status.serving and status.phase == "ready"
         assert any("ready to roll" in line for line in status.last_lines)
         state = read_state(spec.name)
-        assert state["endpoint"] == f"http://127.0.0.1:{spec.server.port}"
-        assert state["served_model_name"] == "fake-model"
+        assert state.endpoint == f"http://127.0.0.1:{spec.server.port}"
+        assert state.served_model_name == "fake-model"
 
         async def whole_log() -> bytes:
             return b"".join([chunk async for chunk in stream_log(spec.name, follow=False)])
@@ -147,7 +147,7 @@ def test_secrets_reach_the_process_but_no_file_or_output(
     try:
         # ready means the live argv and env matched the plan: the engine got the real values
         assert result.phase == "ready", result.error
-        state_text = json.dumps(read_state(spec.name))
+        state_text = state_path(spec.name).read_text()
         run_dir = Path(result.remote_dir or "")
         assert (run_dir / "env").read_text().count("HF_TOKEN=${HF_TOKEN}") == 1
         assert '--api-key "${SPECPILOT_ARG_API_KEY}"' in (run_dir / "launch.sh").read_text()
@@ -176,5 +176,5 @@ def test_losing_the_log_stream_fails_the_start_and_stops_the_engine(
     with pytest.raises(HostConnectionLost):
         up(spec, host=LogStreamDrops())
     state = read_state(spec.name)
-    assert state["phase"] == "failed"
-    assert not group_alive(int(state["pid"]))
+    assert state.phase == "failed"
+    assert not group_alive(state.pid)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.hosts import open_host
 from specpilot.hosts.base import Host
 from specpilot.launch.ops import run_down, run_status
-from specpilot.launch.preflight import open_host
 from specpilot.launch.state import read_state
 from specpilot.launch.supervisor import UpOptions
 from specpilot.spec import Spec
@@ -49,7 +49,7 @@ def ssh_spec(make_spec: SpecFactory, sshd: SshdServer, run_home: Path) -> Iterat
 
 
 def ssh_host(sshd: SshdServer) -> Host:
-    return open_host(sshd.target, {"identity_file": sshd.identity_file, "known_hosts": sshd.known_hosts})
+    return open_host(sshd.target, identity_file=sshd.identity_file, known_hosts=sshd.known_hosts)
 
 
 def test_ready_status_down_over_ssh(ssh_spec: SpecFactory, sshd: SshdServer) -> None:
@@ -59,7 +59,7 @@ def test_ready_status_down_over_ssh(ssh_spec: SpecFactory, sshd: SshdServer) -> 
     assert result.pid is not None
     try:
         state = read_state(spec.name)
-        assert state["target"] == sshd.target  # status/down reconnect from the state alone
+        assert state.host.target == sshd.target  # status/down reconnect from the state alone
         status = asyncio.run(run_status(spec.name))
         assert status.alive and status.serving
     finally:
@@ -113,7 +113,7 @@ def test_crash_after_ready_over_ssh_is_reported_by_status(
                 break
             time.sleep(0.05)
         assert status.crash is not None
-        assert (status.phase, status.crash["signature"]) == ("failed", "engine_dead")
-        assert read_state(spec.name)["cause"] == "crash"
+        assert (status.phase, status.crash.signature) == ("failed", "engine_dead")
+        assert read_state(spec.name).cause == "crash"
     finally:
         asyncio.run(run_down(spec.name, timeout_s=10.0))

@@ -50,7 +50,7 @@ def test_real_vllm_cpu_reaches_ready_verified_then_status_and_down(
         assert result.allocations["kv_tokens"] > 0  # "CPU KV cache size: N tokens"
         status = asyncio.run(run_status(spec.name))
         assert status.alive and status.serving
-        assert read_state(spec.name)["served_model_name"] == "tiny"
+        assert read_state(spec.name).served_model_name == "tiny"
     finally:
         down = asyncio.run(run_down(spec.name, timeout_s=30.0))
     assert down["stopped"] in ("terminated", "killed")

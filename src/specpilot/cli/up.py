@@ -17,9 +17,10 @@ from rich.text import Text
 
 from specpilot.engines.fix import Fix
 from specpilot.errors import UserError
+from specpilot.hosts import open_host_section
 from specpilot.launch.ops import run_down, run_status, stream_log
 from specpilot.launch.outcome import UpResult, describe_returncode
-from specpilot.launch.preflight import Preflight, open_host, run_preflight
+from specpilot.launch.preflight import Preflight, run_preflight
 from specpilot.launch.replan import Replan, replan, replan_reason
 from specpilot.launch.state import check_run_name, read_state
 from specpilot.launch.stop import STOP_OUTCOMES
@@ -111,15 +112,7 @@ def _render_result(result: UpResult, console: Console) -> None:
 
 
 async def _up(spec: Spec, pre: Preflight, as_json: bool, console: Console) -> UpResult:
-    host = open_host(
-        spec.host.target,
-        {
-            "identity_file": spec.host.identity_file,
-            "known_hosts": spec.host.known_hosts,
-            "ssh_config": spec.host.ssh_config,
-            "accept_new_host_key": spec.host.accept_new_host_key,
-        },
-    )
+    host = open_host_section(spec.host)
     try:
         if as_json:
             return await launch(spec, host, plan_json=pre.plan_json)
@@ -253,7 +246,7 @@ def _refuse_if_running(name: str) -> None:
         state = read_state(name)
     except UserError:
         return
-    if state.get("phase") not in ("starting", "ready"):
+    if state.phase not in ("starting", "ready"):
         return
     status = asyncio.run(run_status(name, lines=0))
     if status.alive:
@@ -293,7 +286,7 @@ def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
         uptime = f"up {result.uptime_s:.0f} s" if result.uptime_s is not None else ""
         console.print(f"[bold]{name}[/]  {result.phase}  pid {result.pid} {alive}  {uptime}")
         if result.crash is not None:
-            console.print(f"[bold red]{result.crash['cause']}[/] after ready: {result.crash['line']}")
+            console.print(f"[bold red]{result.crash.cause}[/] after ready: {result.crash.line}")
         if result.pid_reused:
             console.print(f"pid {result.pid} now belongs to another process: the run's own is gone")
         if result.exit_status is not None:

@@ -9,21 +9,30 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.errors import SpecpilotError
+from specpilot.errors import SpecpilotError, UserError
 from specpilot.fleet.router import RouterClient, Worker, running
-from specpilot.fleet.state import read_fleet, write_fleet
+from specpilot.fleet.state import fleet_path, read_fleet, write_fleet
+from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostError
 from specpilot.launch.ops import run_down, run_status
-from specpilot.launch.preflight import open_host
-from specpilot.launch.state import state_path
+from specpilot.launch.state import DamagedState, host_from_json, state_path
 from specpilot.launch.stop import stop_group
 
 STOP_TIMEOUT_S = 30.0
 
 
 def router_host(record: dict[str, Any]) -> Host:
-    return open_host(str(record.get("router_target", "local")), dict(record.get("router_host_options") or {}))
+    try:
+        place = host_from_json(record.get("router_target", "local"), record.get("router_host_options"))
+    except DamagedState as err:
+        path = fleet_path(str(record.get("name")))
+        raise UserError(
+            f"{path}: the router's host is damaged ({err})",
+            field="NAME",
+            fix=f"stop the router by hand and delete {path}, then start the fleet again",
+        ) from None
+    return open_host_section(place)
 
 
 async def router_running(record: dict[str, Any]) -> bool:

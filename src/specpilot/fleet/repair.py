@@ -21,9 +21,10 @@ from specpilot.fleet.ops import router_alive
 from specpilot.fleet.router import RouterClient
 from specpilot.fleet.spec import Fleet, Member, load_fleet
 from specpilot.fleet.state import read_fleet
-from specpilot.fleet.up import host_options, spec_digest
+from specpilot.fleet.up import spec_digest
+from specpilot.hosts import open_host_section
 from specpilot.launch.ops import run_status
-from specpilot.launch.preflight import open_host, run_preflight
+from specpilot.launch.preflight import run_preflight
 from specpilot.launch.state import state_path
 from specpilot.launch.supervisor import launch
 
@@ -92,7 +93,7 @@ async def repair_fleet(
                 repair.restarts += 1
                 restarts[member.name] = repair.restarts
                 say(f"{member.name}: not serving; restart {repair.restarts} of {max_restarts}")
-                host = open_host(member.spec.host.target, host_options(member.spec))
+                host = open_host_section(member.spec.host)
                 try:
                     result = await launch(member.spec, host, plan_json=plans[member.gpu_key])
                 finally:

@@ -30,12 +30,14 @@ from specpilot.fleet.router import (
 )
 from specpilot.fleet.spec import Fleet, Member
 from specpilot.fleet.state import fleet_path, write_fleet
+from specpilot.hosts import open_host_section
 from specpilot.hosts.errors import HostError
 from specpilot.hosts.target import parse_target
 from specpilot.launch.ops import run_down
-from specpilot.launch.preflight import Preflight, open_host, run_preflight
+from specpilot.launch.preflight import Preflight, run_preflight
+from specpilot.launch.state import host_options_json
 from specpilot.launch.supervisor import launch
-from specpilot.spec import Spec
+from specpilot.spec import HostSection
 
 #: how long `up` waits for a host to answer a first command
 REACH_TIMEOUT_S = 30.0
@@ -67,15 +69,6 @@ class FleetOutcome:
     @property
     def registered(self) -> int:
         return sum(1 for m in self.members if m.phase == "registered")
-
-
-def host_options(spec: Spec) -> dict[str, Any]:
-    return {
-        "identity_file": spec.host.identity_file,
-        "known_hosts": spec.host.known_hosts,
-        "ssh_config": spec.host.ssh_config,
-        "accept_new_host_key": spec.host.accept_new_host_key,
-    }
 
 
 def preflight_per_gpu(fleet: Fleet, say: Say) -> dict[tuple[float, str | None, int], Preflight]:
@@ -120,7 +113,7 @@ async def check_reachable(fleet: Fleet) -> None:
     """Every host answers a first command, before anything starts."""
 
     async def reach(member: Member) -> None:
-        host = open_host(member.spec.host.target, host_options(member.spec))
+        host = open_host_section(member.spec.host)
         try:
             async with asyncio.timeout(REACH_TIMEOUT_S):
                 await host.run(["true"])
@@ -151,7 +144,7 @@ async def check_members_not_running(fleet: Fleet) -> None:
     for member in fleet.members:
         if not state_path(member.name).exists():
             continue
-        if read_state(member.name).get("phase") not in ("starting", "ready"):
+        if read_state(member.name).phase not in ("starting", "ready"):
             continue
         status = await run_status(member.name, lines=0)
         if status.alive:
@@ -162,16 +155,18 @@ async def check_members_not_running(fleet: Fleet) -> None:
             )
 
 
-def router_place(fleet: Fleet) -> tuple[str, dict[str, Any], str]:
-    """(target, host options, smg executable) of the router: the controller by default."""
+def router_place(fleet: Fleet) -> tuple[HostSection, str]:
+    """(host, smg executable) of the router: the controller by default, reached as the
+    server spec's [host] says."""
     local = parse_target(fleet.router.target).kind == "local"
     smg = fleet.router.smg or (find_smg() if local else "smg")
-    return fleet.router.target, host_options(fleet.server), smg
+    return fleet.server.host.model_copy(update={"target": fleet.router.target}), smg
 
 
-async def check_router_place(fleet: Fleet, target: str, options: dict[str, Any], smg: str) -> None:
+async def check_router_place(fleet: Fleet, place: HostSection, smg: str) -> None:
     """`smg` there and new enough, its ports free (the bind test locally, the listeners remotely)."""
-    host = open_host(target, options)
+    target = place.target
+    host = open_host_section(place)
     try:
         try:
             await smg_version(host, smg)
@@ -203,8 +198,8 @@ def check_inputs(fleet: Fleet, say: Say) -> tuple[list[str], dict[tuple[float, s
                 fix=f"stop it with `specpilot down {fleet.name}` first",
             )
     asyncio.run(check_members_not_running(fleet))
-    target, options, smg = router_place(fleet)
-    asyncio.run(check_router_place(fleet, target, options, smg))
+    place, smg = router_place(fleet)
+    asyncio.run(check_router_place(fleet, place, smg))
     plans = preflight_per_gpu(fleet, say)
     asyncio.run(check_reachable(fleet))
     return router_argv(smg, fleet.router, fleet.metrics_port), plans
@@ -214,7 +209,7 @@ async def _start_member(
     member: Member, pre: Preflight, router: RouterClient, timeout_s: float, say: Say
 ) -> MemberOutcome:
     outcome = MemberOutcome(member.name, member.spec.host.target, member.worker_url, "failed")
-    host = open_host(member.spec.host.target, host_options(member.spec))
+    host = open_host_section(member.spec.host)
     try:
         result = await launch(member.spec, host, plan_json=pre.plan_json)
     except SpecpilotError as err:  # its host went away mid-start: this member only
@@ -244,13 +239,13 @@ def spec_digest(member: Member) -> str:
 
 
 def fleet_record(fleet: Fleet, process: RouterProcess, argv: list[str]) -> dict[str, Any]:
-    target, options, _ = router_place(fleet)
+    place, _ = router_place(fleet)
     return {
         "name": fleet.name,
         "fleet_file": str(fleet.path.resolve()),
         "router_url": fleet.router_url,
-        "router_target": target,
-        "router_host_options": options,
+        "router_target": place.target,
+        "router_host_options": host_options_json(place),
         "router_pid": process.pid,
         "router_start_ticks": process.start_ticks,
         "router_argv": argv,
@@ -266,12 +261,12 @@ def fleet_record(fleet: Fleet, process: RouterProcess, argv: list[str]) -> dict[
 
 
 async def _spawn(fleet: Fleet, argv: list[str]) -> RouterProcess:
-    target, options, _ = router_place(fleet)
-    host = open_host(target, options)
+    place, _ = router_place(fleet)
+    host = open_host_section(place)
     try:
         log_dir = (
             str(fleet_path(fleet.name).parent)
-            if target == "local"
+            if place.target == "local"
             else f"{await host.home()}/.specpilot/fleets"
         )
         return await spawn_router(host, argv, log_dir, fleet.name)

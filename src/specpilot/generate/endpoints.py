@@ -2,24 +2,21 @@
 or one router: `--router URL` (an `smg` gateway) or `--fleet NAME` (the router of a fleet).
 
 A run's local state lives in `$SPECPILOT_HOME/runs/<NAME>/state.json` (default home
-`~/.specpilot`) with at least `name`, `endpoint`, `served_model_name` and `phase`.
+`~/.specpilot`): a `launch.state.RunState`.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 
 import aiohttp
 
 from specpilot.errors import UserError
-from specpilot.launch.state import check_run_name
+from specpilot.launch.state import check_run_name, read_state, state_path
 
-HOME_ENV = "SPECPILOT_HOME"
 READY_PHASE = "ready"
 
 #: how long /v1/models may take to answer when asking a server which model it serves
@@ -34,10 +31,6 @@ class Endpoint:
     #: a router: --concurrency is per worker behind it, so it gets `slots` x that in flight
     router: bool = False
     slots: int = 1
-
-
-def specpilot_home() -> Path:
-    return Path(os.environ.get(HOME_ENV) or Path.home() / ".specpilot")
 
 
 def normalize_url(url: str, field: str = "--server") -> str:
@@ -69,33 +62,15 @@ def normalize_url(url: str, field: str = "--server") -> str:
 
 
 def endpoint_of_run(name: str) -> Endpoint:
-    check_run_name(name, field="--run")
-    state_file = specpilot_home() / "runs" / name / "state.json"
-    if not state_file.exists():
+    state = read_state(check_run_name(name, field="--run"), field="--run")
+    if state.phase != READY_PHASE:
         raise UserError(
-            f"no run named {name!r} ({state_file} is missing)",
-            field="--run",
-            fix="start it with `specpilot up SPEC`, or pass --server URL",
-        )
-    try:
-        state = json.loads(state_file.read_text())
-    except (ValueError, OSError):
-        state = None
-    if not isinstance(state, dict):
-        raise UserError(
-            f"{state_file} is unreadable or not a JSON object",
-            field="--run",
-            fix=f"check the run with `specpilot status {name}`, or start it again with `specpilot up SPEC`",
-        )
-    if state.get("phase") != READY_PHASE or not state.get("endpoint"):
-        raise UserError(
-            f"run {name!r} is not ready (phase {state.get('phase')!r})",
+            f"run {name!r} is not ready (phase {state.phase!r})",
             field="--run",
             fix=f"wait for `specpilot status {name}` to say ready",
         )
-    served = state.get("served_model_name")
     return Endpoint(
-        normalize_url(str(state["endpoint"]), field=str(state_file)), served and str(served), name
+        normalize_url(state.endpoint, field=str(state_path(name))), state.served_model_name or None, name
     )
 
 

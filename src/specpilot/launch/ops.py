@@ -7,18 +7,18 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
 from specpilot.launch.health import probe
 from specpilot.launch.identity import recorded_process
-from specpilot.launch.preflight import open_host
 from specpilot.launch.serving import check_serving, record_crash
-from specpilot.launch.state import read_state, write_state
+from specpilot.launch.state import CrashRecord, RunState, read_state, write_state
 from specpilot.launch.stop import stop_group
 from specpilot.launch.tail import followed, next_chunk
 
 
-def host_for(state: dict[str, Any]) -> Host:
-    return open_host(str(state["target"]), dict(state.get("host_options") or {}))
+def host_for(state: RunState) -> Host:
+    return open_host_section(state.host)
 
 
 @dataclass
@@ -38,8 +38,8 @@ class RunStatus:
     #: the recorded pid now belongs to another process (the run's own is gone)
     pid_reused: bool = False
     cause: str | None = None
-    #: how a ready run ended (a fatal line after ready, or its process gone): Crash.to_json()
-    crash: dict[str, Any] | None = None
+    #: how a ready run ended (a fatal line after ready, or its process gone)
+    crash: CrashRecord | None = None
 
     @property
     def serving(self) -> bool:
@@ -60,7 +60,7 @@ class RunStatus:
             "exit_status": self.exit_status,
             "pid_reused": self.pid_reused,
             "cause": self.cause,
-            "crash": self.crash,
+            "crash": None if self.crash is None else self.crash.to_json(),
         }
 
 
@@ -68,35 +68,33 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
     state = read_state(name)
     host = host_for(state)
     try:
-        pid = state.get("pid")
         crash = await check_serving(host, state)
         if crash is not None:
             state = record_crash(name, crash)
         process = await recorded_process(host, state)
         alive = process == "running"
-        exit_path = state.get("exit_path")
-        exit_status = None if alive or not exit_path else await host.exit_status(str(exit_path))
-        phase = str(state.get("phase"))
+        exit_path = state.exit_path
+        exit_status = None if alive or not exit_path else await host.exit_status(exit_path)
+        phase = state.phase
         if not alive and phase in ("starting", "ready"):
             phase = "exited"  # it was up and is gone: nobody stopped it through specpilot
-        endpoint = state.get("endpoint")
-        answer = await probe(host, endpoint) if alive and endpoint else None
-        tail = await host.run(["tail", "-n", str(lines), str(state["log_path"])], check=False)
+        answer = await probe(host, state.endpoint) if alive and state.endpoint else None
+        tail = await host.run(["tail", "-n", str(lines), state.log_path], check=False)
         return RunStatus(
             name=name,
             phase=phase,
-            pid=pid,
+            pid=state.pid,
             alive=alive,
-            uptime_s=time.time() - float(state["started_at"]) if alive else None,
-            endpoint=endpoint,
+            uptime_s=time.time() - state.started_at_s if alive else None,
+            endpoint=state.endpoint,
             endpoint_status=None if answer is None else answer.status,
-            served_model_name=state.get("served_model_name"),
-            target=str(state["target"]),
+            served_model_name=state.served_model_name,
+            target=state.host.target,
             last_lines=tail.stdout.decode(errors="replace").splitlines(),
             exit_status=exit_status,
             pid_reused=process == "reused",
-            cause=state.get("cause"),
-            crash=state.get("crash"),
+            cause=state.cause,
+            crash=state.crash,
         )
     finally:
         await host.close()
@@ -107,7 +105,7 @@ async def stream_log(name: str, *, follow: bool, quiet_exit_s: float = 1.0) -> A
     log has been quiet for `quiet_exit_s` (or the consumer stops)."""
     state = read_state(name)
     host = host_for(state)
-    log_path = str(state["log_path"])
+    log_path = state.log_path
     try:
         if not follow:
             yield await host.read_bytes(log_path)
@@ -130,18 +128,12 @@ async def run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
     state = read_state(name)
     host = host_for(state)
     try:
-        pgid = state.get("pgid") or state.get("pid")
-        if pgid is None:
-            how = "not_running"
-        elif await recorded_process(host, state) == "reused":
+        if await recorded_process(host, state) == "reused":
             how = "stale"
         else:
-            how = await stop_group(
-                host, int(pgid), term_timeout_s=timeout_s, start_ticks=state.get("start_ticks")
-            )
+            how = await stop_group(host, state.pgid, term_timeout_s=timeout_s, start_ticks=state.start_ticks)
     finally:
         await host.close()
     phase = "stop_failed" if how == "survived" else "stopped"
-    state.update(phase=phase, stopped_at=time.time())
-    write_state(state)
-    return {"name": name, "pid": state.get("pid"), "phase": phase, "stopped": how}
+    write_state(state.stopped(phase, at_s=time.time()))
+    return {"name": name, "pid": state.pid, "phase": phase, "stopped": how}

@@ -1,15 +1,12 @@
-"""The one place `up` calls into other concerns: check, plan, host opening."""
+"""The one place `up` calls into other concerns: check and plan."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specpilot import hosts
 from specpilot.check import check_spec
 from specpilot.engines.fix import Fix
-from specpilot.hosts.base import Host
 from specpilot.plan import make_plan
 from specpilot.spec import Spec
 
@@ -53,8 +50,3 @@ def run_preflight(spec: Spec) -> Preflight:
                 text="the plan's recommended settings",
             )
     return result
-
-
-def open_host(target: str, options: Mapping[str, Any]) -> Host:
-    """The Host for `target` (connects on first use)."""
-    return hosts.open_host(target, **options)

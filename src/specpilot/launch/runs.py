@@ -7,13 +7,12 @@ its recorded phase (`specpilot status NAME` asks the host).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from specpilot.hosts import agent
-from specpilot.launch.state import STATE_FILE, specpilot_home
+from specpilot.launch.state import STATE_FILE, DamagedState, RunState, load_state_file, specpilot_home
 
 LIVE_PHASES = ("starting", "ready")
 
@@ -38,20 +37,17 @@ class RunSummary:
         }
 
 
-def _summary(state: dict[str, Any], now_s: float) -> RunSummary:
-    phase = str(state.get("phase", "unknown"))
-    target = str(state.get("target", "local"))
-    pid = state.get("pid")
-    if phase in LIVE_PHASES and target == "local" and (pid is None or not agent.pid_alive(int(pid))):
+def _summary(state: RunState, now_s: float) -> RunSummary:
+    phase, target = state.phase, state.host.target
+    if phase in LIVE_PHASES and target == "local" and not agent.pid_alive(state.pid):
         phase = "exited"
-    started = state.get("started_at")
     return RunSummary(
-        name=str(state.get("name")),
+        name=state.name,
         phase=phase,
         target=target,
-        endpoint=state.get("endpoint"),
-        pid=pid,
-        age_s=now_s - float(started) if isinstance(started, int | float) else None,
+        endpoint=state.endpoint,
+        pid=state.pid,
+        age_s=now_s - state.started_at_s,
     )
 
 
@@ -61,9 +57,7 @@ def list_runs() -> list[RunSummary]:
     found = []
     for path in sorted((specpilot_home() / "runs").glob(f"*/{STATE_FILE}")):
         try:
-            state = json.loads(path.read_text())
-        except (OSError, ValueError):
+            found.append(_summary(load_state_file(path), now_s))
+        except (OSError, DamagedState):
             continue
-        if isinstance(state, dict) and state.get("name"):
-            found.append(_summary(state, now_s))
     return sorted(found, key=lambda run: run.age_s if run.age_s is not None else float("inf"))

@@ -1,6 +1,6 @@
 """After ready: the engine can still die (a worker process lost, the engine core failed).
 
-`up` returns at ready and records where in the log serving began (`ready_log_bytes`).
+`up` returns at ready and records where in the log serving began (`RunState.ready_log_bytes`).
 From there the log is classified in serving mode: a request's own error and traceback
 do not end the run, a line that ends serving does (vLLM's "Worker proc ... died
 unexpectedly" / "EngineCore encountered a fatal error", SGLang's "Scheduler hit an
@@ -17,16 +17,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from specpilot.hosts.base import Host
 from specpilot.launch.classify import LogClassifier
 from specpilot.launch.identity import recorded_process
-from specpilot.launch.state import read_state, write_state
+from specpilot.launch.state import CrashRecord, RunState, read_state, write_state
 from specpilot.launch.tail import followed, next_chunk
 
-#: state key: log bytes up to and including the line that said ready
-READY_LOG_BYTES = "ready_log_bytes"
 QUIET_S = 0.2  # after the fatal line: the error block ended when the log is quiet this long
 GRACE_S = 0.5  # ... or this long after the fatal line, whichever comes first
 PROCESS_EVERY_S = 1.0  # how often the watcher checks that the process still runs
@@ -45,13 +42,9 @@ class Crash:
     def first_line(self) -> str:
         return next((line.strip() for line in self.error.splitlines() if line.strip()), "")
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "cause": self.cause,
-            "signature": self.signature,
-            "line": self.first_line,
-            "exit_status": self.exit_status,
-        }
+    def record(self) -> CrashRecord:
+        """What the run state keeps of it."""
+        return CrashRecord(self.cause, self.signature, self.first_line, self.exit_status)
 
 
 def _feed_text(classifier: LogClassifier, data: bytes) -> None:
@@ -59,33 +52,33 @@ def _feed_text(classifier: LogClassifier, data: bytes) -> None:
         classifier.feed(raw.rstrip("\r"))
 
 
-async def _crash(host: Host, state: dict[str, Any], classifier: LogClassifier, *, exited: bool) -> Crash:
-    exit_path = state.get("exit_path")
-    exit_status = await host.exit_status(str(exit_path)) if exited and exit_path else None
+async def _crash(host: Host, state: RunState, classifier: LogClassifier, *, exited: bool) -> Crash:
+    exit_path = state.exit_path
+    exit_status = await host.exit_status(exit_path) if exited and exit_path else None
     failure = classifier.failure(exited=exited, exit_code=exit_status)
     return Crash(failure.cause, failure.signature, failure.error, exit_status)
 
 
-async def check_serving(host: Host, state: dict[str, Any]) -> Crash | None:
+async def check_serving(host: Host, state: RunState) -> Crash | None:
     """One look at a ready run: a fatal line since ready, or its process gone."""
-    offset = state.get(READY_LOG_BYTES)
-    if state.get("phase") != "ready" or offset is None:
+    offset = state.ready_log_bytes
+    if state.phase != "ready" or offset is None:
         return None
-    classifier = LogClassifier(str(state["engine"]), serving=True)
-    _feed_text(classifier, await host.read_bytes(str(state["log_path"]), int(offset)))
+    classifier = LogClassifier(state.engine, serving=True)
+    _feed_text(classifier, await host.read_bytes(state.log_path, offset))
     process = await recorded_process(host, state)
     if classifier.fatal_seen or process != "running":
         return await _crash(host, state, classifier, exited=process != "running")
     return None
 
 
-async def watch_serving(host: Host, state: dict[str, Any]) -> Crash:
+async def watch_serving(host: Host, state: RunState) -> Crash:
     """Follow a ready run's log until it ends serving; return how it did.
 
     A fatal line is decided within `GRACE_S` (collecting its error block meanwhile); a
     process that ends without one is noticed within `PROCESS_EVERY_S`."""
-    log_path, offset = str(state["log_path"]), int(state.get(READY_LOG_BYTES) or 0)
-    classifier = LogClassifier(str(state["engine"]), serving=True)
+    log_path, offset = state.log_path, state.ready_log_bytes or 0
+    classifier = LogClassifier(state.engine, serving=True)
     partial = b""
     fatal_at: float | None = None
     last_line_at = time.monotonic()
@@ -114,11 +107,11 @@ async def watch_serving(host: Host, state: dict[str, Any]) -> Crash:
                 next_process_check = time.monotonic() + PROCESS_EVERY_S
 
 
-def record_crash(name: str, crash: Crash) -> dict[str, Any]:
+def record_crash(name: str, crash: Crash) -> RunState:
     """The run state says the run failed and why (unless it was stopped meanwhile)."""
     state = read_state(name)
-    if state.get("phase") == "ready":
-        state.update(phase="failed", cause=crash.cause, crash=crash.to_json(), failed_at=time.time())
+    if state.phase == "ready":
+        state = state.crashed(crash.record(), at_s=time.time())
         write_state(state)
     return state
 
@@ -127,7 +120,7 @@ async def stop_on_crash(
     name: str,
     stop: Callable[[str], None],
     note: Callable[[str], None],
-    open_host: Callable[[dict[str, Any]], Host],
+    open_host: Callable[[RunState], Host],
 ) -> None:
     """For a job driving run `name`: when the run ends serving, record it and `stop` the
     job with a reason that names the cause and what to do."""

@@ -23,8 +23,7 @@ from specpilot.launch import rundir
 from specpilot.launch.command import host_model_path, plan_launch
 from specpilot.launch.outcome import Progress, UpOptions, UpResult
 from specpilot.launch.render import render_env_file, render_launch_script
-from specpilot.launch.serving import READY_LOG_BYTES
-from specpilot.launch.state import write_state
+from specpilot.launch.state import RunState, write_state
 from specpilot.launch.stop import stop_group
 from specpilot.launch.watch import RunWatch
 from specpilot.secrets import mask_argv, mask_env, redact
@@ -173,30 +172,25 @@ async def _start_and_watch(
     # (pid, start time) names this process for good: `down` and `status` check it
     # before trusting the pid, which the kernel may give to another process later
     identity = await host.proc_stat(pid)
-    state = {
-        "name": spec.name,
-        "target": host.target,
-        "host_options": {
-            "identity_file": spec.host.identity_file,
-            "known_hosts": spec.host.known_hosts,
-            "ssh_config": spec.host.ssh_config,
-            "accept_new_host_key": spec.host.accept_new_host_key,
-        },
-        "remote_dir": remote_dir,
-        "log_path": run.log_path,
-        "exit_path": run.exit_path,
-        "pid": pid,
-        "start_ticks": None if identity is None else identity.start_ticks,
-        "pgid": pid,
-        "endpoint": planned.endpoint,
-        "served_model_name": planned.served_model_name,
-        "engine": spec.engine.name,
-        "engine_version": spec.engine.version,
-        "argv": mask_argv(planned.argv),
-        "phase": "starting",
-        "cause": None,
-        "started_at": time.time(),
-    }
+    state = RunState(
+        name=spec.name,
+        # the target the run was started on (status and down reconnect to it), reached as [host] says
+        host=spec.host.model_copy(update={"target": host.target}),
+        remote_dir=remote_dir,
+        log_path=run.log_path,
+        exit_path=run.exit_path,
+        pid=pid,
+        start_ticks=None if identity is None else identity.start_ticks,
+        pgid=pid,
+        endpoint=planned.endpoint,
+        served_model_name=planned.served_model_name,
+        engine=spec.engine.name,
+        engine_version=spec.engine.version,
+        argv=tuple(mask_argv(planned.argv)),
+        phase="starting",
+        cause=None,
+        started_at_s=time.time(),
+    )
     write_state(state)
     result: UpResult | None = None
     try:
@@ -206,17 +200,17 @@ async def _start_and_watch(
             await run.stop_task
         elif result is None or result.phase != "ready":
             await stop_group(host, pid, term_timeout_s=options.term_timeout_s)
-        if result is not None and result.phase == "ready":
-            state[READY_LOG_BYTES] = run.fed_bytes  # where serving begins: watched from there
         if result is not None:
             result.elapsed_s = run.elapsed()
-            state.update(
-                phase=result.phase,
-                cause=result.cause,
+            state = state.ended(
+                result.phase,
+                result.cause,
                 allocations=result.allocations,
                 exit_status=result.exit_status,
+                # where serving begins: watched from there
+                ready_log_bytes=run.fed_bytes if result.phase == "ready" else None,
             )
         else:
-            state.update(phase="failed", cause="unknown")
+            state = state.ended("failed", "unknown")
         write_state(state)
     return result

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from specpilot.errors import UserError
 from specpilot.models.files import ModelFiles, header_length, parse_config, parse_header, read_local_model
-from specpilot.spec import HUB_ID, Spec
+from specpilot.spec import HUB_ID, HostSection, Spec
 
 if TYPE_CHECKING:  # the host layer (asyncssh) is imported only for a remote model
     from specpilot.hosts.base import Host
@@ -36,15 +36,7 @@ def spec_model_files(spec: Spec) -> ModelFiles:
         if _is_hub_id_only(spec):
             return _read_local_hub(spec.model.path)
         return read_local_model(spec.model_dir())
-    host = spec.host
-    return _read_remote(
-        host.target,
-        host.identity_file,
-        host.known_hosts,
-        host.ssh_config,
-        host.accept_new_host_key,
-        spec.model.path,
-    )
+    return _read_remote(spec.host, spec.model.path)
 
 
 def _is_hub_id_only(spec: Spec) -> bool:
@@ -83,24 +75,11 @@ def _local_copy(spec: Spec) -> bool:
 
 # check and plan both read the model during one `up`: one SSH round per command, not two
 @functools.lru_cache(maxsize=8)
-def _read_remote(
-    target: str,
-    identity_file: str | None,
-    known_hosts: str | None,
-    ssh_config: str | None,
-    accept_new_host_key: bool,
-    model_path: str,
-) -> ModelFiles:
-    from specpilot.hosts import open_host
+def _read_remote(section: HostSection, model_path: str) -> ModelFiles:
+    from specpilot.hosts import open_host_section
 
     async def read() -> ModelFiles:
-        async with open_host(
-            target,
-            identity_file=identity_file,
-            known_hosts=known_hosts,
-            ssh_config=ssh_config,
-            accept_new_host_key=accept_new_host_key,
-        ) as host:
+        async with open_host_section(section) as host:
             return await read_host_model(host, model_path)
 
     return asyncio.run(read())
