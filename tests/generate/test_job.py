@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -305,12 +306,24 @@ def test_job_stops_when_every_row_fails_from_the_start(tmp_path: Path) -> None:
 
 def test_run_name_gives_endpoint_and_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = FakeServer().start()
+    engine = subprocess.Popen(["sleep", "600"])  # the run's process, alive: its watcher finds nothing wrong
     monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path / "home"))
     state = tmp_path / "home" / "runs" / "qwen" / "state.json"
     state.parent.mkdir(parents=True)
+    (tmp_path / "engine.log").write_text("")
     state.write_text(
         json.dumps(
-            {"name": "qwen", "endpoint": server.url, "phase": "ready", "served_model_name": "served-qwen"}
+            {
+                "name": "qwen",
+                "endpoint": server.url,
+                "phase": "ready",
+                "served_model_name": "served-qwen",
+                "target": "local",
+                "engine": "sglang",
+                "log_path": str(tmp_path / "engine.log"),
+                "pid": engine.pid,
+                "argv": ["sleep", "600"],
+            }
         )
     )
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(5))
@@ -321,6 +334,8 @@ def test_run_name_gives_endpoint_and_model(tmp_path: Path, monkeypatch: pytest.M
         )
     finally:
         server.close()
+        engine.kill()
+        engine.wait()
     assert result.exit_code == 0, result.output
     assert {row["meta"]["model"] for row in read_output(tmp_path / "out")} == {"served-qwen"}
 

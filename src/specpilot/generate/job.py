@@ -23,17 +23,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from specpilot import __version__
 from specpilot.errors import UserError
 from specpilot.generate.client import Sampling, open_session
-from specpilot.generate.dispatch import Dispatcher
+from specpilot.generate.dispatch import Companion, Dispatcher, DispatchPolicy, RetryPolicy
 from specpilot.generate.endpoints import Endpoint, default_model
 from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
 from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import summarize
 from specpilot.generate.types import RejectedRow
-from specpilot.generate.writer import SPLITS, reconcile_parts, split_parts
+from specpilot.generate.writer import SPLITS, PartWriter, reconcile_parts, split_parts
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
 JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
@@ -79,6 +81,21 @@ class JobConfig:
     progress_interval_s: float = 30.0
     show_progress: bool = True
     notify: Callable[[str], None] = _stderr
+
+    def dispatch_policy(self) -> DispatchPolicy:
+        return DispatchPolicy(
+            concurrency=self.concurrency,
+            keep_given_turns=self.keep_given_turns,
+            retry=RetryPolicy(self.max_attempts, self.retry_base_s, self.retry_cap_s),
+            request_timeout_s=self.request_timeout_s,
+            probe_timeout_s=self.probe_timeout_s,
+            probe_cap_s=self.probe_cap_s,
+            give_up_after_s=self.give_up_after_s,
+            flush_interval_s=self.flush_interval_s,
+            flush_rows=self.flush_rows,
+            metrics_interval_s=self.metrics_interval_s,
+            progress_interval_s=self.progress_interval_s if self.show_progress else None,
+        )
 
 
 @dataclass
@@ -239,6 +256,26 @@ class Job:
             )
         self.ledger.set_meta({"input_fingerprint": self.source.fingerprint()})
 
+    def dispatcher(self, session: aiohttp.ClientSession, sampling: Sampling) -> Dispatcher:
+        """The dispatcher of this run's pending rows (after `prepare`)."""
+        commits = self.ledger.part_commits()
+        writers = {
+            split: PartWriter(
+                self.config.output_dir / split.directory, commits, self.config.rows_per_part, split.first_part
+            )
+            for split in SPLITS
+        }
+        return Dispatcher(
+            self.config.dispatch_policy(),
+            self.config.endpoints,
+            session,
+            sampling,
+            self.ledger,
+            iter_rows(self.source, self.pending, keep_given_turns=self.config.keep_given_turns),
+            len(self.pending),
+            writers,
+        )
+
     # -- finishing ------------------------------------------------------------
 
     def unfinished_in_scope(self) -> int:
@@ -310,15 +347,9 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[dic
             top_p=config.top_p,
             top_k=config.top_k,
         )
-        dispatcher = Dispatcher(job, session, sampling)
-        watchers = _watch_runs(config.endpoints, dispatcher)
-        try:
-            async with watch(dispatcher) if watch else contextlib.nullcontext():
-                await dispatcher.run()
-        finally:
-            for watcher in watchers:
-                watcher.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
+        dispatcher = job.dispatcher(session, sampling)
+        async with watch(dispatcher) if watch else contextlib.nullcontext():
+            await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
         servers = [
             {"server": s.name, "rows_done": s.done_rows, "taken_out": s.taken_out_count}
             for s in dispatcher.pool.servers
@@ -358,7 +389,7 @@ def storage_error(err: OSError | sqlite3.Error, output_dir: Path, input_path: Pa
     )
 
 
-def _watch_runs(endpoints: list[Endpoint], dispatcher: Dispatcher) -> list[asyncio.Task[None]]:
+def _watch_runs(endpoints: list[Endpoint], dispatcher: Dispatcher) -> list[Companion]:
     """A run started by `specpilot up` can die after ready; its log says so at once, so
     the job stops then with the cause instead of waiting out request timeouts."""
     names = [e.run_name for e in endpoints if e.run_name is not None]
@@ -369,7 +400,7 @@ def _watch_runs(endpoints: list[Endpoint], dispatcher: Dispatcher) -> list[async
     from specpilot.launch.serving import stop_on_crash
 
     return [
-        asyncio.create_task(stop_on_crash(name, dispatcher.stop_for, dispatcher.note, host_for))
+        (stop_on_crash(name, dispatcher.stop_for, dispatcher.note, host_for), f"the watcher of run {name}")
         for name in names
     ]
 
