@@ -228,7 +228,7 @@ def test_a_lost_shard_is_requeued_and_said(
     assert (outcome.exit_code, outcome.message) == (0, "all 30 rows done")
     ids = [row["id"] for row in read_output(finished_job.output_dir)]
     assert sorted(ids) == sorted(f"q{i}" for i in range(30))
-    assert outcome.summary["done"] == 30
+    assert outcome.summary.done == 30
 
 
 def test_full_disk_keeps_every_row_for_the_resume(tmp_path: Path, fake_server: FakeServer) -> None:

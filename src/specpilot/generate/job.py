@@ -19,9 +19,8 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
@@ -33,7 +32,7 @@ from specpilot.generate.endpoints import Endpoint, default_model
 from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
 from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.lock import DirectoryLock
-from specpilot.generate.report import summarize
+from specpilot.generate.report import JobSummary, ServerRun, summarize
 from specpilot.generate.types import RejectedRow
 from specpilot.generate.writer import SPLITS, PartWriter, reconcile_parts, split_parts
 
@@ -102,7 +101,7 @@ class JobConfig:
 class Outcome:
     """What `generate` prints and how it exits."""
 
-    summary: dict[str, Any]
+    summary: JobSummary
     exit_code: int
     message: str
 
@@ -285,7 +284,7 @@ class Job:
             for state in (RowState.PENDING, RowState.IN_FLIGHT)
         )
 
-    def write_reports(self) -> dict[str, Any]:
+    def write_reports(self) -> JobSummary:
         """errors.jsonl and manifest.json, rewritten atomically from the ledger."""
         out = self.config.output_dir
         errors = "".join(
@@ -303,18 +302,24 @@ class Job:
                 "format": meta.get("input_format"),
                 "sha256": meta.get("input_sha256"),
                 "duplicates_skipped": int(meta.get("duplicates_skipped", "0")),
-                "rejected": summary["rejected"],
+                "rejected": summary.rejected,
             },
             "params": {
                 k: (meta[k] if k == "model" else json.loads(meta.get(k, DEFAULT_PARAMS.get(k, "null"))))
                 for k in PARAM_KEYS
             },
             "counts": {
-                k: summary[k] for k in ("total", "done", "clean", "flagged", "failed", "pending", "in_flight")
+                "total": summary.total,
+                "done": summary.done,
+                "clean": summary.clean,
+                "flagged": summary.flagged,
+                "failed": summary.failed,
+                "pending": summary.pending,
+                "in_flight": summary.in_flight,
             },
-            "tokens": {"prompt": summary["prompt_tokens"], "completion": summary["completion_tokens"]},
-            "flags": summary["flags"],
-            "spec_accept_length": summary["spec_accept_length"],
+            "tokens": {"prompt": summary.prompt_tokens, "completion": summary.completion_tokens},
+            "flags": summary.flags,
+            "spec_accept_length": summary.spec_accept_length,
             "parts": [
                 {
                     "file": f"{path.parent.name}/{path.name}",
@@ -330,7 +335,7 @@ class Job:
         return summary
 
 
-async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[dict[str, Any]]]:
+async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[ServerRun]]:
     config = job.config
     # a router's room grows with its workers (the dispatcher bounds what is in flight): no cap
     unbounded = any(e.router for e in config.endpoints)
@@ -350,10 +355,7 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[dic
         dispatcher = job.dispatcher(session, sampling)
         async with watch(dispatcher) if watch else contextlib.nullcontext():
             await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
-        servers = [
-            {"server": s.name, "rows_done": s.done_rows, "taken_out": s.taken_out_count}
-            for s in dispatcher.pool.servers
-        ]
+        servers = [ServerRun(s.name, s.done_rows, s.taken_out_count) for s in dispatcher.pool.servers]
         return dispatcher.stop_reason, servers
 
 
@@ -410,18 +412,18 @@ def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
     try:
         with Job(config) as job:
             stop_reason, servers = asyncio.run(_run(job, watch))
-            summary = {**job.write_reports(), "this_run_servers": servers}
+            summary = replace(job.write_reports(), this_run_servers=servers)
             scope_left = job.unfinished_in_scope()
     except (OSError, sqlite3.Error) as err:
         raise storage_error(err, config.output_dir, config.input_path) from err
     if stop_reason:
         return Outcome(summary, 1, stop_reason)
-    if summary["failed"]:
+    if summary.failed:
         return Outcome(
             summary,
             1,
-            f"{summary['failed']} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}",
+            f"{summary.failed} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}",
         )
     if scope_left:
         return Outcome(summary, 1, f"{scope_left} rows are not done")
-    return Outcome(summary, 0, f"all {summary['done']} rows done")
+    return Outcome(summary, 0, f"all {summary.done} rows done")
