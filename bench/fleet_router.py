@@ -155,7 +155,7 @@ def _job(endpoints: list[object], rows: int, concurrency: int, work: Path) -> di
     ids = [
         json.loads(line)["id"] for part in sorted((out / "data").glob("part-*.jsonl")) for line in part.open()
     ]
-    return {"summary": outcome.summary, "ids": len(ids), "unique_ids": len(set(ids))}
+    return {"summary": outcome.summary.to_json(), "ids": len(ids), "unique_ids": len(set(ids))}
 
 
 def _measure(name: str, rows: int, run: object, router_pid: int | None = None) -> dict[str, object]:

@@ -86,7 +86,7 @@ def run_specpilot(url: str, prompts: list[dict[str, object]], concurrency: int, 
             show_progress=False,
         )
     )
-    assert outcome.summary["done"] == len(prompts), outcome.message
+    assert outcome.summary.done == len(prompts), outcome.message
 
 
 def run_async_openai(url: str, prompts: list[dict[str, object]], concurrency: int, work_dir: Path) -> None:

@@ -23,7 +23,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from generate_overhead import _free_port, _serve
-from specpilot.generate.dispatch import Dispatcher
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.job import Job, JobConfig
 from specpilot.generate.writer import DATA_DIR, PartWriter
@@ -73,7 +72,7 @@ async def _first_request_s(job: Job, started: float) -> float:
     from specpilot.generate.client import Sampling, open_session
 
     async with open_session(8) as session:
-        dispatcher = Dispatcher(job, session, Sampling("m", True))
+        dispatcher = job.dispatcher(session, Sampling("m", True))
         dispatcher.view = None
         first: list[float] = []
         original = dispatcher.client.complete
@@ -81,7 +80,7 @@ async def _first_request_s(job: Job, started: float) -> float:
         async def spy(base_url: str, messages: object) -> object:
             if not first:
                 first.append(time.perf_counter() - started)
-                dispatcher.stop_reason = "benchmark: first request sent"
+                dispatcher.stopping.reason = "benchmark: first request sent"
             return await original(base_url, messages)  # type: ignore[arg-type]
 
         dispatcher.client.complete = spy  # type: ignore[method-assign, assignment]

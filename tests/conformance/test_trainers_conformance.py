@@ -120,7 +120,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[list[
         )
     finally:
         server.close()
-    assert outcome.exit_code == 0 and outcome.summary["clean"] == 4 and outcome.summary["flagged"] == 1
+    assert outcome.exit_code == 0 and outcome.summary.clean == 4 and outcome.summary.flagged == 1
     for fmt in ("specforge", "speculators"):
         result = CliRunner().invoke(cli, ["export", str(tmp / "out"), "--format", fmt, "--json"])
         assert result.exit_code == 0, result.output

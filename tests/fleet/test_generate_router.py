@@ -159,5 +159,5 @@ def test_room_follows_the_workers_the_router_lists(smg: str, tmp_path: Path) -> 
     finally:
         first.close()
         second.close()
-    assert outcome.exit_code == 0 and outcome.summary["done"] == 1500
+    assert outcome.exit_code == 0 and outcome.summary.done == 1500
     assert seen[0].pool.servers[0].slots == 2 and second.counts.answered > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,8 @@ def test_faults_on_one_server(tmp_path: Path, reasoning_field: str) -> None:
     assert outcome.exit_code == 0, outcome.message
     rows = _check_exactly_once(tmp_path / "out", 800)
     assert server.counts.rate_limited and server.counts.errors_500 and server.counts.dropped
-    assert outcome.summary["retries"] > 0 and outcome.summary["failed"] == 0
-    assert outcome.summary["spec_accept_length"] == pytest.approx(3.5)
+    assert outcome.summary.retries > 0 and outcome.summary.failed == 0
+    assert outcome.summary.spec_accept_length == pytest.approx(3.5)
     assert rows[0]["meta"]["model"] == "fake-model"  # from /v1/models
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["done"] == 800 and len(manifest["input"]["sha256"]) == 64
@@ -102,9 +103,10 @@ def test_server_that_dies_and_comes_back(tmp_path: Path) -> None:
     assert outcome.exit_code == 0, outcome.message
     _check_exactly_once(tmp_path / "out", 1500)
     assert 0 < answered_when_stopped[0] < flaky.counts.answered  # worked, died, rejoined
-    by_server = {s["server"]: s for s in outcome.summary["this_run_servers"]}
-    assert by_server[flaky.url.split("://")[1]]["taken_out"] >= 1
-    assert sum(s["rows_done"] for s in by_server.values()) == 1500
+    assert outcome.summary.this_run_servers is not None
+    by_server = {s.server: s for s in outcome.summary.this_run_servers}
+    assert by_server[flaky.url.split("://")[1]].taken_out >= 1
+    assert sum(s.rows_done for s in by_server.values()) == 1500
 
 
 def test_all_servers_down_pauses_without_spending_retries(tmp_path: Path) -> None:
@@ -134,7 +136,7 @@ def test_rows_that_cannot_succeed_fail_at_once_and_stay_failed(tmp_path: Path) -
     finally:
         server.close()
     assert (first.exit_code, second.exit_code, third.exit_code) == (1, 1, 1)
-    assert first.summary["failed"] == 1 and first.summary["retries"] == 0
+    assert first.summary.failed == 1 and first.summary.retries == 0
     assert resent == 0  # a finished job re-run sends nothing
     errors = [json.loads(x) for x in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
     assert [e["id"] for e in errors] == ["q3"]
@@ -150,8 +152,8 @@ def test_no_thinking_and_limit(tmp_path: Path) -> None:
         rest = run_generate(_config(tmp_path, [server], 50, thinking=False))
     finally:
         server.close()
-    assert outcome.exit_code == 0 and outcome.summary["done"] == 10
-    assert outcome.summary["flags"]["missing_reasoning"] == 0
+    assert outcome.exit_code == 0 and outcome.summary.done == 10
+    assert outcome.summary.flags["missing_reasoning"] == 0
     assert rest.exit_code == 0
     _check_exactly_once(tmp_path / "out", 50, thinking=False)
 
@@ -302,13 +304,28 @@ def test_job_stops_when_every_row_fails_from_the_start(tmp_path: Path) -> None:
         server.close()
     assert outcome.exit_code == 1
     assert "all failed" in outcome.message and "--retry-failed" in outcome.message
-    assert outcome.summary["failed"] < 100 and outcome.summary["pending"] > 300
+    assert outcome.summary.failed < 100 and outcome.summary.pending > 300
 
 
 def test_run_name_gives_endpoint_and_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = FakeServer().start()
+    engine = subprocess.Popen(["sleep", "600"])  # the run's process, alive: its watcher finds nothing wrong
     monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path / "home"))
-    write_state(ready_state("qwen", endpoint=server.url, served_model_name="served-qwen"))
+    (tmp_path / "engine.log").write_text("")
+    write_state(
+        ready_state(
+            "qwen",
+            endpoint=server.url,
+            served_model_name="served-qwen",
+            log_path=str(tmp_path / "engine.log"),
+            exit_path=str(tmp_path / "exit"),
+            pid=engine.pid,
+            pgid=engine.pid,
+            start_ticks=None,
+            argv=("sleep", "600"),
+            ready_log_bytes=0,
+        )
+    )
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(5))
     try:
         result = CliRunner().invoke(
@@ -317,6 +334,8 @@ def test_run_name_gives_endpoint_and_model(tmp_path: Path, monkeypatch: pytest.M
         )
     finally:
         server.close()
+        engine.kill()
+        engine.wait()
     assert result.exit_code == 0, result.output
     assert {row["meta"]["model"] for row in read_output(tmp_path / "out")} == {"served-qwen"}
 
@@ -372,7 +391,7 @@ def test_flagged_rows_go_to_their_own_split_and_a_cut_turn_ends_the_row(tmp_path
         server.close()
     out = tmp_path / "out"
     assert outcome.exit_code == 0
-    assert outcome.summary["clean"] == 3 and outcome.summary["flagged"] == 1
+    assert outcome.summary.clean == 3 and outcome.summary.flagged == 1
     assert {r["id"] for r in read_output(out)} == {"q0", "q1", "q2"}
     (flagged,) = [
         json.loads(line) for line in (out / "flagged" / "part-00000.jsonl").read_text().splitlines()

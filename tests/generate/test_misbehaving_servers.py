@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from specpilot.errors import UserError
 from specpilot.generate.dispatch import Dispatcher
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.tasks import TaskFailed
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer
 
@@ -145,7 +147,9 @@ def test_a_bug_in_a_request_task_ends_the_job_and_strands_no_row(
         original(self, *args)
 
     monkeypatch.setattr(Dispatcher, "_on_answer", sometimes_broken)
-    with pytest.raises(RuntimeError, match="bug in the answer path"):
+    with pytest.raises(
+        TaskFailed, match=r"the request task for row q\d+ failed: RuntimeError: bug in the answer path"
+    ):
         run_generate(config)
     assert answers < 20  # it stopped, rather than running on past the error
     monkeypatch.setattr(Dispatcher, "_on_answer", original)
@@ -157,6 +161,10 @@ def test_a_bug_in_a_request_task_ends_the_job_and_strands_no_row(
 
 def test_debug_shows_the_task_error_traceback(tmp_path: Path, fake_server: FakeServer) -> None:
     """The CLI path: one line without --debug, the task's traceback with it."""
+    line = (
+        r"error: the request task for row q[01] failed: RuntimeError: bug in the answer path "
+        r"\(specpilot bug, rerun with --debug for the traceback\)\n"
+    )
     write_jsonl(tmp_path / "in.jsonl", prompt_rows(2))
     sitecustomize = tmp_path / "inject" / "sitecustomize.py"
     sitecustomize.parent.mkdir()
@@ -167,13 +175,18 @@ def test_debug_shows_the_task_error_traceback(tmp_path: Path, fake_server: FakeS
         "Dispatcher._on_answer = broken\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(sitecustomize.parent), *sys.path])}
-    argv = [sys.executable, "-m", "specpilot", "--debug", "generate", "--input", str(tmp_path / "in.jsonl"),
+    argv = [sys.executable, "-m", "specpilot", "generate", "--input", str(tmp_path / "in.jsonl"),
             "--output", str(tmp_path / "out"), "--server", fake_server.url, "--model", "m"]  # fmt: skip
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=JOB_WAIT_S, env=env)
-    assert result.returncode == 1
-    assert "Traceback" in result.stderr and "in broken" in result.stderr
-    assert "error: unexpected RuntimeError: bug in the answer path" in result.stderr
-    assert "never retrieved" not in result.stderr
+    plain = subprocess.run(argv, capture_output=True, text=True, timeout=JOB_WAIT_S, env=env)
+    assert plain.returncode == 1
+    assert re.fullmatch(line, plain.stderr), plain.stderr
+    debug = subprocess.run(
+        [*argv[:3], "--debug", *argv[3:]], capture_output=True, text=True, timeout=JOB_WAIT_S, env=env
+    )
+    assert debug.returncode == 1
+    assert "Traceback" in debug.stderr and "in broken" in debug.stderr
+    assert re.search(line, debug.stderr), debug.stderr
+    assert "never retrieved" not in debug.stderr
 
 
 @pytest.fixture
@@ -215,7 +228,7 @@ def test_a_lost_shard_is_requeued_and_said(
     assert (outcome.exit_code, outcome.message) == (0, "all 30 rows done")
     ids = [row["id"] for row in read_output(finished_job.output_dir)]
     assert sorted(ids) == sorted(f"q{i}" for i in range(30))
-    assert outcome.summary["done"] == 30
+    assert outcome.summary.done == 30
 
 
 def test_full_disk_keeps_every_row_for_the_resume(tmp_path: Path, fake_server: FakeServer) -> None:

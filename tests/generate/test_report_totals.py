@@ -41,12 +41,12 @@ def test_finished_job_reports_totals_an_hour_later(tmp_path: Path) -> None:
         meta = ledger.meta()
     finally:
         ledger.close()
-    assert later["state"] == "finished" and later["done"] == 20
-    assert later["rows_per_s"] == 0  # nothing in the last minute, an hour later
-    assert later["elapsed_s"] is not None and 0 < later["elapsed_s"] < HOUR_S
+    assert later.state == "finished" and later.done == 20
+    assert later.rows_per_s == 0  # nothing in the last minute, an hour later
+    assert later.elapsed_s is not None and 0 < later.elapsed_s < HOUR_S
     # rows over the job's time (both rounded to 3 decimals in the JSON: compare within 5%)
-    assert abs(later["rows_per_s_overall"] * later["elapsed_s"] - 20) < 1.0
-    assert later["output_tokens_per_s_overall"] > 0
+    assert abs(later.rows_per_s_overall * later.elapsed_s - 20) < 1.0
+    assert later.output_tokens_per_s_overall > 0
     assert float(meta["initialized_at"]) <= time.time()
 
     shown = io.StringIO()

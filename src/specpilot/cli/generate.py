@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -232,7 +233,9 @@ def generate(
     outcome = run_generate(config, watch)
     if as_json:
         click.echo(
-            json.dumps({**outcome.summary, "exit_code": outcome.exit_code, "message": outcome.message})
+            json.dumps(
+                {**outcome.summary.to_json(), "exit_code": outcome.exit_code, "message": outcome.message}
+            )
         )
     else:
         render_summary(outcome.summary, Console(file=sys.stderr))
@@ -260,16 +263,17 @@ def report(directory: Path, max_length_tokens: int | None, as_json: bool) -> Non
     with reading_ledger(directory) as ledger:
         summary = summarize(ledger)
     if max_length_tokens is not None:
-        summary["lengths"] = {
+        lengths = {
             split.directory: length_report(committed_rows(directory, (split,)), max_length_tokens)
             for split in (CLEAN, FLAGGED)
         }
+        summary = dataclasses.replace(summary, lengths=lengths)
     if as_json:
-        click.echo(json.dumps(summary))
+        click.echo(json.dumps(summary.to_json()))
         return
     console = Console()
     render_summary(summary, console)
-    for split, lengths in summary.get("lengths", {}).items():
+    for split, lengths in (summary.lengths or {}).items():
         render_lengths(split, lengths, console)
 
 

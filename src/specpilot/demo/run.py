@@ -39,7 +39,7 @@ from specpilot.demo import vllmcpu
 from specpilot.demo.enginevenv import ensure_engine_venv, is_ready, load_recipes, venv_dir_for
 from specpilot.demo.gate import HoldingGate
 from specpilot.errors import JobFailed, UserError
-from specpilot.generate.report import open_for_report, render_summary, summarize
+from specpilot.generate.report import JobSummary, open_for_report, render_summary, summarize
 from specpilot.launch.preflight import run_preflight
 from specpilot.plan import make_plan
 from specpilot.plan.text import render_plan
@@ -203,7 +203,7 @@ def _rows_done(output_dir: Path) -> int:
     except UserError:
         return 0
     try:
-        return int(summarize(ledger)["done"])
+        return summarize(ledger).done
     except sqlite3.OperationalError as err:  # the job has created the file, not yet its tables
         if "no such table" not in str(err):
             raise
@@ -469,7 +469,7 @@ def _resume(
         )
 
 
-def _report(result: DemoResult) -> dict[str, Any]:
+def _report(result: DemoResult) -> JobSummary:
     assert result.output_dir is not None
     ledger = open_for_report(result.output_dir)
     try:

@@ -4,7 +4,8 @@ Per request the path is short on purpose (the driver must stay far below the eng
 speed): a task per request, `_fill` starting the next one where the last one ends, the
 answer turned into a row and buffered for the writer; everything else (retries coming
 due, the request-timeout watchdog, the all-down pause, ledger commits, metrics) runs on
-slower ticks.
+slower ticks. Every task is a child of one task group (`tasks.JobTasks`): an error in
+any of them ends the job with a line that names it.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ import random
 import signal
 import time
 from collections import deque
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
 from specpilot.generate.client import ChatClient, FailureKind, RequestFailed, Sampling
-from specpilot.generate.inputs import iter_rows
-from specpilot.generate.ledger import LedgerBatch, RowState
+from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.ledger import Ledger, LedgerBatch, RowState
 from specpilot.generate.rows import TurnResult, build_row, is_complete, messages_for
 from specpilot.generate.servers import (
     Server,
@@ -33,66 +35,150 @@ from specpilot.generate.servers import (
     scrape_metrics,
 )
 from specpilot.generate.stats import LiveStats, ProgressView
-from specpilot.generate.types import PromptRow
+from specpilot.generate.tasks import JobTasks
+from specpilot.generate.types import PromptRow, RejectedRow
 from specpilot.generate.validate import flag_bits
-from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter
-
-if TYPE_CHECKING:
-    from specpilot.generate.job import Job
+from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, Split
 
 TICK_S = 0.05
 FAILURES_BEFORE_SUCCESS_LIMIT = 50
 
+#: a task the job runs beside its requests (a watcher of the runs it drives), and its name
+Companion = tuple[Coroutine[Any, Any, None], str]
 
-def _backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
-    """Full jitter: uniform over [0, min(cap, base * 2^(attempt-1))]."""
-    return random.uniform(0.0, min(cap_s, base_s * 2 ** (attempt - 1)))
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int
+    base_s: float
+    cap_s: float
+
+    def delay_s(self, attempt: int, retry_after_s: float | None) -> float:
+        """Full jitter over [0, min(cap, base * 2^(attempt-1))], at least the server's Retry-After."""
+        delay_s = random.uniform(0.0, min(self.cap_s, self.base_s * 2 ** (attempt - 1)))
+        if retry_after_s is not None:
+            delay_s = max(delay_s, min(retry_after_s, self.cap_s))
+        return delay_s
+
+
+@dataclass(frozen=True)
+class DispatchPolicy:
+    """The job settings the dispatcher follows."""
+
+    concurrency: int  # requests in flight per server (per worker behind a router)
+    keep_given_turns: bool
+    retry: RetryPolicy
+    request_timeout_s: float
+    probe_timeout_s: float
+    probe_cap_s: float
+    give_up_after_s: float
+    flush_interval_s: float
+    flush_rows: int
+    metrics_interval_s: float
+    progress_interval_s: float | None  # None: no progress view
+
+
+@dataclass
+class _Queue:
+    """Rows read from the input and not finished yet, and which of them wait to be sent."""
+
+    source: Iterator[PromptRow | RejectedRow]
+    window: int  # rows held in memory at most: the input is read as rows finish
+    rows: dict[int, PromptRow] = field(default_factory=dict)
+    ready: deque[int] = field(default_factory=deque)
+    waiting: list[tuple[float, int]] = field(default_factory=list)  # heap of (monotonic due time, position)
+    input_done: bool = False
+
+    def refill(self) -> None:
+        while not self.input_done and len(self.rows) < self.window:
+            row = next(self.source, None)
+            if row is None:
+                self.input_done = True
+                return
+            if not isinstance(row, PromptRow):
+                continue  # rejected when the job was listed; never pending
+            self.rows[row.position] = row
+            self.ready.append(row.position)
+
+    def release_due(self, now: float) -> None:
+        while self.waiting and self.waiting[0][0] <= now:
+            self.ready.append(heapq.heappop(self.waiting)[1])
+
+    def retry_at(self, due: float, position: int) -> None:
+        heapq.heappush(self.waiting, (due, position))
+
+
+@dataclass
+class _Requests:
+    """Per row sent: target turns done so far, attempts spent, when its request went out.
+
+    Turns are kept in memory only: a row is written and committed once, whole; after a
+    kill its turns are generated again.
+    """
+
+    turns_done: dict[int, list[TurnResult]] = field(default_factory=dict)
+    attempts: dict[int, int] = field(default_factory=dict)
+    sent_at: dict[int, float] = field(default_factory=dict)
+    overdue: set[int] = field(default_factory=set)  # cancelled by the request timeout
+
+    def forget(self, position: int) -> None:
+        self.turns_done.pop(position, None)
+        self.sent_at.pop(position, None)
+
+
+@dataclass
+class _Probes:
+    """Servers being probed, and the rows whose connection failure waits on that probe."""
+
+    probing: set[str] = field(default_factory=set)
+    parked: dict[str, list[tuple[int, RequestFailed]]] = field(default_factory=dict)
+
+
+@dataclass
+class _Stopping:
+    reason: str | None = None
+    now: bool = False  # False while stopping: let the requests in flight finish
 
 
 class Dispatcher:
     """The asynchronous part: feed rows to servers, handle answers and failures."""
 
-    def __init__(self, job: Job, session: aiohttp.ClientSession, sampling: Sampling) -> None:
-        self.job, self.config, self.session = job, job.config, session
-        self.sampling = sampling
+    def __init__(
+        self,
+        policy: DispatchPolicy,
+        endpoints: Sequence[Endpoint],
+        session: aiohttp.ClientSession,
+        sampling: Sampling,
+        ledger: Ledger,
+        rows: Iterator[PromptRow | RejectedRow],
+        rows_to_send: int,
+        writers: dict[Split, PartWriter],
+    ) -> None:
+        """`rows`: the input rows to send (`rows_to_send` of them); `writers`: one per split,
+        closed when `run` ends."""
+        self.policy, self.session, self.sampling = policy, session, sampling
+        self.ledger, self.writers = ledger, writers
         self.client = ChatClient(session, sampling)
         self.pool = ServerPool(
-            [e.base_url for e in self.config.endpoints],
-            self.config.concurrency,
-            {e.base_url: e.slots for e in self.config.endpoints if e.router},
+            [e.base_url for e in endpoints],
+            policy.concurrency,
+            {e.base_url: e.slots for e in endpoints if e.router},
         )
-        commits = job.ledger.part_commits()
-        self.writers = {
-            split: PartWriter(
-                job.config.output_dir / split.directory, commits, self.config.rows_per_part, split.first_part
-            )
-            for split in (CLEAN, FLAGGED)
-        }
+        self.queue = _Queue(rows, max(1024, 4 * policy.concurrency * sum(s.slots for s in self.pool.servers)))
+        self.requests = _Requests()
+        self.probes = _Probes()
+        self.stopping = _Stopping()
         self.batch = LedgerBatch.empty()
-        self.rows: dict[int, PromptRow] = {}
-        # Target turns done so far of rows not yet written. Kept in memory only: a row is
-        # written and committed once, whole; after a kill its turns are generated again.
-        self.partial: dict[int, list[TurnResult]] = {}
-        self.ready: deque[int] = deque()
-        self.waiting: list[tuple[float, int]] = []  # (monotonic due time, position)
-        self.attempts: dict[int, int] = {}
-        self.input = iter_rows(job.source, job.pending, keep_given_turns=self.config.keep_given_turns)
-        self.input_done = False
-        self.window = max(1024, 4 * self.config.concurrency * sum(s.slots for s in self.pool.servers))
         self.spec = SpecTracker()
-        self.probing: set[str] = set()
-        self.parked: dict[str, list[tuple[int, RequestFailed]]] = {}
-        self.sent_at: dict[int, float] = {}
-        self.overdue: set[int] = set()
-        self.stop_reason: str | None = None
-        self.stop_now = False  # False while stopping: let the requests in flight finish
-        self.fatal: BaseException | None = None
-        counts = job.ledger.counts()
+        self.tasks = JobTasks(lambda what: self._stop(f"stopped by an error in {what}"))
+        counts = ledger.counts()
         done_before, failed_before = counts[RowState.DONE], counts[RowState.FAILED]
-        in_scope = len(job.pending) + done_before + failed_before
-        self.stats = LiveStats(in_scope, done_before, failed_before)
+        self.stats = LiveStats(rows_to_send + done_before + failed_before, done_before, failed_before)
         self.view: ProgressView | None = None
-        self.background: list[asyncio.Task[None]] = []
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.stopping.reason
 
     def accept_length(self) -> float | None:
         from_metrics = self.spec.mean_accept_length()
@@ -102,56 +188,54 @@ class Dispatcher:
             return self.stats.accept_length_sum / self.stats.accept_length_rows
         return None
 
-    async def run(self) -> None:
-        if self.config.show_progress:
+    async def run(self, companions: Sequence[Companion] = ()) -> None:
+        """Send every row; returns when all are done or the job stops, raises what ended it."""
+        if self.policy.progress_interval_s is not None:
             self.view = ProgressView(
-                self.stats, self.pool, self.accept_length, interval_s=self.config.progress_interval_s
+                self.stats, self.pool, self.accept_length, interval_s=self.policy.progress_interval_s
             )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._interrupt, sig)
-        self._spawn(self._flush_loop())
-        self._spawn(self._metrics_loop())
         try:
-            await self._dispatch_loop()
-            if self.fatal is not None:
-                raise self.fatal
-            await self._scrape_metrics()
+            await self.tasks.run(self._main(companions), "the dispatch loop")
         finally:
-            tasks = [*self.background, *(t for s in self.pool.servers for t in s.in_flight.values())]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             try:
                 self.flush()
             except Exception:
-                # The job already failed (self.fatal is raised): a flush failing the same
-                # way must not hide it. Unflushed rows stay in flight and are sent again.
-                if self.fatal is None:
+                # The job already failed (its error is being raised): a flush failing the
+                # same way must not hide it. Unflushed rows stay in flight and are sent again.
+                if not self.tasks.failed:
                     raise
             finally:
                 for writer in self.writers.values():
                     writer.close()
                 if self.view is not None:
                     self.view.stop()
-        if self.fatal is not None:
-            raise self.fatal  # a task failed after the loop ended (the last flush, a metrics scrape)
+
+    async def _main(self, companions: Sequence[Companion]) -> None:
+        for work, what in companions:
+            self.tasks.spawn(work, what)
+        self.tasks.spawn(self._flush_loop(), "the ledger flush loop")
+        self.tasks.spawn(self._metrics_loop(), "the metrics poll loop")
+        await self._dispatch_loop()
+        await self._scrape_metrics()
 
     def _interrupt(self, sig: signal.Signals) -> None:
         """First signal: send nothing new, let requests in flight finish. Second: stop now."""
-        if self.stop_reason is None:
-            self.stop_reason = f"interrupted by {sig.name}; run the same command again to resume"
+        if self.stopping.reason is None:
+            self.stopping.reason = f"interrupted by {sig.name}; run the same command again to resume"
             self._say(
                 f"{sig.name}: finishing the {self.pool.total_in_flight()} requests in "
                 "flight, then stopping (send it again to stop at once)"
             )
         else:
-            self.stop_now = True
+            self.stopping.now = True
 
     def _stop(self, reason: str) -> None:
-        self.stop_reason, self.stop_now = reason, True
+        self.stopping.reason, self.stopping.now = reason, True
 
     def stop_for(self, reason: str) -> None:
         """Stop now for a reason found outside the job (a run it drives crashed)."""
@@ -165,18 +249,17 @@ class Dispatcher:
         """Housekeeping tick: due retries, completion, the all-down pause.
 
         New requests are mostly started by `_fill` right where a request finishes, so
-        the per-request path creates no extra task or timer; this loop only needs to
-        look every `TICK_S`.
+        the per-request path creates no extra timer; this loop only needs to look every
+        `TICK_S`.
         """
-        pool = self.pool
+        pool, queue, stopping = self.pool, self.queue, self.stopping
         down_since: float | None = None
         last_watchdog = time.monotonic()
-        while not (self.stop_now or (self.stop_reason and not pool.total_in_flight())):
+        while not (stopping.now or (stopping.reason and not pool.total_in_flight())):
             now = time.monotonic()
-            while self.waiting and self.waiting[0][0] <= now:
-                self.ready.append(heapq.heappop(self.waiting)[1])
+            queue.release_due(now)
             self._fill()
-            if not (self.ready or self.waiting or self.parked or pool.total_in_flight()):
+            if not (queue.ready or queue.waiting or self.probes.parked or pool.total_in_flight()):
                 return
             if now - last_watchdog >= 1.0:
                 last_watchdog = now
@@ -186,23 +269,23 @@ class Dispatcher:
                     down_since = now
                     self._say("every server is down: paused (no retries spent) while probing")
                 self.stats.paused_reason = "every server is down; probing, no retries spent"
-                if now - down_since > self.config.give_up_after_s:
-                    self._stop(f"every server was down for {self.config.give_up_after_s:.0f} s; gave up")
+                if now - down_since > self.policy.give_up_after_s:
+                    self._stop(f"every server was down for {self.policy.give_up_after_s:.0f} s; gave up")
                     return
             else:
                 down_since = None
                 self.stats.paused_reason = None
-            next_due_s = self.waiting[0][0] - now if self.waiting else TICK_S
+            next_due_s = queue.waiting[0][0] - now if queue.waiting else TICK_S
             await asyncio.sleep(max(min(next_due_s, TICK_S), 0.0))
 
     def _fill(self) -> None:
         """Start requests while a server has room and there is work."""
-        if self.stop_reason is not None:
+        if self.stopping.reason is not None:
             return
-        pick, ready = self.pool.pick, self.ready
+        pick, queue, ready = self.pool.pick, self.queue, self.queue.ready
         while True:
             if not ready:
-                self._refill()
+                queue.refill()
                 if not ready:
                     return
             server = pick()
@@ -210,48 +293,43 @@ class Dispatcher:
                 return
             self._start(server, ready.popleft())
 
-    def _refill(self) -> None:
-        while not self.input_done and len(self.rows) < self.window:
-            row = next(self.input, None)
-            if row is None:
-                self.input_done = True
-                return
-            if not isinstance(row, PromptRow):
-                continue  # rejected when the job was listed; never pending
-            self.rows[row.position] = row
-            self.ready.append(row.position)
-
     def _start(self, server: Server, position: int) -> None:
+        row = self.queue.rows[position]
+        task = self.tasks.spawn(self._attempt(server, row), f"the request task for row {row.row_id}")
+        if task is None:  # the job is ending; the row is sent again by the next run
+            return
         self.batch.started.append(position)
-        task = asyncio.create_task(self._attempt(server, self.rows[position]))
-        task.add_done_callback(self._supervise)
         server.in_flight[position] = task
-        self.sent_at[position] = time.monotonic()
+        self.requests.sent_at[position] = time.monotonic()
 
     def _cancel_overdue(self, now: float) -> None:
         """The request timeout: cancel requests older than it (see client.open_session)."""
-        limit_s = self.config.request_timeout_s
+        limit_s, sent_at, overdue = (
+            self.policy.request_timeout_s,
+            self.requests.sent_at,
+            self.requests.overdue,
+        )
         for server in self.pool.servers:
             for position, task in server.in_flight.items():
-                overdue = now - self.sent_at.get(position, now) > limit_s
-                if overdue and position not in self.overdue:
-                    self.overdue.add(position)
+                if now - sent_at.get(position, now) > limit_s and position not in overdue:
+                    overdue.add(position)
                     task.cancel()
 
     async def _attempt(self, server: Server, row: PromptRow) -> None:
+        requests = self.requests
         try:
             try:
-                done = self.partial.setdefault(row.position, [])
+                done = requests.turns_done.setdefault(row.position, [])
                 while not is_complete(row, done):
-                    sent_at = self.sent_at[row.position] = time.monotonic()
+                    sent_at = requests.sent_at[row.position] = time.monotonic()
                     answer = await self.client.complete(server.base_url, messages_for(row, done), row.tools)
                     done.append(TurnResult(answer, server.name, time.monotonic() - sent_at))
             except asyncio.CancelledError:
-                if row.position not in self.overdue:
+                if row.position not in requests.overdue:
                     raise  # taken out or shutting down: whoever cancelled requeues the row
-                self.overdue.discard(row.position)
+                requests.overdue.discard(row.position)
                 raise RequestFailed(
-                    FailureKind.TIMEOUT, f"request timed out after {self.config.request_timeout_s:g} s"
+                    FailureKind.TIMEOUT, f"request timed out after {self.policy.request_timeout_s:g} s"
                 ) from None
         except RequestFailed as failure:
             server.in_flight.pop(row.position, None)
@@ -259,7 +337,7 @@ class Dispatcher:
         else:
             server.in_flight.pop(row.position, None)
             self.pool.record_success(server)
-            self._on_answer(row, self.partial.pop(row.position))
+            self._on_answer(row, requests.turns_done.pop(row.position))
         finally:
             self._fill()
 
@@ -269,7 +347,7 @@ class Dispatcher:
             done,
             model=self.sampling.model,
             thinking=self.sampling.thinking,
-            keep_given_turns=self.config.keep_given_turns,
+            keep_given_turns=self.policy.keep_given_turns,
         )
         meta = output["meta"]
         for result in done:
@@ -285,12 +363,12 @@ class Dispatcher:
             flag_bits(meta["flags"]),
             time.time(),
         )
-        del self.rows[row.position]
-        self.sent_at.pop(row.position, None)
+        del self.queue.rows[row.position]
+        self.requests.sent_at.pop(row.position, None)
         # One row, however many turns: the last turn's server, the time its requests took.
         latency_s = sum(result.latency_s for result in done)
         self.stats.answered(done[-1].server, latency_s, meta["prompt_tokens"], meta["completion_tokens"])
-        if sum(len(w) for w in self.writers.values()) >= self.config.flush_rows:
+        if sum(len(w) for w in self.writers.values()) >= self.policy.flush_rows:
             self.flush()
 
     def _on_failure(self, server: Server, row: PromptRow, failure: RequestFailed) -> None:
@@ -300,20 +378,18 @@ class Dispatcher:
                 return
             # Is it the row or the server? A probe decides: a dead server's rows go
             # back to the queue for free; on a live server it was this row's attempt.
-            self.parked.setdefault(server.name, []).append((row.position, failure))
+            self.probes.parked.setdefault(server.name, []).append((row.position, failure))
             self._probe_soon(server)
             return
         self._retry_or_fail(row.position, failure)
 
     def _retry_or_fail(self, position: int, failure: RequestFailed) -> None:
-        row = self.rows[position]
-        attempts = self.attempts.get(row.position, 0) + 1
-        self.attempts[row.position] = attempts
-        if failure.kind is FailureKind.FATAL or attempts >= self.config.max_attempts:
-            self.batch.failed.append((str(failure), row.position))
-            del self.rows[row.position]
-            self.partial.pop(row.position, None)
-            self.sent_at.pop(row.position, None)
+        retry = self.policy.retry
+        attempts = self.requests.attempts[position] = self.requests.attempts.get(position, 0) + 1
+        if failure.kind is FailureKind.FATAL or attempts >= retry.max_attempts:
+            self.batch.failed.append((str(failure), position))
+            del self.queue.rows[position]
+            self.requests.forget(position)
             self.stats.row_failed(str(failure))
             if self.stats.done == 0 and self.stats.failed >= FAILURES_BEFORE_SUCCESS_LIMIT:
                 # A wrong --model or a broken server fails every row the same way; stop
@@ -323,16 +399,13 @@ class Dispatcher:
                     f"{failure}); fix the cause, then rerun with --retry-failed"
                 )
             return
-        self.batch.retried.append((str(failure), row.position))
+        self.batch.retried.append((str(failure), position))
         self.stats.retried(str(failure))
-        delay = _backoff_s(attempts, self.config.retry_base_s, self.config.retry_cap_s)
-        if failure.retry_after_s is not None:
-            delay = max(delay, min(failure.retry_after_s, self.config.retry_cap_s))
-        heapq.heappush(self.waiting, (time.monotonic() + delay, row.position))
+        self.queue.retry_at(time.monotonic() + retry.delay_s(attempts, failure.retry_after_s), position)
 
     def _requeue(self, position: int) -> None:
         self.stats.requeued_from_down_server()
-        self.ready.appendleft(position)
+        self.queue.ready.appendleft(position)
 
     def _take_out(self, server: Server, reason: str) -> None:
         for position in self.pool.take_out(server):
@@ -341,15 +414,16 @@ class Dispatcher:
         self._probe_until_back(server)
 
     def _probe_soon(self, server: Server) -> None:
-        if server.name in self.probing:
+        probes = self.probes
+        if server.name in probes.probing:
             return
 
         async def check() -> None:
             try:
-                alive = await probe(self.session, server, self.config.probe_timeout_s)
+                alive = await probe(self.session, server, self.policy.probe_timeout_s)
             finally:
-                self.probing.discard(server.name)
-            parked = self.parked.pop(server.name, [])
+                probes.probing.discard(server.name)
+            parked = probes.parked.pop(server.name, [])
             if alive or not server.healthy:
                 for position, failure in parked:
                     if alive:
@@ -362,39 +436,19 @@ class Dispatcher:
                     self._requeue(position)
                 self._take_out(server, reason)
 
-        self.probing.add(server.name)
-        self._spawn(check())
+        if self.tasks.spawn(check(), f"the probe of server {server.name}") is not None:
+            probes.probing.add(server.name)
 
     def _probe_until_back(self, server: Server) -> None:
         async def loop() -> None:
             delay_s = 0.5
-            while not await probe(self.session, server, self.config.probe_timeout_s):
+            while not await probe(self.session, server, self.policy.probe_timeout_s):
                 await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, self.config.probe_cap_s)
+                delay_s = min(delay_s * 2, self.policy.probe_cap_s)
             self.pool.bring_back(server)
             self._say(f"server {server.name} answers again; back in rotation")
 
-        self._spawn(loop())
-
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        self.background = [task for task in self.background if not task.done()]
-        task = asyncio.create_task(work)
-        task.add_done_callback(self._supervise)
-        self.background.append(task)
-
-    def _supervise(self, task: asyncio.Task[None]) -> None:
-        """Every task's end: an error (a bug, a full disk) ends the job, raised by `run`.
-
-        Without this an exception would end only its task ("Task exception was never
-        retrieved") and leave its row in flight for ever, so the job would never finish.
-        Rows in flight when the job ends stay in flight in the ledger; the next run
-        sends them again.
-        """
-        if task.cancelled() or task.exception() is None:
-            return
-        if self.fatal is None:
-            self.fatal = task.exception()
-        self._stop(f"stopped by an error: {self.fatal}")
+        self.tasks.spawn(loop(), f"the prober of taken-out server {server.name}")
 
     def _say(self, message: str) -> None:
         if self.view is not None:
@@ -407,11 +461,11 @@ class Dispatcher:
             durable = writer.flush()
             batch.done += durable.done
             batch.parts += durable.parts
-        self.job.ledger.apply(batch)
+        self.ledger.apply(batch)
 
     async def _flush_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.config.flush_interval_s)
+            await asyncio.sleep(self.policy.flush_interval_s)
             self.flush()
             if self.view is not None:
                 self.view.tick()
@@ -419,19 +473,19 @@ class Dispatcher:
     async def _metrics_loop(self) -> None:
         while True:
             await self._scrape_metrics()
-            await asyncio.sleep(self.config.metrics_interval_s)
+            await asyncio.sleep(self.policy.metrics_interval_s)
 
     async def _scrape_metrics(self) -> None:
         for server in self.pool.servers:
             if server.router:
                 # members come and go (fleet-repair): the room follows the router's list
-                ready = await router_workers_ready(self.session, server, self.config.probe_timeout_s)
+                ready = await router_workers_ready(self.session, server, self.policy.probe_timeout_s)
                 if ready:
                     server.slots = ready
             if server.healthy:
-                values = await scrape_metrics(self.session, server, self.config.probe_timeout_s)
+                values = await scrape_metrics(self.session, server, self.policy.probe_timeout_s)
                 if values is not None:
                     self.spec.observe(server.name, values)
         accept = self.accept_length()
         if accept is not None:
-            self.job.ledger.set_meta({"spec_accept_length": f"{accept:.4f}"})
+            self.ledger.set_meta({"spec_accept_length": f"{accept:.4f}"})

@@ -19,21 +19,22 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+
+import aiohttp
 
 from specpilot import __version__
 from specpilot.errors import UserError
 from specpilot.generate.client import Sampling, open_session
-from specpilot.generate.dispatch import Dispatcher
+from specpilot.generate.dispatch import Companion, Dispatcher, DispatchPolicy, RetryPolicy
 from specpilot.generate.endpoints import Endpoint, default_model
 from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
 from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.lock import DirectoryLock
-from specpilot.generate.report import summarize
+from specpilot.generate.report import JobSummary, ServerRun, summarize
 from specpilot.generate.types import RejectedRow
-from specpilot.generate.writer import SPLITS, reconcile_parts, split_parts
+from specpilot.generate.writer import SPLITS, PartWriter, reconcile_parts, split_parts
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
 JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
@@ -80,12 +81,27 @@ class JobConfig:
     show_progress: bool = True
     notify: Callable[[str], None] = _stderr
 
+    def dispatch_policy(self) -> DispatchPolicy:
+        return DispatchPolicy(
+            concurrency=self.concurrency,
+            keep_given_turns=self.keep_given_turns,
+            retry=RetryPolicy(self.max_attempts, self.retry_base_s, self.retry_cap_s),
+            request_timeout_s=self.request_timeout_s,
+            probe_timeout_s=self.probe_timeout_s,
+            probe_cap_s=self.probe_cap_s,
+            give_up_after_s=self.give_up_after_s,
+            flush_interval_s=self.flush_interval_s,
+            flush_rows=self.flush_rows,
+            metrics_interval_s=self.metrics_interval_s,
+            progress_interval_s=self.progress_interval_s if self.show_progress else None,
+        )
+
 
 @dataclass
 class Outcome:
     """What `generate` prints and how it exits."""
 
-    summary: dict[str, Any]
+    summary: JobSummary
     exit_code: int
     message: str
 
@@ -239,6 +255,26 @@ class Job:
             )
         self.ledger.set_meta({"input_fingerprint": self.source.fingerprint()})
 
+    def dispatcher(self, session: aiohttp.ClientSession, sampling: Sampling) -> Dispatcher:
+        """The dispatcher of this run's pending rows (after `prepare`)."""
+        commits = self.ledger.part_commits()
+        writers = {
+            split: PartWriter(
+                self.config.output_dir / split.directory, commits, self.config.rows_per_part, split.first_part
+            )
+            for split in SPLITS
+        }
+        return Dispatcher(
+            self.config.dispatch_policy(),
+            self.config.endpoints,
+            session,
+            sampling,
+            self.ledger,
+            iter_rows(self.source, self.pending, keep_given_turns=self.config.keep_given_turns),
+            len(self.pending),
+            writers,
+        )
+
     # -- finishing ------------------------------------------------------------
 
     def unfinished_in_scope(self) -> int:
@@ -248,7 +284,7 @@ class Job:
             for state in (RowState.PENDING, RowState.IN_FLIGHT)
         )
 
-    def write_reports(self) -> dict[str, Any]:
+    def write_reports(self) -> JobSummary:
         """errors.jsonl and manifest.json, rewritten atomically from the ledger."""
         out = self.config.output_dir
         errors = "".join(
@@ -266,18 +302,24 @@ class Job:
                 "format": meta.get("input_format"),
                 "sha256": meta.get("input_sha256"),
                 "duplicates_skipped": int(meta.get("duplicates_skipped", "0")),
-                "rejected": summary["rejected"],
+                "rejected": summary.rejected,
             },
             "params": {
                 k: (meta[k] if k == "model" else json.loads(meta.get(k, DEFAULT_PARAMS.get(k, "null"))))
                 for k in PARAM_KEYS
             },
             "counts": {
-                k: summary[k] for k in ("total", "done", "clean", "flagged", "failed", "pending", "in_flight")
+                "total": summary.total,
+                "done": summary.done,
+                "clean": summary.clean,
+                "flagged": summary.flagged,
+                "failed": summary.failed,
+                "pending": summary.pending,
+                "in_flight": summary.in_flight,
             },
-            "tokens": {"prompt": summary["prompt_tokens"], "completion": summary["completion_tokens"]},
-            "flags": summary["flags"],
-            "spec_accept_length": summary["spec_accept_length"],
+            "tokens": {"prompt": summary.prompt_tokens, "completion": summary.completion_tokens},
+            "flags": summary.flags,
+            "spec_accept_length": summary.spec_accept_length,
             "parts": [
                 {
                     "file": f"{path.parent.name}/{path.name}",
@@ -293,7 +335,7 @@ class Job:
         return summary
 
 
-async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[dict[str, Any]]]:
+async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[ServerRun]]:
     config = job.config
     # a router's room grows with its workers (the dispatcher bounds what is in flight): no cap
     unbounded = any(e.router for e in config.endpoints)
@@ -310,19 +352,10 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[dic
             top_p=config.top_p,
             top_k=config.top_k,
         )
-        dispatcher = Dispatcher(job, session, sampling)
-        watchers = _watch_runs(config.endpoints, dispatcher)
-        try:
-            async with watch(dispatcher) if watch else contextlib.nullcontext():
-                await dispatcher.run()
-        finally:
-            for watcher in watchers:
-                watcher.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
-        servers = [
-            {"server": s.name, "rows_done": s.done_rows, "taken_out": s.taken_out_count}
-            for s in dispatcher.pool.servers
-        ]
+        dispatcher = job.dispatcher(session, sampling)
+        async with watch(dispatcher) if watch else contextlib.nullcontext():
+            await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
+        servers = [ServerRun(s.name, s.done_rows, s.taken_out_count) for s in dispatcher.pool.servers]
         return dispatcher.stop_reason, servers
 
 
@@ -358,7 +391,7 @@ def storage_error(err: OSError | sqlite3.Error, output_dir: Path, input_path: Pa
     )
 
 
-def _watch_runs(endpoints: list[Endpoint], dispatcher: Dispatcher) -> list[asyncio.Task[None]]:
+def _watch_runs(endpoints: list[Endpoint], dispatcher: Dispatcher) -> list[Companion]:
     """A run started by `specpilot up` can die after ready; its log says so at once, so
     the job stops then with the cause instead of waiting out request timeouts."""
     names = [e.run_name for e in endpoints if e.run_name is not None]
@@ -369,7 +402,7 @@ def _watch_runs(endpoints: list[Endpoint], dispatcher: Dispatcher) -> list[async
     from specpilot.launch.serving import stop_on_crash
 
     return [
-        asyncio.create_task(stop_on_crash(name, dispatcher.stop_for, dispatcher.note, host_for))
+        (stop_on_crash(name, dispatcher.stop_for, dispatcher.note, host_for), f"the watcher of run {name}")
         for name in names
     ]
 
@@ -379,18 +412,18 @@ def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
     try:
         with Job(config) as job:
             stop_reason, servers = asyncio.run(_run(job, watch))
-            summary = {**job.write_reports(), "this_run_servers": servers}
+            summary = replace(job.write_reports(), this_run_servers=servers)
             scope_left = job.unfinished_in_scope()
     except (OSError, sqlite3.Error) as err:
         raise storage_error(err, config.output_dir, config.input_path) from err
     if stop_reason:
         return Outcome(summary, 1, stop_reason)
-    if summary["failed"]:
+    if summary.failed:
         return Outcome(
             summary,
             1,
-            f"{summary['failed']} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}",
+            f"{summary.failed} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}",
         )
     if scope_left:
         return Outcome(summary, 1, f"{scope_left} rows are not done")
-    return Outcome(summary, 0, f"all {summary['done']} rows done")
+    return Outcome(summary, 0, f"all {summary.done} rows done")

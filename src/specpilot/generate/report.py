@@ -11,8 +11,9 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.table import Table
@@ -50,11 +51,67 @@ def reading_ledger(directory: Path) -> Iterator[Ledger]:
         ) from None
 
 
-def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
-    """Counts, tokens, flags, recent rate and ETA of the job, as one JSON-able object."""
+#: keys `to_json` leaves out when unset (the other commands' summaries have no such part)
+_ABSENT_UNSET = ("this_run_servers", "lengths")
+
+
+@dataclass(frozen=True)
+class ServerRun:
+    """One server's part in this run of `generate`."""
+
+    server: str
+    rows_done: int
+    taken_out: int
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """Counts, tokens, flags, rates and ETA of a job, from its ledger (`to_json` for --json)."""
+
+    total: int
+    pending: int
+    in_flight: int
+    done: int
+    failed: int
+    clean: int
+    flagged: int
+    rejected: int
+    state: Literal["finished", "incomplete"]
+    prompt_tokens: int
+    completion_tokens: int
+    retries: int
+    flags: dict[str, int]
+    rows_per_s: float  # over the last minute (the job's life if younger)
+    output_tokens_per_s: float
+    eta_s: float | None
+    elapsed_s: float | None  # job start to its last finished row
+    rows_per_s_overall: float | None
+    output_tokens_per_s_overall: float | None
+    spec_accept_length: float | None
+    model: str | None
+    thinking: bool
+    servers: list[str]
+    input: str | None
+    this_run_servers: list[ServerRun] | None = None  # generate's summary only
+    lengths: dict[str, dict[str, Any]] | None = None  # report --max-length only, per split
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object `generate --json` and `report --json` print (parts absent when unset)."""
+        return {
+            key: value for key, value in asdict(self).items() if value is not None or key not in _ABSENT_UNSET
+        }
+
+
+def _int(value: object) -> int:
+    """An integer column of a SQLite aggregate (None over no rows)."""
+    return int(str(value or 0))
+
+
+def summarize(ledger: Ledger, *, now: float | None = None) -> JobSummary:
+    """The job's summary from its ledger alone."""
     now = time.time() if now is None else now
     meta = ledger.meta()
-    counts = {state.name.lower(): count for state, count in ledger.counts().items()}
+    counts = ledger.counts()
     flag_sums = ", ".join(f"SUM((flags >> {bit}) & 1)" for bit in range(len(FLAG_NAMES)))
     (totals,) = ledger.query(
         "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
@@ -64,68 +121,68 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> dict[str, Any]:
         f"COALESCE(SUM(state = {RowState.DONE} AND flags != 0), 0), {flag_sums} FROM rows",
         (now - RATE_WINDOW_S,) * 3,
     )
-    prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens, first = totals[:6]
-    first_done, last_done, flagged = totals[6:9]
-    flags = {name: int(str(value or 0)) for name, value in zip(FLAG_NAMES, totals[9:], strict=True)}
+    prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens = (_int(v) for v in totals[:5])
+    first_recent, first_done, last_done = (None if v is None else float(str(v)) for v in totals[5:8])
+    flagged = _int(totals[8])
     # The rate over the last minute, or over the job's life if it is younger than that.
-    window_s = max(now - float(str(first)), 1.0) if first is not None else RATE_WINDOW_S
-    rows_per_s = int(str(recent_rows or 0)) / window_s
-    remaining = counts["pending"] + counts["in_flight"]
-    total = sum(counts.values())
+    window_s = max(now - first_recent, 1.0) if first_recent is not None else RATE_WINDOW_S
+    rows_per_s = recent_rows / window_s
+    done, remaining = counts[RowState.DONE], counts[RowState.PENDING] + counts[RowState.IN_FLIGHT]
     accept = meta.get("spec_accept_length")
     # Whole-job totals: from the job's start (the ledger's creation) to its last finished row.
-    started = float(meta.get("initialized_at") or str(first_done or now))
-    elapsed_s = max(float(str(last_done)) - started, 1e-3) if last_done is not None else None
-    done_rows = counts["done"]
-    return {
-        "total": total,
-        **counts,
-        "clean": counts["done"] - int(str(flagged)),
-        "flagged": int(str(flagged)),
-        "rejected": int(meta.get("rejected", "0")),
-        "state": "finished" if remaining == 0 else "incomplete",
-        "prompt_tokens": int(str(prompt_tokens)),
-        "completion_tokens": int(str(completion_tokens)),
-        "retries": int(str(retries)),
-        "flags": flags,
-        "rows_per_s": round(rows_per_s, 3),
-        "output_tokens_per_s": round(int(str(recent_tokens or 0)) / window_s, 1),
-        "eta_s": round(remaining / rows_per_s, 1) if rows_per_s > 0 and remaining else None,
-        "elapsed_s": None if elapsed_s is None else round(elapsed_s, 3),
-        "rows_per_s_overall": None if elapsed_s is None else round(done_rows / elapsed_s, 3),
-        "output_tokens_per_s_overall": (
-            None if elapsed_s is None else round(int(str(completion_tokens)) / elapsed_s, 1)
-        ),
-        "spec_accept_length": float(accept) if accept else None,
-        "model": meta.get("model"),
-        "thinking": meta.get("thinking") == "true",
-        "servers": json.loads(meta.get("servers", "[]")),
-        "input": meta.get("input"),
-    }
+    started = float(meta.get("initialized_at") or (first_done if first_done is not None else now))
+    elapsed_s = max(last_done - started, 1e-3) if last_done is not None else None
+    return JobSummary(
+        total=sum(counts.values()),
+        pending=counts[RowState.PENDING],
+        in_flight=counts[RowState.IN_FLIGHT],
+        done=done,
+        failed=counts[RowState.FAILED],
+        clean=done - flagged,
+        flagged=flagged,
+        rejected=int(meta.get("rejected", "0")),
+        state="finished" if remaining == 0 else "incomplete",
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        retries=retries,
+        flags={name: _int(value) for name, value in zip(FLAG_NAMES, totals[9:], strict=True)},
+        rows_per_s=round(rows_per_s, 3),
+        output_tokens_per_s=round(recent_tokens / window_s, 1),
+        eta_s=round(remaining / rows_per_s, 1) if rows_per_s > 0 and remaining else None,
+        elapsed_s=None if elapsed_s is None else round(elapsed_s, 3),
+        rows_per_s_overall=None if elapsed_s is None else round(done / elapsed_s, 3),
+        output_tokens_per_s_overall=None if elapsed_s is None else round(completion_tokens / elapsed_s, 1),
+        spec_accept_length=float(accept) if accept else None,
+        model=meta.get("model"),
+        thinking=meta.get("thinking") == "true",
+        servers=json.loads(meta.get("servers", "[]")),
+        input=meta.get("input"),
+    )
 
 
-def render_summary(summary: dict[str, Any], console: Console) -> None:
-    table = Table(title=f"generate: {summary['state']}", show_header=False)
-    table.add_row("done", f"{summary['done']}/{summary['total']}")
-    table.add_row("clean / flagged", f"{summary['clean']} / {summary['flagged']}")
-    table.add_row("rejected", str(summary["rejected"]))
-    table.add_row("failed", str(summary["failed"]))
-    table.add_row("pending / in flight", f"{summary['pending']} / {summary['in_flight']}")
-    table.add_row("retries", str(summary["retries"]))
-    table.add_row("tokens in / out", f"{summary['prompt_tokens']} / {summary['completion_tokens']}")
-    if summary["state"] == "finished" and summary["elapsed_s"] is not None:
+def render_summary(summary: JobSummary, console: Console) -> None:
+    s = summary
+    table = Table(title=f"generate: {s.state}", show_header=False)
+    table.add_row("done", f"{s.done}/{s.total}")
+    table.add_row("clean / flagged", f"{s.clean} / {s.flagged}")
+    table.add_row("rejected", str(s.rejected))
+    table.add_row("failed", str(s.failed))
+    table.add_row("pending / in flight", f"{s.pending} / {s.in_flight}")
+    table.add_row("retries", str(s.retries))
+    table.add_row("tokens in / out", f"{s.prompt_tokens} / {s.completion_tokens}")
+    if s.state == "finished" and s.elapsed_s is not None:
         # a finished job's last-minute rates are 0: its totals are what it did
-        table.add_row("time (start to last row)", eta_text(summary["elapsed_s"]))
-        table.add_row("rows/s (whole job)", f"{summary['rows_per_s_overall']:.2f}")
-        table.add_row("out tok/s (whole job)", f"{summary['output_tokens_per_s_overall']:.0f}")
+        table.add_row("time (start to last row)", eta_text(s.elapsed_s))
+        table.add_row("rows/s (whole job)", f"{s.rows_per_s_overall:.2f}")
+        table.add_row("out tok/s (whole job)", f"{s.output_tokens_per_s_overall:.0f}")
     else:
-        table.add_row("rows/s (last minute)", f"{summary['rows_per_s']:.2f}")
-        table.add_row("out tok/s (last minute)", f"{summary['output_tokens_per_s']:.0f}")
-        table.add_row("eta", eta_text(summary["eta_s"]) if summary["eta_s"] else "-")
-    accept = summary["spec_accept_length"]
+        table.add_row("rows/s (last minute)", f"{s.rows_per_s:.2f}")
+        table.add_row("out tok/s (last minute)", f"{s.output_tokens_per_s:.0f}")
+        table.add_row("eta", eta_text(s.eta_s) if s.eta_s else "-")
+    accept = s.spec_accept_length
     table.add_row("spec accept length", "-" if accept is None else f"{accept:.2f}")
-    table.add_row("model / thinking", f"{summary['model']} / {summary['thinking']}")
-    for flag, count in summary["flags"].items():
+    table.add_row("model / thinking", f"{s.model} / {s.thinking}")
+    for flag, count in s.flags.items():
         table.add_row(f"flag {flag}", str(count))
     console.print(table)
 

@@ -13,12 +13,11 @@ import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from specpilot.errors import UserError
 from specpilot.generate.causes import cause_of
 from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
-from specpilot.generate.report import summarize
+from specpilot.generate.report import JobSummary, summarize
 from specpilot.generate.validate import FLAG_NAMES
 
 #: how long a read waits for a writer that holds the ledger exclusively
@@ -42,7 +41,7 @@ class ReadOnlyLedger(Ledger):
 class LedgerSnapshot:
     """Everything the page and /metrics take from the ledger, read in one go."""
 
-    summary: dict[str, Any]
+    summary: JobSummary
     #: (first done_at, bucket width s, [(bucket start, rows, completion tokens)])
     throughput: list[tuple[float, int, int]]
     throughput_bucket_s: float
@@ -151,7 +150,7 @@ def _snapshot(ledger: Ledger) -> LedgerSnapshot:
                 (ROWS_LISTED,),
             )
         ],
-        servers=list(summary.get("servers") or []),
+        servers=list(summary.servers),
     )
 
 

@@ -32,19 +32,22 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 def job_metrics(snapshot: LedgerSnapshot, live: LiveView | None) -> Iterator[Metric]:
     s = snapshot.summary
     rows = GaugeMetricFamily("specpilot_rows", "Rows of the job by ledger state.", labels=["state"])
-    for state in ("done", "failed", "pending", "in_flight"):
-        rows.add_metric([state], s[state])
+    for state, count in (
+        ("done", s.done),
+        ("failed", s.failed),
+        ("pending", s.pending),
+        ("in_flight", s.in_flight),
+    ):
+        rows.add_metric([state], count)
     yield rows
+    yield CounterMetricFamily("specpilot_rows_done", "Rows answered and committed (whole job).", value=s.done)
     yield CounterMetricFamily(
-        "specpilot_rows_done", "Rows answered and committed (whole job).", value=s["done"]
-    )
-    yield CounterMetricFamily(
-        "specpilot_prompt_tokens", "Prompt tokens of done rows (whole job).", value=s["prompt_tokens"]
+        "specpilot_prompt_tokens", "Prompt tokens of done rows (whole job).", value=s.prompt_tokens
     )
     yield CounterMetricFamily(
         "specpilot_completion_tokens",
         "Completion tokens of done rows (whole job).",
-        value=s["completion_tokens"],
+        value=s.completion_tokens,
     )
     failed = GaugeMetricFamily(
         "specpilot_failed_rows", "Failed rows by cause of the last error.", labels=["cause"]
@@ -53,13 +56,13 @@ def job_metrics(snapshot: LedgerSnapshot, live: LiveView | None) -> Iterator[Met
         failed.add_metric([cause], count)
     yield failed
     flagged = GaugeMetricFamily("specpilot_flagged_rows", "Done rows carrying each flag.", labels=["flag"])
-    for flag, count in s["flags"].items():
+    for flag, count in s.flags.items():
         flagged.add_metric([flag], count)
     yield flagged
-    eta_s = 0.0 if s["pending"] + s["in_flight"] == 0 else s["eta_s"]
+    eta_s = 0.0 if s.pending + s.in_flight == 0 else s.eta_s
     if eta_s is not None:  # unknown while nothing has finished in the last minute
         yield GaugeMetricFamily("specpilot_eta_seconds", "Estimated time to finish.", value=eta_s)
-    accept = live.accept_length if live is not None else s["spec_accept_length"]
+    accept = live.accept_length if live is not None else s.spec_accept_length
     if accept is not None:
         yield GaugeMetricFamily(
             "specpilot_spec_accept_length",

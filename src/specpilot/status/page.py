@@ -59,21 +59,21 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, table_id
 
 def _headline(snapshot: LedgerSnapshot, live: LiveView | None) -> str:
     s = snapshot.summary
-    accept = live.accept_length if live is not None else s["spec_accept_length"]
-    finished = s["done"] + s["failed"]
-    percent = 100.0 * finished / s["total"] if s["total"] else 0.0
+    accept = live.accept_length if live is not None else s.spec_accept_length
+    finished = s.done + s.failed
+    percent = 100.0 * finished / s.total if s.total else 0.0
     numbers = [
-        ("rows-done", "done", s["done"]),
-        ("rows-failed", "failed", s["failed"]),
-        ("rows-pending", "pending", s["pending"]),
-        ("rows-in-flight", "in flight", s["in_flight"]),
-        ("rows-total", "total", s["total"]),
-        ("retries", "retries (requests sent again)", s["retries"]),
-        ("prompt-tokens", "tokens in", s["prompt_tokens"]),
-        ("completion-tokens", "tokens out", s["completion_tokens"]),
-        ("rows-per-s", "rows/s (last minute)", f"{s['rows_per_s']:.2f}"),
-        ("tokens-per-s", "output tok/s (last minute)", f"{s['output_tokens_per_s']:.0f}"),
-        ("eta", "ETA", eta_text(s["eta_s"]) if s["eta_s"] else "-"),
+        ("rows-done", "done", s.done),
+        ("rows-failed", "failed", s.failed),
+        ("rows-pending", "pending", s.pending),
+        ("rows-in-flight", "in flight", s.in_flight),
+        ("rows-total", "total", s.total),
+        ("retries", "retries (requests sent again)", s.retries),
+        ("prompt-tokens", "tokens in", s.prompt_tokens),
+        ("completion-tokens", "tokens out", s.completion_tokens),
+        ("rows-per-s", "rows/s (last minute)", f"{s.rows_per_s:.2f}"),
+        ("tokens-per-s", "output tok/s (last minute)", f"{s.output_tokens_per_s:.0f}"),
+        ("eta", "ETA", eta_text(s.eta_s) if s.eta_s else "-"),
         ("accept-length", "spec accept length", "-" if accept is None else f"{accept:.2f}"),
     ]
     cells = "".join(
@@ -165,8 +165,8 @@ def render_page(page: PageInput, *, now_s: float | None = None) -> str:
         (row_id, attempts, cause, error[:ERROR_CHARS]) for row_id, attempts, cause, error in snapshot.failed
     ]
     sections = [
-        f"<h1>specpilot generate: {escape(page.title)} ({escape(s['state'])})</h1>",
-        f"<div>model {escape(str(s['model']))} · thinking {s['thinking']} · "
+        f"<h1>specpilot generate: {escape(page.title)} ({escape(s.state)})</h1>",
+        f"<div>model {escape(str(s.model))} · thinking {s.thinking} · "
         f"{'live' if live is not None else 'read from the ledger'} · "
         f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(now_s))} UTC</div>",
         paused,
@@ -188,7 +188,7 @@ def render_page(page: PageInput, *, now_s: float | None = None) -> str:
         "</div><div><h2>failed rows by cause</h2>",
         _table(["cause", "rows"], snapshot.failed_by_cause.items(), table_id="failed-by-cause"),
         "</div><div><h2>flags (done rows)</h2>",
-        _table(["flag", "rows"], s["flags"].items(), table_id="flags"),
+        _table(["flag", "rows"], s.flags.items(), table_id="flags"),
         "</div></div>",
         "<h2>recently flagged rows</h2>",
         _table(["id", "flags"], [(i, ", ".join(f)) for i, f in snapshot.flagged], table_id="flagged"),
