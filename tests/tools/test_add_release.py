@@ -66,6 +66,7 @@ def test_a_release_in_the_repository_is_diffed_against_the_previous_table(tmp_pa
 def test_rules_that_stop_before_the_release_are_named(tmp_path: Path) -> None:
     items = lines(dry_run(tmp_path, "sglang", "0.5.13.post1"))
     ended = next(i for i in items if "version range ends before 0.5.13.post1" in i)
+    assert any(i.startswith("[x] gpu/sglang/build_carry.sh: pins for 0.5.13.post1 recorded") for i in items)
     assert "sglang-spec-topk-no-overlap" in ended  # versions(">=0.5.11,<0.5.13")
     assert any(
         i.startswith("[x] src/specpilot/plan/provenance.py: measured: SGLang 0.5.13.post1 on H200")
@@ -82,6 +83,7 @@ def test_an_unknown_newer_sglang_release_lists_every_place_to_change(tmp_path: P
         "src/specpilot/engines/__init__.py: newest_version is 0.5.23: set it to 0.5.24",
         "src/specpilot/plan/sglang_releases.py: no planner row for 0.5.24",
         "tests/conformance/venvs.py (SGLANG_RELEASES): add 0.5.24",
+        "gpu/sglang/build_carry.sh: no pins for 0.5.24",
         "src/specpilot/plan/provenance.py: no provenance record for 0.5.24",
         "mentions: files naming sglang 0.5.23",
     )
