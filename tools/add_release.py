@@ -75,8 +75,11 @@ def environment(engine: str, version: str) -> tuple[Path, dict[str, str]]:
     return python, env
 
 
-def extract_table(engine: str, version: str, python: Path, env: dict[str, str]) -> Path:
-    """Runs the release's own argparse through tools/extract_<engine>_flags.py; writes the table."""
+def extract_table(
+    engine: str, version: str, python: Path, env: dict[str, str], folder: Path | None = None
+) -> Path:
+    """Runs the release's own argparse through tools/extract_<engine>_flags.py; writes the table
+    into `folder` (default: the engine's flags folder in src/)."""
     script = TOOLS / f"extract_{engine}_flags.py"
     done = subprocess.run([str(python), str(script)], env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -84,9 +87,10 @@ def extract_table(engine: str, version: str, python: Path, env: dict[str, str]) 
     table = json.loads(done.stdout)
     if table["version"] != version:
         raise JobFailed(f"the environment imports {engine} {table['version']}, not {version}")
-    path = REPO / "src" / "specpilot" / "engines" / engine / "flags" / f"{version}.json"
+    path = (folder or REPO / "src" / "specpilot" / "engines" / engine / "flags") / f"{version}.json"
     path.write_text(done.stdout)
-    _log(f"wrote {path.relative_to(REPO)}: {len(table['flags'])} flags, {len(table['env'])} env names")
+    shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    _log(f"wrote {shown}: {len(table['flags'])} flags, {len(table['env'])} env names")
     return path
 
 

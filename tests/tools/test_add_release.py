@@ -6,6 +6,7 @@ build nothing and write nothing, so it works without a network.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -114,3 +115,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, str],
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {field}") and done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.conformance
+def test_re_extracting_a_shipped_table_gives_the_committed_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool's environment and extraction steps, on the newest SGLang release CI caches."""
+    monkeypatch.syspath_prepend(str(REPO / "tools"))
+    add_release = importlib.import_module("add_release")
+    version = "0.5.23"
+    python, env = add_release.environment("sglang", version)
+    written = add_release.extract_table("sglang", version, python, env, folder=tmp_path)
+    assert written.read_bytes() == (FLAGS / "sglang" / "flags" / f"{version}.json").read_bytes()
