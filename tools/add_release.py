@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,7 @@ def _vllm_target(version: str, python: Path) -> Path:
     target = cache_root() / "venvs" / f"vllm-{version}"
     if not (target / ".complete").exists():
         _log(f"installing vllm=={version} (no dependencies) into {target}")
+        shutil.rmtree(target, ignore_errors=True)  # an interrupted install is redone
         argv = [
             str(python),
             "-m",

@@ -121,8 +121,8 @@ def _sources(folder: Path) -> list[tuple[Path, str]]:
 
 def table_items(engine: str, tables: Sequence[ReleaseTable], version: Version) -> list[Item]:
     """The flag table of `version` and what changed since the previous shipped one."""
-    home = HOMES["flags"].format(engine=engine, version=version)
-    new = next((t for t in tables if t.version == version), None)
+    new = next((t for t in tables if t.version.release == version.release), None)  # 0.5.13: 0.5.13.post1
+    home = HOMES["flags"].format(engine=engine, version=new.version if new else version)
     older = [t for t in tables if t.version.release < version.release]
     if new is None:
         return [
