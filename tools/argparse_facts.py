@@ -34,3 +34,11 @@ def jsonable(value: object) -> object:
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
     return str(value)
+
+
+def choices(action: argparse.Action) -> list[str] | None:
+    """The accepted values as strings; a set's in sorted order, so two extractions write the same table."""
+    if not action.choices:
+        return None
+    values = [str(c) for c in action.choices]
+    return sorted(values) if isinstance(action.choices, set | frozenset) else values

@@ -18,7 +18,7 @@ import json
 import sys
 from importlib.metadata import version as dist_version
 
-from argparse_facts import action_kind, jsonable
+from argparse_facts import action_kind, choices, jsonable
 
 
 def _flag_entry(action: argparse.Action) -> dict[str, object] | None:
@@ -33,7 +33,7 @@ def _flag_entry(action: argparse.Action) -> dict[str, object] | None:
         "dest": action.dest,
         "kind": action_kind(action, detect_json=True),
         "default": jsonable(action.default),
-        "choices": [str(c) for c in action.choices] if action.choices else None,
+        "choices": choices(action),
         "deprecated": deprecated,
         "replacement": new_flag,
     }

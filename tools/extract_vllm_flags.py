@@ -16,7 +16,7 @@ import sys
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 
-from argparse_facts import action_kind, jsonable
+from argparse_facts import action_kind, choices, jsonable
 
 
 def _entry(action: argparse.Action) -> dict[str, object] | None:
@@ -31,7 +31,7 @@ def _entry(action: argparse.Action) -> dict[str, object] | None:
         "dest": action.dest,
         "kind": kind,
         "default": jsonable(action.default),
-        "choices": [str(c) for c in action.choices] if action.choices else None,
+        "choices": choices(action),
         "deprecated": bool(getattr(action, "deprecated", False)),
         "replacement": None,
     }
