@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -404,17 +405,18 @@ class RunWatch:
                 return
             await asyncio.sleep(self.options.reverify_every_s)
 
-    async def _reporting(self, work: Awaitable[None]) -> None:
+    async def _reporting(self, work: Callable[[], Awaitable[None]]) -> None:
         """Run a watcher; if it fails (the host went away), hand the error to the decider
-        instead of letting the start wait for a signal that will never come."""
+        instead of letting the start wait for a signal that will never come. Takes the
+        function, not its coroutine: a task cancelled before it starts leaves none unawaited."""
         try:
-            await work
+            await work()
         except Exception as err:
             await self.events.put(WatcherError(err))
 
     def start_following(self) -> None:
         """Follow the log before the process exists, so its first line is not late."""
-        self._follow_task = asyncio.create_task(self._reporting(self._follow_log()))
+        self._follow_task = asyncio.create_task(self._reporting(self._follow_log))
 
     async def stop_following(self) -> None:
         if self._follow_task is not None:
@@ -424,9 +426,9 @@ class RunWatch:
     async def watch(self, pid: int) -> UpResult:
         """Classify until ready or failed. The caller stops the group on failure."""
         tasks = [
-            asyncio.create_task(self._reporting(self._watch_pid(pid))),
-            asyncio.create_task(self._reporting(self._poll_health())),
-            asyncio.create_task(self._reporting(self._verify(pid))),
+            asyncio.create_task(self._reporting(functools.partial(self._watch_pid, pid))),
+            asyncio.create_task(self._reporting(self._poll_health)),
+            asyncio.create_task(self._reporting(functools.partial(self._verify, pid))),
         ]
         try:
             return await self._decide(pid)
