@@ -10,8 +10,7 @@ import pytest
 
 from specpilot.launch.classify import LogClassifier
 from specpilot.launch.health import HealthAnswer
-from specpilot.launch.verify import Mismatch
-from specpilot.launch.watch import (
+from specpilot.launch.readiness import (
     Broken,
     Event,
     Exit,
@@ -31,6 +30,7 @@ from specpilot.launch.watch import (
     WatchState,
     step,
 )
+from specpilot.launch.verify import Mismatch
 
 TIMING = Timing(grace_s=0.5, quiet_s=0.25, hang_timeout_s=10.0, ready_timeout_s=100.0)
 OK = Health(HealthAnswer("/health", 200))
