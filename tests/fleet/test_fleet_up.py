@@ -9,6 +9,7 @@ import pwd
 import shutil
 import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,11 +18,15 @@ import pytest
 from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
+from specpilot.fleet.ops import router_alive
 from specpilot.fleet.router import RouterClient, Worker
 from specpilot.generate.endpoints import resolve_endpoints
 from tests.fixtures.sshd import SshdServer
 from tests.fleet.conftest import FleetFactory
 from tests.launch.conftest import free_port
+
+#: how long a SIGKILLed router may take to be gone on a loaded machine
+ROUTER_DEATH_S = 10.0
 
 
 def run(*args: str) -> Result:
@@ -178,6 +183,9 @@ def test_up_again_refuses_while_a_member_runs(
     assert code == 0
     router_pid = json.loads((run_home.parent / "state" / "fleets" / "fl.json").read_text())["router_pid"]
     os.killpg(router_pid, signal.SIGKILL)  # the router is gone, its member is not
+    deadline_s = time.monotonic() + ROUTER_DEATH_S  # SIGKILL is delivered, not instant
+    while router_alive("fl") and time.monotonic() < deadline_s:
+        time.sleep(0.05)
     again = run("up", str(path))
     assert again.exit_code == 2
     assert "fl-0 is already running" in again.output and "specpilot down fl" in again.output
