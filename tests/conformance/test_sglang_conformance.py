@@ -31,6 +31,15 @@ HERE = Path(__file__).parent
 MODELS = {"hybrid": HERE / "models" / "hybrid", "dense": HERE / "models" / "dense"}
 VERSIONS = venvs.SGLANG_RELEASES
 CASES_PER_MODEL = 130
+#: how argparse splits argv (specpilot's one argv reader must split it the same way):
+#: `=` forms, unique prefixes, underscores (refused: plain argparse), a flag missing its value
+SPELLINGS: tuple[tuple[str, ...], ...] = (
+    ("--page-size=16", "--max-running-requests=8"),
+    ("--tp", "1", "--mem-frac", "0.8"),
+    ("--mem_fraction_static", "0.8"),
+    ("--port", "--host", "127.0.0.1"),
+    ("--max-running-req", "8", "--disable-radix"),
+)
 COMPARED = (
     "speculative_algorithm",
     "max_running_requests",
@@ -160,6 +169,9 @@ def generate_cases(version: str) -> list[dict[str, object]]:
             cases.append(_case(version, model, choice, with_draft=rng.random() < 0.8))
     incident = ("NEXTN", "no_buffer", False, False, None, (3, 1, 4), None, False, None, {})
     cases.append(_case(version, "hybrid", incident, with_draft=False))
+    for extra in SPELLINGS:
+        argv = ["--model-path", str(MODELS["dense"]), "--device", "cuda", *extra]
+        cases.append({"model": "dense", "argv": argv, "env": {}})
     return cases
 
 

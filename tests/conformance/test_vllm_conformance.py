@@ -47,6 +47,23 @@ SPEC_CONFIGS: tuple[str | None, ...] = (
     "{method:mtp}",
 )
 PREFIX = ((), ("--enable-prefix-caching",), ("--no-enable-prefix-caching",))
+#: spellings vLLM's parser rewrites before argparse (underscores, -O, dotted JSON keys),
+#: read by specpilot's one argv reader: (model, extra argv)
+SPELLINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("dense", ("--max_num_seqs", "64")),
+    ("dense", ("--no-enable-prefix-caching", "--max_num_seqs=32")),
+    ("dense", ("-O3",)),
+    ("dense", ("-O", "0")),
+    ("dense", ("--max-num-seqs", "-1")),
+    (
+        "dense",
+        (
+            "--speculative-config.method", "ngram", "--speculative-config.num_speculative_tokens", "3",
+            "--speculative-config.prompt_lookup_max", "3", "--speculative-config.prompt_lookup_min", "1",
+        ),
+    ),
+    ("hybrid", ("--speculative_config.method=mtp", "--speculative-config.num_speculative_tokens=1")),
+)  # fmt: skip
 MAX_NUM_SEQS = ((), ("--max-num-seqs", "64"), ("--max-num-seqs", "512"))
 
 
@@ -66,6 +83,9 @@ def generate_cases() -> list[dict[str, object]]:
         if sc is not None:
             argv += ["--speculative-config", sc]
         cases.append({"model": model, "argv": [*argv, *prefix, *seqs]})
+    for model, extra in SPELLINGS:
+        argv = ["--model", str(MODELS[model]), "--max-model-len", "512", "--skip-tokenizer-init"]
+        cases.append({"model": model, "argv": [*argv, *extra]})
     return cases
 
 
@@ -111,7 +131,7 @@ def test_specpilot_agrees_with_vllm_validator() -> None:
             if engine["values"].get(key) != value:
                 problems.append(f"{label}: {key} engine={engine['values'].get(key)!r} specpilot={value!r}")
         if (
-            "--max-num-seqs" in argv
+            any(str(token).startswith(("--max-num-seqs", "--max_num_seqs")) for token in argv)
             and engine["values"]["max_num_seqs"] != mine.effective_values["max_num_seqs"]
         ):
             problems.append(f"{label}: max_num_seqs differs")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from packaging.version import Version
 
@@ -111,3 +113,37 @@ def test_a_negative_value_is_checked_as_a_value() -> None:
     result = check_args("sglang", "0.5.13.post1", ["--max-running-requests", "-1"])
     assert any(f.rule == "flag-out-of-range" for f in result.findings)
     assert not any(f.rule == "flag-missing-value" for f in result.findings)
+
+
+@pytest.mark.parametrize("argv", [["-O3"], ["-O=3"], ["-O", "3"], ["--optimization-level", "3"]])
+def test_vllm_optimization_level_spellings(argv: list[str]) -> None:
+    [use] = read_argv(VLLM, argv).uses
+    assert use.spelling == "--optimization-level" and use.values == ("3",)
+    result = check_args("vllm", "0.32.0", argv)
+    assert result.ok and result.effective_values["optimization_level"] == "3"
+
+
+def test_vllm_dotted_keys_set_one_key_of_a_json_flag() -> None:
+    argv = [
+        "--speculative-config.method",
+        "mtp",
+        "--speculative_config.num_speculative_tokens=2",
+        "--port",
+        "8000",
+    ]
+    read = read_argv(VLLM, argv)
+    assert [(u.spelling, u.key_path, u.values) for u in read.uses[:2]] == [
+        ("--speculative-config", ("method",), ("mtp",)),
+        ("--speculative-config", ("num_speculative_tokens",), ("2",)),
+    ]
+    result = check_args("vllm", "0.32.0", argv)
+    assert json.loads(str(result.effective_values["speculative_config"])) == {
+        "method": "mtp",
+        "num_speculative_tokens": 2,
+    }
+    assert not any(f.rule == "flag-unknown" for f in result.findings)
+
+
+def test_sglang_has_no_dotted_keys() -> None:
+    result = check_args("sglang", "0.5.13.post1", ["--speculative-algorithm.x", "1"])
+    assert any(f.rule == "flag-unknown" for f in result.findings)

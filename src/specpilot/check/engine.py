@@ -85,12 +85,15 @@ def _effective_args(
         if use.flag.dest not in changed:
             out += read.tokens_of(use)
             continue
+        if use.flag.dest in written:  # the adjusted value is written once, where first given
+            continue
         written.add(use.flag.dest)
         value = values.get(use.flag.dest)
+        spelling = use.spelling if use.key_path else use.typed  # one key: the whole flag now
         if use.flag.kind == "bool":
-            out += [use.typed] if value else []
+            out += [spelling] if value else []
         else:
-            out += [use.typed, *_render_value(use.flag.kind, value)]
+            out += [spelling, *_render_value(use.flag.kind, value)]
     for dest in changed:
         if dest in written:
             continue

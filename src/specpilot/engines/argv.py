@@ -10,7 +10,9 @@ agree on the edge cases the engines' argparse decides:
   (argparse reads `--max-running-requests -1` as the value -1);
 - a unique prefix of a long flag is that flag (argparse's `allow_abbrev`, on in both
   engines); an ambiguous prefix is unknown;
-- `--max_num_seqs` is `--max-num-seqs` only where the engine's parser says so (vLLM);
+- vLLM's parser rewrites argv first: `--max_num_seqs` is `--max-num-seqs`, `-O3` and
+  `-O 3` are `--optimization-level 3`, and `--compilation-config.mode 3` sets one key
+  of a JSON flag (`key_path`); SGLang's argparse refuses all three;
 - `--no-<flag>` is whatever the release table lists it as (vLLM's negatable booleans);
 - a list flag takes every value up to the next option; `--` ends the options.
 
@@ -47,6 +49,8 @@ class FlagUse:
     inline: bool
     start: int
     stop: int
+    #: `--compilation-config.mode 3` sets the key ("mode",) of the flag's JSON value
+    key_path: tuple[str, ...] = ()
 
     @property
     def missing_value(self) -> bool:
@@ -101,12 +105,17 @@ class ReadArgv:
         return [token for i, token in enumerate(self.argv) if i not in gone]
 
 
+OPTIMIZATION_LEVEL = "--optimization-level"
+#: the values vLLM takes after a separate `-O` (`-O 3`)
+_SEPARATE_O_LEVELS = frozenset({"0", "1", "2", "3"})
+
+
 def resolve(table: ReleaseTable, typed: str) -> tuple[str, FlagInfo | None]:
     """(the spelling, its flag) for an option as typed; (typed, None) when unknown."""
     index = table.by_spelling
     if typed in index:
         return typed, index[typed]
-    if table.underscore_spellings and typed.startswith("--") and "_" in typed:
+    if table.flexible_parser and typed.startswith("--") and "_" in typed:
         dashed = "--" + typed[2:].replace("_", "-")
         if dashed in index:
             return dashed, index[dashed]
@@ -134,6 +143,10 @@ def read_argv(table: ReleaseTable, argv: tuple[str, ...] | list[str]) -> ReadArg
         if not is_option(token):
             positional.append(token)
             continue
+        if table.flexible_parser and (rewritten := _flexible(table, tokens, i - 1)) is not None:
+            uses.append(rewritten)
+            i = rewritten.stop
+            continue
         typed, inline, inline_value = token.partition("=")
         spelling, flag = resolve(table, typed)
         values: list[str] = [inline_value] if inline else []
@@ -149,3 +162,26 @@ def read_argv(table: ReleaseTable, argv: tuple[str, ...] | list[str]) -> ReadArg
                 i += 1
         uses.append(FlagUse(typed, spelling, flag, tuple(values), bool(inline), start, i))
     return ReadArgv(tokens, tuple(uses), tuple(positional))
+
+
+def _flexible(table: ReleaseTable, tokens: tuple[str, ...], start: int) -> FlagUse | None:
+    """The use vLLM's argv rewrite makes of `tokens[start]`, when it rewrites it at all."""
+    token = tokens[start]
+    after = tokens[start + 1] if start + 1 < len(tokens) else None
+    level = resolve(table, OPTIMIZATION_LEVEL)[1]
+    if token.startswith("-O") and token != "-O" and level is not None:
+        value = token[3:] if token[2] == "=" else token[2:]
+        return FlagUse("-O", OPTIMIZATION_LEVEL, level, (value,), True, start, start + 1)
+    if token == "-O" and after in _SEPARATE_O_LEVELS and level is not None:
+        return FlagUse("-O", OPTIMIZATION_LEVEL, level, (after,), False, start, start + 2)
+    typed, inline, inline_value = token.partition("=")
+    if not typed.startswith("--") or "." not in typed:
+        return None
+    name, *keys = typed.removesuffix("+").split(".")
+    spelling, flag = resolve(table, name)
+    if flag is None:
+        return None
+    if inline:
+        return FlagUse(typed, spelling, flag, (inline_value,), True, start, start + 1, tuple(keys))
+    values = (after,) if after is not None else ()
+    return FlagUse(typed, spelling, flag, values, False, start, start + 1 + len(values), tuple(keys))

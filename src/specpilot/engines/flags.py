@@ -17,9 +17,11 @@ from packaging.version import InvalidVersion, Version
 
 from specpilot.errors import UserError
 
-#: engines whose parser reads `--max_num_seqs` as `--max-num-seqs` (vLLM's
-#: FlexibleArgumentParser rewrites underscores; SGLang's plain argparse refuses them)
-UNDERSCORE_SPELLING_ENGINES = frozenset({"vllm"})
+#: engines whose parser rewrites argv before argparse sees it (vLLM's FlexibleArgumentParser,
+#: vllm/utils/argparse_utils.py): `--max_num_seqs` is `--max-num-seqs`, `-O3` is
+#: `--optimization-level 3`, `--compilation-config.mode 3` sets one key of that JSON flag.
+#: SGLang's plain argparse refuses all three.
+FLEXIBLE_PARSER_ENGINES = frozenset({"vllm"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,9 +70,9 @@ class ReleaseTable:
         return _dest_index(self)
 
     @property
-    def underscore_spellings(self) -> bool:
-        """Whether `--max_num_seqs` means `--max-num-seqs` to this engine's parser."""
-        return self.engine in UNDERSCORE_SPELLING_ENGINES
+    def flexible_parser(self) -> bool:
+        """Whether this engine's parser takes `--max_num_seqs`, `-O3` and `--config.key value`."""
+        return self.engine in FLEXIBLE_PARSER_ENGINES
 
     def defaults(self) -> dict[str, object]:
         return {f.dest: f.default for f in self.flags if not f.deprecated}
