@@ -8,6 +8,8 @@ Three kinds of reference are checked:
   `engines/*/loglines.py`, `launch/`): only those that start with one of the package's
   subpackages and end in `.py` or `/`, so prose such as "status/down" is not taken for a path;
   and the first column of the README's design table (`spec.py`, `models/`, ...).
+The READMEs under gpu/ and tests/data/ are held to the first two kinds (their own relative
+paths, such as `models/qwen3-8b/config.json` in gpu/README.md, are not package paths).
 
 A placeholder (`<engine>`, `NAME`) or a glob (`*`) must match at least one file.
 """
@@ -22,6 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "src" / "specpilot"
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FOLDER_READMES = sorted([*REPO.glob("gpu/**/README.md"), *REPO.glob("tests/data/**/README.md")])
 ROOT_FOLDERS = ("tools", "tests", "gpu", "bench", "examples", "docs", "scripts")
 SUBPACKAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
 
@@ -51,10 +54,11 @@ def _design_table_modules(text: str) -> list[str]:
     return [name for row in rows for name in re.findall(r"`([^`]+)`", row)]
 
 
-def _references(text: str) -> list[tuple[Path, str]]:
+def _references(text: str, *, bare_modules: bool = True) -> list[tuple[Path, str]]:
     found = [(REPO, m.group(0)) for m in PACKAGE_PATH.finditer(text)]
     found += [(REPO, m.group(0)) for m in ROOT_PATH.finditer(text)]
-    found += [(PACKAGE, m.group(0)) for m in BARE_MODULE.finditer(text)]
+    if bare_modules:
+        found += [(PACKAGE, m.group(0)) for m in BARE_MODULE.finditer(text)]
     return found
 
 
@@ -63,6 +67,13 @@ def test_every_path_a_doc_names_exists(doc: Path) -> None:
     references = _references(doc.read_text())
     missing = sorted({ref for base, ref in references if not _exists(base, ref)})
     assert not missing, f"{doc.relative_to(REPO)} names files that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("readme", FOLDER_READMES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_path_a_folder_readme_names_exists(readme: Path) -> None:
+    references = _references(readme.read_text(), bare_modules=False)
+    missing = sorted({ref for base, ref in references if not _exists(base, ref)})
+    assert not missing, f"{readme.relative_to(REPO)} names files that do not exist: {missing}"
 
 
 def test_the_design_table_names_modules_that_exist() -> None:
