@@ -1,7 +1,8 @@
 """Build what the H200 machine needs to run vLLM and specpilot, as parts small enough to carry.
 
-The H200 machine has no package registry and a call carries at most 64 MiB with the working tree,
-so everything missing from its image travels as one tar split into parts of at most 56 MiB.
+The H200 machine has no package registry, and each command sent to it may carry at most 64 MiB
+with the working tree (gpu/README.md), so everything missing from its image travels as one tar
+split into parts of at most 56 MiB.
 Runs here (where PyPI is reachable) through gpu/prepare.sh, which supplies a recent pip whose
 resolver reads PEP 658 metadata instead of downloading every candidate wheel.
 
@@ -350,7 +351,7 @@ def site_tarball(pip_python: Path, cache: Path, pins: list[Pin], wheels: list[Pa
 
     Installing here (pip --target with the machine's platform tags, --no-deps) and
     compressing the files with xz carries about 36 MiB instead of 64 MiB of deflated wheels,
-    and the machine only untars: no pip run in device time.
+    and the machine only untars: no pip run on the GPU machine.
     """
     key = hashlib.sha256("\n".join(p.sha256 for p in pins).encode()).hexdigest()[:16]
     target = cache / f"site-{key}.tar.xz"

@@ -69,7 +69,7 @@ carry_ready() {
     local missing
     missing=$(parts_missing)
     if [[ -n $missing ]]; then
-        say "waiting for: $missing (send the next call now: the machine stays warm ~30 s)"
+        say "waiting for: $missing (send the next part with the same command)"
         return 3
     fi
     install_site

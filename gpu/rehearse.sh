@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Rehearse the device call sequence here, at no device time: run_matrix.sh against the real
-# .carry/ (built by gpu/prepare.sh), each part sent in its own "call" into a copy of the repo,
-# with stand-ins for what only the H200 has: a python3 that fakes `vllm serve` (prints engine-like
-# lines, answers /health; refuses MTP below util 0.55 to exercise the failure path), torch's
-# memory total, and nvidia-smi. Everything else (stash, sha256, join, unpack, process groups,
-# budget split across calls, $OUT packing) is the real script.
+# Rehearse the one-part-per-command sequence of gpu/README.md here, without a GPU: run_matrix.sh
+# against the real .carry/ (built by gpu/prepare.sh), each part sent with its own command into a
+# copy of the repo, with stand-ins for what only the H200 has: a python3 that fakes `vllm serve`
+# (prints engine-like lines, answers /health; refuses MTP below util 0.55 to exercise the failure
+# path), torch's memory total, and nvidia-smi. Everything else (stash, sha256, join, unpack,
+# process groups, budget split across commands, $OUT packing) is the real script.
 # Usage: bash gpu/rehearse.sh    (exit 0 when every check passed)
 set -euo pipefail
 repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
@@ -55,7 +55,7 @@ call() { # carry-part-or-none, args...
     if [[ $part != none ]]; then
         cp "$repo/.carry/$part" "$repo/.carry/SHA256SUMS" "$repo/.carry/manifest.json" "$work/repo/.carry/"
     fi
-    echo "=== call: carry $part, args: $*"
+    echo "=== command: part $part, args: $*"
     PATH=$work/bin:$PATH OUT=$work/out SPECPILOT_GPU_STASH=$work/stash \
         bash "$work/repo/gpu/run_matrix.sh" "$@"
 }
@@ -74,8 +74,8 @@ for part in $parts; do
         grep -q "waiting for:" "$work/call.log" || fail "an early call did not wait for the rest"
     fi
 done
-# A call the device tool kills at its limit leaves the server running in its own session; the
-# next call must stop it before it starts another.
+# A run killed at a time limit leaves the server running in its own session; the next run must
+# stop it before it starts another.
 call none --only hybrid-96 > "$work/killed.log" 2>&1 &
 for _ in $(seq 100); do [[ -f $work/stash/engine.pgid ]] && break; sleep 0.2; done
 [[ -f $work/stash/engine.pgid ]] || fail "the killed call never started its server"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs ON the H200 machine (the device tool's `run`), from the repository root: specpilot's whole
+# Runs ON the H200 machine, from the repository root (results under $OUT): specpilot's whole
 # path against a real vLLM 0.26.0 with random weights. After the same carry as run_matrix.sh
 # (gpu/lib.sh: stash parts, join, verify, unpack), the steps:
 #   tokenizer   ChatML tokenizers covering each model's vocab, built with the machine's transformers
@@ -11,8 +11,8 @@
 #               cause + the engine's error + seconds from the fatal line to `up` returning
 #   hybrid      Qwen3.6-27B shape, eager, GDN prefill on triton: up -> generate -> report -> down
 #   hybrid-mtp  the same with MTP (qwen3_5_mtp, 3 draft tokens)
-# Every sub-step done is recorded in the stash and skipped when the same command is sent again
-# (the machine stays warm ~30 s after a call); results are repacked under $OUT after each one.
+# Every sub-step done is recorded in the stash and skipped when the same command runs again
+# (gpu/README.md: one command at a time); results are repacked under $OUT after each one.
 #
 # Usage: bash gpu/run_e2e.sh [--budget-s S] [--only STEP[,STEP...]]
 #        bash gpu/run_e2e.sh --dry-run           (prints the plan; no GPU needed)
@@ -38,7 +38,7 @@ while (($#)); do
         --only) only=$2; shift 2 ;;
         --dry-run) dry_run=1; shift ;;
         --local-rehearsal) rehearsal=1; shift ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -121,7 +121,7 @@ fi
 if ((rehearsal)); then
     OUT=${OUT:-$STASH/out}
 fi
-OUT=${OUT:?OUT is set by the device tool; use --dry-run or --local-rehearsal elsewhere}
+OUT=${OUT:?set OUT to the folder for the results (or use --dry-run or --local-rehearsal)}
 mkdir -p "$STASH/parts" "$E2E"/{results,logs,specs,prompts,gen,models} "$OUT"
 exec > >(tee -a "$OUT/run_e2e.log") 2>&1
 touch "$E2E/done.txt"
@@ -179,8 +179,8 @@ render_spec() { # step -> path of the filled spec
     echo "$E2E/specs/$1.toml"
 }
 
-# The run started last is recorded so a call killed at its limit (the engine outlives it in its
-# own session) is stopped by the next call before anything else starts.
+# The run started last is recorded so a run killed at a time limit (the engine outlives it in its
+# own session) is stopped by the next run before anything else starts.
 readonly CURRENT_RUN=$E2E/current_run
 engine_down() { # step run_name
     specpilot down "$2" --json > "$E2E/results/$1.down.json" 2>&1

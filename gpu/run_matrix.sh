@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Runs ON the H200 machine (the device tool's `run`), from the repository root.
+# Runs ON the H200 machine, from the repository root; results go under the folder $OUT names.
 #
-# One command for every call of the sequence (gpu/README.md): it stashes the carried part(s)
-# found in .carry/ outside the work tree; once all parts are stashed it joins and verifies them,
-# unpacks the site (wheels installed by gpu/prepare.sh + trimmed vLLM) and starts the matrix of
-# gpu/matrix.tsv, one real vLLM server at a time with dummy weights, until the time budget of
-# this call is spent. Rows already done on this machine are skipped, so the same command sent
-# again right away (the machine stays warm ~30 s) runs the rest.
+# The same command every time (gpu/README.md): it stashes the carried part(s) found in .carry/
+# outside the work tree; once all parts are stashed it joins and verifies them, unpacks the site
+# (wheels installed by gpu/prepare.sh + trimmed vLLM) and starts the matrix of gpu/matrix.tsv,
+# one real vLLM server at a time with dummy weights, until this run's time budget is spent.
+# Rows already done on this stash are skipped, so the same command run again runs the rest.
 #
 # Usage: bash gpu/run_matrix.sh [--budget-s S] [--only ID[,ID...]]
 #        bash gpu/run_matrix.sh --unpack-only   (stash/join/verify/unpack, then stop; no GPU)
@@ -39,7 +38,7 @@ while (($#)); do
         --dry-run) dry_run=1; shift ;;
         --unpack-only) unpack_only=1; shift ;;
         --total-gib) total_gib=$2; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -98,7 +97,7 @@ if ((dry_run)); then
     exit 0
 fi
 
-OUT=${OUT:?OUT is set by the device tool; use --dry-run elsewhere}
+OUT=${OUT:?set OUT to the folder for the results (or use --dry-run)}
 mkdir -p "$STASH/parts" "$STASH/logs" "$OUT"
 exec > >(tee -a "$OUT/run_matrix.log") 2>&1
 
@@ -118,8 +117,8 @@ python3 -c 'import vllm, pydantic, asyncssh; print("vllm", vllm.__version__, "py
 
 # --- matrix ---------------------------------------------------------------------------------
 
-# The server runs in its own session, which outlives a call the device tool kills at its time
-# limit: its group id is kept in the stash so the next call can stop it before starting another.
+# The server runs in its own session, which outlives this script if it is killed at a time
+# limit: its group id is kept in the stash so the next run can stop it before starting another.
 readonly PGID_FILE=$STASH/engine.pgid
 stop_current() {
     [[ -f $PGID_FILE ]] || return 0

@@ -48,7 +48,7 @@ step "ruff"
 ruff check src tests bench gpu
 ruff format --check src tests bench gpu/sglang
 
-step "GPU scripts parse (they run only on the lent H200, never in CI)"
+step "GPU scripts parse (they run only on an H200, never in CI)"
 for script in gpu/*.sh gpu/sglang/*.sh; do bash -n "$script"; done
 bash gpu/run_matrix.sh --dry-run >/dev/null
 bash gpu/run_e2e.sh --dry-run >/dev/null

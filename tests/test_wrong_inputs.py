@@ -672,7 +672,7 @@ CASES = [
     ),
 ]
 
-#: Needs `check` (issue 3): plan runs it first and refuses flags the release does not have.
+#: Needs `check`: plan runs it first and refuses flags the release does not have.
 UNKNOWN_FLAG = Case(
     "engine flag that does not exist for that version",
     lambda t: ["plan", spec_with(t, '"4096"', '"4096", "--mem-fraction-static", "0.9"')],

@@ -33,7 +33,7 @@ rm -rf stage/sgl-pin/bin
     sgl_kernel/flash_ops.abi3.so sgl_kernel/sm100 sgl_kernel/flashmla_ops.abi3.so \
     sgl_kernel/infllm_ops.cpython-310-x86_64-linux-gnu.so zstandard/_cffi.cpython-312-x86_64-linux-gnu.so \
     sglang/srt/server/_core.cpython-312-x86_64-linux-gnu.so sglang/srt/grpc/_core.cpython-312-x86_64-linux-gnu.so )
-# 3. one deterministic archive, split under the device tool's 64 MiB per call
+# 3. one deterministic archive, split so one part plus the checkout stays under 64 MiB per command
 ( cd stage && tar --sort=name --owner=0 --group=0 --numeric-owner --mtime='2026-11-30 00:00:00' -cf - sgl-site sgl-pin \
     | xz -9e -T2 > "$WORK/sglcarry.tar.xz" )
 rm -f "$OUT"/sglcarry.tar.xz.part-*

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs ON the H200 machine (the device tool's `run`), from the repository root: real SGLang starts
+# Runs ON the H200 machine, from the repository root: real SGLang starts
 # with random weights, one lane per GPU, each start on an emulated card, every startup log kept.
 #
 #   bash gpu/sglang/run_matrix.sh CARRY_DIR MATRIX_TSV [--budget-s S] [--only ID,ID]
@@ -11,8 +11,8 @@
 # Each lane (GPU) takes the next row; a row starts only if its estimate fits the time left.
 # A start: hold the memory above card_gib in another process on that GPU, start SGLang, wait for
 # ready (or exit, or the budget), send one token-id request, stop the server's process group,
-# release the card. Logs, the resolved ServerArgs and outcomes end in $OUT/sglang-logs.tar.gz
-# (the device tool returns at most 8 files), written before the budget ends.
+# release the card. Logs, the resolved ServerArgs and outcomes end in one file,
+# $OUT/sglang-logs.tar.gz when OUT is set, written before the budget ends.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 

@@ -31,7 +31,7 @@ UP_KEYS = {
 
 @pytest.fixture(autouse=True)
 def registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The commands as the lead registers them in specpilot.cli.commands."""
+    """The commands as specpilot.cli.commands registers them."""
     for name in ("up", "status", "logs", "down"):
         monkeypatch.setitem(registry.COMMANDS, name, f"specpilot.cli.up:{name}")
 

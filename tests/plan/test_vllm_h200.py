@@ -1,4 +1,4 @@
-"""The vLLM planner against a real vLLM 0.26.0 on the H200 (issue 8, run 2026-11-29).
+"""The vLLM planner against a real vLLM 0.26.0 on the H200 (gpu/run_matrix.sh, run 2026-11-29).
 
 Six starts (gpu/specs/h200-*.toml; logs in tests/data/startup_logs/vllm/h200-*): the
 Qwen3.6-27B-shaped hybrid with and without MTP and a dense Qwen3-8B, each at two
