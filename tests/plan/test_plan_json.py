@@ -101,6 +101,7 @@ def test_a_plan_read_back_from_its_json_writes_the_same_json(spec: Path) -> None
     assert plan.to_json() == data
     details_type = {"sglang": SglangDetails, "vllm": VllmDetails}[plan.engine]
     assert type(plan.details) is details_type
+    assert plan.details == make_plan(load_spec(spec)).details
 
 
 def test_a_calibrated_plan_with_problems_and_fixes_round_trips(tmp_path: Path) -> None:
@@ -127,7 +128,8 @@ def test_details_carry_units_in_their_names_and_the_json_the_old_keys() -> None:
     data = plan.to_json()["details"]
     assert data["attention_block_size"] == plan.details.attention_block_size_tokens
     assert data["max_model_len"] == plan.details.max_model_len_tokens == 32768
-    assert data["max_concurrency"] == round(plan.details.max_concurrency, 2)
+    assert data["max_concurrency"] == plan.details.max_concurrency == 23.79
+    assert VllmDetails.from_json(data) == plan.details
 
 
 def test_a_stored_plan_compares_with_the_engine_like_the_plan_itself(tmp_path: Path) -> None:

@@ -520,8 +520,8 @@ def _details(z: Sizing, shape: ModelShape, free: float) -> SglangDetails:
         mem_fraction_static_given=s.mem_fraction_given,
         chunked_prefill_size_tokens=s.chunked_prefill_size,
         cuda_graph_max_batch_size=s.cuda_graph_max_bs,
-        free_before_load_gib=free,
-        margin_gib=z.margin_gib,
+        free_before_load_gib=round(free, 3),
+        margin_gib=round(z.margin_gib, 3),
         largest_transient=largest_transient(z).name,
     )
 

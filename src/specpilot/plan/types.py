@@ -72,15 +72,9 @@ class _Details:
     memory_knob: ClassVar[str]
     #: attribute -> JSON key, in output order
     JSON_KEYS: ClassVar[dict[str, str]]
-    #: attribute -> decimals its JSON value is rounded to
-    ROUNDED: ClassVar[dict[str, int]] = {}
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, key in self.JSON_KEYS.items():
-            value = getattr(self, name)
-            out[key] = round(value, self.ROUNDED[name]) if name in self.ROUNDED else value
-        return out
+        return {key: getattr(self, name) for name, key in self.JSON_KEYS.items()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
@@ -102,8 +96,9 @@ class SglangDetails(_Details):
     mem_fraction_static_given: bool
     chunked_prefill_size_tokens: int
     cuda_graph_max_batch_size: int
+    #: free memory before the weights load, rounded to 0.001 GiB
     free_before_load_gib: float
-    #: free memory after the last startup allocation
+    #: free memory after the last startup allocation, rounded to 0.001 GiB
     margin_gib: float
     #: the name of the largest allocation after the pools (the one that runs out first)
     largest_transient: str
@@ -123,7 +118,6 @@ class SglangDetails(_Details):
         "margin_gib": "margin_gib",
         "largest_transient": "largest_transient",
     }
-    ROUNDED: ClassVar[dict[str, int]] = {"free_before_load_gib": 3, "margin_gib": 3}
 
 
 @dataclass(frozen=True)
@@ -135,7 +129,7 @@ class VllmDetails(_Details):
     kv_cache_groups: int
     num_blocks: int
     blocks_per_request: int
-    #: how many max_model_len-token requests the pool holds at once
+    #: how many max_model_len-token requests the pool holds at once, to 2 decimals as logged
     max_concurrency: float
     max_model_len_tokens: int
 
@@ -149,7 +143,6 @@ class VllmDetails(_Details):
         "max_concurrency": "max_concurrency",
         "max_model_len_tokens": "max_model_len",
     }
-    ROUNDED: ClassVar[dict[str, int]] = {"max_concurrency": 2}
 
 
 EngineDetails = SglangDetails | VllmDetails

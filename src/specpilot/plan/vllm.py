@@ -535,7 +535,7 @@ def _details(inputs: VllmInputs, alloc: VllmAllocation) -> VllmDetails:
         kv_cache_groups=alloc.groups.attention_groups + alloc.groups.mamba_groups,
         num_blocks=alloc.num_blocks,
         blocks_per_request=alloc.blocks_per_request,
-        max_concurrency=alloc.max_concurrency,
+        max_concurrency=round(alloc.max_concurrency, 2),
         max_model_len_tokens=inputs.max_model_len,
     )
 
