@@ -52,7 +52,7 @@ async def one(work: Path, port: int) -> tuple[float, str]:
     spec = load_spec(spec_path)
     host = open_host("local")
     try:
-        result = await launch(spec, host, plan_json=None)
+        result = await launch(spec, host, plan=None)
     finally:
         await host.close()
     assert result.phase == "ready", result.error

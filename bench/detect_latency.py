@@ -74,7 +74,7 @@ async def one(work: Path, scenario: str, port: int, sshd: SshdServer | None) -> 
         spec.host.target, identity_file=spec.host.identity_file, known_hosts=spec.host.known_hosts
     )
     try:
-        result = await launch(spec, host, plan_json=None)
+        result = await launch(spec, host, plan=None)
     finally:
         await host.close()
     returned_at = time.time()
@@ -111,7 +111,7 @@ def real_vllm_refusal(work: Path, python: str, model_dir: str, port: int) -> tup
         try:
             await host.run(["rm", "-f", str(log)], check=False)
             watcher.start()
-            return (await launch(spec, host, plan_json=None)).cause
+            return (await launch(spec, host, plan=None)).cause
         finally:
             await host.close()
 

@@ -62,7 +62,7 @@ def row(run: str, scratch: Path) -> str:
         f"| {calibrated.kv_tokens} ({_pct(calibrated.kv_tokens, kv)}) "
         f"| {printed.get('max_mamba_cache_size', '-')} / {alone.state_slots} "
         f"| {printed.get('max_running_requests', '-')} / {alone.max_running_requests} "
-        f"| {alone.details['margin_gib']:.2f} |"
+        f"| {alone.details.margin_gib:.2f} |"
     )
 
 

@@ -60,14 +60,14 @@ def table(run: str, scratch: Path) -> str:
         (
             "attention block size (tokens)",
             "attention_block_size",
-            lambda p: p.details["attention_block_size"],
+            lambda p: p.details.attention_block_size_tokens,
             "{:.0f}",
         ),
         ("KV tokens", "kv_tokens", lambda p: p.kv_tokens, "{:,.0f}"),
         (
             "max concurrency (8,192-token requests)",
             "max_concurrency",
-            lambda p: p.details["max_concurrency"],
+            lambda p: p.details.max_concurrency,
             "{:.2f}",
         ),
     ]

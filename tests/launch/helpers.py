@@ -11,6 +11,7 @@ from specpilot.hosts.base import Host
 from specpilot.launch.state import RunState
 from specpilot.launch.stop import group_members
 from specpilot.launch.supervisor import UpOptions, UpResult, launch
+from specpilot.plan import Plan
 from specpilot.spec import HostSection, Spec
 
 
@@ -47,14 +48,14 @@ def local_host() -> Host:
 def up(
     spec: Spec,
     *,
-    plan_json: dict[str, Any] | None = None,
+    plan: Plan | None = None,
     options: UpOptions | None = None,
     host: Host | None = None,
 ) -> UpResult:
     async def go() -> UpResult:
         the_host = host or local_host()
         try:
-            return await launch(spec, the_host, plan_json=plan_json, options=options)
+            return await launch(spec, the_host, plan=plan, options=options)
         finally:
             await the_host.close()
 

@@ -16,14 +16,14 @@ def test_check_error_refuses_with_its_fix_and_skips_the_plan(make_spec: SpecFact
     # the engine's own adjustments (page size 1 on CUDA) are facts, not warnings to print
     assert not any(w.startswith("sglang-page-size-default") for w in pre.warnings)
     assert pre.fix is not None and pre.fix.args == ("--speculative-algorithm", "NEXTN")
-    assert pre.plan_json is None  # no plan for args the engine would reject
+    assert pre.plan is None  # no plan for args the engine would reject
 
 
 def test_clean_check_then_plan(make_spec: SpecFactory, run_home: Path) -> None:
     pre = run_preflight(make_spec("sglang_ready"))
     assert pre.errors == []
-    assert pre.plan_json is not None and pre.plan_json["engine"] == "sglang"
-    assert pre.plan_json["fits"] is True
+    assert pre.plan is not None and pre.plan.engine == "sglang"
+    assert pre.plan.fits is True
 
 
 def test_plan_that_does_not_fit_refuses_with_the_recommended_knobs(

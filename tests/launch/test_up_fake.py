@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from specpilot.hosts.errors import HostConnectionLost
 from specpilot.hosts.local import LocalHost
 from specpilot.launch.ops import run_down, run_status, stream_log
+from specpilot.launch.preflight import run_preflight
 from specpilot.launch.state import read_state, state_path
 from specpilot.launch.supervisor import UpOptions
 from tests.fakeengines.scenarios import SCENARIOS
@@ -46,14 +48,22 @@ def test_failure_is_classified_fast_with_the_whole_error_and_nothing_left(
 
 def test_ready_then_status_logs_down_from_the_state_file(make_spec: SpecFactory, run_home: Path) -> None:
     spec = make_spec("sglang_ready")
-    plan = {"kv_tokens": 295950, "state_slots": 80, "max_running_requests": 48}
-    result = up(spec, plan_json=plan)
+    planned = run_preflight(spec).plan
+    assert planned is not None
+    # the log prints 295950 KV tokens, 96 state slots, 48 requests and 50.66 GiB of weights
+    plan = replace(planned, kv_tokens=295950, state_slots=80, max_running_requests=48, weights_gib=50.66)
+    result = up(spec, plan=plan)
     assert (result.phase, result.cause) == ("ready", "ready"), result.error
     assert result.pid is not None
     try:
         assert result.allocations["kv_tokens"] == 295950
         warned = {d["key"]: d["warn"] for d in result.plan_diff}
-        assert warned == {"kv_tokens": False, "state_slots": True, "max_running_requests": False}
+        assert warned == {
+            "kv_tokens": False,
+            "state_slots": True,
+            "max_running_requests": False,
+            "weights_gib": False,
+        }
         status = asyncio.run(run_status(spec.name))
         assert status.alive and status.serving and status.phase == "ready"
         assert any("ready to roll" in line for line in status.last_lines)

@@ -13,7 +13,7 @@ from specpilot.cli import cli
 from specpilot.plan import make_plan
 from specpilot.plan.compare import without_speculation
 from specpilot.plan.picture import card_of, render_svg
-from specpilot.plan.types import Plan, Term
+from specpilot.plan.types import Plan, Term, VllmDetails
 from specpilot.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,8 +81,10 @@ def _plan(terms: list[Term], reserve_gib: float, reserve_needed_gib: float) -> P
     return Plan(
         engine="x", engine_version="1", fits=reserve_needed_gib <= reserve_gib, weights_gib=40.0,
         kv_bytes_per_token=1, kv_tokens=1, state_bytes_per_request=0, state_slots=0,
-        max_running_requests=1, mem_fraction_static=0.9, reserve_gib=reserve_gib,
+        max_running_requests=1, memory_fraction=0.9, reserve_gib=reserve_gib,
         reserve_needed_gib=reserve_needed_gib, terms=terms,
+        # details without a margin of their own: the card's margin is reserve minus need
+        details=VllmDetails(16, 65536, 1, 1, 1, 1.0, 16),
     )  # fmt: skip
 
 

@@ -121,7 +121,7 @@ def test_every_recommendation_started_as_planned(run: str) -> None:
     assert plan.fits and plan.recommended_args
     ran = " ".join(spec.engine.args)
     assert " ".join(plan.recommended_args[:2]) in ran  # the same --mem-fraction-static
-    assert plan.details["margin_gib"] > 0
+    assert plan.details.margin_gib > 0
 
 
 def _settings(run: str) -> tuple[ModelShape, SglangSettings]:
@@ -194,4 +194,4 @@ def test_the_default_fraction_is_the_printed_one(run: str) -> None:
     """Without --mem-fraction-static the engine prints the fraction its reservation formula
     and vision-tower factor chose: the planner's is the same number."""
     printed = parse_sglang_log(_text(run))
-    assert _plan_alone(run).mem_fraction_static == pytest.approx(printed["mem_fraction_static"], abs=1e-9)
+    assert _plan_alone(run).memory_fraction == pytest.approx(printed["mem_fraction_static"], abs=1e-9)

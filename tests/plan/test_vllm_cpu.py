@@ -66,14 +66,14 @@ def test_the_kv_pool_is_the_configured_space_and_matches_the_real_log(tmp_path: 
     plan = _plan(tmp_path, CPU_ENV)
     assert plan.kv_bytes_per_token == 256
     assert plan.kv_tokens == 2**30 // 256 == printed["kv_tokens"]
-    assert plan.details["max_concurrency"] == printed["max_concurrency"] == 8192.0
-    assert plan.details["attention_block_size"] == 128  # the CPU backend's block
+    assert plan.details.max_concurrency == printed["max_concurrency"] == 8192.0
+    assert plan.details.attention_block_size_tokens == 128  # the CPU backend's block
     assert plan.max_running_requests == 128  # CPU API-server default
     assert plan.fits
     terms = {t.name: t.gib for t in plan.terms}
     assert terms["non-torch memory"] == terms["peak activation"] == 0  # nothing profiled out of it
     # what `specpilot up` compares after the start: nothing off by more than 5%
-    diffs = plan_diff(allocations(printed), plan.to_json())
+    diffs = plan_diff(allocations(printed), plan)
     assert diffs and not any(d["warn"] for d in diffs), diffs
 
 
@@ -81,7 +81,7 @@ def test_the_same_spec_without_the_cpu_target_is_planned_as_a_gpu(tmp_path: Path
     """Without VLLM_TARGET_DEVICE=cpu the 23.54 GiB is a GPU budget: a different pool."""
     plan = _plan(tmp_path, {"VLLM_CPU_KVCACHE_SPACE": "1"})
     assert plan.kv_tokens != PRINTED_TOKENS_PER_GIB
-    assert plan.details["attention_block_size"] == 16
+    assert plan.details.attention_block_size_tokens == 16
 
 
 def test_the_space_variable_wins_over_the_flag_and_the_flag_over_auto(tmp_path: Path) -> None:

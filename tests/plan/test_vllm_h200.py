@@ -96,10 +96,10 @@ def test_max_concurrency_and_block_size_are_consistent(run: str, tmp_path: Path)
         printed["max_concurrency"] * printed["max_model_len"], rel=1e-3
     )
     for plan in (_plan_alone(run), _plan_calibrated(run, tmp_path)):
-        concurrency = plan.details["max_concurrency"]
-        assert plan.kv_tokens == pytest.approx(concurrency * plan.details["max_model_len"], rel=1e-3)
+        concurrency = plan.details.max_concurrency
+        assert plan.kv_tokens == pytest.approx(concurrency * plan.details.max_model_len_tokens, rel=1e-3)
         assert concurrency == pytest.approx(printed["max_concurrency"], rel=0.05)
-        assert plan.details["attention_block_size"] == printed.get("attention_block_size", 16)
+        assert plan.details.attention_block_size_tokens == printed.get("attention_block_size", 16)
         assert plan.max_running_requests == _meta(run)["default_max_num_seqs"]
 
 
@@ -111,7 +111,7 @@ def test_whole_log_reproduces_the_printed_numbers(run: str) -> None:
     plan = make_plan(calibrated, measured)
     printed = _printed(run)
     assert plan.kv_tokens == pytest.approx(printed["kv_tokens"], rel=0.002)
-    assert plan.details["max_concurrency"] == pytest.approx(printed["max_concurrency"], abs=0.01)
+    assert plan.details.max_concurrency == pytest.approx(printed["max_concurrency"], abs=0.01)
 
 
 def test_the_estimated_terms_match_what_profiling_measured() -> None:
@@ -131,8 +131,8 @@ def test_mtp_cost_on_the_h200_is_planned() -> None:
         plain, mtp = _printed(f"hybrid-{budget}"), _printed(f"hybrid-mtp-{budget}")
         engine_ratio = mtp["max_concurrency"] / plain["max_concurrency"]
         planned = (
-            _plan_alone(f"hybrid-mtp-{budget}").details["max_concurrency"]
-            / _plan_alone(f"hybrid-{budget}").details["max_concurrency"]
+            _plan_alone(f"hybrid-mtp-{budget}").details.max_concurrency
+            / _plan_alone(f"hybrid-{budget}").details.max_concurrency
         )
         assert engine_ratio < 0.5
         assert planned == pytest.approx(engine_ratio, rel=0.03)

@@ -60,7 +60,7 @@ def test_kv_tokens_and_concurrency_match_the_engine(name: str) -> None:
     plan = plan_vllm(spec, shape, args, measured=_numbers(parse_vllm_log(text)))
     printed = meta["printed"]
     assert plan.kv_tokens == pytest.approx(printed["kv_tokens"], rel=0.02)  # type: ignore[index]
-    assert plan.details["max_concurrency"] == pytest.approx(printed["max_concurrency"], abs=0.02)  # type: ignore[index]
+    assert plan.details.max_concurrency == pytest.approx(printed["max_concurrency"], abs=0.02)
     default_seqs = int(str(meta.get("default_max_num_seqs", 256)))
     assert plan.max_running_requests == int(args.get_int("max_num_seqs") or default_seqs)
 
@@ -75,8 +75,8 @@ def test_hybrid_mtp_block_size_and_groups_match_vllm_layout() -> None:
         effective_args(spec, load_model_shape(spec.model_dir())),
         measured=_numbers(parse_vllm_log(text)),
     )
-    assert plan.details["attention_block_size"] == 1600
-    assert plan.details["kv_cache_groups"] == 4
+    assert plan.details.attention_block_size_tokens == 1600
+    assert plan.details.kv_cache_groups == 4
     # 426 blocks exactly as printed; the log's 2-decimal GiB (11.05) can cost one block.
     assert plan.state_slots == pytest.approx(426, abs=1)
 
@@ -163,9 +163,9 @@ def test_auto_max_model_len_fits_the_kv_memory() -> None:
     plan = plan_vllm(
         spec, load_model_shape(spec.model_dir()), effective_args(spec, load_model_shape(spec.model_dir()))
     )
-    assert 0 < plan.details["max_model_len"] < 262144
+    assert 0 < plan.details.max_model_len_tokens < 262144
     assert plan.fits
-    assert plan.details["max_concurrency"] >= 1.0
+    assert plan.details.max_concurrency >= 1.0
 
 
 def test_kv_cache_memory_bytes_replaces_the_profiled_budget() -> None:
@@ -205,7 +205,7 @@ def test_0_32_turns_on_prefix_caching_for_hybrid_models() -> None:
             update={"engine": _incident_spec(*flags).engine.model_copy(update={"version": version})}
         )
         plan = plan_vllm(spec, shape, effective_args(spec, shape))
-        blocks[version] = plan.details["blocks_per_request"]
+        blocks[version] = plan.details.blocks_per_request
     assert blocks == {"0.26.0": 42 + 3, "0.32.0": 42 + 6}
 
 

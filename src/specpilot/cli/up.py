@@ -115,7 +115,7 @@ async def _up(spec: Spec, pre: Preflight, as_json: bool, console: Console) -> Up
     host = open_host_section(spec.host)
     try:
         if as_json:
-            return await launch(spec, host, plan_json=pre.plan_json)
+            return await launch(spec, host, plan=pre.plan)
         line = Text(f"{spec.name}: shipping and starting on {spec.host.target}")
         with Live(line, console=console, refresh_per_second=8, transient=True) as live:
 
@@ -123,7 +123,7 @@ async def _up(spec: Spec, pre: Preflight, as_json: bool, console: Console) -> Up
                 shown = (last or "")[-120:]
                 live.update(Text(f"{spec.name}  {phase}  {elapsed_s:6.1f} s  {shown}"))
 
-            return await launch(spec, host, plan_json=pre.plan_json, progress=progress)
+            return await launch(spec, host, plan=pre.plan, progress=progress)
     finally:
         await host.close()
 
@@ -218,7 +218,7 @@ def _next_replan(
         return None
     log_text = asyncio.run(_engine_log(spec.name))
     try:
-        change = replan(spec, log_text, pre.plan_json)
+        change = replan(spec, log_text, pre.plan)
     except UserError as err:
         if not quiet:
             console.print(f"[yellow]no re-plan[/]: {err}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from specpilot.engines.argv import FlagUse, ReadArgv, read_argv, resolve
 from specpilot.engines.flags import FlagInfo, ReleaseTable
@@ -39,6 +40,17 @@ class Fix:
         if self.text is not None:
             out["text"] = self.text
         return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Fix:
+        """The fix `to_json` wrote."""
+        return cls(
+            args=tuple(data["args"]),
+            env=dict(data["env"]),
+            remove_args=tuple(data.get("remove_args", ())),
+            remove_env=tuple(data.get("remove_env", ())),
+            text=data.get("text"),
+        )
 
     def describe(self) -> str:
         """The fix in one line, every part of it: `--a 1; VAR=x; drop --b; drop OLD_VAR; words`."""

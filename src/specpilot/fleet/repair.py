@@ -27,6 +27,7 @@ from specpilot.launch.ops import run_status
 from specpilot.launch.preflight import run_preflight
 from specpilot.launch.state import state_path
 from specpilot.launch.supervisor import launch
+from specpilot.plan import Plan
 
 Say = Callable[[str], None]
 
@@ -67,7 +68,7 @@ async def repair_fleet(
 ) -> list[Repair]:
     """One pass over every member; `restarts` carries the counts across passes (--watch)."""
     restarts = restarts if restarts is not None else {}
-    plans: dict[Any, dict[str, Any] | None] = {}
+    plans: dict[Any, Plan | None] = {}
     async with aiohttp.ClientSession() as session:
         router = RouterClient(session, fleet.router_url)
         ready = {w.url for w in await router.workers() if w.status == "ready" and w.healthy}
@@ -86,7 +87,7 @@ async def repair_fleet(
                 return repair
             await router.remove(member.worker_url)  # take it out before anything else
             if member.gpu_key not in plans:
-                plans[member.gpu_key] = run_preflight(member.spec).plan_json
+                plans[member.gpu_key] = run_preflight(member.spec).plan
             while repair.restarts < max_restarts:
                 if repair.restarts:
                     await asyncio.sleep(backoff_s * 2 ** (repair.restarts - 1))
@@ -95,7 +96,7 @@ async def repair_fleet(
                 say(f"{member.name}: not serving; restart {repair.restarts} of {max_restarts}")
                 host = open_host_section(member.spec.host)
                 try:
-                    result = await launch(member.spec, host, plan_json=plans[member.gpu_key])
+                    result = await launch(member.spec, host, plan=plans[member.gpu_key])
                 finally:
                     await host.close()
                 if result.phase != "ready":

@@ -211,7 +211,7 @@ async def _start_member(
     outcome = MemberOutcome(member.name, member.spec.host.target, member.worker_url, "failed")
     host = open_host_section(member.spec.host)
     try:
-        result = await launch(member.spec, host, plan_json=pre.plan_json)
+        result = await launch(member.spec, host, plan=pre.plan)
     except SpecpilotError as err:  # its host went away mid-start: this member only
         outcome.cause, outcome.error = "host", str(err)[-400:]
         say(f"{member.name} on {outcome.target}: {err}; left out")

@@ -7,12 +7,13 @@ the same reader calibration uses, so `up` and `plan --from-log` see the same val
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from specpilot.engines.loglines import LogQuantity, Value
 from specpilot.engines.sglang import loglines as sglang_lines
 from specpilot.engines.vllm import loglines as vllm_lines
+from specpilot.plan.types import JSON_GIB_DECIMALS, Plan
 
 LOG_QUANTITIES: dict[str, tuple[LogQuantity, ...]] = {
     "sglang": sglang_lines.QUANTITIES,
@@ -27,8 +28,13 @@ REPORTED: dict[str, str] = {
     "max_concurrency": "max_concurrency",
     "available_kv_gib": "available_kv_gib",
 }
-#: the reported numbers compared with the plan
-COMPARED = ("kv_tokens", "state_slots", "max_running_requests", "weights_gib")
+#: the reported numbers compared with the plan, and the plan's value of each as its JSON says it
+COMPARED: dict[str, Callable[[Plan], float]] = {
+    "kv_tokens": lambda plan: plan.kv_tokens,
+    "state_slots": lambda plan: plan.state_slots,
+    "max_running_requests": lambda plan: plan.max_running_requests,
+    "weights_gib": lambda plan: round(plan.weights_gib, JSON_GIB_DECIMALS),
+}
 WARN_ABOVE_PCT = 5.0
 
 
@@ -42,14 +48,14 @@ def allocations(values: Mapping[str, Value]) -> dict[str, int | float]:
     return found
 
 
-def plan_diff(allocations: Mapping[str, float], plan: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """One entry per number both sides have: planned, engine, difference, warn (> 5%)."""
-    if not plan:
+def plan_diff(allocations: Mapping[str, float], plan: Plan | None) -> list[dict[str, Any]]:
+    """One entry per number the engine printed: planned, engine, difference, warn (> 5%)."""
+    if plan is None:
         return []
     diffs = []
-    for key in COMPARED:
-        planned, printed = plan.get(key), allocations.get(key)
-        if not isinstance(planned, int | float) or isinstance(planned, bool) or printed is None:
+    for key, planned_of in COMPARED.items():
+        planned, printed = planned_of(plan), allocations.get(key)
+        if printed is None:
             continue
         # against a plan of zero, any allocation is "100% off"
         diff_pct = (printed - planned) / planned * 100.0 if planned else float(printed != 0) * 100.0

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from specpilot.check import check_spec
 from specpilot.engines.fix import Fix
-from specpilot.plan import make_plan
+from specpilot.plan import Plan, make_plan
 from specpilot.spec import Spec
 
 
@@ -15,7 +14,7 @@ from specpilot.spec import Spec
 class Preflight:
     """What check and plan said before anything started."""
 
-    plan_json: dict[str, Any] | None = None
+    plan: Plan | None = None
     errors: list[str] = field(default_factory=list)  # refuse unless --force
     warnings: list[str] = field(default_factory=list)
     cause: str | None = None  # "config" (check) or "oom" (plan does not fit)
@@ -39,7 +38,7 @@ def run_preflight(spec: Spec) -> Preflight:
     if result.errors:
         return result
     plan = make_plan(spec)
-    result.plan_json = plan.to_json()
+    result.plan = plan
     if not plan.fits:
         result.cause = "oom"
         result.errors.append("the plan does not fit: " + "; ".join(p.message for p in plan.problems))

@@ -21,10 +21,19 @@ from specpilot.engines.flags import parse_version, table_for
 from specpilot.launch.outcome import UpResult
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_text
+from specpilot.plan.types import Plan, SglangDetails
 from specpilot.spec import Spec
 
 #: measured inputs compared with the plan's assumptions when saying why it was wrong
 _INPUTS = (("free_before_load_gib", "free memory before loading"), ("weights_gib", "target weights"))
+
+
+def _assumed_gib(planned: Plan) -> dict[str, float]:
+    """What the plan assumed for the inputs a log measures (`_INPUTS`, by the log's names)."""
+    assumed = {"weights_gib": planned.weights_gib}
+    if isinstance(planned.details, SglangDetails):  # vLLM's plan does not estimate free memory
+        assumed["free_before_load_gib"] = planned.details.free_before_load_gib
+    return assumed
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,7 @@ def _changes(spec: Spec, old: Sequence[str], new: Sequence[str], env: Mapping[st
     return lines
 
 
-def replan(spec: Spec, log_text: str, planned: Mapping[str, Any] | None) -> Replan | None:
+def replan(spec: Spec, log_text: str, planned: Plan | None) -> Replan | None:
     """The spec re-planned from the engine's printed numbers, or None when the planner,
     given them, recommends exactly what ran (restarting would change nothing).
 
@@ -87,11 +96,11 @@ def replan(spec: Spec, log_text: str, planned: Mapping[str, Any] | None) -> Repl
     changes = _changes(spec, spec.engine.args, args, env)
     if not changes:
         return None
-    assumed = {**(planned or {}), **(planned or {}).get("details", {})}
+    assumed = _assumed_gib(planned) if planned else {}
     reasons = [
         f"the engine printed {label} {measured[key]:.2f} GiB; the plan assumed {assumed[key]:.2f} GiB"
         for key, label in _INPUTS
-        if key in measured and key in assumed and abs(measured[key] - float(assumed[key])) >= 0.01
+        if key in measured and key in assumed and abs(measured[key] - assumed[key]) >= 0.01
     ]
     engine = calibrated.engine.model_copy(update={"args": args, "env": env})
     return Replan(calibrated.model_copy(update={"engine": engine}), tuple(reasons), tuple(changes))

@@ -15,7 +15,6 @@ import os
 import time
 import tomllib
 from collections.abc import Mapping
-from typing import Any
 
 from specpilot.engines.fix import Fix
 from specpilot.hosts.base import Host, HostFacts
@@ -26,6 +25,7 @@ from specpilot.launch.render import render_env_file, render_launch_script
 from specpilot.launch.state import RunState, write_state
 from specpilot.launch.stop import stop_group
 from specpilot.launch.watch import RunWatch
+from specpilot.plan.types import Plan
 from specpilot.secrets import mask_argv, mask_env, redact
 from specpilot.spec import Spec, spec_to_toml
 
@@ -90,7 +90,7 @@ async def launch(
     spec: Spec,
     host: Host,
     *,
-    plan_json: Mapping[str, Any] | None,
+    plan: Plan | None,
     options: UpOptions | None = None,
     progress: Progress | None = None,
     local_env: Mapping[str, str] | None = None,
@@ -109,10 +109,10 @@ async def launch(
         model_path=host_model_path(spec, home=home, local=host.target == "local"),
     )
     remote_dir = rundir.run_dir_path(home, spec.name)
-    run = RunWatch(host, spec, planned, remote_dir, plan_json, options, progress, started)
+    run = RunWatch(host, spec, planned, remote_dir, plan, options, progress, started)
     files = rundir.RunFiles(
         spec_toml=_spec_text(spec, run.secrets),
-        plan_json=(json.dumps(plan_json or {}, indent=2, sort_keys=True) + "\n").encode(),
+        plan_json=(json.dumps(plan.to_json() if plan else {}, indent=2, sort_keys=True) + "\n").encode(),
         launch_sh=render_launch_script(planned.argv, planned.secret_args),
         env=render_env_file(planned.env_file_env),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,7 @@ from specpilot.launch.readiness import (
 )
 from specpilot.launch.stop import stop_group
 from specpilot.launch.verify import Mismatch, check_live, wait_for_argv
+from specpilot.plan.types import Plan
 from specpilot.secrets import redact, secret_values
 from specpilot.spec import Spec
 
@@ -67,13 +68,13 @@ class RunWatch:
         spec: Spec,
         planned: PlannedLaunch,
         remote_dir: str,
-        plan_json: Mapping[str, Any] | None,
+        plan: Plan | None,
         options: UpOptions,
         progress: Progress | None,
         started: float,
     ) -> None:
         self.host, self.spec, self.planned = host, spec, planned
-        self.remote_dir, self.plan_json, self.options = remote_dir, plan_json, options
+        self.remote_dir, self.plan, self.options = remote_dir, plan, options
         self.progress, self.started = progress, started
         self.classifier = LogClassifier(spec.engine.name)
         self.secrets = secret_values(planned.env, planned.argv)
@@ -107,7 +108,7 @@ class RunWatch:
             pid=self.pid,
             endpoint=self.planned.endpoint,
             allocations=allocations,
-            plan_diff=plan_diff(allocations, self.plan_json),
+            plan_diff=plan_diff(allocations, self.plan),
             elapsed_s=self.elapsed(),
             last_phase=self.classifier.phase,
             remote_dir=self.remote_dir,

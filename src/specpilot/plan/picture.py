@@ -7,7 +7,7 @@ engine knowledge here. The memory table's convention places the terms allocated 
 the reserve after the reserve's own line, so a term listed after it that is not a pool
 (state, speculative buffers, KV) is drawn inside the reserve. Transients (notes
 "peak") never coincide, so they are drawn overlapping from the same offset; the margin
-is the plan's own (`details["margin_gib"]`, else `reserve_gib - reserve_needed_gib`).
+is the plan's own (`SglangDetails.margin_gib`, else `reserve_gib - reserve_needed_gib`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from html import escape
 
-from specpilot.plan.types import Plan
+from specpilot.plan.types import Plan, SglangDetails
 
 #: (pattern over the lower-cased term name, role); first match wins
 ROLES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -128,8 +128,14 @@ def card_of(plan: Plan, title: str) -> Card:
         transients,
         plan.reserve_needed_gib,
         plan.fits,
-        float(plan.details.get("margin_gib", plan.reserve_gib - plan.reserve_needed_gib)),
+        _margin_gib(plan),
     )
+
+
+def _margin_gib(plan: Plan) -> float:
+    if isinstance(plan.details, SglangDetails):
+        return plan.details.margin_gib
+    return plan.reserve_gib - plan.reserve_needed_gib
 
 
 @dataclass(frozen=True)

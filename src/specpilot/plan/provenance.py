@@ -10,7 +10,9 @@ Append a record here when a new matrix of starts is committed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.version import Version
 
@@ -71,6 +73,10 @@ class Provenance:
             "measured_starts": list(self.measured_starts),
             "release_measured": self.release_measured,
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Provenance:
+        return cls(data["arithmetic"], tuple(data["measured_starts"]), data["release_measured"])
 
 
 def _same_release(a: Version, b: Version) -> bool:

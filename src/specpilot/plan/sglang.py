@@ -21,7 +21,7 @@ from specpilot.plan import sglang_quantities as q
 from specpilot.plan.effective import effective_args_without
 from specpilot.plan.sglang_log import parse_sglang_log
 from specpilot.plan.sglang_settings import SglangSettings, resolve_settings
-from specpilot.plan.types import GIB, Plan, Problem, Term
+from specpilot.plan.types import GIB, Plan, Problem, SglangDetails, Term
 from specpilot.spec import Spec
 
 __all__ = ["parse_sglang_log", "plan_sglang"]
@@ -507,23 +507,23 @@ def _context_note(z: Sizing) -> str | None:
     )
 
 
-def _details(z: Sizing, shape: ModelShape, free: float) -> dict[str, object]:
+def _details(z: Sizing, shape: ModelShape, free: float) -> SglangDetails:
     """The effective values behind the plan that the engine also logs."""
     s = z.settings
-    return {
-        "context_len": s.context_len,
-        "page_size": s.page_size,
-        "mamba_strategy": s.mamba_strategy if shape.is_hybrid else None,
-        "overlap_schedule": s.overlap_schedule,
-        "state_slots_per_request": q.state_slots_per_request(s) if shape.is_hybrid else 0,
-        "speculative_num_draft_tokens": s.num_draft_tokens,
-        "mem_fraction_static_given": s.mem_fraction_given,
-        "chunked_prefill_size": s.chunked_prefill_size,
-        "cuda_graph_max_bs": s.cuda_graph_max_bs,
-        "free_before_load_gib": round(free, 3),
-        "margin_gib": round(z.margin_gib, 3),
-        "largest_transient": largest_transient(z).name,
-    }
+    return SglangDetails(
+        context_len_tokens=s.context_len,
+        page_size_tokens=s.page_size,
+        mamba_strategy=s.mamba_strategy if shape.is_hybrid else None,
+        overlap_schedule=s.overlap_schedule,
+        state_slots_per_request=q.state_slots_per_request(s) if shape.is_hybrid else 0,
+        speculative_num_draft_tokens=s.num_draft_tokens,
+        mem_fraction_static_given=s.mem_fraction_given,
+        chunked_prefill_size_tokens=s.chunked_prefill_size,
+        cuda_graph_max_batch_size=s.cuda_graph_max_bs,
+        free_before_load_gib=round(free, 3),
+        margin_gib=round(z.margin_gib, 3),
+        largest_transient=largest_transient(z).name,
+    )
 
 
 def plan_sglang(
@@ -561,7 +561,7 @@ def plan_sglang(
         state_bytes_per_request=z.state_bytes_per_request,
         state_slots=z.pool.slots,
         max_running_requests=z.max_running_requests,
-        mem_fraction_static=settings.mem_fraction_static,
+        memory_fraction=settings.mem_fraction_static,
         reserve_gib=z.reserve_gib,
         reserve_needed_gib=z.reserve_needed_gib,
         problems=problems,

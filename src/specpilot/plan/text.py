@@ -27,9 +27,8 @@ def render_plan(plan: Plan, console: Console) -> None:
     for term in plan.terms:
         table.add_row(term.name, f"{term.gib:,.2f}", term.source, term.note)
     console.print(table)
-    knob = "mem_fraction_static" if plan.engine == "sglang" else "gpu_memory_utilization"
     console.print(
-        f"{knob} {plan.mem_fraction_static:.3f}  weights {plan.weights_gib:.2f} GiB  "
+        f"{plan.memory_knob} {plan.memory_fraction:.3f}  weights {plan.weights_gib:.2f} GiB  "
         f"reserve {plan.reserve_gib:.2f} GiB (needs {plan.reserve_needed_gib:.2f})"
     )
     console.print(

@@ -22,7 +22,7 @@ from specpilot.engines.vllm.defaults import human_int, targets_cpu
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape
 from specpilot.plan import vllm_memory as mem
-from specpilot.plan.types import GIB, Plan, Problem, Term, gib
+from specpilot.plan.types import GIB, Plan, Problem, Term, VllmDetails, gib
 from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate
 from specpilot.plan.vllm_cpu import VLLM_CPU, cpu_kv_cache_bytes
 from specpilot.plan.vllm_log import parse_vllm_log
@@ -527,17 +527,17 @@ def _reserve_needed_gib(spec: Spec) -> float:
     return spec.gpu.memory_gib - free_gib if free_gib is not None else 0.0
 
 
-def _details(inputs: VllmInputs, alloc: VllmAllocation) -> dict[str, Any]:
+def _details(inputs: VllmInputs, alloc: VllmAllocation) -> VllmDetails:
     """The pool's geometry as vLLM logs it."""
-    return {
-        "attention_block_size": alloc.block_size_tokens,
-        "page_bytes": alloc.page_bytes,
-        "kv_cache_groups": alloc.groups.attention_groups + alloc.groups.mamba_groups,
-        "num_blocks": alloc.num_blocks,
-        "blocks_per_request": alloc.blocks_per_request,
-        "max_concurrency": round(alloc.max_concurrency, 2),
-        "max_model_len": inputs.max_model_len,
-    }
+    return VllmDetails(
+        attention_block_size_tokens=alloc.block_size_tokens,
+        page_bytes=alloc.page_bytes,
+        kv_cache_groups=alloc.groups.attention_groups + alloc.groups.mamba_groups,
+        num_blocks=alloc.num_blocks,
+        blocks_per_request=alloc.blocks_per_request,
+        max_concurrency=round(alloc.max_concurrency, 2),
+        max_model_len_tokens=inputs.max_model_len,
+    )
 
 
 def plan_vllm(
@@ -563,7 +563,7 @@ def plan_vllm(
         state_bytes_per_request=inputs.mamba_state_bytes_per_layer * inputs.mamba_layers,
         state_slots=alloc.num_blocks if inputs.mamba_layers else 0,
         max_running_requests=inputs.max_num_seqs,
-        mem_fraction_static=inputs.gpu_memory_utilization,
+        memory_fraction=inputs.gpu_memory_utilization,
         reserve_gib=gib(inputs.gpu_total_bytes - alloc.requested_bytes),
         reserve_needed_gib=_reserve_needed_gib(spec),
         problems=problems,
