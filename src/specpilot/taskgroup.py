@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from specpilot.errors import SpecpilotError
@@ -36,14 +36,21 @@ class TaskFailed(SpecpilotError):
         )
 
 
-async def _named(work: Work[T]) -> T:
-    coroutine, what = work
+@contextlib.contextmanager
+def naming(what: str) -> Iterator[None]:
+    """An error of the body as it should surface: as it is, or a bug as `TaskFailed(what)`."""
     try:
-        return await coroutine
+        yield
     except Exception as err:
         if isinstance(err, RAISED_AS_IS):
             raise
         raise TaskFailed(what, err) from err
+
+
+async def _named(work: Work[T]) -> T:
+    coroutine, what = work
+    with naming(what):
+        return await coroutine
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
