@@ -22,6 +22,7 @@ import specpilot.hosts.local as local
 import specpilot.launch.serving as serving
 from specpilot.hosts import open_host
 from specpilot.hosts.errors import CommandFailed, HostConnectionLost
+from specpilot.hosts.local import LocalHost
 from specpilot.launch.health import probe
 from specpilot.launch.ops import host_for, run_down
 from specpilot.launch.state import RunState, state_path
@@ -139,3 +140,23 @@ def test_probe_nothing_listening_or_not_http_is_status_zero() -> None:
 def test_a_probe_that_crashes_is_an_error_not_silence() -> None:
     with pytest.raises(CommandFailed, match=r"health probe of notaurl on local failed: .*unknown url type"):
         _probe("notaurl")
+
+
+def test_a_bug_in_shipping_one_file_names_it_and_leaves_no_partial_file(
+    make_spec: SpecFactory, run_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = LocalHost._write_temp
+
+    async def write_temp(self: LocalHost, temp_path: str, data: bytes, mode: int) -> None:
+        if Path(temp_path).name.startswith(".env."):
+            await asyncio.sleep(0)
+            raise RuntimeError("bug in a transfer")
+        await real_write(self, temp_path, data, mode)
+
+    monkeypatch.setattr(LocalHost, "_write_temp", write_temp)
+    spec = make_spec("sglang_ready", name="ship-bug")
+    with pytest.raises(TaskFailed, match="shipping env failed: RuntimeError: bug in a transfer"):
+        up(spec)
+    run_dir = run_home / ".specpilot" / "runs" / spec.name
+    assert [p.name for p in run_dir.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+    assert not (run_dir / "manifest.json").exists() and not state_path(spec.name).exists()
