@@ -322,7 +322,7 @@ def logs(name: str, follow: bool) -> None:
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
 
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how `logs -f` is ended
         asyncio.run(copy())
 
 

@@ -46,5 +46,5 @@ def view(directory: Path, addr: str, status_public: bool) -> None:
     read_snapshot(directory)  # a folder that is not a job, or a locked ledger: say so now
     sock = bind(addr, public=status_public, flag="--addr")
     click.echo(f"serving {url_of(sock)} for {directory} (Ctrl-C to stop)", err=True)
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how the view is ended
         asyncio.run(serve_view(sock, directory))

@@ -18,6 +18,7 @@ from specpilot.hosts.errors import HostError
 from specpilot.launch.ops import run_down, run_status
 from specpilot.launch.state import DamagedState, host_from_json, state_path
 from specpilot.launch.stop import stop_group
+from specpilot.taskgroup import all_of, each_of
 
 STOP_TIMEOUT_S = 30.0
 
@@ -130,8 +131,8 @@ async def fleet_status(name: str) -> FleetStatus:
             phase,
         )
 
-    members = await asyncio.gather(*(one(m) for m in record["members"]))
-    return FleetStatus(name, record["router_url"], router_up, list(members))
+    members = await all_of([(one(m), f"reading member {m['name']}'s status") for m in record["members"]])
+    return FleetStatus(name, record["router_url"], router_up, members)
 
 
 async def fleet_down(name: str) -> dict[str, Any]:
@@ -152,10 +153,11 @@ async def fleet_down(name: str) -> dict[str, Any]:
                 "error": str(err),
             }
 
-    members = await asyncio.gather(*(down(m) for m in record["members"]))
+    # every member is stopped even when one stop hits a bug (raised after the others)
+    members = await each_of([(down(m), f"stopping member {m['name']}") for m in record["members"]])
     record["stopped_at"] = time.time()
     write_fleet(record)
-    return {"name": name, "router": router, "members": list(members)}
+    return {"name": name, "router": router, "members": members}
 
 
 async def router_log(name: str) -> bytes:

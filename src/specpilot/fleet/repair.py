@@ -28,6 +28,7 @@ from specpilot.launch.preflight import run_preflight
 from specpilot.launch.state import state_path
 from specpilot.launch.supervisor import launch
 from specpilot.plan import Plan
+from specpilot.taskgroup import all_of
 
 Say = Callable[[str], None]
 
@@ -112,4 +113,5 @@ async def repair_fleet(
             say(f"{member.name}: left out after {repair.restarts} restarts ({repair.cause})")
             return repair
 
-        return list(await asyncio.gather(*(one(m) for m in fleet.members)))
+        # a bug in one member's repair cancels the others' and is raised, named
+        return await all_of([(one(m), f"repairing member {m.name}") for m in fleet.members])

@@ -38,6 +38,7 @@ from specpilot.launch.preflight import Preflight, run_preflight
 from specpilot.launch.state import host_options_json
 from specpilot.launch.supervisor import launch
 from specpilot.spec import HostSection
+from specpilot.taskgroup import all_of, each_of
 
 #: how long `up` waits for a host to answer a first command
 REACH_TIMEOUT_S = 30.0
@@ -133,7 +134,7 @@ async def check_reachable(fleet: Fleet) -> None:
             await host.close()
 
     first_per_host = {m.host_index: m for m in reversed(fleet.members)}
-    await asyncio.gather(*(reach(m) for m in first_per_host.values()))
+    await all_of([(reach(m), f"reaching {m.spec.host.target}") for m in first_per_host.values()])
 
 
 async def check_members_not_running(fleet: Fleet) -> None:
@@ -281,12 +282,12 @@ def fleet_up(fleet: Fleet, say: Say) -> FleetOutcome:
     try:
         outcome = asyncio.run(_bring_up(fleet, record, plans, say))
     except BaseException:
-        asyncio.run(_stop_everything(fleet, record))
+        asyncio.run(_stop_everything(fleet, record, say))
         raise
     record["outcomes"] = [o.to_json() for o in outcome.members]
     write_fleet(record)
     if not outcome.registered:
-        asyncio.run(_stop_everything(fleet, record))
+        asyncio.run(_stop_everything(fleet, record, say))
     return outcome
 
 
@@ -306,22 +307,34 @@ async def _bring_up(
                 fix="fix what the router log says, then run up again",
             ) from None
         say(f"router {fleet.router_url} ({fleet.router.policy}) up; starting {len(fleet.members)} members")
-        outcomes = await asyncio.gather(
-            *(
-                _start_member(m, plans[m.gpu_key], router, fleet.router.ready_timeout_s, say)
+        # a bug in one start cancels the others (each stops what it started) and is raised
+        outcomes = await all_of(
+            [
+                (
+                    _start_member(m, plans[m.gpu_key], router, fleet.router.ready_timeout_s, say),
+                    f"starting member {m.name}",
+                )
                 for m in fleet.members
-            )
+            ]
         )
-    return FleetOutcome(fleet.name, fleet.router_url, list(outcomes))
+    return FleetOutcome(fleet.name, fleet.router_url, outcomes)
 
 
-async def _stop_everything(fleet: Fleet, record: dict[str, Any]) -> None:
+async def _stop_everything(fleet: Fleet, record: dict[str, Any], say: Say) -> None:
+    """Stop every member started, then the router. A member whose host does not answer is
+    named with what to do; a bug is raised once every stop was tried."""
     from specpilot.fleet.ops import stop_router
     from specpilot.launch.state import state_path
 
     async def down(member: Member) -> None:
-        if state_path(member.name).exists():
+        if not state_path(member.name).exists():
+            return
+        try:
             await run_down(member.name, timeout_s=STOP_TIMEOUT_S)
+        except SpecpilotError as err:  # its host went away: the others must still be stopped
+            say(f"{member.name}: not stopped ({err}); stop it with `specpilot down {member.name}`")
 
-    await asyncio.gather(*(down(m) for m in fleet.members), return_exceptions=True)
-    await stop_router(record)
+    try:
+        await each_of([(down(m), f"stopping member {m.name}") for m in fleet.members])
+    finally:
+        await stop_router(record)

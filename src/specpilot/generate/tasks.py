@@ -9,26 +9,12 @@ Each task carries a name, so the one line the user sees says what failed.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from specpilot.errors import SpecpilotError
+from specpilot.taskgroup import RAISED_AS_IS, TaskFailed
 
-#: raised as they are: errors specpilot raises on purpose, and the disk's or the ledger's
-#: (`job.storage_error` turns those into one line with the fix)
-RAISED_AS_IS = (SpecpilotError, OSError, sqlite3.Error)
-
-
-class TaskFailed(SpecpilotError):
-    """A task of the job raised an exception specpilot does not expect: a bug."""
-
-    def __init__(self, what: str, err: BaseException) -> None:
-        self.what = what
-        super().__init__(
-            f"{what} failed: {type(err).__name__}: {err} "
-            "(specpilot bug, rerun with --debug for the traceback)"
-        )
+__all__ = ["JobTasks", "TaskFailed"]
 
 
 class JobTasks:

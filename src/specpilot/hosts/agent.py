@@ -307,8 +307,10 @@ def facts() -> dict[str, Any]:
     for dist in _ENGINE_DISTRIBUTIONS if metadata else ():
         try:
             engines[dist] = metadata.version(dist)
-        except Exception:  # not installed, or broken metadata
+        except metadata.PackageNotFoundError:  # not installed here
             continue
+        except ValueError:  # its METADATA is not UTF-8: a damaged install, said as such
+            engines[dist] = "unreadable"
     return {
         "hostname": socket.gethostname(),
         "home": home,

@@ -6,13 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specpilot.hosts.base import Host
+from specpilot.hosts.errors import CommandFailed, stderr_tail
 
 HEALTH_PATHS = ("/health", "/v1/models")
 
 # Tries each path in order; prints "PATH STATUS" for the first answer that is 200,
-# else the last answer (status 0 when nothing answered).
+# else the last answer (status 0 when nothing answered: refused, reset, timed out, or not
+# HTTP). Anything else is a bug: its traceback and exit status reach `probe`.
 _PROBE = """\
-import sys, urllib.error, urllib.request
+import http.client, sys, urllib.error, urllib.request
 base, paths = sys.argv[1], sys.argv[2:]
 last = "- 0"
 for path in paths:
@@ -21,7 +23,7 @@ for path in paths:
             print(path, r.status); sys.exit(0)
     except urllib.error.HTTPError as e:
         last = f"{path} {e.code}"
-    except Exception:
+    except (OSError, http.client.HTTPException):
         last = f"{path} 0"
 print(last)
 """
@@ -46,6 +48,12 @@ async def probe(
         timeout_s=timeout_s + 5.0,
         check=False,
     )
+    if result.returncode != 0:
+        raise CommandFailed(
+            f"the health probe of {endpoint} on {host.target} failed: {stderr_tail(result.stderr)}",
+            returncode=result.returncode,
+            stderr=result.stderr,
+        )
     words = result.stdout.decode(errors="replace").split()
     if len(words) >= 2 and words[-1].isdigit():
         return HealthAnswer(words[-2], int(words[-1]))

@@ -12,7 +12,6 @@ and start is caught instead of launched.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 
 from specpilot.errors import JobFailed
 from specpilot.hosts.base import Host, HostFacts
+from specpilot.taskgroup import each_of
 
 SPEC_FILE = "spec.toml"
 PLAN_FILE = "plan.json"
@@ -102,7 +102,9 @@ async def ship(host: Host, remote_dir: str, files: RunFiles, manifest_bytes: byt
         if result.sha256 != sha256_hex(data):
             raise JobFailed(f"{fname}: the host stored sha256 {result.sha256}, expected {sha256_hex(data)}")
 
-    await asyncio.gather(*(put(fname, data) for fname, data in files.by_name().items()))
+    # every put ends before the first failure is raised: a write cancelled in its worker
+    # thread could leave its temporary file behind
+    await each_of([(put(fname, data), f"shipping {fname}") for fname, data in files.by_name().items()])
     await host.put(f"{remote_dir}/{MANIFEST_FILE}", manifest_bytes, 0o644)
 
 

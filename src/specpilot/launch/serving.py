@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specpilot.hosts.base import Host
+from specpilot.hosts.errors import HostError
 from specpilot.launch.classify import LogClassifier
 from specpilot.launch.identity import recorded_process
 from specpilot.launch.state import CrashRecord, RunState, read_state, write_state
@@ -128,7 +129,9 @@ async def stop_on_crash(
     host = open_host(state)
     try:
         crash = await watch_serving(host, state)
-    except Exception as err:  # the job can go on without the watcher; the user is told
+    except (HostError, OSError) as err:
+        # its host went away or the log is unreadable: the job can go on without the
+        # watcher, and the user is told; any other error is a bug and ends the job
         note(f"stopped watching run {name}'s log: {err}")
         return
     finally:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 from specpilot.engines.fix import Fix
 from specpilot.hosts.base import Host, HostFacts
+from specpilot.hosts.errors import HostError
 from specpilot.launch import rundir
 from specpilot.launch.command import host_model_path, plan_launch
 from specpilot.launch.outcome import Progress, UpOptions, UpResult
@@ -28,6 +29,7 @@ from specpilot.launch.watch import RunWatch
 from specpilot.plan.types import Plan
 from specpilot.secrets import mask_argv, mask_env, redact
 from specpilot.spec import Spec, spec_to_toml
+from specpilot.taskgroup import naming
 
 __all__ = ["UpOptions", "UpResult", "launch"]
 
@@ -80,10 +82,11 @@ async def _host_env(host: Host) -> dict[str, str]:
 
 
 async def _facts_or_none(host: Host) -> HostFacts | None:
-    try:
-        return await host.facts()
-    except Exception:  # facts are informative only; a launch must not fail on them
-        return None
+    with naming(f"reading the facts of {host.target}"):
+        try:
+            return await host.facts()
+        except HostError:  # the host could not report them; they are informative only
+            return None
 
 
 async def launch(

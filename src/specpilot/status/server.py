@@ -28,6 +28,7 @@ from specpilot.status.ledger_view import LedgerSnapshot, read_snapshot
 from specpilot.status.live import SAMPLE_INTERVAL_S, LiveJob, LiveRecorder, LiveView
 from specpilot.status.metrics import CONTENT_TYPE, exposition
 from specpilot.status.page import PageInput, render_page
+from specpilot.taskgroup import beside
 
 LEDGER_REFRESH_S = 2.0
 READ_COST_FACTOR = 5.0
@@ -172,13 +173,12 @@ def watch_job(
                 recorder.sample()
                 await asyncio.sleep(SAMPLE_INTERVAL_S)
 
-        sampler = asyncio.create_task(sample_forever())
-        try:
-            async with serving(sock, StatusSource(directory, recorder)):
-                yield None
-        finally:
-            sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
+        # a sampler that fails would leave the page's numbers frozen: it stops the job instead
+        async with (
+            beside(sample_forever, "the live page's sampler"),
+            serving(sock, StatusSource(directory, recorder)),
+        ):
+            yield None
 
     return watch
 

@@ -1,0 +1,114 @@
+"""The task helpers: every failure is raised (a bug named, specpilot's own errors as they
+are), `all_of` cancels the rest at the first failure, `each_of` lets every work end, and
+`beside` cancels its body when its work fails but leaves the body's own error alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from specpilot.errors import UserError
+from specpilot.taskgroup import TaskFailed, all_of, beside, each_of
+
+
+async def _fail(err: Exception) -> int:
+    await asyncio.sleep(0)
+    raise err
+
+
+def test_all_of_names_a_bug_and_cancels_the_others() -> None:
+    cancelled: list[str] = []
+
+    async def slow() -> int:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append("slow")
+            raise
+        return 0
+
+    async def go() -> list[int]:
+        return await all_of([(slow(), "waiting"), (_fail(KeyError("k")), "member 1")])
+
+    with pytest.raises(TaskFailed, match="member 1 failed: KeyError: 'k'"):
+        asyncio.run(go())
+    assert cancelled == ["slow"]
+
+
+def test_all_of_results_in_order_and_own_errors_as_they_are() -> None:
+    async def value(v: int) -> int:
+        await asyncio.sleep(0)
+        return v
+
+    assert asyncio.run(all_of([(value(1), "a"), (value(2), "b")])) == [1, 2]
+    refused = UserError("bad", field="[x] y", fix="change it")
+
+    async def go() -> list[int]:
+        return await all_of([(_fail(refused), "a")])
+
+    with pytest.raises(UserError) as raised:
+        asyncio.run(go())
+    assert raised.value is refused
+
+
+def test_each_of_lets_every_work_end_then_raises_the_first_failure() -> None:
+    ended: list[str] = []
+
+    async def stop(name: str) -> int:
+        await asyncio.sleep(0.01)
+        ended.append(name)
+        return 0
+
+    async def go() -> list[int]:
+        return await each_of([(_fail(RuntimeError("bug")), "stop a"), (stop("b"), "stop b")])
+
+    with pytest.raises(TaskFailed, match="stop a failed: RuntimeError: bug"):
+        asyncio.run(go())
+    assert ended == ["b"]
+
+
+def test_beside_cancels_its_body_when_its_work_fails() -> None:
+    body: list[str] = []
+
+    async def work() -> None:
+        raise ValueError("sampler bug")
+
+    async def go() -> None:
+        async with beside(work, "the sampler"):
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                body.append("cancelled")
+                raise
+
+    with pytest.raises(TaskFailed, match="the sampler failed: ValueError: sampler bug"):
+        asyncio.run(go())
+    assert body == ["cancelled"]
+
+
+def test_beside_leaves_the_body_error_and_result_alone() -> None:
+    runs: list[int] = []
+
+    async def work() -> None:
+        while True:
+            runs.append(1)
+            await asyncio.sleep(0)
+
+    refused = UserError("disk full", field="--output")
+
+    async def failing() -> None:
+        async with beside(work, "the sampler"):
+            await asyncio.sleep(0.01)
+            raise refused
+
+    with pytest.raises(UserError) as raised:
+        asyncio.run(failing())
+    assert raised.value is refused and runs
+
+    async def fine() -> str:
+        async with beside(work, "the sampler"):
+            await asyncio.sleep(0)
+        return "done"
+
+    assert asyncio.run(fine()) == "done"
