@@ -10,7 +10,7 @@ from packaging.version import Version
 from specpilot.check import check_args
 from specpilot.engines.argv import read_argv
 from specpilot.engines.fix import Fix
-from specpilot.engines.flags import table_for
+from specpilot.engines.flags import ReleaseTable, table_for
 
 SGLANG = table_for("sglang", Version("0.5.13.post1"))
 VLLM = table_for("vllm", Version("0.32.0"))
@@ -40,12 +40,14 @@ def test_a_flag_followed_by_an_option_has_no_value() -> None:
     assert read.uses[1].values == ("0.0.0.0",)
 
 
-@pytest.mark.parametrize(("table", "resolved"), [(VLLM, "--max-num-seqs"), (SGLANG, None)])
+@pytest.mark.parametrize(
+    ("table", "typed", "resolved"),
+    [(VLLM, "--max_num_seqs", "--max-num-seqs"), (SGLANG, "--mem_fraction_static", None)],
+)
 def test_underscore_spellings_only_where_the_parser_rewrites_them(
-    table: object, resolved: str | None
+    table: ReleaseTable, typed: str, resolved: str | None
 ) -> None:
-    typed = "--max_num_seqs" if table is VLLM else "--mem_fraction_static"
-    use = read_argv(table, [typed, "8"]).uses[0]  # type: ignore[arg-type]
+    use = read_argv(table, [typed, "8"]).uses[0]
     assert (use.flag.name if use.flag else None) == resolved
 
 

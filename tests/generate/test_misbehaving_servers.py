@@ -28,7 +28,7 @@ from specpilot.errors import UserError
 from specpilot.generate.dispatch import Dispatcher
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
-from specpilot.generate.tasks import TaskFailed
+from specpilot.taskgroup import TaskFailed
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer
 

@@ -20,7 +20,7 @@ from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
 from specpilot.generate.ledger import LEDGER_FILE, RowState
 from specpilot.generate.servers import SpecTracker
-from specpilot.generate.tasks import TaskFailed
+from specpilot.taskgroup import TaskFailed
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer, Faults
 

@@ -7,18 +7,15 @@ instead of guessing.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
 
 from packaging.version import Version
 
-from specpilot.engines.argv import FlagUse, read_argv
+from specpilot.engines.argv import FlagUse, read_argv, with_dotted_key
 from specpilot.engines.fix import Fix
 from specpilot.engines.flags import release_tables, table_for
 from specpilot.engines.registry import engine_by_name
 from specpilot.engines.rules import Finding
-from specpilot.engines.vllm.defaults import human_int
 
 
 @dataclass
@@ -71,44 +68,6 @@ def _history_finding(engine: str, version: Version, spelling: str, token_value: 
     )
 
 
-def _with_key(kind: str, current: object, use: FlagUse) -> object:
-    """A JSON flag's value with one dotted key set as vLLM's parser sets it
-    (`--compilation-config.mode 3`): the text read as JSON, else a size like 80g,
-    else as it is; `key+ a,b` is the list [a, b]."""
-    text = use.values[0]
-    item: object
-    if use.typed.endswith("+"):
-        item = text.split(",")
-    else:
-        try:
-            item = json.loads(text)
-        except ValueError:
-            try:
-                item = human_int(text)
-            except ValueError:
-                item = text
-    config = current if isinstance(current, dict) else _json_object(current)
-    node = config
-    for key in use.key_path[:-1]:
-        child = node.get(key)
-        if not isinstance(child, dict):
-            child = node[key] = {}
-        node = child
-    node[use.key_path[-1]] = item
-    return config if kind == "json" else json.dumps(config)
-
-
-def _json_object(value: object) -> dict[str, Any]:
-    """A flag's JSON text as an object ({} when absent or not an object)."""
-    if not isinstance(value, str):
-        return {}
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
-
-
 _KIND_WORDS = {"int": "an integer", "float": "a number", "json": "JSON"}
 
 
@@ -123,7 +82,7 @@ def _value_findings(engine: str, version: Version, use: FlagUse, parsed: ParsedA
         parsed.values[flag.dest] = list(use.values)
         return True
     if use.key_path and use.values:
-        parsed.values[flag.dest] = _with_key(flag.kind, parsed.values.get(flag.dest), use)
+        parsed.values[flag.dest] = with_dotted_key(flag.kind, parsed.values.get(flag.dest), use)
         return True
     if use.missing_value:
         parsed.findings.append(

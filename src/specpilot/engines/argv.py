@@ -16,16 +16,20 @@ agree on the edge cases the engines' argparse decides:
 - `--no-<flag>` is whatever the release table lists it as (vLLM's negatable booleans);
 - a list flag takes every value up to the next option; `--` ends the options.
 
-Values stay text here; check converts them by the flag's kind.
+Values stay text here; check converts them by the flag's kind (and merges dotted keys
+into their JSON flag with `with_dotted_key`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from specpilot.engines.flags import FlagInfo, ReleaseTable
+from specpilot.engines.vllm.defaults import human_int
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
@@ -185,3 +189,44 @@ def _flexible(table: ReleaseTable, tokens: tuple[str, ...], start: int) -> FlagU
         return FlagUse(typed, spelling, flag, (inline_value,), True, start, start + 1, tuple(keys))
     values = (after,) if after is not None else ()
     return FlagUse(typed, spelling, flag, values, False, start, start + 1 + len(values), tuple(keys))
+
+
+def json_object(value: object) -> dict[str, Any]:
+    """A JSON flag's value as an object: itself when already one, else its text parsed;
+    {} when absent, not JSON, or not an object (the flag's rule says why)."""
+    if isinstance(value, dict):
+        return value
+    if not isinstance(value, str):
+        return {}
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def with_dotted_key(kind: str, current: object, use: FlagUse) -> object:
+    """A JSON flag's value with the key `use` sets, as vLLM's parser sets it
+    (`--compilation-config.mode 3`): the text read as JSON, else a size like 80g, else
+    as it is; `key+ a,b` is the list [a, b]. Text stays text for a flag of kind str."""
+    text = use.values[0]
+    item: object
+    if use.typed.endswith("+"):
+        item = text.split(",")
+    else:
+        try:
+            item = json.loads(text)
+        except ValueError:
+            try:
+                item = human_int(text)
+            except ValueError:
+                item = text
+    config = dict(json_object(current))
+    node = config
+    for key in use.key_path[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node = child
+    node[use.key_path[-1]] = item
+    return config if kind == "json" else json.dumps(config)

@@ -14,7 +14,7 @@ from typing import Any
 
 from specpilot.taskgroup import RAISED_AS_IS, TaskFailed
 
-__all__ = ["JobTasks", "TaskFailed"]
+__all__ = ["JobTasks"]
 
 
 class JobTasks:

@@ -67,8 +67,9 @@ def plan_argv(spec: Spec, *, model_path: str) -> tuple[list[str], str]:
     program, model_args = engine_program(spec, model_path=model_path)
     args = [*spec.engine.args, *model_args]
     read = read_argv(table_for(spec.engine.name, parse_version(spec.engine.version)), args)
-    for flag, wanted in (("--host", spec.server.host), ("--port", str(spec.server.port))):
-        use = read.last(flag[2:])
+    for dest, wanted in (("host", spec.server.host), ("port", str(spec.server.port))):
+        flag = f"--{dest}"
+        use = read.last(dest)
         given = use.text if use is not None else None
         if given is None:
             args += [flag, wanted]

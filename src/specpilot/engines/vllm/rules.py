@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from contextlib import suppress
 
+from specpilot.engines.argv import json_object
 from specpilot.engines.context_len import vllm_context_len as context_len
 from specpilot.engines.fix import Fix
 from specpilot.engines.rules import (
@@ -49,16 +50,7 @@ DRAFTER_METHODS = ("eagle", "eagle3", "draft_model", "dflash", "dspark", "medusa
 
 def _sc(ctx: Context) -> dict[str, object]:
     """The parsed `--speculative-config` (empty when absent or not a JSON object)."""
-    raw = ctx.get("speculative_config")
-    if isinstance(raw, dict):
-        return raw
-    if not isinstance(raw, str):
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+    return json_object(ctx.get("speculative_config"))
 
 
 def _sc_json(ctx: Context, **changes: object) -> str:
