@@ -1,0 +1,672 @@
+"""ON the H200 machine: specpilot's own path on a real SGLang, measured against SGLang's benchmark.
+
+    bash gpu/sglang/run_job.sh CARRY_DIR WHEELS_DIR [--budget-s S] [--steps plain,mtp,bench,edge]
+
+(run_job.sh sources env.sh, installs the wheels specpilot needs, then runs this file.)
+
+Steps, each skipped once done (state in $SPECPILOT_GPU_STASH/job, default /root/stash/job):
+
+* ``model``: a text-only Qwen3.6-27B-shaped config (`Qwen3_5ForCausalLM`: the same layers as
+  the multimodal checkpoint, without the vision tower, so SGLang builds a plain tokenizer) and
+  a ChatML tokenizer padded to its 248,320 ids (gpu/e2e_tools.py), plus the prompt files.
+* ``plain`` / ``mtp``: `specpilot up` at the plan's recommendation for the whole card (no
+  speculation / MTP with 3 steps), `specpilot generate` of 2,000 rows and both exports, then
+  the saturation pairs: `python -m sglang.bench_serving` and `specpilot generate` on the same
+  prompts at the same concurrency and output length, one after the other on the same server.
+  Each client is timed as a child process (wall, CPU from wait4); the server's own view is read
+  from its log's `Decode batch` lines, stamped as they land, and its token counter on /metrics.
+* ``bench``: `specpilot bench` over no speculation and MTP on a sample of the job's prompts.
+* ``edge``: starts on a card emulated at 95.6 GiB at the plan's recommendation with MTP and
+  one step (5 state slots) above it.
+
+Every start runs under a GPU memory sampler (NVML every 20 ms) and a log stamper, so each
+start records its lowest free memory and the log line it followed. Results land under $OUT:
+``job.log`` (the console), ``results.json``, ``job-logs.tar.gz`` (engine logs, samples,
+stamped lines, client outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "gpu"))
+sys.path.insert(0, str(REPO / "gpu" / "sglang"))
+
+import e2e_tools  # noqa: E402  (gpu/e2e_tools.py: the padded tokenizer)
+import steady  # noqa: E402  (gpu/sglang/steady.py: the steady-state window)
+
+STASH = Path(os.environ.get("SPECPILOT_GPU_STASH", "/root/stash")) / "job"
+RUNS = Path(os.environ.get("SPECPILOT_HOME", str(Path.home() / ".specpilot"))) / "runs"
+PORT = 30000
+H200_TOTAL_GIB = 139.8  # the whole card, as torch reports it there
+URL = f"http://127.0.0.1:{PORT}"
+MODEL_NAME = "qwen3.6-27b-text"
+E2E_ROWS = 2000
+E2E_MAX_TOKENS = 128
+SAT_MAX_TOKENS = 256
+WORDS_PER_PROMPT = 400
+# What the carry leaves out (gpu/sglang/README.md): FA3, flashinfer's sampler, xgrammar's library,
+# the checkpoint. Metrics on so the server's token counter can be read.
+BASE_ARGS = [
+    "--load-format",
+    "dummy",
+    "--attention-backend",
+    "triton",
+    "--sampling-backend",
+    "pytorch",
+    "--grammar-backend",
+    "none",
+    "--context-length",
+    "8192",
+    "--enable-metrics",
+    "--decode-log-interval",
+    "10",
+]
+MTP_ARGS = [
+    "--speculative-algorithm",
+    "NEXTN",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+]
+KEEP_ENV = (
+    "PYTHONPATH",
+    "PATH",
+    "CUDA_HOME",
+    "SGLANG_ENABLE_JIT_DEEPGEMM",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "PYTHONUNBUFFERED",
+    "NCCL_NVLS_ENABLE",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
+)
+STEP_EST_S = {"model": 40, "plain": 330, "mtp": 330, "bench": 420, "edge": 300}
+
+
+class Budget:
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def left_s(self) -> float:
+        return self.end - time.monotonic()
+
+
+def say(*parts: object) -> None:
+    print(time.strftime("%H:%M:%S"), *parts, flush=True)
+
+
+def state() -> dict[str, Any]:
+    path = STASH / "state.json"
+    return json.loads(path.read_text()) if path.exists() else {"done": [], "results": {}}
+
+
+def save(doc: dict[str, Any]) -> None:
+    (STASH / "state.json").write_text(json.dumps(doc, indent=1))
+
+
+def specpilot(
+    *args: str, out: Path | None = None, timeout_s: float = 900
+) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-c", "from specpilot.cli import main; main()", *args]
+    say("$ specpilot", shlex.join(args))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if out is not None:
+        out.write_text(done.stdout)
+    say(f"  exit {done.returncode}", done.stderr.strip().splitlines()[-1:] if done.stderr else "")
+    return done
+
+
+# --- the model and the prompts ----------------------------------------------------------------
+
+
+def model_dir() -> Path:
+    return STASH / "models" / MODEL_NAME
+
+
+def step_model() -> dict[str, Any]:
+    folder = model_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    full = json.loads((REPO / "gpu/models/qwen3.6-27b/config.json").read_text())
+    text = dict(full["text_config"]) | {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text"}
+    text.setdefault("tie_word_embeddings", full.get("tie_word_embeddings", False))
+    text.setdefault("torch_dtype", full.get("torch_dtype", "bfloat16"))
+    (folder / "config.json").write_text(json.dumps(text, indent=2))
+    info = e2e_tools.build_tokenizer(folder)
+    write_prompts(STASH / "e2e.jsonl", E2E_ROWS, "e")
+    return info
+
+
+def prompt_text(tag: str, index: int) -> str:
+    """Distinct from the first word on (no shared prefix for the radix cache), ~WORDS_PER_PROMPT words."""
+    topic = e2e_tools.PROMPT_TOPICS[index % len(e2e_tools.PROMPT_TOPICS)]
+    filler = " ".join(e2e_tools.filler_token(index * 7919 + k)[1:] for k in range(WORDS_PER_PROMPT))
+    return f"{tag}{index} Continue this text about {topic}: {filler}"
+
+
+def write_prompts(path: Path, count: int, tag: str) -> None:
+    with path.open("w") as out:
+        for i in range(count):
+            row = {"id": f"{tag}{i:06d}", "messages": [{"role": "user", "content": prompt_text(tag, i)}]}
+            out.write(json.dumps(row) + "\n")
+
+
+def sharegpt_copy(source: Path, target: Path) -> None:
+    """The same prompts in the custom-dataset shape bench_serving reads (a user and an answer turn)."""
+    with target.open("w") as out:
+        for line in source.read_text().splitlines():
+            row = json.loads(line)
+            turns = [
+                {"from": "human", "value": row["messages"][0]["content"]},
+                {"from": "gpt", "value": "ok ok"},
+            ]
+            out.write(json.dumps({"conversations": turns}) + "\n")
+
+
+# --- the start, sampled -----------------------------------------------------------------------
+
+
+class Sampler:
+    """GPU memory used every 20 ms (NVML) and every engine log line stamped as it lands."""
+
+    def __init__(self, folder: Path, log: Path) -> None:
+        self.folder, self.log = folder, log
+        self.stop = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._memory, daemon=True),
+            threading.Thread(target=self._lines, daemon=True),
+        ]
+
+    def __enter__(self) -> Sampler:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=5)
+
+    def _memory(self) -> None:
+        import pynvml  # nvidia-ml-py, in the image
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        with (self.folder / "memory.tsv").open("w") as out:
+            out.write(f"# total_bytes {pynvml.nvmlDeviceGetMemoryInfo(handle).total}\n")
+            while not self.stop.is_set():
+                info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                out.write(f"{time.time():.3f}\t{info.used}\n")
+                self.stop.wait(0.02)
+
+    def _lines(self) -> None:
+        while not self.log.exists() and not self.stop.is_set():
+            self.stop.wait(0.02)
+        if self.stop.is_set():
+            return
+        with self.log.open("rb") as log, (self.folder / "lines.tsv").open("w") as out:
+            pending = b""
+            while True:
+                chunk = log.read()
+                if chunk:
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    stamp = time.time()
+                    for line in lines:
+                        out.write(f"{stamp:.3f}\t{line.decode(errors='replace')}\n")
+                    out.flush()
+                elif self.stop.is_set():
+                    return
+                else:
+                    time.sleep(0.01)
+
+
+def spec_text(name: str, args: list[str], card_gib: float | None) -> str:
+    env = {k: os.environ[k] for k in KEEP_ENV if k in os.environ} | {"CUDA_VISIBLE_DEVICES": "0"}
+    env_lines = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+    memory = f'name = "H200"\nmemory_gib = {card_gib or H200_TOTAL_GIB}'
+    release = subprocess.run(
+        [sys.executable, "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return f'''name = "{name}"
+[model]
+path = "{model_dir()}"
+[gpu]
+{memory}
+[engine]
+name = "sglang"
+version = "{release}"
+command = ["{sys.executable}", "{REPO}/gpu/sglang/launch.py"]
+args = {json.dumps(args)}
+env = {{ {env_lines} }}
+[server]
+port = {PORT}
+ready_timeout_s = 500
+[host]
+target = "local"
+'''
+
+
+def planned_spec(
+    name: str, extra: list[str], card_gib: float | None, folder: Path
+) -> tuple[Path, dict[str, Any]]:
+    """The spec with the plan's recommended knobs added (what `plan` prints under 'starts first time')."""
+    folder.mkdir(parents=True, exist_ok=True)
+    draft = folder / f"{name}-as-given.toml"
+    draft.write_text(spec_text(name, BASE_ARGS + extra, card_gib))
+    plan = json.loads(specpilot("plan", str(draft), "--json").stdout or "{}")
+    recommended = list(plan.get("recommended_args") or [])
+    spec = folder / f"{name}.toml"
+    spec.write_text(spec_text(name, BASE_ARGS + extra + recommended, card_gib))
+    # the plan of the spec as it will start: its concurrency is the recommendation's
+    final = json.loads(specpilot("plan", str(spec), "--json").stdout or "{}")
+    final["recommended_args"] = recommended
+    (folder / f"{name}.plan.json").write_text(json.dumps(final, indent=1))
+    return spec, final
+
+
+def peak(folder: Path, until: float) -> dict[str, Any]:
+    """Lowest free memory over the start (samples up to `until`) and the last log line before it."""
+    text = (folder / "memory.tsv").read_text().splitlines()
+    rows = [
+        line.split("\t") for line in text if not line.startswith("#") and float(line.split("\t")[0]) <= until
+    ]
+    total = int(text[0].split()[-1])
+    if not rows:
+        return {}
+    stamp, used = max(((float(t), int(u)) for t, u in rows), key=lambda r: r[1])
+    before = ""
+    lines = folder / "lines.tsv"
+    if lines.exists():
+        for line in lines.read_text(errors="replace").splitlines():
+            t, _, text = line.partition("\t")
+            if float(t) > stamp:
+                break
+            before = text
+    return {
+        "total_gib": round(total / 2**30, 3),
+        "peak_used_gib": round(used / 2**30, 3),
+        "lowest_free_gib": round((total - used) / 2**30, 3),
+        "at": stamp,
+        "after_line": before[-300:],
+    }
+
+
+@contextmanager
+def server(name: str, spec: Path, folder: Path, results: dict[str, Any]) -> Iterator[bool]:
+    """Up under the sampler; the sampler runs until down, so clients' decode lines are stamped too."""
+    log = RUNS / name / "engine.log"
+    log.unlink(missing_ok=True)
+    with Sampler(folder / "samples", log):
+        t0 = time.monotonic()
+        up = specpilot("up", str(spec), "--json", out=folder / "up.json", timeout_s=600)
+        up_end = time.time()
+        results["up_s"] = round(time.monotonic() - t0, 1)
+        results["up_exit"] = up.returncode
+        try:
+            results["up"] = json.loads(up.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            results["up"] = up.stdout[-2000:]
+        time.sleep(1.0)
+        results["start_peak"] = peak(folder / "samples", until=up_end + 1.0)
+        say("  start peak:", results["start_peak"])
+        try:
+            yield up.returncode == 0
+        finally:
+            specpilot("down", name, timeout_s=120)
+            for suffix in ("", ".1"):
+                source = RUNS / name / f"engine.log{suffix}"
+                if source.exists():
+                    (folder / f"engine{suffix}.log").write_bytes(source.read_bytes())
+
+
+# --- clients ----------------------------------------------------------------------------------
+
+
+def metric_tokens() -> float | None:
+    text = e2e_tools.fetch_metrics(URL)
+    values = [
+        float(v) for v in re.findall(r"^sglang:generation_tokens_total(?:\{[^}]*\})?\s+(\S+)", text, re.M)
+    ]
+    return sum(values) if values else None
+
+
+def timed_client(argv: list[str], out: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    before = metric_tokens()
+    start_wall, t0 = time.time(), time.perf_counter()
+    with out.open("w") as stdout, (out.with_suffix(".err")).open("w") as stderr:
+        child = subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=env)
+        _, status, usage = os.wait4(child.pid, 0)
+    wall_s = time.perf_counter() - t0
+    after = metric_tokens()
+    tokens = None if before is None or after is None else after - before
+    return {
+        "rc": os.waitstatus_to_exitcode(status),
+        "wall_s": round(wall_s, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "start": start_wall,
+        "end": time.time(),
+        "engine_tokens": tokens,
+        "engine_tokens_per_s_wall": round(tokens / wall_s, 1) if tokens else None,
+    }
+
+
+def generate_argv(prompts: Path, job: Path, concurrency: int, max_tokens: int, run: str) -> list[str]:
+    return [
+        sys.executable,
+        "-c",
+        "from specpilot.cli import main; main()",
+        "generate",
+        "--input",
+        str(prompts),
+        "--output",
+        str(job),
+        "--run",
+        run,
+        "--concurrency",
+        str(concurrency),
+        "--max-tokens",
+        str(max_tokens),
+        "--no-thinking",
+        "--temperature",
+        "1.0",
+        "--json",
+    ]
+
+
+def saturation_pair(run: str, folder: Path, concurrency: int, prompts_n: int) -> dict[str, Any]:
+    tag = f"s{concurrency}"
+    prompts = folder / f"{tag}.jsonl"
+    write_prompts(prompts, prompts_n, f"{run}-{tag}-")
+    sharegpt = folder / f"{tag}.sharegpt.jsonl"
+    sharegpt_copy(prompts, sharegpt)
+    bench_env = dict(os.environ)
+    bench_env["PYTHONPATH"] = f"{REPO}/gpu/sglang/bench-stubs:{bench_env.get('PYTHONPATH', '')}"
+    engine_argv = [
+        sys.executable,
+        "-m",
+        "sglang.bench_serving",
+        "--backend",
+        "sglang-oai-chat",
+        "--base-url",
+        URL,
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(sharegpt),
+        "--num-prompts",
+        str(prompts_n),
+        "--sharegpt-output-len",
+        str(SAT_MAX_TOKENS),
+        "--max-concurrency",
+        str(concurrency),
+        "--tokenizer",
+        str(model_dir()),
+        "--temperature",
+        "1.0",
+        "--disable-tqdm",
+        "--output-file",
+        str(folder / f"{tag}.bench_serving.jsonl"),
+    ]
+    # The same output length on both sides: bench_serving sends ignore_eos; specpilot sends
+    # max_tokens, and a random-weight model all but never samples one of its 2 stop ids.
+    pair: dict[str, Any] = {"concurrency": concurrency, "prompts": prompts_n, "max_tokens": SAT_MAX_TOKENS}
+    say(f"  saturation c={concurrency}: bench_serving")
+    pair["bench_serving"] = timed_client(engine_argv, folder / f"{tag}.bench_serving.out", bench_env)
+    say(f"  saturation c={concurrency}: specpilot generate")
+    job = folder / f"{tag}-job"
+    pair["specpilot"] = timed_client(
+        generate_argv(prompts, job, concurrency, SAT_MAX_TOKENS, run), folder / f"{tag}.specpilot.out"
+    )
+    for side in ("bench_serving", "specpilot"):
+        window = steady.window(
+            steady.read_lines(folder / "samples" / "lines.tsv"), pair[side]["start"], pair[side]["end"]
+        )
+        pair[side]["steady"] = window
+    a, b = pair["specpilot"]["steady"], pair["bench_serving"]["steady"]
+    if a.get("output_tokens_per_s") and b.get("output_tokens_per_s"):
+        pair["ratio_steady"] = round(a["output_tokens_per_s"] / b["output_tokens_per_s"], 4)
+    wa, wb = pair["specpilot"]["engine_tokens_per_s_wall"], pair["bench_serving"]["engine_tokens_per_s_wall"]
+    if wa and wb:
+        pair["ratio_wall"] = round(wa / wb, 4)
+    say(
+        f"  c={concurrency}: specpilot / bench_serving = {pair.get('ratio_steady')} (steady),",
+        f"{pair.get('ratio_wall')} (wall)",
+    )
+    return pair
+
+
+def e2e(run: str, folder: Path) -> dict[str, Any]:
+    job = folder / "e2e-job"
+    found: dict[str, Any] = {}
+    concurrency = 256
+    found["generate"] = timed_client(
+        generate_argv(STASH / "e2e.jsonl", job, concurrency, E2E_MAX_TOKENS, run),
+        folder / "e2e.generate.json",
+    )
+    found["report"] = json.loads(specpilot("report", str(job), "--json").stdout or "null")
+    for fmt in ("specforge", "speculators"):
+        done = specpilot("export", str(job), "--format", fmt, "--include-flagged", "--json")
+        found[f"export_{fmt}"] = {
+            "exit": done.returncode,
+            "out": done.stdout[-1500:],
+            "err": done.stderr[-500:],
+        }
+        target = job / f"{fmt}.jsonl"
+        if target.exists():
+            with target.open() as rows:
+                (folder / f"e2e.{fmt}.head.jsonl").write_text("".join(next(rows) for _ in range(2)))
+            found[f"export_{fmt}"]["rows"] = sum(1 for _ in target.open())
+    return found
+
+
+def server_info() -> dict[str, Any]:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{URL}/get_server_info", timeout=10) as reply:
+            info = json.loads(reply.read())
+    except OSError as error:
+        return {"error": str(error)}
+    states = info.get("internal_states") or [{}]
+    return {
+        "avg_spec_accept_length": states[0].get("avg_spec_accept_length"),
+        "max_total_num_tokens": info.get("max_total_num_tokens"),
+        "max_running_requests": info.get("max_running_requests"),
+    }
+
+
+def step_serving(
+    run: str, extra: list[str], budget: Budget, concurrencies: list[int | str]
+) -> dict[str, Any]:
+    folder = STASH / run
+    results: dict[str, Any] = {}
+    spec, plan = planned_spec(run, extra, None, folder)
+    results["plan"] = {
+        k: plan.get(k) for k in ("recommended_args", "max_running_requests", "kv_tokens", "fits")
+    }
+    plan_max = int(plan.get("max_running_requests") or 64)
+    with server(run, spec, folder, results) as ready:
+        if not ready:
+            return results
+        results["e2e"] = e2e(run, folder)
+        results["server_info_after_e2e"] = server_info()
+        results["saturation"] = []
+        for c in concurrencies:
+            concurrency = plan_max if c == "max" else int(c)
+            est_s = 60 + 2 * (3 if concurrency <= 16 else 2) * SAT_MAX_TOKENS / 25
+            if budget.left_s() < est_s + 40:
+                say(f"  saturation c={concurrency}: skipped, {budget.left_s():.0f} s left")
+                results["saturation"].append({"concurrency": concurrency, "skipped": "budget"})
+                continue
+            waves = 3 if concurrency <= 16 else 2
+            pair = saturation_pair(run, folder, concurrency, waves * concurrency)
+            results["saturation"].append(pair)
+        results["server_info"] = server_info()
+    return results
+
+
+def step_bench(budget: Budget) -> dict[str, Any]:
+    folder = STASH / "bench"
+    spec, _ = planned_spec("bench", MTP_ARGS, None, folder)
+    # bench plans each variant itself: give it the spec as the user wrote it
+    spec = folder / "bench-as-given.toml"
+    write_prompts(folder / "prompts.jsonl", 600, "b")
+    with Sampler(folder / "samples", RUNS / "bench" / "engine.log"):
+        done = specpilot(
+            "bench",
+            str(spec),
+            "--prompts",
+            str(folder / "prompts.jsonl"),
+            "--sample",
+            "120",
+            "--variants",
+            "off,3",
+            "--max-tokens",
+            "256",
+            "--budget-s",
+            str(int(budget.left_s() / 2 - 20)),
+            "--json",
+            out=folder / "bench.json",
+            timeout_s=max(60, budget.left_s() - 20),
+        )
+    return {"exit": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-2000:]}
+
+
+def step_edge(budget: Budget) -> dict[str, Any]:
+    """95.6 GiB card with MTP: the recommendation and one step (+5 state slots) above it."""
+    folder = STASH / "edge"
+    results: dict[str, Any] = {}
+    spec, plan = planned_spec("edge", MTP_ARGS, 95.6, folder)
+    args = list(plan.get("recommended_args") or [])
+    results["plan"] = {k: plan.get(k) for k in ("recommended_args", "max_running_requests", "kv_tokens")}
+    blocker = hold_card(95.6)
+    try:
+        for label, slots_delta in (("step", 0), ("above", 5)):
+            if budget.left_s() < 170:
+                results[label] = {"skipped": "budget"}
+                continue
+            # the fraction is already at its ceiling (0.95) here: the next step is 5 more state slots
+            # (one more request under extra_buffer)
+            knob = bump(args, "--max-mamba-cache-size", slots_delta)
+            knob = bump(knob, "--max-running-requests", slots_delta // 5)
+            name = f"edge-{label}"
+            sub = folder / label
+            sub.mkdir(parents=True, exist_ok=True)
+            spec = sub / f"{name}.toml"
+            spec.write_text(spec_text(name, BASE_ARGS + MTP_ARGS + knob, 95.6))
+            found: dict[str, Any] = {"args": knob}
+            with server(name, spec, sub, found):
+                found["server_info"] = server_info()
+            results[label] = found
+    finally:
+        blocker.terminate()
+        blocker.wait(timeout=30)
+    return results
+
+
+def bump(args: list[str], flag: str, delta: int) -> list[str]:
+    out = list(args)
+    if flag in out:
+        i = out.index(flag) + 1
+        out[i] = str(int(out[i]) + delta)
+    return out
+
+
+def hold_card(card_gib: float) -> subprocess.Popen[bytes]:
+    """Hold all but card_gib of the GPU in another process (env.sh's start_blocker, here)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    idle = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used
+    code = (
+        "import sys, time, torch\n"
+        f"card, idle = {card_gib} * 2**30, {idle}\n"
+        "torch.empty(1, device='cuda')\n"
+        "free, total = torch.cuda.mem_get_info()\n"
+        "x = torch.empty(int(free - (card - idle)), dtype=torch.uint8, device='cuda')\n"
+        "print('BLOCKER_READY', torch.cuda.mem_get_info()[0] / 2**30, flush=True)\n"
+        "time.sleep(10**6)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    say("  blocker:", child.stdout.readline().decode().strip())
+    return child
+
+
+def pack(out: Path) -> None:
+    with tarfile.open(out / "job-logs.tar.gz", "w:gz") as tar:
+        for path in sorted(STASH.rglob("*")):
+            if (
+                path.is_file()
+                and path.suffix in {".log", ".tsv", ".json", ".toml", ".out", ".err"}
+                and "models" not in path.parts
+            ):
+                if path.stat().st_size < 40 * 2**20:
+                    tar.add(path, arcname=str(path.relative_to(STASH)))
+            elif path.is_file() and path.name.endswith(".head.jsonl"):
+                tar.add(path, arcname=str(path.relative_to(STASH)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--budget-s", type=float, default=540)
+    parser.add_argument("--steps", default="model,plain,mtp,bench,edge")
+    args = parser.parse_args()
+    out = Path(os.environ["OUT"])
+    STASH.mkdir(parents=True, exist_ok=True)
+    budget = Budget(args.budget_s)
+    doc = state()
+    for step in args.steps.split(","):
+        if step in doc["done"]:
+            continue
+        if budget.left_s() < STEP_EST_S[step]:
+            say(f"{step}: not yet run ({budget.left_s():.0f} s left, needs ~{STEP_EST_S[step]} s)")
+            break
+        say(f"== {step}")
+        t0 = time.monotonic()
+        if step == "model":
+            result: dict[str, Any] = step_model()
+        elif step == "plain":
+            result = step_serving("plain", [], budget, [64, 16, "max"])
+        elif step == "mtp":
+            result = step_serving("mtp", MTP_ARGS, budget, ["max", 16])
+        elif step == "bench":
+            result = step_bench(budget)
+        else:
+            result = step_edge(budget)
+        result["step_s"] = round(time.monotonic() - t0, 1)
+        doc["results"][step] = result
+        doc["done"].append(step)
+        save(doc)
+        (out / "results.json").write_text(json.dumps(doc["results"], indent=1))
+        pack(out)
+    (out / "results.json").write_text(json.dumps(doc["results"], indent=1))
+    pack(out)
+    say("done:", doc["done"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

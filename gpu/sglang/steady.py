@@ -1,0 +1,66 @@
+"""The server's steady-state output rate, read from SGLang's own `Decode batch` log lines.
+
+SGLang's `benchmark/steady_state_serving.py` (0.5.23) reports throughput over the longest
+interval whose concurrency stays at or above a ratio (0.9) of the peak: ramp-up and the tail
+are left out. 0.5.17 lacks that script, so the same window is taken here from the server side,
+which is the same for every client: each `Decode batch, #running-req: N, ... gen throughput
+(token/s): R` line (one per `--decode-log-interval` decode steps), stamped as it lands in the
+log. The rate of a window is the time-weighted mean of R over its lines (R covers the interval
+since the previous decode line, so that is tokens over seconds).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+from typing import Any
+
+DECODE = re.compile(r"Decode batch.*?#running-req: (\d+),.*?gen throughput \(token/s\): ([0-9.]+)")
+ACCEPT = re.compile(r"accept len: ([0-9.]+)")
+STEADY_RATIO = 0.9
+
+
+def read_lines(path: Path) -> list[tuple[float, int, float, float | None]]:
+    """(stamp, running requests, gen tok/s, accept length or None) for each decode line of a stamped log."""
+    found = []
+    for line in path.read_text(errors="replace").splitlines():
+        stamp, _, text = line.partition("\t")
+        match = DECODE.search(text)
+        if match:
+            accept = ACCEPT.search(text)
+            found.append((float(stamp), int(match[1]), float(match[2]), float(accept[1]) if accept else None))
+    return found
+
+
+def window(lines: list[tuple[float, int, float, float | None]], start: float, end: float) -> dict[str, Any]:
+    """The longest run of consecutive decode lines in [start, end] at >= 0.9 x the peak running count."""
+    inside = [row for row in lines if start <= row[0] <= end]
+    if len(inside) < 3:
+        return {"lines": len(inside)}
+    peak = max(row[1] for row in inside)
+    runs: list[tuple[int, int]] = []
+    first: int | None = None
+    for index, row in enumerate(inside):
+        if row[1] >= STEADY_RATIO * peak:
+            first = index if first is None else first
+        elif first is not None:
+            runs.append((first, index - 1))
+            first = None
+    if first is not None:
+        runs.append((first, len(inside) - 1))
+    lo, hi = max(runs, key=lambda run: inside[run[1]][0] - inside[run[0]][0])
+    # the first line of the window opens it: its rate covers time before the window
+    rows = inside[lo : hi + 1]
+    seconds = sum(b[0] - a[0] for a, b in itertools.pairwise(rows))
+    tokens = sum(b[2] * (b[0] - a[0]) for a, b in itertools.pairwise(rows))
+    accepts = [row[3] for row in rows if row[3] is not None]
+    return {
+        "lines": len(inside),
+        "peak_running": peak,
+        "window_lines": len(rows),
+        "window_s": round(seconds, 2),
+        "output_tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
+        "mean_running": round(sum(row[1] for row in rows) / len(rows), 1),
+        "accept_length": round(sum(accepts) / len(accepts), 3) if accepts else None,
+    }

@@ -1,0 +1,44 @@
+"""The steady-state window that gpu/sglang/job.py compares two clients by (gpu/sglang/steady.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "sglang"))
+
+import steady
+
+
+def _line(stamp: float, running: int, rate: float, accept: str = "") -> str:
+    return (
+        f"{stamp}\t[2026-12-01 10:00:00] Decode batch, #running-req: {running}, #token: 900, "
+        f"token usage: 0.01, {accept}cuda graph: True, gen throughput (token/s): {rate:.2f}, #queue-req: 0"
+    )
+
+
+def test_window_is_the_longest_run_at_nine_tenths_of_the_peak(tmp_path: Path) -> None:
+    lines = [
+        _line(100.0, 2, 50.0),  # ramp-up
+        _line(101.0, 10, 400.0),
+        _line(102.0, 10, 500.0, "accept len: 1.50, accept rate: 0.10, "),
+        _line(104.0, 9, 600.0, "accept len: 2.50, accept rate: 0.50, "),
+        _line(105.0, 3, 100.0),  # the tail
+        _line(106.0, 10, 900.0),  # a shorter burst back at the peak
+        "106.5\tsome other line",
+    ]
+    path = tmp_path / "lines.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    found = steady.window(steady.read_lines(path), 0.0, 200.0)
+    assert found["peak_running"] == 10
+    assert found["window_lines"] == 3
+    assert found["window_s"] == 3.0
+    # tokens over seconds: the first line opens the window, the next two cover 1 s and 2 s
+    assert found["output_tokens_per_s"] == round((500 * 1 + 600 * 2) / 3, 1)
+    assert found["accept_length"] == 2.0
+
+
+def test_window_outside_the_client_run_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "lines.tsv"
+    path.write_text("\n".join(_line(100.0 + i, 8, 300.0) for i in range(5)) + "\n")
+    assert steady.window(steady.read_lines(path), 200.0, 300.0) == {"lines": 0}
