@@ -37,7 +37,7 @@ import sys
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -184,24 +184,28 @@ def sharegpt_copy(source: Path, target: Path) -> None:
 
 
 class Sampler:
-    """GPU memory used every 20 ms (NVML) and every engine log line stamped as it lands."""
+    """GPU memory used every 20 ms (NVML), and every line of each engine log stamped as it lands.
 
-    def __init__(self, folder: Path, log: Path) -> None:
-        self.folder, self.log = folder, log
+    `logs()` names the logs to follow (polled, so a log that appears later is followed too);
+    each is stamped into its own `lines-<run>.tsv`.
+    """
+
+    def __init__(self, folder: Path, logs: Callable[[], list[Path]]) -> None:
+        self.folder, self.logs = folder, logs
         self.stop = threading.Event()
-        self.threads = [
-            threading.Thread(target=self._memory, daemon=True),
-            threading.Thread(target=self._lines, daemon=True),
-        ]
+        self.threads = [threading.Thread(target=self._memory, daemon=True)]
+        self.followed: set[Path] = set()
+        self.watcher = threading.Thread(target=self._watch, daemon=True)
 
     def __enter__(self) -> Sampler:
         self.folder.mkdir(parents=True, exist_ok=True)
-        for thread in self.threads:
+        for thread in (*self.threads, self.watcher):
             thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
+        self.watcher.join(timeout=5)
         for thread in self.threads:
             thread.join(timeout=5)
 
@@ -217,15 +221,22 @@ class Sampler:
                 out.write(f"{time.time():.3f}\t{info.used}\n")
                 self.stop.wait(0.02)
 
-    def _lines(self) -> None:
-        while not self.log.exists() and not self.stop.is_set():
+    def _watch(self) -> None:
+        while not self.stop.is_set():
+            for log in self.logs():
+                if log not in self.followed and log.exists():
+                    self.followed.add(log)
+                    thread = threading.Thread(target=self._lines, args=(log,), daemon=True)
+                    self.threads.append(thread)
+                    thread.start()
             self.stop.wait(0.02)
-        if self.stop.is_set():
-            return
-        with self.log.open("rb") as log, (self.folder / "lines.tsv").open("w") as out:
+
+    def _lines(self, log: Path) -> None:
+        target = self.folder / f"lines-{log.parent.name}.tsv"
+        with log.open("rb") as source, target.open("w") as out:
             pending = b""
             while True:
-                chunk = log.read()
+                chunk = source.read()
                 if chunk:
                     pending += chunk
                     *lines, pending = pending.split(b"\n")
@@ -297,8 +308,7 @@ def peak(folder: Path, until: float) -> dict[str, Any]:
         return {}
     stamp, used = max(((float(t), int(u)) for t, u in rows), key=lambda r: r[1])
     before = ""
-    lines = folder / "lines.tsv"
-    if lines.exists():
+    for lines in sorted(folder.glob("lines-*.tsv"))[:1]:
         for line in lines.read_text(errors="replace").splitlines():
             t, _, text = line.partition("\t")
             if float(t) > stamp:
@@ -318,7 +328,7 @@ def server(name: str, spec: Path, folder: Path, results: dict[str, Any]) -> Iter
     """Up under the sampler; the sampler runs until down, so clients' decode lines are stamped too."""
     log = RUNS / name / "engine.log"
     log.unlink(missing_ok=True)
-    with Sampler(folder / "samples", log):
+    with Sampler(folder / "samples", lambda: [log]):
         t0 = time.monotonic()
         up = specpilot("up", str(spec), "--json", out=folder / "up.json", timeout_s=600)
         up_end = time.time()
@@ -441,7 +451,7 @@ def saturation_pair(run: str, folder: Path, concurrency: int, prompts_n: int) ->
     )
     for side in ("bench_serving", "specpilot"):
         window = steady.window(
-            steady.read_lines(folder / "samples" / "lines.tsv"), pair[side]["start"], pair[side]["end"]
+            steady.read_lines(folder / "samples" / f"lines-{run}.tsv"), pair[side]["start"], pair[side]["end"]
         )
         pair[side]["steady"] = window
     a, b = pair["specpilot"]["steady"], pair["bench_serving"]["steady"]
@@ -528,30 +538,48 @@ def step_serving(
 
 
 def step_bench(budget: Budget) -> dict[str, Any]:
+    """`specpilot bench` over no speculation and MTP (3 draft tokens), as a user runs it."""
     folder = STASH / "bench"
-    spec, _ = planned_spec("bench", MTP_ARGS, None, folder)
-    # bench plans each variant itself: give it the spec as the user wrote it
-    spec = folder / "bench-as-given.toml"
-    write_prompts(folder / "prompts.jsonl", 600, "b")
-    with Sampler(folder / "samples", RUNS / "bench" / "engine.log"):
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = folder / "bench.toml"  # as the user writes it: bench plans each variant itself
+    spec.write_text(spec_text("bench", BASE_ARGS + MTP_ARGS, None))
+    prompts = folder / "prompts.jsonl"
+    with prompts.open("w") as out:  # prompt lengths from ~30 to ~1,500 words: a long tail to stratify
+        for i in range(900):
+            words = int(30 * 50 ** ((i * 0.618034) % 1.0))
+            text = prompt_text(f"b{i}-", i).split(" ")[: words + 6]
+            out.write(json.dumps({"id": f"b{i:05d}", "prompt": " ".join(text)}) + "\n")
+    per_variant_s = int(min(330, budget.left_s() / 2 - 15))
+    with Sampler(folder / "samples", lambda: sorted(RUNS.glob("bench-bench-*/engine.log"))):
         done = specpilot(
             "bench",
             str(spec),
             "--prompts",
-            str(folder / "prompts.jsonl"),
+            str(prompts),
+            "--job",
+            str(folder / "job"),
             "--sample",
-            "120",
+            "300",
             "--variants",
-            "off,3",
+            "plain,NEXTN:3",
             "--max-tokens",
             "256",
+            "--no-thinking",
             "--budget-s",
-            str(int(budget.left_s() / 2 - 20)),
+            str(per_variant_s),
+            "--write",
+            str(folder / "best.toml"),
             "--json",
             out=folder / "bench.json",
-            timeout_s=max(60, budget.left_s() - 20),
+            timeout_s=max(60, budget.left_s() - 15),
         )
-    return {"exit": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-2000:]}
+    for log in RUNS.glob("bench-bench-*/engine.log*"):
+        (folder / f"{log.parent.name}.{log.name}").write_bytes(log.read_bytes())
+    for name in ("bench.svg", "bench.json"):
+        source = folder / "job" / name
+        if source.exists():
+            (folder / f"job-{name}").write_bytes(source.read_bytes())
+    return {"exit": done.returncode, "stdout": done.stdout[-6000:], "stderr": done.stderr[-3000:]}
 
 
 def step_edge(budget: Budget) -> dict[str, Any]:
@@ -620,7 +648,7 @@ def pack(out: Path) -> None:
         for path in sorted(STASH.rglob("*")):
             if (
                 path.is_file()
-                and path.suffix in {".log", ".tsv", ".json", ".toml", ".out", ".err"}
+                and path.suffix in {".log", ".tsv", ".json", ".toml", ".out", ".err", ".svg", ".1"}
                 and "models" not in path.parts
             ):
                 if path.stat().st_size < 40 * 2**20:
