@@ -50,10 +50,6 @@ SERVER_INFO_PATH = "/get_server_info"
 Notify = Callable[[str], None]
 
 
-class Interrupted(Exception):
-    """Ctrl-C during a variant: the caller stops every server and ends the bench."""
-
-
 @dataclass(frozen=True)
 class Settings:
     """What every variant shares: the sample, the sampling parameters, the bounds."""
@@ -175,9 +171,9 @@ def _job(settings: Settings, prepared: Prepared, folder: Path, **changes: Any) -
 
 
 def _guarded(config: JobConfig, guard: _Guard) -> None:
-    outcome = run_generate(config, guard.watch)
-    if guard.interrupted:
-        raise Interrupted(outcome.message)
+    run_generate(config, guard.watch)
+    if guard.interrupted:  # as a Ctrl-C anywhere else: `measure` stops the server on the way out
+        raise KeyboardInterrupt
 
 
 def measure(prepared: Prepared, settings: Settings, folder: Path, notify: Notify) -> Measured:

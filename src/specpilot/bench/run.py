@@ -10,6 +10,7 @@ length (over all measured rows) and the variants differ only in the rate they su
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -22,11 +23,13 @@ from specpilot.bench.measure import Measured, Notify, Settings, measure
 from specpilot.bench.sample import draw, open_prompts, write_prompts
 from specpilot.bench.variants import Variant, prepare, spec_method
 from specpilot.errors import UserError
+from specpilot.hosts import open_host_section
 from specpilot.projection import BENCH_FILE
 from specpilot.spec import Spec, spec_to_toml
 
 SCRATCH_DIR = "bench"
 SVG_FILE = "bench.svg"
+REACH_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -92,10 +95,24 @@ def check_budget(budget_s: float, warmup_s: float) -> None:
         )
 
 
+def reach_host(spec: Spec) -> None:
+    """Connect to the spec's host once, so an unreachable one is refused before any work."""
+
+    async def reach() -> None:
+        host = open_host_section(spec.host)
+        try:
+            await host.run(["true"], timeout_s=REACH_TIMEOUT_S)
+        finally:
+            await host.close()
+
+    asyncio.run(reach())
+
+
 def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
     """Measure every variant (refused ones keep their reason); write bench.json."""
     spec = request.spec
     source = open_prompts(request.prompts)
+    reach_host(spec)
     sample = draw(source, request.sample_size, request.seed)
     settings = request.settings
     write_prompts(sample.rows, settings.sample_path)

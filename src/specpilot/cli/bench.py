@@ -12,6 +12,9 @@ from rich.console import Console
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.errors import EXIT_FAILED, UserError
 
+#: as a shell reports a process ended by SIGINT
+EXIT_INTERRUPTED = 130
+
 EXAMPLE = """\b
 Example:
   specpilot bench examples/qwen36-27b-mtp-sglang.toml --prompts prompts.jsonl --job out/
@@ -158,7 +161,12 @@ def bench(
         progress_interval_s=progress_interval_s,
     )
     request = BenchRequest(spec, prompts_path, job_dir, chosen, sample_rows, seed, settings)
-    result = run_bench(request, _say)
+    try:
+        result = run_bench(request, _say)
+    except KeyboardInterrupt:
+        # each variant's server is stopped as the interrupt leaves `measure`
+        _say("interrupted: every server this bench started is stopped")
+        sys.exit(EXIT_INTERRUPTED)
     (job_dir / SVG_FILE).write_text(render_svg(result), encoding="utf-8")
     projection = None
     best = next((r for r in result.variants if r.label == result.winner), None)
