@@ -53,9 +53,10 @@ class Projection:
         }
 
     def line(self) -> str:
+        hours = f"{self.gpu_hours:,.1f}" if self.gpu_hours >= 10 else f"{self.gpu_hours:.2f}"
         return (
             f"{self.rows:,} rows on {self.gpus} GPU{'s' if self.gpus != 1 else ''}: "
-            f"{self.gpu_hours:,.1f} GPU-hours, {wall_text(self.wall_s)} wall ({self.rests_on})"
+            f"{hours} GPU-hours, {wall_text(self.wall_s)} wall ({self.rests_on})"
         )
 
 
@@ -105,15 +106,17 @@ class BenchOutcome:
     measured: dict[str, Rates]
 
 
-def _rates(variant: dict[str, Any], gpus_per_server: int, sample_rows: int, when: str) -> Rates:
+def _rates(variant: dict[str, Any], mean: float, gpus_per_server: int, sample_rows: int, when: str) -> Rates:
+    """One variant's rate; the output length is the mean over every variant's rows (speculative
+    decoding does not change what the model writes)."""
     return Rates(
         output_tokens_per_s=float(variant["output_tokens_per_s"]),
-        mean_output_tokens=float(variant["mean_output_tokens"]),
+        mean_output_tokens=mean,
         gpus_per_server=gpus_per_server,
         source=(
             f"bench {when}, variant {variant['label']}: {variant['output_tokens_per_s']:,.0f} out tok/s "
-            f"steady over {variant['steady_s']:.0f} s, {variant['mean_output_tokens']:,.0f} output tokens "
-            f"per row over {sample_rows} sampled rows"
+            f"steady over {variant['steady_s']:.0f} s, {mean:,.0f} output tokens per row over "
+            f"{sample_rows} sampled rows"
         ),
     )
 
@@ -128,12 +131,15 @@ def read_bench(job_dir: Path) -> BenchOutcome | None:
         gpus = int(data["gpus_per_server"])
         rows = int(data["sample"]["rows"])
         when = str(data["finished_at"])
-        measured = {
-            v["label"]: _rates(v, gpus, rows, when) for v in data["variants"] if v.get("output_tokens_per_s")
-        }
         winner = data["winner"]
         if winner is None:
             return None
+        mean = float(data["mean_output_tokens"])
+        measured = {
+            v["label"]: _rates(v, mean, gpus, rows, when)
+            for v in data["variants"]
+            if v.get("output_tokens_per_s")
+        }
         return BenchOutcome(
             winner=winner,
             spec_name=str(data["spec"]),
@@ -147,3 +153,27 @@ def read_bench(job_dir: Path) -> BenchOutcome | None:
             field=str(path),
             fix="run `specpilot bench` again for this job, or delete the file",
         ) from None
+
+
+def job_rates(
+    *, done_rows: int, output_tokens: int, output_tokens_per_s: float, servers: int, over: str, job_dir: Path
+) -> Rates | None:
+    """The rates a running job shows, per server; None before its first row. A server's GPU
+    count comes from the job's bench result (else one GPU per server, and it says so)."""
+    if done_rows <= 0 or output_tokens_per_s <= 0:
+        return None
+    bench = read_bench(job_dir)
+    gpus = bench.rates.gpus_per_server if bench is not None else 1
+    assumed = "" if bench is not None else "; 1 GPU per server assumed (no bench.json)"
+    servers = max(servers, 1)
+    mean = output_tokens / done_rows
+    return Rates(
+        output_tokens_per_s=output_tokens_per_s / servers,
+        mean_output_tokens=mean,
+        gpus_per_server=gpus,
+        source=(
+            f"this job: {output_tokens_per_s:,.0f} out tok/s {over} on {servers} server"
+            f"{'s' if servers != 1 else ''}, {mean:,.0f} output tokens per row over "
+            f"{done_rows:,} rows{assumed}"
+        ),
+    )

@@ -54,6 +54,8 @@ class DraftKnobs:
     methods: frozenset[str]
     #: the method the spec's flags turn on, if any
     method_of: Callable[[ReadArgv], str | None]
+    #: the draft tokens the spec's flags give (0 when they leave it to the engine)
+    draft_tokens_of: Callable[[ReadArgv], int]
     #: the flags that set `method` at k draft tokens (replacing the same flags where given)
     args_for: Callable[[ReadArgv, str, int], tuple[str, ...]]
     case_sensitive: bool
@@ -62,6 +64,11 @@ class DraftKnobs:
 def _sglang_method(read: ReadArgv) -> str | None:
     use = read.last("speculative_algorithm")
     return use.text.upper() if use is not None and use.text else None
+
+
+def _sglang_draft_tokens(read: ReadArgv) -> int:
+    use = read.last("speculative_num_steps")
+    return int(use.text) if use is not None and use.text and use.text.isdigit() else 0
 
 
 def _sglang_args(read: ReadArgv, method: str, k: int) -> tuple[str, ...]:
@@ -88,14 +95,21 @@ def _vllm_method(read: ReadArgv) -> str | None:
     return str(method) if method else None
 
 
+def _vllm_draft_tokens(read: ReadArgv) -> int:
+    count = _vllm_config(read).get("num_speculative_tokens")
+    return count if isinstance(count, int) else 0
+
+
 def _vllm_args(read: ReadArgv, method: str, k: int) -> tuple[str, ...]:
     config = {**_vllm_config(read), "method": method, "num_speculative_tokens": k}
     return ("--speculative-config", json.dumps(config, separators=(",", ":")))
 
 
 DRAFT_KNOBS: dict[str, DraftKnobs] = {
-    "sglang": DraftKnobs(frozenset(SPECULATIVE_ALGORITHMS), _sglang_method, _sglang_args, False),
-    "vllm": DraftKnobs(frozenset(VLLM_METHODS), _vllm_method, _vllm_args, True),
+    "sglang": DraftKnobs(
+        frozenset(SPECULATIVE_ALGORITHMS), _sglang_method, _sglang_draft_tokens, _sglang_args, False
+    ),
+    "vllm": DraftKnobs(frozenset(VLLM_METHODS), _vllm_method, _vllm_draft_tokens, _vllm_args, True),
 }
 
 
@@ -106,6 +120,13 @@ def _read(spec: Spec) -> ReadArgv:
 def spec_method(spec: Spec) -> str | None:
     """The speculative method the spec turns on, None for a plain spec."""
     return DRAFT_KNOBS[spec.engine.name].method_of(_read(spec))
+
+
+def variant_of(spec: Spec) -> Variant:
+    """The variant the spec itself is (how its bench row is labelled)."""
+    knobs, read = DRAFT_KNOBS[spec.engine.name], _read(spec)
+    method = knobs.method_of(read)
+    return Variant() if method is None else Variant(method, knobs.draft_tokens_of(read))
 
 
 def default_variants(spec: Spec) -> list[Variant]:
