@@ -223,14 +223,18 @@ def generate(
         rows_per_part=rows_per_part,
         progress_interval_s=progress_interval_s,
     )
-    watch = None
+    from specpilot.generate.eta import Watcher, all_of, projecting
+
+    watchers: list[Watcher] = []
     if serve_status is not None:
         from specpilot.status.server import bind, url_of, watch_job
 
         sock = bind(serve_status, public=status_public, flag="--serve-status")
         click.echo(f"status page: {url_of(sock)}  metrics: {url_of(sock)}metrics", err=True)
-        watch = watch_job(sock, output_dir)
-    outcome = run_generate(config, watch)
+        watchers.append(watch_job(sock, output_dir))
+    if progress_interval_s > 0:
+        watchers.append(projecting(output_dir, progress_interval_s, lambda line: click.echo(line, err=True)))
+    outcome = run_generate(config, all_of(watchers))
     if as_json:
         click.echo(
             json.dumps(
@@ -252,10 +256,17 @@ MAX_LENGTH_HELP = (
 @click.command("report", epilog="\b\nExample:\n  specpilot report out/ --max-length 4096 --json")
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--max-length", "max_length_tokens", type=click.IntRange(1), default=None, help=MAX_LENGTH_HELP)
+@click.option(
+    "--gpus",
+    type=click.IntRange(1),
+    default=None,
+    help="Project the job's time on this many GPUs (default: the job's own servers).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def report(directory: Path, max_length_tokens: int | None, as_json: bool) -> None:
+def report(directory: Path, max_length_tokens: int | None, gpus: int | None, as_json: bool) -> None:
     """Summary of a generate job from its ledger; safe while the job runs."""
     from specpilot.generate.committed import committed_rows
+    from specpilot.generate.eta import report_projections
     from specpilot.generate.lengths import length_report
     from specpilot.generate.report import reading_ledger, render_lengths, render_summary, summarize
     from specpilot.generate.writer import CLEAN, FLAGGED
@@ -268,13 +279,17 @@ def report(directory: Path, max_length_tokens: int | None, as_json: bool) -> Non
             for split in (CLEAN, FLAGGED)
         }
         summary = dataclasses.replace(summary, lengths=lengths)
+    projected = report_projections(directory, summary, gpus)
     if as_json:
-        click.echo(json.dumps(summary.to_json()))
+        shown = {name: p.to_json() for name, p in projected.items()}
+        click.echo(json.dumps({**summary.to_json(), "projection": shown}))
         return
     console = Console()
     render_summary(summary, console)
     for split, lengths in (summary.lengths or {}).items():
         render_lengths(split, lengths, console)
+    for name, projection in projected.items():
+        console.print(f"projected, {name}: {projection.line()}", soft_wrap=True)
 
 
 EXAMPLE_EXPORT = """\b

@@ -16,7 +16,7 @@ import random
 import signal
 import time
 from collections import deque
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,8 @@ FAILURES_BEFORE_SUCCESS_LIMIT = 50
 
 #: a task the job runs beside its requests (a watcher of the runs it drives), and its name
 Companion = tuple[Coroutine[Any, Any, None], str]
+#: makes the client that sends the job's requests (ChatClient, or a subclass that also times them)
+ClientFactory = Callable[[aiohttp.ClientSession, Sampling], ChatClient]
 
 
 @dataclass(frozen=True)
@@ -153,12 +155,13 @@ class Dispatcher:
         rows: Iterator[PromptRow | RejectedRow],
         rows_to_send: int,
         writers: dict[Split, PartWriter],
+        client_factory: ClientFactory | None = None,
     ) -> None:
         """`rows`: the input rows to send (`rows_to_send` of them); `writers`: one per split,
         closed when `run` ends."""
         self.policy, self.session, self.sampling = policy, session, sampling
         self.ledger, self.writers = ledger, writers
-        self.client = ChatClient(session, sampling)
+        self.client = (client_factory or ChatClient)(session, sampling)
         self.pool = ServerPool(
             [e.base_url for e in endpoints],
             policy.concurrency,

@@ -27,7 +27,7 @@ import aiohttp
 from specpilot import __version__
 from specpilot.errors import UserError
 from specpilot.generate.client import Sampling, open_session
-from specpilot.generate.dispatch import Companion, Dispatcher, DispatchPolicy, RetryPolicy
+from specpilot.generate.dispatch import ClientFactory, Companion, Dispatcher, DispatchPolicy, RetryPolicy
 from specpilot.generate.endpoints import Endpoint, default_model
 from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
 from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
@@ -80,6 +80,8 @@ class JobConfig:
     progress_interval_s: float = 30.0
     show_progress: bool = True
     notify: Callable[[str], None] = _stderr
+    #: how requests are sent (default: one non-streaming call each); `bench` streams to time tokens
+    client_factory: ClientFactory | None = None
 
     def dispatch_policy(self) -> DispatchPolicy:
         return DispatchPolicy(
@@ -273,6 +275,7 @@ class Job:
             iter_rows(self.source, self.pending, keep_given_turns=self.config.keep_given_turns),
             len(self.pending),
             writers,
+            self.config.client_factory,
         )
 
     # -- finishing ------------------------------------------------------------
