@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from specpilot.errors import UserError
 from specpilot.generate.committed import committed_parts
+from specpilot.generate.report import reading_ledger, summarize
 from specpilot.generate.writer import CLEAN, FLAGGED, Split
 
 TURN = pa.struct(
@@ -50,6 +51,7 @@ TURN_META = pa.struct(
         ("tokens_estimated", pa.bool_()),
         ("server", pa.string()),
         ("spec_accept_length", pa.float64()),
+        ("reasoning_split", pa.bool_()),
         ("flags", pa.list_(pa.string())),
     ]
 )
@@ -67,6 +69,7 @@ META = pa.struct(
         ("tokens_estimated", pa.bool_()),
         ("server", pa.string()),
         ("spec_accept_length", pa.float64()),
+        ("reasoning_split", pa.bool_()),
         ("flags", pa.list_(pa.string())),
         ("turns", pa.list_(TURN_META)),
     ]
@@ -222,6 +225,8 @@ def export(
 ) -> ExportResult:
     default_name, write = FORMATS[fmt]
     files, rows = write(directory, target or directory / default_name, include_flagged)
+    if not files and not include_flagged:
+        _refuse_only_flagged(directory)
     if not files:
         raise UserError(
             f"{directory} has no finished rows{'' if include_flagged else ' in data/'} yet",
@@ -229,3 +234,18 @@ def export(
             fix="run `specpilot generate` into it first (or pass --include-flagged for the flagged rows)",
         )
     return ExportResult(files, rows, include_flagged)
+
+
+def _refuse_only_flagged(directory: Path) -> None:
+    """Every finished row is flagged: say so, and which flags, rather than "no rows yet"."""
+    with reading_ledger(directory) as ledger:
+        summary = summarize(ledger)
+    if not summary.flagged:
+        return
+    flags = ", ".join(f"{flag} {count}" for flag, count in summary.flags.items() if count)
+    raise UserError(
+        f"{directory} has no clean rows: all {summary.flagged} finished rows are flagged ({flags})",
+        field="DIR",
+        fix="`specpilot report DIR` says what each flag means; fix the cause and generate again, "
+        "or pass --include-flagged to export the flagged rows as they are",
+    )

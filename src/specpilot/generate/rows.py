@@ -33,6 +33,7 @@ META_FIELDS = (
     "tokens_estimated",
     "server",
     "spec_accept_length",
+    "reasoning_split",
     "flags",
     "turns",
 )
@@ -46,6 +47,7 @@ TURN_FIELDS = (
     "tokens_estimated",
     "server",
     "spec_accept_length",
+    "reasoning_split",
     "flags",
 )
 
@@ -124,6 +126,7 @@ def _turn_meta(index: int, result: TurnResult, thinking: bool) -> dict[str, Any]
         "spec_accept_length": None
         if answer.spec_accept_length is None
         else round(answer.spec_accept_length, 4),
+        "reasoning_split": answer.reasoning_split,
         "flags": answer_flags(answer, thinking),
     }
 
@@ -154,6 +157,7 @@ def build_row(
         "tokens_estimated": any(t["tokens_estimated"] for t in turns),
         "server": last["server"],
         "spec_accept_length": round(sum(accepts) / len(accepts), 4) if accepts else None,
+        "reasoning_split": any(t["reasoning_split"] for t in turns),
         "flags": [flag for flag in FLAG_NAMES if flag in flags],
         "turns": turns,
     }
