@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from specpilot.errors import UserError
 from specpilot.generate.committed import committed_parts
 from specpilot.generate.report import reading_ledger, summarize
+from specpilot.generate.rows import turn_rows
 from specpilot.generate.writer import CLEAN, FLAGGED, Split
 
 TURN = pa.struct(
@@ -143,28 +144,73 @@ def _splits(include_flagged: bool) -> tuple[Split, ...]:
     return (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
 
 
-def _write_jsonl(
-    directory: Path, target: Path, include_flagged: bool, with_status: bool
-) -> tuple[list[Path], int]:
+#: what one stored row becomes in a JSONL export: its records (none: the row is left out)
+Records = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+
+def specforge_records(per_turn: bool) -> Records:
+    """SpecForge rows: one per target turn (`rows.turn_rows`), or the whole conversation."""
+
+    def records(row: dict[str, Any]) -> list[dict[str, Any]]:
+        if not per_turn:
+            return [jsonl_record(row, with_status=True)]
+        split = turn_rows(row)
+        if not split:
+            raise UserError(
+                f"row {row['id']!r} has no meta.target_turns: a per-turn export cannot tell which turns "
+                "the target wrote",
+                field="--per-turn",
+                fix="export it with --whole-conversations, or generate it again with this specpilot",
+            )
+        return [jsonl_record(r, with_status=True) for r in split]
+
+    return records
+
+
+def speculators_records(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """speculators trains every assistant turn of a row (one sample each), so a row with a
+    given assistant turn (--keep-given-turns) is left out; the rest keep `target_turns`."""
+    targets = (row.get("meta") or {}).get("target_turns") or []
+    assistants = [i for i, turn in enumerate(row["conversations"]) if turn["role"] == "assistant"]
+    if assistants != targets:
+        return []
+    return [{**jsonl_record(row, with_status=False), "target_turns": targets}]
+
+
+@dataclass
+class _Written:
+    files: list[Path]
+    rows: int  # records written
+    left_out: int = 0  # stored rows that became no record
+
+
+def _write_jsonl(directory: Path, target: Path, include_flagged: bool, records: Records) -> _Written:
     if target.is_dir():
         raise UserError(
             f"{target} is a folder", field="--to", fix="give the path of the .jsonl file to write"
         )
     _make_folder(target.parent)
     tmp = target.with_name(target.name + ".tmp")
-    rows = 0
-    with tmp.open("w", encoding="utf-8") as out:
-        for _, part_rows in committed_parts(directory, _splits(include_flagged)):
-            for row in part_rows:
-                out.write(json.dumps(jsonl_record(row, with_status=with_status), ensure_ascii=False) + "\n")
-            rows += len(part_rows)
-        out.flush()
-        os.fsync(out.fileno())
-    if not rows:
+    written = left_out = 0
+    try:
+        with tmp.open("w", encoding="utf-8") as out:
+            for _, part_rows in committed_parts(directory, _splits(include_flagged)):
+                for row in part_rows:
+                    made = records(row)
+                    left_out += not made
+                    for record in made:
+                        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    written += len(made)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # nothing half-written is left behind
+        raise
+    if not written:
         tmp.unlink()
-        return [], 0
+        return _Written([], 0, left_out)
     tmp.replace(target)
-    return [target], rows
+    return _Written([target], written, left_out)
 
 
 def _tables(directory: Path, include_flagged: bool) -> Iterator[tuple[Path, pa.Table]]:
@@ -173,7 +219,7 @@ def _tables(directory: Path, include_flagged: bool) -> Iterator[tuple[Path, pa.T
         yield path, pa.Table.from_pylist(records, schema=SCHEMA)
 
 
-def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> tuple[list[Path], int]:
+def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> _Written:
     _make_folder(target)
     files: list[Path] = []
     rows = 0
@@ -184,10 +230,10 @@ def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> tupl
         tmp.replace(out)
         files.append(out)
         rows += table.num_rows
-    return files, rows
+    return _Written(files, rows)
 
 
-def _write_hf(directory: Path, target: Path, include_flagged: bool) -> tuple[list[Path], int]:
+def _write_hf(directory: Path, target: Path, include_flagged: bool) -> _Written:
     """A `Dataset.save_to_disk` directory: Arrow stream shards, state.json, dataset_info.json."""
     _make_folder(target)
     tables = list(_tables(directory, include_flagged))
@@ -208,32 +254,59 @@ def _write_hf(directory: Path, target: Path, include_flagged: bool) -> tuple[lis
     }
     (target / "state.json").write_text(json.dumps(state, indent=2) + "\n")
     (target / "dataset_info.json").write_text(json.dumps({"description": "specpilot generate export"}) + "\n")
-    return [target / name for name in names], sum(t.num_rows for _, t in tables)
+    return _Written([target / name for name in names], sum(t.num_rows for _, t in tables))
 
 
-Writer = Callable[[Path, Path, bool], tuple[list[Path], int]]
-FORMATS: dict[str, tuple[str, Writer]] = {
-    "specforge": ("specforge.jsonl", lambda d, t, f: _write_jsonl(d, t, f, with_status=True)),
-    "speculators": ("speculators.jsonl", lambda d, t, f: _write_jsonl(d, t, f, with_status=False)),
-    "parquet": ("parquet", _write_parquet),
-    "hf": ("hf", _write_hf),
+Writer = Callable[[Path, Path, bool], _Written]
+FORMATS: dict[str, str] = {
+    "specforge": "specforge.jsonl",
+    "speculators": "speculators.jsonl",
+    "parquet": "parquet",
+    "hf": "hf",
 }
 
 
+def _writer(fmt: str, per_turn: bool) -> Writer:
+    if fmt == "specforge":
+        return lambda d, t, f: _write_jsonl(d, t, f, specforge_records(per_turn))
+    if fmt == "speculators":
+        return lambda d, t, f: _write_jsonl(d, t, f, speculators_records)
+    return _write_parquet if fmt == "parquet" else _write_hf
+
+
 def export(
-    directory: Path, fmt: str, target: Path | None = None, *, include_flagged: bool = False
+    directory: Path,
+    fmt: str,
+    target: Path | None = None,
+    *,
+    include_flagged: bool = False,
+    per_turn: bool = True,
 ) -> ExportResult:
-    default_name, write = FORMATS[fmt]
-    files, rows = write(directory, target or directory / default_name, include_flagged)
-    if not files and not include_flagged:
+    """`per_turn` (specforge only): one row per target turn, see `rows.turn_rows`."""
+    written = _writer(fmt, per_turn)(directory, target or directory / FORMATS[fmt], include_flagged)
+    warnings = []
+    if written.left_out:
+        warnings.append(
+            f"{written.left_out} rows left out: they hold given assistant turns (--keep-given-turns), "
+            "which speculators would train as if the target wrote them; --format specforge trains only "
+            "the target's turns of them"
+        )
+    if not written.files and written.left_out:
+        raise UserError(
+            f"every row of {directory} holds given assistant turns (--keep-given-turns), which "
+            "speculators would train on as if the target wrote them",
+            field="--format",
+            fix="use --format specforge (one row per target turn: only the target's turns are trained)",
+        )
+    if not written.files and not include_flagged:
         _refuse_only_flagged(directory)
-    if not files:
+    if not written.files:
         raise UserError(
             f"{directory} has no finished rows{'' if include_flagged else ' in data/'} yet",
             field="DIR",
             fix="run `specpilot generate` into it first (or pass --include-flagged for the flagged rows)",
         )
-    return ExportResult(files, rows, include_flagged)
+    return ExportResult(written.files, written.rows, include_flagged, warnings=warnings)
 
 
 def _refuse_only_flagged(directory: Path) -> None:

@@ -84,6 +84,19 @@ def history_turn(answer: Answer) -> Message:
     return turn
 
 
+def turn_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per target turn: the conversation up to and including it.
+
+    Earlier turns keep their reasoning (SpecForge's validation wants it on every assistant
+    message); the chat template drops it from history as it did when the target was asked,
+    so the rendered context is what the server was sent. Its id is `<row id>#<turn index>`;
+    [] when the row records no target turns.
+    """
+    targets = sorted((row.get("meta") or {}).get("target_turns") or ())
+    conversation = row["conversations"]
+    return [{**row, "id": f"{row['id']}#{i}", "conversations": conversation[: i + 1]} for i in targets]
+
+
 def messages_for(row: PromptRow, done: list[TurnResult]) -> list[Message]:
     """What is sent for the next target turn: the conversation so far as the target wrote it."""
     messages: list[Message] = []
