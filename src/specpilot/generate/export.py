@@ -11,11 +11,16 @@ Only clean rows (`data/`) unless `include_flagged`. The JSONL formats carry stri
 only (never null), `tools` as a JSON string (so every row has one Arrow type), and
 SpecForge's `"status": "success"`. The Parquet/Arrow schema is fixed (not inferred per
 shard) so shards agree; non-string values are stored as JSON text.
+
+Every format streams: rows are read a line at a time and written line by line (JSONL) or
+a batch of `BATCH_ROWS` at a time (Parquet row groups, Arrow record batches), so memory
+does not grow with the job (bench/export_memory.py measures it).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -194,7 +199,7 @@ def _write_jsonl(directory: Path, target: Path, include_flagged: bool, records: 
     written = left_out = 0
     try:
         with tmp.open("w", encoding="utf-8") as out:
-            for _, part_rows in committed_parts(directory, _splits(include_flagged)):
+            for _, _, part_rows in committed_parts(directory, _splits(include_flagged)):
                 for row in part_rows:
                     made = records(row)
                     left_out += not made
@@ -213,36 +218,51 @@ def _write_jsonl(directory: Path, target: Path, include_flagged: bool, records: 
     return _Written([target], written, left_out)
 
 
-def _tables(directory: Path, include_flagged: bool) -> Iterator[tuple[Path, pa.Table]]:
-    for path, part_rows in committed_parts(directory, _splits(include_flagged)):
-        records = [_arrow_record(row) for row in part_rows]
-        yield path, pa.Table.from_pylist(records, schema=SCHEMA)
+#: rows per Arrow record batch / Parquet row group: ~10 MB of ~9 KB rows, whatever the part's size
+BATCH_ROWS = 1024
+
+
+def _batches(rows: Iterator[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
+    """The rows as Arrow record batches of `BATCH_ROWS`, built one at a time."""
+    while batch := list(itertools.islice(rows, BATCH_ROWS)):
+        yield pa.RecordBatch.from_pylist([_arrow_record(row) for row in batch], schema=SCHEMA)
 
 
 def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> _Written:
+    """One shard per part, written a row group at a time."""
     _make_folder(target)
     files: list[Path] = []
     rows = 0
-    for path, table in _tables(directory, include_flagged):
+    for path, _, part_rows in committed_parts(directory, _splits(include_flagged)):
         out = target / f"{path.parent.name}-{path.stem}.parquet"
         tmp = out.with_name(out.name + ".tmp")
-        pq.write_table(table, tmp)
+        try:
+            with pq.ParquetWriter(tmp, SCHEMA) as writer:
+                for batch in _batches(part_rows):
+                    writer.write_batch(batch, row_group_size=BATCH_ROWS)
+                    rows += batch.num_rows
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         tmp.replace(out)
         files.append(out)
-        rows += table.num_rows
     return _Written(files, rows)
 
 
 def _write_hf(directory: Path, target: Path, include_flagged: bool) -> _Written:
-    """A `Dataset.save_to_disk` directory: Arrow stream shards, state.json, dataset_info.json."""
+    """A `Dataset.save_to_disk` directory: Arrow stream shards (one per part, written a batch
+    at a time), then state.json and dataset_info.json, which make it a dataset."""
     _make_folder(target)
-    tables = list(_tables(directory, include_flagged))
-    names = [f"data-{i:05d}-of-{len(tables):05d}.arrow" for i in range(len(tables))]
+    parts = list(committed_parts(directory, _splits(include_flagged)))  # rows not read yet
+    names = [f"data-{i:05d}-of-{len(parts):05d}.arrow" for i in range(len(parts))]
     fingerprint = hashlib.sha256()  # datasets keys its caches by this: one per content
-    for name, (_, table) in zip(names, tables, strict=True):
+    rows = 0
+    for name, (_, _, part_rows) in zip(names, parts, strict=True):
         with pa.OSFile(str(target / name), "wb") as sink, pa.ipc.new_stream(sink, SCHEMA) as stream:
-            stream.write_table(table)
-        fingerprint.update("\n".join(table.column("id").to_pylist()).encode())
+            for batch in _batches(part_rows):
+                stream.write_batch(batch)
+                rows += batch.num_rows
+                fingerprint.update("".join(f"{i}\n" for i in batch.column("id").to_pylist()).encode())
     state: dict[str, Any] = {
         "_data_files": [{"filename": name} for name in names],
         "_fingerprint": fingerprint.hexdigest()[:16],
@@ -254,7 +274,7 @@ def _write_hf(directory: Path, target: Path, include_flagged: bool) -> _Written:
     }
     (target / "state.json").write_text(json.dumps(state, indent=2) + "\n")
     (target / "dataset_info.json").write_text(json.dumps({"description": "specpilot generate export"}) + "\n")
-    return _Written([target / name for name in names], sum(t.num_rows for _, t in tables))
+    return _Written([target / name for name in names], rows)
 
 
 Writer = Callable[[Path, Path, bool], _Written]
