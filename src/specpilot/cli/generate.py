@@ -116,6 +116,12 @@ them as context and generates only the last answer:
 @click.option("--dedupe", is_flag=True, help="Keep the first row of each repeated id.")
 @click.option("--retry-failed", is_flag=True, help="Send rows that failed in earlier runs again.")
 @click.option(
+    "--retry-truncated",
+    is_flag=True,
+    help="Send the rows cut off at the job's --max-tokens again (each once), at the larger "
+    "--max-tokens given now; the rest of the job is unchanged.",
+)
+@click.option(
     "--max-attempts",
     default=6,
     show_default=True,
@@ -184,6 +190,7 @@ def generate(
     limit: int | None,
     dedupe: bool,
     retry_failed: bool,
+    retry_truncated: bool,
     max_attempts: int,
     retry_base_s: float,
     request_timeout_s: float,
@@ -215,6 +222,7 @@ def generate(
         limit=limit,
         dedupe=dedupe,
         retry_failed=retry_failed,
+        retry_truncated=retry_truncated,
         max_attempts=max_attempts,
         retry_base_s=retry_base_s,
         request_timeout_s=request_timeout_s,
