@@ -7,11 +7,11 @@ as data per model family (`FAMILIES`). Two shapes reach us:
     "<think>\\nR\\n</think>\\n\\nA"   the template leaves the opening marker to the model
     "R\\n</think>\\n\\nA"             Qwen3.5/3.6: the generation prompt ends with `<think>\\n`
 
-Both become reasoning "R" and content "A", as SGLang's and vLLM's `qwen3` parsers
-give them (surrounding whitespace stripped: the chat template writes it back around
-the markers when the row is rendered for training). An answer cut off before the
-closing marker is all reasoning. `ReasoningWatch` stops a job whose first answers
-all come back without reasoning although thinking is on.
+Both become reasoning "R" and content "A", the split a server's `--reasoning-parser`
+makes. The whitespace around the markers is stripped: the chat template writes it back
+when the row is rendered for training, so the rendered text is what the model wrote.
+An answer cut off before the closing marker is all reasoning. `ReasoningWatch` stops a
+job whose first answers all come back without reasoning although thinking is on.
 """
 
 from __future__ import annotations
