@@ -12,7 +12,7 @@ from rich.console import Console
 
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.view import serve_status_options
-from specpilot.errors import EXIT_OK
+from specpilot.errors import EXIT_OK, UserError
 
 #: one example of each prompt row shape the reader accepts (shown in --help, tested)
 ROW_SHAPES: dict[str, dict[str, object]] = {
@@ -116,6 +116,12 @@ them as context and generates only the last answer:
 @click.option("--dedupe", is_flag=True, help="Keep the first row of each repeated id.")
 @click.option("--retry-failed", is_flag=True, help="Send rows that failed in earlier runs again.")
 @click.option(
+    "--retry-truncated",
+    is_flag=True,
+    help="Send the rows cut off at the job's --max-tokens again (each once), at the larger "
+    "--max-tokens given now; the rest of the job is unchanged.",
+)
+@click.option(
     "--max-attempts",
     default=6,
     show_default=True,
@@ -184,6 +190,7 @@ def generate(
     limit: int | None,
     dedupe: bool,
     retry_failed: bool,
+    retry_truncated: bool,
     max_attempts: int,
     retry_base_s: float,
     request_timeout_s: float,
@@ -215,6 +222,7 @@ def generate(
         limit=limit,
         dedupe=dedupe,
         retry_failed=retry_failed,
+        retry_truncated=retry_truncated,
         max_attempts=max_attempts,
         retry_base_s=retry_base_s,
         request_timeout_s=request_timeout_s,
@@ -321,6 +329,14 @@ Example:
     help="The SpecForge template you will train with; refused if it would change the text "
     "(default: the one for the job's model, qwen3.5 for Qwen3.5/3.6).",
 )
+@click.option(
+    "--per-turn/--whole-conversations",
+    "per_turn",
+    default=None,
+    help="specforge: one training row per target turn, its history as context, so every target "
+    "turn is in SpecForge's loss (the default); or one row per conversation (its loss covers "
+    "only the last turn with Qwen3.x templates).",
+)
 @click.option("--max-length", "max_length_tokens", type=click.IntRange(1), default=None, help=MAX_LENGTH_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the files written as JSON.")
 def export(
@@ -329,6 +345,7 @@ def export(
     target: Path | None,
     include_flagged: bool,
     chat_template: str | None,
+    per_turn: bool | None,
     max_length_tokens: int | None,
     as_json: bool,
 ) -> None:
@@ -340,17 +357,27 @@ def export(
     from specpilot.generate.templates import choose_template
     from specpilot.generate.writer import CLEAN, FLAGGED
 
+    if per_turn is not None and fmt != "specforge":
+        flag = "--per-turn" if per_turn else "--whole-conversations"
+        raise UserError(
+            f"{flag} applies to --format specforge only",
+            field=flag,
+            fix=f"drop it (--format {fmt} keeps whole conversations; speculators splits turns itself)",
+        )
     with reading_ledger(directory) as ledger:
         meta = ledger.meta()
     template, warnings = choose_template(chat_template, meta.get("model"))
-    result = run_export(directory, fmt, target, include_flagged=include_flagged)
+    result = run_export(
+        directory, fmt, target, include_flagged=include_flagged, per_turn=per_turn is not False
+    )
+    warnings += result.warnings
     splits = (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
     over = None
     if max_length_tokens is not None:
         over = length_report(committed_rows(directory, splits), max_length_tokens)["over_max_length"]
         if over:
             warnings.append(
-                f"{over} of {result.rows} rows are longer than --max-length {max_length_tokens}: "
+                f"{over} of the job's rows are longer than --max-length {max_length_tokens}: "
                 "the trainer cuts them (see `specpilot report DIR --max-length N`)"
             )
     if as_json:
@@ -359,6 +386,7 @@ def export(
             json.dumps(
                 {
                     "format": fmt,
+                    "per_turn": fmt == "specforge" and per_turn is not False,
                     "files": files,
                     "rows": result.rows,
                     "flagged_included": include_flagged,

@@ -36,6 +36,7 @@ from specpilot.generate.servers import (
 )
 from specpilot.generate.stats import LiveStats, ProgressView
 from specpilot.generate.tasks import JobTasks
+from specpilot.generate.thinking import ReasoningWatch
 from specpilot.generate.types import PromptRow, RejectedRow
 from specpilot.generate.validate import flag_bits
 from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, Split
@@ -162,6 +163,7 @@ class Dispatcher:
         self.policy, self.session, self.sampling = policy, session, sampling
         self.ledger, self.writers = ledger, writers
         self.client = (client_factory or ChatClient)(session, sampling)
+        self.reasoning = ReasoningWatch(sampling.model, thinking=sampling.thinking)
         self.pool = ServerPool(
             [e.base_url for e in endpoints],
             policy.concurrency,
@@ -354,6 +356,9 @@ class Dispatcher:
         )
         meta = output["meta"]
         for result in done:
+            no_reasoning = self.reasoning.observe(result.answer.reasoning)
+            if no_reasoning is not None:
+                self._stop(no_reasoning)
             if result.answer.spec_accept_length is not None:
                 self.stats.accept_length_sum += result.answer.spec_accept_length
                 self.stats.accept_length_rows += 1
@@ -371,6 +376,7 @@ class Dispatcher:
         # One row, however many turns: the last turn's server, the time its requests took.
         latency_s = sum(result.latency_s for result in done)
         self.stats.answered(done[-1].server, latency_s, meta["prompt_tokens"], meta["completion_tokens"])
+        self.stats.flagged_by.update(meta["flags"])
         if sum(len(w) for w in self.writers.values()) >= self.policy.flush_rows:
             self.flush()
 
