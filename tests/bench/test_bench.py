@@ -85,6 +85,7 @@ def test_bench_picks_the_variant_that_truly_finishes_first(
     # the winning spec, with the winner's flags, loads as a spec
     written = tomllib.loads(best.read_text())
     assert written["engine"]["args"] == rows[truth]["argv"]
+    assert (Path(written["model"]["path"]) / "config.json").is_file()  # found from anywhere
     assert "winner: " + truth in ran.stdout and "GPU-hours" in ran.stdout
     svg = (job / "bench.svg").read_text()
     assert svg.count('class="variant"') == 4 and f'data-label="{truth}"' in svg
