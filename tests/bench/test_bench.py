@@ -85,9 +85,15 @@ def test_bench_picks_the_variant_that_truly_finishes_first(
     # the winning spec, with the winner's flags, loads as a spec
     written = tomllib.loads(best.read_text())
     assert written["engine"]["args"] == rows[truth]["argv"]
+    assert (Path(written["model"]["path"]) / "config.json").is_file()  # found from anywhere
     assert "winner: " + truth in ran.stdout and "GPU-hours" in ran.stdout
     svg = (job / "bench.svg").read_text()
     assert svg.count('class="variant"') == 4 and f'data-label="{truth}"' in svg
+    # the same rows, the sample bench.json names, went to every variant
+    for label in rows:
+        parts = sorted((job / "bench" / label / "sample").glob("*/part-*.jsonl"))
+        sent = {json.loads(line)["id"] for part in parts for line in part.read_text().splitlines()}
+        assert sent == set(result["sample"]["ids"]) and len(sent) == SAMPLE_ROWS, label
     # the job's own folder holds no ledger: bench keeps its scratch jobs under bench/
     assert not (job / "ledger.sqlite").exists() and (job / "bench" / truth / "sample").is_dir()
     assert all(not members for members in live_runs(Path(os.environ["SPECPILOT_HOME"])).values())

@@ -88,5 +88,5 @@ def test_generate_prints_the_projection_and_report_rests_it_on_the_job(
     # the fake server writes 4 tokens a row; its whole-job rate, on one server, in 2 GPUs
     rate = report["output_tokens_per_s_overall"]
     assert whole["rows"] == 60 and whole["servers"] == 2
-    assert whole["wall_s"] == pytest.approx(60 * 4 / rate / 2, rel=0.01)
+    assert whole["wall_s"] == pytest.approx(60 * 4 / rate / 2, abs=0.1)  # wall_s is kept to 0.1 s
     assert "1 GPU per server assumed (no bench.json)" in whole["rests_on"]

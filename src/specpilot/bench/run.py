@@ -197,6 +197,10 @@ def write_best(result: BenchResult, path: Path) -> Spec:
             fix="see the table for why each variant did not run",
         )
     best = result.specs[result.winner].model_copy(update={"name": result.spec.name})
+    if not Path(best.model.path).expanduser().is_absolute() and best.model_dir().exists():
+        # a relative path means the spec's own folder: written elsewhere it must still find the model
+        model = best.model.model_copy(update={"path": str(best.model_dir().resolve())})
+        best = best.model_copy(update={"model": model})
     try:
         with path.open("x", encoding="utf-8") as handle:
             handle.write(spec_to_toml(best))

@@ -129,7 +129,7 @@ def bench(
     from specpilot.bench.variants import default_variants, parse_variants
     from specpilot.generate.inputs import check_output_dir
     from specpilot.launch.state import check_run_name
-    from specpilot.projection import Rates, project
+    from specpilot.projection import project, read_bench
     from specpilot.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -168,13 +168,8 @@ def bench(
         _say("interrupted: every server this bench started is stopped")
         sys.exit(EXIT_INTERRUPTED)
     (job_dir / SVG_FILE).write_text(render_svg(result), encoding="utf-8")
-    projection = None
-    best = next((r for r in result.variants if r.label == result.winner), None)
-    if best is not None and best.output_tokens_per_s and result.mean_output_tokens:
-        rates = Rates(
-            best.output_tokens_per_s, result.mean_output_tokens, spec.gpu.count, f"bench variant {best.label}"
-        )
-        projection = project(result.input_rows, rates, gpus)
+    outcome = read_bench(job_dir)  # the projection reads bench.json as plan and report do
+    projection = project(outcome.input_rows, outcome.rates, gpus) if outcome is not None else None
     if write_path is not None and result.winner is not None:
         write_best(result, write_path)
     if as_json:
