@@ -56,7 +56,8 @@ H200_TOTAL_GIB = 139.8  # the whole card, as torch reports it there
 URL = f"http://127.0.0.1:{PORT}"
 MODEL_NAME = "qwen3.6-27b-text"
 E2E_ROWS = 2000
-E2E_MAX_TOKENS = 128
+E2E_LIMIT_ROWS = int(os.environ.get("E2E_LIMIT_ROWS", E2E_ROWS))
+E2E_MAX_TOKENS = 64
 SAT_MAX_TOKENS = 256
 WORDS_PER_PROMPT = 400
 # What the carry leaves out (gpu/sglang/README.md): FA3, flashinfer's sampler, xgrammar's library,
@@ -309,8 +310,10 @@ def peak(folder: Path, until: float) -> dict[str, Any]:
     stamp, used = max(((float(t), int(u)) for t, u in rows), key=lambda r: r[1])
     before = ""
     for lines in sorted(folder.glob("lines-*.tsv"))[:1]:
-        for line in lines.read_text(errors="replace").splitlines():
-            t, _, text = line.partition("\t")
+        for line in lines.read_text(errors="replace").split("\n"):
+            t, tab, text = line.partition("\t")
+            if not tab or not re.fullmatch(r"[0-9.]+", t):
+                continue  # a progress bar's carriage-return part of a line
             if float(t) > stamp:
                 break
             before = text
@@ -327,6 +330,7 @@ def peak(folder: Path, until: float) -> dict[str, Any]:
 def server(name: str, spec: Path, folder: Path, results: dict[str, Any]) -> Iterator[bool]:
     """Up under the sampler; the sampler runs until down, so clients' decode lines are stamped too."""
     log = RUNS / name / "engine.log"
+    specpilot("down", name, timeout_s=120)  # a start an earlier, cut command left running
     log.unlink(missing_ok=True)
     with Sampler(folder / "samples", lambda: [log]):
         t0 = time.monotonic()
@@ -362,12 +366,17 @@ def metric_tokens() -> float | None:
     return sum(values) if values else None
 
 
-def timed_client(argv: list[str], out: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+def timed_client(
+    argv: list[str], out: Path, env: dict[str, str] | None = None, limit_s: float = 150
+) -> dict[str, Any]:
     before = metric_tokens()
     start_wall, t0 = time.time(), time.perf_counter()
     with out.open("w") as stdout, (out.with_suffix(".err")).open("w") as stderr:
         child = subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=env)
+        killer = threading.Timer(limit_s, child.terminate)  # a client past its limit: SIGTERM, as Ctrl-C
+        killer.start()
         _, status, usage = os.wait4(child.pid, 0)
+        killer.cancel()
     wall_s = time.perf_counter() - t0
     after = metric_tokens()
     tokens = None if before is None or after is None else after - before
@@ -407,10 +416,13 @@ def generate_argv(prompts: Path, job: Path, concurrency: int, max_tokens: int, r
 
 def saturation_pair(run: str, folder: Path, concurrency: int, prompts_n: int) -> dict[str, Any]:
     tag = f"s{concurrency}"
+    # Each client its own prompts, of the same lengths: the same texts twice would reach the second
+    # client as radix-cache hits (and, with a mamba model, as one copy of every hit request's state)
     prompts = folder / f"{tag}.jsonl"
-    write_prompts(prompts, prompts_n, f"{run}-{tag}-")
+    write_prompts(prompts, prompts_n, f"{run}-{tag}-sp-")
     sharegpt = folder / f"{tag}.sharegpt.jsonl"
-    sharegpt_copy(prompts, sharegpt)
+    write_prompts(folder / f"{tag}.bs.jsonl", prompts_n, f"{run}-{tag}-bs-")
+    sharegpt_copy(folder / f"{tag}.bs.jsonl", sharegpt)
     bench_env = dict(os.environ)
     bench_env["PYTHONPATH"] = f"{REPO}/gpu/sglang/bench-stubs:{bench_env.get('PYTHONPATH', '')}"
     engine_argv = [
@@ -472,8 +484,13 @@ def e2e(run: str, folder: Path) -> dict[str, Any]:
     found: dict[str, Any] = {}
     concurrency = 256
     found["generate"] = timed_client(
-        generate_argv(STASH / "e2e.jsonl", job, concurrency, E2E_MAX_TOKENS, run),
+        [
+            *generate_argv(STASH / "e2e.jsonl", job, concurrency, E2E_MAX_TOKENS, run),
+            "--limit",
+            str(E2E_LIMIT_ROWS),
+        ],
         folder / "e2e.generate.json",
+        limit_s=200,
     )
     found["report"] = json.loads(specpilot("report", str(job), "--json").stdout or "null")
     for fmt in ("specforge", "speculators"):
@@ -507,6 +524,15 @@ def server_info() -> dict[str, Any]:
     }
 
 
+def checkpoint(run: str, results: dict[str, Any]) -> None:
+    """What a step has so far, under $OUT, so a command cut at its limit still brings it back."""
+    doc = state()
+    doc["results"][f"{run} (partial)"] = results
+    out = Path(os.environ["OUT"])
+    (out / "results.json").write_text(json.dumps(doc["results"], indent=1))
+    pack(out)
+
+
 def step_serving(
     run: str, extra: list[str], budget: Budget, concurrencies: list[int | str]
 ) -> dict[str, Any]:
@@ -520,8 +546,13 @@ def step_serving(
     with server(run, spec, folder, results) as ready:
         if not ready:
             return results
-        results["e2e"] = e2e(run, folder)
+        checkpoint(run, results)
+        if os.environ.get("SKIP_E2E") == "1":
+            results["e2e"] = {"skipped": "SKIP_E2E=1"}
+        else:
+            results["e2e"] = e2e(run, folder)
         results["server_info_after_e2e"] = server_info()
+        checkpoint(run, results)
         results["saturation"] = []
         for c in concurrencies:
             concurrency = plan_max if c == "max" else int(c)
@@ -533,6 +564,7 @@ def step_serving(
             waves = 3 if concurrency <= 16 else 2
             pair = saturation_pair(run, folder, concurrency, waves * concurrency)
             results["saturation"].append(pair)
+            checkpoint(run, results)
         results["server_info"] = server_info()
     return results
 
@@ -677,7 +709,7 @@ def main() -> int:
         if step == "model":
             result: dict[str, Any] = step_model()
         elif step == "plain":
-            result = step_serving("plain", [], budget, [64, 16, "max"])
+            result = step_serving("plain", [], budget, [64, "max", 16])
         elif step == "mtp":
             result = step_serving("mtp", MTP_ARGS, budget, ["max", 16])
         elif step == "bench":
