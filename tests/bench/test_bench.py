@@ -166,3 +166,22 @@ def test_a_spec_without_speculation_measures_what_it_can_and_says_so(
     result = json.loads(ran.stdout)
     assert [v["label"] for v in result["variants"]] == ["plain"] and result["winner"] == "plain"
     assert result["projection"]["rows"] == 20
+
+
+def test_a_sample_longer_than_the_budget_is_cut_and_measured_as_far_as_it_got(
+    bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    spec = bench_spec({"0": {"step_s": 0.05, "accept": 1.0, "cap": 4}})
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
+    started_s = time.monotonic()
+    ran = specpilot(
+        "bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--sample", 32,
+        "--max-tokens", 100, "--variants", "plain", "--budget-s", 12, "--warmup-s", 1,
+    )  # fmt: skip
+    took_s = time.monotonic() - started_s
+    assert ran.code == 0, ran.output
+    (row,) = json.loads((tmp_path / "job" / "bench.json").read_text())["variants"]
+    # 32 rows of 40 to 100 tokens, 4 at a time at 20 tok/s each, take half a minute
+    assert row["budget_reached"] and 0 < row["rows_done"] < 32 and row["output_tokens_per_s"] > 0
+    assert took_s < 12 + 30  # the budget, then the stop and the process start around it
+    assert all(not members for members in live_runs(Path(os.environ["SPECPILOT_HOME"])).values())
