@@ -125,7 +125,10 @@ def test_a_variant_that_dies_and_one_check_refuses_stay_in_the_table(
     assert runs and all(not members for members in runs.values())
 
 
-def test_ctrl_c_mid_bench_stops_every_server(bench_spec: SpecFactory, tmp_path: Path, run_home: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_mid_bench_stops_every_server(
+    sig: signal.Signals, bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
     slow = {"step_s": 0.05, "accept": 1.0, "cap": 4}
     spec = bench_spec({"0": slow, "1": slow})
     prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
@@ -143,7 +146,7 @@ def test_ctrl_c_mid_bench_stops_every_server(bench_spec: SpecFactory, tmp_path: 
             break
     assert any("plain: measuring" in line for line in lines), lines
     time.sleep(1.0)  # requests in flight, tokens streaming
-    process.send_signal(signal.SIGINT)
+    process.send_signal(sig)
     _, rest = process.communicate(timeout=60)
     assert process.returncode == 130, "".join(lines) + rest
     assert "plain: stopped" in rest and "every server this bench started is stopped" in rest

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -173,7 +174,13 @@ def _job(settings: Settings, prepared: Prepared, folder: Path, **changes: Any) -
 
 
 def _guarded(config: JobConfig, guard: _Guard) -> None:
-    run_generate(config, guard.watch)
+    # generate's loop takes SIGTERM over while it runs and resets it to the default after
+    on_term = signal.getsignal(signal.SIGTERM)
+    try:
+        run_generate(config, guard.watch)
+    finally:
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
     if guard.interrupted:  # as a Ctrl-C anywhere else: `measure` stops the server on the way out
         raise KeyboardInterrupt
 
@@ -337,5 +344,10 @@ def _stop(name: str, notify: Notify, label: str) -> None:
         return
     if state.phase not in ("starting", "ready"):
         return
-    result = asyncio.run(run_down(name, timeout_s=DOWN_TIMEOUT_S))
+    # an impatient second Ctrl-C must not leave the server running: the stop ends first
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = asyncio.run(run_down(name, timeout_s=DOWN_TIMEOUT_S))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     notify(f"{label}: stopped ({result['stopped']})")
