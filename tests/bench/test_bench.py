@@ -53,7 +53,7 @@ def label_of(k: str) -> str:
     return "plain" if k == "0" else f"NEXTN-{k}"
 
 
-@pytest.mark.parametrize("seed", [3, 11])
+@pytest.mark.parametrize("seed", [3, 7, 16])  # winners: NEXTN-1, plain, NEXTN-3
 def test_bench_picks_the_variant_that_truly_finishes_first(
     seed: int, bench_spec: SpecFactory, tmp_path: Path, run_home: Path
 ) -> None:
