@@ -99,7 +99,6 @@ class BenchOutcome:
     """The part of a bench result a projection needs: the winner's rates, the input's size."""
 
     winner: str
-    spec_name: str
     input_rows: int
     rates: Rates
     #: label -> that variant's rates, for every variant measured
@@ -142,7 +141,6 @@ def read_bench(job_dir: Path) -> BenchOutcome | None:
         }
         return BenchOutcome(
             winner=winner,
-            spec_name=str(data["spec"]),
             input_rows=int(data["input_rows"]),
             rates=measured[winner],
             measured=measured,

@@ -53,7 +53,7 @@ def label_of(k: str) -> str:
     return "plain" if k == "0" else f"NEXTN-{k}"
 
 
-@pytest.mark.parametrize("seed", [3, 11])
+@pytest.mark.parametrize("seed", [3, 7, 16])  # winners: NEXTN-1, plain, NEXTN-3
 def test_bench_picks_the_variant_that_truly_finishes_first(
     seed: int, bench_spec: SpecFactory, tmp_path: Path, run_home: Path
 ) -> None:
@@ -125,7 +125,10 @@ def test_a_variant_that_dies_and_one_check_refuses_stay_in_the_table(
     assert runs and all(not members for members in runs.values())
 
 
-def test_ctrl_c_mid_bench_stops_every_server(bench_spec: SpecFactory, tmp_path: Path, run_home: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_mid_bench_stops_every_server(
+    sig: signal.Signals, bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
     slow = {"step_s": 0.05, "accept": 1.0, "cap": 4}
     spec = bench_spec({"0": slow, "1": slow})
     prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
@@ -143,7 +146,7 @@ def test_ctrl_c_mid_bench_stops_every_server(bench_spec: SpecFactory, tmp_path: 
             break
     assert any("plain: measuring" in line for line in lines), lines
     time.sleep(1.0)  # requests in flight, tokens streaming
-    process.send_signal(signal.SIGINT)
+    process.send_signal(sig)
     _, rest = process.communicate(timeout=60)
     assert process.returncode == 130, "".join(lines) + rest
     assert "plain: stopped" in rest and "every server this bench started is stopped" in rest
@@ -166,3 +169,22 @@ def test_a_spec_without_speculation_measures_what_it_can_and_says_so(
     result = json.loads(ran.stdout)
     assert [v["label"] for v in result["variants"]] == ["plain"] and result["winner"] == "plain"
     assert result["projection"]["rows"] == 20
+
+
+def test_a_sample_longer_than_the_budget_is_cut_and_measured_as_far_as_it_got(
+    bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    spec = bench_spec({"0": {"step_s": 0.05, "accept": 1.0, "cap": 4}})
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
+    started_s = time.monotonic()
+    ran = specpilot(
+        "bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--sample", 32,
+        "--max-tokens", 100, "--variants", "plain", "--budget-s", 12, "--warmup-s", 1,
+    )  # fmt: skip
+    took_s = time.monotonic() - started_s
+    assert ran.code == 0, ran.output
+    (row,) = json.loads((tmp_path / "job" / "bench.json").read_text())["variants"]
+    # 32 rows of 40 to 100 tokens, 4 at a time at 20 tok/s each, take half a minute
+    assert row["budget_reached"] and 0 < row["rows_done"] < 32 and row["output_tokens_per_s"] > 0
+    assert took_s < 12 + 30  # the budget, then the stop and the process start around it
+    assert all(not members for members in live_runs(Path(os.environ["SPECPILOT_HOME"])).values())

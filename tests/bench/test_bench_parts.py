@@ -24,7 +24,7 @@ from tests.bench.conftest import write_prompts as write_prompt_file
 
 def _timing(start_s: float, latency_s: float, tokens: int, chunks: int) -> RequestTiming:
     gap_s = latency_s / chunks
-    return RequestTiming(start_s, latency_s, gap_s, (gap_s,) * (chunks - 1), tokens, 10, "stop")
+    return RequestTiming(start_s, latency_s, gap_s, (gap_s,) * (chunks - 1), tokens, "stop")
 
 
 def test_the_window_is_the_longest_span_at_or_above_ninety_percent_of_peak() -> None:

@@ -45,7 +45,6 @@ class RequestTiming:
     ttft_s: float
     itl_s: tuple[float, ...]
     output_tokens: int
-    prompt_tokens: int
     finish_reason: str | None
 
 
@@ -174,7 +173,6 @@ class StreamingChatClient(ChatClient):
                 ttft_s=times[0] - start_s,
                 itl_s=tuple(later - earlier for earlier, later in itertools.pairwise(times)),
                 output_tokens=answer.completion_tokens,
-                prompt_tokens=answer.prompt_tokens,
                 finish_reason=answer.finish_reason,
             )
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -37,6 +38,7 @@ from specpilot.launch.outcome import Progress, UpResult
 from specpilot.launch.state import read_state
 from specpilot.launch.supervisor import launch
 from specpilot.secrets import mask_argv
+from specpilot.spec import Spec
 
 #: the warm-up's rows and output length: enough to run every kernel and batch shape once
 WARMUP_ROWS = 8
@@ -44,8 +46,9 @@ WARMUP_MAX_TOKENS = 32
 DOWN_TIMEOUT_S = 30.0
 GUARD_TICK_S = 0.1
 SERVER_INFO_TIMEOUT_S = 10.0
-#: SGLang reports the acceptance of the last decode batches here (no --enable-metrics needed)
-SERVER_INFO_PATH = "/get_server_info"
+#: SGLang reports the acceptance of the last decode batches here (no --enable-metrics needed);
+#: newer releases name it /server_info and keep /get_server_info as a deprecated alias
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 
 Notify = Callable[[str], None]
 
@@ -171,7 +174,13 @@ def _job(settings: Settings, prepared: Prepared, folder: Path, **changes: Any) -
 
 
 def _guarded(config: JobConfig, guard: _Guard) -> None:
-    run_generate(config, guard.watch)
+    # generate's loop takes SIGTERM over while it runs and resets it to the default after
+    on_term = signal.getsignal(signal.SIGTERM)
+    try:
+        run_generate(config, guard.watch)
+    finally:
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
     if guard.interrupted:  # as a Ctrl-C anywhere else: `measure` stops the server on the way out
         raise KeyboardInterrupt
 
@@ -253,7 +262,7 @@ def _streaming(session: aiohttp.ClientSession, sampling: Sampling, log: TimingLo
     return StreamingChatClient(session, sampling, log)
 
 
-async def _up(spec: Any, prepared: Prepared, progress: Progress) -> UpResult:
+async def _up(spec: Spec, prepared: Prepared, progress: Progress) -> UpResult:
     host = open_host_section(spec.host)
     try:
         return await launch(spec, host, plan=prepared.plan, progress=progress)
@@ -292,8 +301,8 @@ def _fill(row: Measured, log: TimingLog, elapsed_s: float) -> None:
 def _acceptance(endpoint: str | None, dispatcher: Dispatcher | None) -> tuple[float | None, str | None]:
     """SGLang's avg_spec_accept_length (/get_server_info), else what the job read from
     /metrics (vLLM's accepted/drafts counters over the sample, SGLang's gauge)."""
-    if endpoint:
-        info = _server_info(endpoint)
+    for path in SERVER_INFO_PATHS if endpoint else ():
+        info = _server_info(f"{endpoint}{path}")
         states = info.get("internal_states") if isinstance(info, dict) else None
         values = [
             float(s["avg_spec_accept_length"])
@@ -301,14 +310,17 @@ def _acceptance(endpoint: str | None, dispatcher: Dispatcher | None) -> tuple[fl
             if isinstance(s, dict) and isinstance(s.get("avg_spec_accept_length"), int | float)
         ]
         if values and max(values) > 0:
-            return round(sum(values) / len(values), 3), f"{SERVER_INFO_PATH} avg_spec_accept_length"
+            return round(sum(values) / len(values), 3), f"{path} avg_spec_accept_length"
+        if info is not None:
+            break  # the release answered: it has no acceptance to report there
     accept = dispatcher.accept_length() if dispatcher is not None else None
     return (round(accept, 3), "/metrics") if accept is not None else (None, None)
 
 
-def _server_info(endpoint: str) -> object:
+def _server_info(url: str) -> object:
+    """The JSON a GET of `url` answers, None when it answers nothing usable (404 included)."""
     try:
-        with urllib.request.urlopen(f"{endpoint}{SERVER_INFO_PATH}", timeout=SERVER_INFO_TIMEOUT_S) as answer:
+        with urllib.request.urlopen(url, timeout=SERVER_INFO_TIMEOUT_S) as answer:
             return json.loads(answer.read())
     except (OSError, urllib.error.URLError, ValueError):
         return None
@@ -332,5 +344,10 @@ def _stop(name: str, notify: Notify, label: str) -> None:
         return
     if state.phase not in ("starting", "ready"):
         return
-    result = asyncio.run(run_down(name, timeout_s=DOWN_TIMEOUT_S))
+    # an impatient second Ctrl-C must not leave the server running: the stop ends first
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = asyncio.run(run_down(name, timeout_s=DOWN_TIMEOUT_S))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     notify(f"{label}: stopped ({result['stopped']})")

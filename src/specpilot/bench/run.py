@@ -158,6 +158,7 @@ def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
         "input_rows": sample.input_rows,
         "sample": {
             "rows": len(sample.rows),
+            "rejected_rows_in_file": sample.rejected_rows,
             "seed": sample.seed,
             "ids": [row.row_id for row in sample.rows],
             "prompt_chars": sample.prompt_chars,

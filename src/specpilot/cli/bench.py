@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 
 import click
 from rich.console import Console
@@ -26,6 +28,10 @@ Exit: 0 a winner, 1 no variant could be measured, 2 bad input, 130 Ctrl-C (every
 
 def _say(line: str) -> None:
     click.echo(line, err=True)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 @click.command("bench", epilog=EXAMPLE)
@@ -161,6 +167,8 @@ def bench(
         progress_interval_s=progress_interval_s,
     )
     request = BenchRequest(spec, prompts_path, job_dir, chosen, sample_rows, seed, settings)
+    # SIGTERM (a scheduler's kill) ends the bench as Ctrl-C does: every server stopped first
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = run_bench(request, _say)
     except KeyboardInterrupt:
