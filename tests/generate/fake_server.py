@@ -23,6 +23,7 @@ from aiohttp import web
 ACCEPTED_PER_DRAFT = 2.5  # /metrics reports mean acceptance length 1 + 2.5 = 3.5
 FATAL_MARKER = "TOO-LONG"
 CUT_MARKER = "CUT-OFF"  # answered with finish_reason "length"
+SURROGATE_MARKER = "LONE-SURROGATE"  # answered with content holding a lone "\\ud800" escape
 
 
 def answer_for(prompt: str) -> tuple[str, str]:
@@ -145,6 +146,8 @@ class FakeServer:
             )
         thinking = bool(body.get("chat_template_kwargs", {}).get("enable_thinking"))
         content, reasoning = answer_for(prompt)
+        if SURROGATE_MARKER in prompt:
+            content += "\ud800"  # valid JSON on the wire (json_response escapes it), not valid text
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if thinking:
             message[faults.reasoning_field] = reasoning

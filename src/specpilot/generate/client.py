@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import yarl
 
+from specpilot.generate.text import may_hold_surrogates, where_unencodable
 from specpilot.generate.types import Message
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
@@ -182,8 +183,8 @@ def parse_answer(raw: bytes) -> Answer:
     """Read an OpenAI-style response; both `reasoning_content` and vLLM's `reasoning`.
 
     Every field is checked for its type: a server answering 200 with another shape
-    (`"message": "hello"`, `"usage": "lots"`) is a retryable malformed response, never
-    an exception that would leave the row in flight.
+    (`"message": "hello"`, `"usage": "lots"`) or text holding a lone surrogate is a
+    retryable malformed response, never an exception that would leave the row in flight.
     """
     try:
         data = json.loads(raw)
@@ -203,6 +204,12 @@ def parse_answer(raw: bytes) -> Answer:
         details = _optional(usage, "completion_tokens_details", dict) or {}
         reasoning_tokens = _optional(details, "reasoning_tokens", int)
         tool_calls = _optional(message, "tool_calls", list)
+        if may_hold_surrogates(raw):
+            # valid JSON, but no part file can hold it: retried, then failed like any bad answer
+            kept = {"content": content, "reasoning": reasoning, "tool_calls": tool_calls}
+            unencodable = where_unencodable(kept)
+            if unencodable:
+                raise _Malformed(f"{unencodable} is a lone surrogate, not text")
     except (ValueError, RecursionError, _Malformed) as err:
         text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
         why = f" ({err})" if isinstance(err, _Malformed) else ""
