@@ -51,6 +51,7 @@ class Counts:
     dropped: int = 0
     per_prompt: Counter[str] = field(default_factory=Counter)
     bodies: list[dict[str, Any]] = field(default_factory=list)  # every answered request
+    authorization: set[str] = field(default_factory=set)  # the Authorization headers seen
 
 
 class FakeServer:
@@ -122,6 +123,7 @@ class FakeServer:
         body: dict[str, Any] = await request.json()
         faults, counts = self.faults, self.counts
         counts.requests += 1
+        counts.authorization.add(request.headers.get("Authorization", ""))
         number = counts.requests
         if faults.latency_s:
             await asyncio.sleep(faults.latency_s)

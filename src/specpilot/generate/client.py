@@ -128,8 +128,9 @@ class ChatClient:
         self._session = session
         fixed = json.dumps(sampling.as_json(), separators=(",", ":"))
         self._body_prefix = fixed[:-1].encode() + b',"messages":'
-        self._urls: dict[str, yarl.URL] = {}
-        self._headers = {"Content-Type": "application/json"}
+        self._urls: dict[str, tuple[yarl.URL, dict[str, str]]] = {}
+        self._plain_headers = {"Content-Type": "application/json"}
+        self._headers = dict(self._plain_headers)
         api_key = os.environ.get(API_KEY_ENV)
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -143,12 +144,15 @@ class ChatClient:
     async def complete(
         self, base_url: str, messages: Sequence[Message], tools: Sequence[Any] | None = None
     ) -> Answer:
-        url = self._urls.get(base_url)
-        if url is None:
-            url = self._urls[base_url] = yarl.URL(f"{base_url}/v1/chat/completions")
+        target = self._urls.get(base_url)
+        if target is None:
+            url = yarl.URL(f"{base_url}/v1/chat/completions")
+            # a URL's user:password is its Authorization (aiohttp refuses both at once)
+            target = self._urls[base_url] = (url, self._plain_headers if url.user else self._headers)
+        url, headers = target
         try:
             body = self.body(messages, tools)
-            async with self._session.post(url, data=body, headers=self._headers) as response:
+            async with self._session.post(url, data=body, headers=headers) as response:
                 raw = await response.read()
                 status = response.status
                 retry_after = response.headers.get("Retry-After")

@@ -35,6 +35,7 @@ from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import JobSummary, ServerRun, summarize
 from specpilot.generate.types import RejectedRow
 from specpilot.generate.writer import SPLITS, PartWriter, reconcile_parts, split_parts
+from specpilot.secrets import url_without_credentials
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
 JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
@@ -157,7 +158,8 @@ class Job:
                     f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again"
                 )
         self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
-        self.ledger.set_meta({"servers": json.dumps([e.base_url for e in self.config.endpoints])})
+        servers = [url_without_credentials(e.base_url) for e in self.config.endpoints]
+        self.ledger.set_meta({"servers": json.dumps(servers)})
         pending = self.ledger.pending_positions()
         if self.config.limit is not None:
             pending = {p for p in pending if p < self.config.limit}

@@ -19,6 +19,7 @@ import aiohttp
 from specpilot.engines.metrics import SpecMetric
 from specpilot.engines.sglang import metrics as sglang_metrics
 from specpilot.engines.vllm import metrics as vllm_metrics
+from specpilot.secrets import url_without_credentials
 
 PROBE_PATHS = ("/v1/models", "/health")
 #: an smg router answers /health while it has no worker; /readiness is 503 then
@@ -37,7 +38,8 @@ class Server:
 
     @property
     def name(self) -> str:
-        return self.base_url.split("://", 1)[-1]
+        """host:port[/prefix]: what rows, the ledger and every output name it by (never its password)."""
+        return url_without_credentials(self.base_url).split("://", 1)[-1]
 
 
 class ServerPool:
