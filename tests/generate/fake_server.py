@@ -39,6 +39,7 @@ class Faults:
     error_500_rate: float = 0.0
     drop_rate: float = 0.0
     reasoning_field: str = "reasoning_content"  # or vLLM's newer "reasoning"
+    storm_503: int = 0  # the first N requests, chat and /health alike, get 503 (an engine restarting)
     seed: int = 7
 
 
@@ -103,7 +104,15 @@ class FakeServer:
             await self._runner.cleanup()
             self._runner = None
 
+    def _in_storm(self) -> bool:
+        if self.faults.storm_503 <= 0:
+            return False
+        self.faults.storm_503 -= 1
+        return True
+
     async def _health(self, request: web.Request) -> web.Response:
+        if self._in_storm():
+            return web.Response(status=503, text="")
         return web.Response(text="")
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -127,6 +136,8 @@ class FakeServer:
         number = counts.requests
         if faults.latency_s:
             await asyncio.sleep(faults.latency_s)
+        if self._in_storm():
+            return web.json_response({"error": "Service Unavailable"}, status=503)
         if faults.burst_429_every and number % faults.burst_429_every == 0:
             self._burst_left = faults.burst_429_length
         if self._burst_left > 0:

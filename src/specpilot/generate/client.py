@@ -48,10 +48,18 @@ class FailureKind(Enum):
 class RequestFailed(Exception):
     """A request that did not produce an answer; `kind` says what to do about it."""
 
-    def __init__(self, kind: FailureKind, message: str, retry_after_s: float | None = None):
+    def __init__(
+        self, kind: FailureKind, message: str, retry_after_s: float | None = None, status: int | None = None
+    ):
         super().__init__(message)
         self.kind = kind
         self.retry_after_s = retry_after_s
+        self.status = status  # the HTTP status, when the server answered
+
+    @property
+    def server_fault(self) -> bool:
+        """The server, not the row, is failing: no answer, a timeout or a 5xx."""
+        return self.kind in (FailureKind.CONNECTION, FailureKind.TIMEOUT) or (self.status or 0) >= 500
 
 
 #: answers that mean "nobody can serve this now", not "this row failed": an smg router
@@ -168,6 +176,7 @@ class ChatClient:
                 classify_status(status, raw[:ERROR_BODY_CHARS]),
                 f"HTTP {status}: {text}",
                 _seconds(retry_after),
+                status,
             )
         return parse_answer(raw)
 

@@ -120,10 +120,13 @@ class _Requests:
     attempts: dict[int, int] = field(default_factory=dict)
     sent_at: dict[int, float] = field(default_factory=dict)
     overdue: set[int] = field(default_factory=set)  # cancelled by the request timeout
+    #: times a row was sent back without spending an attempt because its server was taken out
+    free_requeues: dict[int, int] = field(default_factory=dict)
 
     def forget(self, position: int) -> None:
         self.turns_done.pop(position, None)
         self.sent_at.pop(position, None)
+        self.free_requeues.pop(position, None)
 
 
 @dataclass
@@ -364,7 +367,7 @@ class Dispatcher:
             time.time(),
         )
         del self.queue.rows[row.position]
-        self.requests.sent_at.pop(row.position, None)
+        self.requests.forget(row.position)
         # One row, however many turns: the last turn's server, the time its requests took.
         latency_s = sum(result.latency_s for result in done)
         self.stats.answered(done[-1].server, latency_s, meta["prompt_tokens"], meta["completion_tokens"])
@@ -372,6 +375,17 @@ class Dispatcher:
             self.flush()
 
     def _on_failure(self, server: Server, row: PromptRow, failure: RequestFailed) -> None:
+        if self.pool.record_failure(server, failure.server_fault):
+            # resets, timeouts or 5xx in a row although it accepts connections: the server
+            # is failing, not the rows; this one goes back with the others, no attempt spent
+            self._take_out(server, f"{server.failure_streak} failures in a row, the last: {failure}")
+            free = self.requests.free_requeues.get(row.position, 0)
+            if free < self.policy.retry.max_attempts:
+                self.requests.free_requeues[row.position] = free + 1
+                self._requeue(row.position)
+            else:  # it took servers out this often: maybe the row itself; it spends attempts now
+                self._retry_or_fail(row.position, failure)
+            return
         if failure.kind in (FailureKind.CONNECTION, FailureKind.TIMEOUT):
             if not server.healthy:
                 self._requeue(row.position)
@@ -440,8 +454,15 @@ class Dispatcher:
             probes.probing.add(server.name)
 
     def _probe_until_back(self, server: Server) -> None:
+        # taken out again soon after coming back (it answers probes, fails requests): wait longer
+        delay_s, server.probe_delay_s = (
+            server.probe_delay_s,
+            min(server.probe_delay_s * 2, self.policy.probe_cap_s),
+        )
+
         async def loop() -> None:
-            delay_s = 0.5
+            nonlocal delay_s
+            await asyncio.sleep(delay_s)
             while not await probe(self.session, server, self.policy.probe_timeout_s):
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, self.policy.probe_cap_s)

@@ -424,7 +424,8 @@ def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
         return Outcome(
             summary,
             1,
-            f"{summary.failed} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}",
+            f"{summary.failed} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}, "
+            "then run the same command with --retry-failed to send them again",
         )
     if scope_left:
         return Outcome(summary, 1, f"{scope_left} rows are not done")
