@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.errors import UserError
+from specpilot.generate.disk import disk_error
 from specpilot.generate.ledger import PartCommit
 from specpilot.generate.report import reading_ledger
 from specpilot.generate.writer import Split, list_parts
@@ -31,8 +32,12 @@ def committed_parts(directory: Path, splits: Sequence[Split]) -> Iterator[tuple[
             commit = commits.get(part)
             if commit is None or commit.rows == 0:
                 continue
-            with path.open("rb") as handle:
-                data = handle.read(commit.committed_bytes)
+            try:
+                with path.open("rb") as handle:
+                    data = handle.read(commit.committed_bytes)
+            except OSError as err:
+                fix = "check the job folder is readable"
+                raise disk_error(err, path, field="DIR", elsewhere=fix, writing=False) from None
             if len(data) < commit.committed_bytes:
                 raise UserError(
                     f"{path} holds {len(data)} bytes but {commit.committed_bytes} were written to it: "

@@ -15,6 +15,7 @@ shard) so shards agree; non-string values are stored as JSON text.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -28,6 +29,7 @@ import pyarrow.parquet as pq
 
 from specpilot.errors import UserError
 from specpilot.generate.committed import committed_parts
+from specpilot.generate.disk import disk_error
 from specpilot.generate.writer import CLEAN, FLAGGED, Split
 
 TURN = pa.struct(
@@ -128,7 +130,7 @@ def jsonl_record(row: dict[str, Any], *, with_status: bool) -> dict[str, Any]:
 def _make_folder(path: Path) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
+    except (FileExistsError, NotADirectoryError) as err:
         raise UserError(
             f"cannot make the folder {path}: {err.strerror}",
             field="--to",
@@ -208,6 +210,13 @@ def _write_hf(directory: Path, target: Path, include_flagged: bool) -> tuple[lis
     return [target / name for name in names], sum(t.num_rows for _, t in tables)
 
 
+def _remove_partial(target: Path) -> None:
+    """The temporary files a failed export leaves (a full disk is then not fuller)."""
+    for tmp in (*target.parent.glob(f"{target.name}.tmp"), *target.glob("*.tmp")):
+        with contextlib.suppress(OSError):  # a read-only disk: nothing was written either
+            tmp.unlink()
+
+
 Writer = Callable[[Path, Path, bool], tuple[list[Path], int]]
 FORMATS: dict[str, tuple[str, Writer]] = {
     "specforge": ("specforge.jsonl", lambda d, t, f: _write_jsonl(d, t, f, with_status=True)),
@@ -221,7 +230,19 @@ def export(
     directory: Path, fmt: str, target: Path | None = None, *, include_flagged: bool = False
 ) -> ExportResult:
     default_name, write = FORMATS[fmt]
-    files, rows = write(directory, target or directory / default_name, include_flagged)
+    to = target or directory / default_name
+    try:
+        files, rows = write(directory, to, include_flagged)
+    except OSError as err:
+        _remove_partial(to)
+        read = isinstance(err.filename, str) and Path(err.filename).parent.parent == directory
+        if read:  # a part of the job itself
+            raise disk_error(
+                err, directory, field="DIR", elsewhere="restore the job folder", writing=False
+            ) from None
+        raise disk_error(
+            err, to, field="--to", elsewhere="pass --to a writable path on a disk with room"
+        ) from None
     if not files:
         raise UserError(
             f"{directory} has no finished rows{'' if include_flagged else ' in data/'} yet",

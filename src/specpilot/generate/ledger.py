@@ -29,6 +29,7 @@ part files, which the reconciliation above repairs.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -115,7 +116,12 @@ class Ledger:
     def __init__(self, path: Path, *, readonly: bool = False) -> None:
         self.path = path
         if readonly:
-            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+            # `mode=ro` on a closed ledger (no -wal) would still create -wal and -shm: that
+            # one, or any in a folder that cannot be written (a read-only disk), is immutable
+            live = path.with_name(path.name + "-wal").exists() and os.access(path.parent, os.W_OK)
+            mode = "mode=ro" if live else "immutable=1"
+            uri = f"{path.resolve().as_uri()}?{mode}"
+            self._db = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
         else:
             self._db = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
