@@ -67,7 +67,7 @@ def test_a_prompt_with_a_lone_surrogate_is_rejected_and_the_rest_are_done(
     notes: list[str] = []
     outcome = run_generate(_config(tmp_path, fake_server, rows, notify=notes.append))
     assert outcome.exit_code == 0, outcome.message
-    assert outcome.message == "all 5 rows done"
+    assert outcome.message.startswith("all 5 rows done; 3 input rows were rejected")
     rejected = [json.loads(line) for line in (tmp_path / "out" / "rejected.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rejected] == ["q1", "bad-id-\\udc00", None]
     assert "conversations[0].content (U+D800 at character 4) is a lone surrogate" in rejected[0]["problem"]

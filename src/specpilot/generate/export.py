@@ -235,11 +235,7 @@ def export(
         files, rows = write(directory, to, include_flagged)
     except OSError as err:
         _remove_partial(to)
-        read = isinstance(err.filename, str) and Path(err.filename).parent.parent == directory
-        if read:  # a part of the job itself
-            raise disk_error(
-                err, directory, field="DIR", elsewhere="restore the job folder", writing=False
-            ) from None
+        # reading the job's own files says so itself (committed_parts): this is the target
         raise disk_error(
             err, to, field="--to", elsewhere="pass --to a writable path on a disk with room"
         ) from None

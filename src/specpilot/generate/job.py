@@ -34,7 +34,7 @@ from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import JobSummary, ServerRun, summarize
 from specpilot.generate.types import RejectedRow
-from specpilot.generate.writer import SPLITS, PartWriter, reconcile_parts, split_parts
+from specpilot.generate.writer import SPLITS, PartWriter, damaged_parts, reconcile_parts, split_parts
 from specpilot.secrets import url_without_credentials
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
@@ -156,6 +156,12 @@ class Job:
                 self.config.notify(
                     f"{', '.join(repaired.lost_parts)} in {directory} lost rows since the last run "
                     f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again"
+                )
+            if repaired.changed_parts:
+                self.config.notify(
+                    f"{repaired.changed_rows} committed rows in {', '.join(repaired.changed_parts)} in "
+                    f"{directory} changed since they were written (checksum mismatch): taken out and "
+                    "queued to be generated again"
                 )
         self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
         servers = [url_without_credentials(e.base_url) for e in self.config.endpoints]
@@ -416,10 +422,18 @@ def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
             stop_reason, servers = asyncio.run(_run(job, watch))
             summary = replace(job.write_reports(), this_run_servers=servers)
             scope_left = job.unfinished_in_scope()
+            lost = damaged_parts(config.output_dir, job.ledger)
     except (OSError, sqlite3.Error) as err:
         raise storage_error(err, config.output_dir, config.input_path) from err
     if stop_reason:
         return Outcome(summary, 1, stop_reason)
+    if lost:
+        return Outcome(
+            summary,
+            1,
+            f"{', '.join(lost)} lost rows while the job ran (deleted or cut short): "
+            "run the same command again to generate them again",
+        )
     if summary.failed:
         return Outcome(
             summary,
@@ -429,4 +443,9 @@ def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
         )
     if scope_left:
         return Outcome(summary, 1, f"{scope_left} rows are not done")
-    return Outcome(summary, 0, f"all {summary.done} rows done")
+    rejected = (
+        f"; {summary.rejected} input rows were rejected (see {config.output_dir / REJECTED_FILE})"
+        if summary.rejected
+        else ""
+    )
+    return Outcome(summary, 0, f"all {summary.done} rows done{rejected}")

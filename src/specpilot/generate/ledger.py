@@ -51,7 +51,8 @@ CREATE TABLE IF NOT EXISTS rows (
     prompt_tokens INTEGER,
     completion_tokens INTEGER,
     flags INTEGER NOT NULL DEFAULT 0,
-    done_at REAL
+    done_at REAL,
+    crc INTEGER
 );
 CREATE TABLE IF NOT EXISTS parts (
     part INTEGER PRIMARY KEY,
@@ -81,6 +82,8 @@ class DoneRecord:
     completion_tokens: int
     flags: int
     done_at: float
+    #: zlib.crc32 of the row's line in its part, checked at resume and export
+    crc: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +130,9 @@ class Ledger:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(rows)")}
+            if "crc" not in columns:  # a ledger from before row checksums: its rows have none
+                self._db.execute("ALTER TABLE rows ADD COLUMN crc INTEGER")
 
     @classmethod
     def in_dir(cls, directory: Path, *, readonly: bool = False) -> Ledger:
@@ -196,12 +202,23 @@ class Ledger:
         query = f"SELECT id, position FROM rows WHERE state = {RowState.DONE} AND part = ?"
         return {str(row_id): int(position) for row_id, position in self._db.execute(query, (part,))}
 
+    def checksums_in_part(self, part: int) -> dict[str, int | None] | None:
+        """id -> crc of the done rows of `part` (None: written before checksums); None for a
+        ledger without the column (opened read-only before a job upgraded it)."""
+        query = f"SELECT id, crc FROM rows WHERE state = {RowState.DONE} AND part = ?"
+        try:
+            return {str(row_id): crc for row_id, crc in self._db.execute(query, (part,))}
+        except sqlite3.OperationalError as err:
+            if "no such column" not in str(err):
+                raise
+            return None
+
     def requeue_lost(self, positions: Iterable[int], commit: PartCommit) -> None:
         """Rows whose part lost them go back to pending; the part's commit shrinks to `commit`."""
         with self._transaction():
             self._db.executemany(
                 f"UPDATE rows SET state = {RowState.PENDING}, part = NULL, prompt_tokens = NULL, "
-                "completion_tokens = NULL, flags = 0, done_at = NULL WHERE position = ?",
+                "completion_tokens = NULL, flags = 0, done_at = NULL, crc = NULL WHERE position = ?",
                 ((p,) for p in positions),
             )
             self._db.execute(
@@ -241,10 +258,10 @@ class Ledger:
             )
             db.executemany(
                 f"UPDATE rows SET state = {RowState.DONE}, part = ?, prompt_tokens = ?, "
-                "completion_tokens = ?, flags = ?, done_at = ?, last_error = NULL "
+                "completion_tokens = ?, flags = ?, done_at = ?, last_error = NULL, crc = ? "
                 "WHERE position = ?",
                 (
-                    (d.part, d.prompt_tokens, d.completion_tokens, d.flags, d.done_at, d.position)
+                    (d.part, d.prompt_tokens, d.completion_tokens, d.flags, d.done_at, d.crc, d.position)
                     for d in batch.done
                 ),
             )
