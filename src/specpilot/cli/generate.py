@@ -193,6 +193,7 @@ def generate(
     progress_interval_s: float,
     serve_status: str | None,
     status_public: bool,
+    status_hosts: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Generate answers (with reasoning) for every prompt, exactly once, resumably."""
@@ -229,7 +230,7 @@ def generate(
 
         sock = bind(serve_status, public=status_public, flag="--serve-status")
         click.echo(f"status page: {url_of(sock)}  metrics: {url_of(sock)}metrics", err=True)
-        watch = watch_job(sock, output_dir)
+        watch = watch_job(sock, output_dir, status_hosts)
     outcome = run_generate(config, watch)
     if as_json:
         click.echo(
