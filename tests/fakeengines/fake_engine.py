@@ -107,6 +107,14 @@ def run(scenario: Scenario, args: argparse.Namespace) -> None:
     }
     mark = os.environ.get("SPECPILOT_FAKE_MARK")
     _spawn_children(scenario.children)
+    escaped = os.environ.get("SPECPILOT_FAKE_SETSID_PID_FILE")
+    if escaped:  # a helper in its own session, as an engine's daemonised worker is
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        Path(escaped).write_text(str(child.pid))
     server = None
     for step in scenario.steps:
         time.sleep(step.delay_s)

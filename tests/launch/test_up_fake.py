@@ -188,3 +188,20 @@ def test_losing_the_log_stream_fails_the_start_and_stops_the_engine(
     state = read_state(spec.name)
     assert state.phase == "failed"
     assert not group_alive(state.pid)
+
+
+def test_down_stops_a_helper_that_left_the_group(
+    make_spec: SpecFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """A helper the engine started with setsid is in another process group; `down` once
+    said the run stopped while it kept running."""
+    pid_file = tmp_path / "escaped.pid"
+    spec = make_spec("sglang_ready", env={"SPECPILOT_FAKE_SETSID_PID_FILE": str(pid_file)})
+    result = up(spec)
+    assert result.phase == "ready", result.error
+    escaped = int(pid_file.read_text())
+    assert os.getpgid(escaped) != result.pid  # it really left the group
+    stopped = asyncio.run(run_down(spec.name, timeout_s=10.0))
+    assert (stopped["phase"], stopped["stopped"]) == ("stopped", "terminated")
+    stat = Path(f"/proc/{escaped}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
