@@ -113,3 +113,27 @@ def test_a_row_without_a_prompt_key_is_said_in_the_final_line(
     assert [r["id"] for r in rejected] == ["no-prompt"]
     again = run_generate(_config(tmp_path, fake_server, rows))  # a resume says it too
     assert again.message == outcome.message
+
+
+def test_a_clock_jump_during_the_job_is_warned_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ten-year jump once gave elapsed_s of ten years without a word."""
+    import time
+
+    server = FakeServer(Faults(latency_s=0.02)).start()
+    real_time, jump_s = time.time, 10 * 365 * 86400.0
+    answered = server.counts
+
+    def jumping() -> float:  # the wall clock leaps once the job is half done
+        return real_time() + (jump_s if answered.answered >= 10 else 0.0)
+
+    notes: list[str] = []
+    try:
+        config = _config(tmp_path, server, prompt_rows(20), concurrency=1, notify=notes.append)
+        monkeypatch.setattr(time, "time", jumping)
+        outcome = run_generate(config)
+    finally:
+        monkeypatch.undo()
+        server.close()
+    assert outcome.exit_code == 0, outcome.message
+    warned = [note for note in notes if note.startswith("warning: the system clock jumped by +315360")]
+    assert len(warned) == 1 and "elapsed_s" in warned[0], notes

@@ -42,6 +42,8 @@ from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, Split
 
 TICK_S = 0.05
 FAILURES_BEFORE_SUCCESS_LIMIT = 50
+#: wall clock moving this far from the monotonic clock is a jump (NTP slews far less)
+CLOCK_JUMP_S = 60.0
 
 #: a task the job runs beside its requests (a watcher of the runs it drives), and its name
 Companion = tuple[Coroutine[Any, Any, None], str]
@@ -178,6 +180,10 @@ class Dispatcher:
         done_before, failed_before = counts[RowState.DONE], counts[RowState.FAILED]
         self.stats = LiveStats(rows_to_send + done_before + failed_before, done_before, failed_before)
         self.view: ProgressView | None = None
+        #: wall clock minus monotonic clock at the start: rows' done_at (and so the summary's
+        #: elapsed_s and overall rates) follow the wall clock, which can jump
+        self._clock_offset_s = time.time() - time.monotonic()
+        self.clock_jump_s = 0.0  # the largest jump seen, either way
 
     @property
     def stop_reason(self) -> str | None:
@@ -484,9 +490,18 @@ class Dispatcher:
             batch.parts += durable.parts
         self.ledger.apply(batch)
 
+    def _watch_clock(self) -> None:
+        jump_s = time.time() - time.monotonic() - self._clock_offset_s
+        if abs(jump_s) > CLOCK_JUMP_S and abs(jump_s) > abs(self.clock_jump_s):
+            self.clock_jump_s = jump_s
+            self._say(
+                f"the system clock jumped by {jump_s:+.0f} s: time totals from the ledger are off by as much"
+            )
+
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self.policy.flush_interval_s)
+            self._watch_clock()
             self.flush()
             if self.view is not None:
                 self.view.tick()

@@ -363,6 +363,11 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
         dispatcher = job.dispatcher(session, sampling)
         async with watch(dispatcher) if watch else contextlib.nullcontext():
             await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
+        if dispatcher.clock_jump_s:
+            config.notify(
+                f"warning: the system clock jumped by {dispatcher.clock_jump_s:+.0f} s while the job ran: "
+                "the summary's elapsed_s and overall rates are off by as much"
+            )
         servers = [ServerRun(s.name, s.done_rows, s.taken_out_count) for s in dispatcher.pool.servers]
         return dispatcher.stop_reason, servers
 
