@@ -42,6 +42,9 @@ from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, Split
 
 TICK_S = 0.05
 FAILURES_BEFORE_SUCCESS_LIMIT = 50
+#: times a row may be the failure that takes a server out and go back for free; past it
+#: the row itself may be what fails them (a prompt that crashes every engine): it spends attempts
+FREE_REQUEUES_PER_ROW = 10
 #: wall clock moving this far from the monotonic clock is a jump (NTP slews far less)
 CLOCK_JUMP_S = 60.0
 
@@ -386,7 +389,7 @@ class Dispatcher:
             # is failing, not the rows; this one goes back with the others, no attempt spent
             self._take_out(server, f"{server.failure_streak} failures in a row, the last: {failure}")
             free = self.requests.free_requeues.get(row.position, 0)
-            if free < self.policy.retry.max_attempts:
+            if free < FREE_REQUEUES_PER_ROW:
                 self.requests.free_requeues[row.position] = free + 1
                 self._requeue(row.position)
             else:  # it took servers out this often: maybe the row itself; it spends attempts now
