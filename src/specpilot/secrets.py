@@ -100,3 +100,54 @@ def redact_tree(value: object, secrets: Sequence[str]) -> object:
     if isinstance(value, dict):
         return {key: redact_tree(item, secrets) for key, item in value.items()}
     return value
+
+
+#: a secret-looking name and the value a log line prints after it: `'api_key': ['sk-1']`,
+#: `api_key='sk-1'`, `"hf_token": "x"`, `HF_TOKEN=x`, `--api-key sk-1` (argv quoted in a log)
+_ASSIGNMENT = re.compile(
+    r"""(?P<name>-{0,2}[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>['"]?\s*[:=]\s*|\s+)"""
+    r"""(?P<value>\[[^\]]*\]|'[^']*'|"[^"]*"|[^\s,;)}\]'"]+)"""
+)
+#: values a log prints for an unset secret: nothing to hide
+_UNSET = frozenset({"None", "null", "[]", "''", '""', "[None]", "True", "False", "true", "false"})
+#: a count ("#new-token: 6", "max_tokens=8192") is never a credential
+_NUMBER = re.compile(r"[-+]?[0-9][0-9.,eE+-]*")
+
+
+def _mask_assignment(match: re.Match[str]) -> str:
+    name, sep, value = match.group("name", "sep", "value")
+    argv_like = name.startswith("--")
+    if (not argv_like and not sep.strip()) or value in _UNSET or _NUMBER.fullmatch(value):
+        return match.group(0)
+    if not _is_secret_words(re.split(r"[-_.]", name.lstrip("-"))):
+        return match.group(0)
+    if value[0] in "'\"":
+        shown = f"{value[0]}{MASK}{value[0]}"
+    elif value[0] == "[":
+        shown = f"['{MASK}']"
+    else:
+        shown = MASK
+    return f"{name}{sep}{shown}"
+
+
+def mask_log_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """A log line as `status` and `up` show it: every known secret value masked (`redact`),
+    and the value printed after a secret-looking name (an engine echoing its args: vLLM's
+    `non-default args: {'api_key': [...]}`, SGLang's `ServerArgs(api_key='...')`)."""
+    return _ASSIGNMENT.sub(_mask_assignment, redact(text, secrets))
+
+
+def url_without_credentials(url: str) -> str:
+    """`scheme://user:password@host/...` as `scheme://host/...`: a URL to store or print."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{authority.rpartition('@')[2]}{slash}{path}"
+
+
+def shown_url(url: str) -> str:
+    """A URL for an error line: no credentials, and no query or fragment (they may hold a token)."""
+    stripped = url_without_credentials(url)
+    cut = min((i for i in (stripped.find("?"), stripped.find("#")) if i >= 0), default=-1)
+    return stripped if cut < 0 else f"{stripped[:cut]}?{MASK}"

@@ -36,6 +36,19 @@ class TaskFailed(SpecpilotError):
         )
 
 
+class SeveralFailed(SpecpilotError):
+    """More than one work of `each_of` failed: one line naming every failure."""
+
+    def __init__(self, failures: Sequence[tuple[str, BaseException]]) -> None:
+        self.failures = [err for _, err in failures]
+        # the gravest: bad input (2) when one of them is; a bug or a failure is 1
+        self.exit_code = max(getattr(err, "exit_code", SpecpilotError.exit_code) for err in self.failures)
+        shown = "; ".join(
+            str(err) if isinstance(err, TaskFailed) else f"{what}: {err}" for what, err in failures
+        )
+        super().__init__(f"{len(failures)} failed: {shown}")
+
+
 @contextlib.contextmanager
 def naming(what: str) -> Iterator[None]:
     """An error of the body as it should surface: as it is, or a bug as `TaskFailed(what)`."""
@@ -73,14 +86,22 @@ async def all_of(works: Sequence[Work[T]]) -> list[T]:
 
 async def each_of(works: Sequence[Work[T]]) -> list[T]:
     """Run every work to its end, even when some fail (cleanup: one stop failing must not
-    leave the others running); their results, in order, or the first failure raised."""
+    leave the others running); their results, in order. One failure is raised as it is;
+    several as `SeveralFailed`, which names each (a fleet's `down` reports every member
+    that did not stop)."""
     results = await asyncio.gather(*(_named(work) for work in works), return_exceptions=True)
-    done: list[T] = []
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-        done.append(result)
-    return done
+    failures = [
+        (what, result)
+        for (_, what), result in zip(works, results, strict=True)
+        if isinstance(result, BaseException)
+    ]
+    if len(failures) == 1:
+        raise failures[0][1]
+    if failures:
+        if any(not isinstance(err, Exception) for _, err in failures):  # a cancellation, Ctrl-C: as it is
+            raise next(err for _, err in failures if not isinstance(err, Exception))
+        raise SeveralFailed(failures)
+    return [result for result in results if not isinstance(result, BaseException)]
 
 
 @contextlib.asynccontextmanager

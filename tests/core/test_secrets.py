@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.secrets import MASK, is_secret_flag, is_secret_name, mask_argv, redact, secret_values
+from specpilot.secrets import (
+    MASK,
+    is_secret_flag,
+    is_secret_name,
+    mask_argv,
+    mask_log_text,
+    redact,
+    secret_values,
+    shown_url,
+    url_without_credentials,
+)
 
 
 @pytest.mark.parametrize(
@@ -47,3 +57,32 @@ def test_token_counts_stay_visible_in_logs() -> None:
     log = "chunk 8192 tokens, max 4096; key sk-live-123 token hf_abc"
     assert redact(log, secrets) == f"chunk 8192 tokens, max 4096; key {MASK} token {MASK}"
     assert mask_argv(argv) == ["vllm", "--max-num-batched-tokens", "8192", "--api-key", MASK]
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        (
+            "INFO [utils.py:233] non-default args: {'model': '/m', 'api_key': ['sk-1a2b'], 'port': 8000}",
+            "INFO [utils.py:233] non-default args: {'model': '/m', 'api_key': ['***'], 'port': 8000}",
+        ),
+        (
+            "server_args=ServerArgs(model_path='/m', api_key='sk-1a2b', admin_api_key=None, tp_size=1)",
+            "server_args=ServerArgs(model_path='/m', api_key='***', admin_api_key=None, tp_size=1)",
+        ),
+        ("exec vllm --api-key sk-1a2b --port 8000", "exec vllm --api-key *** --port 8000"),
+        ("exec vllm --hf-token=hf_x1 --port 8000", "exec vllm --hf-token=*** --port 8000"),
+        ('{"HF_TOKEN": "hf_x1"}', '{"HF_TOKEN": "***"}'),
+        # counts and words stay: only a value after a credential's name is hidden
+        ("Prefill batch. #new-token: 6, #cached-token: 0, token usage: 0.00", None),
+        ("max_num_batched_tokens=8192, password authentication failed", None),
+    ],
+)
+def test_log_lines_are_masked_by_what_they_print(line: str, shown: str | None) -> None:
+    assert mask_log_text(line) == (line if shown is None else shown)
+
+
+def test_urls_lose_their_credentials() -> None:
+    assert url_without_credentials("https://u:p%40ss@host:8000/v1") == "https://host:8000/v1"
+    assert url_without_credentials("host:8000") == "host:8000"
+    assert shown_url("http://u:pw@h:1/x?token=abc#f") == f"http://h:1/x?{MASK}"

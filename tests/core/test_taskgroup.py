@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from specpilot.errors import UserError
-from specpilot.taskgroup import TaskFailed, all_of, beside, each_of
+from specpilot.taskgroup import SeveralFailed, TaskFailed, all_of, beside, each_of
 
 
 async def _fail(err: Exception) -> int:
@@ -112,3 +112,24 @@ def test_beside_leaves_the_body_error_and_result_alone() -> None:
         return "done"
 
     assert asyncio.run(fine()) == "done"
+
+
+def test_each_of_raises_every_failure_in_one_line() -> None:
+    """Once only the first failure was raised: a fleet `down` with two failed members said one."""
+    refused = UserError("host unreachable", field="[host] target", fix="check ssh")
+
+    async def go() -> list[int]:
+        return await each_of(
+            [
+                (_fail(RuntimeError("bug")), "stop a"),
+                (_fail(refused), "stop b"),
+                (_fail(OSError(28, "full")), "stop c"),
+            ]
+        )
+
+    with pytest.raises(SeveralFailed) as raised:
+        asyncio.run(go())
+    line = str(raised.value)
+    assert line.startswith("3 failed: stop a failed: RuntimeError: bug")
+    assert "stop b: [host] target: host unreachable (check ssh)" in line and "stop c: [Errno 28] full" in line
+    assert raised.value.exit_code == 2 and raised.value.failures[1] is refused

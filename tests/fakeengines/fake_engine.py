@@ -34,6 +34,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--model-path", "--model", dest="model", default="model")
     parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--api-key", default=None)
     known, _ = parser.parse_known_args(argv)
     return known
 
@@ -101,9 +102,19 @@ def run(scenario: Scenario, args: argparse.Namespace) -> None:
         "{port}": str(args.port),
         "{pid}": str(os.getpid()),
         "{model}": args.model,
+        "{api_key}": repr(args.api_key),
+        "{api_key_arg}": "" if args.api_key is None else f", 'api_key': [{args.api_key!r}]",
     }
     mark = os.environ.get("SPECPILOT_FAKE_MARK")
     _spawn_children(scenario.children)
+    escaped = os.environ.get("SPECPILOT_FAKE_SETSID_PID_FILE")
+    if escaped:  # a helper in its own session, as an engine's daemonised worker is
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        Path(escaped).write_text(str(child.pid))
     server = None
     for step in scenario.steps:
         time.sleep(step.delay_s)

@@ -46,7 +46,8 @@ _SGL_PROLOGUE = (
         0.05,
         "[{ts}] server_args=ServerArgs(model_path='{model}', tokenizer_path='{model}', "
         "host='{host}', port={port}, mem_fraction_static=0.82, max_running_requests=None, "
-        "speculative_algorithm='NEXTN', mamba_scheduler_strategy='extra_buffer', tp_size=1)",
+        "speculative_algorithm='NEXTN', mamba_scheduler_strategy='extra_buffer', tp_size=1, "
+        "api_key={api_key})",
     ),
     Step(0.05, "[{ts}] Using default HuggingFace chat template with detected content format: string"),
     Step(0.10, "[{ts} TP0] Init torch distributed begin."),
@@ -379,6 +380,23 @@ SCENARIOS: dict[str, Scenario] = {
         expected_cause="oom",
         expected_signature="max_model_len_does_not_fit",
         source="https://github.com/syv-ai/qwen38-27b-rtx3090/issues/39",
+    ),
+    "vllm_ready": Scenario(
+        engine="vllm",
+        steps=(
+            # vLLM prints the flags given in argv, an --api-key among them (a key from
+            # VLLM_API_KEY is not an arg and is not printed)
+            Step(
+                0.05,
+                "(APIServer pid={pid}) INFO 11-08 11:00:01 [utils.py:233] non-default args: "
+                "{'model': '{model}', 'host': '{host}', 'port': {port}{api_key_arg}}",
+            ),
+            Step(0.05, "INFO:     Started server process [{pid}]"),
+            Step(0.0, "INFO:     Waiting for application startup."),
+            Step(0.0, "INFO:     Application startup complete."),
+        ),
+        end="serve",
+        source="vLLM 0.26 vllm/entrypoints/utils.py log_non_default_args (the line's shape)",
     ),
     "vllm_crash_after_ready": Scenario(
         engine="vllm",

@@ -23,6 +23,7 @@ from aiohttp import web
 ACCEPTED_PER_DRAFT = 2.5  # /metrics reports mean acceptance length 1 + 2.5 = 3.5
 FATAL_MARKER = "TOO-LONG"
 CUT_MARKER = "CUT-OFF"  # answered with finish_reason "length"
+SURROGATE_MARKER = "LONE-SURROGATE"  # answered with content holding a lone "\\ud800" escape
 
 
 def answer_for(prompt: str) -> tuple[str, str]:
@@ -44,6 +45,7 @@ class Faults:
     inline_thinking: str = ""
     #: CUT_MARKER prompts are answered in full when max_tokens is at least this (0: never)
     cut_unless_max_tokens: int = 0
+    storm_503: int = 0  # the first N requests, chat and /health alike, get 503 (an engine restarting)
     seed: int = 7
 
 
@@ -56,6 +58,7 @@ class Counts:
     dropped: int = 0
     per_prompt: Counter[str] = field(default_factory=Counter)
     bodies: list[dict[str, Any]] = field(default_factory=list)  # every answered request
+    authorization: set[str] = field(default_factory=set)  # the Authorization headers seen
 
 
 class FakeServer:
@@ -107,7 +110,15 @@ class FakeServer:
             await self._runner.cleanup()
             self._runner = None
 
+    def _in_storm(self) -> bool:
+        if self.faults.storm_503 <= 0:
+            return False
+        self.faults.storm_503 -= 1
+        return True
+
     async def _health(self, request: web.Request) -> web.Response:
+        if self._in_storm():
+            return web.Response(status=503, text="")
         return web.Response(text="")
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -127,9 +138,12 @@ class FakeServer:
         body: dict[str, Any] = await request.json()
         faults, counts = self.faults, self.counts
         counts.requests += 1
+        counts.authorization.add(request.headers.get("Authorization", ""))
         number = counts.requests
         if faults.latency_s:
             await asyncio.sleep(faults.latency_s)
+        if self._in_storm():
+            return web.json_response({"error": "Service Unavailable"}, status=503)
         if faults.burst_429_every and number % faults.burst_429_every == 0:
             self._burst_left = faults.burst_429_length
         if self._burst_left > 0:
@@ -151,6 +165,8 @@ class FakeServer:
             )
         thinking = bool(body.get("chat_template_kwargs", {}).get("enable_thinking"))
         content, reasoning = answer_for(prompt)
+        if SURROGATE_MARKER in prompt:
+            content += "\ud800"  # valid JSON on the wire (json_response escapes it), not valid text
         message: dict[str, Any] = {"role": "assistant", "content": content}
         inline = faults.inline_thinking
         if thinking and not inline:

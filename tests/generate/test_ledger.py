@@ -175,7 +175,8 @@ def test_a_lost_part_is_requeued_in_its_own_split_only(tmp_path: Path) -> None:
     ledger.apply(writer.flush())
     writer.close()
     flagged_part = part_path(flagged, FLAGGED.first_part, FLAGGED.first_part)
-    flagged_part.write_bytes(_line(3) + _line(4)[:10])  # cut short: its second row is lost
+    written = flagged_part.read_bytes()
+    flagged_part.write_bytes(written[: written.index(b"\n") + 11])  # cut short: its second row is lost
 
     assert reconcile_parts(clean, ledger, CLEAN.first_part).requeued_rows == 0
     assert [_states(ledger)[i] for i in range(6)] == [RowState.DONE] * 5 + [RowState.PENDING]

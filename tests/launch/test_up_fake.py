@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.errors import UserError
 from specpilot.hosts.errors import HostConnectionLost
 from specpilot.hosts.local import LocalHost
 from specpilot.launch.ops import run_down, run_status, stream_log
@@ -188,3 +189,39 @@ def test_losing_the_log_stream_fails_the_start_and_stops_the_engine(
     state = read_state(spec.name)
     assert state.phase == "failed"
     assert not group_alive(state.pid)
+
+
+def test_down_stops_a_helper_that_left_the_group(
+    make_spec: SpecFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """A helper the engine started with setsid is in another process group; `down` once
+    said the run stopped while it kept running."""
+    pid_file = tmp_path / "escaped.pid"
+    spec = make_spec("sglang_ready", env={"SPECPILOT_FAKE_SETSID_PID_FILE": str(pid_file)})
+    result = up(spec)
+    assert result.phase == "ready", result.error
+    escaped = int(pid_file.read_text())
+    assert os.getpgid(escaped) != result.pid  # it really left the group
+    stopped = asyncio.run(run_down(spec.name, timeout_s=10.0))
+    assert (stopped["phase"], stopped["stopped"]) == ("stopped", "terminated")
+    stat = Path(f"/proc/{escaped}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.parametrize("problem", ["missing", "not executable", "not on PATH"])
+def test_an_engine_command_that_cannot_run_is_named_before_anything_starts(
+    problem: str, make_spec: SpecFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """Once reported as `crash during 'starting'` after the process ended with 127."""
+    program = tmp_path / "engine"
+    if problem == "not executable":
+        program.write_text("#!/bin/sh\n")
+        program.chmod(0o644)
+    command = ["no-such-engine-9f2"] if problem == "not on PATH" else [str(program)]
+    spec = make_spec("sglang_ready", command=command)
+    with pytest.raises(UserError) as raised:
+        up(spec)
+    line = str(raised.value)
+    assert line.startswith(f"[engine] command: {command[0]!r} is ")
+    assert ("is not executable" if problem == "not executable" else "is not found") in line
+    assert not state_path(spec.name).exists()  # nothing was started or recorded

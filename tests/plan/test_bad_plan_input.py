@@ -177,3 +177,13 @@ def test_a_log_of_the_same_model_and_release_calibrates(
     result = CliRunner().invoke(cli, ["plan", spec_path, "--from-log", log(tmp_path, text), "--json"])
     assert result.exit_code in (0, 1), result.output
     assert json.loads(result.output)["measured"]["weights_gib"] == weights_gib
+
+
+@pytest.mark.parametrize("count", ["0", "-2"])
+def test_gpu_count_below_one_is_refused(count: str) -> None:
+    """`plan --gpu-count 0` was once accepted (0 read as "not given")."""
+    argv = ["plan", "--gpu-count", count, "--gpu-memory-gib", "139.8", "--",
+            "python3", "-m", "sglang.launch_server", "--model-path", str(MODELS / "qwen3-8b")]  # fmt: skip
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 2
+    assert "--gpu-count" in result.output and f"{count} is not in the range x>=1" in result.output

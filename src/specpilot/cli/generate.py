@@ -200,6 +200,7 @@ def generate(
     progress_interval_s: float,
     serve_status: str | None,
     status_public: bool,
+    status_hosts: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Generate answers (with reasoning) for every prompt, exactly once, resumably."""
@@ -239,7 +240,7 @@ def generate(
 
         sock = bind(serve_status, public=status_public, flag="--serve-status")
         click.echo(f"status page: {url_of(sock)}  metrics: {url_of(sock)}metrics", err=True)
-        watchers.append(watch_job(sock, output_dir))
+        watchers.append(watch_job(sock, output_dir, status_hosts))
     if progress_interval_s > 0:
         watchers.append(projecting(output_dir, progress_interval_s, lambda line: click.echo(line, err=True)))
     outcome = run_generate(config, all_of(watchers))

@@ -16,7 +16,7 @@ PASSTHROUGH = {"ignore_unknown_options": True}
 def spec_options(func: click.decorators.FC) -> click.decorators.FC:
     """Options that complete a pasted command into a spec (ignored with a spec file)."""
     func = click.option("--engine-version", help="Engine release (default: newest supported).")(func)
-    func = click.option("--gpu-count", type=int, help="GPUs (default: from --tp).")(func)
+    func = click.option("--gpu-count", type=click.IntRange(1), help="GPUs (default: from --tp).")(func)
     func = click.option("--gpu-memory-gib", type=float, help="Total memory per GPU in GiB.")(func)
     func = click.argument("spec_or_command", nargs=-1, type=click.UNPROCESSED)(func)
     return func

@@ -136,6 +136,9 @@ def read_argv(table: ReleaseTable, argv: tuple[str, ...] | list[str]) -> ReadArg
     tokens = tuple(argv)
     uses: list[FlagUse] = []
     positional: list[str] = []
+    # a prefix (`--tp`) is a scan of every spelling: once per distinct option, not per use,
+    # so a spec with thousands of args reads in milliseconds
+    resolved: dict[str, tuple[str, FlagInfo | None]] = {}
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -152,7 +155,9 @@ def read_argv(table: ReleaseTable, argv: tuple[str, ...] | list[str]) -> ReadArg
             i = rewritten.stop
             continue
         typed, inline, inline_value = token.partition("=")
-        spelling, flag = resolve(table, typed)
+        if typed not in resolved:
+            resolved[typed] = resolve(table, typed)
+        spelling, flag = resolved[typed]
         values: list[str] = [inline_value] if inline else []
         wants = "none" if flag is not None and not flag.takes_value else "one"
         if flag is not None and flag.kind == "list":

@@ -7,7 +7,7 @@ modules by name, so a rules module can be moved and its callers found with tools
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from packaging.specifiers import SpecifierSet
 
@@ -42,6 +42,9 @@ class Engine:
     field_of_dest: Mapping[str, str]
     #: the longest context the engine derives from a model's config.json
     context_len: ContextLen
+    #: secret flags the engine also reads from an environment variable: `up` passes them
+    #: there, so the value is in neither launch.sh nor the process's argv (/proc/PID/cmdline)
+    secret_flag_env: Mapping[str, str] = field(default_factory=dict)
 
 
 ENGINES: dict[str, Engine] = {
@@ -57,6 +60,9 @@ ENGINES: dict[str, Engine] = {
         value_ranges={r.dest: r for r in sglang_flags.VALUE_RANGES},
         field_of_dest=sglang_flags.FIELD_OF_DEST,
         context_len=sglang_rules.context_len,
+        # none: 0.5.10-0.5.23 read --api-key/--admin-api-key only from argv or a --config
+        # YAML file (srt/server_args.py); no environment variable
+        secret_flag_env={},
     ),
     "vllm": Engine(
         name="vllm",
@@ -73,6 +79,9 @@ ENGINES: dict[str, Engine] = {
         value_ranges={r.dest: r for r in vllm_flags.VALUE_RANGES},
         field_of_dest={},
         context_len=vllm_rules.context_len,
+        # vllm/entrypoints/openai/api_server.py: `args.api_key or [envs.VLLM_API_KEY]`
+        # https://github.com/vllm-project/vllm/blob/main/vllm/envs.py (VLLM_API_KEY)
+        secret_flag_env={"--api-key": "VLLM_API_KEY"},
     ),
 }
 

@@ -22,6 +22,7 @@ import aiohttp
 import yarl
 
 from specpilot.generate.thinking import markers_for, split_inline
+from specpilot.generate.text import may_hold_surrogates, where_unencodable
 from specpilot.generate.types import Message
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
@@ -48,10 +49,18 @@ class FailureKind(Enum):
 class RequestFailed(Exception):
     """A request that did not produce an answer; `kind` says what to do about it."""
 
-    def __init__(self, kind: FailureKind, message: str, retry_after_s: float | None = None):
+    def __init__(
+        self, kind: FailureKind, message: str, retry_after_s: float | None = None, status: int | None = None
+    ):
         super().__init__(message)
         self.kind = kind
         self.retry_after_s = retry_after_s
+        self.status = status  # the HTTP status, when the server answered
+
+    @property
+    def server_fault(self) -> bool:
+        """The server, not the row, is failing: no answer, a timeout or a 5xx."""
+        return self.kind in (FailureKind.CONNECTION, FailureKind.TIMEOUT) or (self.status or 0) >= 500
 
 
 #: answers that mean "nobody can serve this now", not "this row failed": an smg router
@@ -132,8 +141,9 @@ class ChatClient:
         self._thinking = sampling.thinking
         fixed = json.dumps(sampling.as_json(), separators=(",", ":"))
         self._body_prefix = fixed[:-1].encode() + b',"messages":'
-        self._urls: dict[str, yarl.URL] = {}
-        self._headers = {"Content-Type": "application/json"}
+        self._urls: dict[str, tuple[yarl.URL, dict[str, str]]] = {}
+        self._plain_headers = {"Content-Type": "application/json"}
+        self._headers = dict(self._plain_headers)
         api_key = os.environ.get(API_KEY_ENV)
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -147,12 +157,15 @@ class ChatClient:
     async def complete(
         self, base_url: str, messages: Sequence[Message], tools: Sequence[Any] | None = None
     ) -> Answer:
-        url = self._urls.get(base_url)
-        if url is None:
-            url = self._urls[base_url] = yarl.URL(f"{base_url}/v1/chat/completions")
+        target = self._urls.get(base_url)
+        if target is None:
+            url = yarl.URL(f"{base_url}/v1/chat/completions")
+            # a URL's user:password is its Authorization (aiohttp refuses both at once)
+            target = self._urls[base_url] = (url, self._plain_headers if url.user else self._headers)
+        url, headers = target
         try:
             body = self.body(messages, tools)
-            async with self._session.post(url, data=body, headers=self._headers) as response:
+            async with self._session.post(url, data=body, headers=headers) as response:
                 raw = await response.read()
                 status = response.status
                 retry_after = response.headers.get("Retry-After")
@@ -168,6 +181,7 @@ class ChatClient:
                 classify_status(status, raw[:ERROR_BODY_CHARS]),
                 f"HTTP {status}: {text}",
                 _seconds(retry_after),
+                status,
             )
         answer = parse_answer(raw)
         if self._markers is None or (answer.reasoning or "").strip():
@@ -193,8 +207,8 @@ def parse_answer(raw: bytes) -> Answer:
     """Read an OpenAI-style response; both `reasoning_content` and vLLM's `reasoning`.
 
     Every field is checked for its type: a server answering 200 with another shape
-    (`"message": "hello"`, `"usage": "lots"`) is a retryable malformed response, never
-    an exception that would leave the row in flight.
+    (`"message": "hello"`, `"usage": "lots"`) or text holding a lone surrogate is a
+    retryable malformed response, never an exception that would leave the row in flight.
     """
     try:
         data = json.loads(raw)
@@ -214,6 +228,12 @@ def parse_answer(raw: bytes) -> Answer:
         details = _optional(usage, "completion_tokens_details", dict) or {}
         reasoning_tokens = _optional(details, "reasoning_tokens", int)
         tool_calls = _optional(message, "tool_calls", list)
+        if may_hold_surrogates(raw):
+            # valid JSON, but no part file can hold it: retried, then failed like any bad answer
+            kept = {"content": content, "reasoning": reasoning, "tool_calls": tool_calls}
+            unencodable = where_unencodable(kept)
+            if unencodable:
+                raise _Malformed(f"{unencodable} is a lone surrogate, not text")
     except (ValueError, RecursionError, _Malformed) as err:
         text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
         why = f" ({err})" if isinstance(err, _Malformed) else ""

@@ -43,6 +43,11 @@ from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, Split
 
 TICK_S = 0.05
 FAILURES_BEFORE_SUCCESS_LIMIT = 50
+#: times a row may be the failure that takes a server out and go back for free; past it
+#: the row itself may be what fails them (a prompt that crashes every engine): it spends attempts
+FREE_REQUEUES_PER_ROW = 10
+#: wall clock moving this far from the monotonic clock is a jump (NTP slews far less)
+CLOCK_JUMP_S = 60.0
 
 #: a task the job runs beside its requests (a watcher of the runs it drives), and its name
 Companion = tuple[Coroutine[Any, Any, None], str]
@@ -123,10 +128,13 @@ class _Requests:
     attempts: dict[int, int] = field(default_factory=dict)
     sent_at: dict[int, float] = field(default_factory=dict)
     overdue: set[int] = field(default_factory=set)  # cancelled by the request timeout
+    #: times a row was sent back without spending an attempt because its server was taken out
+    free_requeues: dict[int, int] = field(default_factory=dict)
 
     def forget(self, position: int) -> None:
         self.turns_done.pop(position, None)
         self.sent_at.pop(position, None)
+        self.free_requeues.pop(position, None)
 
 
 @dataclass
@@ -180,6 +188,10 @@ class Dispatcher:
         done_before, failed_before = counts[RowState.DONE], counts[RowState.FAILED]
         self.stats = LiveStats(rows_to_send + done_before + failed_before, done_before, failed_before)
         self.view: ProgressView | None = None
+        #: wall clock minus monotonic clock at the start: rows' done_at (and so the summary's
+        #: elapsed_s and overall rates) follow the wall clock, which can jump
+        self._clock_offset_s = time.time() - time.monotonic()
+        self.clock_jump_s = 0.0  # the largest jump seen, either way
 
     @property
     def stop_reason(self) -> str | None:
@@ -372,7 +384,7 @@ class Dispatcher:
             time.time(),
         )
         del self.queue.rows[row.position]
-        self.requests.sent_at.pop(row.position, None)
+        self.requests.forget(row.position)
         # One row, however many turns: the last turn's server, the time its requests took.
         latency_s = sum(result.latency_s for result in done)
         self.stats.answered(done[-1].server, latency_s, meta["prompt_tokens"], meta["completion_tokens"])
@@ -381,6 +393,17 @@ class Dispatcher:
             self.flush()
 
     def _on_failure(self, server: Server, row: PromptRow, failure: RequestFailed) -> None:
+        if self.pool.record_failure(server, failure.server_fault):
+            # resets, timeouts or 5xx in a row although it accepts connections: the server
+            # is failing, not the rows; this one goes back with the others, no attempt spent
+            self._take_out(server, f"{server.failure_streak} failures in a row, the last: {failure}")
+            free = self.requests.free_requeues.get(row.position, 0)
+            if free < FREE_REQUEUES_PER_ROW:
+                self.requests.free_requeues[row.position] = free + 1
+                self._requeue(row.position)
+            else:  # it took servers out this often: maybe the row itself; it spends attempts now
+                self._retry_or_fail(row.position, failure)
+            return
         if failure.kind in (FailureKind.CONNECTION, FailureKind.TIMEOUT):
             if not server.healthy:
                 self._requeue(row.position)
@@ -449,8 +472,15 @@ class Dispatcher:
             probes.probing.add(server.name)
 
     def _probe_until_back(self, server: Server) -> None:
+        # taken out again soon after coming back (it answers probes, fails requests): wait longer
+        delay_s, server.probe_delay_s = (
+            server.probe_delay_s,
+            min(server.probe_delay_s * 2, self.policy.probe_cap_s),
+        )
+
         async def loop() -> None:
-            delay_s = 0.5
+            nonlocal delay_s
+            await asyncio.sleep(delay_s)
             while not await probe(self.session, server, self.policy.probe_timeout_s):
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, self.policy.probe_cap_s)
@@ -472,9 +502,18 @@ class Dispatcher:
             batch.parts += durable.parts
         self.ledger.apply(batch)
 
+    def _watch_clock(self) -> None:
+        jump_s = time.time() - time.monotonic() - self._clock_offset_s
+        if abs(jump_s) > CLOCK_JUMP_S and abs(jump_s) > abs(self.clock_jump_s):
+            self.clock_jump_s = jump_s
+            self._say(
+                f"the system clock jumped by {jump_s:+.0f} s: time totals from the ledger are off by as much"
+            )
+
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self.policy.flush_interval_s)
+            self._watch_clock()
             self.flush()
             if self.view is not None:
                 self.view.tick()

@@ -16,6 +16,7 @@ import aiohttp
 
 from specpilot.errors import UserError
 from specpilot.launch.state import check_run_name, read_state, state_path
+from specpilot.secrets import shown_url
 
 READY_PHASE = "ready"
 
@@ -35,7 +36,7 @@ class Endpoint:
 
 def normalize_url(url: str, field: str = "--server") -> str:
     """`scheme://host:port[/prefix]` without `/v1`; UserError naming a URL that cannot work."""
-    given = url
+    given = shown_url(url)  # an error line never shows the URL's password or query
     url = url.strip().rstrip("/")
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
@@ -82,12 +83,14 @@ def router_endpoint(url: str, field: str = "--router") -> Endpoint:
             workers = json.loads(response.read()).get("workers")
     except (OSError, ValueError, AttributeError) as err:
         raise UserError(
-            f"{base} does not answer GET /workers as an smg router does ({err})",
+            f"{shown_url(base)} does not answer GET /workers as an smg router does ({err})",
             field=field,
             fix="start the router (`specpilot up FLEET.toml`) or pass its URL; plain servers go in --server",
         ) from None
     if not isinstance(workers, list):
-        raise UserError(f"{base}/workers holds no worker list", field=field, fix="pass an smg router's URL")
+        raise UserError(
+            f"{shown_url(base)}/workers holds no worker list", field=field, fix="pass an smg router's URL"
+        )
     return Endpoint(base, router=True, slots=max(1, len(workers)))
 
 
@@ -138,7 +141,7 @@ async def default_model(session: aiohttp.ClientSession, endpoints: list[Endpoint
                     if models:
                         return str(models[0]["id"])
                 except (ValueError, AttributeError, KeyError, TypeError):
-                    not_openai.append(f"{url} answered {response.content_type}")
+                    not_openai.append(f"{shown_url(url)} answered {response.content_type}")
         except (aiohttp.ClientError, TimeoutError):
             continue
     if not_openai:

@@ -19,6 +19,7 @@ does not grow with the job (bench/export_memory.py measures it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -33,6 +34,7 @@ import pyarrow.parquet as pq
 
 from specpilot.errors import UserError
 from specpilot.generate.committed import committed_parts
+from specpilot.generate.disk import disk_error
 from specpilot.generate.report import reading_ledger, summarize
 from specpilot.generate.rows import turn_rows
 from specpilot.generate.writer import CLEAN, FLAGGED, Split
@@ -137,7 +139,7 @@ def jsonl_record(row: dict[str, Any], *, with_status: bool) -> dict[str, Any]:
 def _make_folder(path: Path) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
+    except (FileExistsError, NotADirectoryError) as err:
         raise UserError(
             f"cannot make the folder {path}: {err.strerror}",
             field="--to",
@@ -277,6 +279,13 @@ def _write_hf(directory: Path, target: Path, include_flagged: bool) -> _Written:
     return _Written([target / name for name in names], rows)
 
 
+def _remove_partial(target: Path) -> None:
+    """The temporary files a failed export leaves (a full disk is then not fuller)."""
+    for tmp in (*target.parent.glob(f"{target.name}.tmp"), *target.glob("*.tmp")):
+        with contextlib.suppress(OSError):  # a read-only disk: nothing was written either
+            tmp.unlink()
+
+
 Writer = Callable[[Path, Path, bool], _Written]
 FORMATS: dict[str, str] = {
     "specforge": "specforge.jsonl",
@@ -303,7 +312,13 @@ def export(
     per_turn: bool = True,
 ) -> ExportResult:
     """`per_turn` (specforge only): one row per target turn, see `rows.turn_rows`."""
-    written = _writer(fmt, per_turn)(directory, target or directory / FORMATS[fmt], include_flagged)
+    to = target or directory / FORMATS[fmt]
+    try:
+        written = _writer(fmt, per_turn)(directory, to, include_flagged)
+    except OSError as err:
+        _remove_partial(to)
+        # reading the job's own files says so itself (committed_parts): this is the target
+        raise disk_error(err, to, field="--to", elsewhere="pass --to a writable path on a disk with room") from None
     warnings = []
     if written.left_out:
         warnings.append(

@@ -31,6 +31,7 @@ from typing import Any
 
 from specpilot.errors import UserError
 from specpilot.generate.ids import derive_row_id
+from specpilot.generate.text import shown, where_unencodable
 from specpilot.generate.turns import RowRejected, check_row_fields, normalize_turns, plan_conversation
 from specpilot.generate.types import Message, PromptRow, RejectedRow
 
@@ -242,11 +243,18 @@ def row_from_record(record: Any, position: int, where: str, *, keep_given_turns:
             raise RowRejected(
                 "row is not a JSON object", 'each row must look like {"id": ..., "conversations": [...]}'
             )
+        unencodable = where_unencodable(record)
+        if unencodable:
+            # Python decodes a lone "\ud800" escape, but no request body or file can hold it
+            raise RowRejected(
+                f"{unencodable} is a lone surrogate, not text",
+                "remove that escape or write the whole pair (e.g. \\ud83d\\ude00)",
+            )
         check_row_fields(record)
         turns = _turns(record)
         conversation = plan_conversation(turns, record.get("tools"), keep_given_turns=keep_given_turns)
     except RowRejected as err:
-        return RejectedRow(position, where, named, err.problem, err.fix)
+        return RejectedRow(position, where, None if named is None else shown(named), err.problem, err.fix)
     return PromptRow(
         position, named or derive_row_id(_id_turns(turns)), conversation.segments, conversation.tools
     )

@@ -35,7 +35,8 @@ from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import JobSummary, ServerRun, summarize
 from specpilot.generate.truncated import check_budget, requeue_truncated
 from specpilot.generate.types import RejectedRow
-from specpilot.generate.writer import SPLITS, PartWriter, reconcile_parts, split_parts
+from specpilot.generate.writer import SPLITS, PartWriter, damaged_parts, reconcile_parts, split_parts
+from specpilot.secrets import url_without_credentials
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
 JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
@@ -166,6 +167,12 @@ class Job:
                     f"{', '.join(repaired.lost_parts)} in {directory} lost rows since the last run "
                     f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again"
                 )
+            if repaired.changed_parts:
+                self.config.notify(
+                    f"{repaired.changed_rows} committed rows in {', '.join(repaired.changed_parts)} in "
+                    f"{directory} changed since they were written (checksum mismatch): taken out and "
+                    "queued to be generated again"
+                )
         if self.config.retry_truncated:
             retried = requeue_truncated(self.config.output_dir, self.ledger)
             self.ledger.set_meta({"max_tokens": params["max_tokens"]})  # after: a kill before retries again
@@ -173,7 +180,8 @@ class Job:
                 f"{retried} truncated rows queued again at --max-tokens {self.config.max_tokens}"
             )
         self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
-        self.ledger.set_meta({"servers": json.dumps([e.base_url for e in self.config.endpoints])})
+        servers = [url_without_credentials(e.base_url) for e in self.config.endpoints]
+        self.ledger.set_meta({"servers": json.dumps(servers)})
         pending = self.ledger.pending_positions()
         if self.config.limit is not None:
             pending = {p for p in pending if p < self.config.limit}
@@ -375,6 +383,11 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
         dispatcher = job.dispatcher(session, sampling)
         async with watch(dispatcher) if watch else contextlib.nullcontext():
             await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
+        if dispatcher.clock_jump_s:
+            config.notify(
+                f"warning: the system clock jumped by {dispatcher.clock_jump_s:+.0f} s while the job ran: "
+                "the summary's elapsed_s and overall rates are off by as much"
+            )
         servers = [ServerRun(s.name, s.done_rows, s.taken_out_count) for s in dispatcher.pool.servers]
         return dispatcher.stop_reason, servers
 
@@ -434,16 +447,30 @@ def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
             stop_reason, servers = asyncio.run(_run(job, watch))
             summary = replace(job.write_reports(), this_run_servers=servers)
             scope_left = job.unfinished_in_scope()
+            lost = damaged_parts(config.output_dir, job.ledger)
     except (OSError, sqlite3.Error) as err:
         raise storage_error(err, config.output_dir, config.input_path) from err
     if stop_reason:
         return Outcome(summary, 1, stop_reason)
+    if lost:
+        return Outcome(
+            summary,
+            1,
+            f"{', '.join(lost)} lost rows while the job ran (deleted or cut short): "
+            "run the same command again to generate them again",
+        )
     if summary.failed:
         return Outcome(
             summary,
             1,
-            f"{summary.failed} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}",
+            f"{summary.failed} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}, "
+            "then run the same command with --retry-failed to send them again",
         )
     if scope_left:
         return Outcome(summary, 1, f"{scope_left} rows are not done")
-    return Outcome(summary, 0, f"all {summary.done} rows done")
+    rejected = (
+        f"; {summary.rejected} input rows were rejected (see {config.output_dir / REJECTED_FILE})"
+        if summary.rejected
+        else ""
+    )
+    return Outcome(summary, 0, f"all {summary.done} rows done{rejected}")

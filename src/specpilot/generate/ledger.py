@@ -29,6 +29,7 @@ part files, which the reconciliation above repairs.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -50,7 +51,8 @@ CREATE TABLE IF NOT EXISTS rows (
     prompt_tokens INTEGER,
     completion_tokens INTEGER,
     flags INTEGER NOT NULL DEFAULT 0,
-    done_at REAL
+    done_at REAL,
+    crc INTEGER
 );
 CREATE TABLE IF NOT EXISTS parts (
     part INTEGER PRIMARY KEY,
@@ -80,6 +82,8 @@ class DoneRecord:
     completion_tokens: int
     flags: int
     done_at: float
+    #: zlib.crc32 of the row's line in its part, checked at resume and export
+    crc: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +119,20 @@ class Ledger:
     def __init__(self, path: Path, *, readonly: bool = False) -> None:
         self.path = path
         if readonly:
-            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+            # `mode=ro` on a closed ledger (no -wal) would still create -wal and -shm: that
+            # one, or any in a folder that cannot be written (a read-only disk), is immutable
+            live = path.with_name(path.name + "-wal").exists() and os.access(path.parent, os.W_OK)
+            mode = "mode=ro" if live else "immutable=1"
+            uri = f"{path.resolve().as_uri()}?{mode}"
+            self._db = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
         else:
             self._db = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(rows)")}
+            if "crc" not in columns:  # a ledger from before row checksums: its rows have none
+                self._db.execute("ALTER TABLE rows ADD COLUMN crc INTEGER")
 
     @classmethod
     def in_dir(cls, directory: Path, *, readonly: bool = False) -> Ledger:
@@ -190,12 +202,23 @@ class Ledger:
         query = f"SELECT id, position FROM rows WHERE state = {RowState.DONE} AND part = ?"
         return {str(row_id): int(position) for row_id, position in self._db.execute(query, (part,))}
 
+    def checksums_in_part(self, part: int) -> dict[str, int | None] | None:
+        """id -> crc of the done rows of `part` (None: written before checksums); None for a
+        ledger without the column (opened read-only before a job upgraded it)."""
+        query = f"SELECT id, crc FROM rows WHERE state = {RowState.DONE} AND part = ?"
+        try:
+            return {str(row_id): crc for row_id, crc in self._db.execute(query, (part,))}
+        except sqlite3.OperationalError as err:
+            if "no such column" not in str(err):
+                raise
+            return None
+
     def requeue_lost(self, positions: Iterable[int], commit: PartCommit) -> None:
         """Rows whose part lost them go back to pending; the part's commit shrinks to `commit`."""
         with self._transaction():
             self._db.executemany(
                 f"UPDATE rows SET state = {RowState.PENDING}, part = NULL, prompt_tokens = NULL, "
-                "completion_tokens = NULL, flags = 0, done_at = NULL WHERE position = ?",
+                "completion_tokens = NULL, flags = 0, done_at = NULL, crc = NULL WHERE position = ?",
                 ((p,) for p in positions),
             )
             self._db.execute(
@@ -235,10 +258,10 @@ class Ledger:
             )
             db.executemany(
                 f"UPDATE rows SET state = {RowState.DONE}, part = ?, prompt_tokens = ?, "
-                "completion_tokens = ?, flags = ?, done_at = ?, last_error = NULL "
+                "completion_tokens = ?, flags = ?, done_at = ?, last_error = NULL, crc = ? "
                 "WHERE position = ?",
                 (
-                    (d.part, d.prompt_tokens, d.completion_tokens, d.flags, d.done_at, d.position)
+                    (d.part, d.prompt_tokens, d.completion_tokens, d.flags, d.done_at, d.crc, d.position)
                     for d in batch.done
                 ),
             )

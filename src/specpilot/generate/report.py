@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specpilot.errors import UserError
+from specpilot.generate.disk import disk_error
 from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.stats import RATE_WINDOW_S, eta_text
 from specpilot.generate.validate import FLAG_NAMES
@@ -43,6 +44,9 @@ def reading_ledger(directory: Path) -> Iterator[Ledger]:
             yield ledger
         finally:
             ledger.close()
+    except OSError as err:
+        fix = "check the folder is there and readable"
+        raise disk_error(err, directory, field="DIR", elsewhere=fix, writing=False) from None
     except sqlite3.DatabaseError as err:
         raise UserError(
             f"the ledger in {directory} cannot be read ({err})",

@@ -19,8 +19,15 @@ import aiohttp
 from specpilot.engines.metrics import SpecMetric
 from specpilot.engines.sglang import metrics as sglang_metrics
 from specpilot.engines.vllm import metrics as vllm_metrics
+from specpilot.secrets import url_without_credentials
 
-PROBE_PATHS = ("/v1/models", "/health")
+#: /health first: a 5xx there means unhealthy although /v1/models (served by the API
+#: process alone) may still answer; a server without /health (404) is asked /v1/models
+PROBE_PATHS = ("/health", "/v1/models")
+HEALTH_PATH = "/health"
+#: failures in a row (resets, timeouts, 5xx) that take a server out although it still
+#: accepts connections; back in after a good probe, one more failure takes it out again
+FAILURES_BEFORE_TAKE_OUT = 5
 #: an smg router answers /health while it has no worker; /readiness is 503 then
 ROUTER_PROBE_PATHS = ("/readiness",)
 
@@ -34,10 +41,13 @@ class Server:
     taken_out_count: int = 0
     router: bool = False
     slots: int = 1  # workers behind a router: it takes slots x --concurrency at once
+    failure_streak: int = 0  # server-side failures since its last answer
+    probe_delay_s: float = 0.5  # the prober's first wait; doubles each time it is taken out again
 
     @property
     def name(self) -> str:
-        return self.base_url.split("://", 1)[-1]
+        """host:port[/prefix]: what rows, the ledger and every output name it by (never its password)."""
+        return url_without_credentials(self.base_url).split("://", 1)[-1]
 
 
 class ServerPool:
@@ -67,6 +77,13 @@ class ServerPool:
 
     def record_success(self, server: Server) -> None:
         server.done_rows += 1
+        server.failure_streak = 0
+        server.probe_delay_s = 0.5
+
+    def record_failure(self, server: Server, server_fault: bool) -> bool:
+        """Count a failed request; True when the server's failures say take it out."""
+        server.failure_streak = server.failure_streak + 1 if server_fault else 0
+        return server.healthy and server.failure_streak >= FAILURES_BEFORE_TAKE_OUT
 
     def take_out(self, server: Server) -> list[int]:
         """Cancel the server's in-flight requests; returns their positions to requeue."""
@@ -79,11 +96,13 @@ class ServerPool:
         return positions
 
     def bring_back(self, server: Server) -> None:
+        """On probation: the streak stays one short of taking it out again."""
         server.healthy = True
+        server.failure_streak = min(server.failure_streak, FAILURES_BEFORE_TAKE_OUT - 1)
 
 
 async def probe(session: aiohttp.ClientSession, server: Server, timeout_s: float) -> bool:
-    """True if the server answers a health or models request with 200."""
+    """True if the server answers a health or models request with 200 (and /health with no 5xx)."""
     for path in ROUTER_PROBE_PATHS if server.router else PROBE_PATHS:
         try:
             async with session.get(
@@ -91,6 +110,8 @@ async def probe(session: aiohttp.ClientSession, server: Server, timeout_s: float
             ) as response:
                 if response.status == 200:
                     return True
+                if path == HEALTH_PATH and response.status >= 500:
+                    return False
         except (aiohttp.ClientError, TimeoutError):
             continue
     return False

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -86,6 +87,7 @@ class _Pending:
     completion_tokens: int
     flags: int
     done_at: float
+    crc: int
 
 
 class PartWriter:
@@ -121,7 +123,9 @@ class PartWriter:
         done_at: float,
     ) -> None:
         line = json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
-        self._buffer.append(_Pending(line, position, prompt_tokens, completion_tokens, flags, done_at))
+        self._buffer.append(
+            _Pending(line, position, prompt_tokens, completion_tokens, flags, done_at, zlib.crc32(line))
+        )
 
     def flush(self) -> LedgerBatch:
         """Write and fsync every buffered row; the batch says what is now durable."""
@@ -155,6 +159,7 @@ class PartWriter:
                 item.completion_tokens,
                 item.flags,
                 item.done_at,
+                item.crc,
             )
             for item in items
         )
@@ -183,6 +188,19 @@ class PartWriter:
         self._close()
 
 
+def damaged_parts(job_dir: Path, ledger: Ledger) -> list[str]:
+    """The parts (split/name) now missing or shorter than their commit: deleted or cut
+    while the job ran (its writer kept appending to the unlinked file)."""
+    damaged = []
+    for split in SPLITS:
+        directory = job_dir / split.directory
+        for commit in split_commits(ledger.part_commits(), split.first_part):
+            path = part_path(directory, commit.part, split.first_part)
+            if commit.committed_bytes and (not path.exists() or path.stat().st_size < commit.committed_bytes):
+                damaged.append(f"{split.directory}/{path.name}")
+    return damaged
+
+
 @dataclass(frozen=True)
 class ReconcileResult:
     """What a resume found after the committed bytes of the parts."""
@@ -194,6 +212,9 @@ class ReconcileResult:
     requeued_rows: int = 0
     #: the parts that lost rows (missing or shorter than the ledger says)
     lost_parts: tuple[str, ...] = ()
+    #: committed rows whose line changed since (checksum mismatch): taken out, sent again
+    changed_rows: int = 0
+    changed_parts: tuple[str, ...] = ()
 
 
 def reconcile_parts(data_dir: Path, ledger: Ledger, first_part: int = 0) -> ReconcileResult:
@@ -235,7 +256,8 @@ def reconcile_parts(data_dir: Path, ledger: Ledger, first_part: int = 0) -> Reco
         new_commit = PartCommit(part, commit.committed_bytes + kept_bytes, commit.rows + len(keep))
         ledger.apply(LedgerBatch([], [], [], records, [new_commit]))
         adopted += len(keep)
-    return ReconcileResult(adopted, dropped, truncated, requeued, lost)
+    changed, changed_parts = _requeue_changed_rows(data_dir, ledger, first_part)
+    return ReconcileResult(adopted, dropped, truncated, requeued, lost, changed, changed_parts)
 
 
 def _requeue_lost_rows(data_dir: Path, ledger: Ledger, first_part: int) -> tuple[int, tuple[str, ...]]:
@@ -316,6 +338,60 @@ def _adoptable(
                 int(meta.get("completion_tokens") or 0),
                 flag_bits(meta.get("flags") or ()),
                 now,
+                zlib.crc32(line),
             )
         )
     return keep, records
+
+
+#: the id a row's line starts with (the writer puts it first), as its JSON string
+_LINE_ID = re.compile(rb'^\{\s*"id"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def line_id(line: bytes) -> str | None:
+    """The id of a part's line (read from its start, else from the whole line), or None
+    if the line is not a row."""
+    match = _LINE_ID.match(line)
+    try:
+        row = json.loads(match.group(1)) if match else json.loads(line).get("id")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    return row if isinstance(row, str) else None
+
+
+def _requeue_changed_rows(data_dir: Path, ledger: Ledger, first_part: int) -> tuple[int, tuple[str, ...]]:
+    """Committed lines whose checksum no longer matches (a changed byte): out of the part, and
+    their rows back to pending. The part is rewritten whole (temp file, fsync, rename) before
+    the ledger moves the rows: a kill in between leaves a part shorter than its commit, which
+    `_requeue_lost_rows` repairs by the ids still there."""
+    changed = 0
+    parts: list[str] = []
+    for commit in split_commits(ledger.part_commits(), first_part):
+        expected = ledger.checksums_in_part(commit.part)
+        path = part_path(data_dir, commit.part, first_part)
+        if not commit.rows or expected is None or not path.exists():
+            continue
+        with path.open("rb") as handle:
+            data = handle.read(commit.committed_bytes)
+        keep: list[bytes] = []
+        seen: set[str] = set()
+        for line in data.splitlines(keepends=True):
+            row_id = line_id(line)
+            if row_id in expected and row_id not in seen and expected[row_id] in (None, zlib.crc32(line)):
+                keep.append(line)
+                seen.add(row_id)
+        if len(seen) == len(expected) and sum(map(len, keep)) == len(data):
+            continue
+        kept = b"".join(keep)
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("wb") as handle:
+            handle.write(kept)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        fsync_dir(data_dir)
+        positions = [p for row_id, p in ledger.done_in_part(commit.part).items() if row_id not in seen]
+        ledger.requeue_lost(positions, PartCommit(commit.part, len(kept), len(keep)))
+        changed += len(positions)
+        parts.append(path.name)
+    return changed, tuple(parts)

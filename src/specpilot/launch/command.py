@@ -10,6 +10,7 @@ are written, then `[engine] env`.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -136,6 +137,27 @@ def secret_arg_refs(argv: Sequence[str]) -> dict[int, tuple[str, str]]:
     return refs
 
 
+def secret_flags_to_env(argv: list[str], flag_env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """argv without the secret flags the engine also reads from its environment, and
+    those variables: `--api-key X` for vLLM becomes VLLM_API_KEY=X. A flag given twice
+    or with several values (vLLM takes a list of keys) stays in argv."""
+    argv = list(argv)
+    moved: dict[str, str] = {}
+    for flag, name in flag_env.items():
+        spots = [i for i, arg in enumerate(argv) if arg == flag or arg.startswith(f"{flag}=")]
+        if len(spots) != 1:
+            continue
+        at = spots[0]
+        if argv[at] != flag:
+            moved[name] = argv.pop(at).partition("=")[2]
+            continue
+        values = list(itertools.takewhile(lambda arg: not arg.startswith("-"), argv[at + 1 :]))
+        if len(values) == 1:
+            moved[name] = values[0]
+            del argv[at : at + 2]
+    return argv, moved
+
+
 def plan_launch(
     spec: Spec,
     *,
@@ -145,6 +167,9 @@ def plan_launch(
 ) -> PlannedLaunch:
     argv, served = plan_argv(spec, model_path=model_path)
     env, recorded = plan_env(spec.engine.env, host_env, local_env)
+    argv, by_env = secret_flags_to_env(argv, engine_by_name(spec.engine.name).secret_flag_env)
+    for name, value in by_env.items():
+        env[name], recorded[name] = value, f"${{{name}}}"
     refs = secret_arg_refs(argv)
     for position, (prefix, name) in refs.items():
         env[name] = argv[position][len(prefix) :]

@@ -15,6 +15,7 @@ from specpilot.launch.serving import check_serving, record_crash
 from specpilot.launch.state import CrashRecord, RunState, read_state, write_state
 from specpilot.launch.stop import stop_group
 from specpilot.launch.tail import followed, next_chunk
+from specpilot.secrets import mask_log_text
 
 
 def host_for(state: RunState) -> Host:
@@ -90,7 +91,8 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
             endpoint_status=None if answer is None else answer.status,
             served_model_name=state.served_model_name,
             target=state.host.target,
-            last_lines=tail.stdout.decode(errors="replace").splitlines(),
+            # the engine may echo its args (an --api-key among them): shown masked, as `check` does
+            last_lines=[mask_log_text(line) for line in tail.stdout.decode(errors="replace").splitlines()],
             exit_status=exit_status,
             pid_reused=process == "reused",
             cause=state.cause,

@@ -24,6 +24,7 @@ from specpilot.launch.classify import LogClassifier
 from specpilot.launch.identity import recorded_process
 from specpilot.launch.state import CrashRecord, RunState, read_state, write_state
 from specpilot.launch.tail import followed, next_chunk
+from specpilot.secrets import mask_log_text
 
 QUIET_S = 0.2  # after the fatal line: the error block ended when the log is quiet this long
 GRACE_S = 0.5  # ... or this long after the fatal line, whichever comes first
@@ -41,7 +42,8 @@ class Crash:
 
     @property
     def first_line(self) -> str:
-        return next((line.strip() for line in self.error.splitlines() if line.strip()), "")
+        """The error's first line as it is stored and shown: a secret it echoes masked."""
+        return mask_log_text(next((line.strip() for line in self.error.splitlines() if line.strip()), ""))
 
     def record(self) -> CrashRecord:
         """What the run state keeps of it."""

@@ -4,7 +4,9 @@ The whole stop (SIGTERM, wait for every member, SIGKILL) runs as one short
 script on the host, so over SSH it costs one round trip instead of one per poll;
 that round trip is most of the time between a fatal line and `up` returning.
 A member is any non-zombie process whose process group is the run's (from
-/proc/PID/stat), so helper processes that outlive the engine are found too.
+/proc/PID/stat), so helper processes that outlive the engine are found too, and any
+descendant of one that left the group (`setsid`), found by parent pid before the
+first signal and known after by its start time.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ def leader_ticks():
     except OSError:
         return None
     return int(stat[stat.rindex(")") + 2:].split()[19])
-def members():
-    found = []
+def table():
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -37,9 +39,30 @@ def members():
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(int(entry))
+        found[int(entry)] = (fields[0], int(fields[1]), int(fields[2]), int(fields[19]))
     return found
+def escaped():
+    # descendants that left the group (setsid): found now, while their parents still live
+    procs = table()
+    inside = [pid for pid, (_, _, group, _) in procs.items() if group == pgid]
+    children = {}
+    for pid, (_, parent, _, _) in procs.items():
+        children.setdefault(parent, []).append(pid)
+    found, pending = {}, list(inside)
+    while pending:
+        for child in children.get(pending.pop(), []):
+            if procs[child][2] != pgid and child not in found:
+                found[child] = procs[child][3]
+                pending.append(child)
+    return found
+outside = {}
+def members():
+    procs = table()
+    alive = [pid for pid, (state, _, group, _) in procs.items() if group == pgid and state != "Z"]
+    for pid, ticks in outside.items():
+        if pid in procs and procs[pid][3] == ticks and procs[pid][0] != "Z":
+            alive.append(pid)
+    return alive
 def wait_empty(seconds):
     deadline = time.monotonic() + seconds
     while members():
@@ -52,6 +75,13 @@ def signal_group(signum):
         os.killpg(pgid, signum)
     except ProcessLookupError:
         pass
+    for pid in members():
+        if pid in outside:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+outside = escaped()
 if mode == "members":
     print(" ".join(map(str, members())))
     sys.exit(0)

@@ -22,6 +22,7 @@ from specpilot.hosts.errors import HostError
 from specpilot.launch import rundir
 from specpilot.launch.command import host_model_path, plan_launch
 from specpilot.launch.outcome import Progress, UpOptions, UpResult
+from specpilot.launch.program import check_program
 from specpilot.launch.render import render_env_file, render_launch_script
 from specpilot.launch.state import RunState, write_state
 from specpilot.launch.stop import stop_group
@@ -112,6 +113,7 @@ async def launch(
         model_path=host_model_path(spec, home=home, local=host.target == "local"),
     )
     remote_dir = rundir.run_dir_path(home, spec.name)
+    await check_program(host, planned.argv[0], planned.env.get("PATH", ""), remote_dir)
     run = RunWatch(host, spec, planned, remote_dir, plan, options, progress, started)
     files = rundir.RunFiles(
         spec_toml=_spec_text(spec, run.secrets),

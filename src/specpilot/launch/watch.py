@@ -45,7 +45,7 @@ from specpilot.launch.readiness import (
 from specpilot.launch.stop import stop_group
 from specpilot.launch.verify import Mismatch, check_live, wait_for_argv
 from specpilot.plan.types import Plan
-from specpilot.secrets import redact, secret_values
+from specpilot.secrets import mask_log_text, secret_values
 from specpilot.spec import Spec
 
 # -- the shell -----------------------------------------------------------------------
@@ -97,7 +97,7 @@ class RunWatch:
             self.progress(self.classifier.phase, self.elapsed(), None if line is None else self._hide(line))
 
     def _hide(self, text: str) -> str:
-        return redact(text, self.secrets)
+        return mask_log_text(text, self.secrets)
 
     def result(self, phase: str, cause: str, **kw: Any) -> UpResult:
         allocations = dict(self.classifier.allocations)

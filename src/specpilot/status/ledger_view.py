@@ -9,6 +9,7 @@ The choice is made again at every read, so a view follows a job that starts late
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,7 +34,8 @@ class ReadOnlyLedger(Ledger):
     def __init__(self, path: Path) -> None:
         self.path = path
         wal = path.with_name(path.name + "-wal")
-        mode = "mode=ro" if wal.exists() else "immutable=1"
+        # a folder that cannot be written (a read-only disk) cannot take mode=ro's -shm either
+        mode = "mode=ro" if wal.exists() and os.access(path.parent, os.W_OK) else "immutable=1"
         self._db = sqlite3.connect(f"{path.resolve().as_uri()}?{mode}", uri=True, timeout=LOCK_WAIT_S)
 
 

@@ -17,7 +17,8 @@ import ipaddress
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 from aiohttp import web
@@ -34,7 +35,7 @@ LEDGER_REFRESH_S = 2.0
 READ_COST_FACTOR = 5.0
 
 
-def parse_addr(addr: str) -> tuple[str, int]:
+def parse_addr(addr: str, flag: str) -> tuple[str, int]:
     """`HOST:PORT`, `:PORT` (127.0.0.1) or `PORT`; IPv6 as `[::1]:PORT`."""
     host, sep, port_text = addr.rpartition(":")
     if not sep:
@@ -47,8 +48,8 @@ def parse_addr(addr: str) -> tuple[str, int]:
     except ValueError:
         raise UserError(
             f"{addr!r} is not an address",
-            field="--serve-status",
-            fix=f"give HOST:PORT, e.g. {DEFAULT_ADDR}",
+            field=flag,
+            fix=f"give HOST:PORT with a port up to 65535, e.g. {DEFAULT_ADDR}",
         ) from None
     return host, port
 
@@ -64,7 +65,7 @@ def _is_loopback(host: str) -> bool:
 
 def bind(addr: str, *, public: bool, flag: str) -> socket.socket:
     """A listening socket on `addr`; anything but loopback needs `public` (and warns)."""
-    host, port = parse_addr(addr)
+    host, port = parse_addr(addr, flag)
     if not _is_loopback(host):
         if not public:
             raise UserError(
@@ -126,7 +127,51 @@ class StatusSource:
         return snapshot, self.recorder.view() if self.recorder is not None else None
 
 
-def make_app(source: StatusSource) -> web.Application:
+def host_names_bound_address(
+    host_header: str | None, bound: tuple[str, int], names: Sequence[str] = ()
+) -> bool:
+    """Whether a request's `Host` names the address the page is bound to.
+
+    A page a browser loads from elsewhere can point its own name at 127.0.0.1 (DNS
+    rebinding); its requests then carry that name, never the bound address. So `Host`
+    must be the bound IP (any IP literal when bound to all addresses), `localhost` on
+    loopback, or one of `names` (`--status-host`), with the bound port.
+    """
+    if not host_header:
+        return False
+    try:
+        parts = urllib.parse.urlsplit(f"//{host_header}")
+        port = parts.port
+    except ValueError:
+        return False
+    name, (bound_host, bound_port) = (parts.hostname or ""), bound
+    if (port or 80) != bound_port:
+        return False
+    if name in (n.lower() for n in names):
+        return True
+    if name == "localhost":
+        return _is_loopback(bound_host)
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    wildcard = ipaddress.ip_address(bound_host).is_unspecified
+    return wildcard or address == ipaddress.ip_address(bound_host)
+
+
+def make_app(
+    source: StatusSource, bound: tuple[str, int] | None = None, names: Sequence[str] = ()
+) -> web.Application:
+    """The page and /metrics; with `bound`, only for requests whose Host names that address (421)."""
+
+    @web.middleware
+    async def check_host(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if bound is not None and not host_names_bound_address(request.headers.get("Host"), bound, names):
+            return web.Response(status=421, text="Host does not name this server's address\n")
+        return await handler(request)
+
     async def page(request: web.Request) -> web.Response:
         try:
             snapshot, live = await source.read()
@@ -142,15 +187,18 @@ def make_app(source: StatusSource) -> web.Application:
             return web.Response(status=503, text=str(err))
         return web.Response(body=exposition(snapshot, live), headers={"Content-Type": CONTENT_TYPE})
 
-    app = web.Application()
+    app = web.Application(middlewares=[check_host])
     app.router.add_get("/", page)
     app.router.add_get("/metrics", metrics)
     return app
 
 
 @contextlib.asynccontextmanager
-async def serving(sock: socket.socket, source: StatusSource) -> AsyncIterator[None]:
-    runner = web.AppRunner(make_app(source), access_log=None, shutdown_timeout=0.5)
+async def serving(
+    sock: socket.socket, source: StatusSource, names: Sequence[str] = ()
+) -> AsyncIterator[None]:
+    host, port = sock.getsockname()[:2]
+    runner = web.AppRunner(make_app(source, (host, port), names), access_log=None, shutdown_timeout=0.5)
     await runner.setup()
     await web.SockSite(runner, sock).start()
     try:
@@ -160,7 +208,7 @@ async def serving(sock: socket.socket, source: StatusSource) -> AsyncIterator[No
 
 
 def watch_job(
-    sock: socket.socket, directory: Path
+    sock: socket.socket, directory: Path, names: Sequence[str] = ()
 ) -> Callable[[LiveJob], contextlib.AbstractAsyncContextManager[object]]:
     """A `JobWatcher` for run_generate: serves the page while the job runs."""
 
@@ -176,14 +224,14 @@ def watch_job(
         # a sampler that fails would leave the page's numbers frozen: it stops the job instead
         async with (
             beside(sample_forever, "the live page's sampler"),
-            serving(sock, StatusSource(directory, recorder)),
+            serving(sock, StatusSource(directory, recorder), names),
         ):
             yield None
 
     return watch
 
 
-async def serve_view(sock: socket.socket, directory: Path) -> None:
+async def serve_view(sock: socket.socket, directory: Path, names: Sequence[str] = ()) -> None:
     """`specpilot view`: serve the ledger's numbers until interrupted."""
-    async with serving(sock, StatusSource(directory)):
+    async with serving(sock, StatusSource(directory), names):
         await asyncio.Event().wait()

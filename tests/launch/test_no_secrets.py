@@ -1,0 +1,80 @@
+"""No secret of a run in any file it writes or any line `up`, `status` and `down` print.
+
+The stand-in engines echo their args the way the real ones do (SGLang's
+`server_args=ServerArgs(..., api_key='...')`, vLLM's `non-default args: {...}`), so the
+log lines `status` shows hold the key unless they are masked. vLLM reads VLLM_API_KEY,
+so its key goes by environment and is in neither launch.sh nor /proc/PID/cmdline;
+SGLang (0.5.10-0.5.23) reads `--api-key` from argv only, so there it stays in argv.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from specpilot.cli import cli
+from specpilot.cli import commands as registry
+from tests.launch.conftest import SpecFactory
+
+TOKEN = "hf_PLANTEDtoken8f3a1"
+API_KEY = "sk-PLANTED-key-77c1"
+
+
+@pytest.fixture(autouse=True)
+def registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("up", "status", "logs", "down"):
+        monkeypatch.setitem(registry.COMMANDS, name, f"specpilot.cli.up:{name}")
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_no_secret_in_any_file_or_output_of_a_run(
+    engine: str, make_spec: SpecFactory, run_home: Path, tmp_path: Path
+) -> None:
+    name = f"secret-{engine}"
+    make_spec(
+        f"{engine}_ready", engine=engine, name=name, env={"HF_TOKEN": TOKEN}, args=["--api-key", API_KEY]
+    )
+    spec_path = str(tmp_path / f"{name}.toml")
+    outputs: dict[str, str] = {}
+    started = run("up", spec_path, "--json", "--force")
+    outputs["up --json"] = started.output
+    pid = json.loads(started.output)["pid"]
+    try:
+        assert started.exit_code == 0, started.output
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        assert f"HF_TOKEN={TOKEN}".encode() in environ.split(b"\0")  # the engine got the real values
+        if engine == "vllm":
+            assert API_KEY.encode() not in cmdline
+            assert f"VLLM_API_KEY={API_KEY}".encode() in environ.split(b"\0")
+        else:
+            assert API_KEY.encode() in cmdline.split(b"\0")  # SGLang reads no environment variable
+        for argv in (["status", name, "-n", "100", "--json"], ["status", name, "-n", "100"], ["logs", name]):
+            outputs[" ".join(argv)] = run(*argv).output
+        shown = json.loads(outputs[f"status {name} -n 100 --json"])["last_lines"]
+        echo = "api_key='***'" if engine == "sglang" else None
+        assert echo is None or any(echo in line for line in shown), shown
+    finally:
+        outputs["down --json"] = run("down", name, "--json").output
+    run_dir = run_home / ".specpilot" / "runs" / name
+    files = [p for root in (run_home, tmp_path / "state") for p in root.rglob("*") if p.is_file()]
+    names = {p.name for p in files}
+    assert {"launch.sh", "env", "spec.toml", "manifest.json", "state.json", "engine.log"} <= names, names
+    for path in files:
+        # SGLang prints its own args into its log: the one place its argv key lands
+        if engine == "sglang" and path.name == "engine.log":
+            continue
+        text = path.read_bytes()
+        assert TOKEN.encode() not in text and API_KEY.encode() not in text, path
+    for what, text in outputs.items():
+        if engine == "sglang" and what == f"logs {name}":
+            continue  # `logs` prints the engine's log as it is
+        assert TOKEN not in text and API_KEY not in text, what
+    assert run_dir.is_dir()
