@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import yarl
 
 from specpilot.generate.client import (
     ERROR_BODY_CHARS,
@@ -123,15 +122,11 @@ class StreamingChatClient(ChatClient):
     async def complete(
         self, base_url: str, messages: Sequence[Message], tools: Sequence[Any] | None = None
     ) -> Answer:
-        url = self._urls.get(base_url)
-        if url is None:
-            url = self._urls[base_url] = yarl.URL(f"{base_url}/v1/chat/completions")
+        url, headers = self.target(base_url)
         stream = _Stream()
         start_s = time.monotonic()
         try:
-            async with self._session.post(
-                url, data=self.body(messages, tools), headers=self._headers
-            ) as response:
+            async with self._session.post(url, data=self.body(messages, tools), headers=headers) as response:
                 if response.status != 200:
                     raw = await response.read()
                     text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")

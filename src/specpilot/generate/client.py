@@ -21,8 +21,8 @@ from typing import Any
 import aiohttp
 import yarl
 
-from specpilot.generate.thinking import markers_for, split_inline
 from specpilot.generate.text import may_hold_surrogates, where_unencodable
+from specpilot.generate.thinking import markers_for, split_inline
 from specpilot.generate.types import Message
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
@@ -154,15 +154,19 @@ class ChatClient:
             encoded += ',"tools":' + json.dumps(tools, ensure_ascii=False, separators=(",", ":"))
         return self._body_prefix + encoded.encode() + b"}"
 
-    async def complete(
-        self, base_url: str, messages: Sequence[Message], tools: Sequence[Any] | None = None
-    ) -> Answer:
+    def target(self, base_url: str) -> tuple[yarl.URL, dict[str, str]]:
+        """The chat URL of a server and the headers to send it (built once per server)."""
         target = self._urls.get(base_url)
         if target is None:
             url = yarl.URL(f"{base_url}/v1/chat/completions")
             # a URL's user:password is its Authorization (aiohttp refuses both at once)
             target = self._urls[base_url] = (url, self._plain_headers if url.user else self._headers)
-        url, headers = target
+        return target
+
+    async def complete(
+        self, base_url: str, messages: Sequence[Message], tools: Sequence[Any] | None = None
+    ) -> Answer:
+        url, headers = self.target(base_url)
         try:
             body = self.body(messages, tools)
             async with self._session.post(url, data=body, headers=headers) as response:

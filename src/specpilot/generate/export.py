@@ -318,7 +318,9 @@ def export(
     except OSError as err:
         _remove_partial(to)
         # reading the job's own files says so itself (committed_parts): this is the target
-        raise disk_error(err, to, field="--to", elsewhere="pass --to a writable path on a disk with room") from None
+        raise disk_error(
+            err, to, field="--to", elsewhere="pass --to a writable path on a disk with room"
+        ) from None
     warnings = []
     if written.left_out:
         warnings.append(
