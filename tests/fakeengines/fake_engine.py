@@ -7,6 +7,9 @@ engine would (exit code, SIGKILL of its own group, serving, or hanging).
                                       <file>.ended is written if the stand-in reaches its own end)
          SPECPILOT_FAKE_LINGER_S=<s>  (optional: stay alive this long after the last line)
          SPECPILOT_FAKE_TRIGGER=<file> (a scenario's after_ready lines are printed once it exists)
+         SPECPILOT_FAKE_STUBBORN_CHILD=<file> (optional: one more helper in our group that
+                                      ignores SIGTERM, as multiprocessing's resource_tracker
+                                      does (vLLM's outlives a SIGKILLed engine); its pid goes to <file>)
          SPECPILOT_FAKE_ORPHAN=1      (optional: before ending, SIGKILL our parent (the launch
                                       watcher), so a non-reaping init adopts us and we end a zombie)
 """
@@ -73,6 +76,16 @@ def _spawn_children(count: int) -> None:
         )
 
 
+#: multiprocessing.resource_tracker's main() ignores SIGINT and SIGTERM
+#: (https://github.com/python/cpython/blob/main/Lib/multiprocessing/resource_tracker.py)
+_STUBBORN = "import signal, time\nfor s in (signal.SIGINT, signal.SIGTERM): signal.signal(s, signal.SIG_IGN)\nwhile True: time.sleep(1)"
+
+
+def _spawn_stubborn(pid_file: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", _STUBBORN], stdin=subprocess.DEVNULL)
+    pid_file.write_text(str(child.pid))
+
+
 def _after_ready(steps: tuple[Step, ...], trigger: Path) -> None:
     """Serve until the trigger file appears, then print the lines of a crash (and linger,
     as an engine whose API server outlives its dead core does)."""
@@ -104,6 +117,8 @@ def run(scenario: Scenario, args: argparse.Namespace) -> None:
     }
     mark = os.environ.get("SPECPILOT_FAKE_MARK")
     _spawn_children(scenario.children)
+    if os.environ.get("SPECPILOT_FAKE_STUBBORN_CHILD"):
+        _spawn_stubborn(Path(os.environ["SPECPILOT_FAKE_STUBBORN_CHILD"]))
     server = None
     for step in scenario.steps:
         time.sleep(step.delay_s)

