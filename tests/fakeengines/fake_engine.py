@@ -10,6 +10,8 @@ engine would (exit code, SIGKILL of its own group, serving, or hanging).
          SPECPILOT_FAKE_STUBBORN_CHILD=<file> (optional: one more helper in our group that
                                       ignores SIGTERM, as multiprocessing's resource_tracker
                                       does (vLLM's outlives a SIGKILLed engine); its pid goes to <file>)
+         SPECPILOT_FAKE_BUSY=<file>   (optional: while it exists, /health and /v1/models answer
+                                      only after 30 s, as an engine busy generating may)
          SPECPILOT_FAKE_ORPHAN=1      (optional: before ending, SIGKILL our parent (the launch
                                       watcher), so a non-reaping init adopts us and we end a zombie)
 """
@@ -44,6 +46,9 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 def _serve(host: str, port: int, served: str) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            busy = os.environ.get("SPECPILOT_FAKE_BUSY")
+            if busy and Path(busy).exists():
+                time.sleep(30)
             if self.path == "/health":
                 body = b""
             elif self.path == "/v1/models":

@@ -15,10 +15,18 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from specpilot.cli.params import FiniteFloat
 from specpilot.engines.fix import Fix
 from specpilot.errors import JobFailed, UserError
 from specpilot.hosts import open_host_section
-from specpilot.launch.ops import clear_leftovers, run_down, run_status, stream_log
+from specpilot.launch.ops import (
+    LOGS_TIMEOUT_S,
+    STATUS_TIMEOUT_S,
+    clear_leftovers,
+    run_down,
+    run_status,
+    stream_log,
+)
 from specpilot.launch.outcome import UpResult, describe_returncode
 from specpilot.launch.preflight import Preflight, run_preflight
 from specpilot.launch.replan import Replan, replan, replan_reason
@@ -267,15 +275,28 @@ def _refuse_if_running(name: str) -> None:
         )
 
 
+#: --timeout-s of `status` and `logs`: more than 0, at most a day
+TIMEOUT_S = FiniteFloat(min=0.0, max=86_400.0, min_open=True)
+
+
 @click.command("status")
 @click.argument("name")
 @click.option("-n", "--lines", default=10, show_default=True, help="Log lines to show.")
+@click.option(
+    "--timeout-s",
+    type=TIMEOUT_S,
+    default=STATUS_TIMEOUT_S,
+    show_default=True,
+    help="Wait this long for the endpoint's answer; a busy engine that answers later is shown "
+    "as 'slow to answer (N s)'.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @click.pass_context
-def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
+def status(ctx: click.Context, name: str, lines: int, timeout_s: float, as_json: bool) -> None:
     """Phase, pid, uptime, endpoint answer and the last log lines of a run.
 
-    Exit 0 when the process is alive and its endpoint answers 200, else 1.
+    Exit 0 when the process is alive and its endpoint answers 200, else 1 (a slow
+    answer included: the endpoint is not serving within --timeout-s).
 
     \b
     Example:
@@ -287,7 +308,7 @@ def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
         from specpilot.cli.fleet import fleet_status
 
         ctx.exit(fleet_status(name, as_json))
-    result = asyncio.run(run_status(check_run_name(name), lines=lines))
+    result = asyncio.run(run_status(check_run_name(name), lines=lines, timeout_s=timeout_s))
     if as_json:
         _print_json(result.to_json())
     else:
@@ -308,8 +329,9 @@ def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
             pids = " ".join(map(str, result.leftovers_survived))
             see = f"see `ps -o pid,stat,cmd -g {result.pid}`"
             console.print(f"[bold red]still alive after SIGKILL[/]: pid {pids} ({see})")
-        answer = result.endpoint_status if result.endpoint_status is not None else "-"
-        console.print(f"endpoint {result.endpoint}  answer {answer}  model {result.served_model_name}")
+        state = result.endpoint_state or "-"
+        answer = state if state.startswith("slow") else f"answer {state}"
+        console.print(f"endpoint {result.endpoint}  {answer}  model {result.served_model_name}")
         if result.last_lines:
             console.print(Panel(Text("\n".join(result.last_lines)), title="last lines"))
     ctx.exit(0 if result.serving else 1)
@@ -318,7 +340,14 @@ def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
 @click.command("logs")
 @click.argument("name")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the run stops (or Ctrl-C).")
-def logs(name: str, follow: bool) -> None:
+@click.option(
+    "--timeout-s",
+    type=TIMEOUT_S,
+    default=LOGS_TIMEOUT_S,
+    show_default=True,
+    help="Give up, saying so in one line, when the host does not hand over the log within this long.",
+)
+def logs(name: str, follow: bool, timeout_s: float) -> None:
     """Print a run's whole engine log (with -f, keep following it until the run stops).
 
     \b
@@ -335,7 +364,7 @@ def logs(name: str, follow: bool) -> None:
         return
 
     async def copy() -> None:
-        async for chunk in stream_log(check_run_name(name), follow=follow):
+        async for chunk in stream_log(check_run_name(name), follow=follow, timeout_s=timeout_s):
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -9,6 +11,7 @@ from typing import Any
 
 from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
+from specpilot.hosts.errors import HostTimeout
 from specpilot.launch.health import probe
 from specpilot.launch.identity import recorded_process
 from specpilot.launch.serving import check_serving, record_crash
@@ -19,6 +22,10 @@ from specpilot.launch.tail import followed, next_chunk
 #: what is left of a dead run gets this long between SIGTERM and SIGKILL (vLLM's
 #: resource_tracker ignores SIGTERM; nothing of a crashed run has work to save)
 LEFTOVER_TERM_S = 2.0
+#: how long `status` waits for the endpoint: a busy engine answers /health late, not never
+STATUS_TIMEOUT_S = 10.0
+#: how long `logs` waits for the host to hand over the log (or to say the process runs)
+LOGS_TIMEOUT_S = 60.0
 
 
 def host_for(state: RunState) -> Host:
@@ -60,6 +67,8 @@ class RunStatus:
     uptime_s: float | None
     endpoint: str | None
     endpoint_status: int | None
+    #: what the endpoint said, in words: "200", "503", "no answer", "slow to answer (N s)"
+    endpoint_state: str | None
     served_model_name: str | None
     target: str
     last_lines: list[str] = field(default_factory=list)
@@ -87,6 +96,7 @@ class RunStatus:
             "uptime_s": None if self.uptime_s is None else round(self.uptime_s, 1),
             "endpoint": self.endpoint,
             "endpoint_status": self.endpoint_status,
+            "endpoint_state": self.endpoint_state,
             "served_model_name": self.served_model_name,
             "target": self.target,
             "last_lines": self.last_lines,
@@ -99,7 +109,9 @@ class RunStatus:
         }
 
 
-async def run_status(name: str, *, lines: int = 10) -> RunStatus:
+async def run_status(name: str, *, lines: int = 10, timeout_s: float = STATUS_TIMEOUT_S) -> RunStatus:
+    """The run as it is now; an endpoint that does not answer within `timeout_s` is
+    "slow to answer", a state like any other."""
     state = read_state(name)
     host = host_for(state)
     try:
@@ -115,7 +127,7 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
         phase = state.phase
         if not alive and phase in ("starting", "ready"):
             phase = "exited"  # it was up and is gone: nobody stopped it through specpilot
-        answer = await probe(host, state.endpoint) if alive and state.endpoint else None
+        answer = await probe(host, state.endpoint, timeout_s=timeout_s) if alive and state.endpoint else None
         tail = await host.run(["tail", "-n", str(lines), state.log_path], check=False)
         return RunStatus(
             name=name,
@@ -124,7 +136,8 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
             alive=alive,
             uptime_s=time.time() - state.started_at_s if alive else None,
             endpoint=state.endpoint,
-            endpoint_status=None if answer is None else answer.status,
+            endpoint_status=None if answer is None or answer.slow_after_s is not None else answer.status,
+            endpoint_state=None if answer is None else answer.state,
             served_model_name=state.served_model_name,
             target=state.host.target,
             last_lines=tail.stdout.decode(errors="replace").splitlines(),
@@ -139,22 +152,43 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
         await host.close()
 
 
-async def stream_log(name: str, *, follow: bool, quiet_exit_s: float = 1.0) -> AsyncIterator[bytes]:
+@contextlib.asynccontextmanager
+async def _answer_within(timeout_s: float, host: Host, doing: str) -> AsyncIterator[None]:
+    """A host that does not answer within `timeout_s` is one line saying so (HostTimeout)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            yield
+    except TimeoutError:
+        raise HostTimeout(
+            f"{host.target} was slow to answer ({timeout_s:g} s) {doing}; "
+            "try again, or raise --timeout-s if the host is busy"
+        ) from None
+
+
+async def stream_log(
+    name: str, *, follow: bool, quiet_exit_s: float = 1.0, timeout_s: float = LOGS_TIMEOUT_S
+) -> AsyncIterator[bytes]:
     """The whole log; with `follow`, then new bytes until the process is gone and the
-    log has been quiet for `quiet_exit_s` (or the consumer stops)."""
+    log has been quiet for `quiet_exit_s` (or the consumer stops). Reading the whole log,
+    and each look at the process, must answer within `timeout_s`."""
     state = read_state(name)
     host = host_for(state)
     log_path = state.log_path
     try:
         if not follow:
-            yield await host.read_bytes(log_path)
+            async with _answer_within(timeout_s, host, f"reading {log_path}"):
+                data = await host.read_bytes(log_path)
+            yield data
             return
         async with followed(host, log_path, 0) as chunks:
             while True:
                 chunk = await next_chunk(chunks, quiet_exit_s)
                 if chunk is not None:
                     yield chunk
-                elif await recorded_process(host, state) != "running":
+                    continue
+                async with _answer_within(timeout_s, host, f"checking run {name}'s process"):
+                    process = await recorded_process(host, state)
+                if process != "running":
                     return
     finally:
         await host.close()
