@@ -324,11 +324,20 @@ def export(
     from specpilot.generate.report import reading_ledger
     from specpilot.generate.templates import choose_template
     from specpilot.generate.writer import CLEAN, FLAGGED
+    from specpilot.progress import ProgressLines, stderr_is_terminal
 
     with reading_ledger(directory) as ledger:
         meta = ledger.meta()
     template, warnings = choose_template(chat_template, meta.get("model"))
-    result = run_export(directory, fmt, target, include_flagged=include_flagged)
+    lines = ProgressLines(f"export {fmt}")
+    result = run_export(
+        directory,
+        fmt,
+        target,
+        include_flagged=include_flagged,
+        # off a terminal: a line every PROGRESS_EVERY_S with the rows written so far
+        done=None if stderr_is_terminal() else lambda rows: lines.update("writing", f"{rows:,} rows"),
+    )
     splits = (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
     over = None
     if max_length_tokens is not None:

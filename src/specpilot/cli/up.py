@@ -33,6 +33,7 @@ from specpilot.launch.replan import Replan, replan, replan_reason
 from specpilot.launch.state import check_run_name, read_state
 from specpilot.launch.stop import STOP_OUTCOMES
 from specpilot.launch.supervisor import launch
+from specpilot.progress import ProgressLines, stderr_is_terminal
 from specpilot.spec import Spec, load_spec
 
 #: at most this many re-planned restarts in one `up`: each costs a whole engine start
@@ -122,6 +123,14 @@ def _render_result(result: UpResult, console: Console) -> None:
 async def _up(spec: Spec, pre: Preflight, as_json: bool, console: Console) -> UpResult:
     host = open_host_section(spec.host)
     try:
+        if not stderr_is_terminal():
+            # a log or a pipe: a line per phase and every PROGRESS_EVERY_S, with the last log line
+            lines = ProgressLines(f"up {spec.name}")
+
+            def say(phase: str, elapsed_s: float, last: str | None) -> None:
+                lines.update(phase, (last or "")[-120:])
+
+            return await launch(spec, host, plan=pre.plan, progress=say)
         if as_json:
             return await launch(spec, host, plan=pre.plan)
         line = Text(f"{spec.name}: shipping and starting on {spec.host.target}")

@@ -44,6 +44,7 @@ from importlib import resources
 from pathlib import Path
 
 from specpilot.errors import JobFailed, UserError
+from specpilot.progress import PROGRESS_EVERY_S
 
 # Bump when the build procedure below changes in a way that changes the venv's
 # content; it is part of every cache key.
@@ -53,7 +54,7 @@ READY_MARKER = "specpilot-venv-ready.json"
 BUILD_LOG = "specpilot-venv-build.log"
 _LOG_TAIL_CHARS = 3000
 # A long pip step prints a line this often, so a cold build is never silent for minutes.
-PROGRESS_INTERVAL_S = 30.0
+PROGRESS_INTERVAL_S = PROGRESS_EVERY_S
 
 # PyTorch's CPU-only wheels (https://pytorch.org/get-started/locally/): PyPI's torch
 # is the CUDA build, gigabytes of GPU libraries a CPU engine never loads.

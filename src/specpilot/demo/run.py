@@ -28,7 +28,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -45,6 +45,7 @@ from specpilot.generate.report import JobSummary, open_for_report, render_summar
 from specpilot.launch.preflight import run_preflight
 from specpilot.plan import make_plan
 from specpilot.plan.text import render_plan
+from specpilot.progress import stderr_is_terminal, ticking, to_stderr
 from specpilot.spec import Spec, load_spec
 
 RUN_NAME_PREFIX = "specpilot-demo"
@@ -98,12 +99,18 @@ class _Steps:
         self.started_s = time.monotonic()
 
     @contextlib.contextmanager
-    def step(self, name: str, doing: str) -> Iterator[dict[str, str]]:
-        """Runs a step under a spinner; the body sets `detail` for the closing line."""
+    def step(self, name: str, doing: str, *, ticks: bool = True) -> Iterator[dict[str, str]]:
+        """Runs a step under a spinner (off a terminal: a line on stderr every
+        PROGRESS_EVERY_S, unless the step says its own, `ticks=False`); the body sets
+        `detail` for the closing line."""
         started_s = time.monotonic()
         outcome = {"detail": ""}
+        quiet = ticks and not stderr_is_terminal()
         try:
-            with self.console.status(f"{name}: {doing}"):
+            with (
+                self.console.status(f"{name}: {doing}"),
+                ticking(f"demo {name}", doing) if quiet else _nothing(),
+            ):
                 yield outcome
         except BaseException:
             seconds = time.monotonic() - started_s
@@ -115,6 +122,11 @@ class _Steps:
             f"[green]✓[/] [bold]{name:<9}[/] {escape(outcome['detail'])}  [dim]{seconds:.1f} s[/]",
             soft_wrap=True,
         )
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def free_port() -> int:
@@ -360,8 +372,10 @@ def _ensure_venv(steps: _Steps, result: DemoResult) -> Path:
     doing = "cached" if result.venv_was_cached else "first run: building it (~3 min, cached afterwards)"
     if not result.venv_was_cached:
         steps.console.print(f"engine venv {ENGINE_VENV}: the first run builds it (~3 min), then it is cached")
-    with steps.step("venv", doing) as out:
-        python = ensure_engine_venv(ENGINE_VENV, log=lambda line: None)
+    # off a terminal the build says each pip step and, while one runs, its elapsed time
+    log: Callable[[str], object] = (lambda line: None) if stderr_is_terminal() else to_stderr
+    with steps.step("venv", doing, ticks=False) as out:
+        python = ensure_engine_venv(ENGINE_VENV, log=log)
         out["detail"] = f"{ENGINE_VENV} {'cached' if result.venv_was_cached else 'built'}: {python}"
     return python
 

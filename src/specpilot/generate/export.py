@@ -125,6 +125,14 @@ def jsonl_record(row: dict[str, Any], *, with_status: bool) -> dict[str, Any]:
     return record
 
 
+#: hears the rows written so far, after each shard
+RowsDone = Callable[[int], object]
+
+
+def _quiet(rows: int) -> None:
+    return None
+
+
 def _make_folder(path: Path) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -141,7 +149,7 @@ def _splits(include_flagged: bool) -> tuple[Split, ...]:
 
 
 def _write_jsonl(
-    directory: Path, target: Path, include_flagged: bool, with_status: bool
+    directory: Path, target: Path, include_flagged: bool, done: RowsDone, with_status: bool
 ) -> tuple[list[Path], int]:
     if target.is_dir():
         raise UserError(
@@ -155,6 +163,7 @@ def _write_jsonl(
             for row in part_rows:
                 out.write(json.dumps(jsonl_record(row, with_status=with_status), ensure_ascii=False) + "\n")
             rows += len(part_rows)
+            done(rows)
         out.flush()
         os.fsync(out.fileno())
     if not rows:
@@ -164,17 +173,22 @@ def _write_jsonl(
     return [target], rows
 
 
-def _tables(directory: Path, include_flagged: bool) -> Iterator[tuple[Path, pa.Table]]:
+def _tables(directory: Path, include_flagged: bool, done: RowsDone) -> Iterator[tuple[Path, pa.Table]]:
+    rows = 0
     for path, part_rows in committed_parts(directory, _splits(include_flagged)):
         records = [_arrow_record(row) for row in part_rows]
         yield path, pa.Table.from_pylist(records, schema=SCHEMA)
+        rows += len(part_rows)
+        done(rows)
 
 
-def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> tuple[list[Path], int]:
+def _write_parquet(
+    directory: Path, target: Path, include_flagged: bool, done: RowsDone
+) -> tuple[list[Path], int]:
     _make_folder(target)
     files: list[Path] = []
     rows = 0
-    for path, table in _tables(directory, include_flagged):
+    for path, table in _tables(directory, include_flagged, done):
         out = target / f"{path.parent.name}-{path.stem}.parquet"
         tmp = out.with_name(out.name + ".tmp")
         pq.write_table(table, tmp)
@@ -184,10 +198,10 @@ def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> tupl
     return files, rows
 
 
-def _write_hf(directory: Path, target: Path, include_flagged: bool) -> tuple[list[Path], int]:
+def _write_hf(directory: Path, target: Path, include_flagged: bool, done: RowsDone) -> tuple[list[Path], int]:
     """A `Dataset.save_to_disk` directory: Arrow stream shards, state.json, dataset_info.json."""
     _make_folder(target)
-    tables = list(_tables(directory, include_flagged))
+    tables = list(_tables(directory, include_flagged, done))
     names = [f"data-{i:05d}-of-{len(tables):05d}.arrow" for i in range(len(tables))]
     fingerprint = hashlib.sha256()  # datasets keys its caches by this: one per content
     for name, (_, table) in zip(names, tables, strict=True):
@@ -208,20 +222,26 @@ def _write_hf(directory: Path, target: Path, include_flagged: bool) -> tuple[lis
     return [target / name for name in names], sum(t.num_rows for _, t in tables)
 
 
-Writer = Callable[[Path, Path, bool], tuple[list[Path], int]]
+Writer = Callable[[Path, Path, bool, RowsDone], tuple[list[Path], int]]
 FORMATS: dict[str, tuple[str, Writer]] = {
-    "specforge": ("specforge.jsonl", lambda d, t, f: _write_jsonl(d, t, f, with_status=True)),
-    "speculators": ("speculators.jsonl", lambda d, t, f: _write_jsonl(d, t, f, with_status=False)),
+    "specforge": ("specforge.jsonl", lambda d, t, f, p: _write_jsonl(d, t, f, p, with_status=True)),
+    "speculators": ("speculators.jsonl", lambda d, t, f, p: _write_jsonl(d, t, f, p, with_status=False)),
     "parquet": ("parquet", _write_parquet),
     "hf": ("hf", _write_hf),
 }
 
 
 def export(
-    directory: Path, fmt: str, target: Path | None = None, *, include_flagged: bool = False
+    directory: Path,
+    fmt: str,
+    target: Path | None = None,
+    *,
+    include_flagged: bool = False,
+    done: RowsDone | None = None,
 ) -> ExportResult:
+    """Write the committed rows as `fmt`; `done` hears the rows written so far after each shard."""
     default_name, write = FORMATS[fmt]
-    files, rows = write(directory, target or directory / default_name, include_flagged)
+    files, rows = write(directory, target or directory / default_name, include_flagged, done or _quiet)
     if not files:
         raise UserError(
             f"{directory} has no finished rows{'' if include_flagged else ' in data/'} yet",
