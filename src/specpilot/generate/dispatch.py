@@ -24,7 +24,8 @@ import aiohttp
 
 from specpilot.generate.client import ChatClient, FailureKind, RequestFailed, Sampling
 from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.ledger import Ledger, LedgerBatch, RowState
+from specpilot.generate.ledger import Ledger, LedgerBatch
+from specpilot.generate.report import summarize
 from specpilot.generate.rows import TurnResult, build_row, is_complete, messages_for
 from specpilot.generate.servers import (
     Server,
@@ -151,11 +152,9 @@ class Dispatcher:
         sampling: Sampling,
         ledger: Ledger,
         rows: Iterator[PromptRow | RejectedRow],
-        rows_to_send: int,
         writers: dict[Split, PartWriter],
     ) -> None:
-        """`rows`: the input rows to send (`rows_to_send` of them); `writers`: one per split,
-        closed when `run` ends."""
+        """`rows`: the input rows to send; `writers`: one per split, closed when `run` ends."""
         self.policy, self.session, self.sampling = policy, session, sampling
         self.ledger, self.writers = ledger, writers
         self.client = ChatClient(session, sampling)
@@ -171,9 +170,7 @@ class Dispatcher:
         self.batch = LedgerBatch.empty()
         self.spec = SpecTracker()
         self.tasks = JobTasks(lambda what: self._stop(f"stopped by an error in {what}"))
-        counts = ledger.counts()
-        done_before, failed_before = counts[RowState.DONE], counts[RowState.FAILED]
-        self.stats = LiveStats(rows_to_send + done_before + failed_before, done_before, failed_before)
+        self.stats = LiveStats()
         self.view: ProgressView | None = None
 
     @property
@@ -192,7 +189,11 @@ class Dispatcher:
         """Send every row; returns when all are done or the job stops, raises what ended it."""
         if self.policy.progress_interval_s is not None:
             self.view = ProgressView(
-                self.stats, self.pool, self.accept_length, interval_s=self.policy.progress_interval_s
+                self.stats,
+                self.pool,
+                self.accept_length,
+                lambda: summarize(self.ledger, running=True),
+                interval_s=self.policy.progress_interval_s,
             )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -299,6 +300,7 @@ class Dispatcher:
         if task is None:  # the job is ending; the row is sent again by the next run
             return
         self.batch.started.append(position)
+        self.batch.waiting.discard(position)
         server.in_flight[position] = task
         self.requests.sent_at[position] = time.monotonic()
 
@@ -400,10 +402,12 @@ class Dispatcher:
                 )
             return
         self.batch.retried.append((str(failure), position))
+        self.batch.waiting.add(position)
         self.stats.retried(str(failure))
         self.queue.retry_at(time.monotonic() + retry.delay_s(attempts, failure.retry_after_s), position)
 
     def _requeue(self, position: int) -> None:
+        self.batch.waiting.add(position)
         self.stats.requeued_from_down_server()
         self.queue.ready.appendleft(position)
 

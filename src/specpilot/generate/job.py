@@ -157,7 +157,14 @@ class Job:
                     f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again"
                 )
         self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
-        self.ledger.set_meta({"servers": json.dumps([e.base_url for e in self.config.endpoints])})
+        # this run's start: where its rates' window may begin (a resumed job's earlier rows
+        # finished before it, not within it)
+        self.ledger.set_meta(
+            {
+                "servers": json.dumps([e.base_url for e in self.config.endpoints]),
+                "run_started_at": repr(time.time()),
+            }
+        )
         pending = self.ledger.pending_positions()
         if self.config.limit is not None:
             pending = {p for p in pending if p < self.config.limit}
@@ -271,7 +278,6 @@ class Job:
             sampling,
             self.ledger,
             iter_rows(self.source, self.pending, keep_given_turns=self.config.keep_given_turns),
-            len(self.pending),
             writers,
         )
 
@@ -292,7 +298,7 @@ class Job:
             for i, a, e in self.ledger.failed_rows()
         )
         _write_atomic(out / "errors.jsonl", errors)
-        summary = summarize(self.ledger)
+        summary = summarize(self.ledger, running=False)  # written as the job ends: nothing is out
         meta = self.ledger.meta()
         commits = self.ledger.part_commits()
         manifest = {
