@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specpilot.demo.run import fresh_output_dir, run_name
+from specpilot.demo.run import first_run_note, fresh_output_dir, run_name
 from specpilot.launch.state import check_run_name
 
 
@@ -30,3 +30,9 @@ def test_each_work_folder_names_its_own_run(tmp_path: Path) -> None:
     assert run_name(first) == run_name(tmp_path / "a" / "." / "demo")  # the folder, however written
     assert run_name(first).startswith("specpilot-demo-demo-")
     assert check_run_name(run_name(tmp_path / "odd name é")) == run_name(tmp_path / "odd name é")
+
+
+def test_the_first_run_says_what_it_downloads_and_where_it_keeps_it(tmp_path: Path) -> None:
+    note = first_run_note(tmp_path / "venvs" / "vllm-cpu-abc")
+    assert f"builds a ~3.4 GB environment in {tmp_path / 'venvs' / 'vllm-cpu-abc'}" in note
+    assert "~/.cache/pip" in note and "$SPECPILOT_CACHE" in note and "$SPECPILOT_HOME" in note

