@@ -19,8 +19,9 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -42,8 +43,11 @@ JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
 DUPLICATES_SHOWN = 5
 REJECTED_SHOWN = 20
 REJECTED_FILE = "rejected.jsonl"
-PARAM_KEYS = ("model", "thinking", "keep_given_turns", "max_tokens", "temperature", "top_p", "top_k")
-DEFAULT_PARAMS = {"keep_given_turns": "false"}
+PARAM_KEYS = (
+    "model", "thinking", "keep_given_turns", "max_tokens", "temperature", "top_p", "top_k", "request_fields",
+)  # fmt: skip
+#: what a job started before a key existed had
+DEFAULT_PARAMS = {"keep_given_turns": "false", "request_fields": "{}"}
 
 
 def _stderr(line: str) -> None:
@@ -63,6 +67,8 @@ class JobConfig:
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    #: further request fields (seed, stop, min_p, penalties, --extra-body)
+    request_fields: dict[str, Any] = field(default_factory=dict)
     limit: int | None = None
     dedupe: bool = False
     retry_failed: bool = False
@@ -180,6 +186,7 @@ class Job:
             "temperature": c.temperature,
             "top_p": c.top_p,
             "top_k": c.top_k,
+            "request_fields": dict(sorted(c.request_fields.items())),
         }
         return {
             key: json.dumps(value) if not isinstance(value, str) else value for key, value in values.items()
@@ -357,6 +364,7 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
             temperature=config.temperature,
             top_p=config.top_p,
             top_k=config.top_k,
+            extra=dict(config.request_fields),
         )
         dispatcher = job.dispatcher(session, sampling)
         async with watch(dispatcher) if watch else contextlib.nullcontext():
