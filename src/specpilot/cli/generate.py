@@ -12,7 +12,7 @@ from rich.console import Console
 
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.view import serve_status_options
-from specpilot.errors import EXIT_OK
+from specpilot.errors import EXIT_OK, UserError
 
 #: one example of each prompt row shape the reader accepts (shown in --help, tested)
 ROW_SHAPES: dict[str, dict[str, object]] = {
@@ -279,7 +279,6 @@ def generate(
 def request_fields(extra_body_json: str | None, flags: dict[str, object]) -> dict[str, object]:
     """The request fields besides the sampling basics: --extra-body's, then the flags given;
     a field set by both is refused (which one was meant?)."""
-    from specpilot.errors import UserError
     from specpilot.generate.client import extra_body
 
     fields = extra_body(extra_body_json) if extra_body_json is not None else {}
@@ -358,6 +357,7 @@ Example:
     "(default: the one for the job's model, qwen3.5 for Qwen3.5/3.6).",
 )
 @click.option("--max-length", "max_length_tokens", type=click.IntRange(1), default=None, help=MAX_LENGTH_HELP)
+@click.option("--overwrite", is_flag=True, help="Replace an earlier export at the target.")
 @click.option("--json", "as_json", is_flag=True, help="Print the files written as JSON.")
 def export(
     directory: Path,
@@ -366,6 +366,7 @@ def export(
     include_flagged: bool,
     chat_template: str | None,
     max_length_tokens: int | None,
+    overwrite: bool,
     as_json: bool,
 ) -> None:
     """Export the finished rows of a generate job for SpecForge, speculators or datasets."""
@@ -379,7 +380,16 @@ def export(
 
     with reading_ledger(directory) as ledger:
         meta = ledger.meta()
-    template, warnings = choose_template(chat_template, meta.get("model"))
+    if fmt == "specforge":  # the template is SpecForge's: the other formats carry no template
+        template, warnings = choose_template(chat_template, meta.get("model"))
+    elif chat_template is not None:
+        raise UserError(
+            f"applies to --format specforge, not {fmt}",
+            field="--chat-template",
+            fix="drop --chat-template, or export with --format specforge",
+        )
+    else:
+        template, warnings = None, []
     lines = ProgressLines(f"export {fmt}")
     result = run_export(
         directory,
@@ -388,6 +398,7 @@ def export(
         include_flagged=include_flagged,
         # off a terminal: a line every PROGRESS_EVERY_S with the rows written so far
         done=None if stderr_is_terminal() else lambda rows: lines.update("writing", f"{rows:,} rows"),
+        overwrite=overwrite,
     )
     splits = (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
     over = None

@@ -238,10 +238,19 @@ def export(
     *,
     include_flagged: bool = False,
     done: RowsDone | None = None,
+    overwrite: bool = False,
 ) -> ExportResult:
-    """Write the committed rows as `fmt`; `done` hears the rows written so far after each shard."""
+    """Write the committed rows as `fmt`; `done` hears the rows written so far after each shard.
+    An earlier export at the target is replaced only with `overwrite` (never silently)."""
     default_name, write = FORMATS[fmt]
-    files, rows = write(directory, target or directory / default_name, include_flagged, done or _quiet)
+    target = target or directory / default_name
+    if not overwrite and (target.is_file() or (target.is_dir() and any(target.iterdir()))):
+        raise UserError(
+            f"{target} already exists",
+            field="--to",
+            fix="pass --overwrite to replace it, or give another --to",
+        )
+    files, rows = write(directory, target, include_flagged, done or _quiet)
     if not files:
         raise UserError(
             f"{directory} has no finished rows{'' if include_flagged else ' in data/'} yet",
