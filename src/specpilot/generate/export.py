@@ -244,7 +244,11 @@ def export(
     An earlier export at the target is replaced only with `overwrite` (never silently)."""
     default_name, write = FORMATS[fmt]
     target = target or directory / default_name
-    if not overwrite and (target.is_file() or (target.is_dir() and any(target.iterdir()))):
+    # an earlier export of this format (a file of another kind is the writer's error to name)
+    earlier = (
+        target.is_file() if default_name.endswith(".jsonl") else target.is_dir() and any(target.iterdir())
+    )
+    if earlier and not overwrite:
         raise UserError(
             f"{target} already exists",
             field="--to",

@@ -149,7 +149,8 @@ class Job:
     def prepare(self, model: str) -> None:
         meta = self.ledger.meta()
         params = self._params(model)
-        if "initialized_at" not in meta:
+        resumed = "initialized_at" in meta
+        if not resumed:
             self._initialize(params)
         else:
             self._check_same_job(meta, params)
@@ -175,6 +176,13 @@ class Job:
         if self.config.limit is not None:
             pending = {p for p in pending if p < self.config.limit}
         self.pending = pending
+        if resumed:
+            counts = self.ledger.counts()
+            done, failed, total = counts[RowState.DONE], counts[RowState.FAILED], sum(counts.values())
+            self.config.notify(
+                f"resuming {self.config.output_dir}: {done:,} of {total:,} rows already done"
+                f"{f', {failed:,} failed' if failed else ''}; {len(pending):,} to send now"
+            )
 
     def _params(self, model: str) -> dict[str, str]:
         c = self.config
@@ -440,4 +448,13 @@ def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
         )
     if scope_left:
         return Outcome(summary, 1, f"{scope_left} rows are not done")
+    beyond = summary.pending + summary.in_flight
+    if config.limit is not None and beyond:
+        # the job is incomplete by design: the rest of the input is outside --limit
+        return Outcome(
+            summary,
+            0,
+            f"the first {config.limit:,} input rows are done (--limit {config.limit}); {beyond:,} more "
+            "are in the input: the same command without --limit does them",
+        )
     return Outcome(summary, 0, f"all {summary.done} rows done")
