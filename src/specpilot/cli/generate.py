@@ -154,7 +154,8 @@ them as context and generates only the last answer:
     default=3600.0,
     show_default=True,
     type=FiniteFloat(0),
-    help="Stop (exit 1) when every server has been down this long.",
+    help="Stop (exit 1) when every server has been down this long (at most 60 s while none has "
+    "ever answered: a wrong address, not an outage).",
 )
 @click.option(
     "--flush-interval-s",

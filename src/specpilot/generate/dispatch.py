@@ -62,6 +62,10 @@ class RetryPolicy:
         return delay_s
 
 
+#: --give-up-after-s is for outages of servers that worked; one that never answered gives up sooner
+NEVER_ANSWERED_GIVE_UP_S = 60.0
+
+
 @dataclass(frozen=True)
 class DispatchPolicy:
     """The job settings the dispatcher follows."""
@@ -270,8 +274,18 @@ class Dispatcher:
                     down_since = now
                     self._say("every server is down: paused (no retries spent) while probing")
                 self.stats.paused_reason = "every server is down; probing, no retries spent"
-                if now - down_since > self.policy.give_up_after_s:
-                    self._stop(f"every server was down for {self.policy.give_up_after_s:.0f} s; gave up")
+                # a server that never answered is most likely a wrong address, not an outage
+                never = self.stats.done == 0 and self.stats.failed == 0
+                limit_s = self.policy.give_up_after_s
+                if never:
+                    limit_s = min(limit_s, NEVER_ANSWERED_GIVE_UP_S)
+                if now - down_since > limit_s:
+                    self._stop(
+                        f"no server has answered since the job started ({limit_s:g} s); check the "
+                        "--server / --run addresses and that the servers are up"
+                        if never
+                        else f"every server was down for {limit_s:.0f} s; gave up"
+                    )
                     return
             else:
                 down_since = None
