@@ -28,7 +28,7 @@ def test_each_work_folder_names_its_own_run(tmp_path: Path) -> None:
     first, second = tmp_path / "a" / "demo", tmp_path / "b" / "demo"
     assert run_name(first) != run_name(second)  # same folder name, other place: another run
     assert run_name(first) == run_name(tmp_path / "a" / "." / "demo")  # the folder, however written
-    assert run_name(first).startswith("specpilot-demo-demo-")
+    assert run_name(first).startswith("demo-demo-")
     assert check_run_name(run_name(tmp_path / "odd name é")) == run_name(tmp_path / "odd name é")
 
 

