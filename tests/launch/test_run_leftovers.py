@@ -50,7 +50,7 @@ def crashed_run(make_spec: SpecFactory, tmp_path: Path, name: str) -> tuple[Path
     spec_path = tmp_path / f"{name}.toml"
     started = run("up", str(spec_path), "--json")
     assert started.exit_code == 0, started.output
-    pid = json.loads(started.output)["pid"]
+    pid = json.loads(started.stdout)["pid"]
     leftover = int(stubborn.read_text())
     os.kill(pid, signal.SIGKILL)  # the engine alone, as an OOM killer would
     assert wait_gone(pid)
@@ -76,7 +76,7 @@ def test_every_file_of_a_local_run_is_under_specpilot_home(
     try:
         assert started.exit_code == 0, started.output
         folder = Path(os.environ["SPECPILOT_HOME"]) / "runs" / "owned"
-        assert json.loads(started.output)["run_dir"] == str(folder)
+        assert json.loads(started.stdout)["run_dir"] == str(folder)
         names = {path.name for path in folder.iterdir()}
         assert {"launch.sh", "env", "spec.toml", "plan.json", "manifest.json", "engine.log", "pid"} <= names
         assert "state.json" in names
@@ -93,7 +93,7 @@ def test_status_ends_what_a_crashed_engine_left(
     cleanup.append(pid)
     status = run("status", "crash-status", "--json")
     assert status.exit_code == 1
-    found = json.loads(status.output)
+    found = json.loads(status.stdout)
     assert found["phase"] == "failed" and found["alive"] is False  # found crashed
     assert leftover in found["leftovers_ended"] and found["leftovers_survived"] == []
     assert wait_gone(leftover) and process_group_members(pid) == []
@@ -127,7 +127,7 @@ def test_down_ends_the_leftovers_and_names_them(
     cleanup.append(pid)
     down = run("down", "crash-down", "--json", "--timeout-s", "1")
     assert down.exit_code == 0
-    stopped = json.loads(down.output)
+    stopped = json.loads(down.stdout)
     # the helper ignored SIGTERM: SIGKILL ended it, and nobody survived
     assert (stopped["stopped"], stopped["survivors"]) == ("killed", [])
     assert leftover in stopped["signalled"]
