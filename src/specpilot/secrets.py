@@ -79,8 +79,15 @@ def secret_values(env: Mapping[str, str], argv: Sequence[str] = ()) -> list[str]
 
 
 def shown_argv(argv: Sequence[str]) -> str:
-    """argv as one readable line with secret flag values masked, for an error message."""
-    return " ".join(repr(a) if (not a or any(c.isspace() for c in a)) else a for a in mask_argv(argv))
+    """argv as one readable line with secret flag values masked, for an error message; a
+    program text (`python3 -c SCRIPT`) is named by its size, not printed line by line."""
+
+    def shown(arg: str) -> str:
+        if "\n" in arg.strip():
+            return f"<{arg.strip().count(chr(10)) + 1}-line script>"
+        return repr(arg) if (not arg or any(c.isspace() for c in arg)) else arg
+
+    return " ".join(shown(arg) for arg in mask_argv(argv))
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

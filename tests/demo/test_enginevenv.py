@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -254,9 +259,12 @@ def test_wheel_folder_in_pip_config_wins_over_the_index(
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
     lines: list[str] = []
     unreachable = (tmp_path / "no-index-here").as_uri()
-    sources = package_sources(Path(sys.executable), ["fakecpu==1.0+cpu"], unreachable, lines.append)
-    assert sources == ()
-    assert lines == []
+    source = package_sources(Path(sys.executable), ["fakecpu==1.0+cpu"], unreachable, lines.append)
+    assert (source.kind, source.pip_args, source.relabel) == ("machine", (), False)
+    size = (tmp_path / "wheels" / "fakecpu-1.0+cpu-py3-none-any.whl").stat().st_size
+    assert lines == [
+        f"fakecpu==1.0+cpu: from this machine's pip sources ({tmp_path / 'wheels'}, {size:,} bytes)"
+    ]
 
 
 def test_index_is_added_when_the_machine_lacks_the_pin(
@@ -265,13 +273,15 @@ def test_index_is_added_when_the_machine_lacks_the_pin(
     _isolated_pip(monkeypatch, tmp_path)
     index_url = _simple_index(tmp_path / "cpu-index", _fake_wheel(tmp_path / "built"))
     lines: list[str] = []
-    sources = package_sources(Path(sys.executable), ["fakecpu==1.0+cpu"], index_url, lines.append)
-    assert sources == ("--extra-index-url", index_url)
+    source = package_sources(Path(sys.executable), ["fakecpu==1.0+cpu"], index_url, lines.append)
+    sources = source.pip_args
+    assert (source.kind, sources) == ("index", ("--extra-index-url", index_url))
     assert lines and index_url in lines[0]
     # The pip steps carry the index on installs only, and the cache key does not change.
     recipe = Recipe(name="x", requirements_text="fakecpu==1.0+cpu\n", after=(("uninstall", "-y", "y"),))
     steps = recipe.pip_steps(Path("r.txt"), sources)
     assert steps == [("install", "-r", "r.txt", *sources), ("uninstall", "-y", "y")]
+    assert recipe.pip_steps(Path("r.txt"), (), ("--no-deps",))[0] == ("install", "--no-deps", "-r", "r.txt")
     with_index = Recipe(
         name="x", requirements_text=recipe.requirements_text, after=recipe.after, wheel_index=index_url
     )
@@ -304,3 +314,86 @@ def test_a_long_step_prints_progress_lines(monkeypatch: pytest.MonkeyPatch) -> N
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
     assert enginevenv.wait_with_progress(process, lines.append) == 0
     assert lines and all(line.strip().startswith("still running after") for line in lines)
+
+
+@contextlib.contextmanager
+def _served(folder: Path) -> Iterator[str]:
+    """`folder` over HTTP on 127.0.0.1 (an index as PyTorch's is: sizes only from HEAD)."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_cpu_index_over_http_is_named_with_the_wheel_s_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _isolated_pip(monkeypatch, tmp_path)
+    wheel = _fake_wheel(tmp_path / "built")
+    _simple_index(tmp_path / "cpu-index", wheel)
+    with _served(tmp_path / "cpu-index") as url:
+        lines: list[str] = []
+        source = package_sources(Path(sys.executable), ["fakecpu==1.0+cpu"], url, lines.append)
+    assert source.kind == "index"
+    assert lines == [
+        f"fakecpu==1.0+cpu: not in this machine's pip sources; from {url} ({wheel.stat().st_size:,} bytes)"
+    ]
+
+
+def _pypi_like(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The package index (as PyPI: no `+cpu` builds) holds fakecpu 1.0; nothing else has it."""
+    _isolated_pip(monkeypatch, tmp_path)
+    wheel = _fake_wheel(tmp_path / "pypi-built", version="1.0")
+    monkeypatch.setenv("PIP_INDEX_URL", _simple_index(tmp_path / "pypi", wheel))
+    return wheel
+
+
+def test_pypi_s_own_build_is_the_last_resort_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wheel = _pypi_like(monkeypatch, tmp_path)
+    empty = tmp_path / "empty-cpu-index"
+    empty.mkdir()
+    lines: list[str] = []
+    source = package_sources(Path(sys.executable), ["fakecpu==1.0+cpu"], empty.as_uri(), lines.append)
+    assert (source.kind, source.pip_args, source.relabel) == ("pypi", (), True)
+    (said,) = lines
+    assert said.startswith(
+        f"fakecpu==1.0+cpu: neither in this machine's pip sources nor at {empty.as_uri()}; "
+    )
+    assert f"taking fakecpu==1.0 from the package index ({wheel.parent.parent / 'pypi' / 'fakecpu'}" in said
+    assert f"{wheel.stat().st_size:,} bytes" in said
+    assert (
+        source.requirements("a==1\nfakecpu==1.0+cpu  # the CPU build\n")
+        == "a==1\nfakecpu==1.0  # the CPU build\n"
+    )
+    assert source.install_flags() == ("--no-deps",)
+
+
+def test_an_environment_builds_from_the_package_index_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No wheel folder, no CPU index: the build takes the index's build of the pinned version."""
+    _pypi_like(monkeypatch, tmp_path)
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "cpu.txt").write_text("fakecpu==1.0+cpu\n")
+    (folder / "recipes.toml").write_text(
+        f'[cpu]\nrequirements = "cpu.txt"\nwheel_index = "{(tmp_path / "nowhere").as_uri()}"\n'
+    )
+    lines: list[str] = []
+    python = ensure_engine_venv(
+        "cpu", cache_dir=tmp_path / "cache", log=lines.append, recipes=load_recipes(folder / "recipes.toml")
+    )
+    shown = subprocess.run(
+        [str(python), "-m", "pip", "show", "fakecpu"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "Version: 1.0\n" in shown
+    marker = json.loads((python.parent.parent / READY_MARKER).read_text())
+    assert marker["packages_from"] == "pypi"
+    assert any("taking fakecpu==1.0 from the package index" in line for line in lines)

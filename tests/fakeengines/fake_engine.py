@@ -7,6 +7,11 @@ engine would (exit code, SIGKILL of its own group, serving, or hanging).
                                       <file>.ended is written if the stand-in reaches its own end)
          SPECPILOT_FAKE_LINGER_S=<s>  (optional: stay alive this long after the last line)
          SPECPILOT_FAKE_TRIGGER=<file> (a scenario's after_ready lines are printed once it exists)
+         SPECPILOT_FAKE_STUBBORN_CHILD=<file> (optional: one more helper in our group that
+                                      ignores SIGTERM, as multiprocessing's resource_tracker
+                                      does (vLLM's outlives a SIGKILLed engine); its pid goes to <file>)
+         SPECPILOT_FAKE_BUSY=<file>   (optional: while it exists, /health and /v1/models answer
+                                      only after 30 s, as an engine busy generating may)
          SPECPILOT_FAKE_ORPHAN=1      (optional: before ending, SIGKILL our parent (the launch
                                       watcher), so a non-reaping init adopts us and we end a zombie)
 """
@@ -42,6 +47,9 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 def _serve(host: str, port: int, served: str) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            busy = os.environ.get("SPECPILOT_FAKE_BUSY")
+            if busy and Path(busy).exists():
+                time.sleep(30)
             if self.path == "/health":
                 body = b""
             elif self.path == "/v1/models":
@@ -72,6 +80,16 @@ def _spawn_children(count: int) -> None:
             [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"],
             stdin=subprocess.DEVNULL,
         )
+
+
+#: multiprocessing.resource_tracker's main() ignores SIGINT and SIGTERM
+#: (https://github.com/python/cpython/blob/main/Lib/multiprocessing/resource_tracker.py)
+_STUBBORN = "import signal, time\nfor s in (signal.SIGINT, signal.SIGTERM): signal.signal(s, signal.SIG_IGN)\nwhile True: time.sleep(1)"
+
+
+def _spawn_stubborn(pid_file: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", _STUBBORN], stdin=subprocess.DEVNULL)
+    pid_file.write_text(str(child.pid))
 
 
 def _after_ready(steps: tuple[Step, ...], trigger: Path) -> None:
@@ -115,6 +133,8 @@ def run(scenario: Scenario, args: argparse.Namespace) -> None:
             start_new_session=True,
         )
         Path(escaped).write_text(str(child.pid))
+    if os.environ.get("SPECPILOT_FAKE_STUBBORN_CHILD"):
+        _spawn_stubborn(Path(os.environ["SPECPILOT_FAKE_STUBBORN_CHILD"]))
     server = None
     for step in scenario.steps:
         time.sleep(step.delay_s)

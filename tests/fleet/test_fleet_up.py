@@ -21,6 +21,7 @@ from specpilot.cli import cli
 from specpilot.fleet.ops import router_alive
 from specpilot.fleet.router import RouterClient, Worker
 from specpilot.generate.endpoints import resolve_endpoints
+from specpilot.launch.state import run_folder
 from tests.fixtures.sshd import SshdServer
 from tests.fleet.conftest import FleetFactory
 from tests.launch.conftest import free_port
@@ -70,7 +71,7 @@ def test_two_members_on_one_host_registered_and_down_stops_all(
     listed = router_workers(str(out["router_url"]))
     assert {w.url for w in listed} == urls and all(w.status == "ready" for w in listed)
     # each member got its own GPU, in the verified env file shipped with it
-    env_files = [(run_home / ".specpilot" / "runs" / f"fl-{i}" / "env").read_text() for i in (0, 1)]
+    env_files = [(run_folder(f"fl-{i}") / "env").read_text() for i in (0, 1)]
     assert "CUDA_VISIBLE_DEVICES=0" in env_files[0] and "CUDA_VISIBLE_DEVICES=1" in env_files[1]
 
     status = run("status", "fl", "--json")

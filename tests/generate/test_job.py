@@ -252,7 +252,7 @@ def test_cli_export_specforge_states_the_template_and_refuses_one_that_drops_rea
     assert {r["id"] for r in exported} == {"q0#1", "q1#1", "q2#1", "q3#1"}
     assert all(r["status"] == "success" and "meta" not in r for r in exported)
     with_flagged = runner.invoke(
-        _cli(), ["export", str(out), "--format", "specforge", "--include-flagged", "--json"]
+        _cli(), ["export", str(out), "--format", "specforge", "--include-flagged", "--overwrite", "--json"]
     )
     assert json.loads(with_flagged.stdout)["rows"] == 5
     for template, reason in (("qwen", "drops every reasoning trace"), ("qwen3-thinking", "system prompt")):

@@ -36,7 +36,7 @@ TINY_QWEN3_CONFIG = {
 
 @pytest.fixture
 def run_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """HOME (where LocalHost keeps run directories) and SPECPILOT_HOME (local state)."""
+    """HOME and SPECPILOT_HOME (the local registry, where a local run keeps all its files)."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))

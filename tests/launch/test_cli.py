@@ -49,7 +49,7 @@ def test_up_status_logs_down_json(make_spec: SpecFactory, run_home: Path, tmp_pa
     started = run("up", spec_file("cli-ok", tmp_path), "--json")
     try:
         assert started.exit_code == 0, started.output
-        result = json.loads(started.output)
+        result = json.loads(started.stdout)
         assert set(result) >= UP_KEYS
         assert (result["phase"], result["cause"], result["error"]) == ("ready", "ready", None)
         assert result["allocations"]["kv_tokens"] == 295950
@@ -57,7 +57,7 @@ def test_up_status_logs_down_json(make_spec: SpecFactory, run_home: Path, tmp_pa
 
         status = run("status", "cli-ok", "--json")
         assert status.exit_code == 0
-        assert json.loads(status.output)["endpoint_status"] == 200
+        assert json.loads(status.stdout)["endpoint_status"] == 200
 
         logs = run("logs", spec.name)
         assert "The server is fired up and ready to roll!" in logs.output
@@ -66,9 +66,9 @@ def test_up_status_logs_down_json(make_spec: SpecFactory, run_home: Path, tmp_pa
         assert again.exit_code == 2 and "already running" in again.output
     finally:
         down = run("down", spec.name, "--json")
-    assert down.exit_code == 0 and json.loads(down.output)["stopped"] == "terminated"
+    assert down.exit_code == 0 and json.loads(down.stdout)["stopped"] == "terminated"
     after = run("status", spec.name, "--json")
-    assert after.exit_code == 1 and json.loads(after.output)["phase"] == "stopped"
+    assert after.exit_code == 1 and json.loads(after.stdout)["phase"] == "stopped"
 
 
 def test_up_failure_json_has_cause_error_fix_and_exit_1(
@@ -77,7 +77,7 @@ def test_up_failure_json_has_cause_error_fix_and_exit_1(
     make_spec("sglang_incident_valueerror", name="cli-incident")
     failed = run("up", spec_file("cli-incident", tmp_path), "--json")
     assert failed.exit_code == 1
-    result = json.loads(failed.output)
+    result = json.loads(failed.stdout)
     assert (result["phase"], result["cause"]) == ("failed", "config")
     assert result["error"].startswith("Traceback (most recent call last):")
     assert result["fix"]["env"] == {"SGLANG_ENABLE_SPEC_V2": "1"}
@@ -102,7 +102,7 @@ def test_plan_that_does_not_fit_refuses_unless_forced(
     make_spec("sglang_incident_valueerror", name="cli-nofit", gpu_memory_gib=0.05)
     refused = run("up", spec_file("cli-nofit", tmp_path), "--json")
     assert refused.exit_code == 1
-    result = json.loads(refused.output)
+    result = json.loads(refused.stdout)
     assert (result["phase"], result["cause"], result["pid"]) == ("refused", "oom", None)
     assert "--force" in result["error"]
     human = run("up", spec_file("cli-nofit", tmp_path))
@@ -111,7 +111,7 @@ def test_plan_that_does_not_fit_refuses_unless_forced(
     assert "the plan does not fit" in human.output  # the reason is printed too
     assert "failed" not in human.output and "after 0.0 s" not in human.output
     forced = run("up", spec_file("cli-nofit", tmp_path), "--json", "--force")
-    assert json.loads(forced.output)["cause"] == "config"  # it started, and the engine refused
+    assert json.loads(forced.stdout)["cause"] == "config"  # it started, and the engine refused
 
 
 def test_bad_input_exits_2(run_home: Path, tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ def test_runs_lists_phase_endpoint_and_age(make_spec: SpecFactory, run_home: Pat
         assert started.exit_code == 0, started.output
         listed = json.loads(run("runs", "--json").output)
         assert [(r["name"], r["phase"], r["target"]) for r in listed] == [("listed", "ready", "local")]
-        assert listed[0]["endpoint"] == json.loads(started.output)["endpoint"]
+        assert listed[0]["endpoint"] == json.loads(started.stdout)["endpoint"]
         assert listed[0]["age_s"] >= 0
         table = run("runs").output
         assert "listed" in table and "ready" in table

@@ -25,7 +25,7 @@ from specpilot.hosts.errors import CommandFailed, HostConnectionLost
 from specpilot.hosts.local import LocalHost
 from specpilot.launch.health import probe
 from specpilot.launch.ops import host_for, run_down
-from specpilot.launch.state import RunState, state_path
+from specpilot.launch.state import RunState, run_folder, state_path
 from specpilot.taskgroup import TaskFailed
 from tests.launch.conftest import SpecFactory, free_port
 from tests.launch.helpers import up
@@ -46,7 +46,7 @@ def test_facts_the_host_cannot_report_leave_them_out(
     try:
         result = up(spec)
         assert (result.phase, result.cause) == ("ready", "ready"), result.error
-        manifest = json.loads((run_home / ".specpilot" / "runs" / spec.name / "manifest.json").read_text())
+        manifest = json.loads((run_folder(spec.name) / "manifest.json").read_text())
         assert manifest["host"] is None
     finally:
         asyncio.run(run_down(spec.name, timeout_s=5.0))
@@ -157,6 +157,6 @@ def test_a_bug_in_shipping_one_file_names_it_and_leaves_no_partial_file(
     spec = make_spec("sglang_ready", name="ship-bug")
     with pytest.raises(TaskFailed, match="shipping env failed: RuntimeError: bug in a transfer"):
         up(spec)
-    run_dir = run_home / ".specpilot" / "runs" / spec.name
+    run_dir = run_folder(spec.name)
     assert [p.name for p in run_dir.iterdir() if p.name.startswith(".")] == []  # no temporary file left
     assert not (run_dir / "manifest.json").exists() and not state_path(spec.name).exists()

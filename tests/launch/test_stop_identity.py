@@ -102,18 +102,20 @@ def test_the_run_s_own_process_is_recognised_and_stopped(run_home: Path) -> None
 def test_down_says_every_outcome(outcome: str, monkeypatch: pytest.MonkeyPatch) -> None:
     async def fake_run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
         phase = "stop_failed" if outcome == "survived" else "stopped"
-        return {"name": name, "pid": 4242, "phase": phase, "stopped": outcome}
+        survivors = [4243] if outcome == "survived" else []
+        return {"name": name, "pid": 4242, "phase": phase, "stopped": outcome, "survivors": survivors}
 
     monkeypatch.setattr("specpilot.cli.up.run_down", fake_run_down)
     result = CliRunner().invoke(cli, ["down", "some-run"], catch_exceptions=False)
     assert result.output.startswith("some-run: process group 4242 ")
     assert STOP_OUTCOMES[outcome].split(":")[0].replace("PGID", "4242") in result.output
+    assert ("some-run: still alive: pid 4243" in result.output) == (outcome == "survived")
     assert result.exit_code == (1 if outcome == "survived" else 0)
 
 
 def test_outcomes_cover_what_the_stop_script_can_print() -> None:
     printed = set()
     for line in _GROUP_SCRIPT.splitlines():
-        if "print(" in line and '"' in line:
+        if "report(" in line and '"' in line:
             printed |= {part for part in line.split('"')[1::2] if part.replace("_", "").isalpha()}
     assert printed == set(STOP_OUTCOMES)

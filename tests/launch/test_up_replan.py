@@ -75,7 +75,7 @@ def test_an_oom_start_is_replanned_from_the_engines_numbers_and_started_again(
     spec = _spec(tmp_path, OLD_FLAGS)
     out = CliRunner().invoke(cli, ["up", str(spec), "--force", "--replan", "1", "--json"])
     assert out.exit_code == 0, out.output
-    data = json.loads(out.output)
+    data = json.loads(out.stdout)
     assert data["phase"] == "ready"
     [change] = data["replans"]
     assert "--mem-fraction-static 0.95 -> 0.93" in change["changes"]

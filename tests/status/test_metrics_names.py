@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class _Job:
     def __init__(self) -> None:
-        self.stats = LiveStats(total=40, done_before=0, failed_before=0)
+        self.stats = LiveStats()
         self.pool = ServerPool(["http://user:hunter2@127.0.0.1:1", "http://127.0.0.1:2"], 4)
 
     def accept_length(self) -> float | None:

@@ -110,6 +110,7 @@ class _Guard:
     label: str
     notify: Notify
     progress_interval_s: float
+    rows: int = 0  # rows the job sends (the progress line's denominator)
     dispatcher: Dispatcher | None = None
     interrupted: bool = False
     budget_reached: bool = False
@@ -144,7 +145,7 @@ class _Guard:
                 last_line_s = now
                 stats = dispatcher.stats
                 self.notify(
-                    f"{self.label}: {stats.done}/{stats.total} rows, "
+                    f"{self.label}: {stats.done}/{self.rows} rows, "
                     f"{dispatcher.pool.total_in_flight()} in flight, "
                     f"{stats.completion_tokens:,} output tokens"
                 )
@@ -235,7 +236,7 @@ def measure(prepared: Prepared, settings: Settings, folder: Path, notify: Notify
             )
             return row
         log = TimingLog()
-        guard = _Guard(deadline_s, label, notify, settings.progress_interval_s)
+        guard = _Guard(deadline_s, label, notify, settings.progress_interval_s, settings.sample_rows)
         concurrency = max(1, row.max_running_requests or 1)
         notify(f"{label}: measuring {settings.sample_rows} rows at {concurrency} requests in flight")
         sample_started_s = time.monotonic()

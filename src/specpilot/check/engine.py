@@ -123,6 +123,7 @@ def _apply(rule: Rule, ctx: Context, changed: list[str]) -> Finding | None:
     """Evaluate one rule; apply its adjustment to `ctx`; its finding, or None."""
     if not rule.when(ctx):
         return None
+    named = dict(rule.names(ctx)) if rule.names is not None else {}
     if rule.severity == "adjusts" and rule.sets is not None:
         updates = dict(rule.sets(ctx))
         really = {k: v for k, v in updates.items() if ctx.values.get(k) != v}
@@ -130,7 +131,7 @@ def _apply(rule: Rule, ctx: Context, changed: list[str]) -> Finding | None:
         changed += [k for k in really if k not in changed]
         if not really:
             return None
-    return Finding(rule.id, rule.severity, rule.render(ctx), rule.make_fix(ctx), rule.up_applies)
+    return Finding(rule.id, rule.severity, rule.render(ctx, named), rule.make_fix(ctx), rule.up_applies)
 
 
 def check_args(

@@ -34,7 +34,7 @@ def _print_human(result: CheckResult, secrets: list[str]) -> None:
     console.print("effective args: " + " ".join(mask_argv(result.effective_args)), markup=False)
 
 
-def _fixed_spec_text(spec: Spec, args: list[str], env: dict[str, str], new_path: Path) -> str:
+def fixed_spec_text(spec: Spec, args: list[str], env: dict[str, str], new_path: Path) -> str:
     """The spec with the fixed args and env; a relative model path still names the same folder."""
     model = spec.model.path
     base = spec.source_path.parent if spec.source_path else Path.cwd()
@@ -49,18 +49,19 @@ def _fixed_spec_text(spec: Spec, args: list[str], env: dict[str, str], new_path:
     return spec_to_toml(fixed)
 
 
-def _write_new_spec(path: Path, text: str) -> None:
+def write_new_spec(path: Path, text: str, *, field: str = "--write") -> None:
+    """Write a new spec file; one that exists is refused (never overwritten)."""
     if path.exists():
         raise UserError(
             "already exists; --write creates a new file and never overwrites",
-            field=f"--write {path}",
+            field=f"{field} {path}",
             fix="choose another file name, or move the old file away first",
         )
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as err:
         raise UserError(
-            f"cannot be written ({err.strerror})", field=f"--write {path}", fix="choose a writable path"
+            f"cannot be written ({err.strerror})", field=f"{field} {path}", fix="choose a writable path"
         ) from None
 
 
@@ -125,7 +126,7 @@ def check(
         command = render_command([*program, *model_args], mask_argv(fixed.args), mask_env(fixed.env))
         if write_path is not None and fixed.result.ok:
             # the new spec file holds the real values, as the spec it was made from does
-            _write_new_spec(write_path, _fixed_spec_text(spec, fixed.args, fixed.env, write_path))
+            write_new_spec(write_path, fixed_spec_text(spec, fixed.args, fixed.env, write_path))
             written = str(write_path)
         payload["fixed"] = {
             "ok": fixed.result.ok,

@@ -100,6 +100,19 @@ them as context and generates only the last answer:
 @click.option("--temperature", type=FiniteFloat(0), default=None)
 @click.option("--top-p", type=FiniteFloat(0, 1), default=None)
 @click.option("--top-k", type=int, default=None)
+@click.option("--min-p", type=FiniteFloat(0, 1), default=None)
+@click.option("--seed", type=int, default=None, help="Sampling seed (SGLang and vLLM honour it per request).")
+@click.option("--stop", "stops", multiple=True, help="A stop string (repeatable).")
+@click.option("--presence-penalty", type=FiniteFloat(-2, 2), default=None)
+@click.option("--frequency-penalty", type=FiniteFloat(-2, 2), default=None)
+@click.option("--repetition-penalty", type=FiniteFloat(0, min_open=True), default=None)
+@click.option(
+    "--extra-body",
+    default=None,
+    metavar="JSON",
+    help="More request fields, as a JSON object (e.g. '{\"ignore_eos\": false}'); "
+    "not messages, model or stream.",
+)
 @click.option(
     "--thinking/--no-thinking",
     default=True,
@@ -147,7 +160,8 @@ them as context and generates only the last answer:
     default=3600.0,
     show_default=True,
     type=FiniteFloat(0),
-    help="Stop (exit 1) when every server has been down this long.",
+    help="Stop (exit 1) when every server has been down this long (at most 60 s while none has "
+    "ever answered: a wrong address, not an outage).",
 )
 @click.option(
     "--flush-interval-s",
@@ -185,6 +199,13 @@ def generate(
     temperature: float | None,
     top_p: float | None,
     top_k: int | None,
+    min_p: float | None,
+    seed: int | None,
+    stops: tuple[str, ...],
+    presence_penalty: float | None,
+    frequency_penalty: float | None,
+    repetition_penalty: float | None,
+    extra_body: str | None,
     thinking: bool,
     keep_given_turns: bool,
     limit: int | None,
@@ -208,6 +229,17 @@ def generate(
     from specpilot.generate.job import JobConfig, run_generate
     from specpilot.generate.report import render_summary
 
+    fields = request_fields(
+        extra_body,
+        {
+            "min_p": min_p,
+            "seed": seed,
+            "stop": list(stops) or None,
+            "presence_penalty": presence_penalty,
+            "frequency_penalty": frequency_penalty,
+            "repetition_penalty": repetition_penalty,
+        },
+    )
     config = JobConfig(
         input_path=input_path,
         output_dir=output_dir,
@@ -220,6 +252,7 @@ def generate(
         temperature=temperature,
         top_p=top_p,
         top_k=top_k,
+        request_fields=fields,
         limit=limit,
         dedupe=dedupe,
         retry_failed=retry_failed,
@@ -255,6 +288,24 @@ def generate(
         click.echo(outcome.message, err=True)
     if outcome.exit_code != EXIT_OK:
         sys.exit(outcome.exit_code)
+
+
+def request_fields(extra_body_json: str | None, flags: dict[str, object]) -> dict[str, object]:
+    """The request fields besides the sampling basics: --extra-body's, then the flags given;
+    a field set by both is refused (which one was meant?)."""
+    from specpilot.generate.client import extra_body
+
+    fields = extra_body(extra_body_json) if extra_body_json is not None else {}
+    given = {key: value for key, value in flags.items() if value is not None}
+    both = sorted(set(fields) & set(given))
+    if both:
+        flag = "--" + both[0].replace("_", "-")
+        raise UserError(
+            f"sets {both[0]}, which {flag} also sets",
+            field="--extra-body",
+            fix=f"give it once: drop it or {flag}",
+        )
+    return {**fields, **given}
 
 
 MAX_LENGTH_HELP = (
@@ -339,6 +390,7 @@ Example:
     "only the last turn with Qwen3.x templates).",
 )
 @click.option("--max-length", "max_length_tokens", type=click.IntRange(1), default=None, help=MAX_LENGTH_HELP)
+@click.option("--overwrite", is_flag=True, help="Replace an earlier export at the target.")
 @click.option("--json", "as_json", is_flag=True, help="Print the files written as JSON.")
 def export(
     directory: Path,
@@ -348,6 +400,7 @@ def export(
     chat_template: str | None,
     per_turn: bool | None,
     max_length_tokens: int | None,
+    overwrite: bool,
     as_json: bool,
 ) -> None:
     """Export the finished rows of a generate job for SpecForge, speculators or datasets."""
@@ -357,6 +410,7 @@ def export(
     from specpilot.generate.report import reading_ledger
     from specpilot.generate.templates import choose_template
     from specpilot.generate.writer import CLEAN, FLAGGED
+    from specpilot.progress import ProgressLines, stderr_is_terminal
 
     if per_turn is not None and fmt != "specforge":
         flag = "--per-turn" if per_turn else "--whole-conversations"
@@ -367,9 +421,26 @@ def export(
         )
     with reading_ledger(directory) as ledger:
         meta = ledger.meta()
-    template, warnings = choose_template(chat_template, meta.get("model"))
+    if fmt == "specforge":  # the template is SpecForge's: the other formats carry no template
+        template, warnings = choose_template(chat_template, meta.get("model"))
+    elif chat_template is not None:
+        raise UserError(
+            f"applies to --format specforge, not {fmt}",
+            field="--chat-template",
+            fix="drop --chat-template, or export with --format specforge",
+        )
+    else:
+        template, warnings = None, []
+    lines = ProgressLines(f"export {fmt}")
     result = run_export(
-        directory, fmt, target, include_flagged=include_flagged, per_turn=per_turn is not False
+        directory,
+        fmt,
+        target,
+        include_flagged=include_flagged,
+        per_turn=per_turn is not False,
+        # off a terminal: a line every PROGRESS_EVERY_S with the rows written so far
+        done=None if stderr_is_terminal() else lambda rows: lines.update("writing", f"{rows:,} rows"),
+        overwrite=overwrite,
     )
     warnings += result.warnings
     splits = (CLEAN, FLAGGED) if include_flagged else (CLEAN,)

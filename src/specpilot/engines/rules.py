@@ -102,14 +102,19 @@ class Rule:
     why: str = ""
     #: a warning whose fix `up` adds to the argv it starts (see Finding.up_applies)
     up_applies: bool = False
+    #: values the message names beyond the flags' own (a part of a JSON flag, say), taken
+    #: before the rule's own adjustment (what was given, not what the engine made of it)
+    names: Callable[[Context], Mapping[str, object]] | None = None
 
     def applies_to(self, engine: str, version: Version) -> bool:
         return engine == self.engine and self.versions.contains(version, prereleases=True)
 
-    def render(self, ctx: Context) -> str:
+    def render(self, ctx: Context, named: Mapping[str, object] | None = None) -> str:
+        """The message; `named`: what `names` gave before the adjustment."""
         fields = {k: v for k, v in ctx.values.items()}
         fields["arch"] = ctx.architecture or "this model"
         fields["model_context_len"] = ctx.model_context_len
+        fields.update(named or {})
         return self.message.format(**fields)
 
     def make_fix(self, ctx: Context) -> Fix | None:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 import aiohttp
 import yarl
 
+from specpilot.errors import UserError
 from specpilot.generate.text import may_hold_surrogates, where_unencodable
 from specpilot.generate.thinking import markers_for, split_inline
 from specpilot.generate.types import Message
@@ -99,6 +100,8 @@ class Sampling:
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    #: further request fields (--seed, --stop, --min-p, penalties, --extra-body), sent as given
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model}
@@ -106,7 +109,42 @@ class Sampling:
             if getattr(self, key) is not None:
                 body[key] = getattr(self, key)
         body["chat_template_kwargs"] = {"enable_thinking": self.thinking}
+        for key, value in self.extra.items():
+            if key == "chat_template_kwargs" and isinstance(value, dict):
+                body[key] = {**value, **body[key]}  # enable_thinking stays --thinking's
+            else:
+                body[key] = value
         return body
+
+
+#: request fields specpilot sets itself: an --extra-body that sets one is refused
+OWNED_FIELDS = ("messages", "model", "stream", "stream_options", "tools", "n")
+
+
+def extra_body(text: str) -> dict[str, Any]:
+    """--extra-body: a JSON object of request fields; one line naming what is wrong otherwise."""
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise UserError(
+            f"is not valid JSON ({err})",
+            field="--extra-body",
+            fix="""give a JSON object, e.g. '{"ignore_eos": false}'""",
+        ) from None
+    if not isinstance(value, dict):
+        raise UserError(
+            f"is {type(value).__name__} JSON, not an object",
+            field="--extra-body",
+            fix="""give a JSON object of request fields, e.g. '{"repetition_penalty": 1.05}'""",
+        )
+    owned = sorted(set(value) & set(OWNED_FIELDS))
+    if owned:
+        raise UserError(
+            f"sets {', '.join(owned)}, which specpilot sets itself",
+            field="--extra-body",
+            fix="drop them (the prompt rows give the messages, --model the model; nothing is streamed)",
+        )
+    return value
 
 
 CONNECT_TIMEOUT_S = 10.0

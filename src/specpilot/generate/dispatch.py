@@ -24,7 +24,8 @@ import aiohttp
 
 from specpilot.generate.client import ChatClient, FailureKind, RequestFailed, Sampling
 from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.ledger import Ledger, LedgerBatch, RowState
+from specpilot.generate.ledger import Ledger, LedgerBatch
+from specpilot.generate.report import summarize
 from specpilot.generate.rows import TurnResult, build_row, is_complete, messages_for
 from specpilot.generate.servers import (
     Server,
@@ -67,6 +68,10 @@ class RetryPolicy:
         if retry_after_s is not None:
             delay_s = max(delay_s, min(retry_after_s, self.cap_s))
         return delay_s
+
+
+#: --give-up-after-s is for outages of servers that worked; one that never answered gives up sooner
+NEVER_ANSWERED_GIVE_UP_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -162,12 +167,10 @@ class Dispatcher:
         sampling: Sampling,
         ledger: Ledger,
         rows: Iterator[PromptRow | RejectedRow],
-        rows_to_send: int,
         writers: dict[Split, PartWriter],
         client_factory: ClientFactory | None = None,
     ) -> None:
-        """`rows`: the input rows to send (`rows_to_send` of them); `writers`: one per split,
-        closed when `run` ends."""
+        """`rows`: the input rows to send; `writers`: one per split, closed when `run` ends."""
         self.policy, self.session, self.sampling = policy, session, sampling
         self.ledger, self.writers = ledger, writers
         self.client = (client_factory or ChatClient)(session, sampling)
@@ -184,9 +187,7 @@ class Dispatcher:
         self.batch = LedgerBatch.empty()
         self.spec = SpecTracker()
         self.tasks = JobTasks(lambda what: self._stop(f"stopped by an error in {what}"))
-        counts = ledger.counts()
-        done_before, failed_before = counts[RowState.DONE], counts[RowState.FAILED]
-        self.stats = LiveStats(rows_to_send + done_before + failed_before, done_before, failed_before)
+        self.stats = LiveStats()
         self.view: ProgressView | None = None
         #: wall clock minus monotonic clock at the start: rows' done_at (and so the summary's
         #: elapsed_s and overall rates) follow the wall clock, which can jump
@@ -209,7 +210,11 @@ class Dispatcher:
         """Send every row; returns when all are done or the job stops, raises what ended it."""
         if self.policy.progress_interval_s is not None:
             self.view = ProgressView(
-                self.stats, self.pool, self.accept_length, interval_s=self.policy.progress_interval_s
+                self.stats,
+                self.pool,
+                self.accept_length,
+                lambda: summarize(self.ledger, running=True),
+                interval_s=self.policy.progress_interval_s,
             )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -286,8 +291,18 @@ class Dispatcher:
                     down_since = now
                     self._say("every server is down: paused (no retries spent) while probing")
                 self.stats.paused_reason = "every server is down; probing, no retries spent"
-                if now - down_since > self.policy.give_up_after_s:
-                    self._stop(f"every server was down for {self.policy.give_up_after_s:.0f} s; gave up")
+                # a server that never answered is most likely a wrong address, not an outage
+                never = self.stats.done == 0 and self.stats.failed == 0
+                limit_s = self.policy.give_up_after_s
+                if never:
+                    limit_s = min(limit_s, NEVER_ANSWERED_GIVE_UP_S)
+                if now - down_since > limit_s:
+                    self._stop(
+                        f"no server has answered since the job started ({limit_s:g} s); check the "
+                        "--server / --run addresses and that the servers are up"
+                        if never
+                        else f"every server was down for {limit_s:.0f} s; gave up"
+                    )
                     return
             else:
                 down_since = None
@@ -316,6 +331,7 @@ class Dispatcher:
         if task is None:  # the job is ending; the row is sent again by the next run
             return
         self.batch.started.append(position)
+        self.batch.waiting.discard(position)
         server.in_flight[position] = task
         self.requests.sent_at[position] = time.monotonic()
 
@@ -432,10 +448,12 @@ class Dispatcher:
                 )
             return
         self.batch.retried.append((str(failure), position))
+        self.batch.waiting.add(position)
         self.stats.retried(str(failure))
         self.queue.retry_at(time.monotonic() + retry.delay_s(attempts, failure.retry_after_s), position)
 
     def _requeue(self, position: int) -> None:
+        self.batch.waiting.add(position)
         self.stats.requeued_from_down_server()
         self.queue.ready.appendleft(position)
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 from specpilot.generate.dispatch import Dispatcher
-from specpilot.generate.report import JobSummary
-from specpilot.generate.stats import RATE_WINDOW_S
+from specpilot.generate.report import JobSummary, summarize
 from specpilot.projection import Projection, Rates, job_rates, project, read_bench
 
 Watcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
@@ -67,31 +64,26 @@ def projecting(job_dir: Path, interval_s: float, notify: Callable[[str], None]) 
 
     @contextlib.asynccontextmanager
     async def watch(dispatcher: Dispatcher) -> AsyncIterator[object]:
-        samples: deque[tuple[float, int]] = deque()
-
         async def loop() -> None:
             while True:
                 await asyncio.sleep(interval_s)
-                stats, servers = dispatcher.stats, len(dispatcher.pool.servers)
-                now = time.monotonic()
-                samples.append((now, stats.completion_tokens))
-                while len(samples) > 2 and now - samples[0][0] > RATE_WINDOW_S:
-                    samples.popleft()
-                first_s, first_tokens = samples[0] if len(samples) > 1 else (stats.started_at, 0)
-                rate = (stats.completion_tokens - first_tokens) / max(now - first_s, 1e-9)
+                # the ledger's summary: the counters and rate window the progress line shows too
+                s = summarize(dispatcher.ledger, running=True)
+                servers = len(dispatcher.pool.servers)
+                window = "minute" if s.rate_window_s >= 60 else f"{s.rate_window_s:.0f} s"
                 measured = job_rates(
-                    done_rows=stats.done,
-                    output_tokens=stats.completion_tokens,
-                    output_tokens_per_s=rate,
+                    done_rows=s.done,
+                    output_tokens=s.completion_tokens,
+                    output_tokens_per_s=s.output_tokens_per_s,
                     servers=servers,
-                    over="over the last minute",
+                    over=f"over the last {window}",
                     job_dir=job_dir,
                 )
                 rates = _fallback(job_dir, measured)
                 if rates is None:
                     continue
                 gpus = _gpus(None, servers, rates)
-                left, whole = project(stats.remaining(), rates, gpus), project(stats.total, rates, gpus)
+                left, whole = project(s.pending + s.in_flight, rates, gpus), project(s.total, rates, gpus)
                 notify(
                     f"projected: rows left {left.line()}; the whole input {whole.gpu_hours:,.2f} GPU-hours"
                 )

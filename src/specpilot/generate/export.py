@@ -184,6 +184,14 @@ def speculators_records(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**jsonl_record(row, with_status=False), "target_turns": targets}]
 
 
+#: told the rows written so far, after each part (off a terminal: a progress line)
+RowsDone = Callable[[int], object]
+
+
+def _quiet(rows: int) -> None:
+    """A `RowsDone` that says nothing."""
+
+
 @dataclass
 class _Written:
     files: list[Path]
@@ -191,7 +199,9 @@ class _Written:
     left_out: int = 0  # stored rows that became no record
 
 
-def _write_jsonl(directory: Path, target: Path, include_flagged: bool, records: Records) -> _Written:
+def _write_jsonl(
+    directory: Path, target: Path, include_flagged: bool, done: RowsDone, records: Records
+) -> _Written:
     if target.is_dir():
         raise UserError(
             f"{target} is a folder", field="--to", fix="give the path of the .jsonl file to write"
@@ -208,6 +218,7 @@ def _write_jsonl(directory: Path, target: Path, include_flagged: bool, records: 
                     for record in made:
                         out.write(json.dumps(record, ensure_ascii=False) + "\n")
                     written += len(made)
+                done(written)
             out.flush()
             os.fsync(out.fileno())
     except BaseException:
@@ -230,7 +241,7 @@ def _batches(rows: Iterator[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
         yield pa.RecordBatch.from_pylist([_arrow_record(row) for row in batch], schema=SCHEMA)
 
 
-def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> _Written:
+def _write_parquet(directory: Path, target: Path, include_flagged: bool, done: RowsDone) -> _Written:
     """One shard per part, written a row group at a time."""
     _make_folder(target)
     files: list[Path] = []
@@ -248,10 +259,11 @@ def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> _Wri
             raise
         tmp.replace(out)
         files.append(out)
+        done(rows)
     return _Written(files, rows)
 
 
-def _write_hf(directory: Path, target: Path, include_flagged: bool) -> _Written:
+def _write_hf(directory: Path, target: Path, include_flagged: bool, done: RowsDone) -> _Written:
     """A `Dataset.save_to_disk` directory: Arrow stream shards (one per part, written a batch
     at a time), then state.json and dataset_info.json, which make it a dataset."""
     _make_folder(target)
@@ -265,6 +277,7 @@ def _write_hf(directory: Path, target: Path, include_flagged: bool) -> _Written:
                 stream.write_batch(batch)
                 rows += batch.num_rows
                 fingerprint.update("".join(f"{i}\n" for i in batch.column("id").to_pylist()).encode())
+        done(rows)
     state: dict[str, Any] = {
         "_data_files": [{"filename": name} for name in names],
         "_fingerprint": fingerprint.hexdigest()[:16],
@@ -286,7 +299,7 @@ def _remove_partial(target: Path) -> None:
             tmp.unlink()
 
 
-Writer = Callable[[Path, Path, bool], _Written]
+Writer = Callable[[Path, Path, bool, RowsDone], _Written]
 FORMATS: dict[str, str] = {
     "specforge": "specforge.jsonl",
     "speculators": "speculators.jsonl",
@@ -297,9 +310,9 @@ FORMATS: dict[str, str] = {
 
 def _writer(fmt: str, per_turn: bool) -> Writer:
     if fmt == "specforge":
-        return lambda d, t, f: _write_jsonl(d, t, f, specforge_records(per_turn))
+        return lambda d, t, f, p: _write_jsonl(d, t, f, p, specforge_records(per_turn))
     if fmt == "speculators":
-        return lambda d, t, f: _write_jsonl(d, t, f, speculators_records)
+        return lambda d, t, f, p: _write_jsonl(d, t, f, p, speculators_records)
     return _write_parquet if fmt == "parquet" else _write_hf
 
 
@@ -310,11 +323,21 @@ def export(
     *,
     include_flagged: bool = False,
     per_turn: bool = True,
+    done: RowsDone | None = None,
+    overwrite: bool = False,
 ) -> ExportResult:
-    """`per_turn` (specforge only): one row per target turn, see `rows.turn_rows`."""
+    """Write the committed rows as `fmt`; `per_turn` (specforge only): one row per target turn, see
+    `rows.turn_rows`; `done` hears the rows written so far after each part. An earlier export
+    at the target is replaced only with `overwrite` (never silently)."""
     to = target or directory / FORMATS[fmt]
+    # an earlier export of this format (a file of another kind is the writer's error to name)
+    earlier = to.is_file() if FORMATS[fmt].endswith(".jsonl") else to.is_dir() and any(to.iterdir())
+    if earlier and not overwrite:
+        raise UserError(
+            f"{to} already exists", field="--to", fix="pass --overwrite to replace it, or give another --to"
+        )
     try:
-        written = _writer(fmt, per_turn)(directory, to, include_flagged)
+        written = _writer(fmt, per_turn)(directory, to, include_flagged, done or _quiet)
     except OSError as err:
         _remove_partial(to)
         # reading the job's own files says so itself (committed_parts): this is the target

@@ -19,8 +19,9 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -44,8 +45,11 @@ JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
 DUPLICATES_SHOWN = 5
 REJECTED_SHOWN = 20
 REJECTED_FILE = "rejected.jsonl"
-PARAM_KEYS = ("model", "thinking", "keep_given_turns", "max_tokens", "temperature", "top_p", "top_k")
-DEFAULT_PARAMS = {"keep_given_turns": "false"}
+PARAM_KEYS = (
+    "model", "thinking", "keep_given_turns", "max_tokens", "temperature", "top_p", "top_k", "request_fields",
+)  # fmt: skip
+#: what a job started before a key existed had
+DEFAULT_PARAMS = {"keep_given_turns": "false", "request_fields": "{}"}
 
 
 def _stderr(line: str) -> None:
@@ -65,6 +69,8 @@ class JobConfig:
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    #: further request fields (seed, stop, min_p, penalties, --extra-body)
+    request_fields: dict[str, Any] = field(default_factory=dict)
     limit: int | None = None
     dedupe: bool = False
     retry_failed: bool = False
@@ -148,7 +154,8 @@ class Job:
     def prepare(self, model: str) -> None:
         meta = self.ledger.meta()
         params = self._params(model)
-        if "initialized_at" not in meta:
+        resumed = "initialized_at" in meta
+        if not resumed:
             if self.config.retry_truncated:
                 raise UserError(
                     f"{self.config.output_dir} holds no job yet: no truncated rows to retry",
@@ -180,12 +187,25 @@ class Job:
                 f"{retried} truncated rows queued again at --max-tokens {self.config.max_tokens}"
             )
         self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
-        servers = [url_without_credentials(e.base_url) for e in self.config.endpoints]
-        self.ledger.set_meta({"servers": json.dumps(servers)})
+        # this run's start: where its rates' window may begin (a resumed job's earlier rows
+        # finished before it, not within it)
+        self.ledger.set_meta(
+            {
+                "servers": json.dumps([url_without_credentials(e.base_url) for e in self.config.endpoints]),
+                "run_started_at": repr(time.time()),
+            }
+        )
         pending = self.ledger.pending_positions()
         if self.config.limit is not None:
             pending = {p for p in pending if p < self.config.limit}
         self.pending = pending
+        if resumed:
+            counts = self.ledger.counts()
+            done, failed, total = counts[RowState.DONE], counts[RowState.FAILED], sum(counts.values())
+            self.config.notify(
+                f"resuming {self.config.output_dir}: {done:,} of {total:,} rows already done"
+                f"{f', {failed:,} failed' if failed else ''}; {len(pending):,} to send now"
+            )
 
     def _params(self, model: str) -> dict[str, str]:
         c = self.config
@@ -197,6 +217,7 @@ class Job:
             "temperature": c.temperature,
             "top_p": c.top_p,
             "top_k": c.top_k,
+            "request_fields": dict(sorted(c.request_fields.items())),
         }
         return {
             key: json.dumps(value) if not isinstance(value, str) else value for key, value in values.items()
@@ -298,7 +319,6 @@ class Job:
             sampling,
             self.ledger,
             iter_rows(self.source, self.pending, keep_given_turns=self.config.keep_given_turns),
-            len(self.pending),
             writers,
             self.config.client_factory,
         )
@@ -320,7 +340,7 @@ class Job:
             for i, a, e in self.ledger.failed_rows()
         )
         _write_atomic(out / "errors.jsonl", errors)
-        summary = summarize(self.ledger)
+        summary = summarize(self.ledger, running=False)  # written as the job ends: nothing is out
         meta = self.ledger.meta()
         commits = self.ledger.part_commits()
         manifest = {
@@ -379,6 +399,7 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
             temperature=config.temperature,
             top_p=config.top_p,
             top_k=config.top_k,
+            extra=dict(config.request_fields),
         )
         dispatcher = job.dispatcher(session, sampling)
         async with watch(dispatcher) if watch else contextlib.nullcontext():
@@ -473,4 +494,13 @@ def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
         if summary.rejected
         else ""
     )
+    beyond = summary.pending + summary.in_flight
+    if config.limit is not None and beyond:
+        # the job is incomplete by design: the rest of the input is outside --limit
+        return Outcome(
+            summary,
+            0,
+            f"the first {config.limit:,} input rows are done (--limit {config.limit}); {beyond:,} more "
+            f"are in the input: the same command without --limit does them{rejected}",
+        )
     return Outcome(summary, 0, f"all {summary.done} rows done{rejected}")

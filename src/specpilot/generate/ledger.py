@@ -33,7 +33,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 
@@ -104,13 +104,16 @@ class LedgerBatch:
     failed: list[tuple[str, int]]
     done: list[DoneRecord]
     parts: list[PartCommit]
+    #: rows out of flight and waiting to be sent again (a retry's backoff, a server gone):
+    #: `pending` again, so the ledger's `in_flight` is what is out now
+    waiting: set[int] = field(default_factory=set)
 
     @classmethod
     def empty(cls) -> LedgerBatch:
         return cls([], [], [], [], [])
 
     def __bool__(self) -> bool:
-        return bool(self.started or self.retried or self.failed or self.done or self.parts)
+        return bool(self.started or self.retried or self.failed or self.done or self.parts or self.waiting)
 
 
 class Ledger:
@@ -251,6 +254,11 @@ class Ledger:
                 ((p,) for p in batch.started),
             )
             db.executemany("UPDATE rows SET last_error = ? WHERE position = ?", batch.retried)
+            db.executemany(
+                f"UPDATE rows SET state = {RowState.PENDING} "
+                f"WHERE position = ? AND state = {RowState.IN_FLIGHT}",
+                ((p,) for p in sorted(batch.waiting)),
+            )
             db.executemany(
                 f"UPDATE rows SET state = {RowState.FAILED}, last_error = ? "
                 f"WHERE position = ? AND state != {RowState.DONE}",

@@ -36,3 +36,19 @@ class DirectoryLock:
 
     def release(self) -> None:
         os.close(self._fd)
+
+
+def is_held(directory: Path) -> bool:
+    """Whether a `generate` holds `directory`'s lock now (a job runs there). Never creates
+    the lock file, and never blocks: a shared lock is tried, and released at once."""
+    try:
+        fd = os.open(directory / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing the descriptor drops the shared lock, if taken
+    return False

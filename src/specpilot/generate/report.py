@@ -21,6 +21,7 @@ from rich.table import Table
 from specpilot.errors import UserError
 from specpilot.generate.disk import disk_error
 from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
+from specpilot.generate.lock import is_held
 from specpilot.generate.stats import RATE_WINDOW_S, eta_text
 from specpilot.generate.validate import FLAG_NAMES
 
@@ -85,7 +86,7 @@ class JobSummary:
     completion_tokens: int
     retries: int
     flags: dict[str, int]
-    rows_per_s: float  # over the last minute (the job's life if younger)
+    rows_per_s: float  # over the last `rate_window_s`
     output_tokens_per_s: float
     eta_s: float | None
     elapsed_s: float | None  # job start to its last finished row
@@ -96,6 +97,8 @@ class JobSummary:
     thinking: bool
     servers: list[str]
     input: str | None
+    #: the rates' window: the last RATE_WINDOW_S ending now, shorter only while this run is younger
+    rate_window_s: float = RATE_WINDOW_S
     this_run_servers: list[ServerRun] | None = None  # generate's summary only
     lengths: dict[str, dict[str, Any]] | None = None  # report --max-length only, per split
 
@@ -111,35 +114,47 @@ def _int(value: object) -> int:
     return int(str(value or 0))
 
 
-def summarize(ledger: Ledger, *, now: float | None = None) -> JobSummary:
-    """The job's summary from its ledger alone."""
+def summarize(ledger: Ledger, *, now: float | None = None, running: bool | None = None) -> JobSummary:
+    """The job's summary from its ledger alone: what the page, `/metrics`, `report` and the
+    progress line all show.
+
+    `running` (None: whether a `generate` holds the folder's lock now) decides what rows the
+    ledger marks in flight are: out now while a job runs, else waiting to be sent again by
+    the next run (pending). The rates count the rows finished within a window of fixed
+    length ending at `now` (RATE_WINDOW_S, or this run's age if it is younger), so rows
+    that finish in waves move it no more than they move the truth."""
     now = time.time() if now is None else now
+    if running is None:
+        running = is_held(ledger.path.parent)
     meta = ledger.meta()
     counts = ledger.counts()
+    run_started = float(meta.get("run_started_at") or meta.get("initialized_at") or now)
+    window_s = max(min(RATE_WINDOW_S, now - run_started), 1.0)
     flag_sums = ", ".join(f"SUM((flags >> {bit}) & 1)" for bit in range(len(FLAG_NAMES)))
     (totals,) = ledger.query(
         "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
         "COALESCE(SUM(MAX(attempts - 1, 0)), 0), "
-        f"SUM(done_at > ?), SUM(CASE WHEN done_at > ? THEN completion_tokens END), "
-        f"MIN(CASE WHEN done_at > ? THEN done_at END), MIN(done_at), MAX(done_at), "
+        "SUM(done_at > ? AND done_at <= ?), "
+        "SUM(CASE WHEN done_at > ? AND done_at <= ? THEN completion_tokens END), "
+        "MIN(done_at), MAX(done_at), "
         f"COALESCE(SUM(state = {RowState.DONE} AND flags != 0), 0), {flag_sums} FROM rows",
-        (now - RATE_WINDOW_S,) * 3,
+        (now - window_s, now) * 2,
     )
     prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens = (_int(v) for v in totals[:5])
-    first_recent, first_done, last_done = (None if v is None else float(str(v)) for v in totals[5:8])
-    flagged = _int(totals[8])
-    # The rate over the last minute, or over the job's life if it is younger than that.
-    window_s = max(now - first_recent, 1.0) if first_recent is not None else RATE_WINDOW_S
+    first_done, last_done = (None if v is None else float(str(v)) for v in totals[5:7])
+    flagged = _int(totals[7])
     rows_per_s = recent_rows / window_s
-    done, remaining = counts[RowState.DONE], counts[RowState.PENDING] + counts[RowState.IN_FLIGHT]
+    in_flight = counts[RowState.IN_FLIGHT] if running else 0
+    pending = counts[RowState.PENDING] + counts[RowState.IN_FLIGHT] - in_flight
+    done, remaining = counts[RowState.DONE], pending + in_flight
     accept = meta.get("spec_accept_length")
     # Whole-job totals: from the job's start (the ledger's creation) to its last finished row.
     started = float(meta.get("initialized_at") or (first_done if first_done is not None else now))
     elapsed_s = max(last_done - started, 1e-3) if last_done is not None else None
     return JobSummary(
         total=sum(counts.values()),
-        pending=counts[RowState.PENDING],
-        in_flight=counts[RowState.IN_FLIGHT],
+        pending=pending,
+        in_flight=in_flight,
         done=done,
         failed=counts[RowState.FAILED],
         clean=done - flagged,
@@ -149,7 +164,7 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> JobSummary:
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         retries=retries,
-        flags={name: _int(value) for name, value in zip(FLAG_NAMES, totals[9:], strict=True)},
+        flags={name: _int(value) for name, value in zip(FLAG_NAMES, totals[8:], strict=True)},
         rows_per_s=round(rows_per_s, 3),
         output_tokens_per_s=round(recent_tokens / window_s, 1),
         eta_s=round(remaining / rows_per_s, 1) if rows_per_s > 0 and remaining else None,
@@ -161,6 +176,7 @@ def summarize(ledger: Ledger, *, now: float | None = None) -> JobSummary:
         thinking=meta.get("thinking") == "true",
         servers=json.loads(meta.get("servers", "[]")),
         input=meta.get("input"),
+        rate_window_s=round(window_s, 1),
     )
 
 
@@ -180,8 +196,8 @@ def render_summary(summary: JobSummary, console: Console) -> None:
         table.add_row("rows/s (whole job)", f"{s.rows_per_s_overall:.2f}")
         table.add_row("out tok/s (whole job)", f"{s.output_tokens_per_s_overall:.0f}")
     else:
-        table.add_row("rows/s (last minute)", f"{s.rows_per_s:.2f}")
-        table.add_row("out tok/s (last minute)", f"{s.output_tokens_per_s:.0f}")
+        table.add_row(f"rows/s (last {s.rate_window_s:.0f} s)", f"{s.rows_per_s:.2f}")
+        table.add_row(f"out tok/s (last {s.rate_window_s:.0f} s)", f"{s.output_tokens_per_s:.0f}")
         table.add_row("eta", eta_text(s.eta_s) if s.eta_s else "-")
     accept = s.spec_accept_length
     table.add_row("spec accept length", "-" if accept is None else f"{accept:.2f}")

@@ -1,8 +1,10 @@
 """Live counters of a running job and how they are shown: rich on a TTY, else one line now and then.
 
-The numbers a user sees at the end (`--json`) and from `specpilot report` come from the
-ledger (`report.py`); these in-memory counters only feed the live view, so the view
-costs nothing per request beyond a few integer additions.
+In flight, retries, failed and the rates the progress line shows are the ledger's summary
+(`report.summarize`), read after a flush: the same numbers the page, `/metrics` and
+`report` show. These in-memory counters add what only the running process knows (per
+server answers and latencies, causes of this run's retries) and cost nothing per request
+beyond a few integer additions.
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ from __future__ import annotations
 import bisect
 import sys
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.live import Live
@@ -22,7 +24,13 @@ from rich.table import Table
 from specpilot.generate.causes import SERVER_DOWN, cause_of
 from specpilot.generate.servers import ServerPool
 
+if TYPE_CHECKING:
+    from specpilot.generate.report import JobSummary
+
+#: the rates' window (`report.summarize`): rows finished in the last minute
 RATE_WINDOW_S = 60.0
+#: a live table reads the ledger's summary at most this often
+SUMMARY_EVERY_S = 2.0
 #: upper bounds of the request latency histogram (LLM answers take from a second to many minutes)
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
@@ -48,28 +56,21 @@ class ServerStats:
 
 @dataclass
 class LiveStats:
-    """Counters of this run. "retries" shown = backoff retries + rows requeued from a
-    server that went down, matching the ledger's count of requests sent again."""
+    """What only this run knows: its answers per server and the causes of its retries
+    (backoff retries and rows requeued from a server that went down) and failures."""
 
-    total: int
-    done_before: int
-    failed_before: int
     done: int = 0
     failed: int = 0
-    retries: int = 0
-    requeued: int = 0
     completion_tokens: int = 0
     prompt_tokens: int = 0
     accept_length_sum: float = 0.0
     accept_length_rows: int = 0
-    started_at: float = field(default_factory=time.monotonic)
     paused_reason: str | None = None
     retries_by_cause: Counter[str] = field(default_factory=Counter)
     failed_by_cause: Counter[str] = field(default_factory=Counter)
     #: rows of this run per flag (a row may carry several)
     flagged_by: Counter[str] = field(default_factory=Counter)
     servers: dict[str, ServerStats] = field(default_factory=dict)
-    _samples: deque[tuple[float, int, int]] = field(default_factory=deque)
 
     # The dispatcher reports each outcome through these (the status page and /metrics read them).
 
@@ -80,29 +81,32 @@ class LiveStats:
         self.servers.setdefault(server, ServerStats()).observe(latency_s, prompt_tokens, completion_tokens)
 
     def retried(self, error: str) -> None:
-        self.retries += 1
         self.retries_by_cause[cause_of(error)] += 1
 
     def requeued_from_down_server(self) -> None:
-        self.requeued += 1
         self.retries_by_cause[SERVER_DOWN] += 1
 
     def row_failed(self, error: str) -> None:
         self.failed += 1
         self.failed_by_cause[cause_of(error)] += 1
 
-    def sample(self) -> tuple[float, float]:
-        """(rows/s, output tokens/s) over the last minute of this run."""
-        now = time.monotonic()
-        self._samples.append((now, self.done, self.completion_tokens))
-        while len(self._samples) > 2 and now - self._samples[0][0] > RATE_WINDOW_S:
-            self._samples.popleft()
-        first = self._samples[0] if len(self._samples) > 1 else (self.started_at, 0, 0)
-        elapsed = max(now - first[0], 1e-9)
-        return (self.done - first[1]) / elapsed, (self.completion_tokens - first[2]) / elapsed
 
-    def remaining(self) -> int:
-        return max(self.total - self.done_before - self.failed_before - self.done - self.failed, 0)
+def progress_numbers(summary: JobSummary, accept: float | None, pool: ServerPool) -> dict[str, str]:
+    """What the progress line and table show: the ledger's summary, and which servers are down."""
+    s = summary
+    down = [server.name for server in pool.servers if not server.healthy]
+    window = f"{s.rate_window_s:.0f} s"
+    return {
+        "done": f"{s.done}/{s.total}",
+        f"rows/s ({window})": f"{s.rows_per_s:.1f}",
+        f"out tok/s ({window})": f"{s.output_tokens_per_s:.0f}",
+        "in flight": str(s.in_flight) + "".join(f" {name}:DOWN" for name in down),
+        "retries": str(s.retries),
+        "failed": str(s.failed),
+        "flagged": flagged_text(Counter({flag: n for flag, n in s.flags.items() if n})),
+        "accept len": "-" if accept is None else f"{accept:.2f}",
+        "eta": eta_text(s.eta_s),
+    }
 
 
 def eta_text(seconds: float | None) -> str:
@@ -126,11 +130,15 @@ class ProgressView:
         stats: LiveStats,
         pool: ServerPool,
         accept_length: Callable[[], float | None],
+        summary: Callable[[], JobSummary],
         *,
         interval_s: float,
         stream: TextIO | None = None,
     ) -> None:
         self._stats, self._pool, self._accept_length = stats, pool, accept_length
+        self._read_summary = summary
+        self._summary: JobSummary | None = None
+        self._summary_at = -float("inf")
         self._stream = stream or sys.stderr
         self._tty = self._stream.isatty()
         self._interval_s = interval_s
@@ -143,37 +151,26 @@ class ProgressView:
             self._live.start()
 
     def tick(self) -> None:
+        """After a flush: the ledger holds what the job did up to now."""
         if self._live is not None:
+            if time.monotonic() - self._summary_at >= SUMMARY_EVERY_S:
+                self._summary = None
             self._live.update(self._table())
         elif time.monotonic() - self._last_line >= self._interval_s:
             self._last_line = time.monotonic()
+            self._summary = None
             print(self.line(), file=self._stream, flush=True)
 
     def stop(self) -> None:
         if self._live is not None:
+            self._summary = None
             self._live.update(self._table())
             self._live.stop()
 
     def _numbers(self) -> dict[str, str]:
-        stats = self._stats
-        rows_per_s, tokens_per_s = stats.sample()
-        done = stats.done_before + stats.done
-        eta = stats.remaining() / rows_per_s if rows_per_s > 0 else None
-        accept = self._accept_length()
-        in_flight = " ".join(
-            f"{s.name}:{len(s.in_flight)}" if s.healthy else f"{s.name}:DOWN" for s in self._pool.servers
-        )
-        return {
-            "done": f"{done}/{stats.total}",
-            "rows/s": f"{rows_per_s:.1f}",
-            "out tok/s": f"{tokens_per_s:.0f}",
-            "in flight": in_flight,
-            "retries": str(stats.retries + stats.requeued),
-            "failed": str(stats.failed_before + stats.failed),
-            "flagged": flagged_text(stats.flagged_by),
-            "accept len": "-" if accept is None else f"{accept:.2f}",
-            "eta": eta_text(eta),
-        }
+        if self._summary is None:
+            self._summary, self._summary_at = self._read_summary(), time.monotonic()
+        return progress_numbers(self._summary, self._accept_length(), self._pool)
 
     def line(self) -> str:
         text = " | ".join(f"{key} {value}" for key, value in self._numbers().items())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -9,17 +11,52 @@ from typing import Any
 
 from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
+from specpilot.hosts.errors import HostTimeout
 from specpilot.launch.health import probe
 from specpilot.launch.identity import recorded_process
 from specpilot.launch.serving import check_serving, record_crash
 from specpilot.launch.state import CrashRecord, RunState, read_state, write_state
-from specpilot.launch.stop import stop_group
+from specpilot.launch.stop import GroupStop, end_group
 from specpilot.launch.tail import followed, next_chunk
 from specpilot.secrets import mask_log_text
+
+#: what is left of a dead run gets this long between SIGTERM and SIGKILL (vLLM's
+#: resource_tracker ignores SIGTERM; nothing of a crashed run has work to save)
+LEFTOVER_TERM_S = 2.0
+#: how long `status` waits for the endpoint: a busy engine answers /health late, not never
+STATUS_TIMEOUT_S = 10.0
+#: how long `logs` waits for the host to hand over the log (or to say the process runs)
+LOGS_TIMEOUT_S = 60.0
 
 
 def host_for(state: RunState) -> Host:
     return open_host_section(state.host)
+
+
+async def end_leftovers(host: Host, state: RunState, process: str | None = None) -> GroupStop:
+    """End what is left of a run whose engine is gone: the members of its process group
+    (by group id, started no earlier than the engine) that outlived it. `process` is
+    `recorded_process`'s answer when the caller has it. Nothing is signalled while the
+    engine runs ("not_running") or when its pid belongs to another process now ("stale":
+    the kernel recycles no pid while its group lives, so the run's group is gone)."""
+    process = process or await recorded_process(host, state)
+    if process == "running":
+        return GroupStop("not_running")
+    if process == "reused":
+        return GroupStop("stale")
+    return await end_group(host, state.pgid, term_timeout_s=LEFTOVER_TERM_S, start_ticks=state.start_ticks)
+
+
+async def clear_leftovers(name: str) -> GroupStop | None:
+    """`end_leftovers` for run `name` as recorded (before `up` reuses the name); None
+    while its engine still runs."""
+    state = read_state(name)
+    host = host_for(state)
+    try:
+        process = await recorded_process(host, state)
+        return None if process == "running" else await end_leftovers(host, state, process)
+    finally:
+        await host.close()
 
 
 @dataclass
@@ -31,6 +68,8 @@ class RunStatus:
     uptime_s: float | None
     endpoint: str | None
     endpoint_status: int | None
+    #: what the endpoint said, in words: "200", "503", "no answer", "slow to answer (N s)"
+    endpoint_state: str | None
     served_model_name: str | None
     target: str
     last_lines: list[str] = field(default_factory=list)
@@ -41,6 +80,9 @@ class RunStatus:
     cause: str | None = None
     #: how a ready run ended (a fatal line after ready, or its process gone)
     crash: CrashRecord | None = None
+    #: processes of its group that outlived the engine, ended now, and any that survived
+    leftovers_ended: tuple[int, ...] = ()
+    leftovers_survived: tuple[int, ...] = ()
 
     @property
     def serving(self) -> bool:
@@ -55,6 +97,7 @@ class RunStatus:
             "uptime_s": None if self.uptime_s is None else round(self.uptime_s, 1),
             "endpoint": self.endpoint,
             "endpoint_status": self.endpoint_status,
+            "endpoint_state": self.endpoint_state,
             "served_model_name": self.served_model_name,
             "target": self.target,
             "last_lines": self.last_lines,
@@ -62,10 +105,14 @@ class RunStatus:
             "pid_reused": self.pid_reused,
             "cause": self.cause,
             "crash": None if self.crash is None else self.crash.to_json(),
+            "leftovers_ended": list(self.leftovers_ended),
+            "leftovers_survived": list(self.leftovers_survived),
         }
 
 
-async def run_status(name: str, *, lines: int = 10) -> RunStatus:
+async def run_status(name: str, *, lines: int = 10, timeout_s: float = STATUS_TIMEOUT_S) -> RunStatus:
+    """The run as it is now; an endpoint that does not answer within `timeout_s` is
+    "slow to answer", a state like any other."""
     state = read_state(name)
     host = host_for(state)
     try:
@@ -74,12 +121,14 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
             state = record_crash(name, crash)
         process = await recorded_process(host, state)
         alive = process == "running"
+        # found dead (crashed, or ended outside specpilot): nothing of it may hold a port or memory
+        leftovers = await end_leftovers(host, state, process)
         exit_path = state.exit_path
         exit_status = None if alive or not exit_path else await host.exit_status(exit_path)
         phase = state.phase
         if not alive and phase in ("starting", "ready"):
             phase = "exited"  # it was up and is gone: nobody stopped it through specpilot
-        answer = await probe(host, state.endpoint) if alive and state.endpoint else None
+        answer = await probe(host, state.endpoint, timeout_s=timeout_s) if alive and state.endpoint else None
         tail = await host.run(["tail", "-n", str(lines), state.log_path], check=False)
         return RunStatus(
             name=name,
@@ -88,7 +137,8 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
             alive=alive,
             uptime_s=time.time() - state.started_at_s if alive else None,
             endpoint=state.endpoint,
-            endpoint_status=None if answer is None else answer.status,
+            endpoint_status=None if answer is None or answer.slow_after_s is not None else answer.status,
+            endpoint_state=None if answer is None else answer.state,
             served_model_name=state.served_model_name,
             target=state.host.target,
             # the engine may echo its args (an --api-key among them): shown masked, as `check` does
@@ -97,27 +147,50 @@ async def run_status(name: str, *, lines: int = 10) -> RunStatus:
             pid_reused=process == "reused",
             cause=state.cause,
             crash=state.crash,
+            leftovers_ended=tuple(pid for pid in leftovers.signalled if pid not in leftovers.survivors),
+            leftovers_survived=leftovers.survivors,
         )
     finally:
         await host.close()
 
 
-async def stream_log(name: str, *, follow: bool, quiet_exit_s: float = 1.0) -> AsyncIterator[bytes]:
+@contextlib.asynccontextmanager
+async def _answer_within(timeout_s: float, host: Host, doing: str) -> AsyncIterator[None]:
+    """A host that does not answer within `timeout_s` is one line saying so (HostTimeout)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            yield
+    except TimeoutError:
+        raise HostTimeout(
+            f"{host.target} was slow to answer ({timeout_s:g} s) {doing}; "
+            "try again, or raise --timeout-s if the host is busy"
+        ) from None
+
+
+async def stream_log(
+    name: str, *, follow: bool, quiet_exit_s: float = 1.0, timeout_s: float = LOGS_TIMEOUT_S
+) -> AsyncIterator[bytes]:
     """The whole log; with `follow`, then new bytes until the process is gone and the
-    log has been quiet for `quiet_exit_s` (or the consumer stops)."""
+    log has been quiet for `quiet_exit_s` (or the consumer stops). Reading the whole log,
+    and each look at the process, must answer within `timeout_s`."""
     state = read_state(name)
     host = host_for(state)
     log_path = state.log_path
     try:
         if not follow:
-            yield await host.read_bytes(log_path)
+            async with _answer_within(timeout_s, host, f"reading {log_path}"):
+                data = await host.read_bytes(log_path)
+            yield data
             return
         async with followed(host, log_path, 0) as chunks:
             while True:
                 chunk = await next_chunk(chunks, quiet_exit_s)
                 if chunk is not None:
                     yield chunk
-                elif await recorded_process(host, state) != "running":
+                    continue
+                async with _answer_within(timeout_s, host, f"checking run {name}'s process"):
+                    process = await recorded_process(host, state)
+                if process != "running":
                     return
     finally:
         await host.close()
@@ -126,16 +199,25 @@ async def stream_log(name: str, *, follow: bool, quiet_exit_s: float = 1.0) -> A
 async def run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
     """SIGTERM to the run's process group, SIGKILL after `timeout_s`; never by name, and
     never to a pid that now belongs to another process. `stopped` is a key of
-    STOP_OUTCOMES; `phase` is "stopped" unless a member survived SIGKILL."""
+    STOP_OUTCOMES; `phase` is "stopped" unless a member survived SIGKILL, and
+    `survivors` names every pid still alive then. With the engine gone, what is left of
+    its group is stopped the same way (`signalled` lists them)."""
     state = read_state(name)
     host = host_for(state)
     try:
         if await recorded_process(host, state) == "reused":
-            how = "stale"
+            how = GroupStop("stale")
         else:
-            how = await stop_group(host, state.pgid, term_timeout_s=timeout_s, start_ticks=state.start_ticks)
+            how = await end_group(host, state.pgid, term_timeout_s=timeout_s, start_ticks=state.start_ticks)
     finally:
         await host.close()
-    phase = "stop_failed" if how == "survived" else "stopped"
+    phase = "stop_failed" if how.outcome == "survived" else "stopped"
     write_state(state.stopped(phase, at_s=time.time()))
-    return {"name": name, "pid": state.pid, "phase": phase, "stopped": how}
+    return {
+        "name": name,
+        "pid": state.pid,
+        "phase": phase,
+        "stopped": how.outcome,
+        "signalled": list(how.signalled),
+        "survivors": list(how.survivors),
+    }

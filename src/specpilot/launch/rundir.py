@@ -1,6 +1,7 @@
 """The run directory on the host: its files, their manifest, shipping and re-verification.
 
-    <home>/.specpilot/runs/<name>/
+    ${SPECPILOT_HOME:-~/.specpilot}/runs/<name>/   (a local run: beside its state.json)
+    <host home>/.specpilot/runs/<name>/            (a run over SSH)
       spec.toml  plan.json  launch.sh  env  manifest.json   (written by `up`, verified)
       pid  engine.log                                       (written at start)
       exit                                                  (the engine's returncode, by its watcher)

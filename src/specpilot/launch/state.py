@@ -46,8 +46,31 @@ def check_run_name(name: str, field: str = "name") -> str:
     return name
 
 
+def run_folder(name: str) -> Path:
+    """The run's local folder: its state, and everything of a run on this machine
+    (launch.sh, env, spec.toml, engine.log), so SPECPILOT_HOME moves all of it."""
+    return specpilot_home() / "runs" / check_run_name(name)
+
+
+def own_run_folder(name: str) -> Path:
+    """`run_folder(name)`, refused (UserError) when it exists and belongs to another user:
+    its files would be another user's run, and writing them fails halfway."""
+    folder = run_folder(name)
+    try:
+        owner_uid = folder.stat().st_uid
+    except FileNotFoundError:
+        return folder
+    if owner_uid != os.getuid():
+        raise UserError(
+            f"run folder {folder} belongs to uid {owner_uid}, not to you (uid {os.getuid()})",
+            field="name",
+            fix="give the spec another name, or set SPECPILOT_HOME to a folder of your own",
+        )
+    return folder
+
+
 def state_path(name: str) -> Path:
-    return specpilot_home() / "runs" / check_run_name(name) / STATE_FILE
+    return run_folder(name) / STATE_FILE
 
 
 class _Reader:

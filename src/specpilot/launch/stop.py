@@ -11,35 +11,33 @@ first signal and known after by its start time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specpilot.hosts.base import Host
 
 # argv: MODE PGID TERM_TIMEOUT_S DELAY_S START_TICKS; MODE "members" prints the live pids
-# of the group, MODE "stop" waits DELAY_S, then prints one of STOP_OUTCOMES. START_TICKS
-# (-1: unknown) is the leader's start time when it was started: a leader alive with another
-# start time is a recycled pid, and nothing is signalled ("stale").
+# of the group, MODE "stop" waits DELAY_S, then reports one of STOP_OUTCOMES with the pids
+# it signalled and those still alive ("OUTCOME|PIDS|PIDS"). START_TICKS (-1: unknown) is the
+# leader's start time when it was started: a leader alive with another start time is a
+# recycled pid, and nothing is signalled ("stale"); with the leader gone, a member counts only
+# if it started no earlier than the leader did (the run's own children, not an older group's).
 _GROUP_SCRIPT = """\
 import os, signal, sys, time
 mode, pgid, term_s, delay_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 start_ticks = int(sys.argv[5])
-def leader_ticks():
+def stat_of(pid):
     try:
-        with open("/proc/%d/stat" % pgid) as handle:
+        with open("/proc/%s/stat" % pid) as handle:
             stat = handle.read()
     except OSError:
         return None
-    return int(stat[stat.rindex(")") + 2:].split()[19])
+    return stat[stat.rindex(")") + 2:].split()
 def table():
     found = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        found[int(entry)] = (fields[0], int(fields[1]), int(fields[2]), int(fields[19]))
+        fields = stat_of(entry) if entry.isdigit() else None
+        if fields:
+            found[int(entry)] = (fields[0], int(fields[1]), int(fields[2]), int(fields[19]))
     return found
 def escaped():
     # descendants that left the group (setsid): found now, while their parents still live
@@ -58,11 +56,12 @@ def escaped():
 outside = {}
 def members():
     procs = table()
-    alive = [pid for pid, (state, _, group, _) in procs.items() if group == pgid and state != "Z"]
+    alive = [pid for pid, (state, _, group, ticks) in procs.items()
+             if group == pgid and state != "Z" and ticks >= start_ticks]
     for pid, ticks in outside.items():
         if pid in procs and procs[pid][3] == ticks and procs[pid][0] != "Z":
             alive.append(pid)
-    return alive
+    return sorted(alive)
 def wait_empty(seconds):
     deadline = time.monotonic() + seconds
     while members():
@@ -81,23 +80,29 @@ def signal_group(signum):
                 os.kill(pid, signum)
             except ProcessLookupError:
                 pass
+def report(outcome, ended=(), left=()):
+    print("%s|%s|%s" % (outcome, " ".join(map(str, ended)), " ".join(map(str, left))))
 outside = escaped()
 if mode == "members":
     print(" ".join(map(str, members())))
     sys.exit(0)
 time.sleep(delay_s)
-ticks = leader_ticks()
-if start_ticks >= 0 and ticks is not None and ticks != start_ticks:
-    print("stale")
-elif not members():
-    print("not_running")
+leader = stat_of(pgid)
+found = members()
+if start_ticks >= 0 and leader is not None and int(leader[19]) != start_ticks:
+    report("stale")
+elif not found:
+    report("not_running")
 else:
     signal_group(signal.SIGTERM)
     if wait_empty(term_s):
-        print("terminated")
+        report("terminated", found)
     else:
         signal_group(signal.SIGKILL)
-        print("killed" if wait_empty(5.0) else "survived")
+        if wait_empty(5.0):
+            report("killed", found)
+        else:
+            report("survived", found, members())
 """
 
 
@@ -111,6 +116,15 @@ STOP_OUTCOMES = {
     "stale": "was not signalled: its pid now belongs to another process (started after the run), "
     "so the run's process is gone",
 }
+
+
+@dataclass(frozen=True)
+class GroupStop:
+    """How a stop ended: a STOP_OUTCOMES key, the members it signalled, those still alive."""
+
+    outcome: str
+    signalled: tuple[int, ...] = ()
+    survivors: tuple[int, ...] = ()
 
 
 async def _group_script(
@@ -129,9 +143,31 @@ async def _group_script(
     return result.stdout.decode().strip()
 
 
-async def group_members(host: Host, pgid: int) -> list[int]:
-    """Live (non-zombie) processes of the group."""
-    return [int(pid) for pid in (await _group_script(host, "members", pgid, 0.0)).split()]
+async def group_members(host: Host, pgid: int, start_ticks: int | None = None) -> list[int]:
+    """Live (non-zombie) processes of the group (started no earlier than `start_ticks`)."""
+    return [int(pid) for pid in (await _group_script(host, "members", pgid, 0.0, 0.0, start_ticks)).split()]
+
+
+async def end_group(
+    host: Host,
+    pgid: int,
+    *,
+    term_timeout_s: float,
+    delay_s: float = 0.0,
+    start_ticks: int | None = None,
+) -> GroupStop:
+    """After `delay_s`, SIGTERM the group, wait up to `term_timeout_s` for every member,
+    then SIGKILL. (The delay lets a caller start the stop's round trip while it still
+    reads the last lines of an error.) With `start_ticks`, a leader that is alive but
+    started at another time is someone else's process: nothing is signalled; with the
+    leader gone, what is left of its group (a helper that outlived the engine) is ended.
+
+    The outcome is "not_running", "terminated", "killed", "survived" (a process in
+    uninterruptible sleep that even SIGKILL did not end within 5 s) or "stale"."""
+    answer = await _group_script(host, "stop", pgid, term_timeout_s, delay_s, start_ticks)
+    outcome, _, rest = answer.partition("|")
+    signalled, _, left = rest.partition("|")
+    return GroupStop(outcome, tuple(map(int, signalled.split())), tuple(map(int, left.split())))
 
 
 async def stop_group(
@@ -142,12 +178,8 @@ async def stop_group(
     delay_s: float = 0.0,
     start_ticks: int | None = None,
 ) -> str:
-    """After `delay_s`, SIGTERM the group, wait up to `term_timeout_s` for every member,
-    then SIGKILL. (The delay lets a caller start the stop's round trip while it still
-    reads the last lines of an error.) With `start_ticks`, a leader that is alive but
-    started at another time is someone else's process: nothing is signalled.
-
-    Returns a key of STOP_OUTCOMES: "not_running", "terminated", "killed", "survived"
-    (a process in uninterruptible sleep that even SIGKILL did not end within 5 s) or
-    "stale"."""
-    return await _group_script(host, "stop", pgid, term_timeout_s, delay_s, start_ticks)
+    """`end_group`'s outcome alone: a key of STOP_OUTCOMES."""
+    stopped = await end_group(
+        host, pgid, term_timeout_s=term_timeout_s, delay_s=delay_s, start_ticks=start_ticks
+    )
+    return stopped.outcome

@@ -24,7 +24,7 @@ from specpilot.launch.command import host_model_path, plan_launch
 from specpilot.launch.outcome import Progress, UpOptions, UpResult
 from specpilot.launch.program import check_program
 from specpilot.launch.render import render_env_file, render_launch_script
-from specpilot.launch.state import RunState, write_state
+from specpilot.launch.state import RunState, own_run_folder, write_state
 from specpilot.launch.stop import stop_group
 from specpilot.launch.watch import RunWatch
 from specpilot.plan.types import Plan
@@ -105,6 +105,7 @@ async def launch(
     pid exists and again with the outcome."""
     options = options or UpOptions()
     started = time.monotonic()
+    local_dir = own_run_folder(spec.name) if host.target == "local" else None
     home, host_env, facts = await asyncio.gather(host.home(), _host_env(host), _facts_or_none(host))
     planned = plan_launch(
         spec,
@@ -112,7 +113,7 @@ async def launch(
         local_env=os.environ if local_env is None else local_env,
         model_path=host_model_path(spec, home=home, local=host.target == "local"),
     )
-    remote_dir = rundir.run_dir_path(home, spec.name)
+    remote_dir = str(local_dir) if local_dir is not None else rundir.run_dir_path(home, spec.name)
     await check_program(host, planned.argv[0], planned.env.get("PATH", ""), remote_dir)
     run = RunWatch(host, spec, planned, remote_dir, plan, options, progress, started)
     files = rundir.RunFiles(

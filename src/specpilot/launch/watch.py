@@ -146,6 +146,7 @@ class RunWatch:
             async with asyncio.timeout(max(0.0, wait_s)):
                 item = await self.events.get()
         except TimeoutError:
+            self._say()  # a quiet phase (imports, weight loading) still shows its elapsed time
             return Tick()
         return self._classify(item) if isinstance(item, _Logged) else item
 

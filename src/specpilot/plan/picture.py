@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from html import escape
 
+from specpilot.plan.text import reserve_text
 from specpilot.plan.types import Plan, SglangDetails
 
 #: (pattern over the lower-cased term name, role); first match wins
@@ -195,8 +196,7 @@ def _card_svg(card: Card, x_px: float, px_per_gib: float) -> list[str]:
         f'height="{card.reserve_gib * px_per_gib:.2f}" fill="none" stroke="#333" stroke-dasharray="4 2">'
         f"<title>reserve: {card.reserve_gib:.2f} GiB</title></rect>"
     )
-    reserve_text = f"reserve {card.reserve_gib:.2f} GiB (needs {card.reserve_needed_gib:.2f})"
-    labels.append((reserve_top - 1, reserve_text, "#333"))
+    labels.append((reserve_top - 1, reserve_text(card.reserve_gib, card.reserve_needed_gib), "#333"))
     # labels beside the bar, pushed apart so none overlap, joined to their box by a line
     labels.sort()
     placed = [wanted for wanted, _, _ in labels]

@@ -17,6 +17,13 @@ def command_text(env: Mapping[str, str], args: Sequence[str]) -> str:
     return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(args)]).strip()
 
 
+def reserve_text(reserve_gib: float, needed_gib: float) -> str:
+    """`reserve 7.59 GiB (needs 11.21)`; nothing is said to be needed when nothing is (vLLM's
+    reserve with no other process on the card): "(needs 0.00)" reads as a measured need."""
+    needs = f" (needs {needed_gib:.2f})" if needed_gib > 0 else ""
+    return f"reserve {reserve_gib:.2f} GiB{needs}"
+
+
 def render_plan(plan: Plan, console: Console) -> None:
     """The plan as a person reads it: memory table, headline numbers, verdict, fixes."""
     table = Table(title=f"{plan.engine} {plan.engine_version} memory plan (per GPU)", show_lines=False)
@@ -29,7 +36,7 @@ def render_plan(plan: Plan, console: Console) -> None:
     console.print(table)
     console.print(
         f"{plan.memory_knob} {plan.memory_fraction:.3f}  weights {plan.weights_gib:.2f} GiB  "
-        f"reserve {plan.reserve_gib:.2f} GiB (needs {plan.reserve_needed_gib:.2f})"
+        f"{reserve_text(plan.reserve_gib, plan.reserve_needed_gib)}"
     )
     console.print(
         f"KV: {plan.kv_bytes_per_token:,} bytes/token -> {plan.kv_tokens:,} tokens   "

@@ -49,6 +49,23 @@ def job_metrics(snapshot: LedgerSnapshot, live: LiveView | None) -> Iterator[Met
         "Completion tokens of done rows (whole job).",
         value=s.completion_tokens,
     )
+    # the same numbers as the page, `report` and the progress line (`report.summarize`)
+    yield CounterMetricFamily(
+        "specpilot_requests_resent",
+        "Requests sent again (retries, and rows requeued from a server that went down; whole job).",
+        value=s.retries,
+    )
+    yield GaugeMetricFamily(
+        "specpilot_rows_per_second", "Rows finished per second over the rate window.", value=s.rows_per_s
+    )
+    yield GaugeMetricFamily(
+        "specpilot_output_tokens_per_second",
+        "Completion tokens per second over the rate window.",
+        value=s.output_tokens_per_s,
+    )
+    yield GaugeMetricFamily(
+        "specpilot_rate_window_seconds", "The window the per-second rates are over.", value=s.rate_window_s
+    )
     failed = GaugeMetricFamily(
         "specpilot_failed_rows", "Failed rows by cause of the last error.", labels=["cause"]
     )

@@ -71,8 +71,8 @@ def _headline(snapshot: LedgerSnapshot, live: LiveView | None) -> str:
         ("retries", "retries (requests sent again)", s.retries),
         ("prompt-tokens", "tokens in", s.prompt_tokens),
         ("completion-tokens", "tokens out", s.completion_tokens),
-        ("rows-per-s", "rows/s (last minute)", f"{s.rows_per_s:.2f}"),
-        ("tokens-per-s", "output tok/s (last minute)", f"{s.output_tokens_per_s:.0f}"),
+        ("rows-per-s", f"rows/s (last {s.rate_window_s:.0f} s)", f"{s.rows_per_s:.2f}"),
+        ("tokens-per-s", f"output tok/s (last {s.rate_window_s:.0f} s)", f"{s.output_tokens_per_s:.0f}"),
         ("eta", "ETA", eta_text(s.eta_s) if s.eta_s else "-"),
         ("accept-length", "spec accept length", "-" if accept is None else f"{accept:.2f}"),
     ]

@@ -272,8 +272,9 @@ RULES: tuple[Rule, ...] = (
         SUPPORTED,
         "adjusts",
         lambda ctx: _method(ctx) in MTP_METHODS and _method(ctx) != "mtp",
-        "method `{speculative_config}` is deprecated and replaced with mtp.",
+        "method `{method}` is deprecated and replaced with mtp.",
         sets=lambda ctx: _with(ctx, method="mtp"),
+        names=lambda ctx: {"method": _method(ctx)},
     ),
     Rule(
         "vllm-spec-tokens-without-drafter",
