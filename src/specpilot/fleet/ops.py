@@ -85,17 +85,33 @@ class FleetStatus:
     name: str
     router_url: str
     router_alive: bool
+    router_target: str
     members: list[MemberStatus] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
         return self.router_alive and any(m.serving and m.registered for m in self.members)
 
+    @property
+    def repair(self) -> str | None:
+        """What `fleet-repair` would do about the router, when it is down."""
+        if self.router_alive:
+            return None
+        serving = sum(1 for m in self.members if m.serving)
+        dead = len(self.members) - serving
+        then = f", and restart the {dead} not serving" if dead else ""
+        return (
+            f"`specpilot fleet-repair {self.name}` starts the router again on {self.router_target} and "
+            f"registers the {serving} serving members (their engines keep running){then}"
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "router_url": self.router_url,
             "router_alive": self.router_alive,
+            "router_target": self.router_target,
+            "repair": self.repair,
             "members": [m.to_json() for m in self.members],
         }
 
@@ -132,7 +148,7 @@ async def fleet_status(name: str) -> FleetStatus:
         )
 
     members = await all_of([(one(m), f"reading member {m['name']}'s status") for m in record["members"]])
-    return FleetStatus(name, record["router_url"], router_up, members)
+    return FleetStatus(name, record["router_url"], router_up, str(record.get("router_target")), members)
 
 
 async def fleet_down(name: str) -> dict[str, Any]:

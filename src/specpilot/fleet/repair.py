@@ -1,4 +1,9 @@
-"""`specpilot fleet-repair NAME`: find dead members, restart them, register them again.
+"""`specpilot fleet-repair NAME`: restart a dead router, find dead members, restart them,
+register them again.
+
+A dead router is started again first, on its host, through the same checks as `up`
+(`smg` there and new enough, its ports free) and with the same argv; the engines keep
+running and every serving member is then registered with it again.
 
 A member that is not serving is first taken out of the router (no request goes to it),
 then started again on its host with the same verified files (`launch` ships and checks
@@ -17,11 +22,17 @@ from typing import Any
 import aiohttp
 
 from specpilot.errors import UserError
-from specpilot.fleet.ops import router_alive
-from specpilot.fleet.router import RouterClient
+from specpilot.fleet.ops import router_running
+from specpilot.fleet.router import RouterClient, router_argv
 from specpilot.fleet.spec import Fleet, Member, load_fleet
-from specpilot.fleet.state import read_fleet
-from specpilot.fleet.up import spec_digest
+from specpilot.fleet.state import read_fleet, write_fleet
+from specpilot.fleet.up import (
+    ROUTER_START_TIMEOUT_S,
+    check_router_place,
+    router_place,
+    spawn_router_of,
+    spec_digest,
+)
 from specpilot.hosts import open_host_section
 from specpilot.launch.ops import run_status
 from specpilot.launch.preflight import run_preflight
@@ -45,17 +56,28 @@ class Repair:
         return dict(self.__dict__)
 
 
+@dataclass
+class RouterRepair:
+    action: str  # "ok", "restarted", "gave_up"
+    target: str
+    pid: int | None = None
+    cause: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
 def load_recorded_fleet(name: str) -> Fleet:
+    """The fleet `up` started, refused (exit 2) if its file, server spec or router changed."""
     record = read_fleet(name)
-    if not router_alive(name):
-        raise UserError(
-            f"the router of fleet {name!r} is not running",
-            field="NAME",
-            fix=f"start the fleet again with `specpilot up {record['fleet_file']}`",
-        )
     fleet = load_fleet(record["fleet_file"])
     digests = record.get("member_digests") or []
-    if [spec_digest(m) for m in fleet.members] != digests:
+    place, smg = router_place(fleet)
+    # argv[0] is where `smg` was found, which may move; what it is told must not
+    same_router = place.target == record.get("router_target") and (
+        router_argv(smg, fleet.router, fleet.metrics_port)[1:] == (record.get("router_argv") or [])[1:]
+    )
+    if [spec_digest(m) for m in fleet.members] != digests or not same_router:
         raise UserError(
             f"{record['fleet_file']} or its server spec changed since `up`",
             field="NAME",
@@ -64,15 +86,80 @@ def load_recorded_fleet(name: str) -> Fleet:
     return fleet
 
 
+async def repair_router(fleet: Fleet, say: Say) -> RouterRepair:
+    """Start the router again if it is not running; the engines are left as they are.
+
+    Every check `up` makes comes first (UserError, nothing started): its host answers,
+    `smg` there is new enough, its ports are free."""
+    record = read_fleet(fleet.name)
+    place, smg = router_place(fleet)
+    repair = RouterRepair("ok", place.target, record.get("router_pid"))
+    if await router_running(record):
+        return repair
+    await check_router_place(fleet, place, smg)
+    argv = router_argv(smg, fleet.router, fleet.metrics_port)
+    say(f"router of {fleet.name} is not running; starting it again on {place.target}")
+    process = await spawn_router_of(fleet, argv)
+    record.update(
+        router_pid=process.pid,
+        router_start_ticks=process.start_ticks,
+        router_argv=argv,
+        router_log=process.log_path,
+        router_restarts=int(record.get("router_restarts") or 0) + 1,
+    )
+    write_fleet(record)
+    repair.pid = process.pid
+    async with aiohttp.ClientSession() as session:
+        try:
+            await RouterClient(session, fleet.router_url).wait_up(
+                lambda: router_running(record), ROUTER_START_TIMEOUT_S
+            )
+        except RuntimeError as err:
+            repair.action, repair.cause = "gave_up", f"{err}; see {process.log_path} on {place.target}"
+            say(f"router: {repair.cause}")
+            return repair
+    repair.action = "restarted"
+    say(f"router {fleet.router_url} up again (pid {process.pid}); registering the serving members")
+    return repair
+
+
+def check_known_workers(fleet: Fleet, listed: list[str]) -> None:
+    """A worker the router lists that is no member: the fleet cannot account for its rows."""
+    known = {m.worker_url for m in fleet.members}
+    for url in listed:
+        if url not in known:
+            raise UserError(
+                f"the router of fleet {fleet.name!r} lists {url}, which is not one of its members",
+                field=f"{fleet.path}: [fleet] hosts",
+                fix=f"add its host to the fleet file (then down and up), or remove it: "
+                f"curl -X DELETE {fleet.router_url}/workers/ID (ID from GET /workers)",
+            )
+
+
+@dataclass
+class FleetRepair:
+    router: RouterRepair
+    members: list[Repair]
+
+    @property
+    def healthy(self) -> bool:
+        return self.router.action != "gave_up" and all(r.action != "gave_up" for r in self.members)
+
+
 async def repair_fleet(
     fleet: Fleet, *, max_restarts: int, backoff_s: float, say: Say, restarts: dict[str, int] | None = None
-) -> list[Repair]:
-    """One pass over every member; `restarts` carries the counts across passes (--watch)."""
+) -> FleetRepair:
+    """One pass: the router, then every member; `restarts` carries the counts across passes (--watch)."""
     restarts = restarts if restarts is not None else {}
     plans: dict[Any, Plan | None] = {}
+    router_repair = await repair_router(fleet, say)
+    if router_repair.action == "gave_up":
+        return FleetRepair(router_repair, [])
     async with aiohttp.ClientSession() as session:
         router = RouterClient(session, fleet.router_url)
-        ready = {w.url for w in await router.workers() if w.status == "ready" and w.healthy}
+        listed = await router.workers()
+        check_known_workers(fleet, [w.url for w in listed])
+        ready = {w.url for w in listed if w.status == "ready" and w.healthy}
 
         async def one(member: Member) -> Repair:
             repair = Repair(member.name, member.worker_url, "ok", restarts.get(member.name, 0))
@@ -114,4 +201,5 @@ async def repair_fleet(
             return repair
 
         # a bug in one member's repair cancels the others' and is raised, named
-        return await all_of([(one(m), f"repairing member {m.name}") for m in fleet.members])
+        members = await all_of([(one(m), f"repairing member {m.name}") for m in fleet.members])
+    return FleetRepair(router_repair, members)

@@ -102,6 +102,8 @@ def preflight_per_gpu(fleet: Fleet, say: Say) -> dict[tuple[float, str | None, i
 def check_port_free(host: str, port: int, field: str) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as sock:
+        # as the router binds: a port left in TIME_WAIT by a killed router is free to it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as err:
@@ -152,7 +154,8 @@ async def check_members_not_running(fleet: Fleet) -> None:
             raise UserError(
                 f"member {member.name} is already running (pid {status.pid} on {status.target})",
                 field="[fleet] name",
-                fix=f"stop it with `specpilot down {fleet.name}` (or `down {member.name}`) first",
+                fix=f"stop it with `specpilot down {fleet.name}` (or `down {member.name}`) first, "
+                f"or restart only the router with `specpilot fleet-repair {fleet.name}`",
             )
 
 
@@ -171,7 +174,7 @@ async def check_router_place(fleet: Fleet, place: HostSection, smg: str) -> None
     try:
         try:
             await smg_version(host, smg)
-        except HostError as err:
+        except (HostError, OSError, TimeoutError) as err:
             raise UserError(
                 f"{target} is unreachable: {err}",
                 field=f"{fleet.path}: [router] target",
@@ -261,7 +264,8 @@ def fleet_record(fleet: Fleet, process: RouterProcess, argv: list[str]) -> dict[
     }
 
 
-async def _spawn(fleet: Fleet, argv: list[str]) -> RouterProcess:
+async def spawn_router_of(fleet: Fleet, argv: list[str]) -> RouterProcess:
+    """Start the fleet's router where `[router] target` says; its log beside the fleet record."""
     place, _ = router_place(fleet)
     host = open_host_section(place)
     try:
@@ -277,7 +281,7 @@ async def _spawn(fleet: Fleet, argv: list[str]) -> RouterProcess:
 
 def fleet_up(fleet: Fleet, say: Say) -> FleetOutcome:
     argv, plans = check_inputs(fleet, say)
-    record = fleet_record(fleet, asyncio.run(_spawn(fleet, argv)), argv)
+    record = fleet_record(fleet, asyncio.run(spawn_router_of(fleet, argv)), argv)
     write_fleet(record)
     try:
         outcome = asyncio.run(_bring_up(fleet, record, plans, say))

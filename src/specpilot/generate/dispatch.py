@@ -42,6 +42,9 @@ from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, Split
 
 TICK_S = 0.05
 FAILURES_BEFORE_SUCCESS_LIMIT = 50
+#: a taken-out router is probed this often, not with backoff: the job rejoins within this
+#: of the router answering again (fleet-repair restarts it in seconds)
+ROUTER_PROBE_INTERVAL_S = 0.25
 
 #: a task the job runs beside its requests (a watcher of the runs it drives), and its name
 Companion = tuple[Coroutine[Any, Any, None], str]
@@ -441,10 +444,11 @@ class Dispatcher:
 
     def _probe_until_back(self, server: Server) -> None:
         async def loop() -> None:
-            delay_s = 0.5
+            delay_s = ROUTER_PROBE_INTERVAL_S if server.router else 0.5
             while not await probe(self.session, server, self.policy.probe_timeout_s):
                 await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, self.policy.probe_cap_s)
+                if not server.router:  # a router is one cheap process: rejoin as soon as it answers
+                    delay_s = min(delay_s * 2, self.policy.probe_cap_s)
             self.pool.bring_back(server)
             self._say(f"server {server.name} answers again; back in rotation")
 
