@@ -57,8 +57,11 @@ def fleet_status(name: str, as_json: bool) -> int:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
         console = Console()
-        router = "[green]up[/]" if result.router_alive else "[red]not running[/]"
-        console.print(f"[bold]fleet {name}[/]  router {result.router_url} {router}")
+        routers = "  ".join(
+            f"{url} {'[green]up[/]' if alive else '[red]not running[/]'}"
+            for url, alive in result.routers.items()
+        )
+        console.print(f"[bold]fleet {name}[/]  router {routers}")
         if result.repair:
             console.print(f"  router down: {result.repair}", soft_wrap=True)
         for m in result.members:
@@ -142,14 +145,15 @@ def fleet_repair(
                 json.dumps(
                     {
                         "name": name,
-                        "router": result.router.to_json(),
+                        "router": result.router_action,
+                        "routers": [r.to_json() for r in result.routers],
                         "members": [r.to_json() for r in repairs],
                     }
                 )
             )
         else:
             broken = [r for r in repairs if r.action != "ok"]
-            router = ROUTER_OUTCOMES[result.router.action]
+            router = ROUTER_OUTCOMES[result.router_action]
             console.print(
                 f"fleet {name}: router {router}; "
                 f"{len(repairs) - len(broken)} of {len(repairs)} members needed nothing"

@@ -15,6 +15,7 @@ address). A member serving but missing from the router is registered again.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,13 +23,16 @@ from typing import Any
 import aiohttp
 
 from specpilot.errors import UserError
-from specpilot.fleet.ops import router_running
-from specpilot.fleet.router import RouterClient, router_argv
+from specpilot.fleet.ops import replica_running, routers_running
+from specpilot.fleet.router import RouterClient
 from specpilot.fleet.spec import Fleet, Member, load_fleet
-from specpilot.fleet.state import read_fleet, write_fleet
+from specpilot.fleet.state import read_fleet, router_replicas, write_fleet
 from specpilot.fleet.up import (
     ROUTER_START_TIMEOUT_S,
     check_router_place,
+    register,
+    replica_entry,
+    router_argvs,
     router_place,
     spawn_router_of,
     spec_digest,
@@ -58,6 +62,7 @@ class Repair:
 
 @dataclass
 class RouterRepair:
+    url: str
     action: str  # "ok", "restarted", "gave_up"
     target: str
     pid: int | None = None
@@ -74,9 +79,10 @@ def load_recorded_fleet(name: str) -> Fleet:
     digests = record.get("member_digests") or []
     place, smg = router_place(fleet)
     # argv[0] is where `smg` was found, which may move; what it is told must not
-    same_router = place.target == record.get("router_target") and (
-        router_argv(smg, fleet.router, fleet.metrics_port)[1:] == (record.get("router_argv") or [])[1:]
-    )
+    told = [argv[1:] for argv in router_argvs(fleet, smg)]
+    same_router = place.target == record.get("router_target") and told == [
+        (r.get("argv") or [])[1:] for r in router_replicas(record)
+    ]
     if [spec_digest(m) for m in fleet.members] != digests or not same_router:
         raise UserError(
             f"{record['fleet_file']} or its server spec changed since `up`",
@@ -86,41 +92,42 @@ def load_recorded_fleet(name: str) -> Fleet:
     return fleet
 
 
-async def repair_router(fleet: Fleet, say: Say) -> RouterRepair:
-    """Start the router again if it is not running; the engines are left as they are.
+async def repair_routers(fleet: Fleet, say: Say) -> list[RouterRepair]:
+    """Start each router replica that is not running again; the engines are left as they are.
 
-    Every check `up` makes comes first (UserError, nothing started): its host answers,
-    `smg` there is new enough, its ports are free."""
+    Every check `up` makes comes first (UserError, nothing started): the host answers,
+    `smg` there is new enough, the dead replicas' ports are free."""
     record = read_fleet(fleet.name)
+    replicas = router_replicas(record)
     place, smg = router_place(fleet)
-    repair = RouterRepair("ok", place.target, record.get("router_pid"))
-    if await router_running(record):
-        return repair
-    await check_router_place(fleet, place, smg)
-    argv = router_argv(smg, fleet.router, fleet.metrics_port)
-    say(f"router of {fleet.name} is not running; starting it again on {place.target}")
-    process = await spawn_router_of(fleet, argv)
-    record.update(
-        router_pid=process.pid,
-        router_start_ticks=process.start_ticks,
-        router_argv=argv,
-        router_log=process.log_path,
-        router_restarts=int(record.get("router_restarts") or 0) + 1,
-    )
-    write_fleet(record)
-    repair.pid = process.pid
+    alive = await routers_running(record)
+    repairs = [RouterRepair(str(r["url"]), "ok", place.target, r.get("pid")) for r in replicas]
+    dead = [i for i, up in enumerate(alive) if not up]
+    if not dead:
+        return repairs
+    await check_router_place(fleet, place, smg, dead)
+    argvs = router_argvs(fleet, smg)
+    record["routers"] = replicas
     async with aiohttp.ClientSession() as session:
-        try:
-            await RouterClient(session, fleet.router_url).wait_up(
-                lambda: router_running(record), ROUTER_START_TIMEOUT_S
-            )
-        except RuntimeError as err:
-            repair.action, repair.cause = "gave_up", f"{err}; see {process.log_path} on {place.target}"
-            say(f"router: {repair.cause}")
-            return repair
-    repair.action = "restarted"
-    say(f"router {fleet.router_url} up again (pid {process.pid}); registering the serving members")
-    return repair
+        for i in dead:
+            repair = repairs[i]
+            say(f"router {repair.url} of {fleet.name} is not running; starting it again on {place.target}")
+            process = await spawn_router_of(fleet, argvs[i], i)
+            replicas[i] = replica_entry(repair.url, process, argvs[i])
+            record["router_restarts"] = int(record.get("router_restarts") or 0) + 1
+            write_fleet(record)
+            repair.pid = process.pid
+            try:
+                await RouterClient(session, repair.url).wait_up(
+                    functools.partial(replica_running, record, replicas[i]), ROUTER_START_TIMEOUT_S
+                )
+            except RuntimeError as err:
+                repair.action, repair.cause = "gave_up", f"{err}; see {process.log_path} on {place.target}"
+                say(f"router {repair.url}: {repair.cause}")
+                continue
+            repair.action = "restarted"
+            say(f"router {repair.url} up again (pid {process.pid}); registering the serving members")
+    return repairs
 
 
 def check_known_workers(fleet: Fleet, listed: list[str]) -> None:
@@ -138,12 +145,18 @@ def check_known_workers(fleet: Fleet, listed: list[str]) -> None:
 
 @dataclass
 class FleetRepair:
-    router: RouterRepair
+    routers: list[RouterRepair]
     members: list[Repair]
 
     @property
+    def router_action(self) -> str:
+        """The replicas' together: gave_up if one did, restarted if one was, else ok."""
+        actions = {r.action for r in self.routers}
+        return next((a for a in ("gave_up", "restarted") if a in actions), "ok")
+
+    @property
     def healthy(self) -> bool:
-        return self.router.action != "gave_up" and all(r.action != "gave_up" for r in self.members)
+        return self.router_action != "gave_up" and all(r.action != "gave_up" for r in self.members)
 
 
 async def repair_fleet(
@@ -152,28 +165,35 @@ async def repair_fleet(
     """One pass: the router, then every member; `restarts` carries the counts across passes (--watch)."""
     restarts = restarts if restarts is not None else {}
     plans: dict[Any, Plan | None] = {}
-    router_repair = await repair_router(fleet, say)
-    if router_repair.action == "gave_up":
-        return FleetRepair(router_repair, [])
+    router_repairs = await repair_routers(fleet, say)
+    if any(r.action == "gave_up" for r in router_repairs):
+        return FleetRepair(router_repairs, [])
     async with aiohttp.ClientSession() as session:
-        router = RouterClient(session, fleet.router_url)
-        listed = await router.workers()
-        check_known_workers(fleet, [w.url for w in listed])
-        ready = {w.url for w in listed if w.status == "ready" and w.healthy}
+        routers = [RouterClient(session, url) for url in fleet.router_urls]
+        listings = [await router.workers() for router in routers]
+        check_known_workers(fleet, [w.url for listed in listings for w in listed])
+        # per replica, the members it lists ready
+        ready = [{w.url for w in listed if w.status == "ready" and w.healthy} for listed in listings]
 
         async def one(member: Member) -> Repair:
             repair = Repair(member.name, member.worker_url, "ok", restarts.get(member.name, 0))
             serving = state_path(member.name).exists() and (await run_status(member.name, lines=0)).serving
-            if serving and member.worker_url in ready:
+            missing = [
+                router
+                for router, listed in zip(routers, ready, strict=True)
+                if member.worker_url not in listed
+            ]
+            if serving and not missing:
                 return repair
             if serving:
-                problem = await router.add(member.worker_url, fleet.router.ready_timeout_s)
+                problem = await register(missing, member.worker_url, fleet.router.ready_timeout_s)
                 repair.action, repair.cause = (
                     ("registered", None) if problem is None else ("gave_up", problem)
                 )
                 say(f"{member.name}: serving but not routed; {problem or 'registered again'}")
                 return repair
-            await router.remove(member.worker_url)  # take it out before anything else
+            for router in routers:  # take it out before anything else
+                await router.remove(member.worker_url)
             if member.gpu_key not in plans:
                 plans[member.gpu_key] = run_preflight(member.spec).plan
             while repair.restarts < max_restarts:
@@ -190,7 +210,7 @@ async def repair_fleet(
                 if result.phase != "ready":
                     repair.cause = result.cause
                     continue
-                problem = await router.add(member.worker_url, fleet.router.ready_timeout_s)
+                problem = await register(routers, member.worker_url, fleet.router.ready_timeout_s)
                 if problem is None:
                     repair.action, repair.cause = "restarted", None
                     say(f"{member.name}: ready again and registered as {member.worker_url}")
@@ -202,4 +222,4 @@ async def repair_fleet(
 
         # a bug in one member's repair cancels the others' and is raised, named
         members = await all_of([(one(m), f"repairing member {m.name}") for m in fleet.members])
-    return FleetRepair(router_repair, members)
+    return FleetRepair(router_repairs, members)

@@ -166,6 +166,7 @@ class Dispatcher:
             [e.base_url for e in endpoints],
             policy.concurrency,
             {e.base_url: e.slots for e in endpoints if e.router},
+            {e.base_url: e.group for e in endpoints if e.group},
         )
         self.queue = _Queue(rows, max(1024, 4 * policy.concurrency * sum(s.slots for s in self.pool.servers)))
         self.requests = _Requests()
