@@ -153,8 +153,11 @@ def received(urls: list[str]) -> int:
         async with aiohttp.ClientSession() as session:
             total = 0
             for url in urls:
-                async with session.get(f"{url}/stats") as response:
-                    total += int((await response.json(content_type=None))["received"])
+                try:
+                    async with session.get(f"{url}/stats") as response:
+                        total += int((await response.json(content_type=None))["received"])
+                except aiohttp.ClientError:
+                    continue  # a stand-in being restarted
             return total
 
     return asyncio.run(go())
@@ -181,8 +184,17 @@ def in_process_job(endpoints: list[Any], source: Path, out: Path, concurrency: i
     return summary
 
 
+def steady_rows_per_s(out: Path) -> float:
+    """Rows/s between the 10th and the 90th percentile of finish times: the job's pace once
+    every request is open and before the long tail of the last, longest answers."""
+    with sqlite3.connect(f"file:{out / 'ledger.sqlite'}?mode=ro", uri=True, timeout=30) as db:
+        done = sorted(t for (t,) in db.execute("SELECT done_at FROM rows WHERE state = 2"))
+    low, high = done[len(done) // 10], done[len(done) * 9 // 10]
+    return round((len(done) * 8 // 10) / (high - low), 1) if high > low else 0.0
+
+
 def measure(
-    name: str, rows: int, workers: int, run: Callable[[], dict[str, Any]], router_pgid: int | None
+    name: str, rows: int, workers: int, run: Callable[[], dict[str, Any]], router_pgid: int | None, out: Path
 ) -> dict[str, Any]:
     router_cpu = group_cpu_s(router_pgid) if router_pgid else 0.0
     wall, cpu = time.perf_counter(), time.process_time()
@@ -191,6 +203,7 @@ def measure(
     row: dict[str, Any] = {
         "path": name,
         "rows_per_s": round(rows / wall, 1),
+        "steady_rows_per_s": steady_rows_per_s(out),
         "job_cpu_us_per_row": round(cpu / rows * 1e6),
         "job_cpu_pct_per_worker": round(100 * cpu / wall / workers, 3),
         "wall_s": round(wall, 1),
@@ -259,7 +272,9 @@ def generate_argv(source: Path, out: Path, concurrency: int) -> list[str]:
             "--concurrency", str(concurrency), "--max-attempts", "1", "--json"]  # fmt: skip
 
 
-def fault_run(env: dict[str, str], home: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def fault_run(
+    env: dict[str, str], home: Path, urls: list[str], args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
     rows = args.rows
     source = write_input(work / "faults.jsonl", rows)
     out = work / "faults-out"
@@ -270,6 +285,7 @@ def fault_run(env: dict[str, str], home: Path, args: argparse.Namespace, work: P
     rng.shuffle(plan)
     done: list[str] = []
     repairs: list[int] = []
+    rejoin_s: list[float] = []
     stop = threading.Event()
 
     def chaos() -> None:
@@ -289,6 +305,11 @@ def fault_run(env: dict[str, str], home: Path, args: argparse.Namespace, work: P
             if kind != "driver":
                 time.sleep(0.5)  # the kill has landed
                 repairs.append(cli(env, "fleet-repair", NAME, "--backoff-s", "0").returncode)
+            if kind == "router":  # the router answers again: how soon does the job send?
+                since_s, before = time.monotonic(), received(urls)
+                while received(urls) == before and time.monotonic() - since_s < 60:
+                    time.sleep(0.02)
+                rejoin_s.append(round(time.monotonic() - since_s, 2))
 
     thread = threading.Thread(target=chaos, daemon=True)
     thread.start()
@@ -302,6 +323,7 @@ def fault_run(env: dict[str, str], home: Path, args: argparse.Namespace, work: P
         "path": "router + faults",
         "faults": done,
         "fleet_repair_exit_codes": repairs,
+        "first_request_after_router_repair_s": rejoin_s,
         "rows_per_s": round(rows / wall, 1),
         "done": summary["done"],
         "lost": rows - len(set(ids)),
@@ -392,14 +414,16 @@ def main() -> None:
             source = write_input(work / "direct.jsonl", args.rows)
             direct = [Endpoint(url) for url in urls]
             print(json.dumps(measure("direct", args.rows, args.workers,
-                lambda: in_process_job(direct, source, work / "direct-out", args.concurrency), None)), flush=True)  # fmt: skip
+                lambda: in_process_job(direct, source, work / "direct-out", args.concurrency), None,
+                work / "direct-out")), flush=True)  # fmt: skip
         if "router" not in args.skip:
             source = write_input(work / "router.jsonl", args.rows)
             routed = resolve_endpoints((), (), (), (NAME,))
             print(json.dumps(measure("router", args.rows, args.workers,
-                lambda: in_process_job(routed, source, work / "router-out", args.concurrency), router_pgid)), flush=True)  # fmt: skip
+                lambda: in_process_job(routed, source, work / "router-out", args.concurrency), router_pgid,
+                work / "router-out")), flush=True)  # fmt: skip
         if "faults" not in args.skip:
-            print(json.dumps(fault_run(env, home, args, work)), flush=True)
+            print(json.dumps(fault_run(env, home, urls, args, work)), flush=True)
         if "kills" not in args.skip:
             print(json.dumps(driver_kills(env, urls, args, work)), flush=True)
     finally:

@@ -42,6 +42,9 @@ from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, Split
 
 TICK_S = 0.05
 FAILURES_BEFORE_SUCCESS_LIMIT = 50
+#: flushing takes at most about 1/this of the job's time (fsync and a ledger commit each)
+FLUSH_COST_FACTOR = 10
+FLUSH_MIN_WAIT_S = 0.02
 #: a taken-out router is probed this often, not with backoff: the job rejoins within this
 #: of the router answering again (fleet-repair restarts it in seconds)
 ROUTER_PROBE_INTERVAL_S = 0.25
@@ -469,10 +472,19 @@ class Dispatcher:
         self.ledger.apply(batch)
 
     async def _flush_loop(self) -> None:
+        """Commit answers about as they arrive, as often as the disk allows: the next flush
+        waits FLUSH_COST_FACTOR times what the last one took (within FLUSH_MIN_WAIT_S and
+        --flush-interval-s), so a killed driver loses little more than its requests in flight."""
+        wait_s = interval_s = self.policy.flush_interval_s
+        ticked = time.monotonic()
         while True:
-            await asyncio.sleep(self.policy.flush_interval_s)
+            await asyncio.sleep(wait_s)
+            started = time.monotonic()
             self.flush()
-            if self.view is not None:
+            now = time.monotonic()
+            wait_s = min(interval_s, max(FLUSH_MIN_WAIT_S, FLUSH_COST_FACTOR * (now - started)))
+            if self.view is not None and now - ticked >= interval_s:
+                ticked = now
                 self.view.tick()
 
     async def _metrics_loop(self) -> None:

@@ -156,6 +156,10 @@ class Job:
                     f"{', '.join(repaired.lost_parts)} in {directory} lost rows since the last run "
                     f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again"
                 )
+        in_flight = self.ledger.counts()[RowState.IN_FLIGHT]
+        if in_flight:  # what the last run's stop cost: these are generated again
+            self.config.notify(f"the last run stopped with {in_flight} rows in flight; they are sent again")
+            self.ledger.set_meta({"resent_in_flight": str(in_flight)})
         self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
         self.ledger.set_meta({"servers": json.dumps([e.base_url for e in self.config.endpoints])})
         pending = self.ledger.pending_positions()
