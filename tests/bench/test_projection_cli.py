@@ -77,12 +77,7 @@ def test_generate_prints_the_projection_and_report_rests_it_on_the_job(
     )  # fmt: skip
     assert ran.exit_code == 0, ran.output
     lines = [line for line in ran.output.splitlines() if line.startswith("projected: rows left")]
-    assert (
-        lines
-        and "GPU-hours" in lines[-1]
-        and "this job:" in lines[-1]
-        and "over the last" in lines[-1]
-    )
+    assert lines and "GPU-hours" in lines[-1] and "this job:" in lines[-1] and "over the last" in lines[-1]
     report = json.loads(CliRunner().invoke(cli, ["report", str(out), "--gpus", "2", "--json"]).output)
     whole = report["projection"]["whole input"]
     # the fake server writes 4 tokens a row; its whole-job rate, on one server, in 2 GPUs

@@ -14,6 +14,8 @@ engine would (exit code, SIGKILL of its own group, serving, or hanging).
                                       only after 30 s, as an engine busy generating may)
          SPECPILOT_FAKE_ORPHAN=1      (optional: before ending, SIGKILL our parent (the launch
                                       watcher), so a non-reaping init adopts us and we end a zombie)
+         SPECPILOT_FAKE_ANSWER_S=<s>  (optional: answer chat completions after this long, as
+                                      tests/generate/fake_server.py does; else never answer)
 """
 
 from __future__ import annotations
@@ -63,7 +65,41 @@ def _serve(host: str, port: int, served: str) -> http.server.ThreadingHTTPServer
             self.wfile.write(body)
 
         def do_POST(self) -> None:
-            time.sleep(3600)  # a request the engine never answers (it died): the client waits
+            answer_s = os.environ.get("SPECPILOT_FAKE_ANSWER_S")
+            if answer_s is None:
+                time.sleep(3600)  # a request the engine never answers (it died): the client waits
+                return
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            time.sleep(float(answer_s))
+            prompt = str(request["messages"][-1]["content"])
+            message = {"role": "assistant", "content": f"answer: {prompt}"}
+            if request.get("chat_template_kwargs", {}).get("enable_thinking"):
+                message["reasoning_content"] = f"thinking about {prompt}"
+            body = json.dumps(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion",
+                    "model": request["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            # tests.generate.fake_server.answer_for, which the tests recompute
+                            "message": message,
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": len(prompt.split()),
+                        "completion_tokens": 4,
+                        "total_tokens": 9,
+                    },
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             return

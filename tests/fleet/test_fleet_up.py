@@ -182,7 +182,9 @@ def test_up_again_refuses_while_a_member_runs(
     downs.append("fl")
     code, _ = up_json(path)
     assert code == 0
-    router_pid = json.loads((run_home.parent / "state" / "fleets" / "fl.json").read_text())["router_pid"]
+    router_pid = json.loads((run_home.parent / "state" / "fleets" / "fl.json").read_text())["routers"][0][
+        "pid"
+    ]
     os.killpg(router_pid, signal.SIGKILL)  # the router is gone, its member is not
     deadline_s = time.monotonic() + ROUTER_DEATH_S  # SIGKILL is delivered, not instant
     while router_alive("fl") and time.monotonic() < deadline_s:
@@ -206,7 +208,7 @@ def test_router_on_a_named_host(
         assert code == 0, out
         record = json.loads((run_home.parent / "state" / "fleets" / "rfl.json").read_text())
         assert record["router_target"] == sshd.target
-        assert record["router_log"] == str(real_fleets / "rfl.router.log")  # on the router's host
+        assert record["routers"][0]["log"] == str(real_fleets / "rfl.router.log")  # on the router's host
         assert len(router_workers(str(out["router_url"]))) == 1
         logs = run("logs", "rfl")
         assert logs.exit_code == 0 and "smg" in logs.stdout

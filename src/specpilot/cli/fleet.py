@@ -57,8 +57,13 @@ def fleet_status(name: str, as_json: bool) -> int:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
         console = Console()
-        router = "[green]up[/]" if result.router_alive else "[red]not running[/]"
-        console.print(f"[bold]fleet {name}[/]  router {result.router_url} {router}")
+        routers = "  ".join(
+            f"{url} {'[green]up[/]' if alive else '[red]not running[/]'}"
+            for url, alive in result.routers.items()
+        )
+        console.print(f"[bold]fleet {name}[/]  router {routers}")
+        if result.repair:
+            console.print(f"  router down: {result.repair}", soft_wrap=True)
         for m in result.members:
             serving = "[green]serving[/]" if m.serving else "[red]not serving[/]"
             routed = "registered" if m.registered else "[yellow]not registered[/]"
@@ -87,6 +92,9 @@ def fleet_logs(name: str) -> None:
     sys.stdout.buffer.write(asyncio.run(router_log(name)))
 
 
+ROUTER_OUTCOMES = {"ok": "running", "restarted": "restarted", "gave_up": "not started"}
+
+
 @click.command("fleet-repair")
 @click.argument("name")
 @click.option("--max-restarts", default=3, show_default=True, type=click.IntRange(1), help="Per member.")
@@ -106,10 +114,13 @@ def fleet_repair(
     interval_s: float,
     as_json: bool,
 ) -> None:
-    """Restart the fleet's dead members with the same verified files and register them again.
+    """Restart a dead router and the fleet's dead members with the same verified files, and
+    register them again.
 
-    A member that stopped serving is taken out of the router first; one that serves but is
-    not routed is registered again. Exit 0 when every member is serving and routed.
+    A dead router is started again on its host (as `up` would, the engines keep running)
+    and every serving member is registered with it. A member that stopped serving is taken
+    out of the router first; one that serves but is not routed is registered again. Exit 0
+    when the router runs and every member is serving and routed.
 
     \b
     Example:
@@ -125,17 +136,28 @@ def fleet_repair(
     say = (lambda line: None) if as_json else console.print
     restarts: dict[str, int] = {}
     while True:
-        repairs = asyncio.run(
+        result = asyncio.run(
             repair_fleet(fleet, max_restarts=max_restarts, backoff_s=backoff_s, say=say, restarts=restarts)
         )
-        healthy = all(r.action != "gave_up" for r in repairs)
+        repairs = result.members
         if as_json:
-            click.echo(json.dumps({"name": name, "members": [r.to_json() for r in repairs]}))
+            click.echo(
+                json.dumps(
+                    {
+                        "name": name,
+                        "router": result.router_action,
+                        "routers": [r.to_json() for r in result.routers],
+                        "members": [r.to_json() for r in repairs],
+                    }
+                )
+            )
         else:
             broken = [r for r in repairs if r.action != "ok"]
+            router = ROUTER_OUTCOMES[result.router_action]
             console.print(
-                f"fleet {name}: {len(repairs) - len(broken)} of {len(repairs)} members needed nothing"
+                f"fleet {name}: router {router}; "
+                f"{len(repairs) - len(broken)} of {len(repairs)} members needed nothing"
             )
         if not watch:
-            ctx.exit(EXIT_OK if healthy else EXIT_FAILED)
+            ctx.exit(EXIT_OK if result.healthy else EXIT_FAILED)
         time.sleep(interval_s)

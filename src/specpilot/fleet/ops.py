@@ -11,7 +11,7 @@ import aiohttp
 
 from specpilot.errors import SpecpilotError, UserError
 from specpilot.fleet.router import RouterClient, Worker, running
-from specpilot.fleet.state import fleet_path, read_fleet, write_fleet
+from specpilot.fleet.state import fleet_path, read_fleet, router_replicas, write_fleet
 from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostError
@@ -36,31 +36,50 @@ def router_host(record: dict[str, Any]) -> Host:
     return open_host_section(place)
 
 
-async def router_running(record: dict[str, Any]) -> bool:
-    pid = record.get("router_pid")
+async def replica_running(record: dict[str, Any], replica: dict[str, Any]) -> bool:
+    pid = replica.get("pid")
     if pid is None:
         return False
     host = router_host(record)
     try:
-        return await running(host, int(pid), record.get("router_start_ticks"))
+        return await running(host, int(pid), replica.get("start_ticks"))
     except HostError:
         return False  # its host does not answer: the router is not usable either
     finally:
         await host.close()
 
 
+async def routers_running(record: dict[str, Any]) -> list[bool]:
+    """Per replica: is its recorded process still running."""
+    return [await replica_running(record, r) for r in router_replicas(record)]
+
+
+async def router_running(record: dict[str, Any]) -> bool:
+    """Some replica runs (the job has a router to send to)."""
+    return any(await routers_running(record))
+
+
 async def stop_router(record: dict[str, Any]) -> str:
-    """SIGTERM its group, SIGKILL after STOP_TIMEOUT_S; a STOP_OUTCOMES key."""
-    pid = record.get("router_pid")
-    if pid is None:
-        return "not_running"
+    """SIGTERM each replica's group, SIGKILL after STOP_TIMEOUT_S; a STOP_OUTCOMES key (the
+    worst of the replicas')."""
+    outcomes = []
     host = router_host(record)
     try:
-        return await stop_group(
-            host, int(pid), term_timeout_s=STOP_TIMEOUT_S, start_ticks=record.get("router_start_ticks")
-        )
+        for replica in router_replicas(record):
+            if replica.get("pid") is None:
+                outcomes.append("not_running")
+                continue
+            outcomes.append(
+                await stop_group(
+                    host,
+                    int(replica["pid"]),
+                    term_timeout_s=STOP_TIMEOUT_S,
+                    start_ticks=replica.get("start_ticks"),
+                )
+            )
     finally:
         await host.close()
+    return next((o for o in outcomes if o == "survived"), outcomes[0])
 
 
 def router_alive(name: str) -> bool:
@@ -84,18 +103,42 @@ class MemberStatus:
 class FleetStatus:
     name: str
     router_url: str
-    router_alive: bool
+    router_target: str
+    routers: dict[str, bool]  # each replica's URL -> running
     members: list[MemberStatus] = field(default_factory=list)
+
+    @property
+    def router_alive(self) -> bool:
+        """Every replica runs."""
+        return all(self.routers.values())
 
     @property
     def healthy(self) -> bool:
         return self.router_alive and any(m.serving and m.registered for m in self.members)
+
+    @property
+    def repair(self) -> str | None:
+        """What `fleet-repair` would do about the router, when one is down."""
+        down = [url for url, alive in self.routers.items() if not alive]
+        if not down:
+            return None
+        serving = sum(1 for m in self.members if m.serving)
+        dead = len(self.members) - serving
+        then = f", and restart the {dead} not serving" if dead else ""
+        which = "the router" if len(self.routers) == 1 else f"router {', '.join(down)}"
+        return (
+            f"`specpilot fleet-repair {self.name}` starts {which} again on {self.router_target} and "
+            f"registers the {serving} serving members (their engines keep running){then}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "router_url": self.router_url,
             "router_alive": self.router_alive,
+            "router_target": self.router_target,
+            "routers": [{"url": url, "alive": alive} for url, alive in self.routers.items()],
+            "repair": self.repair,
             "members": [m.to_json() for m in self.members],
         }
 
@@ -110,9 +153,15 @@ async def _router_workers(url: str) -> list[Worker]:
 
 async def fleet_status(name: str) -> FleetStatus:
     record = read_fleet(name)
-    router_up = await router_running(record)
-    workers = await _router_workers(record["router_url"]) if router_up else []
-    ready = {w.url for w in workers if w.status == "ready" and w.healthy}
+    replicas = router_replicas(record)
+    routers = dict(zip([str(r["url"]) for r in replicas], await routers_running(record), strict=True))
+    # registered: listed ready by every running replica
+    listings = [await _router_workers(url) for url, alive in routers.items() if alive]
+    ready = (
+        set.intersection(*({w.url for w in ws if w.status == "ready" and w.healthy} for ws in listings))
+        if listings
+        else set()
+    )
 
     async def one(member: dict[str, Any]) -> MemberStatus:
         serving, phase = False, "not started"
@@ -132,7 +181,7 @@ async def fleet_status(name: str) -> FleetStatus:
         )
 
     members = await all_of([(one(m), f"reading member {m['name']}'s status") for m in record["members"]])
-    return FleetStatus(name, record["router_url"], router_up, members)
+    return FleetStatus(name, record["router_url"], str(record.get("router_target")), routers, members)
 
 
 async def fleet_down(name: str) -> dict[str, Any]:
@@ -161,9 +210,14 @@ async def fleet_down(name: str) -> dict[str, Any]:
 
 
 async def router_log(name: str) -> bytes:
+    """Every replica's log, one after the other."""
     record = read_fleet(name)
+    replicas = router_replicas(record)
     host = router_host(record)
     try:
-        return await host.read_bytes(str(record["router_log"]))
+        logs = [await host.read_bytes(str(r["log"])) for r in replicas]
     finally:
         await host.close()
+    if len(logs) == 1:
+        return logs[0]
+    return b"".join(f"# router {r['url']}\n".encode() + log for r, log in zip(replicas, logs, strict=True))

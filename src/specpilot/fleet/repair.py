@@ -1,4 +1,9 @@
-"""`specpilot fleet-repair NAME`: find dead members, restart them, register them again.
+"""`specpilot fleet-repair NAME`: restart a dead router, find dead members, restart them,
+register them again.
+
+A dead router is started again first, on its host, through the same checks as `up`
+(`smg` there and new enough, its ports free) and with the same argv; the engines keep
+running and every serving member is then registered with it again.
 
 A member that is not serving is first taken out of the router (no request goes to it),
 then started again on its host with the same verified files (`launch` ships and checks
@@ -10,6 +15,7 @@ address). A member serving but missing from the router is registered again.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +23,20 @@ from typing import Any
 import aiohttp
 
 from specpilot.errors import UserError
-from specpilot.fleet.ops import router_alive
+from specpilot.fleet.ops import replica_running, routers_running
 from specpilot.fleet.router import RouterClient
 from specpilot.fleet.spec import Fleet, Member, load_fleet
-from specpilot.fleet.state import read_fleet
-from specpilot.fleet.up import spec_digest
+from specpilot.fleet.state import read_fleet, router_replicas, write_fleet
+from specpilot.fleet.up import (
+    ROUTER_START_TIMEOUT_S,
+    check_router_place,
+    register,
+    replica_entry,
+    router_argvs,
+    router_place,
+    spawn_router_of,
+    spec_digest,
+)
 from specpilot.hosts import open_host_section
 from specpilot.launch.ops import run_status
 from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
@@ -44,17 +59,30 @@ class Repair:
         return dict(self.__dict__)
 
 
+@dataclass
+class RouterRepair:
+    url: str
+    action: str  # "ok", "restarted", "gave_up"
+    target: str
+    pid: int | None = None
+    cause: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
 def load_recorded_fleet(name: str) -> Fleet:
+    """The fleet `up` started, refused (exit 2) if its file, server spec or router changed."""
     record = read_fleet(name)
-    if not router_alive(name):
-        raise UserError(
-            f"the router of fleet {name!r} is not running",
-            field="NAME",
-            fix=f"start the fleet again with `specpilot up {record['fleet_file']}`",
-        )
     fleet = load_fleet(record["fleet_file"])
     digests = record.get("member_digests") or []
-    if [spec_digest(m) for m in fleet.members] != digests:
+    place, smg = router_place(fleet)
+    # argv[0] is where `smg` was found, which may move; what it is told must not
+    told = [argv[1:] for argv in router_argvs(fleet, smg)]
+    same_router = place.target == record.get("router_target") and told == [
+        (r.get("argv") or [])[1:] for r in router_replicas(record)
+    ]
+    if [spec_digest(m) for m in fleet.members] != digests or not same_router:
         raise UserError(
             f"{record['fleet_file']} or its server spec changed since `up`",
             field="NAME",
@@ -63,29 +91,108 @@ def load_recorded_fleet(name: str) -> Fleet:
     return fleet
 
 
+async def repair_routers(fleet: Fleet, say: Say) -> list[RouterRepair]:
+    """Start each router replica that is not running again; the engines are left as they are.
+
+    Every check `up` makes comes first (UserError, nothing started): the host answers,
+    `smg` there is new enough, the dead replicas' ports are free."""
+    record = read_fleet(fleet.name)
+    replicas = router_replicas(record)
+    place, smg = router_place(fleet)
+    alive = await routers_running(record)
+    repairs = [RouterRepair(str(r["url"]), "ok", place.target, r.get("pid")) for r in replicas]
+    dead = [i for i, up in enumerate(alive) if not up]
+    if not dead:
+        return repairs
+    await check_router_place(fleet, place, smg, dead)
+    argvs = router_argvs(fleet, smg)
+    record["routers"] = replicas
+    async with aiohttp.ClientSession() as session:
+        for i in dead:
+            repair = repairs[i]
+            say(f"router {repair.url} of {fleet.name} is not running; starting it again on {place.target}")
+            process = await spawn_router_of(fleet, argvs[i], i)
+            replicas[i] = replica_entry(repair.url, process, argvs[i])
+            record["router_restarts"] = int(record.get("router_restarts") or 0) + 1
+            write_fleet(record)
+            repair.pid = process.pid
+            try:
+                await RouterClient(session, repair.url).wait_up(
+                    functools.partial(replica_running, record, replicas[i]), ROUTER_START_TIMEOUT_S
+                )
+            except RuntimeError as err:
+                repair.action, repair.cause = "gave_up", f"{err}; see {process.log_path} on {place.target}"
+                say(f"router {repair.url}: {repair.cause}")
+                continue
+            repair.action = "restarted"
+            say(f"router {repair.url} up again (pid {process.pid}); registering the serving members")
+    return repairs
+
+
+def check_known_workers(fleet: Fleet, listed: list[str]) -> None:
+    """A worker the router lists that is no member: the fleet cannot account for its rows."""
+    known = {m.worker_url for m in fleet.members}
+    for url in listed:
+        if url not in known:
+            raise UserError(
+                f"the router of fleet {fleet.name!r} lists {url}, which is not one of its members",
+                field=f"{fleet.path}: [fleet] hosts",
+                fix=f"add its host to the fleet file (then down and up), or remove it: "
+                f"curl -X DELETE {fleet.router_url}/workers/ID (ID from GET /workers)",
+            )
+
+
+@dataclass
+class FleetRepair:
+    routers: list[RouterRepair]
+    members: list[Repair]
+
+    @property
+    def router_action(self) -> str:
+        """The replicas' together: gave_up if one did, restarted if one was, else ok."""
+        actions = {r.action for r in self.routers}
+        return next((a for a in ("gave_up", "restarted") if a in actions), "ok")
+
+    @property
+    def healthy(self) -> bool:
+        return self.router_action != "gave_up" and all(r.action != "gave_up" for r in self.members)
+
+
 async def repair_fleet(
     fleet: Fleet, *, max_restarts: int, backoff_s: float, say: Say, restarts: dict[str, int] | None = None
-) -> list[Repair]:
-    """One pass over every member; `restarts` carries the counts across passes (--watch)."""
+) -> FleetRepair:
+    """One pass: the router, then every member; `restarts` carries the counts across passes (--watch)."""
     restarts = restarts if restarts is not None else {}
     preflights: dict[Any, Preflight] = {}
+    router_repairs = await repair_routers(fleet, say)
+    if any(r.action == "gave_up" for r in router_repairs):
+        return FleetRepair(router_repairs, [])
     async with aiohttp.ClientSession() as session:
-        router = RouterClient(session, fleet.router_url)
-        ready = {w.url for w in await router.workers() if w.status == "ready" and w.healthy}
+        routers = [RouterClient(session, url) for url in fleet.router_urls]
+        listings = [await router.workers() for router in routers]
+        check_known_workers(fleet, [w.url for listed in listings for w in listed])
+        # per replica, the members it lists ready
+        ready = [{w.url for w in listed if w.status == "ready" and w.healthy} for listed in listings]
 
         async def one(member: Member) -> Repair:
             repair = Repair(member.name, member.worker_url, "ok", restarts.get(member.name, 0))
             serving = state_path(member.name).exists() and (await run_status(member.name, lines=0)).serving
-            if serving and member.worker_url in ready:
+            missing = [
+                router
+                for router, listed in zip(routers, ready, strict=True)
+                if member.worker_url not in listed
+            ]
+            if serving and not missing:
                 return repair
             if serving:
-                problem = await router.add(member.worker_url, fleet.router.ready_timeout_s)
+                problem = await register(missing, member.worker_url, fleet.router.ready_timeout_s)
                 repair.action, repair.cause = (
                     ("registered", None) if problem is None else ("gave_up", problem)
                 )
                 say(f"{member.name}: serving but not routed; {problem or 'registered again'}")
                 return repair
-            await router.remove(member.worker_url)  # take it out before anything else
+            for router in routers:  # take it out before anything else
+                await router.remove(member.worker_url)
             if member.gpu_key not in preflights:
                 preflights[member.gpu_key] = run_preflight(member.spec)
             pre = preflights[member.gpu_key]
@@ -103,7 +210,7 @@ async def repair_fleet(
                 if result.phase != "ready":
                     repair.cause = result.cause
                     continue
-                problem = await router.add(member.worker_url, fleet.router.ready_timeout_s)
+                problem = await register(routers, member.worker_url, fleet.router.ready_timeout_s)
                 if problem is None:
                     repair.action, repair.cause = "restarted", None
                     say(f"{member.name}: ready again and registered as {member.worker_url}")
@@ -114,4 +221,5 @@ async def repair_fleet(
             return repair
 
         # a bug in one member's repair cancels the others' and is raised, named
-        return await all_of([(one(m), f"repairing member {m.name}") for m in fleet.members])
+        members = await all_of([(one(m), f"repairing member {m.name}") for m in fleet.members])
+    return FleetRepair(router_repairs, members)

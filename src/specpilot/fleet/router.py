@@ -67,15 +67,16 @@ async def smg_version(host: Host, smg: str) -> tuple[int, ...]:
     return version
 
 
-def router_argv(smg: str, router: RouterSection, metrics_port: int) -> list[str]:
-    """No workers at start: each is registered once `up` has seen it ready."""
+def router_argv(smg: str, router: RouterSection, metrics_port: int, port: int | None = None) -> list[str]:
+    """No workers at start: each is registered once `up` has seen it ready. `port`: a
+    replica's (default [router] port)."""
     return [
         smg,
         "launch",
         "--host",
         router.host,
         "--port",
-        str(router.port),
+        str(port or router.port),
         "--policy",
         router.policy,
         "--prometheus-host",

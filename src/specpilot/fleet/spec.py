@@ -31,6 +31,11 @@ from specpilot.spec import Spec, load_spec
 #: holds a prefix, and its retries can keep picking a dead one
 POLICIES = ("least_load", "power_of_two", "round_robin", "random")
 LOOPBACK_NAMES = ("localhost", "")
+#: routers a fleet can run. smg 1.13's mesh (--enable-mesh) does not keep two routers' worker
+#: lists in step (a worker removed and added again on one is never listed by the other,
+#: which is what fleet-repair does to a restarted member), so each replica is an
+#: independent router that up and fleet-repair register every member with; two is what is tested
+MAX_ROUTER_REPLICAS = 2
 
 
 class _Section(BaseModel):
@@ -72,6 +77,9 @@ class RouterSection(_Section):
     health_failure_threshold: int = Field(3, ge=1)
     retries: int = Field(3, ge=1, description="Router attempts per request (1 = no retry).")
     ready_timeout_s: float = Field(120.0, gt=0, description="How long a worker may take to be listed ready.")
+    replicas: int = Field(
+        1, ge=1, description="Routers in front of the members (each on port + 2 i); the job fails over."
+    )
 
 
 class FleetFile(_Section):
@@ -121,12 +129,22 @@ class Fleet:
 
     @property
     def router_url(self) -> str:
+        return self.router_urls[0]
+
+    @property
+    def router_urls(self) -> list[str]:
         host = self.router_address
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.router.port}"
+        host = f"[{host}]" if ":" in host else host
+        return [f"http://{host}:{port}" for port, _ in self.router_ports]
 
     @property
     def metrics_port(self) -> int:
         return self.router.metrics_port or self.router.port + 1
+
+    @property
+    def router_ports(self) -> list[tuple[int, int]]:
+        """(port, metrics port) of each router replica: the next replica two ports up."""
+        return [(self.router.port + 2 * i, self.metrics_port + 2 * i) for i in range(self.router.replicas)]
 
 
 def _is_loopback(address: str) -> bool:
@@ -177,8 +195,27 @@ def parse_fleet(data: dict[str, Any], path: Path) -> Fleet:
     entries = [HostEntry(target=h) if isinstance(h, str) else h for h in parsed.fleet.hosts]
     members = _members(parsed.fleet.name, server, entries, path)
     fleet = Fleet(parsed.fleet.name, path, server, parsed.router, tuple(members))
+    _check_replicas(fleet)
     _check_router_reach(fleet)
     return fleet
+
+
+def _check_replicas(fleet: Fleet) -> None:
+    replicas = fleet.router.replicas
+    if replicas > MAX_ROUTER_REPLICAS:
+        raise UserError(
+            f"replicas = {replicas}, but specpilot runs at most {MAX_ROUTER_REPLICAS} smg routers "
+            "(smg 1.13's mesh does not keep more in step; each replica is registered on its own)",
+            field=f"{fleet.path}: [router] replicas",
+            fix=f"set replicas = {MAX_ROUTER_REPLICAS} or leave it out",
+        )
+    ports = [port for pair in fleet.router_ports for port in pair]
+    if len(set(ports)) != len(ports) or max(ports) > 65535:
+        raise UserError(
+            f"router ports {ports} overlap or run past 65535 (replica i uses port + 2 i, metrics_port + 2 i)",
+            field=f"{fleet.path}: [router] metrics_port",
+            fix="leave metrics_port out (port + 1) or pick one clear of port .. port + 2 x replicas",
+        )
 
 
 def _check_router_reach(fleet: Fleet) -> None:

@@ -49,3 +49,20 @@ def read_fleet(name: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError(f"{path} does not hold a JSON object", field="NAME", fix=f"delete {path}")
     return data
+
+
+def router_replicas(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each router replica's process: url, pid, start_ticks, log, argv (a record written
+    before replicas holds one router in top-level router_* keys)."""
+    routers = record.get("routers")
+    if isinstance(routers, list):
+        return [r for r in routers if isinstance(r, dict)]
+    return [
+        {
+            "url": record.get("router_url"),
+            "pid": record.get("router_pid"),
+            "start_ticks": record.get("router_start_ticks"),
+            "log": record.get("router_log"),
+            "argv": record.get("router_argv"),
+        }
+    ]

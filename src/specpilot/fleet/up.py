@@ -10,6 +10,7 @@ everything started so far.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import socket
 import time
@@ -102,6 +103,8 @@ def preflight_per_gpu(fleet: Fleet, say: Say) -> dict[tuple[float, str | None, i
 def check_port_free(host: str, port: int, field: str) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as sock:
+        # as the router binds: a port left in TIME_WAIT by a killed router is free to it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as err:
@@ -152,7 +155,8 @@ async def check_members_not_running(fleet: Fleet) -> None:
             raise UserError(
                 f"member {member.name} is already running (pid {status.pid} on {status.target})",
                 field="[fleet] name",
-                fix=f"stop it with `specpilot down {fleet.name}` (or `down {member.name}`) first",
+                fix=f"stop it with `specpilot down {fleet.name}` (or `down {member.name}`) first, "
+                f"or restart only the router with `specpilot fleet-repair {fleet.name}`",
             )
 
 
@@ -164,20 +168,25 @@ def router_place(fleet: Fleet) -> tuple[HostSection, str]:
     return fleet.server.host.model_copy(update={"target": fleet.router.target}), smg
 
 
-async def check_router_place(fleet: Fleet, place: HostSection, smg: str) -> None:
-    """`smg` there and new enough, its ports free (the bind test locally, the listeners remotely)."""
+async def check_router_place(
+    fleet: Fleet, place: HostSection, smg: str, replicas: list[int] | None = None
+) -> None:
+    """`smg` there and new enough, the ports of `replicas` (default all) free (the bind test
+    locally, the listeners remotely)."""
     target = place.target
     host = open_host_section(place)
     try:
         try:
             await smg_version(host, smg)
-        except HostError as err:
+        except (HostError, OSError, TimeoutError) as err:
             raise UserError(
                 f"{target} is unreachable: {err}",
                 field=f"{fleet.path}: [router] target",
                 fix="check the address, the SSH key and that sshd runs there",
             ) from None
-        for port, field in ((fleet.router.port, "port"), (fleet.metrics_port, "metrics_port")):
+        ports = [pair for i, pair in enumerate(fleet.router_ports) if replicas is None or i in replicas]
+        pairs = [(port, "port") for port, _ in ports] + [(metrics, "metrics_port") for _, metrics in ports]
+        for port, field in pairs:
             where = f"{fleet.path}: [router] {field}"
             if target == "local":
                 check_port_free(fleet.router.host, port, where)
@@ -187,7 +196,14 @@ async def check_router_place(fleet: Fleet, place: HostSection, smg: str) -> None
         await host.close()
 
 
-def check_inputs(fleet: Fleet, say: Say) -> tuple[list[str], dict[tuple[float, str | None, int], Preflight]]:
+def router_argvs(fleet: Fleet, smg: str) -> list[list[str]]:
+    """One `smg launch` per replica."""
+    return [router_argv(smg, fleet.router, metrics, port) for port, metrics in fleet.router_ports]
+
+
+def check_inputs(
+    fleet: Fleet, say: Say
+) -> tuple[list[list[str]], dict[tuple[float, str | None, int], Preflight]]:
     """Everything that can refuse, before anything starts: UserError (exit 2)."""
     if fleet_path(fleet.name).exists():
         from specpilot.fleet.ops import router_alive
@@ -203,11 +219,22 @@ def check_inputs(fleet: Fleet, say: Say) -> tuple[list[str], dict[tuple[float, s
     asyncio.run(check_router_place(fleet, place, smg))
     plans = preflight_per_gpu(fleet, say)
     asyncio.run(check_reachable(fleet))
-    return router_argv(smg, fleet.router, fleet.metrics_port), plans
+    return router_argvs(fleet, smg), plans
+
+
+async def register(routers: list[RouterClient], url: str, timeout_s: float) -> str | None:
+    """Add `url` to every replica; on any problem it is left on none (and why is returned)."""
+    for router in routers:
+        problem = await router.add(url, timeout_s)
+        if problem is not None:
+            for other in routers:
+                await other.remove(url)
+            return f"{router.url}: {problem}" if len(routers) > 1 else problem
+    return None
 
 
 async def _start_member(
-    member: Member, pre: Preflight, router: RouterClient, timeout_s: float, say: Say
+    member: Member, pre: Preflight, routers: list[RouterClient], timeout_s: float, say: Say
 ) -> MemberOutcome:
     outcome = MemberOutcome(member.name, member.spec.host.target, member.worker_url, "failed")
     host = open_host_section(member.spec.host)
@@ -223,7 +250,7 @@ async def _start_member(
         outcome.cause, outcome.error = result.cause, (result.error or "")[-400:]
         say(f"{member.name} on {outcome.target}: failed ({result.cause}); left out")
         return outcome
-    problem = await router.add(member.worker_url, timeout_s)
+    problem = await register(routers, member.worker_url, timeout_s)
     if problem is not None:
         await run_down(member.name, timeout_s=STOP_TIMEOUT_S)
         outcome.cause, outcome.error = "not_registered", problem
@@ -239,7 +266,17 @@ def spec_digest(member: Member) -> str:
     return hashlib.sha256(member.spec.model_dump_json().encode()).hexdigest()
 
 
-def fleet_record(fleet: Fleet, process: RouterProcess, argv: list[str]) -> dict[str, Any]:
+def replica_entry(url: str, process: RouterProcess, argv: list[str]) -> dict[str, Any]:
+    return {
+        "url": url,
+        "pid": process.pid,
+        "start_ticks": process.start_ticks,
+        "log": process.log_path,
+        "argv": argv,
+    }
+
+
+def fleet_record(fleet: Fleet, processes: list[RouterProcess], argvs: list[list[str]]) -> dict[str, Any]:
     place, _ = router_place(fleet)
     return {
         "name": fleet.name,
@@ -247,10 +284,10 @@ def fleet_record(fleet: Fleet, process: RouterProcess, argv: list[str]) -> dict[
         "router_url": fleet.router_url,
         "router_target": place.target,
         "router_host_options": host_options_json(place),
-        "router_pid": process.pid,
-        "router_start_ticks": process.start_ticks,
-        "router_argv": argv,
-        "router_log": process.log_path,
+        "routers": [
+            replica_entry(url, process, argv)
+            for url, process, argv in zip(fleet.router_urls, processes, argvs, strict=True)
+        ],
         "ready_timeout_s": fleet.router.ready_timeout_s,
         "members": [
             {"name": m.name, "target": m.spec.host.target, "worker_url": m.worker_url} for m in fleet.members
@@ -261,7 +298,14 @@ def fleet_record(fleet: Fleet, process: RouterProcess, argv: list[str]) -> dict[
     }
 
 
-async def _spawn(fleet: Fleet, argv: list[str]) -> RouterProcess:
+def replica_name(fleet: Fleet, index: int) -> str:
+    """Names its log and pid files: the fleet's for the first, `<fleet>.r<i>` for the others."""
+    return fleet.name if index == 0 else f"{fleet.name}.r{index}"
+
+
+async def spawn_router_of(fleet: Fleet, argv: list[str], index: int = 0) -> RouterProcess:
+    """Start replica `index` of the fleet's router where `[router] target` says; its log
+    beside the fleet record."""
     place, _ = router_place(fleet)
     host = open_host_section(place)
     try:
@@ -270,14 +314,27 @@ async def _spawn(fleet: Fleet, argv: list[str]) -> RouterProcess:
             if place.target == "local"
             else f"{await host.home()}/.specpilot/fleets"
         )
-        return await spawn_router(host, argv, log_dir, fleet.name)
+        return await spawn_router(host, argv, log_dir, replica_name(fleet, index))
     finally:
         await host.close()
 
 
+async def _spawn_replicas(fleet: Fleet, argvs: list[list[str]], say: Say) -> list[RouterProcess]:
+    """Every replica, or none: one that cannot be spawned stops those already started."""
+    processes: list[RouterProcess] = []
+    try:
+        for index, argv in enumerate(argvs):
+            processes.append(await spawn_router_of(fleet, argv, index))
+    except BaseException:
+        partial = fleet_record(fleet, processes, argvs[: len(processes)])
+        await _stop_everything(fleet, partial, say)
+        raise
+    return processes
+
+
 def fleet_up(fleet: Fleet, say: Say) -> FleetOutcome:
-    argv, plans = check_inputs(fleet, say)
-    record = fleet_record(fleet, asyncio.run(_spawn(fleet, argv)), argv)
+    argvs, plans = check_inputs(fleet, say)
+    record = fleet_record(fleet, asyncio.run(_spawn_replicas(fleet, argvs, say)), argvs)
     write_fleet(record)
     try:
         outcome = asyncio.run(_bring_up(fleet, record, plans, say))
@@ -294,24 +351,28 @@ def fleet_up(fleet: Fleet, say: Say) -> FleetOutcome:
 async def _bring_up(
     fleet: Fleet, record: dict[str, Any], plans: dict[Any, Preflight], say: Say
 ) -> FleetOutcome:
-    from specpilot.fleet.ops import router_running
+    from specpilot.fleet.ops import replica_running
 
     async with aiohttp.ClientSession() as session:
-        router = RouterClient(session, fleet.router_url)
-        try:
-            await router.wait_up(lambda: router_running(record), ROUTER_START_TIMEOUT_S)
-        except RuntimeError as err:
-            raise UserError(
-                f"{err}; see {record['router_log']} on {record['router_target']}",
-                field=f"{fleet.path}: [router]",
-                fix="fix what the router log says, then run up again",
-            ) from None
-        say(f"router {fleet.router_url} ({fleet.router.policy}) up; starting {len(fleet.members)} members")
+        routers = [RouterClient(session, url) for url in fleet.router_urls]
+        for router, replica in zip(routers, record["routers"], strict=True):
+            try:
+                await router.wait_up(
+                    functools.partial(replica_running, record, replica), ROUTER_START_TIMEOUT_S
+                )
+            except RuntimeError as err:
+                raise UserError(
+                    f"{err}; see {replica['log']} on {record['router_target']}",
+                    field=f"{fleet.path}: [router]",
+                    fix="fix what the router log says, then run up again",
+                ) from None
+        urls = ", ".join(fleet.router_urls)
+        say(f"router {urls} ({fleet.router.policy}) up; starting {len(fleet.members)} members")
         # a bug in one start cancels the others (each stops what it started) and is raised
         outcomes = await all_of(
             [
                 (
-                    _start_member(m, plans[m.gpu_key], router, fleet.router.ready_timeout_s, say),
+                    _start_member(m, plans[m.gpu_key], routers, fleet.router.ready_timeout_s, say),
                     f"starting member {m.name}",
                 )
                 for m in fleet.members

@@ -49,6 +49,12 @@ FAILURES_BEFORE_SUCCESS_LIMIT = 50
 FREE_REQUEUES_PER_ROW = 10
 #: wall clock moving this far from the monotonic clock is a jump (NTP slews far less)
 CLOCK_JUMP_S = 60.0
+#: flushing takes at most about 1/this of the job's time (fsync and a ledger commit each)
+FLUSH_COST_FACTOR = 10
+FLUSH_MIN_WAIT_S = 0.02
+#: a taken-out router is probed this often, not with backoff: the job rejoins within this
+#: of the router answering again (fleet-repair restarts it in seconds)
+ROUTER_PROBE_INTERVAL_S = 0.25
 
 #: a task the job runs beside its requests (a watcher of the runs it drives), and its name
 Companion = tuple[Coroutine[Any, Any, None], str]
@@ -179,6 +185,7 @@ class Dispatcher:
             [e.base_url for e in endpoints],
             policy.concurrency,
             {e.base_url: e.slots for e in endpoints if e.router},
+            {e.base_url: e.group for e in endpoints if e.group},
         )
         self.queue = _Queue(rows, max(1024, 4 * policy.concurrency * sum(s.slots for s in self.pool.servers)))
         self.requests = _Requests()
@@ -498,10 +505,13 @@ class Dispatcher:
 
         async def loop() -> None:
             nonlocal delay_s
+            if server.router:  # a router is one cheap process: rejoin as soon as it answers
+                delay_s = ROUTER_PROBE_INTERVAL_S
             await asyncio.sleep(delay_s)
             while not await probe(self.session, server, self.policy.probe_timeout_s):
                 await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, self.policy.probe_cap_s)
+                if not server.router:  # a router is one cheap process: rejoin as soon as it answers
+                    delay_s = min(delay_s * 2, self.policy.probe_cap_s)
             self.pool.bring_back(server)
             self._say(f"server {server.name} answers again; back in rotation")
 
@@ -529,11 +539,20 @@ class Dispatcher:
             )
 
     async def _flush_loop(self) -> None:
+        """Commit answers about as they arrive, as often as the disk allows: the next flush
+        waits FLUSH_COST_FACTOR times what the last one took (within FLUSH_MIN_WAIT_S and
+        --flush-interval-s), so a killed driver loses little more than its requests in flight."""
+        wait_s = interval_s = self.policy.flush_interval_s
+        ticked = time.monotonic()
         while True:
-            await asyncio.sleep(self.policy.flush_interval_s)
+            await asyncio.sleep(wait_s)
             self._watch_clock()
+            started = time.monotonic()
             self.flush()
-            if self.view is not None:
+            now = time.monotonic()
+            wait_s = min(interval_s, max(FLUSH_MIN_WAIT_S, FLUSH_COST_FACTOR * (now - started)))
+            if self.view is not None and now - ticked >= interval_s:
+                ticked = now
                 self.view.tick()
 
     async def _metrics_loop(self) -> None:

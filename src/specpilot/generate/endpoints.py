@@ -32,6 +32,9 @@ class Endpoint:
     #: a router: --concurrency is per worker behind it, so it gets `slots` x that in flight
     router: bool = False
     slots: int = 1
+    #: routers in front of the same workers (a fleet's replicas): they share its room, and
+    #: while one is down the others take all of it
+    group: str | None = None
 
 
 def normalize_url(url: str, field: str = "--server") -> str:
@@ -94,11 +97,27 @@ def router_endpoint(url: str, field: str = "--router") -> Endpoint:
     return Endpoint(base, router=True, slots=max(1, len(workers)))
 
 
-def endpoint_of_fleet(name: str) -> Endpoint:
-    from specpilot.fleet.state import read_fleet
+def endpoints_of_fleet(name: str) -> list[Endpoint]:
+    """One per router replica, sharing the workers' room; a replica that does not answer
+    yet is kept (the job probes it back) while another one does."""
+    from specpilot.fleet.state import read_fleet, router_replicas
 
     check_run_name(name, field="--fleet")
-    return router_endpoint(str(read_fleet(name)["router_url"]), field="--fleet")
+    urls = [str(r["url"]) for r in router_replicas(read_fleet(name))]
+    if len(urls) == 1:
+        return [router_endpoint(urls[0], field="--fleet")]
+    answered: list[Endpoint] = []
+    first_error: UserError | None = None
+    for url in urls:
+        try:
+            answered.append(router_endpoint(url, field="--fleet"))
+        except UserError as err:
+            first_error = first_error or err
+    if not answered:
+        assert first_error is not None
+        raise first_error
+    slots = max(e.slots for e in answered)
+    return [Endpoint(normalize_url(url), router=True, slots=slots, group=name) for url in urls]
 
 
 def resolve_endpoints(
@@ -110,7 +129,7 @@ def resolve_endpoints(
     endpoints = [Endpoint(normalize_url(url)) for url in servers]
     endpoints += [endpoint_of_run(name) for name in runs]
     endpoints += [router_endpoint(url) for url in routers]
-    endpoints += [endpoint_of_fleet(name) for name in fleets]
+    endpoints += [e for name in fleets for e in endpoints_of_fleet(name)]
     if not endpoints:
         raise UserError(
             "no server given",

@@ -186,6 +186,10 @@ class Job:
             self.config.notify(
                 f"{retried} truncated rows queued again at --max-tokens {self.config.max_tokens}"
             )
+        in_flight = self.ledger.counts()[RowState.IN_FLIGHT]
+        if in_flight:  # what the last run's stop cost: these are generated again
+            self.config.notify(f"the last run stopped with {in_flight} rows in flight; they are sent again")
+            self.ledger.set_meta({"resent_in_flight": str(in_flight)})
         self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
         # this run's start: where its rates' window may begin (a resumed job's earlier rows
         # finished before it, not within it)

@@ -43,6 +43,7 @@ class Server:
     slots: int = 1  # workers behind a router: it takes slots x --concurrency at once
     failure_streak: int = 0  # server-side failures since its last answer
     probe_delay_s: float = 0.5  # the prober's first wait; doubles each time it is taken out again
+    group: str | None = None  # router replicas of one fleet: one room, shared
 
     @property
     def name(self) -> str:
@@ -53,20 +54,42 @@ class Server:
 class ServerPool:
     """Healthy servers and their in-flight work."""
 
-    def __init__(self, base_urls: list[str], concurrency: int, routers: dict[str, int] | None = None) -> None:
-        """`routers`: base URL -> workers behind it, for the URLs that are routers."""
-        routers = routers or {}
-        self.servers = [Server(url, router=url in routers, slots=routers.get(url, 1)) for url in base_urls]
+    def __init__(
+        self,
+        base_urls: list[str],
+        concurrency: int,
+        routers: dict[str, int] | None = None,
+        groups: dict[str, str] | None = None,
+    ) -> None:
+        """`routers`: base URL -> workers behind it, for the URLs that are routers;
+        `groups`: base URL -> group, for router replicas in front of the same workers."""
+        routers, groups = routers or {}, groups or {}
+        self.servers = [
+            Server(url, router=url in routers, slots=routers.get(url, 1), group=groups.get(url))
+            for url in base_urls
+        ]
         self.concurrency = concurrency
+        self.grouped = bool(groups)
 
     def pick(self) -> Server | None:
-        """The healthy server with the most free room (a router counts per worker)."""
+        """The healthy server with the most free room (a router counts per worker; replicas
+        of one group share one room, and the one with fewer in flight gets the request)."""
+        used: dict[str, int] = {}
+        if self.grouped:
+            for server in self.servers:
+                if server.group is not None:
+                    used[server.group] = used.get(server.group, 0) + len(server.in_flight)
         best: Server | None = None
-        best_free = 0
+        best_free, best_own = 0, 0
         for server in self.servers:
-            free = self.concurrency * server.slots - len(server.in_flight)
-            if server.healthy and free > 0 and (best is None or free > best_free):
-                best, best_free = server, free
+            own = len(server.in_flight)
+            free = self.concurrency * server.slots - (used[server.group] if server.group else own)
+            if (
+                server.healthy
+                and free > 0
+                and (best is None or free > best_free or (free == best_free and own < best_own))
+            ):
+                best, best_free, best_own = server, free, own
         return best
 
     def all_down(self) -> bool:
