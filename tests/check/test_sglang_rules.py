@@ -133,6 +133,12 @@ CASES: dict[str, Case] = {
         ["--disable-radix-cache"],
         effect={"mamba_radix_cache_strategy": "extra_buffer"},
     ),
+    "sglang-mamba-auto-overlap-off": Case(
+        "0.5.23",
+        ["--linear-attn-backend", "cutedsl"],
+        ["--linear-attn-backend", "cutedsl", "--disable-overlap-schedule"],
+        effect={"mamba_radix_cache_strategy": "no_buffer", "disable_overlap_schedule": True},
+    ),
     "sglang-mamba-extra-buffer-dense": Case(
         "0.5.23",
         ["--mamba-radix-cache-strategy", "extra_buffer"],
@@ -196,6 +202,12 @@ CASES: dict[str, Case] = {
         ["--speculative-algorithm", "DFLASH", *DRAFT, "--speculative-num-draft-tokens", "8"],
         arch=DENSE,
         effect={"speculative_num_draft_tokens": 16},
+    ),
+    "sglang-dflash-window-below-block": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "DFLASH", *DRAFT, "--speculative-draft-window-size", "8"],
+        ["--speculative-algorithm", "DFLASH", *DRAFT, "--speculative-draft-window-size", "16"],
+        arch=DENSE,
     ),
     "sglang-spec-max-running-48": Case(
         "0.5.13.post1",

@@ -88,6 +88,17 @@ def _auto_strategy_b(ctx: Context) -> dict[str, object]:
     return {STRAT_B: "no_buffer", "disable_overlap_schedule": True}
 
 
+def _overlap_fix(ctx: Context) -> Fix:
+    """What keeps overlap scheduling: extra_buffer needs the triton linear-attention backend on
+    the models that support it; elsewhere only turning the radix cache off does."""
+    if ctx.architecture in EXTRA_BUFFER_ARCHS:
+        return Fix(args=("--linear-attn-backend", "triton"))
+    return Fix(
+        args=("--disable-radix-cache",),
+        text="--disable-radix-cache keeps overlap scheduling at the cost of prefix reuse",
+    )
+
+
 def _auto_spec_params(ctx: Context) -> dict[str, object]:
     if _algo(ctx) == "STANDALONE":
         steps, topk, draft = SPEC_PARAMS_DEFAULT
@@ -123,6 +134,11 @@ def _paged(ctx: Context) -> bool:
 def _backend_not_in(backends: tuple[str, ...]) -> Predicate:
     # an unset backend resolves to flashinfer/fa3 on CUDA, both in every allowed list
     return lambda ctx: ctx.get("attention_backend") not in (None, *backends)
+
+
+def _window_below_block(ctx: Context) -> bool:
+    window, draft = ctx.get("speculative_draft_window_size"), ctx.get("speculative_num_draft_tokens")
+    return isinstance(window, int) and isinstance(draft, int) and window < draft
 
 
 def _ngram_steps(ctx: Context) -> dict[str, object]:
@@ -289,6 +305,25 @@ RULES: tuple[Rule, ...] = (
         sets=_auto_strategy_b,
     ),
     Rule(
+        "sglang-mamba-auto-overlap-off",
+        E,
+        ERA_B,
+        "adjusts",
+        all_of(
+            hybrid,
+            radix_on,
+            eq(STRAT_B, "no_buffer"),
+            truthy("disable_overlap_schedule"),
+            not_(given("disable_overlap_schedule")),
+        ),
+        "--mamba-radix-cache-strategy auto resolved to no_buffer for {arch} (linear_attn_backend "
+        "{linear_attn_backend}), which silently turns the overlap scheduler off: the scheduler no "
+        "longer prepares the next batch while the GPU runs this one, so decode throughput drops",
+        _overlap_fix,
+        why="0.5.23 arg_groups/overrides.py _mamba_radix_cache_resolution sets "
+        "disable_overlap_schedule=True and logs nothing",
+    ),
+    Rule(
         "sglang-mamba-extra-buffer-dense",
         E,
         versions(">=0.5.23"),
@@ -401,6 +436,19 @@ RULES: tuple[Rule, ...] = (
         "speculative_num_draft_tokens is not set; defaulting to 16 for DFLASH (when the drafter config "
         "names no block size)",
         sets=set_to(speculative_num_draft_tokens=16),
+    ),
+    Rule(
+        "sglang-dflash-window-below-block",
+        E,
+        versions(">=0.5.23"),
+        "error",
+        all_of(algo_in(("DFLASH",)), _window_below_block),
+        "--speculative-draft-window-size must be >= --speculative-num-draft-tokens (block_size). "
+        "window_size={speculative_draft_window_size}, block_size={speculative_num_draft_tokens}.",
+        lambda ctx: Fix(
+            args=("--speculative-draft-window-size", str(ctx.get("speculative_num_draft_tokens")))
+        ),
+        why="arg_groups/speculative_hook.py _handle_dflash, after the block size is resolved",
     ),
     Rule(
         "sglang-spec-max-running-48",
