@@ -62,7 +62,7 @@ def test_a_release_in_the_repository_is_diffed_against_the_previous_table(tmp_pa
         i.startswith("[x] src/specpilot/engines/sglang/rules.py: SUPPORTED_RELEASES is") for i in items
     )
     assert any(
-        i.startswith("[x] src/specpilot/engines/sglang/releases.py: row 0.5.18-0.5.23 covers") for i in items
+        i.startswith("[x] src/specpilot/engines/sglang/releases.py: row 0.5.23-0.5.23 covers") for i in items
     )
 
 
