@@ -290,3 +290,52 @@ def test_check_fix_turns_older_commands_into_ones_0_5_23_accepts() -> None:
         assert fix.result.ok, (flags, fix.result.findings)
     for fix, engine in zip(fixed, after, strict=True):
         assert engine["ok"], (fix.args, engine["error"])
+
+
+#: the algorithms added after the generator's (DSPARK 0.5.19, UNO 0.5.20), with what each refuses
+NEW_ALGORITHM_FLAGS: tuple[tuple[str, ...], ...] = (
+    ("--speculative-algorithm", "DSPARK"),
+    ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(MODELS["dense"])),
+    ("--speculative-algorithm", "dspark", "--speculative-draft-model-path", str(MODELS["dense"]),
+     "--speculative-dspark-block-size", "3"),
+    ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(MODELS["dense"]),
+     "--speculative-dspark-block-size", "3", "--speculative-num-draft-tokens", "5"),
+    ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(MODELS["dense"]),
+     "--speculative-num-draft-tokens", "5", "--speculative-num-steps", "3", "--speculative-eagle-topk", "2"),
+    ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(MODELS["dense"]),
+     "--speculative-num-draft-tokens", "1"),
+    ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(MODELS["dense"]),
+     "--max-running-requests", "8"),
+    ("--speculative-algorithm", "UNO"),
+    ("--speculative-algorithm", "UNO", "--uno-lora-path", "/adapters/uno"),
+    ("--speculative-algorithm", "UNO", "--uno-lora-path", "/adapters/uno", "--speculative-num-draft-tokens", "4"),
+    ("--speculative-algorithm", "UNO", "--uno-lora-path", "/adapters/uno", "--speculative-num-draft-tokens", "4",
+     "--attention-backend", "fa3"),
+    ("--speculative-algorithm", "UNO", "--uno-lora-path", "/adapters/uno", "--speculative-num-draft-tokens", "4",
+     "--attention-backend", "fa3", "--speculative-draft-model-path", str(MODELS["dense"])),
+    ("--speculative-algorithm", "UNO", "--uno-lora-path", "/adapters/uno", "--speculative-num-draft-tokens", "4",
+     "--attention-backend", "fa3", "--tp-size", "2"),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if Version(v) >= Version("0.5.19")])
+def test_the_new_speculative_algorithms_agree_with_the_validator(version: str) -> None:
+    """DSPARK (`_handle_dspark`) and UNO (`_handle_uno`): accept/refuse and the values they settle."""
+    base = ["--model-path", str(MODELS["dense"]), "--device", "cuda"]
+    cases = [{"model": "dense", "argv": base + list(flags), "env": {}} for flags in NEW_ALGORITHM_FLAGS]
+    problems = []
+    for case, engine in zip(cases, run_engine(version, cases), strict=True):
+        mine = check_args("sglang", version, case["argv"], {}, _architecture("dense"))  # type: ignore[arg-type]
+        label = " ".join(case["argv"][4:])  # type: ignore[index]
+        if mine.ok != engine["ok"]:
+            errors = [f.message for f in mine.findings if f.severity == "error"]
+            problems.append(f"{label}: engine ok={engine['ok']} ({engine['error']}), specpilot {errors}")
+        elif mine.ok:
+            values = engine["values"]
+            assert isinstance(values, dict)
+            problems += [
+                f"{label}: {dest} engine={values.get(dest)!r} specpilot={mine.effective_values.get(dest)!r}"
+                for dest in COMPARED
+                if mine.effective_values.get(dest) != values.get(dest)
+            ]
+    assert not problems, "\n".join(problems)

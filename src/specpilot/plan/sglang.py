@@ -530,6 +530,10 @@ def _recommendation(
     return fixed, rec_args, note
 
 
+#: algorithms whose drafter is a separate checkpoint the planner does not read
+SEPARATE_DRAFTERS = frozenset({"DFLASH", "DSPARK"})
+
+
 def _post_capture_note(spec: Spec, s: SglangSettings) -> str | None:
     """Whether the plan sized the pool after graph capture, as the variable asks."""
     if s.post_capture_kv_sizing:
@@ -601,6 +605,12 @@ def plan_sglang(
             notes.append(note)
     if context_note := _context_note(z):
         notes.append(context_note)
+    if settings.speculative_algorithm in SEPARATE_DRAFTERS:
+        notes.append(
+            f"{settings.speculative_algorithm}'s drafter is its own checkpoint "
+            "(--speculative-draft-model-path): its weights and KV layers are not read, so they are "
+            "planned as the target's MTP layers; calibrate with --from-log"
+        )
     if post_capture_note := _post_capture_note(spec, settings):
         notes.append(post_capture_note)
     return Plan(

@@ -23,7 +23,7 @@ from specpilot.models.shape import ModelShape, dtype_bytes
 MIB_PER_GIB = 1024
 
 #: SGLang's `--speculative-algorithm` values that run a draft model (NGRAM does not).
-DRAFT_MODEL_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH"})
+DRAFT_MODEL_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH", "DSPARK"})
 #: Every value SGLang accepts; NEXTN is an alias of EAGLE (speculative_hook.py).
 SPECULATIVE_ALGORITHMS = DRAFT_MODEL_ALGORITHMS | {"NGRAM", "FROZEN_KV_MTP"}
 
@@ -163,11 +163,19 @@ def _speculative_algorithm(args: EffectiveArgs) -> str | None:
         return None
     # releases before 0.5.12 keep the name as typed; their checks compare it upper-cased
     algorithm = value.upper()
+    if algorithm == "UNO":
+        raise UserError(
+            "--speculative-algorithm UNO is not planned: it drafts with a LoRA adapter over the target "
+            "(--uno-lora-path) whose weights and verify buffers the planner does not size",
+            field="--speculative-algorithm",
+            fix="plan without --speculative-algorithm and leave the adapter's size free in the reserve, "
+            "or use DFLASH/DSPARK/EAGLE3, which are planned",
+        )
     if algorithm not in SPECULATIVE_ALGORITHMS:
         raise UserError(
             f"--speculative-algorithm {value} is not an SGLang algorithm",
             field="--speculative-algorithm",
-            fix="use NEXTN (a model's own MTP head), EAGLE, EAGLE3, STANDALONE, DFLASH or NGRAM",
+            fix="use NEXTN (a model's own MTP head), EAGLE, EAGLE3, STANDALONE, DFLASH, DSPARK or NGRAM",
         )
     return algorithm
 

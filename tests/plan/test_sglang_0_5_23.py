@@ -1,5 +1,5 @@
-"""SGLang 0.5.23's post-capture KV sizing (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING, off by default),
-planned both ways: arg_groups/memory_hook.py (the default fraction keeps 1.5 GiB + parallel slack)
+"""What SGLang 0.5.23 plans differently: DSPARK planned, UNO refused, and post-capture KV sizing
+(SGLANG_ENABLE_POST_CAPTURE_KV_SIZING, off by default) planned both ways: arg_groups/memory_hook.py (the default fraction keeps 1.5 GiB + parallel slack)
 and model_runner_components/kv_pool_runtime.py compute_post_capture_kv_resize (the pool is sized
 again from what graph capture left, less the headroom)."""
 
@@ -102,3 +102,33 @@ def test_the_variable_off_is_the_default() -> None:
     default = _plan("qwen3-8b", ["--context-length", "32768"], {})
     assert explicit_off.kv_tokens == default.kv_tokens
     assert explicit_off.memory_fraction == default.memory_fraction
+
+
+def test_dspark_is_planned_with_its_drafter_named_unread() -> None:
+    plan = _plan(
+        "qwen3-8b",
+        [
+            "--context-length",
+            "32768",
+            "--speculative-algorithm",
+            "DSPARK",
+            "--speculative-draft-model-path",
+            "/d",
+        ],
+        {},
+    )
+    assert plan.kv_tokens > 0 and plan.max_running_requests <= 48  # _handle_dspark's default
+    assert any("DSPARK's drafter is its own checkpoint" in n for n in plan.notes)
+
+
+def test_uno_is_refused_with_the_reason() -> None:
+    from specpilot.errors import UserError
+
+    args = [
+        "--speculative-algorithm", "UNO", "--uno-lora-path", "/a", "--speculative-num-draft-tokens", "4",
+        "--attention-backend", "fa3",
+    ]  # fmt: skip
+    with pytest.raises(UserError) as refused:
+        _plan("qwen3-8b", args, {})
+    assert refused.value.field == "--speculative-algorithm"
+    assert "LoRA adapter" in str(refused.value)
