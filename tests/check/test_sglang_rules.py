@@ -287,6 +287,12 @@ CASES: dict[str, Case] = {
     "sglang-uno-fa3": Case(
         "0.5.23", [a for a in UNO_OK if a not in ("--attention-backend", "fa3")], UNO_OK, arch=DENSE
     ),
+    "sglang-torch-compile-with-decode-graphs": Case(
+        "0.5.23",
+        ["--enable-torch-compile"],
+        ["--enable-torch-compile", "--disable-decode-cuda-graph"],
+        arch=DENSE,
+    ),
     "sglang-spec-max-running-48": Case(
         "0.5.13.post1",
         [*NEXTN, "--disable-radix-cache"],

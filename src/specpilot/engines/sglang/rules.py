@@ -826,6 +826,25 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
+# Failures users reported this year whose cause is knowable before start
+RULES += (
+    Rule(
+        "sglang-torch-compile-with-decode-graphs",
+        E,
+        versions(">=0.5.17"),
+        "warning",
+        all_of(
+            truthy("enable_torch_compile"),
+            not_(truthy("disable_cuda_graph")),
+            not_(truthy("disable_decode_cuda_graph")),
+        ),
+        "--enable-torch-compile with a captured decode CUDA graph measured ~6x slower decode than the "
+        "graph alone (Qwen3.8-27B NVFP4 on an RTX 5090, SGLang 0.5.17: 9.8-10.2 vs 59.4 tok/s)",
+        Fix(remove_args=("--enable-torch-compile",)),
+        why="https://github.com/sgl-project/sglang/issues/35777",
+    ),
+)
+
 # ModelConfig._derive_context_length (sglang/srt/configs/model_config.py): a longer
 # --context-length raises unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN (an EnvBool) is true
 long_context_allowed = env_true("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", False)
