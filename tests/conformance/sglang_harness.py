@@ -85,8 +85,9 @@ def _override_platform_context() -> None:
 def _run_case(prepare, argv: list[str], env: dict[str, str], fields: list[str]) -> dict[str, object]:  # type: ignore[no-untyped-def]
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    stderr = io.StringIO()
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
             args = prepare(argv)
             # 0.5.23 builds an unresolved record; resolution (validation) is a separate step.
             if hasattr(args, "resolve_once"):
@@ -94,8 +95,9 @@ def _run_case(prepare, argv: list[str], env: dict[str, str], fields: list[str]) 
         resolved = args.resolved_dict() if hasattr(args, "resolved_dict") else vars(args)
         values = {f: resolved.get(f) for f in fields}
         return {"ok": True, "error": None, "values": values}
-    except SystemExit as exc:  # argparse rejects
-        return {"ok": False, "error": f"SystemExit: {exc.code}", "values": {}}
+    except SystemExit as exc:  # argparse rejects, saying why on its last stderr line
+        said = stderr.getvalue().strip().splitlines()
+        return {"ok": False, "error": f"SystemExit: {exc.code}: {said[-1] if said else ''}", "values": {}}
     except Exception as exc:
         if os.environ.get("HARNESS_TRACE"):
             import traceback

@@ -21,6 +21,7 @@ import pytest
 from packaging.version import Version
 
 from specpilot.check import check_args
+from specpilot.check.fix import fix_launch
 from specpilot.engines.flags import table_for
 
 from . import venvs
@@ -240,3 +241,101 @@ def test_specpilot_agrees_with_sglang_validator(version: str) -> None:
     count, problems = _disagreements(version)
     assert count >= 200
     assert not problems, f"{len(problems)} of {count} combinations disagree:\n" + "\n".join(problems[:40])
+
+
+#: flags of 0.5.17-0.5.19 commands that 0.5.23 no longer parses, as a user would paste them
+OLD_COMMANDS: tuple[tuple[str, ...], ...] = (
+    ("--cuda-graph-max-bs", "128"),
+    ("--cuda-graph-bs", "1", "2", "4", "8"),
+    ("--mamba-scheduler-strategy", "extra_buffer"),
+    ("--disable-piecewise-cuda-graph",),
+    ("--enable-breakable-cuda-graph",),
+    (
+        "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", str(MODELS["dense"]),
+        "--speculative-dflash-draft-window-size", "8",
+    ),
+    ("--cuda-graph-max-bs", "64", "--mamba-scheduler-strategy", "no_buffer", "--disable-overlap-schedule"),
+)  # fmt: skip
+
+
+def test_check_fix_turns_older_commands_into_ones_0_5_23_accepts() -> None:
+    """Each command is refused by the real 0.5.23 argparse with the error check quotes (ambiguous
+    prefix or unrecognized), and the command `check --fix` prints is accepted by the real
+    0.5.23 ServerArgs."""
+    version = "0.5.23"
+    base = ["--model-path", str(MODELS["hybrid"]), "--device", "cuda"]
+    arch = _architecture("hybrid")
+    fixed = [
+        fix_launch(
+            lambda a, e: check_args("sglang", version, a, e, arch),
+            "sglang",
+            Version(version),
+            base + list(flags),
+            {},
+        )
+        for flags in OLD_COMMANDS
+    ]
+    cases = [{"model": "hybrid", "argv": base + list(f), "env": {}} for f in OLD_COMMANDS]
+    cases += [{"model": "hybrid", "argv": f.args, "env": f.env} for f in fixed]
+    results = run_engine(version, cases)
+    before, after = results[: len(OLD_COMMANDS)], results[len(OLD_COMMANDS) :]
+    for flags, engine, fix in zip(OLD_COMMANDS, before, fixed, strict=True):
+        assert not engine["ok"], flags
+        mine = check_args("sglang", version, base + list(flags), {}, arch)
+        quoted = [
+            f.message.split("exits with '")[1].rstrip("')") for f in mine.findings if f.rule == "flag-removed"
+        ]
+        said = str(engine["error"]).split("error: ", 1)[-1]
+        assert any(said.startswith(q) for q in quoted), (said, quoted)
+        assert fix.result.ok, (flags, fix.result.findings)
+    for fix, engine in zip(fixed, after, strict=True):
+        assert engine["ok"], (fix.args, engine["error"])
+
+
+#: the algorithms added after the generator's (DSPARK 0.5.19, UNO 0.5.20), with what each refuses
+NEW_ALGORITHM_FLAGS: tuple[tuple[str, ...], ...] = (
+    ("--speculative-algorithm", "DSPARK"),
+    ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(MODELS["dense"])),
+    ("--speculative-algorithm", "dspark", "--speculative-draft-model-path", str(MODELS["dense"]),
+     "--speculative-dspark-block-size", "3"),
+    ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(MODELS["dense"]),
+     "--speculative-dspark-block-size", "3", "--speculative-num-draft-tokens", "5"),
+    ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(MODELS["dense"]),
+     "--speculative-num-draft-tokens", "5", "--speculative-num-steps", "3", "--speculative-eagle-topk", "2"),
+    ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(MODELS["dense"]),
+     "--speculative-num-draft-tokens", "1"),
+    ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(MODELS["dense"]),
+     "--max-running-requests", "8"),
+    ("--speculative-algorithm", "UNO"),
+    ("--speculative-algorithm", "UNO", "--uno-lora-path", "/adapters/uno"),
+    ("--speculative-algorithm", "UNO", "--uno-lora-path", "/adapters/uno", "--speculative-num-draft-tokens", "4"),
+    ("--speculative-algorithm", "UNO", "--uno-lora-path", "/adapters/uno", "--speculative-num-draft-tokens", "4",
+     "--attention-backend", "fa3"),
+    ("--speculative-algorithm", "UNO", "--uno-lora-path", "/adapters/uno", "--speculative-num-draft-tokens", "4",
+     "--attention-backend", "fa3", "--speculative-draft-model-path", str(MODELS["dense"])),
+    ("--speculative-algorithm", "UNO", "--uno-lora-path", "/adapters/uno", "--speculative-num-draft-tokens", "4",
+     "--attention-backend", "fa3", "--tp-size", "2"),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if Version(v) >= Version("0.5.19")])
+def test_the_new_speculative_algorithms_agree_with_the_validator(version: str) -> None:
+    """DSPARK (`_handle_dspark`) and UNO (`_handle_uno`): accept/refuse and the values they settle."""
+    base = ["--model-path", str(MODELS["dense"]), "--device", "cuda"]
+    cases = [{"model": "dense", "argv": base + list(flags), "env": {}} for flags in NEW_ALGORITHM_FLAGS]
+    problems = []
+    for case, engine in zip(cases, run_engine(version, cases), strict=True):
+        mine = check_args("sglang", version, case["argv"], {}, _architecture("dense"))  # type: ignore[arg-type]
+        label = " ".join(case["argv"][4:])  # type: ignore[index]
+        if mine.ok != engine["ok"]:
+            errors = [f.message for f in mine.findings if f.severity == "error"]
+            problems.append(f"{label}: engine ok={engine['ok']} ({engine['error']}), specpilot {errors}")
+        elif mine.ok:
+            values = engine["values"]
+            assert isinstance(values, dict)
+            problems += [
+                f"{label}: {dest} engine={values.get(dest)!r} specpilot={mine.effective_values.get(dest)!r}"
+                for dest in COMPARED
+                if mine.effective_values.get(dest) != values.get(dest)
+            ]
+    assert not problems, "\n".join(problems)

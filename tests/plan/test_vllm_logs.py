@@ -232,3 +232,29 @@ def test_weights_beyond_the_budget_recommend_more_gpus_not_a_zero_length() -> No
     assert plan_vllm(
         spec4, load_model_shape(spec.model_dir()), effective_args(spec4, load_model_shape(spec.model_dir()))
     ).fits
+
+
+@pytest.mark.parametrize(("mode", "fits"), [("balanced", True), ("throughput", False)])
+def test_throughput_mode_doubles_max_num_seqs_past_the_mamba_blocks(mode: str, fits: bool) -> None:
+    """vLLM 0.33.0 on an H200: the default 1,024 sequences fit the hybrid's Mamba blocks; throughput
+    mode doubles the unset limit to 2,048, which the engine refuses at CUDA graph capture."""
+    spec = Spec.model_validate(
+        {
+            "name": "throughput-vllm",
+            "model": {"path": str(REPO / "examples/models/qwen3.6-27b-vllm")},
+            "gpu": {"memory_gib": 139.8, "name": "H200"},
+            "engine": {
+                "name": "vllm",
+                "version": "0.33.0",
+                "args": ["--max-model-len", "4096", "--performance-mode", mode],
+            },
+        }
+    )
+    shape = load_model_shape(spec.model_dir())
+    plan = plan_vllm(spec, shape, effective_args(spec, shape))
+    assert 1024 < plan.state_slots < 2048
+    assert plan.fits is fits
+    if not fits:
+        problem = next(p for p in plan.problems if p.code == "max_num_seqs_above_mamba_blocks")
+        assert "2048 (doubled by --performance-mode throughput)" in problem.message
+        assert problem.fix is not None and problem.fix.args == ("--max-num-seqs", str(plan.state_slots))

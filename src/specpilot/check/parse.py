@@ -13,7 +13,7 @@ from packaging.version import Version
 
 from specpilot.engines.argv import FlagUse, read_argv, with_dotted_key
 from specpilot.engines.fix import Fix
-from specpilot.engines.flags import release_tables, table_for
+from specpilot.engines.flags import ReleaseTable, release_tables, table_for
 from specpilot.engines.registry import engine_by_name
 from specpilot.engines.rules import Finding
 
@@ -27,7 +27,7 @@ class ParsedArgs:
     findings: list[Finding]
 
 
-def _history_finding(engine: str, version: Version, spelling: str, token_value: str | None) -> Finding:
+def _history_finding(engine: str, version: Version, spelling: str, values: tuple[str, ...]) -> Finding:
     """Explain a flag this release does not know, from the other releases' tables."""
     tables = release_tables(engine)
     older = [t for t in tables if t.version.release < version.release and spelling in t.by_spelling]
@@ -43,14 +43,14 @@ def _history_finding(engine: str, version: Version, spelling: str, token_value: 
         fix_args: tuple[str, ...] = ()
         if replacement and flag.kind == "bool":
             fix_args = (replacement,)
-        elif replacement and token_value:
-            fix_args = (replacement, token_value)
+        elif replacement and values:
+            fix_args = (replacement, *values)
         message = f"{spelling} was removed in {engine} {gone_in} (last in {older[-1].version})"
         message += f"; use {replacement}" if replacement else "; drop it"
         return Finding(
             "flag-removed",
             "error",
-            message + f" ({engine} {version} exits with 'unrecognized arguments: {spelling}')",
+            message + f" ({engine} {version} exits with '{_refusal(table_for(engine, version), spelling)}')",
             Fix(args=tuple(a for a in fix_args if a), remove_args=(spelling,)),
         )
     if newer:
@@ -66,6 +66,15 @@ def _history_finding(engine: str, version: Version, spelling: str, token_value: 
         f"unrecognized arguments: {spelling} ({engine} {version} does not define this flag)",
         Fix(remove_args=(spelling,)),
     )
+
+
+def _refusal(table: ReleaseTable, spelling: str) -> str:
+    """argparse's error for an option the release lacks: a prefix of two or more of its long
+    flags is ambiguous (allow_abbrev), anything else unrecognized."""
+    matches = sorted({f.name for s, f in table.by_spelling.items() if s.startswith(spelling)})
+    if spelling.startswith("--") and len(matches) > 1:
+        return f"ambiguous option: {spelling} could match {', '.join(matches)}"
+    return f"unrecognized arguments: {spelling}"
 
 
 _KIND_WORDS = {"int": "an integer", "float": "a number", "json": "JSON"}
@@ -132,7 +141,7 @@ def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
     for use in read.uses:
         flag = use.flag
         if flag is None:
-            parsed.findings.append(_history_finding(engine, version, use.typed, use.text))
+            parsed.findings.append(_history_finding(engine, version, use.typed, use.values))
             continue
         if not _value_findings(engine, version, use, parsed):
             continue

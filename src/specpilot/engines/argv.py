@@ -13,8 +13,10 @@ agree on the edge cases the engines' argparse decides:
 - vLLM's parser rewrites argv first: `--max_num_seqs` is `--max-num-seqs`, `-O3` and
   `-O 3` are `--optimization-level 3`, and `--compilation-config.mode 3` sets one key
   of a JSON flag (`key_path`); SGLang's argparse refuses all three;
-- `--no-<flag>` is whatever the release table lists it as (vLLM's negatable booleans);
-- a list flag takes every value up to the next option; `--` ends the options.
+- `--no-<flag>` is whatever the release table lists it as (vLLM's negatable booleans); from
+  vLLM 0.33.0 `--disable-x` negates `--enable-x` (the table's `negations`);
+- a list flag takes every value up to the next option; `--` ends the options;
+- a flag this release dropped reads its values as the newest older release that had it did.
 
 Values stay text here; check converts them by the flag's kind (and merges dotted keys
 into their JSON flag with `with_dotted_key`).
@@ -28,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from specpilot.engines.flags import FlagInfo, ReleaseTable
+from specpilot.engines.flags import FlagInfo, ReleaseTable, former_flags
 from specpilot.engines.vllm.defaults import human_int
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
@@ -62,12 +64,13 @@ class FlagUse:
 
     @property
     def negated(self) -> bool:
-        """`--no-<flag>` of a boolean whose own name does not start with `--no-`."""
-        return (
-            self.flag is not None
-            and self.spelling.startswith("--no-")
-            and not self.flag.name.startswith("--no-")
-        )
+        """`--no-<flag>` of a boolean whose own name does not start with `--no-`, or one of the
+        negations the table lists (`--disable-x` of vLLM 0.33.0's `--enable-x`)."""
+        if self.flag is None:
+            return False
+        if self.flag.negations:
+            return self.spelling in self.flag.negations
+        return self.spelling.startswith("--no-") and not self.flag.name.startswith("--no-")
 
     @property
     def text(self) -> str | None:
@@ -159,8 +162,10 @@ def read_argv(table: ReleaseTable, argv: tuple[str, ...] | list[str]) -> ReadArg
             resolved[typed] = resolve(table, typed)
         spelling, flag = resolved[typed]
         values: list[str] = [inline_value] if inline else []
-        wants = "none" if flag is not None and not flag.takes_value else "one"
-        if flag is not None and flag.kind == "list":
+        # a flag this release dropped takes the values it took before (`--cuda-graph-bs 1 2 4`)
+        shape = flag or former_flags(table).get(typed)
+        wants = "none" if shape is not None and not shape.takes_value else "one"
+        if shape is not None and shape.kind == "list":
             wants = "many"
         if not inline and wants == "one" and i < len(tokens) and not is_option(tokens[i]):
             values.append(tokens[i])

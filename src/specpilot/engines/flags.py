@@ -34,6 +34,9 @@ class FlagInfo:
     choices: tuple[str, ...] | None
     deprecated: bool
     replacement: str | None
+    #: the spellings that set a boolean False, where the table lists them (vLLM 0.33.0's
+    #: `--disable-x` / `--no-enable-x`); otherwise a `--no-` spelling is the negation
+    negations: tuple[str, ...] = ()
 
     @property
     def spellings(self) -> tuple[str, ...]:
@@ -103,6 +106,7 @@ def _flag(raw: dict[str, object]) -> FlagInfo:
         choices=tuple(choices) if isinstance(choices, list) else None,
         deprecated=bool(raw.get("deprecated")),
         replacement=raw.get("replacement") if isinstance(raw.get("replacement"), str) else None,  # type: ignore[arg-type]
+        negations=tuple(raw.get("negations") or ()),  # type: ignore[arg-type]
     )
 
 
@@ -124,6 +128,18 @@ def release_tables(engine: str) -> tuple[ReleaseTable, ...]:
             )
         )
     return tuple(sorted(tables, key=lambda t: t.version))
+
+
+@cache
+def former_flags(table: ReleaseTable) -> dict[str, FlagInfo]:
+    """Spellings older releases defined that this one does not, with their newest older flag:
+    how many values such a flag took, so an argv written for an older release reads right."""
+    out: dict[str, FlagInfo] = {}
+    for older in release_tables(table.engine):
+        if older.version >= table.version:
+            break
+        out.update({s: f for s, f in older.by_spelling.items() if s not in table.by_spelling})
+    return out
 
 
 def table_for(engine: str, version: Version) -> ReleaseTable:

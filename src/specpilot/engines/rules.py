@@ -150,16 +150,16 @@ def given(dest: str) -> Predicate:
     return lambda ctx: dest in ctx.given
 
 
-def env_true(name: str, default: bool) -> Predicate:
+def env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     """SGLang's EnvBool reading: 1/true/yes/on are true, anything else given is false."""
+    raw = env.get(name)
+    if raw is None:
+        return default
+    return raw.strip().lower() in ("1", "true", "yes", "y", "on")
 
-    def check(ctx: Context) -> bool:
-        raw = ctx.env.get(name)
-        if raw is None:
-            return default
-        return raw.strip().lower() in ("1", "true", "yes", "y", "on")
 
-    return check
+def env_true(name: str, default: bool) -> Predicate:
+    return lambda ctx: env_bool(ctx.env, name, default)
 
 
 def arch_in(archs: frozenset[str]) -> Predicate:

@@ -15,12 +15,13 @@ from dataclasses import dataclass, replace
 
 from specpilot.check.effective import EffectiveArgs
 from specpilot.engines.fix import Fix
+from specpilot.engines.rules import env_bool
 from specpilot.engines.sglang.releases import SglangRelease, release_rules
 from specpilot.models.shape import ModelShape
 from specpilot.plan import sglang_quantities as q
 from specpilot.plan.effective import effective_args_without
 from specpilot.plan.sglang_log import parse_sglang_log
-from specpilot.plan.sglang_settings import SglangSettings, resolve_settings
+from specpilot.plan.sglang_settings import POST_CAPTURE_ENV, SglangSettings, resolve_settings
 from specpilot.plan.types import GIB, Plan, Problem, SglangDetails, Term
 from specpilot.spec import Spec
 
@@ -68,6 +69,9 @@ class Sizing:
     kv_tokens: int
     max_running_requests: int
     reserve_terms: tuple[Term, ...]
+    #: with post-capture KV sizing: what graph capture allocated before the pool was sized
+    #: again (out of the pools' budget, not the reserve)
+    captured_terms: tuple[Term, ...] = ()
 
     @property
     def available_after_pools_gib(self) -> float:
@@ -152,6 +156,19 @@ def size(
     cell = q.pool_cell_bytes(shape, s, rules)
     tokens = q.kv_tokens(pool.rest_for_kv_gib, cell, s)
     requests = q.max_running_requests(tokens, pool.slots, s, rules, hybrid) if tokens else 0
+    terms = _reserve_terms(shape, s, rules, tokens, requests, draft_gib)
+    captured: tuple[Term, ...] = ()
+    if s.post_capture_kv_sizing and tokens:
+        # compute_post_capture_kv_resize: the pool shrinks to what capture left free, less
+        # the headroom; only the transient peaks still need the headroom afterwards
+        captured = tuple(t for t in terms if t.note != PEAK)
+        terms = tuple(t for t in terms if t.note == PEAK)
+        reserve = _post_capture_headroom_gib(s, hybrid, requests, reserve)
+        rest = free_after_load - reserve - mm_reserve - sum(t.gib for t in captured)
+        pool = q.state_pool(shape, s, rules, rest) if hybrid and rest > 0 else q.StatePool(0, 0.0, 0.0, rest)
+        tokens = min(tokens, q.kv_tokens(pool.rest_for_kv_gib, cell, s))  # never above the first pool
+        if tokens:
+            requests = min(requests, q.max_running_requests(tokens, pool.slots, s, rules, hybrid))
     return Sizing(
         settings=s,
         free_before_load_gib=free_before_load_gib,
@@ -167,8 +184,22 @@ def size(
         pool_cell_bytes=cell,
         kv_tokens=tokens,
         max_running_requests=requests,
-        reserve_terms=_reserve_terms(shape, s, rules, tokens, requests, draft_gib),
+        reserve_terms=terms,
+        captured_terms=captured,
     )
+
+
+def _post_capture_headroom_gib(s: SglangSettings, hybrid: bool, requests: int, reserve_gib: float) -> float:
+    """The headroom the resized pool leaves: the reserve, raised to the pre-capture activation
+    reserve (runtime_context.pre_capture_activation_reserve_mb) for hybrid models and when
+    decode graphs stop below max_running_requests (decode then runs eagerly)."""
+    eager_decode = not s.cuda_graph_disabled and s.cuda_graph_max_bs < requests
+    if not (hybrid or eager_decode):
+        return reserve_gib
+    reserve_mib = 512 + max(s.chunked_prefill_size, 2048) * 1.5 + s.tp_size * s.pp_size / 8 * 1024
+    if s.gpu_memory_mib > 60 * 1024:
+        reserve_mib = max(reserve_mib, 10 * 1024)
+    return max(reserve_gib, reserve_mib / 1024)
 
 
 def blocking_problems(z: Sizing, shape: ModelShape) -> list[Problem]:
@@ -420,7 +451,10 @@ def _memory_table(
             )
         )
     reserve_name = f"reserve: free x (1 - {s.mem_fraction_static:.3f})"
+    if z.captured_terms:
+        reserve_name = "headroom kept after graph capture"
     terms.append(Term(reserve_name, z.reserve_gib, "config"))
+    terms.extend(z.captured_terms)
     if z.multimodal_reserve_gib:
         terms.append(Term("multimodal runtime reservation", z.multimodal_reserve_gib, "config"))
     if shape.is_hybrid:
@@ -496,6 +530,26 @@ def _recommendation(
     return fixed, rec_args, note
 
 
+#: algorithms whose drafter is a separate checkpoint the planner does not read
+SEPARATE_DRAFTERS = frozenset({"DFLASH", "DSPARK"})
+
+
+def _post_capture_note(spec: Spec, s: SglangSettings) -> str | None:
+    """Whether the plan sized the pool after graph capture, as the variable asks."""
+    if s.post_capture_kv_sizing:
+        return (
+            f"{POST_CAPTURE_ENV} is on: CUDA graphs and workspaces are allocated first and the KV "
+            "pool is sized from what they leave, less the headroom (kv_pool_runtime.py)"
+        )
+    if env_bool(spec.engine.env, POST_CAPTURE_ENV, False):
+        return (
+            f"{POST_CAPTURE_ENV} is set but planned as off: the post-capture resize is modelled for "
+            "SGLang 0.5.23 without MLA, decode context parallelism, memory saver, KV sharding or "
+            "the unified memory pool"
+        )
+    return None
+
+
 def _context_note(z: Sizing) -> str | None:
     """Say when the KV pool cannot hold one request of the full context length."""
     context_len = z.settings.context_len
@@ -551,6 +605,14 @@ def plan_sglang(
             notes.append(note)
     if context_note := _context_note(z):
         notes.append(context_note)
+    if settings.speculative_algorithm in SEPARATE_DRAFTERS:
+        notes.append(
+            f"{settings.speculative_algorithm}'s drafter is its own checkpoint "
+            "(--speculative-draft-model-path): its weights and KV layers are not read, so they are "
+            "planned as the target's MTP layers; calibrate with --from-log"
+        )
+    if post_capture_note := _post_capture_note(spec, settings):
+        notes.append(post_capture_note)
     return Plan(
         engine="sglang",
         engine_version=spec.engine.version,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specpilot.check.effective import EffectiveArgs
+from specpilot.engines.rules import env_bool
 from specpilot.engines.sglang.releases import SglangRelease
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape, dtype_bytes
@@ -22,7 +23,7 @@ from specpilot.models.shape import ModelShape, dtype_bytes
 MIB_PER_GIB = 1024
 
 #: SGLang's `--speculative-algorithm` values that run a draft model (NGRAM does not).
-DRAFT_MODEL_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH"})
+DRAFT_MODEL_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH", "DSPARK"})
 #: Every value SGLang accepts; NEXTN is an alias of EAGLE (speculative_hook.py).
 SPECULATIVE_ALGORITHMS = DRAFT_MODEL_ALGORITHMS | {"NGRAM", "FROZEN_KV_MTP"}
 
@@ -63,6 +64,8 @@ class SglangSettings:
     conv_dtype_bytes: float
     max_total_tokens: int | None
     multimodal: bool
+    #: the KV pool is sized again after CUDA graph capture (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING)
+    post_capture_kv_sizing: bool = False
 
     @property
     def has_draft_model(self) -> bool:
@@ -114,6 +117,7 @@ def default_mem_fraction_static(
     rules: SglangRelease,
     shape: ModelShape,
     language_only: bool,
+    post_capture: bool = False,
 ) -> float:
     """SGLang's `mem_fraction_static` when the flag is absent.
 
@@ -122,7 +126,16 @@ def default_mem_fraction_static(
     at least 10 GiB on GPUs over 60 GiB, plus the draft allowance of releases before
     0.5.14; fraction = round((gpu - reserved) / gpu, 3), then scaled down for a
     vision tower (server_args._handle_gpu_memory_settings, arg_groups/memory_hook.py).
+
+    With post-capture KV sizing the graphs and activations are measured after capture, so
+    only 1.5 GiB and the parallel slack are kept, and a multimodal model 8 GiB more.
     """
+    if post_capture:
+        reserved_mib = 1536 + tp_size * pp_size / 8 * 1024
+        fraction = round((gpu_memory_mib - reserved_mib) / gpu_memory_mib, 3)
+        if shape.is_multimodal_wrapper and not language_only:
+            fraction -= 8 * 1024 / gpu_memory_mib
+        return fraction
     reserved_mib = 512.0 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2
     reserved_mib += tp_size * pp_size / 8 * 1024 + piecewise_graph_tokens * 8
     if gpu_memory_mib > 60 * 1024:
@@ -150,11 +163,19 @@ def _speculative_algorithm(args: EffectiveArgs) -> str | None:
         return None
     # releases before 0.5.12 keep the name as typed; their checks compare it upper-cased
     algorithm = value.upper()
+    if algorithm == "UNO":
+        raise UserError(
+            "--speculative-algorithm UNO is not planned: it drafts with a LoRA adapter over the target "
+            "(--uno-lora-path) whose weights and verify buffers the planner does not size",
+            field="--speculative-algorithm",
+            fix="plan without --speculative-algorithm and leave the adapter's size free in the reserve, "
+            "or use DFLASH/DSPARK/EAGLE3, which are planned",
+        )
     if algorithm not in SPECULATIVE_ALGORITHMS:
         raise UserError(
             f"--speculative-algorithm {value} is not an SGLang algorithm",
             field="--speculative-algorithm",
-            fix="use NEXTN (a model's own MTP head), EAGLE, EAGLE3, STANDALONE, DFLASH or NGRAM",
+            fix="use NEXTN (a model's own MTP head), EAGLE, EAGLE3, STANDALONE, DFLASH, DSPARK or NGRAM",
         )
     return algorithm
 
@@ -212,6 +233,7 @@ def mem_fraction_static(
     gpu_memory_mib: float,
     piecewise_graph_tokens: int,
     speculative_algorithm: str | None,
+    post_capture: bool,
 ) -> float:
     """--mem-fraction-static, else the release's default for this GPU and configuration."""
     given = args.get_float("mem_fraction_static")
@@ -228,6 +250,26 @@ def mem_fraction_static(
         rules=rules,
         shape=shape,
         language_only=args.get_bool("language_only"),
+        post_capture=post_capture,
+    )
+
+
+POST_CAPTURE_ENV = "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING"
+
+
+def post_capture_kv_sizing(args: EffectiveArgs, shape: ModelShape, rules: SglangRelease) -> bool:
+    """`post_capture_kv_sizing_planned` (arg_groups/overrides.py, 0.5.23) for what a plan
+    knows: the variable on, a CUDA device, no MLA, no decode context parallelism, memory
+    saver, KV sharding or unified memory pool."""
+    return (
+        rules.post_capture_kv_sizing
+        and env_bool(args.env, POST_CAPTURE_ENV, False)
+        and not shape.kv_lora_rank
+        and (args.get_int("dcp_size") or 1) == 1
+        and not any(
+            args.get_bool(dest)
+            for dest in ("enable_memory_saver", "enable_kv_cache_sharding", "enable_unified_memory")
+        )
     )
 
 
@@ -247,6 +289,7 @@ def resolve_settings(
     algorithm = _speculative_algorithm(args)
     env = args.env
     ssm_dtype = env.get("SGLANG_MAMBA_SSM_DTYPE") or args.get_str("mamba_ssm_dtype")
+    post_capture = post_capture_kv_sizing(args, shape, rules)
     return SglangSettings(
         tp_size=_int(args, "tp_size"),
         pp_size=_int(args, "pp_size"),
@@ -269,6 +312,7 @@ def resolve_settings(
             gpu_memory_mib=gpu_memory_mib,
             piecewise_graph_tokens=len(prefill_graph_sizes),
             speculative_algorithm=algorithm,
+            post_capture=post_capture,
         ),
         mem_fraction_given=args.get_float("mem_fraction_static") is not None,
         speculative_algorithm=algorithm,
@@ -287,4 +331,5 @@ def resolve_settings(
         conv_dtype_bytes=dtype_bytes(env.get("SGLANG_MAMBA_CONV_DTYPE") or "bfloat16"),
         max_total_tokens=args.get_int("max_total_tokens"),
         multimodal=shape.is_multimodal_wrapper and not args.get_bool("language_only"),
+        post_capture_kv_sizing=post_capture,
     )

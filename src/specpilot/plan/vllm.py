@@ -414,7 +414,14 @@ def utilization_needed(inputs: VllmInputs, alloc: VllmAllocation) -> float:
     return math.ceil(100 * needed / inputs.gpu_total_bytes + 1e-9) / 100
 
 
-def _problems(inputs: VllmInputs, alloc: VllmAllocation, spec: Spec) -> list[Problem]:
+def _doubled_by(args: EffectiveArgs) -> str:
+    """Why an unset --max-num-seqs is this large, when throughput mode doubled it (check's rule)."""
+    if args.get("performance_mode") == "throughput" and not args.given("max_num_seqs"):
+        return " (doubled by --performance-mode throughput)"
+    return ""
+
+
+def _problems(inputs: VllmInputs, alloc: VllmAllocation, spec: Spec, args: EffectiveArgs) -> list[Problem]:
     """What stops vLLM from starting, each with the flags that fix it."""
     problems: list[Problem] = []
     free = spec.gpu.free_before_load_gib
@@ -450,8 +457,8 @@ def _problems(inputs: VllmInputs, alloc: VllmAllocation, spec: Spec) -> list[Pro
         problems.append(
             Problem(
                 "max_num_seqs_above_mamba_blocks",
-                f"--max-num-seqs {inputs.max_num_seqs} exceeds the {alloc.num_blocks} cache blocks; "
-                "vLLM refuses to capture FULL CUDA graphs (config/compilation.py)",
+                f"--max-num-seqs {inputs.max_num_seqs}{_doubled_by(args)} exceeds the {alloc.num_blocks} "
+                "cache blocks; vLLM refuses to capture FULL CUDA graphs (config/compilation.py)",
                 Fix(("--max-num-seqs", str(alloc.num_blocks))),
             )
         )
@@ -550,7 +557,7 @@ def plan_vllm(
         # engine/kv_cache_utils.py:_auto_fit_max_model_len
         inputs = replace(inputs, max_model_len=alloc.largest_max_model_len)
         alloc = allocate(inputs)
-    problems = _problems(inputs, alloc, spec)
+    problems = _problems(inputs, alloc, spec, args)
     measured_keys = _measured_keys(spec, measured)
     on_cpu = targets_cpu(spec.engine.env)
     return Plan(
@@ -624,6 +631,14 @@ def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: E
             f"speculative decoding holds {extra} extra mamba blocks per request and widens "
             "the conv state; for offline bulk generation at high concurrency it often costs "
             "more concurrency than its acceptance returns"
+        )
+    if inputs.cudagraph_bytes > 0:
+        # gpu_worker.py prints the same equivalence at startup
+        without = inputs.gpu_memory_utilization - inputs.cudagraph_bytes / inputs.gpu_total_bytes
+        notes.append(
+            f"--gpu-memory-utilization {inputs.gpu_memory_utilization:.4f} is equivalent to "
+            f"{without:.4f} without CUDA graph memory profiling: vLLM takes the "
+            f"{gib(inputs.cudagraph_bytes):.2f} GiB graph estimate out of the KV budget first"
         )
     method, _ = _speculative(args)
     if method is not None and method not in MTP_METHODS and method != "ngram":

@@ -73,6 +73,16 @@ class SglangRelease:
     #: and the draft worker's small buffers): 0.04-0.05 GiB in every real 0.5.13.post1 and
     #: 0.5.17 start on the H200; unmeasured elsewhere (a 0.5.14 TP4 log shows none)
     pre_profile_gib: float = 0.0
+    #: SGLANG_ENABLE_POST_CAPTURE_KV_SIZING (off by default) is modelled: the default
+    #: fraction keeps only 1.5 GiB + parallel slack (arg_groups/memory_hook.py), and after
+    #: graph capture the KV pool is resized to what is then free less the headroom
+    #: free x (1 - fraction), at least the activation reserve for hybrid models or when
+    #: decode graphs stop below max_running_requests (kv_pool_runtime.py
+    #: compute_post_capture_kv_resize). Read in 0.5.23; 0.5.18-0.5.22 read the variable too
+    #: (server_args / memory_hook), but their resize path was not read.
+    #: Without the GPU's memory 0.5.20+ fall back to fraction 0.95 (0.88 before); a spec
+    #: always gives [gpu] memory_gib, so no row needs that fallback.
+    post_capture_kv_sizing: bool = False
     unitemized_hybrid_gib: float = 2.5
     unitemized_dense_gib: float = 0.6
 
@@ -149,6 +159,18 @@ RELEASES: tuple[SglangRelease, ...] = (
     ),
     SglangRelease(
         first="0.5.18",
+        last="0.5.22",
+        strategy_flag="--mamba-radix-cache-strategy",
+        spec_v2_default=None,
+        spec_default_reserve_mib=0,
+        standalone_default_reserve_mib=0,
+        draft_in_profile=True,
+        intermediate_rule="joint_padded",
+        multimodal_reserve_mib=100,
+        explicit_requests_cap="half_tokens",
+    ),
+    SglangRelease(
+        first="0.5.23",
         last="0.5.23",
         strategy_flag="--mamba-radix-cache-strategy",
         spec_v2_default=None,
@@ -158,6 +180,7 @@ RELEASES: tuple[SglangRelease, ...] = (
         intermediate_rule="joint_padded",
         multimodal_reserve_mib=100,
         explicit_requests_cap="half_tokens",
+        post_capture_kv_sizing=True,
     ),
 )
 

@@ -57,6 +57,11 @@ SPEC_ALGOS = (*EAGLE_FAMILY, "NGRAM", "DFLASH")
 #: algorithm names each release accepts (NEXTN is an alias of EAGLE in all of them)
 VALID_ALGOS_A10 = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 VALID_ALGOS = (*VALID_ALGOS_A10, "DFLASH", "FROZEN_KV_MTP")
+#: algorithms added later, with the first release whose SpeculativeAlgorithm enum has them
+#: (speculative/spec_info.py of 0.5.19 and 0.5.20)
+LATER_ALGOS = {"DSPARK": versions(">=0.5.19"), "UNO": versions(">=0.5.20")}
+DSPARK = versions(">=0.5.19")
+UNO = versions(">=0.5.20")
 
 hybrid = arch_in(MAMBA_RADIX_ARCHS)
 radix_on = not_(truthy("disable_radix_cache"))
@@ -68,6 +73,11 @@ draft_given = not_(unset("speculative_num_draft_tokens"))
 
 def _algo(ctx: Context) -> str:
     return str(ctx.get("speculative_algorithm") or "").upper()
+
+
+def _algo_known(ctx: Context) -> bool:
+    later = LATER_ALGOS.get(_algo(ctx))
+    return _algo(ctx) in VALID_ALGOS or (later is not None and later.contains(ctx.version, prereleases=True))
 
 
 def algo_in(names: tuple[str, ...]) -> Predicate:
@@ -87,6 +97,17 @@ def _auto_strategy_b(ctx: Context) -> dict[str, object]:
     if (wants_overlap or wants_paging) and supports:
         return {STRAT_B: "extra_buffer"}
     return {STRAT_B: "no_buffer", "disable_overlap_schedule": True}
+
+
+def _overlap_fix(ctx: Context) -> Fix:
+    """What keeps overlap scheduling: extra_buffer needs the triton linear-attention backend on
+    the models that support it; elsewhere only turning the radix cache off does."""
+    if ctx.architecture in EXTRA_BUFFER_ARCHS:
+        return Fix(args=("--linear-attn-backend", "triton"))
+    return Fix(
+        args=("--disable-radix-cache",),
+        text="--disable-radix-cache keeps overlap scheduling at the cost of prefix reuse",
+    )
 
 
 def _auto_spec_params(ctx: Context) -> dict[str, object]:
@@ -126,6 +147,35 @@ def _backend_not_in(backends: tuple[str, ...]) -> Predicate:
     return lambda ctx: ctx.get("attention_backend") not in (None, *backends)
 
 
+def _window_below_block(ctx: Context) -> bool:
+    window, draft = ctx.get("speculative_draft_window_size"), ctx.get("speculative_num_draft_tokens")
+    return isinstance(window, int) and isinstance(draft, int) and window < draft
+
+
+def _int_below(ctx: Context, dest: str, bound: int) -> bool:
+    value = ctx.get(dest)
+    return isinstance(value, int) and value < bound
+
+
+def _dspark_tokens_mismatch(ctx: Context) -> bool:
+    gamma, draft = ctx.get("speculative_dspark_block_size"), ctx.get("speculative_num_draft_tokens")
+    return isinstance(gamma, int) and isinstance(draft, int) and draft != gamma + 1
+
+
+def _dspark_draft_tokens(ctx: Context) -> dict[str, object]:
+    gamma = ctx.get("speculative_dspark_block_size")
+    return {"speculative_num_draft_tokens": (gamma if isinstance(gamma, int) else 7) + 1}
+
+
+def _not_fa3(ctx: Context) -> bool:
+    backends = [
+        ctx.get(d) for d in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
+    ]
+    if any(b not in (None, "fa3") for b in backends):
+        return True
+    return ctx.get("attention_backend") is None and ctx.gpu.compute_capability != (9, 0)
+
+
 def _ngram_steps(ctx: Context) -> dict[str, object]:
     draft, topk = ctx.get("speculative_num_draft_tokens"), ctx.get("speculative_eagle_topk")
     assert isinstance(draft, int) and isinstance(topk, int)
@@ -151,7 +201,8 @@ def _ngram_topk(ctx: Context) -> dict[str, object]:
 
 INVALID_ALGO_HINT = (
     "{speculative_algorithm!r} is not an SGLang speculative algorithm: for a model's own MTP head use "
-    "NEXTN (an alias of EAGLE); for a separate drafter EAGLE/EAGLE3/STANDALONE/DFLASH; NGRAM needs no drafter"
+    "NEXTN (an alias of EAGLE); for a separate drafter EAGLE/EAGLE3/STANDALONE/DFLASH (DSPARK from 0.5.19); "
+    "NGRAM needs no drafter"
 )
 
 RULES: tuple[Rule, ...] = (
@@ -161,7 +212,7 @@ RULES: tuple[Rule, ...] = (
         E,
         versions(">=0.5.12"),
         "error",
-        all_of(spec_on, lambda ctx: _algo(ctx) not in VALID_ALGOS),
+        all_of(spec_on, not_(_algo_known)),
         "Unknown speculative algorithm name: {speculative_algorithm}. " + INVALID_ALGO_HINT,
         Fix(args=("--speculative-algorithm", "NEXTN")),
     ),
@@ -290,6 +341,25 @@ RULES: tuple[Rule, ...] = (
         sets=_auto_strategy_b,
     ),
     Rule(
+        "sglang-mamba-auto-overlap-off",
+        E,
+        ERA_B,
+        "adjusts",
+        all_of(
+            hybrid,
+            radix_on,
+            eq(STRAT_B, "no_buffer"),
+            truthy("disable_overlap_schedule"),
+            not_(given("disable_overlap_schedule")),
+        ),
+        "--mamba-radix-cache-strategy auto resolved to no_buffer for {arch} (linear_attn_backend "
+        "{linear_attn_backend}), which silently turns the overlap scheduler off: the scheduler no "
+        "longer prepares the next batch while the GPU runs this one, so decode throughput drops",
+        _overlap_fix,
+        why="0.5.23 arg_groups/overrides.py _mamba_radix_cache_resolution sets "
+        "disable_overlap_schedule=True and logs nothing",
+    ),
+    Rule(
         "sglang-mamba-extra-buffer-dense",
         E,
         versions(">=0.5.23"),
@@ -402,6 +472,142 @@ RULES: tuple[Rule, ...] = (
         "speculative_num_draft_tokens is not set; defaulting to 16 for DFLASH (when the drafter config "
         "names no block size)",
         sets=set_to(speculative_num_draft_tokens=16),
+    ),
+    Rule(
+        "sglang-dflash-window-below-block",
+        E,
+        versions(">=0.5.23"),
+        "error",
+        all_of(algo_in(("DFLASH",)), _window_below_block),
+        "--speculative-draft-window-size must be >= --speculative-num-draft-tokens (block_size). "
+        "window_size={speculative_draft_window_size}, block_size={speculative_num_draft_tokens}.",
+        lambda ctx: Fix(
+            args=("--speculative-draft-window-size", str(ctx.get("speculative_num_draft_tokens")))
+        ),
+        why="arg_groups/speculative_hook.py _handle_dflash, after the block size is resolved",
+    ),
+    # --- DSPARK (`_handle_dspark`, 0.5.19 and 0.5.23 alike) and UNO (`_handle_uno`, 0.5.20+) ----
+    Rule(
+        "sglang-dspark-needs-draft",
+        E,
+        DSPARK,
+        "error",
+        all_of(algo_in(("DSPARK",)), unset("speculative_draft_model_path")),
+        "DSpark dense speculative decoding requires setting --speculative-draft-model-path. (Not "
+        "needed only when the target checkpoint bundles its DSpark draft or has a dspark/ subfolder.)",
+        Fix(args=("--speculative-draft-model-path", "<dspark-drafter-dir>")),
+    ),
+    Rule(
+        "sglang-dspark-single-step",
+        E,
+        DSPARK,
+        "adjusts",
+        algo_in(("DSPARK",)),
+        "DSpark only supports speculative_num_steps == 1 and speculative_eagle_topk == 1",
+        sets=set_to(speculative_num_steps=1, speculative_eagle_topk=1),
+    ),
+    Rule(
+        "sglang-dspark-tokens-mismatch",
+        E,
+        DSPARK,
+        "error",
+        all_of(algo_in(("DSPARK",)), _dspark_tokens_mismatch),
+        "DSpark speculative_num_draft_tokens must equal gamma + 1 (gamma = "
+        "--speculative-dspark-block-size {speculative_dspark_block_size}), but got "
+        "speculative_num_draft_tokens={speculative_num_draft_tokens}.",
+        Fix(remove_args=("--speculative-num-draft-tokens",)),
+    ),
+    Rule(
+        "sglang-dspark-draft-tokens",
+        E,
+        DSPARK,
+        "adjusts",
+        all_of(algo_in(("DSPARK",)), unset("speculative_num_draft_tokens")),
+        "DSpark verifies gamma + 1 tokens: speculative_num_draft_tokens is {speculative_num_draft_tokens} "
+        "(gamma from --speculative-dspark-block-size, else the drafter's config, else 7)",
+        sets=_dspark_draft_tokens,
+    ),
+    Rule(
+        "sglang-dspark-tokens-at-least-2",
+        E,
+        DSPARK,
+        "error",
+        all_of(algo_in(("DSPARK",)), lambda ctx: _int_below(ctx, "speculative_num_draft_tokens", 2)),
+        "DSpark speculative_num_draft_tokens must be >= 2 (= gamma + 1), got {speculative_num_draft_tokens}.",
+        Fix(remove_args=("--speculative-num-draft-tokens",)),
+    ),
+    Rule(
+        "sglang-dspark-max-running-48",
+        E,
+        DSPARK,
+        "adjusts",
+        all_of(algo_in(("DSPARK",)), unset("max_running_requests")),
+        "Max running requests is reset to 48 for speculative decoding. You can override this by "
+        "explicitly setting --max-running-requests.",
+        sets=set_to(max_running_requests=48),
+    ),
+    Rule(
+        "sglang-uno-no-drafter",
+        E,
+        UNO,
+        "error",
+        all_of(algo_in(("UNO",)), not_(unset("speculative_draft_model_path"))),
+        "UNO reuses the target model and does not accept --speculative-draft-model-path.",
+        Fix(remove_args=("--speculative-draft-model-path",)),
+    ),
+    Rule(
+        "sglang-uno-needs-lora",
+        E,
+        UNO,
+        "error",
+        all_of(algo_in(("UNO",)), unset("uno_lora_path")),
+        "UNO requires --uno-lora-path.",
+        Fix(args=("--uno-lora-path", "<uno-adapter-dir>")),
+    ),
+    Rule(
+        "sglang-uno-needs-draft-tokens",
+        E,
+        UNO,
+        "error",
+        all_of(
+            algo_in(("UNO",)),
+            lambda ctx: (
+                not isinstance(ctx.get("speculative_num_draft_tokens"), int)
+                or _int_below(ctx, "speculative_num_draft_tokens", 1)
+            ),
+        ),
+        "UNO requires --speculative-num-draft-tokens to be a positive integer denoting the linear width "
+        "or tree verify width Q.",
+        Fix(args=("--speculative-num-draft-tokens", "4")),
+    ),
+    Rule(
+        "sglang-uno-linear",
+        E,
+        UNO,
+        "adjusts",
+        all_of(algo_in(("UNO",)), lambda ctx: ctx.get("speculative_eagle_topk") in (None, 1)),
+        "UNO uses speculative_num_steps=1 and speculative_eagle_topk=1 (linear mode)",
+        sets=set_to(speculative_num_steps=1, speculative_eagle_topk=1),
+    ),
+    Rule(
+        "sglang-uno-single-gpu",
+        E,
+        UNO,
+        "error",
+        all_of(algo_in(("UNO",)), lambda ctx: _tp_size(ctx) != 1 or ctx.get("pp_size") not in (None, 1)),
+        "UNO requires TP=PP=1.",
+        Fix(remove_args=("--tp-size", "--pp-size")),
+    ),
+    Rule(
+        "sglang-uno-fa3",
+        E,
+        UNO,
+        "error",
+        all_of(algo_in(("UNO",)), _not_fa3),
+        "UNO requires FA3 for both prefill and decode attention; got attention_backend="
+        "{attention_backend!r} on a GPU whose default is not fa3.",
+        Fix(args=("--attention-backend", "fa3")),
+        why="an unset backend resolves to fa3 only on Hopper (SM 9.0) for these models",
     ),
     Rule(
         "sglang-spec-max-running-48",
@@ -618,6 +824,25 @@ RULES: tuple[Rule, ...] = (
         "and produces incorrect results for paged attention backends. This combination is only supported "
         "for the 'flashinfer' backend.",
         Fix(args=("--attention-backend", "flashinfer")),
+    ),
+)
+
+# Failures users reported this year whose cause is knowable before start
+RULES += (
+    Rule(
+        "sglang-torch-compile-with-decode-graphs",
+        E,
+        versions(">=0.5.17"),
+        "warning",
+        all_of(
+            truthy("enable_torch_compile"),
+            not_(truthy("disable_cuda_graph")),
+            not_(truthy("disable_decode_cuda_graph")),
+        ),
+        "--enable-torch-compile with a captured decode CUDA graph measured ~6x slower decode than the "
+        "graph alone (Qwen3.8-27B NVFP4 on an RTX 5090, SGLang 0.5.17: 9.8-10.2 vs 59.4 tok/s)",
+        Fix(remove_args=("--enable-torch-compile",)),
+        why="https://github.com/sgl-project/sglang/issues/35777",
     ),
 )
 

