@@ -138,7 +138,9 @@ def size(
 ) -> Sizing:
     """Run the engine's sizing for one configuration."""
     draft_gib = q.draft_weights_gib(shape, s)
-    free_after_load = free_before_load_gib - weights_gib - rules.pre_profile_gib
+    free_after_load = (
+        free_before_load_gib - weights_gib - rules.pre_profile_gib - q.rope_regrowth_gib(shape, s, rules)
+    )
     freed = 0.0
     if rules.draft_in_profile:
         freed = q.draft_load_transient_gib(shape, s)
@@ -410,6 +412,8 @@ def _memory_table(
     ]
     if rules.pre_profile_gib:
         terms.append(Term("allocated before the memory profile", rules.pre_profile_gib, "estimated"))
+    if rope := q.rope_regrowth_gib(shape, s, rules):
+        terms.append(Term("rotary cache regrown for the context length", rope, "estimated"))
     if s.has_draft_model and rules.draft_in_profile:
         terms.append(Term("draft weights (loaded before profiling)", z.draft_weights_gib, "estimated"))
         terms.append(

@@ -58,6 +58,13 @@ UNITEMIZED_DENSE_GIB = 0.6
 #: req_to_token entries beyond context_len (speculative decoding's extra room is at most a
 #: few draft tokens; get_req_to_token_extra_context_len)
 REQ_TO_TOKEN_EXTRA_TOKENS = 4
+#: reserve_rope_cache_for_long_sequences (SGLANG_SPEC_EXPANSION_SAFETY_FACTOR,
+#: SGLANG_ROPE_CACHE_SAFETY_MARGIN, SGLANG_ROPE_CACHE_ALIGN defaults, 0.5.13-0.5.17)
+ROPE_SPEC_SAFETY_FACTOR = 2
+ROPE_CACHE_MARGIN_POSITIONS = 256
+ROPE_CACHE_ALIGN_POSITIONS = 128
+#: the cos/sin cache stays float32 on CUDA (rotary_embedding/base.py)
+ROPE_CACHE_DTYPE_BYTES = 4
 #: Activation working set per prefill token, in units of hidden_size elements: residual,
 #: normed input, attention output and the MLP's gate/up (2 x intermediate) at once.
 ACTIVATION_HIDDEN_COPIES = 4
@@ -71,6 +78,23 @@ def cuda_context_gib(tp_size: int) -> float:
 def free_before_load_gib(gpu_memory_gib: float, tp_size: int) -> float:
     """`pre_model_load_memory`: free memory the engine samples before loading weights."""
     return gpu_memory_gib - cuda_context_gib(tp_size)
+
+
+def rope_cache_positions_reserved(s: SglangSettings) -> int:
+    """`reserve_rope_cache_for_long_sequences`: the positions the engine wants the rotary cache
+    to cover after the weights load: context + 2 x steps x draft tokens + 256, 128-aligned."""
+    wanted = s.context_len + ROPE_SPEC_SAFETY_FACTOR * s.speculative_num_steps * s.num_draft_tokens
+    wanted += ROPE_CACHE_MARGIN_POSITIONS
+    return -(-wanted // ROPE_CACHE_ALIGN_POSITIONS) * ROPE_CACHE_ALIGN_POSITIONS
+
+
+def rope_regrowth_gib(shape: ModelShape, s: SglangSettings, rules: SglangRelease) -> float:
+    """Memory the rotary cache's regrowth keeps before the memory profile: none while the
+    cache (max_position_embeddings rows, float32 on CUDA) already covers the reserved
+    positions (`_ensure_cos_sin_cache_length`); else the release's measured share of it."""
+    if rope_cache_positions_reserved(s) - 1 < shape.max_position_embeddings:
+        return 0.0
+    return rules.rope_regrowth_share * rope_cache_bytes(shape) / GIB
 
 
 def embedding_params(shape: ModelShape) -> int:
@@ -92,6 +116,12 @@ def target_weights_gib(shape: ModelShape, s: SglangSettings) -> float:
     else:
         total_bytes = params * s.weights_dtype_bytes
     return total_bytes / s.tp_size / GIB
+
+
+def rope_cache_bytes(shape: ModelShape) -> int:
+    """The rotary cos/sin cache: max_position_embeddings x rotary dims, float32 on CUDA;
+    one instance shared by every layer (`get_rope` caches it)."""
+    return shape.max_position_embeddings * shape.rotary_dim * ROPE_CACHE_DTYPE_BYTES
 
 
 def draft_weights_gib(shape: ModelShape, s: SglangSettings) -> float:

@@ -51,6 +51,7 @@ class SglangSettings:
     mem_fraction_given: bool
     speculative_algorithm: str | None
     num_draft_tokens: int
+    speculative_num_steps: int
     draft_layers: int
     max_running_requests: int | None
     max_running_requests_given: bool
@@ -273,6 +274,7 @@ def resolve_settings(
         mem_fraction_given=args.get_float("mem_fraction_static") is not None,
         speculative_algorithm=algorithm,
         num_draft_tokens=(args.get_int("speculative_num_draft_tokens") or 0) if algorithm else 0,
+        speculative_num_steps=(args.get_int("speculative_num_steps") or 0) if algorithm else 0,
         # NEXTN is EAGLE by now: the model's own MTP layers draft
         draft_layers=max(shape.mtp_num_layers, 1) if algorithm == "EAGLE" else 1,
         max_running_requests=args.get_int("max_running_requests"),
