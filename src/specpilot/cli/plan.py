@@ -13,7 +13,8 @@ from specpilot.cli.inputs import PASSTHROUGH, resolve_spec, spec_options
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
-from specpilot.plan.text import render_plan
+from specpilot.plan.startup_peak import StartupPeak, measure_startup_peak
+from specpilot.plan.text import render_plan, render_startup_peak
 from specpilot.plan.types import Plan
 from specpilot.secrets import redact, secret_values
 from specpilot.spec import Spec
@@ -62,9 +63,35 @@ def _draw(
             ) from None
 
 
+def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> StartupPeak | None:
+    """The measured low point of the logged start, when its samples are given."""
+    if samples is None:
+        return None
+    if from_log is None:
+        raise UserError(
+            "the samples need the engine log of the same start to be placed on its phases",
+            field="--samples",
+            fix="add --from-log with that start's engine.log",
+        )
+    if spec.engine.name != "sglang":
+        raise UserError(
+            f"reads SGLang starts only, not {spec.engine.name}'s",
+            field="--samples",
+            fix="drop --samples for this spec",
+        )
+    return measure_startup_peak(samples, Path(from_log).read_text(encoding="utf-8", errors="replace"))
+
+
 @click.command(context_settings=PASSTHROUGH)
 @spec_options
 @click.option("--from-log", "from_log", type=click.Path(dir_okay=False), help="Calibrate from an engine log.")
+@click.option(
+    "--samples",
+    "samples",
+    type=click.Path(),
+    help="With --from-log: the start's GPU memory samples (a folder with memory.tsv and lines.tsv): "
+    "its lowest free memory, when, and in which phase.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option(
     "--svg",
@@ -84,6 +111,7 @@ def plan(
     gpu_count: int | None,
     engine_version: str | None,
     from_log: str | None,
+    samples: str | None,
     as_json: bool,
     svg_path: Path | None,
     html_path: Path | None,
@@ -94,6 +122,7 @@ def plan(
     Examples:
       specpilot plan examples/qwen36-27b-mtp-sglang.toml
       specpilot plan spec.toml --from-log engine.log --json
+      specpilot plan spec.toml --from-log engine.log --samples samples/
       specpilot plan spec.toml --svg plan.svg --html plan.html
       specpilot plan --gpu-memory-gib 95.6 -- python -m sglang.launch_server \\
           --model-path models/qwen3.6-27b --speculative-algorithm NEXTN
@@ -109,11 +138,17 @@ def plan(
     measured: dict[str, float] = {}
     if from_log:
         spec, measured = calibrate_from_log(spec, from_log)
+    peak = _startup_peak(spec, from_log, samples)
     result = make_plan(spec, measured)
     if svg_path or html_path:
         _draw(spec, measured, result, svg_path, html_path)
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        doc = result.to_json()
+        if peak is not None:
+            doc["startup_peak"] = peak.to_json()
+        click.echo(json.dumps(doc, indent=2))
     else:
         render_plan(result, Console())
+        if peak is not None:
+            render_startup_peak(peak, result, Console())
     raise SystemExit(EXIT_OK if result.fits else EXIT_FAILED)
