@@ -381,22 +381,29 @@ def decode_graph_families(s: SglangSettings) -> int:
     return 3 if s.has_draft_model else 1
 
 
-def decode_graphs_gib(s: SglangSettings) -> float:
+def decode_graphs_gib(
+    s: SglangSettings, family_gib: float = GRAPH_FAMILY_GIB, mib_per_batch: float = GRAPH_FAMILY_MIB_PER_BATCH
+) -> float:
     """Decode-side CUDA graphs, captured for batch sizes up to min(cuda_graph_max_bs,
-    max_running_requests): `GRAPH_FAMILY_GIB` plus `GRAPH_FAMILY_MIB_PER_BATCH` per size."""
+    max_running_requests): `family_gib` plus `mib_per_batch` per size, per family."""
     batch = min(s.cuda_graph_max_bs, s.max_running_requests or s.cuda_graph_max_bs)
-    per_family_gib = GRAPH_FAMILY_GIB + GRAPH_FAMILY_MIB_PER_BATCH * batch / 1024
+    per_family_gib = family_gib + mib_per_batch * batch / 1024
     return decode_graph_families(s) * per_family_gib
 
 
-def prefill_graph_gib(shape: ModelShape, s: SglangSettings, rules: SglangRelease) -> float:
+def prefill_graph_gib(
+    shape: ModelShape,
+    s: SglangSettings,
+    rules: SglangRelease,
+    bytes_per_token_hidden_layer: float = BREAKABLE_GRAPH_BYTES_PER_TOKEN_HIDDEN_LAYER,
+) -> float:
     """Prefill CUDA graphs: a breakable graph keeps activations for its largest token count
-    in every layer (`BREAKABLE_GRAPH_BYTES_PER_TOKEN_HIDDEN_LAYER`); piecewise graphs get
-    SGLang's own 8 MiB per captured size."""
+    in every layer (`bytes_per_token_hidden_layer`); piecewise graphs get SGLang's own 8 MiB
+    per captured size."""
     if not s.piecewise_graph_tokens:
         return 0.0
     if rules.prefill_graph == "breakable":
-        per_token = BREAKABLE_GRAPH_BYTES_PER_TOKEN_HIDDEN_LAYER * shape.hidden_size * shape.num_hidden_layers
+        per_token = bytes_per_token_hidden_layer * shape.hidden_size * shape.num_hidden_layers
         return s.prefill_graph_max_tokens * per_token / s.tp_size / GIB
     return PIECEWISE_GRAPH_MIB * s.piecewise_graph_tokens / 1024
 
