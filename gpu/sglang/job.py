@@ -37,7 +37,7 @@ import sys
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -56,7 +56,8 @@ H200_TOTAL_GIB = 139.8  # the whole card, as torch reports it there
 URL = f"http://127.0.0.1:{PORT}"
 MODEL_NAME = "qwen3.6-27b-text"
 E2E_ROWS = 2000
-E2E_MAX_TOKENS = 128
+E2E_LIMIT_ROWS = int(os.environ.get("E2E_LIMIT_ROWS", E2E_ROWS))
+E2E_MAX_TOKENS = 64
 SAT_MAX_TOKENS = 256
 WORDS_PER_PROMPT = 400
 # What the carry leaves out (gpu/sglang/README.md): FA3, flashinfer's sampler, xgrammar's library,
@@ -184,24 +185,28 @@ def sharegpt_copy(source: Path, target: Path) -> None:
 
 
 class Sampler:
-    """GPU memory used every 20 ms (NVML) and every engine log line stamped as it lands."""
+    """GPU memory used every 20 ms (NVML), and every line of each engine log stamped as it lands.
 
-    def __init__(self, folder: Path, log: Path) -> None:
-        self.folder, self.log = folder, log
+    `logs()` names the logs to follow (polled, so a log that appears later is followed too);
+    each is stamped into its own `lines-<run>.tsv`.
+    """
+
+    def __init__(self, folder: Path, logs: Callable[[], list[Path]]) -> None:
+        self.folder, self.logs = folder, logs
         self.stop = threading.Event()
-        self.threads = [
-            threading.Thread(target=self._memory, daemon=True),
-            threading.Thread(target=self._lines, daemon=True),
-        ]
+        self.threads = [threading.Thread(target=self._memory, daemon=True)]
+        self.followed: set[Path] = set()
+        self.watcher = threading.Thread(target=self._watch, daemon=True)
 
     def __enter__(self) -> Sampler:
         self.folder.mkdir(parents=True, exist_ok=True)
-        for thread in self.threads:
+        for thread in (*self.threads, self.watcher):
             thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
+        self.watcher.join(timeout=5)
         for thread in self.threads:
             thread.join(timeout=5)
 
@@ -217,15 +222,22 @@ class Sampler:
                 out.write(f"{time.time():.3f}\t{info.used}\n")
                 self.stop.wait(0.02)
 
-    def _lines(self) -> None:
-        while not self.log.exists() and not self.stop.is_set():
+    def _watch(self) -> None:
+        while not self.stop.is_set():
+            for log in self.logs():
+                if log not in self.followed and log.exists():
+                    self.followed.add(log)
+                    thread = threading.Thread(target=self._lines, args=(log,), daemon=True)
+                    self.threads.append(thread)
+                    thread.start()
             self.stop.wait(0.02)
-        if self.stop.is_set():
-            return
-        with self.log.open("rb") as log, (self.folder / "lines.tsv").open("w") as out:
+
+    def _lines(self, log: Path) -> None:
+        target = self.folder / f"lines-{log.parent.name}.tsv"
+        with log.open("rb") as source, target.open("w") as out:
             pending = b""
             while True:
-                chunk = log.read()
+                chunk = source.read()
                 if chunk:
                     pending += chunk
                     *lines, pending = pending.split(b"\n")
@@ -297,10 +309,11 @@ def peak(folder: Path, until: float) -> dict[str, Any]:
         return {}
     stamp, used = max(((float(t), int(u)) for t, u in rows), key=lambda r: r[1])
     before = ""
-    lines = folder / "lines.tsv"
-    if lines.exists():
-        for line in lines.read_text(errors="replace").splitlines():
-            t, _, text = line.partition("\t")
+    for lines in sorted(folder.glob("lines-*.tsv"))[:1]:
+        for line in lines.read_text(errors="replace").split("\n"):
+            t, tab, text = line.partition("\t")
+            if not tab or not re.fullmatch(r"[0-9.]+", t):
+                continue  # a progress bar's carriage-return part of a line
             if float(t) > stamp:
                 break
             before = text
@@ -317,8 +330,9 @@ def peak(folder: Path, until: float) -> dict[str, Any]:
 def server(name: str, spec: Path, folder: Path, results: dict[str, Any]) -> Iterator[bool]:
     """Up under the sampler; the sampler runs until down, so clients' decode lines are stamped too."""
     log = RUNS / name / "engine.log"
+    specpilot("down", name, timeout_s=120)  # a start an earlier, cut command left running
     log.unlink(missing_ok=True)
-    with Sampler(folder / "samples", log):
+    with Sampler(folder / "samples", lambda: [log]):
         t0 = time.monotonic()
         up = specpilot("up", str(spec), "--json", out=folder / "up.json", timeout_s=600)
         up_end = time.time()
@@ -352,12 +366,17 @@ def metric_tokens() -> float | None:
     return sum(values) if values else None
 
 
-def timed_client(argv: list[str], out: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+def timed_client(
+    argv: list[str], out: Path, env: dict[str, str] | None = None, limit_s: float = 150
+) -> dict[str, Any]:
     before = metric_tokens()
     start_wall, t0 = time.time(), time.perf_counter()
     with out.open("w") as stdout, (out.with_suffix(".err")).open("w") as stderr:
         child = subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=env)
+        killer = threading.Timer(limit_s, child.terminate)  # a client past its limit: SIGTERM, as Ctrl-C
+        killer.start()
         _, status, usage = os.wait4(child.pid, 0)
+        killer.cancel()
     wall_s = time.perf_counter() - t0
     after = metric_tokens()
     tokens = None if before is None or after is None else after - before
@@ -397,10 +416,13 @@ def generate_argv(prompts: Path, job: Path, concurrency: int, max_tokens: int, r
 
 def saturation_pair(run: str, folder: Path, concurrency: int, prompts_n: int) -> dict[str, Any]:
     tag = f"s{concurrency}"
+    # Each client its own prompts, of the same lengths: the same texts twice would reach the second
+    # client as radix-cache hits (and, with a mamba model, as one copy of every hit request's state)
     prompts = folder / f"{tag}.jsonl"
-    write_prompts(prompts, prompts_n, f"{run}-{tag}-")
+    write_prompts(prompts, prompts_n, f"{run}-{tag}-sp-")
     sharegpt = folder / f"{tag}.sharegpt.jsonl"
-    sharegpt_copy(prompts, sharegpt)
+    write_prompts(folder / f"{tag}.bs.jsonl", prompts_n, f"{run}-{tag}-bs-")
+    sharegpt_copy(folder / f"{tag}.bs.jsonl", sharegpt)
     bench_env = dict(os.environ)
     bench_env["PYTHONPATH"] = f"{REPO}/gpu/sglang/bench-stubs:{bench_env.get('PYTHONPATH', '')}"
     engine_argv = [
@@ -441,7 +463,7 @@ def saturation_pair(run: str, folder: Path, concurrency: int, prompts_n: int) ->
     )
     for side in ("bench_serving", "specpilot"):
         window = steady.window(
-            steady.read_lines(folder / "samples" / "lines.tsv"), pair[side]["start"], pair[side]["end"]
+            steady.read_lines(folder / "samples" / f"lines-{run}.tsv"), pair[side]["start"], pair[side]["end"]
         )
         pair[side]["steady"] = window
     a, b = pair["specpilot"]["steady"], pair["bench_serving"]["steady"]
@@ -462,8 +484,13 @@ def e2e(run: str, folder: Path) -> dict[str, Any]:
     found: dict[str, Any] = {}
     concurrency = 256
     found["generate"] = timed_client(
-        generate_argv(STASH / "e2e.jsonl", job, concurrency, E2E_MAX_TOKENS, run),
+        [
+            *generate_argv(STASH / "e2e.jsonl", job, concurrency, E2E_MAX_TOKENS, run),
+            "--limit",
+            str(E2E_LIMIT_ROWS),
+        ],
         folder / "e2e.generate.json",
+        limit_s=200,
     )
     found["report"] = json.loads(specpilot("report", str(job), "--json").stdout or "null")
     for fmt in ("specforge", "speculators"):
@@ -497,6 +524,15 @@ def server_info() -> dict[str, Any]:
     }
 
 
+def checkpoint(run: str, results: dict[str, Any]) -> None:
+    """What a step has so far, under $OUT, so a command cut at its limit still brings it back."""
+    doc = state()
+    doc["results"][f"{run} (partial)"] = results
+    out = Path(os.environ["OUT"])
+    (out / "results.json").write_text(json.dumps(doc["results"], indent=1))
+    pack(out)
+
+
 def step_serving(
     run: str, extra: list[str], budget: Budget, concurrencies: list[int | str]
 ) -> dict[str, Any]:
@@ -510,8 +546,13 @@ def step_serving(
     with server(run, spec, folder, results) as ready:
         if not ready:
             return results
-        results["e2e"] = e2e(run, folder)
+        checkpoint(run, results)
+        if os.environ.get("SKIP_E2E") == "1":
+            results["e2e"] = {"skipped": "SKIP_E2E=1"}
+        else:
+            results["e2e"] = e2e(run, folder)
         results["server_info_after_e2e"] = server_info()
+        checkpoint(run, results)
         results["saturation"] = []
         for c in concurrencies:
             concurrency = plan_max if c == "max" else int(c)
@@ -523,35 +564,54 @@ def step_serving(
             waves = 3 if concurrency <= 16 else 2
             pair = saturation_pair(run, folder, concurrency, waves * concurrency)
             results["saturation"].append(pair)
+            checkpoint(run, results)
         results["server_info"] = server_info()
     return results
 
 
 def step_bench(budget: Budget) -> dict[str, Any]:
+    """`specpilot bench` over no speculation and MTP (3 draft tokens), as a user runs it."""
     folder = STASH / "bench"
-    spec, _ = planned_spec("bench", MTP_ARGS, None, folder)
-    # bench plans each variant itself: give it the spec as the user wrote it
-    spec = folder / "bench-as-given.toml"
-    write_prompts(folder / "prompts.jsonl", 600, "b")
-    with Sampler(folder / "samples", RUNS / "bench" / "engine.log"):
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = folder / "bench.toml"  # as the user writes it: bench plans each variant itself
+    spec.write_text(spec_text("bench", BASE_ARGS + MTP_ARGS, None))
+    prompts = folder / "prompts.jsonl"
+    with prompts.open("w") as out:  # prompt lengths from ~30 to ~1,500 words: a long tail to stratify
+        for i in range(900):
+            words = int(30 * 50 ** ((i * 0.618034) % 1.0))
+            text = prompt_text(f"b{i}-", i).split(" ")[: words + 6]
+            out.write(json.dumps({"id": f"b{i:05d}", "prompt": " ".join(text)}) + "\n")
+    per_variant_s = int(min(330, budget.left_s() / 2 - 15))
+    with Sampler(folder / "samples", lambda: sorted(RUNS.glob("bench-bench-*/engine.log"))):
         done = specpilot(
             "bench",
             str(spec),
             "--prompts",
-            str(folder / "prompts.jsonl"),
+            str(prompts),
+            "--job",
+            str(folder / "job"),
             "--sample",
-            "120",
+            "300",
             "--variants",
-            "off,3",
+            "plain,NEXTN:3",
             "--max-tokens",
             "256",
+            "--no-thinking",
             "--budget-s",
-            str(int(budget.left_s() / 2 - 20)),
+            str(per_variant_s),
+            "--write",
+            str(folder / "best.toml"),
             "--json",
             out=folder / "bench.json",
-            timeout_s=max(60, budget.left_s() - 20),
+            timeout_s=max(60, budget.left_s() - 15),
         )
-    return {"exit": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-2000:]}
+    for log in RUNS.glob("bench-bench-*/engine.log*"):
+        (folder / f"{log.parent.name}.{log.name}").write_bytes(log.read_bytes())
+    for name in ("bench.svg", "bench.json"):
+        source = folder / "job" / name
+        if source.exists():
+            (folder / f"job-{name}").write_bytes(source.read_bytes())
+    return {"exit": done.returncode, "stdout": done.stdout[-6000:], "stderr": done.stderr[-3000:]}
 
 
 def step_edge(budget: Budget) -> dict[str, Any]:
@@ -620,7 +680,7 @@ def pack(out: Path) -> None:
         for path in sorted(STASH.rglob("*")):
             if (
                 path.is_file()
-                and path.suffix in {".log", ".tsv", ".json", ".toml", ".out", ".err"}
+                and path.suffix in {".log", ".tsv", ".json", ".toml", ".out", ".err", ".svg", ".1"}
                 and "models" not in path.parts
             ):
                 if path.stat().st_size < 40 * 2**20:
@@ -649,7 +709,7 @@ def main() -> int:
         if step == "model":
             result: dict[str, Any] = step_model()
         elif step == "plain":
-            result = step_serving("plain", [], budget, [64, 16, "max"])
+            result = step_serving("plain", [], budget, [64, "max", 16])
         elif step == "mtp":
             result = step_serving("mtp", MTP_ARGS, budget, ["max", 16])
         elif step == "bench":

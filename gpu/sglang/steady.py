@@ -24,10 +24,10 @@ STEADY_RATIO = 0.9
 def read_lines(path: Path) -> list[tuple[float, int, float, float | None]]:
     """(stamp, running requests, gen tok/s, accept length or None) for each decode line of a stamped log."""
     found = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in path.read_text(errors="replace").split("\n"):
         stamp, _, text = line.partition("\t")
         match = DECODE.search(text)
-        if match:
+        if match and re.fullmatch(r"[0-9.]+", stamp):
             accept = ACCEPT.search(text)
             found.append((float(stamp), int(match[1]), float(match[2]), float(accept[1]) if accept else None))
     return found

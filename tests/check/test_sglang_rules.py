@@ -340,6 +340,7 @@ CASES: dict[str, Case] = {
         ["--speculative-algorithm", "NGRAM", "--page-size", "64", "--attention-backend", "flashinfer"],
         arch=DENSE,
     ),
+    "sglang-reasoning-parser-missing": Case("0.5.13.post1", [], ["--reasoning-parser", "qwen3"]),
 }
 
 

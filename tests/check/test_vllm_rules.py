@@ -79,6 +79,7 @@ CASES: dict[str, tuple[list[str], list[str], str, dict[str, object]]] = {
         DENSE,
         {},
     ),
+    "vllm-reasoning-parser-missing": ([], ["--reasoning-parser", "qwen3"], HYBRID, {}),
 }
 #: the near miss of the MTP rule is the same flags on a model vLLM has an MTP drafter for
 QUIET_ARCH = {"vllm-mtp-needs-mtp-layers": HYBRID}

@@ -1,10 +1,11 @@
 """Runs SpecForge's and speculators' own data code on specpilot's export (inside the trainers venv).
 
-    TRAINERS_PYTHON trainers_harness.py --specforge F --speculators F --work DIR --max-length N
+    TRAINERS_PYTHON trainers_harness.py --specforge F... --speculators F... --work DIR --max-length N
 
-Writes DIR/samples.json (the trainers print their own progress on stdout): for each trainer, every training sample as the trainer built
-it: the decoded text of its tokens and the decoded text of each run of tokens its
-loss mask supervises. The test compares these with what the server was sent and
+Writes DIR/samples.json (the trainers print their own progress on stdout): for each
+file given (`--specforge` and `--speculators` repeat), every training sample as the
+trainer built it: the decoded text of its tokens and the decoded text of each run of
+tokens its loss mask supervises. The test compares these with what the server was sent and
 answered.
 
 * SpecForge: `specforge.data.prompt_builder.prepare_prompt_tasks`, the path
@@ -17,9 +18,10 @@ answered.
   chat template (vLLM's render does exactly that for a text model).
 
 The tokenizer is the tiny demo tokenizer (built locally, nothing downloaded) with a
-chat template shaped like Qwen3.5's/3.6's: the last assistant turns render
-`reasoning_content` inside `<think>...</think>`, earlier ones an empty think block, the
-generation prompt opens `<think>`.
+chat template shaped like Qwen3.5's/3.6's (and Qwen3's): an assistant turn after the last
+user turn renders `<think>\n` + its reasoning + `\n</think>\n\n` before its answer (the
+last one always, others when they have reasoning); an earlier one renders its answer
+alone, with no think block; the generation prompt opens `<think>`.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ from typing import Any
 
 TINYMODEL = Path(__file__).resolve().parents[2] / "src" / "specpilot" / "demo" / "tinymodel.py"
 
-# As Qwen3.x templates do (Qwen3.6 with its default preserve_thinking=false), only the
-# assistant turns after the last user turn show their reasoning; earlier ones an empty
-# think block.
+# As Qwen3.x templates do (Qwen3.6 with its default preserve_thinking=false): the assistant
+# turns after the last user turn show their reasoning (the last one always); earlier ones
+# render their answer alone, so SpecForge's `<|im_start|>assistant\n<think>\n` header does
+# not match them.
 QWEN35_STYLE_TEMPLATE = (
     "{%- set ns = namespace(last_user=-1) -%}"
     "{%- for message in messages -%}"
@@ -45,9 +48,13 @@ QWEN35_STYLE_TEMPLATE = (
     "{%- endfor -%}"
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'assistant' -%}"
-    "{%- set reasoning = (message['reasoning_content'] or '') if loop.index0 > ns.last_user else '' -%}"
+    "{%- set reasoning = message['reasoning_content'] or '' -%}"
+    "{%- if loop.index0 > ns.last_user and (loop.last or reasoning) -%}"
     "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning + '\\n</think>\\n\\n'"
     " + message['content'] + '<|im_end|>\\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>assistant\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
     "{%- else -%}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
     "{%- endif -%}"
@@ -142,16 +149,15 @@ def speculators_samples(path: Path, tokenizer: Any, max_length: int) -> list[dic
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--specforge", type=Path, required=True)
-    parser.add_argument("--speculators", type=Path, required=True)
+    parser.add_argument("--specforge", type=Path, action="append", default=[])
+    parser.add_argument("--speculators", type=Path, action="append", default=[])
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--max-length", type=int, required=True)
     args = parser.parse_args()
     tokenizer = build_tokenizer(args.work / "tokenizer")
-    result = {
-        "specforge": specforge_samples(args.specforge, tokenizer, args.max_length),
-        "speculators": speculators_samples(args.speculators, tokenizer, args.max_length),
-    }
+    result = {str(path): specforge_samples(path, tokenizer, args.max_length) for path in args.specforge}
+    for path in args.speculators:
+        result[str(path)] = speculators_samples(path, tokenizer, args.max_length)
     (args.work / "samples.json").write_text(json.dumps(result))
     return 0
 

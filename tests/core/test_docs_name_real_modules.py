@@ -58,7 +58,13 @@ def _references(text: str, *, bare_modules: bool = True) -> list[tuple[Path, str
     found = [(REPO, m.group(0)) for m in PACKAGE_PATH.finditer(text)]
     found += [(REPO, m.group(0)) for m in ROOT_PATH.finditer(text)]
     if bare_modules:
-        found += [(PACKAGE, m.group(0)) for m in BARE_MODULE.finditer(text)]
+        # `bench/` is both a root folder (speed scripts) and a subpackage: written bare it is the
+        # root's (checked above); the package's files are written src/specpilot/bench/...
+        found += [
+            (PACKAGE, m.group(0))
+            for m in BARE_MODULE.finditer(text)
+            if m.group(0).split("/", 1)[0] not in ROOT_FOLDERS
+        ]
     return found
 
 

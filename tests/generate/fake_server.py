@@ -38,6 +38,12 @@ class Faults:
     error_500_rate: float = 0.0
     drop_rate: float = 0.0
     reasoning_field: str = "reasoning_content"  # or vLLM's newer "reasoning"
+    #: no reasoning parser: "" (the server has one), "think" (`<think>\nR\n</think>\n\nA` in
+    #: content), "closing" (Qwen3.5/3.6: the prompt opened `<think>`, so only `R\n</think>\n\nA`),
+    #: "none" (a model that does not think: content only)
+    inline_thinking: str = ""
+    #: CUT_MARKER prompts are answered in full when max_tokens is at least this (0: never)
+    cut_unless_max_tokens: int = 0
     seed: int = 7
 
 
@@ -146,8 +152,16 @@ class FakeServer:
         thinking = bool(body.get("chat_template_kwargs", {}).get("enable_thinking"))
         content, reasoning = answer_for(prompt)
         message: dict[str, Any] = {"role": "assistant", "content": content}
-        if thinking:
+        inline = faults.inline_thinking
+        if thinking and not inline:
             message[faults.reasoning_field] = reasoning
+        elif thinking and inline != "none":
+            opening = "<think>\n" if inline == "think" else ""
+            message["content"] = f"{opening}{reasoning}\n</think>\n\n{content}"
+        budget = body.get("max_tokens") or 0
+        cut = CUT_MARKER in prompt and not (
+            faults.cut_unless_max_tokens and budget >= faults.cut_unless_max_tokens
+        )
         counts.answered += 1
         counts.per_prompt[prompt] += 1
         counts.bodies.append(body)
@@ -161,7 +175,7 @@ class FakeServer:
                     {
                         "index": 0,
                         "message": message,
-                        "finish_reason": "length" if CUT_MARKER in prompt else "stop",
+                        "finish_reason": "length" if cut else "stop",
                     }
                 ],
                 "usage": {

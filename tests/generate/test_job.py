@@ -248,7 +248,8 @@ def test_cli_export_specforge_states_the_template_and_refuses_one_that_drops_rea
     told = json.loads(result.stdout)
     assert told["chat_template"] == "qwen3.5" and told["rows"] == 4 and told["over_max_length"] == 4
     exported = [json.loads(line) for line in (out / "specforge.jsonl").read_text().splitlines()]
-    assert {r["id"] for r in exported} == {"q0", "q1", "q2", "q3"}  # the truncated row stays out
+    # one row per target turn, named by its index; the truncated row stays out
+    assert {r["id"] for r in exported} == {"q0#1", "q1#1", "q2#1", "q3#1"}
     assert all(r["status"] == "success" and "meta" not in r for r in exported)
     with_flagged = runner.invoke(
         _cli(), ["export", str(out), "--format", "specforge", "--include-flagged", "--json"]

@@ -69,6 +69,6 @@ def test_documented_export_formats_are_the_written_ones() -> None:
     table = _section("Training data")
     formats = _first_column(table, "format")
     assert formats == list(FORMATS)
-    for name, (default_target, _) in FORMATS.items():
+    for name, default_target in FORMATS.items():
         line = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
         assert f"`out/{default_target}" in line, name

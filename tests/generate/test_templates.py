@@ -25,3 +25,10 @@ def test_unknown_model_or_template_is_a_warning_not_a_guess() -> None:
     assert name is None and "no known SpecForge template" in warnings[0]
     name, warnings = choose_template("llama3", "meta-llama/Llama-3.1-8B")
     assert name == "llama3" and "does not know" in warnings[0]
+
+
+def test_a_template_specforge_does_not_have_is_refused_with_the_fix() -> None:
+    with pytest.raises(
+        UserError, match=r"--chat-template: SpecForge has no chat template 'qwen35'.*qwen3\.5"
+    ):
+        choose_template("qwen35", "Qwen/Qwen3.6-27B")

@@ -130,7 +130,7 @@ def _apply(rule: Rule, ctx: Context, changed: list[str]) -> Finding | None:
         changed += [k for k in really if k not in changed]
         if not really:
             return None
-    return Finding(rule.id, rule.severity, rule.render(ctx), rule.make_fix(ctx))
+    return Finding(rule.id, rule.severity, rule.render(ctx), rule.make_fix(ctx), rule.up_applies)
 
 
 def check_args(

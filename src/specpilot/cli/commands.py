@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "down": "specpilot.cli.up:down",
     "fleet-repair": "specpilot.cli.fleet:fleet_repair",
     "runs": "specpilot.cli.runs:runs",
+    "bench": "specpilot.cli.bench:bench",
     "generate": "specpilot.cli.generate:generate",
     "report": "specpilot.cli.generate:report",
     "export": "specpilot.cli.generate:export",

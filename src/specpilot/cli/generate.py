@@ -12,7 +12,7 @@ from rich.console import Console
 
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.view import serve_status_options
-from specpilot.errors import EXIT_OK
+from specpilot.errors import EXIT_OK, UserError
 
 #: one example of each prompt row shape the reader accepts (shown in --help, tested)
 ROW_SHAPES: dict[str, dict[str, object]] = {
@@ -116,6 +116,12 @@ them as context and generates only the last answer:
 @click.option("--dedupe", is_flag=True, help="Keep the first row of each repeated id.")
 @click.option("--retry-failed", is_flag=True, help="Send rows that failed in earlier runs again.")
 @click.option(
+    "--retry-truncated",
+    is_flag=True,
+    help="Send the rows cut off at the job's --max-tokens again (each once), at the larger "
+    "--max-tokens given now; the rest of the job is unchanged.",
+)
+@click.option(
     "--max-attempts",
     default=6,
     show_default=True,
@@ -184,6 +190,7 @@ def generate(
     limit: int | None,
     dedupe: bool,
     retry_failed: bool,
+    retry_truncated: bool,
     max_attempts: int,
     retry_base_s: float,
     request_timeout_s: float,
@@ -215,6 +222,7 @@ def generate(
         limit=limit,
         dedupe=dedupe,
         retry_failed=retry_failed,
+        retry_truncated=retry_truncated,
         max_attempts=max_attempts,
         retry_base_s=retry_base_s,
         request_timeout_s=request_timeout_s,
@@ -223,14 +231,18 @@ def generate(
         rows_per_part=rows_per_part,
         progress_interval_s=progress_interval_s,
     )
-    watch = None
+    from specpilot.generate.eta import Watcher, all_of, projecting
+
+    watchers: list[Watcher] = []
     if serve_status is not None:
         from specpilot.status.server import bind, url_of, watch_job
 
         sock = bind(serve_status, public=status_public, flag="--serve-status")
         click.echo(f"status page: {url_of(sock)}  metrics: {url_of(sock)}metrics", err=True)
-        watch = watch_job(sock, output_dir)
-    outcome = run_generate(config, watch)
+        watchers.append(watch_job(sock, output_dir))
+    if progress_interval_s > 0:
+        watchers.append(projecting(output_dir, progress_interval_s, lambda line: click.echo(line, err=True)))
+    outcome = run_generate(config, all_of(watchers))
     if as_json:
         click.echo(
             json.dumps(
@@ -252,10 +264,17 @@ MAX_LENGTH_HELP = (
 @click.command("report", epilog="\b\nExample:\n  specpilot report out/ --max-length 4096 --json")
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--max-length", "max_length_tokens", type=click.IntRange(1), default=None, help=MAX_LENGTH_HELP)
+@click.option(
+    "--gpus",
+    type=click.IntRange(1),
+    default=None,
+    help="Project the job's time on this many GPUs (default: the job's own servers).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def report(directory: Path, max_length_tokens: int | None, as_json: bool) -> None:
+def report(directory: Path, max_length_tokens: int | None, gpus: int | None, as_json: bool) -> None:
     """Summary of a generate job from its ledger; safe while the job runs."""
     from specpilot.generate.committed import committed_rows
+    from specpilot.generate.eta import report_projections
     from specpilot.generate.lengths import length_report
     from specpilot.generate.report import reading_ledger, render_lengths, render_summary, summarize
     from specpilot.generate.writer import CLEAN, FLAGGED
@@ -268,13 +287,17 @@ def report(directory: Path, max_length_tokens: int | None, as_json: bool) -> Non
             for split in (CLEAN, FLAGGED)
         }
         summary = dataclasses.replace(summary, lengths=lengths)
+    projected = report_projections(directory, summary, gpus)
     if as_json:
-        click.echo(json.dumps(summary.to_json()))
+        shown = {name: p.to_json() for name, p in projected.items()}
+        click.echo(json.dumps({**summary.to_json(), "projection": shown}))
         return
     console = Console()
     render_summary(summary, console)
     for split, lengths in (summary.lengths or {}).items():
         render_lengths(split, lengths, console)
+    for name, projection in projected.items():
+        console.print(f"projected, {name}: {projection.line()}", soft_wrap=True)
 
 
 EXAMPLE_EXPORT = """\b
@@ -306,6 +329,14 @@ Example:
     help="The SpecForge template you will train with; refused if it would change the text "
     "(default: the one for the job's model, qwen3.5 for Qwen3.5/3.6).",
 )
+@click.option(
+    "--per-turn/--whole-conversations",
+    "per_turn",
+    default=None,
+    help="specforge: one training row per target turn, its history as context, so every target "
+    "turn is in SpecForge's loss (the default); or one row per conversation (its loss covers "
+    "only the last turn with Qwen3.x templates).",
+)
 @click.option("--max-length", "max_length_tokens", type=click.IntRange(1), default=None, help=MAX_LENGTH_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the files written as JSON.")
 def export(
@@ -314,6 +345,7 @@ def export(
     target: Path | None,
     include_flagged: bool,
     chat_template: str | None,
+    per_turn: bool | None,
     max_length_tokens: int | None,
     as_json: bool,
 ) -> None:
@@ -325,17 +357,27 @@ def export(
     from specpilot.generate.templates import choose_template
     from specpilot.generate.writer import CLEAN, FLAGGED
 
+    if per_turn is not None and fmt != "specforge":
+        flag = "--per-turn" if per_turn else "--whole-conversations"
+        raise UserError(
+            f"{flag} applies to --format specforge only",
+            field=flag,
+            fix=f"drop it (--format {fmt} keeps whole conversations; speculators splits turns itself)",
+        )
     with reading_ledger(directory) as ledger:
         meta = ledger.meta()
     template, warnings = choose_template(chat_template, meta.get("model"))
-    result = run_export(directory, fmt, target, include_flagged=include_flagged)
+    result = run_export(
+        directory, fmt, target, include_flagged=include_flagged, per_turn=per_turn is not False
+    )
+    warnings += result.warnings
     splits = (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
     over = None
     if max_length_tokens is not None:
         over = length_report(committed_rows(directory, splits), max_length_tokens)["over_max_length"]
         if over:
             warnings.append(
-                f"{over} of {result.rows} rows are longer than --max-length {max_length_tokens}: "
+                f"{over} of the job's rows are longer than --max-length {max_length_tokens}: "
                 "the trainer cuts them (see `specpilot report DIR --max-length N`)"
             )
     if as_json:
@@ -344,6 +386,7 @@ def export(
             json.dumps(
                 {
                     "format": fmt,
+                    "per_turn": fmt == "specforge" and per_turn is not False,
                     "files": files,
                     "rows": result.rows,
                     "flagged_included": include_flagged,

@@ -16,6 +16,7 @@ from specpilot.plan.calibrate import calibrate_from_log
 from specpilot.plan.startup_peak import StartupPeak, measure_startup_peak
 from specpilot.plan.text import render_plan, render_startup_peak
 from specpilot.plan.types import Plan
+from specpilot.projection import Projection, project, read_bench
 from specpilot.secrets import redact, secret_values
 from specpilot.spec import Spec
 
@@ -82,6 +83,33 @@ def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> Star
     return measure_startup_peak(samples, Path(from_log).read_text(encoding="utf-8", errors="replace"))
 
 
+def job_projections(spec: Spec, job_dir: Path, gpus: int | None) -> dict[str, Projection] | None:
+    """This spec's and the bench winner's projected job time, from the job's bench result."""
+    from specpilot.bench.variants import variant_of
+
+    outcome = read_bench(job_dir)
+    if outcome is None:
+        return None
+    found = {}
+    own = variant_of(spec).label
+    for label in dict.fromkeys((own, outcome.winner)):
+        if label in outcome.measured:
+            name = f"this spec ({label})" if label == own else f"bench's winner ({label})"
+            found[name] = project(outcome.input_rows, outcome.measured[label], gpus)
+    return found
+
+
+def _print_projections(job_dir: Path, projected: dict[str, Projection] | None) -> None:
+    if projected is None:
+        click.echo(
+            f"no bench result in {job_dir}: `specpilot bench SPEC --prompts FILE --job {job_dir}` "
+            "measures the rates a projection of the job's time needs"
+        )
+        return
+    for name, projection in projected.items():
+        click.echo(f"projected, {name}: {projection.line()}")
+
+
 @click.command(context_settings=PASSTHROUGH)
 @spec_options
 @click.option("--from-log", "from_log", type=click.Path(dir_okay=False), help="Calibrate from an engine log.")
@@ -105,6 +133,14 @@ def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> Star
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write a standalone HTML page with the drawing and the memory tables.",
 )
+@click.option(
+    "--job",
+    "job_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="A job folder holding `specpilot bench`'s result: also project the whole job's time.",
+)
+@click.option("--gpus", type=click.IntRange(1), default=None, help="With --job: project on this many GPUs.")
 def plan(
     spec_or_command: tuple[str, ...],
     gpu_memory_gib: float | None,
@@ -115,6 +151,8 @@ def plan(
     as_json: bool,
     svg_path: Path | None,
     html_path: Path | None,
+    job_dir: Path | None,
+    gpus: int | None,
 ) -> None:
     """Exact GPU memory plan: fits or not, what the engine will allocate, the knobs that fit.
 
@@ -124,6 +162,7 @@ def plan(
       specpilot plan spec.toml --from-log engine.log --json
       specpilot plan spec.toml --from-log engine.log --samples samples/
       specpilot plan spec.toml --svg plan.svg --html plan.html
+      specpilot plan spec.toml --job out/ --gpus 8     (after `specpilot bench ... --job out/`)
       specpilot plan --gpu-memory-gib 95.6 -- python -m sglang.launch_server \\
           --model-path models/qwen3.6-27b --speculative-algorithm NEXTN
     Exit: 0 fits, 1 does not fit, 2 bad input.
@@ -142,13 +181,18 @@ def plan(
     result = make_plan(spec, measured)
     if svg_path or html_path:
         _draw(spec, measured, result, svg_path, html_path)
+    projected = job_projections(spec, job_dir, gpus) if job_dir is not None else None
     if as_json:
-        doc = result.to_json()
+        data = result.to_json()
         if peak is not None:
-            doc["startup_peak"] = peak.to_json()
-        click.echo(json.dumps(doc, indent=2))
+            data["startup_peak"] = peak.to_json()
+        if projected is not None:
+            data["projection"] = {label: p.to_json() for label, p in projected.items()}
+        click.echo(json.dumps(data, indent=2))
     else:
         render_plan(result, Console())
         if peak is not None:
             render_startup_peak(peak, result, Console())
+        if job_dir is not None:
+            _print_projections(job_dir, projected)
     raise SystemExit(EXIT_OK if result.fits else EXIT_FAILED)

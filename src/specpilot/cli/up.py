@@ -20,7 +20,7 @@ from specpilot.errors import UserError
 from specpilot.hosts import open_host_section
 from specpilot.launch.ops import run_down, run_status, stream_log
 from specpilot.launch.outcome import UpResult, describe_returncode
-from specpilot.launch.preflight import Preflight, run_preflight
+from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
 from specpilot.launch.replan import Replan, replan, replan_reason
 from specpilot.launch.state import check_run_name, read_state
 from specpilot.launch.stop import STOP_OUTCOMES
@@ -182,10 +182,12 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
         if not as_json:
             for warning in pre.warnings:
                 console.print(f"[yellow]warning[/]: {warning}")
+            for args, why in pre.added:
+                console.print(f"adds {' '.join(args)}: {why}")
         if pre.errors and not (force and not replans):
             result = _refusal(spec, pre)
         else:
-            result = asyncio.run(_up(spec, pre, as_json, console))
+            result = asyncio.run(_up(launch_spec(spec, pre), pre, as_json, console))
         if result.cause == "port_in_use" and result.pid is None:
             # found before anything started: the spec's port is the input to change (exit 2)
             raise UserError(

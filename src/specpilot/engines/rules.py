@@ -38,6 +38,8 @@ class Finding:
     severity: Severity
     message: str
     fix: Fix | None = None
+    #: `up` applies the fix to the launch itself (a flag the user left out, never one given)
+    up_applies: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -98,6 +100,8 @@ class Rule:
     #: for `adjusts`: the values the engine sets (dest -> value), computed from the context
     sets: Adjustment | None = None
     why: str = ""
+    #: a warning whose fix `up` adds to the argv it starts (see Finding.up_applies)
+    up_applies: bool = False
 
     def applies_to(self, engine: str, version: Version) -> bool:
         return engine == self.engine and self.versions.contains(version, prereleases=True)

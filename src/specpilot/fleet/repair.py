@@ -24,10 +24,9 @@ from specpilot.fleet.state import read_fleet
 from specpilot.fleet.up import spec_digest
 from specpilot.hosts import open_host_section
 from specpilot.launch.ops import run_status
-from specpilot.launch.preflight import run_preflight
+from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
 from specpilot.launch.state import state_path
 from specpilot.launch.supervisor import launch
-from specpilot.plan import Plan
 from specpilot.taskgroup import all_of
 
 Say = Callable[[str], None]
@@ -69,7 +68,7 @@ async def repair_fleet(
 ) -> list[Repair]:
     """One pass over every member; `restarts` carries the counts across passes (--watch)."""
     restarts = restarts if restarts is not None else {}
-    plans: dict[Any, Plan | None] = {}
+    preflights: dict[Any, Preflight] = {}
     async with aiohttp.ClientSession() as session:
         router = RouterClient(session, fleet.router_url)
         ready = {w.url for w in await router.workers() if w.status == "ready" and w.healthy}
@@ -87,8 +86,9 @@ async def repair_fleet(
                 say(f"{member.name}: serving but not routed; {problem or 'registered again'}")
                 return repair
             await router.remove(member.worker_url)  # take it out before anything else
-            if member.gpu_key not in plans:
-                plans[member.gpu_key] = run_preflight(member.spec).plan
+            if member.gpu_key not in preflights:
+                preflights[member.gpu_key] = run_preflight(member.spec)
+            pre = preflights[member.gpu_key]
             while repair.restarts < max_restarts:
                 if repair.restarts:
                     await asyncio.sleep(backoff_s * 2 ** (repair.restarts - 1))
@@ -97,7 +97,7 @@ async def repair_fleet(
                 say(f"{member.name}: not serving; restart {repair.restarts} of {max_restarts}")
                 host = open_host_section(member.spec.host)
                 try:
-                    result = await launch(member.spec, host, plan=plans[member.gpu_key])
+                    result = await launch(launch_spec(member.spec, pre), host, plan=pre.plan)
                 finally:
                     await host.close()
                 if result.phase != "ready":

@@ -34,7 +34,7 @@ from specpilot.hosts import open_host_section
 from specpilot.hosts.errors import HostError
 from specpilot.hosts.target import parse_target
 from specpilot.launch.ops import run_down
-from specpilot.launch.preflight import Preflight, run_preflight
+from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
 from specpilot.launch.state import host_options_json
 from specpilot.launch.supervisor import launch
 from specpilot.spec import HostSection
@@ -212,7 +212,7 @@ async def _start_member(
     outcome = MemberOutcome(member.name, member.spec.host.target, member.worker_url, "failed")
     host = open_host_section(member.spec.host)
     try:
-        result = await launch(member.spec, host, plan=pre.plan)
+        result = await launch(launch_spec(member.spec, pre), host, plan=pre.plan)
     except SpecpilotError as err:  # its host went away mid-start: this member only
         outcome.cause, outcome.error = "host", str(err)[-400:]
         say(f"{member.name} on {outcome.target}: {err}; left out")

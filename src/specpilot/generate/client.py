@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
 import aiohttp
 import yarl
 
+from specpilot.generate.thinking import markers_for, split_inline
 from specpilot.generate.types import Message
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
@@ -75,6 +76,8 @@ class Answer:
     spec_accept_length: float | None
     reasoning_tokens: int | None = None  # only where the server reports them
     tool_calls: list[Any] | None = None
+    #: specpilot moved inline thinking out of `content` (see thinking.py)
+    reasoning_split: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,8 @@ class ChatClient:
 
     def __init__(self, session: aiohttp.ClientSession, sampling: Sampling) -> None:
         self._session = session
+        self._markers = markers_for(sampling.model)
+        self._thinking = sampling.thinking
         fixed = json.dumps(sampling.as_json(), separators=(",", ":"))
         self._body_prefix = fixed[:-1].encode() + b',"messages":'
         self._urls: dict[str, yarl.URL] = {}
@@ -164,7 +169,13 @@ class ChatClient:
                 f"HTTP {status}: {text}",
                 _seconds(retry_after),
             )
-        return parse_answer(raw)
+        answer = parse_answer(raw)
+        if self._markers is None or (answer.reasoning or "").strip():
+            return answer
+        split = split_inline(answer.content, answer.finish_reason, self._markers, thinking=self._thinking)
+        if split is None:
+            return answer
+        return replace(answer, reasoning=split[0], content=split[1], reasoning_split=True)
 
 
 def _seconds(value: str | None) -> float | None:

@@ -23,27 +23,48 @@ def job_commits(directory: Path) -> dict[int, PartCommit]:
         return ledger.part_commits()
 
 
-def committed_parts(directory: Path, splits: Sequence[Split]) -> Iterator[tuple[Path, list[dict[str, Any]]]]:
-    """(part file, its committed rows) for each non-empty part of `splits`, in order."""
+def committed_parts(
+    directory: Path, splits: Sequence[Split]
+) -> Iterator[tuple[Path, int, Iterator[dict[str, Any]]]]:
+    """(part file, its committed row count, its rows) for each non-empty part of `splits`, in order.
+
+    Rows are read line by line (memory stays one line, whatever the part's size); consume a
+    part's rows before asking for the next part. Every part's length is checked before any
+    row is yielded, so a damaged job fails before an export writes anything.
+    """
     commits = job_commits(directory)
+    parts: list[tuple[Path, PartCommit]] = []
     for split in splits:
         for part, path in list_parts(directory / split.directory, split.first_part).items():
             commit = commits.get(part)
             if commit is None or commit.rows == 0:
                 continue
-            with path.open("rb") as handle:
-                data = handle.read(commit.committed_bytes)
-            if len(data) < commit.committed_bytes:
+            size_bytes = path.stat().st_size
+            if size_bytes < commit.committed_bytes:
                 raise UserError(
-                    f"{path} holds {len(data)} bytes but {commit.committed_bytes} were written to it: "
+                    f"{path} holds {size_bytes} bytes but {commit.committed_bytes} were written to it: "
                     "it was cut short or replaced since",
                     field="DIR",
                     fix="rerun the same `specpilot generate` command (it makes the lost rows again), "
                     "then this command",
                 )
-            yield path, [json.loads(line) for line in data.splitlines() if line]
+            parts.append((path, commit))
+    for path, commit in parts:
+        yield path, commit.rows, _rows(path, commit.committed_bytes)
+
+
+def _rows(path: Path, committed_bytes: int) -> Iterator[dict[str, Any]]:
+    """The rows in the first `committed_bytes` of `path` (a commit ends at a line's end)."""
+    left = committed_bytes
+    with path.open("rb") as handle:
+        for line in handle:
+            if left <= 0:
+                return
+            left -= len(line)
+            if line.strip():
+                yield json.loads(line)
 
 
 def committed_rows(directory: Path, splits: Sequence[Split]) -> Iterator[dict[str, Any]]:
-    for _, rows in committed_parts(directory, splits):
+    for _, _, rows in committed_parts(directory, splits):
         yield from rows

@@ -16,7 +16,7 @@ import random
 import signal
 import time
 from collections import deque
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from specpilot.generate.servers import (
 )
 from specpilot.generate.stats import LiveStats, ProgressView
 from specpilot.generate.tasks import JobTasks
+from specpilot.generate.thinking import ReasoningWatch
 from specpilot.generate.types import PromptRow, RejectedRow
 from specpilot.generate.validate import flag_bits
 from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, Split
@@ -45,6 +46,8 @@ FAILURES_BEFORE_SUCCESS_LIMIT = 50
 
 #: a task the job runs beside its requests (a watcher of the runs it drives), and its name
 Companion = tuple[Coroutine[Any, Any, None], str]
+#: makes the client that sends the job's requests (ChatClient, or a subclass that also times them)
+ClientFactory = Callable[[aiohttp.ClientSession, Sampling], ChatClient]
 
 
 @dataclass(frozen=True)
@@ -153,12 +156,14 @@ class Dispatcher:
         rows: Iterator[PromptRow | RejectedRow],
         rows_to_send: int,
         writers: dict[Split, PartWriter],
+        client_factory: ClientFactory | None = None,
     ) -> None:
         """`rows`: the input rows to send (`rows_to_send` of them); `writers`: one per split,
         closed when `run` ends."""
         self.policy, self.session, self.sampling = policy, session, sampling
         self.ledger, self.writers = ledger, writers
-        self.client = ChatClient(session, sampling)
+        self.client = (client_factory or ChatClient)(session, sampling)
+        self.reasoning = ReasoningWatch(sampling.model, thinking=sampling.thinking)
         self.pool = ServerPool(
             [e.base_url for e in endpoints],
             policy.concurrency,
@@ -351,6 +356,9 @@ class Dispatcher:
         )
         meta = output["meta"]
         for result in done:
+            no_reasoning = self.reasoning.observe(result.answer.reasoning)
+            if no_reasoning is not None:
+                self._stop(no_reasoning)
             if result.answer.spec_accept_length is not None:
                 self.stats.accept_length_sum += result.answer.spec_accept_length
                 self.stats.accept_length_rows += 1
@@ -368,6 +376,7 @@ class Dispatcher:
         # One row, however many turns: the last turn's server, the time its requests took.
         latency_s = sum(result.latency_s for result in done)
         self.stats.answered(done[-1].server, latency_s, meta["prompt_tokens"], meta["completion_tokens"])
+        self.stats.flagged_by.update(meta["flags"])
         if sum(len(w) for w in self.writers.values()) >= self.policy.flush_rows:
             self.flush()
 

@@ -11,11 +11,16 @@ Only clean rows (`data/`) unless `include_flagged`. The JSONL formats carry stri
 only (never null), `tools` as a JSON string (so every row has one Arrow type), and
 SpecForge's `"status": "success"`. The Parquet/Arrow schema is fixed (not inferred per
 shard) so shards agree; non-string values are stored as JSON text.
+
+Every format streams: rows are read a line at a time and written line by line (JSONL) or
+a batch of `BATCH_ROWS` at a time (Parquet row groups, Arrow record batches), so memory
+does not grow with the job (bench/export_memory.py measures it).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -28,6 +33,8 @@ import pyarrow.parquet as pq
 
 from specpilot.errors import UserError
 from specpilot.generate.committed import committed_parts
+from specpilot.generate.report import reading_ledger, summarize
+from specpilot.generate.rows import turn_rows
 from specpilot.generate.writer import CLEAN, FLAGGED, Split
 
 TURN = pa.struct(
@@ -50,6 +57,7 @@ TURN_META = pa.struct(
         ("tokens_estimated", pa.bool_()),
         ("server", pa.string()),
         ("spec_accept_length", pa.float64()),
+        ("reasoning_split", pa.bool_()),
         ("flags", pa.list_(pa.string())),
     ]
 )
@@ -67,6 +75,7 @@ META = pa.struct(
         ("tokens_estimated", pa.bool_()),
         ("server", pa.string()),
         ("spec_accept_length", pa.float64()),
+        ("reasoning_split", pa.bool_()),
         ("flags", pa.list_(pa.string())),
         ("turns", pa.list_(TURN_META)),
     ]
@@ -140,60 +149,120 @@ def _splits(include_flagged: bool) -> tuple[Split, ...]:
     return (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
 
 
-def _write_jsonl(
-    directory: Path, target: Path, include_flagged: bool, with_status: bool
-) -> tuple[list[Path], int]:
+#: what one stored row becomes in a JSONL export: its records (none: the row is left out)
+Records = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+
+def specforge_records(per_turn: bool) -> Records:
+    """SpecForge rows: one per target turn (`rows.turn_rows`), or the whole conversation."""
+
+    def records(row: dict[str, Any]) -> list[dict[str, Any]]:
+        if not per_turn:
+            return [jsonl_record(row, with_status=True)]
+        split = turn_rows(row)
+        if not split:
+            raise UserError(
+                f"row {row['id']!r} has no meta.target_turns: a per-turn export cannot tell which turns "
+                "the target wrote",
+                field="--per-turn",
+                fix="export it with --whole-conversations, or generate it again with this specpilot",
+            )
+        return [jsonl_record(r, with_status=True) for r in split]
+
+    return records
+
+
+def speculators_records(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """speculators trains every assistant turn of a row (one sample each), so a row with a
+    given assistant turn (--keep-given-turns) is left out; the rest keep `target_turns`."""
+    targets = (row.get("meta") or {}).get("target_turns") or []
+    assistants = [i for i, turn in enumerate(row["conversations"]) if turn["role"] == "assistant"]
+    if assistants != targets:
+        return []
+    return [{**jsonl_record(row, with_status=False), "target_turns": targets}]
+
+
+@dataclass
+class _Written:
+    files: list[Path]
+    rows: int  # records written
+    left_out: int = 0  # stored rows that became no record
+
+
+def _write_jsonl(directory: Path, target: Path, include_flagged: bool, records: Records) -> _Written:
     if target.is_dir():
         raise UserError(
             f"{target} is a folder", field="--to", fix="give the path of the .jsonl file to write"
         )
     _make_folder(target.parent)
     tmp = target.with_name(target.name + ".tmp")
-    rows = 0
-    with tmp.open("w", encoding="utf-8") as out:
-        for _, part_rows in committed_parts(directory, _splits(include_flagged)):
-            for row in part_rows:
-                out.write(json.dumps(jsonl_record(row, with_status=with_status), ensure_ascii=False) + "\n")
-            rows += len(part_rows)
-        out.flush()
-        os.fsync(out.fileno())
-    if not rows:
+    written = left_out = 0
+    try:
+        with tmp.open("w", encoding="utf-8") as out:
+            for _, _, part_rows in committed_parts(directory, _splits(include_flagged)):
+                for row in part_rows:
+                    made = records(row)
+                    left_out += not made
+                    for record in made:
+                        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    written += len(made)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # nothing half-written is left behind
+        raise
+    if not written:
         tmp.unlink()
-        return [], 0
+        return _Written([], 0, left_out)
     tmp.replace(target)
-    return [target], rows
+    return _Written([target], written, left_out)
 
 
-def _tables(directory: Path, include_flagged: bool) -> Iterator[tuple[Path, pa.Table]]:
-    for path, part_rows in committed_parts(directory, _splits(include_flagged)):
-        records = [_arrow_record(row) for row in part_rows]
-        yield path, pa.Table.from_pylist(records, schema=SCHEMA)
+#: rows per Arrow record batch / Parquet row group: ~10 MB of ~9 KB rows, whatever the part's size
+BATCH_ROWS = 1024
 
 
-def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> tuple[list[Path], int]:
+def _batches(rows: Iterator[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
+    """The rows as Arrow record batches of `BATCH_ROWS`, built one at a time."""
+    while batch := list(itertools.islice(rows, BATCH_ROWS)):
+        yield pa.RecordBatch.from_pylist([_arrow_record(row) for row in batch], schema=SCHEMA)
+
+
+def _write_parquet(directory: Path, target: Path, include_flagged: bool) -> _Written:
+    """One shard per part, written a row group at a time."""
     _make_folder(target)
     files: list[Path] = []
     rows = 0
-    for path, table in _tables(directory, include_flagged):
+    for path, _, part_rows in committed_parts(directory, _splits(include_flagged)):
         out = target / f"{path.parent.name}-{path.stem}.parquet"
         tmp = out.with_name(out.name + ".tmp")
-        pq.write_table(table, tmp)
+        try:
+            with pq.ParquetWriter(tmp, SCHEMA) as writer:
+                for batch in _batches(part_rows):
+                    writer.write_batch(batch, row_group_size=BATCH_ROWS)
+                    rows += batch.num_rows
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         tmp.replace(out)
         files.append(out)
-        rows += table.num_rows
-    return files, rows
+    return _Written(files, rows)
 
 
-def _write_hf(directory: Path, target: Path, include_flagged: bool) -> tuple[list[Path], int]:
-    """A `Dataset.save_to_disk` directory: Arrow stream shards, state.json, dataset_info.json."""
+def _write_hf(directory: Path, target: Path, include_flagged: bool) -> _Written:
+    """A `Dataset.save_to_disk` directory: Arrow stream shards (one per part, written a batch
+    at a time), then state.json and dataset_info.json, which make it a dataset."""
     _make_folder(target)
-    tables = list(_tables(directory, include_flagged))
-    names = [f"data-{i:05d}-of-{len(tables):05d}.arrow" for i in range(len(tables))]
+    parts = list(committed_parts(directory, _splits(include_flagged)))  # rows not read yet
+    names = [f"data-{i:05d}-of-{len(parts):05d}.arrow" for i in range(len(parts))]
     fingerprint = hashlib.sha256()  # datasets keys its caches by this: one per content
-    for name, (_, table) in zip(names, tables, strict=True):
+    rows = 0
+    for name, (_, _, part_rows) in zip(names, parts, strict=True):
         with pa.OSFile(str(target / name), "wb") as sink, pa.ipc.new_stream(sink, SCHEMA) as stream:
-            stream.write_table(table)
-        fingerprint.update("\n".join(table.column("id").to_pylist()).encode())
+            for batch in _batches(part_rows):
+                stream.write_batch(batch)
+                rows += batch.num_rows
+                fingerprint.update("".join(f"{i}\n" for i in batch.column("id").to_pylist()).encode())
     state: dict[str, Any] = {
         "_data_files": [{"filename": name} for name in names],
         "_fingerprint": fingerprint.hexdigest()[:16],
@@ -205,27 +274,71 @@ def _write_hf(directory: Path, target: Path, include_flagged: bool) -> tuple[lis
     }
     (target / "state.json").write_text(json.dumps(state, indent=2) + "\n")
     (target / "dataset_info.json").write_text(json.dumps({"description": "specpilot generate export"}) + "\n")
-    return [target / name for name in names], sum(t.num_rows for _, t in tables)
+    return _Written([target / name for name in names], rows)
 
 
-Writer = Callable[[Path, Path, bool], tuple[list[Path], int]]
-FORMATS: dict[str, tuple[str, Writer]] = {
-    "specforge": ("specforge.jsonl", lambda d, t, f: _write_jsonl(d, t, f, with_status=True)),
-    "speculators": ("speculators.jsonl", lambda d, t, f: _write_jsonl(d, t, f, with_status=False)),
-    "parquet": ("parquet", _write_parquet),
-    "hf": ("hf", _write_hf),
+Writer = Callable[[Path, Path, bool], _Written]
+FORMATS: dict[str, str] = {
+    "specforge": "specforge.jsonl",
+    "speculators": "speculators.jsonl",
+    "parquet": "parquet",
+    "hf": "hf",
 }
 
 
+def _writer(fmt: str, per_turn: bool) -> Writer:
+    if fmt == "specforge":
+        return lambda d, t, f: _write_jsonl(d, t, f, specforge_records(per_turn))
+    if fmt == "speculators":
+        return lambda d, t, f: _write_jsonl(d, t, f, speculators_records)
+    return _write_parquet if fmt == "parquet" else _write_hf
+
+
 def export(
-    directory: Path, fmt: str, target: Path | None = None, *, include_flagged: bool = False
+    directory: Path,
+    fmt: str,
+    target: Path | None = None,
+    *,
+    include_flagged: bool = False,
+    per_turn: bool = True,
 ) -> ExportResult:
-    default_name, write = FORMATS[fmt]
-    files, rows = write(directory, target or directory / default_name, include_flagged)
-    if not files:
+    """`per_turn` (specforge only): one row per target turn, see `rows.turn_rows`."""
+    written = _writer(fmt, per_turn)(directory, target or directory / FORMATS[fmt], include_flagged)
+    warnings = []
+    if written.left_out:
+        warnings.append(
+            f"{written.left_out} rows left out: they hold given assistant turns (--keep-given-turns), "
+            "which speculators would train as if the target wrote them; --format specforge trains only "
+            "the target's turns of them"
+        )
+    if not written.files and written.left_out:
+        raise UserError(
+            f"every row of {directory} holds given assistant turns (--keep-given-turns), which "
+            "speculators would train on as if the target wrote them",
+            field="--format",
+            fix="use --format specforge (one row per target turn: only the target's turns are trained)",
+        )
+    if not written.files and not include_flagged:
+        _refuse_only_flagged(directory)
+    if not written.files:
         raise UserError(
             f"{directory} has no finished rows{'' if include_flagged else ' in data/'} yet",
             field="DIR",
             fix="run `specpilot generate` into it first (or pass --include-flagged for the flagged rows)",
         )
-    return ExportResult(files, rows, include_flagged)
+    return ExportResult(written.files, written.rows, include_flagged, warnings=warnings)
+
+
+def _refuse_only_flagged(directory: Path) -> None:
+    """Every finished row is flagged: say so, and which flags, rather than "no rows yet"."""
+    with reading_ledger(directory) as ledger:
+        summary = summarize(ledger)
+    if not summary.flagged:
+        return
+    flags = ", ".join(f"{flag} {count}" for flag, count in summary.flags.items() if count)
+    raise UserError(
+        f"{directory} has no clean rows: all {summary.flagged} finished rows are flagged ({flags})",
+        field="DIR",
+        fix="`specpilot report DIR` says what each flag means; fix the cause and generate again, "
+        "or pass --include-flagged to export the flagged rows as they are",
+    )

@@ -27,12 +27,13 @@ import aiohttp
 from specpilot import __version__
 from specpilot.errors import UserError
 from specpilot.generate.client import Sampling, open_session
-from specpilot.generate.dispatch import Companion, Dispatcher, DispatchPolicy, RetryPolicy
+from specpilot.generate.dispatch import ClientFactory, Companion, Dispatcher, DispatchPolicy, RetryPolicy
 from specpilot.generate.endpoints import Endpoint, default_model
 from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
 from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import JobSummary, ServerRun, summarize
+from specpilot.generate.truncated import check_budget, requeue_truncated
 from specpilot.generate.types import RejectedRow
 from specpilot.generate.writer import SPLITS, PartWriter, reconcile_parts, split_parts
 
@@ -66,6 +67,7 @@ class JobConfig:
     limit: int | None = None
     dedupe: bool = False
     retry_failed: bool = False
+    retry_truncated: bool = False  # send rows cut off at the old --max-tokens again, at a larger one
     max_attempts: int = 6
     retry_base_s: float = 1.0
     retry_cap_s: float = 60.0
@@ -80,6 +82,8 @@ class JobConfig:
     progress_interval_s: float = 30.0
     show_progress: bool = True
     notify: Callable[[str], None] = _stderr
+    #: how requests are sent (default: one non-streaming call each); `bench` streams to time tokens
+    client_factory: ClientFactory | None = None
 
     def dispatch_policy(self) -> DispatchPolicy:
         return DispatchPolicy(
@@ -144,6 +148,12 @@ class Job:
         meta = self.ledger.meta()
         params = self._params(model)
         if "initialized_at" not in meta:
+            if self.config.retry_truncated:
+                raise UserError(
+                    f"{self.config.output_dir} holds no job yet: no truncated rows to retry",
+                    field="--retry-truncated",
+                    fix="drop it for a new job (pass it when resuming one with truncated rows)",
+                )
             self._initialize(params)
         else:
             self._check_same_job(meta, params)
@@ -156,6 +166,12 @@ class Job:
                     f"{', '.join(repaired.lost_parts)} in {directory} lost rows since the last run "
                     f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again"
                 )
+        if self.config.retry_truncated:
+            retried = requeue_truncated(self.config.output_dir, self.ledger)
+            self.ledger.set_meta({"max_tokens": params["max_tokens"]})  # after: a kill before retries again
+            self.config.notify(
+                f"{retried} truncated rows queued again at --max-tokens {self.config.max_tokens}"
+            )
         self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
         self.ledger.set_meta({"servers": json.dumps([e.base_url for e in self.config.endpoints])})
         pending = self.ledger.pending_positions()
@@ -238,6 +254,9 @@ class Job:
     def _check_same_job(self, meta: dict[str, str], params: dict[str, str]) -> None:
         # a ledger from before a parameter existed ran with its default
         changed = [k for k in PARAM_KEYS if meta.get(k, DEFAULT_PARAMS.get(k)) != params[k]]
+        if self.config.retry_truncated:
+            check_budget(json.loads(meta.get("max_tokens", "null")), self.config.max_tokens)
+            changed = [k for k in changed if k != "max_tokens"]
         if changed:
             was = ", ".join(f"{k}={meta.get(k)} (now {params[k]})" for k in changed)
             raise UserError(
@@ -273,6 +292,7 @@ class Job:
             iter_rows(self.source, self.pending, keep_given_turns=self.config.keep_given_turns),
             len(self.pending),
             writers,
+            self.config.client_factory,
         )
 
     # -- finishing ------------------------------------------------------------

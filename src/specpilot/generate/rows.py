@@ -33,6 +33,7 @@ META_FIELDS = (
     "tokens_estimated",
     "server",
     "spec_accept_length",
+    "reasoning_split",
     "flags",
     "turns",
 )
@@ -46,6 +47,7 @@ TURN_FIELDS = (
     "tokens_estimated",
     "server",
     "spec_accept_length",
+    "reasoning_split",
     "flags",
 )
 
@@ -80,6 +82,19 @@ def history_turn(answer: Answer) -> Message:
     turn = assistant_turn(answer)
     del turn["reasoning_content"]
     return turn
+
+
+def turn_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per target turn: the conversation up to and including it.
+
+    Earlier turns keep their reasoning (SpecForge's validation wants it on every assistant
+    message); the chat template drops it from history as it did when the target was asked,
+    so the rendered context is what the server was sent. Its id is `<row id>#<turn index>`;
+    [] when the row records no target turns.
+    """
+    targets = sorted((row.get("meta") or {}).get("target_turns") or ())
+    conversation = row["conversations"]
+    return [{**row, "id": f"{row['id']}#{i}", "conversations": conversation[: i + 1]} for i in targets]
 
 
 def messages_for(row: PromptRow, done: list[TurnResult]) -> list[Message]:
@@ -124,6 +139,7 @@ def _turn_meta(index: int, result: TurnResult, thinking: bool) -> dict[str, Any]
         "spec_accept_length": None
         if answer.spec_accept_length is None
         else round(answer.spec_accept_length, 4),
+        "reasoning_split": answer.reasoning_split,
         "flags": answer_flags(answer, thinking),
     }
 
@@ -154,6 +170,7 @@ def build_row(
         "tokens_estimated": any(t["tokens_estimated"] for t in turns),
         "server": last["server"],
         "spec_accept_length": round(sum(accepts) / len(accepts), 4) if accepts else None,
+        "reasoning_split": any(t["reasoning_split"] for t in turns),
         "flags": [flag for flag in FLAG_NAMES if flag in flags],
         "turns": turns,
     }

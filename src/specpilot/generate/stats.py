@@ -66,6 +66,8 @@ class LiveStats:
     paused_reason: str | None = None
     retries_by_cause: Counter[str] = field(default_factory=Counter)
     failed_by_cause: Counter[str] = field(default_factory=Counter)
+    #: rows of this run per flag (a row may carry several)
+    flagged_by: Counter[str] = field(default_factory=Counter)
     servers: dict[str, ServerStats] = field(default_factory=dict)
     _samples: deque[tuple[float, int, int]] = field(default_factory=deque)
 
@@ -109,6 +111,11 @@ def eta_text(seconds: float | None) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def flagged_text(flagged_by: Counter[str]) -> str:
+    """`0`, or each flag of this run's rows with its count: `missing_reasoning 20, think_markers 20`."""
+    return ", ".join(f"{flag} {count}" for flag, count in sorted(flagged_by.items())) or "0"
 
 
 class ProgressView:
@@ -163,6 +170,7 @@ class ProgressView:
             "in flight": in_flight,
             "retries": str(stats.retries + stats.requeued),
             "failed": str(stats.failed_before + stats.failed),
+            "flagged": flagged_text(stats.flagged_by),
             "accept len": "-" if accept is None else f"{accept:.2f}",
             "eta": eta_text(eta),
         }

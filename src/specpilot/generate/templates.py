@@ -38,6 +38,16 @@ TEMPLATE_RULES = {
         ),
     )
 }
+#: every name in SpecForge 0.2.0's TEMPLATE_REGISTRY (`custom` is the example's placeholder)
+SPECFORGE_TEMPLATES = frozenset(
+    {
+        "llama3", "llama4", "qwen", "lfm", "phi3", "phi4", "phi4-mini", "gpt-oss-naive", "gpt-oss",
+        "deepseek-r1-distill", "qwen3-thinking", "qwen3-instruct", "qwen3-next-thinking",
+        "kimi-k2-thinking", "kimi-k2-instruct", "kimi-k3-thinking", "deepseek-v3", "deepseek-v2",
+        "ling-flash-2.0", "deepseek-v32", "glm-5.2", "gemma", "longcat", "longcat_xml", "qwen3.5",
+        "inkling-thinking",
+    }
+)  # fmt: skip
 #: model name pattern -> the template its rows need
 RECOMMENDED: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"qwen3[._-]?[56]", re.IGNORECASE), "qwen3.5"),
@@ -61,6 +71,12 @@ def choose_template(requested: str | None, model: str | None) -> tuple[str | Non
             "reasoning_content like the model's own chat template and adds no system prompt"
         ]
     rule = TEMPLATE_RULES.get(name)
+    if rule is None and name not in SPECFORGE_TEMPLATES:
+        raise UserError(
+            f"SpecForge has no chat template {name!r}",
+            field="--chat-template",
+            fix=f"use one of its registry's names, {recommended or 'qwen3.5'} for this model",
+        )
     if rule is None:
         return name, [
             f"specpilot does not know SpecForge template {name!r}: check it keeps reasoning_content"

@@ -19,6 +19,18 @@ class Preflight:
     warnings: list[str] = field(default_factory=list)
     cause: str | None = None  # "config" (check) or "oom" (plan does not fit)
     fix: Fix | None = None
+    #: flags `up` adds to the launch (warnings whose fix it applies), each with why
+    added: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
+
+
+def launch_spec(spec: Spec, pre: Preflight) -> Spec:
+    """The spec `up` starts: `[engine] args` plus the flags preflight adds (shipped and verified as such)."""
+    added = [arg for args, _ in pre.added for arg in args]
+    if not added:
+        return spec
+    return spec.model_copy(
+        update={"engine": spec.engine.model_copy(update={"args": [*spec.engine.args, *added]})}
+    )
 
 
 def run_preflight(spec: Spec) -> Preflight:
@@ -27,6 +39,9 @@ def run_preflight(spec: Spec) -> Preflight:
     report = check_spec(spec)
     for finding in report.findings:
         line = f"{finding.rule}: {finding.message}"
+        if finding.up_applies and finding.fix is not None:
+            result.added.append((finding.fix.args, line))
+            continue
         if finding.severity == "warning":
             result.warnings.append(line)
         if finding.severity != "error":

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from specpilot.engines.context_len import sglang_context_len as context_len
 from specpilot.engines.fix import Fix
+from specpilot.engines.reasoning import missing_parser_rule
 from specpilot.engines.rules import (
     Context,
     Predicate,
@@ -655,6 +656,9 @@ RULES += (
         _context_fix,
     ),
 )
+
+# not a check the engine runs: a launch it accepts whose output a drafter job cannot use as is
+RULES += (missing_parser_rule(E, ALL),)
 
 __all__ = ["ENV_REPLACEMENTS", "RULES", "context_len"]
 

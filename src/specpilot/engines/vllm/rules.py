@@ -15,6 +15,7 @@ from contextlib import suppress
 from specpilot.engines.argv import json_object
 from specpilot.engines.context_len import vllm_context_len as context_len
 from specpilot.engines.fix import Fix
+from specpilot.engines.reasoning import missing_parser_rule
 from specpilot.engines.rules import (
     Context,
     Predicate,
@@ -359,3 +360,6 @@ RULES += (
 )
 
 ENV_REPLACEMENTS: dict[str, str] = {}
+
+# not a check the engine runs: a launch it accepts whose output a drafter job cannot use as is
+RULES += (missing_parser_rule(E, SUPPORTED_RELEASES),)

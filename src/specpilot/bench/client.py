@@ -1,0 +1,179 @@
+"""A streaming chat client that answers like `generate`'s and times every token chunk.
+
+`generate` sends non-streaming requests (less CPU per request); time to first token and
+inter-token latency exist only in a stream, so the bench's sample goes through the same
+job, dispatcher and writer with this client in place of `ChatClient` (`JobConfig.
+client_factory`). Each request's timing goes to a `TimingLog`; the answer it returns is
+the same `Answer` a non-streaming call gives, so rows, flags and the ledger are unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import yarl
+
+from specpilot.generate.client import (
+    ERROR_BODY_CHARS,
+    Answer,
+    ChatClient,
+    FailureKind,
+    RequestFailed,
+    Sampling,
+    classify_status,
+)
+from specpilot.generate.types import Message
+
+#: SSE framing of OpenAI-compatible streams (SGLang, vLLM)
+DATA_PREFIX = b"data:"
+DONE = b"[DONE]"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTiming:
+    """One answered request, as SGLang's bench_serving records it: when it was sent, the
+    time to its first token, the gaps between token chunks, and its output tokens."""
+
+    start_s: float
+    latency_s: float
+    ttft_s: float
+    itl_s: tuple[float, ...]
+    output_tokens: int
+    finish_reason: str | None
+
+
+@dataclass
+class TimingLog:
+    """The timings of one variant's sample, in the order the requests finished."""
+
+    requests: list[RequestTiming] = field(default_factory=list)
+    failed: int = 0
+
+
+@dataclass
+class _Stream:
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    chunk_times_s: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    def feed(self, event: Any, now_s: float) -> None:
+        if not isinstance(event, dict):
+            raise RequestFailed(FailureKind.RETRYABLE, "malformed stream event (not an object)")
+        if "error" in event:
+            shown = json.dumps(event["error"])[:ERROR_BODY_CHARS]
+            raise RequestFailed(FailureKind.RETRYABLE, f"the stream ended with an error: {shown}")
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        for choice in event.get("choices") or ():
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if not isinstance(delta, dict):
+                continue
+            text: object = delta.get("content")
+            thought: object = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(text, str) and text:
+                self.content.append(text)
+            if isinstance(thought, str) and thought:
+                self.reasoning.append(thought)
+            if (isinstance(text, str) and text) or (isinstance(thought, str) and thought):
+                self.chunk_times_s.append(now_s)
+            if choice.get("finish_reason") is not None:
+                self.finish_reason = str(choice["finish_reason"])
+
+    def answer(self) -> Answer:
+        usage = self.usage
+        completion_tokens = _count(usage.get("completion_tokens"))
+        if completion_tokens is None:  # a server without include_usage: one token per chunk
+            completion_tokens = len(self.chunk_times_s)
+        details = usage.get("completion_tokens_details")
+        reasoning_tokens = _count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+        accept = usage.get("spec_accept_length")
+        return Answer(
+            content="".join(self.content),
+            reasoning="".join(self.reasoning) if self.reasoning else None,
+            finish_reason=self.finish_reason,
+            prompt_tokens=_count(usage.get("prompt_tokens")) or 0,
+            completion_tokens=completion_tokens,
+            spec_accept_length=float(accept) if isinstance(accept, int | float) and accept > 0 else None,
+            reasoning_tokens=reasoning_tokens,
+        )
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+class StreamingChatClient(ChatClient):
+    """`ChatClient` with `"stream": true`; each answered request is timed into `log`."""
+
+    def __init__(self, session: aiohttp.ClientSession, sampling: Sampling, log: TimingLog) -> None:
+        super().__init__(session, sampling)
+        fixed = {**sampling.as_json(), "stream": True, "stream_options": {"include_usage": True}}
+        self._body_prefix = json.dumps(fixed, separators=(",", ":"))[:-1].encode() + b',"messages":'
+        self.log = log
+
+    async def complete(
+        self, base_url: str, messages: Sequence[Message], tools: Sequence[Any] | None = None
+    ) -> Answer:
+        url = self._urls.get(base_url)
+        if url is None:
+            url = self._urls[base_url] = yarl.URL(f"{base_url}/v1/chat/completions")
+        stream = _Stream()
+        start_s = time.monotonic()
+        try:
+            async with self._session.post(
+                url, data=self.body(messages, tools), headers=self._headers
+            ) as response:
+                if response.status != 200:
+                    raw = await response.read()
+                    text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
+                    self.log.failed += 1
+                    raise RequestFailed(
+                        classify_status(response.status, raw), f"HTTP {response.status}: {text}"
+                    )
+                async for line in response.content:
+                    payload = line.strip()
+                    if not payload.startswith(DATA_PREFIX):
+                        continue
+                    payload = payload[len(DATA_PREFIX) :].strip()
+                    if payload == DONE:
+                        break
+                    try:
+                        event = json.loads(payload)
+                    except (ValueError, RecursionError):
+                        raise RequestFailed(
+                            FailureKind.RETRYABLE,
+                            "malformed stream event: "
+                            + payload[:ERROR_BODY_CHARS].decode("utf-8", "replace"),
+                        ) from None
+                    stream.feed(event, time.monotonic())
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            self.log.failed += 1
+            raise RequestFailed(FailureKind.TIMEOUT, "request timed out") from None
+        except aiohttp.ClientError as err:
+            self.log.failed += 1
+            raise RequestFailed(
+                FailureKind.CONNECTION, f"connection failed: {type(err).__name__}: {err}"
+            ) from None
+        end_s = time.monotonic()
+        answer = stream.answer()
+        times = stream.chunk_times_s or [end_s]
+        self.log.requests.append(
+            RequestTiming(
+                start_s=start_s,
+                latency_s=end_s - start_s,
+                ttft_s=times[0] - start_s,
+                itl_s=tuple(later - earlier for earlier, later in itertools.pairwise(times)),
+                output_tokens=answer.completion_tokens,
+                finish_reason=answer.finish_reason,
+            )
+        )
+        return answer

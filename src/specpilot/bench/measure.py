@@ -1,0 +1,353 @@
+"""One variant, measured: `up`, a warm-up, the sample through `generate`'s job code, `down`.
+
+The server is started by `launch` exactly as `specpilot up` starts it (ship, verify argv
+and env, classify the log, ready or a classified failure with nothing left running). The
+warm-up and the sample are `generate` jobs of their own in the variant's scratch folder,
+never the user's job; the sample's requests stream (`bench.client`) so every token chunk
+is timed. Whatever happens, the server is stopped before the next variant starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from specpilot.bench.client import StreamingChatClient, TimingLog
+from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
+from specpilot.bench.variants import Prepared
+from specpilot.errors import UserError
+from specpilot.generate.client import Sampling
+from specpilot.generate.dispatch import Dispatcher
+from specpilot.generate.endpoints import endpoint_of_run
+from specpilot.generate.job import JobConfig, run_generate
+from specpilot.hosts import open_host_section
+from specpilot.launch.ops import run_down
+from specpilot.launch.outcome import Progress, UpResult
+from specpilot.launch.state import read_state
+from specpilot.launch.supervisor import launch
+from specpilot.secrets import mask_argv
+from specpilot.spec import Spec
+
+#: the warm-up's rows and output length: enough to run every kernel and batch shape once
+WARMUP_ROWS = 8
+WARMUP_MAX_TOKENS = 32
+DOWN_TIMEOUT_S = 30.0
+GUARD_TICK_S = 0.1
+SERVER_INFO_TIMEOUT_S = 10.0
+#: SGLang reports the acceptance of the last decode batches here (no --enable-metrics needed);
+#: newer releases name it /server_info and keep /get_server_info as a deprecated alias
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+Notify = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every variant shares: the sample, the sampling parameters, the bounds."""
+
+    sample_path: Path
+    warmup_path: Path
+    sample_rows: int
+    thinking: bool
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    budget_s: float
+    warmup_s: float
+    progress_interval_s: float
+    request_timeout_s: float
+
+
+@dataclass
+class Measured:
+    """One variant's row of the result (`to_json` is what bench.json holds)."""
+
+    label: str
+    status: str  # measured | refused | failed | no_steady_state
+    reason: str | None = None
+    argv: list[str] = field(default_factory=list)
+    recommended_args: list[str] = field(default_factory=list)
+    max_running_requests: int | None = None
+    up_s: float | None = None
+    rows_done: int = 0
+    rows_failed: int = 0
+    budget_reached: bool = False
+    output_tokens_per_s: float | None = None
+    whole_run_output_tokens_per_s: float | None = None
+    steady_s: float | None = None
+    steady_min_in_flight: int | None = None
+    peak_in_flight: int | None = None
+    accept_length: float | None = None
+    accept_source: str | None = None
+    ttft_ms: dict[str, float] | None = None
+    itl_ms: dict[str, float] | None = None
+    mean_output_tokens: float | None = None
+    finish_reasons: dict[str, int] = field(default_factory=dict)
+    projected_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {key: value for key, value in self.__dict__.items()}
+
+
+@dataclass
+class _Guard:
+    """Bounds a generate job: stops it at the deadline or at once on Ctrl-C; prints progress."""
+
+    deadline_s: float
+    label: str
+    notify: Notify
+    progress_interval_s: float
+    dispatcher: Dispatcher | None = None
+    interrupted: bool = False
+    budget_reached: bool = False
+
+    @contextlib.asynccontextmanager
+    async def watch(self, dispatcher: Dispatcher) -> AsyncIterator[object]:
+        self.dispatcher = dispatcher
+        task = asyncio.create_task(self._run(dispatcher))
+        try:
+            yield self
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self, dispatcher: Dispatcher) -> None:
+        last_line_s = time.monotonic()
+        while True:
+            await asyncio.sleep(GUARD_TICK_S)
+            now = time.monotonic()
+            reason = dispatcher.stop_reason
+            if reason is not None and reason.startswith("interrupted"):
+                # generate's first Ctrl-C waits for the requests in flight; a bench stops now
+                self.interrupted = True
+                dispatcher.stop_for(reason)
+                return
+            if now >= self.deadline_s and reason is None:
+                self.budget_reached = True
+                dispatcher.stop_for(f"{self.label}: --budget-s reached")
+                return
+            if self.progress_interval_s and now - last_line_s >= self.progress_interval_s:
+                last_line_s = now
+                stats = dispatcher.stats
+                self.notify(
+                    f"{self.label}: {stats.done}/{stats.total} rows, "
+                    f"{dispatcher.pool.total_in_flight()} in flight, "
+                    f"{stats.completion_tokens:,} output tokens"
+                )
+
+
+def _job(settings: Settings, prepared: Prepared, folder: Path, **changes: Any) -> JobConfig:
+    plan = prepared.plan
+    concurrency = plan.max_running_requests if plan is not None else 1
+    base = JobConfig(
+        input_path=settings.sample_path,
+        output_dir=folder,
+        endpoints=[endpoint_of_run(prepared.spec.name)],
+        model=None,
+        thinking=settings.thinking,
+        concurrency=max(1, concurrency),
+        max_tokens=settings.max_tokens,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        top_k=settings.top_k,
+        max_attempts=2,
+        retry_base_s=0.5,
+        request_timeout_s=settings.request_timeout_s,
+        give_up_after_s=30.0,
+        show_progress=False,
+    )
+    return replace(base, **changes)
+
+
+def _guarded(config: JobConfig, guard: _Guard) -> None:
+    # generate's loop takes SIGTERM over while it runs and resets it to the default after
+    on_term = signal.getsignal(signal.SIGTERM)
+    try:
+        run_generate(config, guard.watch)
+    finally:
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
+    if guard.interrupted:  # as a Ctrl-C anywhere else: `measure` stops the server on the way out
+        raise KeyboardInterrupt
+
+
+def measure(prepared: Prepared, settings: Settings, folder: Path, notify: Notify) -> Measured:
+    """Start, warm up, measure and stop one variant (refused ones come back as they are)."""
+    label = prepared.variant.label
+    spec = prepared.spec
+    row = Measured(
+        label=label,
+        status="refused" if prepared.refused else "measured",
+        reason=prepared.refused,
+        argv=mask_argv(spec.engine.args),
+        recommended_args=list(prepared.recommended),
+        max_running_requests=prepared.plan.max_running_requests if prepared.plan else None,
+    )
+    if prepared.refused:
+        notify(f"{label}: not started: {prepared.refused}")
+        return row
+    started_s = time.monotonic()
+    deadline_s = started_s + settings.budget_s
+    # the engine's start counts against the variant's budget too
+    server = spec.server.model_copy(
+        update={"ready_timeout_s": min(spec.server.ready_timeout_s, settings.budget_s)}
+    )
+    spec = spec.model_copy(update={"server": server})
+    notify(f"{label}: starting {spec.engine.name} {spec.engine.version} ({' '.join(prepared.recommended)})")
+    try:
+        result = asyncio.run(_up(spec, prepared, lambda phase, s, last: None))
+        if result.phase != "ready":
+            row.status, row.reason = "failed", _failure(result)
+            notify(f"{label}: {row.reason}")
+            return row
+        row.up_s = round(result.elapsed_s, 1)
+        notify(f"{label}: ready in {result.elapsed_s:.1f} s; warming up")
+        warm = _Guard(min(deadline_s, time.monotonic() + settings.warmup_s), label, notify, 0.0)
+        _guarded(
+            _job(
+                settings,
+                prepared,
+                folder / "warmup",
+                input_path=settings.warmup_path,
+                max_tokens=min(settings.max_tokens or WARMUP_MAX_TOKENS, WARMUP_MAX_TOKENS),
+            ),
+            warm,
+        )
+        if time.monotonic() >= deadline_s:
+            row.status, row.reason, row.budget_reached = (
+                "failed",
+                "the budget ran out before the sample",
+                True,
+            )
+            return row
+        log = TimingLog()
+        guard = _Guard(deadline_s, label, notify, settings.progress_interval_s)
+        concurrency = max(1, row.max_running_requests or 1)
+        notify(f"{label}: measuring {settings.sample_rows} rows at {concurrency} requests in flight")
+        sample_started_s = time.monotonic()
+        _guarded(
+            _job(
+                settings,
+                prepared,
+                folder / "sample",
+                client_factory=lambda session, sampling: _streaming(session, sampling, log),
+            ),
+            guard,
+        )
+        elapsed_s = time.monotonic() - sample_started_s
+        row.budget_reached = guard.budget_reached
+        _fill(row, log, elapsed_s)
+        row.accept_length, row.accept_source = _acceptance(result.endpoint, guard.dispatcher)
+        notify(f"{label}: {_summary(row)}; stopping")
+        return row
+    finally:
+        _stop(spec.name, notify, label)
+
+
+def _streaming(session: aiohttp.ClientSession, sampling: Sampling, log: TimingLog) -> StreamingChatClient:
+    return StreamingChatClient(session, sampling, log)
+
+
+async def _up(spec: Spec, prepared: Prepared, progress: Progress) -> UpResult:
+    host = open_host_section(spec.host)
+    try:
+        return await launch(spec, host, plan=prepared.plan, progress=progress)
+    finally:
+        await host.close()
+
+
+def _failure(result: UpResult) -> str:
+    first = (result.error or "").strip().splitlines()
+    detail = f": {first[-1][:200]}" if first else ""
+    return f"did not start ({result.phase}, {result.cause}){detail}"
+
+
+def _fill(row: Measured, log: TimingLog, elapsed_s: float) -> None:
+    done = log.requests
+    row.rows_done = len(done)
+    row.rows_failed = log.failed
+    if not done:
+        row.status, row.reason = "failed", "no request was answered"
+        return
+    tokens = [r.output_tokens for r in done]
+    row.mean_output_tokens = round(sum(tokens) / len(tokens), 1)
+    row.finish_reasons = dict(Counter(r.finish_reason or "none" for r in done).most_common())
+    row.whole_run_output_tokens_per_s = round(sum(tokens) / elapsed_s, 1) if elapsed_s > 0 else None
+    row.ttft_ms = percentiles_ms([r.ttft_s for r in done])
+    row.itl_ms = percentiles_ms([gap for r in done for gap in r.itl_s])
+    window = steady_window(done)
+    if window is None:
+        row.status, row.reason = "no_steady_state", "no interval with requests in flight"
+        return
+    row.steady_s = round(window.duration_s, 2)
+    row.steady_min_in_flight, row.peak_in_flight = window.threshold, window.peak
+    row.output_tokens_per_s = round(tokens_in_window(done, window) / window.duration_s, 1)
+
+
+def _acceptance(endpoint: str | None, dispatcher: Dispatcher | None) -> tuple[float | None, str | None]:
+    """SGLang's avg_spec_accept_length (/get_server_info), else what the job read from
+    /metrics (vLLM's accepted/drafts counters over the sample, SGLang's gauge)."""
+    for path in SERVER_INFO_PATHS if endpoint else ():
+        info = _server_info(f"{endpoint}{path}")
+        states = info.get("internal_states") if isinstance(info, dict) else None
+        values = [
+            float(s["avg_spec_accept_length"])
+            for s in (states if isinstance(states, list) else [])
+            if isinstance(s, dict) and isinstance(s.get("avg_spec_accept_length"), int | float)
+        ]
+        if values and max(values) > 0:
+            return round(sum(values) / len(values), 3), f"{path} avg_spec_accept_length"
+        if info is not None:
+            break  # the release answered: it has no acceptance to report there
+    accept = dispatcher.accept_length() if dispatcher is not None else None
+    return (round(accept, 3), "/metrics") if accept is not None else (None, None)
+
+
+def _server_info(url: str) -> object:
+    """The JSON a GET of `url` answers, None when it answers nothing usable (404 included)."""
+    try:
+        with urllib.request.urlopen(url, timeout=SERVER_INFO_TIMEOUT_S) as answer:
+            return json.loads(answer.read())
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+
+
+def _summary(row: Measured) -> str:
+    if row.output_tokens_per_s is None:
+        return row.reason or row.status
+    accept = "-" if row.accept_length is None else f"{row.accept_length:.2f}"
+    return (
+        f"{row.output_tokens_per_s:,.0f} out tok/s steady over {row.steady_s:.1f} s, "
+        f"acceptance {accept}, {row.rows_done} rows"
+    )
+
+
+def _stop(name: str, notify: Notify, label: str) -> None:
+    """`down` of the variant's run, if it got as far as a process."""
+    try:
+        state = read_state(name)
+    except UserError:
+        return
+    if state.phase not in ("starting", "ready"):
+        return
+    # an impatient second Ctrl-C must not leave the server running: the stop ends first
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = asyncio.run(run_down(name, timeout_s=DOWN_TIMEOUT_S))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    notify(f"{label}: stopped ({result['stopped']})")

@@ -1,0 +1,120 @@
+"""The rows a bench sends: drawn from the job's own prompts, stratified by prompt length.
+
+The rows are sorted by prompt length (characters of every message the target reads) and
+cut into `size` strata of equal count; one row is drawn from each with a seeded generator,
+and the longest stratum gives its longest row, so the long tail that decides a job's
+slowest batches is always in the sample. The same rows, in the same order, go to every
+variant. The sample is written as a prompts file `generate` reads (OpenAI messages; a
+given assistant turn stays as the empty placeholder that marks where an answer goes).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from specpilot.errors import UserError
+from specpilot.generate.inputs import InputSource, iter_rows, resolve_input
+from specpilot.generate.types import Message, PromptRow
+
+DEFAULT_SEED = 0
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The sampled rows and what they were drawn from."""
+
+    rows: list[PromptRow]
+    #: usable rows in the prompts file (the whole input a projection is for)
+    input_rows: int
+    rejected_rows: int
+    seed: int
+
+    @property
+    def prompt_chars(self) -> list[int]:
+        return [prompt_chars(row) for row in self.rows]
+
+
+def prompt_chars(row: PromptRow) -> int:
+    return sum(len(_text(message)) for segment in row.segments for message in segment)
+
+
+def _text(message: Message) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+
+
+def open_prompts(path: Path) -> InputSource:
+    """The prompts file as `generate --input` reads it; errors name --prompts."""
+    try:
+        source = resolve_input(path)
+        with source.files[0].open("rb"):
+            pass
+    except UserError as err:
+        raise UserError(str(err).split(": ", 1)[-1], field="--prompts", fix=err.fix) from None
+    except OSError as err:
+        raise UserError(
+            f"cannot read {path}: {err.strerror}", field="--prompts", fix="pass a readable prompts file"
+        ) from None
+    return source
+
+
+def draw(source: InputSource, size: int, seed: int = DEFAULT_SEED) -> Sample:
+    """`size` rows stratified by length; a file with fewer usable rows is refused (--sample)."""
+    lengths: list[tuple[int, int]] = []
+    rejected = 0
+    try:
+        for row in iter_rows(source):
+            if isinstance(row, PromptRow):
+                lengths.append((prompt_chars(row), row.position))
+            else:
+                rejected += 1
+    except OSError as err:
+        raise UserError(
+            f"cannot read {source.path}: {err.strerror}",
+            field="--prompts",
+            fix="pass a readable prompts file",
+        ) from None
+    if not lengths:
+        raise UserError(
+            f"{source.path} has no usable prompt rows ({rejected} rejected)",
+            field="--prompts",
+            fix="pass the job's prompts file (`specpilot generate --help` shows the row shapes)",
+        )
+    if size > len(lengths):
+        raise UserError(
+            f"asks for {size} rows but {source.path} has {len(lengths)} usable rows ({rejected} rejected)",
+            field="--sample",
+            fix=f"pass --sample {len(lengths)} or less, or a larger prompts file",
+        )
+    lengths.sort()
+    rng = random.Random(seed)
+    count = size
+    chosen: list[int] = []
+    for index in range(count):
+        low, high = index * len(lengths) // count, (index + 1) * len(lengths) // count
+        pick = high - 1 if index == count - 1 else rng.randrange(low, high)
+        chosen.append(lengths[pick][1])
+    order = rng.sample(chosen, len(chosen))  # short and long rows interleaved, not sorted
+    wanted = set(order)
+    by_position = {row.position: row for row in iter_rows(source, wanted) if isinstance(row, PromptRow)}
+    return Sample([by_position[p] for p in order], len(lengths), rejected, seed)
+
+
+def write_prompts(rows: list[PromptRow], path: Path) -> None:
+    """The rows as a JSONL prompts file, ids kept."""
+    lines = []
+    for row in rows:
+        messages: list[Message] = []
+        for index, segment in enumerate(row.segments):
+            if index:
+                messages.append({"role": "assistant", "content": ""})
+            messages.extend(segment)
+        record: dict[str, object] = {"id": row.row_id, "messages": messages}
+        if row.tools:
+            record["tools"] = row.tools
+        lines.append(json.dumps(record, ensure_ascii=False))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")

@@ -1,0 +1,227 @@
+"""The configurations a bench compares, and each one's spec at the knobs its plan recommends.
+
+A variant is "plain" (no speculation) or a speculative method at k draft tokens. How k is
+written is engine knowledge, kept as data (`DRAFT_KNOBS`): SGLang counts the root token in
+`--speculative-num-draft-tokens`, so k draft tokens are `--speculative-num-steps k
+--speculative-eagle-topk 1 --speculative-num-draft-tokens k+1` (the published Qwen3.6
+recipes' "3 draft tokens" is steps 3, draft tokens 4); vLLM's is `num_speculative_tokens`
+in `--speculative-config`.
+
+Each variant goes through `up`'s own preflight: what `check` refuses stays refused, a plan
+that does not fit is given the plan's own recommendation once, and the variant then runs
+at the knobs `plan` recommends for it (memory fraction, running requests, state slots).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specpilot.engines.argv import ReadArgv, json_object, read_argv
+from specpilot.engines.fix import Fix
+from specpilot.engines.flags import parse_version, table_for
+from specpilot.engines.vllm.rules import METHODS as VLLM_METHODS
+from specpilot.errors import UserError
+from specpilot.launch.preflight import Preflight, run_preflight
+from specpilot.plan.compare import without_speculation
+from specpilot.plan.sglang_settings import SPECULATIVE_ALGORITHMS
+from specpilot.plan.types import Plan
+from specpilot.spec import Spec
+
+PLAIN = "plain"
+#: the draft-token counts compared when --variants is not given
+DEFAULT_DRAFT_TOKENS = (1, 2, 3)
+VARIANTS_FIX = "write it like plain,NEXTN:1,NEXTN:3 (SGLang) or plain,mtp:2 (vLLM)"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What to measure: no speculation (`method` None) or `method` at `draft_tokens`."""
+
+    method: str | None = None
+    draft_tokens: int = 0
+
+    @property
+    def label(self) -> str:
+        return PLAIN if self.method is None else f"{self.method}-{self.draft_tokens}"
+
+
+@dataclass(frozen=True)
+class DraftKnobs:
+    """How one engine names its speculative method and writes k draft tokens."""
+
+    methods: frozenset[str]
+    #: the method the spec's flags turn on, if any
+    method_of: Callable[[ReadArgv], str | None]
+    #: the draft tokens the spec's flags give (0 when they leave it to the engine)
+    draft_tokens_of: Callable[[ReadArgv], int]
+    #: the flags that set `method` at k draft tokens (replacing the same flags where given)
+    args_for: Callable[[ReadArgv, str, int], tuple[str, ...]]
+    case_sensitive: bool
+
+
+def _sglang_method(read: ReadArgv) -> str | None:
+    use = read.last("speculative_algorithm")
+    return use.text.upper() if use is not None and use.text else None
+
+
+def _sglang_draft_tokens(read: ReadArgv) -> int:
+    use = read.last("speculative_num_steps")
+    return int(use.text) if use is not None and use.text and use.text.isdigit() else 0
+
+
+def _sglang_args(read: ReadArgv, method: str, k: int) -> tuple[str, ...]:
+    return (
+        "--speculative-algorithm", method,
+        "--speculative-num-steps", str(k),
+        "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", str(k + 1),
+    )  # fmt: skip
+
+
+def _vllm_config(read: ReadArgv) -> dict[str, object]:
+    use = read.last("speculative_config")
+    if use is None or use.text is None:
+        return {}
+    try:
+        return json_object(json.loads(use.text))
+    except (ValueError, TypeError):
+        return {}
+
+
+def _vllm_method(read: ReadArgv) -> str | None:
+    method = _vllm_config(read).get("method")
+    return str(method) if method else None
+
+
+def _vllm_draft_tokens(read: ReadArgv) -> int:
+    count = _vllm_config(read).get("num_speculative_tokens")
+    return count if isinstance(count, int) else 0
+
+
+def _vllm_args(read: ReadArgv, method: str, k: int) -> tuple[str, ...]:
+    config = {**_vllm_config(read), "method": method, "num_speculative_tokens": k}
+    return ("--speculative-config", json.dumps(config, separators=(",", ":")))
+
+
+DRAFT_KNOBS: dict[str, DraftKnobs] = {
+    "sglang": DraftKnobs(
+        frozenset(SPECULATIVE_ALGORITHMS), _sglang_method, _sglang_draft_tokens, _sglang_args, False
+    ),
+    "vllm": DraftKnobs(frozenset(VLLM_METHODS), _vllm_method, _vllm_draft_tokens, _vllm_args, True),
+}
+
+
+def _read(spec: Spec) -> ReadArgv:
+    return read_argv(table_for(spec.engine.name, parse_version(spec.engine.version)), spec.engine.args)
+
+
+def spec_method(spec: Spec) -> str | None:
+    """The speculative method the spec turns on, None for a plain spec."""
+    return DRAFT_KNOBS[spec.engine.name].method_of(_read(spec))
+
+
+def variant_of(spec: Spec) -> Variant:
+    """The variant the spec itself is (how its bench row is labelled)."""
+    knobs, read = DRAFT_KNOBS[spec.engine.name], _read(spec)
+    method = knobs.method_of(read)
+    return Variant() if method is None else Variant(method, knobs.draft_tokens_of(read))
+
+
+def default_variants(spec: Spec) -> list[Variant]:
+    method = spec_method(spec)
+    plain = [Variant()]
+    return plain if method is None else plain + [Variant(method, k) for k in DEFAULT_DRAFT_TOKENS]
+
+
+def parse_variants(text: str, spec: Spec) -> list[Variant]:
+    """`plain,NEXTN:1,NEXTN:3` -> variants; one line naming --variants for a bad item."""
+    knobs = DRAFT_KNOBS[spec.engine.name]
+    found: list[Variant] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if item.lower() in (PLAIN, "none", "off"):
+            found.append(Variant())
+            continue
+        method, _, count = item.partition(":")
+        name = method if knobs.case_sensitive else method.upper()
+        if name not in knobs.methods:
+            shown = ", ".join(sorted(knobs.methods)[:12])
+            raise UserError(
+                f"{method!r} is not a speculative method of {spec.engine.name}",
+                field="--variants",
+                fix=f"use plain or one of {shown}, ...; {VARIANTS_FIX}",
+            )
+        if not count.isdigit() or not 1 <= int(count) <= 16:
+            raise UserError(
+                f"{item!r} gives no draft-token count from 1 to 16",
+                field="--variants",
+                fix=VARIANTS_FIX,
+            )
+        found.append(Variant(name, int(count)))
+    if not found:
+        raise UserError("names no variant", field="--variants", fix=VARIANTS_FIX)
+    return list(dict.fromkeys(found))
+
+
+def variant_spec(spec: Spec, variant: Variant, name: str) -> Spec:
+    """The spec as this variant runs it, as run `name`: plain drops the speculative flags,
+    a method keeps the spec's own flags (its mamba strategy, say) and sets method and k."""
+    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    if variant.method is None:
+        base = without_speculation(spec) or spec
+        args, env = list(base.engine.args), dict(base.engine.env)
+    else:
+        read = _read(spec)
+        fix = Fix(args=DRAFT_KNOBS[spec.engine.name].args_for(read, variant.method, variant.draft_tokens))
+        args, env = fix.apply(table, spec.engine.args, spec.engine.env)
+    engine = spec.engine.model_copy(update={"args": args, "env": env})
+    return spec.model_copy(update={"name": name, "engine": engine})
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A variant ready to start (`spec`, `plan`), or refused with the reason."""
+
+    variant: Variant
+    spec: Spec
+    plan: Plan | None
+    refused: str | None = None
+    #: the flags taken from the plan's recommendation
+    recommended: tuple[str, ...] = ()
+
+
+def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
+    """Check and plan the variant; run it at the plan's recommended knobs."""
+    candidate = variant_spec(spec, variant, name)
+    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    pre = run_preflight(candidate)
+    if pre.errors and pre.cause == "oom" and pre.fix is not None:
+        # does not fit as given: the plan's recommendation is what `plan` would have it run at
+        args, env = pre.fix.apply(table, candidate.engine.args, candidate.engine.env)
+        candidate = _with(candidate, args, env)
+        pre = run_preflight(candidate)
+    if pre.errors or pre.plan is None:
+        return Prepared(variant, candidate, None, refused=_reason(pre))
+    recommended = tuple(pre.plan.recommended_args)
+    args, env = Fix(args=recommended, env=dict(pre.plan.recommended_env)).apply(
+        table, candidate.engine.args, candidate.engine.env
+    )
+    tuned = _with(candidate, args, env)
+    final = run_preflight(tuned)
+    if final.errors or final.plan is None:
+        return Prepared(variant, tuned, None, refused=_reason(final), recommended=recommended)
+    return Prepared(variant, tuned, final.plan, recommended=recommended)
+
+
+def _with(spec: Spec, args: list[str], env: dict[str, str]) -> Spec:
+    return spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args, "env": env})})
+
+
+def _reason(pre: Preflight) -> str:
+    where = "check refuses it" if pre.cause == "config" else "it does not fit"
+    first = pre.errors[0] if pre.errors else "no plan"
+    more = f" (+{len(pre.errors) - 1} more)" if len(pre.errors) > 1 else ""
+    return f"{where}: {first}{more}"

@@ -1,0 +1,197 @@
+"""`specpilot bench`: which configuration finishes this job soonest on this GPU, measured."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+import click
+from rich.console import Console
+
+from specpilot.cli.params import FiniteFloat, NonEmptyPath
+from specpilot.errors import EXIT_FAILED, UserError
+
+#: as a shell reports a process ended by SIGINT
+EXIT_INTERRUPTED = 130
+
+EXAMPLE = """\b
+Example:
+  specpilot bench examples/qwen36-27b-mtp-sglang.toml --prompts prompts.jsonl --job out/
+  specpilot bench spec.toml --prompts prompts.jsonl --job out/ --sample 256 \\
+      --max-tokens 4096 --variants plain,NEXTN:2 --write best.toml
+Then `specpilot generate --output out/ ...` projects its time from out/bench.json.
+Exit: 0 a winner, 1 no variant could be measured, 2 bad input, 130 Ctrl-C (every server stopped)."""
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@click.command("bench", epilog=EXAMPLE)
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option(
+    "--prompts",
+    "prompts_path",
+    required=True,
+    type=NonEmptyPath(path_type=Path),
+    help="The job's own prompts (.jsonl, .parquet or a datasets folder, as generate --input reads).",
+)
+@click.option(
+    "--job",
+    "job_dir",
+    required=True,
+    type=NonEmptyPath(path_type=Path),
+    help="The job folder (generate's --output): bench.json, bench.svg and the scratch bench/ go there.",
+)
+@click.option(
+    "--sample",
+    "sample_rows",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Rows to send each variant, stratified by prompt length (the same rows for each).",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sample's draw.")
+@click.option(
+    "--variants",
+    default=None,
+    help="Comma-separated: plain and METHOD:DRAFT_TOKENS (default: plain and the spec's method at 1, 2, 3).",
+)
+@click.option(
+    "--max-tokens", type=click.IntRange(1), default=None, help="As generate's (default: the server's)."
+)
+@click.option("--temperature", type=FiniteFloat(0), default=None)
+@click.option("--top-p", type=FiniteFloat(0, 1), default=None)
+@click.option("--top-k", type=int, default=None)
+@click.option("--thinking/--no-thinking", default=True, show_default=True, help="As generate's.")
+@click.option(
+    "--budget-s",
+    default=600.0,
+    show_default=True,
+    type=FiniteFloat(1),
+    help="Most seconds one variant may take: start, warm-up and sample "
+    "(a cut sample is measured as far as it got).",
+)
+@click.option(
+    "--warmup-s",
+    default=30.0,
+    show_default=True,
+    type=FiniteFloat(0),
+    help="Most seconds of warm-up requests after ready, before the sample.",
+)
+@click.option(
+    "--progress-interval-s",
+    default=10.0,
+    show_default=True,
+    type=FiniteFloat(0),
+    help="Seconds between progress lines while a sample runs (0: none).",
+)
+@click.option("--gpus", type=click.IntRange(1), default=None, help="Project the job on this many GPUs.")
+@click.option(
+    "--write",
+    "write_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the winning variant's spec here (never over an existing file).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def bench(
+    spec_path: str,
+    prompts_path: Path,
+    job_dir: Path,
+    sample_rows: int,
+    seed: int,
+    variants: str | None,
+    max_tokens: int | None,
+    temperature: float | None,
+    top_p: float | None,
+    top_k: int | None,
+    thinking: bool,
+    budget_s: float,
+    warmup_s: float,
+    progress_interval_s: float,
+    gpus: int | None,
+    write_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Measure each configuration on the job's own prompts; pick the one that finishes first.
+
+    Each variant (no speculation; the spec's speculative method at 1, 2 and 3 draft
+    tokens) is checked and planned, started as `up` starts it at the knobs the plan
+    recommends for it, warmed up, sent the same stratified sample through generate's
+    own job code, measured (steady-state output tok/s, acceptance length, TTFT and
+    ITL percentiles, output length, finish reasons) and stopped. Refused or unfit
+    variants stay in the table with the reason.
+    """
+    from specpilot.bench.render import render_svg, render_table, winner_line
+    from specpilot.bench.run import SVG_FILE, BenchRequest, check_budget, plan_settings, run_bench, write_best
+    from specpilot.bench.variants import default_variants, parse_variants
+    from specpilot.generate.inputs import check_output_dir
+    from specpilot.launch.state import check_run_name
+    from specpilot.projection import project, read_bench
+    from specpilot.spec import load_spec
+
+    spec = load_spec(spec_path)
+    check_run_name(spec.name)
+    check_budget(budget_s, warmup_s)
+    chosen = parse_variants(variants, spec) if variants is not None else default_variants(spec)
+    if write_path is not None and write_path.exists():
+        raise UserError(f"{write_path} exists", field="--write", fix="choose a new file name")
+    if gpus is not None and gpus < spec.gpu.count:
+        raise UserError(
+            f"{gpus} GPUs cannot hold one server of the spec's {spec.gpu.count}",
+            field="--gpus",
+            fix=f"pass --gpus {spec.gpu.count} or more",
+        )
+    try:
+        check_output_dir(job_dir)
+    except UserError as err:
+        raise UserError(str(err).split(": ", 1)[-1], field="--job", fix=err.fix) from None
+    settings = plan_settings(
+        job_dir,
+        sample_rows=sample_rows,
+        thinking=thinking,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        budget_s=budget_s,
+        warmup_s=warmup_s,
+        progress_interval_s=progress_interval_s,
+    )
+    request = BenchRequest(spec, prompts_path, job_dir, chosen, sample_rows, seed, settings)
+    # SIGTERM (a scheduler's kill) ends the bench as Ctrl-C does: every server stopped first
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        result = run_bench(request, _say)
+    except KeyboardInterrupt:
+        # each variant's server is stopped as the interrupt leaves `measure`
+        _say("interrupted: every server this bench started is stopped")
+        sys.exit(EXIT_INTERRUPTED)
+    (job_dir / SVG_FILE).write_text(render_svg(result), encoding="utf-8")
+    outcome = read_bench(job_dir)  # the projection reads bench.json as plan and report do
+    projection = project(outcome.input_rows, outcome.rates, gpus) if outcome is not None else None
+    if write_path is not None and result.winner is not None:
+        write_best(result, write_path)
+    if as_json:
+        click.echo(json.dumps({**result.data, "projection": projection.to_json() if projection else None}))
+    else:
+        wide = Console()
+        # a table of nine columns: wrapped at 80 columns its numbers break apart
+        console = wide if wide.is_terminal else Console(width=max(wide.width, 140))
+        render_table(result, console)
+        console.print(winner_line(result))
+        if projection is not None:
+            console.print(f"projected: {projection.line()}")
+        console.print(f"result: {job_dir / 'bench.json'}  chart: {job_dir / SVG_FILE}")
+        if write_path is not None and result.winner is not None:
+            console.print(f"wrote the winning spec to {write_path}")
+    if result.winner is None:
+        sys.exit(EXIT_FAILED)

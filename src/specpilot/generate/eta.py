@@ -1,0 +1,120 @@
+"""The job's projected time while it runs (`generate`) and after (`report`).
+
+From the job's own measured rates (`projection.job_rates`: output tokens per second per
+server, output tokens per row so far) and, before its first row, from the job folder's
+bench result. `generate` prints one `projected:` line at its progress interval; `report`
+shows the whole input's and the remaining rows' GPU-hours and wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+from specpilot.generate.dispatch import Dispatcher
+from specpilot.generate.report import JobSummary
+from specpilot.generate.stats import RATE_WINDOW_S
+from specpilot.projection import Projection, Rates, job_rates, project, read_bench
+
+Watcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
+
+
+def _fallback(job_dir: Path, rates: Rates | None) -> Rates | None:
+    if rates is not None:
+        return rates
+    bench = read_bench(job_dir)
+    return bench.rates if bench is not None else None
+
+
+def _gpus(gpus: int | None, servers: int, rates: Rates) -> int:
+    return gpus if gpus is not None else max(servers, 1) * rates.gpus_per_server
+
+
+def report_projections(job_dir: Path, summary: JobSummary, gpus: int | None) -> dict[str, Projection]:
+    """'whole input' and, while rows are left, 'rows left': each on `gpus` (default the
+    job's own servers)."""
+    running = summary.state == "incomplete" and summary.output_tokens_per_s > 0
+    rate = summary.output_tokens_per_s if running else summary.output_tokens_per_s_overall or 0.0
+    over = "over the last minute" if running else "over the whole job"
+    servers = len(summary.servers)
+    rates = _fallback(
+        job_dir,
+        job_rates(
+            done_rows=summary.done,
+            output_tokens=summary.completion_tokens,
+            output_tokens_per_s=rate,
+            servers=servers,
+            over=over,
+            job_dir=job_dir,
+        ),
+    )
+    if rates is None:
+        return {}
+    found = {"whole input": project(summary.total, rates, _gpus(gpus, servers, rates))}
+    left = summary.pending + summary.in_flight
+    if left:
+        found["rows left"] = project(left, rates, _gpus(gpus, servers, rates))
+    return found
+
+
+def projecting(job_dir: Path, interval_s: float, notify: Callable[[str], None]) -> Watcher:
+    """A `JobWatcher` printing the projected time of the rows left every `interval_s`."""
+
+    @contextlib.asynccontextmanager
+    async def watch(dispatcher: Dispatcher) -> AsyncIterator[object]:
+        samples: deque[tuple[float, int]] = deque()
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                stats, servers = dispatcher.stats, len(dispatcher.pool.servers)
+                now = time.monotonic()
+                samples.append((now, stats.completion_tokens))
+                while len(samples) > 2 and now - samples[0][0] > RATE_WINDOW_S:
+                    samples.popleft()
+                first_s, first_tokens = samples[0] if len(samples) > 1 else (stats.started_at, 0)
+                rate = (stats.completion_tokens - first_tokens) / max(now - first_s, 1e-9)
+                measured = job_rates(
+                    done_rows=stats.done,
+                    output_tokens=stats.completion_tokens,
+                    output_tokens_per_s=rate,
+                    servers=servers,
+                    over="over the last minute",
+                    job_dir=job_dir,
+                )
+                rates = _fallback(job_dir, measured)
+                if rates is None:
+                    continue
+                gpus = _gpus(None, servers, rates)
+                left, whole = project(stats.remaining(), rates, gpus), project(stats.total, rates, gpus)
+                notify(
+                    f"projected: rows left {left.line()}; the whole input {whole.gpu_hours:,.2f} GPU-hours"
+                )
+
+        task = asyncio.create_task(loop())
+        try:
+            yield None
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return watch
+
+
+def all_of(watchers: Sequence[Watcher]) -> Watcher:
+    """One `JobWatcher` entering each of `watchers` (the status page, the projection)."""
+
+    @contextlib.asynccontextmanager
+    async def watch(dispatcher: Dispatcher) -> AsyncIterator[object]:
+        async with contextlib.AsyncExitStack() as stack:
+            for watcher in watchers:
+                await stack.enter_async_context(watcher(dispatcher))
+            yield None
+
+    return watch

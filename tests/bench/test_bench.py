@@ -1,0 +1,190 @@
+"""`specpilot bench` against stand-in engines whose speed and acceptance follow their argv.
+
+Each stand-in variant runs min(its own cap, --max-running-requests) requests at once and
+gives each `accept` tokens per `step_s`; the profiles are drawn from a seed here, so bench
+cannot know the winner in advance: it must measure it. Every test ends with no stand-in
+left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.bench.conftest import ROOT, SpecFactory, live_runs, specpilot, write_prompts
+
+SAMPLE_ROWS = 48
+MAX_TOKENS = 48
+#: the winner's true rate must beat the runner-up's by this much (the stand-ins share 2 CPUs)
+SEPARATION = 1.35
+
+
+def true_rate(profile: dict[str, float]) -> float:
+    """Output tok/s of a stand-in with more requests waiting than it runs at once."""
+    return min(profile["cap"], SAMPLE_ROWS) * profile["accept"] / profile["step_s"]
+
+
+def random_profiles(seed: int) -> dict[str, dict[str, float]]:
+    """More draft tokens: higher acceptance but fewer requests at once, in random measure,
+    until one variant is clearly the fastest (which one depends on the seed)."""
+    rng = random.Random(seed)
+    while True:
+        profiles: dict[str, dict[str, float]] = {}
+        accept, cap = 1.0, rng.randint(10, 16)
+        for k in range(4):
+            profiles[str(k)] = {"step_s": rng.uniform(0.02, 0.04), "accept": accept, "cap": cap}
+            accept += rng.uniform(0.3, 1.0)
+            cap = max(2, cap - rng.randint(1, 5))
+        rates = sorted((true_rate(p) for p in profiles.values()), reverse=True)
+        if rates[0] >= SEPARATION * rates[1]:
+            return profiles
+
+
+def label_of(k: str) -> str:
+    return "plain" if k == "0" else f"NEXTN-{k}"
+
+
+@pytest.mark.parametrize("seed", [3, 7, 16])  # winners: NEXTN-1, plain, NEXTN-3
+def test_bench_picks_the_variant_that_truly_finishes_first(
+    seed: int, bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    profiles = random_profiles(seed)
+    truth = label_of(max(profiles, key=lambda k: true_rate(profiles[k])))
+    spec = bench_spec(profiles)
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 300)
+    job, best = tmp_path / "job", tmp_path / "best.toml"
+    ran = specpilot(
+        "bench", spec, "--prompts", prompts, "--job", job, "--sample", SAMPLE_ROWS,
+        "--max-tokens", MAX_TOKENS, "--budget-s", 60, "--warmup-s", 5, "--write", best,
+    )  # fmt: skip
+    assert ran.code == 0, ran.output
+    result = json.loads((job / "bench.json").read_text())
+    rows = {v["label"]: v for v in result["variants"]}
+    assert result["winner"] == truth, (profiles, {k: v["output_tokens_per_s"] for k, v in rows.items()})
+    assert list(rows) == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3"]
+    for row in rows.values():
+        assert row["status"] == "measured" and row["rows_done"] == SAMPLE_ROWS
+        assert row["ttft_ms"]["p50"] > 0 and row["itl_ms"]["p99"] >= row["itl_ms"]["p50"]
+        assert sum(row["finish_reasons"].values()) == SAMPLE_ROWS
+        # each variant runs at the knobs its own plan recommends (fewer requests with more drafts)
+        assert "--max-running-requests" in row["recommended_args"]
+    assert rows["plain"]["accept_length"] is None
+    for k in ("1", "2", "3"):  # the acceptance SGLang reports: the stand-in's own mean
+        assert rows[f"NEXTN-{k}"]["accept_length"] == pytest.approx(profiles[k]["accept"], abs=0.35)
+    plain, deepest = rows["plain"]["max_running_requests"], rows["NEXTN-3"]["max_running_requests"]
+    assert plain > deepest
+    # the winning spec, with the winner's flags, loads as a spec
+    written = tomllib.loads(best.read_text())
+    assert written["engine"]["args"] == rows[truth]["argv"]
+    assert (Path(written["model"]["path"]) / "config.json").is_file()  # found from anywhere
+    assert "winner: " + truth in ran.stdout and "GPU-hours" in ran.stdout
+    svg = (job / "bench.svg").read_text()
+    assert svg.count('class="variant"') == 4 and f'data-label="{truth}"' in svg
+    # the same rows, the sample bench.json names, went to every variant
+    for label in rows:
+        parts = sorted((job / "bench" / label / "sample").glob("*/part-*.jsonl"))
+        sent = {json.loads(line)["id"] for part in parts for line in part.read_text().splitlines()}
+        assert sent == set(result["sample"]["ids"]) and len(sent) == SAMPLE_ROWS, label
+    # the job's own folder holds no ledger: bench keeps its scratch jobs under bench/
+    assert not (job / "ledger.sqlite").exists() and (job / "bench" / truth / "sample").is_dir()
+    assert all(not members for members in live_runs(Path(os.environ["SPECPILOT_HOME"])).values())
+
+
+def test_a_variant_that_dies_and_one_check_refuses_stay_in_the_table(
+    bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    profiles = {
+        "0": {"step_s": 0.02, "accept": 1.0, "cap": 8},
+        "2": {"die": "sglang_oom_cuda_graph"},
+    }
+    spec = bench_spec(profiles)
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
+    job = tmp_path / "job"
+    ran = specpilot(
+        "bench", spec, "--prompts", prompts, "--job", job, "--sample", 16, "--max-tokens", 16,
+        "--variants", "plain,NEXTN:2,DFLASH:1", "--budget-s", 60, "--warmup-s", 5,
+    )  # fmt: skip
+    assert ran.code == 0, ran.output
+    rows = {v["label"]: v for v in json.loads((job / "bench.json").read_text())["variants"]}
+    assert rows["plain"]["status"] == "measured"
+    assert rows["NEXTN-2"]["status"] == "failed" and "did not start" in rows["NEXTN-2"]["reason"]
+    assert rows["DFLASH-1"]["status"] == "refused"
+    assert rows["DFLASH-1"]["reason"].startswith("check refuses it: sglang-dflash-needs-draft")
+    assert "DFLASH-1: not started: check refuses it" in ran.stderr
+    runs = live_runs(Path(os.environ["SPECPILOT_HOME"]))
+    assert "qb-bench-dflash-1" not in runs  # refused: never started
+    assert runs and all(not members for members in runs.values())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_mid_bench_stops_every_server(
+    sig: signal.Signals, bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    slow = {"step_s": 0.05, "accept": 1.0, "cap": 4}
+    spec = bench_spec({"0": slow, "1": slow})
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-m", "specpilot", "bench", str(spec), "--prompts", str(prompts),
+            "--job", str(tmp_path / "job"), "--sample", "32", "--max-tokens", "4000",
+            "--variants", "plain,NEXTN:1", "--budget-s", "120", "--warmup-s", "2"]  # fmt: skip
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    assert process.stderr is not None
+    lines = []
+    deadline_s = time.monotonic() + 90
+    for line in process.stderr:
+        lines.append(line)
+        if "measuring" in line or time.monotonic() > deadline_s:
+            break
+    assert any("plain: measuring" in line for line in lines), lines
+    time.sleep(1.0)  # requests in flight, tokens streaming
+    process.send_signal(sig)
+    _, rest = process.communicate(timeout=60)
+    assert process.returncode == 130, "".join(lines) + rest
+    assert "plain: stopped" in rest and "every server this bench started is stopped" in rest
+    runs = live_runs(Path(os.environ["SPECPILOT_HOME"]))
+    assert list(runs) == ["qb-bench-plain"]  # the second variant never started
+    assert runs["qb-bench-plain"] == []
+
+
+def test_a_spec_without_speculation_measures_what_it_can_and_says_so(
+    bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    spec = bench_spec({"0": {"step_s": 0.02, "accept": 1.0, "cap": 8}}, args=["--context-length", "32768"])
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 20)
+    ran = specpilot(
+        "bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--sample", 8,
+        "--max-tokens", 8, "--budget-s", 60, "--warmup-s", 2, "--json",
+    )  # fmt: skip
+    assert ran.code == 0, ran.output
+    assert "the spec turns on no speculative method ([engine] args): only the plain variant" in ran.stderr
+    result = json.loads(ran.stdout)
+    assert [v["label"] for v in result["variants"]] == ["plain"] and result["winner"] == "plain"
+    assert result["projection"]["rows"] == 20
+
+
+def test_a_sample_longer_than_the_budget_is_cut_and_measured_as_far_as_it_got(
+    bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    spec = bench_spec({"0": {"step_s": 0.05, "accept": 1.0, "cap": 4}})
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
+    started_s = time.monotonic()
+    ran = specpilot(
+        "bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--sample", 32,
+        "--max-tokens", 100, "--variants", "plain", "--budget-s", 12, "--warmup-s", 1,
+    )  # fmt: skip
+    took_s = time.monotonic() - started_s
+    assert ran.code == 0, ran.output
+    (row,) = json.loads((tmp_path / "job" / "bench.json").read_text())["variants"]
+    # 32 rows of 40 to 100 tokens, 4 at a time at 20 tok/s each, take half a minute
+    assert row["budget_reached"] and 0 < row["rows_done"] < 32 and row["output_tokens_per_s"] > 0
+    assert took_s < 12 + 30  # the budget, then the stop and the process start around it
+    assert all(not members for members in live_runs(Path(os.environ["SPECPILOT_HOME"])).values())

@@ -1,0 +1,137 @@
+"""The bench's parts on their own: the steady-state window, the sample, the variants'
+flags, the streamed answer, and the projection arithmetic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specpilot.bench.client import RequestTiming, _Stream
+from specpilot.bench.sample import draw, prompt_chars, write_prompts
+from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
+from specpilot.bench.variants import Variant, default_variants, parse_variants, spec_method, variant_spec
+from specpilot.errors import UserError
+from specpilot.generate.client import RequestFailed
+from specpilot.generate.inputs import iter_rows, resolve_input
+from specpilot.generate.types import PromptRow
+from specpilot.projection import Rates, project, read_bench, wall_text
+from specpilot.spec import parse_spec
+from tests.bench.conftest import SPECULATIVE_ARGS
+from tests.bench.conftest import write_prompts as write_prompt_file
+
+
+def _timing(start_s: float, latency_s: float, tokens: int, chunks: int) -> RequestTiming:
+    gap_s = latency_s / chunks
+    return RequestTiming(start_s, latency_s, gap_s, (gap_s,) * (chunks - 1), tokens, "stop")
+
+
+def test_the_window_is_the_longest_span_at_or_above_ninety_percent_of_peak() -> None:
+    # ten requests start at 0; one ends at 1 (9 left: ceil(0.9 x 10) = 9 still counts), the next at 2
+    # (a chunk every 0.25 s: the sums below are exact in binary)
+    requests = [_timing(0.0, 1.0, 10, 4), _timing(0.0, 2.0, 20, 8)] + [_timing(0.0, 5.0, 50, 20)] * 8
+    window = steady_window(requests)
+    assert window is not None
+    assert (window.start_s, window.end_s, window.threshold, window.peak) == (0.0, 2.0, 9, 10)
+    # all of the first two requests' chunks and 2/5 of the others' fall inside [0, 2]
+    assert tokens_in_window(requests, window) == pytest.approx(10 + 20 + 8 * 50 * 8 / 20)
+
+
+def test_ramp_up_and_drain_are_left_out() -> None:
+    # a staggered start (one request a second) then a plateau of 4, then a drain
+    requests = [_timing(float(i), 10.0 - i, 100, 10) for i in range(4)]
+    window = steady_window(requests)
+    assert window is not None and (window.start_s, window.end_s) == (3.0, 10.0)
+    assert steady_window([]) is None
+
+
+def test_percentiles_are_nearest_rank_in_milliseconds() -> None:
+    assert percentiles_ms([i / 1000 for i in range(1, 101)]) == {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+    assert percentiles_ms([]) is None
+
+
+def test_the_sample_is_stratified_seeded_and_keeps_the_longest_row(tmp_path: Path) -> None:
+    source = resolve_input(write_prompt_file(tmp_path / "p.jsonl", 300))
+    rows = [r for r in iter_rows(source) if isinstance(r, PromptRow)]
+    longest = max(rows, key=prompt_chars)
+    first, again, other = draw(source, 20, seed=5), draw(source, 20, seed=5), draw(source, 20, seed=6)
+    assert [r.row_id for r in first.rows] == [r.row_id for r in again.rows]
+    assert [r.row_id for r in first.rows] != [r.row_id for r in other.rows]
+    assert longest.row_id in {r.row_id for r in first.rows}
+    # one row from each twentieth of the rows sorted by length
+    ranks = sorted(sorted(rows, key=lambda r: (prompt_chars(r), r.position)).index(r) for r in first.rows)
+    assert [rank // 15 for rank in ranks] == list(range(20))
+    assert first.input_rows == 300
+
+
+def test_the_sample_file_reads_back_as_the_same_prompts(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text(
+        json.dumps({"id": "a", "messages": [{"role": "user", "content": "one"},
+                    {"role": "assistant", "content": "x"}, {"role": "user", "content": "two"}]}) + "\n"
+    )  # fmt: skip
+    rows = [r for r in iter_rows(resolve_input(path)) if isinstance(r, PromptRow)]
+    write_prompts(rows, tmp_path / "out.jsonl")
+    again = [r for r in iter_rows(resolve_input(tmp_path / "out.jsonl")) if isinstance(r, PromptRow)]
+    assert [(r.row_id, r.segments) for r in again] == [(r.row_id, r.segments) for r in rows]
+
+
+def _spec(engine: str, args: list[str]) -> object:
+    version = "0.5.13" if engine == "sglang" else "0.26.0"
+    return parse_spec(
+        {"name": "s", "model": {"path": "m"}, "gpu": {"memory_gib": 80},
+         "engine": {"name": engine, "version": version, "args": args}}
+    )  # fmt: skip
+
+
+def test_k_draft_tokens_are_written_as_each_engine_counts_them() -> None:
+    sglang = _spec("sglang", SPECULATIVE_ARGS)
+    assert spec_method(sglang) == "NEXTN"  # type: ignore[arg-type]
+    assert [v.label for v in default_variants(sglang)] == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3"]  # type: ignore[arg-type]
+    two = variant_spec(sglang, Variant("NEXTN", 2), "s-2")  # type: ignore[arg-type]
+    args = two.engine.args
+    assert args[args.index("--speculative-num-steps") + 1] == "2"
+    assert args[args.index("--speculative-num-draft-tokens") + 1] == "3"  # SGLang counts the root token
+    assert args.count("--speculative-num-steps") == 1 and "--mamba-scheduler-strategy" in args
+    plain = variant_spec(sglang, Variant(), "s-plain")  # type: ignore[arg-type]
+    assert not any(a.startswith("--speculative") for a in plain.engine.args)
+    vllm = _spec("vllm", ["--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}'])
+    one = variant_spec(vllm, Variant("qwen3_5_mtp", 1), "v-1")  # type: ignore[arg-type]
+    config = json.loads(one.engine.args[one.engine.args.index("--speculative-config") + 1])
+    assert config == {"method": "qwen3_5_mtp", "num_speculative_tokens": 1}
+    assert parse_variants("plain, nextn:1,NEXTN:1", sglang) == [Variant(), Variant("NEXTN", 1)]  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="not a speculative method of vllm"):
+        parse_variants("NEXTN:1", vllm)  # type: ignore[arg-type]
+
+
+def test_a_stream_becomes_the_answer_a_plain_call_gives() -> None:
+    stream = _Stream()
+    stream.feed({"choices": [{"delta": {"reasoning_content": "think "}}]}, 1.0)
+    stream.feed({"choices": [{"delta": {"content": "an"}}]}, 1.5)
+    stream.feed({"choices": [{"delta": {"content": "swer"}, "finish_reason": "stop"}]}, 2.0)
+    stream.feed({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}}, 2.1)
+    answer = stream.answer()
+    assert (answer.content, answer.reasoning, answer.finish_reason) == ("answer", "think ", "stop")
+    assert (answer.prompt_tokens, answer.completion_tokens) == (7, 5)
+    assert stream.chunk_times_s == [1.0, 1.5, 2.0]
+    with pytest.raises(RequestFailed, match="stream ended with an error"):
+        _Stream().feed({"error": {"message": "boom"}}, 0.0)
+
+
+def test_the_projection_divides_wall_time_but_not_gpu_hours() -> None:
+    rates = Rates(output_tokens_per_s=1000.0, mean_output_tokens=3600.0, gpus_per_server=2, source="x")
+    one = project(10_000, rates)
+    assert (one.servers, one.gpu_hours, one.wall_s) == (1, 20.0, 36_000.0)
+    eight = project(10_000, rates, gpus=8)
+    assert (eight.servers, eight.gpu_hours, eight.wall_s) == (4, 20.0, 9_000.0)
+    assert wall_text(9_000.0) == "2h30m" and wall_text(36_000 * 3) == "1d06h" and wall_text(42) == "42s"
+    with pytest.raises(UserError, match="--gpus"):
+        project(1, rates, gpus=1)
+
+
+def test_a_job_folder_without_a_bench_result_projects_nothing(tmp_path: Path) -> None:
+    assert read_bench(tmp_path) is None
+    (tmp_path / "bench.json").write_text("{broken")
+    with pytest.raises(UserError, match="cannot be read as a bench result"):
+        read_bench(tmp_path)

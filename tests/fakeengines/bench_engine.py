@@ -1,0 +1,221 @@
+"""A stand-in SGLang whose speed and acceptance follow its argv, for `specpilot bench` tests.
+
+    python bench_engine.py --model-path M --port P [--speculative-num-steps K]
+        [--max-running-requests N] ...
+    env: SPECPILOT_BENCH_PROFILE='{"0": {"step_s": 0.02, "accept": 1.0, "cap": 8}, "2": {...}}'
+         keyed by draft tokens (--speculative-num-steps; 0 without speculation). A profile
+         {"die": "<scenario>"} plays that scenario of scenarios.py instead (a start that fails).
+
+It prints SGLang's real startup lines (scenarios.SCENARIOS["sglang_ready"]), binds the port
+at "Uvicorn running" as SGLang does, and serves what SGLang serves to bench and generate:
+/health, /v1/models, /get_server_info (internal_states[].avg_spec_accept_length),
+/metrics (sglang:spec_accept_length) and /v1/chat/completions, streaming or not.
+
+The engine is a batch loop: every `step_s` each of the first min(cap, --max-running-requests)
+waiting requests gets `accept` tokens on average (one verify step of speculative decoding);
+the rest wait in the queue, as SGLang's scheduler holds requests past max_running_requests.
+So its output tok/s is min(in flight, running limit) x accept / step_s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fake_engine
+from scenarios import SCENARIOS
+
+READY = SCENARIOS["sglang_ready"]
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--model-path", dest="model", default="model")
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--speculative-num-steps", type=int, default=0)
+    parser.add_argument("--speculative-algorithm", default=None)
+    parser.add_argument("--max-running-requests", type=int, default=1 << 30)
+    known, _ = parser.parse_known_args(argv)
+    return known
+
+
+@dataclass
+class _Request:
+    target: int
+    finish: str
+    thinking: bool
+    chunks: asyncio.Queue[tuple[int, str | None]] = field(default_factory=asyncio.Queue)
+    sent: int = 0
+
+
+@dataclass
+class Engine:
+    step_s: float
+    accept: float
+    running_limit: int
+    speculative: bool
+    rng: random.Random = field(default_factory=lambda: random.Random(1))
+    waiting: list[_Request] = field(default_factory=list)
+    verify_steps: int = 0
+    tokens: int = 0
+
+    async def loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.step_s)
+            for request in self.waiting[: self.running_limit]:
+                whole = int(self.accept)
+                count = whole + (1 if self.rng.random() < self.accept - whole else 0)
+                count = min(max(count, 1), request.target - request.sent)
+                request.sent += count
+                self.verify_steps += 1
+                self.tokens += count
+                done = request.sent >= request.target
+                request.chunks.put_nowait((count, request.finish if done else None))
+            self.waiting = [r for r in self.waiting if r.sent < r.target]
+
+    def accept_length(self) -> float | None:
+        return round(self.tokens / self.verify_steps, 3) if self.speculative and self.verify_steps else None
+
+
+def _target(messages: Any, max_tokens: int) -> tuple[int, str]:
+    """How long the answer to these messages is: a pure function of the prompt."""
+    digest = int(hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest(), 16)
+    if digest % 3 == 0:
+        return max_tokens, "length"
+    return max(1, int(max_tokens * (0.4 + 0.5 * (digest % 100) / 100))), "stop"
+
+
+def app_for(engine: Engine, served: str) -> web.Application:
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": served}]})
+
+    async def server_info(request: web.Request) -> web.Response:
+        state: dict[str, object] = {"last_gen_throughput": 0.0}
+        if engine.accept_length() is not None:
+            state["avg_spec_accept_length"] = engine.accept_length()
+        return web.json_response({"version": "0.5.13", "internal_states": [state]})
+
+    async def metrics(request: web.Request) -> web.Response:
+        lines = [
+            f'sglang:num_running_reqs{{model_name="{served}"}} {min(len(engine.waiting), engine.running_limit)}'
+        ]
+        if engine.accept_length() is not None:
+            lines.append(f'sglang:spec_accept_length{{model_name="{served}"}} {engine.accept_length()}')
+        return web.Response(text="\n".join(lines) + "\n")
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        target, finish = _target(body.get("messages"), int(body.get("max_tokens") or 64))
+        thinking = bool((body.get("chat_template_kwargs") or {}).get("enable_thinking"))
+        job = _Request(target, finish, thinking)
+        engine.waiting.append(job)
+        prompt_tokens = len(json.dumps(body.get("messages"))) // 4
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": target,
+            "total_tokens": prompt_tokens + target,
+        }
+        if not body.get("stream"):
+            reasoning, content = [], []
+            while True:
+                count, end = await job.chunks.get()
+                for _ in range(count):
+                    (reasoning if thinking and len(reasoning) < target // 2 else content).append("tok ")
+                if end is not None:
+                    break
+            message = {
+                "role": "assistant",
+                "content": "".join(content),
+                "reasoning_content": "".join(reasoning),
+            }
+            return web.json_response(
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": usage,
+                }
+            )
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        written = 0
+        while True:
+            count, end = await job.chunks.get()
+            key = "reasoning_content" if thinking and written < target // 2 else "content"
+            written += count
+            delta = {key: "tok " * count}
+            event = {
+                "id": "x",
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": end}],
+            }
+            await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+            if end is not None:
+                break
+        await response.write(
+            b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n"
+        )
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/get_server_info", server_info)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+async def serve(args: argparse.Namespace, profile: dict[str, Any]) -> None:
+    engine = Engine(
+        step_s=float(profile["step_s"]),
+        accept=float(profile["accept"]),
+        running_limit=min(int(profile["cap"]), args.max_running_requests),
+        speculative=args.speculative_num_steps > 0,
+    )
+    values = {"{host}": args.host, "{port}": str(args.port), "{pid}": str(os.getpid()), "{model}": args.model}
+    runner = None
+    for step in READY.steps:
+        await asyncio.sleep(step.delay_s)
+        if runner is None and "Uvicorn running on" in step.text:
+            runner = web.AppRunner(app_for(engine, args.served_model_name or args.model), access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, args.host, args.port).start()
+        text = step.text.replace("{ts}", time.strftime("%Y-%m-%d %H:%M:%S"))
+        for key, value in values.items():
+            text = text.replace(key, value)
+        print(text, flush=True)
+    await engine.loop()
+
+
+def main() -> None:
+    args = _args(sys.argv[1:])
+    profiles = json.loads(os.environ["SPECPILOT_BENCH_PROFILE"])
+    profile = profiles[str(args.speculative_num_steps)]
+    if "die" in profile:
+        fake_engine.run(SCENARIOS[profile["die"]], fake_engine._parse_args(sys.argv[1:]))
+        return
+    asyncio.run(serve(args, profile))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Inline thinking split by specpilot: the same rows whatever the server's reasoning parser does."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from specpilot.cli import cli
+from specpilot.generate.job import run_generate
+from specpilot.generate.servers import ServerPool
+from specpilot.generate.stats import LiveStats, ProgressView
+from specpilot.generate.thinking import NO_REASONING_LIMIT, markers_for, split_inline
+from tests.generate.conftest import read_output
+from tests.generate.fake_server import FakeServer, Faults
+from tests.generate.test_job import _config
+
+QWEN = "Qwen/Qwen3.6-27B"
+MARKERS = markers_for(QWEN)
+
+
+def test_both_inline_shapes_split_as_the_servers_parser_would() -> None:
+    assert MARKERS is not None
+    for content in ("<think>\nR1\nR2\n</think>\n\nA", "R1\nR2\n</think>\n\nA", "\n<think>R1\nR2</think>A"):
+        assert split_inline(content, "stop", MARKERS, thinking=True) == ("R1\nR2", "A")
+
+
+def test_an_answer_cut_off_while_thinking_is_all_reasoning() -> None:
+    assert MARKERS is not None
+    assert split_inline("<think>\nhalf a tho", "length", MARKERS, thinking=True) == ("half a tho", "")
+    assert split_inline("half a tho", "length", MARKERS, thinking=True) == ("half a tho", "")
+
+
+def test_content_without_markers_is_left_alone() -> None:
+    assert MARKERS is not None
+    assert split_inline("just an answer", "stop", MARKERS, thinking=True) is None
+    assert split_inline("cut answer", "length", MARKERS, thinking=False) is None
+    assert markers_for("meta-llama/Llama-3.1-8B") is None
+
+
+MULTI = [
+    {"id": "one", "prompt": "What is 2 + 2?"},
+    {
+        "id": "multi",
+        "conversations": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Explain recursion."},
+            {"role": "assistant", "content": "given"},
+            {"role": "user", "content": "Now an example?"},
+        ],
+    },
+]
+
+
+def _job(
+    tmp_path: Path, faults: Faults, rows: int = 40, **extra: Any
+) -> tuple[Any, list[dict[str, Any]], FakeServer]:
+    tmp_path.mkdir(exist_ok=True)
+    server = FakeServer(faults).start()
+    try:
+        outcome = run_generate(_config(tmp_path, [server], rows, model=QWEN, **extra))
+    finally:
+        server.close()
+    return outcome, read_output(tmp_path / "out"), server
+
+
+#: what differs between the two jobs by design: which server, and whether specpilot split
+SPLIT_OR_SERVER = ("reasoning_split", "server", "turns")
+
+
+def _without_split(row: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in row["meta"].items() if k not in SPLIT_OR_SERVER}
+    turns = [{k: v for k, v in t.items() if k not in SPLIT_OR_SERVER} for t in row["meta"]["turns"]]
+    return {**row, "meta": {**meta, "turns": turns}}
+
+
+@pytest.mark.parametrize("inline", ["think", "closing"])
+def test_a_server_without_a_parser_gives_the_same_rows(tmp_path: Path, inline: str) -> None:
+    parsed, want, _ = _job(tmp_path / "parser", Faults(), input_rows=MULTI)
+    outcome, got, server = _job(tmp_path / "inline", Faults(inline_thinking=inline), input_rows=MULTI)
+    assert parsed.exit_code == outcome.exit_code == 0 and outcome.summary.flagged == 0
+    assert sorted(map(_without_split, got), key=lambda r: r["id"]) == sorted(
+        map(_without_split, want), key=lambda r: r["id"]
+    )
+    assert all(row["meta"]["reasoning_split"] for row in got)
+    assert all(turn["reasoning_split"] for row in got for turn in row["meta"]["turns"])
+    assert not any(row["meta"]["reasoning_split"] for row in want)
+    # the second turn's history is the target's answer alone, no think block
+    for body in server.counts.bodies:
+        for message in body["messages"]:
+            assert "think>" not in message["content"] and "reasoning_content" not in message
+
+
+def test_no_reasoning_at_all_stops_the_job_with_the_cause(tmp_path: Path) -> None:
+    outcome, _, server = _job(tmp_path, Faults(inline_thinking="none"), concurrency=2)
+    assert outcome.exit_code == 1
+    assert f"first {NO_REASONING_LIMIT} answers all came back without reasoning" in outcome.message
+    assert "--reasoning-parser qwen3" in outcome.message and "--no-thinking" in outcome.message
+    assert server.counts.answered < NO_REASONING_LIMIT + 4  # not the whole job
+    assert outcome.summary.flags["missing_reasoning"] == outcome.summary.done
+
+    # export of such a job names the flags and --include-flagged, exit 2, nothing written
+    result = CliRunner().invoke(cli, ["export", str(tmp_path / "out"), "--format", "specforge"])
+    assert result.exit_code == 2
+    assert "no clean rows" in result.output and "missing_reasoning" in result.output
+    assert "--include-flagged" in result.output
+    assert not (tmp_path / "out" / "specforge.jsonl").exists()
+
+
+def test_no_reasoning_does_not_stop_a_job_without_thinking(tmp_path: Path) -> None:
+    outcome, rows, _ = _job(tmp_path, Faults(inline_thinking="none"), thinking=False)
+    assert outcome.exit_code == 0 and len(rows) == 40
+
+
+def test_the_progress_line_counts_flags() -> None:
+    stats = LiveStats(total=3, done_before=0, failed_before=0)
+    view = ProgressView(stats, ServerPool(["http://a"], 1), lambda: None, interval_s=60, stream=io.StringIO())
+    assert "| flagged 0 |" in view.line()
+    stats.flagged_by.update(["missing_reasoning", "think_markers"])
+    stats.flagged_by.update(["missing_reasoning"])
+    assert "| flagged missing_reasoning 2, think_markers 1 |" in view.line()
