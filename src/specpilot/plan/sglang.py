@@ -546,6 +546,28 @@ def _context_note(z: Sizing) -> str | None:
     )
 
 
+def _state_copy_note(z: Sizing, shape: ModelShape) -> str | None:
+    """Warn when a batch of cached-prefix requests can copy more SSM state at once than the
+    startup leaves free (`q.mamba_cow_transient_gib`): the server starts, then dies serving."""
+    transient = q.mamba_cow_transient_gib(shape, z.settings, z.max_running_requests)
+    if transient <= max(z.margin_gib, 0.0):
+        return None
+    copies = q.mamba_cow_requests(z.settings, z.max_running_requests)
+    per_state = transient / copies
+    fitting = int(max(z.margin_gib, 0.0) // per_state)
+    fix = (
+        f"--prefill-max-requests {fitting} bounds it to {fitting * per_state:.2f} GiB"
+        if fitting
+        else "--disable-radix-cache avoids the copies"
+    )
+    return (
+        f"warning: with the radix cache on, one prefill batch of {copies} requests that hit cached "
+        f"prefixes copies their SSM states at once ({per_state * 1024:.0f} MiB each, "
+        f"{transient:.2f} GiB) against {z.margin_gib:.2f} GiB left after startup: CUDA out of memory while "
+        f"serving, not at start. {fix}"
+    )
+
+
 def _details(z: Sizing, shape: ModelShape, free: float) -> SglangDetails:
     """The effective values behind the plan that the engine also logs."""
     s = z.settings
@@ -590,6 +612,8 @@ def plan_sglang(
             notes.append(note)
     if context_note := _context_note(z):
         notes.append(context_note)
+    if cow_note := _state_copy_note(z, shape):
+        notes.append(cow_note)
     return Plan(
         engine="sglang",
         engine_version=spec.engine.version,

@@ -411,3 +411,24 @@ def prefill_graph_gib(
 def tp_buffers_gib(s: SglangSettings) -> float:
     """NCCL / custom all-reduce buffers: SGLang's tp * pp / 8 GiB allowance."""
     return s.tp_size * s.pp_size / 8 if s.tp_size * s.pp_size > 1 else 0.0
+
+
+def mamba_cow_requests(s: SglangSettings, requests: int) -> int:
+    """State copies one extend batch makes with the radix cache on: every request whose prompt
+    hits a cached prefix copies that prefix's state into its own slot, and one prefill batch
+    takes up to --prefill-max-requests (else every running request) such requests."""
+    if s.radix_cache_disabled:
+        return 0
+    cap = s.prefill_max_requests if s.prefill_max_requests is not None else requests
+    return max(min(cap, requests), 0)
+
+
+def mamba_cow_transient_gib(shape: ModelShape, s: SglangSettings, requests: int) -> float:
+    """The serving-time temporary of those copies: `MambaPool.copy_from` runs
+    `temporal[:, dst] = temporal[:, src]`, which gathers every source SSM state at once
+    (memory_pool.py, 0.5.17; a real start ran out of memory there: 5.06 GiB for 36 copies of
+    144 MiB with 3.46 GiB free). The conv states are copied in place or one layer at a time."""
+    if not shape.is_hybrid:
+        return 0.0
+    ssm_bytes = ssm_state_bytes_per_layer(shape, s) * shape.linear_attention_layers
+    return mamba_cow_requests(s, requests) * ssm_bytes / GIB

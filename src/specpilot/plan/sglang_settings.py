@@ -55,6 +55,8 @@ class SglangSettings:
     draft_layers: int
     max_running_requests: int | None
     max_running_requests_given: bool
+    #: --prefill-max-requests: requests one prefill batch may take (None: no cap)
+    prefill_max_requests: int | None
     radix_cache_disabled: bool
     mamba_strategy: str
     overlap_schedule: bool
@@ -279,6 +281,7 @@ def resolve_settings(
         draft_layers=max(shape.mtp_num_layers, 1) if algorithm == "EAGLE" else 1,
         max_running_requests=args.get_int("max_running_requests"),
         max_running_requests_given=args.given("max_running_requests"),
+        prefill_max_requests=args.get_int("prefill_max_requests"),
         radix_cache_disabled=args.get_bool("disable_radix_cache"),
         mamba_strategy=_mamba_strategy(args),
         overlap_schedule=not args.get_bool("disable_overlap_schedule"),

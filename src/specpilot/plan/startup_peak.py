@@ -16,6 +16,7 @@ gap between that and the engine's own `avail mem=` lines, stamped at the same mo
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import statistics
 from dataclasses import asdict, dataclass
@@ -127,10 +128,11 @@ def _bad(path: Path, line_number: int, why: str, fix: str) -> UserError:
 def read_memory(path: Path) -> tuple[int, list[Sample]]:
     """(device total bytes, samples in time order) from a memory.tsv."""
     try:
-        rows = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as err:
+        raw = path.read_bytes()
+        rows = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8", "replace").splitlines()
+    except (OSError, gzip.BadGzipFile, EOFError) as err:
         raise UserError(
-            f"cannot read {path} ({err.strerror})",
+            f"cannot read {path} ({getattr(err, 'strerror', None) or err})",
             field=FIELD,
             fix=f"give the folder a memory sampler wrote during the start ({MEMORY_FILE} and {LINES_FILE})",
         ) from None
@@ -187,6 +189,8 @@ def samples_folder(path: str | Path) -> tuple[Path, Path]:
     given = Path(path)
     folder = given if given.is_dir() else given.parent
     memory = folder / MEMORY_FILE if given.is_dir() else given
+    if given.is_dir() and not memory.exists() and (folder / f"{MEMORY_FILE}.gz").exists():
+        memory = folder / f"{MEMORY_FILE}.gz"  # kept compressed with the logs
     if given.is_dir() and not memory.exists() and (folder / "samples" / MEMORY_FILE).exists():
         folder, memory = folder / "samples", folder / "samples" / MEMORY_FILE  # a start folder
     if not memory.exists():
@@ -303,7 +307,7 @@ def startup_peak(
     in_startup = [s for s in samples if s.at_s <= startup_end + COVER_SLACK_S / 2]
     low = max(in_startup, key=lambda s: s.used_bytes)
     phase = next((p.name for p in phases if p.start_s <= low.at_s <= p.end_s), STARTUP)
-    after = [line.text for line in lines if line.at_s <= low.at_s]
+    after = [line.text for line in lines if line.at_s <= low.at_s and line.text.strip()]
     steps = [b.at_s - a.at_s for a, b in itertools.pairwise(samples)]
     return StartupPeak(
         total_gib=total / GIB,
