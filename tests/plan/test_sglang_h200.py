@@ -195,3 +195,42 @@ def test_the_default_fraction_is_the_printed_one(run: str) -> None:
     and vision-tower factor chose: the planner's is the same number."""
     printed = parse_sglang_log(_text(run))
     assert _plan_alone(run).memory_fraction == pytest.approx(printed["mem_fraction_static"], abs=1e-9)
+
+
+def test_a_longer_context_costs_the_kv_tokens_the_engine_lost(tmp_path: Path) -> None:
+    """The one pair of starts that differ only in --context-length (0.5.13.post1, 95.6 GiB,
+    0.95, 171 state slots both): at 262,144 the engine kept 320 fewer KV tokens than at 32,768,
+    because the rotary cache regrows for the longer context before the memory profile (the
+    request-to-token table is allocated after it, out of the reserve). The plan loses the
+    same, to within 64 tokens (4 MiB, under the log's 0.01 GB printing)."""
+    long_run, short_run = "r13-plain-rec-96", "r13-plain-rec2-96"
+    printed_loss = (
+        parse_sglang_log(_text(short_run))["kv_tokens"] - parse_sglang_log(_text(long_run))["kv_tokens"]
+    )
+    assert printed_loss == 320
+    for plan_of in (_plan_alone, lambda run: _plan_calibrated(run, tmp_path)):
+        planned_loss = plan_of(short_run).kv_tokens - plan_of(long_run).kv_tokens
+        assert planned_loss == pytest.approx(printed_loss, abs=64)
+
+
+#: the default fraction of this start is one rounding step off (the xfail below): its KV is
+#: off by that, not by the calibration
+FRACTION_OFF = "r13-plain-def-140"
+
+
+def test_calibrated_kv_tokens_carry_no_bias_at_either_context_length(tmp_path: Path) -> None:
+    """Calibrated from the log, every start lands within 0.25% of the printed KV tokens, and
+    the mean error at each context length is within 0.1%: before the context term the starts at
+    32,768 tokens were all low (-0.2% to -0.6%)."""
+    errors: dict[int, list[float]] = {}
+    for run in RUNS:
+        printed = parse_sglang_log(_text(run))
+        if "kv_tokens" not in printed or run == FRACTION_OFF:
+            continue
+        plan = _plan_calibrated(run, tmp_path)
+        error = plan.kv_tokens / printed["kv_tokens"] - 1
+        assert abs(error) < 0.0025, (run, error)
+        errors.setdefault(plan.details.context_len_tokens, []).append(error)
+    assert {32768, 262144} <= errors.keys()
+    for context, found in errors.items():
+        assert abs(sum(found) / len(found)) < 0.001, (context, found)

@@ -289,3 +289,33 @@ def test_releases_outside_the_range_are_refused() -> None:
         release_rules("0.4.9")
     assert release_rules("0.5.13.post1").intermediate_rule == "joint"
     assert release_rules("0.5.23").strategy_flag == "--mamba-radix-cache-strategy"
+
+
+@pytest.mark.parametrize(
+    ("context", "argv", "regrows"),
+    [
+        (262144, [], True),  # the model's own positions: the engine asks for 262,144 + 256
+        (32768, [], False),
+        (262144 - 256, [], False),  # 262,144 wanted, 262,143 < 262,144 rows: no regrowth
+        (262144 - 255, [], True),
+        # the speculative room (2 x 3 steps x 4 draft tokens) tips a context 270 below over
+        (262144 - 270, ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3"], True),
+        (262144 - 270, [], False),
+    ],
+)
+def test_the_rope_cache_regrows_only_where_the_context_reaches_its_positions(
+    hybrid: ModelShape, context: int, argv: list[str], regrows: bool
+) -> None:
+    speculative = ["--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"] if argv else []
+    s = settings(hybrid, [*argv, *speculative, "--context-length", str(context)], version="0.5.17")
+    cache_gib = hybrid.max_position_embeddings * hybrid.rotary_dim * 4 / GIB
+    assert hybrid.rotary_dim == 64  # 256 x partial_rotary_factor 0.25
+    expected = release_rules("0.5.17").rope_regrowth_share * cache_gib if regrows else 0.0
+    assert q.rope_regrowth_gib(hybrid, s, release_rules("0.5.17")) == pytest.approx(expected)
+
+
+def test_rope_regrowth_is_unplanned_where_the_release_was_not_measured(hybrid: ModelShape) -> None:
+    s = settings(hybrid, [], version="0.5.16")
+    assert s.context_len == hybrid.max_position_embeddings
+    assert q.rope_regrowth_gib(hybrid, s, release_rules("0.5.16")) == 0.0
+    assert q.rope_regrowth_gib(hybrid, s, release_rules("0.5.17")) > 0.0

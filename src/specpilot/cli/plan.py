@@ -13,7 +13,8 @@ from specpilot.cli.inputs import PASSTHROUGH, resolve_spec, spec_options
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
-from specpilot.plan.text import render_plan
+from specpilot.plan.startup_peak import StartupPeak, measure_startup_peak
+from specpilot.plan.text import render_plan, render_startup_peak
 from specpilot.plan.types import Plan
 from specpilot.projection import Projection, project, read_bench
 from specpilot.secrets import redact, secret_values
@@ -63,6 +64,25 @@ def _draw(
             ) from None
 
 
+def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> StartupPeak | None:
+    """The measured low point of the logged start, when its samples are given."""
+    if samples is None:
+        return None
+    if from_log is None:
+        raise UserError(
+            "the samples need the engine log of the same start to be placed on its phases",
+            field="--samples",
+            fix="add --from-log with that start's engine.log",
+        )
+    if spec.engine.name != "sglang":
+        raise UserError(
+            f"reads SGLang starts only, not {spec.engine.name}'s",
+            field="--samples",
+            fix="drop --samples for this spec",
+        )
+    return measure_startup_peak(samples, Path(from_log).read_text(encoding="utf-8", errors="replace"))
+
+
 def job_projections(spec: Spec, job_dir: Path, gpus: int | None) -> dict[str, Projection] | None:
     """This spec's and the bench winner's projected job time, from the job's bench result."""
     from specpilot.bench.variants import variant_of
@@ -93,6 +113,13 @@ def _print_projections(job_dir: Path, projected: dict[str, Projection] | None) -
 @click.command(context_settings=PASSTHROUGH)
 @spec_options
 @click.option("--from-log", "from_log", type=click.Path(dir_okay=False), help="Calibrate from an engine log.")
+@click.option(
+    "--samples",
+    "samples",
+    type=click.Path(),
+    help="With --from-log: the start's GPU memory samples (a folder with memory.tsv and lines.tsv): "
+    "its lowest free memory, when, and in which phase.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option(
     "--write",
@@ -126,6 +153,7 @@ def plan(
     gpu_count: int | None,
     engine_version: str | None,
     from_log: str | None,
+    samples: str | None,
     as_json: bool,
     write_path: Path | None,
     svg_path: Path | None,
@@ -139,6 +167,7 @@ def plan(
     Examples:
       specpilot plan examples/qwen36-27b-mtp-sglang.toml
       specpilot plan spec.toml --from-log engine.log --json
+      specpilot plan spec.toml --from-log engine.log --samples samples/
       specpilot plan spec.toml --svg plan.svg --html plan.html
       specpilot plan spec.toml --job out/ --gpus 8     (after `specpilot bench ... --job out/`)
       specpilot plan examples/qwen36-27b-mtp-sglang.toml --write fits.toml
@@ -156,17 +185,22 @@ def plan(
     measured: dict[str, float] = {}
     if from_log:
         spec, measured = calibrate_from_log(spec, from_log)
+    peak = _startup_peak(spec, from_log, samples)
     result = make_plan(spec, measured)
     if svg_path or html_path:
         _draw(spec, measured, result, svg_path, html_path)
     projected = job_projections(spec, job_dir, gpus) if job_dir is not None else None
     if as_json:
         data = result.to_json()
+        if peak is not None:
+            data["startup_peak"] = peak.to_json()
         if projected is not None:
             data["projection"] = {label: p.to_json() for label, p in projected.items()}
         click.echo(json.dumps(data, indent=2))
     else:
         render_plan(result, Console())
+        if peak is not None:
+            render_startup_peak(peak, result, Console())
         if job_dir is not None:
             _print_projections(job_dir, projected)
     if write_path is not None:

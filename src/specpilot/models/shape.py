@@ -143,6 +143,19 @@ class ModelShape:
     def linear_value_dim(self) -> int:
         return self.linear_num_value_heads * self.linear_value_head_dim
 
+    @property
+    def rotary_dim(self) -> int:
+        """Dimensions of a head that rotary embedding turns (all of it unless partial)."""
+        return int(self.head_dim * partial_rotary_factor(self.config))
+
+
+def partial_rotary_factor(config: Mapping[str, Any]) -> float:
+    """The rotated share of a head, from rope_parameters / rope_scaling or the top level
+    (text_config for wrappers); 1.0 when the config says nothing."""
+    text = config.get("text_config") or config
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    return float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 1.0)))
+
 
 def _layer_kinds(text: dict[str, Any], num_layers: int) -> tuple[str, ...]:
     """Kinds per layer from `layer_types`, `full_attention_interval` or sliding-window settings."""

@@ -21,15 +21,13 @@ from specpilot.models.shape import ModelShape
 from specpilot.plan import sglang_quantities as q
 from specpilot.plan.effective import effective_args_without
 from specpilot.plan.sglang_log import parse_sglang_log
+from specpilot.plan.sglang_margin import PostPoolFit, highest_fraction, post_pool_fit, required_margin_gib
 from specpilot.plan.sglang_settings import POST_CAPTURE_ENV, SglangSettings, resolve_settings
 from specpilot.plan.types import GIB, Plan, Problem, SglangDetails, Term
 from specpilot.spec import Spec
 
 __all__ = ["parse_sglang_log", "plan_sglang"]
 
-#: Head-room asked of the reserve above the estimated need: the activation and graph
-#: terms are estimates, and an OOM costs a whole server start.
-RESERVE_MARGIN = 1.10
 #: Mean tokens per completion in the incident's job (1.87e9 tokens / 902,087 rows,
 #: incident.md); the recommendation leaves KV room for twice that per running request.
 BULK_MEAN_TOKENS_PER_REQUEST = 2073
@@ -44,6 +42,10 @@ FRACTION_STEP = 0.01
 PLATEAU_FRACTIONS = 5
 #: Term.note of memory that is needed only for a while (see `Sizing.reserve_needed_gib`)
 PEAK = "peak"
+#: Term.source of a post-pool term fitted to measured startup peaks (`sglang_margin.FITS`)
+FITTED = "fitted"
+#: a release without a fit: every post-pool term estimated
+NO_FIT = PostPoolFit("", "", 0.0, "", "")
 LOWEST_FRACTION = 0.50
 
 
@@ -72,6 +74,8 @@ class Sizing:
     #: with post-capture KV sizing: what graph capture allocated before the pool was sized
     #: again (out of the pools' budget, not the reserve)
     captured_terms: tuple[Term, ...] = ()
+    #: the post-pool terms' fit to measured peaks (None: estimated)
+    fit: PostPoolFit | None = None
 
     @property
     def available_after_pools_gib(self) -> float:
@@ -84,12 +88,22 @@ class Sizing:
         return self.available_after_pools_gib - self.reserve_needed_gib
 
     @property
+    def required_margin_gib(self) -> float:
+        """Free memory a recommendation keeps beyond the post-pool terms (`sglang_margin`)."""
+        return required_margin_gib(self.fit, self.reserve_needed_gib)
+
+    @property
     def reserve_needed_gib(self) -> float:
         """Steady terms plus the larger of the peaks (load-time and serving peaks never
         coincide)."""
         steady = sum(t.gib for t in self.reserve_terms if t.note != PEAK)
         peaks = [t.gib for t in self.reserve_terms if t.note == PEAK]
         return steady + max(peaks, default=0.0)
+
+
+def _fitted(value: float | None, estimate: float) -> tuple[float, str]:
+    """(GiB, source): a fit's value where it has one, else the estimate."""
+    return (value, FITTED) if value is not None else (estimate, "estimated")
 
 
 def _reserve_terms(
@@ -99,20 +113,34 @@ def _reserve_terms(
     tokens: int,
     requests: int,
     draft_gib: float,
+    fit: PostPoolFit | None,
 ) -> tuple[Term, ...]:
-    """What is allocated after the pools and so must fit in the reserve."""
+    """What is allocated after the pools and so must fit in the reserve; a fit's values
+    replace the estimates it covers."""
+    f = fit or NO_FIT
+    activation = q.activation_gib(shape, s)
+    scaled = None if f.activation_scale is None else activation * f.activation_scale
+    decode = None if f.decode_graph_family is None else q.decode_graphs_gib(s, *f.decode_graph_family)
+    per_token = f.prefill_graph_bytes_per_token_hidden_layer
     terms = [
-        Term("activations (prefill chunk + logits)", q.activation_gib(shape, s), "estimated", PEAK),
-        Term("attention backend workspace", q.attention_workspace_gib(s), "estimated"),
+        Term("activations (prefill chunk + logits)", *_fitted(scaled, activation), PEAK),
         Term(
-            f"decode CUDA graphs ({q.decode_graph_families(s)} families)", q.decode_graphs_gib(s), "estimated"
+            "attention backend workspace", *_fitted(f.attention_workspace_gib, q.attention_workspace_gib(s))
+        ),
+        Term(
+            f"decode CUDA graphs ({q.decode_graph_families(s)} families)",
+            *_fitted(decode, q.decode_graphs_gib(s)),
         ),
         Term("request-to-token table", q.req_to_token_gib(requests, s), "config"),
-        Term("runtime buffers (not itemized, measured)", q.unitemized_runtime_gib(shape, rules), "estimated"),
+        Term(
+            "runtime buffers (not itemized, measured)",
+            *_fitted(f.unitemized_gib, q.unitemized_runtime_gib(shape, rules)),
+        ),
     ]
     if s.piecewise_graph_tokens:  # prefill runs eagerly otherwise (multimodal models before 0.5.17)
         name = f"prefill CUDA graphs (up to {s.prefill_graph_max_tokens} tokens)"
-        terms.append(Term(name, q.prefill_graph_gib(shape, s, rules), "estimated"))
+        prefill = None if per_token is None else q.prefill_graph_gib(shape, s, rules, per_token)
+        terms.append(Term(name, *_fitted(prefill, q.prefill_graph_gib(shape, s, rules))))
     if s.tp_size * s.pp_size > 1:
         terms.append(Term("TP communication buffers", q.tp_buffers_gib(s), "estimated"))
     draft_kv_after_pools = s.has_draft_model and not (rules.draft_in_profile and rules.draft_kv_in_cell)
@@ -141,8 +169,11 @@ def size(
     weights_gib: float,
 ) -> Sizing:
     """Run the engine's sizing for one configuration."""
+    fit = post_pool_fit(rules)
     draft_gib = q.draft_weights_gib(shape, s)
-    free_after_load = free_before_load_gib - weights_gib - rules.pre_profile_gib
+    free_after_load = (
+        free_before_load_gib - weights_gib - rules.pre_profile_gib - q.rope_regrowth_gib(shape, s, rules)
+    )
     freed = 0.0
     if rules.draft_in_profile:
         freed = q.draft_load_transient_gib(shape, s)
@@ -156,7 +187,7 @@ def size(
     cell = q.pool_cell_bytes(shape, s, rules)
     tokens = q.kv_tokens(pool.rest_for_kv_gib, cell, s)
     requests = q.max_running_requests(tokens, pool.slots, s, rules, hybrid) if tokens else 0
-    terms = _reserve_terms(shape, s, rules, tokens, requests, draft_gib)
+    terms = _reserve_terms(shape, s, rules, tokens, requests, draft_gib, fit)
     captured: tuple[Term, ...] = ()
     if s.post_capture_kv_sizing and tokens:
         # compute_post_capture_kv_resize: the pool shrinks to what capture left free, less
@@ -186,6 +217,7 @@ def size(
         max_running_requests=requests,
         reserve_terms=terms,
         captured_terms=captured,
+        fit=fit,
     )
 
 
@@ -273,10 +305,7 @@ def _fraction_candidates(start: float) -> list[float]:
 
 
 def _fits_with_margin(z: Sizing, shape: ModelShape) -> bool:
-    return (
-        not blocking_problems(z, shape)
-        and z.available_after_pools_gib >= z.reserve_needed_gib * RESERVE_MARGIN
-    )
+    return not blocking_problems(z, shape) and z.margin_gib >= z.required_margin_gib
 
 
 def _long_request_tokens(s: SglangSettings) -> int:
@@ -330,11 +359,12 @@ def recommend(
 def _recommend_hybrid(
     shape: ModelShape, s: SglangSettings, rules: SglangRelease, free: float, weights: float
 ) -> Sizing | None:
-    """The fraction, from 0.95 down, whose best state split serves the most requests;
-    the search stops once `PLATEAU_FRACTIONS` steps bring nothing better."""
+    """The fraction, from the highest the post-pool terms allow (`sglang_margin`) down, whose
+    best state split serves the most requests; the search stops once `PLATEAU_FRACTIONS`
+    steps bring nothing better."""
     best: Sizing | None = None
     since_better = 0
-    for fraction in _fraction_candidates(0.95):
+    for fraction in _fraction_candidates(highest_fraction(post_pool_fit(rules))):
         z = _best_state_split(shape, replace(s, mem_fraction_static=fraction), rules, free, weights)
         if z is not None and (best is None or _concurrency_first(z) > _concurrency_first(best)):
             best, since_better = z, 0
@@ -350,7 +380,7 @@ def _recommend_dense(
     shape: ModelShape, s: SglangSettings, rules: SglangRelease, free: float, weights: float
 ) -> Sizing | None:
     """The highest fraction that fits with margin and still holds one long request."""
-    for fraction in _fraction_candidates(0.95):
+    for fraction in _fraction_candidates(highest_fraction(post_pool_fit(rules))):
         trial = replace(s, mem_fraction_static=fraction)
         z = size(shape, trial, rules, free_before_load_gib=free, weights_gib=weights)
         if _fits_with_margin(z, shape) and z.kv_tokens >= _long_request_tokens(s):
@@ -441,6 +471,8 @@ def _memory_table(
     ]
     if rules.pre_profile_gib:
         terms.append(Term("allocated before the memory profile", rules.pre_profile_gib, "estimated"))
+    if rope := q.rope_regrowth_gib(shape, s, rules):
+        terms.append(Term("rotary cache regrown for the context length", rope, "estimated"))
     if s.has_draft_model and rules.draft_in_profile:
         terms.append(Term("draft weights (loaded before profiling)", z.draft_weights_gib, "estimated"))
         terms.append(
@@ -517,7 +549,12 @@ def _recommendation(
     """(problems with the recommendation as their fix, the recommended flags, the note saying
     what they give)."""
     if best is None:
-        return problems, [], "no --mem-fraction-static from 0.95 down to 0.50 fits: use more GPUs (--tp)"
+        top = highest_fraction(post_pool_fit(rules))
+        return (
+            problems,
+            [],
+            f"no --mem-fraction-static from {top:.2f} down to 0.50 fits: use more GPUs (--tp)",
+        )
     rec_args = recommended_args(best, rules, shape)
     verb = "fits with" if not problems else "starts with"
     transient = largest_transient(best)
@@ -526,6 +563,8 @@ def _recommendation(
         f"{best.max_running_requests} concurrent requests, {best.margin_gib:.2f} GiB free after "
         f"the last startup allocation (largest: {transient.name}, {transient.gib:.2f} GiB)"
     )
+    if best.fit is not None:
+        note += f"; it keeps at least {best.fit.stated_margin_gib:.2f} GiB free: {best.fit.margin_reason}"
     fixed = [replace(p, fix=Fix(args=tuple(rec_args), env=env)) for p in problems]
     return fixed, rec_args, note
 
@@ -558,6 +597,28 @@ def _context_note(z: Sizing) -> str | None:
     return (
         f"{z.kv_tokens} KV tokens hold less than one {context_len}-token request "
         "(--context-length); long requests will wait or be retracted"
+    )
+
+
+def _state_copy_note(z: Sizing, shape: ModelShape) -> str | None:
+    """Warn when a batch of cached-prefix requests can copy more SSM state at once than the
+    startup leaves free (`q.mamba_cow_transient_gib`): the server starts, then dies serving."""
+    transient = q.mamba_cow_transient_gib(shape, z.settings, z.max_running_requests)
+    if transient <= max(z.margin_gib, 0.0):
+        return None
+    copies = q.mamba_cow_requests(z.settings, z.max_running_requests)
+    per_state = transient / copies
+    fitting = int(max(z.margin_gib, 0.0) // per_state)
+    fix = (
+        f"--prefill-max-requests {fitting} bounds it to {fitting * per_state:.2f} GiB"
+        if fitting
+        else "--disable-radix-cache avoids the copies"
+    )
+    return (
+        f"warning: with the radix cache on, one prefill batch of {copies} requests that hit cached "
+        f"prefixes copies their SSM states at once ({per_state * 1024:.0f} MiB each, "
+        f"{transient:.2f} GiB) against {z.margin_gib:.2f} GiB left after startup: CUDA out of memory while "
+        f"serving, not at start. {fix}"
     )
 
 
@@ -613,6 +674,8 @@ def plan_sglang(
         )
     if post_capture_note := _post_capture_note(spec, settings):
         notes.append(post_capture_note)
+    if cow_note := _state_copy_note(z, shape):
+        notes.append(cow_note)
     return Plan(
         engine="sglang",
         engine_version=spec.engine.version,

@@ -58,6 +58,13 @@ UNITEMIZED_DENSE_GIB = 0.6
 #: req_to_token entries beyond context_len (speculative decoding's extra room is at most a
 #: few draft tokens; get_req_to_token_extra_context_len)
 REQ_TO_TOKEN_EXTRA_TOKENS = 4
+#: reserve_rope_cache_for_long_sequences (SGLANG_SPEC_EXPANSION_SAFETY_FACTOR,
+#: SGLANG_ROPE_CACHE_SAFETY_MARGIN, SGLANG_ROPE_CACHE_ALIGN defaults, 0.5.13-0.5.17)
+ROPE_SPEC_SAFETY_FACTOR = 2
+ROPE_CACHE_MARGIN_POSITIONS = 256
+ROPE_CACHE_ALIGN_POSITIONS = 128
+#: the cos/sin cache stays float32 on CUDA (rotary_embedding/base.py)
+ROPE_CACHE_DTYPE_BYTES = 4
 #: Activation working set per prefill token, in units of hidden_size elements: residual,
 #: normed input, attention output and the MLP's gate/up (2 x intermediate) at once.
 ACTIVATION_HIDDEN_COPIES = 4
@@ -71,6 +78,23 @@ def cuda_context_gib(tp_size: int) -> float:
 def free_before_load_gib(gpu_memory_gib: float, tp_size: int) -> float:
     """`pre_model_load_memory`: free memory the engine samples before loading weights."""
     return gpu_memory_gib - cuda_context_gib(tp_size)
+
+
+def rope_cache_positions_reserved(s: SglangSettings) -> int:
+    """`reserve_rope_cache_for_long_sequences`: the positions the engine wants the rotary cache
+    to cover after the weights load: context + 2 x steps x draft tokens + 256, 128-aligned."""
+    wanted = s.context_len + ROPE_SPEC_SAFETY_FACTOR * s.speculative_num_steps * s.num_draft_tokens
+    wanted += ROPE_CACHE_MARGIN_POSITIONS
+    return -(-wanted // ROPE_CACHE_ALIGN_POSITIONS) * ROPE_CACHE_ALIGN_POSITIONS
+
+
+def rope_regrowth_gib(shape: ModelShape, s: SglangSettings, rules: SglangRelease) -> float:
+    """Memory the rotary cache's regrowth keeps before the memory profile: none while the
+    cache (max_position_embeddings rows, float32 on CUDA) already covers the reserved
+    positions (`_ensure_cos_sin_cache_length`); else the release's measured share of it."""
+    if rope_cache_positions_reserved(s) - 1 < shape.max_position_embeddings:
+        return 0.0
+    return rules.rope_regrowth_share * rope_cache_bytes(shape) / GIB
 
 
 def embedding_params(shape: ModelShape) -> int:
@@ -92,6 +116,12 @@ def target_weights_gib(shape: ModelShape, s: SglangSettings) -> float:
     else:
         total_bytes = params * s.weights_dtype_bytes
     return total_bytes / s.tp_size / GIB
+
+
+def rope_cache_bytes(shape: ModelShape) -> int:
+    """The rotary cos/sin cache: max_position_embeddings x rotary dims, float32 on CUDA;
+    one instance shared by every layer (`get_rope` caches it)."""
+    return shape.max_position_embeddings * shape.rotary_dim * ROPE_CACHE_DTYPE_BYTES
 
 
 def draft_weights_gib(shape: ModelShape, s: SglangSettings) -> float:
@@ -351,22 +381,29 @@ def decode_graph_families(s: SglangSettings) -> int:
     return 3 if s.has_draft_model else 1
 
 
-def decode_graphs_gib(s: SglangSettings) -> float:
+def decode_graphs_gib(
+    s: SglangSettings, family_gib: float = GRAPH_FAMILY_GIB, mib_per_batch: float = GRAPH_FAMILY_MIB_PER_BATCH
+) -> float:
     """Decode-side CUDA graphs, captured for batch sizes up to min(cuda_graph_max_bs,
-    max_running_requests): `GRAPH_FAMILY_GIB` plus `GRAPH_FAMILY_MIB_PER_BATCH` per size."""
+    max_running_requests): `family_gib` plus `mib_per_batch` per size, per family."""
     batch = min(s.cuda_graph_max_bs, s.max_running_requests or s.cuda_graph_max_bs)
-    per_family_gib = GRAPH_FAMILY_GIB + GRAPH_FAMILY_MIB_PER_BATCH * batch / 1024
+    per_family_gib = family_gib + mib_per_batch * batch / 1024
     return decode_graph_families(s) * per_family_gib
 
 
-def prefill_graph_gib(shape: ModelShape, s: SglangSettings, rules: SglangRelease) -> float:
+def prefill_graph_gib(
+    shape: ModelShape,
+    s: SglangSettings,
+    rules: SglangRelease,
+    bytes_per_token_hidden_layer: float = BREAKABLE_GRAPH_BYTES_PER_TOKEN_HIDDEN_LAYER,
+) -> float:
     """Prefill CUDA graphs: a breakable graph keeps activations for its largest token count
-    in every layer (`BREAKABLE_GRAPH_BYTES_PER_TOKEN_HIDDEN_LAYER`); piecewise graphs get
-    SGLang's own 8 MiB per captured size."""
+    in every layer (`bytes_per_token_hidden_layer`); piecewise graphs get SGLang's own 8 MiB
+    per captured size."""
     if not s.piecewise_graph_tokens:
         return 0.0
     if rules.prefill_graph == "breakable":
-        per_token = BREAKABLE_GRAPH_BYTES_PER_TOKEN_HIDDEN_LAYER * shape.hidden_size * shape.num_hidden_layers
+        per_token = bytes_per_token_hidden_layer * shape.hidden_size * shape.num_hidden_layers
         return s.prefill_graph_max_tokens * per_token / s.tp_size / GIB
     return PIECEWISE_GRAPH_MIB * s.piecewise_graph_tokens / 1024
 
@@ -374,3 +411,24 @@ def prefill_graph_gib(shape: ModelShape, s: SglangSettings, rules: SglangRelease
 def tp_buffers_gib(s: SglangSettings) -> float:
     """NCCL / custom all-reduce buffers: SGLang's tp * pp / 8 GiB allowance."""
     return s.tp_size * s.pp_size / 8 if s.tp_size * s.pp_size > 1 else 0.0
+
+
+def mamba_cow_requests(s: SglangSettings, requests: int) -> int:
+    """State copies one extend batch makes with the radix cache on: every request whose prompt
+    hits a cached prefix copies that prefix's state into its own slot, and one prefill batch
+    takes up to --prefill-max-requests (else every running request) such requests."""
+    if s.radix_cache_disabled:
+        return 0
+    cap = s.prefill_max_requests if s.prefill_max_requests is not None else requests
+    return max(min(cap, requests), 0)
+
+
+def mamba_cow_transient_gib(shape: ModelShape, s: SglangSettings, requests: int) -> float:
+    """The serving-time temporary of those copies: `MambaPool.copy_from` runs
+    `temporal[:, dst] = temporal[:, src]`, which gathers every source SSM state at once
+    (memory_pool.py, 0.5.17; a real start ran out of memory there: 5.06 GiB for 36 copies of
+    144 MiB with 3.46 GiB free). The conv states are copied in place or one layer at a time."""
+    if not shape.is_hybrid:
+        return 0.0
+    ssm_bytes = ssm_state_bytes_per_layer(shape, s) * shape.linear_attention_layers
+    return mamba_cow_requests(s, requests) * ssm_bytes / GIB

@@ -52,9 +52,12 @@ class SglangSettings:
     mem_fraction_given: bool
     speculative_algorithm: str | None
     num_draft_tokens: int
+    speculative_num_steps: int
     draft_layers: int
     max_running_requests: int | None
     max_running_requests_given: bool
+    #: --prefill-max-requests: requests one prefill batch may take (None: no cap)
+    prefill_max_requests: int | None
     radix_cache_disabled: bool
     mamba_strategy: str
     overlap_schedule: bool
@@ -317,10 +320,12 @@ def resolve_settings(
         mem_fraction_given=args.get_float("mem_fraction_static") is not None,
         speculative_algorithm=algorithm,
         num_draft_tokens=(args.get_int("speculative_num_draft_tokens") or 0) if algorithm else 0,
+        speculative_num_steps=(args.get_int("speculative_num_steps") or 0) if algorithm else 0,
         # NEXTN is EAGLE by now: the model's own MTP layers draft
         draft_layers=max(shape.mtp_num_layers, 1) if algorithm == "EAGLE" else 1,
         max_running_requests=args.get_int("max_running_requests"),
         max_running_requests_given=args.given("max_running_requests"),
+        prefill_max_requests=args.get_int("prefill_max_requests"),
         radix_cache_disabled=args.get_bool("disable_radix_cache"),
         mamba_strategy=_mamba_strategy(args),
         overlap_schedule=not args.get_bool("disable_overlap_schedule"),

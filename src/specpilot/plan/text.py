@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from specpilot.plan.types import Plan
+from specpilot.plan.startup_peak import StartupPeak
+from specpilot.plan.types import Plan, SglangDetails
 
 
 def command_text(env: Mapping[str, str], args: Sequence[str]) -> str:
@@ -62,3 +63,37 @@ def render_plan(plan: Plan, console: Console) -> None:
     if plan.provenance:
         basis = plan.provenance.summary(plan.engine, plan.engine_version)
         console.print(f"rests on: {basis}", soft_wrap=True)
+
+
+def render_startup_peak(peak: StartupPeak, plan: Plan, console: Console) -> None:
+    """The measured low point next to the plan's margin, and every phase's own low point."""
+    table = Table(title="measured free GPU memory by phase (NVML, whole device)")
+    for column in ("phase", "from s", "to s", "free at start", "lowest", "drop GiB"):
+        table.add_column(column, justify="left" if column == "phase" else "right")
+    for phase in peak.phases:
+        table.add_row(
+            phase.name,
+            f"{phase.start_s - peak.origin_s:.1f}" if phase.start_s > peak.origin_s else "-",
+            f"{phase.end_s - peak.origin_s:.1f}",
+            f"{phase.free_at_start_gib:.2f}",
+            f"{phase.lowest_free_gib:.2f}",
+            f"{phase.drop_gib:.2f}",
+        )
+    console.print(table)
+    span = "start" if peak.ready else "start (never ready)"
+    engine_view = (
+        f" ({peak.lowest_free_gib - peak.nvml_minus_engine_gib:.2f} GiB as the engine counts it)"
+        if peak.nvml_minus_engine_gib is not None
+        else ""
+    )
+    planned = (
+        f"; the plan keeps {plan.details.margin_gib:.2f} GiB free after the last startup allocation"
+        if isinstance(plan.details, SglangDetails)
+        else ""
+    )
+    console.print(
+        f"lowest free memory of the {span}: {peak.lowest_free_gib:.2f} GiB{engine_view} at "
+        f"+{peak.lowest_at_s - peak.origin_s:.1f} s, in {peak.phase}{planned}",
+        soft_wrap=True,
+    )
+    console.print(f"  after: {peak.after_line}", markup=False, soft_wrap=True)

@@ -53,7 +53,8 @@ class Term:
 
     name: str
     gib: float
-    #: "measured" (a log or spec override), "estimated", or "config" (follows from flags)
+    #: "measured" (a log or spec override), "estimated", "fitted" (to measured startup peaks),
+    #: or "config" (follows from flags)
     source: str
     note: str = ""
 

@@ -20,7 +20,7 @@ from specpilot.dtypes import DTYPE_BYTES
 from specpilot.engines.fix import Fix
 from specpilot.engines.vllm.defaults import human_int, targets_cpu
 from specpilot.errors import UserError
-from specpilot.models.shape import ModelShape
+from specpilot.models.shape import ModelShape, partial_rotary_factor
 from specpilot.plan import vllm_memory as mem
 from specpilot.plan.types import GIB, Plan, Problem, Term, VllmDetails, gib
 from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate
@@ -132,7 +132,7 @@ def rotary_cache_bytes_of(config: Mapping[str, Any], head_dim: int, act_dtype_by
     """
     text = config.get("text_config") or config
     rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
-    factor = float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 1.0)))
+    factor = partial_rotary_factor(config)
     positions = int(text.get("max_position_embeddings", 0))
     if "mrope_section" in rope:
         positions *= MROPE_CACHE_POSITIONS_FACTOR

@@ -70,8 +70,9 @@ class SglangRelease:
     #: from published logs (a 0.5.18 Qwen3.5-27B H100 log lost 2.87 GiB, its prefill graph
     #: included); 0.5.17 from the H200 matrix, where the prefill graph is its own term.
     #: allocated after the weight-load line and before the memory profile (the scheduler's
-    #: and the draft worker's small buffers): 0.04-0.05 GiB in every real 0.5.13.post1 and
-    #: 0.5.17 start on the H200; unmeasured elsewhere (a 0.5.14 TP4 log shows none)
+    #: and the draft worker's small buffers): 0.03 GiB in the real 0.5.13.post1 and 0.5.17
+    #: starts on the H200 at --context-length 32768, where nothing below regrows; unmeasured
+    #: elsewhere (a 0.5.14 TP4 log shows none)
     pre_profile_gib: float = 0.0
     #: SGLANG_ENABLE_POST_CAPTURE_KV_SIZING (off by default) is modelled: the default
     #: fraction keeps only 1.5 GiB + parallel slack (arg_groups/memory_hook.py), and after
@@ -83,6 +84,12 @@ class SglangRelease:
     #: Without the GPU's memory 0.5.20+ fall back to fraction 0.95 (0.88 before); a spec
     #: always gives [gpu] memory_gib, so no row needs that fallback.
     post_capture_kv_sizing: bool = False
+    #: after the weights, `reserve_rope_cache_for_long_sequences` regrows the rotary cos/sin
+    #: cache when the context (+ speculative room + 256) reaches the cache's positions; the
+    #: regrowth keeps this share of the cache's size in use (measured on the H200: 23 MiB of
+    #: the 64 MiB Qwen3.6-27B cache, the 320 KV tokens a 262,144-token context loses against
+    #: 32,768 in both releases); 0: not measured for the release
+    rope_regrowth_share: float = 0.0
     unitemized_hybrid_gib: float = 2.5
     unitemized_dense_gib: float = 0.6
 
@@ -123,7 +130,8 @@ RELEASES: tuple[SglangRelease, ...] = (
         intermediate_rule="joint",
         multimodal_reserve_mib=0,
         explicit_requests_cap="pool_estimate",
-        pre_profile_gib=0.05,
+        pre_profile_gib=0.03,
+        rope_regrowth_share=0.36,
     ),
     SglangRelease(
         first="0.5.14",
@@ -150,7 +158,8 @@ RELEASES: tuple[SglangRelease, ...] = (
         explicit_requests_cap="half_tokens",
         prefill_graph="breakable",
         draft_kv_in_cell=False,
-        pre_profile_gib=0.05,
+        pre_profile_gib=0.03,
+        rope_regrowth_share=0.36,
         prefill_graph_multimodal_archs=frozenset(
             {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"}
         ),

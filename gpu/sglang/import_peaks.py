@@ -1,0 +1,71 @@
+"""Turn the starts `gpu/sglang/job.py` recorded into test data: log, spec, plan and samples per start.
+
+    python3 gpu/sglang/import_peaks.py JOBDIR
+
+JOBDIR is `job-logs.tar.gz` unpacked (job.py's stash: one folder per start with `engine.log`,
+`<name>.toml`, `<name>.plan.json`, `up.json`, `samples/memory.tsv`, `samples/lines.tsv`). Each
+start lands in tests/data/startup_peaks/sglang-h200/<name>/ with its files as recorded, except
+the spec: the model path points at gpu/models/qwen3.6-27b-text (the config job.py wrote), and
+the machine's launcher command and paths in the environment are dropped (the engine's own
+SGLANG_* variables stay), so `specpilot plan` runs on exactly what the engine ran.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tomllib
+from pathlib import Path
+
+import tomli_w
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data" / "startup_peaks" / "sglang-h200"
+MODEL = "gpu/models/qwen3.6-27b-text"
+KEPT_FILES = ("engine.log", "up.json")
+
+
+def starts(job_dir: Path) -> list[Path]:
+    """Folders holding one start: its engine log and its samples."""
+    return sorted(
+        p.parent.parent
+        for p in job_dir.rglob("samples/memory.tsv")
+        if (p.parent.parent / "engine.log").exists()
+    )
+
+
+def spec_of(folder: Path) -> Path:
+    specs = [p for p in folder.glob("*.toml") if not p.stem.endswith("-as-given")]
+    if len(specs) != 1:
+        raise SystemExit(f"{folder}: expected one spec, found {[p.name for p in specs]}")
+    return specs[0]
+
+
+def portable_spec(spec_path: Path, target: Path) -> str:
+    spec = tomllib.loads(spec_path.read_text())
+    spec["model"]["path"] = str(Path("../" * len(target.relative_to(REPO).parts)) / MODEL)
+    engine = spec["engine"]
+    engine.pop("command", None)
+    engine["env"] = {k: v for k, v in engine.get("env", {}).items() if k.startswith("SGLANG_")}
+    note = f"# Imported by gpu/sglang/import_peaks.py from {spec_path.name}: the start as job.py ran it.\n"
+    return note + tomli_w.dumps(spec)
+
+
+def main(job_dir: str) -> None:
+    for folder in starts(Path(job_dir)):
+        spec_path = spec_of(folder)
+        name = spec_path.stem
+        target = DATA / name
+        (target / "samples").mkdir(parents=True, exist_ok=True)
+        (target / f"{name}.toml").write_text(portable_spec(spec_path, target))
+        for kept in (*KEPT_FILES, f"{name}.plan.json"):
+            if (folder / kept).exists():
+                shutil.copyfile(folder / kept, target / kept)
+        for sample in ("memory.tsv", "lines.tsv"):
+            shutil.copyfile(folder / "samples" / sample, target / "samples" / sample)
+        size_kib = sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) // 1024
+        print(f"{name}: {folder} -> {target.relative_to(REPO)} ({size_kib} KiB)")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

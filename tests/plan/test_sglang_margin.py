@@ -1,0 +1,103 @@
+"""What the SGLang plan keeps free after the pools: estimated terms with their 10% padding, or
+terms fitted to measured startup peaks plus one stated margin (`plan/sglang_margin.py`).
+
+The fits here are test fits on a real H200 start's spec (0.5.17, Qwen3.6-27B, 95.6 GiB card,
+--context-length 32768, no speculation): they show what the code path does with a fit, not
+what the engine measured (docs/gpu-validation.md has the real fits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from specpilot.engines.sglang.releases import release_rules
+from specpilot.plan import make_plan, sglang_margin
+from specpilot.plan.sglang_margin import PostPoolFit
+from specpilot.plan.types import Plan
+from specpilot.spec import Spec, load_spec
+
+H200 = Path(__file__).resolve().parents[1] / "data" / "startup_logs" / "sglang-h200"
+#: the engine's printed prefill graph of Qwen3.6-27B: 2.85 GiB for 8192 x 5120 x 64
+PRINTED_PREFILL_BYTES = 1.15
+STATED = PostPoolFit(
+    "0.5.17",
+    "0.5.17",
+    stated_margin_gib=0.5,
+    margin_reason="test fit",
+    source="tests",
+    prefill_graph_bytes_per_token_hidden_layer=PRINTED_PREFILL_BYTES,
+    decode_graph_family=(0.1, 0.5),
+)
+
+
+def _bare(run: str) -> Spec:
+    """The start's spec without the knobs the plan recommends."""
+    spec = load_spec(H200 / f"{run}.toml")
+    args = spec.engine.args[: spec.engine.args.index("--mem-fraction-static")]
+    return spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args})})
+
+
+def _term_source(plan: Plan, prefix: str) -> str:
+    return next(t.source for t in plan.terms if t.name.startswith(prefix))
+
+
+def test_without_a_fit_every_post_pool_term_is_estimated_and_padded() -> None:
+    plan = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
+    assert sglang_margin.post_pool_fit(release_rules("0.5.17")) is None
+    assert {_term_source(plan, p) for p in ("activations", "decode CUDA", "prefill CUDA", "runtime")} == {
+        "estimated"
+    }
+    assert plan.details.margin_gib >= 0.1 * plan.reserve_needed_gib
+
+
+def test_a_fit_replaces_the_terms_it_sets_and_no_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    estimated = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
+    monkeypatch.setattr(sglang_margin, "FITS", (STATED,))
+    fitted = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
+    assert _term_source(fitted, "prefill CUDA") == "fitted"
+    assert _term_source(fitted, "decode CUDA") == "fitted"
+    assert _term_source(fitted, "activations") == "estimated"
+    assert _term_source(fitted, "runtime") == "estimated"
+    prefill = {p.name: p.gib for p in (estimated, fitted) for p in p.terms if p.name.startswith("prefill")}
+    assert len(prefill) == 1  # the same name; the value is the fitted one
+    assert next(t.gib for t in fitted.terms if t.name.startswith("prefill")) == pytest.approx(
+        8192 * 5120 * 64 * PRINTED_PREFILL_BYTES / 2**30
+    )
+    assert fitted.reserve_needed_gib < estimated.reserve_needed_gib
+    # the pools do not move: the fit is about what comes after them
+    assert fitted.kv_tokens == estimated.kv_tokens
+
+
+def test_a_stated_margin_raises_concurrency_where_the_padding_was_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """95.6 GiB without speculation: the estimates stop at 0.93 (0.94 would leave about 0.2 GiB
+    of the 0.7 the padding asks); the fitted terms and 0.5 GiB stated allow 0.94."""
+    estimated = make_plan(_bare("r17-plain-rec2-96"))
+    monkeypatch.setattr(sglang_margin, "FITS", (STATED,))
+    fitted = make_plan(_bare("r17-plain-rec2-96"))
+    assert estimated.recommended_args[:2] == ["--mem-fraction-static", "0.93"]
+    assert fitted.recommended_args[:2] == ["--mem-fraction-static", "0.94"]
+    requests = [
+        int(p.recommended_args[p.recommended_args.index("--max-running-requests") + 1])
+        for p in (estimated, fitted)
+    ]
+    assert requests[1] > requests[0]
+    assert "it keeps at least 0.50 GiB free: test fit" in fitted.notes[0]
+
+
+def test_the_fraction_search_starts_at_the_fits_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With estimates the search starts at 0.95; a fit may let it start higher, where the reserve
+    the whole card leaves at 0.95 is more than the fitted terms and the stated margin need."""
+    bare = _bare("r17-plain-rec2-96")
+    spec = bare.model_copy(update={"gpu": bare.gpu.model_copy(update={"memory_gib": 139.8})})
+    assert make_plan(spec).recommended_args[1] == "0.95"
+    monkeypatch.setattr(sglang_margin, "FITS", (STATED,))
+    assert make_plan(spec).recommended_args[1] == "0.95"  # the fitted terms alone stop at the ceiling
+    monkeypatch.setattr(sglang_margin, "FITS", (replace(STATED, highest_fraction=0.98),))
+    raised = make_plan(spec)
+    assert float(raised.recommended_args[1]) > 0.95
+    assert raised.details.margin_gib >= STATED.stated_margin_gib
