@@ -4,7 +4,7 @@
 
 JOBDIR is `job-logs.tar.gz` unpacked (job.py's stash: one folder per start with `engine.log`,
 `<name>.toml`, `<name>.plan.json`, `up.json`, `samples/memory.tsv`, `samples/lines.tsv`). Each
-start lands in tests/data/startup_peaks/sglang-h200/<name>/ with its files as recorded, except
+start lands in tests/data/gpu-runs/<name>/ with its files as recorded, except
 the spec: the model path points at gpu/models/qwen3.6-27b-text (the config job.py wrote), and
 the machine's launcher command and paths in the environment are dropped (the engine's own
 SGLANG_* variables stay), so `specpilot plan` runs on exactly what the engine ran.
@@ -20,7 +20,7 @@ from pathlib import Path
 import tomli_w
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO / "tests" / "data" / "startup_peaks" / "sglang-h200"
+DATA = REPO / "tests" / "data" / "gpu-runs"
 MODEL = "gpu/models/qwen3.6-27b-text"
 KEPT_FILES = ("engine.log", "up.json")
 

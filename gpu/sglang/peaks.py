@@ -1,4 +1,4 @@
-"""Measured startup peaks against the plan: one row per start in tests/data/startup_peaks/sglang-h200/.
+"""Measured startup peaks against the plan: one row per start in tests/data/gpu-runs/.
 
     PYTHONPATH=src python3 gpu/sglang/peaks.py [DATA_DIR]
 
@@ -25,7 +25,7 @@ from specpilot.plan.types import Plan, SglangDetails
 from specpilot.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO / "tests" / "data" / "startup_peaks" / "sglang-h200"
+DATA = REPO / "tests" / "data" / "gpu-runs"
 GRAPH_END = re.compile(
     r"Capture (?P<family>[a-z ]*?) ?(?:CUDA|cuda) graph end\..*?mem usage=(?P<gib>[\d.]+) ?GB"
 )
@@ -39,7 +39,8 @@ def log_up_to_weights(text: str) -> str:
 
 def calibrated_plan(folder: Path, scratch: Path) -> tuple[float, Plan]:
     """(the card's GiB, the plan calibrated from the log up to the weights)."""
-    spec_path = next(p for p in folder.glob("*.toml"))
+    # the portable spec import_peaks.py writes, else the one recorded
+    spec_path = (sorted(folder.glob("*.repo.toml")) or sorted(folder.glob("*.toml")))[0]
     cut = scratch / f"{folder.name}.log"
     cut.write_text(log_up_to_weights((folder / "engine.log").read_text(errors="replace")))
     spec, measured = calibrate_from_log(load_spec(spec_path), cut)

@@ -20,7 +20,7 @@ def test_plan_write_applies_the_recommended_knobs(tmp_path: Path) -> None:
     done = CliRunner().invoke(cli, ["plan", str(given), "--write", str(target)])
     assert done.exit_code == 1  # the verdict is on the spec given, which does not fit
     assert (
-        "wrote " in done.output and "plans as fitting (93,532 KV tokens, 20 running requests)" in done.output
+        "wrote " in done.output and "plans as fitting (93,859 KV tokens, 20 running requests)" in done.output
     )
     written = load_spec(target)
     assert written.engine.args[written.engine.args.index("--mem-fraction-static") + 1] == "0.87"
