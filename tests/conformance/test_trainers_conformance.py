@@ -132,7 +132,8 @@ def _export(out: Path, *args: str) -> dict[str, Any]:
     result = CliRunner().invoke(cli, ["export", str(out), *args, "--json"])
     assert result.exit_code == 0, result.output
     told: dict[str, Any] = json.loads(result.stdout)
-    assert told["chat_template"] == "qwen3.5"
+    # the template is SpecForge's to train with; speculators renders with the model's own
+    assert told["chat_template"] == ("qwen3.5" if "specforge" in args else None)
     return told
 
 
