@@ -134,7 +134,7 @@ def _round_trip(text: str, directory: Path) -> None:
     writer.close()
     ledger.close()
     for fmt in FORMATS:
-        result = export(job, fmt, directory / "exports" / FORMATS[fmt][0])
+        result = export(job, fmt, directory / "exports" / FORMATS[fmt])
         assert result.rows == 1
         for file in result.files:
             if file.suffix == ".jsonl":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +11,10 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.generate.job import run_generate
+from specpilot.generate.ledger import Ledger
+from specpilot.generate.report import summarize
 from specpilot.generate.servers import ServerPool
-from specpilot.generate.stats import LiveStats, ProgressView
+from specpilot.generate.stats import progress_numbers
 from specpilot.generate.thinking import NO_REASONING_LIMIT, markers_for, split_inline
 from tests.generate.conftest import read_output
 from tests.generate.fake_server import FakeServer, Faults
@@ -115,10 +117,18 @@ def test_no_reasoning_does_not_stop_a_job_without_thinking(tmp_path: Path) -> No
     assert outcome.exit_code == 0 and len(rows) == 40
 
 
-def test_the_progress_line_counts_flags() -> None:
-    stats = LiveStats(total=3, done_before=0, failed_before=0)
-    view = ProgressView(stats, ServerPool(["http://a"], 1), lambda: None, interval_s=60, stream=io.StringIO())
-    assert "| flagged 0 |" in view.line()
-    stats.flagged_by.update(["missing_reasoning", "think_markers"])
-    stats.flagged_by.update(["missing_reasoning"])
-    assert "| flagged missing_reasoning 2, think_markers 1 |" in view.line()
+def test_the_progress_line_counts_flags(tmp_path: Path) -> None:
+    """The progress line reads the ledger's summary (one set of counters): its flag counts too."""
+    out = tmp_path / "out"
+    server = FakeServer(Faults(inline_thinking="none")).start()
+    try:
+        prompts = tmp_path / "p.jsonl"
+        prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"q {i}"}) + "\n" for i in range(3)))
+        CliRunner().invoke(
+            cli, ["generate", "--input", str(prompts), "--output", str(out), "--server", server.url]
+        )
+    finally:
+        server.close()
+    pool = ServerPool(["http://a"], 1)
+    numbers = progress_numbers(summarize(Ledger.in_dir(out, readonly=True)), None, pool)
+    assert numbers["flagged"] == "missing_reasoning 3"

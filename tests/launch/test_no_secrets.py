@@ -45,7 +45,7 @@ def test_no_secret_in_any_file_or_output_of_a_run(
     outputs: dict[str, str] = {}
     started = run("up", spec_path, "--json", "--force")
     outputs["up --json"] = started.output
-    pid = json.loads(started.output)["pid"]
+    pid = json.loads(started.stdout)["pid"]
     try:
         assert started.exit_code == 0, started.output
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -63,7 +63,7 @@ def test_no_secret_in_any_file_or_output_of_a_run(
         assert echo is None or any(echo in line for line in shown), shown
     finally:
         outputs["down --json"] = run("down", name, "--json").output
-    run_dir = run_home / ".specpilot" / "runs" / name
+    run_dir = tmp_path / "state" / "runs" / name  # a local run keeps its files under SPECPILOT_HOME
     files = [p for root in (run_home, tmp_path / "state") for p in root.rglob("*") if p.is_file()]
     names = {p.name for p in files}
     assert {"launch.sh", "env", "spec.toml", "manifest.json", "state.json", "engine.log"} <= names, names

@@ -28,7 +28,7 @@ class _Job:
 
 def _exported(directory: Path) -> str:
     job = _Job()
-    job.stats.answered("user:hunter2@127.0.0.1:1", 0.3, 10, 20)
+    job.stats.answered("127.0.0.1:1", 0.3, 10, 20)  # as the dispatcher names it: Server.name
     job.stats.answered("127.0.0.1:2", 42.0, 10, 20)
     job.stats.retried('HTTP 429: {"error": "slow down"}')
     job.stats.requeued_from_down_server()
