@@ -150,6 +150,8 @@ def test_repair_refuses_when_the_router_cannot_start_and_starts_nothing(
     kill_router(record_path)
     port = int(str(fleet_up["router_url"]).rsplit(":", 1)[1])
     with socket.socket() as held:  # another process took the router's port meanwhile
+        # the killed router's connections may leave the port in TIME_WAIT, which a server may reuse
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         held.bind(("127.0.0.1", port))
         held.listen()
         result = run("fleet-repair", "fl")

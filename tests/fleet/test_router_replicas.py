@@ -95,7 +95,10 @@ def test_a_replica_killed_mid_job_costs_no_row_and_repair_restarts_only_it(
     record = read_fleet("fl")
     urls = [r["url"] for r in record["routers"]]
     members = sorted(m["worker_url"] for m in two_routers["members"])
-    for url in urls:  # every member is registered with both
+    for url in urls:  # every member is registered with both (a router lists one once it has added it)
+        deadline_s = time.monotonic() + WAIT_S
+        while sorted(w.url for w in router_workers(url)) != members and time.monotonic() < deadline_s:
+            time.sleep(0.1)
         assert sorted(w.url for w in router_workers(url)) == members
     pids_before = member_pids(state / "runs")
     out = tmp_path / "out"
