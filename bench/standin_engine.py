@@ -28,6 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fakeengines"))
 from scenarios import SCENARIOS  # the stand-ins' shared scenario data
 
+from standin_http import next_request  # a sibling of this script: the same request reading
+
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 
 
@@ -72,21 +74,9 @@ class Http(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buffer[:end].decode("latin-1")
-            length = 0
-            for line in head.split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value)
-            if len(self.buffer) < end + 4 + length:
-                return
-            body = self.buffer[end + 4 : end + 4 + length]
-            self.buffer = self.buffer[end + 4 + length :]
-            self.answer(head.split(" ", 2)[1], body)
+        while (request := next_request(self.buffer)) is not None:
+            path, body, self.buffer = request
+            self.answer(path, body)
 
     def answer(self, path: str, body: bytes) -> None:
         assert self.transport is not None

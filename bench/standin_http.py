@@ -23,6 +23,23 @@ def reply(body: bytes) -> bytes:
 Routes = tuple[tuple[str, bytes], ...]
 
 
+def next_request(buffer: bytes) -> tuple[str, bytes, bytes] | None:
+    """(path, body, what follows) of the first whole HTTP/1.1 request in `buffer`, or None
+    until all of it has arrived."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    head = buffer[:end].decode("latin-1")
+    length = 0
+    for line in head.split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value)
+    if len(buffer) < end + 4 + length:
+        return None
+    return head.split(" ", 2)[1], buffer[end + 4 : end + 4 + length], buffer[end + 4 + length :]
+
+
 class _Http(asyncio.Protocol):
     def __init__(self, routes: Routes) -> None:
         self.routes = routes
@@ -33,20 +50,8 @@ class _Http(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buffer[:end].decode("latin-1")
-            length = 0
-            for line in head.split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value)
-            if len(self.buffer) < end + 4 + length:
-                return
-            self.buffer = self.buffer[end + 4 + length :]
-            path = head.split(" ", 2)[1]
+        while (request := next_request(self.buffer)) is not None:
+            path, _, self.buffer = request
             answer = next((body for suffix, body in self.routes if path.endswith(suffix)), NOT_FOUND)
             self.transport.write(answer)  # type: ignore[attr-defined]
 
