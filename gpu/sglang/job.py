@@ -19,6 +19,9 @@ Steps, each skipped once done (state in $SPECPILOT_GPU_STASH/job, default /root/
 * ``edge``: starts on a card emulated at 95.6 GiB at the plan's recommendation with MTP and
   one step (5 state slots) above it.
 
+Environment for a short lease: ``SKIP_E2E=1`` (no 2,000-row job), ``E2E_LIMIT_ROWS=N``,
+``SAT_CONCURRENCIES=64,max,16`` (which saturation pairs, in order).
+
 Every start runs under a GPU memory sampler (NVML every 20 ms) and a log stamper, so each
 start records its lowest free memory and the log line it followed. Results land under $OUT:
 ``job.log`` (the console), ``results.json``, ``job-logs.tar.gz`` (engine logs, samples,
@@ -689,6 +692,14 @@ def pack(out: Path) -> None:
                 tar.add(path, arcname=str(path.relative_to(STASH)))
 
 
+def concurrencies(default: list[int | str]) -> list[int | str]:
+    """$SAT_CONCURRENCIES ("64,max,16") or the step's own list: a short device lease runs fewer pairs."""
+    given = os.environ.get("SAT_CONCURRENCIES")
+    if not given:
+        return default
+    return [c if c == "max" else int(c) for c in given.split(",")]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--budget-s", type=float, default=540)
@@ -709,9 +720,9 @@ def main() -> int:
         if step == "model":
             result: dict[str, Any] = step_model()
         elif step == "plain":
-            result = step_serving("plain", [], budget, [64, "max", 16])
+            result = step_serving("plain", [], budget, concurrencies([64, "max", 16]))
         elif step == "mtp":
-            result = step_serving("mtp", MTP_ARGS, budget, ["max", 16])
+            result = step_serving("mtp", MTP_ARGS, budget, concurrencies(["max", 16]))
         elif step == "bench":
             result = step_bench(budget)
         else:

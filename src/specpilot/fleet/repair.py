@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,13 +39,16 @@ from specpilot.fleet.up import (
     spec_digest,
 )
 from specpilot.hosts import open_host_section
-from specpilot.launch.ops import run_status
+from specpilot.launch.ops import clear_leftovers, run_status
 from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
 from specpilot.launch.state import state_path
 from specpilot.launch.supervisor import launch
 from specpilot.taskgroup import all_of
 
 Say = Callable[[str], None]
+#: how long a restart waits for a dead member's port to close before trying anyway
+PORT_RELEASE_S = 10.0
+PORT_POLL_S = 0.2
 
 
 @dataclass
@@ -54,6 +58,8 @@ class Repair:
     action: str  # "ok", "registered", "restarted", "gave_up"
     restarts: int = 0
     cause: str | None = None
+    #: the last failed start's own words (who holds the port, the fatal line, ...)
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -158,6 +164,21 @@ class FleetRepair:
         return self.router_action != "gave_up" and all(r.action != "gave_up" for r in self.members)
 
 
+async def clear_dead(member: Member) -> None:
+    """End what a dead member's process group left behind, then wait (at most
+    PORT_RELEASE_S) for its port to close: a killed engine lets go of its socket only once
+    the kernel has torn the process down, and a start on a port still held is refused."""
+    if state_path(member.name).exists():
+        await clear_leftovers(member.name)
+    host = open_host_section(member.spec.host)
+    try:
+        deadline = time.monotonic() + PORT_RELEASE_S
+        while time.monotonic() < deadline and await host.port_owner(member.spec.server.port):
+            await asyncio.sleep(PORT_POLL_S)
+    finally:
+        await host.close()
+
+
 async def repair_fleet(
     fleet: Fleet, *, max_restarts: int, backoff_s: float, say: Say, restarts: dict[str, int] | None = None
 ) -> FleetRepair:
@@ -193,6 +214,7 @@ async def repair_fleet(
                 return repair
             for router in routers:  # take it out before anything else
                 await router.remove(member.worker_url)
+            await clear_dead(member)
             if member.gpu_key not in preflights:
                 preflights[member.gpu_key] = run_preflight(member.spec)
             pre = preflights[member.gpu_key]
@@ -208,7 +230,7 @@ async def repair_fleet(
                 finally:
                     await host.close()
                 if result.phase != "ready":
-                    repair.cause = result.cause
+                    repair.cause, repair.error = result.cause, result.error
                     continue
                 problem = await register(routers, member.worker_url, fleet.router.ready_timeout_s)
                 if problem is None:
@@ -217,7 +239,8 @@ async def repair_fleet(
                     return repair
                 repair.cause = problem
             repair.action = "gave_up"
-            say(f"{member.name}: left out after {repair.restarts} restarts ({repair.cause})")
+            said = f"{repair.cause}: {repair.error}" if repair.error else repair.cause
+            say(f"{member.name}: left out after {repair.restarts} restarts ({said})")
             return repair
 
         # a bug in one member's repair cancels the others' and is raised, named

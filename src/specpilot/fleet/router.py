@@ -4,7 +4,8 @@ specpilot starts `smg launch` on the controller with no workers and registers ea
 member once it is ready, through the gateway's control API (smg 1.13):
 `POST /workers {"url": ...}` (queued; the worker is listed once probed),
 `GET /workers` (each with `id`, `url`, `status`, `is_healthy`) and
-`DELETE /workers/{id}`. `/readiness` answers 503 while no worker is healthy.
+`DELETE /workers/{id}` (also queued: the entry is listed until it is carried out, and a
+POST for its URL meanwhile answers 409). `/readiness` answers 503 while no worker is healthy.
 """
 
 from __future__ import annotations
@@ -194,11 +195,16 @@ class RouterClient:
         """Register `url` and wait until the router lists it ready and healthy.
 
         Returns None when it is, else why not (then nothing of it is left registered)."""
+        deadline = time.monotonic() + timeout_s
         await self.remove(url)  # a restarted address: the router keeps stale state for the old one
-        status, data = await self._json("POST", "/workers", {"url": url})
+        while True:
+            status, data = await self._json("POST", "/workers", {"url": url})
+            # 409 "already exists": a removal the router has queued but not yet carried out
+            if status != 409 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(POLL_S)
         if status not in (200, 201, 202):
             return f"POST /workers answered {status}: {str(data)[:200]}"
-        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for worker in await self.workers():
                 if worker.url == url and worker.status == "ready" and worker.healthy:
@@ -208,8 +214,15 @@ class RouterClient:
         return f"the router did not list {url} as ready within {timeout_s:g} s"
 
     async def remove(self, url: str) -> int:
-        """Deregister every entry for `url`; returns how many there were."""
+        """Deregister every entry for `url` and wait (at most ADMIN_TIMEOUT_S) until the
+        router lists none: it queues a DELETE and carries it out later. Returns how many
+        entries there were."""
         entries = [w for w in await self.workers() if w.url == url]
         for worker in entries:
             await self._json("DELETE", f"/workers/{worker.id}")
+        deadline = time.monotonic() + ADMIN_TIMEOUT_S
+        while entries and time.monotonic() < deadline:
+            if all(w.url != url for w in await self.workers()):
+                break
+            await asyncio.sleep(POLL_S)
         return len(entries)
