@@ -109,6 +109,17 @@ def test_a_dead_worker_costs_no_row_and_none_left_pauses(smg: str, tmp_path: Pat
     exactly_once(tmp_path / "out", 600)
 
 
+def test_a_removal_is_carried_out_before_remove_returns(smg: str, fake_server: FakeServer) -> None:
+    """smg 1.13 answers DELETE /workers/{id} 202 and keeps listing the worker (a POST for its
+    URL answering 409) for about 5 s: `remove` returns only once it is gone, so the address
+    can be registered again at once, as a restarted member's is."""
+    with running_router(smg, [fake_server.url]) as url:
+        assert router_call(url, "remove", fake_server.url) == 1
+        listed = router_call(url, "workers")
+        assert isinstance(listed, list) and fake_server.url not in [w.url for w in listed]
+        assert router_call(url, "add", fake_server.url, 30.0) is None
+
+
 def test_router_without_workers_is_down_not_a_failed_row() -> None:
     body = b'{"error":{"type":"server_error","code":"no_available_workers","message":"All workers are unavailable"}}'
     assert classify_status(503, body) is FailureKind.CONNECTION
