@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -42,3 +43,18 @@ def test_window_outside_the_client_run_is_ignored(tmp_path: Path) -> None:
     path = tmp_path / "lines.tsv"
     path.write_text("\n".join(_line(100.0 + i, 8, 300.0) for i in range(5)) + "\n")
     assert steady.window(steady.read_lines(path), 200.0, 300.0) == {"lines": 0}
+
+
+def test_the_recorded_h200_pair_follows_from_its_stamped_lines() -> None:
+    """The saturation pair of docs/gpu-validation.md, recomputed from the committed log lines:
+    both clients held 64 running and specpilot's steady window is within 4% of bench_serving's."""
+    data = Path(__file__).resolve().parents[1] / "data" / "gpu-runs" / "sglang-0.5.17-h200-saturation"
+    pair = json.loads((data / "results.json").read_text())["plain"]["saturation"][0]
+    lines = steady.read_lines(data / "lines.tsv")
+    sides = ("bench_serving", "specpilot")
+    found = {side: steady.window(lines, pair[side]["start"], pair[side]["end"]) for side in sides}
+    for side, window in found.items():
+        assert window == pair[side]["steady"], side
+        assert window["mean_running"] == 64.0
+    ratio = found["specpilot"]["output_tokens_per_s"] / found["bench_serving"]["output_tokens_per_s"]
+    assert round(ratio, 4) == pair["ratio_steady"] and 0.96 < ratio < 1.04
