@@ -174,8 +174,9 @@ def pool_cell_bytes(shape: ModelShape, s: SglangSettings, rules: SglangRelease) 
 
 
 def gdn_layer(shape: ModelShape, tp_size: int) -> GatedDeltaNetSpec | None:
-    """A Gated-DeltaNet layer as SGLang shards it: key-head groups that TP does not divide are
-    padded to TP (`extra_groups_for_head_shards`); vLLM does not pad. None without GDN layers."""
+    """A Gated-DeltaNet layer as SGLang shards it: when TP does not divide the key-head groups,
+    `extra_groups_for_head_shards` adds tp - groups of them (meant for one group), so there are
+    tp; vLLM's `gated_delta_net_state_shape` does not pad. None without GDN layers."""
     gdn = layer_specs(shape).gated_delta_net
     if gdn is None or gdn.num_key_heads % tp_size == 0:
         return gdn
