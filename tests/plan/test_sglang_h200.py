@@ -152,12 +152,12 @@ def test_the_state_per_request_is_what_the_engine_allocated(run: str) -> None:
     buffer_slots, conv_gib, ssm_gib = int(found[1]) + 1, float(found[2]), float(found[3])
     shape, s = _settings(run)
     layers = shape.linear_attention_layers
-    assert buffer_slots * layers * q.conv_state_bytes_per_layer(shape, s) / GIB == pytest.approx(
-        conv_gib, abs=PRINTED_GIB
-    )
-    assert buffer_slots * layers * q.ssm_state_bytes_per_layer(shape, s) / GIB == pytest.approx(
-        ssm_gib, abs=PRINTED_GIB
-    )
+    gdn = q.gdn_layer(shape, s.tp_size)
+    assert gdn is not None
+    conv_bytes = gdn.conv_state_bytes(s.tp_size, s.conv_dtype_bytes)
+    assert buffer_slots * layers * conv_bytes / GIB == pytest.approx(conv_gib, abs=PRINTED_GIB)
+    ssm_bytes = gdn.ssm_state_bytes(s.tp_size, s.ssm_dtype_bytes)
+    assert buffer_slots * layers * ssm_bytes / GIB == pytest.approx(ssm_gib, abs=PRINTED_GIB)
 
 
 @pytest.mark.parametrize("run", RUNS)

@@ -13,6 +13,7 @@ import pytest
 
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.errors import UserError
+from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape, load_model_shape
 from specpilot.plan import sglang_quantities as q
 from specpilot.plan.effective import evaluate
@@ -57,7 +58,7 @@ def settings(
 
 def test_kv_bytes_per_token_counts_full_attention_layers_only(hybrid: ModelShape) -> None:
     s = settings(hybrid, [])
-    per_layer = q.kv_bytes_per_token_per_layer(hybrid, s)
+    per_layer = layer_specs(hybrid).full_attention.kv_bytes_per_token(s.tp_size, s.kv_dtype_bytes)
     assert hybrid.full_attention_layers < hybrid.num_hidden_layers
     assert q.kv_bytes_per_token(hybrid, s) == per_layer * hybrid.full_attention_layers
 
@@ -68,14 +69,26 @@ def test_kv_bytes_per_token_divides_heads_over_tp_and_follows_kv_dtype(dense: Mo
     assert fp8_tp4 * 8 == bf16_tp1  # a quarter of the heads per GPU at half the bytes
 
 
-def test_kv_heads_are_replicated_when_tp_exceeds_them(hybrid: ModelShape) -> None:
-    assert q.kv_heads_per_gpu(hybrid, 8) == 1
-
-
 def test_state_bytes_per_request_is_conv_plus_ssm_over_linear_layers(hybrid: ModelShape) -> None:
     s = settings(hybrid, [])
-    per_layer = q.conv_state_bytes_per_layer(hybrid, s) + q.ssm_state_bytes_per_layer(hybrid, s)
+    gdn = q.gdn_layer(hybrid, s.tp_size)
+    assert gdn is not None
+    per_layer = gdn.conv_state_bytes(s.tp_size, s.conv_dtype_bytes) + gdn.ssm_state_bytes(
+        s.tp_size, s.ssm_dtype_bytes
+    )
     assert q.state_bytes_per_request(hybrid, s) == per_layer * hybrid.linear_attention_layers
+
+
+def test_sglang_pads_key_head_groups_that_tp_does_not_divide(hybrid: ModelShape) -> None:
+    # 16 key heads: TP 2 divides them, TP 32 does not and SGLang pads them to 32 (vLLM does not)
+    assert q.gdn_layer(hybrid, 2) == layer_specs(hybrid).gated_delta_net
+    padded = q.gdn_layer(hybrid, 32)
+    assert padded is not None and padded.num_key_heads == 32
+
+
+def test_no_state_without_linear_attention_layers(dense: ModelShape) -> None:
+    assert q.gdn_layer(dense, 1) is None
+    assert q.state_bytes_per_request(dense, settings(dense, [])) == 0
 
 
 def test_state_bytes_halve_with_tp2_and_bf16_ssm(hybrid: ModelShape) -> None:

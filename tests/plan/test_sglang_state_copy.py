@@ -33,7 +33,9 @@ def _spec(*extra: str) -> Spec:
 def _ssm_state_gib(spec: Spec) -> float:
     shape, args = plan_inputs(spec)
     s = planner_settings(spec, shape, args)
-    return q.ssm_state_bytes_per_layer(shape, s) * shape.linear_attention_layers / GIB
+    gdn = q.gdn_layer(shape, s.tp_size)
+    assert gdn is not None
+    return gdn.ssm_state_bytes(s.tp_size, s.ssm_dtype_bytes) * shape.linear_attention_layers / GIB
 
 
 def test_the_engines_failed_allocation_is_a_whole_number_of_state_copies() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from specpilot.engines.vllm.releases import vllm_line
 from specpilot.errors import UserError
+from specpilot.models.layers import GatedDeltaNetSpec
 from specpilot.plan import vllm_memory as mem
 from specpilot.plan.types import GIB
 from specpilot.plan.vllm_allocation import VllmInputs, allocate
@@ -19,25 +20,16 @@ def test_requested_memory_rounds_up() -> None:
     assert mem.requested_memory_bytes(1001, 0.9) == 901  # ceil(900.9)
 
 
-def test_attention_bytes_replicate_kv_heads_beyond_tp() -> None:
-    # Qwen3-8B: 8 KV heads x 128 x bf16 x (K+V)
-    assert mem.attention_bytes_per_token_per_layer(8, 128, 1, 2) == 4096
-    # 2 KV heads on TP4: one replicated head per GPU, not half a head
-    assert mem.attention_bytes_per_token_per_layer(2, 256, 4, 2) == 1024
-
-
-def test_mla_keeps_one_latent_head_on_every_gpu() -> None:
-    # DeepSeek-V3: kv_lora_rank 512 + rope 64, bf16
-    assert mem.mla_bytes_per_token_per_layer(512, 64, 2) == 1152
-
-
 #: Qwen3.6-27B on one GPU: 4 KV heads of 256 at bf16 per attention layer and token
 QWEN36_ATTENTION_BYTES = 4096
+#: its Gated-DeltaNet layer: 16 key heads, 48 value heads of 128, conv kernel 4
+QWEN36_GDN = GatedDeltaNetSpec(16, 48, 128, 128, 4)
 
 
 def _qwen36_state(num_speculative_tokens: int) -> int:
-    conv = mem.gdn_conv_state_bytes(16, 48, 128, 128, 4, 1, num_speculative_tokens, 2)
-    return conv + mem.gdn_ssm_state_bytes(48, 128, 128, 1, 4)
+    # conv at bf16 (the model dtype), SSM at float32 (the config's mamba_ssm_dtype)
+    conv = QWEN36_GDN.conv_state_bytes(1, 2, extra_positions=num_speculative_tokens)
+    return conv + QWEN36_GDN.ssm_state_bytes(1, 4)
 
 
 @pytest.mark.parametrize(
@@ -56,7 +48,7 @@ def test_gdn_state_of_qwen36_27b_is_what_vllm_printed(
 
 
 def test_each_speculative_token_widens_the_conv_window_by_one_column() -> None:
-    conv = [mem.gdn_conv_state_bytes(16, 48, 128, 128, 4, 1, n, 2) for n in range(4)]
+    conv = [QWEN36_GDN.conv_state_bytes(1, 2, extra_positions=n) for n in range(4)]
     columns = 4 - 1  # kernel - 1 without speculation
     assert [c * columns // conv[0] for c in conv] == [3, 4, 5, 6]
 
@@ -120,9 +112,11 @@ def test_estimates_scale_with_their_inputs() -> None:
     assert v2 < v1
     assert mem.sampler_cost("v2", speculative=True) == mem.V2_SAMPLER
     # the chunked GDN state is per value head: TP2 holds half
-    tp1 = mem.gdn_chunk_state_bytes(8192, 48, 128, 128, 1, 2)
-    assert mem.gdn_chunk_state_bytes(8192, 48, 128, 128, 2, 2) * 2 == tp1
-    assert mem.gdn_chunk_state_bytes(16384, 48, 128, 128, 1, 2) == 2 * tp1
+    tp1 = mem.gdn_chunk_state_bytes(8192, QWEN36_GDN.ssm_state_bytes(1, 2))
+    assert mem.gdn_chunk_state_bytes(8192, QWEN36_GDN.ssm_state_bytes(2, 2)) * 2 == tp1
+    assert mem.gdn_chunk_state_bytes(16384, QWEN36_GDN.ssm_state_bytes(1, 2)) == 2 * tp1
+    # 8192 tokens are 128 chunks of 64, each one bf16 SSM state: 48 x 128 x 128 x 2 = 1.5 MiB
+    assert tp1 == 128 * 1_572_864
     assert mem.cudagraph_bytes_estimate(True, 512) == 0
     assert mem.cudagraph_bytes_estimate(False, 512) > mem.cudagraph_bytes_estimate(False, 4)
     assert mem.non_torch_bytes_estimate(2) > mem.non_torch_bytes_estimate(1)

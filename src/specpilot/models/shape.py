@@ -127,6 +127,13 @@ class ModelShape:
         return self.layer_kinds.count(SLIDING_ATTENTION)
 
     @property
+    def kv_cache_layers(self) -> int:
+        """Layers that keep a KV cache. Both planners count a sliding-window layer in full:
+        vLLM gives them groups of their own that hold only the window and SGLang a smaller pool,
+        so this over-counts (safe side)."""
+        return self.full_attention_layers + self.sliding_attention_layers
+
+    @property
     def is_hybrid(self) -> bool:
         """Has per-request recurrent state (Gated DeltaNet / mamba layers)."""
         return self.linear_attention_layers > 0

@@ -158,7 +158,7 @@ def _refuse_footprint(spec: Spec, shape: ModelShape, logged: float, planned: flo
 
 def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, facts: Mapping[str, object]) -> None:
     """SGLang prints the target's K cache size and token count: K bytes per token per GPU."""
-    from specpilot.plan import sglang_quantities as q
+    from specpilot.models.layers import layer_specs
     from specpilot.plan.sglang import planner_settings
 
     dtype, tokens, k_gib = facts.get("kv_dtype"), facts.get("kv_tokens"), facts.get("k_cache_gib")
@@ -170,7 +170,7 @@ def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, facts: Mapping[
     if dtype not in DTYPE_BYTES or not tokens or not k_gib:
         return
     s = planner_settings(spec, shape, effective_args(spec, shape))
-    heads = q.kv_heads_per_gpu(shape, s.tp_size)
+    heads = layer_specs(shape).full_attention.kv_heads_per_gpu(s.tp_size)
     planned = shape.full_attention_layers * heads * shape.head_dim * DTYPE_BYTES[dtype]
     _refuse_footprint(spec, shape, k_gib * GIB / tokens, planned, "K cache")
 

@@ -20,9 +20,10 @@ logs are GiB.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specpilot.engines.sglang.releases import SglangRelease
+from specpilot.models.layers import GatedDeltaNetSpec, layer_specs
 from specpilot.models.shape import ModelShape
 from specpilot.plan.sglang_settings import SglangSettings
 from specpilot.plan.types import GIB
@@ -132,7 +133,7 @@ def draft_weights_gib(shape: ModelShape, s: SglangSettings) -> float:
     """
     if not s.has_draft_model:
         return 0.0
-    return shape.mtp_param_count * s.weights_dtype_bytes / s.tp_size / GIB
+    return layer_specs(shape).mtp.weights_bytes(s.tp_size, s.weights_dtype_bytes) / GIB
 
 
 def draft_load_transient_gib(shape: ModelShape, s: SglangSettings) -> float:
@@ -143,31 +144,20 @@ def draft_load_transient_gib(shape: ModelShape, s: SglangSettings) -> float:
     return embedding_params(shape) * 2 / s.tp_size / GIB
 
 
-def kv_heads_per_gpu(shape: ModelShape, tp_size: int) -> int:
-    """`get_num_kv_heads`: KV heads are split over TP ranks, replicated below one per rank."""
-    return max(1, shape.num_key_value_heads // tp_size)
-
-
-def kv_bytes_per_token_per_layer(shape: ModelShape, s: SglangSettings) -> int:
-    """K and V of one token in one attention layer on one GPU."""
-    return int(kv_heads_per_gpu(shape, s.tp_size) * shape.head_dim * 2 * s.kv_dtype_bytes)
-
-
-def kv_layers(shape: ModelShape) -> int:
-    """Layers that keep a KV cache: full attention (and sliding window, counted in full)."""
-    return shape.full_attention_layers + shape.sliding_attention_layers
-
-
 def kv_bytes_per_token(shape: ModelShape, s: SglangSettings) -> int:
-    """SGLang's `cell_size` for the target: K+V over the KV layers, per GPU."""
-    return kv_bytes_per_token_per_layer(shape, s) * kv_layers(shape)
+    """SGLang's `cell_size` for the target: K+V of a full-attention layer over the KV layers,
+    per GPU. There is no MLA rule for SGLang: a latent-attention model is planned at its
+    config's KV heads x head_dim."""
+    attention = layer_specs(shape).full_attention
+    return attention.kv_bytes_per_token(s.tp_size, s.kv_dtype_bytes) * shape.kv_cache_layers
 
 
 def draft_kv_bytes_per_token(shape: ModelShape, s: SglangSettings) -> int:
     """The draft's KV cell: same per-layer size over its layers (its pool has as many tokens)."""
     if not s.has_draft_model:
         return 0
-    return kv_bytes_per_token_per_layer(shape, s) * s.draft_layers
+    attention = layer_specs(shape).full_attention
+    return attention.kv_bytes_per_token(s.tp_size, s.kv_dtype_bytes) * s.draft_layers
 
 
 def pool_cell_bytes(shape: ModelShape, s: SglangSettings, rules: SglangRelease) -> int:
@@ -178,36 +168,30 @@ def pool_cell_bytes(shape: ModelShape, s: SglangSettings, rules: SglangRelease) 
     afterwards from the reserve.
     """
     cell = kv_bytes_per_token(shape, s)
-    if rules.draft_in_profile and rules.draft_kv_in_cell and s.has_draft_model and kv_layers(shape):
-        cell = int(cell * (1 + s.draft_layers / kv_layers(shape)))
+    if rules.draft_in_profile and rules.draft_kv_in_cell and s.has_draft_model and shape.kv_cache_layers:
+        cell = int(cell * (1 + s.draft_layers / shape.kv_cache_layers))
     return cell
 
 
-def _groups_per_gpu(shape: ModelShape, tp_size: int) -> int:
-    """Key-head groups, padded to a multiple of TP (`extra_groups_for_head_shards`)."""
-    groups = shape.linear_num_key_heads
-    if groups % tp_size:
-        groups += tp_size - groups
-    return groups
-
-
-def conv_state_bytes_per_layer(shape: ModelShape, s: SglangSettings) -> int:
-    """Causal-conv window of one linear-attention layer for one request, per GPU:
-    (value_dim + 2 * groups * key_head_dim) / tp channels x (kernel - 1) positions."""
-    conv_dim = shape.linear_value_dim + 2 * _groups_per_gpu(shape, s.tp_size) * (shape.linear_key_head_dim)
-    return int(conv_dim // s.tp_size * (shape.linear_conv_kernel_dim - 1) * s.conv_dtype_bytes)
-
-
-def ssm_state_bytes_per_layer(shape: ModelShape, s: SglangSettings) -> int:
-    """Recurrent (temporal) state of one layer for one request, per GPU:
-    value_heads / tp x value_head_dim x key_head_dim at the SSM dtype (float32 by default)."""
-    heads = shape.linear_num_value_heads // s.tp_size
-    return int(heads * shape.linear_value_head_dim * shape.linear_key_head_dim * s.ssm_dtype_bytes)
+def gdn_layer(shape: ModelShape, tp_size: int) -> GatedDeltaNetSpec | None:
+    """A Gated-DeltaNet layer as SGLang shards it: when TP does not divide the key-head groups,
+    `extra_groups_for_head_shards` adds tp - groups of them (meant for one group), so there are
+    tp; vLLM's `gated_delta_net_state_shape` does not pad. None without GDN layers."""
+    gdn = layer_specs(shape).gated_delta_net
+    if gdn is None or gdn.num_key_heads % tp_size == 0:
+        return gdn
+    return replace(gdn, num_key_heads=tp_size)
 
 
 def state_bytes_per_request(shape: ModelShape, s: SglangSettings) -> int:
-    """`mamba_cache_per_req`: conv + SSM state over all linear-attention layers, per GPU."""
-    per_layer = conv_state_bytes_per_layer(shape, s) + ssm_state_bytes_per_layer(shape, s)
+    """`mamba_cache_per_req`: conv (kernel - 1 positions, at SGLANG_MAMBA_CONV_DTYPE) + SSM
+    state (at the SSM dtype, float32 by default) over all linear-attention layers, per GPU."""
+    gdn = gdn_layer(shape, s.tp_size)
+    if gdn is None:
+        return 0
+    per_layer = gdn.conv_state_bytes(s.tp_size, s.conv_dtype_bytes) + gdn.ssm_state_bytes(
+        s.tp_size, s.ssm_dtype_bytes
+    )
     return per_layer * shape.linear_attention_layers
 
 
@@ -345,12 +329,11 @@ def activation_gib(shape: ModelShape, s: SglangSettings) -> float:
     chunk x (4 x hidden + 2 x intermediate/tp) elements at the weights' compute dtype
     (2 bytes), plus fp32 logits for every row a decode/verify step scores.
     """
-    width = (
-        ACTIVATION_HIDDEN_COPIES * shape.hidden_size
-        + 2
-        * max(shape.intermediate_size, shape.moe_intermediate_size * max(shape.num_experts_per_tok, 1))
-        // s.tp_size
-    )
+    moe = layer_specs(shape).moe
+    # a MoE config without num_experts_per_tok is planned with one expert per token
+    moe_width = moe.gate_up_width(max(moe.experts_per_token, 1))
+    mlp_width = max(2 * shape.intermediate_size, moe_width) // s.tp_size
+    width = ACTIVATION_HIDDEN_COPIES * shape.hidden_size + mlp_width
     prefill_bytes = s.chunked_prefill_size * width * 2
     rows = (s.max_running_requests or s.cuda_graph_max_bs) * max(s.num_draft_tokens, 1)
     logits_bytes = rows * shape.vocab_size * 4 / s.tp_size
@@ -428,7 +411,8 @@ def mamba_cow_transient_gib(shape: ModelShape, s: SglangSettings, requests: int)
     `temporal[:, dst] = temporal[:, src]`, which gathers every source SSM state at once
     (memory_pool.py, 0.5.17; a real start ran out of memory there: 5.06 GiB for 36 copies of
     144 MiB with 3.46 GiB free). The conv states are copied in place or one layer at a time."""
-    if not shape.is_hybrid:
+    gdn = gdn_layer(shape, s.tp_size)
+    if gdn is None:
         return 0.0
-    ssm_bytes = ssm_state_bytes_per_layer(shape, s) * shape.linear_attention_layers
+    ssm_bytes = gdn.ssm_state_bytes(s.tp_size, s.ssm_dtype_bytes) * shape.linear_attention_layers
     return mamba_cow_requests(s, requests) * ssm_bytes / GIB

@@ -20,6 +20,7 @@ from specpilot.dtypes import DTYPE_BYTES
 from specpilot.engines.fix import Fix
 from specpilot.engines.vllm.defaults import human_int, targets_cpu
 from specpilot.errors import UserError
+from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape, partial_rotary_factor
 from specpilot.plan import vllm_memory as mem
 from specpilot.plan.types import GIB, Plan, Problem, Term, VllmDetails, gib
@@ -139,25 +140,18 @@ def rotary_cache_bytes_of(config: Mapping[str, Any], head_dim: int, act_dtype_by
     return positions * int(head_dim * factor) * act_dtype_bytes
 
 
-def target_attention_layers(shape: ModelShape) -> int:
-    """Layers with a KV cache. Sliding-window layers are planned as full attention: vLLM
-    gives them their own groups that hold only the window, so this over-counts (safe side).
-    """
-    return shape.full_attention_layers + shape.sliding_attention_layers
-
-
 def _attention_bytes_per_token(shape: ModelShape, tp: int, kv_dtype_bytes: int) -> int:
-    if shape.kv_lora_rank:
-        return mem.mla_bytes_per_token_per_layer(shape.kv_lora_rank, shape.qk_rope_head_dim, kv_dtype_bytes)
-    return mem.attention_bytes_per_token_per_layer(
-        shape.num_key_value_heads, shape.head_dim, tp, kv_dtype_bytes
-    )
+    """One KV layer's bytes per token: the MLA latent on MLA models, else full attention's.
+    Sliding-window layers cost what full attention does per token (`ModelShape.kv_cache_layers`)."""
+    layers = layer_specs(shape)
+    return (layers.mla or layers.full_attention).kv_bytes_per_token(tp, kv_dtype_bytes)
 
 
 def _widest_projection(shape: ModelShape, tp_size: int) -> int:
     """Widest per-GPU activation row of one layer: MLP gate_up, MoE experts, or GDN in_proj."""
     mlp = 2 * shape.intermediate_size
-    moe = shape.num_experts_per_tok * 2 * shape.moe_intermediate_size
+    experts = layer_specs(shape).moe
+    moe = experts.gate_up_width(experts.experts_per_token)
     gdn = 2 * shape.linear_key_dim + 2 * shape.linear_value_dim
     return max(mlp, moe, gdn) // tp_size
 
@@ -196,26 +190,14 @@ def mamba_state_bytes_per_layer(
     The conv state widens with the speculative tokens; its dtype is --mamba-cache-dtype,
     else the model dtype.
     """
-    if not shape.is_hybrid:
+    gdn = layer_specs(shape).gated_delta_net
+    if gdn is None:
         return 0
     conv_dtype_bytes = int(DTYPE_BYTES[_unless_auto(args, "mamba_cache_dtype") or model_dtype])
     ssm_dtype_bytes = int(DTYPE_BYTES[ssm_cache_dtype(shape, args, model_dtype)])
-    return mem.gdn_conv_state_bytes(
-        shape.linear_num_key_heads,
-        shape.linear_num_value_heads,
-        shape.linear_key_head_dim,
-        shape.linear_value_head_dim,
-        shape.linear_conv_kernel_dim,
-        tp_size,
-        num_speculative_tokens,
-        conv_dtype_bytes,
-    ) + mem.gdn_ssm_state_bytes(
-        shape.linear_num_value_heads,
-        shape.linear_key_head_dim,
-        shape.linear_value_head_dim,
-        tp_size,
-        ssm_dtype_bytes,
-    )
+    # mamba_utils.py:gated_delta_net_state_shape: the conv window keeps num_spec more columns
+    conv = gdn.conv_state_bytes(tp_size, conv_dtype_bytes, extra_positions=num_speculative_tokens)
+    return conv + gdn.ssm_state_bytes(tp_size, ssm_dtype_bytes)
 
 
 def weights_bytes(
@@ -283,17 +265,9 @@ def activation_peak_bytes(
     measured_gib = measured.get("activation_peak_gib")
     if measured_gib is not None:
         return int(measured_gib * GIB)
+    gdn = layer_specs(shape).gated_delta_net
     gdn_chunk = (
-        mem.gdn_chunk_state_bytes(
-            batched_tokens,
-            shape.linear_num_value_heads,
-            shape.linear_key_head_dim,
-            shape.linear_value_head_dim,
-            tp_size,
-            act_dtype_bytes,
-        )
-        if shape.is_hybrid
-        else 0
+        mem.gdn_chunk_state_bytes(batched_tokens, gdn.ssm_state_bytes(tp_size, act_dtype_bytes)) if gdn else 0
     )
     return mem.activation_peak_bytes_estimate(
         batched_tokens,
@@ -332,7 +306,7 @@ def default_block_size_tokens(shape: ModelShape, on_cpu: bool) -> int:
 
 def attention_layers(shape: ModelShape, with_mtp: bool) -> int:
     """Layers with a KV cache, the MTP draft's included when it is the drafter."""
-    return target_attention_layers(shape) + (shape.mtp_num_layers if with_mtp else 0)
+    return shape.kv_cache_layers + (shape.mtp_num_layers if with_mtp else 0)
 
 
 def resolve_inputs(
@@ -565,7 +539,7 @@ def plan_vllm(
         engine_version=spec.engine.version,
         fits=not problems,
         weights_gib=gib(inputs.weights_bytes),
-        kv_bytes_per_token=inputs.attention_bytes_per_token_per_layer * target_attention_layers(shape),
+        kv_bytes_per_token=inputs.attention_bytes_per_token_per_layer * shape.kv_cache_layers,
         kv_tokens=alloc.kv_tokens,
         state_bytes_per_request=inputs.mamba_state_bytes_per_layer * inputs.mamba_layers,
         state_slots=alloc.num_blocks if inputs.mamba_layers else 0,

@@ -52,66 +52,6 @@ def available_kv_cache_bytes(
     return requested_bytes - weights_bytes - activation_peak_bytes - non_torch_bytes - (cudagraph_bytes)
 
 
-def attention_bytes_per_token_per_layer(
-    num_kv_heads: int, head_dim: int, tp_size: int, kv_dtype_bytes: int
-) -> int:
-    """K+V bytes one token occupies in one full-attention layer on one GPU.
-
-    kv_cache_interface.py:AttentionSpec.real_page_size_bytes with block_size=1:
-    2 x kv_heads_per_gpu x head_dim x dtype bytes, where kv_heads_per_gpu =
-    max(1, kv_heads // tp) (config/model.py:get_num_kv_heads replicates KV heads
-    when TP exceeds them).
-    """
-    kv_heads_per_gpu = max(1, num_kv_heads // tp_size)
-    return 2 * kv_heads_per_gpu * head_dim * kv_dtype_bytes
-
-
-def mla_bytes_per_token_per_layer(kv_lora_rank: int, qk_rope_head_dim: int, kv_dtype_bytes: int) -> int:
-    """Bytes one token occupies in one MLA layer: one latent head, not split by TP.
-
-    kv_cache_interface.py:MLAAttentionSpec.real_page_size_bytes with block_size=1:
-    num_kv_heads is 1 (config/model.py:get_num_kv_heads under MLA) and head_size is
-    kv_lora_rank + qk_rope_head_dim; no separate V.
-    """
-    return (kv_lora_rank + qk_rope_head_dim) * kv_dtype_bytes
-
-
-def gdn_conv_state_bytes(
-    num_key_heads: int,
-    num_value_heads: int,
-    key_head_dim: int,
-    value_head_dim: int,
-    conv_kernel: int,
-    tp_size: int,
-    num_speculative_tokens: int,
-    conv_dtype_bytes: int,
-) -> int:
-    """Conv state of one Gated-DeltaNet layer for one request on one GPU.
-
-    layers/mamba/mamba_utils.py:gated_delta_net_state_shape: conv_dim =
-    2 x k_heads x k_dim + v_heads x v_dim, split by TP, times (kernel - 1 + num_spec)
-    columns; dtype is the model dtype unless --mamba-cache-dtype is set.
-    """
-    conv_dim = key_head_dim * num_key_heads * 2 + value_head_dim * num_value_heads
-    return (conv_dim // tp_size) * (conv_kernel - 1 + num_speculative_tokens) * (conv_dtype_bytes)
-
-
-def gdn_ssm_state_bytes(
-    num_value_heads: int,
-    key_head_dim: int,
-    value_head_dim: int,
-    tp_size: int,
-    ssm_dtype_bytes: int,
-) -> int:
-    """Recurrent (temporal) state of one Gated-DeltaNet layer for one request on one GPU.
-
-    mamba_utils.py:gated_delta_net_state_shape: (v_heads / TP, v_dim, k_dim) at the SSM
-    cache dtype (Qwen3.5: the config's `mamba_ssm_dtype`, models/config.py:
-    Qwen3_5ForConditionalGenerationConfig; other GDN models: the model dtype).
-    """
-    return (num_value_heads // tp_size) * value_head_dim * key_head_dim * ssm_dtype_bytes
-
-
 def hybrid_attention_block_size_tokens(
     mamba_state_bytes: int,
     attention_bytes_per_token: int,
@@ -352,22 +292,11 @@ def activation_peak_bytes_estimate(
 GDN_CHUNK_TOKENS = 64
 
 
-def gdn_chunk_state_bytes(
-    batched_tokens: int,
-    num_value_heads: int,
-    key_head_dim: int,
-    value_head_dim: int,
-    tp_size: int,
-    act_dtype_bytes: int,
-) -> int:
+def gdn_chunk_state_bytes(batched_tokens: int, ssm_state_bytes: int) -> int:
     """Per-chunk recurrent states the chunked delta-rule prefill keeps for one GDN layer:
-    cdiv(tokens, 64) x v_heads/TP x v_dim x k_dim at the activation dtype
+    cdiv(tokens, 64) SSM states (v_heads/TP x v_dim x k_dim) at the activation dtype
     (third_party/flash_linear_attention/ops/chunk_delta_h.py: h = k.new_empty(B, NT, H, V, K))."""
-    return (
-        cdiv(batched_tokens, GDN_CHUNK_TOKENS)
-        * (num_value_heads // tp_size)
-        * (key_head_dim * value_head_dim * act_dtype_bytes)
-    )
+    return cdiv(batched_tokens, GDN_CHUNK_TOKENS) * ssm_state_bytes
 
 
 def non_torch_bytes_estimate(tp_size: int) -> int:
