@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from specpilot.errors import UserError
 
+
 @dataclass(frozen=True, eq=False)
 class FlagInfo:
     name: str

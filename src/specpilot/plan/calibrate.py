@@ -19,7 +19,6 @@ from specpilot.plan.log_checks import refuse_foreign_log, refuse_other_engine, r
 from specpilot.plan.planners import planner_for
 from specpilot.spec import Spec
 
-
 #: numbers a log prints that the plan predicts: comparing against them is the point,
 #: so they are never fed back in as inputs
 PREDICTED_KEYS = frozenset(

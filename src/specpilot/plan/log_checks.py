@@ -138,7 +138,9 @@ def refuse_footprint(spec: Spec, shape: ModelShape, logged: float, planned: floa
     )
 
 
-def refuse_foreign_log(spec: Spec, facts: Mapping[str, object], refuse_other_footprint: FootprintCheck) -> None:
+def refuse_foreign_log(
+    spec: Spec, facts: Mapping[str, object], refuse_other_footprint: FootprintCheck
+) -> None:
     """The checks of a parsed log of this engine, past weight loading, against the spec;
     `refuse_other_footprint` is the engine planner's check of the KV bytes per token."""
     from specpilot.models.shape import load_model_shape
