@@ -231,7 +231,9 @@ def test_a_rule_that_raises_is_a_rule_error_finding_not_accepted(monkeypatch: py
 
     rule = Rule("sglang-broken-example", "sglang", versions(">=0.5.10"), "error", broken, "never shown")
     sglang, *others = registry.ENGINES
-    monkeypatch.setattr(registry, "ENGINES", (dataclasses.replace(sglang, rules=(*sglang.rules, rule)), *others))
+    monkeypatch.setattr(
+        registry, "ENGINES", (dataclasses.replace(sglang, rules=(*sglang.rules, rule)), *others)
+    )
     result = check_args("sglang", "0.5.13", ["--model-path", "m"], {}, HYBRID)
     assert not result.ok
     [finding] = [f for f in result.findings if f.rule == "rule-error"]

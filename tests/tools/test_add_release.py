@@ -100,7 +100,9 @@ def test_a_vllm_release_without_a_cpu_build_is_validated_by_its_wheel(tmp_path: 
     items = lines(dry_run(tmp_path, "vllm", "0.33.0"))
     assert "[x] flag table: src/specpilot/engines/vllm/flags/0.33.0.json is in the repository" in items
     assert any(i.startswith("[x] src/specpilot/engines/vllm/rules.py: SUPPORTED_RELEASES is") for i in items)
-    assert any(i.startswith("[ ] src/specpilot/engines/vllm/adapter.py: newest_version is 0.26.0") for i in items)
+    assert any(
+        i.startswith("[ ] src/specpilot/engines/vllm/adapter.py: newest_version is 0.26.0") for i in items
+    )
     assert any(i.startswith("[x] src/specpilot/engines/vllm/releases.py: line 0.3x") for i in items)
     conformance = next(i for i in items if "VLLM_RELEASES" in i)
     assert conformance.startswith("[x]") and "0.33.0 is listed" in conformance
