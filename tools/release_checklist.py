@@ -20,7 +20,7 @@ from tests.conformance import venvs as conformance_venvs
 # The project's release facts, one import per home.
 from specpilot.demo.enginevenv import load_recipes
 from specpilot.engines.flags import ReleaseTable, release_tables
-from specpilot.engines.registry import ENGINES
+from specpilot.engines.registry import engine_by_name, engine_names
 from specpilot.engines.sglang import rules as sglang_rules
 from specpilot.engines.sglang.releases import RELEASES as SGLANG_ROWS
 from specpilot.engines.sglang.releases import SglangRelease
@@ -34,7 +34,7 @@ SRC = REPO / "src" / "specpilot"
 RULES: dict[str, ModuleType] = {"sglang": sglang_rules, "vllm": vllm_rules}
 #: where each fact lives, as the checklist names it
 HOMES = {
-    "engines": "src/specpilot/engines/registry.py",
+    "engines": "src/specpilot/engines/{engine}/adapter.py",
     "rules": "src/specpilot/engines/{engine}/rules.py",
     "flags": "src/specpilot/engines/{engine}/flags/{version}.json",
     "planner_sglang": "src/specpilot/engines/sglang/releases.py",
@@ -75,8 +75,9 @@ class FlagDiff:
 
 
 def parse_release(engine: str, version: str) -> Version:
-    if engine not in ENGINES:
-        raise UserError(f"unknown engine {engine!r}", field="ENGINE", fix=f"use one of: {', '.join(ENGINES)}")
+    if engine not in engine_names():
+        fix = f"use one of: {', '.join(engine_names())}"
+        raise UserError(f"unknown engine {engine!r}", field="ENGINE", fix=fix)
     try:
         return Version(version)
     except InvalidVersion:
@@ -189,7 +190,7 @@ def table_items(engine: str, tables: Sequence[ReleaseTable], version: Version) -
 
 def range_items(engine: str, version: Version) -> list[Item]:
     """The supported ranges and the newest release that `check`/`plan` assume."""
-    facts = ENGINES[engine]
+    facts = engine_by_name(engine)
     rules_home = HOMES["rules"].format(engine=engine)
     base = Version(version.base_version)
     items = []
@@ -197,7 +198,7 @@ def range_items(engine: str, version: Version) -> list[Item]:
     items.append(
         Item(
             newest_ok,
-            HOMES["engines"],
+            HOMES["engines"].format(engine=engine),
             f"newest_version is {facts.newest_version}"
             + ("" if newest_ok else f": set it to {version} once verified"),
         )
@@ -365,7 +366,7 @@ def checklist(engine: str, version_text: str) -> list[Item]:
     version = parse_release(engine, version_text)
     tables = release_tables(engine)
     previous = [t.version for t in tables if t.version.release < version.release]
-    newest = Version(ENGINES[engine].newest_version)
+    newest = Version(engine_by_name(engine).newest_version)
     return [
         *table_items(engine, tables, version),
         *range_items(engine, version),

@@ -14,18 +14,13 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from specpilot.engines import registry
 from specpilot.engines.argv import ReadArgv, read_argv, resolve
-from specpilot.engines.flags import ReleaseTable, parse_version, table_for
-from specpilot.engines.registry import engine_by_name
+from specpilot.engines.registry import engine_by_name, engine_release, spoken_names
 from specpilot.errors import UserError
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PYTHON = re.compile(r"^(.*/)?python(3(\.\d+)?)?$")
-_MODULES = {
-    "sglang.launch_server": "sglang",
-    "vllm.entrypoints.openai.api_server": "vllm",
-    "vllm.entrypoints.cli.main": "vllm",
-}
 
 
 @dataclass
@@ -79,55 +74,52 @@ def _split_program(rest: list[str]) -> tuple[str, list[str]]:
             fix="paste the engine's launch command after --",
         )
     program = os.path.basename(rest[0])
-    if _PYTHON.match(rest[0]) and len(rest) >= 3 and rest[1] == "-m":
-        engine = _MODULES.get(rest[2])
-        if engine is not None:
+    for engine in registry.ENGINES:
+        launch = engine.launch
+        if _PYTHON.match(rest[0]) and len(rest) >= 3 and rest[1] == "-m" and rest[2] in launch.modules:
             after = rest[3:]
-            if rest[2] == "vllm.entrypoints.cli.main" and after[:1] == ["serve"]:
+            subcommand = launch.modules[rest[2]]
+            if subcommand and after[:1] == [subcommand]:
                 after = after[1:]
-            return engine, after
-    if program in ("sglang", "vllm") and rest[1:2] == ["serve"]:
-        return program, rest[2:]
+            return engine.name, after
+        if program == launch.serve_program and rest[1:2] == ["serve"]:
+            return engine.name, rest[2:]
+    examples = tuple(example for engine in registry.ENGINES for example in engine.launch.examples)
     raise UserError(
         f"cannot tell the engine from {shlex.join(rest[:3])!r}",
         field="command",
-        fix="paste `python -m sglang.launch_server ...`, `sglang serve ...`, "
-        "`vllm serve MODEL ...` "
-        "or `python -m vllm.entrypoints.openai.api_server ...`",
+        fix=f"paste {spoken_names(examples, '`')}",
     )
 
 
 def split_model(engine: str, version: str, args: list[str]) -> tuple[str | None, list[str]]:
     """Remove the model from engine flags: spec keeps it in `[model] path`. vLLM also takes
     it as the first positional argument (`vllm serve MODEL`)."""
-    table = _table(engine, version)
+    release = engine_release(engine, version)
+    table = release.table
     read = read_argv(table, args)
-    model_flag = resolve(table, engine_by_name(engine).model_flag)[1]
+    model_flag = resolve(table, release.engine.model_flag)[1]
     dest = model_flag.dest if model_flag is not None else None
     given = read.last(dest) if dest is not None else None
     rest = read.without(lambda use: use.flag is not None and use.flag.dest == dest)
     if given is not None:
         return given.text, rest
-    if engine == "vllm" and read.positional:
+    if release.engine.launch.model_positional and read.positional:
         model = read.positional[0]
         rest.remove(model)
         return model, rest
     return None, rest
 
 
-def _table(engine: str, version: str) -> ReleaseTable:
-    return table_for(engine_by_name(engine).name, parse_version(version))
-
-
 def parse_launch_command(tokens: list[str]) -> PastedCommand:
     env, rest = _split_env(_tokens(tokens))
     engine, args = _split_program(rest)
-    version = engine_by_name(engine).newest_version
-    model, args = split_model(engine, version, args)
+    release = engine_release(engine, engine_by_name(engine).newest_version)
+    model, args = split_model(engine, release.version_text, args)
     if not model:
-        fix = "add --model-path DIR" if engine == "sglang" else "add the model: vllm serve DIR ..."
+        fix = release.engine.launch.missing_model_fix
         raise UserError("the pasted command names no model", field="command", fix=fix)
-    read = read_argv(_table(engine, version), args)
+    read = read_argv(release.table, args)
     tp = _count(read, "tp_size", "tensor_parallel_size")
     pp = _count(read, "pp_size", "pipeline_parallel_size")
     gpu_count = tp * pp

@@ -14,16 +14,36 @@ import difflib
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from specpilot.cmdline import parse_launch_command, split_model
 from specpilot.dtypes import DTYPE_BYTES
+from specpilot.engines.registry import engine_names, spoken_names
 from specpilot.errors import UserError
 from specpilot.secrets import mask_argv
 
-EngineName = Literal["sglang", "vllm"]
+
+def _registered_engine(value: object) -> object:
+    """A registered engine's name, said as pydantic says a literal's choices (before the str check,
+    so a number is refused with the same words)."""
+    names = engine_names()
+    if value not in names:
+        raise ValueError(f"Input should be {spoken_names(names, chr(39))}")
+    return value
+
+
+#: the name of an engine in `engines.registry.ENGINES`
+EngineName = Annotated[str, BeforeValidator(_registered_engine)]
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

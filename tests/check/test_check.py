@@ -223,15 +223,17 @@ def test_fix_write_makes_a_spec_that_passes(tmp_path: Path) -> None:
 
 
 def test_a_rule_that_raises_is_a_rule_error_finding_not_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
-    from specpilot.engines.registry import ENGINES
+    from specpilot.engines import registry
     from specpilot.engines.rules import Rule, versions
 
     def broken(ctx: object) -> bool:
         raise TypeError("'<' not supported between instances of 'NoneType' and 'int'")
 
     rule = Rule("sglang-broken-example", "sglang", versions(">=0.5.10"), "error", broken, "never shown")
-    sglang = ENGINES["sglang"]
-    monkeypatch.setitem(ENGINES, "sglang", dataclasses.replace(sglang, rules=(*sglang.rules, rule)))
+    sglang, *others = registry.ENGINES
+    monkeypatch.setattr(
+        registry, "ENGINES", (dataclasses.replace(sglang, rules=(*sglang.rules, rule)), *others)
+    )
     result = check_args("sglang", "0.5.13", ["--model-path", "m"], {}, HYBRID)
     assert not result.ok
     [finding] = [f for f in result.findings if f.rule == "rule-error"]

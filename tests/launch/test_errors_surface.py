@@ -32,7 +32,7 @@ from tests.launch.helpers import up
 
 
 def _facts_fail(monkeypatch: pytest.MonkeyPatch, err: Exception) -> None:
-    def facts() -> dict[str, Any]:
+    def facts(**_: object) -> dict[str, Any]:
         raise err
 
     monkeypatch.setitem(local._IN_PROCESS_OPERATIONS, "facts", facts)

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
+from specpilot.engines.registry import engine_release
 from specpilot.plan.provenance import MEASURED, MeasuredRelease, provenance
 
 REPO = Path(__file__).resolve().parents[2]
@@ -16,27 +17,27 @@ SGLANG_0517 = MeasuredRelease("sglang", "0.5.17", "H200", 12, "docs/sglang-gpu-v
 
 
 def test_the_vllm_h200_matrix_is_registered() -> None:
-    basis = provenance("vllm", "0.26.0")
+    basis = provenance(engine_release("vllm", "0.26.0"))
     assert basis.arithmetic == "vLLM 0.2x (0.21-0.29, verified on 0.26.0)"
     assert basis.measured_starts == ("vLLM 0.26.0 on H200, 9 starts, docs/gpu-validation.md",)
     assert basis.release_measured
 
 
 def test_a_release_in_a_measured_window_is_still_named_unmeasured() -> None:
-    basis = provenance("vllm", "0.27.0")
+    basis = provenance(engine_release("vllm", "0.27.0"))
     assert basis.measured_starts and not basis.release_measured
     assert "vLLM 0.27.0 itself is unmeasured" in basis.summary("vllm", "0.27.0")
 
 
 def test_the_sglang_h200_matrix_is_registered() -> None:
-    basis = provenance("sglang", "0.5.17")
+    basis = provenance(engine_release("sglang", "0.5.17"))
     assert basis.arithmetic == "SGLang 0.5.17"
     assert basis.measured_starts == ("SGLang 0.5.17 on H200, 12 starts, docs/gpu-validation.md",)
     assert basis.release_measured
 
 
 def test_a_window_without_starts_says_unverified() -> None:
-    basis = provenance("sglang", "0.5.20")
+    basis = provenance(engine_release("sglang", "0.5.20"))
     assert basis.arithmetic == "SGLang 0.5.18-0.5.22"
     assert not basis.measured_starts and not basis.release_measured
     assert "unverified on a real GPU" in basis.summary("sglang", "0.5.20")
@@ -50,7 +51,7 @@ def test_an_appended_record_counts_inside_its_arithmetic_window_only(
     version: str, in_window: bool, measured: bool
 ) -> None:
     without = tuple(r for r in MEASURED if r.engine != "sglang")
-    basis = provenance("sglang", version, (*without, SGLANG_0517))
+    basis = provenance(engine_release("sglang", version), (*without, SGLANG_0517))
     assert bool(basis.measured_starts) is in_window
     assert basis.release_measured is measured
 
@@ -58,9 +59,9 @@ def test_an_appended_record_counts_inside_its_arithmetic_window_only(
 def test_a_post_release_measures_its_release() -> None:
     """Post releases fix bugs, not memory arithmetic; the record names the one started."""
     record = MeasuredRelease("sglang", "0.5.13.post1", "H200", 3, "docs/x.md")
-    assert provenance("sglang", "0.5.13.post1", (record,)).release_measured
-    assert provenance("sglang", "0.5.13", (record,)).release_measured
-    assert not provenance("sglang", "0.5.12", (record,)).release_measured
+    assert provenance(engine_release("sglang", "0.5.13.post1"), (record,)).release_measured
+    assert provenance(engine_release("sglang", "0.5.13"), (record,)).release_measured
+    assert not provenance(engine_release("sglang", "0.5.12"), (record,)).release_measured
 
 
 @pytest.mark.parametrize(

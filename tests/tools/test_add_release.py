@@ -82,7 +82,7 @@ def test_an_unknown_newer_sglang_release_lists_every_place_to_change(tmp_path: P
     todo = [i for i in items if i.startswith("[ ]")]
     expected = (
         "flag table: no src/specpilot/engines/sglang/flags/0.5.24.json",
-        "src/specpilot/engines/registry.py: newest_version is 0.5.23: set it to 0.5.24",
+        "src/specpilot/engines/sglang/adapter.py: newest_version is 0.5.23: set it to 0.5.24",
         "src/specpilot/engines/sglang/releases.py: no planner row for 0.5.24",
         "tests/conformance/venvs.py (SGLANG_RELEASES): add 0.5.24",
         "gpu/sglang/build_carry.sh: no pins for 0.5.24",
@@ -100,7 +100,9 @@ def test_a_vllm_release_without_a_cpu_build_is_validated_by_its_wheel(tmp_path: 
     items = lines(dry_run(tmp_path, "vllm", "0.33.0"))
     assert "[x] flag table: src/specpilot/engines/vllm/flags/0.33.0.json is in the repository" in items
     assert any(i.startswith("[x] src/specpilot/engines/vllm/rules.py: SUPPORTED_RELEASES is") for i in items)
-    assert any(i.startswith("[ ] src/specpilot/engines/registry.py: newest_version is 0.26.0") for i in items)
+    assert any(
+        i.startswith("[ ] src/specpilot/engines/vllm/adapter.py: newest_version is 0.26.0") for i in items
+    )
     assert any(i.startswith("[x] src/specpilot/engines/vllm/releases.py: line 0.3x") for i in items)
     conformance = next(i for i in items if "VLLM_RELEASES" in i)
     assert conformance.startswith("[x]") and "0.33.0 is listed" in conformance

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from specpilot.engines.argv import ReadArgv, json_object, read_argv
 from specpilot.engines.fix import Fix
 from specpilot.engines.flags import parse_version, table_for
-from specpilot.engines.vllm.rules import SPEC_METHODS as VLLM_SPEC_METHODS
+from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.launch.preflight import Preflight, run_preflight
 from specpilot.plan.compare import without_speculation
@@ -109,9 +109,8 @@ DRAFT_KNOBS: dict[str, DraftKnobs] = {
     "sglang": DraftKnobs(
         frozenset(SPECULATIVE_ALGORITHMS), _sglang_method, _sglang_draft_tokens, _sglang_args, False
     ),
-    # every release's methods: one a variant's release refuses stays in the table with check's reason
     "vllm": DraftKnobs(
-        frozenset(m for known in VLLM_SPEC_METHODS for m in known.methods),
+        engine_by_name("vllm").speculative_methods,
         _vllm_method,
         _vllm_draft_tokens,
         _vllm_args,

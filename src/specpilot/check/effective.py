@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from specpilot.check.types import CheckResult
-from specpilot.engines.registry import engine_by_name
+from specpilot.engines.adapter import EngineRelease
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,9 @@ class EffectiveArgs:
     env: Mapping[str, str]
 
     @classmethod
-    def from_result(cls, result: CheckResult) -> EffectiveArgs:
-        rename = engine_by_name(result.engine).field_of_dest
+    def from_result(cls, result: CheckResult, release: EngineRelease) -> EffectiveArgs:
+        """`check`'s values of `release`, under the field names the server reads."""
+        rename = release.engine.field_of_dest
         values = {rename.get(dest, dest): value for dest, value in result.effective_values.items()}
         given = frozenset(rename.get(dest, dest) for dest in result.given)
         return cls(result.engine, result.version, values, given, dict(result.effective_env))

@@ -16,24 +16,25 @@ from packaging.version import Version
 
 from specpilot.check.parse import env_findings, parse_argv
 from specpilot.check.types import CheckResult
+from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.argv import read_argv
 from specpilot.engines.fix import Fix
-from specpilot.engines.flags import parse_version, release_tables, table_for
-from specpilot.engines.registry import engine_by_name
+from specpilot.engines.registry import engine_release
 from specpilot.engines.rules import Context, Finding, GpuFacts, Rule
 from specpilot.errors import UserError
 
 
-def engine_rules(engine: str, version: Version) -> list[Rule]:
-    return [r for r in engine_by_name(engine).rules if r.applies_to(engine, version)]
+def engine_rules(release: EngineRelease) -> list[Rule]:
+    return [r for r in release.engine.rules if r.applies_to(release.name, release.version)]
 
 
-def refuse_unsupported(engine: str, version: Version) -> None:
+def refuse_unsupported(release: EngineRelease) -> None:
     """A release outside the engine's supported range is bad input, not a guess."""
-    releases: SpecifierSet = engine_by_name(engine).supported_releases
+    engine, version = release.name, release.version
+    releases: SpecifierSet = release.engine.supported_releases
     if releases.contains(Version(version.base_version), prereleases=True):
         return
-    newest = release_tables(engine)[-1].version
+    newest = release.tables[-1].version
     bounds = " ".join(sorted((str(s) for s in releases), key=lambda s: not s.startswith(">")))
     raise UserError(
         f"{engine} {version} is outside the releases specpilot models ({bounds})",
@@ -42,9 +43,10 @@ def refuse_unsupported(engine: str, version: Version) -> None:
     )
 
 
-def unverified_release(engine: str, version: Version) -> Finding | None:
+def unverified_release(release: EngineRelease) -> Finding | None:
     """A warning when no flag table of this release or a newer one was verified."""
-    newest = release_tables(engine)[-1].version
+    engine, version = release.name, release.version
+    newest = release.tables[-1].version
     if version.release <= newest.release:
         return None
     return Finding(
@@ -56,10 +58,10 @@ def unverified_release(engine: str, version: Version) -> Finding | None:
     )
 
 
-def between_tables(engine: str, version: Version) -> Finding | None:
+def between_tables(release: EngineRelease) -> Finding | None:
     """A warning when the release falls between two shipped tables and is read with the older
     one (below the oldest table the README's coverage table says which table stands in)."""
-    tables = release_tables(engine)
+    engine, version, tables = release.name, release.version, release.tables
     if any(t.version.release == version.release for t in tables):
         return None
     older = [t.version for t in tables if t.version.release < version.release]
@@ -86,11 +88,11 @@ def _render_value(kind: str, value: object) -> list[str]:
 
 
 def _effective_args(
-    engine: str, version: Version, argv: Sequence[str], values: Mapping[str, object], changed: Sequence[str]
+    release: EngineRelease, argv: Sequence[str], values: Mapping[str, object], changed: Sequence[str]
 ) -> list[str]:
     """The argv as given, with adjusted values replaced in place and new ones appended;
     flags the release does not define are left out (the engine would refuse them)."""
-    table = table_for(engine, version)
+    table = release.table
     read = read_argv(table, list(argv))
     out: list[str] = []
     written: set[str] = set()
@@ -166,20 +168,34 @@ def check_args(
 ) -> CheckResult:
     """Check one launch: the engine's flags, its env, the model class, the GPU facts,
     and (given the model's config.json) the context length the engine derives."""
-    known = engine_by_name(engine)
-    parsed_version = parse_version(version)
-    refuse_unsupported(engine, parsed_version)
+    return check_release(
+        engine_release(engine, version), argv, env, architecture, gpu, mtp_layers, hybrid, model_config
+    )
+
+
+def check_release(
+    release: EngineRelease,
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    architecture: str | None = None,
+    gpu: GpuFacts | None = None,
+    mtp_layers: int | None = None,
+    hybrid: bool | None = None,
+    model_config: Mapping[str, Any] | None = None,
+) -> CheckResult:
+    """`check_args` of a release already resolved."""
+    refuse_unsupported(release)
     env = dict(env or {})
-    parsed = parse_argv(engine, parsed_version, list(argv))
-    release_notes = (unverified_release(engine, parsed_version), between_tables(engine, parsed_version))
+    parsed = parse_argv(release, list(argv))
+    release_notes = (unverified_release(release), between_tables(release))
     findings: list[Finding] = [f for f in release_notes if f is not None]
     findings += parsed.findings
-    findings += env_findings(engine, parsed_version, env, known.env_prefixes, dict(known.env_replacements))
-    values = table_for(engine, parsed_version).defaults()
+    findings += env_findings(release, env)
+    values = release.table.defaults()
     values.update(parsed.values)
     ctx = Context(
-        engine=engine,
-        version=parsed_version,
+        engine=release.name,
+        version=release.version,
         values=values,
         given=frozenset(parsed.given),
         env=env,
@@ -188,10 +204,10 @@ def check_args(
         spelled=parsed.spelled,
         mtp_layers=mtp_layers,
         hybrid=hybrid,
-        model_context_len=known.context_len(model_config) if model_config is not None else None,
+        model_context_len=release.engine.context_len(model_config) if model_config is not None else None,
     )
     changed: list[str] = []
-    for rule in engine_rules(engine, parsed_version):
+    for rule in engine_rules(release):
         try:
             finding = _apply(rule, ctx, changed)
         except Exception as exc:  # a broken rule must not read as "accepted"
@@ -202,10 +218,10 @@ def check_args(
     return CheckResult(
         ok=ok,
         findings=findings,
-        effective_args=_effective_args(engine, parsed_version, argv, ctx.values, changed),
+        effective_args=_effective_args(release, argv, ctx.values, changed),
         effective_env=env,
-        engine=engine,
-        version=version,
+        engine=release.name,
+        version=release.version_text,
         effective_values=dict(ctx.values),
         given=ctx.given,
     )

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from packaging.version import Version
-
+from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.argv import FlagUse, read_argv, with_dotted_key
 from specpilot.engines.fix import Fix
-from specpilot.engines.flags import ReleaseTable, release_tables, table_for
-from specpilot.engines.registry import engine_by_name
+from specpilot.engines.flags import ReleaseTable
 from specpilot.engines.rules import Finding
 
 
@@ -27,9 +25,9 @@ class ParsedArgs:
     findings: list[Finding]
 
 
-def _history_finding(engine: str, version: Version, spelling: str, values: tuple[str, ...]) -> Finding:
+def _history_finding(release: EngineRelease, spelling: str, values: tuple[str, ...]) -> Finding:
     """Explain a flag this release does not know, from the other releases' tables."""
-    tables = release_tables(engine)
+    engine, version, tables = release.name, release.version, release.tables
     older = [t for t in tables if t.version.release < version.release and spelling in t.by_spelling]
     newer = [t for t in tables if t.version.release > version.release and spelling in t.by_spelling]
     if older:
@@ -37,7 +35,7 @@ def _history_finding(engine: str, version: Version, spelling: str, values: tuple
         replacement = flag.replacement
         if replacement is None:
             # a flag gone from this release whose dest lives on under another name
-            current = table_for(engine, version).by_dest.get(flag.dest)
+            current = release.table.by_dest.get(flag.dest)
             replacement = current.name if current else None
         gone_in = next(t.version for t in tables if t.version > older[-1].version)
         fix_args: tuple[str, ...] = ()
@@ -50,7 +48,7 @@ def _history_finding(engine: str, version: Version, spelling: str, values: tuple
         return Finding(
             "flag-removed",
             "error",
-            message + f" ({engine} {version} exits with '{_refusal(table_for(engine, version), spelling)}')",
+            message + f" ({engine} {version} exits with '{_refusal(release.table, spelling)}')",
             Fix(args=tuple(a for a in fix_args if a), remove_args=(spelling,)),
         )
     if newer:
@@ -80,7 +78,7 @@ def _refusal(table: ReleaseTable, spelling: str) -> str:
 _KIND_WORDS = {"int": "an integer", "float": "a number", "json": "JSON"}
 
 
-def _value_findings(engine: str, version: Version, use: FlagUse, parsed: ParsedArgs) -> bool:
+def _value_findings(release: EngineRelease, use: FlagUse, parsed: ParsedArgs) -> bool:
     """Convert a known flag's value into `parsed`; False (with a finding) when the release refuses it."""
     flag = use.flag
     assert flag is not None
@@ -120,36 +118,36 @@ def _value_findings(engine: str, version: Version, use: FlagUse, parsed: ParsedA
             )
         )
         return False
-    value_range = engine_by_name(engine).value_ranges.get(flag.dest)
+    value_range = release.engine.value_ranges.get(flag.dest)
     problem = value_range.problem(text) if value_range is not None else None
     if problem is not None:
         parsed.findings.append(
             Finding(
                 "flag-out-of-range",
                 "error",
-                f"argument {use.typed}: {problem} ({engine} refuses it at startup)",
+                f"argument {use.typed}: {problem} ({release.name} refuses it at startup)",
                 Fix(remove_args=(use.typed,)),
             )
         )
     return True
 
 
-def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
+def parse_argv(release: EngineRelease, argv: list[str]) -> ParsedArgs:
     """Parse like the release's argparse; problems become findings instead of exits."""
-    read = read_argv(table_for(engine, version), argv)
+    read = read_argv(release.table, argv)
     parsed = ParsedArgs(values={}, given=set(), spelled={}, positional=list(read.positional), findings=[])
     for use in read.uses:
         flag = use.flag
         if flag is None:
-            parsed.findings.append(_history_finding(engine, version, use.typed, use.values))
+            parsed.findings.append(_history_finding(release, use.typed, use.values))
             continue
-        if not _value_findings(engine, version, use, parsed):
+        if not _value_findings(release, use, parsed):
             continue
         parsed.given.add(flag.dest)
         parsed.spelled[flag.dest] = use.spelling
         if flag.deprecated:
             new = flag.replacement
-            message = f"{use.spelling} is deprecated in {engine} {version}"
+            message = f"{use.spelling} is deprecated in {release.name} {release.version}"
             message += f"; use {new}" if new else ""
             fix_args: tuple[str, ...] = ()
             if new:
@@ -160,22 +158,15 @@ def parse_argv(engine: str, version: Version, argv: list[str]) -> ParsedArgs:
     return parsed
 
 
-def env_findings(
-    engine: str,
-    version: Version,
-    env: dict[str, str],
-    prefixes: tuple[str, ...],
-    replacements: dict[str, str],
-) -> list[Finding]:
+def env_findings(release: EngineRelease, env: dict[str, str]) -> list[Finding]:
     """Engine env vars this release no longer (or never) reads."""
-    table = table_for(engine, version)
-    tables = release_tables(engine)
+    engine, version, tables = release.name, release.version, release.tables
     findings = []
     for name in env:
-        if not name.startswith(prefixes) or name in table.env:
+        if not name.startswith(release.engine.env_prefixes) or name in release.table.env:
             continue
         older = [t for t in tables if t.version.release < version.release and name in t.env]
-        hint = replacements.get(name, "")
+        hint = release.engine.env_replacements.get(name, "")
         if older:
             message = f"{name} was removed after {engine} {older[-1].version}; {engine} {version} ignores it"
         else:

@@ -17,12 +17,6 @@ from packaging.version import InvalidVersion, Version
 
 from specpilot.errors import UserError
 
-#: engines whose parser rewrites argv before argparse sees it (vLLM's FlexibleArgumentParser,
-#: vllm/utils/argparse_utils.py): `--max_num_seqs` is `--max-num-seqs`, `-O3` is
-#: `--optimization-level 3`, `--compilation-config.mode 3` sets one key of that JSON flag.
-#: SGLang's plain argparse refuses all three.
-FLEXIBLE_PARSER_ENGINES = frozenset({"vllm"})
-
 
 @dataclass(frozen=True, eq=False)
 class FlagInfo:
@@ -63,6 +57,8 @@ class ReleaseTable:
     version: Version
     flags: tuple[FlagInfo, ...]
     env: frozenset[str]
+    #: whether this engine's parser takes `--max_num_seqs`, `-O3` and `--config.key value`
+    flexible_parser: bool
 
     @property
     def by_spelling(self) -> dict[str, FlagInfo]:
@@ -71,11 +67,6 @@ class ReleaseTable:
     @property
     def by_dest(self) -> dict[str, FlagInfo]:
         return _dest_index(self)
-
-    @property
-    def flexible_parser(self) -> bool:
-        """Whether this engine's parser takes `--max_num_seqs`, `-O3` and `--config.key value`."""
-        return self.engine in FLEXIBLE_PARSER_ENGINES
 
     def defaults(self) -> dict[str, object]:
         return {f.dest: f.default for f in self.flags if not f.deprecated}
@@ -111,9 +102,11 @@ def _flag(raw: dict[str, object]) -> FlagInfo:
 
 
 @cache
-def release_tables(engine: str) -> tuple[ReleaseTable, ...]:
-    """All shipped tables of an engine, oldest first."""
-    folder = resources.files(f"specpilot.engines.{engine}") / "flags"
+def load_tables(engine: str, package: str, *, flexible_parser: bool) -> tuple[ReleaseTable, ...]:
+    """The tables shipped in `package`'s `flags/` folder, oldest first (an adapter's
+    `release_tables`). `flexible_parser`: the engine's parser rewrites argv before argparse
+    sees it (vLLM's FlexibleArgumentParser)."""
+    folder = resources.files(package) / "flags"
     tables = []
     for entry in folder.iterdir():
         if not entry.name.endswith(".json"):
@@ -125,9 +118,17 @@ def release_tables(engine: str) -> tuple[ReleaseTable, ...]:
                 version=Version(raw["version"]),
                 flags=tuple(_flag(f) for f in raw["flags"]),
                 env=frozenset(raw.get("env", ())),
+                flexible_parser=flexible_parser,
             )
         )
     return tuple(sorted(tables, key=lambda t: t.version))
+
+
+def release_tables(engine: str) -> tuple[ReleaseTable, ...]:
+    """All shipped tables of a registered engine, oldest first."""
+    from specpilot.engines.registry import engine_by_name  # the registry's adapters load tables
+
+    return engine_by_name(engine).release_tables()
 
 
 @cache
@@ -147,7 +148,11 @@ def table_for(engine: str, version: Version) -> ReleaseTable:
 
     Compared by release number, so "0.5.13" finds the 0.5.13.post1 table.
     """
-    tables = release_tables(engine)
+    return table_among(release_tables(engine), version)
+
+
+def table_among(tables: tuple[ReleaseTable, ...], version: Version) -> ReleaseTable:
+    """`table_for` over one engine's tables, oldest first."""
     eligible = [t for t in tables if t.version.release <= version.release]
     return eligible[-1] if eligible else tables[0]
 

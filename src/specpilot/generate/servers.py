@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from specpilot.engines import registry
 from specpilot.engines.metrics import SpecMetric
-from specpilot.engines.sglang import metrics as sglang_metrics
-from specpilot.engines.vllm import metrics as vllm_metrics
 from specpilot.secrets import url_without_credentials
 
 #: /health first: a 5xx there means unhealthy although /v1/models (served by the API
@@ -140,7 +139,11 @@ async def probe(session: aiohttp.ClientSession, server: Server, timeout_s: float
     return False
 
 
-SPEC_METRICS: tuple[SpecMetric, ...] = (vllm_metrics.SPEC_ACCEPTANCE, sglang_metrics.SPEC_ACCEPTANCE)
+def spec_metrics() -> tuple[SpecMetric, ...]:
+    """Every registered engine's speculative-decoding series: a server's /metrics says no engine."""
+    return tuple(metric for engine in registry.ENGINES for metric in engine.spec_metrics)
+
+
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
 
 
@@ -168,7 +171,7 @@ class SpecTracker:
     gauges: dict[str, float] = field(default_factory=dict)
 
     def observe(self, server: str, values: dict[str, float]) -> None:
-        for metric in SPEC_METRICS:
+        for metric in spec_metrics():
             if metric.accepted and metric.drafts and metric.drafts in values:
                 pair = (values.get(metric.accepted, 0.0), values[metric.drafts])
                 self.baseline.setdefault(server, pair)

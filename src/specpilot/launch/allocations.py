@@ -10,15 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from specpilot.engines.loglines import LogQuantity, Value
-from specpilot.engines.sglang import loglines as sglang_lines
-from specpilot.engines.vllm import loglines as vllm_lines
+from specpilot.engines.loglines import Value
 from specpilot.plan.types import JSON_GIB_DECIMALS, Plan
 
-LOG_QUANTITIES: dict[str, tuple[LogQuantity, ...]] = {
-    "sglang": sglang_lines.QUANTITIES,
-    "vllm": vllm_lines.QUANTITIES,
-}
 #: the quantities `up` reports, under the plan's name (Plan.to_json()) -> the log's name
 REPORTED: dict[str, str] = {
     "kv_tokens": "kv_tokens",

@@ -16,16 +16,16 @@ import re
 from collections import deque
 from dataclasses import dataclass
 
+from specpilot.engines import registry
 from specpilot.engines.fix import Fix
 from specpilot.engines.loglines import ANSI, LogReading
-from specpilot.engines.sglang import signatures as sglang_signatures
+from specpilot.engines.registry import engine_by_name
 from specpilot.engines.signatures import SHARED, Kind, Signature, SignatureFix
-from specpilot.engines.vllm import signatures as vllm_signatures
-from specpilot.launch.allocations import LOG_QUANTITIES, REPORTED, allocations
+from specpilot.launch.allocations import REPORTED, allocations
 from specpilot.launch.outcome import describe_returncode
 
 #: every signature: engine-specific ones before the shared ones
-ALL: tuple[Signature, ...] = sglang_signatures.SIGNATURES + vllm_signatures.SIGNATURES + SHARED
+ALL: tuple[Signature, ...] = (*(sig for engine in registry.ENGINES for sig in engine.signatures), *SHARED)
 #: what wraps an engine's own line, possibly nested: `docker compose` service prefixes
 #: ("sglang-1  | "), Ray / vLLM process prefixes ("(VllmWorker TP0 pid=77) "), torch's
 #: "[rank0]: " and SGLang's "[2025-01-01 10:00:00 TP0] " rank tags
@@ -55,7 +55,7 @@ def engine_text(line: str) -> str:
 
 def for_engine(engine: str) -> tuple[Signature, ...]:
     """The signatures that apply to `engine`, engine-specific before shared ones."""
-    return tuple(sig for sig in ALL if sig.applies_to(engine))
+    return engine_by_name(engine).signatures + SHARED
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class LogClassifier:
         self._plain: list[str] = []  # engine_text of each (what signatures see)
         self.phase: str = "starting"
         self.last_meaningful_line: str | None = None
-        self._reading = LogReading(LOG_QUANTITIES[engine])
+        self._reading = LogReading(engine_by_name(engine).log.quantities)
         self.ready_seen = False
         self.fatal_index: int | None = None  # index of the line that said "this failed"
         self._block_start: int | None = None

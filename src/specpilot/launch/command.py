@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specpilot.engines.argv import read_argv
-from specpilot.engines.flags import parse_version, table_for
-from specpilot.engines.registry import engine_by_name
+from specpilot.engines.registry import engine_by_name, engine_release
 from specpilot.errors import UserError
 from specpilot.secrets import MASK, is_secret_name, mask_argv
 from specpilot.spec import Spec
@@ -67,7 +66,7 @@ def plan_argv(spec: Spec, *, model_path: str) -> tuple[list[str], str]:
     """argv and the served model name."""
     program, model_args = engine_program(spec, model_path=model_path)
     args = [*spec.engine.args, *model_args]
-    read = read_argv(table_for(spec.engine.name, parse_version(spec.engine.version)), args)
+    read = read_argv(engine_release(spec.engine.name, spec.engine.version).table, args)
     for dest, wanted in (("host", spec.server.host), ("port", str(spec.server.port))):
         flag = f"--{dest}"
         use = read.last(dest)

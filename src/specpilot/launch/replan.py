@@ -17,7 +17,7 @@ from typing import Any
 
 from specpilot.check.parse import parse_argv
 from specpilot.engines.fix import Fix
-from specpilot.engines.flags import parse_version, table_for
+from specpilot.engines.registry import engine_release
 from specpilot.launch.outcome import UpResult
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_text
@@ -66,9 +66,9 @@ def replan_reason(result: UpResult) -> str | None:
 def _changes(spec: Spec, old: Sequence[str], new: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """Each flag whose value differs (as the release's argparse reads both argvs), then the
     environment the new launch sets differently."""
-    version = parse_version(spec.engine.version)
-    before = parse_argv(spec.engine.name, version, list(old))
-    after = parse_argv(spec.engine.name, version, list(new))
+    release = engine_release(spec.engine.name, spec.engine.version)
+    before = parse_argv(release, list(old))
+    after = parse_argv(release, list(new))
     lines = [
         f"{after.spelled.get(dest, dest)} {before.values.get(dest, '(unset)')} -> {value}"
         for dest, value in after.values.items()
@@ -91,7 +91,7 @@ def replan(spec: Spec, log_text: str, planned: Plan | None) -> Replan | None:
     if not plan.recommended_args:
         return None
     fix = Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env))
-    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    table = engine_release(spec.engine.name, spec.engine.version).table
     args, env = fix.apply(table, spec.engine.args, spec.engine.env)
     changes = _changes(spec, spec.engine.args, args, env)
     if not changes:

@@ -6,8 +6,10 @@ from collections.abc import Mapping
 
 from specpilot.check.effective import EffectiveArgs
 from specpilot.engines.fix import Fix
+from specpilot.engines.registry import engine_release
 from specpilot.models.shape import PLANNED_ARCHITECTURES, ModelShape, shape_from_files
 from specpilot.plan.effective import effective_args
+from specpilot.plan.planners import planner_for
 from specpilot.plan.provenance import provenance
 from specpilot.plan.types import Plan, Problem, Term
 from specpilot.spec import Spec
@@ -26,16 +28,11 @@ def plan_inputs(spec: Spec) -> tuple[ModelShape, EffectiveArgs]:
 
 def make_plan(spec: Spec, measured: Mapping[str, float] | None = None) -> Plan:
     """The plan for a spec, by its engine's planner; `measured` holds inputs read from a log."""
+    release = engine_release(spec.engine.name, spec.engine.version)
+    planner = planner_for(release.name)
     shape, args = plan_inputs(spec)
-    if spec.engine.name == "sglang":
-        from specpilot.plan.sglang import plan_sglang
-
-        plan = plan_sglang(spec, shape, args, measured)
-    else:
-        from specpilot.plan.vllm import plan_vllm
-
-        plan = plan_vllm(spec, shape, args, measured)
-    plan.provenance = provenance(spec.engine.name, spec.engine.version)
+    plan = planner.plan(spec, shape, args, measured)
+    plan.provenance = provenance(release)
     if shape.architecture not in PLANNED_ARCHITECTURES:
         plan.notes.insert(
             0,

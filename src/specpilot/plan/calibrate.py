@@ -12,19 +12,12 @@ the weights finished loading, is refused (`log_checks`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from specpilot.errors import UserError
 from specpilot.plan.log_checks import refuse_foreign_log, refuse_other_engine, refuse_unfinished_load
-from specpilot.plan.sglang_log import parse_sglang_log
-from specpilot.plan.vllm_log import parse_vllm_log
+from specpilot.plan.planners import planner_for
 from specpilot.spec import Spec
-
-LogParser = Callable[[str], Mapping[str, object]]
-#: per engine, the reader of its log quantities (engines/<engine>/loglines.py)
-PARSERS: dict[str, LogParser] = {"sglang": parse_sglang_log, "vllm": parse_vllm_log}
-
 
 #: numbers a log prints that the plan predicts: comparing against them is the point,
 #: so they are never fed back in as inputs
@@ -69,7 +62,8 @@ def calibrate_from_text(spec: Spec, text: str, source: str) -> tuple[Spec, dict[
     """`calibrate_from_log` on a log already read (`source` names it in errors)."""
     refuse_other_engine(spec, text)
     refuse_unfinished_load(spec, text)
-    facts = PARSERS[spec.engine.name](text)
+    planner = planner_for(spec.engine.name)
+    facts = planner.read_log(text)
     measured = {
         key: float(value)
         for key, value in facts.items()
@@ -83,7 +77,7 @@ def calibrate_from_text(spec: Spec, text: str, source: str) -> tuple[Spec, dict[
             field="--from-log",
             fix=f"give the log of a {spec.engine.name} start that got at least past weight loading",
         )
-    refuse_foreign_log(spec, facts)
+    refuse_foreign_log(spec, facts, planner.refuse_other_footprint)
     gpu, model = spec.gpu, spec.model
     if "free_before_load_gib" in measured:
         gpu = gpu.model_copy(update={"free_before_load_gib": measured["free_before_load_gib"]})

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from specpilot.check.effective import EffectiveArgs
-from specpilot.check.engine import check_args
+from specpilot.check.engine import check_release
 from specpilot.engines.fix import Fix
-from specpilot.engines.flags import parse_version, table_for
+from specpilot.engines.registry import engine_release
 from specpilot.engines.rules import GpuFacts
 from specpilot.models.shape import ModelShape
 from specpilot.spec import Spec
@@ -27,9 +27,9 @@ def evaluate(
     gpu_name: str | None = None,
 ) -> EffectiveArgs:
     """One launch's flags as the engine will run them, for a model of this shape."""
-    result = check_args(
-        engine,
-        version,
+    release = engine_release(engine, version)
+    result = check_release(
+        release,
         list(argv),
         dict(env),
         shape.architecture,
@@ -38,7 +38,7 @@ def evaluate(
         shape.is_hybrid,
         shape.config,
     )
-    return EffectiveArgs.from_result(result)
+    return EffectiveArgs.from_result(result, release)
 
 
 def effective_args(
@@ -58,8 +58,7 @@ def effective_args(
 
 def effective_args_without(spec: Spec, shape: ModelShape, dropped: Callable[[str], bool]) -> EffectiveArgs:
     """The same launch with every flag whose dest `dropped` names removed, re-evaluated."""
-    version = parse_version(spec.engine.version)
-    table = table_for(spec.engine.name, version)
+    table = engine_release(spec.engine.name, spec.engine.version).table
     spellings = tuple(s for s, flag in table.by_spelling.items() if dropped(flag.dest))
     argv, env = Fix(remove_args=spellings).apply(table, spec.engine.args, spec.engine.env)
     return effective_args(spec, shape, argv, env)

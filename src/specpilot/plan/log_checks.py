@@ -12,46 +12,24 @@ heads x head size.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 
 from packaging.version import InvalidVersion, Version
 
-from specpilot.dtypes import DTYPE_BYTES
-from specpilot.engines.sglang import loglines as sglang_lines
-from specpilot.engines.vllm import loglines as vllm_lines
+from specpilot.engines import registry
+from specpilot.engines.adapter import Engine
+from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape
 from specpilot.plan.effective import effective_args
-from specpilot.plan.types import GIB
 from specpilot.spec import Spec
 
 FIELD = "--from-log"
 #: relative KV-per-token difference above which a log is another model's (the printed sizes
 #: carry two decimals and the pools round to pages: both stay far below this)
 FOOTPRINT_TOLERANCE = 0.05
-
-
-@dataclass(frozen=True)
-class LogSignature:
-    """How one engine's startup log reads (the lines are declared in its `loglines`)."""
-
-    engine: str
-    name: str
-    #: lines only this engine prints
-    markers: tuple[re.Pattern[str], ...]
-    #: lines printed once the weights are loaded (the end-of-load line or a later stage)
-    loaded: tuple[re.Pattern[str], ...]
-    #: the end-of-load line as a user finds it in the log
-    loaded_line: str
-
-
-SIGNATURES: dict[str, LogSignature] = {
-    "sglang": LogSignature(
-        "sglang", "SGLang", sglang_lines.MARKERS, sglang_lines.LOADED, sglang_lines.LOADED_LINE
-    ),
-    "vllm": LogSignature("vllm", "vLLM", vllm_lines.MARKERS, vllm_lines.LOADED, vllm_lines.LOADED_LINE),
-}
+#: refuses a parsed log whose KV footprint per token is another model's (an engine planner's)
+FootprintCheck = Callable[[Spec, ModelShape, Mapping[str, object]], None]
 
 
 def _found(patterns: tuple[re.Pattern[str], ...], text: str) -> bool:
@@ -60,26 +38,28 @@ def _found(patterns: tuple[re.Pattern[str], ...], text: str) -> bool:
 
 def refuse_other_engine(spec: Spec, text: str) -> None:
     """A log of the other engine (and none of this one's lines)."""
-    own = SIGNATURES[spec.engine.name]
-    if _found(own.markers, text):
+    own = engine_by_name(spec.engine.name)
+    if _found(own.log.markers, text):
         return
-    for other in SIGNATURES.values():
-        if other.engine != own.engine and _found(other.markers, text):
+    for other in registry.ENGINES:
+        if other is not own and _found(other.log.markers, text):
+            name, other_name = own.display_name, other.display_name
             raise UserError(
-                f"the log is a {other.name} log; the spec's engine is {own.name}",
+                f"the log is a {other_name} log; the spec's engine is {name}",
                 field=FIELD,
-                fix=f"give the log of a {own.name} {spec.engine.version} start, or plan a {other.name} spec",
+                fix=f"give the log of a {name} {spec.engine.version} start, or plan a {other_name} spec",
             )
 
 
 def refuse_unfinished_load(spec: Spec, text: str) -> None:
     """A log that stops before the weights finished loading measures nothing the plan uses."""
-    signature = SIGNATURES[spec.engine.name]
-    if _found(signature.markers, text) and not _found(signature.loaded, text):
+    engine: Engine = engine_by_name(spec.engine.name)
+    log = engine.log
+    if _found(log.markers, text) and not _found(log.loaded, text):
         raise UserError(
-            f"the log ends before weight loading finished (no '{signature.loaded_line}' line)",
+            f"the log ends before weight loading finished (no '{log.loaded_line}' line)",
             field=FIELD,
-            fix=f"give the log of a {signature.name} start that got at least past '{signature.loaded_line}'",
+            fix=f"give the log of a {engine.display_name} start that got at least past '{log.loaded_line}'",
         )
 
 
@@ -93,7 +73,7 @@ def refuse_other_release(spec: Spec, logged_version: object) -> None:
         return
     if logged.release == planned.release:
         return
-    name = SIGNATURES[spec.engine.name].name
+    name = engine_by_name(spec.engine.name).display_name
     raise UserError(
         f"the log is from {name} {logged_version}; the spec plans {name} {spec.engine.version}",
         field=FIELD,
@@ -145,7 +125,9 @@ def _model_words(shape: ModelShape) -> str:
     )
 
 
-def _refuse_footprint(spec: Spec, shape: ModelShape, logged: float, planned: float, what: str) -> None:
+def refuse_footprint(spec: Spec, shape: ModelShape, logged: float, planned: float, what: str) -> None:
+    """A log whose `what` bytes per token differ from the plan's by more than the tolerance is
+    another model's."""
     if planned <= 0 or abs(logged / planned - 1) <= FOOTPRINT_TOLERANCE:
         return
     raise UserError(
@@ -156,49 +138,15 @@ def _refuse_footprint(spec: Spec, shape: ModelShape, logged: float, planned: flo
     )
 
 
-def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, facts: Mapping[str, object]) -> None:
-    """SGLang prints the target's K cache size and token count: K bytes per token per GPU."""
-    from specpilot.models.layers import layer_specs
-    from specpilot.plan.sglang import planner_settings
-
-    dtype, tokens, k_gib = facts.get("kv_dtype"), facts.get("kv_tokens"), facts.get("k_cache_gib")
-    # MLA caches a latent, and sliding-window layers get their own smaller pool: skipped
-    if shape.kv_lora_rank or shape.sliding_attention_layers:
-        return
-    if not isinstance(dtype, str) or not isinstance(tokens, int) or not isinstance(k_gib, float):
-        return
-    if dtype not in DTYPE_BYTES or not tokens or not k_gib:
-        return
-    s = planner_settings(spec, shape, effective_args(spec, shape))
-    heads = layer_specs(shape).full_attention.kv_heads_per_gpu(s.tp_size)
-    planned = shape.full_attention_layers * heads * shape.head_dim * DTYPE_BYTES[dtype]
-    _refuse_footprint(spec, shape, k_gib * GIB / tokens, planned, "K cache")
-
-
-def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, facts: Mapping[str, object]) -> None:
-    """vLLM prints its KV memory and token count; for attention-only models their ratio is
-    the KV bytes per token (mamba groups and sliding windows change the ratio: skipped)."""
-    from specpilot.plan.vllm import resolve_inputs
-
-    available, tokens = facts.get("available_kv_gib"), facts.get("kv_tokens")
-    if not isinstance(available, float | int) or not isinstance(tokens, float | int):
-        return
-    if available <= 0 or tokens <= 0 or shape.is_hybrid or shape.sliding_attention_layers:
-        return
-    inputs = resolve_inputs(spec, shape, effective_args(spec, shape))
-    planned = inputs.attention_bytes_per_token_per_layer * inputs.attention_layers
-    _refuse_footprint(spec, shape, available * GIB / tokens, planned, "KV cache")
-
-
-def refuse_foreign_log(spec: Spec, facts: Mapping[str, object]) -> None:
-    """The checks of a parsed log of this engine, past weight loading, against the spec."""
+def refuse_foreign_log(
+    spec: Spec, facts: Mapping[str, object], refuse_other_footprint: FootprintCheck
+) -> None:
+    """The checks of a parsed log of this engine, past weight loading, against the spec;
+    `refuse_other_footprint` is the engine planner's check of the KV bytes per token."""
     from specpilot.models.shape import load_model_shape
 
     refuse_other_release(spec, facts.get("version"))
     shape = load_model_shape(spec.model_dir())
     refuse_other_architecture(spec, shape, facts)
     refuse_other_parallelism(spec, shape, facts)
-    if spec.engine.name == "sglang":
-        refuse_other_sglang_footprint(spec, shape, facts)
-    else:
-        refuse_other_vllm_footprint(spec, shape, facts)
+    refuse_other_footprint(spec, shape, facts)

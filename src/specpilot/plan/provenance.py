@@ -16,10 +16,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from specpilot.engines.sglang.releases import release_rules
-from specpilot.engines.vllm.releases import vllm_line
-
-ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
+from specpilot.engines.adapter import EngineRelease
+from specpilot.engines.registry import engine_by_name
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,7 @@ class MeasuredRelease:
     source: str
 
     def describe(self) -> str:
-        name = ENGINE_NAMES[self.engine]
+        name = engine_by_name(self.engine).display_name
         return f"{name} {self.release} on {self.gpu}, {self.starts} starts, {self.source}"
 
 
@@ -64,7 +62,7 @@ class Provenance:
         starts = "; ".join(self.measured_starts)
         if self.release_measured:
             return f"{basis}; measured: {starts}"
-        name = ENGINE_NAMES.get(engine, engine)
+        name = engine_by_name(engine).display_name
         return f"{basis}; measured: {starts}. {name} {version} itself is unmeasured"
 
     def to_json(self) -> dict[str, object]:
@@ -84,27 +82,16 @@ def _same_release(a: Version, b: Version) -> bool:
     return a.release == b.release
 
 
-def provenance(engine: str, version: str, measured: tuple[MeasuredRelease, ...] = MEASURED) -> Provenance:
-    """The arithmetic window of `version` and the measured starts inside it."""
-    requested = Version(version)
-    if engine == "sglang":
-        row = release_rules(version)
-        first, last = Version(row.first), Version(row.last)
-        window = first.base_version if first == last else f"{first}-{last}"
-        arithmetic = f"SGLang {window}"
+def provenance(release: EngineRelease, measured: tuple[MeasuredRelease, ...] = MEASURED) -> Provenance:
+    """The arithmetic window of the release (its release row) and the measured starts inside it."""
+    requested, window = release.version, release.window
 
-        def inside(release: Version) -> bool:
-            return first <= Version(release.base_version) <= last
-    else:
-        line = vllm_line(version)
-        arithmetic = f"vLLM {line.name}"
+    def inside(started: Version) -> bool:
+        return window.covers(Version(started.base_version))
 
-        def inside(release: Version) -> bool:
-            return line.covers(Version(release.base_version))
-
-    records = [r for r in measured if r.engine == engine and inside(Version(r.release))]
+    records = [r for r in measured if r.engine == release.name and inside(Version(r.release))]
     return Provenance(
-        arithmetic=arithmetic,
+        arithmetic=window.arithmetic,
         measured_starts=tuple(r.describe() for r in records),
         release_measured=any(_same_release(Version(r.release), requested) for r in records),
     )

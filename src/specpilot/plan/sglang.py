@@ -14,12 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from specpilot.check.effective import EffectiveArgs
+from specpilot.dtypes import DTYPE_BYTES
 from specpilot.engines.fix import Fix
 from specpilot.engines.rules import env_bool
 from specpilot.engines.sglang.releases import SglangRelease, release_rules
+from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape
 from specpilot.plan import sglang_quantities as q
-from specpilot.plan.effective import effective_args_without
+from specpilot.plan.effective import effective_args, effective_args_without
+from specpilot.plan.log_checks import refuse_footprint
 from specpilot.plan.sglang_log import parse_sglang_log
 from specpilot.plan.sglang_margin import PostPoolFit, highest_fraction, post_pool_fit, required_margin_gib
 from specpilot.plan.sglang_settings import POST_CAPTURE_ENV, SglangSettings, resolve_settings
@@ -697,3 +700,19 @@ def plan_sglang(
         notes=notes,
         details=_details(z, shape, free),
     )
+
+
+def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, facts: Mapping[str, object]) -> None:
+    """SGLang prints the target's K cache size and token count: K bytes per token per GPU."""
+    dtype, tokens, k_gib = facts.get("kv_dtype"), facts.get("kv_tokens"), facts.get("k_cache_gib")
+    # MLA caches a latent, and sliding-window layers get their own smaller pool: skipped
+    if shape.kv_lora_rank or shape.sliding_attention_layers:
+        return
+    if not isinstance(dtype, str) or not isinstance(tokens, int) or not isinstance(k_gib, float):
+        return
+    if dtype not in DTYPE_BYTES or not tokens or not k_gib:
+        return
+    s = planner_settings(spec, shape, effective_args(spec, shape))
+    heads = layer_specs(shape).full_attention.kv_heads_per_gpu(s.tp_size)
+    planned = shape.full_attention_layers * heads * shape.head_dim * DTYPE_BYTES[dtype]
+    refuse_footprint(spec, shape, k_gib * GIB / tokens, planned, "K cache")

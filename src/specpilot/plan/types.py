@@ -147,8 +147,6 @@ class VllmDetails(_Details):
 
 
 EngineDetails = SglangDetails | VllmDetails
-#: engine name -> its details record
-DETAILS: dict[str, type[EngineDetails]] = {"sglang": SglangDetails, "vllm": VllmDetails}
 
 #: attribute -> JSON key where they differ
 _RENAMED = {"memory_fraction": "mem_fraction_static"}
@@ -214,6 +212,8 @@ class Plan:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Plan:
         """The plan `to_json` wrote (a run directory's plan.json)."""
+        from specpilot.plan.planners import planner_for  # the planners build plans: above this module
+
         provenance = data.get("provenance")
         return cls(
             engine=data["engine"],
@@ -228,7 +228,7 @@ class Plan:
             memory_fraction=data["mem_fraction_static"],
             reserve_gib=data["reserve_gib"],
             reserve_needed_gib=data["reserve_needed_gib"],
-            details=DETAILS[data["engine"]].from_json(data["details"]),
+            details=planner_for(data["engine"]).details.from_json(data["details"]),
             problems=[Problem.from_json(p) for p in data["problems"]],
             recommended_args=list(data["recommended_args"]),
             recommended_env=dict(data["recommended_env"]),

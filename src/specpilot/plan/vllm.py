@@ -23,6 +23,8 @@ from specpilot.errors import UserError
 from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape, partial_rotary_factor
 from specpilot.plan import vllm_memory as mem
+from specpilot.plan.effective import effective_args
+from specpilot.plan.log_checks import refuse_footprint
 from specpilot.plan.types import GIB, Plan, Problem, Term, VllmDetails, gib
 from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate
 from specpilot.plan.vllm_cpu import VLLM_CPU, cpu_kv_cache_bytes
@@ -630,3 +632,16 @@ def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: E
             "vision encoder profiling is not in the activation estimate; --language-model-only removes it"
         )
     return notes
+
+
+def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, facts: Mapping[str, object]) -> None:
+    """vLLM prints its KV memory and token count; for attention-only models their ratio is
+    the KV bytes per token (mamba groups and sliding windows change the ratio: skipped)."""
+    available, tokens = facts.get("available_kv_gib"), facts.get("kv_tokens")
+    if not isinstance(available, float | int) or not isinstance(tokens, float | int):
+        return
+    if available <= 0 or tokens <= 0 or shape.is_hybrid or shape.sliding_attention_layers:
+        return
+    inputs = resolve_inputs(spec, shape, effective_args(spec, shape))
+    planned = inputs.attention_bytes_per_token_per_layer * inputs.attention_layers
+    refuse_footprint(spec, shape, available * GIB / tokens, planned, "KV cache")

@@ -1,0 +1,53 @@
+"""SGLang's adapter: everything specpilot knows of SGLang, gathered from this package's modules."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from packaging.version import Version
+
+from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
+from specpilot.engines.flags import load_tables
+from specpilot.engines.sglang import flags, loglines, metrics, rules, signatures
+from specpilot.engines.sglang.releases import release_rules
+
+
+def release_window(version: str) -> ReleaseWindow:
+    """The `SglangRelease` row of `version`, as the window of releases its arithmetic covers."""
+    row = release_rules(version)
+    first, last = Version(row.first), Version(row.last)
+    window = first.base_version if first == last else f"{first}-{last}"
+    return ReleaseWindow(f"SGLang {window}", lambda release: first <= release <= last)
+
+
+ENGINE = Engine(
+    name="sglang",
+    display_name="SGLang",
+    newest_version="0.5.23",
+    supported_releases=rules.SUPPORTED_RELEASES,
+    # SGLang's plain argparse refuses `--max_num_seqs`, `-O3` and `--config.key value`
+    release_tables=partial(load_tables, "sglang", "specpilot.engines.sglang", flexible_parser=False),
+    release_window=release_window,
+    model_flag="--model-path",
+    default_command=("python3", "-m", "sglang.launch_server"),
+    launch=LaunchCommand(
+        modules={"sglang.launch_server": ""},
+        serve_program="sglang",
+        model_positional=False,
+        examples=("python -m sglang.launch_server ...", "sglang serve ..."),
+        missing_model_fix="add --model-path DIR",
+    ),
+    distributions=("sglang",),
+    env_prefixes=("SGLANG_", "SGL_"),
+    rules=rules.RULES,
+    env_replacements=rules.ENV_REPLACEMENTS,
+    value_ranges={r.dest: r for r in flags.VALUE_RANGES},
+    field_of_dest=flags.FIELD_OF_DEST,
+    context_len=rules.context_len,
+    log=EngineLog(loglines.QUANTITIES, loglines.MARKERS, loglines.LOADED, loglines.LOADED_LINE),
+    signatures=signatures.SIGNATURES,
+    spec_metrics=(metrics.SPEC_ACCEPTANCE,),
+    # none: 0.5.10-0.5.23 read --api-key/--admin-api-key only from argv or a --config
+    # YAML file (srt/server_args.py); no environment variable
+    secret_flag_env={},
+)

