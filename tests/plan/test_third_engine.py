@@ -85,6 +85,7 @@ STUB = Engine(
     supported_releases=SpecifierSet(">=1.0,<2"),
     release_tables=lambda: (TABLE,),
     release_window=lambda version: ReleaseWindow("Stub 1.x", lambda release: release.major == 1),
+    measured=(),
     model_flag="--model",
     default_command=("stub-server",),
     launch=LaunchCommand({}, "stub", False, ("stub serve ...",), "add --model DIR"),

@@ -99,27 +99,30 @@ def test_cudagraph_capture_size_follows_max_num_seqs() -> None:
 def test_estimates_scale_with_their_inputs() -> None:
     """The estimates' values are checked against the H200's profiled peaks
     (test_vllm_h200.py); here, how they move."""
-    small = mem.activation_peak_bytes_estimate(2048, 4096, 24576, 256, 151936, 2)
-    large = mem.activation_peak_bytes_estimate(8192, 4096, 24576, 1024, 151936, 2)
+    line = vllm_line("0.26.0")
+    v1_sampler = mem.sampler_cost(line, "v1", speculative=False)
+    small = mem.activation_peak_bytes_estimate(2048, 4096, 24576, 256, 151936, 2, v1_sampler)
+    large = mem.activation_peak_bytes_estimate(8192, 4096, 24576, 1024, 151936, 2, v1_sampler)
     assert large == 4 * small
-    plain = mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2)
-    spec_sampler = mem.sampler_cost("v1", speculative=True)
+    plain = mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2, v1_sampler)
+    spec_sampler = mem.sampler_cost(line, "v1", speculative=True)
     with_mtp = mem.activation_peak_bytes_estimate(8192, 5120, 34816, 1024, 248320, 2, spec_sampler)
     assert with_mtp > plain  # the speculative sampler keeps more per row
     # the V2 runner (dense models) samples without top-k/top-p work
-    v1 = mem.activation_peak_bytes_estimate(8192, 4096, 24576, 1024, 151936, 2)
-    v2 = mem.activation_peak_bytes_estimate(8192, 4096, 24576, 1024, 151936, 2, mem.sampler_cost("v2", False))
+    v1 = mem.activation_peak_bytes_estimate(8192, 4096, 24576, 1024, 151936, 2, v1_sampler)
+    v2_sampler = mem.sampler_cost(line, "v2", False)
+    v2 = mem.activation_peak_bytes_estimate(8192, 4096, 24576, 1024, 151936, 2, v2_sampler)
     assert v2 < v1
-    assert mem.sampler_cost("v2", speculative=True) == mem.V2_SAMPLER
+    assert mem.sampler_cost(line, "v2", speculative=True) == line.v2_sampler
     # the chunked GDN state is per value head: TP2 holds half
     tp1 = mem.gdn_chunk_state_bytes(8192, QWEN36_GDN.ssm_state_bytes(1, 2))
     assert mem.gdn_chunk_state_bytes(8192, QWEN36_GDN.ssm_state_bytes(2, 2)) * 2 == tp1
     assert mem.gdn_chunk_state_bytes(16384, QWEN36_GDN.ssm_state_bytes(1, 2)) == 2 * tp1
     # 8192 tokens are 128 chunks of 64, each one bf16 SSM state: 48 x 128 x 128 x 2 = 1.5 MiB
     assert tp1 == 128 * 1_572_864
-    assert mem.cudagraph_bytes_estimate(True, 512) == 0
-    assert mem.cudagraph_bytes_estimate(False, 512) > mem.cudagraph_bytes_estimate(False, 4)
-    assert mem.non_torch_bytes_estimate(2) > mem.non_torch_bytes_estimate(1)
+    assert mem.cudagraph_bytes_estimate(True, 512, line) == 0
+    assert mem.cudagraph_bytes_estimate(False, 512, line) > mem.cudagraph_bytes_estimate(False, 4, line)
+    assert mem.non_torch_bytes_estimate(2, line) > mem.non_torch_bytes_estimate(1, line)
 
 
 def _qwen36_27b_inputs(**changes: object) -> VllmInputs:

@@ -57,10 +57,11 @@ def test_a_release_in_the_repository_is_diffed_against_the_previous_table(tmp_pa
     assert "src/specpilot/engines/sglang/rules.py" in removed
     new_flag = next(iter(sorted(flag_names("sglang", "0.5.23") - flag_names("sglang", "0.5.19"))))
     assert any(new_flag in i for i in items if "new since 0.5.19" in i)
-    assert "[x] tests/conformance/venvs.py (SGLANG_RELEASES): 0.5.23 is listed" in items
-    assert any(
-        i.startswith("[x] src/specpilot/engines/sglang/rules.py: SUPPORTED_RELEASES is") for i in items
+    assert (
+        "[x] tests/conformance/venvs.py (SGLANG_RELEASES): 0.5.23 is listed (every flag table's release)"
+        in items
     )
+    assert any(i.startswith("[x] src/specpilot/engines/sglang/releases.py: CHECK_ACCEPTS is") for i in items)
     assert any(
         i.startswith("[x] src/specpilot/engines/sglang/releases.py: row 0.5.23-0.5.23 covers") for i in items
     )
@@ -72,37 +73,39 @@ def test_rules_that_stop_before_the_release_are_named(tmp_path: Path) -> None:
     assert any(i.startswith("[x] gpu/sglang/build_carry.sh: pins for 0.5.13.post1 recorded") for i in items)
     assert "sglang-spec-topk-no-overlap" in ended  # versions(">=0.5.11,<0.5.13")
     assert any(
-        i.startswith("[x] src/specpilot/plan/provenance.py: measured: SGLang 0.5.13.post1 on H200")
+        i.startswith(
+            "[x] src/specpilot/engines/sglang/releases.py (MEASURED): measured: SGLang 0.5.13.post1 on H200"
+        )
         for i in items
     )
 
 
-def test_an_unknown_newer_sglang_release_lists_every_place_to_change(tmp_path: Path) -> None:
+def test_an_unknown_newer_sglang_release_needs_a_table_a_row_and_gpu_starts(tmp_path: Path) -> None:
+    """The newest release, the conformance list and the planner's range follow the table and
+    the row: nothing else is listed by hand."""
     items = lines(dry_run(tmp_path, "sglang", "0.5.24"))
     todo = [i for i in items if i.startswith("[ ]")]
     expected = (
         "flag table: no src/specpilot/engines/sglang/flags/0.5.24.json",
-        "src/specpilot/engines/sglang/adapter.py: newest_version is 0.5.23: set it to 0.5.24",
         "src/specpilot/engines/sglang/releases.py: no planner row for 0.5.24",
-        "tests/conformance/venvs.py (SGLANG_RELEASES): add 0.5.24",
         "gpu/sglang/build_carry.sh: no pins for 0.5.24",
-        "src/specpilot/plan/provenance.py: no provenance record for 0.5.24",
+        "src/specpilot/engines/sglang/releases.py (MEASURED): no provenance record for 0.5.24",
         "mentions: files naming sglang 0.5.23",
     )
+    assert len(todo) == len(expected)
     for start in expected:
         assert any(i.startswith(f"[ ] {start}") for i in todo), start
     planner = next(i for i in todo if "no planner row" in i)
-    assert "fields: first, last, strategy_flag" in planner
+    assert "fields: first, last, spec_v2_default" in planner and "newest_version" in planner
     assert "[x] rules: every rule that applies to 0.5.23 also applies to 0.5.24" in items
 
 
 def test_a_vllm_release_without_a_cpu_build_is_validated_by_its_wheel(tmp_path: Path) -> None:
     items = lines(dry_run(tmp_path, "vllm", "0.33.0"))
     assert "[x] flag table: src/specpilot/engines/vllm/flags/0.33.0.json is in the repository" in items
-    assert any(i.startswith("[x] src/specpilot/engines/vllm/rules.py: SUPPORTED_RELEASES is") for i in items)
-    assert any(
-        i.startswith("[ ] src/specpilot/engines/vllm/adapter.py: newest_version is 0.26.0") for i in items
-    )
+    assert any(i.startswith("[x] src/specpilot/engines/vllm/releases.py: CHECK_ACCEPTS is") for i in items)
+    provenance = next(i for i in items if "no provenance record for 0.33.0" in i)
+    assert provenance.startswith("[ ]") and "newest_version" in provenance
     assert any(i.startswith("[x] src/specpilot/engines/vllm/releases.py: line 0.3x") for i in items)
     conformance = next(i for i in items if "VLLM_RELEASES" in i)
     assert conformance.startswith("[x]") and "0.33.0 is listed" in conformance
@@ -111,8 +114,7 @@ def test_a_vllm_release_without_a_cpu_build_is_validated_by_its_wheel(tmp_path: 
 def test_an_unknown_newer_vllm_release(tmp_path: Path) -> None:
     items = lines(dry_run(tmp_path, "vllm", "0.34.0"))
     assert "[ ] flag table: no src/specpilot/engines/vllm/flags/0.34.0.json" in " ".join(items)
-    conformance = next(i for i in items if "VLLM_RELEASES" in i)
-    assert conformance.startswith("[ ]") and "add 0.34.0" in conformance
+    assert not any("VLLM_RELEASES" in i for i in items)  # its table puts it on the conformance list
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from packaging.version import Version
 from specpilot.engines.context_len import ContextLen
 from specpilot.engines.flags import ReleaseTable
 from specpilot.engines.loglines import LogQuantity
+from specpilot.engines.measured import MeasuredRelease
 from specpilot.engines.metrics import SpecMetric
 from specpilot.engines.ranges import ValueRange
 from specpilot.engines.rules import Rule
@@ -79,6 +80,8 @@ class Engine:
     release_tables: Callable[[], tuple[ReleaseTable, ...]]
     #: the window of the planner's arithmetic that holds a release (its release row)
     release_window: Callable[[str], ReleaseWindow]
+    #: real GPU starts the planner was compared with, kept beside the release table
+    measured: tuple[MeasuredRelease, ...]
     #: the flag that names the model (spec `[model] path` renders to it)
     model_flag: str
     #: default program when `[engine] command` is not set

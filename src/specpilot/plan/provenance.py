@@ -1,11 +1,13 @@
 """What a plan rests on: which release's arithmetic, and which real starts verified it.
 
 `MEASURED` is the registry of engine starts the planner was compared with on a real GPU,
-one record per engine release, GPU and set of runs, with where the numbers are kept. A
+one record per engine release, GPU and set of runs, with where the numbers are kept; each
+engine's records live beside its release table (`MEASURED` in
+`specpilot.engines.sglang.releases` and `specpilot.engines.vllm.releases`). A
 plan names its arithmetic (the `SglangRelease` row or `VllmLine` it computed with), the
 records inside that arithmetic's release window, and whether the requested release
 itself was among them: a plan for a release nobody started is said to be unmeasured.
-Append a record here when a new matrix of starts is committed.
+Append a record there when a new matrix of starts is committed.
 """
 
 from __future__ import annotations
@@ -17,33 +19,11 @@ from typing import Any
 from packaging.version import Version
 
 from specpilot.engines.adapter import EngineRelease
-from specpilot.engines.registry import engine_by_name
+from specpilot.engines.measured import MeasuredRelease
+from specpilot.engines.registry import ENGINES, engine_by_name
 
-
-@dataclass(frozen=True)
-class MeasuredRelease:
-    """Real starts of one engine release that the planner's numbers were compared with."""
-
-    engine: str
-    release: str
-    gpu: str
-    starts: int
-    #: where the runs, logs and comparison are kept (a path in this repository)
-    source: str
-
-    def describe(self) -> str:
-        name = engine_by_name(self.engine).display_name
-        return f"{name} {self.release} on {self.gpu}, {self.starts} starts, {self.source}"
-
-
-MEASURED: tuple[MeasuredRelease, ...] = (
-    # 6 matrix starts (hybrid/MTP/dense x 95.6/79.6 GiB budgets) + 3 `up` starts, 2026-11-29
-    MeasuredRelease("vllm", "0.26.0", "H200", 9, "docs/gpu-validation.md"),
-    # gpu/sglang/run_matrix.sh, 2026-11-30: 8 fitting starts + 4 recommendations started
-    # out of sample each (tests/data/startup_logs/sglang-h200/r13-*)
-    MeasuredRelease("sglang", "0.5.13.post1", "H200", 12, "docs/gpu-validation.md"),
-    MeasuredRelease("sglang", "0.5.17", "H200", 12, "docs/gpu-validation.md"),
-)
+#: every engine's measured starts, each kept beside its release table and carried by its adapter
+MEASURED: tuple[MeasuredRelease, ...] = tuple(r for engine in ENGINES for r in engine.measured)
 
 
 @dataclass(frozen=True)
@@ -92,6 +72,6 @@ def provenance(release: EngineRelease, measured: tuple[MeasuredRelease, ...] = M
     records = [r for r in measured if r.engine == release.name and inside(Version(r.release))]
     return Provenance(
         arithmetic=window.arithmetic,
-        measured_starts=tuple(r.describe() for r in records),
+        measured_starts=tuple(r.describe(release.engine.display_name) for r in records),
         release_measured=any(_same_release(Version(r.release), requested) for r in records),
     )

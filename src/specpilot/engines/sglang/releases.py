@@ -1,20 +1,31 @@
-"""What changed in SGLang's memory arithmetic from one release to the next, as data.
+"""SGLang's releases, as one table: what changed in its memory arithmetic from one release to
+the next, and every release fact derived from it.
 
-Each `SglangRelease` row holds the release-dependent constants and rules the
-planner needs; the arithmetic itself lives in `specpilot.plan.sglang_quantities` and
-reads these fields instead of branching on version strings. Rows were read from the released
-wheels (`pip download sglang==X --no-deps`); the file:function each field comes
-from is named in its comment. 0.5.15 was not downloaded and is assumed to match
-0.5.14/0.5.16 (identical on every field below).
+Each `SglangRelease` row holds the release-dependent constants and rules the planner needs;
+the arithmetic itself lives in `specpilot.plan.sglang_quantities` and reads these fields
+instead of branching on version strings. Rows were read from the released wheels
+(`pip download sglang==X --no-deps`); the file:function each field comes from is named in
+its comment. Each row is written as what changed since the row before it (`_after`).
+0.5.15 was not downloaded and is assumed to match 0.5.14/0.5.16 (identical on every field).
+
+Derived here, stated nowhere else:
+- `NEWEST_VERIFIED`: the last row's last release (the engine registry's `newest_version`);
+- `CHECK_ACCEPTS` and `PLAN_MODELS`: the two release ranges, side by side;
+- `STRATEGY_RENAME`: the 0.5.14 boundary the rules' eras (engines/sglang/rules.py) split at;
+- `conformance_releases()`: every release with a flag table (tests/conformance/venvs.py);
+- `MEASURED`: the real GPU starts of SGLang releases (read by `specpilot.plan.provenance`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal
 
 from packaging.version import Version
 
+from specpilot.engines.flags import release_tables
+from specpilot.engines.measured import MeasuredRelease
+from specpilot.engines.rules import versions
 from specpilot.errors import UserError
 
 #: How the speculative intermediate mamba state (one state per draft token per
@@ -23,13 +34,56 @@ IntermediateRule = Literal["reserve_first", "joint", "joint_padded"]
 
 
 @dataclass(frozen=True)
-class SglangRelease:
-    """Memory rules of a range of SGLang releases (inclusive, post releases included)."""
+class FlagRename:
+    """A flag renamed in `release`: spelled `old` before it, `new` from it on."""
+
+    release: str
+    old: str
+    new: str
+
+    def flag_at(self, release: str) -> str:
+        return self.new if Version(release) >= Version(self.release) else self.old
+
+    @property
+    def old_dest(self) -> str:
+        return _dest(self.old)
+
+    @property
+    def new_dest(self) -> str:
+        return _dest(self.new)
+
+
+def _dest(flag: str) -> str:
+    """argparse's dest of a long flag: `--mamba-scheduler-strategy` -> mamba_scheduler_strategy."""
+    return flag.removeprefix("--").replace("-", "_")
+
+
+#: 0.5.14 renamed the hybrid models' strategy flag, and its `auto` picks extra_buffer when
+#: overlap or paging is wanted (before: no_buffer). The same release removed
+#: SGLANG_ENABLE_SPEC_V2 and moved the draft into the memory profile: the rules' eras A and B
+#: (engines/sglang/rules.py) split here.
+STRATEGY_RENAME = FlagRename("0.5.14", "--mamba-scheduler-strategy", "--mamba-radix-cache-strategy")
+
+
+@dataclass(frozen=True)
+class ReleaseSpan:
+    """Releases `first` to `last`, inclusive; post and dev builds count as their base release."""
 
     first: str
     last: str
-    #: `--mamba-scheduler-strategy` (<=0.5.13) or `--mamba-radix-cache-strategy` (>=0.5.14)
-    strategy_flag: str
+
+    def covers(self, version: str) -> bool:
+        base = Version(Version(version).base_version)
+        return Version(self.first) <= base <= Version(self.last)
+
+    def __str__(self) -> str:
+        return f"{self.first} to {self.last}"
+
+
+@dataclass(frozen=True)
+class SglangRelease(ReleaseSpan):
+    """Memory rules of a range of SGLang releases (inclusive, post releases included)."""
+
     #: SGLANG_ENABLE_SPEC_V2 default: spec v2 keeps the overlap scheduler on for EAGLE/NEXTN.
     #: None: the variable was removed and spec v2 is always on (>=0.5.14, speculative_hook.py).
     spec_v2_default: bool | None
@@ -65,11 +119,7 @@ class SglangRelease:
     #: Multimodal architectures that keep the prefill graph (every other multimodal model
     #: runs prefill eagerly): 0.5.17's `multimodal_breakable_cuda_graph_supported_model_archs`
     prefill_graph_multimodal_archs: frozenset[str] = frozenset()
-    #: Memory taken after the pools that no term itemizes (allocator slack, kernel
-    #: workspaces, the warm-up forward's transients), hybrid / dense models, GiB. Up to 0.5.16
-    #: from published logs (a 0.5.18 Qwen3.5-27B H100 log lost 2.87 GiB, its prefill graph
-    #: included); 0.5.17 from the H200 matrix, where the prefill graph is its own term.
-    #: allocated after the weight-load line and before the memory profile (the scheduler's
+    #: Memory allocated after the weight-load line and before the memory profile (the scheduler's
     #: and the draft worker's small buffers): 0.03 GiB in the real 0.5.13.post1 and 0.5.17
     #: starts on the H200 at --context-length 32768, where nothing below regrows; unmeasured
     #: elsewhere (a 0.5.14 TP4 log shows none)
@@ -90,126 +140,124 @@ class SglangRelease:
     #: the 64 MiB Qwen3.6-27B cache, the 320 KV tokens a 262,144-token context loses against
     #: 32,768 in both releases); 0: not measured for the release
     rope_regrowth_share: float = 0.0
+    #: Memory taken after the pools that no term itemizes (allocator slack, kernel
+    #: workspaces, the warm-up forward's transients), hybrid / dense models, GiB. Up to 0.5.16
+    #: from published logs (a 0.5.18 Qwen3.5-27B H100 log lost 2.87 GiB, its prefill graph
+    #: included); 0.5.17 from the H200 matrix, where the prefill graph is its own term.
     unitemized_hybrid_gib: float = 2.5
     unitemized_dense_gib: float = 0.6
 
+    @property
+    def strategy_flag(self) -> str:
+        """`--mamba-scheduler-strategy` (<=0.5.13) or `--mamba-radix-cache-strategy` (>=0.5.14)."""
+        return STRATEGY_RENAME.flag_at(self.first)
 
-RELEASES: tuple[SglangRelease, ...] = (
-    SglangRelease(
-        first="0.5.10",
-        last="0.5.10",
-        strategy_flag="--mamba-scheduler-strategy",
-        spec_v2_default=False,
-        spec_default_reserve_mib=4096,
-        standalone_default_reserve_mib=6144,
-        draft_in_profile=False,
-        intermediate_rule="reserve_first",
-        multimodal_reserve_mib=0,
-        explicit_requests_cap="pool_estimate",
+
+#: fields measured on a real start of one release (on the H200): a row after it does not
+#: inherit them, it is unmeasured (the field's default) until its own starts say otherwise
+CALIBRATIONS = ("pre_profile_gib", "rope_regrowth_share", "unitemized_hybrid_gib", "unitemized_dense_gib")
+_UNCALIBRATED = {f.name: f.default for f in fields(SglangRelease) if f.name in CALIBRATIONS}
+
+
+def _after(previous: SglangRelease, first: str, last: str, **changed: Any) -> SglangRelease:
+    """The row of releases `first` to `last`: `previous` with what changed in them, its
+    calibrations (`CALIBRATIONS`) not carried over."""
+    return replace(previous, **{**_UNCALIBRATED, "first": first, "last": last, **changed})
+
+
+_R0510 = SglangRelease(
+    first="0.5.10",
+    last="0.5.10",
+    spec_v2_default=False,
+    spec_default_reserve_mib=4096,
+    standalone_default_reserve_mib=6144,
+    draft_in_profile=False,
+    intermediate_rule="reserve_first",
+    multimodal_reserve_mib=0,
+    explicit_requests_cap="pool_estimate",
+)
+_R0511 = _after(_R0510, "0.5.11", "0.5.12", spec_v2_default=True)
+_R0513 = _after(
+    _R0511, "0.5.13", "0.5.13", intermediate_rule="joint", pre_profile_gib=0.03, rope_regrowth_share=0.36
+)
+_R0514 = _after(
+    _R0513,
+    STRATEGY_RENAME.release,
+    "0.5.16",
+    spec_v2_default=None,
+    spec_default_reserve_mib=0,
+    standalone_default_reserve_mib=0,
+    draft_in_profile=True,
+    explicit_requests_cap="half_tokens",
+)
+_R0517 = _after(
+    _R0514,
+    "0.5.17",
+    "0.5.17",
+    intermediate_rule="joint_padded",
+    prefill_graph="breakable",
+    draft_kv_in_cell=False,
+    prefill_graph_multimodal_archs=frozenset(
+        {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"}
     ),
-    SglangRelease(
-        first="0.5.11",
-        last="0.5.12",
-        strategy_flag="--mamba-scheduler-strategy",
-        spec_v2_default=True,
-        spec_default_reserve_mib=4096,
-        standalone_default_reserve_mib=6144,
-        draft_in_profile=False,
-        intermediate_rule="reserve_first",
-        multimodal_reserve_mib=0,
-        explicit_requests_cap="pool_estimate",
-    ),
-    SglangRelease(
-        first="0.5.13",
-        last="0.5.13",
-        strategy_flag="--mamba-scheduler-strategy",
-        spec_v2_default=True,
-        spec_default_reserve_mib=4096,
-        standalone_default_reserve_mib=6144,
-        draft_in_profile=False,
-        intermediate_rule="joint",
-        multimodal_reserve_mib=0,
-        explicit_requests_cap="pool_estimate",
-        pre_profile_gib=0.03,
-        rope_regrowth_share=0.36,
-    ),
-    SglangRelease(
-        first="0.5.14",
-        last="0.5.16",
-        strategy_flag="--mamba-radix-cache-strategy",
-        spec_v2_default=None,
-        spec_default_reserve_mib=0,
-        standalone_default_reserve_mib=0,
-        draft_in_profile=True,
-        intermediate_rule="joint",
-        multimodal_reserve_mib=0,
-        explicit_requests_cap="half_tokens",
-    ),
-    SglangRelease(
-        first="0.5.17",
-        last="0.5.17",
-        strategy_flag="--mamba-radix-cache-strategy",
-        spec_v2_default=None,
-        spec_default_reserve_mib=0,
-        standalone_default_reserve_mib=0,
-        draft_in_profile=True,
-        intermediate_rule="joint_padded",
-        multimodal_reserve_mib=0,
-        explicit_requests_cap="half_tokens",
-        prefill_graph="breakable",
-        draft_kv_in_cell=False,
-        pre_profile_gib=0.03,
-        rope_regrowth_share=0.36,
-        prefill_graph_multimodal_archs=frozenset(
-            {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"}
-        ),
-        unitemized_hybrid_gib=0.6,
-        unitemized_dense_gib=0.6,
-    ),
-    SglangRelease(
-        first="0.5.18",
-        last="0.5.22",
-        strategy_flag="--mamba-radix-cache-strategy",
-        spec_v2_default=None,
-        spec_default_reserve_mib=0,
-        standalone_default_reserve_mib=0,
-        draft_in_profile=True,
-        intermediate_rule="joint_padded",
-        multimodal_reserve_mib=100,
-        explicit_requests_cap="half_tokens",
-    ),
-    SglangRelease(
-        first="0.5.23",
-        last="0.5.23",
-        strategy_flag="--mamba-radix-cache-strategy",
-        spec_v2_default=None,
-        spec_default_reserve_mib=0,
-        standalone_default_reserve_mib=0,
-        draft_in_profile=True,
-        intermediate_rule="joint_padded",
-        multimodal_reserve_mib=100,
-        explicit_requests_cap="half_tokens",
-        post_capture_kv_sizing=True,
-    ),
+    pre_profile_gib=0.03,
+    rope_regrowth_share=0.36,
+    unitemized_hybrid_gib=0.6,
+)
+# the prefill graph and the draft's KV as the wheels read: 0.5.17's H200 findings are not assumed
+_R0518 = _after(
+    _R0517,
+    "0.5.18",
+    "0.5.22",
+    multimodal_reserve_mib=100,
+    prefill_graph="piecewise",
+    draft_kv_in_cell=True,
+    prefill_graph_multimodal_archs=frozenset(),
+)
+_R0523 = _after(_R0518, "0.5.23", "0.5.23", post_capture_kv_sizing=True)
+
+RELEASES: tuple[SglangRelease, ...] = (_R0510, _R0511, _R0513, _R0514, _R0517, _R0518, _R0523)
+
+#: the release `check` and `plan` assume when a pasted command does not say; a new row makes
+#: its release the newest
+NEWEST_VERIFIED = RELEASES[-1].last
+
+# The two ranges, one beside the other:
+#: the releases `check` accepts: it reads the newest flag table at or below the release, and a
+#: release newer than the newest table is checked with that table and warned
+#: `release-unverified`; outside the range `check` (and so `plan`) refuses with exit 2
+CHECK_ACCEPTS = versions(f">={RELEASES[0].first},<0.6")
+#: the releases `plan` models: the rows' span (0.5.24 is checked, with a warning, but not planned)
+PLAN_MODELS = ReleaseSpan(RELEASES[0].first, RELEASES[-1].last)
+
+#: real starts of SGLang releases the planner was compared with; append one when a new matrix
+#: of starts is committed (docs/releases.md, "Record provenance")
+MEASURED: tuple[MeasuredRelease, ...] = (
+    # gpu/sglang/run_matrix.sh, 2026-11-30: 8 fitting starts + 4 recommendations started
+    # out of sample each (tests/data/startup_logs/sglang-h200/r13-*)
+    MeasuredRelease("sglang", "0.5.13.post1", "H200", 12, "docs/gpu-validation.md"),
+    MeasuredRelease("sglang", "0.5.17", "H200", 12, "docs/gpu-validation.md"),
 )
 
-SUPPORTED_RANGE = f"{RELEASES[0].first} to {RELEASES[-1].last}"
+
+def conformance_releases() -> tuple[str, ...]:
+    """The releases whose own validator the conformance suite runs: every flag table's."""
+    return tuple(str(table.version) for table in release_tables("sglang"))
 
 
 def release_rules(version: str) -> SglangRelease:
     """The rules row for an SGLang release; dev/rc builds use their base release's row."""
     try:
-        parsed = Version(version)
+        Version(version)
     except ValueError:
         raise UserError(
             f"{version!r} is not a release number", field="[engine] version", fix="e.g. 0.5.13"
         ) from None
-    base = Version(parsed.base_version)  # post/dev builds follow their release's rules
     for row in RELEASES:
-        if Version(row.first) <= base <= Version(row.last):
+        if row.covers(version):
             return row
     raise UserError(
-        f"SGLang {version} is outside the releases the planner models ({SUPPORTED_RANGE})",
+        f"SGLang {version} is outside the releases the planner models ({PLAN_MODELS})",
         field="[engine] version",
-        fix=f"plan with a release from {SUPPORTED_RANGE}",
+        fix=f"plan with a release from {PLAN_MODELS}",
     )

@@ -3,9 +3,10 @@
 Sources: `ServerArgs.__post_init__` and its `_handle_*` chain (0.5.10.post1, 0.5.13.post1),
 `arg_groups/speculative_hook.py` (0.5.13.post1+), the 0.5.14 mamba handlers and 0.5.23's
 resolution pipeline (`arg_groups/overrides.py`, `mamba_hook.py`, `model_hook.py`).
-Two eras matter for hybrid models: until 0.5.13.post1 the flag is `--mamba-scheduler-strategy`
-and `auto` means `no_buffer`; from 0.5.14 it is `--mamba-radix-cache-strategy` and `auto`
-picks `extra_buffer` when overlap or paging is wanted.
+Two eras matter for hybrid models, split at `STRATEGY_RENAME` (engines/sglang/releases.py):
+until 0.5.13.post1 the flag is `--mamba-scheduler-strategy` and `auto` means `no_buffer`; from
+0.5.14 it is `--mamba-radix-cache-strategy` and `auto` picks `extra_buffer` when overlap or
+paging is wanted.
 """
 
 from __future__ import annotations
@@ -41,15 +42,15 @@ from specpilot.engines.sglang.models import (
     SPEC_PARAMS_BY_ARCH,
     SPEC_PARAMS_DEFAULT,
 )
+from specpilot.engines.sglang.releases import RELEASES, STRATEGY_RENAME
 
 E = "sglang"
-ERA_A = versions(">=0.5.10,<0.5.14")  # --mamba-scheduler-strategy, auto -> no_buffer
-ERA_B = versions(">=0.5.14")  # --mamba-radix-cache-strategy, auto -> extra_buffer when useful
-ALL = versions(">=0.5.10")
-#: the releases `check` and `plan` accept; newer than the newest flag table only warns
-SUPPORTED_RELEASES = versions(">=0.5.10,<0.6")
-STRAT_A = "mamba_scheduler_strategy"
-STRAT_B = "mamba_radix_cache_strategy"
+ALL = versions(f">={RELEASES[0].first}")
+# the two eras split at the strategy flag's rename (engines/sglang/releases.py)
+ERA_A = ALL & versions(f"<{STRATEGY_RENAME.release}")  # --mamba-scheduler-strategy, auto -> no_buffer
+ERA_B = versions(f">={STRATEGY_RENAME.release}")  # --mamba-radix-cache-strategy, auto -> extra_buffer
+STRAT_A = STRATEGY_RENAME.old_dest
+STRAT_B = STRATEGY_RENAME.new_dest
 EXTRA = ("extra_buffer", "extra_buffer_lazy")
 
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")
@@ -59,9 +60,9 @@ VALID_ALGOS_A10 = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 VALID_ALGOS = (*VALID_ALGOS_A10, "DFLASH", "FROZEN_KV_MTP")
 #: algorithms added later, with the first release whose SpeculativeAlgorithm enum has them
 #: (speculative/spec_info.py of 0.5.19 and 0.5.20)
-LATER_ALGOS = {"DSPARK": versions(">=0.5.19"), "UNO": versions(">=0.5.20")}
 DSPARK = versions(">=0.5.19")
 UNO = versions(">=0.5.20")
+LATER_ALGOS = {"DSPARK": DSPARK, "UNO": UNO}
 
 hybrid = arch_in(MAMBA_RADIX_ARCHS)
 radix_on = not_(truthy("disable_radix_cache"))
@@ -288,7 +289,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang-mamba-extra-buffer-lazy-spec",
         E,
-        versions(">=0.5.13,<0.5.14"),
+        ERA_A & versions(">=0.5.13"),
         "error",
         all_of(hybrid, arch_in(EXTRA_BUFFER_ARCHS), eq(STRAT_A, "extra_buffer_lazy"), radix_on, draft_given),
         "extra_buffer_lazy is not yet supported with speculative decoding. Use "
@@ -300,7 +301,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang-mamba-no-buffer-page-size",
         E,
-        versions(">=0.5.11,<0.5.14"),
+        ERA_A & versions(">=0.5.11"),
         "adjusts",
         all_of(hybrid, eq(STRAT_A, "no_buffer"), radix_on, int_gt("page_size", 1)),
         "{arch} with radix cache requires page_size=1 in the current Mamba scheduling mode "
@@ -380,7 +381,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang-mamba-extra-buffer-lazy-spec-b",
         E,
-        versions(">=0.5.14,<0.5.19"),
+        ERA_B & versions("<0.5.19"),
         "error",
         all_of(hybrid, radix_on, eq(STRAT_B, "extra_buffer_lazy"), arch_in(EXTRA_BUFFER_ARCHS), draft_given),
         "extra_buffer_lazy unsupported with spec.",
@@ -663,7 +664,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang-spec-v2-off-overlap",
         E,
-        versions(">=0.5.11,<0.5.14"),
+        ERA_A & versions(">=0.5.11"),
         "adjusts",
         all_of(algo_in(EAGLE_FAMILY), not_(env_true("SGLANG_ENABLE_SPEC_V2", default=True))),
         "SGLANG_ENABLE_SPEC_V2=0 selects the non-overlap (synchronous) spec v2 path",

