@@ -187,8 +187,17 @@ def vllm_wheel(pip_python: Path, cache: Path) -> Path:
     folder = cache / "vllm-wheel"
     found = sorted(folder.glob(f"vllm-{VLLM_VERSION}-*.whl"))
     if not found:
-        run(pip_argv(pip_python, "download", "--no-deps", *target_args(), "-d", str(folder),
-                     f"vllm=={VLLM_VERSION}"))
+        run(
+            pip_argv(
+                pip_python,
+                "download",
+                "--no-deps",
+                *target_args(),
+                "-d",
+                str(folder),
+                f"vllm=={VLLM_VERSION}",
+            )
+        )
         found = sorted(folder.glob(f"vllm-{VLLM_VERSION}-*.whl"))
     return found[0]
 
@@ -203,10 +212,7 @@ def wheel_requirements(wheel: Path) -> list[str]:
 def applies(requirement: Requirement, extras: Iterable[str]) -> bool:
     if requirement.marker is None:
         return True
-    return any(
-        requirement.marker.evaluate({**TARGET_MARKER_ENV, "extra": extra})
-        for extra in ("", *extras)
-    )
+    return any(requirement.marker.evaluate({**TARGET_MARKER_ENV, "extra": extra}) for extra in ("", *extras))
 
 
 def wanted(requirement: Requirement, skipped: set[str]) -> bool:
@@ -233,9 +239,22 @@ def resolve(pip_python: Path, cache: Path, roots: list[Requirement]) -> dict[str
             requirements = Path(scratch) / "requirements.txt"
             requirements.write_text("\n".join(lines) + "\n")
             partial = Path(scratch) / "report.json"
-            run(pip_argv(pip_python, "install", "--quiet", "--dry-run", "--ignore-installed",
-                         "--target", str(Path(scratch) / "target"), *target_args(),
-                         "--report", str(partial), "-r", str(requirements)))
+            run(
+                pip_argv(
+                    pip_python,
+                    "install",
+                    "--quiet",
+                    "--dry-run",
+                    "--ignore-installed",
+                    "--target",
+                    str(Path(scratch) / "target"),
+                    *target_args(),
+                    "--report",
+                    str(partial),
+                    "-r",
+                    str(requirements),
+                )
+            )
             shutil.move(partial, report_path)
     report: dict[str, object] = json.loads(report_path.read_text())
     return report
@@ -247,9 +266,7 @@ def closure(report: dict[str, object], roots: list[Requirement], skipped: set[st
     assert isinstance(installs, list)
     by_name = {normalize(item["metadata"]["name"]): item for item in installs}
     pins: dict[str, Pin] = {}
-    queue: list[tuple[str, tuple[str, ...]]] = [
-        (normalize(r.name), tuple(sorted(r.extras))) for r in roots
-    ]
+    queue: list[tuple[str, tuple[str, ...]]] = [(normalize(r.name), tuple(sorted(r.extras))) for r in roots]
     seen: set[tuple[str, tuple[str, ...]]] = set()
     while queue:
         name, extras = queue.pop()
@@ -298,8 +315,17 @@ def download(pip_python: Path, cache: Path, pins: list[Pin]) -> list[Path]:
     folder = cache / "wheels"
     missing = [pin for pin in pins if not (folder / pin.filename).exists()]
     if missing:
-        run(pip_argv(pip_python, "download", "--no-deps", *target_args(), "-d", str(folder),
-                     *(f"{pin.name}=={pin.version}" for pin in missing)))
+        run(
+            pip_argv(
+                pip_python,
+                "download",
+                "--no-deps",
+                *target_args(),
+                "-d",
+                str(folder),
+                *(f"{pin.name}=={pin.version}" for pin in missing),
+            )
+        )
     paths = []
     for pin in pins:
         path = folder / pin.filename
@@ -311,16 +337,26 @@ def download(pip_python: Path, cache: Path, pins: list[Pin]) -> list[Path]:
 
 
 def trimmed(member: str) -> bool:
-    return any(member == t or member.startswith(t + "/") or fnmatch.fnmatch(member, t)
-               for t in VLLM_TRIM)
+    return any(member == t or member.startswith(t + "/") or fnmatch.fnmatch(member, t) for t in VLLM_TRIM)
 
 
 def tar_xz(root: Path, target: Path) -> None:
     """Deterministic tar.xz of root's contents; GNU tar + threaded xz (python's lzma is slower)."""
     partial = target.with_name(target.name + ".partial")
     tar = subprocess.Popen(
-        ["tar", "--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner",
-         "-cf", "-", "-C", str(root), "."],
+        [
+            "tar",
+            "--sort=name",
+            "--mtime=@0",
+            "--owner=0",
+            "--group=0",
+            "--numeric-owner",
+            "-cf",
+            "-",
+            "-C",
+            str(root),
+            ".",
+        ],
         stdout=subprocess.PIPE,
     )
     with partial.open("wb") as out:
@@ -359,8 +395,20 @@ def site_tarball(pip_python: Path, cache: Path, pins: list[Pin], wheels: list[Pa
         return target
     with tempfile.TemporaryDirectory(dir=cache) as scratch:
         root = Path(scratch) / "site"
-        run(pip_argv(pip_python, "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
-                     "--target", str(root), *target_args(), *(str(w) for w in wheels)))
+        run(
+            pip_argv(
+                pip_python,
+                "install",
+                "--quiet",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--target",
+                str(root),
+                *target_args(),
+                *(str(w) for w in wheels),
+            )
+        )
         tar_xz(root, target)
     return target
 
@@ -416,7 +464,8 @@ def working_tree_bytes(repo: Path) -> int:
     """What travels with every call besides the carried part: tracked + untracked-not-ignored."""
     listed = subprocess.run(
         ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     ).stdout.split(b"\0")
     total = 0
     for name in filter(None, listed):
@@ -435,8 +484,12 @@ def mib(size_bytes: int) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pip-python", type=Path, required=True,
-                        help="python of the venv that holds a recent pip (gpu/prepare.sh makes it)")
+    parser.add_argument(
+        "--pip-python",
+        type=Path,
+        required=True,
+        help="python of the venv that holds a recent pip (gpu/prepare.sh makes it)",
+    )
     parser.add_argument("--cache", type=Path, required=True)
     parser.add_argument("--repo", type=Path, required=True)
     args = parser.parse_args()
@@ -472,9 +525,16 @@ def main() -> int:
         "site_tarball_bytes": site.stat().st_size,
         "vllm_trimmed": list(VLLM_TRIM),
         "dropped": sorted(DROPPED),
-        "wheels": [{"name": p.name, "version": p.version, "file": p.filename,
-                    "bytes": w.stat().st_size, "sha256": p.sha256}
-                   for p, w in zip(pins, wheels, strict=True)],
+        "wheels": [
+            {
+                "name": p.name,
+                "version": p.version,
+                "file": p.filename,
+                "bytes": w.stat().st_size,
+                "sha256": p.sha256,
+            }
+            for p, w in zip(pins, wheels, strict=True)
+        ],
         "image_conflicts": conflicts,
         "parts": parts,
     }
@@ -484,8 +544,9 @@ def main() -> int:
 
     tree_bytes = working_tree_bytes(repo)
     wheel_bytes = sum(w.stat().st_size for w in wheels)
-    print(f"wheels:        {len(wheels)} files, {mib(wheel_bytes)}; installed + xz: "
-          f"{mib(site.stat().st_size)}")
+    print(
+        f"wheels:        {len(wheels)} files, {mib(wheel_bytes)}; installed + xz: {mib(site.stat().st_size)}"
+    )
     print(f"vLLM trimmed:  {mib(vllm.stat().st_size)} ({vllm.name})")
     print(f"bundle:        {mib(bundle.stat().st_size)} sha256 {bundle_sha256}")
     for part in parts:
@@ -494,8 +555,10 @@ def main() -> int:
     for conflict in conflicts:
         print(f"  note (--no-deps ignores it): {conflict}")
     largest = max(int(str(p["bytes"])) for p in parts)
-    print(f"working tree that travels with each call: {mib(tree_bytes)}; "
-          f"largest part + tree = {mib(largest + tree_bytes)} (limit {mib(CALL_LIMIT_BYTES)})")
+    print(
+        f"working tree that travels with each call: {mib(tree_bytes)}; "
+        f"largest part + tree = {mib(largest + tree_bytes)} (limit {mib(CALL_LIMIT_BYTES)})"
+    )
     if largest + tree_bytes > CALL_LIMIT_BYTES:
         print("TOO LARGE: a call would exceed 64 MiB; shrink the working tree first")
         return 1

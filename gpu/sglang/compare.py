@@ -15,7 +15,7 @@ from pathlib import Path
 
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
-from specpilot.plan.sglang_log import parse_sglang_log
+from specpilot.plan.sglang.log import parse_sglang_log
 from specpilot.plan.types import Plan
 from specpilot.spec import load_spec
 

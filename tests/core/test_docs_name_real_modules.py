@@ -4,7 +4,7 @@ Three kinds of reference are checked:
 - `src/specpilot/...` paths, anywhere in the text;
 - paths from the repository root (`tools/`, `tests/`, `gpu/`, `bench/`, `examples/`, `docs/`,
   `scripts/`), anywhere in the text;
-- paths inside the package written without `src/specpilot/` (`plan/vllm.py`,
+- paths inside the package written without `src/specpilot/` (`plan/vllm/planner.py`,
   `engines/*/loglines.py`, `launch/`): only those that start with one of the package's
   subpackages and end in `.py` or `/`, so prose such as "status/down" is not taken for a path;
   and the first column of the README's design table (`spec.py`, `models/`, ...).

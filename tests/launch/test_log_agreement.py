@@ -15,8 +15,8 @@ import pytest
 from specpilot.launch.allocations import REPORTED, plan_diff
 from specpilot.launch.classify import LogClassifier
 from specpilot.plan import make_plan
-from specpilot.plan.sglang_log import parse_sglang_log
-from specpilot.plan.vllm_log import parse_vllm_log
+from specpilot.plan.sglang.log import parse_sglang_log
+from specpilot.plan.vllm.log import parse_vllm_log
 from specpilot.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.models.shape import load_model_shape
 from specpilot.plan import make_plan, plan_inputs
-from specpilot.plan import sglang_quantities as q
-from specpilot.plan.sglang import PEAK, Sizing, planner_settings, size
+from specpilot.plan.sglang import quantities as q
+from specpilot.plan.sglang.planner import PEAK, Sizing, planner_settings, size
 from specpilot.plan.types import GIB, Plan
-from specpilot.plan.vllm import resolve_inputs
-from specpilot.plan.vllm_allocation import allocate
+from specpilot.plan.vllm.allocation import allocate
+from specpilot.plan.vllm.planner import resolve_inputs
 from specpilot.spec import Spec
 
 REPO = Path(__file__).resolve().parents[2]

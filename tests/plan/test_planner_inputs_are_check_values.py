@@ -18,8 +18,8 @@ from specpilot.check.types import CheckResult
 from specpilot.engines.vllm.defaults import human_int
 from specpilot.models.shape import ModelShape, load_model_shape
 from specpilot.plan import plan_inputs
-from specpilot.plan.sglang import planner_settings
-from specpilot.plan.vllm import resolve_inputs
+from specpilot.plan.sglang.planner import planner_settings
+from specpilot.plan.vllm.planner import resolve_inputs
 from specpilot.spec import Spec
 
 from ..conformance import test_sglang_conformance as sglang_cases

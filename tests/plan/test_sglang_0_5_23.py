@@ -11,7 +11,7 @@ import pytest
 
 from specpilot.models.shape import load_model_shape
 from specpilot.plan.effective import effective_args
-from specpilot.plan.sglang import plan_sglang
+from specpilot.plan.sglang.planner import plan_sglang
 from specpilot.plan.types import Plan
 from specpilot.spec import Spec
 

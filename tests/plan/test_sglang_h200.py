@@ -24,11 +24,11 @@ import pytest
 
 from specpilot.models.shape import ModelShape
 from specpilot.plan import make_plan, plan_inputs
-from specpilot.plan import sglang_quantities as q
 from specpilot.plan.calibrate import calibrate_from_log
-from specpilot.plan.sglang import planner_settings
-from specpilot.plan.sglang_log import parse_sglang_log
-from specpilot.plan.sglang_settings import SglangSettings
+from specpilot.plan.sglang import quantities as q
+from specpilot.plan.sglang.log import parse_sglang_log
+from specpilot.plan.sglang.planner import planner_settings
+from specpilot.plan.sglang.settings import SglangSettings
 from specpilot.plan.types import GIB, Plan
 from specpilot.spec import load_spec
 

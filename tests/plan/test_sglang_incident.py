@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specpilot.plan import plan_inputs
-from specpilot.plan.sglang import plan_sglang
+from specpilot.plan.sglang.planner import plan_sglang
 from specpilot.plan.types import Plan
 from specpilot.spec import parse_spec
 

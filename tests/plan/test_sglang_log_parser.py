@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specpilot.plan.sglang_log import parse_sglang_log
+from specpilot.plan.sglang.log import parse_sglang_log
 
 SPECULATIVE_LOG = """\
 [2026-05-01 10:00:00] server_args=ServerArgs(model_path='m', tp_size=1, mem_fraction_static=0.85, ...)

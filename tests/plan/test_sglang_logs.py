@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from specpilot.plan import plan_inputs
-from specpilot.plan.sglang import plan_sglang
-from specpilot.plan.sglang_log import parse_sglang_log
+from specpilot.plan.sglang.log import parse_sglang_log
+from specpilot.plan.sglang.planner import plan_sglang
 from specpilot.plan.types import Plan
 from specpilot.spec import parse_spec
 

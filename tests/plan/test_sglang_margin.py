@@ -1,5 +1,5 @@
 """What the SGLang plan keeps free after the pools: estimated terms with their 10% padding, or
-terms fitted to measured startup peaks plus one stated margin (`plan/sglang_margin.py`).
+terms fitted to measured startup peaks plus one stated margin (`plan/sglang/margin.py`).
 
 The fits here are test fits on a real H200 start's spec (0.5.17, Qwen3.6-27B, 95.6 GiB card,
 --context-length 32768, no speculation): they show what the code path does with a fit, not
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from specpilot.engines.sglang.releases import release_rules
-from specpilot.plan import make_plan, sglang_margin
-from specpilot.plan.sglang_margin import PostPoolFit
+from specpilot.plan import make_plan
+from specpilot.plan.sglang import margin as sglang_margin
+from specpilot.plan.sglang.margin import PostPoolFit
 from specpilot.plan.types import Plan
 from specpilot.spec import Spec, load_spec
 

@@ -15,9 +15,9 @@ from specpilot.engines.sglang.releases import release_rules
 from specpilot.errors import UserError
 from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape, load_model_shape
-from specpilot.plan import sglang_quantities as q
 from specpilot.plan.effective import evaluate
-from specpilot.plan.sglang_settings import (
+from specpilot.plan.sglang import quantities as q
+from specpilot.plan.sglang.settings import (
     SglangSettings,
     default_mem_fraction_static,
     piecewise_graph_token_sizes,

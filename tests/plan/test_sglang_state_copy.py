@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.engines.sglang.phases import PHASES
 from specpilot.plan import make_plan, plan_inputs
-from specpilot.plan import sglang_quantities as q
-from specpilot.plan.sglang import planner_settings
+from specpilot.plan.sglang import quantities as q
+from specpilot.plan.sglang.planner import planner_settings
 from specpilot.plan.startup_peak import measure_startup_peak
 from specpilot.plan.types import GIB
 from specpilot.spec import Spec, load_spec
@@ -69,7 +70,7 @@ def test_no_warning_where_the_copies_are_bounded(extra: list[str]) -> None:
 def test_the_recorded_start_peaks_in_prefill_graph_capture() -> None:
     """Measured (NVML, 20 ms): 1.50 GiB free at the lowest point of the start, in the prefill
     graph capture, which dropped 5.3 GiB below where it began although it keeps about 3."""
-    peak = measure_startup_peak(JOB, (JOB / "engine.log").read_text())
+    peak = measure_startup_peak(JOB, (JOB / "engine.log").read_text(), PHASES)
     assert peak.ready
     assert peak.phase == "graph: target prefill"
     assert peak.lowest_free_gib == pytest.approx(1.50, abs=0.01)

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.engines.sglang.phases import AVAIL_MEM
+from specpilot.engines.sglang.phases import AVAIL_MEM, PHASES
 from specpilot.plan.startup_peak import (
     LINES_FILE,
     MEMORY_FILE,
@@ -111,7 +111,7 @@ def _short(tmp_path: Path) -> tuple[Path, str]:
 
 def test_the_lowest_point_of_the_start_and_its_phase(tmp_path: Path) -> None:
     samples, log_text = _short(tmp_path)
-    peak = measure_startup_peak(samples, log_text)
+    peak = measure_startup_peak(samples, log_text, PHASES)
     # the warm-up request's 2.0 GiB on the 6.45 GiB left after the last graph, plus NVML's gap
     assert peak.ready
     assert peak.lowest_free_gib == pytest.approx(6.45 + NVML_GAP_GIB - 2.0)
@@ -124,7 +124,7 @@ def test_the_lowest_point_of_the_start_and_its_phase(tmp_path: Path) -> None:
 
 def test_every_phase_with_its_own_low_point(tmp_path: Path) -> None:
     samples, log_text = _short(tmp_path)
-    phases = {p.name: p for p in measure_startup_peak(samples, log_text).phases}
+    phases = {p.name: p for p in measure_startup_peak(samples, log_text, PHASES).phases}
     assert list(phases) == [
         "startup",
         "weights",
@@ -157,7 +157,7 @@ def test_a_start_that_never_became_ready_has_its_low_point_where_it_stopped(tmp_
     lines = [(at_s, PREFIX + text) for at_s, text in SHORT_START[:11]]
     lines.append((9.0, PREFIX + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"))
     samples = record(tmp_path, lines, ((8.5, 9.0, 10.7),))
-    peak = measure_startup_peak(samples, "\n".join(text for _, text in lines))
+    peak = measure_startup_peak(samples, "\n".join(text for _, text in lines), PHASES)
     assert not peak.ready
     assert peak.phase == "graph: target prefill"
     assert peak.lowest_free_gib == pytest.approx(10.30 + NVML_GAP_GIB - 10.7)
@@ -209,7 +209,7 @@ def _stamped(log: Path) -> list[StampedLine]:
 )
 def test_the_phases_of_real_logs(run: str, expected: list[str]) -> None:
     """The markers match what real 0.5.13.post1 and 0.5.17 starts printed on the H200."""
-    assert [name for name, _, _ in _phase_bounds(_stamped(H200 / f"{run}.log"))] == expected
+    assert [name for name, _, _ in _phase_bounds(_stamped(H200 / f"{run}.log"), PHASES)] == expected
 
 
 def _real_start(tmp_path: Path, run: str) -> Path:

@@ -19,6 +19,7 @@ from specpilot.check.effective import EffectiveArgs
 from specpilot.cli import cli
 from specpilot.engines import registry
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
+from specpilot.engines.draft import DraftKnobs
 from specpilot.engines.flags import FlagInfo, ReleaseTable
 from specpilot.engines.loglines import LogQuantity, Unit, read_log
 from specpilot.engines.rules import Rule
@@ -98,6 +99,8 @@ STUB = Engine(
     context_len=_no_context_len,
     log=EngineLog((WEIGHTS,), (re.compile(r"stub server"),), (WEIGHTS.pattern,), "stub weights took"),
     signatures=(Signature("stub", Kind.FATAL, "stub-oom", r"stub: no memory left", cause="oom"),),
+    # no speculative method: bench compares only "plain" for it
+    draft=DraftKnobs(frozenset(), lambda read: None, lambda read: 0, lambda read, method, k: (), False),
     spec_metrics=(),
 )
 

@@ -18,7 +18,7 @@ from specpilot.launch.allocations import allocations, plan_diff
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
 from specpilot.plan.types import Plan
-from specpilot.plan.vllm import parse_vllm_log
+from specpilot.plan.vllm.planner import parse_vllm_log
 from specpilot.spec import Spec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import pytest
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
 from specpilot.plan.types import Plan
-from specpilot.plan.vllm import parse_vllm_log
+from specpilot.plan.vllm.planner import parse_vllm_log
 from specpilot.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -160,7 +160,7 @@ def test_weights_are_the_printed_model_loading(run: str) -> None:
 
 
 def test_the_rotary_cache_is_read_from_the_config() -> None:
-    from specpilot.plan.vllm import rotary_cache_bytes
+    from specpilot.plan.vllm.planner import rotary_cache_bytes
 
     model = REPO / "gpu/models/qwen3-8b"
     assert rotary_cache_bytes(model, 128, 2) > 0

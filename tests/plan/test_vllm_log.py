@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specpilot.plan.vllm_log import parse_vllm_log
+from specpilot.plan.vllm.log import parse_vllm_log
 
 
 def test_version_from_engine_banner_and_api_server_lines() -> None:

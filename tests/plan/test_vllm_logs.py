@@ -9,7 +9,7 @@ import pytest
 
 from specpilot.models.shape import load_model_shape
 from specpilot.plan.effective import effective_args
-from specpilot.plan.vllm import parse_vllm_log, plan_vllm
+from specpilot.plan.vllm.planner import parse_vllm_log, plan_vllm
 from specpilot.spec import Spec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ import pytest
 from specpilot.engines.vllm.releases import vllm_line
 from specpilot.errors import UserError
 from specpilot.models.layers import GatedDeltaNetSpec
-from specpilot.plan import vllm_memory as mem
 from specpilot.plan.types import GIB
-from specpilot.plan.vllm_allocation import VllmInputs, allocate
+from specpilot.plan.vllm import quantities as mem
+from specpilot.plan.vllm.allocation import VllmInputs, allocate
 
 
 def test_requested_memory_rounds_up() -> None:
@@ -166,7 +166,7 @@ def test_a_measured_kv_budget_replaces_the_estimate() -> None:
 
 
 def test_human_readable_lengths_follow_vllm() -> None:
-    from specpilot.plan.vllm import parse_human_int
+    from specpilot.plan.vllm.planner import parse_human_int
 
     assert parse_human_int("32768", "--max-model-len") == 32768
     assert parse_human_int("32K", "--max-model-len") == 32768

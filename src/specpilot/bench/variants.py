@@ -1,11 +1,8 @@
 """The configurations a bench compares, and each one's spec at the knobs its plan recommends.
 
 A variant is "plain" (no speculation) or a speculative method at k draft tokens. How k is
-written is engine knowledge, kept as data (`DRAFT_KNOBS`): SGLang counts the root token in
-`--speculative-num-draft-tokens`, so k draft tokens are `--speculative-num-steps k
---speculative-eagle-topk 1 --speculative-num-draft-tokens k+1` (the published Qwen3.6
-recipes' "3 draft tokens" is steps 3, draft tokens 4); vLLM's is `num_speculative_tokens`
-in `--speculative-config`.
+written is engine knowledge, carried by the engine's adapter (`draft`, `engines/draft.py`):
+SGLang's in `engines/sglang/draft.py`, vLLM's in `engines/vllm/draft.py`.
 
 Each variant goes through `up`'s own preflight: what `check` refuses stays refused, a plan
 that does not fit is given the plan's own recommendation once, and the variant then runs
@@ -14,18 +11,15 @@ at the knobs `plan` recommends for it (memory fraction, running requests, state 
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from specpilot.engines.argv import ReadArgv, json_object, read_argv
+from specpilot.engines.argv import ReadArgv, read_argv
 from specpilot.engines.fix import Fix
 from specpilot.engines.flags import parse_version, table_for
 from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.launch.preflight import Preflight, run_preflight
 from specpilot.plan.compare import without_speculation
-from specpilot.plan.sglang_settings import SPECULATIVE_ALGORITHMS
 from specpilot.plan.types import Plan
 from specpilot.spec import Spec
 
@@ -47,90 +41,18 @@ class Variant:
         return PLAIN if self.method is None else f"{self.method}-{self.draft_tokens}"
 
 
-@dataclass(frozen=True)
-class DraftKnobs:
-    """How one engine names its speculative method and writes k draft tokens."""
-
-    methods: frozenset[str]
-    #: the method the spec's flags turn on, if any
-    method_of: Callable[[ReadArgv], str | None]
-    #: the draft tokens the spec's flags give (0 when they leave it to the engine)
-    draft_tokens_of: Callable[[ReadArgv], int]
-    #: the flags that set `method` at k draft tokens (replacing the same flags where given)
-    args_for: Callable[[ReadArgv, str, int], tuple[str, ...]]
-    case_sensitive: bool
-
-
-def _sglang_method(read: ReadArgv) -> str | None:
-    use = read.last("speculative_algorithm")
-    return use.text.upper() if use is not None and use.text else None
-
-
-def _sglang_draft_tokens(read: ReadArgv) -> int:
-    use = read.last("speculative_num_steps")
-    return int(use.text) if use is not None and use.text and use.text.isdigit() else 0
-
-
-def _sglang_args(read: ReadArgv, method: str, k: int) -> tuple[str, ...]:
-    return (
-        "--speculative-algorithm", method,
-        "--speculative-num-steps", str(k),
-        "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", str(k + 1),
-    )  # fmt: skip
-
-
-def _vllm_config(read: ReadArgv) -> dict[str, object]:
-    use = read.last("speculative_config")
-    if use is None or use.text is None:
-        return {}
-    try:
-        return json_object(json.loads(use.text))
-    except (ValueError, TypeError):
-        return {}
-
-
-def _vllm_method(read: ReadArgv) -> str | None:
-    method = _vllm_config(read).get("method")
-    return str(method) if method else None
-
-
-def _vllm_draft_tokens(read: ReadArgv) -> int:
-    count = _vllm_config(read).get("num_speculative_tokens")
-    return count if isinstance(count, int) else 0
-
-
-def _vllm_args(read: ReadArgv, method: str, k: int) -> tuple[str, ...]:
-    config = {**_vllm_config(read), "method": method, "num_speculative_tokens": k}
-    return ("--speculative-config", json.dumps(config, separators=(",", ":")))
-
-
-DRAFT_KNOBS: dict[str, DraftKnobs] = {
-    "sglang": DraftKnobs(
-        frozenset(SPECULATIVE_ALGORITHMS), _sglang_method, _sglang_draft_tokens, _sglang_args, False
-    ),
-    "vllm": DraftKnobs(
-        engine_by_name("vllm").speculative_methods,
-        _vllm_method,
-        _vllm_draft_tokens,
-        _vllm_args,
-        True,
-    ),
-}
-
-
 def _read(spec: Spec) -> ReadArgv:
     return read_argv(table_for(spec.engine.name, parse_version(spec.engine.version)), spec.engine.args)
 
 
 def spec_method(spec: Spec) -> str | None:
     """The speculative method the spec turns on, None for a plain spec."""
-    return DRAFT_KNOBS[spec.engine.name].method_of(_read(spec))
+    return engine_by_name(spec.engine.name).draft.method_of(_read(spec))
 
 
 def variant_of(spec: Spec) -> Variant:
     """The variant the spec itself is (how its bench row is labelled)."""
-    knobs, read = DRAFT_KNOBS[spec.engine.name], _read(spec)
+    knobs, read = engine_by_name(spec.engine.name).draft, _read(spec)
     method = knobs.method_of(read)
     return Variant() if method is None else Variant(method, knobs.draft_tokens_of(read))
 
@@ -143,7 +65,7 @@ def default_variants(spec: Spec) -> list[Variant]:
 
 def parse_variants(text: str, spec: Spec) -> list[Variant]:
     """`plain,NEXTN:1,NEXTN:3` -> variants; one line naming --variants for a bad item."""
-    knobs = DRAFT_KNOBS[spec.engine.name]
+    knobs = engine_by_name(spec.engine.name).draft
     found: list[Variant] = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -181,7 +103,9 @@ def variant_spec(spec: Spec, variant: Variant, name: str) -> Spec:
         args, env = list(base.engine.args), dict(base.engine.env)
     else:
         read = _read(spec)
-        fix = Fix(args=DRAFT_KNOBS[spec.engine.name].args_for(read, variant.method, variant.draft_tokens))
+        fix = Fix(
+            args=engine_by_name(spec.engine.name).draft.args_for(read, variant.method, variant.draft_tokens)
+        )
         args, env = fix.apply(table, spec.engine.args, spec.engine.env)
     engine = spec.engine.model_copy(update={"args": args, "env": env})
     return spec.model_copy(update={"name": name, "engine": engine})

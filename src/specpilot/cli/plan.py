@@ -10,6 +10,7 @@ from rich.console import Console
 
 from specpilot.check import check_spec
 from specpilot.cli.inputs import PASSTHROUGH, resolve_spec, spec_options
+from specpilot.engines.registry import ENGINES, engine_by_name
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
@@ -74,13 +75,16 @@ def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> Star
             field="--samples",
             fix="add --from-log with that start's engine.log",
         )
-    if spec.engine.name != "sglang":
+    markers = engine_by_name(spec.engine.name).startup_phases
+    if markers is None:
+        readable = " or ".join(e.display_name for e in ENGINES if e.startup_phases is not None)
         raise UserError(
-            f"reads SGLang starts only, not {spec.engine.name}'s",
+            f"reads {readable} starts only, not {spec.engine.name}'s",
             field="--samples",
             fix="drop --samples for this spec",
         )
-    return measure_startup_peak(samples, Path(from_log).read_text(encoding="utf-8", errors="replace"))
+    log_text = Path(from_log).read_text(encoding="utf-8", errors="replace")
+    return measure_startup_peak(samples, log_text, markers)
 
 
 def job_projections(spec: Spec, job_dir: Path, gpus: int | None) -> dict[str, Projection] | None:

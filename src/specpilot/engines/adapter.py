@@ -18,10 +18,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from specpilot.engines.context_len import ContextLen
+from specpilot.engines.draft import DraftKnobs
 from specpilot.engines.flags import ReleaseTable
 from specpilot.engines.loglines import LogQuantity
 from specpilot.engines.measured import MeasuredRelease
 from specpilot.engines.metrics import SpecMetric
+from specpilot.engines.phases import StartupPhases
 from specpilot.engines.ranges import ValueRange
 from specpilot.engines.rules import Rule
 from specpilot.engines.signatures import Signature
@@ -104,11 +106,13 @@ class Engine:
     signatures: tuple[Signature, ...]
     #: the Prometheus series it exports about speculative decoding
     spec_metrics: tuple[SpecMetric, ...]
+    #: its speculative methods and how k draft tokens are written (bench's variants)
+    draft: DraftKnobs
+    #: how its startup log marks phases (`plan --samples`); None: not read for this engine
+    startup_phases: StartupPhases | None = None
     #: secret flags the engine also reads from an environment variable: `up` passes them
     #: there, so the value is in neither launch.sh nor the process's argv (/proc/PID/cmdline)
     secret_flag_env: Mapping[str, str] = field(default_factory=dict)
-    #: every speculative method some supported release's rules know (bench's variants)
-    speculative_methods: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, eq=False)

@@ -17,11 +17,11 @@ from specpilot.check.effective import EffectiveArgs
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape
 from specpilot.plan.log_checks import FootprintCheck
-from specpilot.plan.sglang import plan_sglang, refuse_other_sglang_footprint
-from specpilot.plan.sglang_log import parse_sglang_log
+from specpilot.plan.sglang.log import parse_sglang_log
+from specpilot.plan.sglang.planner import plan_sglang, refuse_other_sglang_footprint
 from specpilot.plan.types import EngineDetails, Plan, SglangDetails, VllmDetails
-from specpilot.plan.vllm import plan_vllm, refuse_other_vllm_footprint
-from specpilot.plan.vllm_log import parse_vllm_log
+from specpilot.plan.vllm.log import parse_vllm_log
+from specpilot.plan.vllm.planner import plan_vllm, refuse_other_vllm_footprint
 from specpilot.spec import Spec
 
 PlanFunction = Callable[[Spec, ModelShape, EffectiveArgs, Mapping[str, float] | None], Plan]

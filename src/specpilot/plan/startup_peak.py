@@ -6,8 +6,9 @@ A start recorded with a memory sampler (`gpu/sglang/job.py` writes one folder pe
 - `lines.tsv`: `epoch_seconds<TAB>engine log line`, stamped as each line landed.
 
 The engine never prints its lowest free memory; the samples do. Each sample falls in the phase
-the log was in at that moment (`engines/sglang/phases.py`: weights, draft weights, pools, each
-CUDA-graph family, the warm-up request, serving), so the low point has a cause, and each
+the log was in at that moment (the engine adapter's `startup_phases`, SGLang's in
+`engines/sglang/phases.py`: weights, draft weights, pools, each CUDA-graph family, the
+warm-up request, serving), so the low point has a cause, and each
 phase's drop below the free memory it started with is the size of its transient. Free memory
 here is NVML's (total - used) on the whole device: another process's memory (a card emulated
 by a blocker) counts as used, as it does for the engine. `nvml_minus_engine_gib` is the median
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specpilot.engines.sglang.phases import AVAIL_MEM, match_marker
+from specpilot.engines.phases import StartupPhases
 from specpilot.errors import UserError
 from specpilot.plan.types import GIB
 
@@ -221,10 +222,10 @@ def refuse_other_start(log_text: str, lines: list[StampedLine], lines_path: Path
         )
 
 
-def _phase_bounds(lines: list[StampedLine]) -> list[tuple[str, float, float]]:
+def _phase_bounds(lines: list[StampedLine], phases: StartupPhases) -> list[tuple[str, float, float]]:
     """(name, start, end) of every stretch between marker lines, in order: the first opens with
     the process (samples before the first log line included), the last runs to the end."""
-    markers = [(line.at_s, found) for line in lines if (found := match_marker(line.text))]
+    markers = [(line.at_s, found) for line in lines if (found := phases.match_marker(line.text))]
     if not markers:
         return [(STARTUP, float("-inf"), float("inf"))]
     seen: dict[str, int] = {}
@@ -264,20 +265,23 @@ def _nearest(samples: list[Sample], at_s: float) -> Sample:
     return min(samples, key=lambda s: abs(s.at_s - at_s))
 
 
-def _engine_offset(total: int, samples: list[Sample], lines: list[StampedLine]) -> float | None:
+def _engine_offset(
+    total: int, samples: list[Sample], lines: list[StampedLine], phases: StartupPhases
+) -> float | None:
     gaps = [
         _free_gib(total, _nearest(samples, line.at_s)) - float(found["value"])
         for line in lines
-        if (found := AVAIL_MEM.search(line.text))
+        if (found := phases.free_memory.search(line.text))
     ]
     return statistics.median(gaps) if gaps else None
 
 
 def startup_peak(
-    total: int, samples: list[Sample], lines: list[StampedLine], memory_path: Path
+    total: int, samples: list[Sample], lines: list[StampedLine], memory_path: Path, markers: StartupPhases
 ) -> StartupPeak:
     """The low point up to the ready line, the phases with their own low points."""
-    ready_at = next((line.at_s for line in lines if match_marker(line.text) == ("ready", "ready")), None)
+    is_ready = ("ready", "ready")
+    ready_at = next((line.at_s for line in lines if markers.match_marker(line.text) == is_ready), None)
     startup_end = ready_at if ready_at is not None else lines[-1].at_s
     if samples[0].at_s > lines[0].at_s + COVER_SLACK_S or samples[-1].at_s < startup_end - COVER_SLACK_S:
         raise UserError(
@@ -288,7 +292,7 @@ def startup_peak(
             fix="give the memory.tsv recorded with these log lines",
         )
     phases: list[Phase] = []
-    for name, start, end in _phase_bounds(lines):
+    for name, start, end in _phase_bounds(lines, markers):
         inside = [s for s in samples if start <= s.at_s < end]
         if not inside:
             continue
@@ -318,16 +322,17 @@ def startup_peak(
         after_line=(after[-1] if after else "")[:AFTER_LINE_CHARS],
         ready=ready_at is not None,
         phases=tuple(phases),
-        nvml_minus_engine_gib=_engine_offset(total, samples, lines),
+        nvml_minus_engine_gib=_engine_offset(total, samples, lines, markers),
         sample_interval_s=statistics.median(steps) if steps else 0.0,
         largest_gap_s=max(steps, default=0.0),
     )
 
 
-def measure_startup_peak(samples_path: str | Path, log_text: str) -> StartupPeak:
-    """`plan --from-log LOG --samples DIR`: the start's low point, refusing samples of another start."""
+def measure_startup_peak(samples_path: str | Path, log_text: str, markers: StartupPhases) -> StartupPeak:
+    """`plan --from-log LOG --samples DIR`: the start's low point, refusing samples of another start;
+    `markers`: the engine's phase lines (its adapter's `startup_phases`)."""
     memory_path, lines_path = samples_folder(samples_path)
     lines = read_lines(lines_path)
     refuse_other_start(log_text, lines, lines_path)
     total, samples = read_memory(memory_path)
-    return startup_peak(total, samples, lines, memory_path)
+    return startup_peak(total, samples, lines, memory_path, markers)

@@ -8,7 +8,7 @@ from packaging.version import Version
 
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
 from specpilot.engines.flags import load_tables
-from specpilot.engines.sglang import flags, loglines, metrics, releases, rules, signatures
+from specpilot.engines.sglang import draft, flags, loglines, metrics, phases, releases, rules, signatures
 from specpilot.engines.sglang.releases import release_rules
 
 
@@ -29,6 +29,8 @@ ENGINE = Engine(
     release_tables=partial(load_tables, "sglang", "specpilot.engines.sglang", flexible_parser=False),
     release_window=release_window,
     measured=releases.MEASURED,
+    draft=draft.DRAFT,
+    startup_phases=phases.PHASES,
     model_flag="--model-path",
     default_command=("python3", "-m", "sglang.launch_server"),
     launch=LaunchCommand(

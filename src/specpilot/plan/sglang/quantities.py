@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from specpilot.engines.sglang.releases import SglangRelease
 from specpilot.models.layers import GatedDeltaNetSpec, layer_specs
 from specpilot.models.shape import ModelShape
-from specpilot.plan.sglang_settings import SglangSettings
+from specpilot.plan.sglang.settings import SglangSettings
 from specpilot.plan.types import GIB
 
 #: Measured CUDA context + allocator + NCCL before weights load, per GPU (GiB): H100 80 GB

@@ -2,7 +2,7 @@
 
 `resolve_inputs` turns the flags as `check` evaluates them (vLLM's own defaults and
 adjustments included, `specpilot.plan.effective`) into plain numbers,
-`vllm_allocation.allocate` runs vLLM's arithmetic, and `plan_vllm` writes the memory
+`allocation.allocate` runs vLLM's arithmetic, and `plan_vllm` writes the memory
 table, the verdict and the flags that make the configuration start.
 """
 
@@ -23,13 +23,13 @@ from specpilot.engines.vllm.releases import CpuBackend, VllmLine, vllm_line
 from specpilot.errors import UserError
 from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape, partial_rotary_factor
-from specpilot.plan import vllm_memory as mem
 from specpilot.plan.effective import effective_args
 from specpilot.plan.log_checks import refuse_footprint
 from specpilot.plan.types import GIB, Plan, Problem, Term, VllmDetails, gib
-from specpilot.plan.vllm_allocation import VllmAllocation, VllmInputs, allocate
-from specpilot.plan.vllm_cpu import cpu_kv_cache_bytes
-from specpilot.plan.vllm_log import parse_vllm_log
+from specpilot.plan.vllm import quantities as mem
+from specpilot.plan.vllm.allocation import VllmAllocation, VllmInputs, allocate
+from specpilot.plan.vllm.cpu import cpu_kv_cache_bytes
+from specpilot.plan.vllm.log import parse_vllm_log
 from specpilot.spec import Spec
 
 __all__ = ["parse_vllm_log", "plan_vllm", "resolve_inputs"]

@@ -2,14 +2,14 @@
 
 `VllmInputs` is everything the arithmetic needs, already resolved from the spec, the
 model shape, the engine flags and the engine's defaults; `allocate` chains the
-quantities of `vllm_memory` the way vLLM does at startup.
+quantities of `quantities` the way vLLM does at startup.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specpilot.plan import vllm_memory as mem
+from specpilot.plan.vllm import quantities as mem
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Each docstring states the accounting rule and where vLLM applies it (paths are in the
 vllm 0.26.0 wheel; 0.32.0 is the same unless `specpilot.engines.vllm.releases` says
-otherwise). Nothing here reads files or knows about specs: `specpilot.plan.vllm` feeds it
+otherwise). Nothing here reads files or knows about specs: `specpilot.plan.vllm.planner` feeds it
 numbers, and the measured constants come from the release line (`VllmLine`).
 """
 

@@ -1,8 +1,8 @@
 """SGLang memory plan: what the engine will allocate, whether it fits, what to change.
 
 `plan_sglang` is pure: spec + model shape + the flags as `check` evaluates them in,
-`Plan` out. It turns those into sizing inputs (`sglang_settings`), runs the engine's
-arithmetic on them (`sglang_quantities`), checks that everything allocated after
+`Plan` out. It turns those into sizing inputs (`settings`), runs the engine's
+arithmetic on them (`quantities`), checks that everything allocated after
 the pools fits in the reserve, and searches the knobs a user controls
 (`--mem-fraction-static`, `--max-mamba-cache-size`, `--max-running-requests`) for
 values that start first time.
@@ -20,12 +20,12 @@ from specpilot.engines.rules import env_bool
 from specpilot.engines.sglang.releases import SglangRelease, release_rules
 from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape
-from specpilot.plan import sglang_quantities as q
 from specpilot.plan.effective import effective_args, effective_args_without
 from specpilot.plan.log_checks import refuse_footprint
-from specpilot.plan.sglang_log import parse_sglang_log
-from specpilot.plan.sglang_margin import PostPoolFit, highest_fraction, post_pool_fit, required_margin_gib
-from specpilot.plan.sglang_settings import POST_CAPTURE_ENV, SglangSettings, resolve_settings
+from specpilot.plan.sglang import quantities as q
+from specpilot.plan.sglang.log import parse_sglang_log
+from specpilot.plan.sglang.margin import PostPoolFit, highest_fraction, post_pool_fit, required_margin_gib
+from specpilot.plan.sglang.settings import POST_CAPTURE_ENV, SglangSettings, resolve_settings
 from specpilot.plan.types import GIB, Plan, Problem, SglangDetails, Term
 from specpilot.spec import Spec
 
@@ -45,7 +45,7 @@ FRACTION_STEP = 0.01
 PLATEAU_FRACTIONS = 5
 #: Term.note of memory that is needed only for a while (see `Sizing.reserve_needed_gib`)
 PEAK = "peak"
-#: Term.source of a post-pool term fitted to measured startup peaks (`sglang_margin.FITS`)
+#: Term.source of a post-pool term fitted to measured startup peaks (`margin.FITS`)
 FITTED = "fitted"
 #: a release without a fit: every post-pool term estimated
 NO_FIT = PostPoolFit("", "", 0.0, "", "")
@@ -92,7 +92,7 @@ class Sizing:
 
     @property
     def required_margin_gib(self) -> float:
-        """Free memory a recommendation keeps beyond the post-pool terms (`sglang_margin`)."""
+        """Free memory a recommendation keeps beyond the post-pool terms (`margin`)."""
         return required_margin_gib(self.fit, self.reserve_needed_gib)
 
     @property
@@ -362,7 +362,7 @@ def recommend(
 def _recommend_hybrid(
     shape: ModelShape, s: SglangSettings, rules: SglangRelease, free: float, weights: float
 ) -> Sizing | None:
-    """The fraction, from the highest the post-pool terms allow (`sglang_margin`) down, whose
+    """The fraction, from the highest the post-pool terms allow (`margin`) down, whose
     best state split serves the most requests; the search stops once `PLATEAU_FRACTIONS`
     steps bring nothing better."""
     best: Sizing | None = None

@@ -16,16 +16,12 @@ from dataclasses import dataclass
 
 from specpilot.check.effective import EffectiveArgs
 from specpilot.engines.rules import env_bool
+from specpilot.engines.sglang.draft import DRAFT_MODEL_ALGORITHMS, SPECULATIVE_ALGORITHMS
 from specpilot.engines.sglang.releases import SglangRelease
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape, dtype_bytes
 
 MIB_PER_GIB = 1024
-
-#: SGLang's `--speculative-algorithm` values that run a draft model (NGRAM does not).
-DRAFT_MODEL_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH", "DSPARK"})
-#: Every value SGLang accepts; NEXTN is an alias of EAGLE (speculative_hook.py).
-SPECULATIVE_ALGORITHMS = DRAFT_MODEL_ALGORITHMS | {"NGRAM", "FROZEN_KV_MTP"}
 
 
 @dataclass(frozen=True)

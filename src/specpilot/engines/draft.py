@@ -1,0 +1,23 @@
+"""How an engine names its speculative methods and writes k draft tokens (`specpilot bench`'s
+variants): one `DraftKnobs` per engine, carried by its adapter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specpilot.engines.argv import ReadArgv
+
+
+@dataclass(frozen=True)
+class DraftKnobs:
+    """How one engine names its speculative method and writes k draft tokens."""
+
+    methods: frozenset[str]
+    #: the method the spec's flags turn on, if any
+    method_of: Callable[[ReadArgv], str | None]
+    #: the draft tokens the spec's flags give (0 when they leave it to the engine)
+    draft_tokens_of: Callable[[ReadArgv], int]
+    #: the flags that set `method` at k draft tokens (replacing the same flags where given)
+    args_for: Callable[[ReadArgv, str, int], tuple[str, ...]]
+    case_sensitive: bool
