@@ -87,3 +87,50 @@ def test_engines_is_the_bottom_layer() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+#: the only places that may import an engine's own modules: the engines themselves, each
+#: engine's planner, and the planner dispatch (engines/ cannot import plan/)
+ENGINE_NAMED = ("engines/sglang/", "engines/vllm/", "plan/sglang/", "plan/vllm/")
+MAY_IMPORT_ENGINE_NAMED = ("engines/", "plan/sglang/", "plan/vllm/", "plan/planners.py")
+
+
+def _engine_named_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            as_path = name.replace(".", "/") + "/"
+            if any(as_path.startswith(f"specpilot/{named}") for named in ENGINE_NAMED):
+                found.add(name)
+    return found
+
+
+def test_only_engines_and_planners_import_an_engine_by_name() -> None:
+    """Everything else reaches an engine through its adapter (`engines/registry.py`), so a
+    third engine plugs in without touching check, launch, generate or the CLI."""
+    offenders = {
+        str(path.relative_to(SRC)): sorted(names)
+        for path in SRC.rglob("*.py")
+        if not str(path.relative_to(SRC)).startswith(MAY_IMPORT_ENGINE_NAMED)
+        and (names := _engine_named_imports(path))
+    }
+    assert offenders == {}
+
+
+def test_the_engine_import_finder_sees_both_import_forms(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from specpilot.engines.sglang import rules\nimport specpilot.plan.vllm.planner\n"
+        "from specpilot.engines import registry\n"
+    )
+    assert _engine_named_imports(source) == {
+        "specpilot.engines.sglang",
+        "specpilot.engines.sglang.rules",
+        "specpilot.plan.vllm.planner",
+    }
