@@ -183,21 +183,16 @@ def specpilot_requirements(repo: Path) -> list[str]:
     return list(project["dependencies"])
 
 
+def pip_download(pip_python: Path, folder: Path, *requirements: str) -> None:
+    """The wheels of `requirements` for the H200 image's platform, without dependencies."""
+    run(pip_argv(pip_python, "download", "--no-deps", *target_args(), "-d", str(folder), *requirements))
+
+
 def vllm_wheel(pip_python: Path, cache: Path) -> Path:
     folder = cache / "vllm-wheel"
     found = sorted(folder.glob(f"vllm-{VLLM_VERSION}-*.whl"))
     if not found:
-        run(
-            pip_argv(
-                pip_python,
-                "download",
-                "--no-deps",
-                *target_args(),
-                "-d",
-                str(folder),
-                f"vllm=={VLLM_VERSION}",
-            )
-        )
+        pip_download(pip_python, folder, f"vllm=={VLLM_VERSION}")
         found = sorted(folder.glob(f"vllm-{VLLM_VERSION}-*.whl"))
     return found[0]
 
@@ -315,17 +310,7 @@ def download(pip_python: Path, cache: Path, pins: list[Pin]) -> list[Path]:
     folder = cache / "wheels"
     missing = [pin for pin in pins if not (folder / pin.filename).exists()]
     if missing:
-        run(
-            pip_argv(
-                pip_python,
-                "download",
-                "--no-deps",
-                *target_args(),
-                "-d",
-                str(folder),
-                *(f"{pin.name}=={pin.version}" for pin in missing),
-            )
-        )
+        pip_download(pip_python, folder, *(f"{pin.name}=={pin.version}" for pin in missing))
     paths = []
     for pin in pins:
         path = folder / pin.filename
