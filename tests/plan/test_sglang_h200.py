@@ -90,25 +90,25 @@ def test_the_verdict_is_the_engines(run: str) -> None:
     assert plan.fits is _ready(run), [p.message for p in plan.problems]
 
 
-@pytest.mark.parametrize("run", [r for r in RUNS if "kv_tokens" in parse_sglang_log(_text(r))])
+@pytest.mark.parametrize("run", [r for r in RUNS if parse_sglang_log(_text(r)).kv_tokens is not None])
 def test_plan_alone_kv_tokens_within_2_percent(run: str) -> None:
     printed = parse_sglang_log(_text(run))
-    assert _plan_alone(run).kv_tokens == pytest.approx(printed["kv_tokens"], rel=0.02)
+    assert _plan_alone(run).kv_tokens == pytest.approx(printed.kv_tokens, rel=0.02)
 
 
-@pytest.mark.parametrize("run", [r for r in RUNS if "kv_tokens" in parse_sglang_log(_text(r))])
+@pytest.mark.parametrize("run", [r for r in RUNS if parse_sglang_log(_text(r)).kv_tokens is not None])
 def test_calibrated_kv_tokens_within_1_percent(run: str, tmp_path: Path) -> None:
     printed = parse_sglang_log(_text(run))
-    assert _plan_calibrated(run, tmp_path).kv_tokens == pytest.approx(printed["kv_tokens"], rel=0.01)
+    assert _plan_calibrated(run, tmp_path).kv_tokens == pytest.approx(printed.kv_tokens, rel=0.01)
 
 
 @pytest.mark.parametrize("run", [r for r in RUNS if _ready(r)])
 def test_state_slots_and_max_running_requests_exact(run: str) -> None:
     printed = parse_sglang_log(_text(run))
     plan = _plan_alone(run)
-    assert plan.max_running_requests == printed["max_running_requests"]
-    if "max_mamba_cache_size" in printed:
-        assert plan.state_slots == printed["max_mamba_cache_size"]
+    assert plan.max_running_requests == printed.max_running_requests
+    if printed.max_mamba_cache_size is not None:
+        assert plan.state_slots == printed.max_mamba_cache_size
 
 
 @pytest.mark.parametrize("run", [r for r in RUNS if "rec2" in r])
@@ -165,7 +165,7 @@ def test_target_weights_are_the_printed_load(run: str) -> None:
     """ "Load weight end ... mem usage": the planner's parameter count x dtype, MTP head
     excluded (it loads with the draft), within 0.5%."""
     printed = parse_sglang_log(_text(run))
-    assert _plan_alone(run).weights_gib == pytest.approx(printed["weights_gib"], rel=0.005)
+    assert _plan_alone(run).weights_gib == pytest.approx(printed.weights_gib, rel=0.005)
 
 
 DEFAULT_FRACTION_RUNS = [
@@ -194,7 +194,7 @@ def test_the_default_fraction_is_the_printed_one(run: str) -> None:
     """Without --mem-fraction-static the engine prints the fraction its reservation formula
     and vision-tower factor chose: the planner's is the same number."""
     printed = parse_sglang_log(_text(run))
-    assert _plan_alone(run).memory_fraction == pytest.approx(printed["mem_fraction_static"], abs=1e-9)
+    assert _plan_alone(run).memory_fraction == pytest.approx(printed.mem_fraction_static, abs=1e-9)
 
 
 def test_a_longer_context_costs_the_kv_tokens_the_engine_lost(tmp_path: Path) -> None:
@@ -204,9 +204,7 @@ def test_a_longer_context_costs_the_kv_tokens_the_engine_lost(tmp_path: Path) ->
     request-to-token table is allocated after it, out of the reserve). The plan loses the
     same, to within 64 tokens (4 MiB, under the log's 0.01 GB printing)."""
     long_run, short_run = "r13-plain-rec-96", "r13-plain-rec2-96"
-    printed_loss = (
-        parse_sglang_log(_text(short_run))["kv_tokens"] - parse_sglang_log(_text(long_run))["kv_tokens"]
-    )
+    printed_loss = parse_sglang_log(_text(short_run)).kv_tokens - parse_sglang_log(_text(long_run)).kv_tokens
     assert printed_loss == 320
     for plan_of in (_plan_alone, lambda run: _plan_calibrated(run, tmp_path)):
         planned_loss = plan_of(short_run).kv_tokens - plan_of(long_run).kv_tokens
@@ -225,10 +223,10 @@ def test_calibrated_kv_tokens_carry_no_bias_at_either_context_length(tmp_path: P
     errors: dict[int, list[float]] = {}
     for run in RUNS:
         printed = parse_sglang_log(_text(run))
-        if "kv_tokens" not in printed or run == FRACTION_OFF:
+        if printed.kv_tokens is None or run == FRACTION_OFF:
             continue
         plan = _plan_calibrated(run, tmp_path)
-        error = plan.kv_tokens / printed["kv_tokens"] - 1
+        error = plan.kv_tokens / printed.kv_tokens - 1
         assert abs(error) < 0.0025, (run, error)
         errors.setdefault(plan.details.context_len_tokens, []).append(error)
     assert {32768, 262144} <= errors.keys()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from specpilot.engines.logfacts import LogFacts
 from specpilot.plan.sglang.log import parse_sglang_log
 
 SPECULATIVE_LOG = """\
@@ -18,20 +19,21 @@ SPECULATIVE_LOG = """\
 
 def test_reads_every_number_of_a_speculative_hybrid_start() -> None:
     parsed = parse_sglang_log(SPECULATIVE_LOG)
-    assert parsed == {
-        "architecture": "Qwen3_5ForConditionalGeneration",
-        "weights_gib": 50.87,
-        "free_before_load_gib": 94.89,
-        "draft_weights_gib": 5.53,
-        "kv_tokens": 319193,
-        "draft_kv_tokens": 319193,
-        "max_mamba_cache_size": 66,
-        "max_running_requests": 13,
-        "context_len": 262144,
-        "chunked_prefill_size": 8192,
-        "mem_fraction_static": 0.85,
-        "tp_size": 1,
-    }
+    assert parsed == LogFacts(
+        architecture="Qwen3_5ForConditionalGeneration",
+        weights_gib=50.87,
+        free_before_load_gib=94.89,
+        free_after_load_gib=44.02,
+        draft_weights_gib=5.53,
+        kv_tokens=319193,
+        draft_kv_tokens=319193,
+        max_mamba_cache_size=66,
+        max_running_requests=13,
+        context_len=262144,
+        chunked_prefill_size=8192,
+        mem_fraction_static=0.85,
+        tp_size=1,
+    )
 
 
 def test_free_memory_falls_back_to_load_end_plus_usage() -> None:
@@ -39,7 +41,7 @@ def test_free_memory_falls_back_to_load_end_plus_usage() -> None:
         "Load weight end. type=Qwen3ForCausalLM, dtype=torch.bfloat16, avail mem=16.00 GB, "
         "mem usage=7.08 GB.\n"
     )
-    assert parsed["free_before_load_gib"] == 23.08
+    assert parsed.free_before_load_gib == 23.08
 
 
 def test_version_from_an_install_line_and_capped_requests() -> None:
@@ -48,9 +50,9 @@ def test_version_from_an_install_line_and_capped_requests() -> None:
         "sglang==0.5.13.post1\n"
         "max_running_requests is capped to 24 by the mamba state cache (max_mamba_cache_size=124)\n"
     )
-    assert parsed["version"] == "0.5.13.post1"
-    assert parsed["max_running_requests"] == 24
+    assert parsed.version == "0.5.13.post1"
+    assert parsed.max_running_requests == 24
 
 
 def test_an_unrelated_log_yields_nothing() -> None:
-    assert parse_sglang_log("INFO: Application startup complete.\n") == {}
+    assert parse_sglang_log("INFO: Application startup complete.\n") == LogFacts()

@@ -69,8 +69,8 @@ def test_calibration_inputs_are_what_the_log_prints(name: str) -> None:
     if not case["calibration"]:
         pytest.skip("the source quotes no load line")
     parsed = parse_sglang_log((LOGS / f"{name}.log").read_text())
-    assert parsed["weights_gib"] == case["calibration"]["weights_gib"]
-    assert parsed["free_before_load_gib"] == pytest.approx(
+    assert parsed.weights_gib == case["calibration"]["weights_gib"]
+    assert parsed.free_before_load_gib == pytest.approx(
         case["calibration"]["free_before_load_gib"], abs=0.005
     )
 

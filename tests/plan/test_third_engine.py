@@ -21,6 +21,7 @@ from specpilot.engines import registry
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
 from specpilot.engines.draft import DraftKnobs
 from specpilot.engines.flags import FlagInfo, ReleaseTable
+from specpilot.engines.logfacts import LogFacts
 from specpilot.engines.loglines import LogQuantity, Unit, read_log
 from specpilot.engines.rules import Rule
 from specpilot.engines.signatures import Kind, Signature
@@ -127,7 +128,11 @@ def _stub_plan(
 
 
 STUB_PLANNER = planners.Planner(
-    "stub", _stub_plan, VllmDetails, lambda text: read_log(STUB.log.quantities, text), lambda *_: None
+    "stub",
+    _stub_plan,
+    VllmDetails,
+    lambda text: LogFacts.from_values(read_log(STUB.log.quantities, text)),
+    lambda *_: None,
 )
 
 

@@ -9,6 +9,7 @@ VLLM_CPU_KVCACHE_SPACE=1, --max-model-len 512 printed
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -65,15 +66,15 @@ def test_the_kv_pool_is_the_configured_space_and_matches_the_real_log(tmp_path: 
     printed = parse_vllm_log(STARTUP_LOG.read_text())
     plan = _plan(tmp_path, CPU_ENV)
     assert plan.kv_bytes_per_token == 256
-    assert plan.kv_tokens == 2**30 // 256 == printed["kv_tokens"]
-    assert plan.details.max_concurrency == printed["max_concurrency"] == 8192.0
+    assert plan.kv_tokens == 2**30 // 256 == printed.kv_tokens
+    assert plan.details.max_concurrency == printed.max_concurrency == 8192.0
     assert plan.details.attention_block_size_tokens == 128  # the CPU backend's block
     assert plan.max_running_requests == 128  # CPU API-server default
     assert plan.fits
     terms = {t.name: t.gib for t in plan.terms}
     assert terms["non-torch memory"] == terms["peak activation"] == 0  # nothing profiled out of it
     # what `specpilot up` compares after the start: nothing off by more than 5%
-    diffs = plan_diff(allocations(printed), plan)
+    diffs = plan_diff(allocations(asdict(printed)), plan)
     assert diffs and not any(d["warn"] for d in diffs), diffs
 
 

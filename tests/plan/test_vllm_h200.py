@@ -146,9 +146,9 @@ def test_debug_profiling_lines_alone_give_the_measured_terms() -> None:
         line for line in text.splitlines(keepends=True) if "Free memory on device" not in line
     )
     parsed = parse_vllm_log(without_summary)
-    assert parsed["free_before_load_gib"] == 139.29
-    assert parsed["activation_peak_gib"] == 7.36
-    assert parsed["non_torch_gib"] == 0.22
+    assert parsed.free_before_load_gib == 139.29
+    assert parsed.activation_peak_gib == 7.36
+    assert parsed.non_torch_gib == 0.22
 
 
 @pytest.mark.parametrize("run", RUNS)

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from specpilot.engines.logfacts import LogFacts
 from specpilot.plan.vllm.log import parse_vllm_log
 
 
 def test_version_from_engine_banner_and_api_server_lines() -> None:
     assert (
-        parse_vllm_log("INFO [core.py:114] Initializing a V1 LLM engine (v0.26.0) with config")["version"]
+        parse_vllm_log("INFO [core.py:114] Initializing a V1 LLM engine (v0.26.0) with config").version
         == "0.26.0"
     )
-    assert parse_vllm_log("INFO [api_server.py:1] vLLM API server version 0.9.0\n")["version"] == "0.9.0"
+    assert parse_vllm_log("INFO [api_server.py:1] vLLM API server version 0.9.0\n").version == "0.9.0"
     banner = "INFO [utils.py:297]   █▄█▀ █     █     █     █  version 0.18.0\n"
-    assert parse_vllm_log(banner)["version"] == "0.18.0"
+    assert parse_vllm_log(banner).version == "0.18.0"
 
 
 def test_0_3x_kv_line_carries_tokens_and_concurrency_together() -> None:
@@ -21,9 +22,9 @@ def test_0_3x_kv_line_carries_tokens_and_concurrency_together() -> None:
         "Maximum concurrency for 32,768 tokens per request: 37.68x"
     )
     parsed = parse_vllm_log(line)
-    assert parsed["kv_tokens"] == 1_234_567
-    assert parsed["max_model_len"] == 32_768
-    assert parsed["max_concurrency"] == 37.68
+    assert parsed.kv_tokens == 1_234_567
+    assert parsed.max_model_len == 32_768
+    assert parsed.max_concurrency == 37.68
 
 
 def test_weights_block_size_and_first_worker_wins() -> None:
@@ -35,10 +36,10 @@ def test_weights_block_size_and_first_worker_wins() -> None:
         "INFO Available KV cache memory: 70.12 GiB\n"
     )
     parsed = parse_vllm_log(text)
-    assert parsed["weights_gib"] == 25.71
-    assert parsed["attention_block_size"] == 784
-    assert parsed["available_kv_gib"] == 70.12
+    assert parsed.weights_gib == 25.71
+    assert parsed.attention_block_size == 784
+    assert parsed.available_kv_gib == 70.12
 
 
 def test_a_log_without_startup_numbers_gives_nothing() -> None:
-    assert parse_vllm_log("INFO: Application startup complete.\n") == {}
+    assert parse_vllm_log("INFO: Application startup complete.\n") == LogFacts()

@@ -23,11 +23,6 @@ def _case(name: str) -> tuple[dict[str, object], str]:
     return meta, (LOGS / f"{name}.log").read_text()
 
 
-def _numbers(parsed: dict[str, float | str]) -> dict[str, float]:
-    """The numeric facts of a parsed log (the version is text)."""
-    return {key: value for key, value in parsed.items() if isinstance(value, float)}
-
-
 def _spec(meta: dict[str, object]) -> Spec:
     return Spec.model_validate(
         {
@@ -47,7 +42,7 @@ def test_parser_reads_every_printed_number(name: str) -> None:
     meta, text = _case(name)
     parsed = parse_vllm_log(text)
     for key, value in meta["printed"].items():  # type: ignore[attr-defined]
-        assert parsed[key] == pytest.approx(value), key
+        assert getattr(parsed, key) == pytest.approx(value), key
 
 
 @pytest.mark.parametrize("name", PLANNED)
@@ -57,7 +52,7 @@ def test_kv_tokens_and_concurrency_match_the_engine(name: str) -> None:
     spec = _spec(meta)
     shape = load_model_shape(spec.model_dir())
     args = effective_args(spec, shape)
-    plan = plan_vllm(spec, shape, args, measured=_numbers(parse_vllm_log(text)))
+    plan = plan_vllm(spec, shape, args, measured=parse_vllm_log(text).measured_inputs())
     printed = meta["printed"]
     assert plan.kv_tokens == pytest.approx(printed["kv_tokens"], rel=0.02)  # type: ignore[index]
     assert plan.details.max_concurrency == pytest.approx(printed["max_concurrency"], abs=0.02)
@@ -73,7 +68,7 @@ def test_hybrid_mtp_block_size_and_groups_match_vllm_layout() -> None:
         spec,
         load_model_shape(spec.model_dir()),
         effective_args(spec, load_model_shape(spec.model_dir())),
-        measured=_numbers(parse_vllm_log(text)),
+        measured=parse_vllm_log(text).measured_inputs(),
     )
     assert plan.details.attention_block_size_tokens == 1600
     assert plan.details.kv_cache_groups == 4

@@ -19,25 +19,6 @@ from specpilot.plan.log_checks import refuse_foreign_log, refuse_other_engine, r
 from specpilot.plan.planners import planner_for
 from specpilot.spec import Spec
 
-#: numbers a log prints that the plan predicts: comparing against them is the point,
-#: so they are never fed back in as inputs
-PREDICTED_KEYS = frozenset(
-    {
-        "kv_tokens",
-        "max_concurrency",
-        "max_running_requests",
-        "state_slots",
-        "attention_block_size",
-        "max_total_num_tokens",
-        "max_mamba_cache_size",
-        "context_len",
-        "max_model_len",
-        "k_cache_gib",
-    }
-)
-#: the server's own settings as the log prints them: checked against the spec, not inputs
-SETTING_KEYS = frozenset({"tp_size"})
-
 
 def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str, float]]:
     """The spec with measured values from an engine log, and every measured input.
@@ -64,13 +45,8 @@ def calibrate_from_text(spec: Spec, text: str, source: str) -> tuple[Spec, dict[
     refuse_unfinished_load(spec, text)
     planner = planner_for(spec.engine.name)
     facts = planner.read_log(text)
-    measured = {
-        key: float(value)
-        for key, value in facts.items()
-        if isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and key not in PREDICTED_KEYS | SETTING_KEYS
-    }
+    # the numbers the plan predicts, and the server's settings, are compared, never fed back
+    measured = facts.measured_inputs()
     if not measured:
         raise UserError(
             f"found no memory numbers of a {spec.engine.name} startup in {source}",

@@ -12,12 +12,13 @@ heads x head size.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from packaging.version import InvalidVersion, Version
 
 from specpilot.engines import registry
 from specpilot.engines.adapter import Engine
+from specpilot.engines.logfacts import LogFacts
 from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape
@@ -29,7 +30,7 @@ FIELD = "--from-log"
 #: carry two decimals and the pools round to pages: both stay far below this)
 FOOTPRINT_TOLERANCE = 0.05
 #: refuses a parsed log whose KV footprint per token is another model's (an engine planner's)
-FootprintCheck = Callable[[Spec, ModelShape, Mapping[str, object]], None]
+FootprintCheck = Callable[[Spec, ModelShape, LogFacts], None]
 
 
 def _found(patterns: tuple[re.Pattern[str], ...], text: str) -> bool:
@@ -63,9 +64,9 @@ def refuse_unfinished_load(spec: Spec, text: str) -> None:
         )
 
 
-def refuse_other_release(spec: Spec, logged_version: object) -> None:
+def refuse_other_release(spec: Spec, logged_version: str | None) -> None:
     """The log's own release line against the spec's (0.5.13 and 0.5.13.post1 are one line)."""
-    if not isinstance(logged_version, str):
+    if logged_version is None:
         return
     try:
         logged, planned = Version(logged_version), Version(spec.engine.version)
@@ -82,9 +83,9 @@ def refuse_other_release(spec: Spec, logged_version: object) -> None:
     )
 
 
-def refuse_other_parallelism(spec: Spec, shape: ModelShape, facts: Mapping[str, object]) -> None:
+def refuse_other_parallelism(spec: Spec, shape: ModelShape, facts: LogFacts) -> None:
     """Weights per GPU follow tensor parallelism: a log of another TP size calibrates wrongly."""
-    logged = facts.get("tp_size")
+    logged = facts.tp_size
     if logged is None:
         return
     args = effective_args(spec, shape)
@@ -106,9 +107,9 @@ def _family(architecture: str) -> str:
     return _HEAD_SUFFIX.sub("", architecture)
 
 
-def refuse_other_architecture(spec: Spec, shape: ModelShape, facts: Mapping[str, object]) -> None:
-    logged = facts.get("architecture")
-    if not isinstance(logged, str) or _family(logged) == _family(shape.architecture):
+def refuse_other_architecture(spec: Spec, shape: ModelShape, facts: LogFacts) -> None:
+    logged = facts.architecture
+    if logged is None or _family(logged) == _family(shape.architecture):
         return
     raise UserError(
         f"the log's model is a {logged}; the spec's model ({spec.model.path}) is a {shape.architecture}",
@@ -138,14 +139,12 @@ def refuse_footprint(spec: Spec, shape: ModelShape, logged: float, planned: floa
     )
 
 
-def refuse_foreign_log(
-    spec: Spec, facts: Mapping[str, object], refuse_other_footprint: FootprintCheck
-) -> None:
+def refuse_foreign_log(spec: Spec, facts: LogFacts, refuse_other_footprint: FootprintCheck) -> None:
     """The checks of a parsed log of this engine, past weight loading, against the spec;
     `refuse_other_footprint` is the engine planner's check of the KV bytes per token."""
     from specpilot.models.shape import load_model_shape
 
-    refuse_other_release(spec, facts.get("version"))
+    refuse_other_release(spec, facts.version)
     shape = load_model_shape(spec.model_dir())
     refuse_other_architecture(spec, shape, facts)
     refuse_other_parallelism(spec, shape, facts)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from specpilot.check.effective import EffectiveArgs
+from specpilot.engines.logfacts import LogFacts
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape
 from specpilot.plan.log_checks import FootprintCheck
@@ -25,8 +26,8 @@ from specpilot.plan.vllm.planner import plan_vllm, refuse_other_vllm_footprint
 from specpilot.spec import Spec
 
 PlanFunction = Callable[[Spec, ModelShape, EffectiveArgs, Mapping[str, float] | None], Plan]
-#: a log's numbers and texts, by the quantity names of the engine's `loglines`
-LogReader = Callable[[str], Mapping[str, object]]
+#: what a log printed, read by the engine's `loglines` quantities
+LogReader = Callable[[str], LogFacts]
 
 
 @dataclass(frozen=True)

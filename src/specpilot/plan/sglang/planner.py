@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from specpilot.check.effective import EffectiveArgs
 from specpilot.dtypes import DTYPE_BYTES
 from specpilot.engines.fix import Fix
+from specpilot.engines.logfacts import LogFacts
 from specpilot.engines.rules import env_bool
 from specpilot.engines.sglang.releases import SglangRelease, release_rules
 from specpilot.models.layers import layer_specs
@@ -702,13 +703,13 @@ def plan_sglang(
     )
 
 
-def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, facts: Mapping[str, object]) -> None:
+def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, facts: LogFacts) -> None:
     """SGLang prints the target's K cache size and token count: K bytes per token per GPU."""
-    dtype, tokens, k_gib = facts.get("kv_dtype"), facts.get("kv_tokens"), facts.get("k_cache_gib")
+    dtype, tokens, k_gib = facts.kv_dtype, facts.kv_tokens, facts.k_cache_gib
     # MLA caches a latent, and sliding-window layers get their own smaller pool: skipped
     if shape.kv_lora_rank or shape.sliding_attention_layers:
         return
-    if not isinstance(dtype, str) or not isinstance(tokens, int) or not isinstance(k_gib, float):
+    if dtype is None or tokens is None or k_gib is None:
         return
     if dtype not in DTYPE_BYTES or not tokens or not k_gib:
         return

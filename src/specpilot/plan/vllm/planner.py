@@ -18,6 +18,7 @@ from typing import Any
 from specpilot.check.effective import EffectiveArgs
 from specpilot.dtypes import DTYPE_BYTES
 from specpilot.engines.fix import Fix
+from specpilot.engines.logfacts import LogFacts
 from specpilot.engines.vllm.defaults import human_int, targets_cpu
 from specpilot.engines.vllm.releases import CpuBackend, VllmLine, vllm_line
 from specpilot.errors import UserError
@@ -646,11 +647,11 @@ def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: E
     return notes
 
 
-def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, facts: Mapping[str, object]) -> None:
+def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, facts: LogFacts) -> None:
     """vLLM prints its KV memory and token count; for attention-only models their ratio is
     the KV bytes per token (mamba groups and sliding windows change the ratio: skipped)."""
-    available, tokens = facts.get("available_kv_gib"), facts.get("kv_tokens")
-    if not isinstance(available, float | int) or not isinstance(tokens, float | int):
+    available, tokens = facts.available_kv_gib, facts.kv_tokens
+    if available is None or tokens is None:
         return
     if available <= 0 or tokens <= 0 or shape.is_hybrid or shape.sliding_attention_layers:
         return
