@@ -162,9 +162,12 @@ def test_a_spec_without_speculation_measures_what_it_can_and_says_so(
     prompts = write_prompts(tmp_path / "prompts.jsonl", 20)
     ran = specpilot(
         "bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--sample", 8,
-        "--max-tokens", 8, "--budget-s", 60, "--warmup-s", 2, "--json",
+        "--max-tokens", 8, "--budget-s", 60, "--warmup-s", 2, "--json", "--min-p", 0.05, "--stop", "###",
     )  # fmt: skip
     assert ran.code == 0, ran.output
+    # the job's own sampling, generate's options: bench.json says what was sent
+    sampling = json.loads(ran.stdout)["sampling"]
+    assert sampling["max_tokens"] == 8 and sampling["request_fields"] == {"min_p": 0.05, "stop": ["###"]}
     assert "the spec turns on no speculative method ([engine] args): only the plain variant" in ran.stderr
     result = json.loads(ran.stdout)
     assert [v["label"] for v in result["variants"]] == ["plain"] and result["winner"] == "plain"

@@ -73,3 +73,22 @@ def test_write_never_replaces_a_file(spec: Path, prompts: Path, tmp_path: Path) 
     line = _refused(spec, "--prompts", prompts, "--job", tmp_path / "job", "--write", existing)
     assert f"--write: {existing} exists" in line
     assert existing.read_text() == "keep me\n"
+
+
+def test_a_request_field_given_twice(spec: Path, prompts: Path, tmp_path: Path) -> None:
+    """generate's sampling options, read by the same code: a field both in --extra-body and
+    its own flag is refused."""
+    line = _refused(
+        spec,
+        "--prompts",
+        prompts,
+        "--job",
+        tmp_path / "job",
+        "--extra-body",
+        '{"min_p": 0.1}',
+        "--min-p",
+        0.05,
+    )
+    assert (
+        line.startswith("error: --extra-body: sets min_p, which --min-p also sets") and "give it once" in line
+    )

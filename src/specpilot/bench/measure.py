@@ -32,6 +32,7 @@ from specpilot.generate.client import Sampling
 from specpilot.generate.dispatch import Dispatcher
 from specpilot.generate.endpoints import endpoint_of_run
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import SamplingOptions
 from specpilot.hosts import open_host_section
 from specpilot.launch.ops import run_down
 from specpilot.launch.outcome import Progress, UpResult
@@ -60,11 +61,7 @@ class Settings:
     sample_path: Path
     warmup_path: Path
     sample_rows: int
-    thinking: bool
-    max_tokens: int | None
-    temperature: float | None
-    top_p: float | None
-    top_k: int | None
+    sampling: SamplingOptions
     budget_s: float
     warmup_s: float
     progress_interval_s: float
@@ -159,12 +156,13 @@ def _job(settings: Settings, prepared: Prepared, folder: Path, **changes: Any) -
         output_dir=folder,
         endpoints=[endpoint_of_run(prepared.spec.name)],
         model=None,
-        thinking=settings.thinking,
+        thinking=settings.sampling.thinking,
         concurrency=max(1, concurrency),
-        max_tokens=settings.max_tokens,
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        top_k=settings.top_k,
+        max_tokens=settings.sampling.max_tokens,
+        temperature=settings.sampling.temperature,
+        top_p=settings.sampling.top_p,
+        top_k=settings.sampling.top_k,
+        request_fields=dict(settings.sampling.request_fields),
         max_attempts=2,
         retry_base_s=0.5,
         request_timeout_s=settings.request_timeout_s,
@@ -224,7 +222,7 @@ def measure(prepared: Prepared, settings: Settings, folder: Path, notify: Notify
                 prepared,
                 folder / "warmup",
                 input_path=settings.warmup_path,
-                max_tokens=min(settings.max_tokens or WARMUP_MAX_TOKENS, WARMUP_MAX_TOKENS),
+                max_tokens=min(settings.sampling.max_tokens or WARMUP_MAX_TOKENS, WARMUP_MAX_TOKENS),
             ),
             warm,
         )

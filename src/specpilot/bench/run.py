@@ -23,6 +23,7 @@ from specpilot.bench.measure import Measured, Notify, Settings, measure
 from specpilot.bench.sample import draw, open_prompts, write_prompts
 from specpilot.bench.variants import Variant, prepare, spec_method
 from specpilot.errors import UserError
+from specpilot.generate.sampling import SamplingOptions
 from specpilot.hosts import open_host_section
 from specpilot.projection import BENCH_FILE
 from specpilot.spec import Spec, spec_to_toml
@@ -59,11 +60,7 @@ def plan_settings(
     job_dir: Path,
     *,
     sample_rows: int,
-    thinking: bool,
-    max_tokens: int | None,
-    temperature: float | None,
-    top_p: float | None,
-    top_k: int | None,
+    sampling: SamplingOptions,
     budget_s: float,
     warmup_s: float,
     progress_interval_s: float,
@@ -73,11 +70,7 @@ def plan_settings(
         sample_path=scratch / "sample.jsonl",
         warmup_path=scratch / "warmup.jsonl",
         sample_rows=sample_rows,
-        thinking=thinking,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
+        sampling=sampling,
         budget_s=budget_s,
         warmup_s=warmup_s,
         progress_interval_s=progress_interval_s,
@@ -163,13 +156,7 @@ def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
             "ids": [row.row_id for row in sample.rows],
             "prompt_chars": sample.prompt_chars,
         },
-        "sampling": {
-            "thinking": settings.thinking,
-            "max_tokens": settings.max_tokens,
-            "temperature": settings.temperature,
-            "top_p": settings.top_p,
-            "top_k": settings.top_k,
-        },
+        "sampling": settings.sampling.to_json(),
         "budget_s": settings.budget_s,
         "warmup_s": settings.warmup_s,
         "steady_state": "longest interval with requests in flight >= ceil(0.9 x peak), "

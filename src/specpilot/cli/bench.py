@@ -12,7 +12,9 @@ import click
 from rich.console import Console
 
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
+from specpilot.cli.sampling import sampling_options
 from specpilot.errors import EXIT_FAILED, UserError
+from specpilot.generate.sampling import SamplingOptions
 
 #: as a shell reports a process ended by SIGINT
 EXIT_INTERRUPTED = 130
@@ -64,13 +66,12 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     default=None,
     help="Comma-separated: plain and METHOD:DRAFT_TOKENS (default: plain and the spec's method at 1, 2, 3).",
 )
-@click.option(
-    "--max-tokens", type=click.IntRange(1), default=None, help="As generate's (default: the server's)."
+# the job's own sampling: a bench on other sampling measures another job
+@sampling_options(
+    max_tokens_help="As generate's (default: the server's).",
+    thinking_help="As generate's.",
+    sampling_seed=False,
 )
-@click.option("--temperature", type=FiniteFloat(0), default=None)
-@click.option("--top-p", type=FiniteFloat(0, 1), default=None)
-@click.option("--top-k", type=int, default=None)
-@click.option("--thinking/--no-thinking", default=True, show_default=True, help="As generate's.")
 @click.option(
     "--budget-s",
     default=600.0,
@@ -109,11 +110,7 @@ def bench(
     sample_rows: int,
     seed: int,
     variants: str | None,
-    max_tokens: int | None,
-    temperature: float | None,
-    top_p: float | None,
-    top_k: int | None,
-    thinking: bool,
+    sampling: SamplingOptions,
     budget_s: float,
     warmup_s: float,
     progress_interval_s: float,
@@ -157,11 +154,7 @@ def bench(
     settings = plan_settings(
         job_dir,
         sample_rows=sample_rows,
-        thinking=thinking,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
+        sampling=sampling,
         budget_s=budget_s,
         warmup_s=warmup_s,
         progress_interval_s=progress_interval_s,

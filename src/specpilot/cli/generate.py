@@ -11,8 +11,10 @@ import click
 from rich.console import Console
 
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
+from specpilot.cli.sampling import sampling_options
 from specpilot.cli.view import serve_status_options
 from specpilot.errors import EXIT_OK, UserError
+from specpilot.generate.sampling import SamplingOptions
 
 #: one example of each prompt row shape the reader accepts (shown in --help, tested)
 ROW_SHAPES: dict[str, dict[str, object]] = {
@@ -91,33 +93,10 @@ them as context and generates only the last answer:
     type=click.IntRange(1),
     help="Requests in flight per server (per worker behind a --router or --fleet).",
 )
-@click.option(
-    "--max-tokens",
-    type=click.IntRange(1),
-    default=None,
-    help="Sampling parameters are sent only when given (else the server's defaults).",
-)
-@click.option("--temperature", type=FiniteFloat(0), default=None)
-@click.option("--top-p", type=FiniteFloat(0, 1), default=None)
-@click.option("--top-k", type=int, default=None)
-@click.option("--min-p", type=FiniteFloat(0, 1), default=None)
-@click.option("--seed", type=int, default=None, help="Sampling seed (SGLang and vLLM honour it per request).")
-@click.option("--stop", "stops", multiple=True, help="A stop string (repeatable).")
-@click.option("--presence-penalty", type=FiniteFloat(-2, 2), default=None)
-@click.option("--frequency-penalty", type=FiniteFloat(-2, 2), default=None)
-@click.option("--repetition-penalty", type=FiniteFloat(0, min_open=True), default=None)
-@click.option(
-    "--extra-body",
-    default=None,
-    metavar="JSON",
-    help="More request fields, as a JSON object (e.g. '{\"ignore_eos\": false}'); "
-    "not messages, model or stream.",
-)
-@click.option(
-    "--thinking/--no-thinking",
-    default=True,
-    show_default=True,
-    help="chat_template_kwargs.enable_thinking; recorded in every row.",
+@sampling_options(
+    max_tokens_help="Sampling parameters are sent only when given (else the server's defaults).",
+    thinking_help="chat_template_kwargs.enable_thinking; recorded in every row.",
+    sampling_seed=True,
 )
 @click.option(
     "--keep-given-turns",
@@ -195,18 +174,7 @@ def generate(
     fleets: tuple[str, ...],
     model: str | None,
     concurrency: int,
-    max_tokens: int | None,
-    temperature: float | None,
-    top_p: float | None,
-    top_k: int | None,
-    min_p: float | None,
-    seed: int | None,
-    stops: tuple[str, ...],
-    presence_penalty: float | None,
-    frequency_penalty: float | None,
-    repetition_penalty: float | None,
-    extra_body: str | None,
-    thinking: bool,
+    sampling: SamplingOptions,
     keep_given_turns: bool,
     limit: int | None,
     dedupe: bool,
@@ -229,30 +197,19 @@ def generate(
     from specpilot.generate.job import JobConfig, run_generate
     from specpilot.generate.report import render_summary
 
-    fields = request_fields(
-        extra_body,
-        {
-            "min_p": min_p,
-            "seed": seed,
-            "stop": list(stops) or None,
-            "presence_penalty": presence_penalty,
-            "frequency_penalty": frequency_penalty,
-            "repetition_penalty": repetition_penalty,
-        },
-    )
     config = JobConfig(
         input_path=input_path,
         output_dir=output_dir,
         endpoints=resolve_endpoints(servers, runs, routers, fleets),
         model=model,
-        thinking=thinking,
+        thinking=sampling.thinking,
         keep_given_turns=keep_given_turns,
         concurrency=concurrency,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        request_fields=fields,
+        max_tokens=sampling.max_tokens,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        request_fields=dict(sampling.request_fields),
         limit=limit,
         dedupe=dedupe,
         retry_failed=retry_failed,
@@ -288,24 +245,6 @@ def generate(
         click.echo(outcome.message, err=True)
     if outcome.exit_code != EXIT_OK:
         sys.exit(outcome.exit_code)
-
-
-def request_fields(extra_body_json: str | None, flags: dict[str, object]) -> dict[str, object]:
-    """The request fields besides the sampling basics: --extra-body's, then the flags given;
-    a field set by both is refused (which one was meant?)."""
-    from specpilot.generate.client import extra_body
-
-    fields = extra_body(extra_body_json) if extra_body_json is not None else {}
-    given = {key: value for key, value in flags.items() if value is not None}
-    both = sorted(set(fields) & set(given))
-    if both:
-        flag = "--" + both[0].replace("_", "-")
-        raise UserError(
-            f"sets {both[0]}, which {flag} also sets",
-            field="--extra-body",
-            fix=f"give it once: drop it or {flag}",
-        )
-    return {**fields, **given}
 
 
 MAX_LENGTH_HELP = (
