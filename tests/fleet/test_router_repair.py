@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -140,19 +141,31 @@ def test_repair_refuses_a_worker_the_fleet_does_not_know(fleet_up: dict[str, Any
     assert "[fleet] hosts" in result.output
 
 
+def bind_once_free(port: int) -> socket.socket:
+    """A socket bound to `port` as soon as the killed router's last process has let go of it
+    (its exit is asynchronous); TIME_WAIT connections may stay, which a server may reuse."""
+    deadline_s = time.monotonic() + ROUTER_DEATH_S
+    while True:
+        held = socket.socket()
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            held.bind(("127.0.0.1", port))
+            return held
+        except OSError:
+            held.close()
+            if time.monotonic() > deadline_s:
+                raise
+            time.sleep(0.05)
+
+
 def test_repair_refuses_when_the_router_cannot_start_and_starts_nothing(
     fleet_up: dict[str, Any], run_home: Path
 ) -> None:
-    import socket
-
     state = run_home.parent / "state"
     record_path = state / "fleets" / "fl.json"
     kill_router(record_path)
     port = int(str(fleet_up["router_url"]).rsplit(":", 1)[1])
-    with socket.socket() as held:  # another process took the router's port meanwhile
-        # the killed router's connections may leave the port in TIME_WAIT, which a server may reuse
-        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        held.bind(("127.0.0.1", port))
+    with bind_once_free(port) as held:  # another process took the router's port meanwhile
         held.listen()
         result = run("fleet-repair", "fl")
     assert result.exit_code == 2

@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 
 from specpilot.errors import UserError
-from specpilot.fleet.ops import replica_running, routers_running
+from specpilot.fleet.ops import replica_running, router_host, routers_running
 from specpilot.fleet.router import RouterClient
 from specpilot.fleet.spec import Fleet, Member, load_fleet
 from specpilot.fleet.state import read_fleet, router_replicas, write_fleet
@@ -39,9 +39,10 @@ from specpilot.fleet.up import (
     spec_digest,
 )
 from specpilot.hosts import open_host_section
-from specpilot.launch.ops import clear_leftovers, run_status
+from specpilot.launch.ops import LEFTOVER_TERM_S, clear_leftovers, run_status
 from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
 from specpilot.launch.state import state_path
+from specpilot.launch.stop import end_group
 from specpilot.launch.supervisor import launch
 from specpilot.taskgroup import all_of
 
@@ -97,6 +98,27 @@ def load_recorded_fleet(name: str) -> Fleet:
     return fleet
 
 
+async def clear_dead_routers(fleet: Fleet, record: dict[str, Any], dead: list[int]) -> None:
+    """End what is left of each dead replica's process group, then wait (at most
+    PORT_RELEASE_S) for its ports to close: a killed router's last process can still hold
+    its port for a moment, and the checks before a restart would call the port taken."""
+    replicas = router_replicas(record)
+    host = router_host(record)
+    try:
+        for i in dead:
+            pid = replicas[i].get("pid")
+            if pid is not None:
+                await end_group(
+                    host, int(pid), term_timeout_s=LEFTOVER_TERM_S, start_ticks=replicas[i].get("start_ticks")
+                )
+        ports = [port for i in dead for port in fleet.router_ports[i]]
+        deadline = time.monotonic() + PORT_RELEASE_S
+        while time.monotonic() < deadline and any([await host.port_owner(port) for port in ports]):
+            await asyncio.sleep(PORT_POLL_S)
+    finally:
+        await host.close()
+
+
 async def repair_routers(fleet: Fleet, say: Say) -> list[RouterRepair]:
     """Start each router replica that is not running again; the engines are left as they are.
 
@@ -110,6 +132,7 @@ async def repair_routers(fleet: Fleet, say: Say) -> list[RouterRepair]:
     dead = [i for i, up in enumerate(alive) if not up]
     if not dead:
         return repairs
+    await clear_dead_routers(fleet, record, dead)
     await check_router_place(fleet, place, smg, dead)
     argvs = router_argvs(fleet, smg)
     record["routers"] = replicas
