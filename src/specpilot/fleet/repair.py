@@ -39,6 +39,7 @@ from specpilot.fleet.up import (
     spec_digest,
 )
 from specpilot.hosts import open_host_section
+from specpilot.hosts.base import Host
 from specpilot.launch.ops import LEFTOVER_TERM_S, clear_leftovers, run_status
 from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
 from specpilot.launch.state import state_path
@@ -98,6 +99,14 @@ def load_recorded_fleet(name: str) -> Fleet:
     return fleet
 
 
+async def wait_until_closed(host: Host, ports: list[int]) -> None:
+    """Until nothing listens on `ports` on `host`, at most PORT_RELEASE_S: a killed process
+    lets go of its sockets only once the kernel has torn it down."""
+    deadline = time.monotonic() + PORT_RELEASE_S
+    while time.monotonic() < deadline and any([await host.port_owner(port) for port in ports]):
+        await asyncio.sleep(PORT_POLL_S)
+
+
 async def clear_dead_routers(fleet: Fleet, record: dict[str, Any], dead: list[int]) -> None:
     """End what is left of each dead replica's process group, then wait (at most
     PORT_RELEASE_S) for its ports to close: a killed router's last process can still hold
@@ -112,9 +121,7 @@ async def clear_dead_routers(fleet: Fleet, record: dict[str, Any], dead: list[in
                     host, int(pid), term_timeout_s=LEFTOVER_TERM_S, start_ticks=replicas[i].get("start_ticks")
                 )
         ports = [port for i in dead for port in fleet.router_ports[i]]
-        deadline = time.monotonic() + PORT_RELEASE_S
-        while time.monotonic() < deadline and any([await host.port_owner(port) for port in ports]):
-            await asyncio.sleep(PORT_POLL_S)
+        await wait_until_closed(host, ports)
     finally:
         await host.close()
 
@@ -195,9 +202,7 @@ async def clear_dead(member: Member) -> None:
         await clear_leftovers(member.name)
     host = open_host_section(member.spec.host)
     try:
-        deadline = time.monotonic() + PORT_RELEASE_S
-        while time.monotonic() < deadline and await host.port_owner(member.spec.server.port):
-            await asyncio.sleep(PORT_POLL_S)
+        await wait_until_closed(host, [member.spec.server.port])
     finally:
         await host.close()
 
