@@ -15,12 +15,17 @@ Steps, each skipped once done (state in $SPECPILOT_GPU_STASH/job, default /root/
   prompts at the same concurrency and output length, one after the other on the same server.
   Each client is timed as a child process (wall, CPU from wait4); the server's own view is read
   from its log's `Decode batch` lines, stamped as they land, and its token counter on /metrics.
-* ``bench``: `specpilot bench` over no speculation and MTP on a sample of the job's prompts.
-* ``edge``: starts on a card emulated at 95.6 GiB at the plan's recommendation with MTP and
-  one step (5 state slots) above it.
+* ``bench``: `specpilot bench` over no speculation and MTP on a sample of the job's prompts, on a
+  card of ``$BENCH_CARD_GIB`` (emulated by a blocker; default the whole card); each variant's
+  start is cut out of the bench's samples into its own folder.
+* ``edge``: for MTP on a 95.6 GiB card, no speculation on a 79.6 GiB card and on the whole
+  card: the plan's recommendation (the bench's or the plain step's start where it ran the same
+  knobs), the fraction that leaves ``EDGE_MARGIN_GIB`` free at that start's measured low point,
+  and one step (0.01) above it; then the recommendation with MTP on a 79.6 GiB card.
 
 Environment for a short lease: ``SKIP_E2E=1`` (no 2,000-row job), ``E2E_LIMIT_ROWS=N``,
-``SAT_CONCURRENCIES=64,max,16`` (which saturation pairs, in order).
+``SAT_CONCURRENCIES=64,max,16`` and ``MTP_SAT_CONCURRENCIES=`` (which saturation pairs, in order;
+empty: none), ``BENCH_CARD_GIB=95.6``, ``BENCH_SAMPLE=160``.
 
 Every start runs under a GPU memory sampler (NVML every 20 ms) and a log stamper, so each
 start records its lowest free memory and the log line it followed. Results land under $OUT:
@@ -61,8 +66,13 @@ MODEL_NAME = "qwen3.6-27b-text"
 E2E_ROWS = 2000
 E2E_LIMIT_ROWS = int(os.environ.get("E2E_LIMIT_ROWS", E2E_ROWS))
 E2E_MAX_TOKENS = 64
+#: ~470-token prompts: 2,000 of them prefill in about a minute, so the whole job fits one command
+E2E_WORDS_PER_PROMPT = 80
 SAT_MAX_TOKENS = 256
 WORDS_PER_PROMPT = 400
+#: the free memory the edge step leaves at the start's measured low point (the margin under test)
+EDGE_MARGIN_GIB = 0.5
+FRACTION_STEP = 0.01
 # What the carry leaves out (gpu/sglang/README.md): FA3, flashinfer's sampler, xgrammar's library,
 # the checkpoint. Metrics on so the server's token counter can be read.
 BASE_ARGS = [
@@ -102,7 +112,9 @@ KEEP_ENV = (
     "TORCH_SYMM_MEM_DISABLE_MULTICAST",
     "NVSHMEM_DISABLE_NVLS",
 )
-STEP_EST_S = {"model": 40, "plain": 330, "mtp": 330, "bench": 420, "edge": 300}
+STEP_EST_S = {"model": 40, "plain": 330, "mtp": 260, "bench": 300, "edge": 200}
+#: each start of the edge step: up to ready and down again
+START_EST_S = 100
 
 
 class Budget:
@@ -154,21 +166,22 @@ def step_model() -> dict[str, Any]:
     text.setdefault("torch_dtype", full.get("torch_dtype", "bfloat16"))
     (folder / "config.json").write_text(json.dumps(text, indent=2))
     info = e2e_tools.build_tokenizer(folder)
-    write_prompts(STASH / "e2e.jsonl", E2E_ROWS, "e")
+    write_prompts(STASH / "e2e.jsonl", E2E_ROWS, "e", E2E_WORDS_PER_PROMPT)
     return info
 
 
-def prompt_text(tag: str, index: int) -> str:
-    """Distinct from the first word on (no shared prefix for the radix cache), ~WORDS_PER_PROMPT words."""
+def prompt_text(tag: str, index: int, words: int = WORDS_PER_PROMPT) -> str:
+    """Distinct from the first word on (no shared prefix for the radix cache), ~`words` words."""
     topic = e2e_tools.PROMPT_TOPICS[index % len(e2e_tools.PROMPT_TOPICS)]
-    filler = " ".join(e2e_tools.filler_token(index * 7919 + k)[1:] for k in range(WORDS_PER_PROMPT))
+    filler = " ".join(e2e_tools.filler_token(index * 7919 + k)[1:] for k in range(words))
     return f"{tag}{index} Continue this text about {topic}: {filler}"
 
 
-def write_prompts(path: Path, count: int, tag: str) -> None:
+def write_prompts(path: Path, count: int, tag: str, words: int = WORDS_PER_PROMPT) -> None:
     with path.open("w") as out:
         for i in range(count):
-            row = {"id": f"{tag}{i:06d}", "messages": [{"role": "user", "content": prompt_text(tag, i)}]}
+            text = prompt_text(tag, i, words)
+            row = {"id": f"{tag}{i:06d}", "messages": [{"role": "user", "content": text}]}
             out.write(json.dumps(row) + "\n")
 
 
@@ -191,11 +204,12 @@ class Sampler:
     """GPU memory used every 20 ms (NVML), and every line of each engine log stamped as it lands.
 
     `logs()` names the logs to follow (polled, so a log that appears later is followed too);
-    each is stamped into its own `lines-<run>.tsv`.
+    each is stamped into its own `lines-<run>.tsv`, or into `lines.tsv` when the folder holds one
+    start (`single`: the layout `specpilot plan --samples` reads).
     """
 
-    def __init__(self, folder: Path, logs: Callable[[], list[Path]]) -> None:
-        self.folder, self.logs = folder, logs
+    def __init__(self, folder: Path, logs: Callable[[], list[Path]], single: bool = False) -> None:
+        self.folder, self.logs, self.single = folder, logs, single
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._memory, daemon=True)]
         self.followed: set[Path] = set()
@@ -236,7 +250,7 @@ class Sampler:
             self.stop.wait(0.02)
 
     def _lines(self, log: Path) -> None:
-        target = self.folder / f"lines-{log.parent.name}.tsv"
+        target = self.folder / ("lines.tsv" if self.single else f"lines-{log.parent.name}.tsv")
         with log.open("rb") as source, target.open("w") as out:
             pending = b""
             while True:
@@ -312,7 +326,7 @@ def peak(folder: Path, until: float) -> dict[str, Any]:
         return {}
     stamp, used = max(((float(t), int(u)) for t, u in rows), key=lambda r: r[1])
     before = ""
-    for lines in sorted(folder.glob("lines-*.tsv"))[:1]:
+    for lines in sorted(folder.glob("lines*.tsv"))[:1]:
         for line in lines.read_text(errors="replace").split("\n"):
             t, tab, text = line.partition("\t")
             if not tab or not re.fullmatch(r"[0-9.]+", t):
@@ -335,7 +349,7 @@ def server(name: str, spec: Path, folder: Path, results: dict[str, Any]) -> Iter
     log = RUNS / name / "engine.log"
     specpilot("down", name, timeout_s=120)  # a start an earlier, cut command left running
     log.unlink(missing_ok=True)
-    with Sampler(folder / "samples", lambda: [log]):
+    with Sampler(folder / "samples", lambda: [log], single=True):
         t0 = time.monotonic()
         up = specpilot("up", str(spec), "--json", out=folder / "up.json", timeout_s=600)
         up_end = time.time()
@@ -466,7 +480,7 @@ def saturation_pair(run: str, folder: Path, concurrency: int, prompts_n: int) ->
     )
     for side in ("bench_serving", "specpilot"):
         window = steady.window(
-            steady.read_lines(folder / "samples" / f"lines-{run}.tsv"), pair[side]["start"], pair[side]["end"]
+            steady.read_lines(folder / "samples" / "lines.tsv"), pair[side]["start"], pair[side]["end"]
         )
         pair[side]["steady"] = window
     a, b = pair["specpilot"]["steady"], pair["bench_serving"]["steady"]
@@ -493,7 +507,7 @@ def e2e(run: str, folder: Path) -> dict[str, Any]:
             str(E2E_LIMIT_ROWS),
         ],
         folder / "e2e.generate.json",
-        limit_s=200,
+        limit_s=300,
     )
     found["report"] = json.loads(specpilot("report", str(job), "--json").stdout or "null")
     for fmt in ("specforge", "speculators"):
@@ -573,80 +587,237 @@ def step_serving(
 
 
 def step_bench(budget: Budget) -> dict[str, Any]:
-    """`specpilot bench` over no speculation and MTP (3 draft tokens), as a user runs it."""
+    """`specpilot bench` over no speculation and MTP (3 draft tokens), as a user runs it, on a
+    card of $BENCH_CARD_GIB (emulated by a blocker; default the whole card)."""
     folder = STASH / "bench"
     folder.mkdir(parents=True, exist_ok=True)
+    card = float(os.environ["BENCH_CARD_GIB"]) if os.environ.get("BENCH_CARD_GIB") else None
     spec = folder / "bench.toml"  # as the user writes it: bench plans each variant itself
-    spec.write_text(spec_text("bench", BASE_ARGS + MTP_ARGS, None))
+    spec.write_text(spec_text("bench", BASE_ARGS + MTP_ARGS, card))
     prompts = folder / "prompts.jsonl"
     with prompts.open("w") as out:  # prompt lengths from ~30 to ~1,500 words: a long tail to stratify
         for i in range(900):
             words = int(30 * 50 ** ((i * 0.618034) % 1.0))
             text = prompt_text(f"b{i}-", i).split(" ")[: words + 6]
             out.write(json.dumps({"id": f"b{i:05d}", "prompt": " ".join(text)}) + "\n")
-    per_variant_s = int(min(330, budget.left_s() / 2 - 15))
-    with Sampler(folder / "samples", lambda: sorted(RUNS.glob("bench-bench-*/engine.log"))):
-        done = specpilot(
-            "bench",
-            str(spec),
-            "--prompts",
-            str(prompts),
-            "--job",
-            str(folder / "job"),
-            "--sample",
-            "300",
-            "--variants",
-            "plain,NEXTN:3",
-            "--max-tokens",
-            "256",
-            "--no-thinking",
-            "--budget-s",
-            str(per_variant_s),
-            "--write",
-            str(folder / "best.toml"),
-            "--json",
-            out=folder / "bench.json",
-            timeout_s=max(60, budget.left_s() - 15),
-        )
+    per_variant_s = int(min(240, budget.left_s() / 2 - 15))
+    blocker = hold_card(card) if card else None
+    try:
+        with Sampler(folder / "samples", lambda: sorted(RUNS.glob("bench-bench-*/engine.log"))):
+            done = specpilot(
+                "bench",
+                str(spec),
+                "--prompts",
+                str(prompts),
+                "--job",
+                str(folder / "job"),
+                "--sample",
+                os.environ.get("BENCH_SAMPLE", "160"),
+                "--variants",
+                "plain,NEXTN:3",
+                "--max-tokens",
+                "128",
+                "--no-thinking",
+                "--budget-s",
+                str(per_variant_s),
+                "--write",
+                str(folder / "best.toml"),
+                "--json",
+                out=folder / "bench.json",
+                timeout_s=max(60, budget.left_s() - 15),
+            )
+    finally:
+        if blocker is not None:
+            blocker.terminate()
+            blocker.wait(timeout=30)
     for log in RUNS.glob("bench-bench-*/engine.log*"):
         (folder / f"{log.parent.name}.{log.name}").write_bytes(log.read_bytes())
     for name in ("bench.svg", "bench.json"):
         source = folder / "job" / name
         if source.exists():
             (folder / f"job-{name}").write_bytes(source.read_bytes())
+    for run in split_starts(folder):
+        # the spec each variant ran, for `plan --from-log` (bench plans it the same way)
+        planned_spec(run, MTP_ARGS if "nextn" in run else [], card, folder / run)
     return {"exit": done.returncode, "stdout": done.stdout[-6000:], "stderr": done.stderr[-3000:]}
 
 
+def split_starts(folder: Path) -> list[str]:
+    """One folder per bench start (`<run>/engine.log`, `samples/{memory,lines}.tsv`): the bench's
+    samples cut to each start's own stretch, from 3 s before its first log line to its last."""
+    memory = (folder / "samples" / "memory.tsv").read_text().splitlines()
+    runs: list[str] = []
+    for lines_path in sorted((folder / "samples").glob("lines-*.tsv")):
+        run = lines_path.stem.removeprefix("lines-")
+        stamps = [
+            float(t)
+            for t, tab, _ in (r.partition("\t") for r in lines_path.read_text().split("\n"))
+            if tab and re.fullmatch(r"[0-9.]+", t)
+        ]
+        if not stamps or not (folder / f"{run}.engine.log").exists():
+            continue
+        first, last = stamps[0] - 3.0, stamps[-1]
+        target = folder / run / "samples"
+        target.mkdir(parents=True, exist_ok=True)
+        kept = [r for r in memory[1:] if first <= float(r.split("\t")[0]) <= last]
+        (target / "memory.tsv").write_text("\n".join([memory[0], *kept]) + "\n")
+        (target / "lines.tsv").write_bytes(lines_path.read_bytes())
+        (folder / run / "engine.log").write_bytes((folder / f"{run}.engine.log").read_bytes())
+        runs.append(run)
+    return runs
+
+
+# --- the edge -----------------------------------------------------------------------------------
+
+SERVER_ARG = re.compile(r"(mem_fraction_static|max_mamba_cache_size|max_running_requests)=([0-9.]+)")
+FREE_BEFORE_LOAD = re.compile(r"Load weight begin\. avail mem=([0-9.]+) GB")
+
+
+def measured_low(spec: Path, folder: Path) -> dict[str, Any]:
+    """The start's lowest free memory as the engine counts it, and its free memory before the
+    weights: `specpilot plan --from-log --samples`, as a user reads a recorded start."""
+    done = specpilot(
+        "plan",
+        str(spec),
+        "--from-log",
+        str(folder / "engine.log"),
+        "--samples",
+        str(folder / "samples"),
+        "--json",
+    )
+    try:
+        peak = json.loads(done.stdout).get("startup_peak") or {}
+    except ValueError:
+        return {"error": done.stderr[-500:]}
+    text = (folder / "engine.log").read_text(errors="replace")
+    free = FREE_BEFORE_LOAD.search(text)
+    offset = peak.get("nvml_minus_engine_gib") or 0.0
+    return {
+        "ready": peak.get("ready"),
+        "phase": peak.get("phase"),
+        "lowest_free_nvml_gib": peak.get("lowest_free_gib"),
+        "lowest_free_engine_gib": None
+        if peak.get("lowest_free_gib") is None
+        else round(peak["lowest_free_gib"] - offset, 3),
+        "free_before_load_gib": float(free.group(1)) if free else None,
+        "server_args": dict(SERVER_ARG.findall(text[: text.find("Load weight begin")])),
+    }
+
+
+def same_start(low: dict[str, Any], args: list[str]) -> bool:
+    """A recorded start ran these knobs (the bench's variant at the same plan)."""
+    ran = low.get("server_args") or {}
+    wanted = {
+        "mem_fraction_static": "--mem-fraction-static",
+        "max_mamba_cache_size": "--max-mamba-cache-size",
+    }
+    return bool(low.get("ready")) and all(
+        flag in args and float(ran.get(key, "nan")) == float(args[args.index(flag) + 1])
+        for key, flag in wanted.items()
+    )
+
+
+def with_fraction(args: list[str], fraction: float) -> list[str]:
+    out = list(args)
+    out[out.index("--mem-fraction-static") + 1] = f"{fraction:.2f}"
+    return out
+
+
+def edge_start(
+    name: str, args: list[str], card: float | None, folder: Path, extra: list[str]
+) -> dict[str, Any]:
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = folder / f"{name}.toml"
+    spec.write_text(spec_text(name, BASE_ARGS + extra + args, card))
+    found: dict[str, Any] = {"args": args}
+    with server(name, spec, folder, found) as ready:
+        if ready:
+            found["server_info"] = server_info()
+    found["low"] = measured_low(spec, folder)
+    say(f"  {name}: ready={found['up_exit'] == 0}", found["low"])
+    return found
+
+
 def step_edge(budget: Budget) -> dict[str, Any]:
-    """95.6 GiB card with MTP: the recommendation and one step (+5 state slots) above it."""
+    """Starts at the measured edge: for each ladder the plan's recommendation (an earlier step's
+    start where it ran the same knobs), then the fraction that leaves EDGE_MARGIN_GIB at that
+    start's measured low point ("edge") and one step above it ("above"); then MTP's
+    recommendation on a 79.6 GiB card, for the fit. Every start sampled."""
     folder = STASH / "edge"
     results: dict[str, Any] = {}
-    spec, plan = planned_spec("edge", MTP_ARGS, 95.6, folder)
-    args = list(plan.get("recommended_args") or [])
-    results["plan"] = {k: plan.get(k) for k in ("recommended_args", "max_running_requests", "kv_tokens")}
-    blocker = hold_card(95.6)
-    try:
-        for label, slots_delta in (("step", 0), ("above", 5)):
-            if budget.left_s() < 170:
-                results[label] = {"skipped": "budget"}
+    # m96 and p140 stop at the estimates' highest fraction (0.95); p80 at its margin
+    ladders = [("m96", MTP_ARGS, 95.6), ("p80", [], 79.6), ("p140", [], None)]
+    for tag, extra, card in ladders:
+        spec, plan = planned_spec(f"{tag}-rec", extra, card, folder / tag)
+        args = list(plan.get("recommended_args") or [])
+        found: dict[str, Any] = {
+            "plan": {k: plan.get(k) for k in ("recommended_args", "max_running_requests", "kv_tokens")}
+        }
+        results[tag] = found
+        blocker = hold_card(card) if card else None
+        try:
+            rec = recorded_rec(tag, spec, args)
+            if rec is None:
+                if budget.left_s() < START_EST_S + 20:
+                    found["rec"] = {"skipped": "budget"}
+                    continue
+                rec = edge_start(f"{tag}-rec", args, card, folder / tag / "rec", extra)
+            found["rec"] = rec
+            low = rec.get("low") or {}
+            if low.get("lowest_free_engine_gib") is None or not low.get("free_before_load_gib"):
                 continue
-            # the fraction is already at its ceiling (0.95) here: the next step is 5 more state slots
-            # (one more request under extra_buffer)
-            knob = bump(args, "--max-mamba-cache-size", slots_delta)
-            knob = bump(knob, "--max-running-requests", slots_delta // 5)
-            name = f"edge-{label}"
-            sub = folder / label
-            sub.mkdir(parents=True, exist_ok=True)
-            spec = sub / f"{name}.toml"
-            spec.write_text(spec_text(name, BASE_ARGS + MTP_ARGS + knob, 95.6))
-            found: dict[str, Any] = {"args": knob}
-            with server(name, spec, sub, found):
-                found["server_info"] = server_info()
-            results[label] = found
-    finally:
-        blocker.terminate()
-        blocker.wait(timeout=30)
+            fraction = float(args[args.index("--mem-fraction-static") + 1])
+            room = (low["lowest_free_engine_gib"] - EDGE_MARGIN_GIB) / low["free_before_load_gib"]
+            edge = fraction + max(0, int(room / FRACTION_STEP + 1e-9)) * FRACTION_STEP
+            found["edge_fraction"] = round(edge, 2)
+            for label, at in (("edge", edge), ("above", edge + FRACTION_STEP)):
+                if label == "edge" and abs(at - fraction) < 1e-9:
+                    found[label] = {"same_as": "rec"}
+                    continue
+                if budget.left_s() < START_EST_S + 20:
+                    found[label] = {"skipped": "budget"}
+                    continue
+                found[label] = edge_start(
+                    f"{tag}-{label}", with_fraction(args, at), card, folder / tag / label, extra
+                )
+                checkpoint("edge", results)
+        finally:
+            if blocker is not None:
+                blocker.terminate()
+                blocker.wait(timeout=30)
+    for tag, extra in (("m80", MTP_ARGS),):
+        if budget.left_s() < START_EST_S + 20:
+            results[tag] = {"skipped": "budget"}
+            continue
+        spec, plan = planned_spec(f"{tag}-rec", extra, 79.6, folder / tag)
+        blocker = hold_card(79.6)
+        try:
+            results[tag] = edge_start(
+                f"{tag}-rec", list(plan.get("recommended_args") or []), 79.6, folder / tag / "rec", extra
+            )
+        finally:
+            blocker.terminate()
+            blocker.wait(timeout=30)
+        checkpoint("edge", results)
     return results
+
+
+def recorded_rec(tag: str, spec: Path, args: list[str]) -> dict[str, Any] | None:
+    """The recommendation's start as an earlier step recorded it with samples, if it ran these knobs:
+    the bench's variant on the same card, or the whole-card plain step."""
+    candidates = {"m96": STASH / "bench" / "bench-bench-nextn-3", "p140": STASH / "plain"}
+    folder = candidates.get(tag)
+    if (
+        folder is None
+        or not (folder / "engine.log").exists()
+        or not (folder / "samples" / "memory.tsv").exists()
+    ):
+        return None
+    low = measured_low(spec, folder)
+    if not same_start(low, args):
+        say(f"  {tag}: the recorded start ran other knobs", low.get("server_args"))
+        return None
+    return {"recorded": str(folder.relative_to(STASH)), "low": low}
 
 
 def bump(args: list[str], flag: str, delta: int) -> list[str]:
@@ -692,12 +863,13 @@ def pack(out: Path) -> None:
                 tar.add(path, arcname=str(path.relative_to(STASH)))
 
 
-def concurrencies(default: list[int | str]) -> list[int | str]:
-    """$SAT_CONCURRENCIES ("64,max,16") or the step's own list: a short device lease runs fewer pairs."""
-    given = os.environ.get("SAT_CONCURRENCIES")
-    if not given:
+def concurrencies(variable: str, default: list[int | str]) -> list[int | str]:
+    """$SAT_CONCURRENCIES / $MTP_SAT_CONCURRENCIES ("64,max,16"; empty: none) or the step's own
+    list: a short device lease runs fewer pairs."""
+    given = os.environ.get(variable)
+    if given is None:
         return default
-    return [c if c == "max" else int(c) for c in given.split(",")]
+    return [c if c == "max" else int(c) for c in given.split(",") if c]
 
 
 def main() -> int:
@@ -720,9 +892,11 @@ def main() -> int:
         if step == "model":
             result: dict[str, Any] = step_model()
         elif step == "plain":
-            result = step_serving("plain", [], budget, concurrencies([64, "max", 16]))
+            pairs = concurrencies("SAT_CONCURRENCIES", [64, "max", 16])
+            result = step_serving("plain", [], budget, pairs)
         elif step == "mtp":
-            result = step_serving("mtp", MTP_ARGS, budget, concurrencies(["max", 16]))
+            pairs = concurrencies("MTP_SAT_CONCURRENCIES", ["max", 16])
+            result = step_serving("mtp", MTP_ARGS, budget, pairs)
         elif step == "bench":
             result = step_bench(budget)
         else:
