@@ -53,15 +53,15 @@ def row(run: str, scratch: Path) -> str:
     text = (DATA / f"{run}.log").read_text()
     printed = parse_sglang_log(text)
     alone, calibrated = plans(run, scratch)
-    kv = printed.get("kv_tokens")
+    kv = printed.kv_tokens
     ready = reached_ready(text)
     verdict = "ok" if alone.fits == ready else "WRONG"
     return (
         f"| {run} | {'ready' if ready else 'failed'} | {'fits' if alone.fits else 'no'} {verdict} "
         f"| {kv or '-'} | {alone.kv_tokens} ({_pct(alone.kv_tokens, kv)}) "
         f"| {calibrated.kv_tokens} ({_pct(calibrated.kv_tokens, kv)}) "
-        f"| {printed.get('max_mamba_cache_size', '-')} / {alone.state_slots} "
-        f"| {printed.get('max_running_requests', '-')} / {alone.max_running_requests} "
+        f"| {printed.max_mamba_cache_size or '-'} / {alone.state_slots} "
+        f"| {printed.max_running_requests or '-'} / {alone.max_running_requests} "
         f"| {alone.details.margin_gib:.2f} |"
     )
 

@@ -318,6 +318,8 @@ def planned_spec(
 def peak(folder: Path, until: float) -> dict[str, Any]:
     """Lowest free memory over the start (samples up to `until`) and the last log line before it."""
     text = (folder / "memory.tsv").read_text().splitlines()
+    if not text:
+        return {}
     rows = [
         line.split("\t") for line in text if not line.startswith("#") and float(line.split("\t")[0]) <= until
     ]
@@ -344,14 +346,18 @@ def peak(folder: Path, until: float) -> dict[str, Any]:
 
 
 @contextmanager
-def server(name: str, spec: Path, folder: Path, results: dict[str, Any]) -> Iterator[bool]:
+def server(
+    name: str, spec: Path, folder: Path, results: dict[str, Any], force: bool = False
+) -> Iterator[bool]:
     """Up under the sampler; the sampler runs until down, so clients' decode lines are stamped too."""
     log = RUNS / name / "engine.log"
     specpilot("down", name, timeout_s=120)  # a start an earlier, cut command left running
     log.unlink(missing_ok=True)
     with Sampler(folder / "samples", lambda: [log], single=True):
         t0 = time.monotonic()
-        up = specpilot("up", str(spec), "--json", out=folder / "up.json", timeout_s=600)
+        # --force: an edge start is above what the plan recommends, on purpose
+        flags = ["--force"] if force else []
+        up = specpilot("up", str(spec), "--json", *flags, out=folder / "up.json", timeout_s=600)
         up_end = time.time()
         results["up_s"] = round(time.monotonic() - t0, 1)
         results["up_exit"] = up.returncode
@@ -730,7 +736,7 @@ def edge_start(
     spec = folder / f"{name}.toml"
     spec.write_text(spec_text(name, BASE_ARGS + extra + args, card))
     found: dict[str, Any] = {"args": args}
-    with server(name, spec, folder, found) as ready:
+    with server(name, spec, folder, found, force=True) as ready:
         if ready:
             found["server_info"] = server_info()
     found["low"] = measured_low(spec, folder)

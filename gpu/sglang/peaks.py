@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from specpilot.engines.registry import engine_by_name
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
 from specpilot.plan.startup_peak import StartupPeak, measure_startup_peak
@@ -26,6 +27,7 @@ from specpilot.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "gpu-runs"
+MARKERS = engine_by_name("sglang").startup_phases
 GRAPH_END = re.compile(
     r"Capture (?P<family>[a-z ]*?) ?(?:CUDA|cuda) graph end\..*?mem usage=(?P<gib>[\d.]+) ?GB"
 )
@@ -69,7 +71,7 @@ def rows(data: Path) -> list[Row]:
         for folder in sorted(p for p in data.iterdir() if (p / "samples").is_dir()):
             text = (folder / "engine.log").read_text(errors="replace")
             card, plan = calibrated_plan(folder, Path(scratch))
-            peak = measure_startup_peak(folder / "samples", text)
+            peak = measure_startup_peak(folder / "samples", text, MARKERS)
             found.append((folder.name, card, plan, peak, printed_graphs(text)))
     return found
 

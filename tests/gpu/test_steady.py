@@ -58,3 +58,25 @@ def test_the_recorded_h200_pair_follows_from_its_stamped_lines() -> None:
         assert window["mean_running"] == 64.0
     ratio = found["specpilot"]["output_tokens_per_s"] / found["bench_serving"]["output_tokens_per_s"]
     assert round(ratio, 4) == pair["ratio_steady"] and 0.96 < ratio < 1.04
+
+
+def test_the_pair_at_the_plans_maximum_follows_from_its_stamped_lines() -> None:
+    """At 119 in flight (the plan's maximum on the whole H200) both clients held 118 running
+    through their steady windows; specpilot's window decoded 0.94 of bench_serving's, while by each
+    client's own count the two runs took 67.9 s and 67.2 s for the same tokens."""
+    data = Path(__file__).resolve().parents[1] / "data" / "gpu-runs" / "sglang-0.5.17-h200-plain"
+    pair = json.loads((data / "results.json").read_text())["plain"]["saturation"][0]
+    assert pair["concurrency"] == 119
+    lines = steady.read_lines(data / "samples" / "lines.tsv")
+    sides = ("bench_serving", "specpilot")
+    found = {side: steady.window(lines, pair[side]["start"], pair[side]["end"]) for side in sides}
+    for side, window in found.items():
+        assert window == pair[side]["steady"], side
+        assert window["mean_running"] == 118.0
+    ratio = found["specpilot"]["output_tokens_per_s"] / found["bench_serving"]["output_tokens_per_s"]
+    assert round(ratio, 4) == pair["ratio_steady"] == 0.9419
+    own = json.loads((data / "s119.specpilot.out").read_text())
+    assert own["completion_tokens"] == pair["specpilot"]["engine_tokens"]
+    report = (data / "s119.bench_serving.out").read_text()
+    assert "Benchmark duration (s):                  67.21" in report
+    assert own["elapsed_s"] == 67.941

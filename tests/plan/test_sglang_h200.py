@@ -112,15 +112,23 @@ def test_state_slots_and_max_running_requests_exact(run: str) -> None:
 
 
 @pytest.mark.parametrize("run", [r for r in RUNS if "rec2" in r])
-def test_every_recommendation_started_as_planned(run: str) -> None:
-    """Round 2 ran the fitted plan's recommendation for its card and release: the plan of the
-    card without the knobs recommends exactly the flags the engine ran, and it reached ready."""
+def test_every_round_2_recommendation_still_fits_and_none_fell(run: str) -> None:
+    """Round 2 ran the plan's recommendation of its day for its card and release and reached
+    ready. Since then the state split searches past a reserve that is not monotone in requests,
+    and 0.5.17 has a fit: the spec as it ran still plans as fitting, and the plan of the card
+    without the knobs recommends at least that fraction and at least that many requests."""
     spec = load_spec(DATA / f"{run}.toml")
     assert _ready(run)
+    assert make_plan(spec).fits
     plan = _plan_alone(run)
     assert plan.fits and plan.recommended_args
-    ran = " ".join(spec.engine.args)
-    assert " ".join(plan.recommended_args[:2]) in ran  # the same --mem-fraction-static
+    args, ran = plan.recommended_args, spec.engine.args
+
+    def value(flags: list[str], name: str) -> float:
+        return float(flags[flags.index(name) + 1])
+
+    assert value(args, "--mem-fraction-static") >= value(ran, "--mem-fraction-static")
+    assert value(args, "--max-running-requests") >= value(ran, "--max-running-requests")
     assert plan.details.margin_gib > 0
 
 

@@ -1,7 +1,7 @@
 """What the SGLang plan keeps free after the pools: estimated terms with their 10% padding, or
 terms fitted to measured startup peaks plus one stated margin (`plan/sglang/margin.py`).
 
-The fits here are test fits on a real H200 start's spec (0.5.17, Qwen3.6-27B, 95.6 GiB card,
+The fits here (but the last test's) are test fits on a real H200 start's spec (0.5.17, Qwen3.6-27B, 95.6 GiB card,
 --context-length 32768, no speculation): they show what the code path does with a fit, not
 what the engine measured (docs/gpu-validation.md has the real fits).
 """
@@ -45,9 +45,10 @@ def _term_source(plan: Plan, prefix: str) -> str:
     return next(t.source for t in plan.terms if t.name.startswith(prefix))
 
 
-def test_without_a_fit_every_post_pool_term_is_estimated_and_padded() -> None:
+def test_without_a_fit_every_post_pool_term_is_estimated_and_padded(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert sglang_margin.post_pool_fit(release_rules("0.5.13")) is None  # only 0.5.17 has a fit
+    monkeypatch.setattr(sglang_margin, "FITS", ())
     plan = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
-    assert sglang_margin.post_pool_fit(release_rules("0.5.17")) is None
     assert {_term_source(plan, p) for p in ("activations", "decode CUDA", "prefill CUDA", "runtime")} == {
         "estimated"
     }
@@ -55,6 +56,7 @@ def test_without_a_fit_every_post_pool_term_is_estimated_and_padded() -> None:
 
 
 def test_a_fit_replaces_the_terms_it_sets_and_no_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sglang_margin, "FITS", ())
     estimated = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
     monkeypatch.setattr(sglang_margin, "FITS", (STATED,))
     fitted = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
@@ -77,6 +79,7 @@ def test_a_stated_margin_raises_concurrency_where_the_padding_was_the_limit(
 ) -> None:
     """95.6 GiB without speculation: the estimates stop at 0.93 (0.94 would leave about 0.2 GiB
     of the 0.7 the padding asks); the fitted terms and 0.5 GiB stated allow 0.94."""
+    monkeypatch.setattr(sglang_margin, "FITS", ())
     estimated = make_plan(_bare("r17-plain-rec2-96"))
     monkeypatch.setattr(sglang_margin, "FITS", (STATED,))
     fitted = make_plan(_bare("r17-plain-rec2-96"))
@@ -95,6 +98,7 @@ def test_the_fraction_search_starts_at_the_fits_ceiling(monkeypatch: pytest.Monk
     the whole card leaves at 0.95 is more than the fitted terms and the stated margin need."""
     bare = _bare("r17-plain-rec2-96")
     spec = bare.model_copy(update={"gpu": bare.gpu.model_copy(update={"memory_gib": 139.8})})
+    monkeypatch.setattr(sglang_margin, "FITS", ())
     assert make_plan(spec).recommended_args[1] == "0.95"
     monkeypatch.setattr(sglang_margin, "FITS", (STATED,))
     assert make_plan(spec).recommended_args[1] == "0.95"  # the fitted terms alone stop at the ceiling

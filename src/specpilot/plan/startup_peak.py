@@ -188,12 +188,13 @@ def read_lines(path: Path) -> list[StampedLine]:
 def samples_folder(path: str | Path) -> tuple[Path, Path]:
     """(memory.tsv, lines.tsv) from a folder holding both, or from the path of its memory.tsv."""
     given = Path(path)
-    folder = given if given.is_dir() else given.parent
-    memory = folder / MEMORY_FILE if given.is_dir() else given
-    if given.is_dir() and not memory.exists() and (folder / f"{MEMORY_FILE}.gz").exists():
-        memory = folder / f"{MEMORY_FILE}.gz"  # kept compressed with the logs
-    if given.is_dir() and not memory.exists() and (folder / "samples" / MEMORY_FILE).exists():
-        folder, memory = folder / "samples", folder / "samples" / MEMORY_FILE  # a start folder
+    if not given.is_dir():
+        memory, folder = given, given.parent
+    else:
+        # the folder itself, else a start folder's samples/; either kept compressed with the logs
+        candidates = [f / name for f in (given, given / "samples") for name in (MEMORY_FILE, f"{MEMORY_FILE}.gz")]
+        memory = next((c for c in candidates if c.exists()), given / MEMORY_FILE)
+        folder = memory.parent
     if not memory.exists():
         raise UserError(
             f"{given} holds no {MEMORY_FILE}: this start was not recorded with samples",

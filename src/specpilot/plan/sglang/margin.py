@@ -8,7 +8,9 @@ Everything the engine allocates after its pools (graphs, activations, runtime bu
   on the H200 matrix the engine had 0.9-3.5 GiB more free at ready than the plan's margin.
 - fitted (`FITS`): terms fitted to the lowest free memory measured during real starts (NVML
   samples on the log's phases, `plan --samples`), and one stated margin in GiB, with its reason.
-  A fit sets only the terms its data pins down; the others keep their estimates.
+  A fit sets only the terms its data pins down; the others keep their estimates. The fit's
+  peak is phase-ordered: the prefill graph's capture transient comes before the decode-side
+  graphs are captured (`gpu/sglang/fit.py` prints the fit and its residuals).
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ class PostPoolFit:
     prefill_graph_bytes_per_token_hidden_layer: float | None = None
     #: one decode-side graph family: (fixed GiB, MiB per captured batch size)
     decode_graph_family: tuple[float, float] | None = None
-    #: the activation estimate (prefill chunk + logits) times this: the warm-up's transient
-    activation_scale: float | None = None
+    #: the prefill graph capture's transient above what the graph keeps, as a multiple of one
+    #: prefill chunk's activation estimate: the capture runs the largest chunk eagerly first.
+    #: Decode-side graphs are captured after it, so they do not add to this peak.
+    capture_transient_scale: float | None = None
     #: attention backends' buffers and runtime buffers no term itemizes, GiB
     attention_workspace_gib: float | None = None
     unitemized_gib: float | None = None
@@ -56,8 +60,30 @@ class PostPoolFit:
         return Version(self.first) <= base <= Version(self.last)
 
 
+#: the fit's numbers as `gpu/sglang/fit.py` prints them (tests/plan/test_sglang_fit.py refits)
+FIT_PREFILL_BYTES = 1.189
+FIT_DECODE_FAMILY = (0.376, 0.609)
+FIT_CAPTURE_SCALE = 2.856
+#: 0.5.17 on the H200 (tests/data/gpu-runs/sglang-0.5.17-h200-*, `gpu/sglang/fit.py`): every
+#: start's lowest free memory fell in the prefill graph's capture
+FIT_0517 = PostPoolFit(
+    "0.5.17",
+    "0.5.17",
+    stated_margin_gib=0.5,
+    margin_reason=(
+        "the low point of the same knobs moved 0.1 GiB between starts, one step (0.01) above "
+        "the last fitting step left 0.06-0.09 GiB or failed, and the fit covers one model shape"
+    ),
+    source="docs/gpu-validation.md (the startup peak, fitted)",
+    prefill_graph_bytes_per_token_hidden_layer=FIT_PREFILL_BYTES,
+    decode_graph_family=FIT_DECODE_FAMILY,
+    capture_transient_scale=FIT_CAPTURE_SCALE,
+    attention_workspace_gib=0.0,
+    unitemized_gib=0.0,
+    highest_fraction=0.99,
+)
 #: fits of measured startup peaks; docs/gpu-validation.md has each one's data and residuals
-FITS: tuple[PostPoolFit, ...] = ()
+FITS: tuple[PostPoolFit, ...] = (FIT_0517,)
 
 
 def post_pool_fit(rules: SglangRelease) -> PostPoolFit | None:

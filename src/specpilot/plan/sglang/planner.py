@@ -46,11 +46,16 @@ FRACTION_STEP = 0.01
 PLATEAU_FRACTIONS = 5
 #: Term.note of memory that is needed only for a while (see `Sizing.reserve_needed_gib`)
 PEAK = "peak"
+#: Term.note of a fit's prefill graph capture transient, and of what is allocated after it
+CAPTURE_PEAK = "capture peak"
+AFTER_CAPTURE = "after capture"
 #: Term.source of a post-pool term fitted to measured startup peaks (`margin.FITS`)
 FITTED = "fitted"
 #: a release without a fit: every post-pool term estimated
 NO_FIT = PostPoolFit("", "", 0.0, "", "")
 LOWEST_FRACTION = 0.50
+#: below the most requests the KV pool allows, how many counts the state split tries for margin
+MARGIN_SCAN_REQUESTS = 64
 
 
 @dataclass(frozen=True)
@@ -99,10 +104,16 @@ class Sizing:
     @property
     def reserve_needed_gib(self) -> float:
         """Steady terms plus the larger of the peaks (load-time and serving peaks never
-        coincide)."""
-        steady = sum(t.gib for t in self.reserve_terms if t.note != PEAK)
+        coincide); with a fit's capture transient, also what was allocated before the capture
+        plus that transient."""
+        steady = sum(t.gib for t in self.reserve_terms if t.note not in (PEAK, CAPTURE_PEAK))
         peaks = [t.gib for t in self.reserve_terms if t.note == PEAK]
-        return steady + max(peaks, default=0.0)
+        needed = steady + max(peaks, default=0.0)
+        capture = [t.gib for t in self.reserve_terms if t.note == CAPTURE_PEAK]
+        if capture:
+            before = steady - sum(t.gib for t in self.reserve_terms if t.note == AFTER_CAPTURE)
+            needed = max(needed, before + max(capture))
+        return needed
 
 
 def _fitted(value: float | None, estimate: float) -> tuple[float, str]:
@@ -123,17 +134,18 @@ def _reserve_terms(
     replace the estimates it covers."""
     f = fit or NO_FIT
     activation = q.activation_gib(shape, s)
-    scaled = None if f.activation_scale is None else activation * f.activation_scale
     decode = None if f.decode_graph_family is None else q.decode_graphs_gib(s, *f.decode_graph_family)
     per_token = f.prefill_graph_bytes_per_token_hidden_layer
+    capture = f.capture_transient_scale is not None and bool(s.piecewise_graph_tokens)
     terms = [
-        Term("activations (prefill chunk + logits)", *_fitted(scaled, activation), PEAK),
+        Term("activations (prefill chunk + logits)", activation, "estimated", PEAK),
         Term(
             "attention backend workspace", *_fitted(f.attention_workspace_gib, q.attention_workspace_gib(s))
         ),
         Term(
             f"decode CUDA graphs ({q.decode_graph_families(s)} families)",
             *_fitted(decode, q.decode_graphs_gib(s)),
+            AFTER_CAPTURE if capture else "",
         ),
         Term("request-to-token table", q.req_to_token_gib(requests, s), "config"),
         Term(
@@ -145,6 +157,9 @@ def _reserve_terms(
         name = f"prefill CUDA graphs (up to {s.prefill_graph_max_tokens} tokens)"
         prefill = None if per_token is None else q.prefill_graph_gib(shape, s, rules, per_token)
         terms.append(Term(name, *_fitted(prefill, q.prefill_graph_gib(shape, s, rules))))
+        if capture:
+            transient = q.prefill_activation_gib(shape, s) * (f.capture_transient_scale or 0.0)
+            terms.append(Term("prefill graph capture transient", transient, FITTED, CAPTURE_PEAK))
     if s.tp_size * s.pp_size > 1:
         terms.append(Term("TP communication buffers", q.tp_buffers_gib(s), "estimated"))
     draft_kv_after_pools = s.has_draft_model and not (rules.draft_in_profile and rules.draft_kv_in_cell)
@@ -321,28 +336,33 @@ def _best_state_split(
 ) -> Sizing | None:
     """The explicit state-slot count that maximises concurrency while every running
     request keeps `KV_TOKENS_PER_REQUEST_TARGET` tokens and one request can reach
-    `_long_request_tokens`. Bisection over 1..4096 requests: more requests take memory
-    from the KV pool, so the KV condition is monotone; the reserve condition is not
-    always (before 0.5.14 a bigger KV pool means a bigger draft KV in the reserve), so
-    the answer is a configuration verified to fit, not always the global maximum."""
+    `_long_request_tokens`. Bisection over 1..4096 requests for the KV condition (more
+    requests take memory from the KV pool, so it is monotone), then the most requests at or
+    below that whose reserve keeps its margin (`MARGIN_SCAN_REQUESTS` tried): the answer is a
+    configuration verified to fit."""
     ratio = q.state_slots_per_request(s)
 
-    def sized(requests: int) -> Sizing | None:
+    def sized(requests: int) -> Sizing:
         trial = replace(s, max_mamba_cache_size=requests * ratio, max_running_requests=requests)
-        z = size(shape, trial, rules, free_before_load_gib=free, weights_gib=weights)
-        enough_kv = z.kv_tokens >= max(requests * KV_TOKENS_PER_REQUEST_TARGET, _long_request_tokens(s))
-        return z if enough_kv and _fits_with_margin(z, shape) else None
+        return size(shape, trial, rules, free_before_load_gib=free, weights_gib=weights)
+
+    def enough_kv(z: Sizing, requests: int) -> bool:
+        return z.kv_tokens >= max(requests * KV_TOKENS_PER_REQUEST_TARGET, _long_request_tokens(s))
 
     low, high = 0, 4096
-    best: Sizing | None = None
-    while low < high:
+    while low < high:  # the most requests the KV condition allows
         middle = (low + high + 1) // 2
-        found = sized(middle)
-        if found is None:
-            high = middle - 1
+        if enough_kv(sized(middle), middle):
+            low = middle
         else:
-            low, best = middle, found
-    return best
+            high = middle - 1
+    # the reserve's margin is not monotone in requests: fewer requests mean a bigger KV pool
+    # and so a bigger draft KV after the pools, more mean bigger graphs and logits
+    for requests in range(low, max(low - MARGIN_SCAN_REQUESTS, 0), -1):
+        z = sized(requests)
+        if _fits_with_margin(z, shape):
+            return z
+    return None
 
 
 def recommend(

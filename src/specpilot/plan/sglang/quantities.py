@@ -323,21 +323,23 @@ def max_running_requests(
     return max(requests, 0)
 
 
-def activation_gib(shape: ModelShape, s: SglangSettings) -> float:
-    """Peak activations of one prefill chunk plus the verify/decode logits, per GPU.
-
-    chunk x (4 x hidden + 2 x intermediate/tp) elements at the weights' compute dtype
-    (2 bytes), plus fp32 logits for every row a decode/verify step scores.
-    """
+def prefill_activation_gib(shape: ModelShape, s: SglangSettings) -> float:
+    """Activations of one prefill chunk, per GPU: chunk x (4 x hidden + 2 x intermediate/tp)
+    elements at the weights' compute dtype (2 bytes)."""
     moe = layer_specs(shape).moe
     # a MoE config without num_experts_per_tok is planned with one expert per token
     moe_width = moe.gate_up_width(max(moe.experts_per_token, 1))
     mlp_width = max(2 * shape.intermediate_size, moe_width) // s.tp_size
     width = ACTIVATION_HIDDEN_COPIES * shape.hidden_size + mlp_width
-    prefill_bytes = s.chunked_prefill_size * width * 2
+    return s.chunked_prefill_size * width * 2 / GIB
+
+
+def activation_gib(shape: ModelShape, s: SglangSettings) -> float:
+    """Peak activations of one prefill chunk plus the verify/decode logits, per GPU: fp32
+    logits for every row a decode/verify step scores."""
     rows = (s.max_running_requests or s.cuda_graph_max_bs) * max(s.num_draft_tokens, 1)
     logits_bytes = rows * shape.vocab_size * 4 / s.tp_size
-    return (prefill_bytes + logits_bytes) / GIB
+    return prefill_activation_gib(shape, s) + logits_bytes / GIB
 
 
 def attention_workspace_gib(s: SglangSettings) -> float:
