@@ -27,7 +27,9 @@ from specpilot.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "gpu-runs"
-MARKERS = engine_by_name("sglang").startup_phases
+_markers = engine_by_name("sglang").startup_phases
+assert _markers is not None
+MARKERS = _markers
 GRAPH_END = re.compile(
     r"Capture (?P<family>[a-z ]*?) ?(?:CUDA|cuda) graph end\..*?mem usage=(?P<gib>[\d.]+) ?GB"
 )

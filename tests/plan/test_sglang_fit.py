@@ -98,6 +98,7 @@ def test_the_recommendation_is_the_last_step_that_started(name: str, last_starte
     left less than the stated margin, and the plan says so."""
     assert _fraction(make_plan(_bare(name))) == last_started
     above_plan = _plan(above)
+    assert isinstance(above_plan.details, SglangDetails)
     assert not above_plan.fits or above_plan.details.margin_gib < margin.FIT_0517.stated_margin_gib
 
 

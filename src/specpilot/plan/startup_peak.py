@@ -192,7 +192,8 @@ def samples_folder(path: str | Path) -> tuple[Path, Path]:
         memory, folder = given, given.parent
     else:
         # the folder itself, else a start folder's samples/; either kept compressed with the logs
-        candidates = [f / name for f in (given, given / "samples") for name in (MEMORY_FILE, f"{MEMORY_FILE}.gz")]
+        names = (MEMORY_FILE, f"{MEMORY_FILE}.gz")
+        candidates = [f / name for f in (given, given / "samples") for name in names]
         memory = next((c for c in candidates if c.exists()), given / MEMORY_FILE)
         folder = memory.parent
     if not memory.exists():
