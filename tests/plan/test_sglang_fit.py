@@ -22,7 +22,7 @@ import peaks
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.plan import make_plan
 from specpilot.plan.sglang import margin
-from specpilot.plan.types import Plan
+from specpilot.plan.types import Plan, SglangDetails
 from specpilot.spec import Spec, load_spec
 
 RUNS = peaks.DATA
