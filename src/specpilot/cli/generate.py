@@ -381,6 +381,8 @@ def export(
         done=None if stderr_is_terminal() else lambda rows: lines.update("writing", f"{rows:,} rows"),
         overwrite=overwrite,
     )
+    if not stderr_is_terminal():  # the last line is the total, not the last throttled count
+        lines.say("written", f"{result.rows:,} rows")
     warnings += result.warnings
     splits = (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
     over = None
