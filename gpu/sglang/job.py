@@ -485,13 +485,16 @@ def saturation_pair(run: str, folder: Path, concurrency: int, prompts_n: int) ->
         generate_argv(prompts, job, concurrency, SAT_MAX_TOKENS, run), folder / f"{tag}.specpilot.out"
     )
     for side in ("bench_serving", "specpilot"):
-        window = steady.window(
-            steady.read_lines(folder / "samples" / "lines.tsv"), pair[side]["start"], pair[side]["end"]
-        )
+        lines = steady.read_lines(folder / "samples" / "lines.tsv")
+        window = steady.window(lines, pair[side]["start"], pair[side]["end"])
         pair[side]["steady"] = window
+        pair[side]["decode_rate"] = steady.decode_rate(lines, pair[side]["start"], pair[side]["end"])
     a, b = pair["specpilot"]["steady"], pair["bench_serving"]["steady"]
     if a.get("output_tokens_per_s") and b.get("output_tokens_per_s"):
         pair["ratio_steady"] = round(a["output_tokens_per_s"] / b["output_tokens_per_s"], 4)
+    da, db = pair["specpilot"]["decode_rate"], pair["bench_serving"]["decode_rate"]
+    if da and db:
+        pair["ratio_decode"] = round(da / db, 4)
     wa, wb = pair["specpilot"]["engine_tokens_per_s_wall"], pair["bench_serving"]["engine_tokens_per_s_wall"]
     if wa and wb:
         pair["ratio_wall"] = round(wa / wb, 4)

@@ -19,6 +19,8 @@ from typing import Any
 DECODE = re.compile(r"Decode batch.*?#running-req: (\d+),.*?gen throughput \(token/s\): ([0-9.]+)")
 ACCEPT = re.compile(r"accept len: ([0-9.]+)")
 STEADY_RATIO = 0.9
+#: a decode line this many times the median interval after the previous one covers a prefill
+PREFILL_GAP_RATIO = 1.5
 
 
 def read_lines(path: Path) -> list[tuple[float, int, float, float | None]]:
@@ -64,3 +66,24 @@ def window(lines: list[tuple[float, int, float, float | None]], start: float, en
         "mean_running": round(sum(row[1] for row in rows) / len(rows), 1),
         "accept_length": round(sum(accepts) / len(accepts), 3) if accepts else None,
     }
+
+
+Line = tuple[float, int, float, float | None]
+
+
+def decode_rate(lines: list[Line], start: float, end: float) -> float | None:
+    """Mean gen tok/s of the decode lines in [start, end] at >= 0.9 x the peak running count,
+    leaving out each line whose interval covers a prefill (a gap over 1.5 x the median): the
+    server's pure decoding speed, whatever the waves of a short run do to the steady window."""
+    inside = [row for row in lines if start <= row[0] <= end]
+    if len(inside) < 3:
+        return None
+    peak = max(row[1] for row in inside)
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(inside)]
+    usual = sorted(gaps)[len(gaps) // 2]
+    rates = [
+        row[2]
+        for row, gap in zip(inside[1:], gaps, strict=True)
+        if row[1] >= STEADY_RATIO * peak and gap <= PREFILL_GAP_RATIO * usual
+    ]
+    return round(sum(rates) / len(rates), 1) if rates else None

@@ -80,3 +80,30 @@ def test_the_pair_at_the_plans_maximum_follows_from_its_stamped_lines() -> None:
     report = (data / "s119.bench_serving.out").read_text()
     assert "Benchmark duration (s):                  67.21" in report
     assert own["elapsed_s"] == 67.941
+
+
+def test_decode_rate_leaves_out_the_lines_that_cover_a_prefill(tmp_path: Path) -> None:
+    lines = [_line(100.0 + i, 10, 500.0) for i in range(4)]
+    lines.append(_line(110.0, 10, 50.0))  # 6 s since the last decode line: a prefill ran between
+    lines += [_line(111.0 + i, 10, 520.0) for i in range(3)]
+    lines.append(_line(114.5, 2, 40.0))  # the tail, below 0.9 x the peak
+    path = tmp_path / "lines.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    rows = steady.read_lines(path)
+    assert steady.decode_rate(rows, 0.0, 200.0) == round((500 * 3 + 520 * 3) / 6, 1)
+    assert steady.decode_rate(rows, 300.0, 400.0) is None
+
+
+def test_both_recorded_pairs_decode_within_2_percent() -> None:
+    """Left out of both pairs' steady windows: the lines whose interval covers a wave's prefill.
+    There specpilot's runs decoded 0.986 (64 in flight) and 0.982 (119) of bench_serving's rate."""
+    runs = Path(__file__).resolve().parents[1] / "data" / "gpu-runs"
+    for folder, lines_file, expected in (
+        ("sglang-0.5.17-h200-saturation", "lines.tsv", 0.9856),
+        ("sglang-0.5.17-h200-plain", "samples/lines.tsv", 0.9824),
+    ):
+        pair = json.loads((runs / folder / "results.json").read_text())["plain"]["saturation"][0]
+        lines = steady.read_lines(runs / folder / lines_file)
+        rates = [steady.decode_rate(lines, pair[s]["start"], pair[s]["end"]) for s in ("specpilot", "bench_serving")]
+        assert rates[0] is not None and rates[1] is not None
+        assert round(rates[0] / rates[1], 4) == expected, folder
