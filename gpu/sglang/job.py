@@ -839,10 +839,16 @@ def bump(args: list[str], flag: str, delta: int) -> list[str]:
 
 def hold_card(card_gib: float) -> subprocess.Popen[bytes]:
     """Hold all but card_gib of the GPU in another process (env.sh's start_blocker, here)."""
-    import pynvml
-
-    pynvml.nvmlInit()
-    idle = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used
+    # nvidia-smi's memory.used, as env.sh reads it: NVML's v1 `used` also counts the driver's own
+    # reservation, which left the engine 0.5 GiB less than a real card of that size (2026-12-02)
+    idle = 2**20 * int(
+        subprocess.run(
+            ["nvidia-smi", "-i", "0", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()[0]
+    )
     code = (
         "import sys, time, torch\n"
         f"card, idle = {card_gib} * 2**30, {idle}\n"
