@@ -104,6 +104,9 @@ def test_both_recorded_pairs_decode_within_2_percent() -> None:
     ):
         pair = json.loads((runs / folder / "results.json").read_text())["plain"]["saturation"][0]
         lines = steady.read_lines(runs / folder / lines_file)
-        rates = [steady.decode_rate(lines, pair[s]["start"], pair[s]["end"]) for s in ("specpilot", "bench_serving")]
+        rates = [
+            steady.decode_rate(lines, pair[s]["start"], pair[s]["end"])
+            for s in ("specpilot", "bench_serving")
+        ]
         assert rates[0] is not None and rates[1] is not None
         assert round(rates[0] / rates[1], 4) == expected, folder
