@@ -168,7 +168,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--holdout", default="", help="starts left out of the fit (comma-separated)")
     args = parser.parse_args()
-    held = set(filter(None, args.holdout.split(",")))
+    held = {n if n.startswith(PREFIX) else PREFIX + n for n in args.holdout.split(",") if n}
     starts = collect()
     found = fit([m for m in starts if m.name not in held], printed_families())
     print(
