@@ -110,7 +110,7 @@ def measure(name: str, plan: Plan, peak: StartupPeak) -> Measured:
 def prefill_activation(name: str) -> float:
     """One prefill chunk's activation estimate for a recorded start (its spec as it ran)."""
     folder = peaks.DATA / name
-    spec = load_spec((sorted(folder.glob("*.repo.toml")) or sorted(folder.glob("*.toml")))[0])
+    spec = load_spec(peaks.spec_path(folder))
     shape, args = plan_inputs(spec)
     return prefill_activation_gib(shape, planner_settings(spec, shape, args))
 
@@ -210,12 +210,8 @@ def main() -> None:
     print(found)
 
 
-#: the job's spec as the sampled starts ran it, before the plan's knobs
-BASE_SPEC = peaks.DATA / f"{PREFIX}plain" / "plain.toml"
-MTP_ARGS = [
-    "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
-    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-]  # fmt: skip
+#: the job's specs as the sampled starts ran them (no speculation, MTP), before the plan's knobs
+BASE_STARTS = (("none", f"{PREFIX}plain"), ("MTP, 3 draft tokens", f"{PREFIX}bench-bench-nextn-3"))
 
 
 def recommended(plan: Plan) -> tuple[float, int]:
@@ -228,13 +224,13 @@ def recommended(plan: Plan) -> tuple[float, int]:
 
 def gain(found: margin.PostPoolFit) -> None:
     """The recommendation per card, estimated against fitted: what the padding cost."""
-    base = load_spec(BASE_SPEC)
-    args = base.engine.args[: base.engine.args.index("--mem-fraction-static")]
     print("| card GiB | speculation | estimated: fraction, requests | fitted: fraction, requests | gain |")
     print("|---|---|---|---|---|")
     for card in (79.6, 95.6, 139.8):
-        for label, extra in (("none", []), ("MTP, 3 draft tokens", MTP_ARGS)):
-            engine = base.engine.model_copy(update={"args": [*args, *extra]})
+        for label, start in BASE_STARTS:
+            base = load_spec(peaks.spec_path(peaks.DATA / start))
+            args = base.engine.args[: base.engine.args.index("--mem-fraction-static")]
+            engine = base.engine.model_copy(update={"args": args})
             spec = base.model_copy(
                 update={"engine": engine, "gpu": base.gpu.model_copy(update={"memory_gib": card})}
             )

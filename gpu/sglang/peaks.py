@@ -41,13 +41,16 @@ def log_up_to_weights(text: str) -> str:
     return "".join(lines[: end + 1])
 
 
+def spec_path(folder: Path) -> Path:
+    """A recorded start's spec: the portable one import_peaks.py writes, else the one recorded."""
+    return (sorted(folder.glob("*.repo.toml")) or sorted(folder.glob("*.toml")))[0]
+
+
 def calibrated_plan(folder: Path, scratch: Path) -> tuple[float, Plan]:
     """(the card's GiB, the plan calibrated from the log up to the weights)."""
-    # the portable spec import_peaks.py writes, else the one recorded
-    spec_path = (sorted(folder.glob("*.repo.toml")) or sorted(folder.glob("*.toml")))[0]
     cut = scratch / f"{folder.name}.log"
     cut.write_text(log_up_to_weights((folder / "engine.log").read_text(errors="replace")))
-    spec, measured = calibrate_from_log(load_spec(spec_path), cut)
+    spec, measured = calibrate_from_log(load_spec(spec_path(folder)), cut)
     return spec.gpu.memory_gib, make_plan(spec, measured)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "sglang"))
 
@@ -45,14 +46,21 @@ def test_window_outside_the_client_run_is_ignored(tmp_path: Path) -> None:
     assert steady.window(steady.read_lines(path), 200.0, 300.0) == {"lines": 0}
 
 
+RUNS = Path(__file__).resolve().parents[1] / "data" / "gpu-runs"
+SIDES = ("bench_serving", "specpilot")
+
+
+def _recorded_windows(folder: str, lines_file: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A recorded saturation pair and each client's steady window recomputed from its lines."""
+    pair = json.loads((RUNS / folder / "results.json").read_text())["plain"]["saturation"][0]
+    lines = steady.read_lines(RUNS / folder / lines_file)
+    return pair, {side: steady.window(lines, pair[side]["start"], pair[side]["end"]) for side in SIDES}
+
+
 def test_the_recorded_h200_pair_follows_from_its_stamped_lines() -> None:
     """The saturation pair of docs/gpu-validation.md, recomputed from the committed log lines:
     both clients held 64 running and specpilot's steady window is within 4% of bench_serving's."""
-    data = Path(__file__).resolve().parents[1] / "data" / "gpu-runs" / "sglang-0.5.17-h200-saturation"
-    pair = json.loads((data / "results.json").read_text())["plain"]["saturation"][0]
-    lines = steady.read_lines(data / "lines.tsv")
-    sides = ("bench_serving", "specpilot")
-    found = {side: steady.window(lines, pair[side]["start"], pair[side]["end"]) for side in sides}
+    pair, found = _recorded_windows("sglang-0.5.17-h200-saturation", "lines.tsv")
     for side, window in found.items():
         assert window == pair[side]["steady"], side
         assert window["mean_running"] == 64.0
@@ -64,12 +72,9 @@ def test_the_pair_at_the_plans_maximum_follows_from_its_stamped_lines() -> None:
     """At 119 in flight (the plan's maximum on the whole H200) both clients held 118 running
     through their steady windows; specpilot's window decoded 0.94 of bench_serving's, while by each
     client's own count the two runs took 67.9 s and 67.2 s for the same tokens."""
-    data = Path(__file__).resolve().parents[1] / "data" / "gpu-runs" / "sglang-0.5.17-h200-plain"
-    pair = json.loads((data / "results.json").read_text())["plain"]["saturation"][0]
+    pair, found = _recorded_windows("sglang-0.5.17-h200-plain", "samples/lines.tsv")
     assert pair["concurrency"] == 119
-    lines = steady.read_lines(data / "samples" / "lines.tsv")
-    sides = ("bench_serving", "specpilot")
-    found = {side: steady.window(lines, pair[side]["start"], pair[side]["end"]) for side in sides}
+    data = RUNS / "sglang-0.5.17-h200-plain"
     for side, window in found.items():
         assert window == pair[side]["steady"], side
         assert window["mean_running"] == 118.0
@@ -97,13 +102,12 @@ def test_decode_rate_leaves_out_the_lines_that_cover_a_prefill(tmp_path: Path) -
 def test_both_recorded_pairs_decode_within_2_percent() -> None:
     """Left out of both pairs' steady windows: the lines whose interval covers a wave's prefill.
     There specpilot's runs decoded 0.986 (64 in flight) and 0.982 (119) of bench_serving's rate."""
-    runs = Path(__file__).resolve().parents[1] / "data" / "gpu-runs"
     for folder, lines_file, expected in (
         ("sglang-0.5.17-h200-saturation", "lines.tsv", 0.9856),
         ("sglang-0.5.17-h200-plain", "samples/lines.tsv", 0.9824),
     ):
-        pair = json.loads((runs / folder / "results.json").read_text())["plain"]["saturation"][0]
-        lines = steady.read_lines(runs / folder / lines_file)
+        pair = json.loads((RUNS / folder / "results.json").read_text())["plain"]["saturation"][0]
+        lines = steady.read_lines(RUNS / folder / lines_file)
         rates = [
             steady.decode_rate(lines, pair[s]["start"], pair[s]["end"])
             for s in ("specpilot", "bench_serving")

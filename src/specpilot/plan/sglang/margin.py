@@ -61,7 +61,7 @@ class PostPoolFit:
 
 
 #: the fit's numbers as `gpu/sglang/fit.py` prints them (tests/plan/test_sglang_fit.py refits)
-FIT_PREFILL_BYTES = 1.189
+FIT_PREFILL_BYTES_PER_TOKEN_HIDDEN_LAYER = 1.189
 FIT_DECODE_FAMILY = (0.376, 0.609)
 FIT_CAPTURE_SCALE = 2.856
 #: 0.5.17 on the H200 (tests/data/gpu-runs/sglang-0.5.17-h200-*, `gpu/sglang/fit.py`): every
@@ -75,7 +75,7 @@ FIT_0517 = PostPoolFit(
         "the last fitting step left 0.06-0.09 GiB or failed, and the fit covers one model shape"
     ),
     source="docs/gpu-validation.md (the startup peak, fitted)",
-    prefill_graph_bytes_per_token_hidden_layer=FIT_PREFILL_BYTES,
+    prefill_graph_bytes_per_token_hidden_layer=FIT_PREFILL_BYTES_PER_TOKEN_HIDDEN_LAYER,
     decode_graph_family=FIT_DECODE_FAMILY,
     capture_transient_scale=FIT_CAPTURE_SCALE,
     attention_workspace_gib=0.0,
