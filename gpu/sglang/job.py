@@ -23,7 +23,8 @@ Steps, each skipped once done (state in $SPECPILOT_GPU_STASH/job, default /root/
   knobs), the fraction that leaves ``EDGE_MARGIN_GIB`` free at that start's measured low point,
   and one step (0.01) above it; then the recommendation with MTP on a 79.6 GiB card.
 
-Environment for a short lease: ``SKIP_E2E=1`` (no 2,000-row job), ``E2E_LIMIT_ROWS=N``,
+Environment for a short lease: ``SKIP_E2E=1`` (no 2,000-row job; ``SKIP_E2E=plain``: only in the
+steps named), ``E2E_LIMIT_ROWS=N``,
 ``SAT_CONCURRENCIES=64,max,16`` and ``MTP_SAT_CONCURRENCIES=`` (which saturation pairs, in order;
 empty: none), ``BENCH_CARD_GIB=95.6``, ``BENCH_SAMPLE=160``.
 
@@ -55,7 +56,7 @@ sys.path.insert(0, str(REPO / "gpu"))
 sys.path.insert(0, str(REPO / "gpu" / "sglang"))
 
 import e2e_tools  # noqa: E402  (gpu/e2e_tools.py: the padded tokenizer)
-import steady  # noqa: E402  (gpu/sglang/steady.py: the steady-state window)
+import steady  # noqa: E402  (gpu/steady.py: the steady-state window)
 
 STASH = Path(os.environ.get("SPECPILOT_GPU_STASH", "/root/stash")) / "job"
 RUNS = Path(os.environ.get("SPECPILOT_HOME", str(Path.home() / ".specpilot"))) / "runs"
@@ -166,23 +167,8 @@ def step_model() -> dict[str, Any]:
     text.setdefault("torch_dtype", full.get("torch_dtype", "bfloat16"))
     (folder / "config.json").write_text(json.dumps(text, indent=2))
     info = e2e_tools.build_tokenizer(folder)
-    write_prompts(STASH / "e2e.jsonl", E2E_ROWS, "e", E2E_WORDS_PER_PROMPT)
+    e2e_tools.write_tagged_prompts(STASH / "e2e.jsonl", E2E_ROWS, "e", E2E_WORDS_PER_PROMPT)
     return info
-
-
-def prompt_text(tag: str, index: int, words: int = WORDS_PER_PROMPT) -> str:
-    """Distinct from the first word on (no shared prefix for the radix cache), ~`words` words."""
-    topic = e2e_tools.PROMPT_TOPICS[index % len(e2e_tools.PROMPT_TOPICS)]
-    filler = " ".join(e2e_tools.filler_token(index * 7919 + k)[1:] for k in range(words))
-    return f"{tag}{index} Continue this text about {topic}: {filler}"
-
-
-def write_prompts(path: Path, count: int, tag: str, words: int = WORDS_PER_PROMPT) -> None:
-    with path.open("w") as out:
-        for i in range(count):
-            text = prompt_text(tag, i, words)
-            row = {"id": f"{tag}{i:06d}", "messages": [{"role": "user", "content": text}]}
-            out.write(json.dumps(row) + "\n")
 
 
 def sharegpt_copy(source: Path, target: Path) -> None:
@@ -442,9 +428,11 @@ def saturation_pair(run: str, folder: Path, concurrency: int, prompts_n: int) ->
     # Each client its own prompts, of the same lengths: the same texts twice would reach the second
     # client as radix-cache hits (and, with a mamba model, as one copy of every hit request's state)
     prompts = folder / f"{tag}.jsonl"
-    write_prompts(prompts, prompts_n, f"{run}-{tag}-sp-")
+    e2e_tools.write_tagged_prompts(prompts, prompts_n, f"{run}-{tag}-sp-", WORDS_PER_PROMPT)
     sharegpt = folder / f"{tag}.sharegpt.jsonl"
-    write_prompts(folder / f"{tag}.bs.jsonl", prompts_n, f"{run}-{tag}-bs-")
+    e2e_tools.write_tagged_prompts(
+        folder / f"{tag}.bs.jsonl", prompts_n, f"{run}-{tag}-bs-", WORDS_PER_PROMPT
+    )
     sharegpt_copy(folder / f"{tag}.bs.jsonl", sharegpt)
     bench_env = dict(os.environ)
     bench_env["PYTHONPATH"] = f"{REPO}/gpu/sglang/bench-stubs:{bench_env.get('PYTHONPATH', '')}"
@@ -573,8 +561,9 @@ def step_serving(
         if not ready:
             return results
         checkpoint(run, results)
-        if os.environ.get("SKIP_E2E") == "1":
-            results["e2e"] = {"skipped": "SKIP_E2E=1"}
+        skip = os.environ.get("SKIP_E2E", "")
+        if skip == "1" or run in skip.split(","):
+            results["e2e"] = {"skipped": f"SKIP_E2E={skip}"}
         else:
             results["e2e"] = e2e(run, folder)
         results["server_info_after_e2e"] = server_info()
@@ -607,7 +596,7 @@ def step_bench(budget: Budget) -> dict[str, Any]:
     with prompts.open("w") as out:  # prompt lengths from ~30 to ~1,500 words: a long tail to stratify
         for i in range(900):
             words = int(30 * 50 ** ((i * 0.618034) % 1.0))
-            text = prompt_text(f"b{i}-", i).split(" ")[: words + 6]
+            text = e2e_tools.prompt_text(f"b{i}-", i, WORDS_PER_PROMPT).split(" ")[: words + 6]
             out.write(json.dumps({"id": f"b{i:05d}", "prompt": " ".join(text)}) + "\n")
     per_variant_s = int(min(240, budget.left_s() / 2 - 15))
     blocker = hold_card(card) if card else None

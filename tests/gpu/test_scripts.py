@@ -1,17 +1,23 @@
-"""The report scripts under gpu/sglang/ run on the committed data (they are not run on a GPU,
+"""The report scripts under gpu/ and gpu/sglang/ run on the committed data (they are not run on a GPU,
 so a change in what they import shows here, not on the next lease)."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "sglang"))
 
 import compare
+import e2e_tools
 import peaks
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_compare_prints_each_matrix_start_with_its_verdict(capsys: pytest.CaptureFixture[str]) -> None:
@@ -31,3 +37,17 @@ def test_peaks_prints_the_margin_against_the_measured_low_point(capsys: pytest.C
     out = capsys.readouterr().out
     assert "| sglang-0.5.17-h200-m96-above | 95.6 | 0.99 | no |" in out
     assert "graph: target prefill" in out
+
+
+def test_e2e_summary_tables_the_recorded_vllm_pairs(tmp_path: Path) -> None:
+    """`gpu/e2e_tools.py summarize` on the committed vLLM saturation run (its files laid out as
+    run_e2e.sh writes them): one row per concurrency, specpilot's ratio to `vllm bench serve`."""
+    recorded = REPO / "tests" / "data" / "gpu-runs" / "vllm-0.26.0-h200-saturation"
+    results = tmp_path / "e2e" / "results"
+    results.mkdir(parents=True)
+    for path in recorded.glob("c*"):
+        shutil.copyfile(path, results / f"saturation.{path.name}")
+    e2e_tools.summarize(tmp_path / "e2e", tmp_path)
+    pairs = json.loads((tmp_path / "results.json").read_text())["steps"]["saturation"]["pairs"]
+    assert [(p["concurrency"], p["ratio_steady"]) for p in pairs] == [(16, 1.0239), (256, 1.0422), (64, 1.01)]
+    assert "| 64 | 7099.9 | 7170.8 | 1.01 |" in (tmp_path / "summary.md").read_text()

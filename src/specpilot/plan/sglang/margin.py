@@ -61,8 +61,8 @@ class PostPoolFit:
 
 
 #: the fit's numbers as `gpu/sglang/fit.py` prints them (tests/plan/test_sglang_fit.py refits)
-FIT_PREFILL_BYTES_PER_TOKEN_HIDDEN_LAYER = 1.189
-FIT_DECODE_FAMILY = (0.376, 0.609)
+FIT_PREFILL_BYTES_PER_TOKEN_HIDDEN_LAYER = 1.227
+FIT_DECODE_FAMILY = (0.375, 0.665)
 FIT_CAPTURE_SCALE = 2.856
 #: 0.5.17 on the H200 (tests/data/gpu-runs/sglang-0.5.17-h200-*, `gpu/sglang/fit.py`): every
 #: start's lowest free memory fell in the prefill graph's capture

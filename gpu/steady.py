@@ -1,4 +1,4 @@
-"""The server's steady-state output rate, read from SGLang's own `Decode batch` log lines.
+"""The server's steady-state output rate, from its own view: the same for every client.
 
 SGLang's `benchmark/steady_state_serving.py` (0.5.23) reports throughput over the longest
 interval whose concurrency stays at or above a ratio (0.9) of the peak: ramp-up and the tail
@@ -6,7 +6,8 @@ are left out. 0.5.17 lacks that script, so the same window is taken here from th
 which is the same for every client: each `Decode batch, #running-req: N, ... gen throughput
 (token/s): R` line (one per `--decode-log-interval` decode steps), stamped as it lands in the
 log. The rate of a window is the time-weighted mean of R over its lines (R covers the interval
-since the previous decode line, so that is tokens over seconds).
+since the previous decode line, so that is tokens over seconds). vLLM prints no such line per
+step; gpu/e2e_tools.py samples its /metrics instead (`from_samples`), giving rows of the same shape.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def window(lines: list[tuple[float, int, float, float | None]], start: float, en
     if len(inside) < 3:
         return {"lines": len(inside)}
     peak = max(row[1] for row in inside)
+    if peak == 0:  # the server ran nothing in the client's time (a client that failed)
+        return {"lines": len(inside), "peak_running": 0}
     runs: list[tuple[int, int]] = []
     first: int | None = None
     for index, row in enumerate(inside):
@@ -69,6 +72,17 @@ def window(lines: list[tuple[float, int, float, float | None]], start: float, en
 
 
 Line = tuple[float, int, float, float | None]
+
+
+def from_samples(samples: list[tuple[float, int, float]]) -> list[Line]:
+    """Rows of the decode-line shape from periodic samples of a server's counters, each
+    (stamp, running requests, generated tokens so far): the rate is the tokens since the
+    previous sample over the seconds since it."""
+    return [
+        (b[0], b[1], (b[2] - a[2]) / (b[0] - a[0]), None)
+        for a, b in itertools.pairwise(samples)
+        if b[0] > a[0]
+    ]
 
 
 def decode_rate(lines: list[Line], start: float, end: float) -> float | None:
