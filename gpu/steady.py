@@ -22,11 +22,13 @@ ACCEPT = re.compile(r"accept len: ([0-9.]+)")
 STEADY_RATIO = 0.9
 #: a decode line this many times the median interval after the previous one covers a prefill
 PREFILL_GAP_RATIO = 1.5
+#: (stamp, running requests, gen tok/s, accept length or None): a decode line, or a sampled interval
+Line = tuple[float, int, float, float | None]
 
 
-def read_lines(path: Path) -> list[tuple[float, int, float, float | None]]:
+def read_lines(path: Path) -> list[Line]:
     """(stamp, running requests, gen tok/s, accept length or None) for each decode line of a stamped log."""
-    found = []
+    found: list[Line] = []
     for line in path.read_text(errors="replace").split("\n"):
         stamp, _, text = line.partition("\t")
         match = DECODE.search(text)
@@ -36,7 +38,7 @@ def read_lines(path: Path) -> list[tuple[float, int, float, float | None]]:
     return found
 
 
-def window(lines: list[tuple[float, int, float, float | None]], start: float, end: float) -> dict[str, Any]:
+def window(lines: list[Line], start: float, end: float) -> dict[str, Any]:
     """The longest run of consecutive decode lines in [start, end] at >= 0.9 x the peak running count."""
     inside = [row for row in lines if start <= row[0] <= end]
     if len(inside) < 3:
@@ -69,9 +71,6 @@ def window(lines: list[tuple[float, int, float, float | None]], start: float, en
         "mean_running": round(sum(row[1] for row in rows) / len(rows), 1),
         "accept_length": round(sum(accepts) / len(accepts), 3) if accepts else None,
     }
-
-
-Line = tuple[float, int, float, float | None]
 
 
 def from_samples(samples: list[tuple[float, int, float]]) -> list[Line]:
