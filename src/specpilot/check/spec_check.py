@@ -12,6 +12,7 @@ from specpilot.check.types import CheckResult
 from specpilot.engines.flags import parse_version
 from specpilot.engines.rules import Finding, GpuFacts
 from specpilot.errors import UserError
+from specpilot.models.files import ModelFiles
 from specpilot.spec import Spec
 
 
@@ -26,13 +27,14 @@ class ModelFacts:
     config: Mapping[str, Any] | None = None
 
 
-def spec_model(spec: Spec) -> tuple[ModelFacts, list[Finding]]:
-    """The spec model's facts, or none with a warning without a config."""
+def spec_model(spec: Spec, files: ModelFiles | None = None) -> tuple[ModelFacts, list[Finding]]:
+    """The spec model's facts (from `files` when the caller read them already), or none
+    with a warning without a config."""
     from specpilot.models.host_files import spec_model_files
     from specpilot.models.shape import shape_from_files
 
     try:
-        shape = shape_from_files(spec_model_files(spec))
+        shape = shape_from_files(files if files is not None else spec_model_files(spec))
         return ModelFacts(shape.architecture, shape.mtp_num_layers, shape.is_hybrid, shape.config), []
     except (UserError, OSError) as err:
         note = Finding(
@@ -44,8 +46,8 @@ def spec_model(spec: Spec) -> tuple[ModelFacts, list[Finding]]:
         return ModelFacts(), [note]
 
 
-def check_spec(spec: Spec) -> CheckResult:
-    model, notes = spec_model(spec)
+def check_spec(spec: Spec, files: ModelFiles | None = None) -> CheckResult:
+    model, notes = spec_model(spec, files)
     result = check_args(
         spec.engine.name,
         spec.engine.version,

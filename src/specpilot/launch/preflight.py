@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from specpilot.check import check_spec
 from specpilot.engines.fix import Fix
+from specpilot.models.files import ModelFiles
 from specpilot.plan import Plan, make_plan
 from specpilot.spec import Spec
 
@@ -33,10 +34,19 @@ def launch_spec(spec: Spec, pre: Preflight) -> Spec:
     )
 
 
-def run_preflight(spec: Spec) -> Preflight:
-    """`check` then `plan`: refuse what the engine would reject or what cannot fit."""
+async def preflight(spec: Spec) -> Preflight:
+    """`run_preflight` inside a running event loop: the model is read once, in this loop
+    (on an SSH host that is a connection of this loop, not an `asyncio.run` of its own)."""
+    from specpilot.models.host_files import read_spec_model_files
+
+    return run_preflight(spec, await read_spec_model_files(spec))
+
+
+def run_preflight(spec: Spec, files: ModelFiles | None = None) -> Preflight:
+    """`check` then `plan`: refuse what the engine would reject or what cannot fit.
+    `files`: the model's files when the caller read them already."""
     result = Preflight()
-    report = check_spec(spec)
+    report = check_spec(spec, files)
     for finding in report.findings:
         line = f"{finding.rule}: {finding.message}"
         if finding.up_applies and finding.fix is not None:
@@ -52,7 +62,7 @@ def run_preflight(spec: Spec) -> Preflight:
             result.fix = replace(finding.fix, text=line)
     if result.errors:
         return result
-    plan = make_plan(spec)
+    plan = make_plan(spec, files=files)
     result.plan = plan
     if not plan.fits:
         result.cause = "oom"

@@ -39,6 +39,22 @@ def spec_model_files(spec: Spec) -> ModelFiles:
     return _read_remote(spec.host, spec.model.path)
 
 
+async def read_spec_model_files(spec: Spec) -> ModelFiles:
+    """`spec_model_files` for a caller already inside an event loop (fleet repair, `job`):
+    the same files, read in that loop instead of one of its own."""
+    if spec.host.target.strip() == "local" or _local_copy(spec):
+        if _is_hub_id_only(spec):
+            from specpilot.hosts import LocalHost
+
+            async with LocalHost() as local:
+                return await read_host_model(local, spec.model.path, hf_cache=str(local_hub_cache()))
+        return read_local_model(spec.model_dir())
+    from specpilot.hosts import open_host_section
+
+    async with open_host_section(spec.host) as host:
+        return await read_host_model(host, spec.model.path)
+
+
 def _is_hub_id_only(spec: Spec) -> bool:
     """`[model] path` is an `org/name` Hub id with no such folder here (the engine downloads or
     reads it from its hub cache)."""
