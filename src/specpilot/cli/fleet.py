@@ -19,7 +19,7 @@ def fleet_up(path: str, as_json: bool) -> int:
 
     fleet = load_fleet(path)
     console = Console(stderr=True)
-    outcome = bring_up(fleet, (lambda line: None) if as_json else console.print)
+    outcome = asyncio.run(bring_up(fleet, (lambda line: None) if as_json else console.print))
     if as_json:
         click.echo(
             json.dumps(

@@ -467,9 +467,14 @@ def _watch_runs(endpoints: list[Endpoint], dispatcher: Dispatcher) -> list[Compa
 
 def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
     """Run (or resume) a job to its end; the summary comes from the ledger."""
+    return asyncio.run(generate_in_loop(config, watch))
+
+
+async def generate_in_loop(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
+    """`run_generate` inside the caller's event loop (`specpilot job` drives its servers beside it)."""
     try:
         with Job(config) as job:
-            stop_reason, servers = asyncio.run(_run(job, watch))
+            stop_reason, servers = await _run(job, watch)
             summary = replace(job.write_reports(), this_run_servers=servers)
             scope_left = job.unfinished_in_scope()
             lost = damaged_parts(config.output_dir, job.ledger)
