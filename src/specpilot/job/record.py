@@ -177,7 +177,9 @@ def open_record(job: JobFile) -> tuple[JobRecord, list[tuple[str, str]]]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
         raise UserError(
-            f"cannot read {path} ({err})", field="[job] output", fix="restore it, or give the job a new folder"
+            f"cannot read {path} ({err})",
+            field="[job] output",
+            fix="restore it, or give the job a new folder",
         ) from None
     if data.get("job_file") != str(job.path):
         raise UserError(

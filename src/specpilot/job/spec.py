@@ -110,7 +110,9 @@ def _typed(table: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
         ok, value = True, float(value)
     if not ok:
         raise UserError(
-            f"must be a {kind.__name__}, got {value!r}", field=f"{where} {key}", fix=f"write a {kind.__name__}"
+            f"must be a {kind.__name__}, got {value!r}",
+            field=f"{where} {key}",
+            fix=f"write a {kind.__name__}",
         )
     return value
 
@@ -132,7 +134,9 @@ def _sampling(table: Mapping[str, Any]) -> SamplingOptions:
         known = ", ".join([*_NAMED_SAMPLING, *_REQUEST_SAMPLING])
         raise UserError(f"unknown key {unknown[0]!r}", field="[job.sampling]", fix=f"use one of {known}")
     named = {k: _typed(table, k, kind, "[job.sampling]") for k, kind in _NAMED_SAMPLING.items() if k in table}
-    fields = {k: _typed(table, k, kind, "[job.sampling]") for k, kind in _REQUEST_SAMPLING.items() if k in table}
+    fields = {
+        k: _typed(table, k, kind, "[job.sampling]") for k, kind in _REQUEST_SAMPLING.items() if k in table
+    }
     for key, minimum in (("max_tokens", 1),):
         if key in named and named[key] < minimum:
             raise UserError(f"must be at least {minimum}", field=f"[job.sampling] {key}", fix="raise it")
@@ -196,20 +200,28 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
     serving = _path(base, table, serving_key, must_exist=True, fix=f"give the {serving_key} file's path")
     for key in ("prompts", "output"):
         if key not in table:
-            raise _bad(key, "missing", f"add {key} = \"...\" to [job]")
+            raise _bad(key, "missing", f'add {key} = "..." to [job]')
     prompts = _path(base, table, "prompts", must_exist=True, fix="give the prompts file's path")
     output = _path(base, table, "output", must_exist=False, fix="give the job folder's path")
     export = table.get("export", [])
     if not isinstance(export, list) or not all(isinstance(f, str) for f in export):
-        raise _bad("export", f"must be a list of formats, got {export!r}", f"e.g. export = {list(EXPORT_FORMATS[:1])}")
+        raise _bad(
+            "export",
+            f"must be a list of formats, got {export!r}",
+            f"e.g. export = {list(EXPORT_FORMATS[:1])}",
+        )
     for fmt in export:
         if fmt not in EXPORT_FORMATS:
             raise _bad("export", f"unknown format {fmt!r}", f"use {', '.join(EXPORT_FORMATS)}")
     keep = _typed(table, "keep_servers", bool, "[job]") if "keep_servers" in table else False
-    restarts = _typed(table, "max_restarts", int, "[job]") if "max_restarts" in table else DEFAULT_MAX_RESTARTS
+    restarts = (
+        _typed(table, "max_restarts", int, "[job]") if "max_restarts" in table else DEFAULT_MAX_RESTARTS
+    )
     if restarts < 0:
         raise _bad("max_restarts", f"must be 0 or more, got {restarts}", "0 turns restarts off")
-    concurrency = _typed(table, "concurrency", int, "[job]") if "concurrency" in table else DEFAULT_CONCURRENCY
+    concurrency = (
+        _typed(table, "concurrency", int, "[job]") if "concurrency" in table else DEFAULT_CONCURRENCY
+    )
     if concurrency < 1:
         raise _bad("concurrency", f"must be at least 1, got {concurrency}", "raise it")
     sampling = table.get("sampling", {})

@@ -1,0 +1,98 @@
+"""`specpilot job` end to end on stand-in SGLang engines (the same verified start as `up`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from specpilot.cli import cli
+from tests.job.conftest import JobFactory, output_ids
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def record(job: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads((job.parent / "out" / "job.json").read_text())
+
+
+def run_state(run_home: Path, name: str = "jobsrv") -> dict:  # type: ignore[type-arg]
+    return json.loads((run_home.parent / "state" / "runs" / name / "state.json").read_text())
+
+
+def test_one_command_runs_every_stage_then_stops_its_server(make_job: JobFactory, run_home: Path) -> None:
+    job = make_job(job={"export": ["specforge", "parquet"]})
+    result = run("job", str(job))
+    assert result.exit_code == 0, result.output
+    data = record(job)
+    assert {s: data["stages"][s]["status"] for s in data["stages"]} == {
+        "check": "done", "plan": "done", "bench": "skipped", "up": "done",
+        "generate": "done", "export": "done", "down": "done",
+    }  # fmt: skip
+    assert sorted(output_ids(job.parent / "out")) == sorted(f"q{i}" for i in range(20))
+    assert data["stages"]["up"]["evidence"]["argv_verified"]
+    assert set(data["stages"]["export"]["evidence"]["formats"]) == {"specforge", "parquet"}
+    assert (job.parent / "out" / "specforge.jsonl").exists()
+    assert run_state(run_home)["phase"] == "stopped"
+    assert "GPU-hours used, per stage" in result.output and "generate" in result.output
+
+
+def test_the_same_command_again_redoes_nothing(make_job: JobFactory, run_home: Path) -> None:
+    job = make_job()
+    assert run("job", str(job)).exit_code == 0
+    before = record(job)
+    again = run("job", str(job), "--json")
+    assert again.exit_code == 0, again.output
+    after = record(job)
+    assert all(
+        after["stages"][s]["attempts"] == before["stages"][s]["attempts"] for s in ("check", "up", "generate")
+    )
+    assert sorted(output_ids(job.parent / "out")) == sorted(f"q{i}" for i in range(20))
+
+
+def test_an_engine_that_dies_mid_job_is_restarted_and_no_row_is_lost(
+    make_job: JobFactory, run_home: Path
+) -> None:
+    once = run_home.parent / "died-once"
+    job = make_job(rows=40, env={"SPECPILOT_FAKE_DIE_AFTER": "8", "SPECPILOT_FAKE_DIE_ONCE": str(once)})
+    result = run("job", str(job))
+    assert result.exit_code == 0, result.output
+    assert once.exists()  # it did die
+    ids = output_ids(job.parent / "out")
+    assert sorted(ids) == sorted(f"q{i}" for i in range(40))  # every row exactly once
+    restarts = record(job)["restarts"]
+    assert [(r["cause"], r["outcome"], r["bound"]) for r in restarts] == [("crash", "ready", None)]
+    assert "restart 1 of 3" in result.output
+
+
+def test_a_serving_oom_of_copy_on_write_restarts_with_prefill_max_requests(
+    make_job: JobFactory, run_home: Path
+) -> None:
+    """The H200 job's death: radix-cache hits' SSM states copied on write ran out of memory.
+    The stand-in dies so until it runs with --prefill-max-requests."""
+    job = make_job(
+        scenario="sglang_serving_cow_oom",
+        rows=30,
+        env={"SPECPILOT_FAKE_DIE_AFTER": "5", "SPECPILOT_FAKE_DIE_UNLESS": "--prefill-max-requests"},
+        args=["--max-running-requests", "48"],
+    )
+    result = run("job", str(job), "--keep-servers")
+    try:
+        assert result.exit_code == 0, result.output
+        assert sorted(output_ids(job.parent / "out")) == sorted(f"q{i}" for i in range(30))
+        data = record(job)
+        [restart] = data["restarts"]
+        assert restart["cause"] == "oom"
+        assert restart["bound"] == {
+            "what": "the radix cache's copy-on-write of SSM states ran out of memory",
+            "flag": "--prefill-max-requests", "before": None, "after": 24,
+        }  # fmt: skip
+        assert data["server_args"][-2:] == ["--prefill-max-requests", "24"]
+        argv = run_state(run_home)["argv"]
+        assert "--prefill-max-requests" in argv  # the live process was proven to run with it
+        assert "restarting with --prefill-max-requests 24 (was unset)" in result.output
+    finally:
+        run("down", "jobsrv")
