@@ -35,6 +35,10 @@ def refused(job: Path, *flags: str) -> str:
     return lines[0]
 
 
+def server_path(job: Path) -> str:
+    return next(line.split('"')[1] for line in job.read_text().splitlines() if line.startswith("server = "))
+
+
 def rewrite(job: Path, old: str, new: str) -> None:
     text = job.read_text()
     assert old in text
@@ -101,7 +105,7 @@ def test_changed_prompts_or_spec_after_the_job_ran(make_job: JobFactory, run_hom
     line = refused(job)
     assert "[job] prompts" in line and "new [job] output" in line
     prompts.write_text(original)
-    spec = Path(next(l.split('"')[1] for l in job.read_text().splitlines() if l.startswith("server = ")))
+    spec = Path(server_path(job))
     spec.write_text(spec.read_text().replace("hang_timeout_s = 600.0", "hang_timeout_s = 601.0"))
     line = refused(job)
     assert "[job] server / fleet" in line and "--restart-from check" in line
@@ -110,7 +114,7 @@ def test_changed_prompts_or_spec_after_the_job_ran(make_job: JobFactory, run_hom
 def test_restart_from_accepts_the_changed_spec(make_job: JobFactory, run_home: Path) -> None:
     job = make_job(rows=5)
     assert run("job", str(job)).exit_code == 0
-    spec = Path(next(l.split('"')[1] for l in job.read_text().splitlines() if l.startswith("server = ")))
+    spec = Path(server_path(job))
     spec.write_text(spec.read_text().replace("hang_timeout_s = 600.0", "hang_timeout_s = 601.0"))
     again = run("job", str(job), "--restart-from", "check")
     assert again.exit_code == 0, again.output

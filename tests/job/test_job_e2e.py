@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner, Result
 
@@ -15,12 +16,14 @@ def run(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def record(job: Path) -> dict:  # type: ignore[type-arg]
-    return json.loads((job.parent / "out" / "job.json").read_text())
+def record(job: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((job.parent / "out" / "job.json").read_text())
+    return data
 
 
-def run_state(run_home: Path, name: str = "jobsrv") -> dict:  # type: ignore[type-arg]
-    return json.loads((run_home.parent / "state" / "runs" / name / "state.json").read_text())
+def run_state(run_home: Path, name: str = "jobsrv") -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run_home.parent / "state" / "runs" / name / "state.json").read_text())
+    return data
 
 
 def test_one_command_runs_every_stage_then_stops_its_server(make_job: JobFactory, run_home: Path) -> None:

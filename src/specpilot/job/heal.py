@@ -109,9 +109,10 @@ class ServerHealer:
             self.record.data["server_args"] = list(self.spec.engine.args)
             self.record.save()
             if again.result.phase != "ready":
+                last = (again.result.error or "").strip().splitlines()[-1:] or [""]
                 dispatcher.stop_for(
-                    f"{name} did not start again ({again.result.cause}): "
-                    f"{(again.result.error or '').strip().splitlines()[-1:] or ''}; see `specpilot logs {name}`"
+                    f"{name} did not start again ({again.result.cause}): {last[0]}; "
+                    f"see `specpilot logs {name}`"
                 )
                 return
             self.say(f"{name}: ready again (pid {again.result.pid}); the job goes on")
@@ -124,6 +125,7 @@ def fleet_healer(fleet_name: str, record: JobRecord, max_restarts: int, say: Say
     async def loop(dispatcher: Dispatcher) -> None:
         fleet = load_recorded_fleet(fleet_name)
         restarts: dict[str, int] = {}
+        recorded: set[tuple[str, str]] = set()
         while True:
             await asyncio.sleep(FLEET_PASS_S)
             try:
@@ -137,11 +139,13 @@ def fleet_healer(fleet_name: str, record: JobRecord, max_restarts: int, say: Say
             except (HostError, OSError) as err:
                 say(f"fleet {fleet_name}: a host stopped answering ({err}); the job goes on")
                 continue
-            for member in result.members:
-                if member.action != "ok":
-                    record.note("restarts", {"run": member.name, **member.to_json()})
-            for router in result.routers:
-                if router.action != "ok":
-                    record.note("restarts", {"run": f"{fleet_name} router", **router.to_json()})
+            events = [(m.name, m.action, m.to_json()) for m in result.members]
+            events += [(f"{fleet_name} router {r.url}", r.action, r.to_json()) for r in result.routers]
+            for name, action, entry in events:
+                # a member left out stays so: recorded once, not at every pass
+                if action != "ok" and (name, action) not in recorded:
+                    record.note("restarts", {"run": name, **entry})
+                    if action == "gave_up":
+                        recorded.add((name, action))
 
     return _task_watcher(loop)

@@ -167,31 +167,26 @@ def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
         say(f"check: {sum(len(f) for f in found.values())} findings, none refuses the start")
     if not record.done("plan"):
         record.begin("plan", 0)
-        plans = {}
+        plans: dict[str, dict[str, Any]] = {}
+        recommended: list[str] = []
         for key, s in specs.items():
             plan = make_plan(s)
+            problems = [p.message for p in plan.problems]
             plans[str(key)] = {
                 "fits": plan.fits,
-                "problems": [p.message for p in plan.problems],
+                "problems": problems,
                 "recommended_args": list(plan.recommended_args),
                 "recommended_env": dict(plan.recommended_env),
                 "notes": list(plan.notes),
             }
             if not plan.fits:
-                record.fail("plan", plans[str(key)]["problems"][0] if plan.problems else "does not fit")
+                record.fail("plan", problems[0] if problems else "does not fit")
                 raise JobFailed(
-                    f"the plan does not fit: {'; '.join(plans[str(key)]['problems'])} "
-                    f"(see `specpilot plan {job.serving_file}`)"
+                    f"the plan does not fit: {'; '.join(problems)} (see `specpilot plan {job.serving_file}`)"
                 )
+            recommended += [" ".join(plan.recommended_args)] if plan.recommended_args else []
         record.finish("plan", {"plans": plans})
-        say(
-            "plan: fits"
-            + "".join(
-                f"; recommends {' '.join(p['recommended_args'])}"
-                for p in plans.values()
-                if p["recommended_args"]
-            )
-        )
+        say("plan: fits" + "".join(f"; recommends {r}" for r in recommended))
 
 
 def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
@@ -256,11 +251,10 @@ def serving_spec(job: JobFile, record: JobRecord) -> Spec:
 
 async def _up_server(job: JobFile, record: JobRecord, say: Say) -> Spec:
     from specpilot.job.serve import Started, clear_run, recorded_run_serving, start
-    from specpilot.launch.outcome import UpResult
 
     spec = serving_spec(job, record)
     recorded = record.stage("up").get("evidence")
-    if record.done("up") and await recorded_run_serving(spec.name, recorded):
+    if record.done("up") and recorded is not None and await recorded_run_serving(spec.name, recorded):
         say(f"up: {spec.name} is still serving as this job started it (pid {recorded['pid']}); reusing it")
         return spec
     if record.done("up"):
@@ -281,10 +275,8 @@ async def _up_server(job: JobFile, record: JobRecord, say: Say) -> Spec:
     if started.spec.engine.args != spec.engine.args:
         record.data["server_args"] = list(started.spec.engine.args)
     record.finish("up", started.evidence())
-    assert isinstance(started.result, UpResult)
-    say(
-        f"up: {spec.name} ready at {started.result.endpoint} (pid {started.result.pid}; argv and env verified)"
-    )
+    ready = started.result
+    say(f"up: {spec.name} ready at {ready.endpoint} (pid {ready.pid}; argv and env verified)")
     return started.spec
 
 
@@ -313,9 +305,8 @@ async def _up_fleet(job: JobFile, record: JobRecord, say: Say) -> str:
             "members": [m.to_json() for m in outcome.members],
         },
     )
-    say(
-        f"up: fleet {fleet.name}: {outcome.registered} of {len(outcome.members)} members behind {outcome.router_url}"
-    )
+    members = f"{outcome.registered} of {len(outcome.members)} members"
+    say(f"up: fleet {fleet.name}: {members} behind {outcome.router_url}")
     return fleet.name
 
 
@@ -382,9 +373,8 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> None:
         }
         stage["formats"] = written  # a kill between formats keeps those done
         record.save()
-        say(
-            f"export: {result.rows} rows as {fmt} to {result.files[0] if len(result.files) == 1 else result.files[0].parent}"
-        )
+        where = result.files[0] if len(result.files) == 1 else result.files[0].parent
+        say(f"export: {result.rows} rows as {fmt} to {where}")
     record.finish("export", {"formats": written})
 
 

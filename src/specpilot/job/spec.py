@@ -177,7 +177,9 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise UserError(f"cannot read it ({err})", field=str(path), fix="pass a job .toml with a [job] table")
+        raise UserError(
+            f"cannot read it ({err})", field=str(path), fix="pass a job .toml with a [job] table"
+        ) from None
     table = data.get("job")
     if not isinstance(table, dict) or set(data) != {"job"}:
         raise UserError(
