@@ -87,6 +87,7 @@ def test_a_serving_oom_of_copy_on_write_restarts_with_prefill_max_requests(
         assert result.exit_code == 0, result.output
         assert sorted(output_ids(job.parent / "out")) == sorted(f"q{i}" for i in range(30))
         data = record(job)
+        assert len(data.get("restarts", [])) == 1, result.output
         [restart] = data["restarts"]
         assert restart["cause"] == "oom"
         assert restart["bound"] == {

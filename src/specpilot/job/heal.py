@@ -25,7 +25,7 @@ from specpilot.job.bounds import bound_for
 from specpilot.job.record import JobRecord
 from specpilot.job.serve import Started, clear_run, start, wait_port_closed
 from specpilot.launch.ops import host_for
-from specpilot.launch.serving import record_crash, watch_serving
+from specpilot.launch.serving import Crash, record_crash, watch_serving
 from specpilot.launch.state import read_state
 from specpilot.spec import Spec
 
@@ -36,14 +36,18 @@ BACKOFF_S = 1.0
 FLEET_PASS_S = 2.0
 
 
-def _task_watcher(work: Callable[[Dispatcher], Any]) -> JobWatcher:
+def _task_watcher(work: Callable[[Dispatcher], Any], busy: asyncio.Lock) -> JobWatcher:
+    """`work` as a task beside the job; at the end a restart it is in the middle of (holding
+    `busy`) is finished first: a start cut off halfway would leave a run neither ready nor stopped."""
+
     @contextlib.asynccontextmanager
     async def watch(dispatcher: Dispatcher) -> AsyncIterator[object]:
         task = asyncio.create_task(work(dispatcher))
         try:
             yield None
         finally:
-            task.cancel()
+            async with busy:
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             if not task.cancelled() and task.exception() is not None:
@@ -60,10 +64,11 @@ class ServerHealer:
         self.record = record
         self.max_restarts = max_restarts
         self.say = say
+        self.busy = asyncio.Lock()
         self.restarts = len([r for r in record.data.get("restarts", []) if r.get("run") == self.spec.name])
 
     def watcher(self) -> JobWatcher:
-        return _task_watcher(self._loop)
+        return _task_watcher(self._loop, self.busy)
 
     async def _loop(self, dispatcher: Dispatcher) -> None:
         name = self.spec.name
@@ -78,49 +83,60 @@ class ServerHealer:
                 return
             finally:
                 await host.close()
-            record_crash(name, crash)
-            said = f"{name} died ({crash.cause}): {crash.first_line}"
-            if self.restarts >= self.max_restarts:
-                self.record.note("restarts", {"run": name, "cause": crash.cause, "line": crash.first_line,
-                                              "outcome": "gave_up"})  # fmt: skip
-                dispatcher.stop_for(
-                    f"{said}; gave up after {self.restarts} restarts ([job] max_restarts); fix the cause, "
-                    "then run the same command to resume"
-                )
-                return
-            self.restarts += 1
-            bounded = bound_for(self.spec, crash.cause, crash.error)
-            change = None
-            if bounded is not None:
-                self.spec, change = bounded.spec, bounded.to_json()
-            self.say(
-                f"{said}; restart {self.restarts} of {self.max_restarts}"
-                + (f"; {bounded.line()}" if bounded is not None else "")
-                + "; its rows go back to the queue"
+            async with self.busy:
+                if not await self._restart(dispatcher, state.pid, crash):
+                    return
+
+    async def _restart(self, dispatcher: Dispatcher, pid: int, crash: Crash) -> bool:
+        """Restart the dead server; False when the job is told to stop instead."""
+        name = self.spec.name
+        record_crash(name, crash)
+        said = f"{name} died ({crash.cause}): {crash.first_line}"
+        if self.restarts >= self.max_restarts:
+            self.record.note(
+                "restarts",
+                {"run": name, "cause": crash.cause, "line": crash.first_line, "outcome": "gave_up"},
             )
-            await asyncio.sleep(BACKOFF_S * 2 ** (self.restarts - 1))
-            await clear_run(name, {"pid": state.pid}, self.say)
-            await wait_port_closed(self.spec)
-            again = await start(self.spec, self.say)
-            self.spec = again.spec
-            entry = {"run": name, "cause": crash.cause, "line": crash.first_line, "bound": change,
-                     "outcome": again.result.phase, "replans": again.replans or []}  # fmt: skip
-            self.record.note("restarts", entry)
-            self.record.data["server_args"] = list(self.spec.engine.args)
-            self.record.save()
-            if again.result.phase != "ready":
-                last = (again.result.error or "").strip().splitlines()[-1:] or [""]
-                dispatcher.stop_for(
-                    f"{name} did not start again ({again.result.cause}): {last[0]}; "
-                    f"see `specpilot logs {name}`"
-                )
-                return
-            self.say(f"{name}: ready again (pid {again.result.pid}); the job goes on")
+            dispatcher.stop_for(
+                f"{said}; gave up after {self.restarts} restarts ([job] max_restarts); fix the cause, "
+                "then run the same command to resume"
+            )
+            return False
+        self.restarts += 1
+        bounded = bound_for(self.spec, crash.cause, crash.error)
+        change = None
+        if bounded is not None:
+            self.spec, change = bounded.spec, bounded.to_json()
+        self.say(
+            f"{said}; restart {self.restarts} of {self.max_restarts}"
+            + (f"; {bounded.line()}" if bounded is not None else "")
+            + "; its rows go back to the queue"
+        )
+        await asyncio.sleep(BACKOFF_S * 2 ** (self.restarts - 1))
+        await clear_run(name, {"pid": pid}, self.say)
+        await wait_port_closed(self.spec)
+        again = await start(self.spec, self.say)
+        self.spec = again.spec
+        entry: dict[str, Any] = {"run": name, "cause": crash.cause, "line": crash.first_line,
+                                 "bound": change, "outcome": again.result.phase,
+                                 "replans": again.replans or []}  # fmt: skip
+        self.record.data["server_args"] = list(self.spec.engine.args)
+        self.record.note("restarts", entry)
+        if again.result.phase != "ready":
+            last = (again.result.error or "").strip().splitlines()[-1:] or [""]
+            dispatcher.stop_for(
+                f"{name} did not start again ({again.result.cause}): {last[0]}; see `specpilot logs {name}`"
+            )
+            return False
+        self.say(f"{name}: ready again (pid {again.result.pid}); the job goes on")
+        return True
 
 
 def fleet_healer(fleet_name: str, record: JobRecord, max_restarts: int, say: Say) -> JobWatcher:
     """A pass of fleet-repair every FLEET_PASS_S, in the job's own event loop."""
     from specpilot.fleet.repair import load_recorded_fleet, repair_fleet
+
+    busy = asyncio.Lock()
 
     async def loop(dispatcher: Dispatcher) -> None:
         fleet = load_recorded_fleet(fleet_name)
@@ -129,13 +145,14 @@ def fleet_healer(fleet_name: str, record: JobRecord, max_restarts: int, say: Say
         while True:
             await asyncio.sleep(FLEET_PASS_S)
             try:
-                result = await repair_fleet(
-                    fleet,
-                    max_restarts=max_restarts,
-                    backoff_s=BACKOFF_S,
-                    say=say,
-                    restarts=restarts,
-                )
+                async with busy:
+                    result = await repair_fleet(
+                        fleet,
+                        max_restarts=max_restarts,
+                        backoff_s=BACKOFF_S,
+                        say=say,
+                        restarts=restarts,
+                    )
             except (HostError, OSError) as err:
                 say(f"fleet {fleet_name}: a host stopped answering ({err}); the job goes on")
                 continue
@@ -148,4 +165,4 @@ def fleet_healer(fleet_name: str, record: JobRecord, max_restarts: int, say: Say
                     if action == "gave_up":
                         recorded.add((name, action))
 
-    return _task_watcher(loop)
+    return _task_watcher(loop, busy)
