@@ -100,3 +100,13 @@ def test_a_serving_oom_of_copy_on_write_restarts_with_prefill_max_requests(
         assert "restarting with --prefill-max-requests 24 (was unset)" in result.output
     finally:
         run("down", "jobsrv")
+
+
+def test_past_max_restarts_the_job_stops_and_says_so(make_job: JobFactory, run_home: Path) -> None:
+    job = make_job(rows=30, env={"SPECPILOT_FAKE_DIE_AFTER": "4"}, job={"max_restarts": 0})
+    result = run("job", str(job))
+    assert result.exit_code == 1, result.output
+    assert "gave up after 0 restarts ([job] max_restarts)" in result.output
+    data = record(job)
+    assert data["stages"]["generate"]["status"] == "failed" and data["stages"]["down"]["status"] == "pending"
+    assert run_state(run_home)["phase"] in ("stopped", "failed")
