@@ -122,7 +122,7 @@ def _path(base: Path, table: Mapping[str, Any], key: str, *, must_exist: bool, f
     if not isinstance(value, str) or not value.strip():
         raise _bad(key, f"must be a path, got {value!r}", fix)
     path = Path(value).expanduser()
-    path = path if path.is_absolute() else base / path
+    path = (path if path.is_absolute() else base / path).resolve()
     if must_exist and not path.exists():
         raise _bad(key, f"{path} does not exist", fix)
     return path
