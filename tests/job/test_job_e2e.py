@@ -110,3 +110,33 @@ def test_past_max_restarts_the_job_stops_and_says_so(make_job: JobFactory, run_h
     data = record(job)
     assert data["stages"]["generate"]["status"] == "failed" and data["stages"]["down"]["status"] == "pending"
     assert run_state(run_home)["phase"] in ("stopped", "failed")
+
+
+def test_flags_override_the_file_for_one_run(make_job: JobFactory, run_home: Path, tmp_path: Path) -> None:
+    job = make_job(rows=6)
+    elsewhere = tmp_path / "elsewhere"
+    result = run("job", str(job), "--output", str(elsewhere), "--keep-servers", "--json")
+    try:
+        assert result.exit_code == 0, result.output
+        shown = json.loads(result.stdout)
+        assert shown["output"] == str(elsewhere) and shown["stages"]["down"]["status"] == "skipped"
+        assert not (job.parent / "out").exists()
+        assert sorted(output_ids(elsewhere)) == sorted(f"q{i}" for i in range(6))
+        assert run_state(run_home)["phase"] == "ready"  # kept running, as --keep-servers asked
+    finally:
+        run("down", "jobsrv")
+
+
+def test_restart_from_export_writes_the_exports_again(make_job: JobFactory, run_home: Path) -> None:
+    job = make_job(rows=6)
+    assert run("job", str(job)).exit_code == 0
+    rewrite = job.read_text().replace('export = ["specforge"]', 'export = ["specforge", "speculators"]')
+    job.write_text(rewrite)
+    refused = run("job", str(job))
+    assert refused.exit_code == 2 and "--restart-from export" in refused.output
+    again = run("job", str(job), "--restart-from", "export")
+    assert again.exit_code == 0, again.output
+    data = record(job)
+    assert set(data["stages"]["export"]["evidence"]["formats"]) == {"specforge", "speculators"}
+    assert data["stages"]["generate"]["attempts"] == 1
+    assert (job.parent / "out" / "speculators.jsonl").is_file()

@@ -361,7 +361,7 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> None:
 
     stage = record.stage("export")
     written: dict[str, Any] = dict(stage.get("formats", {}))
-    record.begin("export", 0 if job.keep_servers else _gpus_of(job))
+    record.begin("export", _gpus_of(job))  # the servers run until down
     for fmt in job.export:
         if fmt in written:
             continue
