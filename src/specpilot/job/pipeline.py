@@ -365,7 +365,11 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> None:
     for fmt in job.export:
         if fmt in written:
             continue
-        result = export(job.output, fmt, None, include_flagged=False, per_turn=True, overwrite=True)
+        try:
+            result = export(job.output, fmt, None, include_flagged=False, per_turn=True, overwrite=True)
+        except UserError as err:  # e.g. every row flagged: the job failed here, not its input
+            record.fail("export", str(err))
+            raise JobFailed(f"export {fmt}: {err}") from None
         written[fmt] = {
             "rows": result.rows,
             "files": [str(f) for f in result.files],
