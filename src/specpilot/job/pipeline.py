@@ -110,10 +110,11 @@ def begin(job: JobFile, record: JobRecord) -> None:
     from specpilot.job.record import input_hashes
 
     job.output.mkdir(parents=True, exist_ok=True)
-    pinned = record.data.get("inputs", {}).get("prompts", {}).get("sha256")
+    before = record.data.get("inputs", {}).get("prompts", {})
     record.data["inputs"] = input_hashes(job)
-    if pinned is not None:
-        record.data["inputs"]["prompts"]["sha256"] = pinned
+    if before.get("fingerprint") == record.data["inputs"]["prompts"]["fingerprint"]:
+        # the same file: its hash as the job first read it (prepare refused a changed one)
+        record.data["inputs"]["prompts"]["sha256"] = before.get("sha256")
     pin_prompts(record, job)
     record.data["job"] = {
         "server": str(job.server) if job.server else None,

@@ -75,12 +75,11 @@ def input_hashes(job: JobFile) -> dict[str, Any]:
 def _prompts_same(recorded: dict[str, Any], now: dict[str, Any], path: Path) -> bool:
     if recorded.get("fingerprint") == now["fingerprint"] and recorded.get("path") == now["path"]:
         return True
+    if recorded.get("sha256") is None:  # the job never read them: nothing to tell a change from
+        return False
     from specpilot.generate.inputs import resolve_input
 
-    sha = resolve_input(path).sha256()
-    if recorded.get("sha256") is None:  # first compare since the job began: hash what it began on
-        return False
-    return bool(recorded["sha256"] == sha)
+    return bool(recorded["sha256"] == resolve_input(path).sha256())
 
 
 def _write_atomic(path: Path, text: str) -> None:
