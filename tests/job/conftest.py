@@ -59,6 +59,9 @@ def make_job(make_spec: SpecFactory, run_home: Path, tmp_path: Path) -> JobFacto
 def output_ids(out: Path) -> list[str]:
     """Every row id the job wrote (clean and flagged), repeats included."""
     ids = []
-    for part in [*sorted((out / "data").glob("part-*.jsonl")), *sorted((out / "flagged").glob("part-*.jsonl"))]:
+    for part in [
+        *sorted((out / "data").glob("part-*.jsonl")),
+        *sorted((out / "flagged").glob("part-*.jsonl")),
+    ]:
         ids += [json.loads(line)["id"] for line in part.read_text().splitlines()]
     return ids
