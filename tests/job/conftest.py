@@ -26,9 +26,14 @@ def make_job(make_spec: SpecFactory, run_home: Path, tmp_path: Path) -> JobFacto
         job: dict[str, object] | None = None,
         sampling: dict[str, object] | None = None,
         extra: str = "",
+        gpu_memory_gib: float = 95.6,
     ) -> Path:
         spec = make_spec(
-            scenario, name="jobsrv", env={"SPECPILOT_FAKE_ANSWER_S": "0.01", **(env or {})}, args=args
+            scenario,
+            name="jobsrv",
+            env={"SPECPILOT_FAKE_ANSWER_S": "0.01", **(env or {})},
+            args=args,
+            gpu_memory_gib=gpu_memory_gib,
         )
         assert spec.source_path is not None
         folder = tmp_path / "jobdir"

@@ -140,3 +140,15 @@ def test_restart_from_export_writes_the_exports_again(make_job: JobFactory, run_
     assert set(data["stages"]["export"]["evidence"]["formats"]) == {"specforge", "speculators"}
     assert data["stages"]["generate"]["attempts"] == 1
     assert (job.parent / "out" / "speculators.jsonl").is_file()
+
+
+def test_a_plan_that_does_not_fit_stops_the_job_before_any_start(
+    make_job: JobFactory, run_home: Path
+) -> None:
+    job = make_job(gpu_memory_gib=0.5)
+    result = run("job", str(job))
+    assert result.exit_code == 1, result.output
+    assert "the plan does not fit" in result.output
+    data = record(job)
+    assert data["stages"]["check"]["status"] == "done" and data["stages"]["plan"]["status"] == "failed"
+    assert not (run_home.parent / "state" / "runs").exists()  # nothing was started

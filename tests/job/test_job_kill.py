@@ -108,3 +108,20 @@ def test_a_job_left_at_any_stage_finishes(make_job: JobFactory, run_home: Path, 
     assert not alive(state(run_home)["pid"])
     finished = json.loads(path.read_text())["stages"]
     assert all(finished[s]["status"] in ("done", "skipped") for s in names)
+
+
+def test_an_attempt_a_kill_ended_counts_to_its_last_heartbeat(make_job: JobFactory, run_home: Path) -> None:
+    job = make_job(rows=6)
+    assert run("job", str(job)).exit_code == 0
+    path = job.parent / "out" / "job.json"
+    data = json.loads(path.read_text())
+    generate = data["stages"]["generate"]
+    # as a kill leaves it: running, its last heartbeat an hour after it began, on 1 GPU
+    generate.update(status="running", seen_at=generate["started_at"] + 3600.0, gpus=1)
+    for later in ("export", "down"):
+        data["stages"][later]["status"] = "pending"
+    path.write_text(json.dumps(data))
+    assert run("job", str(job)).exit_code == 0
+    counted = json.loads(path.read_text())["stages"]["generate"]
+    assert counted["interrupted_s"] == 3600.0
+    assert counted["gpu_hours"] >= generate["gpu_hours"] + 1.0

@@ -1,8 +1,15 @@
 """The whole job's cost: projected at start (from the bench when there is one), GPU-hours
-used per stage at the end (each stage's wall time x the GPUs the job held meanwhile)."""
+used per stage at the end (each stage's wall time x the GPUs the job held meanwhile; an
+attempt a kill ended counts up to its last heartbeat)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from specpilot.generate.dispatch import Dispatcher
+from specpilot.generate.job import JobWatcher
 from specpilot.job.record import STAGES, JobRecord
 from specpilot.job.spec import JobFile
 from specpilot.projection import Projection, project, read_bench, wall_text
@@ -29,3 +36,24 @@ def used_lines(record: JobRecord) -> list[str]:
         lines.append(f"  {name:<9} {gpu_h:8.3f} GPU-hours  {wall_text(wall_s)}")
     lines.append(f"  {'total':<9} {total_gpu_h:8.3f} GPU-hours  {wall_text(total_s)}")
     return lines
+
+
+def heartbeat(record: JobRecord, stage: str, every_s: float) -> JobWatcher:
+    """A `JobWatcher` marking `stage` as still running every `every_s` (`JobRecord.heartbeat`)."""
+
+    @contextlib.asynccontextmanager
+    async def watch(dispatcher: Dispatcher) -> AsyncIterator[object]:
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(every_s)
+                record.heartbeat(stage)
+
+        task = asyncio.create_task(beat())
+        try:
+            yield None
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return watch

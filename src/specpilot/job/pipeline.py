@@ -25,6 +25,8 @@ Say = Callable[[str], None]
 BEST_SPEC = "best.toml"
 #: seconds between the live projection's lines while generate runs
 PROJECTION_EVERY_S = 30.0
+#: how often generate's stage notes in job.json that it still runs (what a kill's attempt counts to)
+HEARTBEAT_S = 30.0
 
 
 @dataclass
@@ -342,7 +344,14 @@ async def _generate(
         progress_interval_s=PROJECTION_EVERY_S,
     )  # fmt: skip
     record.begin("generate", _gpus_of(job))
-    outcome = await generate_in_loop(config, all_of([heal, projecting(job.output, PROJECTION_EVERY_S, say)]))
+    from specpilot.job.cost import heartbeat
+
+    watchers = [
+        heal,
+        projecting(job.output, PROJECTION_EVERY_S, say),
+        heartbeat(record, "generate", HEARTBEAT_S),
+    ]
+    outcome = await generate_in_loop(config, all_of(watchers))
     summary = outcome.summary
     evidence = {
         "rows_total": summary.total, "rows_done": summary.done, "clean": summary.clean,

@@ -115,8 +115,14 @@ class JobRecord:
         _write_atomic(self.path, json.dumps(self.data, indent=2) + "\n")
 
     def begin(self, name: str, gpus: int) -> None:
-        """The stage starts (again): when, and how many GPUs the job holds meanwhile."""
+        """The stage starts (again): when, and how many GPUs the job holds meanwhile. An attempt
+        a kill ended counts up to its last heartbeat (`seen_at`)."""
         stage = self.stage(name)
+        if stage.get("status") == "running" and "started_at" in stage:
+            lost_s = max(0.0, float(stage.get("seen_at", stage["started_at"])) - float(stage["started_at"]))
+            self._add_time(stage, lost_s)
+            stage["interrupted_s"] = round(float(stage.get("interrupted_s", 0.0)) + lost_s, 3)
+        stage.pop("seen_at", None)
         stage.update(status="running", started_at=time.time(), gpus=gpus)
         stage["attempts"] = int(stage.get("attempts", 0)) + 1
         self.save()
@@ -125,13 +131,22 @@ class JobRecord:
         """The stage ended: what it decided, and the GPU-hours of this attempt added to its own."""
         stage = self.stage(name)
         now = time.time()
-        wall_s = max(0.0, now - float(stage.get("started_at", now)))
+        self._add_time(stage, max(0.0, now - float(stage.get("started_at", now))))
+        stage.pop("seen_at", None)
+        stage.update(status=status, finished_at=now, evidence=evidence)
+        self.save()
+
+    def heartbeat(self, name: str) -> None:
+        """The stage still runs now: what an attempt a kill ends is counted up to."""
+        self.stage(name)["seen_at"] = time.time()
+        self.save()
+
+    @staticmethod
+    def _add_time(stage: dict[str, Any], wall_s: float) -> None:
         stage["wall_s"] = round(float(stage.get("wall_s", 0.0)) + wall_s, 3)
         stage["gpu_hours"] = round(
             float(stage.get("gpu_hours", 0.0)) + wall_s * int(stage.get("gpus", 0)) / 3600, 6
         )
-        stage.update(status=status, finished_at=now, evidence=evidence)
-        self.save()
 
     def fail(self, name: str, reason: str) -> None:
         stage = self.stage(name)
