@@ -1,9 +1,10 @@
 """What a job changes before restarting an engine that died of memory while serving.
 
-Each rule is data: the engine, what in the crash's error block tells this death apart, the
-flag that bounds what killed it, and where its value starts when the spec does not set it.
-A restart halves the flag's value (at least 1); a flag already at 1 leaves nothing to bound
-and the engine is restarted as it was. The first rule that matches applies.
+Each rule is data: the engine, what in the log since ready tells this death apart (every
+pattern needs the out-of-memory line itself), the flag that bounds what killed it, and where
+its value starts when the spec does not set it. A restart halves the flag's value (at least
+1); a flag already at 1 leaves nothing to bound and the engine is restarted as it was. The
+first rule that matches applies.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ BOUNDS: tuple[Bound, ...] = (
     Bound(
         "sglang",
         "the radix cache's copy-on-write of SSM states ran out of memory",
-        re.compile(rf"mamba_cow|mamba_pool\.copy_from[\s\S]*(?:{_OOM})"),
+        re.compile(rf"(?:mamba_cow|mamba_pool\.copy_from)[\s\S]*(?:{_OOM})"),
         "--prefill-max-requests",
         "--max-running-requests",
         16,
@@ -104,13 +105,12 @@ class Bounded:
         return {"what": self.rule.what, "flag": self.rule.flag, "before": self.before, "after": self.after}
 
 
-def bound_for(spec: Spec, cause: str, error: str) -> Bounded | None:
-    """The spec to restart with after a death of `cause` whose error block is `error`; None when
-    no rule applies or the flag is already at 1."""
-    if cause != "oom":
-        return None
+def bound_for(spec: Spec, serving_log: str) -> Bounded | None:
+    """The spec to restart with after a death whose log since ready is `serving_log` (the whole
+    of it: the process can be found gone before its last lines were read); None when no rule
+    matches or the flag is already at 1."""
     for rule in BOUNDS:
-        if rule.engine != spec.engine.name or not rule.pattern.search(error):
+        if rule.engine != spec.engine.name or not rule.pattern.search(serving_log):
             continue
         args = list(spec.engine.args)
         before = flag_value(args, rule.flag)

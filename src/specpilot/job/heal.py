@@ -20,13 +20,15 @@ from typing import Any
 
 from specpilot.generate.dispatch import Dispatcher
 from specpilot.generate.job import JobWatcher
+from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostError
 from specpilot.job.bounds import bound_for
 from specpilot.job.record import JobRecord
 from specpilot.job.serve import Started, clear_run, start, wait_port_closed
+from specpilot.launch.classify import LogClassifier
 from specpilot.launch.ops import host_for
 from specpilot.launch.serving import Crash, record_crash, watch_serving
-from specpilot.launch.state import read_state
+from specpilot.launch.state import RunState, read_state
 from specpilot.spec import Spec
 
 Say = Callable[[str], None]
@@ -56,6 +58,23 @@ def _task_watcher(work: Callable[[Dispatcher], Any], busy: asyncio.Lock) -> JobW
     return watch
 
 
+async def _serving_log(host: Host, state: RunState) -> str:
+    data = await host.read_bytes(state.log_path, state.ready_log_bytes or 0)
+    return data.decode(errors="replace")
+
+
+def _whole(crash: Crash, state: RunState, serving_log: str) -> Crash:
+    """The crash as the whole log since ready tells it: a process found gone before its last
+    lines were read has a verdict without its fatal line (cause "crash", not "oom")."""
+    classifier = LogClassifier(state.engine, serving=True)
+    for line in serving_log.splitlines():
+        classifier.feed(line.rstrip("\r"))
+    if not classifier.fatal_seen:
+        return crash
+    failure = classifier.failure(exited=True, exit_code=crash.exit_status)
+    return Crash(failure.cause, failure.signature, failure.error, crash.exit_status)
+
+
 class ServerHealer:
     """Restarts the job's one server when it dies; `spec` follows the bounds applied."""
 
@@ -77,17 +96,21 @@ class ServerHealer:
             host = host_for(state)
             try:
                 crash = await watch_serving(host, state)
+                # the whole log since ready: the process can be found gone before its last
+                # lines were read, and the bound is chosen from what it printed as it died
+                serving_log = await _serving_log(host, state)
             except (HostError, OSError) as err:
                 self.say(f"{name}: its host stopped answering ({err}); the job goes on with the rest")
                 self.record.note("events", {"run": name, "event": "host_unreachable", "error": str(err)})
                 return
             finally:
                 await host.close()
+            crash = _whole(crash, state, serving_log)
             async with self.busy:
-                if not await self._restart(dispatcher, state.pid, crash):
+                if not await self._restart(dispatcher, state.pid, crash, serving_log):
                     return
 
-    async def _restart(self, dispatcher: Dispatcher, pid: int, crash: Crash) -> bool:
+    async def _restart(self, dispatcher: Dispatcher, pid: int, crash: Crash, serving_log: str) -> bool:
         """Restart the dead server; False when the job is told to stop instead."""
         name = self.spec.name
         record_crash(name, crash)
@@ -103,7 +126,7 @@ class ServerHealer:
             )
             return False
         self.restarts += 1
-        bounded = bound_for(self.spec, crash.cause, crash.error)
+        bounded = bound_for(self.spec, serving_log)
         change = None
         if bounded is not None:
             self.spec, change = bounded.spec, bounded.to_json()
