@@ -270,6 +270,7 @@ async def _up_server(job: JobFile, record: JobRecord, say: Say) -> Spec:
     started: Started = await start(spec, say)
     if started.result.phase != "ready":
         why = (started.result.error or "").strip().splitlines()[-1:] or [""]
+        record.stage("up")["replans"] = started.replans or []
         record.fail("up", f"{started.result.cause}: {why[0]}")
         raise JobFailed(
             f"up: {spec.name} {started.result.phase} ({started.result.cause}): {why[0]} "
