@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
 from tests.job.conftest import JobFactory, output_ids
+from tests.launch.conftest import FAKES, free_port
 
 
 def run(*args: str) -> Result:
@@ -152,3 +154,36 @@ def test_a_plan_that_does_not_fit_stops_the_job_before_any_start(
     data = record(job)
     assert data["stages"]["check"]["status"] == "done" and data["stages"]["plan"]["status"] == "failed"
     assert not (run_home.parent / "state" / "runs").exists()  # nothing was started
+
+
+REPO = Path(__file__).resolve().parents[2]
+H200_LOGS = REPO / "tests" / "data" / "startup_logs" / "sglang-h200"
+
+
+def test_a_start_out_of_memory_is_planned_again_and_the_job_goes_on(run_home: Path, tmp_path: Path) -> None:
+    """A capture OOM at start (the real SGLang 0.5.17 H200 logs, replayed by the flags the engine
+    gets): the plan's next step down from what the engine printed, recorded, then the job."""
+    logs = f"0.94={H200_LOGS / 'r17-plain-rec-96.log'};0.93={H200_LOGS / 'r17-plain-rec2-96.log'}"
+    spec = tmp_path / "replay.toml"
+    spec.write_text(
+        f'name = "jobreplay"\n[model]\npath = "{REPO / "gpu" / "models" / "qwen3.6-27b"}"\n'
+        '[gpu]\nmemory_gib = 95.6\n[engine]\nname = "sglang"\nversion = "0.5.17"\n'
+        f"command = {json.dumps([sys.executable, str(FAKES / 'replay_engine.py')])}\n"
+        'args = ["--context-length", "32768", "--mem-fraction-static", "0.94", "--max-mamba-cache-size", "200", '
+        '"--max-running-requests", "40"]\n'
+        f'env = {{ SPECPILOT_REPLAY_LOGS = "{logs}", SPECPILOT_FAKE_ANSWER_S = "0.01" }}\n'
+        f'[server]\nport = {free_port()}\nready_timeout_s = 60\n[host]\ntarget = "local"\n'
+    )
+    (tmp_path / "prompts.jsonl").write_text(
+        "".join(json.dumps({"id": f"q{i}", "prompt": f"q {i}"}) + "\n" for i in range(5))
+    )
+    job = tmp_path / "job.toml"
+    job.write_text('[job]\nserver = "replay.toml"\nprompts = "prompts.jsonl"\noutput = "out"\n')
+    result = run("job", str(job))
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "out" / "job.json").read_text())
+    [change] = data["stages"]["up"]["evidence"]["replans"]
+    assert "--mem-fraction-static 0.94 -> 0.93" in change["changes"]
+    assert data["server_args"][data["server_args"].index("--mem-fraction-static") + 1] == "0.93"
+    assert "re-plan 1:" in result.output
+    assert sorted(output_ids(tmp_path / "out")) == [f"q{i}" for i in range(5)]
