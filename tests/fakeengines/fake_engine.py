@@ -19,7 +19,8 @@ engine would (exit code, SIGKILL of its own group, serving, or hanging).
          SPECPILOT_FAKE_DIE_AFTER=<n> (optional: after the n-th answer, print the scenario's
                                       after_ready lines and SIGKILL our group, as SGLang's
                                       kill_process_tree does; with SPECPILOT_FAKE_DIE_ONCE=<file>
-                                      only while that file is absent (it is written then); with
+                                      only while that file is absent (it is written then; a
+                                      "{port}" in its name is our port: once per server); with
                                       SPECPILOT_FAKE_DIE_UNLESS=<flag> not when argv has that flag)
 """
 
@@ -117,6 +118,7 @@ def _serve(host: str, port: int, served: str) -> http.server.ThreadingHTTPServer
 
 _ANSWERS = [0]
 _ANSWERS_LOCK = threading.Lock()
+_PORT = [0]
 
 
 def _should_die() -> bool:
@@ -126,9 +128,10 @@ def _should_die() -> bool:
     if unless and unless in sys.argv:
         return False
     if once:
-        if Path(once).exists():
+        marker = Path(once.replace("{port}", str(_PORT[0])))
+        if marker.exists():
             return False
-        Path(once).write_text(str(os.getpid()))
+        marker.write_text(str(os.getpid()))
     return True
 
 
@@ -242,7 +245,9 @@ def run(scenario: Scenario, args: argparse.Namespace) -> None:
 
 def main() -> None:
     scenario = SCENARIOS[os.environ["SPECPILOT_FAKE_SCENARIO"]]
-    run(scenario, _parse_args(sys.argv[1:]))
+    args = _parse_args(sys.argv[1:])
+    _PORT[0] = args.port
+    run(scenario, args)
 
 
 if __name__ == "__main__":
