@@ -58,7 +58,8 @@ def alive(pid: int) -> bool:
 
 
 def test_kill_during_generate_reuses_the_recorded_server(make_job: JobFactory, run_home: Path) -> None:
-    job = make_job(rows=80, env={"SPECPILOT_FAKE_ANSWER_S": "0.05"}, job={"concurrency": 2})
+    # 200 rows at 2 x 20 per second: seconds between the 10th row and the last, for the kill
+    job = make_job(rows=200, env={"SPECPILOT_FAKE_ANSWER_S": "0.05"}, job={"concurrency": 2})
     out = job.parent / "out"
     process = start_job(job)
     wait_for("generate", lambda: len(output_ids(out)) >= 10)
@@ -71,7 +72,7 @@ def test_kill_during_generate_reuses_the_recorded_server(make_job: JobFactory, r
     assert "reusing it" in again.output
     data = json.loads((out / "job.json").read_text())
     assert data["stages"]["up"]["evidence"]["pid"] == engine and data["stages"]["up"]["attempts"] == 1
-    assert sorted(output_ids(out)) == sorted(f"q{i}" for i in range(80))
+    assert sorted(output_ids(out)) == sorted(f"q{i}" for i in range(200))
     assert not alive(engine)  # down at the end
 
 
