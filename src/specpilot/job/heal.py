@@ -24,7 +24,7 @@ from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostError
 from specpilot.job.bounds import bound_for
 from specpilot.job.record import JobRecord
-from specpilot.job.serve import Started, clear_run, start, wait_port_closed
+from specpilot.job.serve import clear_run, start, wait_port_closed
 from specpilot.launch.classify import LogClassifier
 from specpilot.launch.ops import host_for
 from specpilot.launch.serving import Crash, record_crash, watch_serving
@@ -78,8 +78,8 @@ def _whole(crash: Crash, state: RunState, serving_log: str) -> Crash:
 class ServerHealer:
     """Restarts the job's one server when it dies; `spec` follows the bounds applied."""
 
-    def __init__(self, started: Started, record: JobRecord, max_restarts: int, say: Say) -> None:
-        self.spec: Spec = started.spec
+    def __init__(self, spec: Spec, record: JobRecord, max_restarts: int, say: Say) -> None:
+        self.spec = spec
         self.record = record
         self.max_restarts = max_restarts
         self.say = say

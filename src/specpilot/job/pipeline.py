@@ -327,13 +327,7 @@ async def _generate(
         state = read_state(served)
         # no run name: a death is the healer's to mend, not a reason for generate to stop
         endpoints = [Endpoint(normalize_url(state.endpoint), state.served_model_name or None)]
-        from specpilot.job.serve import Started
-        from specpilot.launch.outcome import UpResult
-
-        healer = ServerHealer(
-            Started(spec, UpResult(served, "ready", "ready")), record, job.max_restarts, say
-        )
-        heal = healer.watcher()
+        heal = ServerHealer(spec, record, job.max_restarts, say).watcher()
     else:
         endpoints = endpoints_of_fleet(served)
         heal = fleet_healer(served, record, job.max_restarts, say)
