@@ -131,7 +131,7 @@ class StreamingChatClient(ChatClient):
                     raw = await response.read()
                     text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
                     self.log.failed += 1
-                    raise RequestFailed(
+                    raise self.failed(
                         classify_status(response.status, raw), f"HTTP {response.status}: {text}"
                     )
                 async for line in response.content:
@@ -144,18 +144,21 @@ class StreamingChatClient(ChatClient):
                     try:
                         event = json.loads(payload)
                     except (ValueError, RecursionError):
-                        raise RequestFailed(
+                        raise self.failed(
                             FailureKind.RETRYABLE,
                             "malformed stream event: "
                             + payload[:ERROR_BODY_CHARS].decode("utf-8", "replace"),
                         ) from None
-                    stream.feed(event, time.monotonic())
+                    try:
+                        stream.feed(event, time.monotonic())
+                    except RequestFailed as err:  # it quotes the event
+                        raise self.failed(err.kind, str(err)) from None
         except (TimeoutError, aiohttp.ServerTimeoutError):
             self.log.failed += 1
             raise RequestFailed(FailureKind.TIMEOUT, "request timed out") from None
         except aiohttp.ClientError as err:
             self.log.failed += 1
-            raise RequestFailed(
+            raise self.failed(
                 FailureKind.CONNECTION, f"connection failed: {type(err).__name__}: {err}"
             ) from None
         end_s = time.monotonic()

@@ -11,6 +11,7 @@ any other 4xx (context too long, bad request) cannot succeed and fails the row a
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from specpilot.errors import UserError
 from specpilot.generate.text import may_hold_surrogates, where_unencodable
 from specpilot.generate.thinking import markers_for, split_inline
 from specpilot.generate.types import Message
+from specpilot.secrets import field_secrets, mask_log_text, url_passwords
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
 API_KEY_ENV = "SPECPILOT_API_KEY"
@@ -185,6 +187,16 @@ class ChatClient:
         api_key = os.environ.get(API_KEY_ENV)
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        #: what a server may quote back in an error (the key, --extra-body's api_key, a URL's
+        #: password): masked in every failure message, which the ledger, errors.jsonl, the page
+        #: and the job's output show
+        self._secrets = [*([api_key] if api_key else []), *field_secrets(sampling.extra)]
+
+    def failed(
+        self, kind: FailureKind, message: str, retry_after_s: float | None = None, status: int | None = None
+    ) -> RequestFailed:
+        """A `RequestFailed` whose message (a server's words) holds no credential."""
+        return RequestFailed(kind, mask_log_text(message, self._secrets), retry_after_s, status)
 
     def body(self, messages: Sequence[Message], tools: Sequence[Any] | None = None) -> bytes:
         encoded = json.dumps(messages, ensure_ascii=False, separators=(",", ":"))
@@ -197,6 +209,9 @@ class ChatClient:
         target = self._urls.get(base_url)
         if target is None:
             url = yarl.URL(f"{base_url}/v1/chat/completions")
+            if url.password:  # sent as Basic auth: a server may quote either form back
+                basic = base64.b64encode(f"{url.user or ''}:{url.password}".encode()).decode()
+                self._secrets += [*url_passwords(base_url), basic]
             # a URL's user:password is its Authorization (aiohttp refuses both at once)
             target = self._urls[base_url] = (url, self._plain_headers if url.user else self._headers)
         return target
@@ -214,18 +229,21 @@ class ChatClient:
         except (TimeoutError, aiohttp.ServerTimeoutError):
             raise RequestFailed(FailureKind.TIMEOUT, "request timed out") from None
         except aiohttp.ClientError as err:
-            raise RequestFailed(
+            raise self.failed(
                 FailureKind.CONNECTION, f"connection failed: {type(err).__name__}: {err}"
             ) from None
         if status != 200:
             text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
-            raise RequestFailed(
+            raise self.failed(
                 classify_status(status, raw[:ERROR_BODY_CHARS]),
                 f"HTTP {status}: {text}",
                 _seconds(retry_after),
                 status,
             )
-        answer = parse_answer(raw)
+        try:
+            answer = parse_answer(raw)
+        except RequestFailed as err:  # it quotes the body
+            raise self.failed(err.kind, str(err)) from None
         if self._markers is None or (answer.reasoning or "").strip():
             return answer
         split = split_inline(answer.content, answer.finish_reason, self._markers, thinking=self._thinking)

@@ -37,7 +37,7 @@ from specpilot.generate.report import JobSummary, ServerRun, summarize
 from specpilot.generate.truncated import check_budget, requeue_truncated
 from specpilot.generate.types import RejectedRow
 from specpilot.generate.writer import SPLITS, PartWriter, damaged_parts, reconcile_parts, split_parts
-from specpilot.secrets import url_without_credentials
+from specpilot.secrets import mask_fields, url_without_credentials
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
 JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
@@ -221,7 +221,8 @@ class Job:
             "temperature": c.temperature,
             "top_p": c.top_p,
             "top_k": c.top_k,
-            "request_fields": dict(sorted(c.request_fields.items())),
+            # stored and shown (ledger, manifest.json): an --extra-body api_key is masked
+            "request_fields": mask_fields(dict(sorted(c.request_fields.items()))),
         }
         return {
             key: json.dumps(value) if not isinstance(value, str) else value for key, value in values.items()
