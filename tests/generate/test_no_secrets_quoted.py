@@ -4,10 +4,8 @@ errors.jsonl, manifest.json, the job's output or `report`."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.secrets import MASK, mask_fields, mask_log_text
-from tests.generate.conftest import write_jsonl
+from tests.generate.conftest import scripted_server, write_jsonl
 
 API_KEY = "sk-PLANTED-quoted-5d1e"
 BODY_KEY = "bk-PLANTED-extra-8c3f"
@@ -45,18 +43,8 @@ async def _chat(request: web.Request) -> web.Response:
 
 @pytest.fixture
 def quoting_server() -> Iterator[int]:
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", _chat)
-    runner = web.AppRunner(app)
-    asyncio.run_coroutine_threadsafe(runner.setup(), loop).result()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    asyncio.run_coroutine_threadsafe(site.start(), loop).result()
-    port: int = runner.addresses[0][1]
-    yield port
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result()
-    loop.call_soon_threadsafe(loop.stop)
+    with scripted_server(_chat) as port:
+        yield port
 
 
 @pytest.mark.parametrize("with_password", [False, True])

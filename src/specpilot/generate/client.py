@@ -31,6 +31,9 @@ from specpilot.secrets import field_secrets, mask_log_text, url_passwords
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
 API_KEY_ENV = "SPECPILOT_API_KEY"
 ERROR_BODY_CHARS = 300
+#: the largest token count an answer may report: more than any context holds (2**31 - 1), and a
+#: count past SQLite's 64-bit integers once crashed the ledger; a larger one is a malformed answer
+MAX_TOKEN_COUNT = 2**31 - 1
 # Where engines put a per-request acceptance figure: (path, kind). "length" is the mean
 # accepted length itself; "verify_ct" is SGLang's count of verify passes, from which
 # length = completion_tokens / verify passes.
@@ -90,6 +93,8 @@ class Answer:
     tool_calls: list[Any] | None = None
     #: specpilot moved inline thinking out of `content` (see thinking.py)
     reasoning_split: bool = False
+    #: the answer carried no `usage`: its token counts are 0, not measured
+    usage_missing: bool = False
 
 
 @dataclass(frozen=True)
@@ -281,7 +286,8 @@ def parse_answer(raw: bytes) -> Answer:
         reasoning = _optional(message, "reasoning_content", str)
         if reasoning is None:
             reasoning = _optional(message, "reasoning", str)
-        usage = _optional(data, "usage", dict) or {}
+        usage_given = _optional(data, "usage", dict)
+        usage = usage_given or {}
         completion_tokens = _optional(usage, "completion_tokens", int) or 0
         prompt_tokens = _optional(usage, "prompt_tokens", int) or 0
         finish_reason = _optional(choice, "finish_reason", str)
@@ -307,6 +313,7 @@ def parse_answer(raw: bytes) -> Answer:
         spec_accept_length=_spec_accept_length(data, completion_tokens),
         reasoning_tokens=reasoning_tokens,
         tool_calls=tool_calls or None,
+        usage_missing=usage_given is None,
     )
 
 
@@ -325,6 +332,8 @@ def _optional(node: dict[str, Any], key: str, kind: type) -> Any:
     value = _field(node, key, kind)
     if kind is int and value < 0:
         raise _Malformed(f"{key} is negative")
+    if kind is int and value > MAX_TOKEN_COUNT:
+        raise _Malformed(f"{key} is {value}, more tokens than any answer holds")
     return value
 
 
@@ -333,7 +342,7 @@ def _spec_accept_length(data: dict[str, Any], completion_tokens: int) -> float |
         node: Any = data
         for key in path:
             node = node.get(key) if isinstance(node, dict) else None
-        if not isinstance(node, int | float) or node <= 0:
+        if not isinstance(node, int | float) or not 0 < node < MAX_TOKEN_COUNT:  # NaN, Infinity too
             continue
         if kind == "length":
             return float(node)
