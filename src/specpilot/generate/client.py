@@ -144,6 +144,21 @@ def extra_body(text: str) -> dict[str, Any]:
             field="--extra-body",
             fix="""give a JSON object of request fields, e.g. '{"repetition_penalty": 1.05}'""",
         )
+    kwargs = value.get("chat_template_kwargs", {})
+    if not isinstance(kwargs, dict):
+        raise UserError(
+            f"sets chat_template_kwargs to {type(kwargs).__name__} JSON, not an object",
+            field="--extra-body",
+            fix="""give an object of template arguments, e.g. '{"chat_template_kwargs": {"x": 1}}'""",
+        )
+    if "enable_thinking" in kwargs:
+        # --thinking decides it (and every row records it): a second say would be dropped or lied about
+        raise UserError(
+            f"sets chat_template_kwargs.enable_thinking to {json.dumps(kwargs['enable_thinking'])}, "
+            "which --thinking/--no-thinking sets",
+            field="--extra-body",
+            fix="drop it from --extra-body and pass --no-thinking (or --thinking, the default)",
+        )
     owned = sorted(set(value) & set(OWNED_FIELDS))
     if owned:
         raise UserError(

@@ -34,7 +34,12 @@ from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, 
 from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import JobSummary, ServerRun, summarize
-from specpilot.generate.truncated import check_budget, requeue_truncated
+from specpilot.generate.truncated import (
+    MISSING_REASONING_BIT,
+    check_budget,
+    requeue_flagged,
+    requeue_truncated,
+)
 from specpilot.generate.types import RejectedRow
 from specpilot.generate.writer import SPLITS, PartWriter, damaged_parts, reconcile_parts, split_parts
 from specpilot.secrets import mask_fields, url_without_credentials
@@ -163,8 +168,7 @@ class Job:
                     fix="drop it for a new job (pass it when resuming one with truncated rows)",
                 )
             self._initialize(params)
-        else:
-            self._check_same_job(meta, params)
+        thinking_off = resumed and self._check_same_job(meta, params)
         for split in SPLITS:
             directory = self.config.output_dir / split.directory
             directory.mkdir(parents=True, exist_ok=True)
@@ -185,6 +189,13 @@ class Job:
             self.ledger.set_meta({"max_tokens": params["max_tokens"]})  # after: a kill before retries again
             self.config.notify(
                 f"{retried} truncated rows queued again at --max-tokens {self.config.max_tokens}"
+            )
+        if thinking_off:
+            again = requeue_flagged(self.config.output_dir, self.ledger, MISSING_REASONING_BIT)
+            self.ledger.set_meta({"thinking": params["thinking"]})  # after: a kill before requeues again
+            self.config.notify(
+                f"thinking is now off (--no-thinking): the {again} rows that came back without reasoning "
+                "are queued to be generated again"
             )
         in_flight = self.ledger.counts()[RowState.IN_FLIGHT]
         if in_flight:  # what the last run's stop cost: these are generated again
@@ -285,9 +296,16 @@ class Job:
             "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
         )
 
-    def _check_same_job(self, meta: dict[str, str], params: dict[str, str]) -> None:
+    def _check_same_job(self, meta: dict[str, str], params: dict[str, str]) -> bool:
+        """Refuse other parameters than the job's; True when thinking is turned off as the
+        no-reasoning guard advises (every done row came back without reasoning: sent again)."""
         # a ledger from before a parameter existed ran with its default
         changed = [k for k in PARAM_KEYS if meta.get(k, DEFAULT_PARAMS.get(k)) != params[k]]
+        thinking_off = (
+            "thinking" in changed and params["thinking"] == "false" and self._only_rows_without_reasoning()
+        )
+        if thinking_off:
+            changed.remove("thinking")
         if self.config.retry_truncated:
             check_budget(json.loads(meta.get("max_tokens", "null")), self.config.max_tokens)
             changed = [k for k in changed if k != "max_tokens"]
@@ -299,7 +317,7 @@ class Job:
                 fix="repeat the original parameters to resume, or choose a new --output directory",
             )
         if meta.get("input_fingerprint") == self.source.fingerprint():
-            return
+            return thinking_off
         if meta.get("input_sha256") != self.source.sha256():
             raise UserError(
                 f"{self.source.path} changed since this job started",
@@ -307,6 +325,16 @@ class Job:
                 fix="pass the original input to resume, or choose a new --output directory for the new input",
             )
         self.ledger.set_meta({"input_fingerprint": self.source.fingerprint()})
+        return thinking_off
+
+    def _only_rows_without_reasoning(self) -> bool:
+        """Whether the job has done rows and each came back without reasoning (the guard's stop)."""
+        query = (
+            f"SELECT COUNT(*), SUM((flags & {MISSING_REASONING_BIT}) != 0) FROM rows "
+            f"WHERE state = {RowState.DONE}"
+        )
+        ((done, without),) = self.ledger.query(query, ())
+        return bool(done) and done == without
 
     def dispatcher(self, session: aiohttp.ClientSession, sampling: Sampling) -> Dispatcher:
         """The dispatcher of this run's pending rows (after `prepare`)."""
