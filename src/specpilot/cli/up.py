@@ -385,7 +385,9 @@ def logs(name: str, follow: bool, timeout_s: float) -> None:
 
 @click.command("down")
 @click.argument("name")
-@click.option("--timeout-s", default=30.0, show_default=True, help="SIGKILL the group after this long.")
+@click.option(
+    "--timeout-s", type=TIMEOUT_S, default=30.0, show_default=True, help="SIGKILL the group after this long."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @click.pass_context
 def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None:
