@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from specpilot import __version__
+from specpilot import __version__, jsontext
 from specpilot.errors import UserError
 from specpilot.generate.client import Sampling, open_session
 from specpilot.generate.dispatch import ClientFactory, Companion, Dispatcher, DispatchPolicy, RetryPolicy
@@ -412,7 +412,7 @@ class Job:
             ],
             "updated_at": time.time(),
         }
-        _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+        _write_atomic(out / "manifest.json", jsontext.dumps(manifest, indent=2) + "\n")
         return summary
 
 
