@@ -34,7 +34,14 @@ def test_non_finite_numbers_become_null_with_a_reason() -> None:
 def test_plan_json_of_a_recorded_start_is_strict(tmp_path: Path) -> None:
     run = "r17-mtp-rec2-96"
     samples = _real_start(tmp_path, run)
-    argv = ["plan", str(H200 / f"{run}.toml"), "--from-log", str(H200 / f"{run}.log"), "--samples", str(samples)]
+    argv = [
+        "plan",
+        str(H200 / f"{run}.toml"),
+        "--from-log",
+        str(H200 / f"{run}.log"),
+        "--samples",
+        str(samples),
+    ]
     result = CliRunner().invoke(cli, [*argv, "--json"])
     assert result.exit_code == 0, result.output
     data = strict_loads(result.stdout)
