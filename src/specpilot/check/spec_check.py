@@ -38,8 +38,8 @@ def spec_model(spec: Spec) -> tuple[ModelFacts, list[Finding]]:
         note = Finding(
             "model-config-missing",
             "warning",
-            f"no readable config.json at [model] path ({err}); model-class rules (hybrid/mamba) "
-            "and the context-length check were skipped",
+            f"no readable config.json at [model] path ({err}); the rules that ask the model "
+            "(its class, hybrid layers, MTP layers, context length) were not run",
         )
         return ModelFacts(), [note]
 
@@ -58,6 +58,7 @@ def check_spec(spec: Spec) -> CheckResult:
         model.config,
     )
     result.findings[:0] = notes
+    result.model_read = model.config is not None
     return result
 
 
@@ -82,4 +83,5 @@ def fix_spec(spec: Spec) -> FixedLaunch:
         run, spec.engine.name, parse_version(spec.engine.version), spec.engine.args, spec.engine.env
     )
     fixed.result.findings[:0] = notes
+    fixed.result.model_read = model.config is not None
     return fixed
