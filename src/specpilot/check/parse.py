@@ -8,6 +8,7 @@ instead of guessing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.argv import FlagUse, read_argv, with_dotted_key
@@ -64,7 +65,9 @@ def _history_finding(release: EngineRelease, spelling: str, values: tuple[str, .
 def _unknown_finding(release: EngineRelease, spelling: str, values: tuple[str, ...]) -> Finding:
     """An option no release defines: the release's nearest flags when the name is within reach
     of one (a typo is renamed, never dropped), else drop it."""
-    message = f"unrecognized arguments: {spelling} ({release.name} {release.version} does not define this flag)"
+    message = (
+        f"unrecognized arguments: {spelling} ({release.name} {release.version} does not define this flag)"
+    )
     near = nearest_flags(release.table, spelling)
     if not near:
         return Finding("flag-unknown", "error", message, Fix(remove_args=(spelling,)))
@@ -115,9 +118,11 @@ def nearest_flags(table: ReleaseTable, typed: str) -> list[FlagInfo]:
     if table.flexible_parser:  # vLLM reads --max_num_seqs as --max-num-seqs
         wanted = "--" + wanted.lstrip("-").replace("_", "-")
     reach = typo_reach(wanted)
+    letters = frozenset(wanted)
     best: dict[int, list[FlagInfo]] = {}
-    for spelling, flag in table.by_spelling.items():
-        if not spelling.startswith("--") or abs(len(spelling) - len(wanted)) > reach:
+    for spelling, spelling_letters, flag in _long_spellings(table):
+        # one edit changes at most two letters present in one name and not in the other
+        if abs(len(spelling) - len(wanted)) > reach or len(letters ^ spelling_letters) > 2 * reach:
             continue
         distance = edit_distance(wanted, spelling, reach)
         if distance <= reach and flag not in best.get(distance, []):
@@ -127,20 +132,36 @@ def nearest_flags(table: ReleaseTable, typed: str) -> list[FlagInfo]:
     return sorted(best[min(best)], key=lambda f: f.name)
 
 
+@cache
+def _long_spellings(table: ReleaseTable) -> tuple[tuple[str, frozenset[str], FlagInfo], ...]:
+    return tuple((s, frozenset(s), f) for s, f in table.by_spelling.items() if s.startswith("--"))
+
+
 def edit_distance(a: str, b: str, limit: int) -> int:
-    """Optimal string alignment distance between a and b, or limit + 1 once it exceeds limit."""
-    previous: list[int] = []
-    row = list(range(len(b) + 1))
+    """Optimal string alignment distance between a and b (insert, delete, replace, swap two
+    neighbours), or limit + 1 once it exceeds limit. Only cells within `limit` of the diagonal
+    can stay within it, so only those are computed, after the common ends are cut off."""
+    while a and b and a[0] == b[0]:
+        a, b = a[1:], b[1:]
+    while a and b and a[-1] == b[-1]:
+        a, b = a[:-1], b[:-1]
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    over = limit + 1
+    before: list[int] = []
+    previous = [j if j <= limit else over for j in range(len(b) + 1)]
     for i in range(1, len(a) + 1):
-        before, previous, row = previous, row, [i] + [0] * len(b)
-        for j in range(1, len(b) + 1):
+        row = [i if i <= limit else over] + [over] * len(b)
+        for j in range(max(1, i - limit), min(len(b), i + limit) + 1):
             cost = 0 if a[i - 1] == b[j - 1] else 1
-            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + cost)
+            value = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + cost)
             if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
-                row[j] = min(row[j], before[j - 2] + 1)
+                value = min(value, before[j - 2] + 1)
+            row[j] = min(value, over)
         if min(row) > limit:
-            return limit + 1
-    return row[-1]
+            return over
+        before, previous = previous, row
+    return previous[-1]
 
 
 def _refusal(table: ReleaseTable, spelling: str) -> str:
