@@ -27,7 +27,9 @@ def test_a_local_spec_without_its_model_folder_says_so_before_the_hub(tmp_path: 
     with pytest.raises(UserError) as err:
         spec_model_files(load_spec(_copied(tmp_path, "local")))
     message = str(err.value)
-    assert message.startswith(f"[model] path: no model folder {tmp_path / 'models' / 'qwen3.6-27b'} on this machine")
+    assert message.startswith(
+        f"[model] path: no model folder {tmp_path / 'models' / 'qwen3.6-27b'} on this machine"
+    )
     assert message.index("no model folder") < message.index("Hugging Face cache")
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from specpilot.cli import cli
 from specpilot.check import check_spec
+from specpilot.cli import cli
 from specpilot.plan import make_plan
 from specpilot.plan.serving import add_serving_args, serving_args
 from specpilot.spec import load_spec

@@ -12,7 +12,7 @@ from rich.console import Console
 from specpilot.check.fix import render_command
 from specpilot.check.spec_check import check_spec, fix_spec
 from specpilot.check.types import CheckResult
-from specpilot.cli.inputs import PASSTHROUGH, resolve_spec
+from specpilot.cli.inputs import PASSTHROUGH, SpecCommand, resolve_spec
 from specpilot.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, UserError
 from specpilot.launch.command import engine_program
 from specpilot.secrets import mask_argv, mask_env, redact, redact_tree, secret_values
@@ -80,7 +80,7 @@ def write_new_spec(path: Path, text: str, *, field: str = "--write") -> None:
         ) from None
 
 
-@click.command("check", context_settings=PASSTHROUGH)
+@click.command("check", cls=SpecCommand, context_settings=PASSTHROUGH)
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SPEC | -- COMMAND...")
 @click.option("--engine-version", help="Engine release for a pasted command (default: newest supported).")
 @click.option(
@@ -123,7 +123,8 @@ def check(
     Examples:
       specpilot check examples/qwen36-27b-mtp-nobuffer-sglang.toml
       specpilot check --engine-version 0.5.13 --fix -- \\
-          SGLANG_ENABLE_SPEC_V2=1 python -m sglang.launch_server --model-path M \\
+          SGLANG_ENABLE_SPEC_V2=1 python -m sglang.launch_server \\
+          --model-path examples/models/qwen3.6-27b \\
           --speculative-algorithm NEXTN --mamba-scheduler-strategy no_buffer
       specpilot check --fix --write fixed.toml examples/qwen36-27b-mtp-nobuffer-sglang.toml
 

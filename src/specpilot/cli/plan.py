@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 
 from specpilot.check import check_spec
-from specpilot.cli.inputs import PASSTHROUGH, resolve_spec, spec_options
+from specpilot.cli.inputs import PASSTHROUGH, SpecCommand, resolve_spec, spec_options
 from specpilot.engines.registry import ENGINES, engine_by_name
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.plan import make_plan
@@ -115,7 +115,7 @@ def _print_projections(job_dir: Path, projected: dict[str, Projection] | None) -
         click.echo(f"projected, {name}: {projection.line()}")
 
 
-@click.command(context_settings=PASSTHROUGH)
+@click.command(cls=SpecCommand, context_settings=PASSTHROUGH)
 @spec_options
 @click.option("--from-log", "from_log", type=click.Path(dir_okay=False), help="Calibrate from an engine log.")
 @click.option(
@@ -177,7 +177,7 @@ def plan(
       specpilot plan spec.toml --job out/ --gpus 8     (after `specpilot bench ... --job out/`)
       specpilot plan examples/qwen36-27b-mtp-sglang.toml --write fits.toml
       specpilot plan --gpu-memory-gib 95.6 -- python -m sglang.launch_server \\
-          --model-path models/qwen3.6-27b --speculative-algorithm NEXTN
+          --model-path examples/models/qwen3.6-27b --speculative-algorithm NEXTN
     Exit: 0 fits, 1 does not fit, 2 bad input.
     """
     spec = resolve_spec(
@@ -263,5 +263,6 @@ def _write_recommended(
         return f"wrote {path}: still does not fit: see specpilot plan {path}"
     verdict = f"{again.kv_tokens:,} KV tokens, {again.max_running_requests} running requests"
     if missing := serving_args(written, again):
-        return f"wrote {path}: starts ({verdict}), but needs {' '.join(missing)} to serve: see specpilot plan {path}"
+        needs = " ".join(missing)
+        return f"wrote {path}: starts ({verdict}), but needs {needs} to serve: see specpilot plan {path}"
     return f"wrote {path}: plans as fitting and safe to serve ({verdict})"
