@@ -45,8 +45,9 @@ def refuse_rejected_flags(spec: Spec) -> None:
 
 def _draw(
     spec: Spec, measured: dict[str, float], result: Plan, svg_path: Path | None, html_path: Path | None
-) -> None:
-    """The card as a picture; a speculative spec is drawn next to the same spec without it."""
+) -> list[str]:
+    """The card as a picture; a speculative spec is drawn next to the same spec without it.
+    One line per file written, saying what it holds."""
     from specpilot.plan.compare import without_speculation
     from specpilot.plan.picture import card_of, render_html, render_svg
 
@@ -55,7 +56,17 @@ def _draw(
     if plain is not None:
         plans = [(result, "with speculative decoding"), (make_plan(plain, measured), "without it")]
     cards = [card_of(p, f"{spec.name}: {title}") for p, title in plans]
-    for path, text in ((svg_path, render_svg(cards)), (html_path, render_html(cards, [p for p, _ in plans]))):
+    drawn = "the card with and without speculative decoding" if plain is not None else "the card"
+    written = []
+    outputs = (
+        (svg_path, render_svg(cards), f"{drawn}, to scale (SVG)"),
+        (
+            html_path,
+            render_html(cards, [p for p, _ in plans]),
+            f"{drawn}, to scale, with the memory tables (HTML page)",
+        ),
+    )
+    for path, text, holds in outputs:
         if path is None:
             continue
         try:
@@ -64,6 +75,8 @@ def _draw(
             raise UserError(
                 f"cannot write {path}: {err.strerror}", field="--svg/--html", fix="choose a writable path"
             ) from None
+        written.append(f"wrote {path}: {holds}")
+    return written
 
 
 def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> StartupPeak | None:
@@ -197,8 +210,7 @@ def plan(
     peak = _startup_peak(spec, from_log, samples)
     result = make_plan(spec, measured)
     add_serving_args(spec, result, measured)
-    if svg_path or html_path:
-        _draw(spec, measured, result, svg_path, html_path)
+    drawn = _draw(spec, measured, result, svg_path, html_path) if svg_path or html_path else []
     projected = job_projections(spec, job_dir, gpus) if job_dir is not None else None
     if as_json:
         data = result.to_json()
@@ -213,6 +225,8 @@ def plan(
             render_startup_peak(peak, result, Console())
         if job_dir is not None:
             _print_projections(job_dir, projected)
+    for line in drawn:
+        click.echo(line, err=as_json)
     if write_path is not None:
         written = _write_recommended(spec, measured, result, write_path, check_fixed=check_fixes is not None)
         click.echo(written, err=as_json)
