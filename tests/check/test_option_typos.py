@@ -47,3 +47,11 @@ def test_a_mistyped_spec_file_is_named_with_the_nearest_spec(tmp_path: Path) -> 
     out = CliRunner().invoke(cli, ["plan", str(tmp_path / "spec.tom")])
     assert out.exit_code == 2
     assert f"{tmp_path / 'spec.tom'}: no such spec file (did you mean {tmp_path / 'spec.toml'}?" in out.output
+
+
+def test_a_command_pasted_as_one_string_is_still_a_command() -> None:
+    out = CliRunner().invoke(
+        cli, ["plan", "--gpu-memory-gib", "95.6", "python -m sglang.launch_server --model-path M --tp 1"]
+    )
+    assert "no such spec file" not in out.output
+    assert "[model] path" in out.output  # it got as far as reading the model

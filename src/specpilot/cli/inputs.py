@@ -57,12 +57,7 @@ def resolve_spec(
     tokens = list(spec_or_command)
     if not tokens:
         raise UserError("nothing to read", field="SPEC", fix="give a spec file, or `-- <launch command>`")
-    if (
-        len(tokens) == 1
-        and not tokens[0].endswith(".toml")
-        and Path(tokens[0]).suffix
-        and not Path(tokens[0]).exists()
-    ):
+    if len(tokens) == 1 and _missing_file_name(tokens[0]):
         raise UserError(
             "no such spec file",
             field=tokens[0],
@@ -78,6 +73,14 @@ def resolve_spec(
     return spec_from_command(
         tokens, gpu_memory_gib=gpu_memory_gib, gpu_count=gpu_count, engine_version=engine_version
     )
+
+
+def _missing_file_name(token: str) -> bool:
+    """`spec.tom`: one word with a suffix that names no file (a whole command pasted as one
+    string has spaces; a missing .toml is load_spec's to refuse)."""
+    path = Path(token)
+    one_word = len(token.split()) == 1
+    return one_word and not token.endswith(".toml") and bool(path.suffix) and not path.exists()
 
 
 def _nearest_spec_file(path: Path) -> str:
