@@ -102,3 +102,10 @@ def test_plan_write_applies_checks_fixes_too(tmp_path: Path) -> None:
 def test_plan_without_write_still_refuses_rejected_flags() -> None:
     done = CliRunner().invoke(cli, ["plan", str(EXAMPLES / "qwen36-27b-mtp-nobuffer-sglang.toml")])
     assert done.exit_code == 2 and "would refuse these flags" in done.output
+
+
+def test_an_engine_without_a_serving_bound_keeps_its_recommendation() -> None:
+    spec = load_spec(EXAMPLES / "qwen3-8b-vllm.toml")
+    plan = make_plan(spec)
+    before = list(plan.recommended_args)
+    assert add_serving_args(spec, plan) == [] and plan.recommended_args == before

@@ -44,8 +44,9 @@ class Planner:
     details: type[EngineDetails]
     read_log: LogReader
     refuse_other_footprint: FootprintCheck
-    #: memory serving takes beyond the start, as flags that bound it (plan/serving.py)
-    serving: ServingBound = lambda spec, shape, args, plan: []
+    #: memory serving takes beyond the start, as flags that bound it (plan/serving.py); None:
+    #: nothing known to grow past the start
+    serving: ServingBound | None = None
 
 
 PLANNERS: tuple[Planner, ...] = (

@@ -24,8 +24,11 @@ from specpilot.spec import Spec
 
 def serving_args(spec: Spec, plan: Plan) -> list[str]:
     """The flags `spec` (planned as `plan`) lacks to serve without running out of memory."""
+    bound = planner_for(plan.engine).serving
+    if bound is None:
+        return []
     shape, args = plan_inputs(spec)
-    return planner_for(plan.engine).serving(spec, shape, args, plan)
+    return bound(spec, shape, args, plan)
 
 
 def with_fix(spec: Spec, fix: Fix) -> Spec:
@@ -38,7 +41,7 @@ def with_fix(spec: Spec, fix: Fix) -> Spec:
 def add_serving_args(spec: Spec, plan: Plan, measured: Mapping[str, float] | None = None) -> list[str]:
     """Add to `plan.recommended_args` what the recommended spec (the spec as given when the plan
     recommends nothing) needs to serve, planned again with the recommendation; the flags added."""
-    if not (plan.fits or plan.recommended_args):
+    if planner_for(plan.engine).serving is None or not (plan.fits or plan.recommended_args):
         return []
     target, target_plan = spec, plan
     if plan.recommended_args or plan.recommended_env:
