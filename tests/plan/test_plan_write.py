@@ -4,14 +4,17 @@ known to need it."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from specpilot.check import check_spec
 from specpilot.cli import cli
-from specpilot.plan import make_plan
+from specpilot.plan import make_plan, plan_inputs
 from specpilot.plan.serving import add_serving_args, serving_args
+from specpilot.plan.sglang.serving import state_copy_bound
+from specpilot.plan.types import SglangDetails
 from specpilot.spec import load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -109,3 +112,22 @@ def test_an_engine_without_a_serving_bound_keeps_its_recommendation() -> None:
     plan = make_plan(spec)
     before = list(plan.recommended_args)
     assert add_serving_args(spec, plan) == [] and plan.recommended_args == before
+
+
+def test_the_bound_follows_the_memory_left_after_startup() -> None:
+    """144 MiB per copied state: 1.08 GiB holds 7, 0.05 GiB none (then no copies at all), and
+    10 GiB all 21 running requests' (no bound needed)."""
+    fixed = load_spec(EXAMPLES / "qwen36-27b-mtp-sglang-fixed.toml")
+    args = list(fixed.engine.args)
+    del args[args.index("--prefill-max-requests") : args.index("--prefill-max-requests") + 2]
+    spec = fixed.model_copy(update={"engine": fixed.engine.model_copy(update={"args": args})})
+    plan = make_plan(spec)
+    shape, effective = plan_inputs(spec)
+    assert isinstance(plan.details, SglangDetails)
+    left = {
+        gib: dataclasses.replace(plan, details=dataclasses.replace(plan.details, margin_gib=gib))
+        for gib in (0.05, 10.0)
+    }
+    assert state_copy_bound(spec, shape, effective, plan) == ["--prefill-max-requests", "7"]
+    assert state_copy_bound(spec, shape, effective, left[0.05]) == ["--disable-radix-cache"]
+    assert state_copy_bound(spec, shape, effective, left[10.0]) == []
