@@ -107,6 +107,12 @@ them as context and generates only the last answer:
 )
 @click.option("--limit", type=click.IntRange(1), default=None, help="Only the first N input rows.")
 @click.option("--dedupe", is_flag=True, help="Keep the first row of each repeated id.")
+@click.option(
+    "--strict",
+    "strict_rows",
+    is_flag=True,
+    help="Reject input rows with fields specpilot does not read (default: ignore them, counted in one line).",
+)
 @click.option("--retry-failed", is_flag=True, help="Send rows that failed in earlier runs again.")
 @click.option(
     "--retry-truncated",
@@ -179,6 +185,7 @@ def generate(
     keep_given_turns: bool,
     limit: int | None,
     dedupe: bool,
+    strict_rows: bool,
     retry_failed: bool,
     retry_truncated: bool,
     max_attempts: int,
@@ -213,6 +220,7 @@ def generate(
         request_fields=dict(sampling.request_fields),
         limit=limit,
         dedupe=dedupe,
+        strict_rows=strict_rows,
         retry_failed=retry_failed,
         retry_truncated=retry_truncated,
         max_attempts=max_attempts,

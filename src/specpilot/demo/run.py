@@ -336,7 +336,7 @@ then:
   specpilot plan my-gpu.toml
   specpilot up my-gpu.toml
   specpilot generate --input prompts.jsonl --output out/ --run my-gpu --concurrency 64
-  specpilot report out/
+  specpilot report out/ && specpilot export out/ --format specforge   (the drafter's training data)
   specpilot down my-gpu"""
 
 

@@ -17,6 +17,7 @@ import os
 import sqlite3
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
@@ -78,6 +79,8 @@ class JobConfig:
     request_fields: dict[str, Any] = field(default_factory=dict)
     limit: int | None = None
     dedupe: bool = False
+    #: reject input rows with fields specpilot does not read (else ignored, counted in one line)
+    strict_rows: bool = False
     retry_failed: bool = False
     retry_truncated: bool = False  # send rows cut off at the old --max-tokens again, at a larger one
     max_attempts: int = 6
@@ -243,12 +246,17 @@ class Job:
         seen: dict[str, int] = {}
         duplicates: list[str] = []
         rejected: list[RejectedRow] = []
+        ignored: Counter[str] = Counter()
 
         def listed() -> Iterator[tuple[int, str]]:
-            for row in iter_rows(self.source, keep_given_turns=self.config.keep_given_turns):
+            rows = iter_rows(
+                self.source, keep_given_turns=self.config.keep_given_turns, strict=self.config.strict_rows
+            )
+            for row in rows:
                 if isinstance(row, RejectedRow):
                     rejected.append(row)
                     continue
+                ignored.update(row.ignored_fields)
                 if row.row_id in seen:
                     duplicates.append(row.row_id)
                     continue
@@ -256,6 +264,11 @@ class Job:
                 yield row.position, row.row_id
 
         def check() -> dict[str, str]:
+            if ignored:
+                counts = ", ".join(f"{name} in {count:,} rows" for name, count in sorted(ignored.items()))
+                self.config.notify(
+                    f"ignored fields specpilot does not read: {counts} (--strict refuses such rows)"
+                )
             self._report_rejected(rejected)
             if not seen:
                 raise UserError(
@@ -284,12 +297,20 @@ class Job:
         self.ledger.initialize(listed(), check)
 
     def _report_rejected(self, rejected: list[RejectedRow]) -> None:
-        """One line per rejected row (the first few; all of them in rejected.jsonl)."""
-        lines = [row.line() for row in rejected]
-        for line in lines[:REJECTED_SHOWN]:
-            self.config.notify(f"rejected {line}")
-        if len(lines) > REJECTED_SHOWN:
-            self.config.notify(f"... {len(lines) - REJECTED_SHOWN} more rejected rows in {REJECTED_FILE}")
+        """One line per reason, with how many rows it rejected and the first of them (the first
+        few reasons; every row in rejected.jsonl): 900k rows with one bad field are one line."""
+        by_reason: dict[tuple[str, str], list[RejectedRow]] = {}
+        for row in rejected:
+            by_reason.setdefault((row.problem, row.fix), []).append(row)
+        for (problem, fix), rows in list(by_reason.items())[:REJECTED_SHOWN]:
+            if len(rows) == 1:
+                self.config.notify(f"rejected {rows[0].line()}")
+                continue
+            first = rows[0].where + (f" (id {rows[0].row_id})" if rows[0].row_id else "")
+            self.config.notify(f"rejected {len(rows):,} rows: {problem}; {fix} (first: {first})")
+        if len(by_reason) > REJECTED_SHOWN:
+            more = len(by_reason) - REJECTED_SHOWN
+            self.config.notify(f"... {more} more reasons; every rejected row is in {REJECTED_FILE}")
         records = ({"where": r.where, "id": r.row_id, "problem": r.problem, "fix": r.fix} for r in rejected)
         _write_atomic(
             self.config.output_dir / REJECTED_FILE,
