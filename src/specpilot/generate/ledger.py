@@ -5,8 +5,12 @@ Tables:
 * `rows(position, id, state, attempts, last_error, part, prompt_tokens,
   completion_tokens, flags, done_at)`: one row per input prompt, keyed by its input
   position (so a resume parses only pending input rows) with `id` unique.
-* `parts(part, committed_bytes, rows)`: per output shard, how many bytes of it hold
-  rows that this ledger marks done.
+* `parts(part, committed_bytes, rows, crc, mtime_ns, tail_start, tail_crc)`: per output
+  shard, how many bytes of it hold rows that this ledger marks done, and its verified
+  mark: the crc32 of those bytes, the file's mtime when they were committed, and where
+  the last commit's bytes start (with the crc32 up to there). A start trusts a part whose
+  size and mtime match its mark and re-reads only the last commit of the newest part;
+  `specpilot verify` reads every byte.
 * `meta(key, value)`: job parameters, input fingerprint and hash, last metrics.
 
 Exactly-once invariant (together with `writer.py`):
@@ -57,9 +61,25 @@ CREATE TABLE IF NOT EXISTS rows (
 CREATE TABLE IF NOT EXISTS parts (
     part INTEGER PRIMARY KEY,
     committed_bytes INTEGER NOT NULL,
-    rows INTEGER NOT NULL
+    rows INTEGER NOT NULL,
+    crc INTEGER,
+    mtime_ns INTEGER,
+    tail_start INTEGER NOT NULL DEFAULT 0,
+    tail_crc INTEGER
 );
 """
+#: the verified mark's columns, added to a ledger from before them
+PART_MARK_COLUMNS = {
+    "crc": "INTEGER",
+    "mtime_ns": "INTEGER",
+    "tail_start": "INTEGER NOT NULL DEFAULT 0",
+    "tail_crc": "INTEGER",
+}
+
+PUT_PART = (
+    "INSERT OR REPLACE INTO parts (part, committed_bytes, rows, crc, mtime_ns, tail_start, tail_crc) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
 #: a reader (`report`) or the job itself waits this long for the other side's SQLite lock
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -88,11 +108,29 @@ class DoneRecord:
 
 @dataclass(frozen=True, slots=True)
 class PartCommit:
-    """A part file's new durable length and its row count."""
+    """A part file's new durable length and its row count, with its verified mark."""
 
     part: int
     committed_bytes: int
     rows: int
+    #: zlib.crc32 of bytes [0, committed_bytes); None: not known (a ledger from before marks)
+    crc: int | None = None
+    #: the file's st_mtime_ns right after those bytes were fsynced
+    mtime_ns: int | None = None
+    #: the last commit's bytes are [tail_start, committed_bytes); the crc32 of the bytes before them
+    tail_start: int = 0
+    tail_crc: int | None = None
+
+    def as_row(self) -> tuple[int, int, int, int | None, int | None, int, int | None]:
+        return (
+            self.part,
+            self.committed_bytes,
+            self.rows,
+            self.crc,
+            self.mtime_ns,
+            self.tail_start,
+            self.tail_crc,
+        )
 
 
 @dataclass
@@ -136,6 +174,10 @@ class Ledger:
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(rows)")}
             if "crc" not in columns:  # a ledger from before row checksums: its rows have none
                 self._db.execute("ALTER TABLE rows ADD COLUMN crc INTEGER")
+            part_columns = {row[1] for row in self._db.execute("PRAGMA table_info(parts)")}
+            for name, kind in PART_MARK_COLUMNS.items():
+                if name not in part_columns:  # a ledger from before marks: its parts are checked once
+                    self._db.execute(f"ALTER TABLE parts ADD COLUMN {name} {kind}")
 
     @classmethod
     def in_dir(cls, directory: Path, *, readonly: bool = False) -> Ledger:
@@ -197,8 +239,15 @@ class Ledger:
     # -- output parts --------------------------------------------------------
 
     def part_commits(self) -> dict[int, PartCommit]:
-        rows = self._db.execute("SELECT part, committed_bytes, rows FROM parts").fetchall()
-        return {part: PartCommit(part, size, count) for part, size, count in rows}
+        try:
+            query = "SELECT part, committed_bytes, rows, crc, mtime_ns, tail_start, tail_crc FROM parts"
+            return {row[0]: PartCommit(*row) for row in self._db.execute(query)}
+        except sqlite3.OperationalError as err:
+            if "no such column" not in str(err):
+                raise
+            # read-only, from before marks
+            rows = self._db.execute("SELECT part, committed_bytes, rows FROM parts").fetchall()
+            return {part: PartCommit(part, size, count) for part, size, count in rows}
 
     def done_in_part(self, part: int) -> dict[str, int]:
         """id -> position of the rows the ledger has as done in `part`."""
@@ -224,10 +273,7 @@ class Ledger:
                 "completion_tokens = NULL, flags = 0, done_at = NULL, crc = NULL WHERE position = ?",
                 ((p,) for p in positions),
             )
-            self._db.execute(
-                "INSERT OR REPLACE INTO parts VALUES (?, ?, ?)",
-                (commit.part, commit.committed_bytes, commit.rows),
-            )
+            self._db.execute(PUT_PART, commit.as_row())
 
     def states_of(self, row_ids: Sequence[str]) -> dict[str, tuple[int, RowState]]:
         """id -> (position, state) for the ids the ledger knows."""
@@ -273,10 +319,7 @@ class Ledger:
                     for d in batch.done
                 ),
             )
-            db.executemany(
-                "INSERT OR REPLACE INTO parts VALUES (?, ?, ?)",
-                ((c.part, c.committed_bytes, c.rows) for c in batch.parts),
-            )
+            db.executemany(PUT_PART, (c.as_row() for c in batch.parts))
 
     def failed_rows(self) -> list[tuple[str, int, str]]:
         """(id, attempts, last_error) of every failed row, in input order."""
