@@ -36,7 +36,14 @@ from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import JobSummary, ServerRun, summarize
 from specpilot.generate.truncated import check_budget, requeue_truncated
 from specpilot.generate.types import RejectedRow
-from specpilot.generate.writer import SPLITS, PartWriter, damaged_parts, reconcile_parts, split_parts
+from specpilot.generate.writer import (
+    SPLITS,
+    DamagedRow,
+    PartWriter,
+    damaged_parts,
+    reconcile_parts,
+    split_parts,
+)
 from specpilot.secrets import url_without_credentials
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
@@ -44,6 +51,7 @@ JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
 
 DUPLICATES_SHOWN = 5
 REJECTED_SHOWN = 20
+DAMAGED_SHOWN = 20
 REJECTED_FILE = "rejected.jsonl"
 PARAM_KEYS = (
     "model", "thinking", "keep_given_turns", "max_tokens", "temperature", "top_p", "top_k", "request_fields",
@@ -174,6 +182,10 @@ class Job:
                     f"{', '.join(repaired.lost_parts)} in {directory} lost rows since the last run "
                     f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again"
                 )
+            for damaged in repaired.damaged[:DAMAGED_SHOWN]:
+                self.config.notify(f"{damaged.describe()}: taken out, queued to be generated again")
+            if len(repaired.damaged) > DAMAGED_SHOWN:
+                self.config.notify(f"... {len(repaired.damaged) - DAMAGED_SHOWN} more damaged rows")
             if repaired.changed_parts:
                 self.config.notify(
                     f"{repaired.changed_rows} committed rows in {', '.join(repaired.changed_parts)} in "
@@ -508,3 +520,61 @@ def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
             f"are in the input: the same command without --limit does them{rejected}",
         )
     return Outcome(summary, 0, f"all {summary.done} rows done{rejected}")
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What `specpilot verify` read and repaired."""
+
+    parts: int
+    rows: int
+    damaged: tuple[DamagedRow, ...]
+    requeued_rows: int
+    lost_parts: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "parts": self.parts,
+            "rows": self.rows,
+            "requeued_rows": self.requeued_rows,
+            "lost_parts": list(self.lost_parts),
+            "damaged": [{"part": d.part, "line": d.line, "id": d.row_id} for d in self.damaged],
+        }
+
+
+def verify_job(directory: Path) -> Verified:
+    """Read every committed byte of a job's parts (streamed, one part's ids in memory), take
+    out each row whose line changed or is gone and queue it to be generated again; with the
+    job's lock held, so no `generate` writes meanwhile."""
+    if not (directory / LEDGER_FILE).is_file():
+        raise UserError(
+            f"{directory} holds no generate job (no {LEDGER_FILE})",
+            field="DIR",
+            fix="pass the --output folder of a `specpilot generate` job",
+        )
+    lock = DirectoryLock(directory)
+    try:
+        ledger = Ledger.in_dir(directory)
+        try:
+            damaged: list[DamagedRow] = []
+            lost: list[str] = []
+            requeued = 0
+            for split in SPLITS:
+                folder = directory / split.directory
+                folder.mkdir(exist_ok=True)
+                found = reconcile_parts(folder, ledger, split.first_part, full=True)
+                damaged += found.damaged
+                lost += [f"{split.directory}/{name}" for name in found.lost_parts]
+                requeued += found.requeued_rows + found.changed_rows
+            commits = ledger.part_commits().values()
+            return Verified(
+                sum(1 for c in commits if c.rows),
+                sum(c.rows for c in commits),
+                tuple(damaged),
+                requeued,
+                tuple(lost),
+            )
+        finally:
+            ledger.close()
+    finally:
+        lock.release()
