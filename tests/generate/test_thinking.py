@@ -33,7 +33,12 @@ def test_both_inline_shapes_split_as_the_servers_parser_would() -> None:
 def test_an_answer_cut_off_while_thinking_is_all_reasoning() -> None:
     assert MARKERS is not None
     assert split_inline("<think>\nhalf a tho", "length", MARKERS, thinking=True) == ("half a tho", "")
-    assert split_inline("half a tho", "length", MARKERS, thinking=True) == ("half a tho", "")
+
+
+def test_a_cut_off_answer_without_markers_never_becomes_reasoning() -> None:
+    # once, a truncated answer's text went into reasoning_content and switched the no-reasoning stop off
+    assert MARKERS is not None
+    assert split_inline("half an answer", "length", MARKERS, thinking=True) is None
 
 
 def test_content_without_markers_is_left_alone() -> None:
@@ -99,7 +104,7 @@ def test_a_server_without_a_parser_gives_the_same_rows(tmp_path: Path, inline: s
 def test_no_reasoning_at_all_stops_the_job_with_the_cause(tmp_path: Path) -> None:
     outcome, _, server = _job(tmp_path, Faults(inline_thinking="none"), concurrency=2)
     assert outcome.exit_code == 1
-    assert f"first {NO_REASONING_LIMIT} answers all came back without reasoning" in outcome.message
+    assert f"first {NO_REASONING_LIMIT} finished answers all came back without reasoning" in outcome.message
     assert "--reasoning-parser qwen3" in outcome.message and "--no-thinking" in outcome.message
     assert server.counts.answered < NO_REASONING_LIMIT + 4  # not the whole job
     assert outcome.summary.flags["missing_reasoning"] == outcome.summary.done

@@ -420,6 +420,8 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
         dispatcher = job.dispatcher(session, sampling)
         async with watch(dispatcher) if watch else contextlib.nullcontext():
             await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
+        if dispatcher.no_server_left:
+            job.ledger.fail_unfinished(f"not sent: {dispatcher.no_server_left}", config.limit)
         if dispatcher.clock_jump_s:
             config.notify(
                 f"warning: the system clock jumped by {dispatcher.clock_jump_s:+.0f} s while the job ran: "

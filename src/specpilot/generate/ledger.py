@@ -224,6 +224,18 @@ class Ledger:
             )
         return cursor.rowcount
 
+    def fail_unfinished(self, reason: str, below_position: int | None = None) -> int:
+        """Rows not done or failed (below `below_position` if given) fail with `reason`: the job
+        ends without a server to send them to; `--retry-failed` sends them again."""
+        limit = (1 << 62) if below_position is None else below_position
+        with self._transaction():
+            cursor = self._db.execute(
+                f"UPDATE rows SET state = {RowState.FAILED}, last_error = ? "
+                f"WHERE state IN ({RowState.PENDING}, {RowState.IN_FLIGHT}) AND position < ?",
+                (reason, limit),
+            )
+        return cursor.rowcount
+
     def counts(self, below_position: int | None = None) -> dict[RowState, int]:
         """Rows per state (only positions below `below_position` if given)."""
         limit = (1 << 62) if below_position is None else below_position
@@ -294,26 +306,30 @@ class Ledger:
             return
         with self._transaction():
             db = self._db
+            # attempts count requests that ended: answered, failed or retried (a row sent back
+            # because its server was taken out, or a 429/503 it backed off from, spends none)
             db.executemany(
-                f"UPDATE rows SET state = {RowState.IN_FLIGHT}, attempts = attempts + 1 "
+                f"UPDATE rows SET state = {RowState.IN_FLIGHT} "
                 f"WHERE position = ? AND state != {RowState.DONE}",
                 ((p,) for p in batch.started),
             )
-            db.executemany("UPDATE rows SET last_error = ? WHERE position = ?", batch.retried)
+            db.executemany(
+                "UPDATE rows SET last_error = ?, attempts = attempts + 1 WHERE position = ?", batch.retried
+            )
             db.executemany(
                 f"UPDATE rows SET state = {RowState.PENDING} "
                 f"WHERE position = ? AND state = {RowState.IN_FLIGHT}",
                 ((p,) for p in sorted(batch.waiting)),
             )
             db.executemany(
-                f"UPDATE rows SET state = {RowState.FAILED}, last_error = ? "
+                f"UPDATE rows SET state = {RowState.FAILED}, last_error = ?, attempts = attempts + 1 "
                 f"WHERE position = ? AND state != {RowState.DONE}",
                 batch.failed,
             )
             db.executemany(
                 f"UPDATE rows SET state = {RowState.DONE}, part = ?, prompt_tokens = ?, "
-                "completion_tokens = ?, flags = ?, done_at = ?, last_error = NULL, crc = ? "
-                "WHERE position = ?",
+                "completion_tokens = ?, flags = ?, done_at = ?, last_error = NULL, crc = ?, "
+                "attempts = attempts + 1 WHERE position = ?",
                 (
                     (d.part, d.prompt_tokens, d.completion_tokens, d.flags, d.done_at, d.crc, d.position)
                     for d in batch.done

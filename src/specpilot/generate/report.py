@@ -128,12 +128,19 @@ def summarize(ledger: Ledger, *, now: float | None = None, running: bool | None 
         running = is_held(ledger.path.parent)
     meta = ledger.meta()
     counts = ledger.counts()
+    if not running:
+        # a job that ended: its rates are those of its last window, whenever it is asked
+        # (else `report` later says 0 rows/s where `generate` ended at its real rate)
+        ((last,),) = ledger.query("SELECT MAX(done_at) FROM rows")
+        if last is not None:
+            now = min(now, float(str(last)))
     run_started = float(meta.get("run_started_at") or meta.get("initialized_at") or now)
     window_s = max(min(RATE_WINDOW_S, now - run_started), 1.0)
     flag_sums = ", ".join(f"SUM((flags >> {bit}) & 1)" for bit in range(len(FLAG_NAMES)))
     (totals,) = ledger.query(
         "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
-        "COALESCE(SUM(MAX(attempts - 1, 0)), 0), "
+        # attempts count requests that ended; the last of a done or failed row was no retry
+        f"COALESCE(SUM(attempts) - SUM(attempts > 0 AND state IN ({RowState.DONE}, {RowState.FAILED})), 0), "
         "SUM(done_at > ? AND done_at <= ?), "
         "SUM(CASE WHEN done_at > ? AND done_at <= ? THEN completion_tokens END), "
         "MIN(done_at), MAX(done_at), "
