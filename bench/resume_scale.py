@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -106,7 +105,9 @@ def _measure(work: Path) -> None:
     job.prepare("m")
     first_s = asyncio.run(_first_request_s(job, started))
     job.close()
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM, not ru_maxrss: the latter keeps the forking parent's peak across exec
+    status = Path("/proc/self/status").read_text()
+    peak_mib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")) / 1024
     print(json.dumps({"first_request_s": first_s, "peak_mib": peak_mib}))
 
 

@@ -443,7 +443,11 @@ class Dispatcher:
             # resets, timeouts or 5xx in a row although it accepts connections: the server
             # is failing; the rows in flight there go back for free, but this failure was
             # this row's attempt (else a row that fails every server never ends)
-            self._take_out(server, f"{server.failure_streak} failures in a row, the last: {failure}")
+            self._take_out(
+                server,
+                f"{server.failure_streak} failures in a row, the last: {failure}",
+                overloaded=failure.status in OVERLOAD_STATUSES,
+            )
             self._retry_or_fail(row.position, failure)
             return
         if failure.kind in (FailureKind.CONNECTION, FailureKind.TIMEOUT):
@@ -489,8 +493,8 @@ class Dispatcher:
         self.stats.requeued_from_down_server()
         self.queue.ready.appendleft(position)
 
-    def _take_out(self, server: Server, reason: str) -> None:
-        for position in self.pool.take_out(server):
+    def _take_out(self, server: Server, reason: str, *, overloaded: bool = False) -> None:
+        for position in self.pool.take_out(server, overloaded=overloaded):
             self._requeue(position)
         if server.out_for_good:
             why = (

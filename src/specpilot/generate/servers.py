@@ -121,12 +121,18 @@ class ServerPool:
         server.failure_streak = server.failure_streak + 1 if server_fault else 0
         return server.healthy and server.failure_streak >= FAILURES_BEFORE_TAKE_OUT
 
-    def take_out(self, server: Server) -> list[int]:
-        """Cancel the server's in-flight requests; returns their positions to requeue."""
+    def take_out(self, server: Server, *, overloaded: bool = False) -> list[int]:
+        """Cancel the server's in-flight requests; returns their positions to requeue.
+        `overloaded` (it said 503 "slow down"): not counted towards out for good."""
         server.healthy = False
         server.taken_out_count += 1
         idle = server.rejoined_at_done is not None and server.done_rows == server.rejoined_at_done
+        if overloaded:
+            return self._cancel_all(server)
         server.idle_rejoins = server.idle_rejoins + 1 if idle else 0
+        return self._cancel_all(server)
+
+    def _cancel_all(self, server: Server) -> list[int]:
         positions = list(server.in_flight)
         for task in server.in_flight.values():
             task.cancel()
