@@ -122,7 +122,9 @@ def raw_server(request: pytest.FixtureRequest) -> Iterator[RawServer]:
     server.close()
 
 
-def _run(tmp_path: Path, server: RawServer, rows: int = ROWS, **extra: Any) -> tuple[Any, list[dict[str, Any]]]:
+def _run(
+    tmp_path: Path, server: RawServer, rows: int = ROWS, **extra: Any
+) -> tuple[Any, list[dict[str, Any]]]:
     settings: dict[str, Any] = {
         "concurrency": 2,
         "show_progress": False,
@@ -141,7 +143,9 @@ def _run(tmp_path: Path, server: RawServer, rows: int = ROWS, **extra: Any) -> t
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("raw_server", ["always-500"], indirect=True)
-def test_a_row_that_always_fails_spends_its_attempts_and_the_job_ends(tmp_path: Path, raw_server: RawServer) -> None:
+def test_a_row_that_always_fails_spends_its_attempts_and_the_job_ends(
+    tmp_path: Path, raw_server: RawServer
+) -> None:
     outcome, errors = _run(tmp_path, raw_server, rows=1, max_attempts=8)
     assert outcome.exit_code == 1
     assert [e["id"] for e in errors] == ["q0"]

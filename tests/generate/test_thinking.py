@@ -17,7 +17,7 @@ from specpilot.generate.servers import ServerPool
 from specpilot.generate.stats import progress_numbers
 from specpilot.generate.thinking import NO_REASONING_LIMIT, markers_for, split_inline
 from tests.generate.conftest import read_output
-from tests.generate.fake_server import FakeServer, Faults
+from tests.generate.fake_server import CUT_MARKER, FakeServer, Faults
 from tests.generate.test_job import _config
 
 QWEN = "Qwen/Qwen3.6-27B"
@@ -137,3 +137,17 @@ def test_the_progress_line_counts_flags(tmp_path: Path) -> None:
     pool = ServerPool(["http://a"], 1)
     numbers = progress_numbers(summarize(Ledger.in_dir(out, readonly=True)), None, pool)
     assert numbers["flagged"] == "missing_reasoning 3"
+
+
+def test_a_cut_off_answer_does_not_switch_the_no_reasoning_stop_off(tmp_path: Path) -> None:
+    # once, one truncated row among answers without reasoning ran the job to its end with 0 clean rows
+    rows = [
+        {"id": "cut", "prompt": f"{CUT_MARKER} first"},
+        *({"id": f"q{i}", "prompt": f"q {i}"} for i in range(40)),
+    ]
+    outcome, _, _ = _job(tmp_path, Faults(inline_thinking="none"), concurrency=1, input_rows=rows)
+    assert outcome.exit_code == 1
+    assert f"first {NO_REASONING_LIMIT} finished answers all came back without reasoning" in outcome.message
+    flagged = [json.loads(line) for line in (tmp_path / "out" / "flagged" / "part-00000.jsonl").open()]
+    (cut,) = [row for row in flagged if row["id"] == "cut"]
+    assert cut["conversations"][-1]["reasoning_content"] == ""

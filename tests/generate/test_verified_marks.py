@@ -126,7 +126,7 @@ def test_a_ledger_from_before_marks_is_read_once_then_marked(tmp_path: Path, fak
     with sqlite3.connect(config.output_dir / "ledger.sqlite") as db:
         db.execute("UPDATE parts SET crc = NULL, mtime_ns = NULL, tail_crc = NULL")
     part = config.output_dir / "data" / "part-00000.jsonl"
-    row_id, answer = _answer_line(part, 1)
+    _, answer = _answer_line(part, 1)
     _flip(part, answer, answer[:-1] + b"#", keep_mtime=True)  # no mark to hold: found all the same
     notes: list[str] = []
     sent = fake_server.counts.answered

@@ -56,6 +56,8 @@ REJECTED_FILE = "rejected.jsonl"
 PARAM_KEYS = (
     "model", "thinking", "keep_given_turns", "max_tokens", "temperature", "top_p", "top_k", "request_fields",
 )  # fmt: skip
+#: the --max-tokens the rows of the last --retry-truncated were cut off at
+RETRY_FROM_KEY = "truncated_retry_from"
 #: what a job started before a key existed had
 DEFAULT_PARAMS = {"keep_given_turns": "false", "request_fields": "{}"}
 
@@ -192,9 +194,17 @@ class Job:
                     f"{directory} changed since they were written (checksum mismatch): taken out and "
                     "queued to be generated again"
                 )
-        if self.config.retry_truncated:
+        if self.config.retry_truncated and self._retry_resumed(meta, params):
+            self.config.notify(
+                f"resuming the retry of truncated rows at --max-tokens {self.config.max_tokens} "
+                f"(they were cut off at {meta[RETRY_FROM_KEY]})"
+            )
+        elif self.config.retry_truncated:
             retried = requeue_truncated(self.config.output_dir, self.ledger)
-            self.ledger.set_meta({"max_tokens": params["max_tokens"]})  # after: a kill before retries again
+            # after: a kill before retries again; the budget they were cut at, for a resume of this retry
+            self.ledger.set_meta(
+                {"max_tokens": params["max_tokens"], RETRY_FROM_KEY: meta.get("max_tokens", "null")}
+            )
             self.config.notify(
                 f"{retried} truncated rows queued again at --max-tokens {self.config.max_tokens}"
             )
@@ -296,11 +306,20 @@ class Job:
             "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
         )
 
+    @staticmethod
+    def _retry_resumed(meta: dict[str, str], params: dict[str, str]) -> bool:
+        """--retry-truncated again at the budget an earlier retry already moved the job to."""
+        return RETRY_FROM_KEY in meta and meta.get("max_tokens") == params["max_tokens"]
+
     def _check_same_job(self, meta: dict[str, str], params: dict[str, str]) -> None:
         # a ledger from before a parameter existed ran with its default
         changed = [k for k in PARAM_KEYS if meta.get(k, DEFAULT_PARAMS.get(k)) != params[k]]
         if self.config.retry_truncated:
-            check_budget(json.loads(meta.get("max_tokens", "null")), self.config.max_tokens)
+            # a retry resumed (after a kill) is checked against the budget the rows were cut at
+            cut_at = (
+                meta[RETRY_FROM_KEY] if self._retry_resumed(meta, params) else meta.get("max_tokens", "null")
+            )
+            check_budget(json.loads(cut_at), self.config.max_tokens)
             changed = [k for k in changed if k != "max_tokens"]
         if changed:
             was = ", ".join(f"{k}={meta.get(k)} (now {params[k]})" for k in changed)
