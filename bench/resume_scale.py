@@ -93,7 +93,7 @@ async def _first_request_s(job: Job, started: float) -> float:
                 dispatcher.stopping.reason = "benchmark: first request sent"
             return Answer("a", "r", "stop", 1, 1, None)
 
-        dispatcher.client.complete = answer  # type: ignore[method-assign, assignment]
+        dispatcher.client.complete = answer  # type: ignore[method-assign]
         await dispatcher.run()
     return first[0]
 

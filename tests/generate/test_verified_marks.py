@@ -150,3 +150,25 @@ def test_verify_names_a_part_that_is_gone_and_a_folder_without_a_job(
     empty = CliRunner().invoke(cli, ["verify", str(tmp_path / "nothing")])
     assert empty.exit_code == 2
     assert "holds no generate job" in empty.stderr
+
+
+def test_a_resume_reads_the_input_from_the_mark_before_its_first_pending_row(
+    tmp_path: Path, fake_server: FakeServer, monkeypatch: Any
+) -> None:
+    # once, a resume scanned every finished row's line of the input to reach the pending ones
+    from specpilot.generate import inputs
+    from specpilot.generate.job import Job
+
+    monkeypatch.setattr(inputs, "MARK_EVERY_ROWS", 4)
+    assert run_generate(_config(tmp_path, fake_server, [], limit=10)).exit_code == 0
+    job = Job(_config(tmp_path, fake_server, []))
+    try:
+        job.prepare("fake-model")
+        start = job._input_start()
+        assert start is not None and (start.position, start.line_number) == (8, 9)
+        read = [row.row_id for row in inputs.iter_rows(job.source, job.pending, start=start)]
+    finally:
+        job.close()
+    assert read == [f"q{i}" for i in range(10, ROWS)]
+    assert run_generate(_config(tmp_path, fake_server, [])).exit_code == 0
+    assert sorted(r["id"] for r in read_output(tmp_path / "out")) == sorted(f"q{i}" for i in range(ROWS))

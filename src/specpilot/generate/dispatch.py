@@ -441,14 +441,18 @@ class Dispatcher:
     def _on_failure(self, server: Server, row: PromptRow, failure: RequestFailed) -> None:
         if self.pool.record_failure(server, failure.server_fault):
             # resets, timeouts or 5xx in a row although it accepts connections: the server
-            # is failing; the rows in flight there go back for free, but this failure was
-            # this row's attempt (else a row that fails every server never ends)
+            # is failing; the rows in flight there go back for free, and so does this one if
+            # the server did not answer at all, but an answer (a 5xx, a body that never
+            # ended) was this row's attempt: else a row that fails every server never ends
             self._take_out(
                 server,
                 f"{server.failure_streak} failures in a row, the last: {failure}",
                 overloaded=failure.status in OVERLOAD_STATUSES,
             )
-            self._retry_or_fail(row.position, failure)
+            if failure.kind is FailureKind.CONNECTION:
+                self._requeue(row.position)
+            else:
+                self._retry_or_fail(row.position, failure)
             return
         if failure.kind in (FailureKind.CONNECTION, FailureKind.TIMEOUT):
             # Is it the row or the server? A probe decides: a dead server's rows go

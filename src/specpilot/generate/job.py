@@ -30,7 +30,7 @@ from specpilot.errors import UserError
 from specpilot.generate.client import Sampling, open_session
 from specpilot.generate.dispatch import ClientFactory, Companion, Dispatcher, DispatchPolicy, RetryPolicy
 from specpilot.generate.endpoints import Endpoint, default_model
-from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
+from specpilot.generate.inputs import InputMark, InputSource, check_output_dir, iter_rows, resolve_input
 from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import JobSummary, ServerRun, summarize
@@ -254,8 +254,10 @@ class Job:
         duplicates: list[str] = []
         rejected: list[RejectedRow] = []
 
+        marks: list[InputMark] = []
+
         def listed() -> Iterator[tuple[int, str]]:
-            for row in iter_rows(self.source, keep_given_turns=self.config.keep_given_turns):
+            for row in iter_rows(self.source, keep_given_turns=self.config.keep_given_turns, marks=marks):
                 if isinstance(row, RejectedRow):
                     rejected.append(row)
                     continue
@@ -291,7 +293,9 @@ class Job:
                 "rejected": str(len(rejected)),
             }
 
-        self.ledger.initialize(listed(), check)
+        self.ledger.initialize(
+            listed(), check, lambda: [(m.position, m.offset, m.line_number) for m in marks]
+        )
 
     def _report_rejected(self, rejected: list[RejectedRow]) -> None:
         """One line per rejected row (the first few; all of them in rejected.jsonl)."""
@@ -353,10 +357,22 @@ class Job:
             session,
             sampling,
             self.ledger,
-            iter_rows(self.source, self.pending, keep_given_turns=self.config.keep_given_turns),
+            iter_rows(
+                self.source,
+                self.pending,
+                keep_given_turns=self.config.keep_given_turns,
+                start=self._input_start(),
+            ),
             writers,
             self.config.client_factory,
         )
+
+    def _input_start(self) -> InputMark | None:
+        """Where reading the input for the pending rows may begin (checked unchanged at prepare)."""
+        if not self.pending:
+            return None
+        found = self.ledger.input_mark_before(min(self.pending))
+        return None if found is None else InputMark(*found)
 
     # -- finishing ------------------------------------------------------------
 

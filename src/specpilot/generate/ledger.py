@@ -58,6 +58,12 @@ CREATE TABLE IF NOT EXISTS rows (
     done_at REAL,
     crc INTEGER
 );
+CREATE INDEX IF NOT EXISTS rows_by_state ON rows (state);
+CREATE TABLE IF NOT EXISTS input_marks (
+    position INTEGER PRIMARY KEY,
+    byte_offset INTEGER NOT NULL,
+    line_number INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS parts (
     part INTEGER PRIMARY KEY,
     committed_bytes INTEGER NOT NULL,
@@ -198,8 +204,14 @@ class Ledger:
     def is_initialized(self) -> bool:
         return "initialized_at" in self.meta()
 
-    def initialize(self, rows: Iterable[tuple[int, str]], finish: Callable[[], dict[str, str]]) -> int:
-        """Insert every (position, id), then `finish()`'s meta, in one transaction.
+    def initialize(
+        self,
+        rows: Iterable[tuple[int, str]],
+        finish: Callable[[], dict[str, str]],
+        marks: Callable[[], Iterable[tuple[int, int, int]]] = tuple,
+    ) -> int:
+        """Insert every (position, id), then `marks()` (position, byte offset, line number:
+        gathered while `rows` is read) and `finish()`'s meta, in one transaction.
 
         One transaction means a kill during initialization (or `finish` refusing the
         input, e.g. for duplicate ids) leaves an empty ledger that the next run
@@ -209,6 +221,8 @@ class Ledger:
             self._db.execute("DELETE FROM rows")
             cursor = self._db.executemany("INSERT INTO rows (position, id) VALUES (?, ?)", rows)
             count = cursor.rowcount
+            self._db.execute("DELETE FROM input_marks")
+            self._db.executemany("INSERT INTO input_marks VALUES (?, ?, ?)", marks())
             meta = {**finish(), "initialized_at": f"{time.time():.3f}", "total": str(count)}
             self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
         return count
@@ -235,6 +249,18 @@ class Ledger:
                 (reason, limit),
             )
         return cursor.rowcount
+
+    def input_mark_before(self, position: int) -> tuple[int, int, int] | None:
+        """The last (position, byte offset, line number) mark at or before `position`, if any."""
+        try:
+            found = self._db.execute(
+                "SELECT position, byte_offset, line_number FROM input_marks WHERE position <= ? "
+                "ORDER BY position DESC LIMIT 1",
+                (position,),
+            ).fetchone()
+        except sqlite3.OperationalError:  # read-only, from before marks
+            return None
+        return None if found is None else (int(found[0]), int(found[1]), int(found[2]))
 
     def counts(self, below_position: int | None = None) -> dict[RowState, int]:
         """Rows per state (only positions below `below_position` if given)."""
