@@ -25,7 +25,7 @@ import aiohttp
 from specpilot.generate.client import ChatClient, FailureKind, RequestFailed, Sampling
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.ledger import Ledger, LedgerBatch
-from specpilot.generate.report import summarize
+from specpilot.generate.report import CLOCK_JUMP_KEY, summarize
 from specpilot.generate.rows import TurnResult, build_row, is_complete, messages_for
 from specpilot.generate.servers import (
     Server,
@@ -575,6 +575,7 @@ class Dispatcher:
         jump_s = time.time() - time.monotonic() - self._clock_offset_s
         if abs(jump_s) > CLOCK_JUMP_S and abs(jump_s) > abs(self.clock_jump_s):
             self.clock_jump_s = jump_s
+            self.ledger.set_meta({CLOCK_JUMP_KEY: f"{jump_s:.0f}"})  # `report` warns later too
             self._say(
                 f"the system clock jumped by {jump_s:+.0f} s: time totals from the ledger are off by as much"
             )
