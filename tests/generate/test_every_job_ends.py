@@ -184,3 +184,23 @@ def test_429_and_503_back_off_without_spending_attempts(tmp_path: Path, raw_serv
     outcome, errors = _run(tmp_path, raw_server, rows=1, max_attempts=2)
     assert (outcome.exit_code, errors) == (0, [])
     assert raw_server.chats == 13
+
+
+@pytest.mark.timeout(60)
+def test_give_up_after_s_bounds_a_job_whose_every_server_went_away(tmp_path: Path) -> None:
+    from tests.generate.fake_server import FakeServer, Faults
+
+    server = FakeServer(Faults(latency_s=0.05)).start()
+    threading.Timer(0.5, server.stop).start()  # answers some rows, then refuses connections for good
+    try:
+        path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(200))
+        config = JobConfig(
+            path, tmp_path / "out", [Endpoint(server.url)], "fake-model", True, concurrency=1,
+            show_progress=False, give_up_after_s=1.0, probe_cap_s=0.2, notify=lambda _: None,
+        )  # fmt: skip
+        outcome = run_generate(config)
+    finally:
+        server.close()
+    assert outcome.exit_code == 1
+    assert "every server was down for 1 s (--give-up-after-s)" in outcome.message
+    assert 0 < outcome.summary.done < 200 and outcome.summary.failed == 0  # the rows left are kept
