@@ -8,6 +8,7 @@ every byte, names each damaged row and queues it again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -172,3 +173,25 @@ def test_a_resume_reads_the_input_from_the_mark_before_its_first_pending_row(
     assert read == [f"q{i}" for i in range(10, ROWS)]
     assert run_generate(_config(tmp_path, fake_server, [])).exit_code == 0
     assert sorted(r["id"] for r in read_output(tmp_path / "out")) == sorted(f"q{i}" for i in range(ROWS))
+
+
+def test_an_input_changed_since_the_job_began_is_refused_naming_its_lines(
+    tmp_path: Path, fake_server: FakeServer, monkeypatch: Any
+) -> None:
+    import pytest
+
+    from specpilot.errors import UserError
+    from specpilot.generate import inputs
+
+    monkeypatch.setattr(inputs, "MARK_EVERY_ROWS", 4)
+    config = _config(tmp_path, fake_server, [], limit=10)
+    assert run_generate(config).exit_code == 0
+    lines = config.input_path.read_text().splitlines(keepends=True)
+    lines[13] = lines[13].replace('"q 13"', '"q 99"')  # line 14
+    stat = config.input_path.stat()
+    config.input_path.write_text("".join(lines))
+    os.utime(config.input_path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # an edit a second later
+    with pytest.raises(
+        UserError, match=r"in\.jsonl changed since this job started \(first within lines 13-16\)"
+    ):
+        run_generate(dataclasses.replace(config, limit=None))  # the same command, the input as it is now

@@ -17,6 +17,7 @@ import os
 import sqlite3
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,7 @@ from specpilot.generate.report import JobSummary, ServerRun, summarize
 from specpilot.generate.truncated import check_budget, requeue_truncated
 from specpilot.generate.types import RejectedRow
 from specpilot.generate.writer import (
+    CRC_CHUNK_BYTES,
     SPLITS,
     DamagedRow,
     PartWriter,
@@ -293,9 +295,7 @@ class Job:
                 "rejected": str(len(rejected)),
             }
 
-        self.ledger.initialize(
-            listed(), check, lambda: [(m.position, m.offset, m.line_number) for m in marks]
-        )
+        self.ledger.initialize(listed(), check, lambda: _with_block_crcs(self.source, marks))
 
     def _report_rejected(self, rejected: list[RejectedRow]) -> None:
         """One line per rejected row (the first few; all of them in rejected.jsonl)."""
@@ -336,11 +336,24 @@ class Job:
             return
         if meta.get("input_sha256") != self.source.sha256():
             raise UserError(
-                f"{self.source.path} changed since this job started",
+                f"{self.source.path} changed since this job started{self._where_changed()}",
                 field="--input",
                 fix="pass the original input to resume, or choose a new --output directory for the new input",
             )
         self.ledger.set_meta({"input_fingerprint": self.source.fingerprint()})
+
+    def _where_changed(self) -> str:
+        """Which lines of a changed JSONL input differ: the first block of rows whose bytes do not
+        match the crc32 recorded when the job was listed ("" when that cannot be told)."""
+        marks = self.ledger.input_marks()
+        if self.source.kind != "jsonl" or not marks or marks[0][3] is None:
+            return ""
+        now = _with_block_crcs(self.source, [InputMark(p, o, n) for p, o, n, _ in marks])
+        for index, (then, found) in enumerate(zip(marks, now, strict=True)):
+            if then[3] != found[3]:
+                last = f"-{marks[index + 1][2] - 1}" if index + 1 < len(marks) else " on"
+                return f" (first within lines {then[2]}{last})"
+        return ""
 
     def dispatcher(self, session: aiohttp.ClientSession, sampling: Sampling) -> Dispatcher:
         """The dispatcher of this run's pending rows (after `prepare`)."""
@@ -464,6 +477,27 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
             )
         servers = [ServerRun(s.name, s.done_rows, s.taken_out_count) for s in dispatcher.pool.servers]
         return dispatcher.stop_reason, servers
+
+
+def _with_block_crcs(source: InputSource, marks: list[InputMark]) -> list[tuple[int, int, int, int | None]]:
+    """Each mark with the crc32 of the input's bytes from it to the next mark (the last: to the
+    end), read in one streamed pass; a resume told the input changed names the block."""
+    if source.kind != "jsonl" or not marks:
+        return [(m.position, m.offset, m.line_number, None) for m in marks]
+    found: list[tuple[int, int, int, int | None]] = []
+    with source.files[0].open("rb") as handle:
+        for mark, following in zip(marks, [*marks[1:], None], strict=True):
+            handle.seek(mark.offset)
+            left = None if following is None else following.offset - mark.offset
+            crc = 0
+            while left is None or left > 0:
+                chunk = handle.read(CRC_CHUNK_BYTES if left is None else min(left, CRC_CHUNK_BYTES))
+                if not chunk:
+                    break
+                crc = zlib.crc32(chunk, crc)
+                left = None if left is None else left - len(chunk)
+            found.append((mark.position, mark.offset, mark.line_number, crc))
+    return found
 
 
 def storage_error(err: OSError | sqlite3.Error, output_dir: Path, input_path: Path) -> UserError:

@@ -62,7 +62,8 @@ CREATE INDEX IF NOT EXISTS rows_by_state ON rows (state);
 CREATE TABLE IF NOT EXISTS input_marks (
     position INTEGER PRIMARY KEY,
     byte_offset INTEGER NOT NULL,
-    line_number INTEGER NOT NULL
+    line_number INTEGER NOT NULL,
+    block_crc INTEGER  -- zlib.crc32 of the input's bytes from this mark to the next (or the end)
 );
 CREATE TABLE IF NOT EXISTS parts (
     part INTEGER PRIMARY KEY,
@@ -208,10 +209,10 @@ class Ledger:
         self,
         rows: Iterable[tuple[int, str]],
         finish: Callable[[], dict[str, str]],
-        marks: Callable[[], Iterable[tuple[int, int, int]]] = tuple,
+        marks: Callable[[], Iterable[tuple[int, int, int, int | None]]] = tuple,
     ) -> int:
-        """Insert every (position, id), then `marks()` (position, byte offset, line number:
-        gathered while `rows` is read) and `finish()`'s meta, in one transaction.
+        """Insert every (position, id), then `marks()` (position, byte offset, line number, block
+        crc32: gathered while `rows` is read) and `finish()`'s meta, in one transaction.
 
         One transaction means a kill during initialization (or `finish` refusing the
         input, e.g. for duplicate ids) leaves an empty ledger that the next run
@@ -222,7 +223,7 @@ class Ledger:
             cursor = self._db.executemany("INSERT INTO rows (position, id) VALUES (?, ?)", rows)
             count = cursor.rowcount
             self._db.execute("DELETE FROM input_marks")
-            self._db.executemany("INSERT INTO input_marks VALUES (?, ?, ?)", marks())
+            self._db.executemany("INSERT INTO input_marks VALUES (?, ?, ?, ?)", marks())
             meta = {**finish(), "initialized_at": f"{time.time():.3f}", "total": str(count)}
             self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
         return count
@@ -249,6 +250,13 @@ class Ledger:
                 (reason, limit),
             )
         return cursor.rowcount
+
+    def input_marks(self) -> list[tuple[int, int, int, int | None]]:
+        """Every (position, byte offset, line number, block crc32) mark, in input order."""
+        query = "SELECT position, byte_offset, line_number, block_crc FROM input_marks ORDER BY position"
+        return [
+            (int(a), int(b), int(c), None if d is None else int(d)) for a, b, c, d in self._db.execute(query)
+        ]
 
     def input_mark_before(self, position: int) -> tuple[int, int, int] | None:
         """The last (position, byte offset, line number) mark at or before `position`, if any."""
