@@ -48,6 +48,7 @@ def test_finished_job_reports_totals_an_hour_later(tmp_path: Path) -> None:
     ended = json.loads((out / "generate.json").read_text())
     assert later.rows_per_s == ended["rows_per_s"] > 0
     assert later.elapsed_s is not None and 0 < later.elapsed_s < HOUR_S
+    assert later.rows_per_s_overall is not None and later.output_tokens_per_s_overall is not None
     # rows over the job's time (both rounded to 3 decimals in the JSON: compare within 5%)
     assert abs(later.rows_per_s_overall * later.elapsed_s - 20) < 1.0
     assert later.output_tokens_per_s_overall > 0

@@ -5,7 +5,8 @@ never above `--concurrency` per server. A server whose connections fail is taken
 its in-flight requests are cancelled and their rows requeued without spending an attempt
 (the row did nothing wrong); a prober then polls `/v1/models` (or `/health`) with backoff
 and puts the server back once it answers. With every server out, nothing is dispatched,
-so no retries are burnt while the job waits.
+so no retries are burnt while the job waits. A server taken out again each time it rejoins,
+without finishing a request in between, is out for good after IDLE_REJOINS_LIMIT times.
 """
 
 from __future__ import annotations
