@@ -468,6 +468,7 @@ class Dispatcher:
         if failure.status in OVERLOAD_STATUSES and overloads < OVERLOAD_RETRIES_PER_ROW:
             # "slow down", not "this row is bad": back off (at least Retry-After), no attempt spent
             self.requests.overloads[position] = overloads + 1
+            self.batch.retried.append((str(failure), position))  # a request made, though no attempt spent
             self.batch.waiting.add(position)
             self.stats.retried(str(failure))
             due_s = retry.delay_s(min(overloads + 1, 8), failure.retry_after_s)

@@ -341,7 +341,8 @@ class Ledger:
         with self._transaction():
             db = self._db
             # attempts count requests that ended: answered, failed or retried (a row sent back
-            # because its server was taken out, or a 429/503 it backed off from, spends none)
+            # because its server was taken out counts none; --max-attempts counts in memory,
+            # where a 429/503 back-off spends none)
             db.executemany(
                 f"UPDATE rows SET state = {RowState.IN_FLIGHT} "
                 f"WHERE position = ? AND state != {RowState.DONE}",
