@@ -68,10 +68,17 @@ def _finish_rows(work: Path, done: int) -> None:
     reasoning = "y" * (ROW_BYTES - 1_400)
     now = time.time()
     for i in range(done):
-        answer = {"role": "assistant", "content": f"answer {i} " + "x" * 1_000, "reasoning_content": reasoning}
+        answer = {
+            "role": "assistant",
+            "content": f"answer {i} " + "x" * 1_000,
+            "reasoning_content": reasoning,
+        }
         row = {
             "id": f"row-{i:07d}",
-            "conversations": [{"role": "user", "content": f"Explain step {i} of the proof in detail."}, answer],
+            "conversations": [
+                {"role": "user", "content": f"Explain step {i} of the proof in detail."},
+                answer,
+            ],
             "meta": {"model": "m", "thinking": True, "completion_tokens": 2_000},
         }
         writer.add(row, i, 20, 2_000, 0, now)
@@ -138,7 +145,9 @@ def main() -> None:
     if args.measure is not None:
         _measure(args.measure)
         return
-    print(f"{'rows':>9} {'done':>9} {'fresh: first request':>21} {'peak':>9} {'resume: first request':>22} {'peak':>9}")
+    print(
+        f"{'rows':>9} {'done':>9} {'fresh: first request':>21} {'peak':>9} {'resume: first request':>22} {'peak':>9}"
+    )
     for rows in (int(size) for size in args.sizes.split(",")):
         work = args.keep or Path(tempfile.mkdtemp(prefix="resume-scale-"))
         work.mkdir(parents=True, exist_ok=True)
