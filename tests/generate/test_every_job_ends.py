@@ -223,3 +223,27 @@ def test_a_server_that_rate_limits_often_costs_no_row(tmp_path: Path) -> None:
         server.close()
     assert server.counts.rate_limited > 30
     assert (outcome.exit_code, outcome.summary.done, outcome.summary.failed) == (0, 300, 0), outcome.message
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("raw_server", ["always-500"], indirect=True)
+def test_a_server_out_for_good_among_good_ones_is_named_at_the_end(
+    tmp_path: Path, raw_server: RawServer
+) -> None:
+    from tests.generate.fake_server import FakeServer, Faults
+
+    good = FakeServer(Faults(latency_s=0.02)).start()
+    notes: list[str] = []
+    try:
+        path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(300))
+        config = JobConfig(
+            path, tmp_path / "out", [Endpoint(raw_server.url), Endpoint(good.url)], "fake-model", True,
+            concurrency=2, show_progress=False, max_attempts=20, retry_base_s=0.001, probe_cap_s=0.2,
+            notify=notes.append,
+        )  # fmt: skip
+        outcome = run_generate(config)
+    finally:
+        good.close()
+    assert (outcome.exit_code, outcome.summary.done) == (0, 300), outcome.message
+    name = raw_server.url.split("://")[1]
+    assert any(note.startswith(f"warning: server {name} is out for good") for note in notes), notes

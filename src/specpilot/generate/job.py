@@ -470,6 +470,9 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
             await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
         if dispatcher.no_server_left:
             job.ledger.fail_unfinished(f"not sent: {dispatcher.no_server_left}", config.limit)
+        elif dispatcher.out_for_good:  # the others carried on: still worth a line at the end
+            for why in dispatcher.out_for_good:
+                config.notify(f"warning: {why}")
         if dispatcher.clock_jump_s:
             config.notify(
                 f"warning: the system clock jumped by {dispatcher.clock_jump_s:+.0f} s while the job ran: "
