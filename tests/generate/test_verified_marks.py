@@ -147,6 +147,7 @@ def test_verify_names_a_part_that_is_gone_and_a_folder_without_a_job(
     verified = CliRunner().invoke(cli, ["verify", str(config.output_dir)])
     assert verified.exit_code == 1
     assert "data/part-00002.jsonl is missing or cut short" in verified.stderr
+    assert verified.stderr.count("data/part-00002.jsonl: row q") == 5  # each lost row by name
     assert "5 rows queued again" in verified.stdout
     empty = CliRunner().invoke(cli, ["verify", str(tmp_path / "nothing")])
     assert empty.exit_code == 2
@@ -195,3 +196,20 @@ def test_an_input_changed_since_the_job_began_is_refused_naming_its_lines(
         UserError, match=r"in\.jsonl changed since this job started \(first within lines 13-16\)"
     ):
         run_generate(dataclasses.replace(config, limit=None))  # the same command, the input as it is now
+
+
+def test_a_part_cut_mid_line_is_found_at_start_naming_the_rows_it_lost(
+    tmp_path: Path, fake_server: FakeServer
+) -> None:
+    config = _done(tmp_path, fake_server)
+    part = config.output_dir / "data" / "part-00001.jsonl"
+    lines = part.read_bytes().splitlines(keepends=True)
+    lost = [json.loads(line)["id"] for line in lines[3:]]
+    part.write_bytes(b"".join(lines[:3]) + lines[3][:10])  # three whole rows, then a torn one
+    notes: list[str] = []
+    sent = fake_server.counts.answered
+    assert run_generate(_config(tmp_path, fake_server, notes)).exit_code == 0
+    assert fake_server.counts.answered == sent + len(lost)
+    said = "\n".join(notes)
+    assert "part-00001.jsonl in" in said and "lost rows since the last run" in said
+    assert all(f"data/part-00001.jsonl: row {row_id} is missing" in said for row_id in lost)

@@ -268,7 +268,7 @@ def reconcile_parts(
     part and the last commit's bytes of the newest, so a start costs what is left, not what
     is done; `full=True` (`specpilot verify`) reads every byte of every part.
     """
-    requeued, lost = _requeue_lost_rows(data_dir, ledger, first_part)
+    requeued, lost, missing = _requeue_lost_rows(data_dir, ledger, first_part)
     commits = ledger.part_commits()
     adopted = dropped = truncated = 0
     for part, path in list_parts(data_dir, first_part).items():
@@ -304,11 +304,13 @@ def reconcile_parts(
         adopted += len(keep)
     changed, changed_parts, damaged, scanned = _check_marks(data_dir, ledger, first_part, full=full)
     return ReconcileResult(
-        adopted, dropped, truncated, requeued, lost, changed, changed_parts, damaged, scanned
+        adopted, dropped, truncated, requeued, lost, changed, changed_parts, (*missing, *damaged), scanned
     )
 
 
-def _requeue_lost_rows(data_dir: Path, ledger: Ledger, first_part: int) -> tuple[int, tuple[str, ...]]:
+def _requeue_lost_rows(
+    data_dir: Path, ledger: Ledger, first_part: int
+) -> tuple[int, tuple[str, ...], list[DamagedRow]]:
     """Parts deleted or cut short since: keep their intact prefix, send the other rows again.
 
     Bytes [0, committed_bytes) held exactly the part's done rows, so the complete lines
@@ -317,6 +319,7 @@ def _requeue_lost_rows(data_dir: Path, ledger: Ledger, first_part: int) -> tuple
     """
     requeued = 0
     lost: list[str] = []
+    missing: list[DamagedRow] = []
     for commit in split_commits(ledger.part_commits(), first_part):
         part = commit.part
         path = part_path(data_dir, part, first_part)
@@ -329,11 +332,12 @@ def _requeue_lost_rows(data_dir: Path, ledger: Ledger, first_part: int) -> tuple
             with path.open("r+b") as handle:
                 handle.truncate(kept_bytes)
                 os.fsync(handle.fileno())
-        positions = [position for row_id, position in done.items() if row_id not in kept_ids]
-        ledger.requeue_lost(positions, PartCommit(part, kept_bytes, len(kept_ids)))
-        requeued += len(positions)
+        gone = {row_id: position for row_id, position in done.items() if row_id not in kept_ids}
+        ledger.requeue_lost(gone.values(), PartCommit(part, kept_bytes, len(kept_ids)))
+        requeued += len(gone)
         lost.append(path.name)
-    return requeued, tuple(lost)
+        missing += [DamagedRow(f"{data_dir.name}/{path.name}", None, row_id) for row_id in gone]
+    return requeued, tuple(lost), missing
 
 
 def _intact_prefix(path: Path, done: dict[str, int]) -> tuple[int, set[str]]:
