@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
+from specpilot.errors import UserError
 from specpilot.generate.job import run_generate
 from specpilot.generate.ledger import Ledger
 from specpilot.generate.report import summarize
@@ -115,6 +116,28 @@ def test_no_reasoning_at_all_stops_the_job_with_the_cause(tmp_path: Path) -> Non
     assert "no clean rows" in result.output and "missing_reasoning" in result.output
     assert "--include-flagged" in result.output
     assert not (tmp_path / "out" / "specforge.jsonl").exists()
+
+
+def test_the_guards_advice_no_thinking_resumes_the_same_job(tmp_path: Path) -> None:
+    """The guard says "pass --no-thinking ... then run the same command again": that command is
+    accepted, and the rows that came back without reasoning are generated again."""
+    server = FakeServer(Faults(inline_thinking="none")).start()
+    said: list[str] = []
+    try:
+        stopped = run_generate(_config(tmp_path, [server], 40, model=QWEN, concurrency=2))
+        assert stopped.exit_code == 1 and stopped.summary.done > 0
+        again = run_generate(_config(tmp_path, [server], 40, model=QWEN, thinking=False, notify=said.append))
+        # only that switch, only then: turning it back on is another job's parameters
+        with pytest.raises(UserError, match="other parameters: thinking=false"):
+            run_generate(_config(tmp_path, [server], 40, model=QWEN))
+    finally:
+        server.close()
+    assert again.exit_code == 0, again.message
+    assert again.summary.done == again.summary.clean == 40 and again.summary.flagged == 0
+    assert f"the {stopped.summary.done} rows that came back without reasoning are queued" in " ".join(said)
+    rows = read_output(tmp_path / "out")
+    assert sorted(r["id"] for r in rows) == sorted(f"q{i}" for i in range(40))
+    assert not any(r["meta"]["thinking"] for r in rows)
 
 
 def test_no_reasoning_does_not_stop_a_job_without_thinking(tmp_path: Path) -> None:

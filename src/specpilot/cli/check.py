@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import click
 from rich.console import Console
 
+from specpilot import jsontext
 from specpilot.check.fix import render_command
 from specpilot.check.spec_check import check_spec, fix_spec
 from specpilot.check.types import CheckResult
@@ -136,7 +136,7 @@ def check(
             "written": written,
         }
     if as_json:
-        click.echo(json.dumps(redact_tree(payload, secrets), indent=2))
+        click.echo(jsontext.dumps(redact_tree(payload, secrets), indent=2))
     else:
         _print_human(result, secrets)
         if fix:

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from specpilot import jsontext
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.cli.view import serve_status_options
@@ -236,7 +237,7 @@ def generate(
     outcome = run_generate(config, all_of(watchers))
     if as_json:
         click.echo(
-            json.dumps(
+            jsontext.dumps(
                 {**outcome.summary.to_json(), "exit_code": outcome.exit_code, "message": outcome.message}
             )
         )
@@ -281,7 +282,7 @@ def report(directory: Path, max_length_tokens: int | None, gpus: int | None, as_
     projected = report_projections(directory, summary, gpus)
     if as_json:
         shown = {name: p.to_json() for name, p in projected.items()}
-        click.echo(json.dumps({**summary.to_json(), "projection": shown}))
+        click.echo(jsontext.dumps({**summary.to_json(), "projection": shown}))
         return
     console = Console()
     render_summary(summary, console)
@@ -396,7 +397,7 @@ def export(
     if as_json:
         files = [str(f) for f in result.files]
         click.echo(
-            json.dumps(
+            jsontext.dumps(
                 {
                     "format": fmt,
                     "per_turn": fmt == "specforge" and per_turn is not False,

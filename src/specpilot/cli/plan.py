@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 from rich.console import Console
 
+from specpilot import jsontext
 from specpilot.check import check_spec
 from specpilot.cli.inputs import PASSTHROUGH, resolve_spec, spec_options
 from specpilot.engines.registry import ENGINES, engine_by_name
@@ -200,7 +200,7 @@ def plan(
             data["startup_peak"] = peak.to_json()
         if projected is not None:
             data["projection"] = {label: p.to_json() for label, p in projected.items()}
-        click.echo(json.dumps(data, indent=2))
+        click.echo(jsontext.dumps(data, indent=2))
     else:
         render_plan(result, Console())
         if peak is not None:

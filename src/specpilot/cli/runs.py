@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.console import Console
 from rich.table import Table
 
+from specpilot import jsontext
 from specpilot.launch.runs import list_runs
 
 
@@ -35,7 +34,7 @@ def runs(as_json: bool) -> None:
     """
     found = list_runs()
     if as_json:
-        click.echo(json.dumps([run.to_json() for run in found], indent=2))
+        click.echo(jsontext.dumps([run.to_json() for run in found], indent=2))
         return
     if not found:
         click.echo("no runs yet (start one with `specpilot up SPEC`)")

@@ -182,6 +182,7 @@ class Dispatcher:
         self.ledger, self.writers = ledger, writers
         self.client = (client_factory or ChatClient)(session, sampling)
         self.reasoning = ReasoningWatch(sampling.model, thinking=sampling.thinking)
+        self.usage_missing_said = False  # the warning of answers without `usage`, said once
         self.pool = ServerPool(
             [e.base_url for e in endpoints],
             policy.concurrency,
@@ -414,6 +415,13 @@ class Dispatcher:
         )
         meta = output["meta"]
         for result in done:
+            if result.answer.usage_missing and not self.usage_missing_said:
+                self.usage_missing_said = True
+                self._say(
+                    f"warning: server {result.server} answers without `usage`: those rows record 0 "
+                    "prompt and completion tokens (the rates, `report` and --max-length read them); "
+                    "SGLang and vLLM send it, so a proxy in between may drop it"
+                )
             no_reasoning = self.reasoning.observe(result.answer.reasoning, result.answer.finish_reason)
             if no_reasoning is not None:
                 self._stop(no_reasoning)

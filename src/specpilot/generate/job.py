@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from specpilot import __version__
+from specpilot import __version__, jsontext
 from specpilot.errors import UserError
 from specpilot.generate.client import Sampling, open_session
 from specpilot.generate.dispatch import ClientFactory, Companion, Dispatcher, DispatchPolicy, RetryPolicy
@@ -35,7 +35,12 @@ from specpilot.generate.inputs import InputMark, InputSource, check_output_dir, 
 from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import JobSummary, ServerRun, summarize
-from specpilot.generate.truncated import check_budget, requeue_truncated
+from specpilot.generate.truncated import (
+    MISSING_REASONING_BIT,
+    check_budget,
+    requeue_flagged,
+    requeue_truncated,
+)
 from specpilot.generate.types import RejectedRow
 from specpilot.generate.writer import (
     CRC_CHUNK_BYTES,
@@ -46,7 +51,7 @@ from specpilot.generate.writer import (
     reconcile_parts,
     split_parts,
 )
-from specpilot.secrets import url_without_credentials
+from specpilot.secrets import mask_fields, url_without_credentials
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
 JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
@@ -175,8 +180,7 @@ class Job:
                     fix="drop it for a new job (pass it when resuming one with truncated rows)",
                 )
             self._initialize(params)
-        else:
-            self._check_same_job(meta, params)
+        thinking_off = resumed and self._check_same_job(meta, params)
         for split in SPLITS:
             directory = self.config.output_dir / split.directory
             directory.mkdir(parents=True, exist_ok=True)
@@ -209,6 +213,13 @@ class Job:
             )
             self.config.notify(
                 f"{retried} truncated rows queued again at --max-tokens {self.config.max_tokens}"
+            )
+        if thinking_off:
+            again = requeue_flagged(self.config.output_dir, self.ledger, MISSING_REASONING_BIT)
+            self.ledger.set_meta({"thinking": params["thinking"]})  # after: a kill before requeues again
+            self.config.notify(
+                f"thinking is now off (--no-thinking): the {again} rows that came back without reasoning "
+                "are queued to be generated again"
             )
         in_flight = self.ledger.counts()[RowState.IN_FLIGHT]
         if in_flight:  # what the last run's stop cost: these are generated again
@@ -245,7 +256,8 @@ class Job:
             "temperature": c.temperature,
             "top_p": c.top_p,
             "top_k": c.top_k,
-            "request_fields": dict(sorted(c.request_fields.items())),
+            # stored and shown (ledger, manifest.json): an --extra-body api_key is masked
+            "request_fields": mask_fields(dict(sorted(c.request_fields.items()))),
         }
         return {
             key: json.dumps(value) if not isinstance(value, str) else value for key, value in values.items()
@@ -315,9 +327,16 @@ class Job:
         """--retry-truncated again at the budget an earlier retry already moved the job to."""
         return RETRY_FROM_KEY in meta and meta.get("max_tokens") == params["max_tokens"]
 
-    def _check_same_job(self, meta: dict[str, str], params: dict[str, str]) -> None:
+    def _check_same_job(self, meta: dict[str, str], params: dict[str, str]) -> bool:
+        """Refuse other parameters than the job's; True when thinking is turned off as the
+        no-reasoning guard advises (every done row came back without reasoning: sent again)."""
         # a ledger from before a parameter existed ran with its default
         changed = [k for k in PARAM_KEYS if meta.get(k, DEFAULT_PARAMS.get(k)) != params[k]]
+        thinking_off = (
+            "thinking" in changed and params["thinking"] == "false" and self._only_rows_without_reasoning()
+        )
+        if thinking_off:
+            changed.remove("thinking")
         if self.config.retry_truncated:
             # a retry resumed (after a kill) is checked against the budget the rows were cut at
             cut_at = (
@@ -333,7 +352,7 @@ class Job:
                 fix="repeat the original parameters to resume, or choose a new --output directory",
             )
         if meta.get("input_fingerprint") == self.source.fingerprint():
-            return
+            return thinking_off
         if meta.get("input_sha256") != self.source.sha256():
             raise UserError(
                 f"{self.source.path} changed since this job started{self._where_changed()}",
@@ -341,6 +360,16 @@ class Job:
                 fix="pass the original input to resume, or choose a new --output directory for the new input",
             )
         self.ledger.set_meta({"input_fingerprint": self.source.fingerprint()})
+        return thinking_off
+
+    def _only_rows_without_reasoning(self) -> bool:
+        """Whether the job has done rows and each came back without reasoning (the guard's stop)."""
+        query = (
+            f"SELECT COUNT(*), SUM((flags & {MISSING_REASONING_BIT}) != 0) FROM rows "
+            f"WHERE state = {RowState.DONE}"
+        )
+        ((done, without),) = self.ledger.query(query, ())
+        return bool(done) and done == without
 
     def _where_changed(self) -> str:
         """Which lines of a changed JSONL input differ: the first block of rows whose bytes do not
@@ -443,7 +472,7 @@ class Job:
             ],
             "updated_at": time.time(),
         }
-        _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+        _write_atomic(out / "manifest.json", jsontext.dumps(manifest, indent=2) + "\n")
         return summary
 
 

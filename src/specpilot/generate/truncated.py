@@ -22,6 +22,7 @@ from specpilot.generate.validate import FLAG_NAMES
 from specpilot.generate.writer import FLAGGED, SPLIT_PARTS, fsync_dir, part_path
 
 TRUNCATED_BIT = 1 << FLAG_NAMES.index("truncated")
+MISSING_REASONING_BIT = 1 << FLAG_NAMES.index("missing_reasoning")
 
 
 def check_budget(previous: int | None, wanted: int | None) -> None:
@@ -42,9 +43,14 @@ def check_budget(previous: int | None, wanted: int | None) -> None:
 
 def requeue_truncated(job_dir: Path, ledger: Ledger) -> int:
     """Move every done, truncated row back to pending (see the module docstring); how many."""
+    return requeue_flagged(job_dir, ledger, TRUNCATED_BIT)
+
+
+def requeue_flagged(job_dir: Path, ledger: Ledger, flag_bit: int) -> int:
+    """Move every done row carrying `flag_bit` back to pending, as truncated ones; how many."""
     query = (
         f"SELECT part, id, position FROM rows WHERE state = {RowState.DONE} "
-        f"AND (flags & {TRUNCATED_BIT}) != 0 AND part >= ? AND part < ?"
+        f"AND (flags & {flag_bit}) != 0 AND part >= ? AND part < ?"
     )
     by_part: dict[int, dict[str, int]] = defaultdict(dict)
     for part, row_id, position in ledger.query(query, (FLAGGED.first_part, FLAGGED.first_part + SPLIT_PARTS)):
