@@ -125,7 +125,7 @@ them as context and generates only the last answer:
     default=6,
     show_default=True,
     type=click.IntRange(1),
-    help="Requests per row before it fails (429/5xx/timeouts are retried).",
+    help="Requests per row before it fails (5xx/timeouts are retried; 429/503 back off without counting).",
 )
 @click.option(
     "--retry-base-s",
