@@ -655,6 +655,11 @@ CASES = [
         "down of an unknown run", lambda t: ["down", "nope"], ("NAME", "no run named 'nope'", "specpilot up")
     ),
     Case(
+        "down with a NaN timeout",
+        lambda t: ["down", "nope", "--timeout-s", "nan"],
+        ("--timeout-s", "'nan' is not a finite number"),
+    ),
+    Case(
         "run name that is a path",
         lambda t: ["down", "../etc"],
         ("name", "not usable as a directory name", "letters, digits"),

@@ -13,7 +13,7 @@ from specpilot.bench.sample import draw, prompt_chars, write_prompts
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import Variant, default_variants, parse_variants, spec_method, variant_spec
 from specpilot.errors import UserError
-from specpilot.generate.client import RequestFailed
+from specpilot.generate.client import Answer, RequestFailed
 from specpilot.generate.inputs import iter_rows, resolve_input
 from specpilot.generate.types import PromptRow
 from specpilot.projection import Rates, project, read_bench, wall_text
@@ -119,6 +119,36 @@ def test_a_stream_becomes_the_answer_a_plain_call_gives() -> None:
         _Stream().feed({"error": {"message": "boom"}}, 0.0)
 
 
+@pytest.mark.parametrize("count", ["²", "٣", "0", "17", "", "x"])
+def test_a_draft_count_that_is_no_ascii_number_is_refused(count: str) -> None:
+    """A Unicode digit passes str.isdigit(): it once reached int() and crashed."""
+    with pytest.raises(UserError, match="gives no draft-token count from 1 to 16") as refused:
+        parse_variants(f"NEXTN:{count}", _spec("sglang", SPECULATIVE_ARGS))  # type: ignore[arg-type]
+    assert refused.value.field == "--variants"
+
+
+def test_a_stream_with_a_lone_surrogate_or_a_huge_count_is_a_malformed_answer() -> None:
+    surrogate = _Stream()
+    surrogate.feed({"choices": [{"delta": {"content": "bad \ud800 text"}, "finish_reason": "stop"}]}, 1.0)
+    with pytest.raises(RequestFailed, match="lone surrogate"):
+        surrogate.answer()
+    huge = _Stream()
+    huge.feed({"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}, 1.0)
+    huge.feed({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 10**20}}, 1.1)
+    with pytest.raises(RequestFailed, match="more than any answer holds"):
+        huge.answer()
+    bare = _Stream()
+    bare.feed({"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}, 1.0)
+    assert bare.answer().usage_missing and not stream_with_usage().usage_missing
+
+
+def stream_with_usage() -> Answer:
+    stream = _Stream()
+    stream.feed({"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}, 1.0)
+    stream.feed({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1}}, 1.1)
+    return stream.answer()
+
+
 def test_the_projection_divides_wall_time_but_not_gpu_hours() -> None:
     rates = Rates(output_tokens_per_s=1000.0, mean_output_tokens=3600.0, gpus_per_server=2, source="x")
     one = project(10_000, rates)
@@ -135,3 +165,35 @@ def test_a_job_folder_without_a_bench_result_projects_nothing(tmp_path: Path) ->
     (tmp_path / "bench.json").write_text("{broken")
     with pytest.raises(UserError, match="cannot be read as a bench result"):
         read_bench(tmp_path)
+
+
+def test_a_server_that_ignores_stream_is_named_in_the_variant_row() -> None:
+    """A server answering one JSON body to `"stream": true` (no `data:` events) fails the
+    request saying so, and a variant with no answer carries that reason, not just
+    "no request was answered"."""
+    import asyncio
+
+    from aiohttp import web
+
+    from specpilot.bench.client import StreamingChatClient, TimingLog
+    from specpilot.bench.measure import Measured, _fill
+    from specpilot.generate.client import Sampling, open_session
+    from tests.generate.conftest import scripted_server
+
+    async def plain(request: web.Request) -> web.Response:
+        answer = {"role": "assistant", "content": "ok"}
+        return web.json_response({"choices": [{"message": answer, "finish_reason": "stop"}]})
+
+    log = TimingLog()
+
+    async def ask(port: int) -> None:
+        async with open_session(2) as session:
+            client = StreamingChatClient(session, Sampling(model="m", thinking=True), log)
+            await client.complete(f"http://127.0.0.1:{port}", [{"role": "user", "content": "hi"}])
+
+    with scripted_server(plain) as port, pytest.raises(RequestFailed, match='ignores "stream": true'):
+        asyncio.run(ask(port))
+    row = Measured(label="plain", status="measured", reason=None, argv=[], recommended_args=[])
+    _fill(row, log, 1.0)
+    assert row.status == "failed" and row.reason is not None
+    assert row.reason.startswith("no request was answered (the last error: ") and "stream" in row.reason

@@ -280,7 +280,8 @@ def _fill(row: Measured, log: TimingLog, elapsed_s: float) -> None:
     row.rows_done = len(done)
     row.rows_failed = log.failed
     if not done:
-        row.status, row.reason = "failed", "no request was answered"
+        why = f" (the last error: {log.last_error})" if log.last_error else ""
+        row.status, row.reason = "failed", f"no request was answered{why}"
         return
     tokens = [r.output_tokens for r in done]
     row.mean_output_tokens = round(sum(tokens) / len(tokens), 1)

@@ -11,14 +11,13 @@ length (over all measured rows) and the variants differ only in the rate they su
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specpilot import __version__
+from specpilot import __version__, jsontext
 from specpilot.bench.measure import Measured, Notify, Settings, measure
 from specpilot.bench.sample import draw, open_prompts, write_prompts
 from specpilot.bench.variants import Variant, prepare, spec_method
@@ -166,7 +165,7 @@ def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
         "variants": [r.to_json() for r in rows],
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    _write_atomic(request.job_dir / BENCH_FILE, json.dumps(data, indent=2) + "\n")
+    _write_atomic(request.job_dir / BENCH_FILE, jsontext.dumps(data, indent=2) + "\n")
     return BenchResult(spec, rows, specs, winner, sample.input_rows, len(sample.rows), mean, data)
 
 

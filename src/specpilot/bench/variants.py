@@ -73,7 +73,7 @@ def parse_variants(text: str, spec: Spec) -> list[Variant]:
         if item.lower() in (PLAIN, "none", "off"):
             found.append(Variant())
             continue
-        method, _, count = item.partition(":")
+        method, _, count = (part.strip() for part in item.partition(":"))
         name = method if knobs.case_sensitive else method.upper()
         if name not in knobs.methods:
             shown = ", ".join(sorted(knobs.methods)[:12])
@@ -82,7 +82,8 @@ def parse_variants(text: str, spec: Spec) -> list[Variant]:
                 field="--variants",
                 fix=f"use plain or one of {shown}, ...; {VARIANTS_FIX}",
             )
-        if not count.isdigit() or not 1 <= int(count) <= 16:
+        # ASCII digits: "²".isdigit() is true and int() refuses it
+        if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= 16:
             raise UserError(
                 f"{item!r} gives no draft-token count from 1 to 16",
                 field="--variants",

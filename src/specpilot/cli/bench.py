@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from types import FrameType
 import click
 from rich.console import Console
 
+from specpilot import jsontext
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.errors import EXIT_FAILED, UserError
@@ -174,7 +174,9 @@ def bench(
     if write_path is not None and result.winner is not None:
         write_best(result, write_path)
     if as_json:
-        click.echo(json.dumps({**result.data, "projection": projection.to_json() if projection else None}))
+        click.echo(
+            jsontext.dumps({**result.data, "projection": projection.to_json() if projection else None})
+        )
     else:
         wide = Console()
         # a table of nine columns: wrapped at 80 columns its numbers break apart

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 from rich.console import Console
+
+from specpilot import jsontext
 
 
 @click.command("demo")
@@ -36,4 +37,4 @@ def demo(workdir: Path, as_json: bool) -> None:
 
     result = run_demo(workdir, Console(stderr=as_json))
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        click.echo(jsontext.dumps(result.to_json(), indent=2))

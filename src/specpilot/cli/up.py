@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 from typing import Any
 
@@ -15,6 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from specpilot import jsontext
 from specpilot.cli.params import FiniteFloat
 from specpilot.engines.fix import Fix
 from specpilot.errors import JobFailed, UserError
@@ -43,7 +43,7 @@ REPLAN_STOP_TIMEOUT_S = 30.0
 
 
 def _print_json(data: dict[str, Any]) -> None:
-    click.echo(json.dumps(data, indent=2))
+    click.echo(jsontext.dumps(data, indent=2))
 
 
 def _refusal(spec: Spec, pre: Preflight) -> UpResult:
@@ -385,7 +385,9 @@ def logs(name: str, follow: bool, timeout_s: float) -> None:
 
 @click.command("down")
 @click.argument("name")
-@click.option("--timeout-s", default=30.0, show_default=True, help="SIGKILL the group after this long.")
+@click.option(
+    "--timeout-s", type=TIMEOUT_S, default=30.0, show_default=True, help="SIGKILL the group after this long."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @click.pass_context
 def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None:

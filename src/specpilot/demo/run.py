@@ -327,9 +327,11 @@ The same on a real GPU host: copy {spec_path} to my-gpu.toml and change
   [model]  path = "/models/Qwen3-8B"               (a folder on that host)
   [gpu]    memory_gib = 79.6                       (nvidia-smi's total)
   [engine] version = "0.26.0", args = ["--max-model-len", "32768"]; delete command and env
-and in the job file set server = "my-gpu.toml", prompts and output, then:
-  specpilot job job.toml          (again after anything: it resumes)
-  specpilot report OUTPUT/"""
+and write job.toml beside it (as the demo's {spec_path.parent / "out.job.toml"}):
+  [job]    server = "my-gpu.toml", prompts = "prompts.jsonl", output = "out", export = ["specforge"]
+then:
+  specpilot job job.toml        (again after anything: it resumes)
+  specpilot report out/         (out/specforge.jsonl is the drafter's training data)"""
 
 
 def run_demo(workdir: Path, console: Console) -> DemoResult:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from specpilot.errors import UserError
 from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostTimeout
@@ -178,8 +179,16 @@ async def stream_log(
     log_path = state.log_path
     try:
         if not follow:
-            async with _answer_within(timeout_s, host, f"reading {log_path}"):
-                data = await host.read_bytes(log_path)
+            try:
+                async with _answer_within(timeout_s, host, f"reading {log_path}"):
+                    data = await host.read_bytes(log_path)
+            except FileNotFoundError:
+                raise UserError(
+                    f"run {name}'s log {log_path} is gone (deleted since the run started)",
+                    field="NAME",
+                    fix=f"`specpilot status {name}` says whether it still runs; `specpilot down {name}` "
+                    "and `up` again start a new log",
+                ) from None
             yield data
             return
         async with followed(host, log_path, 0) as chunks:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,27 @@ class DamagedState(ValueError):
 
 
 def specpilot_home() -> Path:
-    return Path(os.environ.get("SPECPILOT_HOME") or Path.home() / ".specpilot")
+    """$SPECPILOT_HOME (default ~/.specpilot): a folder, or nothing yet (made when a run starts);
+    a file, a symlink loop or a symlink to nothing there is refused with the variable named."""
+    given = os.environ.get("SPECPILOT_HOME")
+    home = Path(given or Path.home() / ".specpilot")
+    try:
+        is_folder = stat.S_ISDIR(home.stat().st_mode)
+    except FileNotFoundError:
+        if not home.is_symlink():
+            return home
+        problem = "is a symlink to nothing"
+    except OSError as err:  # ELOOP: a symlink loop; EACCES, ENOTDIR on the way
+        problem = f"cannot be used ({err.strerror})"
+    else:
+        if is_folder:
+            return home
+        problem = "is a file, not a folder"
+    raise UserError(
+        f"{home} {problem}",
+        field="SPECPILOT_HOME" if given else "~/.specpilot",
+        fix="set SPECPILOT_HOME to a folder of your own (or to a path that does not exist yet)",
+    )
 
 
 def check_run_name(name: str, field: str = "name") -> str:

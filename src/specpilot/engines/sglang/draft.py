@@ -21,7 +21,7 @@ def _sglang_method(read: ReadArgv) -> str | None:
 
 def _sglang_draft_tokens(read: ReadArgv) -> int:
     use = read.last("speculative_num_steps")
-    return int(use.text) if use is not None and use.text and use.text.isdigit() else 0
+    return int(use.text) if use is not None and use.text and use.text.isascii() and use.text.isdigit() else 0
 
 
 def _sglang_args(read: ReadArgv, method: str, k: int) -> tuple[str, ...]:
