@@ -278,6 +278,12 @@ def _refuse_if_running(name: str) -> None:
         ended = " ".join(str(pid) for pid in left.signalled if pid not in left.survivors)
         said = f"{name}: ended what the earlier run left in process group {state.pgid}: pid {ended}"
         click.echo(said, err=True)
+    if left.unproven:
+        click.echo(
+            f"{name}: pid {' '.join(map(str, left.unproven))} of the earlier run's process group {state.pgid} "
+            "cannot be proven the run's and were left alone",
+            err=True,
+        )
     if left.survivors:
         raise JobFailed(
             f"{name}: pid {' '.join(map(str, left.survivors))} of the earlier run's process group "
@@ -333,13 +339,15 @@ def status(ctx: click.Context, name: str, lines: int, timeout_s: float, as_json:
             console.print(f"pid {result.pid} now belongs to another process: the run's own is gone")
         if result.exit_status is not None:
             console.print(f"the engine {describe_returncode(result.exit_status)}")
-        if result.leftovers_ended:
-            pids = " ".join(map(str, result.leftovers_ended))
-            console.print(f"ended what the engine left in its process group: pid {pids}")
-        if result.leftovers_survived:
-            pids = " ".join(map(str, result.leftovers_survived))
-            see = f"see `ps -o pid,stat,cmd -g {result.pid}`"
-            console.print(f"[bold red]still alive after SIGKILL[/]: pid {pids} ({see})")
+        if result.leftovers:
+            pids = " ".join(map(str, result.leftovers))
+            console.print(f"the engine left pid {pids} running: `specpilot down {name}` ends them")
+        if result.leftovers_unproven:
+            pids = " ".join(map(str, result.leftovers_unproven))
+            console.print(
+                f"pid {pids} of process group {result.pid} cannot be proven the run's, so no command of "
+                f"specpilot signals them; see `ps -o pid,lstart,cmd -g {result.pid}`"
+            )
         state = result.endpoint_state or "-"
         answer = state if state.startswith("slow") else f"answer {state}"
         console.print(f"endpoint {result.endpoint}  {answer}  model {result.served_model_name}")
@@ -391,7 +399,9 @@ def logs(name: str, follow: bool, timeout_s: float) -> None:
 def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None:
     """Stop a run: SIGTERM to its process group, SIGKILL after --timeout-s.
 
-    Exit 0 when nothing of it is left running, 1 when a process survived SIGKILL.
+    Only processes provably the run's are signalled (its group while the engine lives, or
+    those carrying its token). Exit 0 when nothing of it is left running, 1 when a process
+    survived SIGKILL or nothing could be proven the run's (an older record).
 
     \b
     Example:
@@ -411,4 +421,6 @@ def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None
         click.echo(f"{name}: process group {result['pid']} {how.replace('PGID', str(result['pid']))}")
         if result.get("survivors"):
             click.echo(f"{name}: still alive: pid {' '.join(map(str, result['survivors']))}")
-    ctx.exit(1 if result["phase"] == "stop_failed" else 0)
+        if result.get("unproven"):
+            click.echo(f"{name}: not signalled (not provably the run's): pid {' '.join(map(str, result['unproven']))}")
+    ctx.exit(1 if result["phase"] == "stop_failed" or result["stopped"] == "unproven" else 0)

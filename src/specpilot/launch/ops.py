@@ -16,7 +16,7 @@ from specpilot.launch.health import probe
 from specpilot.launch.identity import recorded_process
 from specpilot.launch.serving import check_serving, record_crash
 from specpilot.launch.state import CrashRecord, RunState, read_state, write_state
-from specpilot.launch.stop import GroupStop, end_group
+from specpilot.launch.stop import GroupStop, RunProcesses, end_group, run_members
 from specpilot.launch.tail import followed, next_chunk
 from specpilot.secrets import mask_log_text
 
@@ -33,18 +33,23 @@ def host_for(state: RunState) -> Host:
     return open_host_section(state.host)
 
 
+def run_processes(state: RunState) -> RunProcesses:
+    return RunProcesses(state.pgid, state.start_ticks, state.run_token)
+
+
 async def end_leftovers(host: Host, state: RunState, process: str | None = None) -> GroupStop:
-    """End what is left of a run whose engine is gone: the members of its process group
-    (by group id, started no earlier than the engine) that outlived it. `process` is
-    `recorded_process`'s answer when the caller has it. Nothing is signalled while the
-    engine runs ("not_running") or when its pid belongs to another process now ("stale":
-    the kernel recycles no pid while its group lives, so the run's group is gone)."""
+    """End what is left of a run whose engine is gone: its processes that outlived it (in
+    its group, or out of it with the run's token). `process` is `recorded_process`'s answer
+    when the caller has it. Nothing is signalled while the engine runs ("not_running") or
+    when its pid belongs to another process now ("stale")."""
     process = process or await recorded_process(host, state)
     if process == "running":
         return GroupStop("not_running")
     if process == "reused":
         return GroupStop("stale")
-    return await end_group(host, state.pgid, term_timeout_s=LEFTOVER_TERM_S, start_ticks=state.start_ticks)
+    return await end_group(
+        host, state.pgid, term_timeout_s=LEFTOVER_TERM_S, start_ticks=state.start_ticks, token=state.run_token
+    )
 
 
 async def clear_leftovers(name: str) -> GroupStop | None:
@@ -80,9 +85,10 @@ class RunStatus:
     cause: str | None = None
     #: how a ready run ended (a fatal line after ready, or its process gone)
     crash: CrashRecord | None = None
-    #: processes of its group that outlived the engine, ended now, and any that survived
-    leftovers_ended: tuple[int, ...] = ()
-    leftovers_survived: tuple[int, ...] = ()
+    #: with the engine gone: processes of the run that outlived it (`down` ends them), and
+    #: members of its group that cannot be proven the run's (never signalled)
+    leftovers: tuple[int, ...] = ()
+    leftovers_unproven: tuple[int, ...] = ()
 
     @property
     def serving(self) -> bool:
@@ -105,14 +111,15 @@ class RunStatus:
             "pid_reused": self.pid_reused,
             "cause": self.cause,
             "crash": None if self.crash is None else self.crash.to_json(),
-            "leftovers_ended": list(self.leftovers_ended),
-            "leftovers_survived": list(self.leftovers_survived),
+            "leftovers": list(self.leftovers),
+            "leftovers_unproven": list(self.leftovers_unproven),
         }
 
 
 async def run_status(name: str, *, lines: int = 10, timeout_s: float = STATUS_TIMEOUT_S) -> RunStatus:
     """The run as it is now; an endpoint that does not answer within `timeout_s` is
-    "slow to answer", a state like any other."""
+    "slow to answer", a state like any other. Read-only: nothing is signalled (what the
+    engine left behind is named, for `down` to end)."""
     state = read_state(name)
     host = host_for(state)
     try:
@@ -121,8 +128,8 @@ async def run_status(name: str, *, lines: int = 10, timeout_s: float = STATUS_TI
             state = record_crash(name, crash)
         process = await recorded_process(host, state)
         alive = process == "running"
-        # found dead (crashed, or ended outside specpilot): nothing of it may hold a port or memory
-        leftovers = await end_leftovers(host, state, process)
+        # found dead (crashed, or ended outside specpilot): name what of it may still hold a port or memory
+        leftovers, unproven = ((), ()) if process != "exited" else await run_members(host, run_processes(state))
         exit_path = state.exit_path
         exit_status = None if alive or not exit_path else await host.exit_status(exit_path)
         phase = state.phase
@@ -147,8 +154,8 @@ async def run_status(name: str, *, lines: int = 10, timeout_s: float = STATUS_TI
             pid_reused=process == "reused",
             cause=state.cause,
             crash=state.crash,
-            leftovers_ended=tuple(pid for pid in leftovers.signalled if pid not in leftovers.survivors),
-            leftovers_survived=leftovers.survivors,
+            leftovers=leftovers,
+            leftovers_unproven=unproven,
         )
     finally:
         await host.close()
@@ -197,22 +204,27 @@ async def stream_log(
 
 
 async def run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
-    """SIGTERM to the run's process group, SIGKILL after `timeout_s`; never by name, and
-    never to a pid that now belongs to another process. `stopped` is a key of
-    STOP_OUTCOMES; `phase` is "stopped" unless a member survived SIGKILL, and
-    `survivors` names every pid still alive then. With the engine gone, what is left of
-    its group is stopped the same way (`signalled` lists them)."""
+    """SIGTERM to each process provably the run's (launch.stop), SIGKILL after `timeout_s`;
+    never by name, never to a whole group, never to a pid that now belongs to another
+    process. `stopped` is a key of STOP_OUTCOMES; `phase` is "stopped" unless a process
+    survived SIGKILL (`survivors` names each) or nothing could be proven the run's
+    ("unproven": the recorded phase stays, `unproven` names the group's members). With the
+    engine gone, what is left of it is stopped the same way (`signalled` lists them)."""
     state = read_state(name)
     host = host_for(state)
     try:
         if await recorded_process(host, state) == "reused":
             how = GroupStop("stale")
         else:
-            how = await end_group(host, state.pgid, term_timeout_s=timeout_s, start_ticks=state.start_ticks)
+            how = await end_group(
+                host, state.pgid, term_timeout_s=timeout_s, start_ticks=state.start_ticks, token=state.run_token
+            )
     finally:
         await host.close()
-    phase = "stop_failed" if how.outcome == "survived" else "stopped"
-    write_state(state.stopped(phase, at_s=time.time()))
+    phase = state.phase
+    if how.outcome != "unproven":
+        phase = "stop_failed" if how.outcome == "survived" else "stopped"
+        write_state(state.stopped(phase, at_s=time.time()))
     return {
         "name": name,
         "pid": state.pid,
@@ -220,4 +232,5 @@ async def run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
         "stopped": how.outcome,
         "signalled": list(how.signalled),
         "survivors": list(how.survivors),
+        "unproven": list(how.unproven),
     }

@@ -25,7 +25,7 @@ from specpilot.launch.outcome import Progress, UpOptions, UpResult
 from specpilot.launch.program import check_program
 from specpilot.launch.render import render_env_file, render_launch_script
 from specpilot.launch.state import RunState, own_run_folder, write_state
-from specpilot.launch.stop import stop_group
+from specpilot.launch.stop import RUN_TOKEN_VAR, stop_group
 from specpilot.launch.watch import RunWatch
 from specpilot.plan.types import Plan
 from specpilot.secrets import mask_argv, mask_env, redact
@@ -168,7 +168,8 @@ async def _start_and_watch(
 
     pid = await host.spawn_detached(
         run.launcher,
-        env=planned.env,
+        # the token marks the run's processes, its children's too (launch.stop proves by it)
+        env={**planned.env, RUN_TOKEN_VAR: run.token},
         cwd=remote_dir,
         log_path=run.log_path,
         pid_path=f"{remote_dir}/{rundir.PID_FILE}",
@@ -178,6 +179,7 @@ async def _start_and_watch(
     # (pid, start time) names this process for good: `down` and `status` check it
     # before trusting the pid, which the kernel may give to another process later
     identity = await host.proc_stat(pid)
+    run.start_ticks = None if identity is None else identity.start_ticks
     state = RunState(
         name=spec.name,
         # the target the run was started on (status and down reconnect to it), reached as [host] says
@@ -186,7 +188,8 @@ async def _start_and_watch(
         log_path=run.log_path,
         exit_path=run.exit_path,
         pid=pid,
-        start_ticks=None if identity is None else identity.start_ticks,
+        start_ticks=run.start_ticks,
+        run_token=run.token,
         pgid=pid,
         endpoint=planned.endpoint,
         served_model_name=planned.served_model_name,
@@ -205,7 +208,9 @@ async def _start_and_watch(
         if run.stop_task is not None:
             await run.stop_task
         elif result is None or result.phase != "ready":
-            await stop_group(host, pid, term_timeout_s=options.term_timeout_s)
+            await stop_group(
+                host, pid, term_timeout_s=options.term_timeout_s, start_ticks=run.start_ticks, token=run.token
+            )
         if result is not None:
             result.elapsed_s = run.elapsed()
             state = state.ended(
