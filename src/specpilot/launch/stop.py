@@ -15,8 +15,9 @@ it is a live process of this user that started no earlier than the engine, and
 - or it descends from such a process (found by parent pid) and left the group.
 A group member without proof (a record of an older release without the engine's
 start time or token, or a group number another session took over) is reported,
-never signalled; nothing is ever sent to a whole group (killpg), group 1, or the
-caller's own group or session.
+never signalled; nothing is ever sent to a whole group (killpg), nor by group
+proof to group 1 or to a group or session of any caller of the stop (the CLI, its
+shell, the SSH session).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ mode, pgid, term_s, delay_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]),
 start_ticks, token = int(sys.argv[5]), sys.argv[6]
 marker = ("SPECPILOT_RUN_TOKEN=" + token).encode() if token != "-" else None
 uid, me = os.getuid(), os.getpid()
-forbidden = {0, 1, os.getpgrp(), os.getsid(0)}
 def stat_of(pid):
     # (state, ppid, pgid, start ticks, owner uid), or None once it is gone
     try:
@@ -49,6 +49,19 @@ def stat_of(pid):
         return None
     fields = stat[stat.rindex(")") + 2:].split()
     return (fields[0], int(fields[1]), int(fields[2]), int(fields[19]), owner)
+def ancestors_groups():
+    # the groups and sessions of this script's callers (the CLI, its shell, an SSH session)
+    groups, pid = {0, 1, os.getpgrp(), os.getsid(0)}, os.getppid()
+    while pid > 1:
+        try:
+            with open("/proc/%s/stat" % pid) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            break
+        groups |= {int(fields[2]), int(fields[3])}
+        pid = int(fields[1])
+    return groups
+forbidden = ancestors_groups()
 def table():
     found = {}
     for entry in os.listdir("/proc"):
@@ -146,7 +159,7 @@ found, unproven = members()
 if not found and stale():
     report("stale")
 elif not found:
-    report("unproven" if unproven else "not_running", unproven=unproven)
+    report("unproven" if unproven or pgid in forbidden else "not_running", unproven=unproven)
 else:
     sent = set()
     if wait_empty(term_s, signal.SIGTERM, sent):
