@@ -196,7 +196,9 @@ def test_a_live_engine_s_group_and_its_setsid_child_are_stopped(
     """With the engine's pid still the engine (same start time), its group is the run's,
     and a child that left it is found by parent pid."""
     ready = tmp_path / "escaped"
-    engine = subprocess.Popen(["sh", "-c", f"{ESCAPED}; exec sleep 120"], start_new_session=True, cwd=tmp_path)
+    engine = subprocess.Popen(
+        ["sh", "-c", f"{ESCAPED}; exec sleep 120"], start_new_session=True, cwd=tmp_path
+    )
     spawned.append(engine.pid)
     deadline = time.monotonic() + 30
     while not ready.exists() and time.monotonic() < deadline:

@@ -30,6 +30,7 @@ from specpilot.launch.ops import (
 from specpilot.launch.outcome import UpResult, describe_returncode
 from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
 from specpilot.launch.replan import Replan, replan, replan_reason
+from specpilot.launch.shield import ending_signals, stop_started
 from specpilot.launch.state import check_run_name, read_state
 from specpilot.launch.stop import STOP_OUTCOMES
 from specpilot.launch.supervisor import launch
@@ -191,7 +192,24 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
         ctx.exit(fleet_up(spec_path, as_json))
     spec = load_spec(spec_path)
     check_run_name(spec.name)
-    _refuse_if_running(spec.name)
+    # SIGTERM and SIGHUP (the SSH session closed) end it as Ctrl-C does: what started is stopped
+    try:
+        with ending_signals():
+            _refuse_if_running(spec.name)
+            result, replans = _up_until_settled(spec, force, replan, as_json)
+    except KeyboardInterrupt:
+        left = stop_started([spec.name])
+        if left:
+            raise JobFailed("; ".join(left) + " (stopping the interrupted start)") from None
+        click.echo(f"interrupted: {spec.name} is stopped", err=True)
+        ctx.exit(130)
+    if as_json:
+        _print_json({**result.to_json(), "replans": [r.to_json() for r in replans]})
+    ctx.exit(0 if result.phase == "ready" else 1)
+
+
+def _up_until_settled(spec: Spec, force: bool, replan: int, as_json: bool) -> tuple[UpResult, list[Replan]]:
+    """Start, re-planned up to `replan` times: the last result and the re-plans made."""
     console = Console()
     replans: list[Replan] = []
     while True:
@@ -219,9 +237,7 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
             break
         replans.append(change)
         spec = change.spec
-    if as_json:
-        _print_json({**result.to_json(), "replans": [r.to_json() for r in replans]})
-    ctx.exit(0 if result.phase == "ready" else 1)
+    return result, replans
 
 
 def _next_replan(
@@ -422,5 +438,7 @@ def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None
         if result.get("survivors"):
             click.echo(f"{name}: still alive: pid {' '.join(map(str, result['survivors']))}")
         if result.get("unproven"):
-            click.echo(f"{name}: not signalled (not provably the run's): pid {' '.join(map(str, result['unproven']))}")
+            click.echo(
+                f"{name}: not signalled (not provably the run's): pid {' '.join(map(str, result['unproven']))}"
+            )
     ctx.exit(1 if result["phase"] == "stop_failed" or result["stopped"] == "unproven" else 0)

@@ -129,7 +129,9 @@ async def run_status(name: str, *, lines: int = 10, timeout_s: float = STATUS_TI
         process = await recorded_process(host, state)
         alive = process == "running"
         # found dead (crashed, or ended outside specpilot): name what of it may still hold a port or memory
-        leftovers, unproven = ((), ()) if process != "exited" else await run_members(host, run_processes(state))
+        leftovers, unproven = (
+            ((), ()) if process != "exited" else await run_members(host, run_processes(state))
+        )
         exit_path = state.exit_path
         exit_status = None if alive or not exit_path else await host.exit_status(exit_path)
         phase = state.phase
@@ -217,7 +219,11 @@ async def run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
             how = GroupStop("stale")
         else:
             how = await end_group(
-                host, state.pgid, term_timeout_s=timeout_s, start_ticks=state.start_ticks, token=state.run_token
+                host,
+                state.pgid,
+                term_timeout_s=timeout_s,
+                start_ticks=state.start_ticks,
+                token=state.run_token,
             )
     finally:
         await host.close()

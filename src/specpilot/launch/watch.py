@@ -9,8 +9,8 @@ a fatal line, proves the process once more before ready, renders the outcome).
 from __future__ import annotations
 
 import asyncio
-import secrets
 import functools
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass

@@ -1,0 +1,101 @@
+"""`bench` stops what it started, whatever ends it: a signal the moment a variant's engine
+appears, a second signal during the stop, SIGHUP (the SSH session closed). Synchronised on
+the files `up` writes (the variant's pid file), not on sleeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.bench.conftest import ROOT, SpecFactory, write_prompts
+from tests.fixtures.engines import process_group_members
+
+SLOW = {"step_s": 0.05, "accept": 1.0, "cap": 4}
+
+
+def wait_for(path: Path, process: subprocess.Popen[str], within_s: float = 90.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not path.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.002)
+
+
+def start_bench(spec: Path, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-m", "specpilot", "bench", str(spec), "--prompts", str(prompts),
+            "--job", str(tmp_path / "job"), "--sample", "16", "--max-tokens", "400",
+            "--variants", "plain,NEXTN:1", "--budget-s", "120", "--warmup-s", "2", *extra]  # fmt: skip
+    return subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+
+def holding(token: str) -> list[int]:
+    """Live processes whose environment holds the run token `token`."""
+    marker = f"SPECPILOT_RUN_TOKEN={token}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (
+                marker in (entry / "environ").read_bytes().split(b"\0")
+                and " Z " not in (entry / "stat").read_text().rsplit(")", 1)[1][:3]
+            ):
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def left_running(home: Path) -> dict[str, list[int]]:
+    """Every run this home recorded -> what of it is alive: its group (once its pid was
+    recorded) and every process holding its token (an engine whose pid never was)."""
+    found = {}
+    for state_file in (home / "runs").glob("*/state.json"):
+        state = json.loads(state_file.read_text())
+        group = process_group_members(state["pgid"]) if state["pgid"] > 1 else []
+        found[state["name"]] = sorted({*group, *holding(state["run_token"])})
+    return found
+
+
+def finish(process: subprocess.Popen[str]) -> str:
+    try:
+        out, err = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return out + err
+
+
+@pytest.mark.parametrize(
+    "signals",
+    [
+        [signal.SIGINT],
+        [signal.SIGTERM],
+        [signal.SIGHUP],
+        [signal.SIGTERM, signal.SIGTERM],
+        [signal.SIGINT, signal.SIGTERM],
+    ],
+    ids=["int", "term", "hup", "term-term", "int-term"],
+)
+def test_a_signal_as_a_variant_s_engine_appears_stops_the_bench_and_the_engine(
+    signals: list[signal.Signals], bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    spec = bench_spec({"0": SLOW, "1": SLOW})
+    process = start_bench(spec, tmp_path)
+    home = Path(os.environ["SPECPILOT_HOME"])
+    wait_for(home / "runs" / "qb-bench-plain" / "pid", process)
+    for sig in signals:
+        process.send_signal(sig)
+        time.sleep(0.05)  # the second signal lands while the first one's stop runs
+    said = finish(process)
+    assert process.returncode == 130, said
+    assert "every server this bench started is stopped" in said
+    assert left_running(home) == {"qb-bench-plain": []}, said
