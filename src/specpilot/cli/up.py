@@ -296,8 +296,8 @@ def _refuse_if_running(name: str) -> None:
         click.echo(said, err=True)
     if left.unproven:
         click.echo(
-            f"{name}: pid {' '.join(map(str, left.unproven))} of the earlier run's process group {state.pgid} "
-            "cannot be proven the run's and were left alone",
+            f"{name}: pid {' '.join(map(str, left.unproven))} of the earlier run's process group "
+            f"{state.pgid} cannot be proven the run's and were left alone",
             err=True,
         )
     if left.survivors:
@@ -438,7 +438,6 @@ def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None
         if result.get("survivors"):
             click.echo(f"{name}: still alive: pid {' '.join(map(str, result['survivors']))}")
         if result.get("unproven"):
-            click.echo(
-                f"{name}: not signalled (not provably the run's): pid {' '.join(map(str, result['unproven']))}"
-            )
+            pids = " ".join(map(str, result["unproven"]))
+            click.echo(f"{name}: not signalled (not provably the run's): pid {pids}")
     ctx.exit(1 if result["phase"] == "stop_failed" or result["stopped"] == "unproven" else 0)
