@@ -409,7 +409,13 @@ def logs(name: str, follow: bool, timeout_s: float) -> None:
 
 @click.command("down")
 @click.argument("name")
-@click.option("--timeout-s", default=30.0, show_default=True, help="SIGKILL the group after this long.")
+@click.option(
+    "--timeout-s",
+    type=FiniteFloat(min=0.0, max=86_400.0),
+    default=30.0,
+    show_default=True,
+    help="SIGKILL what is left of the run after this long.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @click.pass_context
 def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from specpilot.errors import JobFailed
 from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostTimeout
@@ -186,9 +187,15 @@ async def stream_log(
     host = host_for(state)
     log_path = state.log_path
     try:
+        async with _answer_within(timeout_s, host, f"reading {log_path}"):
+            try:
+                data = await host.read_bytes(log_path, 0, None if not follow else 0)
+            except FileNotFoundError:
+                raise JobFailed(
+                    f"run {name}'s engine log {log_path} is gone from {host.target} (deleted after "
+                    f"the start); `specpilot status {name}` still tells whether it runs"
+                ) from None
         if not follow:
-            async with _answer_within(timeout_s, host, f"reading {log_path}"):
-                data = await host.read_bytes(log_path)
             yield data
             return
         async with followed(host, log_path, 0) as chunks:
