@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.conftest import ROOT, SpecFactory, write_prompts
+from tests.bench.conftest import ROOT, SpecFactory, specpilot, write_prompts
 from tests.fixtures.engines import process_group_members
 
 SLOW = {"step_s": 0.05, "accept": 1.0, "cap": 4}
@@ -115,3 +115,43 @@ def test_a_variant_that_dies_mid_measure_leaves_nothing_running(
     assert process.returncode == 0, said
     assert not Path(f"/proc/{child}").exists() or " Z " in Path(f"/proc/{child}/stat").read_text(), said
     assert left_running(Path(os.environ["SPECPILOT_HOME"])) == {"qb-bench-plain": [], "qb-bench-nextn-1": []}
+
+
+def test_two_benches_of_one_spec_or_one_port_cannot_run_at_once(
+    bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    spec = bench_spec({"0": SLOW, "1": SLOW})
+    same_port = tmp_path / "other.toml"
+    same_port.write_text(spec.read_text().replace('name = "qb"', 'name = "qc"'))
+    first = start_bench(spec, tmp_path)
+    home = Path(os.environ["SPECPILOT_HOME"])
+    try:
+        wait_for(home / "runs" / "qb-bench-plain" / "pid", first)
+        for other, busy in (
+            (spec, "another bench of spec 'qb' is running"),
+            (same_port, "another bench uses port"),
+        ):
+            second = specpilot(
+                "bench", other, "--prompts", tmp_path / "prompts.jsonl", "--job", tmp_path / "job2"
+            )
+            assert second.code == 2 and busy in second.stderr, second.output
+        first.send_signal(signal.SIGINT)
+    finally:
+        said = finish(first)
+    assert first.returncode == 130, said
+    assert left_running(home) == {"qb-bench-plain": []}  # the refused ones started nothing
+
+
+def test_an_unwritable_write_target_is_refused_before_anything_starts(
+    bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    spec = bench_spec({"0": SLOW})
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
+    target = tmp_path / "no-such-folder" / "best.toml"
+    ran = specpilot("bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--write", target)
+    assert ran.code == 2, ran.output
+    assert ran.stderr.startswith(f"error: --write: cannot write {target}: No such file or directory"), (
+        ran.stderr
+    )
+    assert not (Path(os.environ["SPECPILOT_HOME"]) / "runs").exists()  # nothing was started
+    assert not target.parent.exists()
