@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -26,7 +27,8 @@ from specpilot.launch.state import RunState, read_state, write_state
 from specpilot.launch.stop import RUN_TOKEN_VAR
 from specpilot.spec import HostSection
 
-TOKEN = "0123456789abcdef0123456789abcdef"
+#: random per test run: two runs of these tests at once must not see each other's processes
+TOKEN = secrets.token_hex(16)
 
 
 def run(*args: str) -> Result:
@@ -209,3 +211,21 @@ def test_a_live_engine_s_group_and_its_setsid_child_are_stopped(
     said = json.loads(run("down", "live", "--json", "--timeout-s", "5").output)
     assert (said["stopped"], said["signalled"]) == ("terminated", sorted([engine.pid, escaped]))
     assert engine.wait(timeout=10) == -signal.SIGTERM and wait_gone(escaped)
+
+
+def test_a_start_interrupted_before_its_pid_came_back_is_stopped_by_its_token(
+    home: Path, spawned: list[int]
+) -> None:
+    """`up` records the token before the spawn (pid 0): what the spawn started is still found."""
+    engine = subprocess.Popen(
+        ["sleep", "120"], start_new_session=True, env={**os.environ, RUN_TOKEN_VAR: TOKEN}
+    )
+    spawned.append(engine.pid)
+    record(home, "midspawn", 0, ticks=None, token=TOKEN)
+    assert asyncio.run(run_status("midspawn")).leftovers == (engine.pid,)
+    down = run("down", "midspawn", "--json", "--timeout-s", "5")
+    assert down.exit_code == 0
+    assert json.loads(down.stdout)["signalled"] == [engine.pid]
+    assert engine.wait(timeout=10) == -signal.SIGTERM
+    again = run("down", "midspawn", "--json")
+    assert (again.exit_code, json.loads(again.stdout)["stopped"]) == (0, "not_running")

@@ -159,7 +159,8 @@ found, unproven = members()
 if not found and stale():
     report("stale")
 elif not found:
-    report("unproven" if unproven or pgid in forbidden else "not_running", unproven=unproven)
+    # group 0: no pid was recorded (a start interrupted mid-spawn), so there is no group to doubt
+    report("unproven" if unproven or pgid in forbidden - {0} else "not_running", unproven=unproven)
 else:
     sent = set()
     if wait_empty(term_s, signal.SIGTERM, sent):
