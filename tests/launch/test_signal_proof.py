@@ -229,3 +229,22 @@ def test_a_start_interrupted_before_its_pid_came_back_is_stopped_by_its_token(
     assert engine.wait(timeout=10) == -signal.SIGTERM
     again = run("down", "midspawn", "--json")
     assert (again.exit_code, json.loads(again.stdout)["stopped"]) == (0, "not_running")
+
+
+def test_with_the_engine_s_pid_recycled_only_the_token_holders_are_stopped(
+    home: Path, spawned: list[int]
+) -> None:
+    """The engine died and the kernel gave its pid to another process, which now leads a
+    group of that number; the engine's setsid child lives on with the run's token."""
+    recycled = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    child = subprocess.Popen(
+        ["sleep", "120"], start_new_session=True, env={**os.environ, RUN_TOKEN_VAR: TOKEN}
+    )
+    spawned += [recycled.pid, child.pid]
+    record(home, "recycled", recycled.pid, ticks=start_ticks(recycled.pid) - 1, token=TOKEN)
+    status = asyncio.run(run_status("recycled"))
+    assert status.pid_reused and (status.leftovers, status.leftovers_unproven) == ((child.pid,), ())
+    down = json.loads(run("down", "recycled", "--json", "--timeout-s", "5").output)
+    assert (down["stopped"], down["signalled"]) == ("terminated", [child.pid])
+    assert child.wait(timeout=10) == -signal.SIGTERM and recycled.poll() is None
+    assert json.loads(run("down", "recycled", "--json").output)["stopped"] == "stale"

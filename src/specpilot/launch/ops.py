@@ -34,23 +34,30 @@ def host_for(state: RunState) -> Host:
     return open_host_section(state.host)
 
 
-def run_processes(state: RunState) -> RunProcesses:
-    return RunProcesses(state.pgid, state.start_ticks, state.run_token)
+def proof_of(state: RunState, process: str) -> RunProcesses:
+    """What proves a process is the run's (launch.stop), given `recorded_process`'s answer:
+    once the engine's pid names another process, its group number is not the run's."""
+    return RunProcesses(0 if process == "reused" else state.pgid, state.start_ticks, state.run_token)
+
+
+async def _end_proven(host: Host, state: RunState, process: str, term_timeout_s: float) -> GroupStop:
+    proof = proof_of(state, process)
+    stopped = await end_group(
+        host, proof.pgid, term_timeout_s=term_timeout_s, start_ticks=proof.start_ticks, token=proof.token
+    )
+    # a recycled pid and nothing found by the token: say why nothing was signalled
+    return GroupStop("stale") if process == "reused" and not stopped.signalled else stopped
 
 
 async def end_leftovers(host: Host, state: RunState, process: str | None = None) -> GroupStop:
     """End what is left of a run whose engine is gone: its processes that outlived it (in
     its group, or out of it with the run's token). `process` is `recorded_process`'s answer
-    when the caller has it. Nothing is signalled while the engine runs ("not_running") or
-    when its pid belongs to another process now ("stale")."""
+    when the caller has it. Nothing is signalled while the engine runs ("not_running"); when
+    its pid names another process now, only what holds the run's token is ("stale" if none)."""
     process = process or await recorded_process(host, state)
     if process == "running":
         return GroupStop("not_running")
-    if process == "reused":
-        return GroupStop("stale")
-    return await end_group(
-        host, state.pgid, term_timeout_s=LEFTOVER_TERM_S, start_ticks=state.start_ticks, token=state.run_token
-    )
+    return await _end_proven(host, state, process, LEFTOVER_TERM_S)
 
 
 async def clear_leftovers(name: str) -> GroupStop | None:
@@ -130,9 +137,7 @@ async def run_status(name: str, *, lines: int = 10, timeout_s: float = STATUS_TI
         process = await recorded_process(host, state)
         alive = process == "running"
         # found dead (crashed, or ended outside specpilot): name what of it may still hold a port or memory
-        leftovers, unproven = (
-            ((), ()) if process != "exited" else await run_members(host, run_processes(state))
-        )
+        leftovers, unproven = ((), ()) if alive else await run_members(host, proof_of(state, process))
         exit_path = state.exit_path
         exit_status = None if alive or not exit_path else await host.exit_status(exit_path)
         phase = state.phase
@@ -222,16 +227,7 @@ async def run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
     state = read_state(name)
     host = host_for(state)
     try:
-        if await recorded_process(host, state) == "reused":
-            how = GroupStop("stale")
-        else:
-            how = await end_group(
-                host,
-                state.pgid,
-                term_timeout_s=timeout_s,
-                start_ticks=state.start_ticks,
-                token=state.run_token,
-            )
+        how = await _end_proven(host, state, await recorded_process(host, state), timeout_s)
     finally:
         await host.close()
     phase = state.phase
