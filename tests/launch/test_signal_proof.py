@@ -248,3 +248,31 @@ def test_with_the_engine_s_pid_recycled_only_the_token_holders_are_stopped(
     assert (down["stopped"], down["signalled"]) == ("terminated", [child.pid])
     assert child.wait(timeout=10) == -signal.SIGTERM and recycled.poll() is None
     assert json.loads(run("down", "recycled", "--json").output)["stopped"] == "stale"
+
+
+def test_read_only_commands_never_run_a_stop(
+    home: Path, tmp_path: Path, spawned: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even with the run's own leftovers there to end (proven by its token), `status`,
+    `logs` and `runs` only look: the stop script runs in its read-only mode or not at all."""
+    import specpilot.launch.stop as stop
+
+    group = orphaned_group(tmp_path, spawned, f"{MEMBER}; {ESCAPED}", env={RUN_TOKEN_VAR: TOKEN})
+    record(home, "looked-at", group, ticks=start_ticks(spawned[0]) - 1, token=TOKEN)
+    modes: list[str] = []
+    real = stop._group_script
+
+    async def spy(host: object, mode: str, *args: object, **kwargs: object) -> str:
+        modes.append(mode)
+        return await real(host, mode, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stop, "_group_script", spy)
+    for command in (
+        ["status", "looked-at"],
+        ["status", "looked-at", "--json"],
+        ["logs", "looked-at"],
+        ["runs"],
+    ):
+        run(*command)
+    assert modes and set(modes) == {"members"}
+    assert all(alive(pid) for pid in spawned)
