@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -28,7 +29,9 @@ Exit: 0 a winner, 1 no variant could be measured (or a server outlived the stop)
 
 
 def _say(line: str) -> None:
-    click.echo(line, err=True)
+    # after SIGHUP (the SSH session closed) stderr may be gone: the stop must go on regardless
+    with contextlib.suppress(OSError):
+        click.echo(line, err=True)
 
 
 def _check_writable(path: Path) -> None:
