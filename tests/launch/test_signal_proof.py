@@ -14,6 +14,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -276,3 +277,26 @@ def test_read_only_commands_never_run_a_stop(
         run(*command)
     assert modes and set(modes) == {"members"}
     assert all(alive(pid) for pid in spawned)
+
+
+def test_a_caller_holding_the_token_is_never_signalled(home: Path, spawned: list[int]) -> None:
+    """`down` run from inside the run's environment (a shell the engine's env was copied
+    into) ends the run's processes, not itself or its shell."""
+    holder = subprocess.Popen(
+        ["sleep", "120"], start_new_session=True, env={**os.environ, RUN_TOKEN_VAR: TOKEN}
+    )
+    spawned.append(holder.pid)
+    record(home, "inside", 0, ticks=None, token=TOKEN)
+    env = {**os.environ, RUN_TOKEN_VAR: TOKEN, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    down = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -m specpilot down inside --json --timeout-s 5; echo shell-lived'],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert down.returncode == 0 and down.stdout.endswith("shell-lived\n"), down.stderr
+    said = json.loads(down.stdout.removesuffix("shell-lived\n"))
+    assert (said["stopped"], said["signalled"]) == ("terminated", [holder.pid])
+    assert holder.wait(timeout=10) == -signal.SIGTERM

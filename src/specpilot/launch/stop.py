@@ -15,9 +15,9 @@ it is a live process of this user that started no earlier than the engine, and
 - or it descends from such a process (found by parent pid) and left the group.
 A group member without proof (a record of an older release without the engine's
 start time or token, or a group number another session took over) is reported,
-never signalled; nothing is ever sent to a whole group (killpg), nor by group
-proof to group 1 or to a group or session of any caller of the stop (the CLI, its
-shell, the SSH session).
+never signalled; nothing is ever sent to a whole group (killpg), to a caller of the
+stop (the CLI, its shell, the SSH session), nor by group proof to group 1 or to a
+caller's group or session.
 """
 
 from __future__ import annotations
@@ -49,23 +49,24 @@ def stat_of(pid):
         return None
     fields = stat[stat.rindex(")") + 2:].split()
     return (fields[0], int(fields[1]), int(fields[2]), int(fields[19]), owner)
-def ancestors_groups():
-    # the groups and sessions of this script's callers (the CLI, its shell, an SSH session)
-    groups, pid = {0, 1, os.getpgrp(), os.getsid(0)}, os.getppid()
+def callers():
+    # this script's callers (the CLI, its shell, an SSH session): their pids, groups and sessions
+    pids, groups, pid = {me}, {0, 1, os.getpgrp(), os.getsid(0)}, os.getppid()
     while pid > 1:
         try:
             with open("/proc/%s/stat" % pid) as handle:
                 fields = handle.read().rsplit(")", 1)[1].split()
         except OSError:
             break
+        pids.add(pid)
         groups |= {int(fields[2]), int(fields[3])}
         pid = int(fields[1])
-    return groups
-forbidden = ancestors_groups()
+    return pids, groups
+ancestors, forbidden = callers()
 def table():
     found = {}
     for entry in os.listdir("/proc"):
-        stat = stat_of(entry) if entry.isdigit() and int(entry) != me else None
+        stat = stat_of(entry) if entry.isdigit() and int(entry) not in ancestors else None
         if stat:
             found[int(entry)] = stat
     return found
@@ -88,7 +89,7 @@ def stale():
 descendants = {}  # of proven processes, found by parent pid: pid -> start ticks
 tokens = {}  # (pid, start ticks) -> holds the token (an environment is read once)
 def proven(pid, stat, cached=True):
-    if stat is None or stat[0] in "ZX" or stat[4] != uid or stat[3] < start_ticks:
+    if pid in ancestors or stat is None or stat[0] in "ZX" or stat[4] != uid or stat[3] < start_ticks:
         return False
     if descendants.get(pid) == stat[3] or (stat[2] == pgid and leader_is_engine()):
         return True
