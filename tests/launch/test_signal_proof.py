@@ -300,3 +300,15 @@ def test_a_caller_holding_the_token_is_never_signalled(home: Path, spawned: list
     said = json.loads(down.stdout.removesuffix("shell-lived\n"))
     assert (said["stopped"], said["signalled"]) == ("terminated", [holder.pid])
     assert holder.wait(timeout=10) == -signal.SIGTERM
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="starting another user's process needs root")
+def test_another_user_s_process_is_never_the_run_s(home: Path, spawned: list[int]) -> None:
+    """Even a record naming another user's live process by pid and start time (root could
+    signal it) proves nothing: the run's processes are the caller's user's."""
+    nobody = subprocess.Popen(["sleep", "120"], start_new_session=True, user=65534, group=65534)
+    spawned.append(nobody.pid)
+    record(home, "theirs", nobody.pid, ticks=start_ticks(nobody.pid), token=TOKEN)
+    down = json.loads(run("down", "theirs", "--json", "--timeout-s", "1").output)
+    assert (down["stopped"], down["signalled"], down["unproven"]) == ("unproven", [], [nobody.pid])
+    assert nobody.poll() is None
