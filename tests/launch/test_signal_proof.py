@@ -312,3 +312,37 @@ def test_another_user_s_process_is_never_the_run_s(home: Path, spawned: list[int
     down = json.loads(run("down", "theirs", "--json", "--timeout-s", "1").output)
     assert (down["stopped"], down["signalled"], down["unproven"]) == ("unproven", [], [nobody.pid])
     assert nobody.poll() is None
+
+
+def test_a_token_holder_proves_its_group_members_whose_environment_was_rewritten(
+    home: Path, tmp_path: Path, spawned: list[int]
+) -> None:
+    """vLLM's EngineCore rewrites its title (setproctitle), which erases its environment and
+    the token with it: a token holder in the same group proves it the run's (no group number
+    is reused while the group has a member); with no holder left it is only reported."""
+    erase = f"env -u {RUN_TOKEN_VAR} sleep 120 & echo $! > erased.tmp && mv erased.tmp erased"
+    group = orphaned_group(tmp_path, spawned, f"{MEMBER}; {erase}", env={RUN_TOKEN_VAR: TOKEN})
+    [holder] = spawned
+    erased = int((tmp_path / "erased").read_text())
+    spawned.append(erased)
+    record(home, "rewritten", group, ticks=start_ticks(holder) - 1, token=TOKEN)
+    assert asyncio.run(run_status("rewritten")).leftovers == tuple(sorted([holder, erased]))
+    os.kill(holder, signal.SIGKILL)
+    assert wait_gone(holder)
+    status = asyncio.run(run_status("rewritten"))
+    assert (status.leftovers, status.leftovers_unproven) == ((), (erased,))
+    down = json.loads(run("down", "rewritten", "--json", "--timeout-s", "1").output)
+    assert (down["stopped"], down["unproven"]) == ("unproven", [erased])
+    assert alive(erased)
+
+
+def test_down_ends_a_group_proven_by_one_token_holder(home: Path, tmp_path: Path, spawned: list[int]) -> None:
+    erase = f"env -u {RUN_TOKEN_VAR} sleep 120 & echo $! > erased.tmp && mv erased.tmp erased"
+    group = orphaned_group(tmp_path, spawned, f"{MEMBER}; {erase}", env={RUN_TOKEN_VAR: TOKEN})
+    [holder] = spawned
+    erased = int((tmp_path / "erased").read_text())
+    spawned.append(erased)
+    record(home, "proven-group", group, ticks=start_ticks(holder) - 1, token=TOKEN)
+    down = json.loads(run("down", "proven-group", "--json", "--timeout-s", "5").output)
+    assert (down["stopped"], down["signalled"]) == ("terminated", sorted([holder, erased]))
+    assert wait_gone(holder) and wait_gone(erased)

@@ -11,7 +11,10 @@ it is a live process of this user that started no earlier than the engine, and
   (same start time): the kernel reuses no group number while its leader's pid is held;
 - or it holds the run's token in its environment (`SPECPILOT_RUN_TOKEN`, set by `up`
   on the engine and inherited by its children): found even after the engine died,
-  in its old group or in one of its own (`setsid`);
+  in its old group or in one of its own (`setsid`); one such member of the engine's group
+  proves the whole group the run's (no group number is reused while the group has a member),
+  so a process whose title rewrite (`setproctitle`, as vLLM's EngineCore) erased its
+  environment is found too;
 - or it descends from such a process (found by parent pid) and left the group.
 A group member without proof (a record of an older release without the engine's
 start time or token, or a group number another session took over) is reported,
@@ -87,19 +90,40 @@ def stale():
     leader = stat_of(pgid) if pgid not in forbidden else None
     return start_ticks >= 0 and leader is not None and leader[3] != start_ticks
 descendants = {}  # of proven processes, found by parent pid: pid -> start ticks
+in_group = {}  # members of the group seen while it was proven the run's: pid -> start ticks
 tokens = {}  # (pid, start ticks) -> holds the token (an environment is read once)
-def proven(pid, stat, cached=True):
-    if pid in ancestors or stat is None or stat[0] in "ZX" or stat[4] != uid or stat[3] < start_ticks:
-        return False
-    if descendants.get(pid) == stat[3] or (stat[2] == pgid and leader_is_engine()):
-        return True
+def token_of(pid, stat, cached=True):
     key = (pid, stat[3])
     if not cached or key not in tokens:
         tokens[key] = holds_token(pid)
     return tokens[key]
+def plausible(pid, stat):
+    return pid not in ancestors and stat is not None and stat[0] not in "ZX" and stat[4] == uid \
+        and stat[3] >= start_ticks
+def group_is_run(procs):
+    # no group number is reused while a process is in the group: one member proven the run's
+    # (by the token) proves them all, e.g. an engine process whose title rewrite (setproctitle)
+    # erased its environment
+    if pgid in forbidden:
+        return False
+    inside = [(pid, stat) for pid, stat in procs.items() if stat[2] == pgid and plausible(pid, stat)]
+    known = any(in_group.get(pid) == stat[3] for pid, stat in inside)
+    return leader_is_engine() or known or any(token_of(pid, stat) for pid, stat in inside)
+def proven(pid, stat, cached=True, run_group=False):
+    if not plausible(pid, stat):
+        return False
+    if descendants.get(pid) == stat[3] or in_group.get(pid) == stat[3]:
+        return True
+    if stat[2] == pgid and (run_group or leader_is_engine()):
+        return True
+    return token_of(pid, stat, cached)
 def members():
     procs = table()
-    found = [pid for pid, stat in procs.items() if proven(pid, stat)]
+    run_group = group_is_run(procs)
+    found = [pid for pid, stat in procs.items() if proven(pid, stat, run_group=run_group)]
+    for pid in found:
+        if procs[pid][2] == pgid:
+            in_group[pid] = procs[pid][3]
     children = {}
     for pid, stat in procs.items():
         children.setdefault(stat[1], []).append(pid)
@@ -107,7 +131,7 @@ def members():
     while pending:
         for child in children.get(pending.pop(), []):
             stat = procs[child]
-            if child not in found and stat[0] not in "ZX" and stat[4] == uid:
+            if child not in found and plausible(child, stat):
                 descendants[child] = stat[3]
                 found.append(child)
                 pending.append(child)
