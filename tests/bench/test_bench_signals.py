@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -65,12 +66,17 @@ def left_running(home: Path) -> dict[str, list[int]]:
 
 
 def finish(process: subprocess.Popen[str]) -> str:
+    """The bench's output once it ended; one that does not end within 90 s is killed, and so
+    is every process its runs left (the test fails; nothing may outlive it)."""
     try:
         out, err = process.communicate(timeout=90)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+            for pids in left_running(Path(os.environ["SPECPILOT_HOME"])).values():
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
     return out + err
 
 
@@ -155,3 +161,27 @@ def test_an_unwritable_write_target_is_refused_before_anything_starts(
     )
     assert not (Path(os.environ["SPECPILOT_HOME"]) / "runs").exists()  # nothing was started
     assert not target.parent.exists()
+
+
+def test_an_interrupt_the_job_took_as_it_ended_still_ends_the_bench(monkeypatch: pytest.MonkeyPatch) -> None:
+    """generate's loop takes SIGINT while a job runs; a job that ends before the guard's next
+    tick must not lose it (the bench went on to the next variant)."""
+    import asyncio
+
+    from specpilot.bench import measure
+    from specpilot.generate.job import JobConfig
+
+    class Interrupted:
+        stop_reason = "interrupted by SIGINT; run the same command again to resume"
+
+    def job_ending_at_once(config: object, watch: Any) -> None:
+        async def run() -> None:
+            async with watch(Interrupted()):
+                pass  # the job ended before the guard's first tick
+
+        asyncio.run(run())
+
+    monkeypatch.setattr(measure, "run_generate", job_ending_at_once)
+    guard = measure._Guard(time.monotonic() + 60, "plain", lambda line: None, 0.0)
+    with pytest.raises(KeyboardInterrupt):
+        measure._guarded(cast(JobConfig, None), guard)
