@@ -5,6 +5,9 @@
     env: SPECPILOT_BENCH_PROFILE='{"0": {"step_s": 0.02, "accept": 1.0, "cap": 8}, "2": {...}}'
          keyed by draft tokens (--speculative-num-steps; 0 without speculation). A profile
          {"die": "<scenario>"} plays that scenario of scenarios.py instead (a start that fails).
+         Optional keys: "die_at_request": N (the engine exits as its Nth chat request arrives:
+         a death mid-measure), "setsid_child": FILE (at start, a child in a session of its
+         own, its pid written to FILE: what a plain group stop misses once the engine is gone).
 
 It prints SGLang's real startup lines (scenarios.SCENARIOS["sglang_ready"]), binds the port
 at "Uvicorn running" as SGLang does, and serves what SGLang serves to bench and generate:
@@ -25,6 +28,7 @@ import hashlib
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -72,6 +76,8 @@ class Engine:
     waiting: list[_Request] = field(default_factory=list)
     verify_steps: int = 0
     tokens: int = 0
+    die_at_request: int | None = None
+    requests: int = 0
 
     async def loop(self) -> None:
         while True:
@@ -121,6 +127,10 @@ def app_for(engine: Engine, served: str) -> web.Application:
         return web.Response(text="\n".join(lines) + "\n")
 
     async def chat(request: web.Request) -> web.StreamResponse:
+        engine.requests += 1
+        if engine.die_at_request is not None and engine.requests >= engine.die_at_request:
+            print("Fatal: the engine died mid-measure", flush=True)
+            os._exit(1)
         body = await request.json()
         target, finish = _target(body.get("messages"), int(body.get("max_tokens") or 64))
         thinking = bool((body.get("chat_template_kwargs") or {}).get("enable_thinking"))
@@ -191,7 +201,13 @@ async def serve(args: argparse.Namespace, profile: dict[str, Any]) -> None:
         accept=float(profile["accept"]),
         running_limit=min(int(profile["cap"]), args.max_running_requests),
         speculative=args.speculative_num_steps > 0,
+        die_at_request=profile.get("die_at_request"),
     )
+    if "setsid_child" in profile:
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+        )
+        Path(profile["setsid_child"]).write_text(str(child.pid))
     values = {"{host}": args.host, "{port}": str(args.port), "{pid}": str(os.getpid()), "{model}": args.model}
     runner = None
     for step in READY.steps:

@@ -180,8 +180,10 @@ def _guarded(config: JobConfig, guard: _Guard) -> None:
     finally:
         if on_term is not None:
             signal.signal(signal.SIGTERM, on_term)
-    if guard.interrupted:  # as a Ctrl-C anywhere else: `measure` stops the server on the way out
-        raise KeyboardInterrupt
+    # a signal the job's loop took as the job ended, before the guard's next tick, counts too
+    reason = guard.dispatcher.stop_reason if guard.dispatcher is not None else None
+    if guard.interrupted or (reason or "").startswith("interrupted"):
+        raise KeyboardInterrupt  # as a Ctrl-C anywhere else: `measure` stops the server on the way out
 
 
 def measure(prepared: Prepared, settings: Settings, folder: Path, notify: Notify) -> Measured:

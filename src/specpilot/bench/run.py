@@ -11,8 +11,12 @@ length (over all measured rows) and the variants differ only in the rate they su
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import os
+import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,9 +25,11 @@ from specpilot import __version__, jsontext
 from specpilot.bench.measure import Measured, Notify, Settings, measure
 from specpilot.bench.sample import draw, open_prompts, write_prompts
 from specpilot.bench.variants import Variant, prepare, spec_method
-from specpilot.errors import UserError
+from specpilot.errors import JobFailed, UserError
 from specpilot.generate.sampling import SamplingOptions
 from specpilot.hosts import open_host_section
+from specpilot.launch.shield import received, stop_started, take_over_signals
+from specpilot.launch.state import specpilot_home
 from specpilot.projection import BENCH_FILE
 from specpilot.spec import Spec, spec_to_toml
 
@@ -100,8 +106,43 @@ def reach_host(spec: Spec) -> None:
     asyncio.run(reach())
 
 
+@contextlib.contextmanager
+def bench_lock(spec: Spec) -> Iterator[None]:
+    """One bench per spec name and per host port at a time: two would start variants of one
+    name, or on one port, and stop each other's servers or leave them running."""
+    folder = specpilot_home() / "locks"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    keys = {
+        f"bench-{spec.name}": f"another bench of spec {spec.name!r} is running",
+        f"port-{spec.host.target}-{spec.server.port}": (
+            f"another bench uses port {spec.server.port} on {spec.host.target}"
+        ),
+    }
+    with contextlib.ExitStack() as held:
+        for key, busy in keys.items():
+            handle = held.enter_context((folder / f"{re.sub(r'[^A-Za-z0-9._-]', '_', key)}.lock").open("a"))
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UserError(
+                    busy,
+                    field="SPEC",
+                    fix="wait for it to end, or give this spec another name and [server] port",
+                ) from None
+        yield
+
+
 def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
-    """Measure every variant (refused ones keep their reason); write bench.json."""
+    """Measure every variant (refused ones keep their reason); write bench.json.
+
+    Whatever ends it (a variant's death, a signal, an error), every variant it started is
+    stopped on the way out, with the ending signals held (launch.shield): a JobFailed names
+    what survived that stop."""
+    with bench_lock(request.spec):
+        return _run_bench(request, notify)
+
+
+def _run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
     spec = request.spec
     source = open_prompts(request.prompts)
     reach_host(spec)
@@ -121,13 +162,23 @@ def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
         )
     rows: list[Measured] = []
     specs: dict[str, Spec] = {}
-    for index, variant in enumerate(request.variants, start=1):
-        name = f"{spec.name}-bench-{variant.label}"[:64].lower().replace("_", "-")
-        notify(f"[{index}/{len(request.variants)}] {variant.label}: check and plan")
-        prepared = prepare(spec, variant, name)
-        specs[variant.label] = prepared.spec
-        folder = request.job_dir / SCRATCH_DIR / variant.label
-        rows.append(measure(prepared, settings, folder, notify))
+    started: list[str] = []
+    try:
+        for index, variant in enumerate(request.variants, start=1):
+            take_over_signals()  # a generate job's loop hands them back to Python's defaults
+            name = f"{spec.name}-bench-{variant.label}"[:64].lower().replace("_", "-")
+            notify(f"[{index}/{len(request.variants)}] {variant.label}: check and plan")
+            prepared = prepare(spec, variant, name)
+            specs[variant.label] = prepared.spec
+            folder = request.job_dir / SCRATCH_DIR / variant.label
+            started.append(name)  # before the start: its engine may appear at any moment
+            rows.append(measure(prepared, settings, folder, notify))
+            if received():  # a signal whose interrupt something swallowed still ends the bench
+                raise KeyboardInterrupt
+    finally:
+        left = stop_started(started)
+        if left:
+            raise JobFailed("; ".join(left) + " (stopping what the bench started)")
     measured = [r for r in rows if r.output_tokens_per_s and r.mean_output_tokens]
     total_done = sum(r.rows_done for r in measured)
     mean = (

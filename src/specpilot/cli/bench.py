@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import signal
+import contextlib
 import sys
 from pathlib import Path
-from types import FrameType
 
 import click
 from rich.console import Console
@@ -25,15 +24,28 @@ Example:
   specpilot bench spec.toml --prompts prompts.jsonl --job out/ --sample 256 \\
       --max-tokens 4096 --variants plain,NEXTN:2 --write best.toml
 Then `specpilot generate --output out/ ...` projects its time from out/bench.json.
-Exit: 0 a winner, 1 no variant could be measured, 2 bad input, 130 Ctrl-C (every server stopped)."""
+Exit: 0 a winner, 1 no variant could be measured (or a server outlived the stop), 2 bad input,
+130 Ctrl-C, SIGTERM or SIGHUP (every server stopped)."""
 
 
 def _say(line: str) -> None:
-    click.echo(line, err=True)
+    # after SIGHUP (the SSH session closed) stderr may be gone: the stop must go on regardless
+    with contextlib.suppress(OSError):
+        click.echo(line, err=True)
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+def _check_writable(path: Path) -> None:
+    """Refuse a --write target that exists or cannot be created, before anything is measured."""
+    try:
+        with path.open("x", encoding="utf-8"):
+            pass
+    except FileExistsError:
+        raise UserError(f"{path} exists", field="--write", fix="choose a new file name") from None
+    except OSError as err:
+        raise UserError(
+            f"cannot write {path}: {err.strerror}", field="--write", fix="choose a writable path"
+        ) from None
+    path.unlink()
 
 
 @click.command("bench", epilog=EXAMPLE)
@@ -131,6 +143,7 @@ def bench(
     from specpilot.bench.run import SVG_FILE, BenchRequest, check_budget, plan_settings, run_bench, write_best
     from specpilot.bench.variants import default_variants, parse_variants
     from specpilot.generate.inputs import check_output_dir
+    from specpilot.launch.shield import ending_signals
     from specpilot.launch.state import check_run_name
     from specpilot.projection import project, read_bench
     from specpilot.spec import load_spec
@@ -139,8 +152,8 @@ def bench(
     check_run_name(spec.name)
     check_budget(budget_s, warmup_s)
     chosen = parse_variants(variants, spec) if variants is not None else default_variants(spec)
-    if write_path is not None and write_path.exists():
-        raise UserError(f"{write_path} exists", field="--write", fix="choose a new file name")
+    if write_path is not None:
+        _check_writable(write_path)
     if gpus is not None and gpus < spec.gpu.count:
         raise UserError(
             f"{gpus} GPUs cannot hold one server of the spec's {spec.gpu.count}",
@@ -160,12 +173,12 @@ def bench(
         progress_interval_s=progress_interval_s,
     )
     request = BenchRequest(spec, prompts_path, job_dir, chosen, sample_rows, seed, settings)
-    # SIGTERM (a scheduler's kill) ends the bench as Ctrl-C does: every server stopped first
-    signal.signal(signal.SIGTERM, _interrupt)
+    # SIGTERM (a scheduler's kill) and SIGHUP (the SSH session closed) end it as Ctrl-C does
     try:
-        result = run_bench(request, _say)
+        with ending_signals():
+            result = run_bench(request, _say)
     except KeyboardInterrupt:
-        # each variant's server is stopped as the interrupt leaves `measure`
+        # run_bench stopped every server it started, and saw each one's port free
         _say("interrupted: every server this bench started is stopped")
         sys.exit(EXIT_INTERRUPTED)
     (job_dir / SVG_FILE).write_text(render_svg(result), encoding="utf-8")
