@@ -34,5 +34,12 @@ def _sglang_args(read: ReadArgv, method: str, k: int) -> tuple[str, ...]:
 
 
 DRAFT = DraftKnobs(
-    frozenset(SPECULATIVE_ALGORITHMS), _sglang_method, _sglang_draft_tokens, _sglang_args, False
+    frozenset(SPECULATIVE_ALGORITHMS),
+    _sglang_method,
+    _sglang_draft_tokens,
+    _sglang_args,
+    False,
+    running_cap_flag="--max-running-requests",
+    # 0.5.23+ (its flag table): speculation switched off per batch from 64 running requests
+    adaptive_flag="--speculative-adaptive",
 )
