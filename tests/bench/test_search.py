@@ -214,13 +214,15 @@ def test_a_long_job_adds_its_middle_at_the_caps_rate() -> None:
 
 
 def test_batch_rates_read_the_drain() -> None:
-    # 4 requests start together at 100 tok/s each (one chunk a token); they end at 1, 2, 3, 4 s
+    # 4 requests start together at 300 tok/s each (one chunk a token); they end at 1, 2, 3, 4 s
+    gap_s = 1 / 300
     timings = [
-        RequestTiming(0.0, float(n), 0.01, tuple([0.01] * (100 * n - 1)), 100 * n, "stop") for n in (1, 2, 3, 4)
+        RequestTiming(0.0, float(n), gap_s, tuple([gap_s] * (300 * n - 1)), 300 * n, "stop") for n in (1, 2, 3, 4)
     ]
     rates = batch_rates(timings)
+    assert len(rates.points) == 4 and rates.largest == 4
     for batch in (1, 2, 3, 4):
-        assert rates.rate_at(batch) == pytest.approx(100.0 * batch, rel=0.02)
-    assert rates.rate_at(8) == pytest.approx(400.0, rel=0.02)  # no gain assumed past the largest
-    assert rates.capped(2).rate_at(4) == pytest.approx(200.0, rel=0.02)  # a cap of 2 never runs 4
+        assert rates.rate_at(batch) == pytest.approx(300.0 * batch, rel=0.02)
+    assert rates.rate_at(8) == pytest.approx(1200.0, rel=0.02)  # no gain assumed past the largest
+    assert rates.capped(2).rate_at(4) == pytest.approx(600.0, rel=0.02)  # a cap of 2 never runs 4
 
