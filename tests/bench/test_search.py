@@ -9,6 +9,7 @@ point within 2% of the exhaustive best in under a third of the exhaustive work.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ def played(profiles: dict[str, Any], point: Variant, cap: int, lengths: list[int
             stamps[rid].append(now)
             if got[rid] >= target:
                 times = stamps[rid]
-                gaps = tuple(b - a for a, b in zip(times, times[1:], strict=False))
+                gaps = tuple(b - a for a, b in itertools.pairwise(times))
                 done.append(RequestTiming(start, now - start, times[0] - start, gaps, target, "stop"))
                 del running[rid]
     return done
@@ -107,10 +108,34 @@ MOST = {"plain": 64, "NEXTN-1": 48, "NEXTN-2": 40, "NEXTN-3": 32}
 #: past its captured graphs (26 requests) every step is 1.8x slower: the best cap is lower
 #: than the plan's maximum, for plain and for every draft depth
 GRAPH_BOUND = {
-    "0": {"step_s": 0.02, "step_per_request_s": 0.0003, "accept": 1.0, "graph_max_bs": 26, "eager_factor": 1.8},
-    "1": {"step_s": 0.024, "step_per_request_s": 0.0006, "accept": 1.7, "graph_max_bs": 26, "eager_factor": 1.8},
-    "2": {"step_s": 0.028, "step_per_request_s": 0.0009, "accept": 2.3, "graph_max_bs": 26, "eager_factor": 1.8},
-    "3": {"step_s": 0.032, "step_per_request_s": 0.0012, "accept": 2.8, "graph_max_bs": 26, "eager_factor": 1.8},
+    "0": {
+        "step_s": 0.02,
+        "step_per_request_s": 0.0003,
+        "accept": 1.0,
+        "graph_max_bs": 26,
+        "eager_factor": 1.8,
+    },
+    "1": {
+        "step_s": 0.024,
+        "step_per_request_s": 0.0006,
+        "accept": 1.7,
+        "graph_max_bs": 26,
+        "eager_factor": 1.8,
+    },
+    "2": {
+        "step_s": 0.028,
+        "step_per_request_s": 0.0009,
+        "accept": 2.3,
+        "graph_max_bs": 26,
+        "eager_factor": 1.8,
+    },
+    "3": {
+        "step_s": 0.032,
+        "step_per_request_s": 0.0012,
+        "accept": 2.8,
+        "graph_max_bs": 26,
+        "eager_factor": 1.8,
+    },
 }
 #: drafting costs more per running request than it saves at large batches: speculation wins
 #: at small batches, plain at the plan's large one
@@ -187,7 +212,11 @@ def test_a_budget_too_small_for_one_point_starts_nothing() -> None:
     result = search(CONFIGS, lab, Job(INPUT_ROWS), full_rows=FULL_ROWS, budget_s=20.0, least_s=30.0)
     assert not result.started and result.winner is None and not lab.trials
     assert {e.status for e in result.entries} == {"not started"}
-    assert all("budget" in (e.reason or "") for e in result.entries if e.point.running_cap == MOST[e.point.config.label])
+    assert all(
+        "budget" in (e.reason or "")
+        for e in result.entries
+        if e.point.running_cap == MOST[e.point.config.label]
+    )
 
 
 def test_the_tail_is_the_time_after_the_last_row_starts() -> None:
@@ -217,7 +246,8 @@ def test_batch_rates_read_the_drain() -> None:
     # 4 requests start together at 300 tok/s each (one chunk a token); they end at 1, 2, 3, 4 s
     gap_s = 1 / 300
     timings = [
-        RequestTiming(0.0, float(n), gap_s, tuple([gap_s] * (300 * n - 1)), 300 * n, "stop") for n in (1, 2, 3, 4)
+        RequestTiming(0.0, float(n), gap_s, tuple([gap_s] * (300 * n - 1)), 300 * n, "stop")
+        for n in (1, 2, 3, 4)
     ]
     rates = batch_rates(timings)
     assert len(rates.points) == 4 and rates.largest == 4
@@ -225,4 +255,3 @@ def test_batch_rates_read_the_drain() -> None:
         assert rates.rate_at(batch) == pytest.approx(300.0 * batch, rel=0.02)
     assert rates.rate_at(8) == pytest.approx(1200.0, rel=0.02)  # no gain assumed past the largest
     assert rates.capped(2).rate_at(4) == pytest.approx(600.0, rel=0.02)  # a cap of 2 never runs 4
-

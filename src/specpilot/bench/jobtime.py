@@ -20,6 +20,7 @@ such (a job that long never runs below the cap before its end).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -61,7 +62,7 @@ class BatchRates:
             return known[0][1] * batch / known[0][0]
         if batch >= known[-1][0] and len(known) == 1:
             return known[-1][1]
-        pairs = list(zip(known, known[1:], strict=False))
+        pairs = list(itertools.pairwise(known))
         low, high = next(
             ((lo, hi) for lo, hi in pairs if lo[0] <= batch <= hi[0]),
             pairs[-1],
@@ -103,7 +104,7 @@ def batch_rates(requests: Sequence[RequestTiming]) -> BatchRates:
     seconds: dict[int, float] = {}
     tokens: dict[int, float] = {}
     in_flight, cursor = 0, 0
-    for here, after in zip(edges, edges[1:], strict=False):
+    for here, after in itertools.pairwise(edges):
         in_flight += changes[here]
         got = 0.0
         while cursor < len(stamps) and stamps[cursor][0] <= after:

@@ -182,7 +182,10 @@ class _State:
         share_s = min(share_s, self.left_s)
         if share_s < self.least_s or share_s <= 0:
             if entry.trial is None:
-                entry.status, entry.reason = "not started", f"the budget leaves {max(share_s, 0):.0f} s for it"
+                entry.status, entry.reason = (
+                    "not started",
+                    f"the budget leaves {max(share_s, 0):.0f} s for it",
+                )
             return
         trial = self.measurer.measure(entry.point, rows, share_s)
         self.spent_s += trial.cost_s
@@ -214,7 +217,12 @@ class _State:
         for entry in self.entries:
             source = self.screens.get(entry.point.config)
             cap = entry.point.running_cap or 1
-            if source is not None and source.trial is not None and source.trial.ok and entry.status != "failed":
+            if (
+                source is not None
+                and source.trial is not None
+                and source.trial.ok
+                and entry.status != "failed"
+            ):
                 entry.predicted = self._project(source.trial.rates.capped(cap), cap, lengths)
                 kind = "sample" if source.status == "measured" else "screen"
                 entry.basis = f"{source.label}'s {kind} ({len(source.trial.lengths)} rows)"
@@ -229,7 +237,11 @@ class _State:
         while True:
             best = self._best_confirmed()
             waiting = sorted(
-                (e for e in self.entries if e.status in ("predicted", "screened") and e.predicted is not None),
+                (
+                    e
+                    for e in self.entries
+                    if e.status in ("predicted", "screened") and e.predicted is not None
+                ),
                 key=_predicted,
             )
             confirmed = sum(e.status == "measured" for e in self.entries)

@@ -28,9 +28,7 @@ from specpilot.spec import Spec
 PLAIN = "plain"
 #: the draft-token counts compared when --variants is not given
 DEFAULT_DRAFT_TOKENS = (1, 2, 3)
-VARIANTS_FIX = (
-    "write it like plain,NEXTN:1,NEXTN:3,NEXTN:3:adaptive (SGLang; adaptive from 0.5.23) or plain,mtp:2 (vLLM)"
-)
+VARIANTS_FIX = "write it like plain,NEXTN:1,NEXTN:3,NEXTN:3:adaptive (SGLang; adaptive from 0.5.23) or plain,mtp:2 (vLLM)"
 
 
 @dataclass(frozen=True)
@@ -180,20 +178,39 @@ def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
         table, candidate.engine.args, candidate.engine.env
     )
     tuned = _with(candidate, args, env)
-    if variant.running_cap is not None:
-        most = pre.plan.max_running_requests
-        if variant.running_cap > most:
-            return Prepared(
-                variant, tuned, None, refused=f"{variant.running_cap} running requests: the plan's most is {most}"
-            )
-        flag = engine_by_name(spec.engine.name).draft.running_cap_flag
-        cap = (flag, str(variant.running_cap))
-        args, env = Fix(args=cap).apply(table, tuned.engine.args, tuned.engine.env)
-        tuned, recommended = _with(tuned, args, env), (*recommended, *cap)
     final = run_preflight(tuned)
     if final.errors or final.plan is None:
         return Prepared(variant, tuned, None, refused=_reason(final), recommended=recommended)
-    return Prepared(variant, tuned, final.plan, recommended=recommended)
+    if variant.running_cap is None:
+        return Prepared(variant, tuned, final.plan, recommended=recommended)
+    most = final.plan.max_running_requests
+    if variant.running_cap > most:
+        refused = f"{variant.running_cap} running requests: the plan's most is {most}"
+        return Prepared(variant, tuned, None, refused=refused, recommended=recommended)
+    flag = engine_by_name(spec.engine.name).draft.running_cap_flag
+    cap = (flag, str(variant.running_cap))
+    args, env = Fix(args=cap).apply(table, tuned.engine.args, tuned.engine.env)
+    capped = _with(tuned, args, env)
+    final = run_preflight(capped)
+    # the plan's own cap flag gives way to the point's
+    recommended = (*_without(recommended, flag), *cap)
+    if final.errors or final.plan is None:
+        return Prepared(variant, capped, None, refused=_reason(final), recommended=recommended)
+    return Prepared(variant, capped, final.plan, recommended=recommended)
+
+
+def _without(args: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    """`args` less `flag` and its value."""
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = True
+        elif not arg.startswith(f"{flag}="):
+            kept.append(arg)
+    return tuple(kept)
 
 
 def _release(spec: Spec) -> str:
