@@ -209,14 +209,16 @@ def test_a_sample_longer_than_the_budget_is_cut_and_measured_as_far_as_it_got(
     started_s = time.monotonic()
     ran = specpilot(
         "bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--sample", 32,
-        "--max-tokens", 100, "--variants", "plain", "--budget-s", 12, "--warmup-s", 1,
+        "--max-tokens", 100, "--variants", "plain", "--budget-s", 24, "--warmup-s", 1,
     )  # fmt: skip
     took_s = time.monotonic() - started_s
     assert ran.code == 0, ran.output
     rows = json.loads((tmp_path / "job" / "bench.json").read_text())["variants"]
-    # 32 rows of 40 to 100 tokens, 4 at a time at 20 tok/s each, take half a minute: the
-    # full sample, given the half of the budget the screen left, is cut
-    (row,) = [r for r in rows if r["search"] == "measured"]
-    assert row["budget_reached"] and 0 < row["rows_done"] < 32 and row["output_tokens_per_s"] > 0
-    assert took_s < 12 + 30  # the budget, then the stop and the process start around it
+    # 40 rows (the sample fills the plan's cap: all the file has) of 40 to 100 tokens, 4 at a
+    # time at 20 tok/s each, take half a minute: the screen, the whole sample given half the
+    # budget, is cut
+    row = rows[0]
+    assert row["search"] == "measured" and row["budget_reached"]
+    assert 0 < row["rows_done"] < 40 and row["output_tokens_per_s"] > 0
+    assert took_s < 24 + 30  # the budget, then the stop and the process start around it
     assert all(not members for members in live_runs(Path(os.environ["SPECPILOT_HOME"])).values())

@@ -11,7 +11,15 @@ import pytest
 from specpilot.bench.client import RequestTiming, _Stream
 from specpilot.bench.sample import draw, prompt_chars, write_prompts
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
-from specpilot.bench.variants import Variant, default_variants, parse_variants, spec_method, variant_spec
+from specpilot.bench.lab import axis_notes
+from specpilot.bench.variants import (
+    Variant,
+    default_variants,
+    parse_variants,
+    prepare,
+    spec_method,
+    variant_spec,
+)
 from specpilot.errors import UserError
 from specpilot.generate.client import RequestFailed
 from specpilot.generate.inputs import iter_rows, resolve_input
@@ -88,7 +96,15 @@ def _spec(engine: str, args: list[str]) -> object:
 def test_k_draft_tokens_are_written_as_each_engine_counts_them() -> None:
     sglang = _spec("sglang", SPECULATIVE_ARGS)
     assert spec_method(sglang) == "NEXTN"  # type: ignore[arg-type]
-    assert [v.label for v in default_variants(sglang)] == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3"]  # type: ignore[arg-type]
+    # the release's flag table has --speculative-adaptive: the deepest variant adaptive too
+    labels = [v.label for v in default_variants(sglang)]  # type: ignore[arg-type]
+    assert labels == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3", "NEXTN-3-adaptive"]
+    adaptive = variant_spec(sglang, Variant("NEXTN", 3, adaptive=True), "s-a")  # type: ignore[arg-type]
+    assert adaptive.engine.args.count("--speculative-adaptive") == 1
+    assert parse_variants("NEXTN:3:adaptive", sglang) == [Variant("NEXTN", 3, adaptive=True)]  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="'fast' is not a mode"):
+        parse_variants("NEXTN:3:fast", sglang)  # type: ignore[arg-type]
+    assert Variant("NEXTN", 3, adaptive=True).at(21).label == "NEXTN-3-adaptive@21"
     two = variant_spec(sglang, Variant("NEXTN", 2), "s-2")  # type: ignore[arg-type]
     args = two.engine.args
     assert args[args.index("--speculative-num-steps") + 1] == "2"
@@ -135,3 +151,22 @@ def test_a_job_folder_without_a_bench_result_projects_nothing(tmp_path: Path) ->
     (tmp_path / "bench.json").write_text("{broken")
     with pytest.raises(UserError, match="cannot be read as a bench result"):
         read_bench(tmp_path)
+
+
+def test_a_release_without_adaptive_speculation_says_so_per_axis() -> None:
+    old = parse_spec(
+        {"name": "s", "model": {"path": "m"}, "gpu": {"memory_gib": 80},
+         "engine": {"name": "sglang", "version": "0.5.10.post1", "args": SPECULATIVE_ARGS}}
+    )  # fmt: skip
+    assert [v.label for v in default_variants(old)] == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3"]
+    notes = axis_notes(old, default_variants(old), host_gpus=1)
+    assert "adaptive speculation: not explored (SGLang 0.5.10.post1 has no --speculative-adaptive)" in notes
+    assert any(n.startswith("layout: not explored (one GPU") for n in notes)
+    refused = prepare(old, Variant("NEXTN", 3, adaptive=True), "s-a")
+    assert refused.plan is None and refused.refused == "SGLang 0.5.10.post1 has no adaptive speculation"
+    vllm = _spec("vllm", ["--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}'])
+    assert "adaptive speculation: not explored (vLLM 0.26.0 has no adaptive speculation)" in axis_notes(
+        vllm,  # type: ignore[arg-type]
+        default_variants(vllm),  # type: ignore[arg-type]
+        host_gpus=4,
+    )

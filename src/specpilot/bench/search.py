@@ -153,7 +153,9 @@ def search(
                 state.screens[config] = entry
     share_s = budget_s * SCREEN_SHARE / max(1, len(screens))
     for entry in screens:
-        state.run(entry, min(entry.max_running_requests or 1, full_rows), share_s, "screened")
+        rows = min(entry.max_running_requests or 1, full_rows)
+        # a screen of the whole sample is that point's full measurement
+        state.run(entry, rows, share_s, "measured" if rows == full_rows else "screened")
     state.predict()
     state.confirm(full_rows)
     return state.result()
