@@ -621,7 +621,14 @@ def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: E
             "the conv state; for offline bulk generation at high concurrency it often costs "
             "more concurrency than its acceptance returns"
         )
-    if inputs.cudagraph_bytes > 0:
+    if args.get_bool("enable_extensible_kv_cache"):
+        notes.append(
+            "KV sized after CUDA graph capture (enable_extensible_kv_cache, vLLM 0.34+): the pool is the "
+            "engine's own measurement of the memory free after the warm-up's peak and the graphs, at "
+            f"--gpu-memory-utilization {inputs.gpu_memory_utilization:g}; this plan predicts it from the same "
+            "terms (graphs estimated) and `up` checks it against the KV cache size the engine prints"
+        )
+    elif inputs.cudagraph_bytes > 0:
         # gpu_worker.py prints the same equivalence at startup
         without = inputs.gpu_memory_utilization - inputs.cudagraph_bytes / inputs.gpu_total_bytes
         notes.append(
