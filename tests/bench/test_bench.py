@@ -88,11 +88,16 @@ def test_bench_picks_the_variant_that_truly_finishes_first(
         assert row["recommended_args"][-2:] == ["--max-running-requests", cap]
         assert row["projected_s"] > 0 and 0 < row["tail_share"] < 1 and row["gpu_hours"] > 0
     assert rows[winner]["search"] == "measured"
-    assert rows[winner]["rows_done"] == result["sample"]["rows"] >= 2 * max(
-        int(label.split("@")[1]) for label in rows
-    ) or rows[winner]["budget_reached"]
+    assert (
+        rows[winner]["rows_done"]
+        == result["sample"]["rows"]
+        >= 2 * max(int(label.split("@")[1]) for label in rows)
+        or rows[winner]["budget_reached"]
+    )
     for k in ("1", "2", "3"):  # the acceptance SGLang reports: the stand-in's own mean
-        row = next(rows[label] for label in rows if label.startswith(f"NEXTN-{k}@") and rows[label]["rows_done"])
+        row = next(
+            rows[label] for label in rows if label.startswith(f"NEXTN-{k}@") and rows[label]["rows_done"]
+        )
         assert row["accept_length"] == pytest.approx(profiles[k]["accept"], abs=0.35)
     # the winning spec, with the winner's flags (its cap included), loads as a spec
     written = tomllib.loads(best.read_text())

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from specpilot.bench.client import RequestTiming, _Stream
+from specpilot.bench.lab import axis_notes
 from specpilot.bench.sample import draw, prompt_chars, write_prompts
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
-from specpilot.bench.lab import axis_notes
 from specpilot.bench.variants import (
     Variant,
     default_variants,

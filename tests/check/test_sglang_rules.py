@@ -525,7 +525,10 @@ def test_adaptive_steps_follow_the_release() -> None:
     fired, result = _rule_ids("0.5.17", five, {}, HYBRID, None)
     assert "sglang-adaptive-steps" in fired
     finding = next(f for f in result.findings if f.rule == "sglang-adaptive-steps")  # type: ignore[attr-defined]
-    assert "[0, 1, 3, 7]" in finding.message and finding.fix.args == ("--speculative-num-steps", "3")  # the nearer, fewer on a tie
+    assert "[0, 1, 3, 7]" in finding.message and finding.fix.args == (
+        "--speculative-num-steps",
+        "3",
+    )  # the nearer, fewer on a tie
     for version in ("0.5.17", "0.5.23"):
         _, alone = _rule_ids(version, [*NEXTN, "--speculative-adaptive"], {}, HYBRID, None)
         assert alone.effective_values["speculative_num_steps"] == 3  # type: ignore[attr-defined]

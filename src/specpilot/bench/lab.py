@@ -111,7 +111,8 @@ def axis_notes(spec: Spec, configs: list[Variant], host_gpus: int) -> list[str]:
     else:
         servers = host_gpus // spec.gpu.count
         notes.append(
-            f"layout: the spec's {spec.gpu.count} GPU{'s' if spec.gpu.count != 1 else ''} per engine, projected as "
+            f"layout: the spec's {spec.gpu.count} GPU{'s' if spec.gpu.count != 1 else ''} per engine, "
+            "projected as "
             f"{servers} engine{'s' if servers != 1 else ''} on {host_gpus} GPUs; other tensor-parallel "
             "layouts are not started by this bench"
         )

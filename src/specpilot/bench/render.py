@@ -82,20 +82,23 @@ def render_table(result: BenchResult, console: Console) -> None:
     console.print(table)
     for line in result.axes:
         console.print(f"axis {line}")
+    for line in result.notes:
+        console.print(f"note: {line}")
 
 
 def winner_line(result: BenchResult) -> str:
     if result.winner is None:
         return "no point was measured: nothing to pick (the table says why)"
     best = next(r for r in result.variants if r.label == result.winner)
-    gpus = result.spec.gpu.count
+    gpus, servers = result.spec.gpu.count, int(result.data.get("servers", 1))
     hours = "" if best.gpu_hours is None else f", {best.gpu_hours:,.2f} GPU-hours"
     tail = "" if best.tail_share is None else f", {best.tail_share:.1%} of it the tail"
     return (
         f"winner: {best.label}: the whole input ({result.input_rows:,} rows x "
         f"{result.mean_output_tokens or 0:,.0f} output tokens) in "
         f"{wall_text(best.projected_s or 0.0)}{tail}{hours} on "
-        f"servers of {gpus} GPU{'s' if gpus != 1 else ''} at {best.max_running_requests} running requests, "
+        f"{servers} server{'s' if servers != 1 else ''} of {gpus} GPU{'s' if gpus != 1 else ''} at "
+        f"{best.max_running_requests} running requests, "
         f"{best.output_tokens_per_s or 0:,.0f} out tok/s steady"
     )
 

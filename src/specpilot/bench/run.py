@@ -67,6 +67,8 @@ class BenchResult:
     data: dict[str, Any]
     #: one line per axis: explored or why not
     axes: list[str]
+    #: the search's own word on its result (a point it left unconfirmed, say)
+    notes: list[str]
     #: whether any point was started (else nothing could be measured)
     started: bool
 
@@ -122,12 +124,15 @@ def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
     source = open_prompts(request.prompts)
     reach_host(spec)
     settings = request.settings
+    # the file and --sample are checked before any planning; the sample then grows to fill the caps
+    sample = draw(source, request.sample_size, request.seed)
     lab = EngineLab(spec, settings, [], request.job_dir / SCRATCH_DIR, notify)
     for config in request.variants:
         notify(f"{config.label}: check and plan")
         lab.plan(config)
     largest = max((p.plan.max_running_requests for p in lab.prepared.values() if p.plan), default=0)
-    sample = draw(source, request.sample_size, request.seed, fill_to=FILL_WAVES * largest)
+    if FILL_WAVES * largest > len(sample.rows) < sample.input_rows:
+        sample = draw(source, request.sample_size, request.seed, fill_to=FILL_WAVES * largest)
     lab.rows = sample.rows
     write_prompts(sample.rows, settings.sample_path)
     write_prompts(sample.rows[: min(len(sample.rows), 8)], settings.warmup_path)
@@ -169,6 +174,7 @@ def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
         "gpu": spec.gpu.name,
         "gpu_memory_gib": spec.gpu.memory_gib,
         "gpus_per_server": spec.gpu.count,
+        "servers": job.servers,
         "prompts": str(request.prompts),
         "input_rows": sample.input_rows,
         "sample": {
@@ -188,8 +194,8 @@ def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
         "sample's output lengths repeated; waves and the tail (after the last row starts) included",
         "search": {
             "rule": "screen each configuration once at its largest cap with one batch of rows; project every "
-            f"cap from the screen's rates per batch size; confirm best first with the full sample while a point "
-            f"is projected within {MARGIN:.0%} of the best confirmed (at most {CONFIRM_MAX})",
+            "cap from the screen's rates per batch size; confirm best first with the full sample while a "
+            f"point is projected within {MARGIN:.0%} of the best confirmed (at most {CONFIRM_MAX})",
             "axes": notes,
             "notes": found.notes,
             "trials": found.trials,
@@ -203,7 +209,17 @@ def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
     }
     _write_atomic(request.job_dir / BENCH_FILE, json.dumps(data, indent=2) + "\n")
     return BenchResult(
-        spec, rows, specs, winner, sample.input_rows, len(sample.rows), mean, data, notes, found.started
+        spec,
+        rows,
+        specs,
+        winner,
+        sample.input_rows,
+        len(sample.rows),
+        mean,
+        data,
+        notes,
+        found.notes,
+        found.started,
     )
 
 

@@ -278,6 +278,15 @@ class _State:
     def result(self) -> SearchResult:
         winner = self._best_confirmed()
         notes = []
+        if winner is not None:
+            # what the confirmations left: points projected to finish sooner on a screen alone
+            for entry in self.entries:
+                if entry.status in ("predicted", "screened") and _wall(entry) < _wall(winner):
+                    notes.append(
+                        f"{entry.label} projects {entry.job.wall_s if entry.job else 0:,.0f} s on "
+                        f"{entry.basis} alone, below the winner's {_wall(winner):,.0f} s; not confirmed "
+                        f"(at most {CONFIRM_MAX} confirmations, or the budget)"
+                    )
         if winner is None:
             # no full measurement: the best screen stands, and says so
             screened = [e for e in self.entries if e.status == "screened" and e.job is not None]

@@ -28,7 +28,10 @@ from specpilot.spec import Spec
 PLAIN = "plain"
 #: the draft-token counts compared when --variants is not given
 DEFAULT_DRAFT_TOKENS = (1, 2, 3)
-VARIANTS_FIX = "write it like plain,NEXTN:1,NEXTN:3,NEXTN:3:adaptive (SGLang; adaptive from 0.5.23) or plain,mtp:2 (vLLM)"
+VARIANTS_FIX = (
+    "write it like plain,NEXTN:1,NEXTN:3,NEXTN:3:adaptive (SGLang; adaptive where the release has "
+    "--speculative-adaptive) or plain,mtp:2 (vLLM)"
+)
 
 
 @dataclass(frozen=True)

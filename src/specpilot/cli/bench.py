@@ -184,9 +184,8 @@ def bench(
         # a table of nine columns: wrapped at 80 columns its numbers break apart
         console = wide if wide.is_terminal else Console(width=max(wide.width, 140))
         render_table(result, console)
+        # the winner's line carries its projection: the whole job, waves and tail, on --gpus
         console.print(winner_line(result))
-        if projection is not None:
-            console.print(f"projected: {projection.line()}")
         console.print(f"result: {job_dir / 'bench.json'}  chart: {job_dir / SVG_FILE}")
         if write_path is not None and result.winner is not None:
             console.print(f"wrote the winning spec to {write_path}")

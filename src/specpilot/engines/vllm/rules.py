@@ -226,7 +226,9 @@ def _extensible(ctx: Context) -> bool:
 
 def _utilization_default(ctx: Context) -> dict[str, object]:
     line = _line(ctx)
-    value = line.extensible_gpu_memory_utilization if _extensible(ctx) else line.estimated_gpu_memory_utilization
+    if _extensible(ctx):
+        return {"gpu_memory_utilization": line.extensible_gpu_memory_utilization}
+    value = line.estimated_gpu_memory_utilization
     return {"gpu_memory_utilization": value}
 
 
@@ -278,10 +280,10 @@ def _doubled(name: str) -> Callable[[Context], dict[str, object]]:
 
 #: hybrid architectures whose class-level mamba state shape (the one vLLM pads the pages by,
 #: platforms/interface.py) omits `num_spec` while their layer's (`ShortConv.get_state_shape`)
-#: widens the conv state by num_speculative_tokens rows: vllm#57721, still so in 0.33.0
+#: widens the conv state by num_speculative_tokens rows: vllm#57721, still so in 0.33.0 and 0.34.0
 #: (models/lfm2.py, lfm2_moe.py; granitemoehybrid, falcon_h1 and zamba2 pass it there)
 SPEC_UNPADDED_ARCHS = frozenset({"Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Lfm2VlForConditionalGeneration"})
-SPEC_UNPADDED_RELEASES = versions(">=0.32,<0.34")
+SPEC_UNPADDED_RELEASES = versions(">=0.32,<0.35")
 
 
 def _spec_tokens(ctx: Context) -> bool:

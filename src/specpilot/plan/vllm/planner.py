@@ -625,8 +625,8 @@ def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: E
         notes.append(
             "KV sized after CUDA graph capture (enable_extensible_kv_cache, vLLM 0.34+): the pool is the "
             "engine's own measurement of the memory free after the warm-up's peak and the graphs, at "
-            f"--gpu-memory-utilization {inputs.gpu_memory_utilization:g}; this plan predicts it from the same "
-            "terms (graphs estimated) and `up` checks it against the KV cache size the engine prints"
+            f"--gpu-memory-utilization {inputs.gpu_memory_utilization:g}; this plan predicts it from the "
+            "same terms (graphs estimated) and `up` checks it against the KV cache size the engine prints"
         )
     elif inputs.cudagraph_bytes > 0:
         # gpu_worker.py prints the same equivalence at startup
