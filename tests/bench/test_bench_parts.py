@@ -18,6 +18,7 @@ from specpilot.bench.variants import (
     parse_variants,
     prepare,
     spec_method,
+    variant_of,
     variant_spec,
 )
 from specpilot.errors import UserError
@@ -170,3 +171,25 @@ def test_a_release_without_adaptive_speculation_says_so_per_axis() -> None:
         default_variants(vllm),  # type: ignore[arg-type]
         host_gpus=4,
     )
+
+
+def test_block_drafters_write_their_k_as_their_handlers_require() -> None:
+    """DFLASH's k is its block, DSPARK's its gamma: 0.5.23's check accepts both as written."""
+    from specpilot.check import check_args
+
+    draft = ["--speculative-draft-model-path", "/models/drafter"]
+    spec = parse_spec(
+        {"name": "s", "model": {"path": "m"}, "gpu": {"memory_gib": 80},
+         "engine": {"name": "sglang", "version": "0.5.23", "args": ["--speculative-algorithm", "NEXTN", *draft]}}
+    )  # fmt: skip
+    dflash = variant_spec(spec, Variant("DFLASH", 16), "s-d").engine.args
+    dspark = variant_spec(spec, Variant("DSPARK", 5), "s-s").engine.args
+    assert dflash[dflash.index("--speculative-num-draft-tokens") + 1] == "16"
+    assert dflash[dflash.index("--speculative-num-steps") + 1] == "1"
+    assert dspark[dspark.index("--speculative-dspark-block-size") + 1] == "5"
+    assert dspark[dspark.index("--speculative-num-draft-tokens") + 1] == "6"
+    for args, k in ((dflash, 16), (dspark, 5)):
+        result = check_args("sglang", "0.5.23", args, {}, "Qwen3ForCausalLM")
+        assert result.ok, [f.message for f in result.findings if f.severity == "error"]
+        again = spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args})})
+        assert variant_of(again).draft_tokens == k  # read back as written
