@@ -77,7 +77,9 @@ class EngineLab:
         cost_s = time.monotonic() - started_s
         ok = bool(timings) and row.status in ("measured", "no_steady_state")
         lengths = tuple(t.output_tokens for t in timings)
-        return Trial(ok, row.reason, batch_rates(timings), lengths, cost_s, row)
+        rates = batch_rates(timings)
+        row.rates_by_batch = rates.to_json()
+        return Trial(ok, row.reason, rates, lengths, cost_s, row)
 
 
 def axis_notes(spec: Spec, configs: list[Variant], host_gpus: int) -> list[str]:

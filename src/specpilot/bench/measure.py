@@ -101,6 +101,8 @@ class Measured:
     #: projection rests on
     search: str | None = None
     basis: str | None = None
+    #: output tok/s per number of requests in flight, as the projection reads them
+    rates_by_batch: list[dict[str, float]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items()}
