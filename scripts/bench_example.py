@@ -1,4 +1,5 @@
-"""Run the README's `specpilot bench` example on the stand-in engine and print what it prints.
+"""Run the README's `specpilot bench` example on the stand-in engine and print what it prints,
+then the `projected` lines `specpilot plan --job` prints from its result.
 
     python scripts/bench_example.py        # about two minutes on 2 cores
 
@@ -67,6 +68,13 @@ def main() -> None:
             [sys.executable, "-m", "specpilot", *argv], cwd=root, env=env, capture_output=True, text=True
         )
         print(done.stderr + done.stdout, end="")
+        # what `plan --job` then projects from the bench's result
+        plan = ["plan", "standin.toml", "--job", "out/", "--gpus", "8"]
+        print("specpilot " + " ".join(plan))
+        done = subprocess.run(
+            [sys.executable, "-m", "specpilot", *plan], cwd=root, env=env, capture_output=True, text=True
+        )
+        print("\n".join(line for line in done.stdout.splitlines() if line.startswith("projected")))
 
 
 if __name__ == "__main__":
