@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from specpilot.bench.client import RequestTiming
-from specpilot.bench.jobtime import JobTime, batch_rates, project_job
+from specpilot.bench.jobtime import BatchRates, JobTime, batch_rates, project_job
 from specpilot.bench.search import Job, Planned, Trial, cap_points, search
 from specpilot.bench.variants import Variant
 from tests.fakeengines.bench_engine import profile_at, step_seconds, tokens_per_s
@@ -255,3 +255,19 @@ def test_batch_rates_read_the_drain() -> None:
         assert rates.rate_at(batch) == pytest.approx(300.0 * batch, rel=0.02)
     assert rates.rate_at(8) == pytest.approx(1200.0, rel=0.02)  # no gain assumed past the largest
     assert rates.capped(2).rate_at(4) == pytest.approx(600.0, rel=0.02)  # a cap of 2 never runs 4
+
+
+def test_a_level_with_no_progress_is_left_out_and_no_rate_projects_nothing() -> None:
+    """A level solved to zero tokens (requests that only queued there) says nothing: the rate
+    comes from the others; rates with no progress anywhere project no time, not infinity."""
+    rates = BatchRates(((10.0, 0.0, 5.0), (5.0, 500.0, 5.0)), 10)
+    assert rates.rate_at(10) == pytest.approx(1000.0) and rates.rate_at(2) == pytest.approx(200.0)
+
+    class Stalled(StandinLab):
+        def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
+            return Trial(True, None, BatchRates(((4.0, 0.0, 1.0),), 4), (10,) * rows, 5.0)
+
+    result = search(
+        [Variant()], Stalled(SPEC_FLIPS, MOST, sample_lengths()), Job(100), full_rows=8, budget_s=1e9
+    )
+    assert result.winner is None and all(e.job is None for e in result.entries)

@@ -65,7 +65,10 @@ class BatchRates:
         below the smallest level, its per-request rate (a smaller batch is never slower per
         request); above the largest, linear on up to the most seen in flight, then that (no
         gain is assumed beyond what was run)."""
-        known = sorted((b, tokens / seconds) for b, tokens, seconds in self.points if seconds > 0)
+        # a level solved to no progress at all says nothing of its neighbours: left out
+        known = sorted(
+            (b, tokens / seconds) for b, tokens, seconds in self.points if seconds > 0 and tokens > 0
+        )
         if not known:
             return 0.0
         if batch <= known[0][0] or len(known) == 1:

@@ -265,8 +265,9 @@ class _State:
         done = [e for e in self.entries if e.status == "measured" and e.job is not None]
         return min(done, key=_wall, default=None)
 
-    def _project(self, rates: BatchRates, cap: int, lengths: Sequence[int]) -> JobTime:
-        return project_job(
+    def _project(self, rates: BatchRates, cap: int, lengths: Sequence[int]) -> JobTime | None:
+        """The job at `cap` on these rates; None when they give no finite time (no rate seen)."""
+        job = project_job(
             lengths,
             self.job.input_rows,
             cap,
@@ -274,6 +275,7 @@ class _State:
             servers=self.job.servers,
             gpus_per_server=self.job.gpus_per_server,
         )
+        return job if math.isfinite(job.wall_s) else None
 
     def result(self) -> SearchResult:
         winner = self._best_confirmed()
