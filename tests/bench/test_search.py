@@ -258,10 +258,10 @@ def test_batch_rates_read_the_drain() -> None:
 
 
 def test_a_level_with_no_progress_is_left_out_and_no_rate_projects_nothing() -> None:
-    """A level solved to zero tokens (requests that only queued there) says nothing: the rate
-    comes from the others; rates with no progress anywhere project no time, not infinity."""
+    """A pool with no tokens (requests that only queued there) says nothing: the rate comes
+    from the others; rates with no progress anywhere project no time, not infinity."""
     rates = BatchRates(((10.0, 0.0, 5.0), (5.0, 500.0, 5.0)), 10)
-    assert rates.rate_at(10) == pytest.approx(1000.0) and rates.rate_at(2) == pytest.approx(200.0)
+    assert rates.rate_at(10) == pytest.approx(100.0) and rates.rate_at(2) == pytest.approx(40.0)
 
     class Stalled(StandinLab):
         def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:

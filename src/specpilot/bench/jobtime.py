@@ -31,12 +31,11 @@ from specpilot.bench.client import RequestTiming
 SECONDS_PER_HOUR = 3600.0
 #: rows a projection plays out one by one; beyond it the middle is added at the cap's rate
 SIMULATED_ROWS_MAX = 20_000
-#: levels of requests in flight the rates are solved for (counts share levels beyond it)
-LEVELS_MAX = 48
-#: the pull of neighbouring levels' rates together, relative to the requests' evidence
-SMOOTHING = 0.02
-#: coordinate-descent sweeps of the least squares (converged well before, at these sizes)
-SWEEPS = 200
+#: the drain's rates are pooled over neighbouring batch sizes until each pool holds this many
+#: output tokens and this share of the sample's time (one batch size alone may last one short
+#: gap between two answers: too noisy)
+POOL_TOKENS = 256.0
+POOL_SHARE = 0.01
 #: the order the sample's lengths are repeated in (a projection is the same every time)
 LENGTH_ORDER_SEED = 0
 
@@ -45,39 +44,37 @@ RateAt = Callable[[int], float]
 
 @dataclass(frozen=True)
 class BatchRates:
-    """How fast one request advanced with b requests in flight, from whole requests.
+    """Output tokens a second one server wrote at each number of requests in flight: the
+    tokens streamed while that many were in flight over the time they were, pooled over
+    neighbouring numbers (the server's view: it holds whether the engine runs every request in
+    flight at once or queues some)."""
 
-    Each answered request says how many tokens it wrote over the time it held a slot (its
-    queue and prefill included) and how long of that time each number of requests was in
-    flight: the per-request rate at each number is what explains every request at once
-    (`batch_rates`). Whole requests, not token chunks, because a streamed chunk arrives when
-    the client reads it, in bursts, not when the engine wrote it. The server's output tok/s
-    at b in flight is b times the per-request rate there.
-    """
-
-    #: (mean in flight, output tokens, request-seconds) per level, largest in flight first
+    #: (requests in flight, output tokens, seconds), one per pooled batch size, largest first
+    #: (a pool's batch size is its time-weighted mean)
     points: tuple[tuple[float, float, float], ...]
     #: the most requests seen in flight
     largest: int = 0
 
     def rate_at(self, batch: int) -> float:
-        """Output tok/s at `batch` in flight: the per-request rate linear between the levels;
-        below the smallest level, its per-request rate (a smaller batch is never slower per
-        request); above the largest, linear on up to the most seen in flight, then that (no
-        gain is assumed beyond what was run)."""
-        # a level solved to no progress at all says nothing of its neighbours: left out
-        known = sorted(
-            (b, tokens / seconds) for b, tokens, seconds in self.points if seconds > 0 and tokens > 0
-        )
+        """Output tok/s at `batch` in flight: linear through the measured batch sizes (and on
+        up to the largest seen, which a pool's mean lies below); beyond that, its rate (no
+        gain is assumed); below the smallest, the same speed per request (a smaller batch is
+        never slower per request)."""
+        # a pool with no tokens at all (every request in it queued) says nothing: left out
+        known = sorted((b, t / s) for b, t, s in self.points if s > 0 and t > 0)
         if not known:
             return 0.0
-        if batch <= known[0][0] or len(known) == 1:
-            return batch * known[0][1] if batch <= known[0][0] else min(batch, self.largest) * known[0][1]
+        if batch <= known[0][0]:
+            return known[0][1] * batch / known[0][0]
+        if batch >= known[-1][0] and len(known) == 1:
+            return known[-1][1]
         pairs = list(itertools.pairwise(known))
-        low, high = next(((lo, hi) for lo, hi in pairs if lo[0] <= batch <= hi[0]), pairs[-1])
+        low, high = next(
+            ((lo, hi) for lo, hi in pairs if lo[0] <= batch <= hi[0]),
+            pairs[-1],
+        )
         at = min(float(batch), max(float(self.largest), high[0]))
-        per_request = low[1] + (at - low[0]) * (high[1] - low[1]) / (high[0] - low[0])
-        return max(0.0, at * per_request)
+        return max(0.0, low[1] + (at - low[0]) * (high[1] - low[1]) / (high[0] - low[0]))
 
     def capped(self, cap: int) -> BatchRates:
         """The rates a server whose running requests are capped at `cap` would show (the same
@@ -90,94 +87,64 @@ class BatchRates:
             {
                 "in_flight": round(b, 2),
                 "output_tokens": round(t, 1),
-                "request_seconds": round(s, 3),
-                "output_tokens_per_s": round(b * t / s, 1) if s > 0 else 0.0,
+                "seconds": round(s, 3),
+                "output_tokens_per_s": round(t / s, 1) if s > 0 else 0.0,
             }
             for b, t, s in self.points
         ]
 
 
 def batch_rates(requests: Sequence[RequestTiming]) -> BatchRates:
-    """The per-request rate at each number in flight that best explains every request's
-    output tokens over the time it spent at each number (`BatchRates`)."""
-    answered = [r for r in requests if r.latency_s > 0]
+    """Per in-flight count, the tokens that arrived and the seconds spent there, pooled."""
     changes: dict[float, int] = {}
-    for r in answered:
+    stamps: list[tuple[float, float]] = []  # (when, tokens)
+    for r in requests:
+        if r.latency_s <= 0:
+            continue
         changes[r.start_s] = changes.get(r.start_s, 0) + 1
-        changes[r.start_s + r.latency_s] = changes.get(r.start_s + r.latency_s, 0) - 1
+        end_s = r.start_s + r.latency_s
+        changes[end_s] = changes.get(end_s, 0) - 1
+        times = [r.start_s + r.ttft_s]
+        for gap in r.itl_s:
+            times.append(times[-1] + gap)
+        stamps += [(t, r.output_tokens / len(times)) for t in times]
     edges = sorted(changes)
     if len(edges) < 2:
         return BatchRates((), 0)
-    counts: list[int] = []  # requests in flight from edges[i] to edges[i + 1]
-    in_flight = 0
-    for here in edges[:-1]:
+    stamps.sort()
+    seconds: dict[int, float] = {}
+    tokens: dict[int, float] = {}
+    in_flight, cursor = 0, 0
+    for here, after in itertools.pairwise(edges):
         in_flight += changes[here]
-        counts.append(in_flight)
-    largest = max(counts)
-    position = {edge: index for index, edge in enumerate(edges)}
-    level_of = {n: _level(n, largest) for n in set(counts) if n > 0}
-    rows: list[tuple[dict[int, float], float, float]] = []  # (seconds per level, tokens, latency)
-    for r in answered:
-        spent: dict[int, float] = {}
-        for index in range(position[r.start_s], position[r.start_s + r.latency_s]):
-            level = level_of[counts[index]]
-            spent[level] = spent.get(level, 0.0) + edges[index + 1] - edges[index]
-        rows.append((spent, float(r.output_tokens), r.latency_s))
-    return BatchRates(_solved(rows, counts, edges, level_of), largest)
+        got = 0.0
+        while cursor < len(stamps) and stamps[cursor][0] <= after:
+            if stamps[cursor][0] > here or (stamps[cursor][0] == here and here == edges[0]):
+                got += stamps[cursor][1]
+            cursor += 1
+        if in_flight > 0:
+            seconds[in_flight] = seconds.get(in_flight, 0.0) + (after - here)
+            tokens[in_flight] = tokens.get(in_flight, 0.0) + got
+    return BatchRates(_pooled(seconds, tokens), max(seconds, default=0))
 
 
-def _level(count: int, largest: int) -> int:
-    """Counts in flight share a level when there are more than `LEVELS_MAX` of them."""
-    return count if largest <= LEVELS_MAX else math.ceil(count * LEVELS_MAX / largest)
-
-
-def _solved(
-    rows: list[tuple[dict[int, float], float, float]],
-    counts: list[int],
-    edges: list[float],
-    level_of: dict[int, int],
-) -> tuple[tuple[float, float, float], ...]:
-    """Least squares by coordinate descent: each request's rate (tokens over latency) against
-    the per-request rates at the levels it lived through, weighted by its time there, with a
-    light pull of neighbouring levels together; rates never below zero."""
-    levels = sorted({level for spent, _, _ in rows for level in spent})
-    weight = {level: 0.0 for level in levels}  # request-seconds at each level
-    mean_count = {level: 0.0 for level in levels}
-    for index, count in enumerate(counts):
-        if count > 0:
-            span = edges[index + 1] - edges[index]
-            weight[level_of[count]] += count * span
-            mean_count[level_of[count]] += count * count * span
-    # a[i][level]: the share of request i's life at that level; y[i]: its rate
-    a = [{level: t / latency for level, t in spent.items()} for spent, _, latency in rows]
-    y = [tokens / latency for _, tokens, latency in rows]
-    start = sum(y) / len(y)
-    v = {level: start for level in levels}
-    residual = [y[i] - sum(share * v[level] for level, share in a[i].items()) for i in range(len(rows))]
-    touching: dict[int, list[int]] = {level: [] for level in levels}
-    for i, shares in enumerate(a):
-        for level in shares:
-            touching[level].append(i)
-    smooth = SMOOTHING * len(rows) / len(levels)
-    for _ in range(SWEEPS):
-        for k, level in enumerate(levels):
-            neighbours = [v[levels[j]] for j in (k - 1, k + 1) if 0 <= j < len(levels)]
-            num = smooth * sum(neighbours)
-            den = smooth * len(neighbours)
-            for i in touching[level]:
-                share = a[i][level]
-                num += share * (residual[i] + share * v[level])
-                den += share * share
-            new = max(0.0, num / den) if den > 0 else v[level]
-            if new != v[level]:
-                for i in touching[level]:
-                    residual[i] -= a[i][level] * (new - v[level])
-                v[level] = new
-    return tuple(
-        (mean_count[level] / weight[level], v[level] * weight[level], weight[level])
-        for level in reversed(levels)
-        if weight[level] > 0
-    )
+def _pooled(seconds: dict[int, float], tokens: dict[int, float]) -> tuple[tuple[float, float, float], ...]:
+    """Neighbouring numbers in flight pooled from the largest down until a pool holds
+    `POOL_TOKENS` and `POOL_SHARE` of the time: a streamed chunk is timed when the client reads
+    it, so a pool much shorter than the client's read bursts misplaces tokens."""
+    least_s = POOL_SHARE * sum(seconds.values())
+    points: list[tuple[float, float, float]] = []
+    weight = pool_tokens = pool_s = 0.0
+    for batch in sorted(seconds, reverse=True):
+        pool_s += seconds[batch]
+        pool_tokens += tokens[batch]
+        weight += batch * seconds[batch]
+        if pool_tokens >= POOL_TOKENS and pool_s >= least_s:
+            points.append((weight / pool_s, pool_tokens, pool_s))
+            weight = pool_tokens = pool_s = 0.0
+    if pool_s > 0:
+        points.append((weight / pool_s, pool_tokens, pool_s))
+    return tuple(points)
 
 
 @dataclass(frozen=True)
