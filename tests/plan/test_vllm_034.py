@@ -50,3 +50,19 @@ def test_without_the_extensible_cache_the_estimate_default_holds() -> None:
 def test_mamba_cache_mode_changes_nothing_in_034() -> None:
     plain, moded = _plan("0.34.0"), _plan("0.34.0", "--mamba-cache-mode", "align")
     assert moded.kv_tokens == plain.kv_tokens and moded.state_slots == plain.state_slots
+
+
+def _graph_gib(plan: Plan) -> float:
+    return next(term.gib for term in plan.terms if term.name == "CUDA graph memory")
+
+
+def test_capture_sizes_split_by_phase_do_not_follow_max_num_seqs() -> None:
+    """0.34 captures prefill graphs up to 512 tokens whatever --max-num-seqs says; 0.33's
+    widest graph is 2 x --max-num-seqs (at most 512)."""
+    new = _plan("0.34.0", "--max-num-seqs", "8")
+    old = _plan("0.33.0", "--max-num-seqs", "8")
+    assert _graph_gib(new) == pytest.approx(0.05 + 0.9, abs=0.01)
+    assert _graph_gib(old) == pytest.approx(0.05 + 0.9 * 16 / 512, abs=0.01)
+    # with --max-num-batched-tokens below 512 the prefill graphs stop there
+    small = _plan("0.34.0", "--max-num-seqs", "8", "--max-num-batched-tokens", "256")
+    assert _graph_gib(small) == pytest.approx(0.05 + 0.9 * 256 / 512, abs=0.01)

@@ -96,6 +96,10 @@ class VllmLine:
     estimated_gpu_memory_utilization: float | None = None
     #: whether --mamba-cache-mode is accepted but does nothing (prefix caching decides)
     mamba_cache_mode_ignored: bool = False
+    #: whether CUDA graph sizes are split by phase: prefill graphs up to the platform's default
+    #: token count (max_prefill_cudagraph_capture_tokens), decode graphs by requests, so the
+    #: widest graph no longer follows --max-num-seqs (config/compilation.py)
+    capture_by_phase: bool = False
 
     def covers(self, version: Version) -> bool:
         return self.first <= version < self.last_exclusive
@@ -146,7 +150,8 @@ _LINE_3X = replace(
 # graph capture on CUDA unless kv_cache_memory_bytes or num_gpu_blocks_override is set
 # (config/vllm.py _resolve_extensible_kv_cache; worker/gpu_worker.py commits the size measured
 # after capture), and --gpu-memory-utilization then defaults to 1.0 (0.92 without); the block
-# size default is 64; --mamba-cache-mode only logs its deprecation (engine/arg_utils.py).
+# size default is 64; --mamba-cache-mode only logs its deprecation (engine/arg_utils.py); the
+# CUDA graph sizes are split by phase (prefill tokens up to 512, decode requests).
 # The budget's terms are the same (weights, the warm-up's peak, non-torch, the graphs), so the
 # arithmetic is 0.3x's at the new defaults, unverified on a GPU.
 _LINE_34 = replace(
@@ -159,6 +164,7 @@ _LINE_34 = replace(
     extensible_gpu_memory_utilization=1.0,
     estimated_gpu_memory_utilization=0.92,
     mamba_cache_mode_ignored=True,
+    capture_by_phase=True,
 )
 
 VLLM_LINES: tuple[VllmLine, ...] = (_LINE_2X, _LINE_3X, _LINE_34)
