@@ -271,3 +271,20 @@ def test_a_level_with_no_progress_is_left_out_and_no_rate_projects_nothing() -> 
         [Variant()], Stalled(SPEC_FLIPS, MOST, sample_lengths()), Job(100), full_rows=8, budget_s=1e9
     )
     assert result.winner is None and all(e.job is None for e in result.entries)
+
+
+def test_a_refill_lag_shorter_than_a_step_is_no_batch() -> None:
+    """Two requests at 100 tok/s each; the client refills the first slot 5 ms late (shorter
+    than the 10 ms between chunks): those 5 ms count as two in flight, so the rate at two is
+    the engine's 200 tok/s, not one starved by the gap's misplaced chunks."""
+    gap_s = 0.01
+    timings = [
+        RequestTiming(0.0, 1.0, gap_s, tuple([gap_s] * 99), 100, "stop"),
+        RequestTiming(1.005, 0.995, gap_s, tuple([gap_s] * 98), 99, "stop"),
+        RequestTiming(0.0, 2.0, gap_s, tuple([gap_s] * 199), 200, "stop"),
+    ]
+    rates = batch_rates(timings)
+    assert rates.largest == 2 and len(rates.points) == 1
+    assert rates.rate_at(2) == pytest.approx(200.0, rel=0.02)
+    # below every measured batch, the same speed per request
+    assert rates.capped(1).rate_at(1) == pytest.approx(100.0, rel=0.02)

@@ -79,7 +79,9 @@ class BatchRates:
     def capped(self, cap: int) -> BatchRates:
         """The rates a server whose running requests are capped at `cap` would show (the same
         engine: a lower cap only keeps it at the smaller batch sizes)."""
-        kept = tuple(p for p in self.points if p[0] <= cap + 0.5) or self.points[-1:]
+        moving = [p for p in self.points if p[1] > 0]
+        # none measured at or below the cap: the smallest batch measured, at its speed per request
+        kept = tuple(p for p in moving if p[0] <= cap + 0.5) or tuple(moving[-1:])
         return BatchRates(kept, min(self.largest, cap))
 
     def to_json(self) -> list[dict[str, float]]:
@@ -95,7 +97,12 @@ class BatchRates:
 
 
 def batch_rates(requests: Sequence[RequestTiming]) -> BatchRates:
-    """Per in-flight count, the tokens that arrived and the seconds spent there, pooled."""
+    """Per in-flight count, the tokens that arrived and the seconds spent there, pooled.
+
+    A count that lasts less than the median gap between two chunks of one request (one engine
+    step) is no batch the engine ran: it is the client's refill lag after an answer (often
+    while it reads a burst of chunks), so its time and tokens count with the count before it.
+    """
     changes: dict[float, int] = {}
     stamps: list[tuple[float, float]] = []  # (when, tokens)
     for r in requests:
@@ -112,9 +119,11 @@ def batch_rates(requests: Sequence[RequestTiming]) -> BatchRates:
     if len(edges) < 2:
         return BatchRates((), 0)
     stamps.sort()
+    gaps = sorted(gap for r in requests for gap in r.itl_s)
+    step_s = gaps[len(gaps) // 2] if gaps else 0.0
     seconds: dict[int, float] = {}
     tokens: dict[int, float] = {}
-    in_flight, cursor = 0, 0
+    in_flight, cursor, level = 0, 0, 0
     for here, after in itertools.pairwise(edges):
         in_flight += changes[here]
         got = 0.0
@@ -122,9 +131,12 @@ def batch_rates(requests: Sequence[RequestTiming]) -> BatchRates:
             if stamps[cursor][0] > here or (stamps[cursor][0] == here and here == edges[0]):
                 got += stamps[cursor][1]
             cursor += 1
-        if in_flight > 0:
-            seconds[in_flight] = seconds.get(in_flight, 0.0) + (after - here)
-            tokens[in_flight] = tokens.get(in_flight, 0.0) + got
+        if in_flight <= 0:
+            continue  # nothing in flight: no rate to read
+        if after - here >= step_s or level == 0:
+            level = in_flight
+        seconds[level] = seconds.get(level, 0.0) + (after - here)
+        tokens[level] = tokens.get(level, 0.0) + got
     return BatchRates(_pooled(seconds, tokens), max(seconds, default=0))
 
 
