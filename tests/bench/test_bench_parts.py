@@ -15,6 +15,7 @@ from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_wind
 from specpilot.bench.variants import (
     Variant,
     default_variants,
+    measured_label,
     parse_variants,
     prepare,
     spec_method,
@@ -193,3 +194,16 @@ def test_block_drafters_write_their_k_as_their_handlers_require() -> None:
         assert result.ok, [f.message for f in result.findings if f.severity == "error"]
         again = spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args})})
         assert variant_of(again).draft_tokens == k  # read back as written
+
+
+def test_a_spec_is_found_among_the_bench_points() -> None:
+    """`plan --job` projects the spec itself: its own cap where it sets one, else its
+    configuration at the largest cap measured (the plan's maximum it runs at)."""
+    labels = ["plain@57", "plain@29", "NEXTN-3@21", "NEXTN-3@11"]
+    spec = _spec("sglang", SPECULATIVE_ARGS)
+    assert measured_label(spec, labels) == "NEXTN-3@21"  # type: ignore[arg-type]
+    capped = _spec("sglang", [*SPECULATIVE_ARGS, "--max-running-requests", "11"])
+    assert measured_label(capped, labels) == "NEXTN-3@11"  # type: ignore[arg-type]
+    other = _spec("sglang", [*SPECULATIVE_ARGS, "--max-running-requests", "12"])
+    assert measured_label(other, labels) is None  # type: ignore[arg-type]
+    assert measured_label(spec, ["plain", "NEXTN-3"]) == "NEXTN-3"  # type: ignore[arg-type]

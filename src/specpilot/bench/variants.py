@@ -83,6 +83,27 @@ def adaptive_flag(spec: Spec) -> str | None:
     return flag if flag is not None and flag in table.by_spelling else None
 
 
+def measured_label(spec: Spec, labels: list[str]) -> str | None:
+    """The bench point among `labels` that is this spec: its own cap where it sets one
+    (`--max-running-requests` / `--max-num-seqs`), else its configuration at the largest cap
+    measured (the plan's maximum, which the spec runs at)."""
+    own = variant_of(spec)
+    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    flag = table.by_spelling.get(engine_by_name(spec.engine.name).draft.running_cap_flag)
+    given = _read(spec).last(flag.dest) if flag is not None else None
+    if given is not None and given.text and given.text.isdigit():
+        wanted = own.at(int(given.text)).label
+        return wanted if wanted in labels else None
+    if own.label in labels:  # a bench.json of one point per configuration
+        return own.label
+    caps = [
+        int(cap)
+        for config, _, cap in (label.partition("@") for label in labels)
+        if config == own.label and cap
+    ]
+    return own.at(max(caps)).label if caps else None
+
+
 def default_variants(spec: Spec) -> list[Variant]:
     """Plain, the spec's method at 1, 2, 3 draft tokens, and at the deepest with the engine's
     adaptive speculation where the release has it."""
