@@ -620,7 +620,7 @@ CASES = [
     Case(
         "check of a release outside the modelled range",
         lambda t: ["check", spec_with(t, '"0.26.0"', '"0.0.1"')],
-        ("[engine] version", "0.0.1", "outside the releases specpilot models", "e.g. 0.33.0"),
+        ("[engine] version", "0.0.1", "outside the releases specpilot models", "e.g. 0.34.0"),
     ),
     Case(
         "pasted command with an unbalanced quote",

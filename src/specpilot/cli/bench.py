@@ -24,8 +24,8 @@ Example:
   specpilot bench spec.toml --prompts prompts.jsonl --job out/ --sample 256 \\
       --max-tokens 4096 --variants plain,NEXTN:2 --write best.toml
 Then `specpilot generate --output out/ ...` projects its time from out/bench.json.
-Exit: 0 a winner, 1 no variant could be measured (or a server outlived the stop), 2 bad input,
-130 Ctrl-C, SIGTERM or SIGHUP (every server stopped)."""
+Exit: 0 a winner, 1 every point started failed (or a server outlived the stop), 2 bad input or
+no point could be started, 130 Ctrl-C, SIGTERM or SIGHUP (every server stopped)."""
 
 
 def _say(line: str) -> None:
@@ -76,7 +76,9 @@ def _check_writable(path: Path) -> None:
 @click.option(
     "--variants",
     default=None,
-    help="Comma-separated: plain and METHOD:DRAFT_TOKENS (default: plain and the spec's method at 1, 2, 3).",
+    help="Comma-separated configurations: plain, METHOD:DRAFT_TOKENS, METHOD:DRAFT_TOKENS:adaptive "
+    "(default: plain, the spec's method at 1, 2, 3, and at 3 adaptive where the release has it); "
+    "each is searched at three running-request caps.",
 )
 # the job's own sampling: a bench on other sampling measures another job
 @sampling_options(
@@ -89,8 +91,8 @@ def _check_writable(path: Path) -> None:
     default=600.0,
     show_default=True,
     type=FiniteFloat(1),
-    help="Most seconds one variant may take: start, warm-up and sample "
-    "(a cut sample is measured as far as it got).",
+    help="Most seconds the whole search may take: every start, warm-up and sample "
+    "(half for the screens; a cut sample is measured as far as it got).",
 )
 @click.option(
     "--warmup-s",
@@ -130,14 +132,15 @@ def bench(
     write_path: Path | None,
     as_json: bool,
 ) -> None:
-    """Measure each configuration on the job's own prompts; pick the one that finishes first.
+    """Search the configurations on the job's own prompts; pick the one that finishes first.
 
-    Each variant (no speculation; the spec's speculative method at 1, 2 and 3 draft
-    tokens) is checked and planned, started as `up` starts it at the knobs the plan
-    recommends for it, warmed up, sent the same stratified sample through generate's
-    own job code, measured (steady-state output tok/s, acceptance length, TTFT and
-    ITL percentiles, output length, finish reasons) and stopped. Refused or unfit
-    variants stay in the table with the reason.
+    Each configuration (no speculation; the spec's speculative method at 1, 2 and 3 draft
+    tokens; adaptive where the release has it) at three running-request caps (the plan's
+    maximum, half, a quarter) is checked and planned; each configuration is screened once
+    (started as `up` starts it, one batch of the sample), every cap projected from the
+    screen, and the best projected points confirmed with the full sample. The projection
+    is the whole input's wall time, waves and tail included. Refused, failed or unreached
+    points stay in the table with the reason.
     """
     from specpilot.bench.render import render_svg, render_table, winner_line
     from specpilot.bench.run import SVG_FILE, BenchRequest, check_budget, plan_settings, run_bench, write_best
@@ -172,7 +175,7 @@ def bench(
         warmup_s=warmup_s,
         progress_interval_s=progress_interval_s,
     )
-    request = BenchRequest(spec, prompts_path, job_dir, chosen, sample_rows, seed, settings)
+    request = BenchRequest(spec, prompts_path, job_dir, chosen, sample_rows, seed, settings, gpus)
     # SIGTERM (a scheduler's kill) and SIGHUP (the SSH session closed) end it as Ctrl-C does
     try:
         with ending_signals():
@@ -195,11 +198,16 @@ def bench(
         # a table of nine columns: wrapped at 80 columns its numbers break apart
         console = wide if wide.is_terminal else Console(width=max(wide.width, 140))
         render_table(result, console)
+        # the winner's line carries its projection: the whole job, waves and tail, on --gpus
         console.print(winner_line(result))
-        if projection is not None:
-            console.print(f"projected: {projection.line()}")
         console.print(f"result: {job_dir / 'bench.json'}  chart: {job_dir / SVG_FILE}")
         if write_path is not None and result.winner is not None:
             console.print(f"wrote the winning spec to {write_path}")
+    if not result.started:
+        raise UserError(
+            "no point could be started, so nothing was measured (the table says why for each)",
+            field="--budget-s",
+            fix="raise --budget-s, or pass --variants that check and plan accept",
+        )
     if result.winner is None:
         sys.exit(EXIT_FAILED)

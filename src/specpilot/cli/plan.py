@@ -103,15 +103,15 @@ def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> Star
 
 def job_projections(spec: Spec, job_dir: Path, gpus: int | None) -> dict[str, Projection] | None:
     """This spec's and the bench winner's projected job time, from the job's bench result."""
-    from specpilot.bench.variants import variant_of
+    from specpilot.bench.variants import measured_label
 
     outcome = read_bench(job_dir)
     if outcome is None:
         return None
     found = {}
-    own = variant_of(spec).label
+    own = measured_label(spec, list(outcome.measured))
     for label in dict.fromkeys((own, outcome.winner)):
-        if label in outcome.measured:
+        if label is not None and label in outcome.measured:
             name = f"this spec ({label})" if label == own else f"bench's winner ({label})"
             found[name] = project(outcome.input_rows, outcome.measured[label], gpus)
     return found
