@@ -9,6 +9,8 @@
 # joined, checked and unpacked once per machine into /root/sglang-<sha>/. MATRIX_TSV rows:
 #   id  model(folder under gpu/models)  card_gib(- = the whole card)  est_s  env(- or A=1,B=2)  sglang flags...
 # Each lane (GPU) takes the next row; a row starts only if its estimate fits the time left.
+# LANE_GPUS=N (default 1) gives each lane N GPUs for tensor-parallel rows (--tp N, whole cards
+# only: card_gib must be -): a host with G GPUs runs G / N lanes.
 # A start: hold the memory above card_gib in another process on that GPU, start SGLang, wait for
 # ready (or exit, or the budget), send one token-id request, stop the server's process group,
 # release the card. Logs, the resolved ServerArgs and outcomes end in one file,
@@ -62,7 +64,9 @@ python3 -c 'import importlib.metadata as m; print("sglang", m.version("sglang"),
 
 logs=/tmp/sglang-logs; rm -rf "$logs"; mkdir -p "$logs"
 queue=/tmp/sglang-queue; rows > "$queue"; : > "$queue.taken"
-lanes=$(nvidia-smi --list-gpus | wc -l)
+readonly LANE_GPUS=${LANE_GPUS:-1}
+lanes=$(($(nvidia-smi --list-gpus | wc -l) / LANE_GPUS))
+((lanes >= 1)) || { echo "LANE_GPUS=$LANE_GPUS is more than this host's GPUs" >&2; exit 2; }
 deadline=$((SECONDS + budget_s - TAR_RESERVE_S))
 say "$(wc -l < "$queue") starts, $lanes lane(s), budget ${budget_s}s"
 
@@ -97,13 +101,17 @@ one_request() { # port log
     echo >> "$2"
 }
 
-run_row() { # gpu line
-    local gpu=$1 id model card est env flags
+run_row() { # lane line
+    local gpu=$1 id model card est env flags visible
     IFS=$'\t' read -r id model card est env flags <<< "$2"
+    visible=$(seq -s, $((gpu * LANE_GPUS)) $((gpu * LANE_GPUS + LANE_GPUS - 1)))
+    if ((LANE_GPUS > 1)) && [[ $card != - ]]; then
+        say "lane $gpu: $id skipped: an emulated card (card_gib $card) needs LANE_GPUS=1"; return
+    fi
     local log=$logs/$id.log port=$((BASE_PORT + gpu * 10)) t0=$SECONDS bpid=""
     {
         echo "# specpilot gpu/sglang/run_matrix.sh start $id"
-        echo "# date $(date -u +%FT%TZ) gpu $gpu $(nvidia-smi -i "$gpu" --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
+        echo "# date $(date -u +%FT%TZ) gpu $visible $(nvidia-smi -i "$visible" --query-gpu=name,memory.total,driver_version --format=csv,noheader | paste -sd';')"
         echo "# sglang $(python3 -c 'import importlib.metadata as m; print(m.version("sglang"))') card_gib $card model $model"
         echo "# env $env flags $flags"
     } > "$log"
@@ -118,13 +126,13 @@ run_row() { # gpu line
     argv=(python3 gpu/sglang/launch.py --model-path "gpu/models/$model" "${BASE_FLAGS[@]}" --port "$port" $flags)
     echo "# argv ${argv[*]}" >> "$log"
     set -m
-    env "${envs[@]}" CUDA_VISIBLE_DEVICES="$gpu" "${argv[@]}" >> "$log" 2>&1 < /dev/null &
+    env "${envs[@]}" CUDA_VISIBLE_DEVICES="$visible" "${argv[@]}" >> "$log" 2>&1 < /dev/null &
     local pid=$!
     set +m
     ready_or_done "$pid" "$log" "$port"
     local outcome=$?
     case $outcome in
-        0) echo "# nvidia-smi at ready: $(nvidia-smi -i "$gpu" --query-gpu=memory.used,memory.total --format=csv,noheader)" >> "$log"
+        0) echo "# nvidia-smi at ready: $(nvidia-smi -i "$visible" --query-gpu=memory.used,memory.total --format=csv,noheader | paste -sd';')" >> "$log"
            one_request "$port" "$log"; outcome=ready ;;
         1) outcome=exited ;;
         2) outcome=budget ;;
@@ -134,7 +142,7 @@ run_row() { # gpu line
     kill -KILL -- "-$pid" 2>/dev/null
     [[ -n $bpid ]] && kill "$bpid" 2>/dev/null && wait "$bpid" 2>/dev/null
     for _ in $(seq 1 30); do
-        (($(nvidia-smi -i "$gpu" --query-gpu=memory.used --format=csv,noheader,nounits) < 2048)) && break; sleep 1
+        (($(nvidia-smi -i "$visible" --query-gpu=memory.used --format=csv,noheader,nounits | sort -n | tail -n 1) < 2048)) && break; sleep 1
     done
     echo "# outcome $outcome after $((SECONDS - t0)) s" >> "$log"
     printf '%s\t%s\t%s\t%s\n' "$id" "$gpu" "$outcome" "$((SECONDS - t0))" >> "$logs/outcomes.tsv"

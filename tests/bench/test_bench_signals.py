@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,11 +22,12 @@ from tests.fixtures.engines import process_group_members
 SLOW = {"step_s": 0.05, "accept": 1.0, "cap": 4}
 
 
-def wait_for(path: Path, process: subprocess.Popen[str], within_s: float = 90.0) -> None:
+def wait_for(home: Path, point: str, process: subprocess.Popen[str], within_s: float = 90.0) -> None:
+    """Until the pid file of a run of `point` (at any running-request cap) appears."""
     deadline = time.monotonic() + within_s
-    while not path.exists():
+    while not any((home / "runs").glob(f"{point}-at-*/pid")):
         assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, f"{path} never appeared"
+        assert time.monotonic() < deadline, f"no run of {point} recorded its pid"
         time.sleep(0.002)
 
 
@@ -57,11 +59,12 @@ def holding(token: str) -> list[int]:
 def left_running(home: Path) -> dict[str, list[int]]:
     """Every run this home recorded -> what of it is alive: its group (once its pid was
     recorded) and every process holding its token (an engine whose pid never was)."""
-    found = {}
+    found: dict[str, list[int]] = {}
     for state_file in (home / "runs").glob("*/state.json"):
         state = json.loads(state_file.read_text())
         group = process_group_members(state["pgid"]) if state["pgid"] > 1 else []
-        found[state["name"]] = sorted({*group, *holding(state["run_token"])})
+        point = re.sub(r"-at-\d+$", "", state["name"])  # the configuration, at whichever cap
+        found[point] = sorted({*found.get(point, []), *group, *holding(state["run_token"])})
     return found
 
 
@@ -97,7 +100,7 @@ def test_a_signal_as_a_variant_s_engine_appears_stops_the_bench_and_the_engine(
     spec = bench_spec({"0": SLOW, "1": SLOW})
     process = start_bench(spec, tmp_path)
     home = Path(os.environ["SPECPILOT_HOME"])
-    wait_for(home / "runs" / "qb-bench-plain" / "pid", process)
+    wait_for(home, "qb-bench-plain", process)
     for sig in signals:
         process.send_signal(sig)
         time.sleep(0.05)  # the second signal lands while the first one's stop runs
@@ -132,7 +135,7 @@ def test_two_benches_of_one_spec_or_one_port_cannot_run_at_once(
     first = start_bench(spec, tmp_path)
     home = Path(os.environ["SPECPILOT_HOME"])
     try:
-        wait_for(home / "runs" / "qb-bench-plain" / "pid", first)
+        wait_for(home, "qb-bench-plain", first)
         for other, busy in (
             (spec, "another bench of spec 'qb' is running"),
             (same_port, "another bench uses port"),
