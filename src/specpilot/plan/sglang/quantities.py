@@ -335,10 +335,11 @@ def prefill_activation_gib(shape: ModelShape, s: SglangSettings, tokens: int | N
 
 
 def logits_rows(s: SglangSettings, requests: int) -> int:
-    """Rows one decode/verify step scores: every running request the engine allows (its
-    resolved max_running_requests, the same whether the flag pinned it or the pool decided)
-    times the draft tokens each verifies."""
-    return max(requests, 1) * max(s.num_draft_tokens, 1)
+    """Rows a decode/verify step scores during the start: the largest captured decode batch,
+    min(cuda_graph_max_bs, the engine's resolved max_running_requests), times the draft tokens
+    each verifies. The same whether the flag pinned the requests or the pool decided them;
+    larger batches score more rows only while serving (`serving_logits_gib`)."""
+    return max(min(s.cuda_graph_max_bs, requests), 1) * max(s.num_draft_tokens, 1)
 
 
 def activation_gib(shape: ModelShape, s: SglangSettings, requests: int) -> float:
@@ -346,6 +347,12 @@ def activation_gib(shape: ModelShape, s: SglangSettings, requests: int) -> float
     logits for every row a decode/verify step scores (`logits_rows`)."""
     logits_bytes = logits_rows(s, requests) * shape.vocab_size * 4 / s.tp_size
     return prefill_activation_gib(shape, s) + logits_bytes / GIB
+
+
+def serving_logits_gib(shape: ModelShape, s: SglangSettings, requests: int) -> float:
+    """fp32 logits of a full decode batch while serving: every running request's draft tokens
+    (a batch above the captured sizes runs eagerly and scores all its rows at once)."""
+    return max(requests, 1) * max(s.num_draft_tokens, 1) * shape.vocab_size * 4 / s.tp_size / GIB
 
 
 def attention_workspace_gib(s: SglangSettings) -> float:
