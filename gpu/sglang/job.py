@@ -113,7 +113,18 @@ KEEP_ENV = (
     "TORCH_SYMM_MEM_DISABLE_MULTICAST",
     "NVSHMEM_DISABLE_NVLS",
 )
-STEP_EST_S = {"model": 40, "plain": 330, "mtp": 260, "bench": 300, "edge": 200}
+STEP_EST_S = {"model": 40, "plain": 330, "mtp": 260, "bench": 300, "edge": 200, "capture": 220}
+#: the capture round (the prefill graph's captured sizes and SGLang's 4 GiB gate): no speculation
+#: at contexts 2,048 / 4,096 / 16,384 on two cards, each the plan's recommendation and one step
+#: (0.01) above it. $CAPTURE_LADDERS picks some ("c4k-80,c2k-96"); the order is the value's
+CAPTURE_LADDERS = {
+    "c4k-80": (4096, 79.6),
+    "c4k-96": (4096, 95.6),
+    "c2k-80": (2048, 79.6),
+    "c2k-96": (2048, 95.6),
+    "c16k-80": (16384, 79.6),
+    "c16k-96": (16384, 95.6),
+}
 #: each start of the edge step: up to ready and down again
 START_EST_S = 100
 
@@ -283,17 +294,25 @@ target = "local"
 '''
 
 
+def with_context(context: int) -> list[str]:
+    """BASE_ARGS at another --context-length."""
+    out = list(BASE_ARGS)
+    out[out.index("--context-length") + 1] = str(context)
+    return out
+
+
 def planned_spec(
-    name: str, extra: list[str], card_gib: float | None, folder: Path
+    name: str, extra: list[str], card_gib: float | None, folder: Path, base: list[str] | None = None
 ) -> tuple[Path, dict[str, Any]]:
     """The spec with the plan's recommended knobs added (what `plan` prints under 'starts first time')."""
+    base = BASE_ARGS if base is None else base
     folder.mkdir(parents=True, exist_ok=True)
     draft = folder / f"{name}-as-given.toml"
-    draft.write_text(spec_text(name, BASE_ARGS + extra, card_gib))
+    draft.write_text(spec_text(name, base + extra, card_gib))
     plan = json.loads(specpilot("plan", str(draft), "--json").stdout or "{}")
     recommended = list(plan.get("recommended_args") or [])
     spec = folder / f"{name}.toml"
-    spec.write_text(spec_text(name, BASE_ARGS + extra + recommended, card_gib))
+    spec.write_text(spec_text(name, base + extra + recommended, card_gib))
     # the plan of the spec as it will start: its concurrency is the recommendation's
     final = json.loads(specpilot("plan", str(spec), "--json").stdout or "{}")
     final["recommended_args"] = recommended
@@ -722,11 +741,16 @@ def with_fraction(args: list[str], fraction: float) -> list[str]:
 
 
 def edge_start(
-    name: str, args: list[str], card: float | None, folder: Path, extra: list[str]
+    name: str,
+    args: list[str],
+    card: float | None,
+    folder: Path,
+    extra: list[str],
+    base: list[str] | None = None,
 ) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     spec = folder / f"{name}.toml"
-    spec.write_text(spec_text(name, BASE_ARGS + extra + args, card))
+    spec.write_text(spec_text(name, (BASE_ARGS if base is None else base) + extra + args, card))
     found: dict[str, Any] = {"args": args}
     with server(name, spec, folder, found, force=True) as ready:
         if ready:
@@ -797,6 +821,42 @@ def step_edge(budget: Budget) -> dict[str, Any]:
             blocker.terminate()
             blocker.wait(timeout=30)
         checkpoint("edge", results)
+    return results
+
+
+def step_capture(budget: Budget) -> dict[str, Any]:
+    """The capture round: for each of `CAPTURE_LADDERS` (or $CAPTURE_LADDERS) the plan's
+    recommendation, then one fraction step above it; every start sampled. The recommendation
+    must start; the step above must fail or land inside the plan's stated margin."""
+    folder = STASH / "capture"
+    results: dict[str, Any] = {}
+    chosen = [t for t in os.environ.get("CAPTURE_LADDERS", ",".join(CAPTURE_LADDERS)).split(",") if t]
+    for tag in chosen:
+        context, card = CAPTURE_LADDERS[tag]
+        base = with_context(context)
+        if budget.left_s() < START_EST_S + 20:
+            results[tag] = {"skipped": "budget"}
+            continue
+        _, plan = planned_spec(f"{tag}-rec", [], card, folder / tag, base)
+        args = list(plan.get("recommended_args") or [])
+        found: dict[str, Any] = {"context": context, "card_gib": card, "plan": plan.get("recommended_args")}
+        results[tag] = found
+        if not args:
+            continue
+        blocker = hold_card(card)
+        try:
+            found["rec"] = edge_start(f"{tag}-rec", args, card, folder / tag / "rec", [], base)
+            checkpoint("capture", results)
+            fraction = float(args[args.index("--mem-fraction-static") + 1])
+            if budget.left_s() < START_EST_S + 20:
+                found["above"] = {"skipped": "budget"}
+                continue
+            above = with_fraction(args, fraction + FRACTION_STEP)
+            found["above"] = edge_start(f"{tag}-above", above, card, folder / tag / "above", [], base)
+            checkpoint("capture", results)
+        finally:
+            blocker.terminate()
+            blocker.wait(timeout=30)
     return results
 
 
@@ -903,6 +963,8 @@ def main() -> int:
             result = step_serving("mtp", MTP_ARGS, budget, pairs)
         elif step == "bench":
             result = step_bench(budget)
+        elif step == "capture":
+            result = step_capture(budget)
         else:
             result = step_edge(budget)
         result["step_s"] = round(time.monotonic() - t0, 1)
