@@ -124,6 +124,9 @@ CAPTURE_LADDERS = {
     "c2k-96": (2048, 95.6),
     "c16k-80": (16384, 79.6),
     "c16k-96": (16384, 95.6),
+    # the dense model (DENSE_MODEL) at its whole context on a 47.6 GiB card: the recommendation
+    # pins --max-running-requests, whose fp32 logits the plan once counted against itself
+    "d8b-48": (40960, 47.6),
 }
 #: each start of the edge step: up to ready and down again
 START_EST_S = 100
@@ -165,8 +168,22 @@ def specpilot(
 # --- the model and the prompts ----------------------------------------------------------------
 
 
-def model_dir() -> Path:
-    return STASH / "models" / MODEL_NAME
+def model_dir(name: str = MODEL_NAME) -> Path:
+    return STASH / "models" / name
+
+
+#: the dense model of the capture round: gpu/models/qwen3-8b's config with a padded tokenizer
+DENSE_MODEL = "qwen3-8b"
+
+
+def dense_model() -> Path:
+    """gpu/models/qwen3-8b with a tokenizer padded to its vocabulary (built once per machine)."""
+    folder = model_dir(DENSE_MODEL)
+    if not (folder / "tokenizer.json").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text((REPO / "gpu/models" / DENSE_MODEL / "config.json").read_text())
+        e2e_tools.build_tokenizer(folder)
+    return folder
 
 
 def step_model() -> dict[str, Any]:
@@ -265,7 +282,7 @@ class Sampler:
                     time.sleep(0.01)
 
 
-def spec_text(name: str, args: list[str], card_gib: float | None) -> str:
+def spec_text(name: str, args: list[str], card_gib: float | None, model: Path | None = None) -> str:
     env = {k: os.environ[k] for k in KEEP_ENV if k in os.environ} | {"CUDA_VISIBLE_DEVICES": "0"}
     env_lines = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
     memory = f'name = "H200"\nmemory_gib = {card_gib or H200_TOTAL_GIB}'
@@ -277,7 +294,7 @@ def spec_text(name: str, args: list[str], card_gib: float | None) -> str:
     ).stdout.strip()
     return f'''name = "{name}"
 [model]
-path = "{model_dir()}"
+path = "{model or model_dir()}"
 [gpu]
 {memory}
 [engine]
@@ -302,17 +319,22 @@ def with_context(context: int) -> list[str]:
 
 
 def planned_spec(
-    name: str, extra: list[str], card_gib: float | None, folder: Path, base: list[str] | None = None
+    name: str,
+    extra: list[str],
+    card_gib: float | None,
+    folder: Path,
+    base: list[str] | None = None,
+    model: Path | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """The spec with the plan's recommended knobs added (what `plan` prints under 'starts first time')."""
     base = BASE_ARGS if base is None else base
     folder.mkdir(parents=True, exist_ok=True)
     draft = folder / f"{name}-as-given.toml"
-    draft.write_text(spec_text(name, base + extra, card_gib))
+    draft.write_text(spec_text(name, base + extra, card_gib, model))
     plan = json.loads(specpilot("plan", str(draft), "--json").stdout or "{}")
     recommended = list(plan.get("recommended_args") or [])
     spec = folder / f"{name}.toml"
-    spec.write_text(spec_text(name, base + extra + recommended, card_gib))
+    spec.write_text(spec_text(name, base + extra + recommended, card_gib, model))
     # the plan of the spec as it will start: its concurrency is the recommendation's
     final = json.loads(specpilot("plan", str(spec), "--json").stdout or "{}")
     final["recommended_args"] = recommended
@@ -747,10 +769,11 @@ def edge_start(
     folder: Path,
     extra: list[str],
     base: list[str] | None = None,
+    model: Path | None = None,
 ) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     spec = folder / f"{name}.toml"
-    spec.write_text(spec_text(name, (BASE_ARGS if base is None else base) + extra + args, card))
+    spec.write_text(spec_text(name, (BASE_ARGS if base is None else base) + extra + args, card, model))
     found: dict[str, Any] = {"args": args}
     with server(name, spec, folder, found, force=True) as ready:
         if ready:
@@ -837,7 +860,8 @@ def step_capture(budget: Budget) -> dict[str, Any]:
         if budget.left_s() < START_EST_S + 20:
             results[tag] = {"skipped": "budget"}
             continue
-        _, plan = planned_spec(f"{tag}-rec", [], card, folder / tag, base)
+        model = dense_model() if tag.startswith("d8b") else None
+        _, plan = planned_spec(f"{tag}-rec", [], card, folder / tag, base, model)
         args = list(plan.get("recommended_args") or [])
         found: dict[str, Any] = {"context": context, "card_gib": card, "plan": plan.get("recommended_args")}
         results[tag] = found
@@ -845,14 +869,14 @@ def step_capture(budget: Budget) -> dict[str, Any]:
             continue
         blocker = hold_card(card)
         try:
-            found["rec"] = edge_start(f"{tag}-rec", args, card, folder / tag / "rec", [], base)
+            found["rec"] = edge_start(f"{tag}-rec", args, card, folder / tag / "rec", [], base, model)
             checkpoint("capture", results)
             fraction = float(args[args.index("--mem-fraction-static") + 1])
             if budget.left_s() < START_EST_S + 20:
                 found["above"] = {"skipped": "budget"}
                 continue
             above = with_fraction(args, fraction + FRACTION_STEP)
-            found["above"] = edge_start(f"{tag}-above", above, card, folder / tag / "above", [], base)
+            found["above"] = edge_start(f"{tag}-above", above, card, folder / tag / "above", [], base, model)
             checkpoint("capture", results)
         finally:
             blocker.terminate()

@@ -93,7 +93,9 @@ def test_the_whole_card_at_context_4096_plans_the_low_point_it_had() -> None:
 def test_the_dense_recommendation_plans_as_fitting_when_pinned() -> None:
     """Qwen3-8B on 47.6 GiB: 0.94 with 2,616 requests reached ready; so does the plan of those
     knobs, and of the knobs the plan now recommends."""
-    ran = make_plan(_spec(DENSE, 47.6, 40960, "--mem-fraction-static", "0.94", "--max-running-requests", "2616"))
+    ran = make_plan(
+        _spec(DENSE, 47.6, 40960, "--mem-fraction-static", "0.94", "--max-running-requests", "2616")
+    )
     assert ran.fits
     plan = make_plan(_spec(DENSE, 47.6, 40960))
     pinned = make_plan(_spec(DENSE, 47.6, 40960, *plan.recommended_args))
@@ -167,13 +169,17 @@ def test_the_gate_says_which_side_and_what_moves_it() -> None:
     assert all(sides[f][0] is None for f in far_above)
     for f in above:
         note = sides[f][0] or ""
-        assert "above the gate" in note and "--chunked-prefill-size 4096" in note and "one less request" in note
+        assert (
+            "above the gate" in note and "--chunked-prefill-size 4096" in note and "one less request" in note
+        )
     for f in below:
         assert "below the gate" in (sides[f][0] or "")
 
 
 def test_an_explicit_prefill_backend_has_no_gate() -> None:
-    spec = _spec(HYBRID, 79.6, 8192, "--mem-fraction-static", "0.96", "--cuda-graph-backend-prefill", "breakable")
+    spec = _spec(
+        HYBRID, 79.6, 8192, "--mem-fraction-static", "0.96", "--cuda-graph-backend-prefill", "breakable"
+    )
     assert not any("prefill graph gate" in n for n in make_plan(spec).notes)
 
 

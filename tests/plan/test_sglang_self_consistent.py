@@ -110,7 +110,9 @@ def test_pinning_the_recommendation_plans_as_fitting_with_the_same_margin(
 
 
 @GRID
-@given(config=configs(), fraction=st.integers(60, 97), step=st.sampled_from(["fraction", "requests", "slots"]))
+@given(
+    config=configs(), fraction=st.integers(60, 97), step=st.sampled_from(["fraction", "requests", "slots"])
+)
 def test_more_fraction_slots_or_requests_never_turn_does_not_fit_into_fits(
     config: tuple[Shape, float, list[str]], fraction: int, step: str
 ) -> None:

@@ -159,7 +159,9 @@ def required_margin_gib(fit: PostPoolFit | None, needed_gib: float, extrapolatin
     """Free memory the plan keeps beyond the post-pool terms: the stated margin of a fit (at
     least `EXTRAPOLATION_MARGIN_GIB` outside its range), else the estimates' padding."""
     if fit is not None:
-        return max(fit.stated_margin_gib, EXTRAPOLATION_MARGIN_GIB) if extrapolating else fit.stated_margin_gib
+        return (
+            max(fit.stated_margin_gib, EXTRAPOLATION_MARGIN_GIB) if extrapolating else fit.stated_margin_gib
+        )
     return needed_gib * (ESTIMATED_MARGIN_RATIO - 1)
 
 

@@ -707,6 +707,10 @@ def range_note(z: Sizing, version: str) -> str | None:
     )
 
 
+def _releases(rules: SglangRelease) -> str:
+    return rules.first if rules.first == rules.last else f"{rules.first}-{rules.last}"
+
+
 def _fraction_for_free_gib(z: Sizing, more_free_gib: float) -> float:
     """The --mem-fraction-static that leaves `more_free_gib` more free after the pools."""
     steps = -(-more_free_gib // (z.free_before_load_gib * FRACTION_STEP))
@@ -725,7 +729,7 @@ def gate_note(z: Sizing, shape: ModelShape, rules: SglangRelease) -> str | None:
     if free >= gate + GATE_BAND_GIB:
         return None
     prefix = (
-        f"prefill graph gate (SGLang {rules.first}-{rules.last} skips an auto-selected prefill CUDA graph "
+        f"prefill graph gate (SGLang {_releases(rules)} skips an auto-selected prefill CUDA graph "
         f"when less than {gate:.2f} GiB is free as its capture begins): the plan has {free:.2f} GiB there, "
     )
     above = _fraction_for_free_gib(z, gate + GATE_BAND_GIB - free)

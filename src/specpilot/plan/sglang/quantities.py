@@ -400,7 +400,9 @@ def captured_prefill_tokens(s: SglangSettings, rules: SglangRelease, requests: i
         return 0
     if rules.prefill_capture_cap == "requests_x_context":
         cap = max(requests, 1) * s.context_len
-        return max((t for t in piecewise_graph_token_sizes(s.prefill_graph_max_tokens) if t <= cap), default=0)
+        return max(
+            (t for t in piecewise_graph_token_sizes(s.prefill_graph_max_tokens) if t <= cap), default=0
+        )
     return s.prefill_graph_max_tokens
 
 
