@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from specpilot.engines.sglang.releases import release_rules
+from specpilot.launch.replan import replan
 from specpilot.plan import make_plan, plan_inputs
 from specpilot.plan.sglang import quantities as q
+from specpilot.plan.sglang.log import prefill_capture_oom
 from specpilot.plan.sglang.margin import EXTRAPOLATION_MARGIN_GIB, FIT_0517
-from specpilot.plan.sglang.planner import gate_note, planner_settings, size
+from specpilot.plan.sglang.planner import capture_oom_fix, gate_note, planner_settings, size
 from specpilot.plan.types import Plan, SglangDetails
 from specpilot.spec import Spec
 
@@ -209,3 +211,31 @@ def test_the_moe_prefill_graph_is_planned_at_what_the_engine_kept() -> None:
     )
     graph = next(t for t in make_plan(spec).terms if t.name.startswith("prefill CUDA graphs"))
     assert graph.gib == pytest.approx(2.22, abs=0.01)
+
+
+H200_LOGS = REPO / "tests" / "data" / "startup_logs" / "sglang-h200"
+#: a real 0.5.17 start that ran out of memory capturing its prefill graph
+CAPTURE_OOM_LOG = H200_LOGS / "r17-plain-rec-96.log"
+READY_LOG = H200_LOGS / "r17-plain-rec2-96.log"
+
+
+def test_the_capture_oom_is_read_from_the_log() -> None:
+    assert prefill_capture_oom(CAPTURE_OOM_LOG.read_text())
+    assert not prefill_capture_oom(READY_LOG.read_text())
+
+
+def test_replan_halves_the_chunk_when_the_capture_ran_out_and_the_plan_still_says_fits() -> None:
+    """The knobs the re-plan recommends from that start's numbers, run and out of memory in the
+    prefill capture: re-planning alone would change nothing, the capture rule moves the chunk."""
+    knobs = _knobs("0.93", 190, 38)
+    spec = _spec("qwen3.6-27b", 95.6, 32768, *knobs)
+    assert replan(spec, READY_LOG.read_text(), None) is None  # a ready start: nothing to move
+    found = replan(spec, CAPTURE_OOM_LOG.read_text(), None)
+    assert found is not None
+    assert any(
+        change.startswith("--chunked-prefill-size ") and change.endswith("-> 4096")
+        for change in found.changes
+    )
+    assert any("capturing the prefill CUDA graph" in reason for reason in found.reasons)
+    # at the smallest chunk the rule has nothing left to move
+    assert capture_oom_fix(4096) == ["--chunked-prefill-size", "2048"] and capture_oom_fix(2048) == []

@@ -19,7 +19,7 @@ from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape
 from specpilot.plan.log_checks import FootprintCheck
 from specpilot.plan.sglang.log import parse_sglang_log
-from specpilot.plan.sglang.planner import plan_sglang, refuse_other_sglang_footprint
+from specpilot.plan.sglang.planner import capture_oom_replan, plan_sglang, refuse_other_sglang_footprint
 from specpilot.plan.types import EngineDetails, Plan, SglangDetails, VllmDetails
 from specpilot.plan.vllm.log import parse_vllm_log
 from specpilot.plan.vllm.planner import plan_vllm, refuse_other_vllm_footprint
@@ -28,6 +28,9 @@ from specpilot.spec import Spec
 PlanFunction = Callable[[Spec, ModelShape, EffectiveArgs, Mapping[str, float] | None], Plan]
 #: what a log printed, read by the engine's `loglines` quantities
 LogReader = Callable[[str], LogFacts]
+#: `up --replan`'s engine rule for a failed start whose re-plan recommends what ran:
+#: (engine log, the re-plan) -> (flags to add, why), None where the rule has nothing
+ReplanRule = Callable[[str, Plan], tuple[list[str], str] | None]
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,18 @@ class Planner:
     details: type[EngineDetails]
     read_log: LogReader
     refuse_other_footprint: FootprintCheck
+    replan_rule: ReplanRule | None = None
 
 
 PLANNERS: tuple[Planner, ...] = (
-    Planner("sglang", plan_sglang, SglangDetails, parse_sglang_log, refuse_other_sglang_footprint),
+    Planner(
+        "sglang",
+        plan_sglang,
+        SglangDetails,
+        parse_sglang_log,
+        refuse_other_sglang_footprint,
+        capture_oom_replan,
+    ),
     Planner("vllm", plan_vllm, VllmDetails, parse_vllm_log, refuse_other_vllm_footprint),
 )
 

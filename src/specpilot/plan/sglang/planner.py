@@ -24,7 +24,7 @@ from specpilot.models.shape import ModelShape
 from specpilot.plan.effective import effective_args, effective_args_without
 from specpilot.plan.log_checks import refuse_footprint
 from specpilot.plan.sglang import quantities as q
-from specpilot.plan.sglang.log import parse_sglang_log
+from specpilot.plan.sglang.log import parse_sglang_log, prefill_capture_oom
 from specpilot.plan.sglang.margin import PostPoolFit, highest_fraction, post_pool_fit, required_margin_gib
 from specpilot.plan.sglang.settings import POST_CAPTURE_ENV, SglangSettings, resolve_settings
 from specpilot.plan.types import GIB, Plan, Problem, SglangDetails, Term
@@ -753,17 +753,32 @@ def gate_note(z: Sizing, shape: ModelShape, rules: SglangRelease) -> str | None:
     )
 
 
-def capture_oom_fix(plan_args: list[str], settings: SglangSettings) -> list[str]:
-    """`up --replan`'s rule for an out-of-memory in the prefill graph's capture when the
-    re-plan alone changes nothing: halve the captured chunk (`gate_note`'s first move)."""
-    chunk = max(settings.chunked_prefill_size // 2, MIN_CHUNK_TOKENS)
-    if chunk >= settings.chunked_prefill_size:
-        return plan_args
-    return [*plan_args, "--chunked-prefill-size", str(chunk)]
-
-
 #: the smallest chunk the capture rule halves to (SGLang's smallest default chunk)
 MIN_CHUNK_TOKENS = 2048
+
+
+def capture_oom_fix(chunked_prefill_size: int) -> list[str]:
+    """The capture rule's flags: halve the chunk, which the capture's largest size follows
+    (`gate_note`'s first move); none at or below `MIN_CHUNK_TOKENS`."""
+    chunk = max(chunked_prefill_size // 2, MIN_CHUNK_TOKENS)
+    if chunk >= chunked_prefill_size:
+        return []
+    return ["--chunked-prefill-size", str(chunk)]
+
+
+def capture_oom_replan(log_text: str, plan: Plan) -> tuple[list[str], str] | None:
+    """`up --replan`'s rule for a start that ran out of memory capturing the prefill CUDA graph
+    while the plan, given the engine's numbers, still recommends what ran: the flags that move
+    the capture (`capture_oom_fix`) and why; None for any other failure."""
+    if not prefill_capture_oom(log_text) or not isinstance(plan.details, SglangDetails):
+        return None
+    extra = capture_oom_fix(plan.details.chunked_prefill_size_tokens)
+    if not extra:
+        return None
+    return extra, (
+        "the engine ran out of memory capturing the prefill CUDA graph, which the plan said "
+        f"fits: {' '.join(extra)} halves what the capture keeps"
+    )
 
 
 def _details(z: Sizing, shape: ModelShape, free: float) -> SglangDetails:
