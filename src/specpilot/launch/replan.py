@@ -99,8 +99,7 @@ def replan(spec: Spec, log_text: str, planned: Plan | None) -> Replan | None:
     found = rule(log_text, plan) if rule is not None and not changes else None
     if found is not None:
         # the engine's own rule for what the re-plan alone would not move (SGLang: a capture OOM)
-        extra, why = found
-        fix = Fix(args=(*plan.recommended_args, *extra), env=dict(plan.recommended_env))
+        fix = Fix(args=(*plan.recommended_args, *found[0]), env=dict(plan.recommended_env))
         args, env = fix.apply(table, spec.engine.args, spec.engine.env)
         changes = _changes(spec, spec.engine.args, args, env)
     if not changes:

@@ -737,7 +737,8 @@ def gate_note(z: Sizing, shape: ModelShape, rules: SglangRelease) -> str | None:
         return (
             prefix + "below the gate: the engine will likely skip the graph and prefill eagerly (slower "
             "prefill; bench measures it); the verdict still counts the graph. "
-            f"--mem-fraction-static {above:.2f} puts it {GATE_BAND_GIB:.0f} GiB above the gate (graph captured)"
+            f"--mem-fraction-static {above:.2f} puts it {GATE_BAND_GIB:.0f} GiB above the gate "
+            "(graph captured)"
         )
     chunk = s.chunked_prefill_size
     half = replace(s, chunked_prefill_size=max(chunk // 2, 1), prefill_graph_max_tokens=max(chunk // 2, 1))

@@ -395,7 +395,10 @@ def captured_prefill_tokens(s: SglangSettings, rules: SglangRelease, requests: i
     up to max_capture_requests x context_length, max_capture_requests being the request pool's
     size (the running requests) for the breakable and piecewise backends
     (https://github.com/sgl-project/sglang, python/sglang/srt/model_executor/
-    model_runner_components/cuda_graph_setup.py, v0.5.17)."""
+    model_runner_components/cuda_graph_setup.py, v0.5.17). Only the target's: an MTP draft's
+    prefill graph is turned off there because its attention layers are fewer than the config's
+    num_hidden_layers ("Disable prefill CUDA graph because some layers do not apply Standard
+    GQA", printed by every 0.5.17 MTP start on the H200)."""
     if not s.piecewise_graph_tokens:
         return 0
     if rules.prefill_capture_cap == "requests_x_context":
