@@ -18,6 +18,10 @@ Steps, each skipped once done (state in $SPECPILOT_GPU_STASH/job, default /root/
 * ``bench``: `specpilot bench` over no speculation and MTP on a sample of the job's prompts, on a
   card of ``$BENCH_CARD_GIB`` (emulated by a blocker; default the whole card); each variant's
   start is cut out of the bench's samples into its own folder.
+* ``capture``: the prefill capture and SGLang's 4 GiB gate: no speculation at contexts 2,048,
+  4,096 and 16,384 on 79.6 and 95.6 GiB cards, and the Qwen3-8B shape (``DENSE_MODEL``, its own
+  padded tokenizer) at its whole context on 47.6 GiB: the plan's recommendation, then one step
+  (0.01) above it (``CAPTURE_LADDERS``; ``$CAPTURE_LADDERS`` picks some, in its order).
 * ``edge``: for MTP on a 95.6 GiB card, no speculation on a 79.6 GiB card and on the whole
   card: the plan's recommendation (the bench's or the plain step's start where it ran the same
   knobs), the fraction that leaves ``EDGE_MARGIN_GIB`` free at that start's measured low point,
