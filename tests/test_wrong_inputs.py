@@ -620,7 +620,7 @@ CASES = [
     Case(
         "check of a release outside the modelled range",
         lambda t: ["check", spec_with(t, '"0.26.0"', '"0.0.1"')],
-        ("[engine] version", "0.0.1", "outside the releases specpilot models", "e.g. 0.33.0"),
+        ("[engine] version", "0.0.1", "outside the releases specpilot models", "e.g. 0.34.0"),
     ),
     Case(
         "pasted command with an unbalanced quote",
@@ -653,6 +653,11 @@ CASES = [
     ),
     Case(
         "down of an unknown run", lambda t: ["down", "nope"], ("NAME", "no run named 'nope'", "specpilot up")
+    ),
+    Case(
+        "down with a NaN timeout",
+        lambda t: ["down", "nope", "--timeout-s", "nan"],
+        ("--timeout-s", "'nan' is not a finite number"),
     ),
     Case(
         "run name that is a path",

@@ -131,4 +131,4 @@ def _count(read: ReadArgv, *dests: str) -> int:
     given or not a count: a bad size is the flag's error (check names it), not a GPU count."""
     uses = [use for dest in dests if (use := read.last(dest)) is not None]
     text = max(uses, key=lambda use: use.start).text if uses else None
-    return int(text) if text is not None and text.isdigit() and int(text) >= 1 else 1
+    return int(text) if text is not None and text.isascii() and text.isdigit() and int(text) >= 1 else 1

@@ -45,8 +45,16 @@ def secret_env_names(env: Mapping[str, str]) -> set[str]:
 
 
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy of `env` with every secret value replaced by the mask."""
-    return {name: (MASK if is_secret_name(name) and value else value) for name, value in env.items()}
+    """A copy of `env` with every secret value replaced by the mask (and a URL's password)."""
+    return {
+        name: (MASK if is_secret_name(name) and value else _USERINFO.sub(_mask_value, value))
+        for name, value in env.items()
+    }
+
+
+def holds_secret(name: str, value: str) -> bool:
+    """Whether an env variable's value is (or holds) a credential: by its name or a URL password."""
+    return bool(value) and (is_secret_name(name) or bool(url_passwords(value)))
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:
@@ -66,7 +74,7 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
                 masked.append(token)
                 hide_next = True
             continue
-        masked.append(token)
+        masked.append(_USERINFO.sub(_mask_value, token))  # a URL's password
     return masked
 
 
@@ -75,6 +83,7 @@ def secret_values(env: Mapping[str, str], argv: Sequence[str] = ()) -> list[str]
     values = [value for name, value in env.items() if is_secret_name(name) and value]
     values += [orig for orig, shown in zip(argv, mask_argv(argv), strict=True) if orig != shown]
     values = [v.partition("=")[2] if v.startswith("-") else v for v in values]
+    values += [password for text in (*env.values(), *argv) for password in url_passwords(text)]
     return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
 
 
@@ -137,11 +146,89 @@ def _mask_assignment(match: re.Match[str]) -> str:
     return f"{name}{sep}{shown}"
 
 
+#: a credential after an auth scheme: `Bearer sk-1` anywhere, `Authorization: Basic dXM6cHc=`
+_BEARER = re.compile(
+    r"(?i)(?:\bbearer\s+|\bauthorization['\"]?\s*[:=]\s*['\"]?(?:[A-Za-z]+\s+)?)(?P<value>[A-Za-z0-9._~+/=:-]{4,})"
+)
+#: the password of a URL's userinfo: `https://user:pw@host` (the user name stays)
+_USERINFO = re.compile(r"(?i)(?P<lead>\b[a-z][a-z0-9+.-]*://[^/\s:@'\"]*:)(?P<value>[^/\s@'\"]+)@")
+#: prose a server writes when it quotes a key back: `Incorrect API key provided: sk-1`
+_PROSE = re.compile(
+    r"(?i)\b(?P<lead>(?:api[ _-]?key|access[ _-]?token|token|password|secret)(?: provided| given| used)?"
+    r"\s*[:=]\s*['\"]?)(?P<value>[^\s'\",;]{4,})"
+)
+
+
+def _mask_value(match: re.Match[str]) -> str:
+    value = match.group("value")
+    if value in _UNSET or _NUMBER.fullmatch(value) or value.lower() in ("bearer", "basic") or value == MASK:
+        return match.group(0)
+    start, end = match.start("value") - match.start(), match.end("value") - match.start()
+    return match.group(0)[:start] + MASK + match.group(0)[end:]
+
+
+def _mask_assignments(text: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        masked = _mask_assignment(match)
+        if masked != match.group(0):
+            return masked
+        # not a secret's name: its value may still hold an assignment (`export HF_TOKEN=x`)
+        name, sep, value = match.group("name", "sep", "value")
+        return f"{name}{sep}{_ASSIGNMENT.sub(one, value)}" if _ASSIGNMENT.search(value) else masked
+
+    return _ASSIGNMENT.sub(one, text)
+
+
 def mask_log_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """A log line as `status` and `up` show it: every known secret value masked (`redact`),
-    and the value printed after a secret-looking name (an engine echoing its args: vLLM's
-    `non-default args: {'api_key': [...]}`, SGLang's `ServerArgs(api_key='...')`)."""
-    return _ASSIGNMENT.sub(_mask_assignment, redact(text, secrets))
+    """Text to store or show (a log line, an error, a server's answer quoted back): every known
+    secret value masked (`redact`), and a value in any shape that names a credential: after a
+    secret-looking name (`api_key='sk-1'`, `"hf_token": "x"`, `HF_TOKEN=x`, YAML `api_key: x`,
+    `--api-key x`, `--hf-token=x`; an engine echoing its args: vLLM's `non-default args:
+    {'api_key': [...]}`, SGLang's `ServerArgs(api_key='...')`), after an auth scheme
+    (`Authorization: Bearer x`), a URL's password (`https://user:x@host`) and a server's prose
+    (`Incorrect API key provided: x`)."""
+    text = redact(text, secrets)
+    for pattern in (_USERINFO, _BEARER, _PROSE):
+        text = pattern.sub(_mask_value, text)
+    return _mask_assignments(text)
+
+
+def mask_fields(value: object) -> object:
+    """A JSON value (request fields, --extra-body) with the value of every key named like a
+    credential (`api_key`, `hf_token`, `password`) masked, at any depth, and every string
+    passed through `mask_log_text` (a URL with a password)."""
+    if isinstance(value, str):
+        return mask_log_text(value)
+    if isinstance(value, list | tuple):
+        return [mask_fields(item) for item in value]
+    if isinstance(value, dict):
+        return {
+            key: (
+                MASK if _is_secret_words(re.split(r"[-_.]", str(key))) and value[key] else mask_fields(item)
+            )
+            for key, item in value.items()
+        }
+    return value
+
+
+def field_secrets(value: object) -> list[str]:
+    """The values `mask_fields` hides, to redact where a server quotes them back."""
+    found: list[str] = []
+    if isinstance(value, list | tuple):
+        for item in value:
+            found += field_secrets(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if _is_secret_words(re.split(r"[-_.]", str(key))) and isinstance(item, str | int | float):
+                found.append(str(item))
+            else:
+                found += field_secrets(item)
+    return [v for v in found if len(v) >= 4]
+
+
+def url_passwords(text: str) -> list[str]:
+    """The passwords of the URLs in `text` (`https://user:pw@host`)."""
+    return [m.group("value") for m in _USERINFO.finditer(text) if len(m.group("value")) >= 4]
 
 
 def url_without_credentials(url: str) -> str:

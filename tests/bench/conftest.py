@@ -52,6 +52,14 @@ def write_prompts(path: Path, rows: int) -> Path:
 SpecFactory = Callable[..., Path]
 
 
+def stand_in_python() -> str:
+    """The interpreter running the tests, as its own path: in a virtualenv that is the venv's
+    `bin/python` link, whose packages (aiohttp) the stand-in needs; resolving the link would
+    start the base interpreter without them (the suite failed in a venv). The live argv is
+    still the planned one: exec keeps the path it was given."""
+    return sys.executable
+
+
 @pytest.fixture
 def bench_spec(tmp_path: Path, run_home: Path) -> SpecFactory:
     """A spec file whose engine is the bench stand-in with per-draft-token `profiles`."""
@@ -67,7 +75,7 @@ def bench_spec(tmp_path: Path, run_home: Path) -> SpecFactory:
         model.mkdir(exist_ok=True)
         shutil.copy(MODEL_CONFIG, model / "config.json")
         env = {"SGLANG_ENABLE_SPEC_V2": "1", "SPECPILOT_BENCH_PROFILE": json.dumps(profiles)}
-        python = os.path.realpath(sys.executable)  # the live argv must be the planned one (no shim)
+        python = stand_in_python()
         text = f"""name = "{name}"
 [model]
 path = "model"

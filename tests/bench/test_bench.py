@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -64,39 +65,62 @@ def test_bench_picks_the_variant_that_truly_finishes_first(
     job, best = tmp_path / "job", tmp_path / "best.toml"
     ran = specpilot(
         "bench", spec, "--prompts", prompts, "--job", job, "--sample", SAMPLE_ROWS,
-        "--max-tokens", MAX_TOKENS, "--budget-s", 60, "--warmup-s", 5, "--write", best,
+        "--max-tokens", MAX_TOKENS, "--budget-s", 120, "--warmup-s", 3, "--write", best,
+        "--variants", "plain,NEXTN:1,NEXTN:2,NEXTN:3",
     )  # fmt: skip
     assert ran.code == 0, ran.output
     result = json.loads((job / "bench.json").read_text())
     rows = {v["label"]: v for v in result["variants"]}
-    assert result["winner"] == truth, (profiles, {k: v["output_tokens_per_s"] for k, v in rows.items()})
-    assert list(rows) == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3"]
-    for row in rows.values():
-        assert row["status"] == "measured" and row["rows_done"] == SAMPLE_ROWS
-        assert row["ttft_ms"]["p50"] > 0 and row["itl_ms"]["p99"] >= row["itl_ms"]["p50"]
-        assert sum(row["finish_reasons"].values()) == SAMPLE_ROWS
-        # each variant runs at the knobs its own plan recommends (fewer requests with more drafts)
-        assert "--max-running-requests" in row["recommended_args"]
-    assert rows["plain"]["accept_length"] is None
+    rates = {k: (v["search"], v["output_tokens_per_s"]) for k, v in rows.items()}
+    winner = result["winner"]
+    assert winner.split("@")[0] == truth, (profiles, rates)
+    configs = ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3"]
+    assert [label.split("@")[0] for label in rows] == [c for c in configs for _ in range(3)]
+    screens = [rows[label] for label in rows if label.endswith(f"@{max(caps(rows, label))}")]
+    assert len(screens) == 4
+    for row in screens:  # each configuration started once at its largest cap, with one batch
+        assert row["search"] in ("screened", "measured") and row["status"] == "measured", rates
+        assert row["rows_done"] > 0 and row["ttft_ms"]["p50"] > 0
+        assert sum(row["finish_reasons"].values()) == row["rows_done"]
+    for label, row in rows.items():
+        cap = label.split("@")[1]
+        # each point runs at the knobs its own plan recommends, its running requests capped
+        assert row["recommended_args"][-2:] == ["--max-running-requests", cap]
+        assert row["projected_s"] > 0 and 0 < row["tail_share"] < 1 and row["gpu_hours"] > 0
+    assert rows[winner]["search"] == "measured"
+    assert (
+        rows[winner]["rows_done"]
+        == result["sample"]["rows"]
+        >= 2 * max(int(label.split("@")[1]) for label in rows)
+        or rows[winner]["budget_reached"]
+    )
     for k in ("1", "2", "3"):  # the acceptance SGLang reports: the stand-in's own mean
-        assert rows[f"NEXTN-{k}"]["accept_length"] == pytest.approx(profiles[k]["accept"], abs=0.35)
-    plain, deepest = rows["plain"]["max_running_requests"], rows["NEXTN-3"]["max_running_requests"]
-    assert plain > deepest
-    # the winning spec, with the winner's flags, loads as a spec
+        row = next(
+            rows[label] for label in rows if label.startswith(f"NEXTN-{k}@") and rows[label]["rows_done"]
+        )
+        assert row["accept_length"] == pytest.approx(profiles[k]["accept"], abs=0.35)
+    # the winning spec, with the winner's flags (its cap included), loads as a spec
     written = tomllib.loads(best.read_text())
-    assert written["engine"]["args"] == rows[truth]["argv"]
+    assert written["engine"]["args"] == rows[winner]["argv"]
+    assert written["engine"]["args"][-2:] == ["--max-running-requests", winner.split("@")[1]]
     assert (Path(written["model"]["path"]) / "config.json").is_file()  # found from anywhere
-    assert "winner: " + truth in ran.stdout and "GPU-hours" in ran.stdout
+    assert "winner: " + winner in ran.stdout and "GPU-hours" in ran.stdout and "axis layout" in ran.stdout
     svg = (job / "bench.svg").read_text()
-    assert svg.count('class="variant"') == 4 and f'data-label="{truth}"' in svg
-    # the same rows, the sample bench.json names, went to every variant
-    for label in rows:
-        parts = sorted((job / "bench" / label / "sample").glob("*/part-*.jsonl"))
-        sent = {json.loads(line)["id"] for part in parts for line in part.read_text().splitlines()}
-        assert sent == set(result["sample"]["ids"]) and len(sent) == SAMPLE_ROWS, label
+    assert svg.count('class="variant"') == 12 and f'data-label="{winner}"' in svg
+    # the full sample, the rows bench.json names, went to the winner
+    folder = job / "bench" / winner.replace("@", "-at-") / "sample" / "sample"
+    parts = sorted(folder.glob("*/part-*.jsonl"))
+    sent = {json.loads(line)["id"] for part in parts for line in part.read_text().splitlines()}
+    assert sent == set(result["sample"]["ids"])
     # the job's own folder holds no ledger: bench keeps its scratch jobs under bench/
-    assert not (job / "ledger.sqlite").exists() and (job / "bench" / truth / "sample").is_dir()
+    assert not (job / "ledger.sqlite").exists()
     assert all(not members for members in live_runs(Path(os.environ["SPECPILOT_HOME"])).values())
+
+
+def caps(rows: dict[str, dict[str, object]], label: str) -> list[int]:
+    """The caps searched for `label`'s configuration."""
+    config = label.split("@")[0]
+    return [int(other.split("@")[1]) for other in rows if other.split("@")[0] == config]
 
 
 def test_a_variant_that_dies_and_one_check_refuses_stay_in_the_table(
@@ -115,8 +139,12 @@ def test_a_variant_that_dies_and_one_check_refuses_stay_in_the_table(
     )  # fmt: skip
     assert ran.code == 0, ran.output
     rows = {v["label"]: v for v in json.loads((job / "bench.json").read_text())["variants"]}
-    assert rows["plain"]["status"] == "measured"
-    assert rows["NEXTN-2"]["status"] == "failed" and "did not start" in rows["NEXTN-2"]["reason"]
+    plain = [label for label in rows if label.startswith("plain@")]
+    assert rows[plain[0]]["status"] == "measured"
+    nextn = [label for label in rows if label.startswith("NEXTN-2@")]
+    assert rows[nextn[0]]["status"] == "failed" and "did not start" in rows[nextn[0]]["reason"]
+    # its lower caps are never started: their configuration does not start
+    assert all(rows[label]["search"] == "not started" for label in nextn[1:])
     assert rows["DFLASH-1"]["status"] == "refused"
     assert rows["DFLASH-1"]["reason"].startswith("check refuses it: sglang-dflash-needs-draft")
     assert "DFLASH-1: not started: check refuses it" in ran.stderr
@@ -144,15 +172,18 @@ def test_ctrl_c_mid_bench_stops_every_server(
         lines.append(line)
         if "measuring" in line or time.monotonic() > deadline_s:
             break
-    assert any("plain: measuring" in line for line in lines), lines
+    measuring = [line for line in lines if re.search(r"plain@\d+: measuring", line)]
+    assert measuring, lines
+    label = measuring[0].split(":")[0].split()[-1]
     time.sleep(1.0)  # requests in flight, tokens streaming
     process.send_signal(sig)
     _, rest = process.communicate(timeout=60)
     assert process.returncode == 130, "".join(lines) + rest
-    assert "plain: stopped" in rest and "every server this bench started is stopped" in rest
+    assert f"{label}: stopped" in rest and "every server this bench started is stopped" in rest
     runs = live_runs(Path(os.environ["SPECPILOT_HOME"]))
-    assert list(runs) == ["qb-bench-plain"]  # the second variant never started
-    assert runs["qb-bench-plain"] == []
+    name = "qb-bench-" + label.replace("@", "-at-")
+    assert list(runs) == [name]  # no other point started
+    assert runs[name] == []
 
 
 def test_a_spec_without_speculation_measures_what_it_can_and_says_so(
@@ -168,9 +199,10 @@ def test_a_spec_without_speculation_measures_what_it_can_and_says_so(
     # the job's own sampling, generate's options: bench.json says what was sent
     sampling = json.loads(ran.stdout)["sampling"]
     assert sampling["max_tokens"] == 8 and sampling["request_fields"] == {"min_p": 0.05, "stop": ["###"]}
-    assert "the spec turns on no speculative method ([engine] args): only the plain variant" in ran.stderr
+    assert "speculation: plain only (the spec turns on no speculative method" in ran.stderr
     result = json.loads(ran.stdout)
-    assert [v["label"] for v in result["variants"]] == ["plain"] and result["winner"] == "plain"
+    assert [v["label"].split("@")[0] for v in result["variants"]] == ["plain"] * 3
+    assert result["winner"].startswith("plain@")
     assert result["projection"]["rows"] == 20
 
 
@@ -182,12 +214,16 @@ def test_a_sample_longer_than_the_budget_is_cut_and_measured_as_far_as_it_got(
     started_s = time.monotonic()
     ran = specpilot(
         "bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--sample", 32,
-        "--max-tokens", 100, "--variants", "plain", "--budget-s", 12, "--warmup-s", 1,
+        "--max-tokens", 100, "--variants", "plain", "--budget-s", 24, "--warmup-s", 1,
     )  # fmt: skip
     took_s = time.monotonic() - started_s
     assert ran.code == 0, ran.output
-    (row,) = json.loads((tmp_path / "job" / "bench.json").read_text())["variants"]
-    # 32 rows of 40 to 100 tokens, 4 at a time at 20 tok/s each, take half a minute
-    assert row["budget_reached"] and 0 < row["rows_done"] < 32 and row["output_tokens_per_s"] > 0
-    assert took_s < 12 + 30  # the budget, then the stop and the process start around it
+    rows = json.loads((tmp_path / "job" / "bench.json").read_text())["variants"]
+    # 40 rows (the sample fills the plan's cap: all the file has) of 40 to 100 tokens, 4 at a
+    # time at 20 tok/s each, take half a minute: the screen, the whole sample given half the
+    # budget, is cut
+    row = rows[0]
+    assert row["search"] == "measured" and row["budget_reached"]
+    assert 0 < row["rows_done"] < 40 and row["output_tokens_per_s"] > 0
+    assert took_s < 24 + 30  # the budget, then the stop and the process start around it
     assert all(not members for members in live_runs(Path(os.environ["SPECPILOT_HOME"])).values())

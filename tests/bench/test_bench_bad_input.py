@@ -3,6 +3,7 @@ server started (each case is refused before the first variant's `up`)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -92,3 +93,25 @@ def test_a_request_field_given_twice(spec: Path, prompts: Path, tmp_path: Path) 
     assert (
         line.startswith("error: --extra-body: sets min_p, which --min-p also sets") and "give it once" in line
     )
+
+
+def test_a_budget_too_small_for_one_point_starts_nothing_and_says_so(
+    spec: Path, prompts: Path, tmp_path: Path
+) -> None:
+    """Above the warm-up, but each screen's share of it (half, split among the configurations)
+    is below it: every point says why in the table, exit 2, nothing started."""
+    job = tmp_path / "job"
+    ran = specpilot(
+        "bench", spec, "--prompts", prompts, "--job", job, "--sample", 8, "--budget-s", 20, "--warmup-s", 8,
+        timeout_s=120,
+    )  # fmt: skip
+    assert ran.code == 2, ran.output
+    assert ran.stderr.splitlines()[-1].startswith("error: --budget-s: no point could be started"), ran.stderr
+    assert "not started" in ran.stdout and "axis layout: not explored (one GPU" in ran.stdout
+    rows = json.loads((job / "bench.json").read_text())["variants"]
+    assert rows and {row["search"] for row in rows} == {"not started"}
+    screens = [
+        row for row in rows if row["label"].split("@")[1] == str(max(r["max_running_requests"] for r in rows))
+    ]
+    assert screens and all(row["reason"].startswith("the budget leaves") for row in screens)
+    assert not live_runs(Path(os.environ["SPECPILOT_HOME"]))

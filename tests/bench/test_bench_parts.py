@@ -9,11 +9,21 @@ from pathlib import Path
 import pytest
 
 from specpilot.bench.client import RequestTiming, _Stream
+from specpilot.bench.lab import axis_notes
 from specpilot.bench.sample import draw, prompt_chars, write_prompts
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
-from specpilot.bench.variants import Variant, default_variants, parse_variants, spec_method, variant_spec
+from specpilot.bench.variants import (
+    Variant,
+    default_variants,
+    measured_label,
+    parse_variants,
+    prepare,
+    spec_method,
+    variant_of,
+    variant_spec,
+)
 from specpilot.errors import UserError
-from specpilot.generate.client import RequestFailed
+from specpilot.generate.client import Answer, RequestFailed
 from specpilot.generate.inputs import iter_rows, resolve_input
 from specpilot.generate.types import PromptRow
 from specpilot.projection import Rates, project, read_bench, wall_text
@@ -88,7 +98,15 @@ def _spec(engine: str, args: list[str]) -> object:
 def test_k_draft_tokens_are_written_as_each_engine_counts_them() -> None:
     sglang = _spec("sglang", SPECULATIVE_ARGS)
     assert spec_method(sglang) == "NEXTN"  # type: ignore[arg-type]
-    assert [v.label for v in default_variants(sglang)] == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3"]  # type: ignore[arg-type]
+    # the release's flag table has --speculative-adaptive: the deepest variant adaptive too
+    labels = [v.label for v in default_variants(sglang)]  # type: ignore[arg-type]
+    assert labels == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3", "NEXTN-3-adaptive"]
+    adaptive = variant_spec(sglang, Variant("NEXTN", 3, adaptive=True), "s-a")  # type: ignore[arg-type]
+    assert adaptive.engine.args.count("--speculative-adaptive") == 1
+    assert parse_variants("NEXTN:3:adaptive", sglang) == [Variant("NEXTN", 3, adaptive=True)]  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="'fast' is not a mode"):
+        parse_variants("NEXTN:3:fast", sglang)  # type: ignore[arg-type]
+    assert Variant("NEXTN", 3, adaptive=True).at(21).label == "NEXTN-3-adaptive@21"
     two = variant_spec(sglang, Variant("NEXTN", 2), "s-2")  # type: ignore[arg-type]
     args = two.engine.args
     assert args[args.index("--speculative-num-steps") + 1] == "2"
@@ -119,6 +137,36 @@ def test_a_stream_becomes_the_answer_a_plain_call_gives() -> None:
         _Stream().feed({"error": {"message": "boom"}}, 0.0)
 
 
+@pytest.mark.parametrize("count", ["²", "٣", "0", "17", "", "x"])
+def test_a_draft_count_that_is_no_ascii_number_is_refused(count: str) -> None:
+    """A Unicode digit passes str.isdigit(): it once reached int() and crashed."""
+    with pytest.raises(UserError, match="gives no draft-token count from 1 to 16") as refused:
+        parse_variants(f"NEXTN:{count}", _spec("sglang", SPECULATIVE_ARGS))  # type: ignore[arg-type]
+    assert refused.value.field == "--variants"
+
+
+def test_a_stream_with_a_lone_surrogate_or_a_huge_count_is_a_malformed_answer() -> None:
+    surrogate = _Stream()
+    surrogate.feed({"choices": [{"delta": {"content": "bad \ud800 text"}, "finish_reason": "stop"}]}, 1.0)
+    with pytest.raises(RequestFailed, match="lone surrogate"):
+        surrogate.answer()
+    huge = _Stream()
+    huge.feed({"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}, 1.0)
+    huge.feed({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 10**20}}, 1.1)
+    with pytest.raises(RequestFailed, match="more than any answer holds"):
+        huge.answer()
+    bare = _Stream()
+    bare.feed({"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}, 1.0)
+    assert bare.answer().usage_missing and not stream_with_usage().usage_missing
+
+
+def stream_with_usage() -> Answer:
+    stream = _Stream()
+    stream.feed({"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}, 1.0)
+    stream.feed({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1}}, 1.1)
+    return stream.answer()
+
+
 def test_the_projection_divides_wall_time_but_not_gpu_hours() -> None:
     rates = Rates(output_tokens_per_s=1000.0, mean_output_tokens=3600.0, gpus_per_server=2, source="x")
     one = project(10_000, rates)
@@ -135,3 +183,89 @@ def test_a_job_folder_without_a_bench_result_projects_nothing(tmp_path: Path) ->
     (tmp_path / "bench.json").write_text("{broken")
     with pytest.raises(UserError, match="cannot be read as a bench result"):
         read_bench(tmp_path)
+
+
+def test_a_server_that_ignores_stream_is_named_in_the_variant_row() -> None:
+    """A server answering one JSON body to `"stream": true` (no `data:` events) fails the
+    request saying so, and a variant with no answer carries that reason, not just
+    "no request was answered"."""
+    import asyncio
+
+    from aiohttp import web
+
+    from specpilot.bench.client import StreamingChatClient, TimingLog
+    from specpilot.bench.measure import Measured, _fill
+    from specpilot.generate.client import Sampling, open_session
+    from tests.generate.conftest import scripted_server
+
+    async def plain(request: web.Request) -> web.Response:
+        answer = {"role": "assistant", "content": "ok"}
+        return web.json_response({"choices": [{"message": answer, "finish_reason": "stop"}]})
+
+    log = TimingLog()
+
+    async def ask(port: int) -> None:
+        async with open_session(2) as session:
+            client = StreamingChatClient(session, Sampling(model="m", thinking=True), log)
+            await client.complete(f"http://127.0.0.1:{port}", [{"role": "user", "content": "hi"}])
+
+    with scripted_server(plain) as port, pytest.raises(RequestFailed, match='ignores "stream": true'):
+        asyncio.run(ask(port))
+    row = Measured(label="plain", status="measured", reason=None, argv=[], recommended_args=[])
+    _fill(row, log, 1.0)
+    assert row.status == "failed" and row.reason is not None
+    assert row.reason.startswith("no request was answered (the last error: ") and "stream" in row.reason
+
+
+def test_a_release_without_adaptive_speculation_says_so_per_axis() -> None:
+    old = parse_spec(
+        {"name": "s", "model": {"path": "m"}, "gpu": {"memory_gib": 80},
+         "engine": {"name": "sglang", "version": "0.5.10.post1", "args": SPECULATIVE_ARGS}}
+    )  # fmt: skip
+    assert [v.label for v in default_variants(old)] == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3"]
+    notes = axis_notes(old, default_variants(old), host_gpus=1)
+    assert "adaptive speculation: not explored (SGLang 0.5.10.post1 has no --speculative-adaptive)" in notes
+    assert any(n.startswith("layout: not explored (one GPU") for n in notes)
+    refused = prepare(old, Variant("NEXTN", 3, adaptive=True), "s-a")
+    assert refused.plan is None and refused.refused == "SGLang 0.5.10.post1 has no adaptive speculation"
+    vllm = _spec("vllm", ["--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}'])
+    assert "adaptive speculation: not explored (vLLM 0.26.0 has no adaptive speculation)" in axis_notes(
+        vllm,  # type: ignore[arg-type]
+        default_variants(vllm),  # type: ignore[arg-type]
+        host_gpus=4,
+    )
+
+
+def test_block_drafters_write_their_k_as_their_handlers_require() -> None:
+    """DFLASH's k is its block, DSPARK's its gamma: 0.5.23's check accepts both as written."""
+    from specpilot.check import check_args
+
+    draft = ["--speculative-draft-model-path", "/models/drafter"]
+    spec = parse_spec(
+        {"name": "s", "model": {"path": "m"}, "gpu": {"memory_gib": 80},
+         "engine": {"name": "sglang", "version": "0.5.23", "args": ["--speculative-algorithm", "NEXTN", *draft]}}
+    )  # fmt: skip
+    dflash = variant_spec(spec, Variant("DFLASH", 16), "s-d").engine.args
+    dspark = variant_spec(spec, Variant("DSPARK", 5), "s-s").engine.args
+    assert dflash[dflash.index("--speculative-num-draft-tokens") + 1] == "16"
+    assert dflash[dflash.index("--speculative-num-steps") + 1] == "1"
+    assert dspark[dspark.index("--speculative-dspark-block-size") + 1] == "5"
+    assert dspark[dspark.index("--speculative-num-draft-tokens") + 1] == "6"
+    for args, k in ((dflash, 16), (dspark, 5)):
+        result = check_args("sglang", "0.5.23", args, {}, "Qwen3ForCausalLM")
+        assert result.ok, [f.message for f in result.findings if f.severity == "error"]
+        again = spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args})})
+        assert variant_of(again).draft_tokens == k  # read back as written
+
+
+def test_a_spec_is_found_among_the_bench_points() -> None:
+    """`plan --job` projects the spec itself: its own cap where it sets one, else its
+    configuration at the largest cap measured (the plan's maximum it runs at)."""
+    labels = ["plain@57", "plain@29", "NEXTN-3@21", "NEXTN-3@11"]
+    spec = _spec("sglang", SPECULATIVE_ARGS)
+    assert measured_label(spec, labels) == "NEXTN-3@21"  # type: ignore[arg-type]
+    capped = _spec("sglang", [*SPECULATIVE_ARGS, "--max-running-requests", "11"])
+    assert measured_label(capped, labels) == "NEXTN-3@11"  # type: ignore[arg-type]
+    other = _spec("sglang", [*SPECULATIVE_ARGS, "--max-running-requests", "12"])
+    assert measured_label(other, labels) is None  # type: ignore[arg-type]
+    assert measured_label(spec, ["plain", "NEXTN-3"]) == "NEXTN-3"  # type: ignore[arg-type]

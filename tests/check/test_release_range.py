@@ -12,7 +12,7 @@ ARGV = {"sglang": ["--model-path", "m"], "vllm": ["--model", "m"]}
 
 
 @pytest.mark.parametrize(
-    ("engine", "version"), [("sglang", "0.5.24"), ("sglang", "0.5.30"), ("vllm", "0.34.0")]
+    ("engine", "version"), [("sglang", "0.5.24"), ("sglang", "0.5.30"), ("vllm", "0.35.0")]
 )
 def test_newer_than_the_verified_tables_warns_with_a_pin(engine: str, version: str) -> None:
     result = check_args(engine, version, ARGV[engine])

@@ -214,6 +214,25 @@ CASES: dict[str, Case] = {
         ["--speculative-algorithm", "DFLASH", *DRAFT, "--speculative-draft-window-size", "16"],
         arch=DENSE,
     ),
+    # adaptive speculation: EAGLE/NEXTN at topk 1 only (0.5.17's and 0.5.23's speculative hook)
+    "sglang-adaptive-unsupported": Case(
+        "0.5.23",
+        ["--speculative-algorithm", "NGRAM", "--speculative-adaptive"],
+        [*NEXTN, "--speculative-adaptive"],
+        effect={"speculative_adaptive": False},
+    ),
+    # 0.5.17's candidates are 0, 1, 3, 7: five steps start only from 0.5.21 on
+    "sglang-adaptive-steps": Case(
+        "0.5.17",
+        [*NEXTN, "--speculative-adaptive", "--speculative-num-steps", "5", "--speculative-eagle-topk", "1"],
+        [*NEXTN, "--speculative-adaptive", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"],
+    ),
+    "sglang-adaptive-params": Case(
+        "0.5.23",
+        [*NEXTN, "--speculative-adaptive", "--speculative-num-steps", "5"],
+        [*NEXTN, "--speculative-num-steps", "5", "--speculative-eagle-topk", "1"],
+        effect={"speculative_num_steps": 5, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 6},
+    ),
     "sglang-dspark-needs-draft": Case(
         "0.5.19",
         ["--speculative-algorithm", "DSPARK"],
@@ -496,3 +515,23 @@ def test_qwen3_8b_context_300000_is_refused_with_the_models_length() -> None:
     finding = next(f for f in result.findings if f.rule == "sglang-context-length-over-model")
     assert not result.ok and "(300000)" in finding.message and "(40960)" in finding.message
     assert finding.fix is not None and finding.fix.args == ("--context-length", "40960")
+
+
+def test_adaptive_steps_follow_the_release() -> None:
+    """0.5.23 starts five adaptive steps, 0.5.17 refuses them; neither drafts with the flag alone
+    off its default middle candidate (3)."""
+    five = [*NEXTN, "--speculative-adaptive", "--speculative-num-steps", "5", "--speculative-eagle-topk", "1"]
+    assert "sglang-adaptive-steps" not in _rule_ids("0.5.23", five, {}, HYBRID, None)[0]
+    fired, result = _rule_ids("0.5.17", five, {}, HYBRID, None)
+    assert "sglang-adaptive-steps" in fired
+    finding = next(f for f in result.findings if f.rule == "sglang-adaptive-steps")  # type: ignore[attr-defined]
+    assert "[0, 1, 3, 7]" in finding.message and finding.fix.args == (
+        "--speculative-num-steps",
+        "3",
+    )  # the nearer, fewer on a tie
+    for version in ("0.5.17", "0.5.23"):
+        _, alone = _rule_ids(version, [*NEXTN, "--speculative-adaptive"], {}, HYBRID, None)
+        assert alone.effective_values["speculative_num_steps"] == 3  # type: ignore[attr-defined]
+        assert alone.effective_values["speculative_num_draft_tokens"] == 4  # type: ignore[attr-defined]
+    # before the first release read, the flag is only a flag: no adaptive rule speaks
+    assert not {r for r in _rule_ids("0.5.14", five, {}, HYBRID, None)[0] if "adaptive" in r}

@@ -100,6 +100,17 @@ CASES: dict[str, tuple[list[str], list[str], str, dict[str, object]]] = {
         {},
     ),
     "vllm-reasoning-parser-missing": ([], ["--reasoning-parser", "qwen3"], HYBRID, {}),
+    # 0.34: the KV cache sized after CUDA graph capture, its defaults, the ignored mamba mode
+    "vllm-extensible-kv-cache-default": ([], ["--no-enable-extensible-kv-cache"], DENSE, {}),
+    "vllm-extensible-kv-cache-unsupported": (
+        ["--enable-extensible-kv-cache", "--kv-cache-memory-bytes", "8G"],
+        ["--kv-cache-memory-bytes", "8G"],
+        DENSE,
+        {},
+    ),
+    "vllm-gpu-memory-utilization-default-34": ([], ["--gpu-memory-utilization", "0.8"], DENSE, {}),
+    "vllm-block-size-default-34": ([], ["--block-size", "16"], DENSE, {}),
+    "vllm-mamba-cache-mode-ignored": (["--mamba-cache-mode", "align"], [], HYBRID, {}),
 }
 #: the near miss of the MTP rule is the same flags on a model vLLM has an MTP drafter for
 QUIET_ARCH = {"vllm-mtp-needs-mtp-layers": HYBRID}
@@ -107,6 +118,11 @@ QUIET_ARCH = {"vllm-mtp-needs-mtp-layers": HYBRID}
 RULE_VERSION = {
     "vllm-prefix-caching-default-2x": "0.26.0",
     "vllm-gpu-memory-utilization-default-2x": "0.26.0",
+    "vllm-extensible-kv-cache-default": "0.34.0",
+    "vllm-extensible-kv-cache-unsupported": "0.34.0",
+    "vllm-gpu-memory-utilization-default-34": "0.34.0",
+    "vllm-block-size-default-34": "0.34.0",
+    "vllm-mamba-cache-mode-ignored": "0.34.0",
 }
 #: the model's config.json (the tiny demo model's 4,096 positions) and env, where a rule reads them
 SHORT_MODEL = {"architectures": [DENSE], "max_position_embeddings": 4096}
@@ -168,6 +184,7 @@ def test_negated_boolean_and_short_alias() -> None:
         ("0.26.0", True, False, 0.9),  # 0.2x: prefix caching opt-in for mamba/GDN models
         ("0.26.0", False, True, 0.9),
         ("0.32.0", True, True, 0.92),  # 0.3x: on for every model; the 0.32.0 table's default
+        ("0.34.0", True, True, 1.0),  # 0.34: the KV cache sized after capture, from all of it
     ],
 )
 def test_line_defaults_are_effective_values(
@@ -324,3 +341,28 @@ def test_enable_disable_pairs_of_0_33(version: str, flag: str, ok: bool, prefix_
     assert result.ok is ok
     if ok:
         assert result.effective_values["enable_prefix_caching"] is prefix_caching
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "extensible", "utilization", "block"),
+    [
+        ([], {}, True, 1.0, 64),
+        (["--no-enable-extensible-kv-cache"], {}, False, 0.92, 64),
+        (["--kv-cache-memory-bytes", "8G"], {}, False, 0.92, 64),  # a fixed pool: measured no more
+        (["--num-gpu-blocks-override", "100"], {}, False, 0.92, 64),
+        (["--block-size", "32", "--gpu-memory-utilization", "0.85"], {}, True, 0.85, 32),
+        ([], {"VLLM_TARGET_DEVICE": "cpu"}, False, 0.92, None),  # the CPU backend's own block size
+    ],
+)
+def test_vllm_034_sizes_the_kv_cache_after_capture_where_it_can(
+    argv: list[str], env: dict[str, str], extensible: bool, utilization: float, block: int | None
+) -> None:
+    result = check_args("vllm", "0.34.0", ["--model", "m", *argv], env, DENSE)
+    assert result.ok, result.findings
+    assert result.effective_values["enable_extensible_kv_cache"] is extensible
+    assert float(str(result.effective_values["gpu_memory_utilization"])) == utilization
+    assert result.effective_values["block_size"] == block
+    # 0.33 knows none of it: the table's 0.92, no block size, no such flag
+    older = check_args("vllm", "0.33.0", ["--model", "m"], {}, DENSE)
+    assert older.effective_values["gpu_memory_utilization"] == 0.92
+    assert older.effective_values.get("block_size") is None

@@ -340,3 +340,42 @@ def test_the_new_speculative_algorithms_agree_with_the_validator(version: str) -
                 if mine.effective_values.get(dest) != values.get(dest)
             ]
     assert not problems, "\n".join(problems)
+
+
+#: adaptive speculation (`_maybe_disable_adaptive`, `_init_adaptive_speculative_params`): on for
+#: EAGLE/NEXTN at topk 1, its steps among the release's candidates; off (a warning) otherwise
+ADAPTIVE_FLAGS: tuple[tuple[str, ...], ...] = (
+    ("--speculative-algorithm", "NEXTN", "--speculative-adaptive"),
+    ("--speculative-algorithm", "NEXTN", "--speculative-adaptive", "--speculative-num-steps", "5",
+     "--speculative-eagle-topk", "1"),
+    ("--speculative-algorithm", "NEXTN", "--speculative-adaptive", "--speculative-num-steps", "7",
+     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"),
+    ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(MODELS["dense"]),
+     "--speculative-adaptive", "--speculative-num-steps", "3", "--speculative-eagle-topk", "2",
+     "--speculative-num-draft-tokens", "8"),
+    ("--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(MODELS["dense"]),
+     "--speculative-adaptive"),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if Version(v) >= Version("0.5.19")])
+def test_adaptive_speculation_agrees_with_the_validator(version: str) -> None:
+    """0.5.19 refuses five adaptive steps and 0.5.23 takes them; topk 2 and DSPARK turn it off."""
+    base = ["--model-path", str(MODELS["dense"]), "--device", "cuda"]
+    cases = [{"model": "dense", "argv": base + list(flags), "env": {}} for flags in ADAPTIVE_FLAGS]
+    problems = []
+    for case, engine in zip(cases, run_engine(version, cases), strict=True):
+        mine = check_args("sglang", version, case["argv"], {}, _architecture("dense"))  # type: ignore[arg-type]
+        label = " ".join(case["argv"][4:])  # type: ignore[index]
+        if mine.ok != engine["ok"]:
+            errors = [f.message for f in mine.findings if f.severity == "error"]
+            problems.append(f"{label}: engine ok={engine['ok']} ({engine['error']}), specpilot {errors}")
+        elif mine.ok:
+            values = engine["values"]
+            assert isinstance(values, dict)
+            problems += [
+                f"{label}: {dest} engine={values.get(dest)!r} specpilot={mine.effective_values.get(dest)!r}"
+                for dest in COMPARED
+                if mine.effective_values.get(dest) != values.get(dest)
+            ]
+    assert not problems, "\n".join(problems)

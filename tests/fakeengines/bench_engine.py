@@ -1,10 +1,18 @@
 """A stand-in SGLang whose speed and acceptance follow its argv, for `specpilot bench` tests.
 
     python bench_engine.py --model-path M --port P [--speculative-num-steps K]
-        [--max-running-requests N] ...
+        [--max-running-requests N] [--speculative-adaptive] ...
     env: SPECPILOT_BENCH_PROFILE='{"0": {"step_s": 0.02, "accept": 1.0, "cap": 8}, "2": {...}}'
          keyed by draft tokens (--speculative-num-steps; 0 without speculation). A profile
          {"die": "<scenario>"} plays that scenario of scenarios.py instead (a start that fails).
+         Optional keys: "die_at_request": N (the engine exits as its Nth chat request arrives:
+         a death mid-measure), "setsid_child": FILE (at start, a child in a session of its
+         own, its pid written to FILE: what a plain group stop misses once the engine is gone).
+         Also optional, per profile: "step_per_request_s" (each running request adds this to a
+         step), "graph_max_bs" and "eager_factor" (a step with more running requests than the
+         captured graphs hold takes eager_factor times as long), "adaptive_from" (with
+         --speculative-adaptive, from this many running requests on the step is the plain
+         profile's, as SGLang's adaptive speculation turns drafting off; default 64).
 
 It prints SGLang's real startup lines (scenarios.SCENARIOS["sglang_ready"]), binds the port
 at "Uvicorn running" as SGLang does, and serves what SGLang serves to bench and generate:
@@ -14,7 +22,8 @@ at "Uvicorn running" as SGLang does, and serves what SGLang serves to bench and 
 The engine is a batch loop: every `step_s` each of the first min(cap, --max-running-requests)
 waiting requests gets `accept` tokens on average (one verify step of speculative decoding);
 the rest wait in the queue, as SGLang's scheduler holds requests past max_running_requests.
-So its output tok/s is min(in flight, running limit) x accept / step_s.
+So its output tok/s at b running requests is b x accept / step (`tokens_per_s`): the speed
+follows the argv (draft tokens, running-request cap, adaptive speculation).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import hashlib
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -49,8 +59,35 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--speculative-num-steps", type=int, default=0)
     parser.add_argument("--speculative-algorithm", default=None)
     parser.add_argument("--max-running-requests", type=int, default=1 << 30)
+    parser.add_argument("--speculative-adaptive", action="store_true")
     known, _ = parser.parse_known_args(argv)
     return known
+
+
+#: SGLang 0.5.23's default batch size from which adaptive speculation stops drafting
+ADAPTIVE_FROM = 64
+
+
+def profile_at(profiles: dict[str, Any], steps: int, adaptive: bool, running: int) -> dict[str, Any]:
+    """The profile one step runs with `running` requests (adaptive: plain's from its threshold)."""
+    profile: dict[str, Any] = profiles[str(steps)]
+    if adaptive and running >= int(profile.get("adaptive_from", ADAPTIVE_FROM)):
+        return dict(profiles["0"])
+    return profile
+
+
+def step_seconds(profile: dict[str, Any], running: int) -> float:
+    """One step's time with `running` requests in it."""
+    step_s = float(profile["step_s"]) + float(profile.get("step_per_request_s", 0.0)) * running
+    if running > int(profile.get("graph_max_bs", 1 << 30)):
+        step_s *= float(profile.get("eager_factor", 1.0))
+    return step_s
+
+
+def tokens_per_s(profiles: dict[str, Any], steps: int, adaptive: bool, running: int) -> float:
+    """Output tok/s at `running` requests: the stand-in's true speed, for tests to compare with."""
+    profile = profile_at(profiles, steps, adaptive, running)
+    return running * float(profile["accept"]) / step_seconds(profile, running)
 
 
 @dataclass
@@ -64,21 +101,27 @@ class _Request:
 
 @dataclass
 class Engine:
-    step_s: float
-    accept: float
+    profiles: dict[str, Any]
+    steps: int
+    adaptive: bool
     running_limit: int
     speculative: bool
     rng: random.Random = field(default_factory=lambda: random.Random(1))
     waiting: list[_Request] = field(default_factory=list)
     verify_steps: int = 0
     tokens: int = 0
+    die_at_request: int | None = None
+    requests: int = 0
 
     async def loop(self) -> None:
         while True:
-            await asyncio.sleep(self.step_s)
-            for request in self.waiting[: self.running_limit]:
-                whole = int(self.accept)
-                count = whole + (1 if self.rng.random() < self.accept - whole else 0)
+            running = self.waiting[: self.running_limit]
+            profile = profile_at(self.profiles, self.steps, self.adaptive, max(1, len(running)))
+            await asyncio.sleep(step_seconds(profile, len(running)))
+            accept = float(profile["accept"])
+            for request in running:
+                whole = int(accept)
+                count = whole + (1 if self.rng.random() < accept - whole else 0)
                 count = min(max(count, 1), request.target - request.sent)
                 request.sent += count
                 self.verify_steps += 1
@@ -121,6 +164,10 @@ def app_for(engine: Engine, served: str) -> web.Application:
         return web.Response(text="\n".join(lines) + "\n")
 
     async def chat(request: web.Request) -> web.StreamResponse:
+        engine.requests += 1
+        if engine.die_at_request is not None and engine.requests >= engine.die_at_request:
+            print("Fatal: the engine died mid-measure", flush=True)
+            os._exit(1)
         body = await request.json()
         target, finish = _target(body.get("messages"), int(body.get("max_tokens") or 64))
         thinking = bool((body.get("chat_template_kwargs") or {}).get("enable_thinking"))
@@ -185,13 +232,21 @@ def app_for(engine: Engine, served: str) -> web.Application:
     return app
 
 
-async def serve(args: argparse.Namespace, profile: dict[str, Any]) -> None:
+async def serve(args: argparse.Namespace, profiles: dict[str, Any]) -> None:
+    profile = profiles[str(args.speculative_num_steps)]
     engine = Engine(
-        step_s=float(profile["step_s"]),
-        accept=float(profile["accept"]),
-        running_limit=min(int(profile["cap"]), args.max_running_requests),
+        profiles=profiles,
+        steps=args.speculative_num_steps,
+        adaptive=args.speculative_adaptive,
+        running_limit=min(int(profile.get("cap", 1 << 30)), args.max_running_requests),
         speculative=args.speculative_num_steps > 0,
+        die_at_request=profile.get("die_at_request"),
     )
+    if "setsid_child" in profile:
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+        )
+        Path(profile["setsid_child"]).write_text(str(child.pid))
     values = {"{host}": args.host, "{port}": str(args.port), "{pid}": str(os.getpid()), "{model}": args.model}
     runner = None
     for step in READY.steps:
@@ -214,7 +269,7 @@ def main() -> None:
     if "die" in profile:
         fake_engine.run(SCENARIOS[profile["die"]], fake_engine._parse_args(sys.argv[1:]))
         return
-    asyncio.run(serve(args, profile))
+    asyncio.run(serve(args, profiles))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,12 @@ engine would (exit code, SIGKILL of its own group, serving, or hanging).
                                       watcher), so a non-reaping init adopts us and we end a zombie)
          SPECPILOT_FAKE_ANSWER_S=<s>  (optional: answer chat completions after this long, as
                                       tests/generate/fake_server.py does; else never answer)
+         SPECPILOT_FAKE_DIE_AFTER=<n> (optional: after the n-th answer, print the scenario's
+                                      after_ready lines and SIGKILL our group, as SGLang's
+                                      kill_process_tree does; with SPECPILOT_FAKE_DIE_ONCE=<file>
+                                      only while that file is absent (it is written then; a
+                                      "{port}" in its name is our port: once per server); with
+                                      SPECPILOT_FAKE_DIE_UNLESS=<flag> not when argv has that flag)
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ def _serve(host: str, port: int, served: str) -> http.server.ThreadingHTTPServer
                 return
             request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             time.sleep(float(answer_s))
+            _count_answer()
             prompt = str(request["messages"][-1]["content"])
             message = {"role": "assistant", "content": f"answer: {prompt}"}
             if request.get("chat_template_kwargs", {}).get("enable_thinking"):
@@ -107,6 +114,42 @@ def _serve(host: str, port: int, served: str) -> http.server.ThreadingHTTPServer
     server = http.server.ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+_ANSWERS = [0]
+_ANSWERS_LOCK = threading.Lock()
+_PORT = [0]
+
+
+def _should_die() -> bool:
+    """SPECPILOT_FAKE_DIE_AFTER and its conditions (module docstring)."""
+    once = os.environ.get("SPECPILOT_FAKE_DIE_ONCE")
+    unless = os.environ.get("SPECPILOT_FAKE_DIE_UNLESS")
+    if unless and unless in sys.argv:
+        return False
+    if once:
+        marker = Path(once.replace("{port}", str(_PORT[0])))
+        if marker.exists():
+            return False
+        marker.write_text(str(os.getpid()))
+    return True
+
+
+def _count_answer() -> None:
+    after = os.environ.get("SPECPILOT_FAKE_DIE_AFTER")
+    with _ANSWERS_LOCK:
+        _ANSWERS[0] += 1
+        if after is None or _ANSWERS[0] != int(after) or not _should_die():
+            return
+    scenario = SCENARIOS[os.environ["SPECPILOT_FAKE_SCENARIO"]]
+
+    def die() -> None:
+        for step in scenario.after_ready:
+            sys.stdout.write(step.text.replace("{ts}", time.strftime("%Y-%m-%d %H:%M:%S")) + "\n")
+        sys.stdout.flush()
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    threading.Thread(target=die, daemon=True).start()
 
 
 def _spawn_children(count: int) -> None:
@@ -194,7 +237,7 @@ def run(scenario: Scenario, args: argparse.Namespace) -> None:
         os.killpg(os.getpgid(0), signal.SIGKILL)  # SGLang's kill_process_tree, itself included
     if scenario.end == "serve" and server is None:
         server = _serve(args.host, args.port, args.served_model_name or args.model)
-    if scenario.after_ready:
+    if scenario.after_ready and "SPECPILOT_FAKE_TRIGGER" in os.environ:
         _after_ready(scenario.after_ready, Path(os.environ["SPECPILOT_FAKE_TRIGGER"]))
     while True:  # serve or hang until signalled
         time.sleep(1)
@@ -202,7 +245,9 @@ def run(scenario: Scenario, args: argparse.Namespace) -> None:
 
 def main() -> None:
     scenario = SCENARIOS[os.environ["SPECPILOT_FAKE_SCENARIO"]]
-    run(scenario, _parse_args(sys.argv[1:]))
+    args = _parse_args(sys.argv[1:])
+    _PORT[0] = args.port
+    run(scenario, args)
 
 
 if __name__ == "__main__":

@@ -131,6 +131,33 @@ SCENARIOS: dict[str, Scenario] = {
         source="https://github.com/sgl-project/sglang/issues/2468 (start sequence), "
         "Mamba/KV lines as in public Qwen3.x hybrid startup logs",
     ),
+    # ready, then (SPECPILOT_FAKE_DIE_AFTER answers in) the serving-time OOM of the H200 job:
+    # radix-cache hits whose SSM states are copied on write (tests/data/gpu-runs/sglang-0.5.17-h200-job)
+    "sglang_serving_cow_oom": Scenario(
+        engine="sglang",
+        steps=(
+            Step(0.05, "[{ts}] INFO:     Started server process [{pid}]"),
+            Step(0.0, "[{ts}] INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)"),
+            Step(0.05, "[{ts}] The server is fired up and ready to roll!"),
+        ),
+        after_ready=(
+            Step(0.0, "[{ts}] Scheduler hit an exception: Traceback (most recent call last):", fatal=True),
+            Step(0.0, f'  File "{SGL}/srt/model_executor/model_runner.py", line 1575, in _forward_raw'),
+            Step(0.0, "    self._maybe_execute_deferred_mamba_cow_and_clear(forward_batch)"),
+            Step(0.0, f'  File "{SGL}/srt/mem_cache/memory_pool.py", line 970, in copy_from'),
+            Step(0.0, "    temporal[:, dst_indices] = temporal[:, src_indices]"),
+            Step(
+                0.0,
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 5.06 GiB. GPU 0 has a "
+                "total capacity of 139.80 GiB of which 3.46 GiB is free.",
+            ),
+            Step(0.0, "[{ts}] SIGQUIT received. signum=None, frame=None. It usually means one child failed."),
+        ),
+        end="serve",
+        serve_before_ready=True,
+        children=1,
+        source="tests/data/gpu-runs/sglang-0.5.17-h200-job/engine.log (lines 287-330, shortened)",
+    ),
     "sglang_incident_valueerror": Scenario(
         engine="sglang",
         steps=(

@@ -85,7 +85,14 @@ def test_cleanup_names_an_unreachable_member_and_raises_a_bug_after_trying_every
     router = subprocess.Popen(["sleep", "600"], start_new_session=True)
     said: list[str] = []
     try:
-        record = {"name": "fl", "router_pid": router.pid, "router_target": "local"}
+        stat = Path(f"/proc/{router.pid}/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # recorded at start: what proves it
+        record = {
+            "name": "fl",
+            "router_pid": router.pid,
+            "router_start_ticks": ticks,
+            "router_target": "local",
+        }
         with pytest.raises(TaskFailed, match="stopping member fl-1 failed: RuntimeError: bug in a stop"):
             asyncio.run(fleet_up._stop_everything(fleet, record, said.append))
         assert router.wait(timeout=30) != 0  # the router was stopped all the same

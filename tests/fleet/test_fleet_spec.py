@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from specpilot.fleet.spec import is_fleet_file, load_fleet
@@ -26,7 +27,7 @@ def test_the_example_fleet_expands_to_one_member_per_gpu() -> None:
 
 
 def test_plans_once_per_gpu_type() -> None:
-    plans = preflight_per_gpu(load_fleet(EXAMPLE), lambda line: None)
+    plans = asyncio.run(preflight_per_gpu(load_fleet(EXAMPLE), lambda line: None))
     assert set(plans) == {(95.6, "RTX PRO 6000 Blackwell", 1), (139.8, "H200", 1)}
     kv = {key: pre.plan.kv_tokens for key, pre in plans.items() if pre.plan}
     assert kv[(139.8, "H200", 1)] > kv[(95.6, "RTX PRO 6000 Blackwell", 1)]  # each card planned on its own

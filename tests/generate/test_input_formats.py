@@ -55,9 +55,9 @@ def test_every_row_shape_in_the_help_parses_to_its_messages(tmp_path: Path) -> N
     [
         ("prompts.csv", "id,prompt\nq1,hi\n", ("prompts.csv", "unknown prompt file format '.csv'", "--help")),
         (
-            "prompts.json",
+            "prompts.jsonl",
             json.dumps([{"prompt": "hi"}], indent=2),
-            ("prompts.json", "one JSON array", "jq -c"),
+            ("prompts.jsonl", "one JSON array", "name it .json", "jq -c"),
         ),
         # the row itself is rejected on its own line (alpaca.jsonl:1); the error is that none is left
         (
@@ -82,7 +82,10 @@ def test_unknown_format_is_one_line_naming_the_file_and_the_fix(
     for word in words:
         assert word in errors[0], result.output
     if name == "alpaca.jsonl":
-        assert "rejected " in result.output and "alpaca.jsonl:1: unknown field 'instruction'" in result.output
+        assert "rejected " in result.output
+        assert "alpaca.jsonl:1: row has none of conversations, messages, prompt (it has instruction)" in (
+            result.output
+        )
 
 
 def test_unknown_suffix_is_refused_before_reading(tmp_path: Path) -> None:

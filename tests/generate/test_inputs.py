@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,6 @@ BAD_ROWS: list[tuple[dict[str, Any], str, str]] = [
     ({"id": "s", "conversations": [_assistant("a"), _user("b")]}, "(assistant) is out of order", "order"),
     ({"id": "e", "conversations": [_user("  ")]}, "turn 0 (user) has empty content", "give it text"),
     ({"id": "f", "conversations": [{**_user("a"), "contnet": "x"}]}, "unknown field 'contnet'", "remove it"),
-    ({"id": "g", "prompt": "a", "source": "web"}, "unknown field 'source'", "remove it"),
     (
         {"id": "t", "conversations": [_user("a"), _assistant("b"), {"role": "tool", "content": "42"}]},
         "tool result without an assistant tool call",
@@ -253,3 +253,59 @@ def test_unwritable_output_dir(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(UserError, match="--output"):
         check_output_dir(blocker / "out")
+
+
+def test_fields_a_row_has_beyond_the_prompt_are_ignored_unless_strict(tmp_path: Path) -> None:
+    """Users' files carry `source` and `category`: the row is used, the fields named; --strict
+    refuses such a row as before."""
+    path = write_jsonl(tmp_path / "in.jsonl", [{"id": "g", "prompt": "a", "source": "web", "category": "x"}])
+    (row,) = iter_rows(resolve_input(path))
+    assert isinstance(row, PromptRow) and row.ignored_fields == ("category", "source")
+    (strict,) = iter_rows(resolve_input(path), strict=True)
+    assert isinstance(strict, RejectedRow)
+    assert strict.problem == "unknown field 'category'" and "drop --strict" in strict.fix
+
+
+def test_a_row_with_only_other_fields_names_them(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", [{"instruction": "hi", "output": "x"}])
+    (bad,) = iter_rows(resolve_input(path))
+    assert isinstance(bad, RejectedRow)
+    assert bad.problem == "row has none of conversations, messages, prompt (it has instruction, output)"
+
+
+def test_a_json_array_is_read_as_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps([{"id": "a", "prompt": "1"}, {"prompt": "2"}, {"id": "c"}], indent=2))
+    a, b, c = iter_rows(resolve_input(path))
+    assert isinstance(a, PromptRow) and a.row_id == "a" and a.position == 0
+    assert isinstance(b, PromptRow) and b.position == 1
+    assert isinstance(c, RejectedRow) and c.where == f"{path} element 2"
+    (again,) = iter_rows(resolve_input(path), positions={1})  # a resume reads only what is pending
+    assert isinstance(again, PromptRow) and again.row_id == b.row_id
+
+
+def test_rejected_rows_are_summed_up_by_reason(tmp_path: Path) -> None:
+    lines: list[str] = []
+    rows = [{"id": "ok", "prompt": "1"}] + [{"id": f"n{i}", "conversations": []} for i in range(500)]
+    rows += [{"id": "bad", "conversations": [_user("x"), _user("y")]}]
+    with _job(tmp_path, rows, notify=lines.append) as job:
+        job.prepare("m")
+        assert job.ledger.meta()["rejected"] == "501"
+    rejected = [line for line in lines if line.startswith("rejected ")]
+    assert len(rejected) == 2, lines
+    assert rejected[0].startswith("rejected 500 rows: 'conversations' is not a non-empty list of turns; ")
+    assert rejected[0].endswith(f"(first: {tmp_path / 'in.jsonl'}:2 (id n0))")
+    assert rejected[1].startswith("rejected ") and ":502 (id bad): " in rejected[1]
+    assert (tmp_path / "out" / "rejected.jsonl").read_text().count("\n") == 501
+
+
+def test_ignored_fields_are_one_line_for_the_whole_input(tmp_path: Path) -> None:
+    lines: list[str] = []
+    rows = [{"id": str(i), "prompt": "p", "source": "web", "category": "c"} for i in range(300)]
+    with _job(tmp_path, rows, notify=lines.append) as job:
+        job.prepare("m")
+        assert job.pending == set(range(300))
+    assert lines == [
+        "ignored fields specpilot does not read: category in 300 rows, source in 300 rows "
+        "(--strict refuses such rows)"
+    ]

@@ -137,3 +137,8 @@ def test_a_clock_jump_during_the_job_is_warned_about(tmp_path: Path, monkeypatch
     assert outcome.exit_code == 0, outcome.message
     warned = [note for note in notes if note.startswith("warning: the system clock jumped by +315360")]
     assert len(warned) == 1 and "elapsed_s" in warned[0], notes
+    # and `report` says so later, not only the run that saw it
+    reported = CliRunner().invoke(cli, ["report", str(config.output_dir), "--json"])
+    assert round(json.loads(reported.stdout)["clock_jump_s"], -6) == 315000000
+    shown = CliRunner().invoke(cli, ["report", str(config.output_dir)])
+    assert "clock jumped by +315360" in shown.stdout

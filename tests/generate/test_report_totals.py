@@ -30,6 +30,7 @@ def _finished_job(tmp_path: Path) -> Path:
     finally:
         server.close()
     assert result.exit_code == 0, result.output
+    (out / "generate.json").write_text(result.stdout)
     return out
 
 
@@ -42,8 +43,12 @@ def test_finished_job_reports_totals_an_hour_later(tmp_path: Path) -> None:
     finally:
         ledger.close()
     assert later.state == "finished" and later.done == 20
-    assert later.rows_per_s == 0  # nothing in the last minute, an hour later
+    # the rate the job ended at, whenever it is asked (once: 0.0 an hour later, and another
+    # figure than `generate --json` printed as it ended)
+    ended = json.loads((out / "generate.json").read_text())
+    assert later.rows_per_s == ended["rows_per_s"] > 0
     assert later.elapsed_s is not None and 0 < later.elapsed_s < HOUR_S
+    assert later.rows_per_s_overall is not None and later.output_tokens_per_s_overall is not None
     # rows over the job's time (both rounded to 3 decimals in the JSON: compare within 5%)
     assert abs(later.rows_per_s_overall * later.elapsed_s - 20) < 1.0
     assert later.output_tokens_per_s_overall > 0

@@ -25,7 +25,7 @@ def test_the_fields_reach_every_request(tmp_path: Path) -> None:
     try:
         options = ["--seed", "7", "--stop", "</s>", "--stop", "###", "--min-p", "0.05",
                    "--presence-penalty", "0.5", "--frequency-penalty", "-0.25", "--repetition-penalty", "1.05",
-                   "--extra-body", '{"ignore_eos": false, "chat_template_kwargs": {"x": 1, "enable_thinking": false}}']  # fmt: skip
+                   "--extra-body", '{"ignore_eos": false, "chat_template_kwargs": {"x": 1}}']  # fmt: skip
         done = generate(tmp_path, server.url, *options)
         assert done.exit_code == 0, done.output
         again = generate(tmp_path, server.url, *options)  # the same fields: resumes (nothing left)
@@ -42,7 +42,8 @@ def test_the_fields_reach_every_request(tmp_path: Path) -> None:
             1.05,
         )
         assert body["ignore_eos"] is False and body["model"] == "m"
-        # --thinking (on by default) decides enable_thinking; the body's other template kwargs stay
+        # --thinking (on by default) decides enable_thinking (--extra-body setting it is refused);
+        # the body's other template kwargs stay
         assert body["chat_template_kwargs"] == {"x": 1, "enable_thinking": True}
     assert other.exit_code == 2 and "request_fields=" in other.output
 
@@ -58,6 +59,15 @@ def test_the_fields_reach_every_request(tmp_path: Path) -> None:
             "error: --extra-body: sets model, stream, which specpilot sets itself",
         ),
         ('{"seed": 1}', "error: --extra-body: sets seed, which --seed also sets"),
+        (
+            '{"chat_template_kwargs": "oops"}',
+            "error: --extra-body: sets chat_template_kwargs to str JSON, not an object",
+        ),
+        (
+            '{"chat_template_kwargs": {"enable_thinking": false}}',
+            "error: --extra-body: sets chat_template_kwargs.enable_thinking to false, which "
+            "--thinking/--no-thinking sets (drop it from --extra-body and pass --no-thinking",
+        ),
     ],
 )
 def test_a_bad_extra_body_is_one_line_and_exit_2(tmp_path: Path, body: str, said: str) -> None:

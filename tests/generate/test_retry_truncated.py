@@ -90,3 +90,24 @@ def test_a_kill_between_rewrite_and_commit_still_writes_each_row_once(
     assert again.exit_code == 0 and again.summary.done == 8 and again.summary.flagged == 0
     assert sorted(r["id"] for r in read_output(tmp_path / "out")) == sorted(r["id"] for r in ROWS)
     assert _flagged(tmp_path / "out") == []
+
+
+def test_a_retry_killed_after_it_began_resumes_and_names_the_budget_the_rows_were_cut_at(
+    tmp_path: Path, server: FakeServer
+) -> None:
+    # once refused with "--max-tokens 100 is no larger than the 100 the rows were cut off at" (cut at 50)
+    from specpilot.generate.job import Job
+
+    assert _run(tmp_path, server, max_tokens=50).summary.flagged == 3
+    notes: list[str] = []
+    killed = Job(
+        _config(tmp_path, [server], 0, input_rows=ROWS, max_tokens=FULL_BUDGET, retry_truncated=True)
+    )
+    killed.prepare("fake-model")  # the rows are queued again and the budget moved; then kill -9
+    killed.close()
+    again = _run(tmp_path, server, max_tokens=FULL_BUDGET, retry_truncated=True, notify=notes.append)
+    assert again.exit_code == 0, again.message
+    assert again.summary.flagged == 0 and again.summary.done == 8
+    assert any("cut off at 50" in note for note in notes)
+    with pytest.raises(UserError, match="no larger than the 100 the rows were cut off at"):
+        _run(tmp_path, server, max_tokens=80, retry_truncated=True)  # the job runs at 100 now

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
+from specpilot.errors import UserError
 from specpilot.generate.job import run_generate
 from specpilot.generate.ledger import Ledger
 from specpilot.generate.report import summarize
@@ -17,7 +18,7 @@ from specpilot.generate.servers import ServerPool
 from specpilot.generate.stats import progress_numbers
 from specpilot.generate.thinking import NO_REASONING_LIMIT, markers_for, split_inline
 from tests.generate.conftest import read_output
-from tests.generate.fake_server import FakeServer, Faults
+from tests.generate.fake_server import CUT_MARKER, FakeServer, Faults
 from tests.generate.test_job import _config
 
 QWEN = "Qwen/Qwen3.6-27B"
@@ -33,7 +34,12 @@ def test_both_inline_shapes_split_as_the_servers_parser_would() -> None:
 def test_an_answer_cut_off_while_thinking_is_all_reasoning() -> None:
     assert MARKERS is not None
     assert split_inline("<think>\nhalf a tho", "length", MARKERS, thinking=True) == ("half a tho", "")
-    assert split_inline("half a tho", "length", MARKERS, thinking=True) == ("half a tho", "")
+
+
+def test_a_cut_off_answer_without_markers_never_becomes_reasoning() -> None:
+    # once, a truncated answer's text went into reasoning_content and switched the no-reasoning stop off
+    assert MARKERS is not None
+    assert split_inline("half an answer", "length", MARKERS, thinking=True) is None
 
 
 def test_content_without_markers_is_left_alone() -> None:
@@ -99,7 +105,7 @@ def test_a_server_without_a_parser_gives_the_same_rows(tmp_path: Path, inline: s
 def test_no_reasoning_at_all_stops_the_job_with_the_cause(tmp_path: Path) -> None:
     outcome, _, server = _job(tmp_path, Faults(inline_thinking="none"), concurrency=2)
     assert outcome.exit_code == 1
-    assert f"first {NO_REASONING_LIMIT} answers all came back without reasoning" in outcome.message
+    assert f"first {NO_REASONING_LIMIT} finished answers all came back without reasoning" in outcome.message
     assert "--reasoning-parser qwen3" in outcome.message and "--no-thinking" in outcome.message
     assert server.counts.answered < NO_REASONING_LIMIT + 4  # not the whole job
     assert outcome.summary.flags["missing_reasoning"] == outcome.summary.done
@@ -110,6 +116,28 @@ def test_no_reasoning_at_all_stops_the_job_with_the_cause(tmp_path: Path) -> Non
     assert "no clean rows" in result.output and "missing_reasoning" in result.output
     assert "--include-flagged" in result.output
     assert not (tmp_path / "out" / "specforge.jsonl").exists()
+
+
+def test_the_guards_advice_no_thinking_resumes_the_same_job(tmp_path: Path) -> None:
+    """The guard says "pass --no-thinking ... then run the same command again": that command is
+    accepted, and the rows that came back without reasoning are generated again."""
+    server = FakeServer(Faults(inline_thinking="none")).start()
+    said: list[str] = []
+    try:
+        stopped = run_generate(_config(tmp_path, [server], 40, model=QWEN, concurrency=2))
+        assert stopped.exit_code == 1 and stopped.summary.done > 0
+        again = run_generate(_config(tmp_path, [server], 40, model=QWEN, thinking=False, notify=said.append))
+        # only that switch, only then: turning it back on is another job's parameters
+        with pytest.raises(UserError, match="other parameters: thinking=false"):
+            run_generate(_config(tmp_path, [server], 40, model=QWEN))
+    finally:
+        server.close()
+    assert again.exit_code == 0, again.message
+    assert again.summary.done == again.summary.clean == 40 and again.summary.flagged == 0
+    assert f"the {stopped.summary.done} rows that came back without reasoning are queued" in " ".join(said)
+    rows = read_output(tmp_path / "out")
+    assert sorted(r["id"] for r in rows) == sorted(f"q{i}" for i in range(40))
+    assert not any(r["meta"]["thinking"] for r in rows)
 
 
 def test_no_reasoning_does_not_stop_a_job_without_thinking(tmp_path: Path) -> None:
@@ -132,3 +160,17 @@ def test_the_progress_line_counts_flags(tmp_path: Path) -> None:
     pool = ServerPool(["http://a"], 1)
     numbers = progress_numbers(summarize(Ledger.in_dir(out, readonly=True)), None, pool)
     assert numbers["flagged"] == "missing_reasoning 3"
+
+
+def test_a_cut_off_answer_does_not_switch_the_no_reasoning_stop_off(tmp_path: Path) -> None:
+    # once, one truncated row among answers without reasoning ran the job to its end with 0 clean rows
+    rows = [
+        {"id": "cut", "prompt": f"{CUT_MARKER} first"},
+        *({"id": f"q{i}", "prompt": f"q {i}"} for i in range(40)),
+    ]
+    outcome, _, _ = _job(tmp_path, Faults(inline_thinking="none"), concurrency=1, input_rows=rows)
+    assert outcome.exit_code == 1
+    assert f"first {NO_REASONING_LIMIT} finished answers all came back without reasoning" in outcome.message
+    flagged = [json.loads(line) for line in (tmp_path / "out" / "flagged" / "part-00000.jsonl").open()]
+    (cut,) = [row for row in flagged if row["id"] == "cut"]
+    assert cut["conversations"][-1]["reasoning_content"] == ""

@@ -21,6 +21,7 @@ from tests.launch.conftest import SpecFactory
 
 TOKEN = "hf_PLANTEDtoken8f3a1"
 API_KEY = "sk-PLANTED-key-77c1"
+URL_PASSWORD = "pw-PLANTED-url-91d0"  # in a URL's userinfo, in an env value and an arg value
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +40,11 @@ def test_no_secret_in_any_file_or_output_of_a_run(
 ) -> None:
     name = f"secret-{engine}"
     make_spec(
-        f"{engine}_ready", engine=engine, name=name, env={"HF_TOKEN": TOKEN}, args=["--api-key", API_KEY]
+        f"{engine}_ready",
+        engine=engine,
+        name=name,
+        env={"HF_TOKEN": TOKEN, "HF_ENDPOINT": f"https://mirror:{URL_PASSWORD}@hub.example"},
+        args=["--api-key", API_KEY, "--tokenizer", f"https://mirror:{URL_PASSWORD}@hub.example/tok"],
     )
     spec_path = str(tmp_path / f"{name}.toml")
     outputs: dict[str, str] = {}
@@ -51,11 +56,15 @@ def test_no_secret_in_any_file_or_output_of_a_run(
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         environ = Path(f"/proc/{pid}/environ").read_bytes()
         assert f"HF_TOKEN={TOKEN}".encode() in environ.split(b"\0")  # the engine got the real values
+        assert f"HF_ENDPOINT=https://mirror:{URL_PASSWORD}@hub.example".encode() in environ.split(b"\0")
         if engine == "vllm":
             assert API_KEY.encode() not in cmdline
             assert f"VLLM_API_KEY={API_KEY}".encode() in environ.split(b"\0")
         else:
             assert API_KEY.encode() in cmdline.split(b"\0")  # SGLang reads no environment variable
+        with (tmp_path / "state" / "runs" / name / "engine.log").open("a") as log:  # the shapes a log quotes
+            log.write(f"headers: Authorization: Bearer {API_KEY}\n  api_key: {API_KEY}\n")
+            log.write(f"pulling https://mirror:{URL_PASSWORD}@hub.example/tok\n")
         for argv in (["status", name, "-n", "100", "--json"], ["status", name, "-n", "100"], ["logs", name]):
             outputs[" ".join(argv)] = run(*argv).output
         shown = json.loads(outputs[f"status {name} -n 100 --json"])["last_lines"]
@@ -68,13 +77,30 @@ def test_no_secret_in_any_file_or_output_of_a_run(
     names = {p.name for p in files}
     assert {"launch.sh", "env", "spec.toml", "manifest.json", "state.json", "engine.log"} <= names, names
     for path in files:
-        # SGLang prints its own args into its log: the one place its argv key lands
-        if engine == "sglang" and path.name == "engine.log":
+        # the engine's own words (SGLang prints its args) and the lines planted above
+        if path.name == "engine.log":
             continue
         text = path.read_bytes()
         assert TOKEN.encode() not in text and API_KEY.encode() not in text, path
+        assert URL_PASSWORD.encode() not in text, path
     for what, text in outputs.items():
-        if engine == "sglang" and what == f"logs {name}":
+        if what == f"logs {name}":
             continue  # `logs` prints the engine's log as it is
-        assert TOKEN not in text and API_KEY not in text, what
+        assert TOKEN not in text and API_KEY not in text and URL_PASSWORD not in text, what
     assert run_dir.is_dir()
+
+
+@pytest.mark.parametrize(("engine", "warned"), [("sglang", True), ("vllm", False)])
+def test_up_warns_of_a_key_left_in_argv(engine: str, warned: bool, make_spec: SpecFactory) -> None:
+    """SGLang reads --api-key from argv only: the key is in /proc/PID/cmdline, and `up` says so
+    with the file form; vLLM's goes by VLLM_API_KEY, so nothing to say."""
+    from specpilot.launch.preflight import run_preflight
+
+    spec = make_spec(f"{engine}_ready", engine=engine, args=["--api-key", API_KEY])
+    said = [w for w in run_preflight(spec).warnings if "--api-key" in w]
+    if not warned:
+        assert said == []
+        return
+    (line,) = said
+    assert "/proc/PID/cmdline" in line and "reads no key from the environment" in line
+    assert "`api-key: KEY`" in line and "--config FILE" in line and API_KEY not in line

@@ -1,7 +1,8 @@
 """Runs own their folders and their processes: every file of a local run lives under
 SPECPILOT_HOME, and what a crashed engine leaves in its process group (a helper that
-ignores SIGTERM, as vLLM's resource_tracker does) is ended by `status`, by `up` reusing
-the name, and by `down`, which names any survivor. Real processes throughout."""
+ignores SIGTERM, as vLLM's resource_tracker does) is named by `status` (read-only: it
+signals nothing) and ended by `up` reusing the name and by `down`, which names any
+survivor. Real processes throughout."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def test_every_file_of_a_local_run_is_under_specpilot_home(
         assert run("down", "owned").exit_code == 0
 
 
-def test_status_ends_what_a_crashed_engine_left(
+def test_status_names_what_a_crashed_engine_left_and_signals_nothing(
     make_spec: SpecFactory, run_home: Path, tmp_path: Path, cleanup: list[int]
 ) -> None:
     _, pid, leftover = crashed_run(make_spec, tmp_path, "crash-status")
@@ -95,10 +96,16 @@ def test_status_ends_what_a_crashed_engine_left(
     assert status.exit_code == 1
     found = json.loads(status.stdout)
     assert found["phase"] == "failed" and found["alive"] is False  # found crashed
-    assert leftover in found["leftovers_ended"] and found["leftovers_survived"] == []
-    assert wait_gone(leftover) and process_group_members(pid) == []
+    left = found["leftovers"]
+    assert leftover in left and found["leftovers_unproven"] == []
+    assert all(alive(pid) for pid in left)  # a read-only command: nothing signalled
+    said = run("status", "crash-status").output
+    assert f"the engine left pid {' '.join(map(str, left))} running: `specpilot down crash-status`" in said
+    assert all(alive(pid) for pid in left)
+    down = json.loads(run("down", "crash-status", "--json", "--timeout-s", "1").output)
+    assert down["signalled"] == left and wait_gone(leftover) and process_group_members(pid) == []
     again = json.loads(run("status", "crash-status", "--json").output)
-    assert again["leftovers_ended"] == []  # nothing left: nothing signalled
+    assert again["leftovers"] == []
 
 
 def test_up_reusing_the_name_ends_the_old_group_first(

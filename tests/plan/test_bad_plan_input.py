@@ -73,7 +73,7 @@ CASES = (
     Case(
         "plan: vLLM release above the range",
         lambda t: ["plan", vllm(t, "0.40.0")],
-        ("[engine] version", "0.40.0 is outside", "e.g. 0.33.0"),
+        ("[engine] version", "0.40.0 is outside", "e.g. 0.34.0"),
     ),
     Case(
         "check: SGLang release of the next minor",

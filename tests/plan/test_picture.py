@@ -38,6 +38,9 @@ def test_a_speculative_sglang_plan_is_drawn_next_to_its_plain_twin_on_one_scale(
     svg, html = tmp_path / "plan.svg", tmp_path / "plan.html"
     result = CliRunner().invoke(cli, ["plan", str(spec_path), "--svg", str(svg), "--html", str(html)])
     assert result.exit_code == 1, result.output  # the incident's flags do not fit
+    said = "the card with and without speculative decoding, to scale"
+    assert f"wrote {svg}: {said} (SVG)" in result.output
+    assert f"wrote {html}: {said}, with the memory tables (HTML page)" in result.output
     bars = _bars(svg.read_text())
     assert len(bars) == 2
     with_mtp, plain = ({s["data-role"] for s in bar} for bar in bars)

@@ -9,6 +9,7 @@ second), and NVML samples every 50 ms that follow the engine's printed `avail me
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from collections.abc import Callable
@@ -282,7 +283,46 @@ def _no_stamped_lines(tmp: Path) -> list[str]:
     return _plan_argv(samples)
 
 
+def _edited_memory(edit: Callable[[list[str]], list[str]]) -> Callable[[Path], list[str]]:
+    def make(tmp: Path) -> list[str]:
+        samples = _real_start(tmp, RUN)
+        rows = (samples / MEMORY_FILE).read_text().splitlines()
+        (samples / MEMORY_FILE).write_text("\n".join(edit(rows)) + "\n")
+        return _plan_argv(samples)
+
+    return make
+
+
+def _stamp_at(row: str, stamp: str) -> str:
+    return stamp + "\t" + row.partition("\t")[2]
+
+
+def _lines_with_an_infinite_stamp(tmp: Path) -> list[str]:
+    samples = _real_start(tmp, RUN)
+    rows = (samples / LINES_FILE).read_text().splitlines()
+    rows[3] = _stamp_at(rows[3], "inf")
+    (samples / LINES_FILE).write_text("\n".join(rows) + "\n")
+    return _plan_argv(samples)
+
+
+def _corrupt_gzip(tmp: Path) -> list[str]:
+    samples = _real_start(tmp, RUN)
+    packed = bytearray(gzip.compress((samples / MEMORY_FILE).read_bytes()))
+    packed[len(packed) // 2 : len(packed) // 2 + 8] = b"\xff" * 8  # the deflate stream, not its header
+    (samples / f"{MEMORY_FILE}.gz").write_bytes(bytes(packed))
+    (samples / MEMORY_FILE).unlink()
+    return _plan_argv(samples)
+
+
 BAD_INPUT = (
+    ("a NaN sample time", _edited_memory(lambda rows: [rows[0], _stamp_at(rows[1], "nan"), *rows[2:]]),
+     ("--samples", "memory.tsv:2", "epoch_seconds")),
+    ("an infinite stamped line", _lines_with_an_infinite_stamp, ("--samples", "lines.tsv:4", "epoch seconds")),
+    ("a total of 0 bytes", _edited_memory(lambda rows: ["# total_bytes 0", *rows[1:]]),
+     ("--samples", "memory.tsv:1", "total is 0 bytes")),
+    ("a Unicode digit total", _edited_memory(lambda rows: ["# total_bytes ²", *rows[1:]]),
+     ("--samples", "memory.tsv:1", "# total_bytes N")),
+    ("a corrupt gzip", _corrupt_gzip, ("--samples", "cannot read", "memory.tsv.gz")),
     ("samples without --from-log", lambda t: ["plan", str(H200 / f"{RUN}.toml"), "--samples", str(t)],
      ("--samples", "engine log of the same start", "--from-log")),
     ("a recorded log without samples", _no_memory_file, ("--samples", "holds no memory.tsv", "not recorded")),

@@ -101,7 +101,9 @@ STUB = Engine(
     log=EngineLog((WEIGHTS,), (re.compile(r"stub server"),), (WEIGHTS.pattern,), "stub weights took"),
     signatures=(Signature("stub", Kind.FATAL, "stub-oom", r"stub: no memory left", cause="oom"),),
     # no speculative method: bench compares only "plain" for it
-    draft=DraftKnobs(frozenset(), lambda read: None, lambda read: 0, lambda read, method, k: (), False),
+    draft=DraftKnobs(
+        frozenset(), lambda read: None, lambda read: 0, lambda read, method, k: (), False, "--max-requests"
+    ),
     spec_metrics=(),
 )
 

@@ -112,8 +112,8 @@ def test_a_vllm_release_without_a_cpu_build_is_validated_by_its_wheel(tmp_path: 
 
 
 def test_an_unknown_newer_vllm_release(tmp_path: Path) -> None:
-    items = lines(dry_run(tmp_path, "vllm", "0.34.0"))
-    assert "[ ] flag table: no src/specpilot/engines/vllm/flags/0.34.0.json" in " ".join(items)
+    items = lines(dry_run(tmp_path, "vllm", "0.35.0"))
+    assert "[ ] flag table: no src/specpilot/engines/vllm/flags/0.35.0.json" in " ".join(items)
     assert not any("VLLM_RELEASES" in i for i in items)  # its table puts it on the conformance list
 
 

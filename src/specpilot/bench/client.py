@@ -20,6 +20,7 @@ import aiohttp
 
 from specpilot.generate.client import (
     ERROR_BODY_CHARS,
+    MAX_TOKEN_COUNT,
     Answer,
     ChatClient,
     FailureKind,
@@ -27,6 +28,7 @@ from specpilot.generate.client import (
     Sampling,
     classify_status,
 )
+from specpilot.generate.text import where_unencodable
 from specpilot.generate.types import Message
 
 #: SSE framing of OpenAI-compatible streams (SGLang, vLLM)
@@ -53,6 +55,8 @@ class TimingLog:
 
     requests: list[RequestTiming] = field(default_factory=list)
     failed: int = 0
+    #: why the last request failed: a variant with no answer says it
+    last_error: str | None = None
 
 
 @dataclass
@@ -88,7 +92,22 @@ class _Stream:
                 self.finish_reason = str(choice["finish_reason"])
 
     def answer(self) -> Answer:
+        """The streamed answer; a token count out of range or text no part file can hold (a lone
+        surrogate) is a malformed answer, as in a non-streamed one."""
         usage = self.usage
+        for key in ("prompt_tokens", "completion_tokens"):
+            count = usage.get(key)
+            if isinstance(count, int) and count > MAX_TOKEN_COUNT:
+                raise RequestFailed(
+                    FailureKind.RETRYABLE,
+                    f"malformed stream (usage.{key} is {count}, more than any answer holds)",
+                )
+        kept = {"content": "".join(self.content), "reasoning": "".join(self.reasoning)}
+        unencodable = where_unencodable(kept)
+        if unencodable:
+            raise RequestFailed(
+                FailureKind.RETRYABLE, f"malformed stream ({unencodable} is a lone surrogate, not text)"
+            )
         completion_tokens = _count(usage.get("completion_tokens"))
         if completion_tokens is None:  # a server without include_usage: one token per chunk
             completion_tokens = len(self.chunk_times_s)
@@ -103,6 +122,7 @@ class _Stream:
             completion_tokens=completion_tokens,
             spec_accept_length=float(accept) if isinstance(accept, int | float) and accept > 0 else None,
             reasoning_tokens=reasoning_tokens,
+            usage_missing=not usage,
         )
 
 
@@ -119,6 +139,13 @@ class StreamingChatClient(ChatClient):
         self._body_prefix = json.dumps(fixed, separators=(",", ":"))[:-1].encode() + b',"messages":'
         self.log = log
 
+    def failed(
+        self, kind: FailureKind, message: str, retry_after_s: float | None = None, status: int | None = None
+    ) -> RequestFailed:
+        failure = super().failed(kind, message, retry_after_s, status)
+        self.log.last_error = str(failure)
+        return failure
+
     async def complete(
         self, base_url: str, messages: Sequence[Message], tools: Sequence[Any] | None = None
     ) -> Answer:
@@ -131,35 +158,52 @@ class StreamingChatClient(ChatClient):
                     raw = await response.read()
                     text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
                     self.log.failed += 1
-                    raise RequestFailed(
+                    raise self.failed(
                         classify_status(response.status, raw), f"HTTP {response.status}: {text}"
                     )
+                events = 0
                 async for line in response.content:
                     payload = line.strip()
                     if not payload.startswith(DATA_PREFIX):
                         continue
+                    events += 1
                     payload = payload[len(DATA_PREFIX) :].strip()
                     if payload == DONE:
                         break
                     try:
                         event = json.loads(payload)
                     except (ValueError, RecursionError):
-                        raise RequestFailed(
+                        raise self.failed(
                             FailureKind.RETRYABLE,
                             "malformed stream event: "
                             + payload[:ERROR_BODY_CHARS].decode("utf-8", "replace"),
                         ) from None
-                    stream.feed(event, time.monotonic())
+                    try:
+                        stream.feed(event, time.monotonic())
+                    except RequestFailed as err:  # it quotes the event
+                        raise self.failed(err.kind, str(err)) from None
+                if not events:
+                    self.log.failed += 1
+                    raise self.failed(
+                        FailureKind.FATAL,
+                        f"the server answered without streaming (Content-Type "
+                        f"{response.headers.get('Content-Type', 'none')}, no 'data:' events): it ignores "
+                        '"stream": true, and the bench times a stream\'s tokens',
+                    )
         except (TimeoutError, aiohttp.ServerTimeoutError):
             self.log.failed += 1
             raise RequestFailed(FailureKind.TIMEOUT, "request timed out") from None
         except aiohttp.ClientError as err:
             self.log.failed += 1
-            raise RequestFailed(
+            raise self.failed(
                 FailureKind.CONNECTION, f"connection failed: {type(err).__name__}: {err}"
             ) from None
         end_s = time.monotonic()
-        answer = stream.answer()
+        try:
+            answer = stream.answer()
+        except RequestFailed as err:
+            self.log.failed += 1
+            raise self.failed(err.kind, str(err)) from None
         times = stream.chunk_times_s or [end_s]
         self.log.requests.append(
             RequestTiming(

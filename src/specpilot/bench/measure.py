@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.bench.client import StreamingChatClient, TimingLog
+from specpilot.bench.client import RequestTiming, StreamingChatClient, TimingLog
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import Prepared
 from specpilot.errors import UserError
@@ -93,7 +93,16 @@ class Measured:
     itl_ms: dict[str, float] | None = None
     mean_output_tokens: float | None = None
     finish_reasons: dict[str, int] = field(default_factory=dict)
+    #: the whole job's projected wall time, its tail's share and GPU-hours (bench.jobtime)
     projected_s: float | None = None
+    tail_share: float | None = None
+    gpu_hours: float | None = None
+    #: the search's word on the point (screened | predicted | measured | ...) and what its
+    #: projection rests on
+    search: str | None = None
+    basis: str | None = None
+    #: output tok/s per number of requests in flight, as the projection reads them
+    rates_by_batch: list[dict[str, float]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items()}
@@ -180,12 +189,17 @@ def _guarded(config: JobConfig, guard: _Guard) -> None:
     finally:
         if on_term is not None:
             signal.signal(signal.SIGTERM, on_term)
-    if guard.interrupted:  # as a Ctrl-C anywhere else: `measure` stops the server on the way out
-        raise KeyboardInterrupt
+    # a signal the job's loop took as the job ended, before the guard's next tick, counts too
+    reason = guard.dispatcher.stop_reason if guard.dispatcher is not None else None
+    if guard.interrupted or (reason or "").startswith("interrupted"):
+        raise KeyboardInterrupt  # as a Ctrl-C anywhere else: `measure` stops the server on the way out
 
 
-def measure(prepared: Prepared, settings: Settings, folder: Path, notify: Notify) -> Measured:
-    """Start, warm up, measure and stop one variant (refused ones come back as they are)."""
+def measure(
+    prepared: Prepared, settings: Settings, folder: Path, notify: Notify
+) -> tuple[Measured, list[RequestTiming]]:
+    """Start, warm up, measure and stop one variant (refused ones come back as they are);
+    the row, and every answered request's timings (what the search reads rates from)."""
     label = prepared.variant.label
     spec = prepared.spec
     row = Measured(
@@ -198,7 +212,7 @@ def measure(prepared: Prepared, settings: Settings, folder: Path, notify: Notify
     )
     if prepared.refused:
         notify(f"{label}: not started: {prepared.refused}")
-        return row
+        return row, []
     started_s = time.monotonic()
     deadline_s = started_s + settings.budget_s
     # the engine's start counts against the variant's budget too
@@ -212,7 +226,7 @@ def measure(prepared: Prepared, settings: Settings, folder: Path, notify: Notify
         if result.phase != "ready":
             row.status, row.reason = "failed", _failure(result)
             notify(f"{label}: {row.reason}")
-            return row
+            return row, []
         row.up_s = round(result.elapsed_s, 1)
         notify(f"{label}: ready in {result.elapsed_s:.1f} s; warming up")
         warm = _Guard(min(deadline_s, time.monotonic() + settings.warmup_s), label, notify, 0.0)
@@ -232,11 +246,13 @@ def measure(prepared: Prepared, settings: Settings, folder: Path, notify: Notify
                 "the budget ran out before the sample",
                 True,
             )
-            return row
+            return row, []
         log = TimingLog()
         guard = _Guard(deadline_s, label, notify, settings.progress_interval_s, settings.sample_rows)
         concurrency = max(1, row.max_running_requests or 1)
-        notify(f"{label}: measuring {settings.sample_rows} rows at {concurrency} requests in flight")
+        notify(
+            f"{label}: measuring {settings.sample_rows} rows at {concurrency} requests in flight (its cap)"
+        )
         sample_started_s = time.monotonic()
         _guarded(
             _job(
@@ -252,7 +268,7 @@ def measure(prepared: Prepared, settings: Settings, folder: Path, notify: Notify
         _fill(row, log, elapsed_s)
         row.accept_length, row.accept_source = _acceptance(result.endpoint, guard.dispatcher)
         notify(f"{label}: {_summary(row)}; stopping")
-        return row
+        return row, list(log.requests)
     finally:
         _stop(spec.name, notify, label)
 
@@ -280,7 +296,8 @@ def _fill(row: Measured, log: TimingLog, elapsed_s: float) -> None:
     row.rows_done = len(done)
     row.rows_failed = log.failed
     if not done:
-        row.status, row.reason = "failed", "no request was answered"
+        why = f" (the last error: {log.last_error})" if log.last_error else ""
+        row.status, row.reason = "failed", f"no request was answered{why}"
         return
     tokens = [r.output_tokens for r in done]
     row.mean_output_tokens = round(sum(tokens) / len(tokens), 1)

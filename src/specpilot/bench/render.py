@@ -34,57 +34,72 @@ def _ms(values: dict[str, float] | None, key: str) -> str:
 def render_table(result: BenchResult, console: Console) -> None:
     table = Table(title=f"bench: {result.spec.name} on {result.spec.gpu.name or 'this GPU'}")
     for column in (
-        "variant",
+        "point",
+        "search",
         "running",
-        "out tok/s",
+        "steady out tok/s",
         "accept",
         "TTFT p50/p99 ms",
         "ITL p50/p99 ms",
         "mean out",
-        "finish",
         "projected job",
+        "tail",
+        "note",
     ):
-        table.add_column(column, justify="left" if column in ("variant", "finish") else "right")
+        table.add_column(column, justify="left" if column in ("point", "search", "note") else "right")
     for row in result.variants:
         style = "bold green" if row.label == result.winner else ""
+        projected = "-" if row.projected_s is None else wall_text(row.projected_s)
+        tail = "-" if row.tail_share is None else f"{row.tail_share:.1%}"
         if row.output_tokens_per_s is None:
             table.add_row(
                 Text(row.label),
+                row.search or row.status,
                 str(row.max_running_requests or "-"),
                 "-",
                 "-",
                 "-",
                 "-",
                 "-",
-                Text(row.reason or row.status, style="yellow"),
-                "-",
+                projected,
+                tail,
+                Text(row.reason or row.basis or "", style="yellow" if row.reason else ""),
             )
             continue
-        finish = " ".join(f"{k} {v}" for k, v in row.finish_reasons.items())
         table.add_row(
             Text(row.label + (" (winner)" if row.label == result.winner else ""), style=style),
+            row.search or row.status,
             str(row.max_running_requests),
             f"{row.output_tokens_per_s:,.0f}",
             "-" if row.accept_length is None else f"{row.accept_length:.2f}",
             f"{_ms(row.ttft_ms, 'p50')}/{_ms(row.ttft_ms, 'p99')}",
             f"{_ms(row.itl_ms, 'p50')}/{_ms(row.itl_ms, 'p99')}",
-            f"{row.mean_output_tokens:,.0f}",
-            finish,
-            wall_text(row.projected_s or 0.0),
+            "-" if row.mean_output_tokens is None else f"{row.mean_output_tokens:,.0f}",
+            projected,
+            tail,
+            row.basis or "",
         )
     console.print(table)
+    for line in result.axes:
+        console.print(f"axis {line}")
+    for line in result.notes:
+        console.print(f"note: {line}")
 
 
 def winner_line(result: BenchResult) -> str:
     if result.winner is None:
-        return "no variant was measured: nothing to pick (the table says why)"
+        return "no point was measured: nothing to pick (the table says why)"
     best = next(r for r in result.variants if r.label == result.winner)
-    gpus = result.spec.gpu.count
+    gpus, servers = result.spec.gpu.count, int(result.data.get("servers", 1))
+    hours = "" if best.gpu_hours is None else f", {best.gpu_hours:,.2f} GPU-hours"
+    tail = "" if best.tail_share is None else f", {best.tail_share:.1%} of it the tail"
     return (
         f"winner: {best.label}: the whole input ({result.input_rows:,} rows x "
         f"{result.mean_output_tokens or 0:,.0f} output tokens) in "
-        f"{wall_text(best.projected_s or 0.0)} on one "
-        f"server of {gpus} GPU{'s' if gpus != 1 else ''} at {best.output_tokens_per_s:,.0f} out tok/s"
+        f"{wall_text(best.projected_s or 0.0)}{tail}{hours} on "
+        f"{servers} server{'s' if servers != 1 else ''} of {gpus} GPU{'s' if gpus != 1 else ''} at "
+        f"{best.max_running_requests} running requests, "
+        f"{best.output_tokens_per_s or 0:,.0f} out tok/s steady"
     )
 
 

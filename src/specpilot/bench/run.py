@@ -1,34 +1,47 @@
-"""The whole bench: sample, every variant in turn, the winner, the files it leaves.
+"""The whole bench: plan, sample, the search over the points (`bench.search`), the winner,
+the files it leaves.
 
 Files, all under the job folder (`--job`, the `--output` the real `generate` will use):
 `bench.json` (the result `plan`, `generate` and `report` project from), `bench.svg`, and
-`bench/` (the sample, and per variant the scratch ledgers of its warm-up and sample).
-The winner is the variant whose projected time for the whole input is shortest. Speculative
-decoding does not change what the model writes, so every projection uses one mean output
-length (over all measured rows) and the variants differ only in the rate they sustain.
+`bench/` (the sample, and per point the scratch ledgers of its screen and full sample).
+The winner is the point whose projected time for the whole input, waves and tail included
+(`bench.jobtime`), is shortest. Speculative decoding does not change what the model writes,
+so every projection plays the same output lengths (the sample's) and the points differ only
+in the rate they sustain at each number of requests in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
+import copy
+import fcntl
 import os
+import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specpilot import __version__
-from specpilot.bench.measure import Measured, Notify, Settings, measure
+from specpilot import __version__, jsontext
+from specpilot.bench.lab import EngineLab, axis_notes
+from specpilot.bench.measure import Measured, Notify, Settings
 from specpilot.bench.sample import draw, open_prompts, write_prompts
-from specpilot.bench.variants import Variant, prepare, spec_method
-from specpilot.errors import UserError
+from specpilot.bench.search import CONFIRM_MAX, MARGIN, Entry, Job, search
+from specpilot.bench.variants import Variant
+from specpilot.errors import JobFailed, UserError
 from specpilot.generate.sampling import SamplingOptions
 from specpilot.hosts import open_host_section
+from specpilot.launch.shield import stop_started
+from specpilot.launch.state import specpilot_home
 from specpilot.projection import BENCH_FILE
+from specpilot.secrets import mask_argv
 from specpilot.spec import Spec, spec_to_toml
 
 SCRATCH_DIR = "bench"
+#: the full sample fills the largest running-request cap this many times (waves and a drain)
+FILL_WAVES = 2
 SVG_FILE = "bench.svg"
 REACH_TIMEOUT_S = 30.0
 
@@ -38,10 +51,13 @@ class BenchRequest:
     spec: Spec
     prompts: Path
     job_dir: Path
+    #: the configurations the search explores (each at three running-request caps)
     variants: list[Variant]
     sample_size: int
     seed: int
     settings: Settings
+    #: GPUs the job runs on (None: one server's)
+    gpus: int | None = None
 
 
 @dataclass
@@ -54,6 +70,12 @@ class BenchResult:
     sample_rows: int
     mean_output_tokens: float | None
     data: dict[str, Any]
+    #: one line per axis: explored or why not
+    axes: list[str]
+    #: the search's own word on its result (a point it left unconfirmed, say)
+    notes: list[str]
+    #: whether any point was started (else nothing could be measured)
+    started: bool
 
 
 def plan_settings(
@@ -101,44 +123,94 @@ def reach_host(spec: Spec) -> None:
     asyncio.run(reach())
 
 
+@contextlib.contextmanager
+def bench_lock(spec: Spec) -> Iterator[None]:
+    """One bench per spec name and per host port at a time: two would start variants of one
+    name, or on one port, and stop each other's servers or leave them running."""
+    folder = specpilot_home() / "locks"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    keys = {
+        f"bench-{spec.name}": f"another bench of spec {spec.name!r} is running",
+        f"port-{spec.host.target}-{spec.server.port}": (
+            f"another bench uses port {spec.server.port} on {spec.host.target}"
+        ),
+    }
+    with contextlib.ExitStack() as held:
+        for key, busy in keys.items():
+            handle = held.enter_context((folder / f"{re.sub(r'[^A-Za-z0-9._-]', '_', key)}.lock").open("a"))
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UserError(
+                    busy,
+                    field="SPEC",
+                    fix="wait for it to end, or give this spec another name and [server] port",
+                ) from None
+        yield
+
+
 def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
-    """Measure every variant (refused ones keep their reason); write bench.json."""
+    """Search the points (refused ones keep their reason); write bench.json.
+
+    Whatever ends it (a point's death, a signal, an error), every point it started is
+    stopped on the way out, with the ending signals held (launch.shield): a JobFailed names
+    what survived that stop."""
+    with bench_lock(request.spec):
+        return _run_bench(request, notify)
+
+
+def _run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
     spec = request.spec
     source = open_prompts(request.prompts)
     reach_host(spec)
-    sample = draw(source, request.sample_size, request.seed)
     settings = request.settings
+    # the file and --sample are checked before any planning; the sample then grows to fill the caps
+    sample = draw(source, request.sample_size, request.seed)
+    lab = EngineLab(spec, settings, [], request.job_dir / SCRATCH_DIR, notify)
+    for config in request.variants:
+        notify(f"{config.label}: check and plan")
+        lab.plan(config)
+    largest = max((p.plan.max_running_requests for p in lab.prepared.values() if p.plan), default=0)
+    if FILL_WAVES * largest > len(sample.rows) < sample.input_rows:
+        sample = draw(source, request.sample_size, request.seed, fill_to=FILL_WAVES * largest)
+    lab.rows = sample.rows
     write_prompts(sample.rows, settings.sample_path)
     write_prompts(sample.rows[: min(len(sample.rows), 8)], settings.warmup_path)
     chars = sorted(sample.prompt_chars)
+    raised = (
+        f"; raised from --sample {request.sample_size} to fill the largest cap ({largest}) {FILL_WAVES} times"
+        if len(sample.rows) > request.sample_size
+        else ""
+    )
     notify(
         f"sample: {len(sample.rows)} of {sample.input_rows:,} rows, stratified by prompt length "
-        f"({chars[0]:,} to {chars[-1]:,} characters, seed {sample.seed})"
+        f"({chars[0]:,} to {chars[-1]:,} characters, seed {sample.seed}){raised}"
     )
-    if spec_method(spec) is None and all(v.method is None for v in request.variants):
-        notify(
-            "the spec turns on no speculative method ([engine] args): only the plain variant is measured "
-            "(pass --variants plain,METHOD:1,METHOD:2 to compare one)"
+    host_gpus = request.gpus or spec.gpu.count
+    notes = axis_notes(spec, request.variants, host_gpus)
+    for line in notes:
+        notify(line)
+    job = Job(sample.input_rows, servers=host_gpus // spec.gpu.count, gpus_per_server=spec.gpu.count)
+    try:
+        found = search(
+            request.variants,
+            lab,
+            job,
+            full_rows=len(sample.rows),
+            budget_s=settings.budget_s,
+            least_s=settings.warmup_s,
         )
-    rows: list[Measured] = []
-    specs: dict[str, Spec] = {}
-    for index, variant in enumerate(request.variants, start=1):
-        name = f"{spec.name}-bench-{variant.label}"[:64].lower().replace("_", "-")
-        notify(f"[{index}/{len(request.variants)}] {variant.label}: check and plan")
-        prepared = prepare(spec, variant, name)
-        specs[variant.label] = prepared.spec
-        folder = request.job_dir / SCRATCH_DIR / variant.label
-        rows.append(measure(prepared, settings, folder, notify))
-    measured = [r for r in rows if r.output_tokens_per_s and r.mean_output_tokens]
-    total_done = sum(r.rows_done for r in measured)
-    mean = (
-        sum((r.mean_output_tokens or 0.0) * r.rows_done for r in measured) / total_done
-        if total_done
-        else None
-    )
-    for r in measured:
-        r.projected_s = round(sample.input_rows * (mean or 0.0) / (r.output_tokens_per_s or 1.0), 1)
-    winner = min(measured, key=lambda r: r.projected_s or float("inf")).label if measured else None
+    finally:
+        left = stop_started(lab.started)
+        if left:
+            raise JobFailed("; ".join(left) + " (stopping what the bench started)")
+    rows = [_row(entry, lab) for entry in found.entries]
+    specs = {
+        entry.label: lab.prepare(entry.point).spec for entry in found.entries if entry.point in lab.prepared
+    }
+    lengths = found.lengths
+    mean = sum(lengths) / len(lengths) if lengths else None
+    winner = found.winner.label if found.winner is not None else None
     data = {
         "specpilot_version": __version__,
         "spec": spec.name,
@@ -147,6 +219,7 @@ def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
         "gpu": spec.gpu.name,
         "gpu_memory_gib": spec.gpu.memory_gib,
         "gpus_per_server": spec.gpu.count,
+        "servers": job.servers,
         "prompts": str(request.prompts),
         "input_rows": sample.input_rows,
         "sample": {
@@ -161,13 +234,61 @@ def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
         "warmup_s": settings.warmup_s,
         "steady_state": "longest interval with requests in flight >= ceil(0.9 x peak), "
         "as sglang.benchmark.steady_state_serving defines it",
+        "projection": "the whole input played out per server: at most the cap running, each running "
+        "request at rate(b)/b with b running (rates per batch size from the sample's timings), the "
+        "sample's output lengths repeated; waves and the tail (after the last row starts) included",
+        "search": {
+            "rule": "screen each configuration once at its largest cap with one batch of rows; project every "
+            "cap from the screen's rates per batch size; confirm best first with the full sample while a "
+            f"point is projected within {MARGIN:.0%} of the best confirmed (at most {CONFIRM_MAX})",
+            "axes": notes,
+            "notes": found.notes,
+            "trials": found.trials,
+            "spent_s": round(found.spent_s, 1),
+            "points": len(found.entries),
+        },
         "mean_output_tokens": None if mean is None else round(mean, 1),
         "winner": winner,
         "variants": [r.to_json() for r in rows],
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    _write_atomic(request.job_dir / BENCH_FILE, json.dumps(data, indent=2) + "\n")
-    return BenchResult(spec, rows, specs, winner, sample.input_rows, len(sample.rows), mean, data)
+    _write_atomic(request.job_dir / BENCH_FILE, jsontext.dumps(data, indent=2) + "\n")
+    return BenchResult(
+        spec,
+        rows,
+        specs,
+        winner,
+        sample.input_rows,
+        len(sample.rows),
+        mean,
+        data,
+        notes,
+        found.notes,
+        found.started,
+    )
+
+
+def _row(entry: Entry, lab: EngineLab) -> Measured:
+    """The point's table row: its latest measurement, or what plan and the search say of it."""
+    trial = entry.trial
+    if trial is not None and isinstance(trial.row, Measured):
+        row = copy.copy(trial.row)
+    else:
+        prepared = lab.prepared.get(entry.point)
+        row = Measured(
+            label=entry.label,
+            status=entry.status,
+            argv=mask_argv(prepared.spec.engine.args) if prepared is not None else [],
+            recommended_args=list(prepared.recommended) if prepared is not None else [],
+            max_running_requests=entry.max_running_requests,
+        )
+    row.search, row.basis = entry.status, entry.basis
+    row.reason = entry.reason or row.reason
+    if entry.job is not None:
+        row.projected_s = round(entry.job.wall_s, 1)
+        row.tail_share = round(entry.job.tail_share, 4)
+        row.gpu_hours = round(entry.job.gpu_hours, 3)
+    return row
 
 
 def _write_atomic(path: Path, text: str) -> None:

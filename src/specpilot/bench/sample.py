@@ -61,8 +61,10 @@ def open_prompts(path: Path) -> InputSource:
     return source
 
 
-def draw(source: InputSource, size: int, seed: int = DEFAULT_SEED) -> Sample:
-    """`size` rows stratified by length; a file with fewer usable rows is refused (--sample)."""
+def draw(source: InputSource, size: int, seed: int = DEFAULT_SEED, fill_to: int = 0) -> Sample:
+    """`size` rows stratified by length; a file with fewer usable rows is refused (--sample).
+    `fill_to`: at least this many rows where the file has them (a sample that fills the
+    engine's running-request cap)."""
     lengths: list[tuple[int, int]] = []
     rejected = 0
     try:
@@ -89,6 +91,7 @@ def draw(source: InputSource, size: int, seed: int = DEFAULT_SEED) -> Sample:
             field="--sample",
             fix=f"pass --sample {len(lengths)} or less, or a larger prompts file",
         )
+    size = max(size, min(fill_to, len(lengths)))
     lengths.sort()
     rng = random.Random(seed)
     count = size

@@ -1,8 +1,10 @@
 """The configurations a bench compares, and each one's spec at the knobs its plan recommends.
 
-A variant is "plain" (no speculation) or a speculative method at k draft tokens. How k is
-written is engine knowledge, carried by the engine's adapter (`draft`, `engines/draft.py`):
-SGLang's in `engines/sglang/draft.py`, vLLM's in `engines/vllm/draft.py`.
+A variant is "plain" (no speculation) or a speculative method at k draft tokens, optionally
+with the engine's own adaptive speculation, at a running-request cap (the plan's maximum when
+none is given). How each is written is engine knowledge, carried by the engine's adapter
+(`draft`, `engines/draft.py`): SGLang's in `engines/sglang/draft.py`, vLLM's in
+`engines/vllm/draft.py`.
 
 Each variant goes through `up`'s own preflight: what `check` refuses stays refused, a plan
 that does not fit is given the plan's own recommendation once, and the variant then runs
@@ -11,7 +13,7 @@ at the knobs `plan` recommends for it (memory fraction, running requests, state 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specpilot.engines.argv import ReadArgv, read_argv
 from specpilot.engines.fix import Fix
@@ -26,19 +28,36 @@ from specpilot.spec import Spec
 PLAIN = "plain"
 #: the draft-token counts compared when --variants is not given
 DEFAULT_DRAFT_TOKENS = (1, 2, 3)
-VARIANTS_FIX = "write it like plain,NEXTN:1,NEXTN:3 (SGLang) or plain,mtp:2 (vLLM)"
+VARIANTS_FIX = (
+    "write it like plain,NEXTN:1,NEXTN:3,NEXTN:3:adaptive (SGLang; adaptive where the release has "
+    "--speculative-adaptive) or plain,mtp:2 (vLLM)"
+)
 
 
 @dataclass(frozen=True)
 class Variant:
-    """What to measure: no speculation (`method` None) or `method` at `draft_tokens`."""
+    """What to measure: no speculation (`method` None) or `method` at `draft_tokens`, with
+    the engine's adaptive speculation when `adaptive`, at `running_cap` requests at once
+    (None: the plan's maximum)."""
 
     method: str | None = None
     draft_tokens: int = 0
+    adaptive: bool = False
+    running_cap: int | None = None
+
+    @property
+    def config(self) -> Variant:
+        """The same variant at the plan's maximum running requests."""
+        return replace(self, running_cap=None)
+
+    def at(self, cap: int) -> Variant:
+        return replace(self, running_cap=cap)
 
     @property
     def label(self) -> str:
-        return PLAIN if self.method is None else f"{self.method}-{self.draft_tokens}"
+        name = PLAIN if self.method is None else f"{self.method}-{self.draft_tokens}"
+        name += "-adaptive" if self.adaptive else ""
+        return name if self.running_cap is None else f"{name}@{self.running_cap}"
 
 
 def _read(spec: Spec) -> ReadArgv:
@@ -57,10 +76,45 @@ def variant_of(spec: Spec) -> Variant:
     return Variant() if method is None else Variant(method, knobs.draft_tokens_of(read))
 
 
+def adaptive_flag(spec: Spec) -> str | None:
+    """The engine's adaptive-speculation flag where this release has one (its flag table)."""
+    flag = engine_by_name(spec.engine.name).draft.adaptive_flag
+    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    return flag if flag is not None and flag in table.by_spelling else None
+
+
+def measured_label(spec: Spec, labels: list[str]) -> str | None:
+    """The bench point among `labels` that is this spec: its own cap where it sets one
+    (`--max-running-requests` / `--max-num-seqs`), else its configuration at the largest cap
+    measured (the plan's maximum, which the spec runs at)."""
+    own = variant_of(spec)
+    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    flag = table.by_spelling.get(engine_by_name(spec.engine.name).draft.running_cap_flag)
+    given = _read(spec).last(flag.dest) if flag is not None else None
+    if given is not None and given.text and given.text.isdigit():
+        wanted = own.at(int(given.text)).label
+        return wanted if wanted in labels else None
+    if own.label in labels:  # a bench.json of one point per configuration
+        return own.label
+    caps = [
+        int(cap)
+        for config, _, cap in (label.partition("@") for label in labels)
+        if config == own.label and cap
+    ]
+    return own.at(max(caps)).label if caps else None
+
+
 def default_variants(spec: Spec) -> list[Variant]:
+    """Plain, the spec's method at 1, 2, 3 draft tokens, and at the deepest with the engine's
+    adaptive speculation where the release has it."""
     method = spec_method(spec)
     plain = [Variant()]
-    return plain if method is None else plain + [Variant(method, k) for k in DEFAULT_DRAFT_TOKENS]
+    if method is None:
+        return plain
+    found = plain + [Variant(method, k) for k in DEFAULT_DRAFT_TOKENS]
+    if adaptive_flag(spec) is not None:
+        found.append(Variant(method, DEFAULT_DRAFT_TOKENS[-1], adaptive=True))
+    return found
 
 
 def parse_variants(text: str, spec: Spec) -> list[Variant]:
@@ -73,7 +127,8 @@ def parse_variants(text: str, spec: Spec) -> list[Variant]:
         if item.lower() in (PLAIN, "none", "off"):
             found.append(Variant())
             continue
-        method, _, count = item.partition(":")
+        method, _, count = (part.strip() for part in item.partition(":"))
+        count, _, mode = (part.strip() for part in count.partition(":"))
         name = method if knobs.case_sensitive else method.upper()
         if name not in knobs.methods:
             shown = ", ".join(sorted(knobs.methods)[:12])
@@ -82,13 +137,16 @@ def parse_variants(text: str, spec: Spec) -> list[Variant]:
                 field="--variants",
                 fix=f"use plain or one of {shown}, ...; {VARIANTS_FIX}",
             )
-        if not count.isdigit() or not 1 <= int(count) <= 16:
+        # ASCII digits: "²".isdigit() is true and int() refuses it
+        if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= 16:
             raise UserError(
                 f"{item!r} gives no draft-token count from 1 to 16",
                 field="--variants",
                 fix=VARIANTS_FIX,
             )
-        found.append(Variant(name, int(count)))
+        if mode and mode.lower() != "adaptive":
+            raise UserError(f"{item!r}: {mode!r} is not a mode", field="--variants", fix=VARIANTS_FIX)
+        found.append(Variant(name, int(count), adaptive=bool(mode)))
     if not found:
         raise UserError("names no variant", field="--variants", fix=VARIANTS_FIX)
     return list(dict.fromkeys(found))
@@ -103,10 +161,12 @@ def variant_spec(spec: Spec, variant: Variant, name: str) -> Spec:
         args, env = list(base.engine.args), dict(base.engine.env)
     else:
         read = _read(spec)
-        fix = Fix(
-            args=engine_by_name(spec.engine.name).draft.args_for(read, variant.method, variant.draft_tokens)
-        )
-        args, env = fix.apply(table, spec.engine.args, spec.engine.env)
+        knobs = engine_by_name(spec.engine.name).draft
+        flags = knobs.args_for(read, variant.method, variant.draft_tokens)
+        adaptive = adaptive_flag(spec)
+        if variant.adaptive and adaptive is not None:
+            flags += (adaptive,)
+        args, env = Fix(args=flags).apply(table, spec.engine.args, spec.engine.env)
     engine = spec.engine.model_copy(update={"args": args, "env": env})
     return spec.model_copy(update={"name": name, "engine": engine})
 
@@ -124,9 +184,12 @@ class Prepared:
 
 
 def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
-    """Check and plan the variant; run it at the plan's recommended knobs."""
+    """Check and plan the variant; run it at the plan's recommended knobs, its running
+    requests capped at the variant's cap (refused above the plan's maximum)."""
     candidate = variant_spec(spec, variant, name)
     table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    if variant.adaptive and adaptive_flag(spec) is None:
+        return Prepared(variant, candidate, None, refused=f"{_release(spec)} has no adaptive speculation")
     pre = run_preflight(candidate)
     if pre.errors and pre.cause == "oom" and pre.fix is not None:
         # does not fit as given: the plan's recommendation is what `plan` would have it run at
@@ -143,7 +206,40 @@ def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
     final = run_preflight(tuned)
     if final.errors or final.plan is None:
         return Prepared(variant, tuned, None, refused=_reason(final), recommended=recommended)
-    return Prepared(variant, tuned, final.plan, recommended=recommended)
+    if variant.running_cap is None:
+        return Prepared(variant, tuned, final.plan, recommended=recommended)
+    most = final.plan.max_running_requests
+    if variant.running_cap > most:
+        refused = f"{variant.running_cap} running requests: the plan's most is {most}"
+        return Prepared(variant, tuned, None, refused=refused, recommended=recommended)
+    flag = engine_by_name(spec.engine.name).draft.running_cap_flag
+    cap = (flag, str(variant.running_cap))
+    args, env = Fix(args=cap).apply(table, tuned.engine.args, tuned.engine.env)
+    capped = _with(tuned, args, env)
+    final = run_preflight(capped)
+    # the plan's own cap flag gives way to the point's
+    recommended = (*_without(recommended, flag), *cap)
+    if final.errors or final.plan is None:
+        return Prepared(variant, capped, None, refused=_reason(final), recommended=recommended)
+    return Prepared(variant, capped, final.plan, recommended=recommended)
+
+
+def _without(args: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    """`args` less `flag` and its value."""
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = True
+        elif not arg.startswith(f"{flag}="):
+            kept.append(arg)
+    return tuple(kept)
+
+
+def _release(spec: Spec) -> str:
+    return f"{engine_by_name(spec.engine.name).display_name} {spec.engine.version}"
 
 
 def _with(spec: Spec, args: list[str], env: dict[str, str]) -> Spec:

@@ -128,6 +128,21 @@ def _effective_args(
 
 RULE_ERROR = "rule-error"
 
+#: the Context fields read from the model's config.json
+MODEL_FACTS = frozenset({"architecture", "mtp_layers", "hybrid", "model_context_len"})
+
+
+class _ModelReads(Context):
+    """A Context that notes when a rule's condition reads a model fact: those are the rules a
+    check without the model cannot run, which its verdict must count."""
+
+    read_model = False
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in MODEL_FACTS:
+            object.__setattr__(self, "read_model", True)
+        return super().__getattribute__(name)
+
 
 def rule_error(rule: Rule, exc: Exception) -> Finding:
     """A rule that raised: an error finding naming the rule and the exception, so the
@@ -140,13 +155,18 @@ def rule_error(rule: Rule, exc: Exception) -> Finding:
     )
 
 
-def _apply(rule: Rule, ctx: Context, changed: list[str]) -> Finding | None:
-    """Evaluate one rule; apply its adjustment to `ctx`; its finding, or None."""
-    if not rule.when(ctx):
+def _apply(rule: Rule, ctx: _ModelReads, changed: list[str], model_rules: list[str]) -> Finding | None:
+    """Evaluate one rule; apply its adjustment to `ctx`; its finding, or None. A rule whose
+    condition or adjustment read a model fact is added to `model_rules`."""
+    ctx.read_model = False
+    fires = rule.when(ctx)
+    updates = dict(rule.sets(ctx)) if fires and rule.severity == "adjusts" and rule.sets is not None else None
+    if ctx.read_model:
+        model_rules.append(rule.id)
+    if not fires:
         return None
     named = dict(rule.names(ctx)) if rule.names is not None else {}
-    if rule.severity == "adjusts" and rule.sets is not None:
-        updates = dict(rule.sets(ctx))
+    if updates is not None:
         really = {k: v for k, v in updates.items() if ctx.values.get(k) != v}
         ctx.values.update(updates)
         changed += [k for k in really if k not in changed]
@@ -193,7 +213,7 @@ def check_release(
     findings += env_findings(release, env)
     values = release.table.defaults()
     values.update(parsed.values)
-    ctx = Context(
+    ctx = _ModelReads(
         engine=release.name,
         version=release.version,
         values=values,
@@ -207,9 +227,10 @@ def check_release(
         model_context_len=release.engine.context_len(model_config) if model_config is not None else None,
     )
     changed: list[str] = []
+    model_rules: list[str] = []
     for rule in engine_rules(release):
         try:
-            finding = _apply(rule, ctx, changed)
+            finding = _apply(rule, ctx, changed, model_rules)
         except Exception as exc:  # a broken rule must not read as "accepted"
             finding = rule_error(rule, exc)
         if finding is not None:
@@ -224,4 +245,5 @@ def check_release(
         version=release.version_text,
         effective_values=dict(ctx.values),
         given=ctx.given,
+        model_rules=tuple(model_rules),
     )

@@ -8,11 +8,12 @@ instead of guessing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.argv import FlagUse, read_argv, with_dotted_key
 from specpilot.engines.fix import Fix
-from specpilot.engines.flags import ReleaseTable
+from specpilot.engines.flags import FlagInfo, ReleaseTable
 from specpilot.engines.rules import Finding
 
 
@@ -58,12 +59,109 @@ def _history_finding(release: EngineRelease, spelling: str, values: tuple[str, .
             f"{spelling} does not exist in {engine} {version}; it appears in {newer[0].version}",
             Fix(remove_args=(spelling,)),
         )
+    return _unknown_finding(release, spelling, values)
+
+
+def _unknown_finding(release: EngineRelease, spelling: str, values: tuple[str, ...]) -> Finding:
+    """An option no release defines: the release's nearest flags when the name is within reach
+    of one (a typo is renamed, never dropped), else drop it."""
+    message = (
+        f"unrecognized arguments: {spelling} ({release.name} {release.version} does not define this flag)"
+    )
+    near = nearest_flags(release.table, spelling)
+    if not near:
+        return Finding("flag-unknown", "error", message, Fix(remove_args=(spelling,)))
+    meanings = ", ".join(f"{f.name} ({flag_meaning(f)})" for f in near)
+    if len(near) > 1:
+        text = f"pick the flag meant and write it in place of {spelling}"
+        return Finding("flag-unknown", "error", f"{message}; nearest: {meanings}", Fix(text=text))
+    flag = near[0]
+    if flag.takes_value:
+        args: tuple[str, ...] = (flag.name, *values)
+    elif not values:
+        args = (flag.name,)
+    else:  # a switch typed with values: which of them were meant as arguments is a guess
+        return Finding(
+            "flag-unknown",
+            "error",
+            f"{message}; did you mean {meanings}?",
+            Fix(text=f"write {flag.name} in place of {spelling} and place {' '.join(values)} yourself"),
+        )
     return Finding(
         "flag-unknown",
         "error",
-        f"unrecognized arguments: {spelling} ({engine} {version} does not define this flag)",
-        Fix(remove_args=(spelling,)),
+        f"{message}; did you mean {meanings}?",
+        Fix(args=args, remove_args=(spelling,)),
     )
+
+
+def flag_meaning(flag: FlagInfo) -> str:
+    """What a flag takes, in a few words: `str, one of EAGLE, NEXTN; default None`."""
+    if flag.kind == "bool":
+        return "a switch"
+    words = {**_KIND_WORDS, "str": "text", "list": "values"}.get(flag.kind, flag.kind)
+    if flag.choices:
+        words += ", one of " + ", ".join(flag.choices)
+    return f"{words}; default {flag.default}"
+
+
+def typo_reach(typed: str) -> int:
+    """How many edits a typed option may be from a flag to read as its typo: one per six
+    characters of the name, at least 1 and at most 3 (`--tq` is one from `--tp`)."""
+    return max(1, min(3, len(typed.lstrip("-")) // 6))
+
+
+def nearest_flags(table: ReleaseTable, typed: str) -> list[FlagInfo]:
+    """The release's flags whose long spellings are nearest to an unknown option, within
+    `typo_reach` edits (insert, delete, replace, swap two neighbours); ties all returned."""
+    wanted = typed.split("=", 1)[0]
+    if table.flexible_parser:  # vLLM reads --max_num_seqs as --max-num-seqs
+        wanted = "--" + wanted.lstrip("-").replace("_", "-")
+    reach = typo_reach(wanted)
+    letters = frozenset(wanted)
+    best: dict[int, list[FlagInfo]] = {}
+    for spelling, spelling_letters, flag in _long_spellings(table):
+        # one edit changes at most two letters present in one name and not in the other
+        if abs(len(spelling) - len(wanted)) > reach or len(letters ^ spelling_letters) > 2 * reach:
+            continue
+        distance = edit_distance(wanted, spelling, reach)
+        if distance <= reach and flag not in best.get(distance, []):
+            best.setdefault(distance, []).append(flag)
+    if not best:
+        return []
+    return sorted(best[min(best)], key=lambda f: f.name)
+
+
+@cache
+def _long_spellings(table: ReleaseTable) -> tuple[tuple[str, frozenset[str], FlagInfo], ...]:
+    return tuple((s, frozenset(s), f) for s, f in table.by_spelling.items() if s.startswith("--"))
+
+
+def edit_distance(a: str, b: str, limit: int) -> int:
+    """Optimal string alignment distance between a and b (insert, delete, replace, swap two
+    neighbours), or limit + 1 once it exceeds limit. Only cells within `limit` of the diagonal
+    can stay within it, so only those are computed, after the common ends are cut off."""
+    while a and b and a[0] == b[0]:
+        a, b = a[1:], b[1:]
+    while a and b and a[-1] == b[-1]:
+        a, b = a[:-1], b[:-1]
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    over = limit + 1
+    before: list[int] = []
+    previous = [j if j <= limit else over for j in range(len(b) + 1)]
+    for i in range(1, len(a) + 1):
+        row = [i if i <= limit else over] + [over] * len(b)
+        for j in range(max(1, i - limit), min(len(b), i + limit) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            value = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                value = min(value, before[j - 2] + 1)
+            row[j] = min(value, over)
+        if min(row) > limit:
+            return over
+        before, previous = previous, row
+    return previous[-1]
 
 
 def _refusal(table: ReleaseTable, spelling: str) -> str:

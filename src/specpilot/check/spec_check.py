@@ -9,9 +9,11 @@ from typing import Any
 from specpilot.check.engine import check_args
 from specpilot.check.fix import FixedLaunch, fix_launch
 from specpilot.check.types import CheckResult
+from specpilot.engines.fix import Fix
 from specpilot.engines.flags import parse_version
 from specpilot.engines.rules import Finding, GpuFacts
 from specpilot.errors import UserError
+from specpilot.models.files import ModelFiles
 from specpilot.spec import Spec
 
 
@@ -26,26 +28,58 @@ class ModelFacts:
     config: Mapping[str, Any] | None = None
 
 
-def spec_model(spec: Spec) -> tuple[ModelFacts, list[Finding]]:
-    """The spec model's facts, or none with a warning without a config."""
+def spec_model(spec: Spec, files: ModelFiles | None = None) -> tuple[ModelFacts, list[Finding]]:
+    """The spec model's facts (from `files` when the caller read them already), or none
+    with a warning without a config."""
     from specpilot.models.host_files import spec_model_files
     from specpilot.models.shape import shape_from_files
 
     try:
-        shape = shape_from_files(spec_model_files(spec))
+        shape = shape_from_files(files if files is not None else spec_model_files(spec))
         return ModelFacts(shape.architecture, shape.mtp_num_layers, shape.is_hybrid, shape.config), []
     except (UserError, OSError) as err:
         note = Finding(
             "model-config-missing",
             "warning",
-            f"no readable config.json at [model] path ({err}); model-class rules (hybrid/mamba) "
-            "and the context-length check were skipped",
+            f"no readable config.json at [model] path ({err}); the rules that ask the model "
+            "(its class, hybrid layers, MTP layers, context length) were not run",
         )
         return ModelFacts(), [note]
 
 
-def check_spec(spec: Spec) -> CheckResult:
-    model, notes = spec_model(spec)
+#: the parallel sizes whose product is the GPUs one server takes (SGLang's dest, vLLM's)
+PARALLEL_DESTS = (("tp_size", "tensor_parallel_size"), ("pp_size", "pipeline_parallel_size"))
+
+
+def _parallel_sizes(values: Mapping[str, object]) -> list[int]:
+    """[tensor, pipeline] parallel sizes as check resolved them (1 when unset)."""
+    sizes = []
+    for dests in PARALLEL_DESTS:
+        size = next((v for d in dests if isinstance(v := values.get(d), int)), 1)
+        sizes.append(max(size, 1))
+    return sizes
+
+
+def idle_gpus(spec: Spec, result: CheckResult) -> Finding | None:
+    """A warning when `[gpu] count` is more than one server uses: the rest would sit idle."""
+    tp, pp = _parallel_sizes(result.effective_values)
+    used = tp * pp
+    if spec.gpu.count <= used:
+        return None
+    return Finding(
+        "gpu-count-unused",
+        "warning",
+        f"[gpu] count = {spec.gpu.count} but one server uses {used} GPU{'s' * (used > 1)} "
+        f"(tensor parallel {tp} x pipeline parallel {pp}): {spec.gpu.count - used} would sit idle",
+        Fix(
+            text=f"set --tp {spec.gpu.count // pp} to use them in one server, or start one server "
+            "per GPU (a fleet) with [gpu] count = 1"
+        ),
+    )
+
+
+def check_spec(spec: Spec, files: ModelFiles | None = None) -> CheckResult:
+    model, notes = spec_model(spec, files)
     result = check_args(
         spec.engine.name,
         spec.engine.version,
@@ -58,6 +92,8 @@ def check_spec(spec: Spec) -> CheckResult:
         model.config,
     )
     result.findings[:0] = notes
+    result.findings += [f for f in (idle_gpus(spec, result),) if f is not None]
+    result.model_read = model.config is not None
     return result
 
 
@@ -82,4 +118,5 @@ def fix_spec(spec: Spec) -> FixedLaunch:
         run, spec.engine.name, parse_version(spec.engine.version), spec.engine.args, spec.engine.env
     )
     fixed.result.findings[:0] = notes
+    fixed.result.model_read = model.config is not None
     return fixed

@@ -19,6 +19,15 @@ class CheckResult:
     effective_values: dict[str, object] = field(default_factory=dict)
     #: the dests the user set (the rest of `effective_values` are defaults or adjustments)
     given: frozenset[str] = frozenset()
+    #: the rules whose condition read a model fact (class, hybrid layers, MTP layers, context)
+    model_rules: tuple[str, ...] = ()
+    #: False when the model's config.json could not be read: `model_rules` ran on no model
+    model_read: bool = True
+
+    @property
+    def model_rules_not_run(self) -> int:
+        """How many rules asked the model and got no answer."""
+        return 0 if self.model_read else len(self.model_rules)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -28,4 +37,6 @@ class CheckResult:
             "findings": [f.to_json() for f in self.findings],
             "effective_args": self.effective_args,
             "effective_env": self.effective_env,
+            "model_read": self.model_read,
+            "model_rules_not_run": self.model_rules_not_run,
         }

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import signal
+import contextlib
 import sys
 from pathlib import Path
-from types import FrameType
 
 import click
 from rich.console import Console
 
+from specpilot import jsontext
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.errors import EXIT_FAILED, UserError
@@ -25,15 +24,28 @@ Example:
   specpilot bench spec.toml --prompts prompts.jsonl --job out/ --sample 256 \\
       --max-tokens 4096 --variants plain,NEXTN:2 --write best.toml
 Then `specpilot generate --output out/ ...` projects its time from out/bench.json.
-Exit: 0 a winner, 1 no variant could be measured, 2 bad input, 130 Ctrl-C (every server stopped)."""
+Exit: 0 a winner, 1 every point started failed (or a server outlived the stop), 2 bad input or
+no point could be started, 130 Ctrl-C, SIGTERM or SIGHUP (every server stopped)."""
 
 
 def _say(line: str) -> None:
-    click.echo(line, err=True)
+    # after SIGHUP (the SSH session closed) stderr may be gone: the stop must go on regardless
+    with contextlib.suppress(OSError):
+        click.echo(line, err=True)
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+def _check_writable(path: Path) -> None:
+    """Refuse a --write target that exists or cannot be created, before anything is measured."""
+    try:
+        with path.open("x", encoding="utf-8"):
+            pass
+    except FileExistsError:
+        raise UserError(f"{path} exists", field="--write", fix="choose a new file name") from None
+    except OSError as err:
+        raise UserError(
+            f"cannot write {path}: {err.strerror}", field="--write", fix="choose a writable path"
+        ) from None
+    path.unlink()
 
 
 @click.command("bench", epilog=EXAMPLE)
@@ -64,7 +76,9 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 @click.option(
     "--variants",
     default=None,
-    help="Comma-separated: plain and METHOD:DRAFT_TOKENS (default: plain and the spec's method at 1, 2, 3).",
+    help="Comma-separated configurations: plain, METHOD:DRAFT_TOKENS, METHOD:DRAFT_TOKENS:adaptive "
+    "(default: plain, the spec's method at 1, 2, 3, and at 3 adaptive where the release has it); "
+    "each is searched at three running-request caps.",
 )
 # the job's own sampling: a bench on other sampling measures another job
 @sampling_options(
@@ -77,8 +91,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     default=600.0,
     show_default=True,
     type=FiniteFloat(1),
-    help="Most seconds one variant may take: start, warm-up and sample "
-    "(a cut sample is measured as far as it got).",
+    help="Most seconds the whole search may take: every start, warm-up and sample "
+    "(half for the screens; a cut sample is measured as far as it got).",
 )
 @click.option(
     "--warmup-s",
@@ -118,19 +132,21 @@ def bench(
     write_path: Path | None,
     as_json: bool,
 ) -> None:
-    """Measure each configuration on the job's own prompts; pick the one that finishes first.
+    """Search the configurations on the job's own prompts; pick the one that finishes first.
 
-    Each variant (no speculation; the spec's speculative method at 1, 2 and 3 draft
-    tokens) is checked and planned, started as `up` starts it at the knobs the plan
-    recommends for it, warmed up, sent the same stratified sample through generate's
-    own job code, measured (steady-state output tok/s, acceptance length, TTFT and
-    ITL percentiles, output length, finish reasons) and stopped. Refused or unfit
-    variants stay in the table with the reason.
+    Each configuration (no speculation; the spec's speculative method at 1, 2 and 3 draft
+    tokens; adaptive where the release has it) at three running-request caps (the plan's
+    maximum, half, a quarter) is checked and planned; each configuration is screened once
+    (started as `up` starts it, one batch of the sample), every cap projected from the
+    screen, and the best projected points confirmed with the full sample. The projection
+    is the whole input's wall time, waves and tail included. Refused, failed or unreached
+    points stay in the table with the reason.
     """
     from specpilot.bench.render import render_svg, render_table, winner_line
     from specpilot.bench.run import SVG_FILE, BenchRequest, check_budget, plan_settings, run_bench, write_best
     from specpilot.bench.variants import default_variants, parse_variants
     from specpilot.generate.inputs import check_output_dir
+    from specpilot.launch.shield import ending_signals
     from specpilot.launch.state import check_run_name
     from specpilot.projection import project, read_bench
     from specpilot.spec import load_spec
@@ -139,8 +155,8 @@ def bench(
     check_run_name(spec.name)
     check_budget(budget_s, warmup_s)
     chosen = parse_variants(variants, spec) if variants is not None else default_variants(spec)
-    if write_path is not None and write_path.exists():
-        raise UserError(f"{write_path} exists", field="--write", fix="choose a new file name")
+    if write_path is not None:
+        _check_writable(write_path)
     if gpus is not None and gpus < spec.gpu.count:
         raise UserError(
             f"{gpus} GPUs cannot hold one server of the spec's {spec.gpu.count}",
@@ -159,13 +175,13 @@ def bench(
         warmup_s=warmup_s,
         progress_interval_s=progress_interval_s,
     )
-    request = BenchRequest(spec, prompts_path, job_dir, chosen, sample_rows, seed, settings)
-    # SIGTERM (a scheduler's kill) ends the bench as Ctrl-C does: every server stopped first
-    signal.signal(signal.SIGTERM, _interrupt)
+    request = BenchRequest(spec, prompts_path, job_dir, chosen, sample_rows, seed, settings, gpus)
+    # SIGTERM (a scheduler's kill) and SIGHUP (the SSH session closed) end it as Ctrl-C does
     try:
-        result = run_bench(request, _say)
+        with ending_signals():
+            result = run_bench(request, _say)
     except KeyboardInterrupt:
-        # each variant's server is stopped as the interrupt leaves `measure`
+        # run_bench stopped every server it started, and saw each one's port free
         _say("interrupted: every server this bench started is stopped")
         sys.exit(EXIT_INTERRUPTED)
     (job_dir / SVG_FILE).write_text(render_svg(result), encoding="utf-8")
@@ -174,17 +190,24 @@ def bench(
     if write_path is not None and result.winner is not None:
         write_best(result, write_path)
     if as_json:
-        click.echo(json.dumps({**result.data, "projection": projection.to_json() if projection else None}))
+        click.echo(
+            jsontext.dumps({**result.data, "projection": projection.to_json() if projection else None})
+        )
     else:
         wide = Console()
         # a table of nine columns: wrapped at 80 columns its numbers break apart
         console = wide if wide.is_terminal else Console(width=max(wide.width, 140))
         render_table(result, console)
+        # the winner's line carries its projection: the whole job, waves and tail, on --gpus
         console.print(winner_line(result))
-        if projection is not None:
-            console.print(f"projected: {projection.line()}")
         console.print(f"result: {job_dir / 'bench.json'}  chart: {job_dir / SVG_FILE}")
         if write_path is not None and result.winner is not None:
             console.print(f"wrote the winning spec to {write_path}")
+    if not result.started:
+        raise UserError(
+            "no point could be started, so nothing was measured (the table says why for each)",
+            field="--budget-s",
+            fix="raise --budget-s, or pass --variants that check and plan accept",
+        )
     if result.winner is None:
         sys.exit(EXIT_FAILED)

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import click
 from rich.console import Console
 
+from specpilot import jsontext
 from specpilot.check.fix import render_command
 from specpilot.check.spec_check import check_spec, fix_spec
 from specpilot.check.types import CheckResult
-from specpilot.cli.inputs import PASSTHROUGH, resolve_spec
-from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
+from specpilot.cli.inputs import PASSTHROUGH, SpecCommand, resolve_spec
+from specpilot.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, UserError
 from specpilot.launch.command import engine_program
 from specpilot.secrets import mask_argv, mask_env, redact, redact_tree, secret_values
 from specpilot.spec import Spec, spec_to_toml
@@ -21,10 +21,25 @@ from specpilot.spec import Spec, spec_to_toml
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "adjusts": "cyan"}
 
 
-def _print_human(result: CheckResult, secrets: list[str]) -> None:
+def verdict(result: CheckResult, no_model: bool) -> tuple[str, int]:
+    """What the check rests on, in words, and the exit code: a launch checked without its
+    model is not "accepted" (the incident's rejected flags pass every rule that does not ask
+    the model) unless --no-model says that is what the user wants."""
+    if not result.ok:
+        return "rejected", EXIT_FAILED
+    if result.model_read:
+        return "accepted", EXIT_OK
+    skipped = f"{result.model_rules_not_run} model rules not run"
+    if no_model:
+        return f"accepted without the model ({skipped}: --no-model)", EXIT_OK
+    return f"checked without the model: {skipped}", EXIT_BAD_INPUT
+
+
+def _print_human(result: CheckResult, secrets: list[str], no_model: bool) -> None:
     console = Console(highlight=False)
-    verdict = "[green]accepted[/green]" if result.ok else "[bold red]rejected[/bold red]"
-    console.print(f"{result.engine} {result.version}: {verdict}")
+    words, code = verdict(result, no_model)
+    style = "green" if code == EXIT_OK else "bold red"
+    console.print(f"{result.engine} {result.version}: [{style}]{words}[/{style}]")
     for finding in result.findings:
         style = SEVERITY_STYLE[finding.severity]
         console.print(f"[{style}]{finding.severity:8}[/{style}] {finding.rule}")
@@ -65,7 +80,7 @@ def write_new_spec(path: Path, text: str, *, field: str = "--write") -> None:
         ) from None
 
 
-@click.command("check", context_settings=PASSTHROUGH)
+@click.command("check", cls=SpecCommand, context_settings=PASSTHROUGH)
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SPEC | -- COMMAND...")
 @click.option("--engine-version", help="Engine release for a pasted command (default: newest supported).")
 @click.option(
@@ -88,6 +103,11 @@ def write_new_spec(path: Path, text: str, *, field: str = "--write") -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the corrected spec to this new file (implies --fix; never overwrites).",
 )
+@click.option(
+    "--no-model",
+    is_flag=True,
+    help="Accept a check without the model's config.json (its model rules not run) as a pass.",
+)
 def check(
     target: tuple[str, ...],
     engine_version: str | None,
@@ -95,6 +115,7 @@ def check(
     as_json: bool,
     fix: bool,
     write_path: Path | None,
+    no_model: bool,
 ) -> None:
     """Check engine flags against the release's own rules before anything starts.
 
@@ -102,14 +123,20 @@ def check(
     Examples:
       specpilot check examples/qwen36-27b-mtp-nobuffer-sglang.toml
       specpilot check --engine-version 0.5.13 --fix -- \\
-          SGLANG_ENABLE_SPEC_V2=1 python -m sglang.launch_server --model-path M \\
+          SGLANG_ENABLE_SPEC_V2=1 python -m sglang.launch_server \\
+          --model-path examples/models/qwen3.6-27b \\
           --speculative-algorithm NEXTN --mamba-scheduler-strategy no_buffer
       specpilot check --fix --write fixed.toml examples/qwen36-27b-mtp-nobuffer-sglang.toml
 
     Exit 0 when the engine would accept the flags as given, 1 when it would refuse them,
-    2 on bad input. --fix and --write do not change the exit code: it is always the verdict
-    on the flags given (the fixed command's verdict is printed, and is `fixed.ok` in --json).
-    --write writes the corrected spec only when the fixed command passes.
+    2 on bad input. Without a readable config.json at the model path the rules that ask
+    the model cannot run: the verdict is "checked without the model", exit 2, unless
+    --no-model accepts that. --fix and --write do not change the exit code: it is always
+    the verdict on the flags given (the fixed command's verdict is printed, and is
+    `fixed.ok` in --json). --fix renames a mistyped flag to the release's nearest one and
+    never drops a speculation, memory, parallelism or model flag: it names that change
+    instead. --write writes the corrected spec only when the fixed command passes (with
+    the model read, or --no-model).
     """
     fix = fix or write_path is not None
     spec = resolve_spec(target, gpu_memory_gib=gpu_memory_gib, gpu_count=None, engine_version=engine_version)
@@ -119,33 +146,47 @@ def check(
     payload: dict[str, object] = result.to_json()
     payload["effective_args"] = mask_argv(result.effective_args)
     payload["effective_env"] = mask_env(result.effective_env)
+    words, code = verdict(result, no_model)
+    payload["verdict"] = words
     written: str | None = None
     if fix:
         fixed = fix_spec(spec)
+        fixed_words, fixed_code = verdict(fixed.result, no_model)
         program, model_args = engine_program(spec, model_path=spec.model.path)
         command = render_command([*program, *model_args], mask_argv(fixed.args), mask_env(fixed.env))
-        if write_path is not None and fixed.result.ok:
+        if write_path is not None and fixed_code == EXIT_OK:
             # the new spec file holds the real values, as the spec it was made from does
             write_new_spec(write_path, fixed_spec_text(spec, fixed.args, fixed.env, write_path))
             written = str(write_path)
         payload["fixed"] = {
             "ok": fixed.result.ok,
+            "verdict": fixed_words,
             "args": mask_argv(fixed.args),
             "env": mask_env(fixed.env),
             "command": command,
+            "refused": [redact(line, secrets) for line in fixed.refused],
             "written": written,
         }
     if as_json:
-        click.echo(json.dumps(redact_tree(payload, secrets), indent=2))
+        click.echo(jsontext.dumps(redact_tree(payload, secrets), indent=2))
     else:
-        _print_human(result, secrets)
+        _print_human(result, secrets, no_model)
         if fix:
-            heading = (
-                "fixed command (passes)" if fixed.result.ok else "no passing command found; best attempt"
-            )
-            click.echo(f"{heading}:\n  {command}")
+            _print_fixed(command, fixed_words, fixed_code, fixed.refused, secrets)
             if written:
                 click.echo(f"corrected spec written to {written}")
             elif write_path is not None:
-                click.echo(f"nothing written to {write_path}: no passing command was found")
-    raise SystemExit(EXIT_OK if result.ok else EXIT_FAILED)
+                click.echo(f"nothing written to {write_path}: the fixed command is {fixed_words}")
+    raise SystemExit(code)
+
+
+def _print_fixed(command: str, words: str, code: int, refused: list[str], secrets: list[str]) -> None:
+    if code == EXIT_OK:
+        heading = "fixed command (passes)" if words == "accepted" else f"fixed command ({words})"
+    elif refused:
+        heading = "no passing command without dropping a flag you gave; best attempt"
+    else:
+        heading = f"no passing command found ({words}); best attempt"
+    click.echo(f"{heading}:\n  {command}")
+    for line in refused:
+        click.echo(f"  not fixed: {redact(line, secrets)}")

@@ -20,6 +20,8 @@ COMMANDS: dict[str, str] = {
     "generate": "specpilot.cli.generate:generate",
     "report": "specpilot.cli.generate:report",
     "export": "specpilot.cli.generate:export",
+    "verify": "specpilot.cli.verify:verify",
+    "job": "specpilot.cli.job:job",
     "view": "specpilot.cli.view:view",
     "demo": "specpilot.cli.demo:demo",
     "completion": "specpilot.cli.completion:completion",

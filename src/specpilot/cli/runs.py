@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
+from specpilot import jsontext
 from specpilot.launch.runs import list_runs
+
+#: a name longer than this may still be cut on a narrow terminal (`--json` has it whole)
+NAME_MAX_SHOWN = 64
 
 
 def _age(age_s: float | None) -> str:
@@ -35,12 +37,16 @@ def runs(as_json: bool) -> None:
     """
     found = list_runs()
     if as_json:
-        click.echo(json.dumps([run.to_json() for run in found], indent=2))
+        click.echo(jsontext.dumps([run.to_json() for run in found], indent=2))
         return
     if not found:
         click.echo("no runs yet (start one with `specpilot up SPEC`)")
         return
-    table = Table("name", "phase", "endpoint", "host", "age")
+    table = Table("phase", "endpoint", "host", "age")
+    # names are what `status`/`logs`/`down` take: shown whole, other columns wrap first
+    # (a demo run and its bench run differ only after the 24th character)
+    widest = max(len(run.name) for run in found)
+    table.columns.insert(0, Column("name", no_wrap=True, min_width=min(widest, NAME_MAX_SHOWN)))
     for run in found:
         table.add_row(run.name, run.phase, run.endpoint or "-", run.target, _age(run.age_s))
     Console().print(table)

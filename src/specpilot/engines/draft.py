@@ -21,3 +21,8 @@ class DraftKnobs:
     #: the flags that set `method` at k draft tokens (replacing the same flags where given)
     args_for: Callable[[ReadArgv, str, int], tuple[str, ...]]
     case_sensitive: bool
+    #: the flag that caps the requests the engine runs at once (bench's concurrency axis)
+    running_cap_flag: str
+    #: the on/off flag of the engine's own adaptive speculation (off at large batches); bench
+    #: explores it where the release's flag table has it
+    adaptive_flag: str | None = None

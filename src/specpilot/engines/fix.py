@@ -53,9 +53,13 @@ class Fix:
         )
 
     def describe(self) -> str:
-        """The fix in one line, every part of it: `--a 1; VAR=x; drop --b; drop OLD_VAR; words`."""
-        parts = [" ".join(self.args), *(f"{k}={v}" for k, v in self.env.items())]
-        parts += [f"drop {name}" for name in (*self.remove_args, *self.remove_env)]
+        """The fix in one line, every part of it: `--a 1; VAR=x; drop --b; drop OLD_VAR; words`.
+
+        Flags removed alongside new ones are what those replace (a rename, a typo), so they
+        read `--a 1 in place of --b`: "drop" is said only of a flag that goes for good."""
+        replaced = " in place of " + ", ".join(self.remove_args) if self.args and self.remove_args else ""
+        parts = [" ".join(self.args) + replaced, *(f"{k}={v}" for k, v in self.env.items())]
+        parts += [f"drop {name}" for name in (*(() if replaced else self.remove_args), *self.remove_env)]
         parts.append(self.text or "")
         return "; ".join(p for p in parts if p)
 

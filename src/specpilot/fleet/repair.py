@@ -41,7 +41,7 @@ from specpilot.fleet.up import (
 from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
 from specpilot.launch.ops import LEFTOVER_TERM_S, clear_leftovers, run_status
-from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
+from specpilot.launch.preflight import Preflight, launch_spec, preflight
 from specpilot.launch.state import state_path
 from specpilot.launch.stop import end_group
 from specpilot.launch.supervisor import launch
@@ -244,7 +244,7 @@ async def repair_fleet(
                 await router.remove(member.worker_url)
             await clear_dead(member)
             if member.gpu_key not in preflights:
-                preflights[member.gpu_key] = run_preflight(member.spec)
+                preflights[member.gpu_key] = await preflight(member.spec)
             pre = preflights[member.gpu_key]
             while repair.restarts < max_restarts:
                 if repair.restarts:

@@ -30,12 +30,12 @@ from specpilot.fleet.router import (
     spawn_router,
 )
 from specpilot.fleet.spec import Fleet, Member
-from specpilot.fleet.state import fleet_path, write_fleet
+from specpilot.fleet.state import fleet_path, read_fleet, write_fleet
 from specpilot.hosts import open_host_section
 from specpilot.hosts.errors import HostError
 from specpilot.hosts.target import parse_target
 from specpilot.launch.ops import run_down
-from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
+from specpilot.launch.preflight import Preflight, launch_spec, preflight
 from specpilot.launch.state import host_options_json
 from specpilot.launch.supervisor import launch
 from specpilot.spec import HostSection
@@ -73,14 +73,15 @@ class FleetOutcome:
         return sum(1 for m in self.members if m.phase == "registered")
 
 
-def preflight_per_gpu(fleet: Fleet, say: Say) -> dict[tuple[float, str | None, int], Preflight]:
-    """check + plan once per distinct GPU; a plan that does not fit names its hosts."""
+async def preflight_per_gpu(fleet: Fleet, say: Say) -> dict[tuple[float, str | None, int], Preflight]:
+    """check + plan once per distinct GPU (the model read in this loop); a plan that does not
+    fit names its hosts."""
     plans: dict[tuple[float, str | None, int], Preflight] = {}
     for member in fleet.members:
         key = member.gpu_key
         if key in plans:
             continue
-        pre = run_preflight(member.spec)
+        pre = await preflight(member.spec)
         hosts = sorted({m.host_index for m in fleet.members if m.gpu_key == key})
         where = ", ".join(f"hosts[{i}]" for i in hosts)
         for warning in pre.warnings:
@@ -201,24 +202,24 @@ def router_argvs(fleet: Fleet, smg: str) -> list[list[str]]:
     return [router_argv(smg, fleet.router, metrics, port) for port, metrics in fleet.router_ports]
 
 
-def check_inputs(
+async def check_inputs(
     fleet: Fleet, say: Say
 ) -> tuple[list[list[str]], dict[tuple[float, str | None, int], Preflight]]:
     """Everything that can refuse, before anything starts: UserError (exit 2)."""
     if fleet_path(fleet.name).exists():
-        from specpilot.fleet.ops import router_alive
+        from specpilot.fleet.ops import router_running
 
-        if router_alive(fleet.name):
+        if await router_running(read_fleet(fleet.name)):
             raise UserError(
                 f"fleet {fleet.name!r} is already up",
                 field="[fleet] name",
                 fix=f"stop it with `specpilot down {fleet.name}` first",
             )
-    asyncio.run(check_members_not_running(fleet))
+    await check_members_not_running(fleet)
     place, smg = router_place(fleet)
-    asyncio.run(check_router_place(fleet, place, smg))
-    plans = preflight_per_gpu(fleet, say)
-    asyncio.run(check_reachable(fleet))
+    await check_router_place(fleet, place, smg)
+    plans = await preflight_per_gpu(fleet, say)
+    await check_reachable(fleet)
     return router_argvs(fleet, smg), plans
 
 
@@ -332,19 +333,21 @@ async def _spawn_replicas(fleet: Fleet, argvs: list[list[str]], say: Say) -> lis
     return processes
 
 
-def fleet_up(fleet: Fleet, say: Say) -> FleetOutcome:
-    argvs, plans = check_inputs(fleet, say)
-    record = fleet_record(fleet, asyncio.run(_spawn_replicas(fleet, argvs, say)), argvs)
+async def fleet_up(fleet: Fleet, say: Say) -> FleetOutcome:
+    """Check everything, start the router replicas and every member, register the ready ones;
+    nothing is left running when no member became ready (or on an error)."""
+    argvs, plans = await check_inputs(fleet, say)
+    record = fleet_record(fleet, await _spawn_replicas(fleet, argvs, say), argvs)
     write_fleet(record)
     try:
-        outcome = asyncio.run(_bring_up(fleet, record, plans, say))
+        outcome = await _bring_up(fleet, record, plans, say)
     except BaseException:
-        asyncio.run(_stop_everything(fleet, record, say))
+        await _stop_everything(fleet, record, say)
         raise
     record["outcomes"] = [o.to_json() for o in outcome.members]
     write_fleet(record)
     if not outcome.registered:
-        asyncio.run(_stop_everything(fleet, record, say))
+        await _stop_everything(fleet, record, say)
     return outcome
 
 

@@ -11,6 +11,7 @@ any other 4xx (context too long, bad request) cannot succeed and fails the row a
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Sequence
@@ -25,10 +26,14 @@ from specpilot.errors import UserError
 from specpilot.generate.text import may_hold_surrogates, where_unencodable
 from specpilot.generate.thinking import markers_for, split_inline
 from specpilot.generate.types import Message
+from specpilot.secrets import field_secrets, mask_log_text, url_passwords
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
 API_KEY_ENV = "SPECPILOT_API_KEY"
 ERROR_BODY_CHARS = 300
+#: the largest token count an answer may report: more than any context holds (2**31 - 1), and a
+#: count past SQLite's 64-bit integers once crashed the ledger; a larger one is a malformed answer
+MAX_TOKEN_COUNT = 2**31 - 1
 # Where engines put a per-request acceptance figure: (path, kind). "length" is the mean
 # accepted length itself; "verify_ct" is SGLang's count of verify passes, from which
 # length = completion_tokens / verify passes.
@@ -88,6 +93,8 @@ class Answer:
     tool_calls: list[Any] | None = None
     #: specpilot moved inline thinking out of `content` (see thinking.py)
     reasoning_split: bool = False
+    #: the answer carried no `usage`: its token counts are 0, not measured
+    usage_missing: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,21 @@ def extra_body(text: str) -> dict[str, Any]:
             field="--extra-body",
             fix="""give a JSON object of request fields, e.g. '{"repetition_penalty": 1.05}'""",
         )
+    kwargs = value.get("chat_template_kwargs", {})
+    if not isinstance(kwargs, dict):
+        raise UserError(
+            f"sets chat_template_kwargs to {type(kwargs).__name__} JSON, not an object",
+            field="--extra-body",
+            fix="""give an object of template arguments, e.g. '{"chat_template_kwargs": {"x": 1}}'""",
+        )
+    if "enable_thinking" in kwargs:
+        # --thinking decides it (and every row records it): a second say would be dropped or lied about
+        raise UserError(
+            f"sets chat_template_kwargs.enable_thinking to {json.dumps(kwargs['enable_thinking'])}, "
+            "which --thinking/--no-thinking sets",
+            field="--extra-body",
+            fix="drop it from --extra-body and pass --no-thinking (or --thinking, the default)",
+        )
     owned = sorted(set(value) & set(OWNED_FIELDS))
     if owned:
         raise UserError(
@@ -185,6 +207,16 @@ class ChatClient:
         api_key = os.environ.get(API_KEY_ENV)
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        #: what a server may quote back in an error (the key, --extra-body's api_key, a URL's
+        #: password): masked in every failure message, which the ledger, errors.jsonl, the page
+        #: and the job's output show
+        self._secrets = [*([api_key] if api_key else []), *field_secrets(sampling.extra)]
+
+    def failed(
+        self, kind: FailureKind, message: str, retry_after_s: float | None = None, status: int | None = None
+    ) -> RequestFailed:
+        """A `RequestFailed` whose message (a server's words) holds no credential."""
+        return RequestFailed(kind, mask_log_text(message, self._secrets), retry_after_s, status)
 
     def body(self, messages: Sequence[Message], tools: Sequence[Any] | None = None) -> bytes:
         encoded = json.dumps(messages, ensure_ascii=False, separators=(",", ":"))
@@ -197,6 +229,9 @@ class ChatClient:
         target = self._urls.get(base_url)
         if target is None:
             url = yarl.URL(f"{base_url}/v1/chat/completions")
+            if url.password:  # sent as Basic auth: a server may quote either form back
+                basic = base64.b64encode(f"{url.user or ''}:{url.password}".encode()).decode()
+                self._secrets += [*url_passwords(base_url), basic]
             # a URL's user:password is its Authorization (aiohttp refuses both at once)
             target = self._urls[base_url] = (url, self._plain_headers if url.user else self._headers)
         return target
@@ -214,18 +249,21 @@ class ChatClient:
         except (TimeoutError, aiohttp.ServerTimeoutError):
             raise RequestFailed(FailureKind.TIMEOUT, "request timed out") from None
         except aiohttp.ClientError as err:
-            raise RequestFailed(
+            raise self.failed(
                 FailureKind.CONNECTION, f"connection failed: {type(err).__name__}: {err}"
             ) from None
         if status != 200:
             text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
-            raise RequestFailed(
+            raise self.failed(
                 classify_status(status, raw[:ERROR_BODY_CHARS]),
                 f"HTTP {status}: {text}",
                 _seconds(retry_after),
                 status,
             )
-        answer = parse_answer(raw)
+        try:
+            answer = parse_answer(raw)
+        except RequestFailed as err:  # it quotes the body
+            raise self.failed(err.kind, str(err)) from None
         if self._markers is None or (answer.reasoning or "").strip():
             return answer
         split = split_inline(answer.content, answer.finish_reason, self._markers, thinking=self._thinking)
@@ -263,7 +301,8 @@ def parse_answer(raw: bytes) -> Answer:
         reasoning = _optional(message, "reasoning_content", str)
         if reasoning is None:
             reasoning = _optional(message, "reasoning", str)
-        usage = _optional(data, "usage", dict) or {}
+        usage_given = _optional(data, "usage", dict)
+        usage = usage_given or {}
         completion_tokens = _optional(usage, "completion_tokens", int) or 0
         prompt_tokens = _optional(usage, "prompt_tokens", int) or 0
         finish_reason = _optional(choice, "finish_reason", str)
@@ -289,6 +328,7 @@ def parse_answer(raw: bytes) -> Answer:
         spec_accept_length=_spec_accept_length(data, completion_tokens),
         reasoning_tokens=reasoning_tokens,
         tool_calls=tool_calls or None,
+        usage_missing=usage_given is None,
     )
 
 
@@ -307,6 +347,8 @@ def _optional(node: dict[str, Any], key: str, kind: type) -> Any:
     value = _field(node, key, kind)
     if kind is int and value < 0:
         raise _Malformed(f"{key} is negative")
+    if kind is int and value > MAX_TOKEN_COUNT:
+        raise _Malformed(f"{key} is {value}, more tokens than any answer holds")
     return value
 
 
@@ -315,7 +357,7 @@ def _spec_accept_length(data: dict[str, Any], completion_tokens: int) -> float |
         node: Any = data
         for key in path:
             node = node.get(key) if isinstance(node, dict) else None
-        if not isinstance(node, int | float) or node <= 0:
+        if not isinstance(node, int | float) or not 0 < node < MAX_TOKEN_COUNT:  # NaN, Infinity too
             continue
         if kind == "length":
             return float(node)

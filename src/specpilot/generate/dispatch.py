@@ -25,7 +25,7 @@ import aiohttp
 from specpilot.generate.client import ChatClient, FailureKind, RequestFailed, Sampling
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.ledger import Ledger, LedgerBatch
-from specpilot.generate.report import summarize
+from specpilot.generate.report import CLOCK_JUMP_KEY, summarize
 from specpilot.generate.rows import TurnResult, build_row, is_complete, messages_for
 from specpilot.generate.servers import (
     Server,
@@ -44,9 +44,10 @@ from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, Split
 
 TICK_S = 0.05
 FAILURES_BEFORE_SUCCESS_LIMIT = 50
-#: times a row may be the failure that takes a server out and go back for free; past it
-#: the row itself may be what fails them (a prompt that crashes every engine): it spends attempts
-FREE_REQUEUES_PER_ROW = 10
+#: 429 and 503 "overloaded" answers a row may back off from without spending an attempt
+OVERLOAD_RETRIES_PER_ROW = 20
+#: the statuses that say "slow down", not "this row is bad"
+OVERLOAD_STATUSES = frozenset({429, 503})
 #: wall clock moving this far from the monotonic clock is a jump (NTP slews far less)
 CLOCK_JUMP_S = 60.0
 #: flushing takes at most about 1/this of the job's time (fsync and a ledger commit each)
@@ -139,13 +140,13 @@ class _Requests:
     attempts: dict[int, int] = field(default_factory=dict)
     sent_at: dict[int, float] = field(default_factory=dict)
     overdue: set[int] = field(default_factory=set)  # cancelled by the request timeout
-    #: times a row was sent back without spending an attempt because its server was taken out
-    free_requeues: dict[int, int] = field(default_factory=dict)
+    #: 429/503 answers a row backed off from, no attempt spent (up to OVERLOAD_RETRIES_PER_ROW)
+    overloads: dict[int, int] = field(default_factory=dict)
 
     def forget(self, position: int) -> None:
         self.turns_done.pop(position, None)
         self.sent_at.pop(position, None)
-        self.free_requeues.pop(position, None)
+        self.overloads.pop(position, None)
 
 
 @dataclass
@@ -181,6 +182,7 @@ class Dispatcher:
         self.ledger, self.writers = ledger, writers
         self.client = (client_factory or ChatClient)(session, sampling)
         self.reasoning = ReasoningWatch(sampling.model, thinking=sampling.thinking)
+        self.usage_missing_said = False  # the warning of answers without `usage`, said once
         self.pool = ServerPool(
             [e.base_url for e in endpoints],
             policy.concurrency,
@@ -200,6 +202,9 @@ class Dispatcher:
         #: elapsed_s and overall rates) follow the wall clock, which can jump
         self._clock_offset_s = time.time() - time.monotonic()
         self.clock_jump_s = 0.0  # the largest jump seen, either way
+        #: why each server left for good; once every server has, `no_server_left` says why
+        self.out_for_good: list[str] = []
+        self.no_server_left: str | None = None
 
     @property
     def stop_reason(self) -> str | None:
@@ -293,6 +298,11 @@ class Dispatcher:
             if now - last_watchdog >= 1.0:
                 last_watchdog = now
                 self._cancel_overdue(now)
+            if pool.all_out_for_good():
+                # nothing can serve the rest: the job ends, and its rows fail with this reason
+                self.no_server_left = "; ".join(self.out_for_good)
+                self._stop(f"no server is left to send to: {self.no_server_left}")
+                return
             if pool.all_down():
                 if down_since is None:
                     down_since = now
@@ -308,7 +318,8 @@ class Dispatcher:
                         f"no server has answered since the job started ({limit_s:g} s); check the "
                         "--server / --run addresses and that the servers are up"
                         if never
-                        else f"every server was down for {limit_s:.0f} s; gave up"
+                        else f"every server was down for {limit_s:g} s (--give-up-after-s); gave up: run the "
+                        "same command again once a server is up (the rows left are kept)"
                     )
                     return
             else:
@@ -356,28 +367,41 @@ class Dispatcher:
                     task.cancel()
 
     async def _attempt(self, server: Server, row: PromptRow) -> None:
-        requests = self.requests
+        requests, position = self.requests, row.position
+        me = asyncio.current_task()
         try:
             try:
-                done = requests.turns_done.setdefault(row.position, [])
+                done = requests.turns_done.setdefault(position, [])
                 while not is_complete(row, done):
-                    sent_at = requests.sent_at[row.position] = time.monotonic()
+                    sent_at = requests.sent_at[position] = time.monotonic()
                     answer = await self.client.complete(server.base_url, messages_for(row, done), row.tools)
                     done.append(TurnResult(answer, server.name, time.monotonic() - sent_at))
-            except asyncio.CancelledError:
-                if row.position not in requests.overdue:
-                    raise  # taken out or shutting down: whoever cancelled requeues the row
-                requests.overdue.discard(row.position)
+            except (asyncio.CancelledError, RequestFailed):
+                # the watchdog's cancel can surface as a client error (a drip-fed body): either way
+                # it was the timeout, and the mark must not outlive this attempt
+                timed_out = position in requests.overdue
+                requests.overdue.discard(position)
+                if server.in_flight.get(position) is not me:
+                    # taken out meanwhile: the take-out requeued the row, and it may be out again
+                    raise asyncio.CancelledError from None
+                if not timed_out:
+                    raise
                 raise RequestFailed(
                     FailureKind.TIMEOUT, f"request timed out after {self.policy.request_timeout_s:g} s"
                 ) from None
         except RequestFailed as failure:
-            server.in_flight.pop(row.position, None)
+            del server.in_flight[position]
             self._on_failure(server, row, failure)
+        except asyncio.CancelledError:
+            if server.in_flight.get(position) is me:
+                raise  # the job is ending
         else:
-            server.in_flight.pop(row.position, None)
+            requests.overdue.discard(position)
+            if server.in_flight.get(position) is not me:
+                return  # taken out as it answered: the row was requeued and is sent again
+            del server.in_flight[position]
             self.pool.record_success(server)
-            self._on_answer(row, requests.turns_done.pop(row.position))
+            self._on_answer(row, requests.turns_done.pop(position))
         finally:
             self._fill()
 
@@ -391,7 +415,14 @@ class Dispatcher:
         )
         meta = output["meta"]
         for result in done:
-            no_reasoning = self.reasoning.observe(result.answer.reasoning)
+            if result.answer.usage_missing and not self.usage_missing_said:
+                self.usage_missing_said = True
+                self._say(
+                    f"warning: server {result.server} answers without `usage`: those rows record 0 "
+                    "prompt and completion tokens (the rates, `report` and --max-length read them); "
+                    "SGLang and vLLM send it, so a proxy in between may drop it"
+                )
+            no_reasoning = self.reasoning.observe(result.answer.reasoning, result.answer.finish_reason)
             if no_reasoning is not None:
                 self._stop(no_reasoning)
             if result.answer.spec_accept_length is not None:
@@ -418,19 +449,20 @@ class Dispatcher:
     def _on_failure(self, server: Server, row: PromptRow, failure: RequestFailed) -> None:
         if self.pool.record_failure(server, failure.server_fault):
             # resets, timeouts or 5xx in a row although it accepts connections: the server
-            # is failing, not the rows; this one goes back with the others, no attempt spent
-            self._take_out(server, f"{server.failure_streak} failures in a row, the last: {failure}")
-            free = self.requests.free_requeues.get(row.position, 0)
-            if free < FREE_REQUEUES_PER_ROW:
-                self.requests.free_requeues[row.position] = free + 1
+            # is failing; the rows in flight there go back for free, and so does this one if
+            # the server did not answer at all, but an answer (a 5xx, a body that never
+            # ended) was this row's attempt: else a row that fails every server never ends
+            self._take_out(
+                server,
+                f"{server.failure_streak} failures in a row, the last: {failure}",
+                overloaded=failure.status in OVERLOAD_STATUSES,
+            )
+            if failure.kind is FailureKind.CONNECTION:
                 self._requeue(row.position)
-            else:  # it took servers out this often: maybe the row itself; it spends attempts now
+            else:
                 self._retry_or_fail(row.position, failure)
             return
         if failure.kind in (FailureKind.CONNECTION, FailureKind.TIMEOUT):
-            if not server.healthy:
-                self._requeue(row.position)
-                return
             # Is it the row or the server? A probe decides: a dead server's rows go
             # back to the queue for free; on a live server it was this row's attempt.
             self.probes.parked.setdefault(server.name, []).append((row.position, failure))
@@ -440,6 +472,16 @@ class Dispatcher:
 
     def _retry_or_fail(self, position: int, failure: RequestFailed) -> None:
         retry = self.policy.retry
+        overloads = self.requests.overloads.get(position, 0)
+        if failure.status in OVERLOAD_STATUSES and overloads < OVERLOAD_RETRIES_PER_ROW:
+            # "slow down", not "this row is bad": back off (at least Retry-After), no attempt spent
+            self.requests.overloads[position] = overloads + 1
+            self.batch.retried.append((str(failure), position))  # a request made, though no attempt spent
+            self.batch.waiting.add(position)
+            self.stats.retried(str(failure))
+            due_s = retry.delay_s(min(overloads + 1, 8), failure.retry_after_s)
+            self.queue.retry_at(time.monotonic() + due_s, position)
+            return
         attempts = self.requests.attempts[position] = self.requests.attempts.get(position, 0) + 1
         if failure.kind is FailureKind.FATAL or attempts >= retry.max_attempts:
             self.batch.failed.append((str(failure), position))
@@ -464,9 +506,17 @@ class Dispatcher:
         self.stats.requeued_from_down_server()
         self.queue.ready.appendleft(position)
 
-    def _take_out(self, server: Server, reason: str) -> None:
-        for position in self.pool.take_out(server):
+    def _take_out(self, server: Server, reason: str, *, overloaded: bool = False) -> None:
+        for position in self.pool.take_out(server, overloaded=overloaded):
             self._requeue(position)
+        if server.out_for_good:
+            why = (
+                f"server {server.name} is out for good: taken out {server.idle_rejoins + 1} times in a row, "
+                f"each time after rejoining without finishing a request (the last: {reason})"
+            )
+            self.out_for_good.append(why)
+            self._say(why)
+            return
         self._say(f"server {server.name} taken out ({reason}); its rows go back to the queue")
         self._probe_until_back(server)
 
@@ -534,6 +584,7 @@ class Dispatcher:
         jump_s = time.time() - time.monotonic() - self._clock_offset_s
         if abs(jump_s) > CLOCK_JUMP_S and abs(jump_s) > abs(self.clock_jump_s):
             self.clock_jump_s = jump_s
+            self.ledger.set_meta({CLOCK_JUMP_KEY: f"{jump_s:.0f}"})  # `report` warns later too
             self._say(
                 f"the system clock jumped by {jump_s:+.0f} s: time totals from the ledger are off by as much"
             )

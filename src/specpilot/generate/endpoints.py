@@ -147,6 +147,7 @@ async def default_model(session: aiohttp.ClientSession, endpoints: list[Endpoint
         if endpoint.served_model_name:
             return endpoint.served_model_name
     not_openai = []
+    unreachable: list[str] = []
     for endpoint in endpoints:
         url = f"{endpoint.base_url}/v1/models"
         try:
@@ -161,7 +162,9 @@ async def default_model(session: aiohttp.ClientSession, endpoints: list[Endpoint
                         return str(models[0]["id"])
                 except (ValueError, AttributeError, KeyError, TypeError):
                     not_openai.append(f"{shown_url(url)} answered {response.content_type}")
-        except (aiohttp.ClientError, TimeoutError):
+        except (aiohttp.ClientConnectionError, TimeoutError) as err:
+            unreachable.append(f"{shown_url(endpoint.base_url)} ({_connection_failure(err)})")
+        except aiohttp.ClientError:
             continue
     if not_openai:
         raise UserError(
@@ -169,8 +172,25 @@ async def default_model(session: aiohttp.ClientSession, endpoints: list[Endpoint
             field="--server",
             fix="pass the base URL of a vLLM/SGLang server, e.g. http://HOST:30000",
         )
+    if len(unreachable) == len(endpoints):
+        # a dead server is a connection problem, not a missing --model
+        raise UserError(
+            f"cannot connect to {', '.join(unreachable)}",
+            field="--server" if len(endpoints) == 1 else "servers",
+            fix="start the server (specpilot up SPEC), or check the URL's host and port",
+        )
     raise UserError(
         "no server answered /v1/models, so the model name is unknown",
         field="--model",
         fix="start the server or pass --model NAME",
     )
+
+
+def _connection_failure(err: BaseException) -> str:
+    """Why a connection failed, in a few words: the OS's reason where there is one."""
+    if isinstance(err, TimeoutError):
+        return f"no answer within {MODELS_PROBE_TIMEOUT_S:g} s"
+    reason = getattr(err, "os_error", None) or err
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused: nothing listens there"
+    return getattr(reason, "strerror", None) or str(reason) or type(err).__name__

@@ -12,6 +12,10 @@ only (never null), `tools` as a JSON string (so every row has one Arrow type), a
 SpecForge's `"status": "success"`. The Parquet/Arrow schema is fixed (not inferred per
 shard) so shards agree; non-string values are stored as JSON text.
 
+An export is whole or absent: it is written beside the target under a hidden temporary name
+and renamed onto it at the end (`--overwrite` replaces the whole target), never into the
+job's own folder.
+
 Every format streams: rows are read a line at a time and written line by line (JSONL) or
 a batch of `BATCH_ROWS` at a time (Parquet row groups, Arrow record batches), so memory
 does not grow with the job (bench/export_memory.py measures it).
@@ -20,10 +24,12 @@ does not grow with the job (bench/export_memory.py measures it).
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import itertools
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,33 +208,19 @@ class _Written:
 def _write_jsonl(
     directory: Path, target: Path, include_flagged: bool, done: RowsDone, records: Records
 ) -> _Written:
-    if target.is_dir():
-        raise UserError(
-            f"{target} is a folder", field="--to", fix="give the path of the .jsonl file to write"
-        )
-    _make_folder(target.parent)
-    tmp = target.with_name(target.name + ".tmp")
     written = left_out = 0
-    try:
-        with tmp.open("w", encoding="utf-8") as out:
-            for _, _, part_rows in committed_parts(directory, _splits(include_flagged)):
-                for row in part_rows:
-                    made = records(row)
-                    left_out += not made
-                    for record in made:
-                        out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    written += len(made)
-                done(written)
-            out.flush()
-            os.fsync(out.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # nothing half-written is left behind
-        raise
-    if not written:
-        tmp.unlink()
-        return _Written([], 0, left_out)
-    tmp.replace(target)
-    return _Written([target], written, left_out)
+    with target.open("w", encoding="utf-8") as out:
+        for _, _, part_rows in committed_parts(directory, _splits(include_flagged)):
+            for row in part_rows:
+                made = records(row)
+                left_out += not made
+                for record in made:
+                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                written += len(made)
+            done(written)
+        out.flush()
+        os.fsync(out.fileno())
+    return _Written([target] if written else [], written, left_out)
 
 
 #: rows per Arrow record batch / Parquet row group: ~10 MB of ~9 KB rows, whatever the part's size
@@ -243,21 +235,15 @@ def _batches(rows: Iterator[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
 
 def _write_parquet(directory: Path, target: Path, include_flagged: bool, done: RowsDone) -> _Written:
     """One shard per part, written a row group at a time."""
-    _make_folder(target)
+    target.mkdir()
     files: list[Path] = []
     rows = 0
     for path, _, part_rows in committed_parts(directory, _splits(include_flagged)):
         out = target / f"{path.parent.name}-{path.stem}.parquet"
-        tmp = out.with_name(out.name + ".tmp")
-        try:
-            with pq.ParquetWriter(tmp, SCHEMA) as writer:
-                for batch in _batches(part_rows):
-                    writer.write_batch(batch, row_group_size=BATCH_ROWS)
-                    rows += batch.num_rows
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        tmp.replace(out)
+        with pq.ParquetWriter(out, SCHEMA) as writer:
+            for batch in _batches(part_rows):
+                writer.write_batch(batch, row_group_size=BATCH_ROWS)
+                rows += batch.num_rows
         files.append(out)
         done(rows)
     return _Written(files, rows)
@@ -266,7 +252,7 @@ def _write_parquet(directory: Path, target: Path, include_flagged: bool, done: R
 def _write_hf(directory: Path, target: Path, include_flagged: bool, done: RowsDone) -> _Written:
     """A `Dataset.save_to_disk` directory: Arrow stream shards (one per part, written a batch
     at a time), then state.json and dataset_info.json, which make it a dataset."""
-    _make_folder(target)
+    target.mkdir()
     parts = list(committed_parts(directory, _splits(include_flagged)))  # rows not read yet
     names = [f"data-{i:05d}-of-{len(parts):05d}.arrow" for i in range(len(parts))]
     fingerprint = hashlib.sha256()  # datasets keys its caches by this: one per content
@@ -292,11 +278,106 @@ def _write_hf(directory: Path, target: Path, include_flagged: bool, done: RowsDo
     return _Written([target / name for name in names], rows)
 
 
-def _remove_partial(target: Path) -> None:
-    """The temporary files a failed export leaves (a full disk is then not fuller)."""
-    for tmp in (*target.parent.glob(f"{target.name}.tmp"), *target.glob("*.tmp")):
-        with contextlib.suppress(OSError):  # a read-only disk: nothing was written either
-            tmp.unlink()
+def _refuse_job_folder(directory: Path, to: Path, fmt: str) -> None:
+    """An export never writes into the job's own files: `--to` the job folder, a folder above it
+    (an --overwrite would replace the job), or a path inside it other than an export's default."""
+    job, where = directory.resolve(), to.resolve()
+    if where == job:
+        what = "is the job folder"
+    elif job.is_relative_to(where):
+        what = "holds the job folder"
+    elif where.is_relative_to(job) and not (where.parent == job and where.name in FORMATS.values()):
+        what = "is inside the job folder"
+    else:
+        return
+    raise UserError(
+        f"{to} {what} {directory}, which holds the job's data: an export never writes there",
+        field="--to",
+        fix=f"give a path outside {directory}, or leave --to out (default {directory / FORMATS[fmt]})",
+    )
+
+
+def _earlier_export(to: Path, fmt: str) -> bool:
+    """Whether an earlier export of `fmt` is at `to`; something else there is refused (an
+    --overwrite replaces the whole target, so it must be an export of this format)."""
+    if FORMATS[fmt].endswith(".jsonl"):
+        if to.is_dir():
+            raise UserError(
+                f"{to} is a folder", field="--to", fix="give the path of the .jsonl file to write"
+            )
+        return to.exists()
+    if to.exists() and not to.is_dir():
+        raise UserError(
+            f"{to} is a file, not a folder",
+            field="--to",
+            fix="give a folder that does not exist yet or is a folder you can write to",
+        )
+    held = sorted(p.name for p in to.iterdir()) if to.is_dir() else []
+    foreign = [name for name in held if not _export_file(name, fmt)]
+    if foreign:
+        raise UserError(
+            f"{to} holds {foreign[0]}, which no {fmt} export writes: an export replaces its whole folder",
+            field="--to",
+            fix="give a folder that does not exist yet, is empty, or holds an earlier export of this format",
+        )
+    return bool(held)
+
+
+def _export_file(name: str, fmt: str) -> bool:
+    if fmt == "parquet":
+        return name.endswith(".parquet")
+    return name in ("state.json", "dataset_info.json") or (
+        name.startswith("data-") and name.endswith(".arrow")
+    )
+
+
+def _partial_path(to: Path) -> Path:
+    """Where the export is written before it is renamed onto `to` (hidden: no glob of the
+    target's folder picks it up); named by this process, so a rerun can tell a killed one's."""
+    return to.with_name(f".{to.name}.{os.getpid()}.tmp")
+
+
+def _remove_stale_partials(to: Path) -> None:
+    """The partial exports of earlier runs that were killed before renaming theirs."""
+    for path in to.parent.glob(f".{glob.escape(to.name)}.*.tmp"):
+        pid = path.name[len(to.name) + 2 : -len(".tmp")].removesuffix(".old")
+        if pid.isascii() and pid.isdigit() and not _alive(int(pid)):
+            _remove(path)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (signal 0 is a check: nothing is sent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's: alive
+    return True
+
+
+def _publish(partial: Path, to: Path) -> None:
+    """Put the finished export at `to`: a file by one rename; a folder by moving the earlier one
+    aside, renaming the new one in, then deleting the earlier one (no mix of the two is ever seen)."""
+    if not partial.is_dir() or not to.is_dir():
+        partial.replace(to)
+        return
+    aside = to.with_name(f".{to.name}.{os.getpid()}.old.tmp")
+    to.rename(aside)
+    try:
+        partial.rename(to)
+    except OSError:
+        aside.rename(to)  # the earlier export stays
+        raise
+    _remove(aside)
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):  # a read-only disk: nothing was written either
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
 
 
 Writer = Callable[[Path, Path, bool, RowsDone], _Written]
@@ -328,22 +409,33 @@ def export(
 ) -> ExportResult:
     """Write the committed rows as `fmt`; `per_turn` (specforge only): one row per target turn, see
     `rows.turn_rows`; `done` hears the rows written so far after each part. An earlier export
-    at the target is replaced only with `overwrite` (never silently)."""
+    at the target is replaced only with `overwrite` (never silently), and then whole.
+
+    The export is written beside the target under a temporary name and renamed onto it at the
+    end, so the target is whole or absent: a killed or refused export (a changed part, a full
+    disk) leaves no target, and a refused `--overwrite` leaves the earlier export as it was."""
     to = target or directory / FORMATS[fmt]
-    # an earlier export of this format (a file of another kind is the writer's error to name)
-    earlier = to.is_file() if FORMATS[fmt].endswith(".jsonl") else to.is_dir() and any(to.iterdir())
+    _refuse_job_folder(directory, to, fmt)
+    earlier = _earlier_export(to, fmt)
     if earlier and not overwrite:
         raise UserError(
             f"{to} already exists", field="--to", fix="pass --overwrite to replace it, or give another --to"
         )
+    _make_folder(to.parent)
+    _remove_stale_partials(to)
+    partial = _partial_path(to)
     try:
-        written = _writer(fmt, per_turn)(directory, to, include_flagged, done or _quiet)
+        written = _writer(fmt, per_turn)(directory, partial, include_flagged, done or _quiet)
+        if written.files:
+            _publish(partial, to)
     except OSError as err:
-        _remove_partial(to)
         # reading the job's own files says so itself (committed_parts): this is the target
         raise disk_error(
             err, to, field="--to", elsewhere="pass --to a writable path on a disk with room"
         ) from None
+    finally:
+        _remove(partial)  # nothing half-written is left behind (a full disk is then not fuller)
+    written.files = [to / f.name if f.parent == partial else to for f in written.files]
     warnings = []
     if written.left_out:
         warnings.append(

@@ -8,10 +8,12 @@ Accepted row shapes (the first key present wins):
 * `{"id", "messages": [...]}`: OpenAI chat messages, the same.
 * `{"id", "prompt": "..."}`: one user turn.
 
-A row that cannot be used (roles out of order, empty content, unknown fields, a tool
-result without its call, nothing to generate) comes back as a `RejectedRow` naming its
-line and id and the fix; the job skips it. A line that is not JSON at all stops the job:
-that is a broken file, not a bad row.
+A row that cannot be used (roles out of order, empty content, a tool result without its
+call, nothing to generate) comes back as a `RejectedRow` naming its line and id and the
+fix; the job skips it. Fields a row has beyond these (`source`, `category`) are ignored
+and counted (`PromptRow.ignored_fields`); `strict` rejects such rows instead. A line that
+is not JSON at all stops the job: that is a broken file, not a bad row. A `.json` file
+holding one JSON array is read as its elements, in order.
 
 `id` is optional; without it `ids.derive_row_id` gives a content id. Each row also has a
 *position* (its ordinal among non-blank rows) which the ledger stores: on resume only the
@@ -149,20 +151,81 @@ def _unreadable_dataset(path: Path, why: str) -> UserError:
     )
 
 
+@dataclass(frozen=True)
+class InputMark:
+    """Where a JSONL row starts: a resume reads on from the last mark before its first pending
+    row instead of scanning every finished row's line."""
+
+    position: int
+    offset: int  # bytes
+    line_number: int
+
+
+#: a mark every this many rows (the ledger keeps them: 221 for 902,087 rows)
+MARK_EVERY_ROWS = 4096
+
+
 def iter_rows(
-    source: InputSource, positions: Container[int] | None = None, *, keep_given_turns: bool = False
+    source: InputSource,
+    positions: Container[int] | None = None,
+    *,
+    keep_given_turns: bool = False,
+    marks: list[InputMark] | None = None,
+    start: InputMark | None = None,
+    strict: bool = False,
 ) -> Iterator[Row]:
-    """Yield rows in input order; with `positions`, only rows at those positions."""
-    if source.kind == "jsonl":
-        yield from _iter_jsonl(source.files[0], positions, keep_given_turns)
+    """Yield rows in input order; with `positions`, only rows at those positions. JSONL only:
+    `marks` gathers an `InputMark` every MARK_EVERY_ROWS rows; `start` reads from one. `strict`
+    rejects a row with fields specpilot does not read (else they are ignored)."""
+    if source.kind == "jsonl" and _is_json_array(source.files[0]):
+        yield from _iter_json_array(source.files[0], positions, keep_given_turns, strict)
+    elif source.kind == "jsonl":
+        yield from _iter_jsonl(source.files[0], positions, keep_given_turns, strict, marks, start)
     else:
-        yield from _iter_arrow(source, positions, keep_given_turns)
+        yield from _iter_arrow(source, positions, keep_given_turns, strict)
 
 
-def _iter_jsonl(path: Path, positions: Container[int] | None, keep_given_turns: bool) -> Iterator[Row]:
-    position = 0
+def _is_json_array(path: Path) -> bool:
+    """A `.json` file whose first character is `[`: one JSON array of rows, not JSON Lines."""
+    if path.suffix.lower() != ".json":
+        return False
     with path.open("rb") as handle:
-        for line_number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
+        return handle.read(4096).lstrip().startswith(b"[")
+
+
+def _iter_json_array(
+    path: Path, positions: Container[int] | None, keep_given_turns: bool, strict: bool
+) -> Iterator[Row]:
+    """The elements of a `.json` array, each a row at its index (read whole: an array has no
+    line to resume from)."""
+    try:
+        records = json.loads(path.read_bytes())
+    except (ValueError, RecursionError) as err:
+        raise UserError(
+            f"is not valid JSON ({err.args[0]})",
+            field=str(path),
+            fix="fix the file, or write it as JSON Lines (one row per line)",
+        ) from None
+    for position, record in enumerate(records):
+        if positions is None or position in positions:
+            where = f"{path} element {position}"
+            yield row_from_record(record, position, where, keep_given_turns=keep_given_turns, strict=strict)
+
+
+def _iter_jsonl(
+    path: Path,
+    positions: Container[int] | None,
+    keep_given_turns: bool,
+    strict: bool,
+    marks: list[InputMark] | None = None,
+    start: InputMark | None = None,
+) -> Iterator[Row]:
+    position, offset, first_line = (start.position, start.offset, start.line_number) if start else (0, 0, 1)
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        lines = iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b"")
+        for line_number, raw in enumerate(lines, start=first_line):
+            row_offset, offset = offset, offset + len(raw)
             if len(raw) > MAX_LINE_BYTES:
                 raise UserError(
                     f"line {line_number} is longer than {MAX_LINE_BYTES:,} bytes",
@@ -171,6 +234,8 @@ def _iter_jsonl(path: Path, positions: Container[int] | None, keep_given_turns: 
                 )
             if not raw.strip():
                 continue
+            if marks is not None and position % MARK_EVERY_ROWS == 0:
+                marks.append(InputMark(position, row_offset, line_number))
             if positions is None or position in positions:
                 try:
                     record = json.loads(raw)
@@ -179,7 +244,8 @@ def _iter_jsonl(path: Path, positions: Container[int] | None, keep_given_turns: 
                         raise UserError(
                             "is one JSON array, not JSON Lines",
                             field=str(path),
-                            fix=f"write one row per line, e.g. jq -c '.[]' {path} > prompts.jsonl",
+                            fix=f"name it .json to read it as an array, or write one row per line, e.g. "
+                            f"jq -c '.[]' {path} > prompts.jsonl",
                         ) from None
                     raise UserError(
                         f"line {line_number} is not valid JSON ({err.args[0]})",
@@ -187,18 +253,22 @@ def _iter_jsonl(path: Path, positions: Container[int] | None, keep_given_turns: 
                         fix="fix or delete that line; each line must be one JSON object",
                     ) from None
                 yield row_from_record(
-                    record, position, f"{path}:{line_number}", keep_given_turns=keep_given_turns
+                    record,
+                    position,
+                    f"{path}:{line_number}",
+                    keep_given_turns=keep_given_turns,
+                    strict=strict,
                 )
             position += 1
 
 
 def _iter_arrow(
-    source: InputSource, positions: Container[int] | None, keep_given_turns: bool
+    source: InputSource, positions: Container[int] | None, keep_given_turns: bool, strict: bool
 ) -> Iterator[Row]:
     import pyarrow as pa
 
     try:
-        yield from _iter_arrow_files(source, positions, keep_given_turns)
+        yield from _iter_arrow_files(source, positions, keep_given_turns, strict)
     except (pa.ArrowException, OSError) as err:
         raise UserError(
             f"{source.path} cannot be read as {source.kind} ({err})",
@@ -208,7 +278,7 @@ def _iter_arrow(
 
 
 def _iter_arrow_files(
-    source: InputSource, positions: Container[int] | None, keep_given_turns: bool
+    source: InputSource, positions: Container[int] | None, keep_given_turns: bool, strict: bool
 ) -> Iterator[Row]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -230,11 +300,15 @@ def _iter_arrow_files(
             for offset, record in enumerate(batch.to_pylist()):
                 if positions is None or position + offset in positions:
                     where = f"{file} row {position + offset}"
-                    yield row_from_record(record, position + offset, where, keep_given_turns=keep_given_turns)
+                    yield row_from_record(
+                        record, position + offset, where, keep_given_turns=keep_given_turns, strict=strict
+                    )
             position += count
 
 
-def row_from_record(record: Any, position: int, where: str, *, keep_given_turns: bool = False) -> Row:
+def row_from_record(
+    record: Any, position: int, where: str, *, keep_given_turns: bool = False, strict: bool = False
+) -> Row:
     """Turn one decoded record into a PromptRow, or a RejectedRow naming `where` and the fix."""
     raw_id = record.get("id") if isinstance(record, dict) else None
     named = None if raw_id is None or raw_id == "" else str(raw_id)
@@ -250,14 +324,13 @@ def row_from_record(record: Any, position: int, where: str, *, keep_given_turns:
                 f"{unencodable} is a lone surrogate, not text",
                 "remove that escape or write the whole pair (e.g. \\ud83d\\ude00)",
             )
-        check_row_fields(record)
-        turns = _turns(record)
+        ignored = check_row_fields(record, strict=strict)
+        turns = _turns(record, ignored)
         conversation = plan_conversation(turns, record.get("tools"), keep_given_turns=keep_given_turns)
     except RowRejected as err:
         return RejectedRow(position, where, None if named is None else shown(named), err.problem, err.fix)
-    return PromptRow(
-        position, named or derive_row_id(_id_turns(turns)), conversation.segments, conversation.tools
-    )
+    row_id = named or derive_row_id(_id_turns(turns))
+    return PromptRow(position, row_id, conversation.segments, conversation.tools, ignored)
 
 
 def _id_turns(turns: list[Message]) -> list[Message]:
@@ -268,7 +341,7 @@ def _id_turns(turns: list[Message]) -> list[Message]:
     return turns[:end]
 
 
-def _turns(record: dict[str, Any]) -> list[Message]:
+def _turns(record: dict[str, Any], ignored: tuple[str, ...]) -> list[Message]:
     for key in PROMPT_KEYS:
         value = record.get(key)
         if value is None:
@@ -278,8 +351,9 @@ def _turns(record: dict[str, Any]) -> list[Message]:
                 raise RowRejected("'prompt' is not a non-empty string", 'write it as "prompt": "..."')
             return [{"role": "user", "content": value}]
         return normalize_turns(value, key)
+    has = f" (it has {', '.join(ignored)})" if ignored else ""
     raise RowRejected(
-        f"row has none of {', '.join(PROMPT_KEYS)}",
+        f"row has none of {', '.join(PROMPT_KEYS)}{has}",
         'give each row "conversations", "messages" or "prompt" (`specpilot generate --help` shows each)',
     )
 

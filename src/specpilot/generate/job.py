@@ -17,6 +17,8 @@ import os
 import sqlite3
 import sys
 import time
+import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
@@ -25,29 +27,45 @@ from typing import Any
 
 import aiohttp
 
-from specpilot import __version__
+from specpilot import __version__, jsontext
 from specpilot.errors import UserError
 from specpilot.generate.client import Sampling, open_session
 from specpilot.generate.dispatch import ClientFactory, Companion, Dispatcher, DispatchPolicy, RetryPolicy
 from specpilot.generate.endpoints import Endpoint, default_model
-from specpilot.generate.inputs import InputSource, check_output_dir, iter_rows, resolve_input
+from specpilot.generate.inputs import InputMark, InputSource, check_output_dir, iter_rows, resolve_input
 from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.lock import DirectoryLock
 from specpilot.generate.report import JobSummary, ServerRun, summarize
-from specpilot.generate.truncated import check_budget, requeue_truncated
+from specpilot.generate.truncated import (
+    MISSING_REASONING_BIT,
+    check_budget,
+    requeue_flagged,
+    requeue_truncated,
+)
 from specpilot.generate.types import RejectedRow
-from specpilot.generate.writer import SPLITS, PartWriter, damaged_parts, reconcile_parts, split_parts
-from specpilot.secrets import url_without_credentials
+from specpilot.generate.writer import (
+    CRC_CHUNK_BYTES,
+    SPLITS,
+    DamagedRow,
+    PartWriter,
+    damaged_parts,
+    reconcile_parts,
+    split_parts,
+)
+from specpilot.secrets import mask_fields, url_without_credentials
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
 JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
 
 DUPLICATES_SHOWN = 5
 REJECTED_SHOWN = 20
+DAMAGED_SHOWN = 20
 REJECTED_FILE = "rejected.jsonl"
 PARAM_KEYS = (
     "model", "thinking", "keep_given_turns", "max_tokens", "temperature", "top_p", "top_k", "request_fields",
 )  # fmt: skip
+#: the --max-tokens the rows of the last --retry-truncated were cut off at
+RETRY_FROM_KEY = "truncated_retry_from"
 #: what a job started before a key existed had
 DEFAULT_PARAMS = {"keep_given_turns": "false", "request_fields": "{}"}
 
@@ -73,6 +91,8 @@ class JobConfig:
     request_fields: dict[str, Any] = field(default_factory=dict)
     limit: int | None = None
     dedupe: bool = False
+    #: reject input rows with fields specpilot does not read (else ignored, counted in one line)
+    strict_rows: bool = False
     retry_failed: bool = False
     retry_truncated: bool = False  # send rows cut off at the old --max-tokens again, at a larger one
     max_attempts: int = 6
@@ -163,8 +183,7 @@ class Job:
                     fix="drop it for a new job (pass it when resuming one with truncated rows)",
                 )
             self._initialize(params)
-        else:
-            self._check_same_job(meta, params)
+        thinking_off = resumed and self._check_same_job(meta, params)
         for split in SPLITS:
             directory = self.config.output_dir / split.directory
             directory.mkdir(parents=True, exist_ok=True)
@@ -174,17 +193,36 @@ class Job:
                     f"{', '.join(repaired.lost_parts)} in {directory} lost rows since the last run "
                     f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again"
                 )
+            for damaged in repaired.damaged[:DAMAGED_SHOWN]:
+                self.config.notify(f"{damaged.describe()}: taken out, queued to be generated again")
+            if len(repaired.damaged) > DAMAGED_SHOWN:
+                self.config.notify(f"... {len(repaired.damaged) - DAMAGED_SHOWN} more damaged rows")
             if repaired.changed_parts:
                 self.config.notify(
                     f"{repaired.changed_rows} committed rows in {', '.join(repaired.changed_parts)} in "
                     f"{directory} changed since they were written (checksum mismatch): taken out and "
                     "queued to be generated again"
                 )
-        if self.config.retry_truncated:
+        if self.config.retry_truncated and self._retry_resumed(meta, params):
+            self.config.notify(
+                f"resuming the retry of truncated rows at --max-tokens {self.config.max_tokens} "
+                f"(they were cut off at {meta[RETRY_FROM_KEY]})"
+            )
+        elif self.config.retry_truncated:
             retried = requeue_truncated(self.config.output_dir, self.ledger)
-            self.ledger.set_meta({"max_tokens": params["max_tokens"]})  # after: a kill before retries again
+            # after: a kill before retries again; the budget they were cut at, for a resume of this retry
+            self.ledger.set_meta(
+                {"max_tokens": params["max_tokens"], RETRY_FROM_KEY: meta.get("max_tokens", "null")}
+            )
             self.config.notify(
                 f"{retried} truncated rows queued again at --max-tokens {self.config.max_tokens}"
+            )
+        if thinking_off:
+            again = requeue_flagged(self.config.output_dir, self.ledger, MISSING_REASONING_BIT)
+            self.ledger.set_meta({"thinking": params["thinking"]})  # after: a kill before requeues again
+            self.config.notify(
+                f"thinking is now off (--no-thinking): the {again} rows that came back without reasoning "
+                "are queued to be generated again"
             )
         in_flight = self.ledger.counts()[RowState.IN_FLIGHT]
         if in_flight:  # what the last run's stop cost: these are generated again
@@ -221,7 +259,8 @@ class Job:
             "temperature": c.temperature,
             "top_p": c.top_p,
             "top_k": c.top_k,
-            "request_fields": dict(sorted(c.request_fields.items())),
+            # stored and shown (ledger, manifest.json): an --extra-body api_key is masked
+            "request_fields": mask_fields(dict(sorted(c.request_fields.items()))),
         }
         return {
             key: json.dumps(value) if not isinstance(value, str) else value for key, value in values.items()
@@ -231,12 +270,22 @@ class Job:
         seen: dict[str, int] = {}
         duplicates: list[str] = []
         rejected: list[RejectedRow] = []
+        ignored: Counter[str] = Counter()
+
+        marks: list[InputMark] = []
 
         def listed() -> Iterator[tuple[int, str]]:
-            for row in iter_rows(self.source, keep_given_turns=self.config.keep_given_turns):
+            rows = iter_rows(
+                self.source,
+                keep_given_turns=self.config.keep_given_turns,
+                strict=self.config.strict_rows,
+                marks=marks,
+            )
+            for row in rows:
                 if isinstance(row, RejectedRow):
                     rejected.append(row)
                     continue
+                ignored.update(row.ignored_fields)
                 if row.row_id in seen:
                     duplicates.append(row.row_id)
                     continue
@@ -244,6 +293,11 @@ class Job:
                 yield row.position, row.row_id
 
         def check() -> dict[str, str]:
+            if ignored:
+                counts = ", ".join(f"{name} in {count:,} rows" for name, count in sorted(ignored.items()))
+                self.config.notify(
+                    f"ignored fields specpilot does not read: {counts} (--strict refuses such rows)"
+                )
             self._report_rejected(rejected)
             if not seen:
                 raise UserError(
@@ -269,26 +323,50 @@ class Job:
                 "rejected": str(len(rejected)),
             }
 
-        self.ledger.initialize(listed(), check)
+        self.ledger.initialize(listed(), check, lambda: _with_block_crcs(self.source, marks))
 
     def _report_rejected(self, rejected: list[RejectedRow]) -> None:
-        """One line per rejected row (the first few; all of them in rejected.jsonl)."""
-        lines = [row.line() for row in rejected]
-        for line in lines[:REJECTED_SHOWN]:
-            self.config.notify(f"rejected {line}")
-        if len(lines) > REJECTED_SHOWN:
-            self.config.notify(f"... {len(lines) - REJECTED_SHOWN} more rejected rows in {REJECTED_FILE}")
+        """One line per reason, with how many rows it rejected and the first of them (the first
+        few reasons; every row in rejected.jsonl): 900k rows with one bad field are one line."""
+        by_reason: dict[tuple[str, str], list[RejectedRow]] = {}
+        for row in rejected:
+            by_reason.setdefault((row.problem, row.fix), []).append(row)
+        for (problem, fix), rows in list(by_reason.items())[:REJECTED_SHOWN]:
+            if len(rows) == 1:
+                self.config.notify(f"rejected {rows[0].line()}")
+                continue
+            first = rows[0].where + (f" (id {rows[0].row_id})" if rows[0].row_id else "")
+            self.config.notify(f"rejected {len(rows):,} rows: {problem}; {fix} (first: {first})")
+        if len(by_reason) > REJECTED_SHOWN:
+            more = len(by_reason) - REJECTED_SHOWN
+            self.config.notify(f"... {more} more reasons; every rejected row is in {REJECTED_FILE}")
         records = ({"where": r.where, "id": r.row_id, "problem": r.problem, "fix": r.fix} for r in rejected)
         _write_atomic(
             self.config.output_dir / REJECTED_FILE,
             "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
         )
 
-    def _check_same_job(self, meta: dict[str, str], params: dict[str, str]) -> None:
+    @staticmethod
+    def _retry_resumed(meta: dict[str, str], params: dict[str, str]) -> bool:
+        """--retry-truncated again at the budget an earlier retry already moved the job to."""
+        return RETRY_FROM_KEY in meta and meta.get("max_tokens") == params["max_tokens"]
+
+    def _check_same_job(self, meta: dict[str, str], params: dict[str, str]) -> bool:
+        """Refuse other parameters than the job's; True when thinking is turned off as the
+        no-reasoning guard advises (every done row came back without reasoning: sent again)."""
         # a ledger from before a parameter existed ran with its default
         changed = [k for k in PARAM_KEYS if meta.get(k, DEFAULT_PARAMS.get(k)) != params[k]]
+        thinking_off = (
+            "thinking" in changed and params["thinking"] == "false" and self._only_rows_without_reasoning()
+        )
+        if thinking_off:
+            changed.remove("thinking")
         if self.config.retry_truncated:
-            check_budget(json.loads(meta.get("max_tokens", "null")), self.config.max_tokens)
+            # a retry resumed (after a kill) is checked against the budget the rows were cut at
+            cut_at = (
+                meta[RETRY_FROM_KEY] if self._retry_resumed(meta, params) else meta.get("max_tokens", "null")
+            )
+            check_budget(json.loads(cut_at), self.config.max_tokens)
             changed = [k for k in changed if k != "max_tokens"]
         if changed:
             was = ", ".join(f"{k}={meta.get(k)} (now {params[k]})" for k in changed)
@@ -298,14 +376,37 @@ class Job:
                 fix="repeat the original parameters to resume, or choose a new --output directory",
             )
         if meta.get("input_fingerprint") == self.source.fingerprint():
-            return
+            return thinking_off
         if meta.get("input_sha256") != self.source.sha256():
             raise UserError(
-                f"{self.source.path} changed since this job started",
+                f"{self.source.path} changed since this job started{self._where_changed()}",
                 field="--input",
                 fix="pass the original input to resume, or choose a new --output directory for the new input",
             )
         self.ledger.set_meta({"input_fingerprint": self.source.fingerprint()})
+        return thinking_off
+
+    def _only_rows_without_reasoning(self) -> bool:
+        """Whether the job has done rows and each came back without reasoning (the guard's stop)."""
+        query = (
+            f"SELECT COUNT(*), SUM((flags & {MISSING_REASONING_BIT}) != 0) FROM rows "
+            f"WHERE state = {RowState.DONE}"
+        )
+        ((done, without),) = self.ledger.query(query, ())
+        return bool(done) and done == without
+
+    def _where_changed(self) -> str:
+        """Which lines of a changed JSONL input differ: the first block of rows whose bytes do not
+        match the crc32 recorded when the job was listed ("" when that cannot be told)."""
+        marks = self.ledger.input_marks()
+        if self.source.kind != "jsonl" or not marks or marks[0][3] is None:
+            return ""
+        now = _with_block_crcs(self.source, [InputMark(p, o, n) for p, o, n, _ in marks])
+        for index, (then, found) in enumerate(zip(marks, now, strict=True)):
+            if then[3] != found[3]:
+                last = f"-{marks[index + 1][2] - 1}" if index + 1 < len(marks) else " on"
+                return f" (first within lines {then[2]}{last})"
+        return ""
 
     def dispatcher(self, session: aiohttp.ClientSession, sampling: Sampling) -> Dispatcher:
         """The dispatcher of this run's pending rows (after `prepare`)."""
@@ -322,10 +423,22 @@ class Job:
             session,
             sampling,
             self.ledger,
-            iter_rows(self.source, self.pending, keep_given_turns=self.config.keep_given_turns),
+            iter_rows(
+                self.source,
+                self.pending,
+                keep_given_turns=self.config.keep_given_turns,
+                start=self._input_start(),
+            ),
             writers,
             self.config.client_factory,
         )
+
+    def _input_start(self) -> InputMark | None:
+        """Where reading the input for the pending rows may begin (checked unchanged at prepare)."""
+        if not self.pending:
+            return None
+        found = self.ledger.input_mark_before(min(self.pending))
+        return None if found is None else InputMark(*found)
 
     # -- finishing ------------------------------------------------------------
 
@@ -383,7 +496,7 @@ class Job:
             ],
             "updated_at": time.time(),
         }
-        _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+        _write_atomic(out / "manifest.json", jsontext.dumps(manifest, indent=2) + "\n")
         return summary
 
 
@@ -408,6 +521,11 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
         dispatcher = job.dispatcher(session, sampling)
         async with watch(dispatcher) if watch else contextlib.nullcontext():
             await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
+        if dispatcher.no_server_left:
+            job.ledger.fail_unfinished(f"not sent: {dispatcher.no_server_left}", config.limit)
+        elif dispatcher.out_for_good:  # the others carried on: still worth a line at the end
+            for why in dispatcher.out_for_good:
+                config.notify(f"warning: {why}")
         if dispatcher.clock_jump_s:
             config.notify(
                 f"warning: the system clock jumped by {dispatcher.clock_jump_s:+.0f} s while the job ran: "
@@ -415,6 +533,27 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
             )
         servers = [ServerRun(s.name, s.done_rows, s.taken_out_count) for s in dispatcher.pool.servers]
         return dispatcher.stop_reason, servers
+
+
+def _with_block_crcs(source: InputSource, marks: list[InputMark]) -> list[tuple[int, int, int, int | None]]:
+    """Each mark with the crc32 of the input's bytes from it to the next mark (the last: to the
+    end), read in one streamed pass; a resume told the input changed names the block."""
+    if source.kind != "jsonl" or not marks:
+        return [(m.position, m.offset, m.line_number, None) for m in marks]
+    found: list[tuple[int, int, int, int | None]] = []
+    with source.files[0].open("rb") as handle:
+        for mark, following in zip(marks, [*marks[1:], None], strict=True):
+            handle.seek(mark.offset)
+            left = None if following is None else following.offset - mark.offset
+            crc = 0
+            while left is None or left > 0:
+                chunk = handle.read(CRC_CHUNK_BYTES if left is None else min(left, CRC_CHUNK_BYTES))
+                if not chunk:
+                    break
+                crc = zlib.crc32(chunk, crc)
+                left = None if left is None else left - len(chunk)
+            found.append((mark.position, mark.offset, mark.line_number, crc))
+    return found
 
 
 def storage_error(err: OSError | sqlite3.Error, output_dir: Path, input_path: Path) -> UserError:
@@ -467,9 +606,14 @@ def _watch_runs(endpoints: list[Endpoint], dispatcher: Dispatcher) -> list[Compa
 
 def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
     """Run (or resume) a job to its end; the summary comes from the ledger."""
+    return asyncio.run(generate_in_loop(config, watch))
+
+
+async def generate_in_loop(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
+    """`run_generate` inside the caller's event loop (`specpilot job` drives its servers beside it)."""
     try:
         with Job(config) as job:
-            stop_reason, servers = asyncio.run(_run(job, watch))
+            stop_reason, servers = await _run(job, watch)
             summary = replace(job.write_reports(), this_run_servers=servers)
             scope_left = job.unfinished_in_scope()
             lost = damaged_parts(config.output_dir, job.ledger)
@@ -508,3 +652,61 @@ def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
             f"are in the input: the same command without --limit does them{rejected}",
         )
     return Outcome(summary, 0, f"all {summary.done} rows done{rejected}")
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What `specpilot verify` read and repaired."""
+
+    parts: int
+    rows: int
+    damaged: tuple[DamagedRow, ...]
+    requeued_rows: int
+    lost_parts: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "parts": self.parts,
+            "rows": self.rows,
+            "requeued_rows": self.requeued_rows,
+            "lost_parts": list(self.lost_parts),
+            "damaged": [{"part": d.part, "line": d.line, "id": d.row_id} for d in self.damaged],
+        }
+
+
+def verify_job(directory: Path) -> Verified:
+    """Read every committed byte of a job's parts (streamed, one part's ids in memory), take
+    out each row whose line changed or is gone and queue it to be generated again; with the
+    job's lock held, so no `generate` writes meanwhile."""
+    if not (directory / LEDGER_FILE).is_file():
+        raise UserError(
+            f"{directory} holds no generate job (no {LEDGER_FILE})",
+            field="DIR",
+            fix="pass the --output folder of a `specpilot generate` job",
+        )
+    lock = DirectoryLock(directory)
+    try:
+        ledger = Ledger.in_dir(directory)
+        try:
+            damaged: list[DamagedRow] = []
+            lost: list[str] = []
+            requeued = 0
+            for split in SPLITS:
+                folder = directory / split.directory
+                folder.mkdir(exist_ok=True)
+                found = reconcile_parts(folder, ledger, split.first_part, full=True)
+                damaged += found.damaged
+                lost += [f"{split.directory}/{name}" for name in found.lost_parts]
+                requeued += found.requeued_rows + found.changed_rows
+            commits = ledger.part_commits().values()
+            return Verified(
+                sum(1 for c in commits if c.rows),
+                sum(c.rows for c in commits),
+                tuple(damaged),
+                requeued,
+                tuple(lost),
+            )
+        finally:
+            ledger.close()
+    finally:
+        lock.release()

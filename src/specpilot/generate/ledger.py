@@ -5,8 +5,12 @@ Tables:
 * `rows(position, id, state, attempts, last_error, part, prompt_tokens,
   completion_tokens, flags, done_at)`: one row per input prompt, keyed by its input
   position (so a resume parses only pending input rows) with `id` unique.
-* `parts(part, committed_bytes, rows)`: per output shard, how many bytes of it hold
-  rows that this ledger marks done.
+* `parts(part, committed_bytes, rows, crc, mtime_ns, tail_start, tail_crc)`: per output
+  shard, how many bytes of it hold rows that this ledger marks done, and its verified
+  mark: the crc32 of those bytes, the file's mtime when they were committed, and where
+  the last commit's bytes start (with the crc32 up to there). A start trusts a part whose
+  size and mtime match its mark and re-reads only the last commit of the newest part;
+  `specpilot verify` reads every byte.
 * `meta(key, value)`: job parameters, input fingerprint and hash, last metrics.
 
 Exactly-once invariant (together with `writer.py`):
@@ -54,12 +58,35 @@ CREATE TABLE IF NOT EXISTS rows (
     done_at REAL,
     crc INTEGER
 );
+CREATE INDEX IF NOT EXISTS rows_by_state ON rows (state);
+CREATE TABLE IF NOT EXISTS input_marks (
+    position INTEGER PRIMARY KEY,
+    byte_offset INTEGER NOT NULL,
+    line_number INTEGER NOT NULL,
+    block_crc INTEGER  -- zlib.crc32 of the input's bytes from this mark to the next (or the end)
+);
 CREATE TABLE IF NOT EXISTS parts (
     part INTEGER PRIMARY KEY,
     committed_bytes INTEGER NOT NULL,
-    rows INTEGER NOT NULL
+    rows INTEGER NOT NULL,
+    crc INTEGER,
+    mtime_ns INTEGER,
+    tail_start INTEGER NOT NULL DEFAULT 0,
+    tail_crc INTEGER
 );
 """
+#: the verified mark's columns, added to a ledger from before them
+PART_MARK_COLUMNS = {
+    "crc": "INTEGER",
+    "mtime_ns": "INTEGER",
+    "tail_start": "INTEGER NOT NULL DEFAULT 0",
+    "tail_crc": "INTEGER",
+}
+
+PUT_PART = (
+    "INSERT OR REPLACE INTO parts (part, committed_bytes, rows, crc, mtime_ns, tail_start, tail_crc) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
 #: a reader (`report`) or the job itself waits this long for the other side's SQLite lock
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -88,11 +115,29 @@ class DoneRecord:
 
 @dataclass(frozen=True, slots=True)
 class PartCommit:
-    """A part file's new durable length and its row count."""
+    """A part file's new durable length and its row count, with its verified mark."""
 
     part: int
     committed_bytes: int
     rows: int
+    #: zlib.crc32 of bytes [0, committed_bytes); None: not known (a ledger from before marks)
+    crc: int | None = None
+    #: the file's st_mtime_ns right after those bytes were fsynced
+    mtime_ns: int | None = None
+    #: the last commit's bytes are [tail_start, committed_bytes); the crc32 of the bytes before them
+    tail_start: int = 0
+    tail_crc: int | None = None
+
+    def as_row(self) -> tuple[int, int, int, int | None, int | None, int, int | None]:
+        return (
+            self.part,
+            self.committed_bytes,
+            self.rows,
+            self.crc,
+            self.mtime_ns,
+            self.tail_start,
+            self.tail_crc,
+        )
 
 
 @dataclass
@@ -136,6 +181,10 @@ class Ledger:
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(rows)")}
             if "crc" not in columns:  # a ledger from before row checksums: its rows have none
                 self._db.execute("ALTER TABLE rows ADD COLUMN crc INTEGER")
+            part_columns = {row[1] for row in self._db.execute("PRAGMA table_info(parts)")}
+            for name, kind in PART_MARK_COLUMNS.items():
+                if name not in part_columns:  # a ledger from before marks: its parts are checked once
+                    self._db.execute(f"ALTER TABLE parts ADD COLUMN {name} {kind}")
 
     @classmethod
     def in_dir(cls, directory: Path, *, readonly: bool = False) -> Ledger:
@@ -156,8 +205,14 @@ class Ledger:
     def is_initialized(self) -> bool:
         return "initialized_at" in self.meta()
 
-    def initialize(self, rows: Iterable[tuple[int, str]], finish: Callable[[], dict[str, str]]) -> int:
-        """Insert every (position, id), then `finish()`'s meta, in one transaction.
+    def initialize(
+        self,
+        rows: Iterable[tuple[int, str]],
+        finish: Callable[[], dict[str, str]],
+        marks: Callable[[], Iterable[tuple[int, int, int, int | None]]] = tuple,
+    ) -> int:
+        """Insert every (position, id), then `marks()` (position, byte offset, line number, block
+        crc32: gathered while `rows` is read) and `finish()`'s meta, in one transaction.
 
         One transaction means a kill during initialization (or `finish` refusing the
         input, e.g. for duplicate ids) leaves an empty ledger that the next run
@@ -167,6 +222,8 @@ class Ledger:
             self._db.execute("DELETE FROM rows")
             cursor = self._db.executemany("INSERT INTO rows (position, id) VALUES (?, ?)", rows)
             count = cursor.rowcount
+            self._db.execute("DELETE FROM input_marks")
+            self._db.executemany("INSERT INTO input_marks VALUES (?, ?, ?, ?)", marks())
             meta = {**finish(), "initialized_at": f"{time.time():.3f}", "total": str(count)}
             self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
         return count
@@ -181,6 +238,37 @@ class Ledger:
                 [int(s) for s in states],
             )
         return cursor.rowcount
+
+    def fail_unfinished(self, reason: str, below_position: int | None = None) -> int:
+        """Rows not done or failed (below `below_position` if given) fail with `reason`: the job
+        ends without a server to send them to; `--retry-failed` sends them again."""
+        limit = (1 << 62) if below_position is None else below_position
+        with self._transaction():
+            cursor = self._db.execute(
+                f"UPDATE rows SET state = {RowState.FAILED}, last_error = ? "
+                f"WHERE state IN ({RowState.PENDING}, {RowState.IN_FLIGHT}) AND position < ?",
+                (reason, limit),
+            )
+        return cursor.rowcount
+
+    def input_marks(self) -> list[tuple[int, int, int, int | None]]:
+        """Every (position, byte offset, line number, block crc32) mark, in input order."""
+        query = "SELECT position, byte_offset, line_number, block_crc FROM input_marks ORDER BY position"
+        return [
+            (int(a), int(b), int(c), None if d is None else int(d)) for a, b, c, d in self._db.execute(query)
+        ]
+
+    def input_mark_before(self, position: int) -> tuple[int, int, int] | None:
+        """The last (position, byte offset, line number) mark at or before `position`, if any."""
+        try:
+            found = self._db.execute(
+                "SELECT position, byte_offset, line_number FROM input_marks WHERE position <= ? "
+                "ORDER BY position DESC LIMIT 1",
+                (position,),
+            ).fetchone()
+        except sqlite3.OperationalError:  # read-only, from before marks
+            return None
+        return None if found is None else (int(found[0]), int(found[1]), int(found[2]))
 
     def counts(self, below_position: int | None = None) -> dict[RowState, int]:
         """Rows per state (only positions below `below_position` if given)."""
@@ -197,8 +285,15 @@ class Ledger:
     # -- output parts --------------------------------------------------------
 
     def part_commits(self) -> dict[int, PartCommit]:
-        rows = self._db.execute("SELECT part, committed_bytes, rows FROM parts").fetchall()
-        return {part: PartCommit(part, size, count) for part, size, count in rows}
+        try:
+            query = "SELECT part, committed_bytes, rows, crc, mtime_ns, tail_start, tail_crc FROM parts"
+            return {row[0]: PartCommit(*row) for row in self._db.execute(query)}
+        except sqlite3.OperationalError as err:
+            if "no such column" not in str(err):
+                raise
+            # read-only, from before marks
+            rows = self._db.execute("SELECT part, committed_bytes, rows FROM parts").fetchall()
+            return {part: PartCommit(part, size, count) for part, size, count in rows}
 
     def done_in_part(self, part: int) -> dict[str, int]:
         """id -> position of the rows the ledger has as done in `part`."""
@@ -224,10 +319,7 @@ class Ledger:
                 "completion_tokens = NULL, flags = 0, done_at = NULL, crc = NULL WHERE position = ?",
                 ((p,) for p in positions),
             )
-            self._db.execute(
-                "INSERT OR REPLACE INTO parts VALUES (?, ?, ?)",
-                (commit.part, commit.committed_bytes, commit.rows),
-            )
+            self._db.execute(PUT_PART, commit.as_row())
 
     def states_of(self, row_ids: Sequence[str]) -> dict[str, tuple[int, RowState]]:
         """id -> (position, state) for the ids the ledger knows."""
@@ -248,35 +340,37 @@ class Ledger:
             return
         with self._transaction():
             db = self._db
+            # attempts count requests that ended: answered, failed or retried (a row sent back
+            # because its server was taken out counts none; --max-attempts counts in memory,
+            # where a 429/503 back-off spends none)
             db.executemany(
-                f"UPDATE rows SET state = {RowState.IN_FLIGHT}, attempts = attempts + 1 "
+                f"UPDATE rows SET state = {RowState.IN_FLIGHT} "
                 f"WHERE position = ? AND state != {RowState.DONE}",
                 ((p,) for p in batch.started),
             )
-            db.executemany("UPDATE rows SET last_error = ? WHERE position = ?", batch.retried)
+            db.executemany(
+                "UPDATE rows SET last_error = ?, attempts = attempts + 1 WHERE position = ?", batch.retried
+            )
             db.executemany(
                 f"UPDATE rows SET state = {RowState.PENDING} "
                 f"WHERE position = ? AND state = {RowState.IN_FLIGHT}",
                 ((p,) for p in sorted(batch.waiting)),
             )
             db.executemany(
-                f"UPDATE rows SET state = {RowState.FAILED}, last_error = ? "
+                f"UPDATE rows SET state = {RowState.FAILED}, last_error = ?, attempts = attempts + 1 "
                 f"WHERE position = ? AND state != {RowState.DONE}",
                 batch.failed,
             )
             db.executemany(
                 f"UPDATE rows SET state = {RowState.DONE}, part = ?, prompt_tokens = ?, "
-                "completion_tokens = ?, flags = ?, done_at = ?, last_error = NULL, crc = ? "
-                "WHERE position = ?",
+                "completion_tokens = ?, flags = ?, done_at = ?, last_error = NULL, crc = ?, "
+                "attempts = attempts + 1 WHERE position = ?",
                 (
                     (d.part, d.prompt_tokens, d.completion_tokens, d.flags, d.done_at, d.crc, d.position)
                     for d in batch.done
                 ),
             )
-            db.executemany(
-                "INSERT OR REPLACE INTO parts VALUES (?, ?, ?)",
-                ((c.part, c.committed_bytes, c.rows) for c in batch.parts),
-            )
+            db.executemany(PUT_PART, (c.as_row() for c in batch.parts))
 
     def failed_rows(self) -> list[tuple[str, int, str]]:
         """(id, attempts, last_error) of every failed row, in input order."""

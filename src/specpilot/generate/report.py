@@ -56,8 +56,11 @@ def reading_ledger(directory: Path) -> Iterator[Ledger]:
         ) from None
 
 
+#: the ledger's meta key for the largest clock jump the job saw (seconds, signed)
+CLOCK_JUMP_KEY = "clock_jump_s"
+
 #: keys `to_json` leaves out when unset (the other commands' summaries have no such part)
-_ABSENT_UNSET = ("this_run_servers", "lengths")
+_ABSENT_UNSET = ("this_run_servers", "lengths", "clock_jump_s")
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,8 @@ class JobSummary:
     rate_window_s: float = RATE_WINDOW_S
     this_run_servers: list[ServerRun] | None = None  # generate's summary only
     lengths: dict[str, dict[str, Any]] | None = None  # report --max-length only, per split
+    #: the system clock jumped this far while the job ran: elapsed_s and overall rates are off by it
+    clock_jump_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object `generate --json` and `report --json` print (parts absent when unset)."""
@@ -128,12 +133,19 @@ def summarize(ledger: Ledger, *, now: float | None = None, running: bool | None 
         running = is_held(ledger.path.parent)
     meta = ledger.meta()
     counts = ledger.counts()
+    if not running:
+        # a job that ended: its rates are those of its last window, whenever it is asked
+        # (else `report` later says 0 rows/s where `generate` ended at its real rate)
+        ((last,),) = ledger.query("SELECT MAX(done_at) FROM rows")
+        if last is not None:
+            now = min(now, float(str(last)))
     run_started = float(meta.get("run_started_at") or meta.get("initialized_at") or now)
     window_s = max(min(RATE_WINDOW_S, now - run_started), 1.0)
     flag_sums = ", ".join(f"SUM((flags >> {bit}) & 1)" for bit in range(len(FLAG_NAMES)))
     (totals,) = ledger.query(
         "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
-        "COALESCE(SUM(MAX(attempts - 1, 0)), 0), "
+        # attempts count requests that ended; the last of a done or failed row was no retry
+        f"COALESCE(SUM(attempts) - SUM(attempts > 0 AND state IN ({RowState.DONE}, {RowState.FAILED})), 0), "
         "SUM(done_at > ? AND done_at <= ?), "
         "SUM(CASE WHEN done_at > ? AND done_at <= ? THEN completion_tokens END), "
         "MIN(done_at), MAX(done_at), "
@@ -177,6 +189,7 @@ def summarize(ledger: Ledger, *, now: float | None = None, running: bool | None 
         servers=json.loads(meta.get("servers", "[]")),
         input=meta.get("input"),
         rate_window_s=round(window_s, 1),
+        clock_jump_s=float(meta[CLOCK_JUMP_KEY]) if CLOCK_JUMP_KEY in meta else None,
     )
 
 
@@ -199,6 +212,10 @@ def render_summary(summary: JobSummary, console: Console) -> None:
         table.add_row(f"rows/s (last {s.rate_window_s:.0f} s)", f"{s.rows_per_s:.2f}")
         table.add_row(f"out tok/s (last {s.rate_window_s:.0f} s)", f"{s.output_tokens_per_s:.0f}")
         table.add_row("eta", eta_text(s.eta_s) if s.eta_s else "-")
+    if s.clock_jump_s:
+        table.add_row(
+            "warning", f"the system clock jumped by {s.clock_jump_s:+.0f} s: times and rates are off"
+        )
     accept = s.spec_accept_length
     table.add_row("spec accept length", "-" if accept is None else f"{accept:.2f}")
     table.add_row("model / thinking", f"{s.model} / {s.thinking}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from specpilot.secrets import mask_fields
+
 
 @dataclass(frozen=True)
 class SamplingOptions:
@@ -30,5 +32,5 @@ class SamplingOptions:
             "temperature": self.temperature,
             "top_p": self.top_p,
             "top_k": self.top_k,
-            **({"request_fields": dict(self.request_fields)} if self.request_fields else {}),
+            **({"request_fields": mask_fields(dict(self.request_fields))} if self.request_fields else {}),
         }

@@ -5,7 +5,8 @@ never above `--concurrency` per server. A server whose connections fail is taken
 its in-flight requests are cancelled and their rows requeued without spending an attempt
 (the row did nothing wrong); a prober then polls `/v1/models` (or `/health`) with backoff
 and puts the server back once it answers. With every server out, nothing is dispatched,
-so no retries are burnt while the job waits.
+so no retries are burnt while the job waits. A server taken out again each time it rejoins,
+without finishing a request in between, is out for good after IDLE_REJOINS_LIMIT times.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ HEALTH_PATH = "/health"
 #: failures in a row (resets, timeouts, 5xx) that take a server out although it still
 #: accepts connections; back in after a good probe, one more failure takes it out again
 FAILURES_BEFORE_TAKE_OUT = 5
+#: times in a row a server may be taken out again after rejoining without finishing a single
+#: request: past it, it is out for good (it answers probes but serves nothing: a drip-feeding
+#: or wedged server would otherwise pause and rejoin forever)
+IDLE_REJOINS_LIMIT = 3
 #: an smg router answers /health while it has no worker; /readiness is 503 then
 ROUTER_PROBE_PATHS = ("/readiness",)
 
@@ -43,6 +48,13 @@ class Server:
     failure_streak: int = 0  # server-side failures since its last answer
     probe_delay_s: float = 0.5  # the prober's first wait; doubles each time it is taken out again
     group: str | None = None  # router replicas of one fleet: one room, shared
+    #: done_rows when it last rejoined (None: never taken out and brought back)
+    rejoined_at_done: int | None = None
+    idle_rejoins: int = 0  # take-outs in a row that followed a rejoin with nothing finished
+
+    @property
+    def out_for_good(self) -> bool:
+        return self.idle_rejoins >= IDLE_REJOINS_LIMIT
 
     @property
     def name(self) -> str:
@@ -94,6 +106,9 @@ class ServerPool:
     def all_down(self) -> bool:
         return not any(server.healthy for server in self.servers)
 
+    def all_out_for_good(self) -> bool:
+        return all(server.out_for_good for server in self.servers)
+
     def total_in_flight(self) -> int:
         return sum(len(server.in_flight) for server in self.servers)
 
@@ -107,10 +122,18 @@ class ServerPool:
         server.failure_streak = server.failure_streak + 1 if server_fault else 0
         return server.healthy and server.failure_streak >= FAILURES_BEFORE_TAKE_OUT
 
-    def take_out(self, server: Server) -> list[int]:
-        """Cancel the server's in-flight requests; returns their positions to requeue."""
+    def take_out(self, server: Server, *, overloaded: bool = False) -> list[int]:
+        """Cancel the server's in-flight requests; returns their positions to requeue.
+        `overloaded` (it said 503 "slow down"): not counted towards out for good."""
         server.healthy = False
         server.taken_out_count += 1
+        idle = server.rejoined_at_done is not None and server.done_rows == server.rejoined_at_done
+        if overloaded:
+            return self._cancel_all(server)
+        server.idle_rejoins = server.idle_rejoins + 1 if idle else 0
+        return self._cancel_all(server)
+
+    def _cancel_all(self, server: Server) -> list[int]:
         positions = list(server.in_flight)
         for task in server.in_flight.values():
             task.cancel()
@@ -120,6 +143,7 @@ class ServerPool:
     def bring_back(self, server: Server) -> None:
         """On probation: the streak stays one short of taking it out again."""
         server.healthy = True
+        server.rejoined_at_done = server.done_rows
         server.failure_streak = min(server.failure_streak, FAILURES_BEFORE_TAKE_OUT - 1)
 
 

@@ -10,8 +10,9 @@ as data per model family (`FAMILIES`). Two shapes reach us:
 Both become reasoning "R" and content "A", the split a server's `--reasoning-parser`
 makes. The whitespace around the markers is stripped: the chat template writes it back
 when the row is rendered for training, so the rendered text is what the model wrote.
-An answer cut off before the closing marker is all reasoning. `ReasoningWatch` stops a
-job whose first answers all come back without reasoning although thinking is on.
+An answer that opened the marker and was cut off before the closing one is all reasoning.
+`ReasoningWatch` stops a job whose first finished answers all come back without reasoning
+although thinking is on.
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ def split_inline(
     opened = content.lstrip().startswith(markers.open)
     if markers.close in content:
         reasoning, _, content = content.partition(markers.close)
-    elif thinking and (opened or finish_reason == "length"):
-        reasoning, content = content, ""  # cut off while thinking
+    elif thinking and opened:
+        # cut off while thinking; a cut answer that never opened the marker stays content (it
+        # may be the answer itself: making it reasoning would hide a server without a parser)
+        reasoning, content = content, ""
     else:
         return None
     reasoning = reasoning.strip()
@@ -72,9 +75,10 @@ class ReasoningWatch:
         self._without = 0
         self._watching = thinking
 
-    def observe(self, reasoning: str | None) -> str | None:
-        """The reason to stop, once; None otherwise."""
-        if not self._watching:
+    def observe(self, reasoning: str | None, finish_reason: str | None = "stop") -> str | None:
+        """The reason to stop, once; None otherwise. Only finished answers count: a cut-off
+        one says nothing about the server's reasoning parser."""
+        if not self._watching or finish_reason == "length":
             return None
         if (reasoning or "").strip():
             self._watching = False
@@ -90,7 +94,8 @@ class ReasoningWatch:
             else f"and specpilot knows no think markers for model {self._model!r}"
         )
         return (
-            f"the first {self._limit} answers all came back without reasoning although thinking is on "
+            f"the first {self._limit} finished answers all came back without reasoning "
+            "although thinking is on "
             f"(no reasoning_content {known}): start the server with its reasoning parser "
             "(`--reasoning-parser qwen3` for Qwen3.x; `specpilot check` names it), or pass "
             "--no-thinking for a model that does not think; then run the same command again"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from specpilot.generate.validate import FLAG_NAMES
 from specpilot.generate.writer import FLAGGED, SPLIT_PARTS, fsync_dir, part_path
 
 TRUNCATED_BIT = 1 << FLAG_NAMES.index("truncated")
+MISSING_REASONING_BIT = 1 << FLAG_NAMES.index("missing_reasoning")
 
 
 def check_budget(previous: int | None, wanted: int | None) -> None:
@@ -41,9 +43,14 @@ def check_budget(previous: int | None, wanted: int | None) -> None:
 
 def requeue_truncated(job_dir: Path, ledger: Ledger) -> int:
     """Move every done, truncated row back to pending (see the module docstring); how many."""
+    return requeue_flagged(job_dir, ledger, TRUNCATED_BIT)
+
+
+def requeue_flagged(job_dir: Path, ledger: Ledger, flag_bit: int) -> int:
+    """Move every done row carrying `flag_bit` back to pending, as truncated ones; how many."""
     query = (
         f"SELECT part, id, position FROM rows WHERE state = {RowState.DONE} "
-        f"AND (flags & {TRUNCATED_BIT}) != 0 AND part >= ? AND part < ?"
+        f"AND (flags & {flag_bit}) != 0 AND part >= ? AND part < ?"
     )
     by_part: dict[int, dict[str, int]] = defaultdict(dict)
     for part, row_id, position in ledger.query(query, (FLAGGED.first_part, FLAGGED.first_part + SPLIT_PARTS)):
@@ -51,17 +58,18 @@ def requeue_truncated(job_dir: Path, ledger: Ledger) -> int:
     commits = ledger.part_commits()
     directory = job_dir / FLAGGED.directory
     for part, truncated in sorted(by_part.items()):
-        kept_bytes, kept_rows = _rewrite_without(
-            part_path(directory, part, FLAGGED.first_part), commits[part], set(truncated)
-        )
-        ledger.requeue_lost(truncated.values(), PartCommit(part, kept_bytes, kept_rows))
+        path = part_path(directory, part, FLAGGED.first_part)
+        kept_bytes, kept_rows, crc = _rewrite_without(path, commits[part], set(truncated))
+        mark = PartCommit(part, kept_bytes, kept_rows, crc, path.stat().st_mtime_ns, kept_bytes, crc)
+        ledger.requeue_lost(truncated.values(), mark)
     return sum(len(rows) for rows in by_part.values())
 
 
-def _rewrite_without(path: Path, commit: PartCommit, dropped_ids: set[str]) -> tuple[int, int]:
-    """Rewrite the committed rows of `path` without `dropped_ids`, line by line; (bytes, rows) kept."""
+def _rewrite_without(path: Path, commit: PartCommit, dropped_ids: set[str]) -> tuple[int, int, int]:
+    """Rewrite the committed rows of `path` without `dropped_ids`, line by line; (bytes, rows,
+    crc32) kept."""
     tmp = path.with_name(path.name + ".tmp")
-    kept_bytes = kept_rows = 0
+    kept_bytes = kept_rows = crc = 0
     left = commit.committed_bytes
     with path.open("rb") as source, tmp.open("wb") as out:
         for line in source:
@@ -73,8 +81,9 @@ def _rewrite_without(path: Path, commit: PartCommit, dropped_ids: set[str]) -> t
             out.write(line)
             kept_bytes += len(line)
             kept_rows += 1
+            crc = zlib.crc32(line, crc)
         out.flush()
         os.fsync(out.fileno())
     tmp.replace(path)
     fsync_dir(path.parent)
-    return kept_bytes, kept_rows
+    return kept_bytes, kept_rows, crc

@@ -54,13 +54,16 @@ class Conversation:
     tools: list[Any] | None
 
 
-def check_row_fields(record: dict[str, Any]) -> None:
-    unknown = sorted(set(record) - ROW_FIELDS)
-    if unknown:
+def check_row_fields(record: dict[str, Any], *, strict: bool) -> tuple[str, ...]:
+    """The row's fields specpilot does not read (`source`, `category`: users' files carry
+    them), ignored; with `strict` the first one rejects the row."""
+    unknown = tuple(sorted(set(record) - ROW_FIELDS))
+    if unknown and strict:
         raise RowRejected(
             f"unknown field {unknown[0]!r}",
-            f"remove it (a row has {', '.join(sorted(ROW_FIELDS))})",
+            f"remove it (a row has {', '.join(sorted(ROW_FIELDS))}), or drop --strict to ignore such fields",
         )
+    return unknown
 
 
 def normalize_turns(value: Any, key: str) -> list[Message]:

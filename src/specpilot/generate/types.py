@@ -22,6 +22,8 @@ class PromptRow:
     row_id: str
     segments: list[list[Message]]
     tools: list[Any] | None = None
+    #: the row's fields specpilot does not read, ignored (the job counts them in one line)
+    ignored_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

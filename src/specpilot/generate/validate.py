@@ -39,6 +39,12 @@ CHECKS: tuple[Check, ...] = (
         "finish_reason is 'length' (hit --max-tokens)",
         lambda a, thinking: a.finish_reason == "length",
     ),
+    # appended: a flag's bit is its index, kept in ledgers already written
+    Check(
+        "no_finish_reason",
+        "the server gave no finish_reason: the answer may have been cut off",
+        lambda a, thinking: a.finish_reason is None,
+    ),
 )
 FLAG_NAMES: tuple[str, ...] = tuple(check.flag for check in CHECKS)
 

@@ -13,6 +13,7 @@ import os
 import re
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -102,8 +103,11 @@ class PartWriter:
         data_dir.mkdir(parents=True, exist_ok=True)
         mine = split_commits(commits, first_part)
         last = mine[-1] if mine else None
+        #: crc32 of the part's bytes so far (its verified mark); None: read from the file at open
+        self._crc: int | None = 0
         if last is not None and last.rows < rows_per_part:
             self._part, self._bytes, self._rows = last.part, last.committed_bytes, last.rows
+            self._crc = last.crc
         else:
             self._part = first_part if last is None else last.part + 1
             self._bytes, self._rows = 0, 0
@@ -136,7 +140,7 @@ class PartWriter:
             room = self._rows_per_part - self._rows
             if room <= 0:
                 self._close()
-                self._part, self._bytes, self._rows = self._part + 1, 0, 0
+                self._part, self._bytes, self._rows, self._crc = self._part + 1, 0, 0, 0
                 continue
             chunk = pending[start : start + room]
             self._append(chunk, batch)
@@ -149,6 +153,8 @@ class PartWriter:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
+        tail_start, tail_crc = self._bytes, self._crc
+        self._crc = zlib.crc32(data, self._crc or 0)
         self._bytes += len(data)
         self._rows += len(items)
         batch.done.extend(
@@ -163,7 +169,10 @@ class PartWriter:
             )
             for item in items
         )
-        batch.parts.append(PartCommit(self._part, self._bytes, self._rows))
+        mtime_ns = os.fstat(handle.fileno()).st_mtime_ns
+        batch.parts.append(
+            PartCommit(self._part, self._bytes, self._rows, self._crc, mtime_ns, tail_start, tail_crc)
+        )
 
     def _open(self) -> IO[bytes]:
         if self._handle is None:
@@ -177,6 +186,8 @@ class PartWriter:
                 )
             if is_new:
                 fsync_dir(self._data_dir)
+            if self._crc is None:  # a ledger from before marks: the mark starts from the bytes there
+                self._crc = crc_of(path, self._bytes)
         return self._handle
 
     def _close(self) -> None:
@@ -202,6 +213,21 @@ def damaged_parts(job_dir: Path, ledger: Ledger) -> list[str]:
 
 
 @dataclass(frozen=True)
+class DamagedRow:
+    """A committed row found changed or gone: where it was and its id (None: unreadable)."""
+
+    part: str  # split/part-NNNNN.jsonl
+    line: int | None  # its line in the part, None when the row is no longer there at all
+    row_id: str | None
+
+    def describe(self) -> str:
+        where = f"{self.part} line {self.line}" if self.line is not None else self.part
+        what = f"row {self.row_id}" if self.row_id is not None else "a line that is no row of this job"
+        gone = "is missing" if self.line is None else "changed since it was written (checksum mismatch)"
+        return f"{where}: {what} {gone}"
+
+
+@dataclass(frozen=True)
 class ReconcileResult:
     """What a resume found after the committed bytes of the parts."""
 
@@ -215,11 +241,18 @@ class ReconcileResult:
     #: committed rows whose line changed since (checksum mismatch): taken out, sent again
     changed_rows: int = 0
     changed_parts: tuple[str, ...] = ()
+    #: each changed line, and each row no longer in its part because of it
+    damaged: tuple[DamagedRow, ...] = ()
+    #: parts whose every byte was read (no verified mark, or the mark did not match)
+    scanned_parts: int = 0
 
 
-def reconcile_parts(data_dir: Path, ledger: Ledger, first_part: int = 0) -> ReconcileResult:
+def reconcile_parts(
+    data_dir: Path, ledger: Ledger, first_part: int = 0, *, full: bool = False
+) -> ReconcileResult:
     """Repair every part of one split (`data_dir`, part ids from `first_part`) so the ledger
-    invariant holds again: first parts that lost committed rows, then what a kill left.
+    invariant holds again: first parts that lost committed rows, then what a kill left, then
+    committed bytes that changed.
 
     A part deleted or cut short since keeps its intact prefix; its other rows go back to
     pending and are generated again (`_requeue_lost_rows`).
@@ -230,37 +263,54 @@ def reconcile_parts(data_dir: Path, ledger: Ledger, first_part: int = 0) -> Reco
     anything is dropped the tail is rewritten: truncate to the committed length,
     write the adopted rows back, fsync, then commit. A kill in between only un-adopts
     those rows, which are then generated again: nothing is ever duplicated.
+
+    Committed bytes are checked by their verified mark (`_check_marks`): metadata for every
+    part and the last commit's bytes of the newest, so a start costs what is left, not what
+    is done; `full=True` (`specpilot verify`) reads every byte of every part.
     """
-    requeued, lost = _requeue_lost_rows(data_dir, ledger, first_part)
+    requeued, lost, missing = _requeue_lost_rows(data_dir, ledger, first_part)
     commits = ledger.part_commits()
     adopted = dropped = truncated = 0
     for part, path in list_parts(data_dir, first_part).items():
-        commit = commits.get(part, PartCommit(part, 0, 0))
+        commit = commits.get(part, PartCommit(part, 0, 0, 0))
         size_bytes = path.stat().st_size
         if size_bytes == commit.committed_bytes:
             continue
         with path.open("rb") as handle:
             handle.seek(commit.committed_bytes)
-            tail = handle.read()
+            tail = handle.read()  # past the last commit: at most what one flush wrote
         keep, records = _adoptable(tail, ledger, part, commit)
-        kept_bytes = sum(len(line) for line in keep)
+        kept = b"".join(keep)
         dropped += tail.count(b"\n") + (0 if tail.endswith(b"\n") else 1) - len(keep)
-        if kept_bytes != len(tail):
+        if len(kept) != len(tail):
             with path.open("r+b") as handle:
                 handle.truncate(commit.committed_bytes)
                 handle.seek(commit.committed_bytes)
-                handle.write(b"".join(keep))
+                handle.write(kept)
                 handle.flush()
                 os.fsync(handle.fileno())
-            truncated += len(tail) - kept_bytes
-        new_commit = PartCommit(part, commit.committed_bytes + kept_bytes, commit.rows + len(keep))
+            truncated += len(tail) - len(kept)
+        crc = None if commit.crc is None else zlib.crc32(kept, commit.crc)
+        new_commit = PartCommit(
+            part,
+            commit.committed_bytes + len(kept),
+            commit.rows + len(keep),
+            crc,
+            path.stat().st_mtime_ns,
+            commit.committed_bytes,
+            commit.crc,
+        )
         ledger.apply(LedgerBatch([], [], [], records, [new_commit]))
         adopted += len(keep)
-    changed, changed_parts = _requeue_changed_rows(data_dir, ledger, first_part)
-    return ReconcileResult(adopted, dropped, truncated, requeued, lost, changed, changed_parts)
+    changed, changed_parts, damaged, scanned = _check_marks(data_dir, ledger, first_part, full=full)
+    return ReconcileResult(
+        adopted, dropped, truncated, requeued, lost, changed, changed_parts, (*missing, *damaged), scanned
+    )
 
 
-def _requeue_lost_rows(data_dir: Path, ledger: Ledger, first_part: int) -> tuple[int, tuple[str, ...]]:
+def _requeue_lost_rows(
+    data_dir: Path, ledger: Ledger, first_part: int
+) -> tuple[int, tuple[str, ...], list[DamagedRow]]:
     """Parts deleted or cut short since: keep their intact prefix, send the other rows again.
 
     Bytes [0, committed_bytes) held exactly the part's done rows, so the complete lines
@@ -269,6 +319,7 @@ def _requeue_lost_rows(data_dir: Path, ledger: Ledger, first_part: int) -> tuple
     """
     requeued = 0
     lost: list[str] = []
+    missing: list[DamagedRow] = []
     for commit in split_commits(ledger.part_commits(), first_part):
         part = commit.part
         path = part_path(data_dir, part, first_part)
@@ -281,11 +332,12 @@ def _requeue_lost_rows(data_dir: Path, ledger: Ledger, first_part: int) -> tuple
             with path.open("r+b") as handle:
                 handle.truncate(kept_bytes)
                 os.fsync(handle.fileno())
-        positions = [position for row_id, position in done.items() if row_id not in kept_ids]
-        ledger.requeue_lost(positions, PartCommit(part, kept_bytes, len(kept_ids)))
-        requeued += len(positions)
+        gone = {row_id: position for row_id, position in done.items() if row_id not in kept_ids}
+        ledger.requeue_lost(gone.values(), PartCommit(part, kept_bytes, len(kept_ids)))
+        requeued += len(gone)
         lost.append(path.name)
-    return requeued, tuple(lost)
+        missing += [DamagedRow(f"{data_dir.name}/{path.name}", None, row_id) for row_id in gone]
+    return requeued, tuple(lost), missing
 
 
 def _intact_prefix(path: Path, done: dict[str, int]) -> tuple[int, set[str]]:
@@ -359,39 +411,131 @@ def line_id(line: bytes) -> str | None:
     return row if isinstance(row, str) else None
 
 
-def _requeue_changed_rows(data_dir: Path, ledger: Ledger, first_part: int) -> tuple[int, tuple[str, ...]]:
-    """Committed lines whose checksum no longer matches (a changed byte): out of the part, and
-    their rows back to pending. The part is rewritten whole (temp file, fsync, rename) before
-    the ledger moves the rows: a kill in between leaves a part shorter than its commit, which
-    `_requeue_lost_rows` repairs by the ids still there."""
-    changed = 0
+def crc_of(path: Path, size_bytes: int, start_bytes: int = 0, crc: int = 0) -> int:
+    """zlib.crc32 of bytes [start_bytes, size_bytes) of `path`, continuing from `crc`; streamed."""
+    with path.open("rb") as handle:
+        handle.seek(start_bytes)
+        left = size_bytes - start_bytes
+        while left > 0:
+            chunk = handle.read(min(left, CRC_CHUNK_BYTES))
+            if not chunk:
+                break
+            crc = zlib.crc32(chunk, crc)
+            left -= len(chunk)
+    return crc
+
+
+CRC_CHUNK_BYTES = 1 << 20
+
+
+def _mark_holds(path: Path, commit: PartCommit, newest: bool) -> bool:
+    """The part's size and mtime are what its last commit recorded; for the newest part (the
+    one a crash can have touched) the last commit's bytes are read back too."""
+    if commit.crc is None or commit.mtime_ns is None or commit.tail_crc is None:
+        return False
+    stat = path.stat()
+    if stat.st_size != commit.committed_bytes or stat.st_mtime_ns != commit.mtime_ns:
+        return False
+    return (
+        not newest or crc_of(path, commit.committed_bytes, commit.tail_start, commit.tail_crc) == commit.crc
+    )
+
+
+def _check_marks(
+    data_dir: Path, ledger: Ledger, first_part: int, *, full: bool
+) -> tuple[int, tuple[str, ...], tuple[DamagedRow, ...], int]:
+    """Committed parts whose mark does not hold (or all, with `full`) are read line by line;
+    lines whose checksum no longer matches (a changed byte) go out of the part and their rows
+    back to pending. The part is rewritten (temp file, fsync, rename) before the ledger moves
+    the rows: a kill in between leaves a part shorter than its commit, which
+    `_requeue_lost_rows` repairs by the ids still there. Memory: one line and one part's ids."""
+    changed = scanned = 0
     parts: list[str] = []
-    for commit in split_commits(ledger.part_commits(), first_part):
-        expected = ledger.checksums_in_part(commit.part)
+    damaged: list[DamagedRow] = []
+    commits = split_commits(ledger.part_commits(), first_part)
+    for commit in commits:
         path = part_path(data_dir, commit.part, first_part)
-        if not commit.rows or expected is None or not path.exists():
+        if not path.exists() or (not full and _mark_holds(path, commit, commit is commits[-1])):
             continue
-        with path.open("rb") as handle:
-            data = handle.read(commit.committed_bytes)
-        keep: list[bytes] = []
-        seen: set[str] = set()
-        for line in data.splitlines(keepends=True):
-            row_id = line_id(line)
-            if row_id in expected and row_id not in seen and expected[row_id] in (None, zlib.crc32(line)):
-                keep.append(line)
-                seen.add(row_id)
-        if len(seen) == len(expected) and sum(map(len, keep)) == len(data):
+        scanned += 1
+        expected = ledger.checksums_in_part(commit.part) or {}
+        name = f"{data_dir.name}/{path.name}"
+        crc, bad = _scan(path, commit.committed_bytes, expected)
+        if not bad:
+            ledger.requeue_lost((), _marked(commit.part, path, commit.committed_bytes, commit.rows, crc))
             continue
-        kept = b"".join(keep)
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("wb") as handle:
-            handle.write(kept)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        kept_bytes, kept_ids, crc = _rewrite_keeping(path, commit.committed_bytes, expected)
         fsync_dir(data_dir)
-        positions = [p for row_id, p in ledger.done_in_part(commit.part).items() if row_id not in seen]
-        ledger.requeue_lost(positions, PartCommit(commit.part, len(kept), len(keep)))
-        changed += len(positions)
+        missing = {
+            row_id: p for row_id, p in ledger.done_in_part(commit.part).items() if row_id not in kept_ids
+        }
+        ledger.requeue_lost(missing.values(), _marked(commit.part, path, kept_bytes, len(kept_ids), crc))
+        damaged += [DamagedRow(name, line, row_id) for line, row_id in bad]
+        named = {row_id for _, row_id in bad}
+        damaged += [DamagedRow(name, None, row_id) for row_id in missing if row_id not in named]
+        changed += len(missing)
         parts.append(path.name)
-    return changed, tuple(parts)
+    return changed, tuple(parts), tuple(damaged), scanned
+
+
+def _marked(part: int, path: Path, committed_bytes: int, rows: int, crc: int) -> PartCommit:
+    """A commit of what `path` holds now, as verified."""
+    return PartCommit(part, committed_bytes, rows, crc, path.stat().st_mtime_ns, committed_bytes, crc)
+
+
+def _line_ok(line: bytes, expected: dict[str, int | None], seen: set[str]) -> str | None:
+    """The line's id if it is a row of this part, once, with the checksum it was written with."""
+    row_id = line_id(line)
+    if row_id is None or row_id in seen or row_id not in expected:
+        return None
+    crc = expected[row_id]
+    return row_id if crc is None or crc == zlib.crc32(line) else None
+
+
+def _committed_lines(path: Path, committed_bytes: int) -> Iterator[bytes]:
+    left = committed_bytes
+    with path.open("rb") as handle:
+        for line in handle:
+            if left <= 0:
+                return
+            yield line[:left]
+            left -= len(line)
+
+
+def _scan(
+    path: Path, committed_bytes: int, expected: dict[str, int | None]
+) -> tuple[int, list[tuple[int, str | None]]]:
+    """(crc32 of the committed bytes, (line number, id) of each line that is not a good row)."""
+    crc = 0
+    seen: set[str] = set()
+    bad: list[tuple[int, str | None]] = []
+    for number, line in enumerate(_committed_lines(path, committed_bytes), start=1):
+        crc = zlib.crc32(line, crc)
+        row_id = _line_ok(line, expected, seen)
+        if row_id is None:
+            bad.append((number, line_id(line)))
+        else:
+            seen.add(row_id)
+    return crc, bad
+
+
+def _rewrite_keeping(
+    path: Path, committed_bytes: int, expected: dict[str, int | None]
+) -> tuple[int, set[str], int]:
+    """Rewrite `path` with only its good committed lines; (bytes, ids, crc32) kept."""
+    tmp = path.with_name(path.name + ".tmp")
+    kept_bytes = crc = 0
+    seen: set[str] = set()
+    with tmp.open("wb") as out:
+        for line in _committed_lines(path, committed_bytes):
+            row_id = _line_ok(line, expected, seen)
+            if row_id is None:
+                continue
+            seen.add(row_id)
+            out.write(line)
+            kept_bytes += len(line)
+            crc = zlib.crc32(line, crc)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    return kept_bytes, seen, crc

@@ -68,6 +68,6 @@ def parse_target(raw: str) -> Target:
 def _parse_port(raw: str, port_text: str | None) -> int | None:
     if port_text is None:
         return None
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
         raise _refuse(raw, f"port {port_text!r} is not a number from 1 to 65535")
     return int(port_text)

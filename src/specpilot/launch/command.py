@@ -19,7 +19,7 @@ from pathlib import Path
 from specpilot.engines.argv import read_argv
 from specpilot.engines.registry import engine_by_name, engine_release
 from specpilot.errors import UserError
-from specpilot.secrets import MASK, is_secret_name, mask_argv
+from specpilot.secrets import MASK, holds_secret, mask_argv
 from specpilot.spec import Spec
 
 #: Login variables taken from the host so the engine finds its Python and home.
@@ -113,7 +113,7 @@ def plan_env(
             recorded[name] = value
         else:
             env[name] = value
-            recorded[name] = f"${{{name}}}" if is_secret_name(name) else value
+            recorded[name] = f"${{{name}}}" if holds_secret(name, value) else value
     return env, recorded
 
 

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from specpilot.errors import JobFailed
 from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostTimeout
@@ -16,7 +17,7 @@ from specpilot.launch.health import probe
 from specpilot.launch.identity import recorded_process
 from specpilot.launch.serving import check_serving, record_crash
 from specpilot.launch.state import CrashRecord, RunState, read_state, write_state
-from specpilot.launch.stop import GroupStop, end_group
+from specpilot.launch.stop import GroupStop, RunProcesses, end_group, run_members
 from specpilot.launch.tail import followed, next_chunk
 from specpilot.secrets import mask_log_text
 
@@ -33,18 +34,30 @@ def host_for(state: RunState) -> Host:
     return open_host_section(state.host)
 
 
+def proof_of(state: RunState, process: str) -> RunProcesses:
+    """What proves a process is the run's (launch.stop), given `recorded_process`'s answer:
+    once the engine's pid names another process, its group number is not the run's."""
+    return RunProcesses(0 if process == "reused" else state.pgid, state.start_ticks, state.run_token)
+
+
+async def _end_proven(host: Host, state: RunState, process: str, term_timeout_s: float) -> GroupStop:
+    proof = proof_of(state, process)
+    stopped = await end_group(
+        host, proof.pgid, term_timeout_s=term_timeout_s, start_ticks=proof.start_ticks, token=proof.token
+    )
+    # a recycled pid and nothing found by the token: say why nothing was signalled
+    return GroupStop("stale") if process == "reused" and not stopped.signalled else stopped
+
+
 async def end_leftovers(host: Host, state: RunState, process: str | None = None) -> GroupStop:
-    """End what is left of a run whose engine is gone: the members of its process group
-    (by group id, started no earlier than the engine) that outlived it. `process` is
-    `recorded_process`'s answer when the caller has it. Nothing is signalled while the
-    engine runs ("not_running") or when its pid belongs to another process now ("stale":
-    the kernel recycles no pid while its group lives, so the run's group is gone)."""
+    """End what is left of a run whose engine is gone: its processes that outlived it (in
+    its group, or out of it with the run's token). `process` is `recorded_process`'s answer
+    when the caller has it. Nothing is signalled while the engine runs ("not_running"); when
+    its pid names another process now, only what holds the run's token is ("stale" if none)."""
     process = process or await recorded_process(host, state)
     if process == "running":
         return GroupStop("not_running")
-    if process == "reused":
-        return GroupStop("stale")
-    return await end_group(host, state.pgid, term_timeout_s=LEFTOVER_TERM_S, start_ticks=state.start_ticks)
+    return await _end_proven(host, state, process, LEFTOVER_TERM_S)
 
 
 async def clear_leftovers(name: str) -> GroupStop | None:
@@ -80,9 +93,10 @@ class RunStatus:
     cause: str | None = None
     #: how a ready run ended (a fatal line after ready, or its process gone)
     crash: CrashRecord | None = None
-    #: processes of its group that outlived the engine, ended now, and any that survived
-    leftovers_ended: tuple[int, ...] = ()
-    leftovers_survived: tuple[int, ...] = ()
+    #: with the engine gone: processes of the run that outlived it (`down` ends them), and
+    #: members of its group that cannot be proven the run's (never signalled)
+    leftovers: tuple[int, ...] = ()
+    leftovers_unproven: tuple[int, ...] = ()
 
     @property
     def serving(self) -> bool:
@@ -105,14 +119,15 @@ class RunStatus:
             "pid_reused": self.pid_reused,
             "cause": self.cause,
             "crash": None if self.crash is None else self.crash.to_json(),
-            "leftovers_ended": list(self.leftovers_ended),
-            "leftovers_survived": list(self.leftovers_survived),
+            "leftovers": list(self.leftovers),
+            "leftovers_unproven": list(self.leftovers_unproven),
         }
 
 
 async def run_status(name: str, *, lines: int = 10, timeout_s: float = STATUS_TIMEOUT_S) -> RunStatus:
     """The run as it is now; an endpoint that does not answer within `timeout_s` is
-    "slow to answer", a state like any other."""
+    "slow to answer", a state like any other. Read-only: nothing is signalled (what the
+    engine left behind is named, for `down` to end)."""
     state = read_state(name)
     host = host_for(state)
     try:
@@ -121,8 +136,8 @@ async def run_status(name: str, *, lines: int = 10, timeout_s: float = STATUS_TI
             state = record_crash(name, crash)
         process = await recorded_process(host, state)
         alive = process == "running"
-        # found dead (crashed, or ended outside specpilot): nothing of it may hold a port or memory
-        leftovers = await end_leftovers(host, state, process)
+        # found dead (crashed, or ended outside specpilot): name what of it may still hold a port or memory
+        leftovers, unproven = ((), ()) if alive else await run_members(host, proof_of(state, process))
         exit_path = state.exit_path
         exit_status = None if alive or not exit_path else await host.exit_status(exit_path)
         phase = state.phase
@@ -147,8 +162,8 @@ async def run_status(name: str, *, lines: int = 10, timeout_s: float = STATUS_TI
             pid_reused=process == "reused",
             cause=state.cause,
             crash=state.crash,
-            leftovers_ended=tuple(pid for pid in leftovers.signalled if pid not in leftovers.survivors),
-            leftovers_survived=leftovers.survivors,
+            leftovers=leftovers,
+            leftovers_unproven=unproven,
         )
     finally:
         await host.close()
@@ -177,9 +192,15 @@ async def stream_log(
     host = host_for(state)
     log_path = state.log_path
     try:
+        async with _answer_within(timeout_s, host, f"reading {log_path}"):
+            try:
+                data = await host.read_bytes(log_path, 0, None if not follow else 0)
+            except FileNotFoundError:
+                raise JobFailed(
+                    f"run {name}'s engine log {log_path} is gone from {host.target} (deleted after "
+                    f"the start); `specpilot status {name}` still tells whether it runs"
+                ) from None
         if not follow:
-            async with _answer_within(timeout_s, host, f"reading {log_path}"):
-                data = await host.read_bytes(log_path)
             yield data
             return
         async with followed(host, log_path, 0) as chunks:
@@ -197,22 +218,22 @@ async def stream_log(
 
 
 async def run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
-    """SIGTERM to the run's process group, SIGKILL after `timeout_s`; never by name, and
-    never to a pid that now belongs to another process. `stopped` is a key of
-    STOP_OUTCOMES; `phase` is "stopped" unless a member survived SIGKILL, and
-    `survivors` names every pid still alive then. With the engine gone, what is left of
-    its group is stopped the same way (`signalled` lists them)."""
+    """SIGTERM to each process provably the run's (launch.stop), SIGKILL after `timeout_s`;
+    never by name, never to a whole group, never to a pid that now belongs to another
+    process. `stopped` is a key of STOP_OUTCOMES; `phase` is "stopped" unless a process
+    survived SIGKILL (`survivors` names each) or nothing could be proven the run's
+    ("unproven": the recorded phase stays, `unproven` names the group's members). With the
+    engine gone, what is left of it is stopped the same way (`signalled` lists them)."""
     state = read_state(name)
     host = host_for(state)
     try:
-        if await recorded_process(host, state) == "reused":
-            how = GroupStop("stale")
-        else:
-            how = await end_group(host, state.pgid, term_timeout_s=timeout_s, start_ticks=state.start_ticks)
+        how = await _end_proven(host, state, await recorded_process(host, state), timeout_s)
     finally:
         await host.close()
-    phase = "stop_failed" if how.outcome == "survived" else "stopped"
-    write_state(state.stopped(phase, at_s=time.time()))
+    phase = state.phase
+    if how.outcome != "unproven":
+        phase = "stop_failed" if how.outcome == "survived" else "stopped"
+        write_state(state.stopped(phase, at_s=time.time()))
     return {
         "name": name,
         "pid": state.pid,
@@ -220,4 +241,5 @@ async def run_down(name: str, *, timeout_s: float) -> dict[str, Any]:
         "stopped": how.outcome,
         "signalled": list(how.signalled),
         "survivors": list(how.survivors),
+        "unproven": list(how.unproven),
     }

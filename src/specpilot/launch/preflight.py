@@ -6,8 +6,14 @@ from dataclasses import dataclass, field, replace
 
 from specpilot.check import check_spec
 from specpilot.engines.fix import Fix
+from specpilot.engines.registry import engine_release
+from specpilot.models.files import ModelFiles
 from specpilot.plan import Plan, make_plan
+from specpilot.secrets import is_secret_flag
 from specpilot.spec import Spec
+
+#: the flag naming a YAML file of server flags (SGLang and vLLM both read one)
+CONFIG_FILE_FLAG = "--config"
 
 
 @dataclass
@@ -33,10 +39,41 @@ def launch_spec(spec: Spec, pre: Preflight) -> Spec:
     )
 
 
-def run_preflight(spec: Spec) -> Preflight:
-    """`check` then `plan`: refuse what the engine would reject or what cannot fit."""
+def argv_secret_warnings(spec: Spec) -> list[str]:
+    """A secret flag the engine reads from argv only stays in its argv, which any user of the
+    host can read (/proc/PID/cmdline): say so, and the file form where the release has one."""
+    release = engine_release(spec.engine.name, spec.engine.version)
+    by_env = release.engine.secret_flag_env
+    flags = [arg.partition("=")[0] for arg in spec.engine.args if is_secret_flag(arg)]
+    named = f"{release.name} {release.version_text}"
+    warnings = []
+    for flag in dict.fromkeys(flag for flag in flags if flag not in by_env):
+        line = (
+            f"{flag} stays in the engine's argv, which every user of the host can read in "
+            f"/proc/PID/cmdline: {named} reads no key from the environment"
+        )
+        if CONFIG_FILE_FLAG in release.table.by_spelling:
+            line += (
+                f"; to keep it out, put it in a YAML file only you can read (a line `{flag[2:]}: KEY`) "
+                f"and pass {CONFIG_FILE_FLAG} FILE"
+            )
+        warnings.append(line)
+    return warnings
+
+
+async def preflight(spec: Spec) -> Preflight:
+    """`run_preflight` inside a running event loop: the model is read once, in this loop
+    (on an SSH host that is a connection of this loop, not an `asyncio.run` of its own)."""
+    from specpilot.models.host_files import read_spec_model_files
+
+    return run_preflight(spec, await read_spec_model_files(spec))
+
+
+def run_preflight(spec: Spec, files: ModelFiles | None = None) -> Preflight:
+    """`check` then `plan`: refuse what the engine would reject or what cannot fit.
+    `files`: the model's files when the caller read them already."""
     result = Preflight()
-    report = check_spec(spec)
+    report = check_spec(spec, files)
     for finding in report.findings:
         line = f"{finding.rule}: {finding.message}"
         if finding.up_applies and finding.fix is not None:
@@ -52,7 +89,8 @@ def run_preflight(spec: Spec) -> Preflight:
             result.fix = replace(finding.fix, text=line)
     if result.errors:
         return result
-    plan = make_plan(spec)
+    result.warnings += argv_secret_warnings(spec)
+    plan = make_plan(spec, files=files)
     result.plan = plan
     if not plan.fits:
         result.cause = "oom"

@@ -14,6 +14,7 @@ instead of waiting out request timeouts). Either records the crash in the run st
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,7 +69,8 @@ async def check_serving(host: Host, state: RunState) -> Crash | None:
     if state.phase != "ready" or offset is None:
         return None
     classifier = LogClassifier(state.engine, serving=True)
-    _feed_text(classifier, await host.read_bytes(state.log_path, offset))
+    with contextlib.suppress(FileNotFoundError):  # a deleted log: the process still decides
+        _feed_text(classifier, await host.read_bytes(state.log_path, offset))
     process = await recorded_process(host, state)
     if classifier.fatal_seen or process != "running":
         return await _crash(host, state, classifier, exited=process != "running")

@@ -5,7 +5,7 @@ It lives on *this* machine even for SSH runs, so `status`, `logs`, `down` and
 
 The file is one `RunState`. Its JSON keys are those of the first release (`started_at`,
 not `started_at_s`), so runs started by any version load; keys added since then
-(`exit_path`, `start_ticks`, `ready_log_bytes`, `crash`, ...) may be missing.
+(`exit_path`, `start_ticks`, `run_token`, `ready_log_bytes`, `crash`, ...) may be missing.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,27 @@ class DamagedState(ValueError):
 
 
 def specpilot_home() -> Path:
-    return Path(os.environ.get("SPECPILOT_HOME") or Path.home() / ".specpilot")
+    """$SPECPILOT_HOME (default ~/.specpilot): a folder, or nothing yet (made when a run starts);
+    a file, a symlink loop or a symlink to nothing there is refused with the variable named."""
+    given = os.environ.get("SPECPILOT_HOME")
+    home = Path(given or Path.home() / ".specpilot")
+    try:
+        is_folder = stat.S_ISDIR(home.stat().st_mode)
+    except FileNotFoundError:
+        if not home.is_symlink():
+            return home
+        problem = "is a symlink to nothing"
+    except OSError as err:  # ELOOP: a symlink loop; EACCES, ENOTDIR on the way
+        problem = f"cannot be used ({err.strerror})"
+    else:
+        if is_folder:
+            return home
+        problem = "is a file, not a folder"
+    raise UserError(
+        f"{home} {problem}",
+        field="SPECPILOT_HOME" if given else "~/.specpilot",
+        fix="set SPECPILOT_HOME to a folder of your own (or to a path that does not exist yet)",
+    )
 
 
 def check_run_name(name: str, field: str = "name") -> str:
@@ -196,6 +217,7 @@ class RunState:
     # written by later releases: an older state file lacks them
     exit_path: str | None = None
     start_ticks: int | None = None  # the pid's start time: tells it from a recycled pid
+    run_token: str | None = None  # in the environment of every process of the run (launch.stop)
     allocations: dict[str, int | float] = field(default_factory=dict)
     exit_status: int | None = None
     ready_log_bytes: int | None = None  # log bytes up to the line that said ready
@@ -240,6 +262,7 @@ class RunState:
             "exit_path": self.exit_path,
             "pid": self.pid,
             "start_ticks": self.start_ticks,
+            "run_token": self.run_token,
             "pgid": self.pgid,
             "endpoint": self.endpoint,
             "served_model_name": self.served_model_name,
@@ -283,6 +306,7 @@ class RunState:
             started_at_s=read.number("started_at"),
             exit_path=read.optional_text("exit_path"),
             start_ticks=read.optional_integer("start_ticks"),
+            run_token=read.optional_text("run_token"),
             allocations=allocations,
             exit_status=read.optional_integer("exit_status"),
             ready_log_bytes=read.optional_integer("ready_log_bytes"),

@@ -15,6 +15,7 @@ import os
 import time
 import tomllib
 from collections.abc import Mapping
+from dataclasses import replace
 
 from specpilot.engines.fix import Fix
 from specpilot.hosts.base import Host, HostFacts
@@ -25,7 +26,7 @@ from specpilot.launch.outcome import Progress, UpOptions, UpResult
 from specpilot.launch.program import check_program
 from specpilot.launch.render import render_env_file, render_launch_script
 from specpilot.launch.state import RunState, own_run_folder, write_state
-from specpilot.launch.stop import stop_group
+from specpilot.launch.stop import RUN_TOKEN_VAR, stop_group
 from specpilot.launch.watch import RunWatch
 from specpilot.plan.types import Plan
 from specpilot.secrets import mask_argv, mask_env, redact
@@ -166,18 +167,8 @@ async def _start_and_watch(
             error="run files changed on the host after shipping:\n" + "\n".join(altered),
         )
 
-    pid = await host.spawn_detached(
-        run.launcher,
-        env=planned.env,
-        cwd=remote_dir,
-        log_path=run.log_path,
-        pid_path=f"{remote_dir}/{rundir.PID_FILE}",
-        exit_path=run.exit_path,
-    )
-    run.pid = pid
-    # (pid, start time) names this process for good: `down` and `status` check it
-    # before trusting the pid, which the kernel may give to another process later
-    identity = await host.proc_stat(pid)
+    # recorded before the spawn: a stop finds the run's processes by its token even when
+    # an interrupt lands before the pid comes back (launch.shield, launch.stop)
     state = RunState(
         name=spec.name,
         # the target the run was started on (status and down reconnect to it), reached as [host] says
@@ -185,9 +176,10 @@ async def _start_and_watch(
         remote_dir=remote_dir,
         log_path=run.log_path,
         exit_path=run.exit_path,
-        pid=pid,
-        start_ticks=None if identity is None else identity.start_ticks,
-        pgid=pid,
+        pid=0,
+        start_ticks=None,
+        run_token=run.token,
+        pgid=0,
         endpoint=planned.endpoint,
         served_model_name=planned.served_model_name,
         engine=spec.engine.name,
@@ -200,12 +192,34 @@ async def _start_and_watch(
     write_state(state)
     result: UpResult | None = None
     try:
+        pid = await host.spawn_detached(
+            run.launcher,
+            # the token marks the run's processes, its children's too (launch.stop proves by it)
+            env={**planned.env, RUN_TOKEN_VAR: run.token},
+            cwd=remote_dir,
+            log_path=run.log_path,
+            pid_path=f"{remote_dir}/{rundir.PID_FILE}",
+            exit_path=run.exit_path,
+        )
+        run.pid = pid
+        # (pid, start time) names this process for good: `down` and `status` check it
+        # before trusting the pid, which the kernel may give to another process later
+        identity = await host.proc_stat(pid)
+        run.start_ticks = None if identity is None else identity.start_ticks
+        state = replace(state, pid=pid, pgid=pid, start_ticks=run.start_ticks)
+        write_state(state)
         result = await run.watch(pid)
     finally:
         if run.stop_task is not None:
             await run.stop_task
         elif result is None or result.phase != "ready":
-            await stop_group(host, pid, term_timeout_s=options.term_timeout_s)
+            await stop_group(
+                host,
+                run.pid or 0,
+                term_timeout_s=options.term_timeout_s,
+                start_ticks=run.start_ticks,
+                token=run.token,
+            )
         if result is not None:
             result.elapsed_s = run.elapsed()
             state = state.ended(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -80,6 +81,9 @@ class RunWatch:
         self.secrets = secret_values(planned.env, planned.argv)
         self.events: asyncio.Queue[Event | _Logged] = asyncio.Queue()
         self.pid: int | None = None
+        # what proves a process is this run's when it is stopped (launch.stop)
+        self.start_ticks: int | None = None
+        self.token = secrets.token_hex(16)
         self.launcher = ("bash", f"{remote_dir}/{rundir.LAUNCH_FILE}")
         self.log_path = f"{remote_dir}/{rundir.LOG_FILE}"
         self.exit_path = f"{remote_dir}/{rundir.EXIT_FILE}"
@@ -181,6 +185,8 @@ class RunWatch:
                     pid,
                     term_timeout_s=self.options.term_timeout_s,
                     delay_s=self.options.quiet_s,
+                    start_ticks=self.start_ticks,
+                    token=self.token,
                 )
             )
 

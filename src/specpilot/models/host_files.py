@@ -18,7 +18,7 @@ import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specpilot.errors import UserError
+from specpilot.errors import SpecpilotError, UserError
 from specpilot.models.files import ModelFiles, header_length, parse_config, parse_header, read_local_model
 from specpilot.spec import HUB_ID, HostSection, Spec
 
@@ -31,12 +31,55 @@ LIST_TIMEOUT_S = 30.0
 
 
 def spec_model_files(spec: Spec) -> ModelFiles:
-    """The model files where the spec's engine will read them: here, or on `[host] target`."""
+    """The model files where the spec's engine will read them: here, or on `[host] target`.
+
+    A relative path with no such folder here may still be a Hub id or a path below the host
+    user's home, so both are tried; when they fail too, the error says first that the folder
+    is missing here (a spec copied out of `examples/` without its `models/`), not only what the
+    Hub cache or the SSH host said."""
+    try:
+        if spec.host.target.strip() == "local" or _local_copy(spec):
+            if _is_hub_id_only(spec):
+                return _read_local_hub(spec.model.path)
+            return read_local_model(spec.model_dir())
+        return _read_remote(spec.host, spec.model.path)
+    except SpecpilotError as err:
+        missing = _missing_relative_folder(spec)
+        if missing is None:
+            raise
+        where = "the Hugging Face cache" if spec.host.target.strip() == "local" else spec.host.target
+        raise UserError(
+            f"no model folder {missing} on this machine (and not found through {where} either: {err})",
+            field="[model] path",
+            fix="point [model] path at the folder holding config.json (a relative path is read "
+            "beside the spec file), or give the path as the engine's host sees it",
+        ) from None
+
+
+def _missing_relative_folder(spec: Spec) -> Path | None:
+    """The folder a relative `[model] path` names beside the spec (or here, for a pasted
+    command), when it does not exist; None for an absolute or `~` path, or one that exists."""
+    path = spec.model.path
+    if path.startswith("~") or Path(path).is_absolute():
+        return None
+    folder = spec.model_dir().absolute()
+    return None if folder.exists() else folder
+
+
+async def read_spec_model_files(spec: Spec) -> ModelFiles:
+    """`spec_model_files` for a caller already inside an event loop (fleet repair, `job`):
+    the same files, read in that loop instead of one of its own."""
     if spec.host.target.strip() == "local" or _local_copy(spec):
         if _is_hub_id_only(spec):
-            return _read_local_hub(spec.model.path)
+            from specpilot.hosts import LocalHost
+
+            async with LocalHost() as local:
+                return await read_host_model(local, spec.model.path, hf_cache=str(local_hub_cache()))
         return read_local_model(spec.model_dir())
-    return _read_remote(spec.host, spec.model.path)
+    from specpilot.hosts import open_host_section
+
+    async with open_host_section(spec.host) as host:
+        return await read_host_model(host, spec.model.path)
 
 
 def _is_hub_id_only(spec: Spec) -> bool:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from specpilot.check.effective import EffectiveArgs
 from specpilot.engines.fix import Fix
 from specpilot.engines.registry import engine_release
+from specpilot.models.files import ModelFiles
 from specpilot.models.shape import PLANNED_ARCHITECTURES, ModelShape, shape_from_files
 from specpilot.plan.effective import effective_args
 from specpilot.plan.planners import planner_for
@@ -17,20 +18,23 @@ from specpilot.spec import Spec
 __all__ = ["Fix", "Plan", "Problem", "Term", "make_plan", "plan_inputs"]
 
 
-def plan_inputs(spec: Spec) -> tuple[ModelShape, EffectiveArgs]:
-    """The model shape (config.json read on the spec's host), and the flags as `check`'s
-    rules evaluate them for that model."""
+def plan_inputs(spec: Spec, files: ModelFiles | None = None) -> tuple[ModelShape, EffectiveArgs]:
+    """The model shape (config.json read on the spec's host, unless `files` were read
+    already), and the flags as `check`'s rules evaluate them for that model."""
     from specpilot.models.host_files import spec_model_files
 
-    shape = shape_from_files(spec_model_files(spec))
+    shape = shape_from_files(files if files is not None else spec_model_files(spec))
     return shape, effective_args(spec, shape)
 
 
-def make_plan(spec: Spec, measured: Mapping[str, float] | None = None) -> Plan:
-    """The plan for a spec, by its engine's planner; `measured` holds inputs read from a log."""
+def make_plan(
+    spec: Spec, measured: Mapping[str, float] | None = None, files: ModelFiles | None = None
+) -> Plan:
+    """The plan for a spec, by its engine's planner; `measured` holds inputs read from a log,
+    `files` the model's files when the caller read them already."""
     release = engine_release(spec.engine.name, spec.engine.version)
     planner = planner_for(release.name)
-    shape, args = plan_inputs(spec)
+    shape, args = plan_inputs(spec, files)
     plan = planner.plan(spec, shape, args, measured)
     plan.provenance = provenance(release)
     if shape.architecture not in PLANNED_ARCHITECTURES:

@@ -20,12 +20,15 @@ from specpilot.models.shape import ModelShape
 from specpilot.plan.log_checks import FootprintCheck
 from specpilot.plan.sglang.log import parse_sglang_log
 from specpilot.plan.sglang.planner import capture_oom_replan, plan_sglang, refuse_other_sglang_footprint
+from specpilot.plan.sglang.serving import state_copy_bound
 from specpilot.plan.types import EngineDetails, Plan, SglangDetails, VllmDetails
 from specpilot.plan.vllm.log import parse_vllm_log
 from specpilot.plan.vllm.planner import plan_vllm, refuse_other_vllm_footprint
 from specpilot.spec import Spec
 
 PlanFunction = Callable[[Spec, ModelShape, EffectiveArgs, Mapping[str, float] | None], Plan]
+#: the flags a spec that starts (planned as the Plan) still lacks to keep serving
+ServingBound = Callable[[Spec, ModelShape, EffectiveArgs, Plan], list[str]]
 #: what a log printed, read by the engine's `loglines` quantities
 LogReader = Callable[[str], LogFacts]
 #: `up --replan`'s engine rule for a failed start whose re-plan recommends what ran:
@@ -45,6 +48,9 @@ class Planner:
     read_log: LogReader
     refuse_other_footprint: FootprintCheck
     replan_rule: ReplanRule | None = None
+    #: memory serving takes beyond the start, as flags that bound it (plan/serving.py); None:
+    #: nothing known to grow past the start
+    serving: ServingBound | None = None
 
 
 PLANNERS: tuple[Planner, ...] = (
@@ -54,7 +60,8 @@ PLANNERS: tuple[Planner, ...] = (
         SglangDetails,
         parse_sglang_log,
         refuse_other_sglang_footprint,
-        capture_oom_replan,
+        replan_rule=capture_oom_replan,
+        serving=state_copy_bound,
     ),
     Planner("vllm", plan_vllm, VllmDetails, parse_vllm_log, refuse_other_vllm_footprint),
 )

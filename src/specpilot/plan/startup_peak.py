@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import math
 import statistics
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -131,32 +133,56 @@ def read_memory(path: Path) -> tuple[int, list[Sample]]:
     try:
         raw = path.read_bytes()
         rows = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8", "replace").splitlines()
-    except (OSError, gzip.BadGzipFile, EOFError) as err:
+    except (OSError, gzip.BadGzipFile, EOFError, zlib.error) as err:  # zlib: a corrupt stream
         raise UserError(
             f"cannot read {path} ({getattr(err, 'strerror', None) or err})",
             field=FIELD,
             fix=f"give the folder a memory sampler wrote during the start ({MEMORY_FILE} and {LINES_FILE})",
         ) from None
     header = rows[0].split() if rows else []
-    if header[:2] != TOTAL_HEADER.split() or len(header) != 3 or not header[2].isdigit():
+    if header[:2] != TOTAL_HEADER.split() or len(header) != 3 or not _whole(header[2]):
         raise _bad(
             path, 1, f"the first line is not '{TOTAL_HEADER} N'", "give a memory.tsv the sampler wrote"
         )
+    total = int(header[2])
+    if total <= 0:
+        raise _bad(path, 1, f"the device's total is {total} bytes", "give a memory.tsv the sampler wrote")
     samples: list[Sample] = []
     for number, row in enumerate(rows[1:], start=2):
         if not row.strip():
             continue
         stamp, _, used = row.partition("\t")
-        try:
-            samples.append(Sample(float(stamp), int(used)))
-        except ValueError:
+        at_s = _seconds(stamp)
+        if at_s is None or not _whole(used.strip()):
             raise _bad(
                 path, number, f"{row[:60]!r} is not 'epoch_seconds<TAB>used_bytes'", "give the sampler's file"
-            ) from None
+            )
+        if int(used) > total:
+            raise _bad(
+                path,
+                number,
+                f"{int(used)} bytes used is more than the device's {total}",
+                "give the sampler's file",
+            )
+        samples.append(Sample(at_s, int(used)))
     if not samples:
         raise _bad(path, 2, "holds no samples", "record the start under the memory sampler")
     samples.sort(key=lambda s: s.at_s)
-    return int(header[2]), samples
+    return total, samples
+
+
+def _whole(text: str) -> bool:
+    """ASCII digits only (`"²".isdigit()` is true, and int() refuses it)."""
+    return text.isascii() and text.isdigit()
+
+
+def _seconds(text: str) -> float | None:
+    """Epoch seconds: a finite number (float() also takes "nan" and "inf")."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def read_lines(path: Path) -> list[StampedLine]:
@@ -172,14 +198,12 @@ def read_lines(path: Path) -> list[StampedLine]:
     found: list[StampedLine] = []
     for number, row in enumerate(rows, start=1):
         stamp, tab, text = row.partition("\t")
-        try:
-            found.append(StampedLine(float(stamp), text))
-        except ValueError:
+        at_s = _seconds(stamp)
+        if at_s is None:
             if not tab:  # a log line with a newline inside continues the previous one
                 continue
-            raise _bad(
-                path, number, f"{stamp[:40]!r} is not epoch seconds", "give the stamper's file"
-            ) from None
+            raise _bad(path, number, f"{stamp[:40]!r} is not epoch seconds", "give the stamper's file")
+        found.append(StampedLine(at_s, text))
     if not found:
         raise _bad(path, 1, "holds no stamped log lines", "record the start under the log stamper")
     return found
@@ -302,7 +326,7 @@ def startup_peak(
         phases.append(
             Phase(
                 name,
-                start,
+                max(start, inside[0].at_s),  # the first and last stretches are open-ended
                 min(end, inside[-1].at_s),
                 _free_gib(total, inside[0]),
                 _free_gib(total, low),

@@ -55,7 +55,7 @@ def render_plan(plan: Plan, console: Console) -> None:
     for note in plan.notes:
         console.print(f"• {note}")
     if plan.recommended_args or plan.recommended_env:
-        console.print("[bold]starts first time with:[/]")
+        console.print("[bold]starts and serves with:[/]")
         console.print("  " + command_text(plan.recommended_env, plan.recommended_args), soft_wrap=True)
     if plan.measured:
         measured = ", ".join(f"{k}={v:g}" for k, v in plan.measured.items())

@@ -282,3 +282,32 @@ def release_rules(version: str) -> SglangRelease:
         field="[engine] version",
         fix=f"plan with a release from {PLAN_MODELS}",
     )
+
+
+@dataclass(frozen=True)
+class AdaptiveSteps:
+    """`--speculative-adaptive`'s default draft-step candidates from release `first` on (the
+    union over its batch-size slots, speculative/adaptive_spec_params.py
+    DEFAULT_ADAPTIVE_CONFIG): the only `--speculative-num-steps` a start without
+    `--speculative-adaptive-config` accepts, the middle one its default. Its largest slot
+    ("64": [0]) stops drafting from 64 running requests on."""
+
+    first: str
+    candidate_steps: tuple[int, ...]
+
+
+#: read in the 0.5.17, 0.5.19, 0.5.21 and 0.5.23 wheels (0.5.20 unread, taken as 0.5.19); the
+#: flag exists from 0.5.11 (its flag table), whose adaptive code was not read
+ADAPTIVE_STEPS: tuple[AdaptiveSteps, ...] = (
+    AdaptiveSteps("0.5.17", (0, 1, 3, 7)),
+    AdaptiveSteps("0.5.21", (0, 1, 3, 5, 7)),
+)
+
+
+def adaptive_steps(version: Version) -> tuple[int, ...]:
+    """The release's adaptive draft-step candidates; () before the first row."""
+    found: tuple[int, ...] = ()
+    for row in ADAPTIVE_STEPS:
+        if Version(row.first) <= version:
+            found = row.candidate_steps
+    return found

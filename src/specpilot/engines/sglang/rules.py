@@ -42,7 +42,7 @@ from specpilot.engines.sglang.models import (
     SPEC_PARAMS_BY_ARCH,
     SPEC_PARAMS_DEFAULT,
 )
-from specpilot.engines.sglang.releases import RELEASES, STRATEGY_RENAME
+from specpilot.engines.sglang.releases import ADAPTIVE_STEPS, RELEASES, STRATEGY_RENAME, adaptive_steps
 
 E = "sglang"
 ALL = versions(f">={RELEASES[0].first}")
@@ -63,6 +63,8 @@ VALID_ALGOS = (*VALID_ALGOS_A10, "DFLASH", "FROZEN_KV_MTP")
 DSPARK = versions(">=0.5.19")
 UNO = versions(">=0.5.20")
 LATER_ALGOS = {"DSPARK": DSPARK, "UNO": UNO}
+#: the releases whose adaptive speculation was read (engines/sglang/releases.py ADAPTIVE_STEPS)
+ADAPTIVE = versions(f">={ADAPTIVE_STEPS[0].first}")
 
 hybrid = arch_in(MAMBA_RADIX_ARCHS)
 radix_on = not_(truthy("disable_radix_cache"))
@@ -109,6 +111,42 @@ def _overlap_fix(ctx: Context) -> Fix:
         args=("--disable-radix-cache",),
         text="--disable-radix-cache keeps overlap scheduling at the cost of prefix reuse",
     )
+
+
+def _adaptive_candidates(ctx: Context) -> tuple[int, ...]:
+    return adaptive_steps(ctx.version)
+
+
+def _adaptive_unsupported(ctx: Context) -> str | None:
+    """Why the release turns `--speculative-adaptive` off (NEXTN is EAGLE by then)."""
+    if _algo(ctx) not in ("EAGLE", "EAGLE3", "NEXTN"):
+        return f"speculative_algorithm={ctx.get('speculative_algorithm')} (only EAGLE/EAGLE3 are supported)"
+    topk = ctx.get("speculative_eagle_topk")
+    if topk is not None and topk != 1:
+        return f"speculative_eagle_topk={topk} (only topk=1 is supported)"
+    if ctx.get("enable_dp_attention"):
+        return "attention DP is not supported (adaptive tier decisions are not synchronized across DP ranks)"
+    return None
+
+
+def _nearest_candidate(ctx: Context) -> int:
+    steps = ctx.get("speculative_num_steps")
+    wanted = steps if isinstance(steps, int) else 3
+    return min((c for c in _adaptive_candidates(ctx) if c > 0), key=lambda c: (abs(c - wanted), c), default=1)
+
+
+def _adaptive_params(ctx: Context) -> dict[str, object]:
+    """topk 1 when unset, the middle candidate when no steps are given, steps + 1 draft tokens."""
+    candidates = _adaptive_candidates(ctx)
+    steps = ctx.get("speculative_num_steps")
+    if steps is None and candidates:
+        steps = candidates[len(candidates) // 2]
+    found: dict[str, object] = {"speculative_num_steps": steps}
+    if ctx.get("speculative_eagle_topk") is None:
+        found["speculative_eagle_topk"] = 1
+    if isinstance(steps, int):
+        found["speculative_num_draft_tokens"] = steps + 1
+    return found
 
 
 def _auto_spec_params(ctx: Context) -> dict[str, object]:
@@ -697,6 +735,45 @@ RULES: tuple[Rule, ...] = (
         "Mixed chunked prefill is disabled: {speculative_algorithm} speculative decoding does not "
         "support it.",
         sets=set_to(enable_mixed_chunk=False),
+    ),
+    # --- adaptive speculation (`_maybe_disable_adaptive`, `_init_adaptive_speculative_params`,
+    # arg_groups/speculative_hook.py, run before the EAGLE handler chooses its parameters) -----
+    Rule(
+        "sglang-adaptive-unsupported",
+        E,
+        ADAPTIVE,
+        "adjusts",
+        all_of(truthy("speculative_adaptive"), lambda ctx: _adaptive_unsupported(ctx) is not None),
+        "speculative_adaptive disabled: {why}. Falling back to static speculative params.",
+        sets=set_to(speculative_adaptive=False),
+        names=lambda ctx: {"why": _adaptive_unsupported(ctx)},
+        why="speculative/adaptive_spec_params.py adaptive_unsupported_reason",
+    ),
+    Rule(
+        "sglang-adaptive-steps",
+        E,
+        ADAPTIVE,
+        "error",
+        all_of(
+            truthy("speculative_adaptive"),
+            unset("speculative_adaptive_config"),
+            given("speculative_num_steps"),
+            lambda ctx: ctx.get("speculative_num_steps") not in _adaptive_candidates(ctx),
+        ),
+        "--speculative-num-steps={speculative_num_steps} is not in the adaptive config candidate_steps "
+        "{candidates}. Pass one of those values.",
+        lambda ctx: Fix(args=("--speculative-num-steps", str(_nearest_candidate(ctx)))),
+        names=lambda ctx: {"candidates": list(_adaptive_candidates(ctx))},
+    ),
+    Rule(
+        "sglang-adaptive-params",
+        E,
+        ADAPTIVE,
+        "adjusts",
+        truthy("speculative_adaptive"),
+        "adaptive speculation drafts up to speculative_num_steps={speculative_num_steps} (topk 1, "
+        "speculative_num_draft_tokens = steps + 1); from 64 running requests on it does not draft",
+        sets=_adaptive_params,
     ),
     Rule(
         "sglang-spec-params-together",

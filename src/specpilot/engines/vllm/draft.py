@@ -41,4 +41,5 @@ DRAFT = DraftKnobs(
     _vllm_draft_tokens,
     _vllm_args,
     True,
+    running_cap_flag="--max-num-seqs",
 )

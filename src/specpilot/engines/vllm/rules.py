@@ -27,13 +27,15 @@ from specpilot.engines.rules import (
     all_of,
     arch_in,
     env_in,
+    given,
     longer_than_model,
     not_,
     truthy,
+    unset,
     versions,
 )
-from specpilot.engines.vllm.defaults import batch_defaults, human_int
-from specpilot.engines.vllm.releases import CHECK_ACCEPTS, VLLM_LINES
+from specpilot.engines.vllm.defaults import batch_defaults, human_int, targets_cpu
+from specpilot.engines.vllm.releases import CHECK_ACCEPTS, VLLM_LINES, VllmLine, vllm_line
 
 E = "vllm"
 SUPPORTED = versions(">=0.26.0")
@@ -187,9 +189,47 @@ def _tokens_required(ctx: Context) -> bool:
     return _method(ctx) != "suffix" and _known_method(ctx)
 
 
-# rules whose range is one planner line (engines/vllm/releases.py)
+# rules whose range is planner lines (engines/vllm/releases.py): the 0.2x line, the 0.3x
+# releases (0.30 on), and 0.34 on (the KV cache sized after capture)
 LINE_2X = VLLM_LINES[0].releases
-LINE_3X = VLLM_LINES[1].releases
+LINE_3X = versions(f">={VLLM_LINES[1].first},<{VLLM_LINES[-1].last_exclusive}")
+LINE_34 = VLLM_LINES[2].releases
+
+
+def _line(ctx: Context) -> VllmLine:
+    return vllm_line(str(ctx.version))
+
+
+def _on_cpu(ctx: Context) -> bool:
+    return targets_cpu(ctx.env)
+
+
+def _extensible_unsupported(ctx: Context) -> str | None:
+    """Why the release cannot size the KV cache after capture here (config/vllm.py
+    _resolve_extensible_kv_cache), None when it can."""
+    if _on_cpu(ctx):
+        return "it is only supported on CUDA and ROCm"
+    for dest in ("kv_cache_memory_bytes", "num_gpu_blocks_override"):
+        if ctx.get(dest) is not None:
+            return f"it sizes the KV cache from measured memory, which {dest} overrides"
+    return None
+
+
+def _extensible(ctx: Context) -> bool:
+    """Whether the KV cache is sized after capture: the release's default where supported."""
+    asked = ctx.get("enable_extensible_kv_cache")
+    line = _line(ctx)
+    if asked is None:
+        return line.extensible_kv_cache and _extensible_unsupported(ctx) is None
+    return bool(asked)
+
+
+def _utilization_default(ctx: Context) -> dict[str, object]:
+    line = _line(ctx)
+    if _extensible(ctx):
+        return {"gpu_memory_utilization": line.extensible_gpu_memory_utilization}
+    value = line.estimated_gpu_memory_utilization
+    return {"gpu_memory_utilization": value}
 
 
 def _hybrid(ctx: Context) -> bool:
@@ -240,10 +280,10 @@ def _doubled(name: str) -> Callable[[Context], dict[str, object]]:
 
 #: hybrid architectures whose class-level mamba state shape (the one vLLM pads the pages by,
 #: platforms/interface.py) omits `num_spec` while their layer's (`ShortConv.get_state_shape`)
-#: widens the conv state by num_speculative_tokens rows: vllm#57721, still so in 0.33.0
+#: widens the conv state by num_speculative_tokens rows: vllm#57721, still so in 0.33.0 and 0.34.0
 #: (models/lfm2.py, lfm2_moe.py; granitemoehybrid, falcon_h1 and zamba2 pass it there)
 SPEC_UNPADDED_ARCHS = frozenset({"Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Lfm2VlForConditionalGeneration"})
-SPEC_UNPADDED_RELEASES = versions(">=0.32,<0.34")
+SPEC_UNPADDED_RELEASES = versions(">=0.32,<0.35")
 
 
 def _spec_tokens(ctx: Context) -> bool:
@@ -324,7 +364,12 @@ RULES: tuple[Rule, ...] = (
         E,
         LINE_3X,
         "warning",
-        all_of(env_in("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", ("0",)), not_(truthy("enforce_eager"))),
+        all_of(
+            env_in("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", ("0",)),
+            not_(truthy("enforce_eager")),
+            # sized after capture, the KV cache leaves the graphs' memory out by measurement
+            not_(_extensible),
+        ),
         "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): the "
         "graphs are not taken out of the KV budget, so --gpu-memory-utilization "
         "{gpu_memory_utilization} may run out of memory at capture",
@@ -351,6 +396,61 @@ RULES: tuple[Rule, ...] = (
         "--gpu-memory-utilization defaults to 0.9 in this release line",
         sets=lambda ctx: {"gpu_memory_utilization": 0.9},
         why="the 0.2x default, printed by the project's 0.26.0 H200 starts; the 0.32.0 table says 0.92",
+    ),
+    Rule(
+        "vllm-extensible-kv-cache-default",
+        E,
+        LINE_34,
+        "adjusts",
+        unset("enable_extensible_kv_cache"),
+        "enable_extensible_kv_cache is {enable_extensible_kv_cache}: on CUDA the KV cache is sized from "
+        "the memory free after CUDA graph capture, unless --kv-cache-memory-bytes or "
+        "--num-gpu-blocks-override sets it",
+        sets=lambda ctx: {"enable_extensible_kv_cache": _extensible(ctx)},
+        why="config/vllm.py _resolve_extensible_kv_cache",
+    ),
+    Rule(
+        "vllm-extensible-kv-cache-unsupported",
+        E,
+        LINE_34,
+        "error",
+        all_of(truthy("enable_extensible_kv_cache"), lambda ctx: _extensible_unsupported(ctx) is not None),
+        "ValueError: enable_extensible_kv_cache: {why}.",
+        Fix(remove_args=("--enable-extensible-kv-cache",)),
+        names=lambda ctx: {"why": _extensible_unsupported(ctx)},
+        why="config/vllm.py _resolve_extensible_kv_cache raises when it is asked for where unsupported",
+    ),
+    Rule(
+        "vllm-gpu-memory-utilization-default-34",
+        E,
+        LINE_34,
+        "adjusts",
+        lambda ctx: "gpu_memory_utilization" not in ctx.given,
+        "--gpu-memory-utilization defaults to {gpu_memory_utilization}: 1.0 with the KV cache sized after "
+        "capture (the engine measures what is free), 0.92 without",
+        sets=_utilization_default,
+        why="config/cache.py CacheConfig.resolved_gpu_memory_utilization",
+    ),
+    Rule(
+        "vllm-block-size-default-34",
+        E,
+        LINE_34,
+        "adjusts",
+        all_of(unset("block_size"), not_(_on_cpu)),
+        "the KV cache block size defaults to {block_size} tokens on a GPU (16 before 0.34)",
+        sets=lambda ctx: {"block_size": _line(ctx).block_size_tokens},
+        why="config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE",
+    ),
+    Rule(
+        "vllm-mamba-cache-mode-ignored",
+        E,
+        LINE_34,
+        "warning",
+        all_of(given("mamba_cache_mode"), lambda ctx: _line(ctx).mamba_cache_mode_ignored),
+        "--mamba-cache-mode is deprecated and will be removed in v0.34.0. It has no effect: Mamba prefix "
+        "caching follows --enable-prefix-caching.",
+        Fix(remove_args=("--mamba-cache-mode",)),
+        why="engine/arg_utils.py create_engine_config logs it and passes nothing on",
     ),
     Rule(
         "vllm-prefix-caching-default",

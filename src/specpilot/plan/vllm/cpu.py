@@ -39,7 +39,7 @@ def cpu_kv_cache_bytes(
     """
     space = env.get(backend.kv_space_env, "").strip()
     if space:
-        if not space.isdigit():
+        if not (space.isascii() and space.isdigit()):  # "²".isdigit() too
             raise UserError(
                 f"{backend.kv_space_env}={space!r} is not a whole number of GiB",
                 field=f"[engine] env.{backend.kv_space_env}",

@@ -296,14 +296,23 @@ def non_torch_bytes(measured: Mapping[str, float], tp_size: int, line: VllmLine)
 
 
 def cudagraph_bytes(
-    measured: Mapping[str, float], enforce_eager: bool, max_num_seqs: int, line: VllmLine
+    measured: Mapping[str, float],
+    enforce_eager: bool,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    line: VllmLine,
 ) -> int:
-    """CUDA graph pool: a log's estimate (or its actual), else ours for the capture sizes
-    --max-num-seqs implies (0 under --enforce-eager)."""
+    """CUDA graph pool: a log's estimate (or its actual), else ours for the widest graph the
+    release captures (0 under --enforce-eager)."""
     measured_gib = measured.get("cudagraph_gib", measured.get("cudagraph_actual_gib"))
     if measured_gib is not None:
         return int(measured_gib * GIB)
-    return mem.cudagraph_bytes_estimate(enforce_eager, mem.max_cudagraph_capture_size(max_num_seqs), line)
+    if line.capture_by_phase:
+        # prefill graphs up to the platform's default size, whatever --max-num-seqs says
+        widest = min(mem.MAX_CUDAGRAPH_CAPTURE_SIZE, max_num_batched_tokens)
+    else:
+        widest = mem.max_cudagraph_capture_size(max_num_seqs)
+    return mem.cudagraph_bytes_estimate(enforce_eager, widest, line)
 
 
 def default_block_size_tokens(shape: ModelShape, on_cpu: bool, cpu: CpuBackend) -> int:
@@ -352,7 +361,7 @@ def resolve_inputs(
             shape, measured, batched, seqs, tp, act_bytes, method, line
         ),
         non_torch_bytes=non_torch_bytes(measured, tp, line),
-        cudagraph_bytes=cudagraph_bytes(measured, eager, seqs, line),
+        cudagraph_bytes=cudagraph_bytes(measured, eager, seqs, batched, line),
         attention_layers=attention_layers(shape, with_mtp),
         mamba_layers=shape.linear_attention_layers,
         attention_bytes_per_token_per_layer=_attention_bytes_per_token(
@@ -621,7 +630,14 @@ def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: E
             "the conv state; for offline bulk generation at high concurrency it often costs "
             "more concurrency than its acceptance returns"
         )
-    if inputs.cudagraph_bytes > 0:
+    if args.get_bool("enable_extensible_kv_cache"):
+        notes.append(
+            "KV sized after CUDA graph capture (enable_extensible_kv_cache, vLLM 0.34+): the pool is the "
+            "engine's own measurement of the memory free after the warm-up's peak and the graphs, at "
+            f"--gpu-memory-utilization {inputs.gpu_memory_utilization:g}; this plan predicts it from the "
+            "same terms (graphs estimated) and `up` checks it against the KV cache size the engine prints"
+        )
+    elif inputs.cudagraph_bytes > 0:
         # gpu_worker.py prints the same equivalence at startup
         without = inputs.gpu_memory_utilization - inputs.cudagraph_bytes / inputs.gpu_total_bytes
         notes.append(

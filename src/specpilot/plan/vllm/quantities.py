@@ -214,9 +214,14 @@ def largest_max_model_len(
     return best
 
 
+#: the platform's default largest CUDA graph, tokens (config/compilation.py; 1024 on data
+#: center Blackwell, not modelled)
+MAX_CUDAGRAPH_CAPTURE_SIZE = 512
+
+
 def max_cudagraph_capture_size(max_num_seqs: int) -> int:
     """Largest captured batch: min(2 x max_num_seqs, 512) (config/vllm.py defaults)."""
-    return min(max_num_seqs * 2, 512)
+    return min(max_num_seqs * 2, MAX_CUDAGRAPH_CAPTURE_SIZE)
 
 
 ModelRunner = Literal["v1", "v2"]

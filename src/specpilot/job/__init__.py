@@ -1,0 +1,1 @@
+"""`specpilot job`: the whole pipeline from a server spec to an exported dataset, resumable."""

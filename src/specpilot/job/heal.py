@@ -1,0 +1,191 @@
+"""Healing while the job generates: every server the job started is watched, and restarted
+through the same verified path when it dies.
+
+The generate dispatcher already treats a server that stops answering as taken out: its rows
+go back to the queue without spending attempts, and it is probed until it answers again.
+The healer's part is to make it answer again: for a single server, follow its log in serving
+mode (`launch.serving.watch_serving`), and when it dies restart it with backoff, at most
+`max_restarts` times, after an out-of-memory death with the bound `job.bounds` gives; for a
+fleet, run `fleet-repair`'s pass (router and members) in this same event loop. Each event is
+printed and recorded in job.json. A host that stops answering is reported and the job goes
+on with the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from specpilot.generate.dispatch import Dispatcher
+from specpilot.generate.job import JobWatcher
+from specpilot.hosts.base import Host
+from specpilot.hosts.errors import HostError
+from specpilot.job.bounds import bound_for
+from specpilot.job.record import JobRecord
+from specpilot.job.serve import clear_run, start, wait_port_closed
+from specpilot.launch.classify import LogClassifier
+from specpilot.launch.ops import host_for
+from specpilot.launch.serving import Crash, record_crash, watch_serving
+from specpilot.launch.state import RunState, read_state
+from specpilot.spec import Spec
+
+Say = Callable[[str], None]
+#: seconds before the first restart; doubled for each one after
+BACKOFF_S = 1.0
+#: how often a fleet is looked over (a pass of fleet-repair)
+FLEET_PASS_S = 2.0
+
+
+def _task_watcher(work: Callable[[Dispatcher], Any], busy: asyncio.Lock) -> JobWatcher:
+    """`work` as a task beside the job; at the end a restart it is in the middle of (holding
+    `busy`) is finished first: a start cut off halfway would leave a run neither ready nor stopped."""
+
+    @contextlib.asynccontextmanager
+    async def watch(dispatcher: Dispatcher) -> AsyncIterator[object]:
+        task = asyncio.create_task(work(dispatcher))
+        try:
+            yield None
+        finally:
+            async with busy:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+
+    return watch
+
+
+async def _serving_log(host: Host, state: RunState) -> str:
+    data = await host.read_bytes(state.log_path, state.ready_log_bytes or 0)
+    return data.decode(errors="replace")
+
+
+def _whole(crash: Crash, state: RunState, serving_log: str) -> Crash:
+    """The crash as the whole log since ready tells it: a process found gone before its last
+    lines were read has a verdict without its fatal line (cause "crash", not "oom")."""
+    classifier = LogClassifier(state.engine, serving=True)
+    for line in serving_log.splitlines():
+        classifier.feed(line.rstrip("\r"))
+    if not classifier.fatal_seen:
+        return crash
+    failure = classifier.failure(exited=True, exit_code=crash.exit_status)
+    return Crash(failure.cause, failure.signature, failure.error, crash.exit_status)
+
+
+class ServerHealer:
+    """Restarts the job's one server when it dies; `spec` follows the bounds applied."""
+
+    def __init__(self, spec: Spec, record: JobRecord, max_restarts: int, say: Say) -> None:
+        self.spec = spec
+        self.record = record
+        self.max_restarts = max_restarts
+        self.say = say
+        self.busy = asyncio.Lock()
+        self.restarts = len([r for r in record.data.get("restarts", []) if r.get("run") == self.spec.name])
+
+    def watcher(self) -> JobWatcher:
+        return _task_watcher(self._loop, self.busy)
+
+    async def _loop(self, dispatcher: Dispatcher) -> None:
+        name = self.spec.name
+        while True:
+            state = read_state(name)
+            host = host_for(state)
+            try:
+                crash = await watch_serving(host, state)
+                # the whole log since ready: the process can be found gone before its last
+                # lines were read, and the bound is chosen from what it printed as it died
+                serving_log = await _serving_log(host, state)
+            except (HostError, OSError) as err:
+                self.say(f"{name}: its host stopped answering ({err}); the job goes on with the rest")
+                self.record.note("events", {"run": name, "event": "host_unreachable", "error": str(err)})
+                return
+            finally:
+                await host.close()
+            crash = _whole(crash, state, serving_log)
+            async with self.busy:
+                if not await self._restart(dispatcher, state.pid, crash, serving_log):
+                    return
+
+    async def _restart(self, dispatcher: Dispatcher, pid: int, crash: Crash, serving_log: str) -> bool:
+        """Restart the dead server; False when the job is told to stop instead."""
+        name = self.spec.name
+        record_crash(name, crash)
+        said = f"{name} died ({crash.cause}): {crash.first_line}"
+        if self.restarts >= self.max_restarts:
+            self.record.note(
+                "restarts",
+                {"run": name, "cause": crash.cause, "line": crash.first_line, "outcome": "gave_up"},
+            )
+            dispatcher.stop_for(
+                f"{said}; gave up after {self.restarts} restarts ([job] max_restarts); fix the cause, "
+                "then run the same command to resume"
+            )
+            return False
+        self.restarts += 1
+        bounded = bound_for(self.spec, serving_log)
+        change = None
+        if bounded is not None:
+            self.spec, change = bounded.spec, bounded.to_json()
+        self.say(
+            f"{said}; restart {self.restarts} of {self.max_restarts}"
+            + (f"; {bounded.line()}" if bounded is not None else "")
+            + "; its rows go back to the queue"
+        )
+        await asyncio.sleep(BACKOFF_S * 2 ** (self.restarts - 1))
+        await clear_run(name, {"pid": pid}, self.say)
+        await wait_port_closed(self.spec)
+        again = await start(self.spec, self.say)
+        self.spec = again.spec
+        entry: dict[str, Any] = {"run": name, "cause": crash.cause, "line": crash.first_line,
+                                 "bound": change, "outcome": again.result.phase,
+                                 "replans": again.replans or []}  # fmt: skip
+        self.record.data["server_args"] = list(self.spec.engine.args)
+        self.record.note("restarts", entry)
+        if again.result.phase != "ready":
+            last = (again.result.error or "").strip().splitlines()[-1:] or [""]
+            dispatcher.stop_for(
+                f"{name} did not start again ({again.result.cause}): {last[0]}; see `specpilot logs {name}`"
+            )
+            return False
+        self.say(f"{name}: ready again (pid {again.result.pid}); the job goes on")
+        return True
+
+
+def fleet_healer(fleet_name: str, record: JobRecord, max_restarts: int, say: Say) -> JobWatcher:
+    """A pass of fleet-repair every FLEET_PASS_S, in the job's own event loop."""
+    from specpilot.fleet.repair import load_recorded_fleet, repair_fleet
+
+    busy = asyncio.Lock()
+
+    async def loop(dispatcher: Dispatcher) -> None:
+        fleet = load_recorded_fleet(fleet_name)
+        restarts: dict[str, int] = {}
+        recorded: set[tuple[str, str]] = set()
+        while True:
+            await asyncio.sleep(FLEET_PASS_S)
+            try:
+                async with busy:
+                    result = await repair_fleet(
+                        fleet,
+                        max_restarts=max_restarts,
+                        backoff_s=BACKOFF_S,
+                        say=say,
+                        restarts=restarts,
+                    )
+            except (HostError, OSError) as err:
+                say(f"fleet {fleet_name}: a host stopped answering ({err}); the job goes on")
+                continue
+            events = [(m.name, m.action, m.to_json()) for m in result.members]
+            events += [(f"{fleet_name} router {r.url}", r.action, r.to_json()) for r in result.routers]
+            for name, action, entry in events:
+                # a member left out stays so: recorded once, not at every pass
+                if action != "ok" and (name, action) not in recorded:
+                    record.note("restarts", {"run": name, **entry})
+                    if action == "gave_up":
+                        recorded.add((name, action))
+
+    return _task_watcher(loop, busy)

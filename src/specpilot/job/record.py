@@ -1,0 +1,246 @@
+"""job.json: the job's stages, what each decided and why, and the inputs they were decided on.
+
+Written atomically after every change, so a job killed at any point resumes from the last
+stage it finished. The inputs (server spec, prompts, options) are hashed; a rerun whose
+inputs differ from the ones a finished stage used is refused with the field and the stage
+to restart from, before anything starts or is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specpilot import __version__
+from specpilot.errors import UserError
+from specpilot.job.spec import JobFile
+
+JOB_RECORD = "job.json"
+#: the order a job runs its stages in
+STAGES = ("check", "plan", "bench", "up", "generate", "export", "down")
+#: an input that changed, and the stage a rerun has to restart from for it (None: the ledger
+#: holds rows generated from it, so the job cannot go on in this folder)
+INPUT_FIELDS: dict[str, tuple[str, str | None]] = {
+    "serving": ("[job] server / fleet (or the spec it names)", "check"),
+    "bench": ("[job.bench]", "bench"),
+    "prompts": ("[job] prompts", None),
+    "sampling": ("[job.sampling]", None),
+    "export": ("[job] export", "export"),
+}
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _json_sha(value: object) -> str:
+    return _sha256(json.dumps(value, sort_keys=True).encode())
+
+
+def serving_bytes(job: JobFile) -> bytes:
+    """The server spec, or the fleet file and the server spec it names, as they are now."""
+    if job.server is not None:
+        return job.server.read_bytes()
+    from specpilot.fleet.spec import load_fleet
+
+    fleet = load_fleet(job.serving_file)
+    spec_path = fleet.server.source_path
+    return job.serving_file.read_bytes() + (spec_path.read_bytes() if spec_path is not None else b"")
+
+
+def prompts_fingerprint(path: Path) -> dict[str, Any]:
+    """Size and mtime (cheap), and the content hash that decides when they differ."""
+    from specpilot.generate.inputs import resolve_input
+
+    source = resolve_input(path)
+    return {"fingerprint": source.fingerprint(), "sha256": None, "path": str(path)}
+
+
+def input_hashes(job: JobFile) -> dict[str, Any]:
+    options = job.options_json()
+    return {
+        "serving": _sha256(serving_bytes(job)),
+        "bench": _json_sha(options["bench"]),
+        "prompts": prompts_fingerprint(job.prompts),
+        "sampling": _json_sha(options["sampling"]),
+        "export": _json_sha(options["export"]),
+    }
+
+
+def _prompts_same(recorded: dict[str, Any], now: dict[str, Any], path: Path) -> bool:
+    if recorded.get("fingerprint") == now["fingerprint"] and recorded.get("path") == now["path"]:
+        return True
+    if recorded.get("sha256") is None:  # the job never read them: nothing to tell a change from
+        return False
+    from specpilot.generate.inputs import resolve_input
+
+    return bool(recorded["sha256"] == resolve_input(path).sha256())
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass
+class JobRecord:
+    path: Path
+    data: dict[str, Any]
+
+    # -- reading --------------------------------------------------------------
+
+    def stage(self, name: str) -> dict[str, Any]:
+        stages: dict[str, dict[str, Any]] = self.data.setdefault("stages", {})
+        return stages.setdefault(name, {"status": "pending"})
+
+    def done(self, name: str) -> bool:
+        return self.stage(name).get("status") in ("done", "skipped")
+
+    def first_unfinished(self) -> str | None:
+        return next((s for s in STAGES if not self.done(s)), None)
+
+    # -- writing --------------------------------------------------------------
+
+    def save(self) -> None:
+        self.data["updated_at"] = time.time()
+        _write_atomic(self.path, json.dumps(self.data, indent=2) + "\n")
+
+    def begin(self, name: str, gpus: int) -> None:
+        """The stage starts (again): when, and how many GPUs the job holds meanwhile. An attempt
+        a kill ended counts up to its last heartbeat (`seen_at`)."""
+        stage = self.stage(name)
+        if stage.get("status") == "running" and "started_at" in stage:
+            lost_s = max(0.0, float(stage.get("seen_at", stage["started_at"])) - float(stage["started_at"]))
+            self._add_time(stage, lost_s)
+            stage["interrupted_s"] = round(float(stage.get("interrupted_s", 0.0)) + lost_s, 3)
+        stage.pop("seen_at", None)
+        stage.update(status="running", started_at=time.time(), gpus=gpus)
+        stage["attempts"] = int(stage.get("attempts", 0)) + 1
+        self.save()
+
+    def finish(self, name: str, evidence: dict[str, Any], status: str = "done") -> None:
+        """The stage ended: what it decided, and the GPU-hours of this attempt added to its own."""
+        stage = self.stage(name)
+        now = time.time()
+        self._add_time(stage, max(0.0, now - float(stage.get("started_at", now))))
+        stage.pop("seen_at", None)
+        stage.update(status=status, finished_at=now, evidence=evidence)
+        self.save()
+
+    def heartbeat(self, name: str) -> None:
+        """The stage still runs now: what an attempt a kill ends is counted up to."""
+        self.stage(name)["seen_at"] = time.time()
+        self.save()
+
+    @staticmethod
+    def _add_time(stage: dict[str, Any], wall_s: float) -> None:
+        stage["wall_s"] = round(float(stage.get("wall_s", 0.0)) + wall_s, 3)
+        stage["gpu_hours"] = round(
+            float(stage.get("gpu_hours", 0.0)) + wall_s * int(stage.get("gpus", 0)) / 3600, 6
+        )
+
+    def fail(self, name: str, reason: str) -> None:
+        stage = self.stage(name)
+        stage.update(status="failed", reason=reason)
+        self.save()
+
+    def note(self, key: str, entry: dict[str, Any]) -> None:
+        """An event of the job (a restart, a bound applied), appended under `key`."""
+        self.data.setdefault(key, []).append({"at": time.time(), **entry})
+        self.save()
+
+    def reset_from(self, name: str) -> None:
+        """`--restart-from NAME`: that stage and every later one run again."""
+        for stage in STAGES[STAGES.index(name) :]:
+            self.data.setdefault("stages", {})[stage] = {"status": "pending"}
+
+    def gpu_hours(self) -> dict[str, float]:
+        return {s: float(self.stage(s).get("gpu_hours", 0.0)) for s in STAGES}
+
+
+def open_record(job: JobFile) -> tuple[JobRecord, list[tuple[str, str]]]:
+    """The job folder's record (or a new one, not yet written) and the inputs that changed
+    since its finished stages used them: (input key, the stage it restarts from).
+
+    Refused (UserError, nothing written): a folder holding another job's record, or a
+    generate ledger no job began."""
+    from specpilot.generate.ledger import LEDGER_FILE
+
+    path = job.output / JOB_RECORD
+    hashes = input_hashes(job)
+    if not path.exists():
+        if (job.output / LEDGER_FILE).exists():
+            raise UserError(
+                f"{job.output} holds a generate job that this job did not begin",
+                field="[job] output",
+                fix="give the job its own folder (or resume that one with `specpilot generate`)",
+            )
+        record = JobRecord(path, {"specpilot_version": __version__, "job_file": str(job.path)})
+        record.data["inputs"] = hashes
+        return record, []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise UserError(
+            f"cannot read {path} ({err})",
+            field="[job] output",
+            fix="restore it, or give the job a new folder",
+        ) from None
+    if data.get("job_file") != str(job.path):
+        raise UserError(
+            f"{job.output} belongs to the job {data.get('job_file')}",
+            field="[job] output",
+            fix="give this job its own folder, or run that job file",
+        )
+    record = JobRecord(path, data)
+    recorded = data.get("inputs", {})
+    changed: list[tuple[str, str]] = []
+    for key, (_, restart) in INPUT_FIELDS.items():
+        if key == "prompts":
+            same = _prompts_same(recorded.get(key, {}), hashes[key], job.prompts)
+        else:
+            same = recorded.get(key) == hashes[key]
+        if not same:
+            changed.append((key, restart or ""))
+    return record, changed
+
+
+def refuse_changes(record: JobRecord, changed: list[tuple[str, str]], restart_from: str | None) -> None:
+    """A changed input of a finished stage, unless `--restart-from` covers it: one line naming it."""
+    for key, restart in changed:
+        field, _ = INPUT_FIELDS[key]
+        if not restart:
+            if record.stage("generate").get("status") == "pending" and not record.done("up"):
+                continue  # no row generated yet: the job takes the new input
+            raise UserError(
+                "changed since the job began, and its ledger holds rows generated from the old one",
+                field=field,
+                fix="restore the original, or give the job a new [job] output folder",
+            )
+        if not record.done(restart) and record.stage(restart).get("status") == "pending":
+            continue  # that stage has not run yet: it uses the new input
+        if restart_from is not None and STAGES.index(restart_from) <= STAGES.index(restart):
+            continue
+        raise UserError(
+            f"changed since the {restart} stage ran",
+            field=field,
+            fix=f"rerun with `--restart-from {restart}` to redo it and what follows, or restore the original",
+        )
+
+
+def pin_prompts(record: JobRecord, job: JobFile) -> None:
+    """The prompts' content hash as the job first reads them: what a later change is told from."""
+    from specpilot.generate.inputs import resolve_input
+
+    prompts = record.data["inputs"]["prompts"]
+    if prompts.get("sha256") is None:
+        prompts["sha256"] = resolve_input(job.prompts).sha256()

@@ -1,0 +1,137 @@
+"""Starting, reusing, restarting and stopping the one server a job drives (`[job] server`).
+
+Every start goes through `launch` (the same verified path as `up`): the argv and env are
+proven on the live process. A rerun of the job reuses the run it recorded when that very
+process (pid and start time, as the run state proves them) is still serving; anything else
+under the run's name is stopped first, so a GPU never holds two servers of one job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from specpilot.errors import UserError
+from specpilot.hosts import open_host_section
+from specpilot.launch.ops import clear_leftovers, run_down, run_status, stream_log
+from specpilot.launch.outcome import UpResult
+from specpilot.launch.preflight import Preflight, launch_spec, preflight
+from specpilot.launch.replan import replan
+from specpilot.launch.state import read_state, state_path
+from specpilot.launch.supervisor import launch
+from specpilot.spec import Spec
+
+Say = Callable[[str], None]
+#: a ready server the job replaces gets this long between SIGTERM and SIGKILL
+STOP_TIMEOUT_S = 30.0
+#: re-planned starts after an out-of-memory start (the plan's next step down), per start
+MAX_REPLANS = 2
+
+
+@dataclass
+class Started:
+    """What `up` of the job started: the spec (with what the job added) and its proof."""
+
+    spec: Spec
+    result: UpResult
+    reused: bool = False
+    replans: list[dict[str, Any]] | None = None
+
+    def evidence(self) -> dict[str, Any]:
+        state = read_state(self.spec.name)
+        return {
+            "name": self.spec.name,
+            "reused": self.reused,
+            "pid": state.pid,
+            "start_ticks": state.start_ticks,
+            "endpoint": state.endpoint,
+            "argv_verified": list(state.argv),
+            "args": list(self.spec.engine.args),
+            "elapsed_s": round(self.result.elapsed_s, 1),
+            "replans": self.replans or [],
+        }
+
+
+async def recorded_run_serving(name: str, recorded: dict[str, Any] | None) -> bool:
+    """The run the job recorded is the one running now, and it answers."""
+    if recorded is None or not state_path(name).exists():
+        return False
+    state = read_state(name)
+    if state.pid != recorded.get("pid") or state.start_ticks != recorded.get("start_ticks"):
+        return False
+    status = await run_status(name, lines=0)
+    return status.serving and not status.pid_reused
+
+
+async def clear_run(
+    name: str, recorded: dict[str, Any] | None, say: Say, *, ours_since: float | None = None
+) -> None:
+    """Before a start under `name`: stop what the job itself started earlier (the run it
+    recorded, or one started since `ours_since`: a start its kill interrupted), end what a
+    dead run left; a live run the job did not start is refused."""
+    if not state_path(name).exists():
+        return
+    state = read_state(name)
+    ours = (recorded is not None and recorded.get("pid") == state.pid) or (
+        ours_since is not None and state.started_at_s >= ours_since
+    )
+    left = await clear_leftovers(name)
+    if left is not None:
+        return
+    if not ours:
+        raise UserError(
+            f"run {name!r} is running (pid {state.pid} on {state.host.target}) and this job did not start it",
+            field="[job] server",
+            fix=f"stop it with `specpilot down {name}`, or give the job's server spec another name",
+        )
+    say(f"{name}: stopping the start an earlier run of this job left (pid {state.pid})")
+    await run_down(name, timeout_s=STOP_TIMEOUT_S)
+
+
+async def _engine_log(name: str) -> str:
+    chunks = [chunk async for chunk in stream_log(name, follow=False)]
+    return b"".join(chunks).decode(errors="replace")
+
+
+async def start(spec: Spec, say: Say) -> Started:
+    """Check, plan and start `spec` through `launch`; an out-of-memory start is planned again
+    from the engine's own numbers (the plan's next step down) at most MAX_REPLANS times."""
+    replans: list[dict[str, Any]] = []
+    while True:
+        pre: Preflight = await preflight(spec)
+        if pre.errors:
+            return Started(spec, UpResult(spec.name, "refused", pre.cause or "config", "\n".join(pre.errors)))
+        started = launch_spec(spec, pre)
+        host = open_host_section(started.host)
+        try:
+            say(f"{spec.name}: starting on {spec.host.target}")
+            result = await launch(started, host, plan=pre.plan)
+        finally:
+            await host.close()
+        if result.phase == "ready" or result.cause != "oom" or len(replans) >= MAX_REPLANS:
+            return Started(spec, result, replans=replans)
+        try:
+            change = replan(spec, await _engine_log(spec.name), pre.plan)
+        except UserError as err:
+            say(f"{spec.name}: out of memory at start and no re-plan ({err})")
+            return Started(spec, result, replans=replans)
+        if change is None:
+            return Started(spec, result, replans=replans)
+        replans.append(change.to_json())
+        for line in (*change.reasons, *change.changes):
+            say(f"{spec.name}: re-plan {len(replans)}: {line}")
+        spec = change.spec
+
+
+async def wait_port_closed(spec: Spec, timeout_s: float = 10.0) -> None:
+    """A killed engine's socket is let go only once the kernel tore the process down."""
+    from specpilot.fleet.repair import wait_until_closed
+
+    host = open_host_section(spec.host)
+    try:
+        async with asyncio.timeout(timeout_s + 5.0):
+            await wait_until_closed(host, [spec.server.port])
+    finally:
+        await host.close()

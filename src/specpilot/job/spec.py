@@ -1,0 +1,245 @@
+"""The job file: one `[job]` table naming everything from a server spec to the dataset.
+
+    [job]
+    server = "server.toml"        # or fleet = "fleet.toml"
+    prompts = "prompts.jsonl"
+    output = "out"                # the job folder: job.json, the ledger, data/, the exports
+    export = ["specforge"]        # formats written at the end
+    keep_servers = false          # true: leave what the job started running at the end
+    max_restarts = 3              # restarts per engine that dies while the job runs
+    concurrency = 64              # requests in flight per server (per worker behind a router)
+    [job.sampling]                # generate's sampling flags, by their names
+    max_tokens = 4096
+    [job.bench]                   # optional: measure variants first, start the winner
+    sample = 64
+    variants = "plain,NEXTN:2"
+    budget_s = 300
+
+Relative paths are relative to the job file. Every mistake is one `UserError` naming the
+field, before anything starts or is written.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from specpilot.errors import UserError
+from specpilot.generate.sampling import SamplingOptions
+
+#: what `[job] export` may list (generate.export's formats)
+EXPORT_FORMATS = ("specforge", "speculators", "parquet", "hf")
+DEFAULT_MAX_RESTARTS = 3
+DEFAULT_CONCURRENCY = 64
+#: [job.sampling] keys: the named ones of SamplingOptions, then those sent as request fields
+_NAMED_SAMPLING: dict[str, type] = {
+    "thinking": bool,
+    "max_tokens": int,
+    "temperature": float,
+    "top_p": float,
+    "top_k": int,
+}
+_REQUEST_SAMPLING: dict[str, type] = {
+    "min_p": float,
+    "seed": int,
+    "stop": list,
+    "presence_penalty": float,
+    "frequency_penalty": float,
+    "repetition_penalty": float,
+}
+_JOB_KEYS = {
+    "server", "fleet", "prompts", "output", "export", "keep_servers", "max_restarts", "concurrency",
+    "sampling", "bench",
+}  # fmt: skip
+_BENCH_KEYS = {"sample", "variants", "budget_s"}
+
+
+@dataclass(frozen=True)
+class BenchSection:
+    """`[job.bench]`: `bench`'s --sample, --variants and --budget-s."""
+
+    sample: int = 64
+    variants: str | None = None
+    budget_s: float = 300.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sample": self.sample, "variants": self.variants, "budget_s": self.budget_s}
+
+
+@dataclass(frozen=True)
+class JobFile:
+    path: Path
+    server: Path | None
+    fleet: Path | None
+    prompts: Path
+    output: Path
+    export: tuple[str, ...] = ()
+    keep_servers: bool = False
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    concurrency: int = DEFAULT_CONCURRENCY
+    sampling: SamplingOptions = field(default_factory=lambda: SamplingOptions(thinking=True))
+    bench: BenchSection | None = None
+
+    @property
+    def serving_file(self) -> Path:
+        """The server spec or the fleet file the job starts."""
+        path = self.server or self.fleet
+        assert path is not None  # load_job refuses a job with neither
+        return path
+
+    def options_json(self) -> dict[str, Any]:
+        """What the job does with its inputs, as hashed into job.json (paths are inputs of their own)."""
+        return {
+            "export": list(self.export),
+            "sampling": self.sampling.to_json(),
+            "bench": None if self.bench is None else self.bench.to_json(),
+        }
+
+
+def _bad(key: str, message: str, fix: str) -> UserError:
+    return UserError(message, field=f"[job] {key}", fix=fix)
+
+
+def _typed(table: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    value = table[key]
+    ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        ok, value = True, float(value)
+    if not ok:
+        raise UserError(
+            f"must be a {kind.__name__}, got {value!r}",
+            field=f"{where} {key}",
+            fix=f"write a {kind.__name__}",
+        )
+    return value
+
+
+def _path(base: Path, table: Mapping[str, Any], key: str, *, must_exist: bool, fix: str) -> Path:
+    value = table[key]
+    if not isinstance(value, str) or not value.strip():
+        raise _bad(key, f"must be a path, got {value!r}", fix)
+    path = Path(value).expanduser()
+    path = (path if path.is_absolute() else base / path).resolve()
+    if must_exist and not path.exists():
+        raise _bad(key, f"{path} does not exist", fix)
+    return path
+
+
+def _sampling(table: Mapping[str, Any]) -> SamplingOptions:
+    unknown = sorted(set(table) - set(_NAMED_SAMPLING) - set(_REQUEST_SAMPLING))
+    if unknown:
+        known = ", ".join([*_NAMED_SAMPLING, *_REQUEST_SAMPLING])
+        raise UserError(f"unknown key {unknown[0]!r}", field="[job.sampling]", fix=f"use one of {known}")
+    named = {k: _typed(table, k, kind, "[job.sampling]") for k, kind in _NAMED_SAMPLING.items() if k in table}
+    fields = {
+        k: _typed(table, k, kind, "[job.sampling]") for k, kind in _REQUEST_SAMPLING.items() if k in table
+    }
+    for key, minimum in (("max_tokens", 1),):
+        if key in named and named[key] < minimum:
+            raise UserError(f"must be at least {minimum}", field=f"[job.sampling] {key}", fix="raise it")
+    return SamplingOptions(
+        thinking=named.pop("thinking", True),
+        max_tokens=named.get("max_tokens"),
+        temperature=named.get("temperature"),
+        top_p=named.get("top_p"),
+        top_k=named.get("top_k"),
+        request_fields=dict(sorted(fields.items())),
+    )
+
+
+def _bench(table: Mapping[str, Any]) -> BenchSection:
+    unknown = sorted(set(table) - _BENCH_KEYS)
+    if unknown:
+        raise UserError(
+            f"unknown key {unknown[0]!r}", field="[job.bench]", fix=f"use {', '.join(sorted(_BENCH_KEYS))}"
+        )
+    bench = BenchSection()
+    if "sample" in table:
+        bench = replace(bench, sample=_typed(table, "sample", int, "[job.bench]"))
+    if "variants" in table:
+        bench = replace(bench, variants=_typed(table, "variants", str, "[job.bench]"))
+    if "budget_s" in table:
+        bench = replace(bench, budget_s=_typed(table, "budget_s", float, "[job.bench]"))
+    if bench.sample < 1 or bench.budget_s <= 0:
+        raise UserError(
+            "sample must be at least 1 and budget_s more than 0",
+            field="[job.bench]",
+            fix="raise it",
+        )
+    return bench
+
+
+def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
+    """The job file at `path`, with `overrides` (flag values by `[job]` key) in place of its own."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise UserError(
+            f"cannot read it ({err})", field=str(path), fix="pass a job .toml with a [job] table"
+        ) from None
+    table = data.get("job")
+    if not isinstance(table, dict) or set(data) != {"job"}:
+        raise UserError(
+            "a job file holds one [job] table (and [job.sampling], [job.bench])",
+            field=str(path),
+            fix="write `[job]` with server (or fleet), prompts and output",
+        )
+    unknown = sorted(set(table) - _JOB_KEYS)
+    if unknown:
+        raise _bad(unknown[0], "unknown key", f"use one of {', '.join(sorted(_JOB_KEYS))}")
+    table = {**table, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    base = path.resolve().parent
+    if ("server" in table) == ("fleet" in table):
+        raise _bad(
+            "server",
+            "give exactly one of server (a server spec) and fleet (a fleet file)",
+            "keep the one the job should start",
+        )
+    serving_key = "server" if "server" in table else "fleet"
+    serving = _path(base, table, serving_key, must_exist=True, fix=f"give the {serving_key} file's path")
+    for key in ("prompts", "output"):
+        if key not in table:
+            raise _bad(key, "missing", f'add {key} = "..." to [job]')
+    prompts = _path(base, table, "prompts", must_exist=True, fix="give the prompts file's path")
+    output = _path(base, table, "output", must_exist=False, fix="give the job folder's path")
+    export = table.get("export", [])
+    if not isinstance(export, list) or not all(isinstance(f, str) for f in export):
+        raise _bad(
+            "export",
+            f"must be a list of formats, got {export!r}",
+            f"e.g. export = {list(EXPORT_FORMATS[:1])}",
+        )
+    for fmt in export:
+        if fmt not in EXPORT_FORMATS:
+            raise _bad("export", f"unknown format {fmt!r}", f"use {', '.join(EXPORT_FORMATS)}")
+    keep = _typed(table, "keep_servers", bool, "[job]") if "keep_servers" in table else False
+    restarts = (
+        _typed(table, "max_restarts", int, "[job]") if "max_restarts" in table else DEFAULT_MAX_RESTARTS
+    )
+    if restarts < 0:
+        raise _bad("max_restarts", f"must be 0 or more, got {restarts}", "0 turns restarts off")
+    concurrency = (
+        _typed(table, "concurrency", int, "[job]") if "concurrency" in table else DEFAULT_CONCURRENCY
+    )
+    if concurrency < 1:
+        raise _bad("concurrency", f"must be at least 1, got {concurrency}", "raise it")
+    sampling = table.get("sampling", {})
+    bench = table.get("bench")
+    if not isinstance(sampling, dict) or (bench is not None and not isinstance(bench, dict)):
+        raise _bad("sampling", "[job.sampling] and [job.bench] are tables", "write them as [job.sampling]")
+    return JobFile(
+        path=path.resolve(),
+        server=serving if serving_key == "server" else None,
+        fleet=serving if serving_key == "fleet" else None,
+        prompts=prompts,
+        output=output,
+        export=tuple(dict.fromkeys(export)),
+        keep_servers=keep,
+        max_restarts=restarts,
+        concurrency=concurrency,
+        sampling=_sampling(sampling),
+        bench=None if bench is None else _bench(bench),
+    )

@@ -1,0 +1,141 @@
+"""How `up` and `bench` end on a signal: once, and with nothing they started left running.
+
+SIGINT (Ctrl-C), SIGTERM (a scheduler's kill) and SIGHUP (the SSH session closed) each end
+the command as Ctrl-C does: the first raises KeyboardInterrupt wherever the command is
+(an event loop included: asyncio.run then cancels what runs and lets it clean up); any
+later one is recorded and otherwise ignored, so it cannot cut the stop short. The stop
+itself (`stop_started`) runs with the three signals blocked, after the command's own
+helpers (a host agent still spawning an engine) have exited, and proves what it signals
+by the run's token (launch.stop), so an engine whose pid never reached the state file is
+found too. "Stopped" is said only once each run's port is free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+from specpilot.errors import UserError
+from specpilot.hosts import open_host_section
+from specpilot.launch.state import read_state
+from specpilot.launch.stop import end_group
+
+#: the signals that end `up` and `bench` as Ctrl-C does
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: how long the stop waits for this process's helpers, and for a run's port to close
+CHILDREN_EXIT_S = 30.0
+PORT_RELEASE_S = 15.0
+#: between SIGTERM and SIGKILL for what a stop finds (an engine mid-start has nothing to save)
+STOP_TERM_S = 10.0
+
+_received: list[int] = []
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    _received.append(signum)
+    if len(_received) == 1:
+        raise KeyboardInterrupt
+
+
+def take_over_signals() -> None:
+    """SIGINT, SIGTERM and SIGHUP end the command as Ctrl-C does, once (see the module).
+    Call again after code that hands them back (a generate job's loop resets them)."""
+    for signum in ENDING_SIGNALS:
+        signal.signal(signum, _on_signal)
+
+
+@contextlib.contextmanager
+def ending_signals() -> Iterator[None]:
+    """`take_over_signals` for the duration of a command; the handlers before it come back
+    after (a command run inside another program, as tests do)."""
+    before = {signum: signal.getsignal(signum) for signum in ENDING_SIGNALS}
+    _received.clear()
+    take_over_signals()
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+def received() -> list[int]:
+    """The ending signals received so far, in order."""
+    return list(_received)
+
+
+@contextlib.contextmanager
+def signals_blocked() -> Iterator[None]:
+    """No ending signal is delivered inside (the kernel holds it); on the way out the
+    handlers are ours again (a generate loop resets them) before held signals arrive."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, ENDING_SIGNALS)
+    try:
+        yield
+    finally:
+        take_over_signals()
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _live_children() -> list[int]:
+    me = str(os.getpid())
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            if fields[1] == me and fields[0] not in ("Z", "X"):
+                found.append(int(entry))
+    return found
+
+
+def wait_for_children(within_s: float = CHILDREN_EXIT_S) -> list[int]:
+    """Wait until this process's children have exited (a host agent that was spawning an
+    engine finishes the spawn first); the ones still alive at `within_s`."""
+    deadline = time.monotonic() + within_s
+    while (left := _live_children()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return left
+
+
+async def _stop_run(name: str) -> str | None:
+    """Stop what is provably run `name`'s (by its token, and its group while its engine
+    lives), then wait for its port; a line saying what is left, or None."""
+    try:
+        state = read_state(name)
+    except UserError:
+        return None  # nothing of it was ever recorded: nothing was spawned
+    host = open_host_section(state.host)
+    try:
+        stopped = await end_group(
+            host, state.pgid, term_timeout_s=STOP_TERM_S, start_ticks=state.start_ticks, token=state.run_token
+        )
+        if stopped.survivors:
+            return f"{name}: pid {' '.join(map(str, stopped.survivors))} survived SIGKILL"
+        port = _port_of(state.endpoint)
+        deadline = time.monotonic() + PORT_RELEASE_S
+        while port is not None and (owner := await host.port_owner(port)) is not None:
+            if time.monotonic() >= deadline:
+                return f"{name}: port {port} is still held by pid {owner.pid} after the stop"
+            await asyncio.sleep(0.05)
+        return None
+    finally:
+        await host.close()
+
+
+def _port_of(endpoint: str) -> int | None:
+    tail = endpoint.rsplit(":", 1)[-1].split("/", 1)[0]
+    return int(tail) if tail.isdigit() else None
+
+
+def stop_started(names: list[str]) -> list[str]:
+    """Stop every run in `names` (what a command started), with the ending signals blocked
+    so a second one cannot cut it short; a line for each run something of which is left."""
+    with signals_blocked():
+        wait_for_children()
+        return [line for name in names if (line := asyncio.run(_stop_run(name))) is not None]

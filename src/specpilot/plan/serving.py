@@ -1,0 +1,54 @@
+"""The knobs a spec that starts also needs to keep serving, added to the plan's recommendation.
+
+A plan's verdict and its recommended knobs are about the start. Serving can take more: SGLang
+with the radix cache on copies the SSM state of every request in one prefill batch that hits a
+cached prefix, all at once (`quantities.mamba_cow_transient_gib`), so on a card the startup
+leaves little free the server starts, then runs out of memory on its first such batch. Its bound
+is `--prefill-max-requests`, the requests one prefill batch may take. The planner warns of it in
+a note; this module turns the bound into flags, so `starts and serves with` and `plan --write`
+give a spec that is safe to serve, not only to start. Each engine's bound is its planner's
+`serving` (plan/planners.py); SGLang's is plan/sglang/serving.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from specpilot.engines.fix import Fix
+from specpilot.engines.flags import parse_version, table_for
+from specpilot.plan import make_plan, plan_inputs
+from specpilot.plan.planners import planner_for
+from specpilot.plan.types import Plan
+from specpilot.spec import Spec
+
+
+def serving_args(spec: Spec, plan: Plan) -> list[str]:
+    """The flags `spec` (planned as `plan`) lacks to serve without running out of memory."""
+    bound = planner_for(plan.engine).serving
+    if bound is None:
+        return []
+    shape, args = plan_inputs(spec)
+    return bound(spec, shape, args, plan)
+
+
+def with_fix(spec: Spec, fix: Fix) -> Spec:
+    """The spec with a fix's flags and variables applied to its engine."""
+    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    args, env = fix.apply(table, spec.engine.args, spec.engine.env)
+    return spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args, "env": env})})
+
+
+def add_serving_args(spec: Spec, plan: Plan, measured: Mapping[str, float] | None = None) -> list[str]:
+    """Add to `plan.recommended_args` what the recommended spec (the spec as given when the plan
+    recommends nothing) needs to serve, planned again with the recommendation; the flags added."""
+    if planner_for(plan.engine).serving is None or not (plan.fits or plan.recommended_args):
+        return []
+    target, target_plan = spec, plan
+    if plan.recommended_args or plan.recommended_env:
+        target = with_fix(spec, Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env)))
+        target_plan = make_plan(target, measured)
+    if not target_plan.fits:
+        return []
+    added = serving_args(target, target_plan)
+    plan.recommended_args += added
+    return added

@@ -1,0 +1,57 @@
+"""Every `--json` and result file is strict RFC 8259 JSON: no NaN or Infinity (strict parsers
+such as jq and JavaScript's JSON.parse refuse them), a null with its reason instead."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from specpilot import jsontext
+from specpilot.cli import cli
+from tests.plan.test_startup_peak import H200, _real_start
+
+
+def strict_loads(text: str) -> Any:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not RFC 8259 JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_non_finite_numbers_become_null_with_a_reason() -> None:
+    text = jsontext.dumps({"a": float("inf"), "b": [1.5, float("nan")], "c": {"d": -float("inf")}, "e": 2})
+    data = strict_loads(text)
+    assert data["a"] is None and data["b"] == [1.5, None] and data["c"] == {"d": None} and data["e"] == 2
+    assert set(data["null_reasons"]) == {"a", "b[1]", "c.d"}
+    assert "unbounded" in data["null_reasons"]["a"] and "undefined" in data["null_reasons"]["b[1]"]
+    assert jsontext.dumps({"a": 1}) == '{"a": 1}'  # nothing added when every number is finite
+
+
+def test_plan_json_of_a_recorded_start_is_strict(tmp_path: Path) -> None:
+    run = "r17-mtp-rec2-96"
+    samples = _real_start(tmp_path, run)
+    argv = [
+        "plan",
+        str(H200 / f"{run}.toml"),
+        "--from-log",
+        str(H200 / f"{run}.log"),
+        "--samples",
+        str(samples),
+    ]
+    result = CliRunner().invoke(cli, [*argv, "--json"])
+    assert result.exit_code == 0, result.output
+    data = strict_loads(result.stdout)
+    first = data["startup_peak"]["phases"][0]
+    assert first["name"] == "startup" and first["start_s"] <= 0  # the first sample, not -inf
+    assert "null_reasons" not in data
+
+
+@pytest.mark.parametrize("spec", sorted(H200.glob("*.toml"))[:3], ids=lambda p: p.stem)
+def test_plan_json_is_strict(spec: Path) -> None:
+    result = CliRunner().invoke(cli, ["plan", str(spec), "--json"])
+    assert result.exit_code in (0, 1), result.output
+    strict_loads(result.stdout)

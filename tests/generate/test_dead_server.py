@@ -1,0 +1,59 @@
+"""A server nobody listens on is a connection error naming the server, not a `--model` problem."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from specpilot.errors import UserError
+from specpilot.generate.endpoints import Endpoint, default_model
+
+
+def _closed_port() -> int:
+    """A loopback port that was free a moment ago: nothing listens there."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def _ask(endpoints: list[Endpoint]) -> str:
+    async with aiohttp.ClientSession() as session:
+        return await default_model(session, endpoints)
+
+
+def test_a_dead_server_is_a_connection_error() -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    with pytest.raises(UserError) as err:
+        asyncio.run(_ask([Endpoint(url)]))
+    assert err.value.field == "--server"
+    assert f"cannot connect to {url} (connection refused" in str(err.value)
+    assert "--model" not in str(err.value).split("(", 1)[0]
+
+
+def test_a_live_server_without_models_is_still_a_model_question() -> None:
+    """It answers, with no model list: then the model name is what is missing."""
+
+    async def no_models(request: web.Request) -> web.Response:
+        return web.json_response({"data": []})
+
+    async def run() -> str:
+        app = web.Application()
+        app.router.add_get("/v1/models", no_models)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            return await _ask([Endpoint(f"http://127.0.0.1:{port}")])
+        finally:
+            await runner.cleanup()
+
+    with pytest.raises(UserError) as err:
+        asyncio.run(run())
+    assert err.value.field == "--model"

@@ -1,0 +1,70 @@
+"""Answers a server should not give, each kept out of the data with a clear word: a token count
+past any context (10**20 once crashed the ledger and every resume), no finish_reason (the
+answer may be cut: flagged, not clean), and no `usage` (0 tokens recorded: said once)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from specpilot.generate.client import RequestFailed, parse_answer
+from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.job import JobConfig, run_generate
+from tests.generate.conftest import read_output, scripted_server, write_jsonl
+
+
+def _answer(prompt: str) -> dict[str, object]:
+    choice: dict[str, object] = {
+        "message": {"role": "assistant", "content": f"answer to {prompt}", "reasoning_content": "r"},
+        "finish_reason": None if "NOFINISH" in prompt else "stop",
+    }
+    body: dict[str, object] = {"choices": [choice]}
+    if "NOUSAGE" not in prompt:
+        body["usage"] = {"prompt_tokens": 3, "completion_tokens": 10**20 if "HUGE" in prompt else 4}
+    return body
+
+
+async def _chat(request: web.Request) -> web.Response:
+    prompt = (await request.json())["messages"][-1]["content"]
+    return web.json_response(_answer(prompt))
+
+
+def test_a_token_count_past_any_context_is_a_malformed_answer() -> None:
+    with pytest.raises(RequestFailed, match=r"completion_tokens is 10+, more tokens than any answer holds"):
+        parse_answer(json.dumps(_answer("HUGE")).encode())
+    assert parse_answer(json.dumps(_answer("fine")).encode()).completion_tokens == 4
+
+
+def test_hostile_answers_fail_flag_or_warn_and_the_job_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = ["fine", "HUGE count", "NOFINISH here", "NOUSAGE one", "NOUSAGE two"]
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": p} for i, p in enumerate(prompts)])
+    said: list[str] = []
+    with scripted_server(_chat) as port:
+
+        def config() -> JobConfig:
+            return JobConfig(
+                inputs, tmp_path / "out", [Endpoint(f"http://127.0.0.1:{port}")], "m", True,
+                max_attempts=2, retry_base_s=0.0, progress_interval_s=0.0, notify=said.append,
+            )  # fmt: skip
+
+        first = run_generate(config())
+        again = run_generate(config())  # the resume reads the same ledger back
+    assert first.exit_code == 1 and again.exit_code == 1, (first.message, again.message)
+    errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [e["id"] for e in errors] == ["r1"] and "more tokens than any answer holds" in errors[0]["error"]
+    assert sorted(row["id"] for row in read_output(tmp_path / "out")) == ["r0", "r3", "r4"]
+    flagged = [
+        line
+        for part in sorted((tmp_path / "out" / "flagged").glob("part-*.jsonl"))
+        for line in part.read_text().splitlines()
+    ]
+    (row,) = [json.loads(line) for line in flagged]
+    assert row["id"] == "r2" and row["meta"]["flags"] == ["no_finish_reason"]
+    printed = capsys.readouterr()
+    warnings = [line for line in (printed.out + printed.err).splitlines() if "without `usage`" in line]
+    assert len(warnings) == 1 and "0 prompt and completion tokens" in warnings[0]

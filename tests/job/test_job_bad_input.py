@@ -1,0 +1,122 @@
+"""Bad job files and job folders: one line naming the field and the fix, exit 2, nothing
+started and nothing in the job folder changed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from specpilot.cli import cli
+from tests.job.conftest import JobFactory
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def refused(job: Path, *flags: str) -> str:
+    out = job.parent / "out"
+    before = snapshot(out)
+    existed = out.exists()
+    result = run("job", str(job), *flags)
+    assert result.exit_code == 2, result.output
+    assert snapshot(out) == before and out.exists() == existed
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def server_path(job: Path) -> str:
+    return next(line.split('"')[1] for line in job.read_text().splitlines() if line.startswith("server = "))
+
+
+def rewrite(job: Path, old: str, new: str) -> None:
+    text = job.read_text()
+    assert old in text
+    job.write_text(text.replace(old, new))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ('prompts = "prompts.jsonl"', 'prompts = "missing.jsonl"', "[job] prompts"),
+        ('export = ["specforge"]', 'export = ["csv"]', "[job] export"),
+        ('output = "out"', 'output = "out"\nfleet = "fleet.toml"', "[job] server"),
+        ('output = "out"', 'output = "out"\ncolour = "red"', "[job] colour"),
+        ("max_tokens = 16", 'max_tokens = "many"', "[job.sampling] max_tokens"),
+    ],
+)
+def test_a_bad_job_file_names_the_field(
+    make_job: JobFactory, run_home: Path, old: str, new: str, field: str
+) -> None:
+    job = make_job()
+    rewrite(job, old, new)
+    assert field in refused(job)
+    assert not (run_home.parent / "state" / "runs").exists()  # nothing started
+
+
+def test_a_missing_server_spec(make_job: JobFactory, run_home: Path) -> None:
+    job = make_job()
+    text = job.read_text()
+    server = next(line for line in text.splitlines() if line.startswith("server = "))
+    rewrite(job, server, 'server = "gone.toml"')
+    line = refused(job)
+    assert "[job] server" in line and "gone.toml does not exist" in line
+
+
+def test_a_bench_section_with_nothing_to_compare(make_job: JobFactory, run_home: Path) -> None:
+    job = make_job(extra="[job.bench]\nsample = 4\n")
+    line = refused(job)
+    assert "[job.bench]" in line and "nothing to compare" in line
+
+
+def test_a_folder_holding_another_jobs_ledger(make_job: JobFactory, run_home: Path) -> None:
+    job = make_job()
+    out = job.parent / "out"
+    out.mkdir()
+    (out / "ledger.sqlite").write_bytes(b"a generate job's ledger")
+    line = refused(job)
+    assert "[job] output" in line and "did not begin" in line
+
+
+def test_a_folder_of_another_job_file(make_job: JobFactory, run_home: Path) -> None:
+    job = make_job()
+    out = job.parent / "out"
+    out.mkdir()
+    (out / "job.json").write_text(json.dumps({"job_file": "/elsewhere/job.toml"}))
+    assert "belongs to the job /elsewhere/job.toml" in refused(job)
+
+
+def test_changed_prompts_or_spec_after_the_job_ran(make_job: JobFactory, run_home: Path) -> None:
+    job = make_job(rows=5)
+    assert run("job", str(job)).exit_code == 0
+    prompts = job.parent / "prompts.jsonl"
+    original = prompts.read_text()
+    prompts.write_text(original + json.dumps({"id": "new", "prompt": "another"}) + "\n")
+    line = refused(job)
+    assert "[job] prompts" in line and "new [job] output" in line
+    prompts.write_text(original)
+    spec = Path(server_path(job))
+    spec.write_text(spec.read_text().replace("hang_timeout_s = 600.0", "hang_timeout_s = 601.0"))
+    line = refused(job)
+    assert "[job] server / fleet" in line and "--restart-from check" in line
+
+
+def test_restart_from_accepts_the_changed_spec(make_job: JobFactory, run_home: Path) -> None:
+    job = make_job(rows=5)
+    assert run("job", str(job)).exit_code == 0
+    spec = Path(server_path(job))
+    spec.write_text(spec.read_text().replace("hang_timeout_s = 600.0", "hang_timeout_s = 601.0"))
+    again = run("job", str(job), "--restart-from", "check")
+    assert again.exit_code == 0, again.output
+    data = json.loads((job.parent / "out" / "job.json").read_text())
+    assert data["stages"]["check"]["attempts"] == 1 and data["stages"]["up"]["status"] == "done"

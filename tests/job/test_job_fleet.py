@@ -1,0 +1,47 @@
+"""`specpilot job` over a fleet (the real `smg` router, stand-in members): members that die
+mid-job are repaired by fleet-repair's pass in the job's own event loop. Both die (once each),
+so the job cannot finish on the survivors: it finishes because they were repaired."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from specpilot.cli import cli
+from tests.fleet.conftest import FleetFactory, make_fleet, smg, smg_path  # noqa: F401  (fixtures used here)
+from tests.job.conftest import output_ids
+from tests.launch.conftest import make_spec, run_home  # noqa: F401  (fixtures used here)
+
+
+def test_a_fleet_job_repairs_a_member_that_dies(
+    smg: str,  # noqa: F811
+    make_fleet: FleetFactory,  # noqa: F811
+    run_home: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    env = {
+        "SPECPILOT_FAKE_ANSWER_S": "0.02",
+        "SPECPILOT_FAKE_DIE_AFTER": "6",
+        "SPECPILOT_FAKE_DIE_ONCE": str(tmp_path / "died-{port}"),
+    }
+    fleet = make_fleet([{"target": "local", "gpus": 2}], name="jfl", env=env)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"q {i}"}) + "\n" for i in range(60)))
+    job = tmp_path / "job.toml"
+    job.write_text(
+        f'[job]\nfleet = "{fleet.name}"\nprompts = "prompts.jsonl"\noutput = "out"\nconcurrency = 1\n'
+        "export = []\n[job.sampling]\nmax_tokens = 8\n"
+    )
+    try:
+        result = CliRunner().invoke(cli, ["job", str(job)], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert len(list(tmp_path.glob("died-*"))) == 2  # both members died
+        assert sorted(output_ids(tmp_path / "out")) == sorted(f"q{i}" for i in range(60))
+        data = json.loads((tmp_path / "out" / "job.json").read_text())
+        repaired = sorted((r["run"], r["action"]) for r in data.get("restarts", []))
+        assert repaired == [("jfl-0", "restarted"), ("jfl-1", "restarted")], result.output
+        assert data["stages"]["down"]["evidence"]["stopped"] == "jfl"
+    finally:
+        CliRunner().invoke(cli, ["down", "jfl"])

@@ -1,0 +1,68 @@
+"""launch.shield: the first ending signal interrupts, a later one (held while a stop runs)
+never does, and a stop says "stopped" only with the run's port free."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from specpilot.launch import shield
+from specpilot.launch.state import RunState, write_state
+from specpilot.spec import HostSection
+
+
+def wait_received(count: int) -> list[int]:
+    deadline = time.monotonic() + 10
+    while len(shield.received()) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return shield.received()
+
+
+def test_the_first_signal_interrupts_and_one_held_during_the_stop_does_not() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with shield.ending_signals():
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGHUP)
+            wait_received(1)
+        with shield.signals_blocked():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert shield.received() == [signal.SIGHUP]  # held by the kernel: the stop goes on
+        assert wait_received(2) == [signal.SIGHUP, signal.SIGTERM]  # arrived, raised nothing
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_stop_with_the_port_still_held_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(shield, "PORT_RELEASE_S", 0.2)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        write_state(
+            RunState(
+                name="held",
+                host=HostSection(target="local"),
+                remote_dir=str(tmp_path),
+                log_path=str(tmp_path / "engine.log"),
+                pid=0,
+                pgid=0,
+                run_token="f" * 32,
+                endpoint=f"http://127.0.0.1:{port}",
+                served_model_name=None,
+                engine="sglang",
+                engine_version="0.5.10",
+                argv=("x",),
+                phase="starting",
+                cause=None,
+                started_at_s=time.time(),
+            )
+        )
+        assert shield.stop_started(["held", "never-started"]) == [
+            f"held: port {port} is still held by pid {os.getpid()} after the stop"
+        ]
