@@ -155,11 +155,19 @@ def fit(starts: list[Measured], printed: list[tuple[str, int, float]]) -> margin
     )
 
 
+#: starts recorded to check the plan, not to fit it: the capture round (job.py step `capture`)
+CHECK_ONLY = "-capture-"
+
+
 def collect() -> list[Measured]:
     saved = margin.FITS
     margin.FITS = ()  # the estimates' plan: the fit starts from the terms it replaces
     try:
-        return [measure(name, plan, peak) for name, _, plan, peak, _ in peaks.rows(peaks.DATA)]
+        return [
+            measure(name, plan, peak)
+            for name, _, plan, peak, _ in peaks.rows(peaks.DATA)
+            if CHECK_ONLY not in name
+        ]
     finally:
         margin.FITS = saved
 

@@ -19,12 +19,25 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import tomli_w
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "gpu-runs"
 MODEL = "gpu/models/qwen3.6-27b-text"
+#: the models job.py starts, by the folder name it gives them (gpu/models/ holds their configs)
+MODELS = {
+    "qwen3.6-27b-text": ("gpu/models/qwen3.6-27b-text", "the text-only Qwen3.6-27B-shaped model"),
+    "qwen3-8b": ("gpu/models/qwen3-8b", "the Qwen3-8B-shaped model"),
+}
+
+
+def model_of(spec: dict[str, Any]) -> tuple[str, str]:
+    """(the repository's model folder, in words) for the model a recorded spec ran."""
+    return MODELS.get(Path(spec["model"]["path"]).name, (MODEL, MODELS["qwen3.6-27b-text"][1]))
+
+
 KEPT_FILES = ("engine.log", "up.json")
 
 
@@ -46,7 +59,7 @@ def spec_of(folder: Path) -> Path:
 
 def portable_spec(spec_path: Path, target: Path) -> str:
     spec = tomllib.loads(spec_path.read_text())
-    spec["model"]["path"] = str(Path("../" * len(target.relative_to(REPO).parts)) / MODEL)
+    spec["model"]["path"] = str(Path("../" * len(target.relative_to(REPO).parts)) / model_of(spec)[0])
     engine = spec["engine"]
     engine.pop("command", None)
     engine["env"] = {k: v for k, v in engine.get("env", {}).items() if k.startswith("SGLANG_")}
@@ -64,7 +77,7 @@ def write_readmes(target: Path, spec_path: Path, folder: Path) -> None:
         f"# {target.name}\n\nRecorded by specpilot on one NVIDIA H200, {day}, with `gpu/sglang/job.py` "
         f"(imported by `gpu/sglang/import_peaks.py`): SGLang {spec['engine']['version']} on a "
         f"{spec['gpu']['memory_gib']} GiB card (the H200's 139.8, or emulated by a process holding the "
-        f"rest), random weights, the text-only Qwen3.6-27B-shaped model, `{args}`.\n\n"
+        f"rest), random weights, {model_of(spec)[1]}, `{args}`.\n\n"
         "`engine.log`: the engine's whole log; `up.json`: `specpilot up --json`; `samples/memory.tsv.gz`: "
         "GPU memory used every 20 ms (NVML); `samples/lines.tsv`: each log line with the time it landed. "
         "`gpu/sglang/fit.py` reads them (docs/gpu-validation.md).\n"

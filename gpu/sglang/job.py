@@ -18,6 +18,10 @@ Steps, each skipped once done (state in $SPECPILOT_GPU_STASH/job, default /root/
 * ``bench``: `specpilot bench` over no speculation and MTP on a sample of the job's prompts, on a
   card of ``$BENCH_CARD_GIB`` (emulated by a blocker; default the whole card); each variant's
   start is cut out of the bench's samples into its own folder.
+* ``capture``: the prefill capture and SGLang's 4 GiB gate: no speculation at contexts 2,048,
+  4,096 and 16,384 on 79.6 and 95.6 GiB cards, and the Qwen3-8B shape (``DENSE_MODEL``, its own
+  padded tokenizer) at its whole context on 47.6 GiB: the plan's recommendation, then one step
+  (0.01) above it (``CAPTURE_LADDERS``; ``$CAPTURE_LADDERS`` picks some, in its order).
 * ``edge``: for MTP on a 95.6 GiB card, no speculation on a 79.6 GiB card and on the whole
   card: the plan's recommendation (the bench's or the plain step's start where it ran the same
   knobs), the fraction that leaves ``EDGE_MARGIN_GIB`` free at that start's measured low point,
@@ -113,7 +117,21 @@ KEEP_ENV = (
     "TORCH_SYMM_MEM_DISABLE_MULTICAST",
     "NVSHMEM_DISABLE_NVLS",
 )
-STEP_EST_S = {"model": 40, "plain": 330, "mtp": 260, "bench": 300, "edge": 200}
+STEP_EST_S = {"model": 40, "plain": 330, "mtp": 260, "bench": 300, "edge": 200, "capture": 220}
+#: the capture round (the prefill graph's captured sizes and SGLang's 4 GiB gate): no speculation
+#: at contexts 2,048 / 4,096 / 16,384 on two cards, each the plan's recommendation and one step
+#: (0.01) above it. $CAPTURE_LADDERS picks some ("c4k-80,c2k-96"); the order is the value's
+CAPTURE_LADDERS = {
+    "c4k-80": (4096, 79.6),
+    "c4k-96": (4096, 95.6),
+    "c2k-80": (2048, 79.6),
+    "c2k-96": (2048, 95.6),
+    "c16k-80": (16384, 79.6),
+    "c16k-96": (16384, 95.6),
+    # the dense model (DENSE_MODEL) at its whole context on a 47.6 GiB card: the recommendation
+    # pins --max-running-requests, whose fp32 logits the plan once counted against itself
+    "d8b-48": (40960, 47.6),
+}
 #: each start of the edge step: up to ready and down again
 START_EST_S = 100
 
@@ -154,8 +172,22 @@ def specpilot(
 # --- the model and the prompts ----------------------------------------------------------------
 
 
-def model_dir() -> Path:
-    return STASH / "models" / MODEL_NAME
+def model_dir(name: str = MODEL_NAME) -> Path:
+    return STASH / "models" / name
+
+
+#: the dense model of the capture round: gpu/models/qwen3-8b's config with a padded tokenizer
+DENSE_MODEL = "qwen3-8b"
+
+
+def dense_model() -> Path:
+    """gpu/models/qwen3-8b with a tokenizer padded to its vocabulary (built once per machine)."""
+    folder = model_dir(DENSE_MODEL)
+    if not (folder / "tokenizer.json").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text((REPO / "gpu/models" / DENSE_MODEL / "config.json").read_text())
+        e2e_tools.build_tokenizer(folder)
+    return folder
 
 
 def step_model() -> dict[str, Any]:
@@ -254,7 +286,7 @@ class Sampler:
                     time.sleep(0.01)
 
 
-def spec_text(name: str, args: list[str], card_gib: float | None) -> str:
+def spec_text(name: str, args: list[str], card_gib: float | None, model: Path | None = None) -> str:
     env = {k: os.environ[k] for k in KEEP_ENV if k in os.environ} | {"CUDA_VISIBLE_DEVICES": "0"}
     env_lines = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
     memory = f'name = "H200"\nmemory_gib = {card_gib or H200_TOTAL_GIB}'
@@ -266,7 +298,7 @@ def spec_text(name: str, args: list[str], card_gib: float | None) -> str:
     ).stdout.strip()
     return f'''name = "{name}"
 [model]
-path = "{model_dir()}"
+path = "{model or model_dir()}"
 [gpu]
 {memory}
 [engine]
@@ -283,17 +315,30 @@ target = "local"
 '''
 
 
+def with_context(context: int) -> list[str]:
+    """BASE_ARGS at another --context-length."""
+    out = list(BASE_ARGS)
+    out[out.index("--context-length") + 1] = str(context)
+    return out
+
+
 def planned_spec(
-    name: str, extra: list[str], card_gib: float | None, folder: Path
+    name: str,
+    extra: list[str],
+    card_gib: float | None,
+    folder: Path,
+    base: list[str] | None = None,
+    model: Path | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """The spec with the plan's recommended knobs added (what `plan` prints under 'starts first time')."""
+    base = BASE_ARGS if base is None else base
     folder.mkdir(parents=True, exist_ok=True)
     draft = folder / f"{name}-as-given.toml"
-    draft.write_text(spec_text(name, BASE_ARGS + extra, card_gib))
+    draft.write_text(spec_text(name, base + extra, card_gib, model))
     plan = json.loads(specpilot("plan", str(draft), "--json").stdout or "{}")
     recommended = list(plan.get("recommended_args") or [])
     spec = folder / f"{name}.toml"
-    spec.write_text(spec_text(name, BASE_ARGS + extra + recommended, card_gib))
+    spec.write_text(spec_text(name, base + extra + recommended, card_gib, model))
     # the plan of the spec as it will start: its concurrency is the recommendation's
     final = json.loads(specpilot("plan", str(spec), "--json").stdout or "{}")
     final["recommended_args"] = recommended
@@ -722,11 +767,17 @@ def with_fraction(args: list[str], fraction: float) -> list[str]:
 
 
 def edge_start(
-    name: str, args: list[str], card: float | None, folder: Path, extra: list[str]
+    name: str,
+    args: list[str],
+    card: float | None,
+    folder: Path,
+    extra: list[str],
+    base: list[str] | None = None,
+    model: Path | None = None,
 ) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     spec = folder / f"{name}.toml"
-    spec.write_text(spec_text(name, BASE_ARGS + extra + args, card))
+    spec.write_text(spec_text(name, (BASE_ARGS if base is None else base) + extra + args, card, model))
     found: dict[str, Any] = {"args": args}
     with server(name, spec, folder, found, force=True) as ready:
         if ready:
@@ -797,6 +848,43 @@ def step_edge(budget: Budget) -> dict[str, Any]:
             blocker.terminate()
             blocker.wait(timeout=30)
         checkpoint("edge", results)
+    return results
+
+
+def step_capture(budget: Budget) -> dict[str, Any]:
+    """The capture round: for each of `CAPTURE_LADDERS` (or $CAPTURE_LADDERS) the plan's
+    recommendation, then one fraction step above it; every start sampled. The recommendation
+    must start; the step above must fail or land inside the plan's stated margin."""
+    folder = STASH / "capture"
+    results: dict[str, Any] = {}
+    chosen = [t for t in os.environ.get("CAPTURE_LADDERS", ",".join(CAPTURE_LADDERS)).split(",") if t]
+    for tag in chosen:
+        context, card = CAPTURE_LADDERS[tag]
+        base = with_context(context)
+        if budget.left_s() < START_EST_S + 20:
+            results[tag] = {"skipped": "budget"}
+            continue
+        model = dense_model() if tag.startswith("d8b") else None
+        _, plan = planned_spec(f"{tag}-rec", [], card, folder / tag, base, model)
+        args = list(plan.get("recommended_args") or [])
+        found: dict[str, Any] = {"context": context, "card_gib": card, "plan": plan.get("recommended_args")}
+        results[tag] = found
+        if not args:
+            continue
+        blocker = hold_card(card)
+        try:
+            found["rec"] = edge_start(f"{tag}-rec", args, card, folder / tag / "rec", [], base, model)
+            checkpoint("capture", results)
+            fraction = float(args[args.index("--mem-fraction-static") + 1])
+            if budget.left_s() < START_EST_S + 20:
+                found["above"] = {"skipped": "budget"}
+                continue
+            above = with_fraction(args, fraction + FRACTION_STEP)
+            found["above"] = edge_start(f"{tag}-above", above, card, folder / tag / "above", [], base, model)
+            checkpoint("capture", results)
+        finally:
+            blocker.terminate()
+            blocker.wait(timeout=30)
     return results
 
 
@@ -903,6 +991,8 @@ def main() -> int:
             result = step_serving("mtp", MTP_ARGS, budget, pairs)
         elif step == "bench":
             result = step_bench(budget)
+        elif step == "capture":
+            result = step_capture(budget)
         else:
             result = step_edge(budget)
         result["step_s"] = round(time.monotonic() - t0, 1)

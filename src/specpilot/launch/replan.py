@@ -21,6 +21,7 @@ from specpilot.engines.registry import engine_release
 from specpilot.launch.outcome import UpResult
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_text
+from specpilot.plan.planners import planner_for
 from specpilot.plan.types import Plan, SglangDetails
 from specpilot.spec import Spec
 
@@ -90,10 +91,17 @@ def replan(spec: Spec, log_text: str, planned: Plan | None) -> Replan | None:
     plan = make_plan(calibrated, measured)
     if not plan.recommended_args:
         return None
-    fix = Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env))
     table = engine_release(spec.engine.name, spec.engine.version).table
+    fix = Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env))
     args, env = fix.apply(table, spec.engine.args, spec.engine.env)
     changes = _changes(spec, spec.engine.args, args, env)
+    rule = planner_for(spec.engine.name).replan_rule
+    found = rule(log_text, plan) if rule is not None and not changes else None
+    if found is not None:
+        # the engine's own rule for what the re-plan alone would not move (SGLang: a capture OOM)
+        fix = Fix(args=(*plan.recommended_args, *found[0]), env=dict(plan.recommended_env))
+        args, env = fix.apply(table, spec.engine.args, spec.engine.env)
+        changes = _changes(spec, spec.engine.args, args, env)
     if not changes:
         return None
     assumed = _assumed_gib(planned) if planned else {}
@@ -102,5 +110,7 @@ def replan(spec: Spec, log_text: str, planned: Plan | None) -> Replan | None:
         for key, label in _INPUTS
         if key in measured and key in assumed and abs(measured[key] - assumed[key]) >= 0.01
     ]
+    if found is not None:
+        reasons.append(found[1])
     engine = calibrated.engine.model_copy(update={"args": args, "env": env})
     return Replan(calibrated.model_copy(update={"engine": engine}), tuple(reasons), tuple(changes))

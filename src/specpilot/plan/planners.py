@@ -19,7 +19,7 @@ from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape
 from specpilot.plan.log_checks import FootprintCheck
 from specpilot.plan.sglang.log import parse_sglang_log
-from specpilot.plan.sglang.planner import plan_sglang, refuse_other_sglang_footprint
+from specpilot.plan.sglang.planner import capture_oom_replan, plan_sglang, refuse_other_sglang_footprint
 from specpilot.plan.sglang.serving import state_copy_bound
 from specpilot.plan.types import EngineDetails, Plan, SglangDetails, VllmDetails
 from specpilot.plan.vllm.log import parse_vllm_log
@@ -31,6 +31,9 @@ PlanFunction = Callable[[Spec, ModelShape, EffectiveArgs, Mapping[str, float] | 
 ServingBound = Callable[[Spec, ModelShape, EffectiveArgs, Plan], list[str]]
 #: what a log printed, read by the engine's `loglines` quantities
 LogReader = Callable[[str], LogFacts]
+#: `up --replan`'s engine rule for a failed start whose re-plan recommends what ran:
+#: (engine log, the re-plan) -> (flags to add, why), None where the rule has nothing
+ReplanRule = Callable[[str, Plan], tuple[list[str], str] | None]
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Planner:
     details: type[EngineDetails]
     read_log: LogReader
     refuse_other_footprint: FootprintCheck
+    replan_rule: ReplanRule | None = None
     #: memory serving takes beyond the start, as flags that bound it (plan/serving.py); None:
     #: nothing known to grow past the start
     serving: ServingBound | None = None
@@ -56,7 +60,8 @@ PLANNERS: tuple[Planner, ...] = (
         SglangDetails,
         parse_sglang_log,
         refuse_other_sglang_footprint,
-        state_copy_bound,
+        replan_rule=capture_oom_replan,
+        serving=state_copy_bound,
     ),
     Planner("vllm", plan_vllm, VllmDetails, parse_vllm_log, refuse_other_vllm_footprint),
 )

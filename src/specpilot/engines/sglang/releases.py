@@ -6,7 +6,7 @@ the arithmetic itself lives in `specpilot.plan.sglang.quantities` and reads thes
 instead of branching on version strings. Rows were read from the released wheels
 (`pip download sglang==X --no-deps`); the file:function each field comes from is named in
 its comment. Each row is written as what changed since the row before it (`_after`).
-0.5.15 was not downloaded and is assumed to match 0.5.14/0.5.16 (identical on every field).
+Every release from 0.5.13 to 0.5.23 was read for the prefill capture's fields.
 
 Derived here, stated nowhere else:
 - `NEWEST_VERIFIED`: the last row's last release (the engine registry's `newest_version`);
@@ -27,6 +27,14 @@ from specpilot.engines.flags import release_tables
 from specpilot.engines.measured import MeasuredRelease
 from specpilot.engines.rules import versions
 from specpilot.errors import UserError
+
+#: Which prefill token counts are captured as CUDA graphs: the list up to the chunk (the MLA
+#: backend's 2048, --max-total-tokens), then either clamped to an explicit --context-length
+#: (server_args, "Clamp to context_length if explicitly set", 0.5.13-0.5.16) or kept up to
+#: max_capture_requests x context_length, max_capture_requests = the request pool's size for
+#: the breakable and piecewise backends (model_runner_components/cuda_graph_setup.py
+#: `capture_prefill_graph`, 0.5.17+): at context 4,096 the whole 8,192-token chunk is captured
+PrefillCaptureCap = Literal["context_clamp", "requests_x_context"]
 
 #: How the speculative intermediate mamba state (one state per draft token per
 #: running request, used while verifying) is charged against the KV/mamba budget.
@@ -146,6 +154,16 @@ class SglangRelease(ReleaseSpan):
     #: included); 0.5.17 from the H200 matrix, where the prefill graph is its own term.
     unitemized_hybrid_gib: float = 2.5
     unitemized_dense_gib: float = 0.6
+    #: how the captured prefill token counts are bounded (`PrefillCaptureCap`)
+    prefill_capture_cap: PrefillCaptureCap = "context_clamp"
+    #: GiB that must be free when the prefill graph's capture begins, else an auto-selected
+    #: prefill backend is skipped and prefill runs eagerly ("Disabling auto-selected prefill
+    #: CUDA graph: only X GiB is free"): `_MIN_AUTO_PREFILL_CUDA_GRAPH_FREE_MEMORY_GB = 4.0`,
+    #: read by `should_skip_auto_prefill_cuda_graph_for_memory` from
+    #: `get_available_gpu_memory` (the device's free memory, other processes' use counted)
+    #: after the weights, the pools and the eager runner's buffer (cuda_graph_setup.py,
+    #: 0.5.16 and 0.5.17; not in 0.5.15 or 0.5.18+). 0: no gate
+    prefill_graph_gate_gib: float = 0.0
 
     @property
     def strategy_flag(self) -> str:
@@ -183,17 +201,19 @@ _R0513 = _after(
 _R0514 = _after(
     _R0513,
     STRATEGY_RENAME.release,
-    "0.5.16",
+    "0.5.15",
     spec_v2_default=None,
     spec_default_reserve_mib=0,
     standalone_default_reserve_mib=0,
     draft_in_profile=True,
     explicit_requests_cap="half_tokens",
 )
+_R0516 = _after(_R0514, "0.5.16", "0.5.16", prefill_graph_gate_gib=4.0)
 _R0517 = _after(
-    _R0514,
+    _R0516,
     "0.5.17",
     "0.5.17",
+    prefill_capture_cap="requests_x_context",
     intermediate_rule="joint_padded",
     prefill_graph="breakable",
     draft_kv_in_cell=False,
@@ -213,10 +233,11 @@ _R0518 = _after(
     prefill_graph="piecewise",
     draft_kv_in_cell=True,
     prefill_graph_multimodal_archs=frozenset(),
+    prefill_graph_gate_gib=0.0,
 )
 _R0523 = _after(_R0518, "0.5.23", "0.5.23", post_capture_kv_sizing=True)
 
-RELEASES: tuple[SglangRelease, ...] = (_R0510, _R0511, _R0513, _R0514, _R0517, _R0518, _R0523)
+RELEASES: tuple[SglangRelease, ...] = (_R0510, _R0511, _R0513, _R0514, _R0516, _R0517, _R0518, _R0523)
 
 #: the release `check` and `plan` assume when a pasted command does not say; a new row makes
 #: its release the newest

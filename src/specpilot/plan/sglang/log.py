@@ -7,6 +7,8 @@ from them.
 
 from __future__ import annotations
 
+import re
+
 from specpilot.engines.logfacts import LogFacts
 from specpilot.engines.loglines import read_log
 from specpilot.engines.sglang.loglines import QUANTITIES
@@ -22,3 +24,19 @@ def parse_sglang_log(text: str) -> LogFacts:
     if "draft_weights_gib" not in found:
         found.pop("draft_kv_tokens", None)  # a second pool of the target's own (sliding window)
     return LogFacts.from_values(found)
+
+
+#: 0.5.16+: the prefill graph's capture begins, one line per model runner (target, draft)
+PREFILL_CAPTURE_BEGIN = re.compile(r"Capture (?:target|draft) prefill CUDA graph begin")
+PREFILL_CAPTURE_END = re.compile(r"Capture (?:target|draft) prefill CUDA graph end")
+OUT_OF_MEMORY = re.compile(r"CUDA error: out of memory|CUDA out of memory|OutOfMemoryError")
+
+
+def prefill_capture_oom(text: str) -> bool:
+    """Whether the start ran out of memory while capturing a prefill CUDA graph: the last
+    capture began, never ended, and an out-of-memory error follows it."""
+    begins = list(PREFILL_CAPTURE_BEGIN.finditer(text))
+    if not begins:
+        return False
+    after = text[begins[-1].end() :]
+    return not PREFILL_CAPTURE_END.search(after) and bool(OUT_OF_MEMORY.search(after))

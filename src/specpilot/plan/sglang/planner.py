@@ -24,7 +24,7 @@ from specpilot.models.shape import ModelShape
 from specpilot.plan.effective import effective_args, effective_args_without
 from specpilot.plan.log_checks import refuse_footprint
 from specpilot.plan.sglang import quantities as q
-from specpilot.plan.sglang.log import parse_sglang_log
+from specpilot.plan.sglang.log import parse_sglang_log, prefill_capture_oom
 from specpilot.plan.sglang.margin import PostPoolFit, highest_fraction, post_pool_fit, required_margin_gib
 from specpilot.plan.sglang.settings import POST_CAPTURE_ENV, SglangSettings, resolve_settings
 from specpilot.plan.types import GIB, Plan, Problem, SglangDetails, Term
@@ -51,6 +51,10 @@ CAPTURE_PEAK = "capture peak"
 AFTER_CAPTURE = "after capture"
 #: Term.source of a post-pool term fitted to measured startup peaks (`margin.FITS`)
 FITTED = "fitted"
+#: the head of the prefill graph's term name
+PREFILL_GRAPH_TERM = "prefill CUDA graphs"
+#: how close to a release's prefill-graph gate the plan calls it a cliff, GiB
+GATE_BAND_GIB = 1.0
 #: a release without a fit: every post-pool term estimated
 NO_FIT = PostPoolFit("", "", 0.0, "", "")
 LOWEST_FRACTION = 0.50
@@ -85,6 +89,10 @@ class Sizing:
     captured_terms: tuple[Term, ...] = ()
     #: the post-pool terms' fit to measured peaks (None: estimated)
     fit: PostPoolFit | None = None
+    #: what of this configuration lies outside the fit's measured range (empty: inside)
+    extrapolating: tuple[str, ...] = ()
+    #: the largest prefill token count the engine captures as a graph (0: prefill eager)
+    captured_prefill_tokens: int = 0
 
     @property
     def available_after_pools_gib(self) -> float:
@@ -98,8 +106,21 @@ class Sizing:
 
     @property
     def required_margin_gib(self) -> float:
-        """Free memory a recommendation keeps beyond the post-pool terms (`margin`)."""
-        return required_margin_gib(self.fit, self.reserve_needed_gib)
+        """Free memory a recommendation keeps beyond the post-pool terms (`margin`): the fit's
+        stated margin inside its range, the larger extrapolation margin outside it."""
+        return required_margin_gib(self.fit, self.reserve_needed_gib, bool(self.extrapolating))
+
+    @property
+    def free_at_prefill_capture_gib(self) -> float:
+        """Free memory when the prefill graph's capture begins, what the release's gate reads:
+        what the pools left, less everything allocated after them that is not a CUDA graph
+        (the request table, a draft's KV cache, workspaces)."""
+        before = [
+            t.gib
+            for t in self.reserve_terms
+            if t.note not in (PEAK, CAPTURE_PEAK, AFTER_CAPTURE) and not t.name.startswith(PREFILL_GRAPH_TERM)
+        ]
+        return self.available_after_pools_gib - sum(before)
 
     @property
     def reserve_needed_gib(self) -> float:
@@ -131,12 +152,15 @@ def _reserve_terms(
     fit: PostPoolFit | None,
 ) -> tuple[Term, ...]:
     """What is allocated after the pools and so must fit in the reserve; a fit's values
-    replace the estimates it covers."""
+    replace the estimates it covers. Every term reads the engine's resolved
+    max_running_requests (`requests`), so pinning it to that value plans the same."""
     f = fit or NO_FIT
-    activation = q.activation_gib(shape, s)
-    decode = None if f.decode_graph_family is None else q.decode_graphs_gib(s, *f.decode_graph_family)
+    s_run = replace(s, max_running_requests=requests or s.max_running_requests)
+    activation = q.activation_gib(shape, s, requests)
+    decode = None if f.decode_graph_family is None else q.decode_graphs_gib(s_run, *f.decode_graph_family)
     per_token = f.prefill_graph_bytes_per_token_hidden_layer
-    capture = f.capture_transient_scale is not None and bool(s.piecewise_graph_tokens)
+    captured = q.captured_prefill_tokens(s, rules, requests)
+    capture = f.capture_transient_scale is not None and bool(captured)
     terms = [
         Term("activations (prefill chunk + logits)", activation, "estimated", PEAK),
         Term(
@@ -144,7 +168,7 @@ def _reserve_terms(
         ),
         Term(
             f"decode CUDA graphs ({q.decode_graph_families(s)} families)",
-            *_fitted(decode, q.decode_graphs_gib(s)),
+            *_fitted(decode, q.decode_graphs_gib(s_run)),
             AFTER_CAPTURE if capture else "",
         ),
         Term("request-to-token table", q.req_to_token_gib(requests, s), "config"),
@@ -153,12 +177,19 @@ def _reserve_terms(
             *_fitted(f.unitemized_gib, q.unitemized_runtime_gib(shape, rules)),
         ),
     ]
-    if s.piecewise_graph_tokens:  # prefill runs eagerly otherwise (multimodal models before 0.5.17)
-        name = f"prefill CUDA graphs (up to {s.prefill_graph_max_tokens} tokens)"
-        prefill = None if per_token is None else q.prefill_graph_gib(shape, s, rules, per_token)
-        terms.append(Term(name, *_fitted(prefill, q.prefill_graph_gib(shape, s, rules))))
+    if captured:  # prefill runs eagerly otherwise (multimodal models before 0.5.17)
+        name = f"{PREFILL_GRAPH_TERM} (up to {captured} tokens)"
+        prefill = (
+            None
+            if per_token is None
+            else q.prefill_graph_gib(
+                shape, s, rules, captured, per_token, f.moe_prefill_graph_bytes_per_token_hidden_layer
+            )
+        )
+        terms.append(Term(name, *_fitted(prefill, q.prefill_graph_gib(shape, s, rules, captured))))
         if capture:
-            transient = q.prefill_activation_gib(shape, s) * (f.capture_transient_scale or 0.0)
+            # the capture runs its largest token count eagerly first
+            transient = q.prefill_activation_gib(shape, s, captured) * (f.capture_transient_scale or 0.0)
             terms.append(Term("prefill graph capture transient", transient, FITTED, CAPTURE_PEAK))
     if s.tp_size * s.pp_size > 1:
         terms.append(Term("TP communication buffers", q.tp_buffers_gib(s), "estimated"))
@@ -177,6 +208,14 @@ def _reserve_terms(
         draft_kv = tokens * q.draft_kv_bytes_per_token(shape, s) / GIB
         terms.append(Term("draft KV cache", draft_kv, "config"))
     return tuple(terms)
+
+
+def extrapolating(fit: PostPoolFit | None, shape: ModelShape, s: SglangSettings) -> tuple[str, ...]:
+    """What of this configuration lies outside the fit's measured range (empty: inside, or no
+    fit: the estimates' padding applies everywhere)."""
+    if fit is None or fit.valid is None:
+        return ()
+    return tuple(fit.valid.outside(shape, s.context_len, s.gpu_memory_mib / 1024))
 
 
 def size(
@@ -237,6 +276,8 @@ def size(
         reserve_terms=terms,
         captured_terms=captured,
         fit=fit,
+        extrapolating=extrapolating(fit, shape, s),
+        captured_prefill_tokens=q.captured_prefill_tokens(s, rules, requests),
     )
 
 
@@ -587,7 +628,9 @@ def _recommendation(
         f"{best.max_running_requests} concurrent requests, {best.margin_gib:.2f} GiB free after "
         f"the last startup allocation (largest: {transient.name}, {transient.gib:.2f} GiB)"
     )
-    if best.fit is not None:
+    if best.fit is not None and best.extrapolating:
+        note += f"; it keeps at least {best.required_margin_gib:.2f} GiB free: extrapolating (see below)"
+    elif best.fit is not None:
         note += f"; it keeps at least {best.fit.stated_margin_gib:.2f} GiB free: {best.fit.margin_reason}"
     fixed = [replace(p, fix=Fix(args=tuple(rec_args), env=env)) for p in problems]
     return fixed, rec_args, note
@@ -646,6 +689,99 @@ def _state_copy_note(z: Sizing, shape: ModelShape) -> str | None:
     )
 
 
+def range_note(z: Sizing, version: str) -> str | None:
+    """Which margin the plan keeps, and why: inside the fit's measured range its stated margin,
+    outside it ("extrapolating") the larger one; nothing to say without a fit."""
+    fit = z.fit
+    if fit is None or fit.valid is None:
+        return None
+    if not z.extrapolating:
+        return (
+            f"inside the measured range of SGLang {version}'s post-pool fit ({fit.valid}): "
+            f"{fit.stated_margin_gib:.2f} GiB margin"
+        )
+    return (
+        f"extrapolating: {', '.join(z.extrapolating)} outside the measured range of SGLang {version}'s "
+        f"post-pool fit ({fit.valid}); the fitted graph sizes are kept and the plan asks "
+        f"{z.required_margin_gib:.2f} GiB margin instead of {fit.stated_margin_gib:.2f} ({fit.source})"
+    )
+
+
+def _releases(rules: SglangRelease) -> str:
+    return rules.first if rules.first == rules.last else f"{rules.first}-{rules.last}"
+
+
+def _fraction_for_free_gib(z: Sizing, more_free_gib: float) -> float:
+    """The --mem-fraction-static that leaves `more_free_gib` more free after the pools."""
+    steps = -(-more_free_gib // (z.free_before_load_gib * FRACTION_STEP))
+    return round(z.settings.mem_fraction_static - steps * FRACTION_STEP, 2)
+
+
+def gate_note(z: Sizing, shape: ModelShape, rules: SglangRelease) -> str | None:
+    """The release's prefill-graph gate in the open: which side of it the free memory at the
+    capture's start lands, when within `GATE_BAND_GIB`, or below it; and what moves it. The
+    verdict always counts the graph: the plan's free memory is itself an estimate."""
+    gate = rules.prefill_graph_gate_gib
+    s = z.settings
+    if not gate or not z.captured_prefill_tokens or s.prefill_backend_explicit or z.rest_gib <= 0:
+        return None
+    free = z.free_at_prefill_capture_gib
+    if free >= gate + GATE_BAND_GIB:
+        return None
+    prefix = (
+        f"prefill graph gate (SGLang {_releases(rules)} skips an auto-selected prefill CUDA graph "
+        f"when less than {gate:.2f} GiB is free as its capture begins): the plan has {free:.2f} GiB there, "
+    )
+    above = _fraction_for_free_gib(z, gate + GATE_BAND_GIB - free)
+    if free < gate:
+        return (
+            prefix + "below the gate: the engine will likely skip the graph and prefill eagerly (slower "
+            "prefill; bench measures it); the verdict still counts the graph. "
+            f"--mem-fraction-static {above:.2f} puts it {GATE_BAND_GIB:.0f} GiB above the gate "
+            "(graph captured)"
+        )
+    chunk = s.chunked_prefill_size
+    half = replace(s, chunked_prefill_size=max(chunk // 2, 1), prefill_graph_max_tokens=max(chunk // 2, 1))
+    graph = sum(t.gib for t in z.reserve_terms if t.name.startswith(PREFILL_GRAPH_TERM))
+    smaller = q.captured_prefill_tokens(half, rules, z.max_running_requests)
+    shrink = graph * (1 - smaller / max(z.captured_prefill_tokens, 1))
+    return (
+        prefix + f"within {GATE_BAND_GIB:.0f} GiB above the gate: the graph is captured and any "
+        "under-count is an out-of-memory in its capture. What moves it: "
+        f"--chunked-prefill-size {chunk // 2} (the graph keeps about {shrink:.2f} GiB less), "
+        f"--mem-fraction-static {above:.2f} ({GATE_BAND_GIB:.0f} GiB more room), or "
+        f"--max-running-requests {max(z.max_running_requests - 1, 1)} (one less request)"
+    )
+
+
+#: the smallest chunk the capture rule halves to (SGLang's smallest default chunk)
+MIN_CHUNK_TOKENS = 2048
+
+
+def capture_oom_fix(chunked_prefill_size: int) -> list[str]:
+    """The capture rule's flags: halve the chunk, which the capture's largest size follows
+    (`gate_note`'s first move); none at or below `MIN_CHUNK_TOKENS`."""
+    chunk = max(chunked_prefill_size // 2, MIN_CHUNK_TOKENS)
+    if chunk >= chunked_prefill_size:
+        return []
+    return ["--chunked-prefill-size", str(chunk)]
+
+
+def capture_oom_replan(log_text: str, plan: Plan) -> tuple[list[str], str] | None:
+    """`up --replan`'s rule for a start that ran out of memory capturing the prefill CUDA graph
+    while the plan, given the engine's numbers, still recommends what ran: the flags that move
+    the capture (`capture_oom_fix`) and why; None for any other failure."""
+    if not prefill_capture_oom(log_text) or not isinstance(plan.details, SglangDetails):
+        return None
+    extra = capture_oom_fix(plan.details.chunked_prefill_size_tokens)
+    if not extra:
+        return None
+    return extra, (
+        "the engine ran out of memory capturing the prefill CUDA graph, which the plan said "
+        f"fits: {' '.join(extra)} halves what the capture keeps"
+    )
+
+
 def _details(z: Sizing, shape: ModelShape, free: float) -> SglangDetails:
     """The effective values behind the plan that the engine also logs."""
     s = z.settings
@@ -700,6 +836,9 @@ def plan_sglang(
         notes.append(post_capture_note)
     if cow_note := _state_copy_note(z, shape):
         notes.append(cow_note)
+    for note in (range_note(z, spec.engine.version), gate_note(z, shape, rules)):
+        if note:
+            notes.append(note)
     return Plan(
         engine="sglang",
         engine_version=spec.engine.version,

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from specpilot.engines.sglang.releases import SglangRelease
 from specpilot.models.layers import GatedDeltaNetSpec, layer_specs
 from specpilot.models.shape import ModelShape
-from specpilot.plan.sglang.settings import SglangSettings
+from specpilot.plan.sglang.settings import SglangSettings, piecewise_graph_token_sizes
 from specpilot.plan.types import GIB
 
 #: Measured CUDA context + allocator + NCCL before weights load, per GPU (GiB): H100 80 GB
@@ -323,23 +323,36 @@ def max_running_requests(
     return max(requests, 0)
 
 
-def prefill_activation_gib(shape: ModelShape, s: SglangSettings) -> float:
-    """Activations of one prefill chunk, per GPU: chunk x (4 x hidden + 2 x intermediate/tp)
-    elements at the weights' compute dtype (2 bytes)."""
+def prefill_activation_gib(shape: ModelShape, s: SglangSettings, tokens: int | None = None) -> float:
+    """Activations of one prefill forward of `tokens` (the chunk unless given), per GPU:
+    tokens x (4 x hidden + 2 x intermediate/tp) elements at the weights' compute dtype (2 bytes)."""
     moe = layer_specs(shape).moe
     # a MoE config without num_experts_per_tok is planned with one expert per token
     moe_width = moe.gate_up_width(max(moe.experts_per_token, 1))
     mlp_width = max(2 * shape.intermediate_size, moe_width) // s.tp_size
     width = ACTIVATION_HIDDEN_COPIES * shape.hidden_size + mlp_width
-    return s.chunked_prefill_size * width * 2 / GIB
+    return (s.chunked_prefill_size if tokens is None else tokens) * width * 2 / GIB
 
 
-def activation_gib(shape: ModelShape, s: SglangSettings) -> float:
+def logits_rows(s: SglangSettings, requests: int) -> int:
+    """Rows a decode/verify step scores during the start: the largest captured decode batch,
+    min(cuda_graph_max_bs, the engine's resolved max_running_requests), times the draft tokens
+    each verifies. The same whether the flag pinned the requests or the pool decided them;
+    larger batches score more rows only while serving (`serving_logits_gib`)."""
+    return max(min(s.cuda_graph_max_bs, requests), 1) * max(s.num_draft_tokens, 1)
+
+
+def activation_gib(shape: ModelShape, s: SglangSettings, requests: int) -> float:
     """Peak activations of one prefill chunk plus the verify/decode logits, per GPU: fp32
-    logits for every row a decode/verify step scores."""
-    rows = (s.max_running_requests or s.cuda_graph_max_bs) * max(s.num_draft_tokens, 1)
-    logits_bytes = rows * shape.vocab_size * 4 / s.tp_size
+    logits for every row a decode/verify step scores (`logits_rows`)."""
+    logits_bytes = logits_rows(s, requests) * shape.vocab_size * 4 / s.tp_size
     return prefill_activation_gib(shape, s) + logits_bytes / GIB
+
+
+def serving_logits_gib(shape: ModelShape, s: SglangSettings, requests: int) -> float:
+    """fp32 logits of a full decode batch while serving: every running request's draft tokens
+    (a batch above the captured sizes runs eagerly and scores all its rows at once)."""
+    return max(requests, 1) * max(s.num_draft_tokens, 1) * shape.vocab_size * 4 / s.tp_size / GIB
 
 
 def attention_workspace_gib(s: SglangSettings) -> float:
@@ -376,21 +389,46 @@ def decode_graphs_gib(
     return decode_graph_families(s) * per_family_gib
 
 
+def captured_prefill_tokens(s: SglangSettings, rules: SglangRelease, requests: int) -> int:
+    """The largest prefill token count captured as a graph (0: none). The flags configure the
+    sizes up to `s.prefill_graph_max_tokens`; from 0.5.17 `capture_prefill_graph` keeps those
+    up to max_capture_requests x context_length, max_capture_requests being the request pool's
+    size (the running requests) for the breakable and piecewise backends
+    (https://github.com/sgl-project/sglang, python/sglang/srt/model_executor/
+    model_runner_components/cuda_graph_setup.py, v0.5.17). Only the target's: an MTP draft's
+    prefill graph is turned off there because its attention layers are fewer than the config's
+    num_hidden_layers ("Disable prefill CUDA graph because some layers do not apply Standard
+    GQA", printed by every 0.5.17 MTP start on the H200)."""
+    if not s.piecewise_graph_tokens:
+        return 0
+    if rules.prefill_capture_cap == "requests_x_context":
+        cap = max(requests, 1) * s.context_len
+        return max(
+            (t for t in piecewise_graph_token_sizes(s.prefill_graph_max_tokens) if t <= cap), default=0
+        )
+    return s.prefill_graph_max_tokens
+
+
 def prefill_graph_gib(
     shape: ModelShape,
     s: SglangSettings,
     rules: SglangRelease,
+    captured_tokens: int,
     bytes_per_token_hidden_layer: float = BREAKABLE_GRAPH_BYTES_PER_TOKEN_HIDDEN_LAYER,
+    moe_bytes_per_token_hidden_layer: float | None = None,
 ) -> float:
-    """Prefill CUDA graphs: a breakable graph keeps activations for its largest token count
-    in every layer (`bytes_per_token_hidden_layer`); piecewise graphs get SGLang's own 8 MiB
-    per captured size."""
-    if not s.piecewise_graph_tokens:
+    """Prefill CUDA graphs: a breakable graph keeps activations for its largest captured token
+    count in every layer (`bytes_per_token_hidden_layer`; a MoE layer its own, where one is
+    known); piecewise graphs get SGLang's own 8 MiB per captured size."""
+    if not captured_tokens:
         return 0.0
     if rules.prefill_graph == "breakable":
-        per_token = bytes_per_token_hidden_layer * shape.hidden_size * shape.num_hidden_layers
-        return s.prefill_graph_max_tokens * per_token / s.tp_size / GIB
-    return PIECEWISE_GRAPH_MIB * s.piecewise_graph_tokens / 1024
+        per_layer = bytes_per_token_hidden_layer
+        if shape.is_moe and moe_bytes_per_token_hidden_layer is not None:
+            per_layer = moe_bytes_per_token_hidden_layer
+        per_token = per_layer * shape.hidden_size * shape.num_hidden_layers
+        return captured_tokens * per_token / s.tp_size / GIB
+    return PIECEWISE_GRAPH_MIB * len(piecewise_graph_token_sizes(captured_tokens)) / 1024
 
 
 def tp_buffers_gib(s: SglangSettings) -> float:

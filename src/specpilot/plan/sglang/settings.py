@@ -42,7 +42,8 @@ class SglangSettings:
     cuda_graph_disabled: bool
     #: how many prefill token counts are captured as CUDA graphs (0: prefill runs eagerly)
     piecewise_graph_tokens: int
-    #: the largest of them: the prefill graph's activations are sized for it
+    #: the largest of them the flags configure (from 0.5.17 the request pool x context bounds
+    #: what is captured: `quantities.captured_prefill_tokens`)
     prefill_graph_max_tokens: int
     mem_fraction_static: float
     mem_fraction_given: bool
@@ -65,6 +66,8 @@ class SglangSettings:
     multimodal: bool
     #: the KV pool is sized again after CUDA graph capture (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING)
     post_capture_kv_sizing: bool = False
+    #: the prefill graph backend was chosen explicitly: the release's free-memory gate skips it not
+    prefill_backend_explicit: bool = False
 
     @property
     def has_draft_model(self) -> bool:
@@ -190,12 +193,15 @@ def _mamba_strategy(args: EffectiveArgs) -> str:
 
 
 def prefill_graph_disabled(args: EffectiveArgs, shape: ModelShape, rules: SglangRelease) -> bool:
-    """Whether prefill runs eagerly: graphs off, prefill graphs off, a multimodal model the
-    release does not capture, pipeline parallelism, DP attention or the hierarchical cache
-    each turn the prefill (piecewise) graph off."""
+    """Whether prefill runs eagerly: graphs off, prefill graphs off (`--disable-piecewise-cuda-graph`
+    before 0.5.14, `--disable-prefill-cuda-graph` or `--cuda-graph-backend-prefill disabled`
+    after), a multimodal model the release does not capture, pipeline parallelism, DP attention
+    or the hierarchical cache each turn the prefill graph off."""
     return (
         args.get_bool("disable_cuda_graph")
         or args.get_bool("disable_piecewise_cuda_graph")
+        or args.get_bool("disable_prefill_cuda_graph")
+        or (args.get_str("cuda_graph_backend_prefill") or "").lower() == "disabled"
         or (shape.is_multimodal_wrapper and shape.architecture not in rules.prefill_graph_multimodal_archs)
         or _int(args, "pp_size") > 1
         or args.get_bool("enable_dp_attention")
@@ -203,14 +209,39 @@ def prefill_graph_disabled(args: EffectiveArgs, shape: ModelShape, rules: Sglang
     )
 
 
-def prefill_graph_token_sizes(
-    args: EffectiveArgs, shape: ModelShape, rules: SglangRelease, context_len: int
-) -> list[int]:
-    """The prefill token counts captured as graphs: up to the chunk (or the context, if
-    shorter); none when prefill runs eagerly."""
+#: the MLA backend's prefill capture ceiling (server_args: "we set max_bs to 2048 by default")
+MLA_PREFILL_GRAPH_MAX_TOKENS = 2048
+
+
+def prefill_graph_configured_max_tokens(args: EffectiveArgs, shape: ModelShape, rules: SglangRelease) -> int:
+    """The largest prefill token count the server arguments ask to capture: the explicit flag
+    (`--piecewise-cuda-graph-max-tokens` <= 0.5.13, `--cuda-graph-max-bs-prefill` after), else
+    the chunk (2048 on the MLA backend), capped by `--max-total-tokens`; releases up to 0.5.16
+    also clamp it to an explicit `--context-length` (`SglangRelease.prefill_capture_cap`)."""
+    explicit = args.get_int("piecewise_cuda_graph_max_tokens") or args.get_int("cuda_graph_max_bs_prefill")
+    if explicit is None:
+        explicit = MLA_PREFILL_GRAPH_MAX_TOKENS if shape.kv_lora_rank else _int(args, "chunked_prefill_size")
+        if (max_total := args.get_int("max_total_tokens")) is not None:
+            explicit = min(explicit, max_total)
+    context = args.get_int("context_length")
+    if rules.prefill_capture_cap == "context_clamp" and context is not None:
+        explicit = min(explicit, context)
+    return explicit
+
+
+def prefill_graph_token_sizes(args: EffectiveArgs, shape: ModelShape, rules: SglangRelease) -> list[int]:
+    """The prefill token counts the server arguments configure for capture; none when prefill
+    runs eagerly. From 0.5.17 the capture keeps only those up to max_capture_requests x
+    context_length (`quantities.captured_prefill_tokens`)."""
     if prefill_graph_disabled(args, shape, rules):
         return []
-    return piecewise_graph_token_sizes(min(_int(args, "chunked_prefill_size"), context_len))
+    return piecewise_graph_token_sizes(prefill_graph_configured_max_tokens(args, shape, rules))
+
+
+def prefill_backend_explicit(args: EffectiveArgs) -> bool:
+    """An explicitly chosen prefill graph backend is exempt from the free-memory gate
+    (`_cuda_graph_config_locked`)."""
+    return args.given("cuda_graph_backend_prefill")
 
 
 def kv_dtype_bytes(args: EffectiveArgs, shape: ModelShape) -> float:
@@ -284,7 +315,7 @@ def resolve_settings(
     """The numbers SGLang's memory sizing reads, from the flags as `check` evaluates them."""
     gpu_memory_mib = gpu_memory_gib * MIB_PER_GIB
     context_len = args.get_int("context_length") or shape.max_position_embeddings
-    prefill_graph_sizes = prefill_graph_token_sizes(args, shape, rules, context_len)
+    prefill_graph_sizes = prefill_graph_token_sizes(args, shape, rules)
     algorithm = _speculative_algorithm(args)
     env = args.env
     ssm_dtype = env.get("SGLANG_MAMBA_SSM_DTYPE") or args.get_str("mamba_ssm_dtype")
@@ -333,4 +364,5 @@ def resolve_settings(
         max_total_tokens=args.get_int("max_total_tokens"),
         multimodal=shape.is_multimodal_wrapper and not args.get_bool("language_only"),
         post_capture_kv_sizing=post_capture,
+        prefill_backend_explicit=prefill_backend_explicit(args),
     )
