@@ -285,7 +285,8 @@ class Job:
                 if isinstance(row, RejectedRow):
                     rejected.append(row)
                     continue
-                ignored.update(row.ignored_fields)
+                if row.ignored_fields:  # Counter.update costs even when empty, 902k times
+                    ignored.update(row.ignored_fields)
                 if row.row_id in seen:
                     duplicates.append(row.row_id)
                     continue

