@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+
 def may_hold_surrogates(raw: bytes) -> bool:
     """False when `raw` cannot decode to a lone surrogate: the fast path skips the walk.
     A raw JSON body must hold an escape or the lead byte of a UTF-8-encoded surrogate
