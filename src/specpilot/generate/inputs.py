@@ -59,7 +59,8 @@ HASH_CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 256 << 20
 #: the C scanner `json.loads` ends in, called without its per-call checks (a third of the
 #: listing's time at 902k rows); the decoder's settings are json.loads' defaults
-_SCAN_JSON = json.scanner.make_scanner(json.JSONDecoder())
+# (typeshed types the scanner's argument as a scanner; it takes any object with a decoder's settings)
+_SCAN_JSON = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 _JSON_WHITESPACE = " \t\n\r"
 
 
