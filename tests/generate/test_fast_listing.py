@@ -63,7 +63,7 @@ def test_common_rows_take_the_fast_path_with_the_general_result(
     assert _read(tmp_path, line, keep_given_turns)[1] == [general]
 
 
-TEXT = st.sampled_from(["q", "", " ", "\u3000", "a\nb", "é", "\u2028"])
+TEXT = st.sampled_from(["q", "", " ", "\u3000", "a\nb", "é", "\u2028", "\ud800", "x\udfff", "\U0001f600"])
 VALUE = st.one_of(
     TEXT, st.none(), st.integers(0, 2), st.lists(st.just({"type": "text", "text": "x"}), max_size=1)
 )
@@ -85,12 +85,15 @@ RECORD = st.dictionaries(
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    record=st.one_of(RECORD, st.fixed_dictionaries({"id": TEXT, "conversations": TURNS})), keep=st.booleans()
+    record=st.one_of(RECORD, st.fixed_dictionaries({"id": TEXT, "conversations": TURNS})),
+    keep=st.booleans(),
+    ascii_only=st.booleans(),
 )
 def test_any_row_reads_as_the_general_checks_read_it(
-    tmp_path: Path, record: dict[str, Any], keep: bool
+    tmp_path: Path, record: dict[str, Any], keep: bool, ascii_only: bool
 ) -> None:
-    line = json.dumps(record, ensure_ascii=False).encode() + b"\n"
+    # escaped (json.dumps' default) or raw UTF-8; a lone surrogate encoded as json.loads reads it
+    line = json.dumps(record, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass") + b"\n"
     path, rows = _read(tmp_path, line, keep)
     assert rows == [_general(line, f"{path}:1", keep)]
 

@@ -265,15 +265,17 @@ def _iter_jsonl(
                         field=f"{path}:{line_number}",
                         fix="fix or delete that line; each line must be one JSON object",
                     ) from None
-                # the common row takes the fast path (no `where` to format: it cannot be rejected)
-                plain = None if may_hold else _plain_row(record, position, keep_given_turns)
+                # the common row takes the fast path (no `where` to format: it cannot be rejected);
+                # one with a \u escape (json.dumps' default for non-ASCII text) is walked first
+                clean = not may_hold or where_unencodable(record) is None
+                plain = _plain_row(record, position, keep_given_turns) if clean else None
                 yield plain or row_from_record(
                     record,
                     position,
                     f"{path}:{line_number}",
                     keep_given_turns=keep_given_turns,
                     strict=strict,
-                    may_hold_surrogates=may_hold,
+                    may_hold_surrogates=not clean,
                 )
             position += 1
 
