@@ -19,6 +19,11 @@ holding one JSON array is read as its elements, in order.
 *position* (its ordinal among non-blank rows) which the ledger stores: on resume only the
 positions still pending are parsed, so skipping 500k finished JSONL rows costs a line
 scan, not 500k `json.loads`.
+
+A fresh job checks every row before its first request, so the common JSONL row (an id and
+plain text turns, the whole line one object) is parsed by the JSON scanner and checked in
+one pass (`_plain_row`); every other row, and every rejection, takes the general checks,
+which the fast path agrees with row for row (tests/generate/test_fast_listing.py).
 """
 
 from __future__ import annotations
