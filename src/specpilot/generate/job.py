@@ -20,6 +20,7 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -157,7 +158,7 @@ class Job:
         except BaseException:
             self.lock.release()
             raise
-        self.pending: set[int] = set()
+        self.pending: AbstractSet[int] = set()
 
     def close(self) -> None:
         self.ledger.close()

@@ -36,7 +36,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -236,8 +237,8 @@ class Ledger:
         full = _insert_rows_statement(INSERT_ROWS_PER_STATEMENT)
         count = 0
         chunk: list[int | str] = []
-        for position, row_id in rows:
-            chunk += (position, row_id)
+        for row in rows:
+            chunk += row
             if len(chunk) == 2 * INSERT_ROWS_PER_STATEMENT:
                 self._db.execute(full, chunk)
                 count += INSERT_ROWS_PER_STATEMENT
@@ -297,7 +298,13 @@ class Ledger:
         )
         return {state: int(found.get(int(state), 0)) for state in RowState}
 
-    def pending_positions(self) -> set[int]:
+    def pending_positions(self) -> AbstractSet[int]:
+        """The positions of the pending rows; a `PositionRange` when they are one run (a fresh
+        job: building a set of 902k positions cost 0.27 s of its start)."""
+        query = f"SELECT COUNT(*), MIN(position), MAX(position) FROM rows WHERE state = {RowState.PENDING}"
+        count, first, last = self._db.execute(query).fetchone()
+        if count and last - first + 1 == count:  # positions are unique: the run is every one of them
+            return PositionRange(range(first, last + 1))
         query = f"SELECT position FROM rows WHERE state = {RowState.PENDING}"
         return {position for (position,) in self._db.execute(query)}
 
@@ -409,6 +416,25 @@ class Ledger:
 
 def _insert_rows_statement(rows: int) -> str:
     return "INSERT INTO rows (position, id) VALUES " + ",".join(["(?, ?)"] * rows)
+
+
+class PositionRange(AbstractSet[int]):
+    """A run of positions as a set, without one int object per position."""
+
+    def __init__(self, positions: range) -> None:
+        self._positions = positions
+
+    def __contains__(self, position: object) -> bool:
+        return position in self._positions
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._positions)
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def __repr__(self) -> str:
+        return f"PositionRange({self._positions!r})"
 
 
 class _Transaction:
