@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import pytest
 
-from specpilot.generate.ledger import Ledger, LedgerBatch, PositionRange, RowState
+from specpilot.generate.ledger import LISTING_CACHE_KIB, Ledger, LedgerBatch, PositionRange, RowState
 from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, part_path, reconcile_parts
 
 
@@ -208,3 +209,21 @@ def test_pending_positions_are_exact_whether_one_run_or_not(tmp_path: Path) -> N
     assert ledger.pending_positions() == {0, 1, 3, 4, 5}
     ledger.apply(LedgerBatch([0, 1, 3, 4, 5], [], [], [], []))
     assert ledger.pending_positions() == set()
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_listing_gives_back_its_larger_page_cache(tmp_path: Path, refused: bool) -> None:
+    ledger = Ledger.in_dir(tmp_path)
+    before = ledger.query("PRAGMA cache_size")
+    during: list[object] = []
+
+    def finish() -> dict[str, str]:
+        during.extend(ledger.query("PRAGMA cache_size"))
+        if refused:
+            raise ValueError("duplicate ids")
+        return {}
+
+    with pytest.raises(ValueError) if refused else contextlib.nullcontext():
+        ledger.initialize(((i, f"id{i}") for i in range(3)), finish)
+    assert during == [(-LISTING_CACHE_KIB,)] and during != before
+    assert ledger.query("PRAGMA cache_size") == before  # the long job runs with the usual cache

@@ -89,6 +89,8 @@ PUT_PART = (
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
+#: SQLite's page cache while the input is listed (KiB; pages are taken as the index grows)
+LISTING_CACHE_KIB = 64 * 1024
 #: rows listed by one INSERT (two variables each: under SQLite's oldest limit of 999)
 INSERT_ROWS_PER_STATEMENT = 400
 
@@ -222,13 +224,20 @@ class Ledger:
         input, e.g. for duplicate ids) leaves an empty ledger that the next run
         initializes again, never a half-listed job. Returns the row count.
         """
-        with self._transaction():
-            self._db.execute("DELETE FROM rows")
-            count = self._insert_rows(rows)
-            self._db.execute("DELETE FROM input_marks")
-            self._db.executemany("INSERT INTO input_marks VALUES (?, ?, ?, ?)", marks())
-            meta = {**finish(), "initialized_at": f"{time.time():.3f}", "total": str(count)}
-            self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
+        ((cache_size,),) = self._db.execute("PRAGMA cache_size").fetchall()
+        # random ids (derived ones are hashes) land all over the id index: with SQLite's 2 MiB
+        # cache, 902k of them took 6.3 s to insert, with 64 MiB 4.1 s (sequential ids: no change)
+        self._db.execute(f"PRAGMA cache_size = -{LISTING_CACHE_KIB}")
+        try:
+            with self._transaction():
+                self._db.execute("DELETE FROM rows")
+                count = self._insert_rows(rows)
+                self._db.execute("DELETE FROM input_marks")
+                self._db.executemany("INSERT INTO input_marks VALUES (?, ?, ?, ?)", marks())
+                meta = {**finish(), "initialized_at": f"{time.time():.3f}", "total": str(count)}
+                self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
+        finally:  # the job that follows runs with the usual cache
+            self._db.execute(f"PRAGMA cache_size = {int(cache_size)}")
         return count
 
     def _insert_rows(self, rows: Iterable[tuple[int, str]]) -> int:
