@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import pytest
 
-from specpilot.generate.ledger import Ledger, LedgerBatch, RowState
+from specpilot.generate.ledger import LISTING_CACHE_KIB, Ledger, LedgerBatch, PositionRange, RowState
 from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, part_path, reconcile_parts
 
 
@@ -192,3 +193,37 @@ def test_a_lost_part_is_requeued_in_its_own_split_only(tmp_path: Path) -> None:
     assert (result.requeued_rows, result.lost_parts) == (3, ("part-00000.jsonl",))
     states = _states(ledger)
     assert [states[i] for i in range(6)] == [RowState.PENDING] * 3 + [RowState.DONE] + [RowState.PENDING] * 2
+
+
+def test_pending_positions_are_exact_whether_one_run_or_not(tmp_path: Path) -> None:
+    ledger = Ledger.in_dir(tmp_path)
+    # positions 0-5 and 7-9 listed (6 was a rejected row): a gap, so not one run
+    ledger.initialize(((i, f"id{i}") for i in [*range(6), 7, 8, 9]), dict)
+    assert ledger.pending_positions() == {0, 1, 2, 3, 4, 5, 7, 8, 9}
+    ledger.apply(LedgerBatch([7, 8, 9], [], [], [], []))
+    whole = ledger.pending_positions()
+    assert isinstance(whole, PositionRange)  # a fresh job's: no set of every position
+    assert whole == {0, 1, 2, 3, 4, 5} and sorted(whole) == [0, 1, 2, 3, 4, 5] and len(whole) == 6
+    assert 5 in whole and 6 not in whole and -1 not in whole and "5" not in whole
+    ledger.apply(LedgerBatch([2], [], [], [], []))
+    assert ledger.pending_positions() == {0, 1, 3, 4, 5}
+    ledger.apply(LedgerBatch([0, 1, 3, 4, 5], [], [], [], []))
+    assert ledger.pending_positions() == set()
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_listing_gives_back_its_larger_page_cache(tmp_path: Path, refused: bool) -> None:
+    ledger = Ledger.in_dir(tmp_path)
+    before = ledger.query("PRAGMA cache_size")
+    during: list[object] = []
+
+    def finish() -> dict[str, str]:
+        during.extend(ledger.query("PRAGMA cache_size"))
+        if refused:
+            raise ValueError("duplicate ids")
+        return {}
+
+    with pytest.raises(ValueError) if refused else contextlib.nullcontext():
+        ledger.initialize(((i, f"id{i}") for i in range(3)), finish)
+    assert during == [(-LISTING_CACHE_KIB,)] and during != before
+    assert ledger.query("PRAGMA cache_size") == before  # the long job runs with the usual cache

@@ -20,6 +20,7 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -157,7 +158,7 @@ class Job:
         except BaseException:
             self.lock.release()
             raise
-        self.pending: set[int] = set()
+        self.pending: AbstractSet[int] = set()
 
     def close(self) -> None:
         self.ledger.close()
@@ -285,7 +286,8 @@ class Job:
                 if isinstance(row, RejectedRow):
                     rejected.append(row)
                     continue
-                ignored.update(row.ignored_fields)
+                if row.ignored_fields:  # Counter.update costs even when empty, 902k times
+                    ignored.update(row.ignored_fields)
                 if row.row_id in seen:
                     duplicates.append(row.row_id)
                     continue

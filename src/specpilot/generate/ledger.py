@@ -36,7 +36,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -87,6 +88,11 @@ PUT_PART = (
     "INSERT OR REPLACE INTO parts (part, committed_bytes, rows, crc, mtime_ns, tail_start, tail_crc) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+
+#: SQLite's page cache while the input is listed (KiB; pages are taken as the index grows)
+LISTING_CACHE_KIB = 64 * 1024
+#: rows listed by one INSERT (two variables each: under SQLite's oldest limit of 999)
+INSERT_ROWS_PER_STATEMENT = 400
 
 #: a reader (`report`) or the job itself waits this long for the other side's SQLite lock
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -218,14 +224,37 @@ class Ledger:
         input, e.g. for duplicate ids) leaves an empty ledger that the next run
         initializes again, never a half-listed job. Returns the row count.
         """
-        with self._transaction():
-            self._db.execute("DELETE FROM rows")
-            cursor = self._db.executemany("INSERT INTO rows (position, id) VALUES (?, ?)", rows)
-            count = cursor.rowcount
-            self._db.execute("DELETE FROM input_marks")
-            self._db.executemany("INSERT INTO input_marks VALUES (?, ?, ?, ?)", marks())
-            meta = {**finish(), "initialized_at": f"{time.time():.3f}", "total": str(count)}
-            self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
+        ((cache_size,),) = self._db.execute("PRAGMA cache_size").fetchall()
+        # random ids (derived ones are hashes) land all over the id index: with SQLite's 2 MiB
+        # cache, 902k of them took 6.3 s to insert, with 64 MiB 4.1 s (sequential ids: no change)
+        self._db.execute(f"PRAGMA cache_size = -{LISTING_CACHE_KIB}")
+        try:
+            with self._transaction():
+                self._db.execute("DELETE FROM rows")
+                count = self._insert_rows(rows)
+                self._db.execute("DELETE FROM input_marks")
+                self._db.executemany("INSERT INTO input_marks VALUES (?, ?, ?, ?)", marks())
+                meta = {**finish(), "initialized_at": f"{time.time():.3f}", "total": str(count)}
+                self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta.items())
+        finally:  # the job that follows runs with the usual cache
+            self._db.execute(f"PRAGMA cache_size = {int(cache_size)}")
+        return count
+
+    def _insert_rows(self, rows: Iterable[tuple[int, str]]) -> int:
+        """Insert (position, id) rows INSERT_ROWS_PER_STATEMENT to a statement: half the time of
+        one statement per row at 902k rows. Returns the row count."""
+        full = _insert_rows_statement(INSERT_ROWS_PER_STATEMENT)
+        count = 0
+        chunk: list[int | str] = []
+        for row in rows:
+            chunk += row
+            if len(chunk) == 2 * INSERT_ROWS_PER_STATEMENT:
+                self._db.execute(full, chunk)
+                count += INSERT_ROWS_PER_STATEMENT
+                chunk = []
+        if chunk:
+            self._db.execute(_insert_rows_statement(len(chunk) // 2), chunk)
+            count += len(chunk) // 2
         return count
 
     def requeue_unfinished(self, *, include_failed: bool) -> int:
@@ -278,7 +307,13 @@ class Ledger:
         )
         return {state: int(found.get(int(state), 0)) for state in RowState}
 
-    def pending_positions(self) -> set[int]:
+    def pending_positions(self) -> AbstractSet[int]:
+        """The positions of the pending rows; a `PositionRange` when they are one run (a fresh
+        job: building a set of 902k positions cost 0.27 s of its start)."""
+        query = f"SELECT COUNT(*), MIN(position), MAX(position) FROM rows WHERE state = {RowState.PENDING}"
+        count, first, last = self._db.execute(query).fetchone()
+        if count and last - first + 1 == count:  # positions are unique: the run is every one of them
+            return PositionRange(range(first, last + 1))
         query = f"SELECT position FROM rows WHERE state = {RowState.PENDING}"
         return {position for (position,) in self._db.execute(query)}
 
@@ -386,6 +421,29 @@ class Ledger:
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
+
+
+def _insert_rows_statement(rows: int) -> str:
+    return "INSERT INTO rows (position, id) VALUES " + ",".join(["(?, ?)"] * rows)
+
+
+class PositionRange(AbstractSet[int]):
+    """A run of positions as a set, without one int object per position."""
+
+    def __init__(self, positions: range) -> None:
+        self._positions = positions
+
+    def __contains__(self, position: object) -> bool:
+        return position in self._positions
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._positions)
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def __repr__(self) -> str:
+        return f"PositionRange({self._positions!r})"
 
 
 class _Transaction:

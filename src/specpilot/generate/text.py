@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-#: bytes one of which a raw JSON body must hold to decode to a surrogate: an escape, or
-#: the lead byte of a UTF-8-encoded surrogate (json.loads decodes bytes with surrogatepass)
-SURROGATE_HINTS = (b"\\u", b"\xed")
-
 
 def may_hold_surrogates(raw: bytes) -> bool:
-    """False when `raw` cannot decode to a lone surrogate: the fast path skips the walk."""
-    return any(hint in raw for hint in SURROGATE_HINTS)
+    """False when `raw` cannot decode to a lone surrogate: the fast path skips the walk.
+    A raw JSON body must hold an escape or the lead byte of a UTF-8-encoded surrogate
+    (json.loads decodes bytes with surrogatepass); two tests, not a loop: 902k rows call it."""
+    return b"\\u" in raw or b"\xed" in raw
 
 
 def where_unencodable(value: Any, path: str = "") -> str | None:
