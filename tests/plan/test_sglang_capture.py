@@ -195,6 +195,17 @@ def test_the_plan_says_whether_it_extrapolates_and_which_margin_it_keeps() -> No
     assert FIT_0517.valid is not None and str(FIT_0517.valid) in note
 
 
+def test_tensor_parallel_is_outside_a_fit_of_one_gpu_starts() -> None:
+    """Every fitted start ran at TP 1: sharded pools and all-reduce buffers are not in it."""
+    one = make_plan(_spec(HYBRID, 139.8, 32768, "--tp", "1"))
+    assert not any(n.startswith("extrapolating") for n in one.notes)
+    two = _spec(HYBRID, 139.8, 32768, "--tp", "2")
+    two = two.model_copy(update={"gpu": two.gpu.model_copy(update={"count": 2})})
+    note = next(n for n in make_plan(two).notes if n.startswith("extrapolating"))
+    assert "tensor parallel 2" in note and "TP 1" in note
+    assert f"{EXTRAPOLATION_MARGIN_GIB:.2f} GiB margin" in note
+
+
 def test_the_moe_prefill_graph_is_planned_at_what_the_engine_kept() -> None:
     """A hybrid MoE (Qwen3.6-35B-A3B shape) with MTP at 32k printed 2.22 GiB kept; planned 0.77."""
     spec = Spec.model_validate(

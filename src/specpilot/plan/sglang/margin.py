@@ -38,6 +38,9 @@ class FitRange:
     moe: bool
     context_tokens: tuple[int, int]
     card_gib: tuple[float, float]
+    #: every fitted start ran on one GPU: sharded weights, KV and state, and the all-reduce
+    #: buffers of TP > 1 change what is left after the pools
+    tp_size: int = 1
 
     def __str__(self) -> str:
         kind = "MoE" if self.moe else "dense-MLP"
@@ -45,10 +48,10 @@ class FitRange:
         context = f"{low:,}" if low == high else f"{low:,}-{high:,}"
         return (
             f"{'/'.join(sorted(self.architectures))} ({kind}), context {context} tokens, "
-            f"cards {self.card_gib[0]:g}-{self.card_gib[1]:g} GiB"
+            f"cards {self.card_gib[0]:g}-{self.card_gib[1]:g} GiB, TP {self.tp_size}"
         )
 
-    def outside(self, shape: ModelShape, context_tokens: int, card_gib: float) -> list[str]:
+    def outside(self, shape: ModelShape, context_tokens: int, card_gib: float, tp_size: int = 1) -> list[str]:
         """What of this plan lies outside the measured range, in words (empty: inside)."""
         found = []
         if shape.architecture not in self.architectures:
@@ -60,6 +63,8 @@ class FitRange:
         # the card's size as the spec gives it, to the 0.05 GiB its reading is rounded to
         if not self.card_gib[0] - CARD_SLACK_GIB <= card_gib <= self.card_gib[1] + CARD_SLACK_GIB:
             found.append(f"a {card_gib:g} GiB card")
+        if tp_size != self.tp_size:
+            found.append(f"tensor parallel {tp_size}")
         return found
 
 

@@ -215,7 +215,7 @@ def extrapolating(fit: PostPoolFit | None, shape: ModelShape, s: SglangSettings)
     fit: the estimates' padding applies everywhere)."""
     if fit is None or fit.valid is None:
         return ()
-    return tuple(fit.valid.outside(shape, s.context_len, s.gpu_memory_mib / 1024))
+    return tuple(fit.valid.outside(shape, s.context_len, s.gpu_memory_mib / 1024, s.tp_size))
 
 
 def size(
