@@ -50,6 +50,8 @@ def _job_bytes(job: Path) -> dict[str, bytes]:
         ("hf", "."),
         ("parquet", ".."),
         ("speculators", "errors.jsonl"),
+        ("specforge", "ledger.sqlite"),
+        ("specforge", "rejected.jsonl"),
     ],
 )
 def test_an_export_never_writes_into_the_job_folder(job: Path, fmt: str, to: str) -> None:
@@ -60,6 +62,16 @@ def test_an_export_never_writes_into_the_job_folder(job: Path, fmt: str, to: str
     assert line.startswith("error: --to: ") and "the job folder" in line and "give a path outside" in line
     assert _job_bytes(job) == before
     assert export(str(job), "--format", "specforge").exit_code == 0  # the job is whole
+
+
+def test_a_new_name_of_the_users_beside_the_jobs_files_is_written(job: Path) -> None:
+    """`--to out/whole.jsonl` (a second export next to the default one) is the user's own file,
+    none of the job's: written, and the job's files are untouched."""
+    before = _job_bytes(job)
+    written = export(str(job), "--format", "specforge", "--to", str(job / "whole.jsonl"))
+    assert written.exit_code == 0, written.output
+    assert (job / "whole.jsonl").read_text().count("\n") >= 1
+    assert {k: v for k, v in _job_bytes(job).items() if k != "whole.jsonl"} == before
 
 
 def test_overwrite_replaces_the_whole_target(job: Path, tmp_path: Path) -> None:

@@ -278,15 +278,26 @@ def _write_hf(directory: Path, target: Path, include_flagged: bool, done: RowsDo
     return _Written([target / name for name in names], rows)
 
 
+#: what a job folder holds of its own (generate, bench and `specpilot job` write these): an
+#: export's target never takes one of these names, even before the job wrote it
+JOB_FOLDER_NAMES = frozenset(
+    {
+        "ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", ".lock", "data", "flagged",
+        "errors.jsonl", "rejected.jsonl", "manifest.json", "job.json", "bench", "bench.json", "bench.svg",
+    }
+)  # fmt: skip
+
+
 def _refuse_job_folder(directory: Path, to: Path, fmt: str) -> None:
     """An export never writes into the job's own files: `--to` the job folder, a folder above it
-    (an --overwrite would replace the job), or a path inside it other than an export's default."""
+    (an --overwrite would replace the job), or a path inside it other than an export's default
+    or a new name of the user's beside the job's files (`out/whole.jsonl`)."""
     job, where = directory.resolve(), to.resolve()
     if where == job:
         what = "is the job folder"
     elif job.is_relative_to(where):
         what = "holds the job folder"
-    elif where.is_relative_to(job) and not (where.parent == job and where.name in FORMATS.values()):
+    elif where.is_relative_to(job) and not _export_name_in_job(job, where):
         what = "is inside the job folder"
     else:
         return
@@ -295,6 +306,16 @@ def _refuse_job_folder(directory: Path, to: Path, fmt: str) -> None:
         field="--to",
         fix=f"give a path outside {directory}, or leave --to out (default {directory / FORMATS[fmt]})",
     )
+
+
+def _export_name_in_job(job: Path, where: Path) -> bool:
+    """An export's default name there, or a name of the user's directly in the job folder that is
+    none of the job's own (the job's files, its parts and its ledger stay out of reach)."""
+    if where.parent != job:
+        return False
+    if where.name in FORMATS.values():
+        return True
+    return where.name not in JOB_FOLDER_NAMES and not where.name.startswith(".")
 
 
 def _earlier_export(to: Path, fmt: str) -> bool:
