@@ -16,15 +16,15 @@ import asyncio
 import contextlib
 import copy
 import fcntl
-import os
 import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from specpilot import __version__, jsontext
+from specpilot.atomic import write_text_atomic
 from specpilot.bench.lab import EngineLab, axis_notes
 from specpilot.bench.measure import Measured, Notify, Settings
 from specpilot.bench.sample import draw, open_prompts, write_prompts
@@ -252,7 +252,7 @@ def _run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
         "variants": [r.to_json() for r in rows],
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    _write_atomic(request.job_dir / BENCH_FILE, jsontext.dumps(data, indent=2) + "\n")
+    write_text_atomic(request.job_dir / BENCH_FILE, jsontext.dumps(data, indent=2) + "\n")
     return BenchResult(
         spec,
         rows,
@@ -291,12 +291,6 @@ def _row(entry: Entry, lab: EngineLab) -> Measured:
     return row
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_best(result: BenchResult, path: Path) -> Spec:
     """The winning variant's spec as TOML at `path`, never over an existing file."""
     if result.winner is None:
@@ -310,13 +304,21 @@ def write_best(result: BenchResult, path: Path) -> Spec:
         # a relative path means the spec's own folder: written elsewhere it must still find the model
         model = best.model.model_copy(update={"path": str(best.model_dir().resolve())})
         best = best.model_copy(update={"model": model})
+    with new_write_target(path) as handle:
+        handle.write(spec_to_toml(best))
+    return best
+
+
+@contextlib.contextmanager
+def new_write_target(path: Path) -> Iterator[TextIO]:
+    """`--write`'s file, created (never over an existing one): one line naming the field else."""
     try:
-        with path.open("x", encoding="utf-8") as handle:
-            handle.write(spec_to_toml(best))
+        handle = path.open("x", encoding="utf-8")
     except FileExistsError:
         raise UserError(f"{path} exists", field="--write", fix="choose a new file name") from None
     except OSError as err:
         raise UserError(
             f"cannot write {path}: {err.strerror}", field="--write", fix="choose a writable path"
         ) from None
-    return best
+    with handle:
+        yield handle

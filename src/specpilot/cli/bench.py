@@ -36,15 +36,10 @@ def _say(line: str) -> None:
 
 def _check_writable(path: Path) -> None:
     """Refuse a --write target that exists or cannot be created, before anything is measured."""
-    try:
-        with path.open("x", encoding="utf-8"):
-            pass
-    except FileExistsError:
-        raise UserError(f"{path} exists", field="--write", fix="choose a new file name") from None
-    except OSError as err:
-        raise UserError(
-            f"cannot write {path}: {err.strerror}", field="--write", fix="choose a writable path"
-        ) from None
+    from specpilot.bench.run import new_write_target
+
+    with new_write_target(path):
+        pass
     path.unlink()
 
 

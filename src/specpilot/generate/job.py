@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import errno
 import json
-import os
 import sqlite3
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import Any
 import aiohttp
 
 from specpilot import __version__, jsontext
+from specpilot.atomic import write_text_atomic
 from specpilot.errors import UserError
 from specpilot.generate.client import Sampling, open_session
 from specpilot.generate.dispatch import ClientFactory, Companion, Dispatcher, DispatchPolicy, RetryPolicy
@@ -136,15 +136,6 @@ class Outcome:
     summary: JobSummary
     exit_code: int
     message: str
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 class Job:
@@ -343,7 +334,7 @@ class Job:
             more = len(by_reason) - REJECTED_SHOWN
             self.config.notify(f"... {more} more reasons; every rejected row is in {REJECTED_FILE}")
         records = ({"where": r.where, "id": r.row_id, "problem": r.problem, "fix": r.fix} for r in rejected)
-        _write_atomic(
+        write_text_atomic(
             self.config.output_dir / REJECTED_FILE,
             "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
         )
@@ -458,7 +449,7 @@ class Job:
             json.dumps({"id": i, "attempts": a, "error": e}, ensure_ascii=False) + "\n"
             for i, a, e in self.ledger.failed_rows()
         )
-        _write_atomic(out / "errors.jsonl", errors)
+        write_text_atomic(out / "errors.jsonl", errors)
         summary = summarize(self.ledger, running=False)  # written as the job ends: nothing is out
         meta = self.ledger.meta()
         commits = self.ledger.part_commits()
@@ -498,7 +489,7 @@ class Job:
             ],
             "updated_at": time.time(),
         }
-        _write_atomic(out / "manifest.json", jsontext.dumps(manifest, indent=2) + "\n")
+        write_text_atomic(out / "manifest.json", jsontext.dumps(manifest, indent=2) + "\n")
         return summary
 
 

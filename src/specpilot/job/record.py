@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specpilot import __version__
+from specpilot.atomic import write_text_atomic
 from specpilot.errors import UserError
 from specpilot.job.spec import JobFile
 
@@ -82,15 +82,6 @@ def _prompts_same(recorded: dict[str, Any], now: dict[str, Any], path: Path) -> 
     return bool(recorded["sha256"] == resolve_input(path).sha256())
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 @dataclass
 class JobRecord:
     path: Path
@@ -112,7 +103,7 @@ class JobRecord:
 
     def save(self) -> None:
         self.data["updated_at"] = time.time()
-        _write_atomic(self.path, json.dumps(self.data, indent=2) + "\n")
+        write_text_atomic(self.path, json.dumps(self.data, indent=2) + "\n")
 
     def begin(self, name: str, gpus: int) -> None:
         """The stage starts (again): when, and how many GPUs the job holds meanwhile. An attempt
