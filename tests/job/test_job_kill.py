@@ -79,7 +79,8 @@ def test_kill_during_generate_reuses_the_recorded_server(make_job: JobFactory, r
 def test_kill_during_up_stops_the_interrupted_start_first(make_job: JobFactory, run_home: Path) -> None:
     job = make_job(rows=10)
     process = start_job(job)
-    wait_for("up", lambda: state(run_home).get("pid") is not None)
+    # the state is written before the spawn (pid 0) and again with the engine's pid
+    wait_for("up", lambda: bool(state(run_home).get("pid")))
     process.send_signal(signal.SIGKILL)
     process.wait()
     first = state(run_home)["pid"]
