@@ -13,6 +13,7 @@ from specpilot.generate.job import JobWatcher
 from specpilot.job.record import STAGES, JobRecord
 from specpilot.job.spec import JobFile
 from specpilot.projection import Projection, project, read_bench, wall_text
+from specpilot.taskgroup import beside
 
 
 def projection_at_start(job: JobFile, gpus: int) -> Projection | None:
@@ -48,12 +49,7 @@ def heartbeat(record: JobRecord, stage: str, every_s: float) -> JobWatcher:
                 await asyncio.sleep(every_s)
                 record.heartbeat(stage)
 
-        task = asyncio.create_task(beat())
-        try:
+        async with beside(beat, f"the {stage} stage's heartbeat"):
             yield None
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     return watch
