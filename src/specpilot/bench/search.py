@@ -1,12 +1,14 @@
 """The search: which point of the axes finishes the whole job first, within one budget.
 
 A point is a configuration (speculation off, a method at k draft tokens, with the engine's
-adaptive speculation where the release has it) at a running-request cap: the plan's maximum
-for that configuration and two lower points (`cap_points`). Running every point with the
+adaptive speculation where the release has it; where the plan puts one near its release's
+prefill-graph gate, the same on the gate's other side) at a running-request cap: the plan's
+maximum for that configuration and two lower points (`cap_points`). Running every point with the
 full sample would cost (points) x (start + sample); the search spends far less:
 
 1. **Plan prunes.** Every point is checked and planned first; one that check refuses or that
-   does not fit is never started and stays in the table with the reason.
+   does not fit is never started and stays in the table with the reason. A configuration
+   whose plan names the gate's other side (`Planned.other_side`) adds that configuration.
 2. **Screen.** Each configuration is started once, at its largest cap, with one batch of the
    sample (`cap` rows). The run fills the cap and drains: the drain passes through every
    smaller batch size, so one short run gives the configuration's output rate at each number
@@ -54,6 +56,9 @@ class Planned:
 
     max_running_requests: int | None
     refused: str | None = None
+    #: the same configuration on the other side of the release's prefill-graph gate, where
+    #: the plan says the gate is near
+    other_side: Variant | None = None
 
 
 @dataclass(frozen=True)
@@ -137,8 +142,11 @@ def search(
     `least_s`: below this budget share a point is not started."""
     state = _State(measurer, job, budget_s, least_s)
     screens: list[Entry] = []
-    for config in configs:
+    pending = list(configs)
+    for config in pending:  # a gate's other side joins the list as it is found
         planned = measurer.plan(config)
+        if planned.other_side is not None and planned.other_side not in pending:
+            pending.append(planned.other_side)
         if planned.refused is not None or planned.max_running_requests is None:
             state.entries.append(Entry(config, "refused", planned.refused or "no plan"))
             continue

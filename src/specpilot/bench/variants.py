@@ -2,7 +2,8 @@
 
 A variant is "plain" (no speculation) or a speculative method at k draft tokens, optionally
 with the engine's own adaptive speculation, at a running-request cap (the plan's maximum when
-none is given). How each is written is engine knowledge, carried by the engine's adapter
+none is given); where the plan puts a configuration near its release's prefill-graph gate,
+the same configuration on the gate's other side (`Plan.prefill_gate`) is a variant too. How each is written is engine knowledge, carried by the engine's adapter
 (`draft`, `engines/draft.py`): SGLang's in `engines/sglang/draft.py`, vLLM's in
 `engines/vllm/draft.py`.
 
@@ -44,6 +45,13 @@ class Variant:
     draft_tokens: int = 0
     adaptive: bool = False
     running_cap: int | None = None
+    #: the prefill graph's side of the release's gate when it is not the plan's own:
+    #: "kept" (a lower fraction) or "off" (turned off, its room given to KV)
+    prefill_graph: str | None = None
+    #: the flags of that side, as the plan gives them (`PrefillGate.other_side_args`)
+    side_args: tuple[str, ...] = ()
+    #: whether the plan recommends again with `side_args` given (else they go over its recommendation)
+    replan: bool = False
 
     @property
     def config(self) -> Variant:
@@ -57,6 +65,7 @@ class Variant:
     def label(self) -> str:
         name = PLAIN if self.method is None else f"{self.method}-{self.draft_tokens}"
         name += "-adaptive" if self.adaptive else ""
+        name += f"-graph-{self.prefill_graph}" if self.prefill_graph else ""
         return name if self.running_cap is None else f"{name}@{self.running_cap}"
 
 
@@ -188,6 +197,8 @@ def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
     requests capped at the variant's cap (refused above the plan's maximum)."""
     candidate = variant_spec(spec, variant, name)
     table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    if variant.replan:
+        candidate = _with(candidate, *Fix(args=variant.side_args).apply(table, candidate.engine.args, candidate.engine.env))
     if variant.adaptive and adaptive_flag(spec) is None:
         return Prepared(variant, candidate, None, refused=f"{_release(spec)} has no adaptive speculation")
     pre = run_preflight(candidate)
@@ -198,7 +209,7 @@ def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
         pre = run_preflight(candidate)
     if pre.errors or pre.plan is None:
         return Prepared(variant, candidate, None, refused=_reason(pre))
-    recommended = tuple(pre.plan.recommended_args)
+    recommended = _over(tuple(pre.plan.recommended_args), variant.side_args)
     args, env = Fix(args=recommended, env=dict(pre.plan.recommended_env)).apply(
         table, candidate.engine.args, candidate.engine.env
     )
@@ -222,6 +233,13 @@ def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
     if final.errors or final.plan is None:
         return Prepared(variant, capped, None, refused=_reason(final), recommended=recommended)
     return Prepared(variant, capped, final.plan, recommended=recommended)
+
+
+def _over(recommended: tuple[str, ...], side: tuple[str, ...]) -> tuple[str, ...]:
+    """The recommendation with the gate side's flags given over it (a flag of both: the side's)."""
+    for flag in (arg for arg in side if arg.startswith("--")):
+        recommended = _without(recommended, flag)
+    return (*recommended, *side)
 
 
 def _without(args: tuple[str, ...], flag: str) -> tuple[str, ...]:
