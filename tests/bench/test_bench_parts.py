@@ -170,9 +170,11 @@ def stream_with_usage() -> Answer:
 def test_the_projection_divides_wall_time_but_not_gpu_hours() -> None:
     rates = Rates(output_tokens_per_s=1000.0, mean_output_tokens=3600.0, gpus_per_server=2, source="x")
     one = project(10_000, rates)
-    assert (one.servers, one.gpu_hours, one.wall_s) == (1, 20.0, 36_000.0)
+    assert one.servers == 1 and (one.gpu_hours, one.wall_s) == pytest.approx((20.0, 36_000.0))
+    # only a mean and a rate: no tail is modelled, and the line says so
+    assert one.tail_s is None and one.rests_on == "x; no tail modelled: no bench sample's output lengths"
     eight = project(10_000, rates, gpus=8)
-    assert (eight.servers, eight.gpu_hours, eight.wall_s) == (4, 20.0, 9_000.0)
+    assert eight.servers == 4 and (eight.gpu_hours, eight.wall_s) == pytest.approx((20.0, 9_000.0))
     assert wall_text(9_000.0) == "2h30m" and wall_text(36_000 * 3) == "1d06h" and wall_text(42) == "42s"
     with pytest.raises(UserError, match="--gpus"):
         project(1, rates, gpus=1)

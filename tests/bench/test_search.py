@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from specpilot.bench.client import RequestTiming
-from specpilot.bench.jobtime import BatchRates, JobTime, batch_rates, project_job
+from specpilot.bench.jobtime import batch_rates
 from specpilot.bench.search import Job, Planned, Trial, cap_points, search
 from specpilot.bench.variants import Variant
+from specpilot.projection import BatchRates, JobTime, project_job
 from tests.fakeengines.bench_engine import prefill_graph, profile_at, step_seconds, tokens_per_s
 
 FRACTION, GRAPH_OFF = "--mem-fraction-static", "--disable-prefill-cuda-graph"

@@ -92,7 +92,7 @@ class EngineLab:
         ok = bool(timings) and row.status in ("measured", "no_steady_state")
         lengths = tuple(t.output_tokens for t in timings)
         rates = batch_rates(timings)
-        row.rates_by_batch = rates.to_json()
+        row.rates_by_batch, row.largest_in_flight = rates.to_json(), rates.largest
         return Trial(ok, row.reason, rates, lengths, cost_s, row)
 
 

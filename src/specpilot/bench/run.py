@@ -251,6 +251,8 @@ def _run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
             "points": len(found.entries),
         },
         "mean_output_tokens": None if mean is None else round(mean, 1),
+        # what every projection played (plan --job, generate and report play them again)
+        "output_lengths": list(lengths),
         "winner": winner,
         "variants": [r.to_json() for r in rows],
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -12,14 +12,15 @@ full sample would cost (points) x (start + sample); the search spends far less:
 2. **Screen.** Each configuration is started once, at its largest cap, with one batch of the
    sample (`cap` rows). The run fills the cap and drains: the drain passes through every
    smaller batch size, so one short run gives the configuration's output rate at each number
-   of requests in flight (`jobtime.BatchRates`), and from it the projected job time of the
+   of requests in flight (`projection.BatchRates`), and from it the projected job time of the
    configuration at each of its caps.
 3. **Confirm, best first.** The point projected to finish first is measured with the full
    sample at its own cap; then the next, while one not yet confirmed is projected within
    `MARGIN` of the best confirmed (at most `CONFIRM_MAX`). The winner is the confirmed point
    whose own full measurement projects the shortest job.
 
-Every projection is the whole job played out with its waves and tail (`jobtime`). A point
+Every projection is the whole job played out with its waves and tail (`projection.project_job`,
+the model `plan --job`, `generate` and `report` use too). A point
 that fails to start, or answers too little to measure, is dropped and kept with the reason;
 a point the budget cannot reach is kept as "not started". Costs are what the measurer
 reports (wall seconds for a real engine), so a test can count them.
@@ -32,8 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from specpilot.bench.jobtime import BatchRates, JobTime, project_job
 from specpilot.bench.variants import Variant
+from specpilot.projection import BatchRates, JobTime, project_job
 
 #: a point not yet confirmed is measured while projected within this share of the best one
 MARGIN = 0.03
@@ -217,11 +218,15 @@ class _State:
                 entry.status, entry.reason = "not started", _unscreened(entry, source)
         self.reproject()
 
-    def reproject(self) -> None:
-        """Every projection again on the same output lengths: the full sample's once one was
-        measured (else the screens'), so that no two points are compared on different rows."""
+    def projection_lengths(self) -> tuple[int, ...]:
+        """The output lengths every projection plays: the full sample's once one was measured
+        (else the screens'), so that no two points are compared on different rows."""
         full = [e.trial.lengths for e in self.entries if e.status == "measured" and e.trial is not None]
-        lengths = full[0] if full else self.lengths()
+        return full[0] if full else self.lengths()
+
+    def reproject(self) -> None:
+        """Every projection again on the same output lengths (`projection_lengths`)."""
+        lengths = self.projection_lengths()
         if not lengths:
             return
         for entry in self.entries:
@@ -303,7 +308,7 @@ class _State:
             winner = min(screened, key=_wall, default=None)
             if winner is not None:
                 notes.append(f"{winner.label} wins on its screen alone: the budget confirmed no point")
-        return SearchResult(self.entries, winner, self.spent_s, self.trials, self.lengths(), notes)
+        return SearchResult(self.entries, winner, self.spent_s, self.trials, self.projection_lengths(), notes)
 
 
 def _wall(entry: Entry) -> float:
