@@ -317,7 +317,9 @@ class BenchOutcome:
     measured: dict[str, Rates]
 
 
-def _rates(variant: dict[str, Any], mean: float, gpus_per_server: int, sample: tuple[int, ...], when: str) -> Rates:
+def _rates(
+    variant: dict[str, Any], mean: float, gpus_per_server: int, sample: tuple[int, ...], rows: int, when: str
+) -> Rates:
     """One variant's rates; the output lengths are the sample's, every variant's alike
     (speculative decoding does not change what the model writes)."""
     points = tuple(
@@ -329,7 +331,6 @@ def _rates(variant: dict[str, Any], mean: float, gpus_per_server: int, sample: t
     batch = BatchRates(points, largest) if points else None
     if batch is not None and batch.rate_at(cap) <= 0:
         batch = None  # no progress measured: only the steady figure speaks
-    rows = len(sample) if sample else "the"
     return Rates(
         output_tokens_per_s=float(variant["output_tokens_per_s"]),
         mean_output_tokens=mean,
@@ -338,7 +339,11 @@ def _rates(variant: dict[str, Any], mean: float, gpus_per_server: int, sample: t
             f"bench {when}, variant {variant['label']}: {variant['output_tokens_per_s']:,.0f} out tok/s "
             f"steady over {variant['steady_s']:.0f} s, {mean:,.0f} output tokens per row over "
             f"{rows} sampled rows"
-            + ("" if batch is not None else "; no rates per batch size: the same speed per request below the cap")
+            + (
+                ""
+                if batch is not None
+                else "; no rates per batch size: the same speed per request below the cap"
+            )
         ),
         batch=batch,
         cap=cap,
@@ -355,13 +360,16 @@ def read_bench(job_dir: Path) -> BenchOutcome | None:
         data = json.loads(path.read_text(encoding="utf-8"))
         gpus = int(data["gpus_per_server"])
         when = str(data["finished_at"])
+        rows = int(data["sample"]["rows"])
         winner = data["winner"]
         if winner is None:
             return None
         mean = float(data["mean_output_tokens"])
         sample = tuple(int(n) for n in data.get("output_lengths") or ())
         measured = {
-            v["label"]: _rates(v, mean, gpus, sample, when) for v in data["variants"] if v.get("output_tokens_per_s")
+            v["label"]: _rates(v, mean, gpus, sample, rows, when)
+            for v in data["variants"]
+            if v.get("output_tokens_per_s")
         }
         return BenchOutcome(
             winner=winner,

@@ -228,7 +228,9 @@ def test_a_release_without_adaptive_speculation_says_so_per_axis() -> None:
     notes = axis_notes(old, default_variants(old), host_gpus=1, gates={Variant(): None})
     assert "adaptive speculation: not explored (SGLang 0.5.10.post1 has no --speculative-adaptive)" in notes
     assert "layout: one GPU (one engine: no layout to compare)" in notes
-    assert any(n.startswith("prefill CUDA graph on/off: not explored (no configuration's plan") for n in notes)
+    assert any(
+        n.startswith("prefill CUDA graph on/off: not explored (no configuration's plan") for n in notes
+    )
     refused = prepare(old, Variant("NEXTN", 3, adaptive=True), "s-a")
     assert refused.plan is None and refused.refused == "SGLang 0.5.10.post1 has no adaptive speculation"
     vllm = _spec("vllm", ["--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}'])

@@ -44,7 +44,9 @@ def _spec(version: str = "0.5.17") -> Spec:
 
 
 def _lab(spec: Spec, tmp_path: Path) -> EngineLab:
-    settings = Settings(tmp_path / "s.jsonl", tmp_path / "w.jsonl", 8, SamplingOptions(thinking=False), 60.0, 5.0, 0.0, 60.0)
+    settings = Settings(
+        tmp_path / "s.jsonl", tmp_path / "w.jsonl", 8, SamplingOptions(thinking=False), 60.0, 5.0, 0.0, 60.0
+    )
     return EngineLab(spec, settings, [], tmp_path, lambda line: None)
 
 
@@ -103,7 +105,9 @@ def test_the_layout_line_says_what_is_measured_and_what_projected() -> None:
     assert "2 such engines side by side on 5 GPUs" in odd and "1 GPU left idle" in odd
 
 
-def test_bench_measures_the_side_that_keeps_the_graph_and_writes_its_knobs(tmp_path: Path, run_home: Path) -> None:
+def test_bench_measures_the_side_that_keeps_the_graph_and_writes_its_knobs(
+    tmp_path: Path, run_home: Path
+) -> None:
     """The stand-in captures its prefill graph only at --mem-fraction-static 0.93 or below, and
     prefills six times slower without it: plain's plan (0.95, below the gate) brings
     plain-graph-kept (0.93, fewer requests), which finishes the job first and is written."""

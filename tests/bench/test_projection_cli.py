@@ -130,7 +130,9 @@ def test_plan_job_plays_the_waves_and_the_tail_as_bench_does(tmp_path: Path) -> 
     winner = json.loads(ran.output)["projection"]["bench's winner (plain@32)"]
     assert winner["wall_s"] == pytest.approx(bench_job.wall_s, abs=0.1)
     assert winner["tail_s"] == pytest.approx(bench_job.tail_s, abs=0.1)
-    assert winner["tail_share"] == pytest.approx(bench_job.tail_share, abs=1e-4) and winner["tail_share"] > 0.01
+    assert (
+        winner["tail_share"] == pytest.approx(bench_job.tail_share, abs=1e-4) and winner["tail_share"] > 0.01
+    )
     steady_s = 2_500 * mean / 2000.0
     assert winner["wall_s"] > steady_s * 1.01  # the tail and the ramp are in it
     text = CliRunner().invoke(cli, ["plan", str(SPEC), "--job", str(job), "--gpus", "2"]).output

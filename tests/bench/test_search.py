@@ -355,10 +355,14 @@ def test_the_search_measures_the_gate_s_other_side_and_finds_the_better_side(
     searcher = lab()
     result = search(configs, searcher, Job(INPUT_ROWS), full_rows=FULL_ROWS, budget_s=1e9)
     assert result.winner is not None
-    assert truth[result.winner.label].wall_s <= truth[best_label].wall_s * 1.02, (result.winner.label, best_label)
+    assert truth[result.winner.label].wall_s <= truth[best_label].wall_s * 1.02, (
+        result.winner.label,
+        best_label,
+    )
     assert result.winner.label.split("@")[0] == better
     assert result.spent_s < exhaustive_s / 3
     screened = [label for label, rows in searcher.trials if rows < FULL_ROWS]
     assert f"{side.label}@{most[side.label]}" in screened
-    assert {e.label for e in result.entries} >= {f"{side.label}@{cap}" for cap in cap_points(most[side.label])}
-
+    assert {e.label for e in result.entries} >= {
+        f"{side.label}@{cap}" for cap in cap_points(most[side.label])
+    }

@@ -35,7 +35,10 @@ def test_each_adaptive_row_gives_sglang_s_reason(row: int, changed: dict[str, ob
 
 
 def test_adaptive_is_supported_for_eagle_at_topk_one_or_unset() -> None:
-    for values in (ADAPTIVE_OK, {**ADAPTIVE_OK, "speculative_eagle_topk": None, "speculative_algorithm": "eagle3"}):
+    for values in (
+        ADAPTIVE_OK,
+        {**ADAPTIVE_OK, "speculative_eagle_topk": None, "speculative_algorithm": "eagle3"},
+    ):
         assert first_unsupported(ADAPTIVE_UNSUPPORTED, _ctx("sglang", values)) is None
 
 
@@ -49,13 +52,21 @@ def test_adaptive_is_supported_for_eagle_at_topk_one_or_unset() -> None:
          "num_gpu_blocks_override overrides"),
     ],
 )  # fmt: skip
-def test_each_extensible_row_gives_vllm_s_reason(changed: dict[str, object], env: dict[str, str], reason: str) -> None:
-    assert first_unsupported(EXTENSIBLE_UNSUPPORTED, _ctx("vllm", {**EXTENSIBLE_OK, **changed}, env)) == reason
+def test_each_extensible_row_gives_vllm_s_reason(
+    changed: dict[str, object], env: dict[str, str], reason: str
+) -> None:
+    assert (
+        first_unsupported(EXTENSIBLE_UNSUPPORTED, _ctx("vllm", {**EXTENSIBLE_OK, **changed}, env)) == reason
+    )
     assert first_unsupported(EXTENSIBLE_UNSUPPORTED, _ctx("vllm", EXTENSIBLE_OK)) is None
 
 
 def test_the_first_row_that_applies_is_the_reason() -> None:
-    rows = (Unsupported(lambda ctx: False, "never"), Unsupported(lambda ctx: True, "a={a}"), Unsupported(lambda ctx: True, "later"))
+    rows = (
+        Unsupported(lambda ctx: False, "never"),
+        Unsupported(lambda ctx: True, "a={a}"),
+        Unsupported(lambda ctx: True, "later"),
+    )
     assert first_unsupported(rows, _ctx("sglang", {"a": 3})) == "a=3"
     # the engine's order: DP attention and a wrong algorithm together name the algorithm
     both = _ctx("sglang", {**ADAPTIVE_OK, "speculative_algorithm": "NGRAM", "enable_dp_attention": True})

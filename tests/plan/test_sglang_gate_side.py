@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from specpilot.engines.flags import parse_version, table_for
-from specpilot.engines.sglang.releases import RELEASES
+from specpilot.engines.sglang.releases import RELEASES, SglangRelease
 from specpilot.plan import make_plan
 from specpilot.plan.sglang.planner import GATE_BAND_GIB, PREFILL_GRAPH_OFF_FLAG
 from specpilot.plan.types import Plan, PrefillGate
@@ -62,6 +62,5 @@ def test_a_plan_read_back_keeps_its_gate() -> None:
 
 
 @pytest.mark.parametrize("release", [r for r in RELEASES if r.prefill_graph_gate_gib], ids=lambda r: r.first)
-def test_every_gated_release_reads_the_flag_that_turns_the_graph_off(release: object) -> None:
-    first = getattr(release, "first")
-    assert PREFILL_GRAPH_OFF_FLAG in table_for("sglang", parse_version(first)).by_spelling
+def test_every_gated_release_reads_the_flag_that_turns_the_graph_off(release: SglangRelease) -> None:
+    assert PREFILL_GRAPH_OFF_FLAG in table_for("sglang", parse_version(release.first)).by_spelling

@@ -3,9 +3,9 @@
 A variant is "plain" (no speculation) or a speculative method at k draft tokens, optionally
 with the engine's own adaptive speculation, at a running-request cap (the plan's maximum when
 none is given); where the plan puts a configuration near its release's prefill-graph gate,
-the same configuration on the gate's other side (`Plan.prefill_gate`) is a variant too. How each is written is engine knowledge, carried by the engine's adapter
-(`draft`, `engines/draft.py`): SGLang's in `engines/sglang/draft.py`, vLLM's in
-`engines/vllm/draft.py`.
+the same configuration on the gate's other side (`Plan.prefill_gate`) is a variant too. How
+each is written is engine knowledge, carried by the engine's adapter (`draft`,
+`engines/draft.py`): SGLang's in `engines/sglang/draft.py`, vLLM's in `engines/vllm/draft.py`.
 
 Each variant goes through `up`'s own preflight: what `check` refuses stays refused, a plan
 that does not fit is given the plan's own recommendation once, and the variant then runs
@@ -198,7 +198,9 @@ def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
     candidate = variant_spec(spec, variant, name)
     table = table_for(spec.engine.name, parse_version(spec.engine.version))
     if variant.replan:
-        candidate = _with(candidate, *Fix(args=variant.side_args).apply(table, candidate.engine.args, candidate.engine.env))
+        candidate = _with(
+            candidate, *Fix(args=variant.side_args).apply(table, candidate.engine.args, candidate.engine.env)
+        )
     if variant.adaptive and adaptive_flag(spec) is None:
         return Prepared(variant, candidate, None, refused=f"{_release(spec)} has no adaptive speculation")
     pre = run_preflight(candidate)

@@ -818,7 +818,9 @@ def _sized_at(
     it does not fit there."""
     if shape.is_hybrid:
         return _best_state_split(shape, s, rules, free, weights)
-    z = size(shape, replace(s, max_running_requests=None), rules, free_before_load_gib=free, weights_gib=weights)
+    z = size(
+        shape, replace(s, max_running_requests=None), rules, free_before_load_gib=free, weights_gib=weights
+    )
     return z if _fits_with_margin(z, shape) and z.kv_tokens >= _long_request_tokens(s) else None
 
 
