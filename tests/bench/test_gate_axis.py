@@ -10,8 +10,12 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from specpilot.bench.lab import EngineLab, gate_axis, layout_axis, other_side
-from specpilot.bench.measure import Settings
+from specpilot.bench.measure import Measured, Settings
+from specpilot.bench.render import winner_line
+from specpilot.bench.run import BenchResult
 from specpilot.bench.variants import Variant
 from specpilot.generate.sampling import SamplingOptions
 from specpilot.plan.types import PrefillGate
@@ -148,6 +152,27 @@ ready_timeout_s = 60
     kept = [label for label in rows if label.startswith("plain-graph-kept@")]
     assert len(kept) == 3 and result["winner"] in kept, {k: v["search"] for k, v in rows.items()}
     assert any(line.startswith("prefill CUDA graph on/off: plain: ") for line in result["search"]["axes"])
+    # plan --job plays the winner's job with bench's own model on what bench.json keeps
+    lengths = result["output_lengths"]
+    assert lengths and sum(lengths) / len(lengths) == pytest.approx(result["mean_output_tokens"], abs=0.05)
+    planned = specpilot("plan", spec, "--job", job, "--json")
+    assert planned.code == 0, planned.output
+    again = json.loads(planned.stdout)["projection"][f"bench's winner ({result['winner']})"]
+    assert again["wall_s"] == pytest.approx(rows[result["winner"]]["projected_s"], rel=0.01)
+    assert again["tail_share"] == pytest.approx(rows[result["winner"]]["tail_share"], abs=0.01)
     written = tomllib.loads(best.read_text())["engine"]["args"]
     assert written[written.index("--mem-fraction-static") + 1] == "0.93"
     assert written[-2:] == ["--max-running-requests", result["winner"].split("@")[1]]
+
+
+def test_the_winner_line_says_the_servers_beside_the_measured_one_are_projected() -> None:
+    spec = _spec()
+    row = Measured("plain@8", "measured", max_running_requests=8, output_tokens_per_s=900.0)
+    row.projected_s, row.tail_share, row.gpu_hours = 3600.0, 0.05, 4.0
+
+    def line(servers: int) -> str:
+        result = BenchResult(spec, [row], {}, "plain@8", 1000, 64, 300.0, {"servers": servers}, [], [], True)
+        return winner_line(result)
+
+    assert "on 4 servers of 1 GPU (one measured, 4 projected side by side) at 8 running" in line(4)
+    assert "on 1 server of 1 GPU at 8 running" in line(1)
