@@ -101,8 +101,12 @@ def other_side(config: Variant, gate: PrefillGate | None) -> Variant | None:
     and something fits there."""
     if gate is None or not gate.near or not gate.other_side_args:
         return None
-    side = "off" if gate.graph_kept else "kept"
-    return replace(config, prefill_graph=side, side_args=gate.other_side_args, replan=gate.replan)
+    return replace(
+        config,
+        prefill_graph="off" if gate.graph_kept else "kept",
+        side_args=gate.other_side_args,
+        replan=gate.replan,
+    )
 
 
 def gate_axis(release: str, gates: dict[Variant, PrefillGate | None]) -> str:

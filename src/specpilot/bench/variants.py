@@ -15,6 +15,7 @@ at the knobs `plan` recommends for it (memory fraction, running requests, state 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from specpilot.engines.argv import ReadArgv, read_argv
 from specpilot.engines.fix import Fix
@@ -47,7 +48,7 @@ class Variant:
     running_cap: int | None = None
     #: the prefill graph's side of the release's gate when it is not the plan's own:
     #: "kept" (a lower fraction) or "off" (turned off, its room given to KV)
-    prefill_graph: str | None = None
+    prefill_graph: Literal["kept", "off"] | None = None
     #: the flags of that side, as the plan gives them (`PrefillGate.other_side_args`)
     side_args: tuple[str, ...] = ()
     #: whether the plan recommends again with `side_args` given (else they go over its recommendation)
