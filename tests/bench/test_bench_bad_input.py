@@ -107,7 +107,7 @@ def test_a_budget_too_small_for_one_point_starts_nothing_and_says_so(
     )  # fmt: skip
     assert ran.code == 2, ran.output
     assert ran.stderr.splitlines()[-1].startswith("error: --budget-s: no point could be started"), ran.stderr
-    assert "not started" in ran.stdout and "axis layout: not explored (one GPU" in ran.stdout
+    assert "not started" in ran.stdout and "axis layout: one GPU (one engine" in ran.stdout
     rows = json.loads((job / "bench.json").read_text())["variants"]
     assert rows and {row["search"] for row in rows} == {"not started"}
     screens = [

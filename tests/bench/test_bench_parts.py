@@ -170,9 +170,11 @@ def stream_with_usage() -> Answer:
 def test_the_projection_divides_wall_time_but_not_gpu_hours() -> None:
     rates = Rates(output_tokens_per_s=1000.0, mean_output_tokens=3600.0, gpus_per_server=2, source="x")
     one = project(10_000, rates)
-    assert (one.servers, one.gpu_hours, one.wall_s) == (1, 20.0, 36_000.0)
+    assert one.servers == 1 and (one.gpu_hours, one.wall_s) == pytest.approx((20.0, 36_000.0))
+    # only a mean and a rate: no tail is modelled, and the line says so
+    assert one.tail_s is None and one.rests_on == "x; no tail modelled: no bench sample's output lengths"
     eight = project(10_000, rates, gpus=8)
-    assert (eight.servers, eight.gpu_hours, eight.wall_s) == (4, 20.0, 9_000.0)
+    assert eight.servers == 4 and (eight.gpu_hours, eight.wall_s) == pytest.approx((20.0, 9_000.0))
     assert wall_text(9_000.0) == "2h30m" and wall_text(36_000 * 3) == "1d06h" and wall_text(42) == "42s"
     with pytest.raises(UserError, match="--gpus"):
         project(1, rates, gpus=1)
@@ -223,9 +225,12 @@ def test_a_release_without_adaptive_speculation_says_so_per_axis() -> None:
          "engine": {"name": "sglang", "version": "0.5.10.post1", "args": SPECULATIVE_ARGS}}
     )  # fmt: skip
     assert [v.label for v in default_variants(old)] == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3"]
-    notes = axis_notes(old, default_variants(old), host_gpus=1)
+    notes = axis_notes(old, default_variants(old), host_gpus=1, gates={Variant(): None})
     assert "adaptive speculation: not explored (SGLang 0.5.10.post1 has no --speculative-adaptive)" in notes
-    assert any(n.startswith("layout: not explored (one GPU") for n in notes)
+    assert "layout: one GPU (one engine: no layout to compare)" in notes
+    assert any(
+        n.startswith("prefill CUDA graph on/off: not explored (no configuration's plan") for n in notes
+    )
     refused = prepare(old, Variant("NEXTN", 3, adaptive=True), "s-a")
     assert refused.plan is None and refused.refused == "SGLang 0.5.10.post1 has no adaptive speculation"
     vllm = _spec("vllm", ["--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}'])
@@ -233,6 +238,7 @@ def test_a_release_without_adaptive_speculation_says_so_per_axis() -> None:
         vllm,  # type: ignore[arg-type]
         default_variants(vllm),  # type: ignore[arg-type]
         host_gpus=4,
+        gates={},
     )
 
 

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
+from specpilot.projection import BatchRates, Projection, job_rates, project, project_job
 from tests.generate.fake_server import FakeServer, Faults
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,3 +86,99 @@ def test_generate_prints_the_projection_and_report_rests_it_on_the_job(
     assert whole["rows"] == 60 and whole["servers"] == 2
     assert whole["wall_s"] == pytest.approx(60 * 4 / rate / 2, abs=0.1)  # wall_s is kept to 0.1 s
     assert "1 GPU per server assumed (no bench.json)" in whole["rests_on"]
+    assert whole["tail_share"] is None and "no tail modelled" in whole["rests_on"]
+
+
+#: one server's measured output rates per number in flight (a drain from 32 down), and a sample
+#: of output lengths with a long tail: what bench.json holds for a measured point
+RATES_BY_BATCH = [
+    {"in_flight": 31.5, "output_tokens": 40_000.0, "seconds": 20.0, "output_tokens_per_s": 2000.0},
+    {"in_flight": 16.0, "output_tokens": 6_000.0, "seconds": 5.0, "output_tokens_per_s": 1200.0},
+    {"in_flight": 4.0, "output_tokens": 2_000.0, "seconds": 5.0, "output_tokens_per_s": 400.0},
+]
+LENGTHS = [300] * 40 + [600] * 20 + [4000] * 4
+
+
+def _played_bench(job: Path, *, rows: int) -> tuple[BatchRates, float]:
+    mean = sum(LENGTHS) / len(LENGTHS)
+    variant = {
+        "label": "plain@32", "output_tokens_per_s": 2000.0, "mean_output_tokens": mean, "steady_s": 20.0,
+        "max_running_requests": 32, "rates_by_batch": RATES_BY_BATCH, "largest_in_flight": 32,
+    }  # fmt: skip
+    job.mkdir(parents=True, exist_ok=True)
+    (job / "bench.json").write_text(
+        json.dumps(
+            {
+                "spec": "qwen36-mtp", "gpus_per_server": 1, "sample": {"rows": len(LENGTHS)},
+                "finished_at": "2026-12-01T00:00:00Z", "input_rows": rows, "winner": "plain@32",
+                "mean_output_tokens": mean, "output_lengths": LENGTHS, "variants": [variant],
+            }
+        )
+    )  # fmt: skip
+    points = tuple((p["in_flight"], p["output_tokens"], p["seconds"]) for p in RATES_BY_BATCH)
+    return BatchRates(points, 32), mean
+
+
+def test_plan_job_plays_the_waves_and_the_tail_as_bench_does(tmp_path: Path) -> None:
+    """`plan --job` projects with bench's own model (`project_job` on the point's rates per
+    batch size and the sample's output lengths): the same wall time and tail, longer than the
+    steady rate alone says, the tail's share stated."""
+    job = tmp_path / "job"
+    rates, mean = _played_bench(job, rows=5_000)
+    bench_job = project_job(LENGTHS, 5_000, 32, rates.rate_at, servers=2)
+    ran = CliRunner().invoke(cli, ["plan", str(SPEC), "--job", str(job), "--gpus", "2", "--json"])
+    winner = json.loads(ran.output)["projection"]["bench's winner (plain@32)"]
+    assert winner["wall_s"] == pytest.approx(bench_job.wall_s, abs=0.1)
+    assert winner["tail_s"] == pytest.approx(bench_job.tail_s, abs=0.1)
+    assert (
+        winner["tail_share"] == pytest.approx(bench_job.tail_share, abs=1e-4) and winner["tail_share"] > 0.01
+    )
+    steady_s = 2_500 * mean / 2000.0
+    assert winner["wall_s"] > steady_s * 1.01  # the tail and the ramp are in it
+    text = CliRunner().invoke(cli, ["plan", str(SPEC), "--job", str(job), "--gpus", "2"]).output
+    assert f"{bench_job.tail_share:.1%} of it the tail" in text
+
+
+def test_a_running_job_is_played_on_the_bench_shape_at_its_own_level(tmp_path: Path) -> None:
+    """generate's and report's projection (`job_rates`): at bench's own rate and mean it is
+    bench's projection; twice the rate halves it; twice the mean doubles the answers."""
+    job = tmp_path / "job"
+    rates, mean = _played_bench(job, rows=5_000)
+    own = project_job(LENGTHS, 5_000, 32, rates.rate_at)
+
+    def projected(rate: float, tokens_per_row: float) -> Projection:
+        found = job_rates(
+            done_rows=100, output_tokens=round(100 * tokens_per_row), output_tokens_per_s=rate,
+            servers=1, over="over the last minute", job_dir=job,
+        )  # fmt: skip
+        assert found is not None
+        return project(5_000, found)
+
+    same = projected(rates.rate_at(32), mean)
+    assert same.wall_s == pytest.approx(own.wall_s, rel=0.01) and same.tail_s is not None
+    assert same.tail_s == pytest.approx(own.tail_s, rel=0.02)
+    assert "waves and tail played on the bench winner plain@32's rates" in same.rests_on
+    assert projected(2 * rates.rate_at(32), mean).wall_s == pytest.approx(own.wall_s / 2, rel=0.01)
+    assert projected(rates.rate_at(32), 2 * mean).wall_s == pytest.approx(own.wall_s * 2, rel=0.02)
+
+
+def test_generate_and_report_state_the_tail_share_with_a_bench_result(
+    tmp_path: Path, slow_server: FakeServer
+) -> None:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"q {i}"}) + "\n" for i in range(40)))
+    out = tmp_path / "out"
+    _played_bench(out, rows=40)
+    ran = CliRunner().invoke(
+        cli,
+        ["generate", "--input", str(prompts), "--output", str(out), "--server", slow_server.url,
+         "--concurrency", "2", "--progress-interval-s", "0.3"],
+    )  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    lines = [line for line in ran.output.splitlines() if line.startswith("projected: rows left")]
+    assert lines and "of it the tail" in lines[-1] and "bench winner plain@32" in lines[-1]
+    report = json.loads(CliRunner().invoke(cli, ["report", str(out), "--json"]).output)
+    whole = report["projection"]["whole input"]
+    assert whole["tail_share"] is not None and 0 < whole["tail_share"] < 1
+    text = CliRunner().invoke(cli, ["report", str(out)]).output
+    assert "of it the tail" in text

@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 from specpilot.bench.client import RequestTiming
-from specpilot.bench.jobtime import BatchRates, JobTime, batch_rates, project_job
+from specpilot.bench.jobtime import batch_rates
 from specpilot.bench.search import Job, Planned, Trial, cap_points, search
 from specpilot.bench.variants import Variant
-from tests.fakeengines.bench_engine import profile_at, step_seconds, tokens_per_s
+from specpilot.projection import BatchRates, JobTime, project_job
+from tests.fakeengines.bench_engine import prefill_graph, profile_at, step_seconds, tokens_per_s
 
+FRACTION, GRAPH_OFF = "--mem-fraction-static", "--disable-prefill-cuda-graph"
 START_S = 30.0  # an engine's start and warm-up, counted for every measurement alike
 INPUT_ROWS = 50_000
 FULL_ROWS = 256
@@ -34,9 +36,12 @@ def sample_lengths(rows: int = FULL_ROWS, seed: int = 5) -> list[int]:
     return [max(8, int(rng.lognormvariate(math.log(600) - 0.32, 0.8))) for _ in range(rows)]
 
 
-def played(profiles: dict[str, Any], point: Variant, cap: int, lengths: list[int]) -> list[RequestTiming]:
+def played(
+    profiles: dict[str, Any], point: Variant, cap: int, lengths: list[int], graph: bool = True
+) -> list[RequestTiming]:
     """The stand-in's batch loop in simulated time: `cap` requests in flight, every step each
-    running request gets `accept` tokens; the answers' timings as the streaming client logs them."""
+    running request gets `accept` tokens (a request's first step also prefills it, slower
+    without the prefill graph); the answers' timings as the streaming client logs them."""
     steps = point.draft_tokens
     queue = list(enumerate(lengths))
     running: dict[int, tuple[float, int]] = {}  # id -> (start, target)
@@ -49,7 +54,8 @@ def played(profiles: dict[str, Any], point: Variant, cap: int, lengths: list[int
             rid, target = queue.pop(0)
             running[rid], got[rid], stamps[rid] = (now, target), 0.0, []
         profile = profile_at(profiles, steps, point.adaptive, len(running))
-        now += step_seconds(profile, len(running))
+        joining = sum(1 for rid in running if got[rid] == 0)
+        now += step_seconds(profile, len(running), joining, graph)
         for rid in list(running):
             start, target = running[rid]
             got[rid] += float(profile["accept"])
@@ -70,6 +76,10 @@ class StandinLab:
     most: dict[str, int | None]
     lengths: list[int]
     trials: list[tuple[str, int]] = field(default_factory=list)
+    #: configuration label -> the other side of the prefill-graph gate its plan names
+    sides: dict[str, Variant] = field(default_factory=dict)
+    #: the memory fraction of a configuration that sets none of its own (the stand-in's gate reads it)
+    fraction: float = 0.95
 
     def plan(self, point: Variant) -> Planned:
         most = self.most.get(point.config.label)
@@ -77,12 +87,19 @@ class StandinLab:
             return Planned(None, "it does not fit: the plan leaves no KV for one request")
         if point.running_cap is not None and point.running_cap > most:
             return Planned(None, f"the plan's most is {most}")
-        return Planned(point.running_cap or most)
+        side = self.sides.get(point.label) if point.running_cap is None else None
+        return Planned(point.running_cap or most, other_side=side)
+
+    def graph(self, point: Variant) -> bool:
+        """Whether the stand-in captures the point's prefill graph, as its argv says."""
+        args = list(point.side_args)
+        fraction = float(args[args.index(FRACTION) + 1]) if FRACTION in args else self.fraction
+        return prefill_graph(self.profiles[str(point.draft_tokens)], fraction, GRAPH_OFF in args)
 
     def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
         cap = point.running_cap or self.most[point.config.label] or 1
         lengths = [self.lengths[i * len(self.lengths) // rows] for i in range(rows)]
-        timings = played(self.profiles, point, cap, lengths)
+        timings = played(self.profiles, point, cap, lengths, self.graph(point))
         self.trials.append((point.label, rows))
         cost_s = START_S + max(t.start_s + t.latency_s for t in timings)
         return Trial(True, None, batch_rates(timings), tuple(lengths), cost_s)
@@ -92,7 +109,7 @@ def exhaustive(lab: StandinLab, configs: list[Variant]) -> tuple[dict[str, JobTi
     """Every point that fits at the full sample: its projected job, and the work it took."""
     found: dict[str, JobTime] = {}
     cost_s = 0.0
-    for config in configs:
+    for config in [*configs, *lab.sides.values()]:
         most = lab.most.get(config.label)
         for cap in cap_points(most) if most else ():
             point = config.at(cap)
@@ -288,3 +305,64 @@ def test_a_refill_lag_shorter_than_a_step_is_no_batch() -> None:
     assert rates.rate_at(2) == pytest.approx(200.0, rel=0.02)
     # below every measured batch, the same speed per request
     assert rates.capped(1).rate_at(1) == pytest.approx(100.0, rel=0.02)
+
+
+#: plain's plan lands below the prefill-graph gate at 0.95 (the stand-in captures its graph up to
+#: 0.94): the other side keeps the graph at 0.93 with less KV (52 requests instead of 64)
+KEPT = Variant(prefill_graph="kept", side_args=(FRACTION, "0.93", "--max-running-requests", "52"))
+#: plain's plan lands just above the gate at 0.93: the other side turns the graph off and gives
+#: its room to KV (80 requests)
+OFF = Variant(prefill_graph="off", side_args=(GRAPH_OFF,), replan=True)
+
+
+def _gated(prefill_s: float, eager_factor: float) -> dict[str, Any]:
+    plain = {**SPEC_FLIPS["0"], "prefill_s": prefill_s, "prefill_eager_factor": eager_factor}
+    return {**SPEC_FLIPS, "0": {**plain, "prefill_graph_to_fraction": 0.94}}
+
+
+#: prefill costs much more without its graph: the graph wins however it is kept
+PREFILL_HEAVY = _gated(0.02, 6.0)
+#: prefill costs little more without it: more running requests win
+PREFILL_LIGHT = _gated(0.0005, 1.5)
+
+
+@pytest.mark.parametrize(
+    ("profiles", "side", "fraction", "better"),
+    [
+        (PREFILL_HEAVY, KEPT, 0.95, "plain-graph-kept"),
+        (PREFILL_LIGHT, KEPT, 0.95, "plain"),
+        (PREFILL_HEAVY, OFF, 0.93, "plain"),
+        (PREFILL_LIGHT, OFF, 0.93, "plain-graph-off"),
+    ],
+    ids=["heavy-keeps-graph", "light-keeps-kv", "heavy-keeps-graph-on", "light-turns-graph-off"],
+)
+def test_the_search_measures_the_gate_s_other_side_and_finds_the_better_side(
+    profiles: dict[str, Any], side: Variant, fraction: float, better: str
+) -> None:
+    """Where the plan names the gate's other side, that configuration joins the search (screened
+    like the others, never at a cap above its own plan's); the winner is within 2% of the
+    exhaustive best, which lies on the side the scenario claims."""
+    lengths = sample_lengths()
+    most = {**MOST, "plain-graph-kept": 52, "plain-graph-off": 80}
+    configs = [Variant(), Variant("NEXTN", 1)]
+
+    def lab() -> StandinLab:
+        return StandinLab(profiles, most, lengths, sides={"plain": side}, fraction=fraction)
+
+    truth, exhaustive_s = exhaustive(lab(), configs)
+    best_label = min(truth, key=lambda label: truth[label].wall_s)
+    assert best_label.split("@")[0] == better, best_label
+    searcher = lab()
+    result = search(configs, searcher, Job(INPUT_ROWS), full_rows=FULL_ROWS, budget_s=1e9)
+    assert result.winner is not None
+    assert truth[result.winner.label].wall_s <= truth[best_label].wall_s * 1.02, (
+        result.winner.label,
+        best_label,
+    )
+    assert result.winner.label.split("@")[0] == better
+    assert result.spent_s < exhaustive_s / 3
+    screened = [label for label, rows in searcher.trials if rows < FULL_ROWS]
+    assert f"{side.label}@{most[side.label]}" in screened
+    assert {e.label for e in result.entries} >= {
+        f"{side.label}@{cap}" for cap in cap_points(most[side.label])
+    }

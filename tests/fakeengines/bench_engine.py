@@ -12,7 +12,12 @@
          step), "graph_max_bs" and "eager_factor" (a step with more running requests than the
          captured graphs hold takes eager_factor times as long), "adaptive_from" (with
          --speculative-adaptive, from this many running requests on the step is the plain
-         profile's, as SGLang's adaptive speculation turns drafting off; default 64).
+         profile's, as SGLang's adaptive speculation turns drafting off; default 64),
+         "prefill_s" (each request's first step, its prefill, adds this to the step),
+         "prefill_eager_factor" (without the prefill CUDA graph a prefill takes this many times
+         as long) and "prefill_graph_to_fraction" (the stand-in's own free-memory gate: the
+         prefill graph is captured when --mem-fraction-static is at most this and
+         --disable-prefill-cuda-graph is not given; default: always captured).
 
 It prints SGLang's real startup lines (scenarios.SCENARIOS["sglang_ready"]), binds the port
 at "Uvicorn running" as SGLang does, and serves what SGLang serves to bench and generate:
@@ -23,7 +28,8 @@ The engine is a batch loop: every `step_s` each of the first min(cap, --max-runn
 waiting requests gets `accept` tokens on average (one verify step of speculative decoding);
 the rest wait in the queue, as SGLang's scheduler holds requests past max_running_requests.
 So its output tok/s at b running requests is b x accept / step (`tokens_per_s`): the speed
-follows the argv (draft tokens, running-request cap, adaptive speculation).
+follows the argv (draft tokens, running-request cap, adaptive speculation, and the prefill
+graph that the memory fraction keeps or loses).
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--speculative-algorithm", default=None)
     parser.add_argument("--max-running-requests", type=int, default=1 << 30)
     parser.add_argument("--speculative-adaptive", action="store_true")
+    parser.add_argument("--mem-fraction-static", type=float, default=None)
+    parser.add_argument("--disable-prefill-cuda-graph", action="store_true")
     known, _ = parser.parse_known_args(argv)
     return known
 
@@ -76,12 +84,20 @@ def profile_at(profiles: dict[str, Any], steps: int, adaptive: bool, running: in
     return profile
 
 
-def step_seconds(profile: dict[str, Any], running: int) -> float:
-    """One step's time with `running` requests in it."""
+def prefill_graph(profile: dict[str, Any], mem_fraction: float | None, disabled: bool) -> bool:
+    """Whether the stand-in captures its prefill graph: not turned off, and a fraction low
+    enough to leave its gate the room."""
+    gate = float(profile.get("prefill_graph_to_fraction", 1.0))
+    return not disabled and (mem_fraction is None or mem_fraction <= gate)
+
+
+def step_seconds(profile: dict[str, Any], running: int, joining: int = 0, graph: bool = True) -> float:
+    """One step's time with `running` requests in it, `joining` of them prefilled in it."""
     step_s = float(profile["step_s"]) + float(profile.get("step_per_request_s", 0.0)) * running
     if running > int(profile.get("graph_max_bs", 1 << 30)):
         step_s *= float(profile.get("eager_factor", 1.0))
-    return step_s
+    prefill_s = float(profile.get("prefill_s", 0.0)) * joining
+    return step_s + (prefill_s if graph else prefill_s * float(profile.get("prefill_eager_factor", 1.0)))
 
 
 def tokens_per_s(profiles: dict[str, Any], steps: int, adaptive: bool, running: int) -> float:
@@ -112,12 +128,14 @@ class Engine:
     tokens: int = 0
     die_at_request: int | None = None
     requests: int = 0
+    graph: bool = True
 
     async def loop(self) -> None:
         while True:
             running = self.waiting[: self.running_limit]
             profile = profile_at(self.profiles, self.steps, self.adaptive, max(1, len(running)))
-            await asyncio.sleep(step_seconds(profile, len(running)))
+            joining = sum(1 for r in running if r.sent == 0)
+            await asyncio.sleep(step_seconds(profile, len(running), joining, self.graph))
             accept = float(profile["accept"])
             for request in running:
                 whole = int(accept)
@@ -241,6 +259,7 @@ async def serve(args: argparse.Namespace, profiles: dict[str, Any]) -> None:
         running_limit=min(int(profile.get("cap", 1 << 30)), args.max_running_requests),
         speculative=args.speculative_num_steps > 0,
         die_at_request=profile.get("die_at_request"),
+        graph=prefill_graph(profile, args.mem_fraction_static, args.disable_prefill_cuda_graph),
     )
     if "setsid_child" in profile:
         child = subprocess.Popen(

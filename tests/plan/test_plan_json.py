@@ -45,6 +45,7 @@ PLAN_KEYS = [
     "notes",
     "details",
     "provenance",
+    "prefill_gate",
 ]
 DETAILS_KEYS = {
     "sglang": [

@@ -22,6 +22,7 @@ from specpilot.bench.variants import Prepared, Variant, adaptive_flag, prepare, 
 from specpilot.engines.registry import engine_by_name
 from specpilot.generate.types import PromptRow
 from specpilot.launch.shield import received, take_over_signals
+from specpilot.plan.types import PrefillGate
 from specpilot.spec import Spec
 
 
@@ -47,6 +48,8 @@ class EngineLab:
     def __init__(self, spec: Spec, settings: Settings, rows: list[PromptRow], scratch: Path, notify: Notify):
         self.spec, self.settings, self.rows, self.scratch, self.notify = spec, settings, rows, scratch, notify
         self.prepared: dict[Variant, Prepared] = {}
+        #: configuration -> its plan's word on the release's prefill-graph gate (None: no gate)
+        self.gates: dict[Variant, PrefillGate | None] = {}
         #: every run name a measurement may have started (the bench's stop path stops each)
         self.started: list[str] = []
 
@@ -62,7 +65,10 @@ class EngineLab:
         prepared = self.prepare(point)
         if prepared.plan is None:
             return Planned(None, prepared.refused or "no plan")
-        return Planned(prepared.plan.max_running_requests)
+        if point.running_cap is not None or point.prefill_graph is not None:
+            return Planned(prepared.plan.max_running_requests)
+        gate = self.gates[point] = prepared.plan.prefill_gate
+        return Planned(prepared.plan.max_running_requests, other_side=other_side(point, gate))
 
     def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
         prepared = self.prepare(point)
@@ -86,11 +92,70 @@ class EngineLab:
         ok = bool(timings) and row.status in ("measured", "no_steady_state")
         lengths = tuple(t.output_tokens for t in timings)
         rates = batch_rates(timings)
-        row.rates_by_batch = rates.to_json()
+        row.rates_by_batch, row.largest_in_flight = rates.to_json(), rates.largest
         return Trial(ok, row.reason, rates, lengths, cost_s, row)
 
 
-def axis_notes(spec: Spec, configs: list[Variant], host_gpus: int) -> list[str]:
+def other_side(config: Variant, gate: PrefillGate | None) -> Variant | None:
+    """The configuration on the other side of the gate, where its plan says the gate is near
+    and something fits there."""
+    if gate is None or not gate.near or not gate.other_side_args:
+        return None
+    return replace(
+        config,
+        prefill_graph="off" if gate.graph_kept else "kept",
+        side_args=gate.other_side_args,
+        replan=gate.replan,
+    )
+
+
+def gate_axis(release: str, gates: dict[Variant, PrefillGate | None]) -> str:
+    """The prefill-graph axis line: per configuration, its side of the gate and what was added."""
+    known = {config: gate for config, gate in gates.items() if gate is not None}
+    if not known:
+        return (
+            "prefill CUDA graph on/off: not explored (no configuration's plan meets a prefill-graph "
+            f"gate: {release} has none, or captures no prefill graph at the planned knobs)"
+        )
+    parts = []
+    for config, gate in known.items():
+        where = (
+            f"{config.label}: {gate.free_gib:.2f} GiB free at the prefill graph's capture against the "
+            f"{gate.gate_gib:.2f} GiB gate"
+        )
+        if not gate.near:
+            parts.append(f"{where}, not near")
+        elif (side := other_side(config, gate)) is not None:
+            parts.append(f"{where}; added beside it: {side.label}, {gate.other_side}")
+        else:
+            parts.append(f"{where}, near; {gate.other_side}")
+    return "prefill CUDA graph on/off: " + "; ".join(parts)
+
+
+def layout_axis(gpus_per_server: int, host_gpus: int) -> str:
+    """The layout line: what was measured (one engine of the spec's GPUs) and what of the
+    job's layout is only projected from it."""
+    if host_gpus <= 1:
+        return "layout: one GPU (one engine: no layout to compare)"
+    servers = host_gpus // gpus_per_server
+    if servers == 1 and host_gpus == gpus_per_server:
+        return (
+            f"layout: one engine of {host_gpus} GPUs (the spec's [gpu] count), measured as it runs; "
+            "other tensor-parallel layouts are not started by this bench"
+        )
+    idle = host_gpus - servers * gpus_per_server
+    left = f"; {idle} GPU{'s' if idle != 1 else ''} left idle" if idle else ""
+    return (
+        f"layout: measured: one engine of {gpus_per_server} GPU{'s' if gpus_per_server != 1 else ''} "
+        f"(the spec's [gpu] count); projected, not measured: {servers} such engine"
+        f"{'s' if servers != 1 else ''} side by side on {host_gpus} GPUs, each at the measured rates{left}; "
+        "other tensor-parallel layouts are not started by this bench"
+    )
+
+
+def axis_notes(
+    spec: Spec, configs: list[Variant], host_gpus: int, gates: dict[Variant, PrefillGate | None]
+) -> list[str]:
     """One line per axis: the values explored, or why the axis is not."""
     engine = engine_by_name(spec.engine.name)
     release = f"{engine.display_name} {spec.engine.version}"
@@ -115,15 +180,6 @@ def axis_notes(spec: Spec, configs: list[Variant], host_gpus: int) -> list[str]:
         f"running requests ({engine.draft.running_cap_flag}): the plan's maximum, half and a quarter "
         "of it, per configuration"
     )
-    notes.append("prefill CUDA graph on/off: not explored (specpilot does not yet model the gate per point)")
-    if host_gpus <= 1:
-        notes.append("layout: not explored (one GPU: one engine, no tensor-parallel layout to compare)")
-    else:
-        servers = host_gpus // spec.gpu.count
-        notes.append(
-            f"layout: the spec's {spec.gpu.count} GPU{'s' if spec.gpu.count != 1 else ''} per engine, "
-            "projected as "
-            f"{servers} engine{'s' if servers != 1 else ''} on {host_gpus} GPUs; other tensor-parallel "
-            "layouts are not started by this bench"
-        )
+    notes.append(gate_axis(release, gates))
+    notes.append(layout_axis(spec.gpu.count, host_gpus))
     return notes

@@ -103,6 +103,8 @@ class Measured:
     basis: str | None = None
     #: output tok/s per number of requests in flight, as the projection reads them
     rates_by_batch: list[dict[str, float]] = field(default_factory=list)
+    #: the most requests seen in flight (the rates' `largest`)
+    largest_in_flight: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items()}

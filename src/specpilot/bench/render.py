@@ -93,11 +93,13 @@ def winner_line(result: BenchResult) -> str:
     gpus, servers = result.spec.gpu.count, int(result.data.get("servers", 1))
     hours = "" if best.gpu_hours is None else f", {best.gpu_hours:,.2f} GPU-hours"
     tail = "" if best.tail_share is None else f", {best.tail_share:.1%} of it the tail"
+    # one server is measured; more side by side are projected from it (the layout axis)
+    layout = f" (one measured, {servers} projected side by side)" if servers > 1 else ""
     return (
         f"winner: {best.label}: the whole input ({result.input_rows:,} rows x "
         f"{result.mean_output_tokens or 0:,.0f} output tokens) in "
         f"{wall_text(best.projected_s or 0.0)}{tail}{hours} on "
-        f"{servers} server{'s' if servers != 1 else ''} of {gpus} GPU{'s' if gpus != 1 else ''} at "
+        f"{servers} server{'s' if servers != 1 else ''} of {gpus} GPU{'s' if gpus != 1 else ''}{layout} at "
         f"{best.max_running_requests} running requests, "
         f"{best.output_tokens_per_s or 0:,.0f} out tok/s steady"
     )

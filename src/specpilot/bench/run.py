@@ -169,7 +169,10 @@ def _run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
     lab = EngineLab(spec, settings, [], request.job_dir / SCRATCH_DIR, notify)
     for config in request.variants:
         notify(f"{config.label}: check and plan")
-        lab.plan(config)
+        side = lab.plan(config).other_side
+        if side is not None:  # planned now: its cap counts in the sample's size
+            notify(f"{side.label}: check and plan (the prefill-graph gate is near {config.label})")
+            lab.plan(side)
     largest = max((p.plan.max_running_requests for p in lab.prepared.values() if p.plan), default=0)
     if FILL_WAVES * largest > len(sample.rows) < sample.input_rows:
         sample = draw(source, request.sample_size, request.seed, fill_to=FILL_WAVES * largest)
@@ -187,7 +190,7 @@ def _run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
         f"({chars[0]:,} to {chars[-1]:,} characters, seed {sample.seed}){raised}"
     )
     host_gpus = request.gpus or spec.gpu.count
-    notes = axis_notes(spec, request.variants, host_gpus)
+    notes = axis_notes(spec, request.variants, host_gpus, lab.gates)
     for line in notes:
         notify(line)
     job = Job(sample.input_rows, servers=host_gpus // spec.gpu.count, gpus_per_server=spec.gpu.count)
@@ -248,6 +251,8 @@ def _run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
             "points": len(found.entries),
         },
         "mean_output_tokens": None if mean is None else round(mean, 1),
+        # what every projection played (plan --job, generate and report play them again)
+        "output_lengths": list(lengths),
         "winner": winner,
         "variants": [r.to_json() for r in rows],
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

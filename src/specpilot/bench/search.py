@@ -1,23 +1,26 @@
 """The search: which point of the axes finishes the whole job first, within one budget.
 
 A point is a configuration (speculation off, a method at k draft tokens, with the engine's
-adaptive speculation where the release has it) at a running-request cap: the plan's maximum
-for that configuration and two lower points (`cap_points`). Running every point with the
+adaptive speculation where the release has it; where the plan puts one near its release's
+prefill-graph gate, the same on the gate's other side) at a running-request cap: the plan's
+maximum for that configuration and two lower points (`cap_points`). Running every point with the
 full sample would cost (points) x (start + sample); the search spends far less:
 
 1. **Plan prunes.** Every point is checked and planned first; one that check refuses or that
-   does not fit is never started and stays in the table with the reason.
+   does not fit is never started and stays in the table with the reason. A configuration
+   whose plan names the gate's other side (`Planned.other_side`) adds that configuration.
 2. **Screen.** Each configuration is started once, at its largest cap, with one batch of the
    sample (`cap` rows). The run fills the cap and drains: the drain passes through every
    smaller batch size, so one short run gives the configuration's output rate at each number
-   of requests in flight (`jobtime.BatchRates`), and from it the projected job time of the
+   of requests in flight (`projection.BatchRates`), and from it the projected job time of the
    configuration at each of its caps.
 3. **Confirm, best first.** The point projected to finish first is measured with the full
    sample at its own cap; then the next, while one not yet confirmed is projected within
    `MARGIN` of the best confirmed (at most `CONFIRM_MAX`). The winner is the confirmed point
    whose own full measurement projects the shortest job.
 
-Every projection is the whole job played out with its waves and tail (`jobtime`). A point
+Every projection is the whole job played out with its waves and tail (`projection.project_job`,
+the model `plan --job`, `generate` and `report` use too). A point
 that fails to start, or answers too little to measure, is dropped and kept with the reason;
 a point the budget cannot reach is kept as "not started". Costs are what the measurer
 reports (wall seconds for a real engine), so a test can count them.
@@ -30,8 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from specpilot.bench.jobtime import BatchRates, JobTime, project_job
 from specpilot.bench.variants import Variant
+from specpilot.projection import BatchRates, JobTime, project_job
 
 #: a point not yet confirmed is measured while projected within this share of the best one
 MARGIN = 0.03
@@ -54,6 +57,9 @@ class Planned:
 
     max_running_requests: int | None
     refused: str | None = None
+    #: the same configuration on the other side of the release's prefill-graph gate, where
+    #: the plan says the gate is near
+    other_side: Variant | None = None
 
 
 @dataclass(frozen=True)
@@ -137,8 +143,11 @@ def search(
     `least_s`: below this budget share a point is not started."""
     state = _State(measurer, job, budget_s, least_s)
     screens: list[Entry] = []
-    for config in configs:
+    pending = list(configs)
+    for config in pending:  # a gate's other side joins the list as it is found
         planned = measurer.plan(config)
+        if planned.other_side is not None and planned.other_side not in pending:
+            pending.append(planned.other_side)
         if planned.refused is not None or planned.max_running_requests is None:
             state.entries.append(Entry(config, "refused", planned.refused or "no plan"))
             continue
@@ -209,11 +218,15 @@ class _State:
                 entry.status, entry.reason = "not started", _unscreened(entry, source)
         self.reproject()
 
-    def reproject(self) -> None:
-        """Every projection again on the same output lengths: the full sample's once one was
-        measured (else the screens'), so that no two points are compared on different rows."""
+    def projection_lengths(self) -> tuple[int, ...]:
+        """The output lengths every projection plays: the full sample's once one was measured
+        (else the screens'), so that no two points are compared on different rows."""
         full = [e.trial.lengths for e in self.entries if e.status == "measured" and e.trial is not None]
-        lengths = full[0] if full else self.lengths()
+        return full[0] if full else self.lengths()
+
+    def reproject(self) -> None:
+        """Every projection again on the same output lengths (`projection_lengths`)."""
+        lengths = self.projection_lengths()
         if not lengths:
             return
         for entry in self.entries:
@@ -295,7 +308,7 @@ class _State:
             winner = min(screened, key=_wall, default=None)
             if winner is not None:
                 notes.append(f"{winner.label} wins on its screen alone: the budget confirmed no point")
-        return SearchResult(self.entries, winner, self.spent_s, self.trials, self.lengths(), notes)
+        return SearchResult(self.entries, winner, self.spent_s, self.trials, self.projection_lengths(), notes)
 
 
 def _wall(entry: Entry) -> float:

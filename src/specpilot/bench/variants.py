@@ -2,9 +2,10 @@
 
 A variant is "plain" (no speculation) or a speculative method at k draft tokens, optionally
 with the engine's own adaptive speculation, at a running-request cap (the plan's maximum when
-none is given). How each is written is engine knowledge, carried by the engine's adapter
-(`draft`, `engines/draft.py`): SGLang's in `engines/sglang/draft.py`, vLLM's in
-`engines/vllm/draft.py`.
+none is given); where the plan puts a configuration near its release's prefill-graph gate,
+the same configuration on the gate's other side (`Plan.prefill_gate`) is a variant too. How
+each is written is engine knowledge, carried by the engine's adapter (`draft`,
+`engines/draft.py`): SGLang's in `engines/sglang/draft.py`, vLLM's in `engines/vllm/draft.py`.
 
 Each variant goes through `up`'s own preflight: what `check` refuses stays refused, a plan
 that does not fit is given the plan's own recommendation once, and the variant then runs
@@ -14,6 +15,7 @@ at the knobs `plan` recommends for it (memory fraction, running requests, state 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from specpilot.engines.argv import ReadArgv, read_argv
 from specpilot.engines.fix import Fix
@@ -44,6 +46,13 @@ class Variant:
     draft_tokens: int = 0
     adaptive: bool = False
     running_cap: int | None = None
+    #: the prefill graph's side of the release's gate when it is not the plan's own:
+    #: "kept" (a lower fraction) or "off" (turned off, its room given to KV)
+    prefill_graph: Literal["kept", "off"] | None = None
+    #: the flags of that side, as the plan gives them (`PrefillGate.other_side_args`)
+    side_args: tuple[str, ...] = ()
+    #: whether the plan recommends again with `side_args` given (else they go over its recommendation)
+    replan: bool = False
 
     @property
     def config(self) -> Variant:
@@ -57,6 +66,7 @@ class Variant:
     def label(self) -> str:
         name = PLAIN if self.method is None else f"{self.method}-{self.draft_tokens}"
         name += "-adaptive" if self.adaptive else ""
+        name += f"-graph-{self.prefill_graph}" if self.prefill_graph else ""
         return name if self.running_cap is None else f"{name}@{self.running_cap}"
 
 
@@ -188,6 +198,10 @@ def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
     requests capped at the variant's cap (refused above the plan's maximum)."""
     candidate = variant_spec(spec, variant, name)
     table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    if variant.replan:
+        candidate = _with(
+            candidate, *Fix(args=variant.side_args).apply(table, candidate.engine.args, candidate.engine.env)
+        )
     if variant.adaptive and adaptive_flag(spec) is None:
         return Prepared(variant, candidate, None, refused=f"{_release(spec)} has no adaptive speculation")
     pre = run_preflight(candidate)
@@ -198,7 +212,7 @@ def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
         pre = run_preflight(candidate)
     if pre.errors or pre.plan is None:
         return Prepared(variant, candidate, None, refused=_reason(pre))
-    recommended = tuple(pre.plan.recommended_args)
+    recommended = _over(tuple(pre.plan.recommended_args), variant.side_args)
     args, env = Fix(args=recommended, env=dict(pre.plan.recommended_env)).apply(
         table, candidate.engine.args, candidate.engine.env
     )
@@ -222,6 +236,13 @@ def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
     if final.errors or final.plan is None:
         return Prepared(variant, capped, None, refused=_reason(final), recommended=recommended)
     return Prepared(variant, capped, final.plan, recommended=recommended)
+
+
+def _over(recommended: tuple[str, ...], side: tuple[str, ...]) -> tuple[str, ...]:
+    """The recommendation with the gate side's flags given over it (a flag of both: the side's)."""
+    for flag in (arg for arg in side if arg.startswith("--")):
+        recommended = _without(recommended, flag)
+    return (*recommended, *side)
 
 
 def _without(args: tuple[str, ...], flag: str) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ carry the engine's own text where the engine raises.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -121,6 +121,20 @@ class Rule:
         if self.fix is None or isinstance(self.fix, Fix):
             return self.fix
         return self.fix(ctx)
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """One row of an engine's table of why it turns a feature off or refuses it: where
+    `applies`, `why` (a `str.format` template over the effective values) is the reason it gives."""
+
+    applies: Predicate
+    why: str
+
+
+def first_unsupported(rows: Sequence[Unsupported], ctx: Context) -> str | None:
+    """The reason of the first row that applies (rows in the engine's own order); None: supported."""
+    return next((row.why.format_map(ctx.values) for row in rows if row.applies(ctx)), None)
 
 
 def versions(spec: str) -> SpecifierSet:

@@ -153,6 +153,36 @@ _RENAMED = {"memory_fraction": "mem_fraction_static"}
 _ROUNDED = ("weights_gib", "memory_fraction", "reserve_gib", "reserve_needed_gib")
 
 
+@dataclass(frozen=True)
+class PrefillGate:
+    """The plan against its release's prefill-CUDA-graph gate (a release that skips the graph
+    when too little is free as its capture begins): the free memory the plan puts there, which
+    side of the gate that is, and, where the gate is near (within the band above it, or below
+    it), the same configuration's flags on the other side."""
+
+    gate_gib: float
+    #: free memory at the capture's start as planned
+    free_gib: float
+    #: whether the engine captures the graph at the plan's knobs (free at or above the gate)
+    graph_kept: bool
+    #: within the band above the gate or below it: a point on the other side is worth measuring
+    near: bool
+    #: the configuration's flags on the other side (empty: not near, or nothing fits there)
+    other_side_args: tuple[str, ...] = ()
+    #: whether the plan's recommendation is made again with `other_side_args` given (the graph
+    #: turned off frees its room for KV), else they are given over the recommendation
+    replan: bool = False
+    #: what the other side is, in words
+    other_side: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "other_side_args": list(self.other_side_args)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PrefillGate:
+        return cls(**{**data, "other_side_args": tuple(data["other_side_args"])})
+
+
 @dataclass
 class Plan:
     """A plan for either engine; each field means the same for both.
@@ -186,6 +216,9 @@ class Plan:
     details: EngineDetails = field(kw_only=True)
     #: which release's arithmetic the plan used and the real starts behind it
     provenance: Provenance | None = None
+    #: the release's prefill-graph gate against this plan (None: the release has none, or
+    #: nothing is captured)
+    prefill_gate: PrefillGate | None = None
 
     @property
     def memory_knob(self) -> str:
@@ -207,6 +240,7 @@ class Plan:
         data["notes"] = list(self.notes)
         data["details"] = self.details.to_json()
         data["provenance"] = self.provenance.to_json() if self.provenance else None
+        data["prefill_gate"] = self.prefill_gate.to_json() if self.prefill_gate else None
         return data
 
     @classmethod
@@ -215,6 +249,7 @@ class Plan:
         from specpilot.plan.planners import planner_for  # the planners build plans: above this module
 
         provenance = data.get("provenance")
+        gate = data.get("prefill_gate")
         return cls(
             engine=data["engine"],
             engine_version=data["engine_version"],
@@ -236,4 +271,5 @@ class Plan:
             measured=dict(data["measured"]),
             notes=list(data["notes"]),
             provenance=Provenance.from_json(provenance) if provenance else None,
+            prefill_gate=PrefillGate.from_json(gate) if gate else None,
         )

@@ -20,11 +20,13 @@ from specpilot.engines.rules import (
     Context,
     Predicate,
     Rule,
+    Unsupported,
     all_of,
     any_of,
     arch_in,
     env_true,
     eq,
+    first_unsupported,
     given,
     int_gt,
     longer_than_model,
@@ -117,16 +119,26 @@ def _adaptive_candidates(ctx: Context) -> tuple[int, ...]:
     return adaptive_steps(ctx.version)
 
 
+#: why the release turns --speculative-adaptive off, in `adaptive_unsupported_reason`'s order
+#: (NEXTN is EAGLE by then)
+ADAPTIVE_UNSUPPORTED = (
+    Unsupported(
+        not_(algo_in(("EAGLE", "EAGLE3", "NEXTN"))),
+        "speculative_algorithm={speculative_algorithm} (only EAGLE/EAGLE3 are supported)",
+    ),
+    Unsupported(
+        all_of(not_(unset("speculative_eagle_topk")), not_(eq("speculative_eagle_topk", 1))),
+        "speculative_eagle_topk={speculative_eagle_topk} (only topk=1 is supported)",
+    ),
+    Unsupported(
+        truthy("enable_dp_attention"),
+        "attention DP is not supported (adaptive tier decisions are not synchronized across DP ranks)",
+    ),
+)
+
+
 def _adaptive_unsupported(ctx: Context) -> str | None:
-    """Why the release turns `--speculative-adaptive` off (NEXTN is EAGLE by then)."""
-    if _algo(ctx) not in ("EAGLE", "EAGLE3", "NEXTN"):
-        return f"speculative_algorithm={ctx.get('speculative_algorithm')} (only EAGLE/EAGLE3 are supported)"
-    topk = ctx.get("speculative_eagle_topk")
-    if topk is not None and topk != 1:
-        return f"speculative_eagle_topk={topk} (only topk=1 is supported)"
-    if ctx.get("enable_dp_attention"):
-        return "attention DP is not supported (adaptive tier decisions are not synchronized across DP ranks)"
-    return None
+    return first_unsupported(ADAPTIVE_UNSUPPORTED, ctx)
 
 
 def _nearest_candidate(ctx: Context) -> int:

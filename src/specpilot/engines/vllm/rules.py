@@ -24,9 +24,11 @@ from specpilot.engines.rules import (
     Context,
     Predicate,
     Rule,
+    Unsupported,
     all_of,
     arch_in,
     env_in,
+    first_unsupported,
     given,
     longer_than_model,
     not_,
@@ -204,15 +206,19 @@ def _on_cpu(ctx: Context) -> bool:
     return targets_cpu(ctx.env)
 
 
+#: why the release cannot size the KV cache after capture here, in the order
+#: config/vllm.py _resolve_extensible_kv_cache checks
+EXTENSIBLE_UNSUPPORTED = (
+    Unsupported(_on_cpu, "it is only supported on CUDA and ROCm"),
+    *(
+        Unsupported(not_(unset(dest)), f"it sizes the KV cache from measured memory, which {dest} overrides")
+        for dest in ("kv_cache_memory_bytes", "num_gpu_blocks_override")
+    ),
+)
+
+
 def _extensible_unsupported(ctx: Context) -> str | None:
-    """Why the release cannot size the KV cache after capture here (config/vllm.py
-    _resolve_extensible_kv_cache), None when it can."""
-    if _on_cpu(ctx):
-        return "it is only supported on CUDA and ROCm"
-    for dest in ("kv_cache_memory_bytes", "num_gpu_blocks_override"):
-        if ctx.get(dest) is not None:
-            return f"it sizes the KV cache from measured memory, which {dest} overrides"
-    return None
+    return first_unsupported(EXTENSIBLE_UNSUPPORTED, ctx)
 
 
 def _extensible(ctx: Context) -> bool:

@@ -27,7 +27,7 @@ from specpilot.plan.sglang import quantities as q
 from specpilot.plan.sglang.log import parse_sglang_log, prefill_capture_oom
 from specpilot.plan.sglang.margin import PostPoolFit, highest_fraction, post_pool_fit, required_margin_gib
 from specpilot.plan.sglang.settings import POST_CAPTURE_ENV, SglangSettings, resolve_settings
-from specpilot.plan.types import GIB, Plan, Problem, SglangDetails, Term
+from specpilot.plan.types import GIB, Plan, PrefillGate, Problem, SglangDetails, Term
 from specpilot.spec import Spec
 
 __all__ = ["parse_sglang_log", "plan_sglang"]
@@ -717,13 +717,25 @@ def _fraction_for_free_gib(z: Sizing, more_free_gib: float) -> float:
     return round(z.settings.mem_fraction_static - steps * FRACTION_STEP, 2)
 
 
+def _gate_applies(z: Sizing, rules: SglangRelease) -> bool:
+    """Whether the release's gate reads this configuration: a gate, a graph it would capture,
+    a backend the engine chose itself, and pools that fit."""
+    s = z.settings
+    return bool(
+        rules.prefill_graph_gate_gib
+        and z.captured_prefill_tokens
+        and not s.prefill_backend_explicit
+        and z.rest_gib > 0
+    )
+
+
 def gate_note(z: Sizing, shape: ModelShape, rules: SglangRelease) -> str | None:
     """The release's prefill-graph gate in the open: which side of it the free memory at the
     capture's start lands, when within `GATE_BAND_GIB`, or below it; and what moves it. The
     verdict always counts the graph: the plan's free memory is itself an estimate."""
     gate = rules.prefill_graph_gate_gib
     s = z.settings
-    if not gate or not z.captured_prefill_tokens or s.prefill_backend_explicit or z.rest_gib <= 0:
+    if not _gate_applies(z, rules):
         return None
     free = z.free_at_prefill_capture_gib
     if free >= gate + GATE_BAND_GIB:
@@ -752,6 +764,64 @@ def gate_note(z: Sizing, shape: ModelShape, rules: SglangRelease) -> str | None:
         f"--mem-fraction-static {above:.2f} ({GATE_BAND_GIB:.0f} GiB more room), or "
         f"--max-running-requests {max(z.max_running_requests - 1, 1)} (one less request)"
     )
+
+
+#: the flag every gated release (0.5.16, 0.5.17) reads to run prefill eagerly: the gate's other
+#: side chosen, its graph's room given to the pools (tests/plan check each gated release has it)
+PREFILL_GRAPH_OFF_FLAG = "--disable-prefill-cuda-graph"
+#: fraction steps below the gate note's fraction tried for a point that keeps the graph
+GATE_SEARCH_STEPS = 10
+
+
+def prefill_gate(
+    z: Sizing, shape: ModelShape, rules: SglangRelease, free: float, weights: float
+) -> PrefillGate | None:
+    """`gate_note`'s verdict as data, for bench's prefill-graph axis. Below the gate, the other
+    side is the same configuration at the highest fraction that puts the capture's free memory
+    `GATE_BAND_GIB` above it (the graph kept, less KV), sized as the recommendation sizes it;
+    within the band above, the graph turned off (`PREFILL_GRAPH_OFF_FLAG`; the plan then gives
+    its room to the pools). None where the gate does not apply."""
+    if not _gate_applies(z, rules):
+        return None
+    gate, here = rules.prefill_graph_gate_gib, z.free_at_prefill_capture_gib
+    kept = here >= gate
+    found = PrefillGate(gate, round(here, 3), kept, near=here < gate + GATE_BAND_GIB)
+    if not found.near:
+        return found
+    if kept:
+        return replace(
+            found,
+            other_side_args=(PREFILL_GRAPH_OFF_FLAG,),
+            replan=True,
+            other_side=f"prefill eager ({PREFILL_GRAPH_OFF_FLAG}: its graph's room goes to KV)",
+        )
+    start = _fraction_for_free_gib(z, gate + GATE_BAND_GIB - here)
+    for fraction in _fraction_candidates(start)[:GATE_SEARCH_STEPS]:
+        other = _sized_at(shape, replace(z.settings, mem_fraction_static=fraction), rules, free, weights)
+        if other is not None and other.free_at_prefill_capture_gib >= gate + GATE_BAND_GIB:
+            return replace(
+                found,
+                other_side_args=tuple(recommended_args(other, rules, shape)),
+                other_side=(
+                    f"prefill graph kept (--mem-fraction-static {fraction:.2f}: "
+                    f"{other.free_at_prefill_capture_gib:.2f} GiB free at its capture, "
+                    f"{other.kv_tokens:,} KV tokens, {other.max_running_requests} requests)"
+                ),
+            )
+    return replace(found, other_side=f"no fraction from {start:.2f} down fits with the graph kept")
+
+
+def _sized_at(
+    shape: ModelShape, s: SglangSettings, rules: SglangRelease, free: float, weights: float
+) -> Sizing | None:
+    """The recommendation's sizing at `s`'s fraction (hybrid: its best state split), None when
+    it does not fit there."""
+    if shape.is_hybrid:
+        return _best_state_split(shape, s, rules, free, weights)
+    z = size(
+        shape, replace(s, max_running_requests=None), rules, free_before_load_gib=free, weights_gib=weights
+    )
+    return z if _fits_with_margin(z, shape) and z.kv_tokens >= _long_request_tokens(s) else None
 
 
 #: the smallest chunk the capture rule halves to (SGLang's smallest default chunk)
@@ -859,6 +929,7 @@ def plan_sglang(
         measured=measured_used,
         notes=notes,
         details=_details(z, shape, free),
+        prefill_gate=prefill_gate(z, shape, rules, free, weights),
     )
 
 
