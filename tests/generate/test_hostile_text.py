@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from specpilot.generate.client import ChatClient, RequestFailed, Sampling, parse_answer
 from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.export import FORMATS, export
+from specpilot.export.formats import FORMATS
+from specpilot.export.run import export
 from specpilot.generate.inputs import iter_rows, resolve_input
 from specpilot.generate.job import JobConfig, run_generate
 from specpilot.generate.ledger import Ledger
@@ -134,7 +135,7 @@ def _round_trip(text: str, directory: Path) -> None:
     writer.close()
     ledger.close()
     for fmt in FORMATS:
-        result = export(job, fmt, directory / "exports" / FORMATS[fmt])
+        result = export(job, fmt, directory / "exports" / FORMATS[fmt].default_name)
         assert result.rows == 1
         for file in result.files:
             if file.suffix == ".jsonl":

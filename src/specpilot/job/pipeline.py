@@ -362,7 +362,7 @@ async def _generate(
 
 
 def _export(job: JobFile, record: JobRecord, say: Say) -> None:
-    from specpilot.generate.export import export
+    from specpilot.export.run import export
 
     stage = record.stage("export")
     written: dict[str, Any] = dict(stage.get("formats", {}))

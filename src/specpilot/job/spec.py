@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.errors import UserError
+from specpilot.export.formats import FORMATS, format_named
 from specpilot.generate.sampling import SamplingOptions
 
-#: what `[job] export` may list (generate.export's formats)
-EXPORT_FORMATS = ("specforge", "speculators", "parquet", "hf")
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_CONCURRENCY = 64
 #: [job.sampling] keys: the named ones of SamplingOptions, then those sent as request fields
@@ -210,11 +209,10 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
         raise _bad(
             "export",
             f"must be a list of formats, got {export!r}",
-            f"e.g. export = {list(EXPORT_FORMATS[:1])}",
+            f"e.g. export = {list(FORMATS)[:1]}",
         )
     for fmt in export:
-        if fmt not in EXPORT_FORMATS:
-            raise _bad("export", f"unknown format {fmt!r}", f"use {', '.join(EXPORT_FORMATS)}")
+        format_named(fmt, field="[job] export")  # an unknown one: refused with the known ones
     keep = _typed(table, "keep_servers", bool, "[job]") if "keep_servers" in table else False
     restarts = (
         _typed(table, "max_restarts", int, "[job]") if "max_restarts" in table else DEFAULT_MAX_RESTARTS
