@@ -13,7 +13,7 @@ from specpilot.cli import cli
 from specpilot.errors import UserError
 from specpilot.export import formats, run
 from specpilot.export.formats import FORMATS, ExportFormat, format_named
-from specpilot.export.writing import Written, WriteRequest
+from specpilot.export.writing import WriteRequest, Written
 from specpilot.generate.committed import committed_parts
 from specpilot.generate.job import run_generate
 from specpilot.job.spec import load_job
@@ -52,8 +52,8 @@ def test_a_new_format_is_one_record_and_its_writer(job: Path, monkeypatch: pytes
     assert result.files == [job / "ids.txt"] and result.rows == 3
     assert len((job / "ids.txt").read_text().splitlines()) == 3
     assert "ids: one id a line" in formats.format_help() and "DIR/ids.txt" in formats.target_help()
-    again = pytest.raises(UserError, run.export, job, "ids")  # its target is guarded as any other's
-    assert "already exists" in str(again.value)
+    with pytest.raises(UserError, match="already exists"):  # its target is guarded as any other's
+        run.export(job, "ids")
 
 
 def test_an_unknown_format_names_the_known_ones(job: Path) -> None:
@@ -74,7 +74,9 @@ def test_the_job_file_reads_the_registry(tmp_path: Path) -> None:
     )
     with pytest.raises(UserError) as refused:
         load_job(job_file)
-    assert str(refused.value) == "[job] export: unknown format 'csv' (use specforge, speculators, parquet, hf)"
+    assert (
+        str(refused.value) == "[job] export: unknown format 'csv' (use specforge, speculators, parquet, hf)"
+    )
 
 
 def test_the_cli_offers_the_registry() -> None:

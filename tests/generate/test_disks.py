@@ -26,7 +26,6 @@ from tests.generate.conftest import write_jsonl
 from tests.generate.fake_server import FakeServer
 
 
-
 def _mount(args: list[str]) -> None:
     result = subprocess.run(["mount", *args], capture_output=True, text=True, timeout=30)
     if result.returncode != 0:

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specpilot.generate.client import ChatClient, RequestFailed, Sampling, parse_answer
-from specpilot.generate.endpoints import Endpoint
 from specpilot.export.formats import FORMATS
 from specpilot.export.run import export
+from specpilot.generate.client import ChatClient, RequestFailed, Sampling, parse_answer
+from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.inputs import iter_rows, resolve_input
 from specpilot.generate.job import JobConfig, run_generate
 from specpilot.generate.ledger import Ledger

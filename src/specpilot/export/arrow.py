@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specpilot.export.jsonl import json_text
-from specpilot.export.writing import Written, WriteRequest
+from specpilot.export.writing import WriteRequest, Written
 from specpilot.generate.committed import committed_parts
 
 TURN = pa.struct(

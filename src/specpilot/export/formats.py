@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specpilot.errors import UserError
-from specpilot.export.writing import Written, WriteRequest
+from specpilot.export.writing import WriteRequest, Written
 
 #: a format's writer: the committed rows of `request.directory` into `request.target`
 Writer = Callable[[WriteRequest], Written]
@@ -51,7 +51,9 @@ def _parquet_shard(name: str) -> bool:
 
 
 def _saved_dataset(name: str) -> bool:
-    return name in ("state.json", "dataset_info.json") or (name.startswith("data-") and name.endswith(".arrow"))
+    return name in ("state.json", "dataset_info.json") or (
+        name.startswith("data-") and name.endswith(".arrow")
+    )
 
 
 #: every format, in the order `--help` and the README list them

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specpilot.errors import UserError
-from specpilot.export.writing import Written, WriteRequest
+from specpilot.export.writing import WriteRequest, Written
 from specpilot.generate.committed import committed_parts
 from specpilot.generate.rows import turn_rows
 

@@ -66,8 +66,9 @@ def export(
     overwrite: bool = False,
 ) -> ExportResult:
     """Write the committed rows as `fmt` (a name in `formats.FORMATS`); `per_turn` (formats that
-    split turns): one row per target turn, see `rows.turn_rows`; `done` hears the rows written so far after each part. An earlier export
-    at the target is replaced only with `overwrite` (never silently), and then whole.
+    split turns): one row per target turn, see `rows.turn_rows`; `done` hears the rows written so
+    far after each part. An earlier export at the target is replaced only with `overwrite` (never
+    silently), and then whole.
 
     The export is written beside the target under a temporary name and renamed onto it at the
     end, so the target is whole or absent: a killed or refused export (a changed part, a full

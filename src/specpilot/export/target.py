@@ -68,7 +68,9 @@ def earlier_export(to: Path, fmt: ExportFormat) -> bool:
     --overwrite replaces the whole target, so it must be an export of this format)."""
     if fmt.owns is None:
         if to.is_dir():
-            raise UserError(f"{to} is a folder", field="--to", fix="give the path of the .jsonl file to write")
+            raise UserError(
+                f"{to} is a folder", field="--to", fix="give the path of the .jsonl file to write"
+            )
         return to.exists()
     if to.exists() and not to.is_dir():
         raise UserError(
@@ -80,7 +82,8 @@ def earlier_export(to: Path, fmt: ExportFormat) -> bool:
     foreign = [name for name in held if not fmt.owns(name)]
     if foreign:
         raise UserError(
-            f"{to} holds {foreign[0]}, which no {fmt.name} export writes: an export replaces its whole folder",
+            f"{to} holds {foreign[0]}, which no {fmt.name} export writes: "
+            "an export replaces its whole folder",
             field="--to",
             fix="give a folder that does not exist yet, is empty, or holds an earlier export of this format",
         )
