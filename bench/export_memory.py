@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from specpilot.export.formats import FORMATS
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import Job, JobConfig
-from specpilot.generate.writer import DATA_DIR, PartWriter
+from specpilot.generate.writers.parts import DATA_DIR, PartWriter
 
 JOB_ROWS = 902_087
 ROWS_PER_PART = 100_000

@@ -189,7 +189,7 @@ def main() -> None:
     parser.add_argument("--skip-fault-run", action="store_true")
     args = parser.parse_args()
     import specpilot.generate.job  # noqa: F401  (imports are not per row)
-    from specpilot.generate.endpoints import Endpoint
+    from specpilot.generate.dispatch.endpoints import Endpoint
 
     work = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     smg = _smg_executable(args.smg, work)

@@ -385,7 +385,7 @@ def main() -> None:
         "--skip", action="append", default=[], choices=["direct", "router", "faults", "kills"]
     )
     args = parser.parse_args()
-    from specpilot.generate.endpoints import Endpoint, resolve_endpoints
+    from specpilot.generate.dispatch.endpoints import Endpoint, resolve_endpoints
 
     work = Path(tempfile.mkdtemp(prefix="fleet-scale-"))
     home = work / "home"

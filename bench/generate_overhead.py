@@ -70,7 +70,7 @@ def _measure(name: str, rows: int, work: Callable[[], None]) -> dict[str, float 
 
 
 def run_specpilot(url: str, prompts: list[dict[str, object]], concurrency: int, work_dir: Path) -> None:
-    from specpilot.generate.endpoints import Endpoint
+    from specpilot.generate.dispatch.endpoints import Endpoint
     from specpilot.generate.job import JobConfig, run_generate
 
     path = work_dir / "in.jsonl"

@@ -23,10 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from specpilot.generate.client import Answer, Sampling, open_session
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.client import Sampling, open_session
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import Job, JobConfig
-from specpilot.generate.writer import DATA_DIR, PartWriter
+from specpilot.generate.rows.types import Answer
+from specpilot.generate.writers.parts import DATA_DIR, PartWriter
 
 INCIDENT_ROWS = 902_087
 LEFT_ROWS = 2_087  # the incident's resume: 900,000 done, 2,087 to go

@@ -13,9 +13,9 @@ from typing import Any
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.generate.client import FailureKind, classify_status
-from specpilot.generate.dispatch import Dispatcher
-from specpilot.generate.endpoints import resolve_endpoints
+from specpilot.generate.dispatch.client import FailureKind, classify_status
+from specpilot.generate.dispatch.dispatcher import Dispatcher
+from specpilot.generate.dispatch.endpoints import resolve_endpoints
 from specpilot.generate.job import JobConfig, run_generate
 from tests.fleet.routerproc import router_call, running_router
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl

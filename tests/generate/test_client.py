@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specpilot.errors import UserError
-from specpilot.generate.client import (
+from specpilot.generate.dispatch.client import (
     Answer,
     FailureKind,
     RequestFailed,
@@ -16,9 +16,9 @@ from specpilot.generate.client import (
     classify_status,
     parse_answer,
 )
-from specpilot.generate.endpoints import endpoint_of_run, normalize_url, resolve_endpoints
-from specpilot.generate.servers import SpecTracker, parse_metrics
-from specpilot.generate.validate import answer_flags, flag_bits
+from specpilot.generate.dispatch.endpoints import endpoint_of_run, normalize_url, resolve_endpoints
+from specpilot.generate.dispatch.servers import SpecTracker, parse_metrics
+from specpilot.generate.rows.validate import answer_flags, flag_bits
 from specpilot.launch.state import write_state
 from tests.launch.helpers import ready_state
 

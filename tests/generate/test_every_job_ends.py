@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
 from tests.generate.conftest import prompt_rows, write_jsonl
 

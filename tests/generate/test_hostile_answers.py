@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from specpilot.generate.client import RequestFailed, parse_answer
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.client import RequestFailed, parse_answer
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
 from tests.generate.conftest import read_output, scripted_server, write_jsonl
 

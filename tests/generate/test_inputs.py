@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from specpilot.errors import UserError
-from specpilot.generate import inputs
-from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.ids import derive_row_id
-from specpilot.generate.inputs import check_output_dir, iter_rows, resolve_input
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import Job, JobConfig
-from specpilot.generate.types import PromptRow, RejectedRow
+from specpilot.generate.rows import inputs
+from specpilot.generate.rows.ids import derive_row_id
+from specpilot.generate.rows.inputs import check_output_dir, iter_rows, resolve_input
+from specpilot.generate.rows.types import PromptRow, RejectedRow
 from tests.generate.conftest import write_jsonl
 
 ROWS: list[dict[str, Any]] = [

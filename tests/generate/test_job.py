@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
 from specpilot.launch.state import write_state
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl

@@ -25,8 +25,8 @@ import pytest
 from aiohttp import web
 
 from specpilot.errors import UserError
-from specpilot.generate.dispatch import Dispatcher
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.dispatcher import Dispatcher
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
 from specpilot.taskgroup import TaskFailed
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
@@ -169,7 +169,7 @@ def test_debug_shows_the_task_error_traceback(tmp_path: Path, fake_server: FakeS
     sitecustomize = tmp_path / "inject" / "sitecustomize.py"
     sitecustomize.parent.mkdir()
     sitecustomize.write_text(
-        "from specpilot.generate.dispatch import Dispatcher\n"
+        "from specpilot.generate.dispatch.dispatcher import Dispatcher\n"
         "def broken(self, *args):\n"
         "    raise RuntimeError('bug in the answer path')\n"
         "Dispatcher._on_answer = broken\n"

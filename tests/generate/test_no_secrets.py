@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.generate.endpoints import resolve_endpoints
+from specpilot.generate.dispatch.endpoints import resolve_endpoints
 from specpilot.generate.job import JobConfig, run_generate
 from specpilot.status.live import LiveJob
 from specpilot.status.server import bind, url_of, watch_job

@@ -18,18 +18,17 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.generate.client import (
+from specpilot.generate.dispatch.client import (
     ERROR_BODY_CHARS,
     MAX_TOKEN_COUNT,
-    Answer,
     ChatClient,
     FailureKind,
     RequestFailed,
     Sampling,
     classify_status,
 )
-from specpilot.generate.text import where_unencodable
-from specpilot.generate.types import Message
+from specpilot.generate.rows.text import where_unencodable
+from specpilot.generate.rows.types import Answer, Message
 
 #: SSE framing of OpenAI-compatible streams (SGLang, vLLM)
 DATA_PREFIX = b"data:"

@@ -28,9 +28,9 @@ from specpilot.bench.client import RequestTiming, StreamingChatClient, TimingLog
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import Prepared
 from specpilot.errors import UserError
-from specpilot.generate.client import Sampling
-from specpilot.generate.dispatch import Dispatcher
-from specpilot.generate.endpoints import endpoint_of_run
+from specpilot.generate.dispatch.client import Sampling
+from specpilot.generate.dispatch.dispatcher import Dispatcher
+from specpilot.generate.dispatch.endpoints import endpoint_of_run
 from specpilot.generate.job import JobConfig, run_generate
 from specpilot.generate.sampling import SamplingOptions
 from specpilot.hosts import open_host_section

@@ -140,7 +140,7 @@ def bench(
     from specpilot.bench.render import render_svg, render_table, winner_line
     from specpilot.bench.run import SVG_FILE, BenchRequest, check_budget, plan_settings, run_bench, write_best
     from specpilot.bench.variants import default_variants, parse_variants
-    from specpilot.generate.inputs import check_output_dir
+    from specpilot.generate.rows.inputs import check_output_dir
     from specpilot.launch.shield import ending_signals
     from specpilot.launch.state import check_run_name
     from specpilot.projection import project, read_bench

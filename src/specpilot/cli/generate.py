@@ -202,9 +202,9 @@ def generate(
     as_json: bool,
 ) -> None:
     """Generate answers (with reasoning) for every prompt, exactly once, resumably."""
-    from specpilot.generate.endpoints import resolve_endpoints
+    from specpilot.generate.dispatch.endpoints import resolve_endpoints
     from specpilot.generate.job import JobConfig, run_generate
-    from specpilot.generate.report import render_summary
+    from specpilot.generate.ledger.report import render_summary
 
     config = JobConfig(
         input_path=input_path,
@@ -274,11 +274,11 @@ MAX_LENGTH_HELP = (
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def report(directory: Path, max_length_tokens: int | None, gpus: int | None, as_json: bool) -> None:
     """Summary of a generate job from its ledger; safe while the job runs."""
-    from specpilot.generate.committed import committed_rows
     from specpilot.generate.eta import report_projections
-    from specpilot.generate.lengths import length_report
-    from specpilot.generate.report import reading_ledger, render_lengths, render_summary, summarize
-    from specpilot.generate.writer import CLEAN, FLAGGED
+    from specpilot.generate.ledger.report import reading_ledger, render_lengths, render_summary, summarize
+    from specpilot.generate.rows.lengths import length_report
+    from specpilot.generate.writers.committed import committed_rows
+    from specpilot.generate.writers.parts import CLEAN, FLAGGED
 
     with reading_ledger(directory) as ledger:
         summary = summarize(ledger)
@@ -354,11 +354,11 @@ def export(
 ) -> None:
     """Export the finished rows of a generate job for SpecForge, speculators or datasets."""
     from specpilot.export.run import export as run_export
-    from specpilot.generate.committed import committed_rows
-    from specpilot.generate.lengths import length_report
-    from specpilot.generate.report import reading_ledger
-    from specpilot.generate.templates import choose_template
-    from specpilot.generate.writer import CLEAN, FLAGGED
+    from specpilot.generate.ledger.report import reading_ledger
+    from specpilot.generate.rows.lengths import length_report
+    from specpilot.generate.rows.templates import choose_template
+    from specpilot.generate.writers.committed import committed_rows
+    from specpilot.generate.writers.parts import CLEAN, FLAGGED
     from specpilot.progress import ProgressLines, stderr_is_terminal
 
     spec = format_named(fmt, field="--format")

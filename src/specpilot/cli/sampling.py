@@ -87,7 +87,7 @@ def sampling_options(
 def request_fields(extra_body_json: str | None, flags: dict[str, object]) -> dict[str, object]:
     """The request fields besides the sampling basics: --extra-body's, then the flags given;
     a field set by both is refused (which one was meant?)."""
-    from specpilot.generate.client import extra_body
+    from specpilot.generate.dispatch.client import extra_body
 
     fields = extra_body(extra_body_json) if extra_body_json is not None else {}
     given = {key: value for key, value in flags.items() if value is not None}

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from specpilot.export.jsonl import json_text
 from specpilot.export.writing import WriteRequest, Written
-from specpilot.generate.committed import committed_parts
+from specpilot.generate.writers.committed import committed_parts
 
 TURN = pa.struct(
     [

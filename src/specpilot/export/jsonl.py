@@ -10,8 +10,8 @@ from typing import Any
 
 from specpilot.errors import UserError
 from specpilot.export.writing import WriteRequest, Written
-from specpilot.generate.committed import committed_parts
-from specpilot.generate.rows import turn_rows
+from specpilot.generate.rows.output import turn_rows
+from specpilot.generate.writers.committed import committed_parts
 
 JSONL_TURN_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name")
 

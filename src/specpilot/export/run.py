@@ -39,8 +39,8 @@ from specpilot.export.target import (
     remove_stale_partials,
 )
 from specpilot.export.writing import RowsDone, WriteRequest
-from specpilot.generate.disk import disk_error
-from specpilot.generate.report import reading_ledger, summarize
+from specpilot.generate.ledger.disk import disk_error
+from specpilot.generate.ledger.report import reading_ledger, summarize
 
 
 @dataclass

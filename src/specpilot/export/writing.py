@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specpilot.generate.writer import CLEAN, FLAGGED, Split
+from specpilot.generate.writers.parts import CLEAN, FLAGGED, Split
 
 #: told the rows written so far, after each part (off a terminal: a progress line)
 RowsDone = Callable[[int], object]

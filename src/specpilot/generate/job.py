@@ -30,21 +30,21 @@ import aiohttp
 from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
 from specpilot.errors import UserError
-from specpilot.generate.client import Sampling, open_session
-from specpilot.generate.dispatch import ClientFactory, Companion, Dispatcher, DispatchPolicy, RetryPolicy
-from specpilot.generate.endpoints import Endpoint, default_model
-from specpilot.generate.inputs import InputMark, InputSource, check_output_dir, iter_rows, resolve_input
-from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
-from specpilot.generate.lock import DirectoryLock
-from specpilot.generate.report import JobSummary, ServerRun, summarize
-from specpilot.generate.truncated import (
-    MISSING_REASONING_BIT,
-    check_budget,
-    requeue_flagged,
-    requeue_truncated,
+from specpilot.generate.dispatch.client import Sampling, open_session
+from specpilot.generate.dispatch.dispatcher import (
+    ClientFactory,
+    Companion,
+    Dispatcher,
+    DispatchPolicy,
+    RetryPolicy,
 )
-from specpilot.generate.types import RejectedRow
-from specpilot.generate.writer import (
+from specpilot.generate.dispatch.endpoints import Endpoint, default_model
+from specpilot.generate.ledger.lock import DirectoryLock
+from specpilot.generate.ledger.report import JobSummary, ServerRun, summarize
+from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState
+from specpilot.generate.rows.inputs import InputMark, InputSource, check_output_dir, iter_rows, resolve_input
+from specpilot.generate.rows.types import RejectedRow
+from specpilot.generate.writers.parts import (
     CRC_CHUNK_BYTES,
     SPLITS,
     DamagedRow,
@@ -52,6 +52,12 @@ from specpilot.generate.writer import (
     damaged_parts,
     reconcile_parts,
     split_parts,
+)
+from specpilot.generate.writers.truncated import (
+    MISSING_REASONING_BIT,
+    check_budget,
+    requeue_flagged,
+    requeue_truncated,
 )
 from specpilot.secrets import mask_fields, url_without_credentials
 

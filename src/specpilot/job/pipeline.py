@@ -317,7 +317,7 @@ async def _up_fleet(job: JobFile, record: JobRecord, say: Say) -> str:
 async def _generate(
     job: JobFile, record: JobRecord, served: str, spec: Spec | None, say: Say
 ) -> tuple[int, str]:
-    from specpilot.generate.endpoints import Endpoint, endpoints_of_fleet, normalize_url
+    from specpilot.generate.dispatch.endpoints import Endpoint, endpoints_of_fleet, normalize_url
     from specpilot.generate.eta import all_of, projecting
     from specpilot.generate.job import JobConfig, generate_in_loop
     from specpilot.job.heal import ServerHealer, fleet_healer

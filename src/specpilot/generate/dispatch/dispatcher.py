@@ -22,12 +22,9 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.generate.client import ChatClient, FailureKind, RequestFailed, Sampling
-from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.ledger import Ledger, LedgerBatch
-from specpilot.generate.report import CLOCK_JUMP_KEY, summarize
-from specpilot.generate.rows import TurnResult, build_row, is_complete, messages_for
-from specpilot.generate.servers import (
+from specpilot.generate.dispatch.client import ChatClient, FailureKind, RequestFailed, Sampling
+from specpilot.generate.dispatch.endpoints import Endpoint
+from specpilot.generate.dispatch.servers import (
     Server,
     ServerPool,
     SpecTracker,
@@ -35,12 +32,15 @@ from specpilot.generate.servers import (
     router_workers_ready,
     scrape_metrics,
 )
-from specpilot.generate.stats import LiveStats, ProgressView
-from specpilot.generate.tasks import JobTasks
-from specpilot.generate.thinking import ReasoningWatch
-from specpilot.generate.types import PromptRow, RejectedRow
-from specpilot.generate.validate import flag_bits
-from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, Split
+from specpilot.generate.dispatch.stats import LiveStats, ProgressView
+from specpilot.generate.dispatch.tasks import JobTasks
+from specpilot.generate.ledger.report import CLOCK_JUMP_KEY, summarize
+from specpilot.generate.ledger.store import Ledger, LedgerBatch
+from specpilot.generate.rows.output import TurnResult, build_row, is_complete, messages_for
+from specpilot.generate.rows.thinking import ReasoningWatch
+from specpilot.generate.rows.types import PromptRow, RejectedRow
+from specpilot.generate.rows.validate import flag_bits
+from specpilot.generate.writers.parts import CLEAN, FLAGGED, PartWriter, Split
 
 TICK_S = 0.05
 FAILURES_BEFORE_SUCCESS_LIMIT = 50

@@ -23,9 +23,9 @@ import aiohttp
 import yarl
 
 from specpilot.errors import UserError
-from specpilot.generate.text import may_hold_surrogates, where_unencodable
-from specpilot.generate.thinking import markers_for, split_inline
-from specpilot.generate.types import Message
+from specpilot.generate.rows.text import may_hold_surrogates, where_unencodable
+from specpilot.generate.rows.thinking import markers_for, split_inline
+from specpilot.generate.rows.types import Answer, Message
 from specpilot.secrets import field_secrets, mask_log_text, url_passwords
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
@@ -79,22 +79,6 @@ def classify_status(status: int, body: bytes = b"") -> FailureKind:
     if status == 503 and any(marker in body for marker in NO_WORKER_MARKERS):
         return FailureKind.CONNECTION
     return FailureKind.RETRYABLE if status in RETRYABLE_STATUSES else FailureKind.FATAL
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    content: str
-    reasoning: str | None
-    finish_reason: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    spec_accept_length: float | None
-    reasoning_tokens: int | None = None  # only where the server reports them
-    tool_calls: list[Any] | None = None
-    #: specpilot moved inline thinking out of `content` (see thinking.py)
-    reasoning_split: bool = False
-    #: the answer carried no `usage`: its token counts are 0, not measured
-    usage_missing: bool = False
 
 
 @dataclass(frozen=True)
