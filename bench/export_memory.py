@@ -23,6 +23,7 @@ from pathlib import Path
 from specpilot.export.formats import FORMATS
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import Job, JobConfig
+from specpilot.generate.sampling import Sampling
 from specpilot.generate.writers.parts import DATA_DIR, PartWriter
 
 JOB_ROWS = 902_087
@@ -82,7 +83,12 @@ def _row(i: int) -> dict[str, object]:
 
 def _build_job(work: Path, rows: int, rows_per_part: int) -> JobConfig:
     config = JobConfig(
-        work / "in.jsonl", work / "out", [Endpoint("http://127.0.0.1:9")], "m", True, show_progress=False
+        work / "in.jsonl",
+        work / "out",
+        [Endpoint("http://127.0.0.1:9")],
+        "m",
+        Sampling(True),
+        show_progress=False,
     )
     with config.input_path.open("w") as out:
         for i in range(rows):

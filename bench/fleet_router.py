@@ -139,6 +139,7 @@ def _cpu_s(pid: int) -> float:
 
 def _job(endpoints: list[object], rows: int, concurrency: int, work: Path) -> dict[str, object]:
     from specpilot.generate.job import JobConfig, run_generate
+    from specpilot.generate.sampling import Sampling
 
     source = work / "in.jsonl"
     if not source.exists():
@@ -150,7 +151,9 @@ def _job(endpoints: list[object], rows: int, concurrency: int, work: Path) -> di
         )
     out = Path(tempfile.mkdtemp(dir=work))
     outcome = run_generate(
-        JobConfig(source, out, endpoints, "bench", True, concurrency=concurrency, show_progress=False)  # type: ignore[arg-type]
+        JobConfig(
+            source, out, endpoints, "bench", Sampling(True), concurrency=concurrency, show_progress=False
+        )  # type: ignore[arg-type]
     )
     ids = [
         json.loads(line)["id"] for part in sorted((out / "data").glob("part-*.jsonl")) for line in part.open()

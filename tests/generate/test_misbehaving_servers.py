@@ -28,6 +28,7 @@ from specpilot.errors import UserError
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from specpilot.taskgroup import TaskFailed
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer
@@ -131,7 +132,7 @@ def test_a_bug_in_a_request_task_ends_the_job_and_strands_no_row(
         tmp_path / "out",
         [Endpoint(fake_server.url)],
         "m",
-        True,
+        Sampling(True),
         concurrency=4,
         show_progress=False,
         flush_interval_s=0.05,
@@ -196,7 +197,7 @@ def finished_job(tmp_path: Path, fake_server: FakeServer) -> Iterator[JobConfig]
         tmp_path / "out",
         [Endpoint(fake_server.url)],
         "m",
-        True,
+        Sampling(True),
         rows_per_part=10,
         show_progress=False,
         flush_interval_s=0.05,
@@ -238,7 +239,7 @@ def test_full_disk_keeps_every_row_for_the_resume(tmp_path: Path, fake_server: F
         tmp_path / "out",
         [Endpoint(fake_server.url)],
         "m",
-        True,
+        Sampling(True),
         show_progress=False,
         flush_interval_s=0.05,
     )

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from specpilot.cli import cli
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer, answer_for
 
@@ -30,7 +31,7 @@ def _config(tmp_path: Path, server: FakeServer, notes: list[str], **extra: Any) 
     settings: dict[str, Any] = {"concurrency": 1, "show_progress": False, "rows_per_part": 5, **extra}
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(ROWS))
     return JobConfig(
-        path, tmp_path / "out", [Endpoint(server.url)], None, True, notify=notes.append, **settings
+        path, tmp_path / "out", [Endpoint(server.url)], None, Sampling(True), notify=notes.append, **settings
     )
 
 

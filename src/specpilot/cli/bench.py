@@ -13,7 +13,7 @@ from specpilot import jsontext
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.errors import EXIT_FAILED, UserError
-from specpilot.generate.sampling import SamplingOptions
+from specpilot.generate.sampling import Sampling
 
 #: as a shell reports a process ended by SIGINT
 EXIT_INTERRUPTED = 130
@@ -119,7 +119,7 @@ def bench(
     sample_rows: int,
     seed: int,
     variants: str | None,
-    sampling: SamplingOptions,
+    sampling: Sampling,
     budget_s: float,
     warmup_s: float,
     progress_interval_s: float,

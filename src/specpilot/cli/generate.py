@@ -16,7 +16,7 @@ from specpilot.cli.sampling import sampling_options
 from specpilot.cli.view import serve_status_options
 from specpilot.errors import EXIT_OK, UserError
 from specpilot.export.formats import FORMATS, format_help, format_named, names_with, target_help
-from specpilot.generate.sampling import SamplingOptions
+from specpilot.generate.sampling import Sampling
 
 #: one example of each prompt row shape the reader accepts (shown in --help, tested)
 ROW_SHAPES: dict[str, dict[str, object]] = {
@@ -182,7 +182,7 @@ def generate(
     fleets: tuple[str, ...],
     model: str | None,
     concurrency: int,
-    sampling: SamplingOptions,
+    sampling: Sampling,
     keep_given_turns: bool,
     limit: int | None,
     dedupe: bool,
@@ -211,14 +211,9 @@ def generate(
         output_dir=output_dir,
         endpoints=resolve_endpoints(servers, runs, routers, fleets),
         model=model,
-        thinking=sampling.thinking,
+        sampling=sampling,
         keep_given_turns=keep_given_turns,
         concurrency=concurrency,
-        max_tokens=sampling.max_tokens,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=sampling.top_k,
-        request_fields=dict(sampling.request_fields),
         limit=limit,
         dedupe=dedupe,
         strict_rows=strict_rows,

@@ -10,7 +10,7 @@ import click
 
 from specpilot.cli.params import FiniteFloat
 from specpilot.errors import UserError
-from specpilot.generate.sampling import SamplingOptions
+from specpilot.generate.sampling import Sampling
 
 #: the options whose values go into `Sampling.request_fields` (option dest -> request field)
 _FIELD_OPTIONS = {
@@ -67,7 +67,7 @@ def sampling_options(
         def read(*args: Any, **kwargs: Any) -> Any:
             flags = {_FIELD_OPTIONS[name]: kwargs.pop(name) for name in own}
             flags["stop"] = list(flags["stop"]) or None
-            sampling = SamplingOptions(
+            sampling = Sampling(
                 thinking=kwargs.pop("thinking"),
                 max_tokens=kwargs.pop("max_tokens"),
                 temperature=kwargs.pop("temperature"),

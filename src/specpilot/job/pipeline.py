@@ -331,12 +331,9 @@ async def _generate(
     else:
         endpoints = endpoints_of_fleet(served)
         heal = fleet_healer(served, record, job.max_restarts, say)
-    s = job.sampling
     config = JobConfig(
-        input_path=job.prompts, output_dir=job.output, endpoints=endpoints, model=None, thinking=s.thinking,
-        concurrency=job.concurrency, max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p,
-        top_k=s.top_k, request_fields=dict(s.request_fields), notify=say,
-        progress_interval_s=PROJECTION_EVERY_S,
+        input_path=job.prompts, output_dir=job.output, endpoints=endpoints, model=None, sampling=job.sampling,
+        concurrency=job.concurrency, notify=say, progress_interval_s=PROJECTION_EVERY_S,
     )  # fmt: skip
     record.begin("generate", _gpus_of(job))
     from specpilot.job.cost import heartbeat

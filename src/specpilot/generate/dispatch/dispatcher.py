@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.generate.dispatch.client import ChatClient, FailureKind, RequestFailed, Sampling
+from specpilot.generate.dispatch.client import ChatClient, FailureKind, RequestFailed
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.dispatch.servers import (
     Server,
@@ -40,6 +40,7 @@ from specpilot.generate.rows.output import TurnResult, build_row, is_complete, m
 from specpilot.generate.rows.thinking import ReasoningWatch
 from specpilot.generate.rows.types import PromptRow, RejectedRow
 from specpilot.generate.rows.validate import flag_bits
+from specpilot.generate.sampling import Sampling
 from specpilot.generate.writers.parts import CLEAN, FLAGGED, PartWriter, Split
 
 TICK_S = 0.05
@@ -60,7 +61,8 @@ ROUTER_PROBE_INTERVAL_S = 0.25
 #: a task the job runs beside its requests (a watcher of the runs it drives), and its name
 Companion = tuple[Coroutine[Any, Any, None], str]
 #: makes the client that sends the job's requests (ChatClient, or a subclass that also times them)
-ClientFactory = Callable[[aiohttp.ClientSession, Sampling], ChatClient]
+#: makes the client the rows are sent with, from the session, the model and the sampling
+ClientFactory = Callable[[aiohttp.ClientSession, str, Sampling], ChatClient]
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,7 @@ class Dispatcher:
         policy: DispatchPolicy,
         endpoints: Sequence[Endpoint],
         session: aiohttp.ClientSession,
+        model: str,
         sampling: Sampling,
         ledger: Ledger,
         rows: Iterator[PromptRow | RejectedRow],
@@ -178,10 +181,10 @@ class Dispatcher:
         client_factory: ClientFactory | None = None,
     ) -> None:
         """`rows`: the input rows to send; `writers`: one per split, closed when `run` ends."""
-        self.policy, self.session, self.sampling = policy, session, sampling
+        self.policy, self.session, self.model, self.sampling = policy, session, model, sampling
         self.ledger, self.writers = ledger, writers
-        self.client = (client_factory or ChatClient)(session, sampling)
-        self.reasoning = ReasoningWatch(sampling.model, thinking=sampling.thinking)
+        self.client = (client_factory or ChatClient)(session, model, sampling)
+        self.reasoning = ReasoningWatch(model, thinking=sampling.thinking)
         self.usage_missing_said = False  # the warning of answers without `usage`, said once
         self.pool = ServerPool(
             [e.base_url for e in endpoints],
@@ -409,7 +412,7 @@ class Dispatcher:
         output = build_row(
             row,
             done,
-            model=self.sampling.model,
+            model=self.model,
             thinking=self.sampling.thinking,
             keep_given_turns=self.policy.keep_given_turns,
         )
