@@ -31,14 +31,9 @@ from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
 from specpilot.errors import UserError
 from specpilot.generate.dispatch.client import open_session
-from specpilot.generate.dispatch.dispatcher import (
-    ClientFactory,
-    Companion,
-    Dispatcher,
-    DispatchPolicy,
-    RetryPolicy,
-)
+from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import Endpoint, default_model
+from specpilot.generate.dispatch.policy import ClientFactory, Companion, DispatchPolicy, RetryPolicy
 from specpilot.generate.ledger.lock import DirectoryLock
 from specpilot.generate.ledger.report import JobSummary, ServerRun, summarize
 from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState

@@ -11,19 +11,15 @@ any of them ends the job with a line that names it.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import random
 import signal
 import time
-from collections import deque
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 import aiohttp
 
 from specpilot.generate.dispatch.client import ChatClient, FailureKind, RequestFailed
 from specpilot.generate.dispatch.endpoints import Endpoint
+from specpilot.generate.dispatch.policy import ClientFactory, Companion, DispatchPolicy
 from specpilot.generate.dispatch.servers import (
     Server,
     ServerPool,
@@ -32,6 +28,7 @@ from specpilot.generate.dispatch.servers import (
     router_workers_ready,
     scrape_metrics,
 )
+from specpilot.generate.dispatch.state import InFlight, Probes, RowQueue, Stopping
 from specpilot.generate.dispatch.stats import LiveStats, ProgressView
 from specpilot.generate.dispatch.tasks import JobTasks
 from specpilot.generate.ledger.report import CLOCK_JUMP_KEY, summarize
@@ -58,111 +55,8 @@ FLUSH_MIN_WAIT_S = 0.02
 #: of the router answering again (fleet-repair restarts it in seconds)
 ROUTER_PROBE_INTERVAL_S = 0.25
 
-#: a task the job runs beside its requests (a watcher of the runs it drives), and its name
-Companion = tuple[Coroutine[Any, Any, None], str]
-#: makes the client that sends the job's requests (ChatClient, or a subclass that also times them)
-#: makes the client the rows are sent with, from the session, the model and the sampling
-ClientFactory = Callable[[aiohttp.ClientSession, str, Sampling], ChatClient]
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    max_attempts: int
-    base_s: float
-    cap_s: float
-
-    def delay_s(self, attempt: int, retry_after_s: float | None) -> float:
-        """Full jitter over [0, min(cap, base * 2^(attempt-1))], at least the server's Retry-After."""
-        delay_s = random.uniform(0.0, min(self.cap_s, self.base_s * 2 ** (attempt - 1)))
-        if retry_after_s is not None:
-            delay_s = max(delay_s, min(retry_after_s, self.cap_s))
-        return delay_s
-
-
 #: --give-up-after-s is for outages of servers that worked; one that never answered gives up sooner
 NEVER_ANSWERED_GIVE_UP_S = 60.0
-
-
-@dataclass(frozen=True)
-class DispatchPolicy:
-    """The job settings the dispatcher follows."""
-
-    concurrency: int  # requests in flight per server (per worker behind a router)
-    keep_given_turns: bool
-    retry: RetryPolicy
-    request_timeout_s: float
-    probe_timeout_s: float
-    probe_cap_s: float
-    give_up_after_s: float
-    flush_interval_s: float
-    flush_rows: int
-    metrics_interval_s: float
-    progress_interval_s: float | None  # None: no progress view
-
-
-@dataclass
-class _Queue:
-    """Rows read from the input and not finished yet, and which of them wait to be sent."""
-
-    source: Iterator[PromptRow | RejectedRow]
-    window: int  # rows held in memory at most: the input is read as rows finish
-    rows: dict[int, PromptRow] = field(default_factory=dict)
-    ready: deque[int] = field(default_factory=deque)
-    waiting: list[tuple[float, int]] = field(default_factory=list)  # heap of (monotonic due time, position)
-    input_done: bool = False
-
-    def refill(self) -> None:
-        while not self.input_done and len(self.rows) < self.window:
-            row = next(self.source, None)
-            if row is None:
-                self.input_done = True
-                return
-            if not isinstance(row, PromptRow):
-                continue  # rejected when the job was listed; never pending
-            self.rows[row.position] = row
-            self.ready.append(row.position)
-
-    def release_due(self, now: float) -> None:
-        while self.waiting and self.waiting[0][0] <= now:
-            self.ready.append(heapq.heappop(self.waiting)[1])
-
-    def retry_at(self, due: float, position: int) -> None:
-        heapq.heappush(self.waiting, (due, position))
-
-
-@dataclass
-class _Requests:
-    """Per row sent: target turns done so far, attempts spent, when its request went out.
-
-    Turns are kept in memory only: a row is written and committed once, whole; after a
-    kill its turns are generated again.
-    """
-
-    turns_done: dict[int, list[TurnResult]] = field(default_factory=dict)
-    attempts: dict[int, int] = field(default_factory=dict)
-    sent_at: dict[int, float] = field(default_factory=dict)
-    overdue: set[int] = field(default_factory=set)  # cancelled by the request timeout
-    #: 429/503 answers a row backed off from, no attempt spent (up to OVERLOAD_RETRIES_PER_ROW)
-    overloads: dict[int, int] = field(default_factory=dict)
-
-    def forget(self, position: int) -> None:
-        self.turns_done.pop(position, None)
-        self.sent_at.pop(position, None)
-        self.overloads.pop(position, None)
-
-
-@dataclass
-class _Probes:
-    """Servers being probed, and the rows whose connection failure waits on that probe."""
-
-    probing: set[str] = field(default_factory=set)
-    parked: dict[str, list[tuple[int, RequestFailed]]] = field(default_factory=dict)
-
-
-@dataclass
-class _Stopping:
-    reason: str | None = None
-    now: bool = False  # False while stopping: let the requests in flight finish
 
 
 class Dispatcher:
@@ -192,10 +86,12 @@ class Dispatcher:
             {e.base_url: e.slots for e in endpoints if e.router},
             {e.base_url: e.group for e in endpoints if e.group},
         )
-        self.queue = _Queue(rows, max(1024, 4 * policy.concurrency * sum(s.slots for s in self.pool.servers)))
-        self.requests = _Requests()
-        self.probes = _Probes()
-        self.stopping = _Stopping()
+        self.queue = RowQueue(
+            rows, max(1024, 4 * policy.concurrency * sum(s.slots for s in self.pool.servers))
+        )
+        self.requests = InFlight()
+        self.probes = Probes()
+        self.stopping = Stopping()
         self.batch = LedgerBatch.empty()
         self.spec = SpecTracker()
         self.tasks = JobTasks(lambda what: self._stop(f"stopped by an error in {what}"))
