@@ -59,6 +59,23 @@ ROUTER_PROBE_INTERVAL_S = 0.25
 NEVER_ANSWERED_GIVE_UP_S = 60.0
 
 
+def give_up_reason(down_for_s: float, give_up_after_s: float, never_answered: bool) -> str | None:
+    """Why the job stops after every server has been down `down_for_s`; None: keep probing.
+    A server that never answered is most likely a wrong address, not an outage: sooner."""
+    limit_s = min(give_up_after_s, NEVER_ANSWERED_GIVE_UP_S) if never_answered else give_up_after_s
+    if down_for_s <= limit_s:
+        return None
+    if never_answered:
+        return (
+            f"no server has answered since the job started ({limit_s:g} s); check the "
+            "--server / --run addresses and that the servers are up"
+        )
+    return (
+        f"every server was down for {limit_s:g} s (--give-up-after-s); gave up: run the "
+        "same command again once a server is up (the rows left are kept)"
+    )
+
+
 class Dispatcher:
     """The asynchronous part: feed rows to servers, handle answers and failures."""
 
@@ -207,19 +224,10 @@ class Dispatcher:
                     down_since = now
                     self._say("every server is down: paused (no retries spent) while probing")
                 self.stats.paused_reason = "every server is down; probing, no retries spent"
-                # a server that never answered is most likely a wrong address, not an outage
                 never = self.stats.done == 0 and self.stats.failed == 0
-                limit_s = self.policy.give_up_after_s
-                if never:
-                    limit_s = min(limit_s, NEVER_ANSWERED_GIVE_UP_S)
-                if now - down_since > limit_s:
-                    self._stop(
-                        f"no server has answered since the job started ({limit_s:g} s); check the "
-                        "--server / --run addresses and that the servers are up"
-                        if never
-                        else f"every server was down for {limit_s:g} s (--give-up-after-s); gave up: run the "
-                        "same command again once a server is up (the rows left are kept)"
-                    )
+                gave_up = give_up_reason(now - down_since, self.policy.give_up_after_s, never)
+                if gave_up is not None:
+                    self._stop(gave_up)
                     return
             else:
                 down_since = None
