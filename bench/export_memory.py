@@ -20,13 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from specpilot.generate.endpoints import Endpoint
+from specpilot.export.formats import FORMATS
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import Job, JobConfig
-from specpilot.generate.writer import DATA_DIR, PartWriter
+from specpilot.generate.sampling import Sampling
+from specpilot.generate.writers.parts import DATA_DIR, PartWriter
 
 JOB_ROWS = 902_087
 ROWS_PER_PART = 100_000
-FORMATS = ("specforge", "speculators", "parquet", "hf")
 # one process: run the CLI, then print its own peak RSS (ru_maxrss is KiB on Linux)
 MEASURE = (
     "import resource, sys\n"
@@ -82,7 +83,12 @@ def _row(i: int) -> dict[str, object]:
 
 def _build_job(work: Path, rows: int, rows_per_part: int) -> JobConfig:
     config = JobConfig(
-        work / "in.jsonl", work / "out", [Endpoint("http://127.0.0.1:9")], "m", True, show_progress=False
+        work / "in.jsonl",
+        work / "out",
+        [Endpoint("http://127.0.0.1:9")],
+        "m",
+        Sampling(True),
+        show_progress=False,
     )
     with config.input_path.open("w") as out:
         for i in range(rows):
@@ -129,10 +135,10 @@ def main() -> None:
     )
     whole, _ = _peak_mib([WHOLE_PART, str(parts[0])])
     print(f"{'reading one whole part (before)':<34} peak {whole:8.0f} MiB")
-    for fmt in FORMATS:
+    for fmt, spec in FORMATS.items():
         target = work / f"export-{fmt}"
         argv = [MEASURE, "export", str(config.output_dir), "--format", fmt, "--to", str(target)]
-        if fmt in ("specforge", "speculators"):
+        if spec.owns is None:  # one file
             argv[-1] = str(target) + ".jsonl"
         peak, wall_s = _peak_mib(argv)
         verdict = "under 1 GiB" if peak < 1024 else "OVER 1 GiB"

@@ -139,6 +139,7 @@ def _cpu_s(pid: int) -> float:
 
 def _job(endpoints: list[object], rows: int, concurrency: int, work: Path) -> dict[str, object]:
     from specpilot.generate.job import JobConfig, run_generate
+    from specpilot.generate.sampling import Sampling
 
     source = work / "in.jsonl"
     if not source.exists():
@@ -150,7 +151,9 @@ def _job(endpoints: list[object], rows: int, concurrency: int, work: Path) -> di
         )
     out = Path(tempfile.mkdtemp(dir=work))
     outcome = run_generate(
-        JobConfig(source, out, endpoints, "bench", True, concurrency=concurrency, show_progress=False)  # type: ignore[arg-type]
+        JobConfig(
+            source, out, endpoints, "bench", Sampling(True), concurrency=concurrency, show_progress=False
+        )  # type: ignore[arg-type]
     )
     ids = [
         json.loads(line)["id"] for part in sorted((out / "data").glob("part-*.jsonl")) for line in part.open()
@@ -189,7 +192,7 @@ def main() -> None:
     parser.add_argument("--skip-fault-run", action="store_true")
     args = parser.parse_args()
     import specpilot.generate.job  # noqa: F401  (imports are not per row)
-    from specpilot.generate.endpoints import Endpoint
+    from specpilot.generate.dispatch.endpoints import Endpoint
 
     work = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     smg = _smg_executable(args.smg, work)

@@ -176,9 +176,12 @@ def output_ids(out: Path) -> list[str]:
 
 def in_process_job(endpoints: list[Any], source: Path, out: Path, concurrency: int) -> dict[str, Any]:
     from specpilot.generate.job import JobConfig, run_generate
+    from specpilot.generate.sampling import Sampling
 
     outcome = run_generate(
-        JobConfig(source, out, endpoints, "bench", True, concurrency=concurrency, show_progress=False)
+        JobConfig(
+            source, out, endpoints, "bench", Sampling(True), concurrency=concurrency, show_progress=False
+        )
     )
     summary: dict[str, Any] = outcome.summary.to_json()
     return summary
@@ -385,7 +388,7 @@ def main() -> None:
         "--skip", action="append", default=[], choices=["direct", "router", "faults", "kills"]
     )
     args = parser.parse_args()
-    from specpilot.generate.endpoints import Endpoint, resolve_endpoints
+    from specpilot.generate.dispatch.endpoints import Endpoint, resolve_endpoints
 
     work = Path(tempfile.mkdtemp(prefix="fleet-scale-"))
     home = work / "home"

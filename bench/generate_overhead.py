@@ -70,8 +70,9 @@ def _measure(name: str, rows: int, work: Callable[[], None]) -> dict[str, float 
 
 
 def run_specpilot(url: str, prompts: list[dict[str, object]], concurrency: int, work_dir: Path) -> None:
-    from specpilot.generate.endpoints import Endpoint
+    from specpilot.generate.dispatch.endpoints import Endpoint
     from specpilot.generate.job import JobConfig, run_generate
+    from specpilot.generate.sampling import Sampling
 
     path = work_dir / "in.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in prompts))
@@ -81,7 +82,7 @@ def run_specpilot(url: str, prompts: list[dict[str, object]], concurrency: int, 
             work_dir / "out",
             [Endpoint(url)],
             "bench",
-            True,
+            Sampling(True),
             concurrency=concurrency,
             show_progress=False,
         )

@@ -23,10 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from specpilot.generate.client import Answer, Sampling, open_session
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.client import open_session
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import Job, JobConfig
-from specpilot.generate.writer import DATA_DIR, PartWriter
+from specpilot.generate.rows.types import Answer
+from specpilot.generate.sampling import Sampling
+from specpilot.generate.writers.parts import DATA_DIR, PartWriter
 
 INCIDENT_ROWS = 902_087
 LEFT_ROWS = 2_087  # the incident's resume: 900,000 done, 2,087 to go
@@ -40,7 +42,7 @@ def _config(work: Path) -> JobConfig:
         work / "out",
         [Endpoint("http://127.0.0.1:9")],
         "m",
-        True,
+        Sampling(True),
         concurrency=8,
         show_progress=False,
         notify=lambda _: None,
@@ -91,7 +93,7 @@ def _finish_rows(work: Path, done: int) -> None:
 
 async def _first_request_s(job: Job, started: float) -> float:
     async with open_session(8) as session:
-        dispatcher = job.dispatcher(session, Sampling("m", True))
+        dispatcher = job.dispatcher(session, "m")
         first: list[float] = []
 
         async def answer(base_url: str, messages: object, tools: object = None) -> Answer:

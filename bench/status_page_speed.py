@@ -22,9 +22,9 @@ from pathlib import Path
 
 import aiohttp
 
-from specpilot.generate.ledger import DoneRecord, Ledger, LedgerBatch
-from specpilot.generate.servers import ServerPool
-from specpilot.generate.stats import LiveStats
+from specpilot.generate.dispatch.servers import ServerPool
+from specpilot.generate.dispatch.stats import LiveStats
+from specpilot.generate.ledger.store import DoneRecord, Ledger, LedgerBatch
 from specpilot.status.ledger_view import read_snapshot
 from specpilot.status.live import LiveRecorder
 from specpilot.status.page import PageInput, render_page

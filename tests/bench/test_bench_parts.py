@@ -23,9 +23,9 @@ from specpilot.bench.variants import (
     variant_spec,
 )
 from specpilot.errors import UserError
-from specpilot.generate.client import Answer, RequestFailed
-from specpilot.generate.inputs import iter_rows, resolve_input
-from specpilot.generate.types import PromptRow
+from specpilot.generate.dispatch.client import RequestFailed
+from specpilot.generate.rows.inputs import iter_rows, resolve_input
+from specpilot.generate.rows.types import Answer, PromptRow
 from specpilot.projection import Rates, project, read_bench, wall_text
 from specpilot.spec import parse_spec
 from tests.bench.conftest import SPECULATIVE_ARGS
@@ -197,7 +197,8 @@ def test_a_server_that_ignores_stream_is_named_in_the_variant_row() -> None:
 
     from specpilot.bench.client import StreamingChatClient, TimingLog
     from specpilot.bench.measure import Measured, _fill
-    from specpilot.generate.client import Sampling, open_session
+    from specpilot.generate.dispatch.client import open_session
+    from specpilot.generate.sampling import Sampling
     from tests.generate.conftest import scripted_server
 
     async def plain(request: web.Request) -> web.Response:
@@ -208,7 +209,7 @@ def test_a_server_that_ignores_stream_is_named_in_the_variant_row() -> None:
 
     async def ask(port: int) -> None:
         async with open_session(2) as session:
-            client = StreamingChatClient(session, Sampling(model="m", thinking=True), log)
+            client = StreamingChatClient(session, "m", Sampling(thinking=True), log)
             await client.complete(f"http://127.0.0.1:{port}", [{"role": "user", "content": "hi"}])
 
     with scripted_server(plain) as port, pytest.raises(RequestFailed, match='ignores "stream": true'):

@@ -31,8 +31,9 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.demo.enginevenv import ensure_engine_venv
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from tests.generate.conftest import read_output, write_jsonl
 from tests.generate.fake_server import CUT_MARKER, FakeServer
 
@@ -151,7 +152,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list
                     tmp / "out",
                     [Endpoint(server.url)],
                     "Qwen/Qwen3.6-27B",
-                    True,
+                    Sampling(True),
                     keep_given_turns=keep,
                     show_progress=False,
                     flush_interval_s=0.05,

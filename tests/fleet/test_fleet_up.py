@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 from specpilot.cli import cli
 from specpilot.fleet.ops import router_alive
 from specpilot.fleet.router import RouterClient, Worker
-from specpilot.generate.endpoints import resolve_endpoints
+from specpilot.generate.dispatch.endpoints import resolve_endpoints
 from specpilot.launch.state import run_folder
 from tests.fixtures.sshd import SshdServer
 from tests.fleet.conftest import FleetFactory

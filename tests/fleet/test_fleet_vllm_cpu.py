@@ -13,8 +13,8 @@ from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
 from specpilot.demo.vllmcpu import SERVER_ENV as VLLM_CPU_ENV
-from specpilot.generate.committed import committed_rows
-from specpilot.generate.writer import SPLITS
+from specpilot.generate.writers.committed import committed_rows
+from specpilot.generate.writers.parts import SPLITS
 from tests.fleet.routerproc import router_call
 from tests.generate.conftest import prompt_rows, write_jsonl
 from tests.launch.conftest import free_port, toml_value

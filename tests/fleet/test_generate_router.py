@@ -13,10 +13,11 @@ from typing import Any
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.generate.client import FailureKind, classify_status
-from specpilot.generate.dispatch import Dispatcher
-from specpilot.generate.endpoints import resolve_endpoints
+from specpilot.generate.dispatch.client import FailureKind, classify_status
+from specpilot.generate.dispatch.dispatcher import Dispatcher
+from specpilot.generate.dispatch.endpoints import resolve_endpoints
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from tests.fleet.routerproc import router_call, running_router
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer, Faults, answer_for
@@ -162,7 +163,7 @@ def test_room_follows_the_workers_the_router_lists(smg: str, tmp_path: Path) -> 
             thread.start()
             source = write_jsonl(tmp_path / "in.jsonl", prompt_rows(1500))
             config = JobConfig(
-                source, tmp_path / "out", [endpoint], "fake-model", True,
+                source, tmp_path / "out", [endpoint], "fake-model", Sampling(True),
                 concurrency=2, show_progress=False, metrics_interval_s=0.1,
             )  # fmt: skip
             outcome = run_generate(config, watch)

@@ -15,7 +15,7 @@ import pytest
 
 from specpilot.fleet.ops import routers_running
 from specpilot.fleet.state import read_fleet
-from specpilot.generate.servers import ServerPool
+from specpilot.generate.dispatch.servers import ServerPool
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.test_fleet_up import ROUTER_DEATH_S, router_workers, up_json
 from tests.fleet.test_router_repair import (

@@ -8,17 +8,12 @@ from pathlib import Path
 import pytest
 
 from specpilot.errors import UserError
-from specpilot.generate.client import (
-    Answer,
-    FailureKind,
-    RequestFailed,
-    Sampling,
-    classify_status,
-    parse_answer,
-)
-from specpilot.generate.endpoints import endpoint_of_run, normalize_url, resolve_endpoints
-from specpilot.generate.servers import SpecTracker, parse_metrics
-from specpilot.generate.validate import answer_flags, flag_bits
+from specpilot.generate.dispatch.client import FailureKind, RequestFailed, classify_status, parse_answer
+from specpilot.generate.dispatch.endpoints import endpoint_of_run, normalize_url, resolve_endpoints
+from specpilot.generate.dispatch.servers import SpecTracker, parse_metrics
+from specpilot.generate.rows.types import Answer
+from specpilot.generate.rows.validate import answer_flags, flag_bits
+from specpilot.generate.sampling import Sampling
 from specpilot.launch.state import write_state
 from tests.launch.helpers import ready_state
 
@@ -63,7 +58,7 @@ def test_malformed_body_is_retryable() -> None:
 
 
 def test_request_body_carries_thinking_and_sampling() -> None:
-    body = Sampling("m", thinking=False, max_tokens=5, temperature=0.6, top_k=20).as_json()
+    body = Sampling(thinking=False, max_tokens=5, temperature=0.6, top_k=20).request_body("m")
     assert body == {
         "model": "m",
         "max_tokens": 5,

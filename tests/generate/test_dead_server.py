@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from specpilot.errors import UserError
-from specpilot.generate.endpoints import Endpoint, default_model
+from specpilot.generate.dispatch.endpoints import Endpoint, default_model
 
 
 def _closed_port() -> int:

@@ -19,12 +19,12 @@ import pytest
 from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
-from specpilot.generate.endpoints import Endpoint
+from specpilot.export.formats import FORMATS
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from tests.generate.conftest import write_jsonl
 from tests.generate.fake_server import FakeServer
-
-FORMATS = ("specforge", "speculators", "parquet", "hf")
 
 
 def _mount(args: list[str]) -> None:
@@ -67,7 +67,7 @@ def job(tmp_path: Path, fake_server: FakeServer) -> Path:
     ]
     out = tmp_path / "out"
     config = JobConfig(
-        write_jsonl(tmp_path / "in.jsonl", rows), out, [Endpoint(fake_server.url)], None, True,
+        write_jsonl(tmp_path / "in.jsonl", rows), out, [Endpoint(fake_server.url)], None, Sampling(True),
         show_progress=False, flush_interval_s=0.05,
     )  # fmt: skip
     assert run_generate(config).exit_code == 0

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from tests.generate.conftest import prompt_rows, write_jsonl
 
 ROWS = 3
@@ -135,7 +136,7 @@ def _run(
         **extra,
     }
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(rows))
-    config = JobConfig(path, tmp_path / "out", [Endpoint(server.url)], "m", True, **settings)
+    config = JobConfig(path, tmp_path / "out", [Endpoint(server.url)], "m", Sampling(True), **settings)
     outcome = run_generate(config)
     errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
     return outcome, errors
@@ -195,7 +196,7 @@ def test_give_up_after_s_bounds_a_job_whose_every_server_went_away(tmp_path: Pat
     try:
         path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(200))
         config = JobConfig(
-            path, tmp_path / "out", [Endpoint(server.url)], "fake-model", True, concurrency=1,
+            path, tmp_path / "out", [Endpoint(server.url)], "fake-model", Sampling(True), concurrency=1,
             show_progress=False, give_up_after_s=1.0, probe_cap_s=0.2, notify=lambda _: None,
         )  # fmt: skip
         outcome = run_generate(config)
@@ -215,7 +216,7 @@ def test_a_server_that_rate_limits_often_costs_no_row(tmp_path: Path) -> None:
     try:
         path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(300))
         config = JobConfig(
-            path, tmp_path / "out", [Endpoint(server.url)], "fake-model", True, concurrency=8,
+            path, tmp_path / "out", [Endpoint(server.url)], "fake-model", Sampling(True), concurrency=8,
             show_progress=False, max_attempts=1, retry_base_s=0.001, retry_cap_s=0.01, notify=lambda _: None,
         )  # fmt: skip
         outcome = run_generate(config)
@@ -237,7 +238,7 @@ def test_a_server_out_for_good_among_good_ones_is_named_at_the_end(
     try:
         path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(300))
         config = JobConfig(
-            path, tmp_path / "out", [Endpoint(raw_server.url), Endpoint(good.url)], "fake-model", True,
+            path, tmp_path / "out", [Endpoint(raw_server.url), Endpoint(good.url)], "fake-model", Sampling(True),
             concurrency=2, show_progress=False, max_attempts=20, retry_base_s=0.001, probe_cap_s=0.2,
             notify=notes.append,
         )  # fmt: skip

@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from tests.generate.conftest import prompt_rows, write_jsonl
 from tests.generate.fake_server import FakeServer
 
@@ -26,7 +27,7 @@ def job(tmp_path: Path) -> Path:
             output_dir=tmp_path / "out",
             endpoints=[Endpoint(base_url=server.url)],
             model="some-org/unknown-model",
-            thinking=True,
+            sampling=Sampling(True),
             show_progress=False,
         )
         assert run_generate(config).exit_code == 0

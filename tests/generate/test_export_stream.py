@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.generate import export as export_module
-from specpilot.generate.committed import committed_parts
+from specpilot.export import arrow
 from specpilot.generate.job import run_generate
-from specpilot.generate.writer import CLEAN
+from specpilot.generate.writers.committed import committed_parts
+from specpilot.generate.writers.parts import CLEAN
 from tests.generate.conftest import read_output
 from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config
@@ -51,7 +51,7 @@ def test_a_part_cut_short_fails_before_any_row_is_read(job: Path) -> None:
 
 @pytest.mark.parametrize("fmt", ["parquet", "hf"])
 def test_batches_hold_every_row_once(job: Path, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(export_module, "BATCH_ROWS", 4)  # 10 rows a part: batches of 4, 4, 2
+    monkeypatch.setattr(arrow, "BATCH_ROWS", 4)  # 10 rows a part: batches of 4, 4, 2
     result = CliRunner().invoke(cli, ["export", str(job), "--format", fmt, "--json"])
     assert result.exit_code == 0, result.output
     files = [Path(f) for f in json.loads(result.stdout)["files"]]

@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.errors import UserError
-from specpilot.generate import export as export_module
-from specpilot.generate.export import specforge_records
+from specpilot.export import jsonl
+from specpilot.export.jsonl import specforge_records
 from specpilot.generate.job import run_generate
-from specpilot.generate.rows import turn_rows
+from specpilot.generate.rows.output import turn_rows
 from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config
 
@@ -75,7 +75,7 @@ def test_a_row_without_target_turns_is_refused_and_nothing_is_left(
     job: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a row that records no target turns, met after rows already written to the file
-    monkeypatch.setattr(export_module, "turn_rows", lambda row: [] if row["id"] == "t" else turn_rows(row))
+    monkeypatch.setattr(jsonl, "turn_rows", lambda row: [] if row["id"] == "t" else turn_rows(row))
     result = CliRunner().invoke(cli, ["export", str(job), "--format", "specforge"])
     assert result.exit_code == 2
     assert "row 't' has no meta.target_turns" in result.output and "--whole-conversations" in result.output

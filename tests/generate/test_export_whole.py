@@ -123,8 +123,8 @@ def test_a_refused_export_leaves_nothing_and_keeps_the_earlier_one(
 
 KILL_AT_PUBLISH = """
 import os, signal, sys
-from specpilot.generate import export
-export._publish = lambda partial, to: os.kill(os.getpid(), signal.SIGKILL)
+from specpilot.export import run
+run.publish = lambda partial, to: os.kill(os.getpid(), signal.SIGKILL)
 from specpilot.cli import cli
 cli(sys.argv[1:])
 """

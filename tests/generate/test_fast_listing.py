@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specpilot.errors import UserError
-from specpilot.generate import inputs
-from specpilot.generate.inputs import iter_rows, resolve_input, row_from_record
-from specpilot.generate.types import PromptRow, RejectedRow
+from specpilot.generate.rows import inputs
+from specpilot.generate.rows.inputs import iter_rows, resolve_input, row_from_record
+from specpilot.generate.rows.types import PromptRow, RejectedRow
 
 COMMON_ROWS: list[dict[str, Any]] = [
     {"id": "a", "conversations": [{"role": "user", "content": "hi"}]},

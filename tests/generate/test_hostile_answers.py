@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from specpilot.generate.client import RequestFailed, parse_answer
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.client import RequestFailed, parse_answer
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from tests.generate.conftest import read_output, scripted_server, write_jsonl
 
 
@@ -48,7 +49,7 @@ def test_hostile_answers_fail_flag_or_warn_and_the_job_resumes(
 
         def config() -> JobConfig:
             return JobConfig(
-                inputs, tmp_path / "out", [Endpoint(f"http://127.0.0.1:{port}")], "m", True,
+                inputs, tmp_path / "out", [Endpoint(f"http://127.0.0.1:{port}")], "m", Sampling(True),
                 max_attempts=2, retry_base_s=0.0, progress_interval_s=0.0, notify=said.append,
             )  # fmt: skip
 

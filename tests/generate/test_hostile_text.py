@@ -18,15 +18,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specpilot.generate.client import ChatClient, RequestFailed, Sampling, parse_answer
-from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.export import FORMATS, export
-from specpilot.generate.inputs import iter_rows, resolve_input
+from specpilot.export.formats import FORMATS
+from specpilot.export.run import export
+from specpilot.generate.dispatch.client import ChatClient, RequestFailed, parse_answer
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
-from specpilot.generate.ledger import Ledger
-from specpilot.generate.rows import TurnResult, build_row, messages_for
-from specpilot.generate.types import PromptRow
-from specpilot.generate.writer import PartWriter
+from specpilot.generate.ledger.store import Ledger
+from specpilot.generate.rows.inputs import iter_rows, resolve_input
+from specpilot.generate.rows.output import TurnResult, build_row, messages_for
+from specpilot.generate.rows.types import PromptRow
+from specpilot.generate.sampling import Sampling
+from specpilot.generate.writers.parts import PartWriter
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import SURROGATE_MARKER, FakeServer
 
@@ -34,7 +36,7 @@ from tests.generate.fake_server import SURROGATE_MARKER, FakeServer
 def _config(tmp_path: Path, server: FakeServer, rows: list[dict[str, Any]], **extra: Any) -> JobConfig:
     path = write_jsonl(tmp_path / "in.jsonl", rows)  # json.dumps writes "\ud800" as its escape
     return JobConfig(
-        path, tmp_path / "out", [Endpoint(server.url)], None, False,
+        path, tmp_path / "out", [Endpoint(server.url)], None, Sampling(False),
         concurrency=4, retry_base_s=0.0, retry_cap_s=0.01, max_attempts=2,
         show_progress=False, flush_interval_s=0.05, **extra,
     )  # fmt: skip
@@ -106,7 +108,7 @@ def _round_trip(text: str, directory: Path) -> None:
     assert [
         row.segments[0][0]["content"] if isinstance(row, PromptRow) else False for row in read
     ] == expected
-    client = ChatClient(None, Sampling(model="m", thinking=True))  # type: ignore[arg-type]
+    client = ChatClient(None, "m", Sampling(thinking=True))  # type: ignore[arg-type]
     for row in read:
         if isinstance(row, PromptRow):
             body = json.loads(client.body(messages_for(row, [])))
@@ -134,7 +136,7 @@ def _round_trip(text: str, directory: Path) -> None:
     writer.close()
     ledger.close()
     for fmt in FORMATS:
-        result = export(job, fmt, directory / "exports" / FORMATS[fmt])
+        result = export(job, fmt, directory / "exports" / FORMATS[fmt].default_name)
         assert result.rows == 1
         for file in result.files:
             if file.suffix == ".jsonl":

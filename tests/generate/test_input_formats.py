@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.errors import UserError
-from specpilot.generate.inputs import iter_rows, resolve_input
-from specpilot.generate.types import PromptRow
+from specpilot.generate.rows.inputs import iter_rows, resolve_input
+from specpilot.generate.rows.types import PromptRow
 
 #: help label -> the messages before each target turn the row must become
 EXPECTED = {

@@ -11,12 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from specpilot.errors import UserError
-from specpilot.generate import inputs
-from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.ids import derive_row_id
-from specpilot.generate.inputs import check_output_dir, iter_rows, resolve_input
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import Job, JobConfig
-from specpilot.generate.types import PromptRow, RejectedRow
+from specpilot.generate.rows import inputs
+from specpilot.generate.rows.ids import derive_row_id
+from specpilot.generate.rows.inputs import check_output_dir, iter_rows, resolve_input
+from specpilot.generate.rows.types import PromptRow, RejectedRow
+from specpilot.generate.sampling import Sampling
 from tests.generate.conftest import write_jsonl
 
 ROWS: list[dict[str, Any]] = [
@@ -204,7 +205,7 @@ def test_a_line_longer_than_the_bound_is_refused_unread(
 
 def _job(tmp_path: Path, rows: list[dict[str, Any]], **extra: object) -> Job:
     path = write_jsonl(tmp_path / "in.jsonl", rows)
-    config = JobConfig(path, tmp_path / "out", [Endpoint("http://127.0.0.1:9")], "m", True, **extra)  # type: ignore[arg-type]
+    config = JobConfig(path, tmp_path / "out", [Endpoint("http://127.0.0.1:9")], "m", Sampling(True), **extra)  # type: ignore[arg-type]
     return Job(config)
 
 

@@ -18,8 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer, Faults, answer_for
 
@@ -29,7 +30,7 @@ PART = Path("data") / "part-00000.jsonl"
 def _config(tmp_path: Path, server: FakeServer, rows: list[dict[str, Any]], **extra: Any) -> JobConfig:
     settings: dict[str, Any] = {"concurrency": 4, "show_progress": False, "flush_interval_s": 0.02, **extra}
     path = write_jsonl(tmp_path / "in.jsonl", rows)
-    return JobConfig(path, tmp_path / "out", [Endpoint(server.url)], None, True, **settings)
+    return JobConfig(path, tmp_path / "out", [Endpoint(server.url)], None, Sampling(True), **settings)
 
 
 def _check_rows(out: Path, count: int) -> None:

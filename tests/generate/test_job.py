@@ -13,12 +13,15 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from specpilot.launch.state import write_state
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import CUT_MARKER, FATAL_MARKER, FakeServer, Faults, answer_for
 from tests.launch.helpers import ready_state
+
+SAMPLING_KEYS = ("thinking", "max_tokens", "temperature", "top_p", "top_k", "request_fields")
 
 
 def _config(tmp_path: Path, servers: list[FakeServer], rows: int, **extra: Any) -> JobConfig:
@@ -36,7 +39,8 @@ def _config(tmp_path: Path, servers: list[FakeServer], rows: int, **extra: Any) 
         tmp_path / "out",
         [Endpoint(s.url) for s in servers],
         settings.pop("model", None),
-        settings.pop("thinking", True),
+        # the sampling keys (thinking, max_tokens, ...) among the settings make the job's Sampling
+        Sampling(**{"thinking": True, **{k: settings.pop(k) for k in SAMPLING_KEYS if k in settings}}),
         **settings,
     )
 

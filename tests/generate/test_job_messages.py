@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.generate import dispatch
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch import dispatcher as dispatch
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from tests.generate.conftest import prompt_rows, write_jsonl
 from tests.generate.fake_server import FakeServer
 
@@ -21,7 +22,7 @@ def config(tmp_path: Path, server: FakeServer, said: list[str], limit: int | Non
         output_dir=tmp_path / "out",
         endpoints=[Endpoint(base_url=server.url)],
         model="m",
-        thinking=True,
+        sampling=Sampling(True),
         limit=limit,
         show_progress=False,
         notify=said.append,
@@ -58,7 +59,7 @@ def test_a_server_that_never_answered_gives_up_before_give_up_after_s(
             output_dir=tmp_path / "out",
             endpoints=[Endpoint(base_url=closed)],
             model="m",
-            thinking=True,
+            sampling=Sampling(True),
             give_up_after_s=3600.0,
             probe_cap_s=0.2,
             show_progress=False,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.generate.ledger import LISTING_CACHE_KIB, Ledger, LedgerBatch, PositionRange, RowState
-from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, part_path, reconcile_parts
+from specpilot.generate.ledger.store import LISTING_CACHE_KIB, Ledger, LedgerBatch, PositionRange, RowState
+from specpilot.generate.writers.parts import CLEAN, FLAGGED, PartWriter, part_path, reconcile_parts
 
 
 def _ledger(tmp_path: Path, count: int) -> Ledger:

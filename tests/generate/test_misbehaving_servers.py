@@ -25,9 +25,10 @@ import pytest
 from aiohttp import web
 
 from specpilot.errors import UserError
-from specpilot.generate.dispatch import Dispatcher
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.dispatcher import Dispatcher
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from specpilot.taskgroup import TaskFailed
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer
@@ -131,7 +132,7 @@ def test_a_bug_in_a_request_task_ends_the_job_and_strands_no_row(
         tmp_path / "out",
         [Endpoint(fake_server.url)],
         "m",
-        True,
+        Sampling(True),
         concurrency=4,
         show_progress=False,
         flush_interval_s=0.05,
@@ -169,7 +170,7 @@ def test_debug_shows_the_task_error_traceback(tmp_path: Path, fake_server: FakeS
     sitecustomize = tmp_path / "inject" / "sitecustomize.py"
     sitecustomize.parent.mkdir()
     sitecustomize.write_text(
-        "from specpilot.generate.dispatch import Dispatcher\n"
+        "from specpilot.generate.dispatch.dispatcher import Dispatcher\n"
         "def broken(self, *args):\n"
         "    raise RuntimeError('bug in the answer path')\n"
         "Dispatcher._on_answer = broken\n"
@@ -196,7 +197,7 @@ def finished_job(tmp_path: Path, fake_server: FakeServer) -> Iterator[JobConfig]
         tmp_path / "out",
         [Endpoint(fake_server.url)],
         "m",
-        True,
+        Sampling(True),
         rows_per_part=10,
         show_progress=False,
         flush_interval_s=0.05,
@@ -238,7 +239,7 @@ def test_full_disk_keeps_every_row_for_the_resume(tmp_path: Path, fake_server: F
         tmp_path / "out",
         [Endpoint(fake_server.url)],
         "m",
-        True,
+        Sampling(True),
         show_progress=False,
         flush_interval_s=0.05,
     )

@@ -21,8 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.generate.endpoints import resolve_endpoints
+from specpilot.generate.dispatch.endpoints import resolve_endpoints
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from specpilot.status.live import LiveJob
 from specpilot.status.server import bind, url_of, watch_job
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
@@ -72,7 +73,7 @@ def test_no_secret_in_any_file_or_output_of_a_job(
                         answers.append(await response.read())
 
     config = JobConfig(
-        inputs, out, resolve_endpoints((good, dead), ()), None, True,
+        inputs, out, resolve_endpoints((good, dead), ()), None, Sampling(True),
         concurrency=4, retry_base_s=0.0, flush_interval_s=0.05, progress_interval_s=0.0,
     )  # fmt: skip
     outcome = run_generate(config, watch)

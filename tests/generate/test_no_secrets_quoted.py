@@ -14,7 +14,7 @@ from aiohttp import web
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.generate.sampling import SamplingOptions
+from specpilot.generate.sampling import Sampling
 from specpilot.secrets import MASK, mask_fields, mask_log_text
 from tests.generate.conftest import scripted_server, write_jsonl
 
@@ -105,5 +105,5 @@ def test_extra_body_fields_named_like_secrets_are_masked() -> None:
     }
     assert BODY_KEY not in json.dumps(mask_fields(fields)) and PASSWORD not in json.dumps(mask_fields(fields))
     assert mask_fields(fields)["max_tokens"] == 5  # type: ignore[index]
-    recorded = SamplingOptions(thinking=True, request_fields=fields).to_json()  # bench.json's "sampling"
+    recorded = Sampling(thinking=True, request_fields=fields).to_json()  # bench.json's "sampling"
     assert BODY_KEY not in json.dumps(recorded) and PASSWORD not in json.dumps(recorded)

@@ -20,11 +20,11 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from specpilot.cli import cli
-from specpilot.generate import report
-from specpilot.generate.ledger import DoneRecord, Ledger, LedgerBatch
-from specpilot.generate.report import summarize
-from specpilot.generate.servers import ServerPool
-from specpilot.generate.stats import RATE_WINDOW_S, progress_numbers
+from specpilot.generate.dispatch.servers import ServerPool
+from specpilot.generate.dispatch.stats import progress_numbers
+from specpilot.generate.ledger import report
+from specpilot.generate.ledger.report import RATE_WINDOW_S, summarize
+from specpilot.generate.ledger.store import DoneRecord, Ledger, LedgerBatch
 from specpilot.status.ledger_view import read_snapshot
 from specpilot.status.metrics import exposition
 from specpilot.status.page import PageInput, render_page

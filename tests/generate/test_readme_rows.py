@@ -6,9 +6,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from specpilot.generate.export import FORMATS, META, TURN_META
+from specpilot.export.arrow import META, TURN_META
+from specpilot.export.formats import FORMATS
 from specpilot.generate.job import run_generate
-from specpilot.generate.rows import META_FIELDS, TURN_FIELDS
+from specpilot.generate.rows.output import META_FIELDS, TURN_FIELDS
 from tests.generate.conftest import read_output
 from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config
@@ -69,6 +70,7 @@ def test_documented_export_formats_are_the_written_ones() -> None:
     table = _section("Training data")
     formats = _first_column(table, "format")
     assert formats == list(FORMATS)
-    for name, default_target in FORMATS.items():
+    for name, fmt in FORMATS.items():
+        default_target = fmt.default_name
         line = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
         assert f"`out/{default_target}" in line, name

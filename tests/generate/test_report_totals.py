@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from specpilot.cli import cli
-from specpilot.generate.report import open_for_report, render_summary, summarize
+from specpilot.generate.ledger.report import open_for_report, render_summary, summarize
 from tests.generate.conftest import prompt_rows, write_jsonl
 from tests.generate.fake_server import FakeServer
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from specpilot.generate.client import Answer, parse_answer
-from specpilot.generate.lengths import length_report
-from specpilot.generate.rows import TurnResult, build_row, split_tokens
-from specpilot.generate.types import PromptRow
+from specpilot.generate.dispatch.client import parse_answer
+from specpilot.generate.rows.lengths import length_report
+from specpilot.generate.rows.output import TurnResult, build_row, split_tokens
+from specpilot.generate.rows.types import Answer, PromptRow
 
 
 def _answer(

@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FATAL_MARKER, FakeServer, Faults
 
@@ -28,7 +29,9 @@ def _config(tmp_path: Path, servers: list[FakeServer], rows: list[dict[str, Any]
         **extra,
     }
     path = write_jsonl(tmp_path / "in.jsonl", rows)
-    return JobConfig(path, tmp_path / "out", [Endpoint(s.url) for s in servers], None, False, **settings)
+    return JobConfig(
+        path, tmp_path / "out", [Endpoint(s.url) for s in servers], None, Sampling(False), **settings
+    )
 
 
 def test_a_server_that_resets_every_connection_is_taken_out_and_no_row_fails(tmp_path: Path) -> None:

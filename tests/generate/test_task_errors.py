@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
-import specpilot.generate.dispatch as dispatch
-from specpilot.generate.endpoints import Endpoint
+import specpilot.generate.dispatch.dispatcher as dispatch
+from specpilot.generate.dispatch.endpoints import Endpoint
+from specpilot.generate.dispatch.servers import SpecTracker
 from specpilot.generate.job import JobConfig, run_generate
-from specpilot.generate.ledger import LEDGER_FILE, RowState
-from specpilot.generate.servers import SpecTracker
+from specpilot.generate.ledger.store import LEDGER_FILE, RowState
+from specpilot.generate.sampling import Sampling
 from specpilot.taskgroup import TaskFailed
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer, Faults
@@ -80,7 +81,7 @@ def test_a_background_task_bug_ends_the_job_and_keeps_finished_rows(
         out,
         [Endpoint(server.url)],
         "m",
-        True,
+        Sampling(True),
         concurrency=4,
         show_progress=False,
         flush_interval_s=0.05,

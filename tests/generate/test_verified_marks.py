@@ -18,8 +18,9 @@ from typing import Any
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer, answer_for
 
@@ -30,7 +31,7 @@ def _config(tmp_path: Path, server: FakeServer, notes: list[str], **extra: Any) 
     settings: dict[str, Any] = {"concurrency": 1, "show_progress": False, "rows_per_part": 5, **extra}
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(ROWS))
     return JobConfig(
-        path, tmp_path / "out", [Endpoint(server.url)], None, True, notify=notes.append, **settings
+        path, tmp_path / "out", [Endpoint(server.url)], None, Sampling(True), notify=notes.append, **settings
     )
 
 
@@ -158,8 +159,8 @@ def test_a_resume_reads_the_input_from_the_mark_before_its_first_pending_row(
     tmp_path: Path, fake_server: FakeServer, monkeypatch: Any
 ) -> None:
     # once, a resume scanned every finished row's line of the input to reach the pending ones
-    from specpilot.generate import inputs
     from specpilot.generate.job import Job
+    from specpilot.generate.rows import inputs
 
     monkeypatch.setattr(inputs, "MARK_EVERY_ROWS", 4)
     assert run_generate(_config(tmp_path, fake_server, [], limit=10)).exit_code == 0
@@ -182,7 +183,7 @@ def test_an_input_changed_since_the_job_began_is_refused_naming_its_lines(
     import pytest
 
     from specpilot.errors import UserError
-    from specpilot.generate import inputs
+    from specpilot.generate.rows import inputs
 
     monkeypatch.setattr(inputs, "MARK_EVERY_ROWS", 4)
     config = _config(tmp_path, fake_server, [], limit=10)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.generate.endpoints import Endpoint
+from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.sampling import Sampling
 from tests.generate.conftest import prompt_rows, write_jsonl
 from tests.generate.fake_server import FakeServer, Faults
 
@@ -21,7 +22,7 @@ def finished_job(tmp_path: Path) -> Path:
             tmp_path / "out",
             [Endpoint(server.url)],
             None,
-            True,
+            Sampling(True),
             concurrency=8,
             show_progress=False,
             flush_interval_s=0.05,

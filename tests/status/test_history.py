@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specpilot.generate.causes import cause_of
+from specpilot.generate.dispatch.causes import cause_of
 from specpilot.status.history import History, Sample
 from specpilot.status.svg import line_chart
 

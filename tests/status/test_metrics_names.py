@@ -8,8 +8,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specpilot.generate.servers import ServerPool
-from specpilot.generate.stats import LiveStats
+from specpilot.generate.dispatch.servers import ServerPool
+from specpilot.generate.dispatch.stats import LiveStats
 from specpilot.status.ledger_view import read_snapshot
 from specpilot.status.live import LiveRecorder
 from specpilot.status.metrics import exposition

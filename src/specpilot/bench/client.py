@@ -18,18 +18,17 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.generate.client import (
+from specpilot.generate.dispatch.client import (
     ERROR_BODY_CHARS,
     MAX_TOKEN_COUNT,
-    Answer,
     ChatClient,
     FailureKind,
     RequestFailed,
-    Sampling,
     classify_status,
 )
-from specpilot.generate.text import where_unencodable
-from specpilot.generate.types import Message
+from specpilot.generate.rows.text import where_unencodable
+from specpilot.generate.rows.types import Answer, Message
+from specpilot.generate.sampling import Sampling
 
 #: SSE framing of OpenAI-compatible streams (SGLang, vLLM)
 DATA_PREFIX = b"data:"
@@ -133,9 +132,11 @@ def _count(value: object) -> int | None:
 class StreamingChatClient(ChatClient):
     """`ChatClient` with `"stream": true`; each answered request is timed into `log`."""
 
-    def __init__(self, session: aiohttp.ClientSession, sampling: Sampling, log: TimingLog) -> None:
-        super().__init__(session, sampling)
-        fixed = {**sampling.as_json(), "stream": True, "stream_options": {"include_usage": True}}
+    def __init__(
+        self, session: aiohttp.ClientSession, model: str, sampling: Sampling, log: TimingLog
+    ) -> None:
+        super().__init__(session, model, sampling)
+        fixed = {**sampling.request_body(model), "stream": True, "stream_options": {"include_usage": True}}
         self._body_prefix = json.dumps(fixed, separators=(",", ":"))[:-1].encode() + b',"messages":'
         self.log = log
 

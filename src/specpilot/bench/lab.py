@@ -20,7 +20,7 @@ from specpilot.bench.sample import write_prompts
 from specpilot.bench.search import Planned, Trial
 from specpilot.bench.variants import Prepared, Variant, adaptive_flag, prepare, spec_method
 from specpilot.engines.registry import engine_by_name
-from specpilot.generate.types import PromptRow
+from specpilot.generate.rows.types import PromptRow
 from specpilot.launch.shield import received, take_over_signals
 from specpilot.plan.types import PrefillGate
 from specpilot.spec import Spec

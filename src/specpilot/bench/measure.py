@@ -28,11 +28,10 @@ from specpilot.bench.client import RequestTiming, StreamingChatClient, TimingLog
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import Prepared
 from specpilot.errors import UserError
-from specpilot.generate.client import Sampling
-from specpilot.generate.dispatch import Dispatcher
-from specpilot.generate.endpoints import endpoint_of_run
+from specpilot.generate.dispatch.dispatcher import Dispatcher
+from specpilot.generate.dispatch.endpoints import endpoint_of_run
 from specpilot.generate.job import JobConfig, run_generate
-from specpilot.generate.sampling import SamplingOptions
+from specpilot.generate.sampling import Sampling
 from specpilot.hosts import open_host_section
 from specpilot.launch.ops import run_down
 from specpilot.launch.outcome import Progress, UpResult
@@ -61,7 +60,7 @@ class Settings:
     sample_path: Path
     warmup_path: Path
     sample_rows: int
-    sampling: SamplingOptions
+    sampling: Sampling
     budget_s: float
     warmup_s: float
     progress_interval_s: float
@@ -167,13 +166,8 @@ def _job(settings: Settings, prepared: Prepared, folder: Path, **changes: Any) -
         output_dir=folder,
         endpoints=[endpoint_of_run(prepared.spec.name)],
         model=None,
-        thinking=settings.sampling.thinking,
+        sampling=settings.sampling,
         concurrency=max(1, concurrency),
-        max_tokens=settings.sampling.max_tokens,
-        temperature=settings.sampling.temperature,
-        top_p=settings.sampling.top_p,
-        top_k=settings.sampling.top_k,
-        request_fields=dict(settings.sampling.request_fields),
         max_attempts=2,
         retry_base_s=0.5,
         request_timeout_s=settings.request_timeout_s,
@@ -238,7 +232,10 @@ def measure(
                 prepared,
                 folder / "warmup",
                 input_path=settings.warmup_path,
-                max_tokens=min(settings.sampling.max_tokens or WARMUP_MAX_TOKENS, WARMUP_MAX_TOKENS),
+                sampling=replace(
+                    settings.sampling,
+                    max_tokens=min(settings.sampling.max_tokens or WARMUP_MAX_TOKENS, WARMUP_MAX_TOKENS),
+                ),
             ),
             warm,
         )
@@ -261,7 +258,7 @@ def measure(
                 settings,
                 prepared,
                 folder / "sample",
-                client_factory=lambda session, sampling: _streaming(session, sampling, log),
+                client_factory=lambda session, model, sampling: _streaming(session, model, sampling, log),
             ),
             guard,
         )
@@ -275,8 +272,10 @@ def measure(
         _stop(spec.name, notify, label)
 
 
-def _streaming(session: aiohttp.ClientSession, sampling: Sampling, log: TimingLog) -> StreamingChatClient:
-    return StreamingChatClient(session, sampling, log)
+def _streaming(
+    session: aiohttp.ClientSession, model: str, sampling: Sampling, log: TimingLog
+) -> StreamingChatClient:
+    return StreamingChatClient(session, model, sampling, log)
 
 
 async def _up(spec: Spec, prepared: Prepared, progress: Progress) -> UpResult:

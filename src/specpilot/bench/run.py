@@ -31,7 +31,7 @@ from specpilot.bench.sample import draw, open_prompts, write_prompts
 from specpilot.bench.search import CONFIRM_MAX, MARGIN, Entry, Job, search
 from specpilot.bench.variants import Variant
 from specpilot.errors import JobFailed, UserError
-from specpilot.generate.sampling import SamplingOptions
+from specpilot.generate.sampling import Sampling
 from specpilot.hosts import open_host_section
 from specpilot.launch.shield import stop_started
 from specpilot.launch.state import specpilot_home
@@ -82,7 +82,7 @@ def plan_settings(
     job_dir: Path,
     *,
     sample_rows: int,
-    sampling: SamplingOptions,
+    sampling: Sampling,
     budget_s: float,
     warmup_s: float,
     progress_interval_s: float,

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specpilot.errors import UserError
-from specpilot.generate.inputs import InputSource, iter_rows, resolve_input
-from specpilot.generate.types import Message, PromptRow
+from specpilot.generate.rows.inputs import InputSource, iter_rows, resolve_input
+from specpilot.generate.rows.types import Message, PromptRow
 
 DEFAULT_SEED = 0
 

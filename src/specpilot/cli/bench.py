@@ -13,7 +13,7 @@ from specpilot import jsontext
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.errors import EXIT_FAILED, UserError
-from specpilot.generate.sampling import SamplingOptions
+from specpilot.generate.sampling import Sampling
 
 #: as a shell reports a process ended by SIGINT
 EXIT_INTERRUPTED = 130
@@ -119,7 +119,7 @@ def bench(
     sample_rows: int,
     seed: int,
     variants: str | None,
-    sampling: SamplingOptions,
+    sampling: Sampling,
     budget_s: float,
     warmup_s: float,
     progress_interval_s: float,
@@ -140,7 +140,7 @@ def bench(
     from specpilot.bench.render import render_svg, render_table, winner_line
     from specpilot.bench.run import SVG_FILE, BenchRequest, check_budget, plan_settings, run_bench, write_best
     from specpilot.bench.variants import default_variants, parse_variants
-    from specpilot.generate.inputs import check_output_dir
+    from specpilot.generate.rows.inputs import check_output_dir
     from specpilot.launch.shield import ending_signals
     from specpilot.launch.state import check_run_name
     from specpilot.projection import project, read_bench

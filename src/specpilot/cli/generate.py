@@ -15,7 +15,8 @@ from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.cli.view import serve_status_options
 from specpilot.errors import EXIT_OK, UserError
-from specpilot.generate.sampling import SamplingOptions
+from specpilot.export.formats import FORMATS, format_help, format_named, names_with, target_help
+from specpilot.generate.sampling import Sampling
 
 #: one example of each prompt row shape the reader accepts (shown in --help, tested)
 ROW_SHAPES: dict[str, dict[str, object]] = {
@@ -181,7 +182,7 @@ def generate(
     fleets: tuple[str, ...],
     model: str | None,
     concurrency: int,
-    sampling: SamplingOptions,
+    sampling: Sampling,
     keep_given_turns: bool,
     limit: int | None,
     dedupe: bool,
@@ -201,23 +202,18 @@ def generate(
     as_json: bool,
 ) -> None:
     """Generate answers (with reasoning) for every prompt, exactly once, resumably."""
-    from specpilot.generate.endpoints import resolve_endpoints
+    from specpilot.generate.dispatch.endpoints import resolve_endpoints
     from specpilot.generate.job import JobConfig, run_generate
-    from specpilot.generate.report import render_summary
+    from specpilot.generate.ledger.report import render_summary
 
     config = JobConfig(
         input_path=input_path,
         output_dir=output_dir,
         endpoints=resolve_endpoints(servers, runs, routers, fleets),
         model=model,
-        thinking=sampling.thinking,
+        sampling=sampling,
         keep_given_turns=keep_given_turns,
         concurrency=concurrency,
-        max_tokens=sampling.max_tokens,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=sampling.top_k,
-        request_fields=dict(sampling.request_fields),
         limit=limit,
         dedupe=dedupe,
         strict_rows=strict_rows,
@@ -273,11 +269,11 @@ MAX_LENGTH_HELP = (
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def report(directory: Path, max_length_tokens: int | None, gpus: int | None, as_json: bool) -> None:
     """Summary of a generate job from its ledger; safe while the job runs."""
-    from specpilot.generate.committed import committed_rows
     from specpilot.generate.eta import report_projections
-    from specpilot.generate.lengths import length_report
-    from specpilot.generate.report import reading_ledger, render_lengths, render_summary, summarize
-    from specpilot.generate.writer import CLEAN, FLAGGED
+    from specpilot.generate.ledger.report import reading_ledger, render_lengths, render_summary, summarize
+    from specpilot.generate.rows.lengths import length_report
+    from specpilot.generate.writers.committed import committed_rows
+    from specpilot.generate.writers.parts import CLEAN, FLAGGED
 
     with reading_ledger(directory) as ledger:
         summary = summarize(ledger)
@@ -312,15 +308,15 @@ Example:
     "--format",
     "fmt",
     required=True,
-    type=click.Choice(["specforge", "speculators", "parquet", "hf"]),
-    help="specforge/speculators: one JSONL file; parquet: shards; hf: a datasets save_to_disk folder.",
+    type=click.Choice(list(FORMATS)),
+    help=format_help(),
 )
 @click.option(
     "--to",
     "target",
     type=click.Path(path_type=Path),
     default=None,
-    help="Where to write (default DIR/specforge.jsonl, DIR/speculators.jsonl, DIR/parquet, DIR/hf).",
+    help=target_help(),
 )
 @click.option("--include-flagged", is_flag=True, help="Also export the flagged rows (truncated, empty, ...).")
 @click.option(
@@ -352,30 +348,31 @@ def export(
     as_json: bool,
 ) -> None:
     """Export the finished rows of a generate job for SpecForge, speculators or datasets."""
-    from specpilot.generate.committed import committed_rows
-    from specpilot.generate.export import export as run_export
-    from specpilot.generate.lengths import length_report
-    from specpilot.generate.report import reading_ledger
-    from specpilot.generate.templates import choose_template
-    from specpilot.generate.writer import CLEAN, FLAGGED
+    from specpilot.export.run import export as run_export
+    from specpilot.generate.ledger.report import reading_ledger
+    from specpilot.generate.rows.lengths import length_report
+    from specpilot.generate.rows.templates import choose_template
+    from specpilot.generate.writers.committed import committed_rows
+    from specpilot.generate.writers.parts import CLEAN, FLAGGED
     from specpilot.progress import ProgressLines, stderr_is_terminal
 
-    if per_turn is not None and fmt != "specforge":
+    spec = format_named(fmt, field="--format")
+    if per_turn is not None and not spec.splits_turns:
         flag = "--per-turn" if per_turn else "--whole-conversations"
         raise UserError(
-            f"{flag} applies to --format specforge only",
+            f"{flag} applies to --format {names_with(lambda f: f.splits_turns)} only",
             field=flag,
             fix=f"drop it (--format {fmt} keeps whole conversations; speculators splits turns itself)",
         )
     with reading_ledger(directory) as ledger:
         meta = ledger.meta()
-    if fmt == "specforge":  # the template is SpecForge's: the other formats carry no template
+    if spec.takes_template:  # the template is SpecForge's: the other formats carry no template
         template, warnings = choose_template(chat_template, meta.get("model"))
     elif chat_template is not None:
         raise UserError(
-            f"applies to --format specforge, not {fmt}",
+            f"applies to --format {names_with(lambda f: f.takes_template)}, not {fmt}",
             field="--chat-template",
-            fix="drop --chat-template, or export with --format specforge",
+            fix=f"drop --chat-template, or export with --format {names_with(lambda f: f.takes_template)}",
         )
     else:
         template, warnings = None, []
@@ -385,7 +382,7 @@ def export(
         fmt,
         target,
         include_flagged=include_flagged,
-        per_turn=per_turn is not False,
+        per_turn=spec.splits_turns and per_turn is not False,
         # off a terminal: a line every PROGRESS_EVERY_S with the rows written so far
         done=None if stderr_is_terminal() else lambda rows: lines.update("writing", f"{rows:,} rows"),
         overwrite=overwrite,
@@ -408,7 +405,7 @@ def export(
             jsontext.dumps(
                 {
                     "format": fmt,
-                    "per_turn": fmt == "specforge" and per_turn is not False,
+                    "per_turn": spec.splits_turns and per_turn is not False,
                     "files": files,
                     "rows": result.rows,
                     "flagged_included": include_flagged,

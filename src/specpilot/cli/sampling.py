@@ -10,7 +10,7 @@ import click
 
 from specpilot.cli.params import FiniteFloat
 from specpilot.errors import UserError
-from specpilot.generate.sampling import SamplingOptions
+from specpilot.generate.sampling import Sampling
 
 #: the options whose values go into `Sampling.request_fields` (option dest -> request field)
 _FIELD_OPTIONS = {
@@ -67,7 +67,7 @@ def sampling_options(
         def read(*args: Any, **kwargs: Any) -> Any:
             flags = {_FIELD_OPTIONS[name]: kwargs.pop(name) for name in own}
             flags["stop"] = list(flags["stop"]) or None
-            sampling = SamplingOptions(
+            sampling = Sampling(
                 thinking=kwargs.pop("thinking"),
                 max_tokens=kwargs.pop("max_tokens"),
                 temperature=kwargs.pop("temperature"),
@@ -87,7 +87,7 @@ def sampling_options(
 def request_fields(extra_body_json: str | None, flags: dict[str, object]) -> dict[str, object]:
     """The request fields besides the sampling basics: --extra-body's, then the flags given;
     a field set by both is refused (which one was meant?)."""
-    from specpilot.generate.client import extra_body
+    from specpilot.generate.dispatch.client import extra_body
 
     fields = extra_body(extra_body_json) if extra_body_json is not None else {}
     given = {key: value for key, value in flags.items() if value is not None}

@@ -43,7 +43,7 @@ from rich.markup import escape
 from specpilot.demo import vllmcpu
 from specpilot.demo.enginevenv import ensure_engine_venv, is_ready, load_recipes, venv_dir_for
 from specpilot.errors import JobFailed, UserError
-from specpilot.generate.report import JobSummary, open_for_report, render_summary, summarize
+from specpilot.generate.ledger.report import JobSummary, open_for_report, render_summary, summarize
 from specpilot.progress import stderr_is_terminal, ticking, to_stderr
 from specpilot.spec import Spec, load_spec
 

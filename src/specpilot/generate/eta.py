@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
-from specpilot.generate.dispatch import Dispatcher
-from specpilot.generate.report import JobSummary, summarize
+from specpilot.generate.dispatch.dispatcher import Dispatcher
+from specpilot.generate.ledger.report import JobSummary, summarize
 from specpilot.projection import Projection, Rates, job_rates, project, read_bench
 
 Watcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]

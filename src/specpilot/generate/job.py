@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +30,17 @@ import aiohttp
 from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
 from specpilot.errors import UserError
-from specpilot.generate.client import Sampling, open_session
-from specpilot.generate.dispatch import ClientFactory, Companion, Dispatcher, DispatchPolicy, RetryPolicy
-from specpilot.generate.endpoints import Endpoint, default_model
-from specpilot.generate.inputs import InputMark, InputSource, check_output_dir, iter_rows, resolve_input
-from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
-from specpilot.generate.lock import DirectoryLock
-from specpilot.generate.report import JobSummary, ServerRun, summarize
-from specpilot.generate.truncated import (
-    MISSING_REASONING_BIT,
-    check_budget,
-    requeue_flagged,
-    requeue_truncated,
-)
-from specpilot.generate.types import RejectedRow
-from specpilot.generate.writer import (
+from specpilot.generate.dispatch.client import open_session
+from specpilot.generate.dispatch.dispatcher import Dispatcher
+from specpilot.generate.dispatch.endpoints import Endpoint, default_model
+from specpilot.generate.dispatch.policy import ClientFactory, Companion, DispatchPolicy, RetryPolicy
+from specpilot.generate.ledger.lock import DirectoryLock
+from specpilot.generate.ledger.report import JobSummary, ServerRun, summarize
+from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState
+from specpilot.generate.rows.inputs import InputMark, InputSource, check_output_dir, iter_rows, resolve_input
+from specpilot.generate.rows.types import RejectedRow
+from specpilot.generate.sampling import Sampling
+from specpilot.generate.writers.parts import (
     CRC_CHUNK_BYTES,
     SPLITS,
     DamagedRow,
@@ -52,6 +48,12 @@ from specpilot.generate.writer import (
     damaged_parts,
     reconcile_parts,
     split_parts,
+)
+from specpilot.generate.writers.truncated import (
+    MISSING_REASONING_BIT,
+    check_budget,
+    requeue_flagged,
+    requeue_truncated,
 )
 from specpilot.secrets import mask_fields, url_without_credentials
 
@@ -81,15 +83,9 @@ class JobConfig:
     output_dir: Path
     endpoints: list[Endpoint]
     model: str | None
-    thinking: bool
+    sampling: Sampling
     keep_given_turns: bool = False
     concurrency: int = 64
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    #: further request fields (seed, stop, min_p, penalties, --extra-body)
-    request_fields: dict[str, Any] = field(default_factory=dict)
     limit: int | None = None
     dedupe: bool = False
     #: reject input rows with fields specpilot does not read (else ignored, counted in one line)
@@ -197,7 +193,7 @@ class Job:
                 )
         if self.config.retry_truncated and self._retry_resumed(meta, params):
             self.config.notify(
-                f"resuming the retry of truncated rows at --max-tokens {self.config.max_tokens} "
+                f"resuming the retry of truncated rows at --max-tokens {self.config.sampling.max_tokens} "
                 f"(they were cut off at {meta[RETRY_FROM_KEY]})"
             )
         elif self.config.retry_truncated:
@@ -207,7 +203,7 @@ class Job:
                 {"max_tokens": params["max_tokens"], RETRY_FROM_KEY: meta.get("max_tokens", "null")}
             )
             self.config.notify(
-                f"{retried} truncated rows queued again at --max-tokens {self.config.max_tokens}"
+                f"{retried} truncated rows queued again at --max-tokens {self.config.sampling.max_tokens}"
             )
         if thinking_off:
             again = requeue_flagged(self.config.output_dir, self.ledger, MISSING_REASONING_BIT)
@@ -245,14 +241,14 @@ class Job:
         c = self.config
         values = {
             "model": model,
-            "thinking": c.thinking,
+            "thinking": c.sampling.thinking,
             "keep_given_turns": c.keep_given_turns,
-            "max_tokens": c.max_tokens,
-            "temperature": c.temperature,
-            "top_p": c.top_p,
-            "top_k": c.top_k,
+            "max_tokens": c.sampling.max_tokens,
+            "temperature": c.sampling.temperature,
+            "top_p": c.sampling.top_p,
+            "top_k": c.sampling.top_k,
             # stored and shown (ledger, manifest.json): an --extra-body api_key is masked
-            "request_fields": mask_fields(dict(sorted(c.request_fields.items()))),
+            "request_fields": mask_fields(dict(sorted(c.sampling.request_fields.items()))),
         }
         return {
             key: json.dumps(value) if not isinstance(value, str) else value for key, value in values.items()
@@ -359,7 +355,7 @@ class Job:
             cut_at = (
                 meta[RETRY_FROM_KEY] if self._retry_resumed(meta, params) else meta.get("max_tokens", "null")
             )
-            check_budget(json.loads(cut_at), self.config.max_tokens)
+            check_budget(json.loads(cut_at), self.config.sampling.max_tokens)
             changed = [k for k in changed if k != "max_tokens"]
         if changed:
             was = ", ".join(f"{k}={meta.get(k)} (now {params[k]})" for k in changed)
@@ -401,7 +397,7 @@ class Job:
                 return f" (first within lines {then[2]}{last})"
         return ""
 
-    def dispatcher(self, session: aiohttp.ClientSession, sampling: Sampling) -> Dispatcher:
+    def dispatcher(self, session: aiohttp.ClientSession, model: str) -> Dispatcher:
         """The dispatcher of this run's pending rows (after `prepare`)."""
         commits = self.ledger.part_commits()
         writers = {
@@ -414,7 +410,8 @@ class Job:
             self.config.dispatch_policy(),
             self.config.endpoints,
             session,
-            sampling,
+            model,
+            self.config.sampling,
             self.ledger,
             iter_rows(
                 self.source,
@@ -502,16 +499,7 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
             config.model or job.ledger.meta().get("model") or await default_model(session, config.endpoints)
         )
         job.prepare(model)
-        sampling = Sampling(
-            model=model,
-            thinking=config.thinking,
-            max_tokens=config.max_tokens,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            top_k=config.top_k,
-            extra=dict(config.request_fields),
-        )
-        dispatcher = job.dispatcher(session, sampling)
+        dispatcher = job.dispatcher(session, model)
         async with watch(dispatcher) if watch else contextlib.nullcontext():
             await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
         if dispatcher.no_server_left:

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from specpilot.generate.dispatch import Dispatcher
+from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.job import JobWatcher
 from specpilot.job.record import STAGES, JobRecord
 from specpilot.job.spec import JobFile

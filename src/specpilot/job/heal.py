@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from specpilot.generate.dispatch import Dispatcher
+from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.job import JobWatcher
 from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostError

@@ -317,7 +317,7 @@ async def _up_fleet(job: JobFile, record: JobRecord, say: Say) -> str:
 async def _generate(
     job: JobFile, record: JobRecord, served: str, spec: Spec | None, say: Say
 ) -> tuple[int, str]:
-    from specpilot.generate.endpoints import Endpoint, endpoints_of_fleet, normalize_url
+    from specpilot.generate.dispatch.endpoints import Endpoint, endpoints_of_fleet, normalize_url
     from specpilot.generate.eta import all_of, projecting
     from specpilot.generate.job import JobConfig, generate_in_loop
     from specpilot.job.heal import ServerHealer, fleet_healer
@@ -331,12 +331,9 @@ async def _generate(
     else:
         endpoints = endpoints_of_fleet(served)
         heal = fleet_healer(served, record, job.max_restarts, say)
-    s = job.sampling
     config = JobConfig(
-        input_path=job.prompts, output_dir=job.output, endpoints=endpoints, model=None, thinking=s.thinking,
-        concurrency=job.concurrency, max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p,
-        top_k=s.top_k, request_fields=dict(s.request_fields), notify=say,
-        progress_interval_s=PROJECTION_EVERY_S,
+        input_path=job.prompts, output_dir=job.output, endpoints=endpoints, model=None, sampling=job.sampling,
+        concurrency=job.concurrency, notify=say, progress_interval_s=PROJECTION_EVERY_S,
     )  # fmt: skip
     record.begin("generate", _gpus_of(job))
     from specpilot.job.cost import heartbeat
@@ -362,7 +359,7 @@ async def _generate(
 
 
 def _export(job: JobFile, record: JobRecord, say: Say) -> None:
-    from specpilot.generate.export import export
+    from specpilot.export.run import export
 
     stage = record.stage("export")
     written: dict[str, Any] = dict(stage.get("formats", {}))

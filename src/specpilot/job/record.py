@@ -55,7 +55,7 @@ def serving_bytes(job: JobFile) -> bytes:
 
 def prompts_fingerprint(path: Path) -> dict[str, Any]:
     """Size and mtime (cheap), and the content hash that decides when they differ."""
-    from specpilot.generate.inputs import resolve_input
+    from specpilot.generate.rows.inputs import resolve_input
 
     source = resolve_input(path)
     return {"fingerprint": source.fingerprint(), "sha256": None, "path": str(path)}
@@ -77,7 +77,7 @@ def _prompts_same(recorded: dict[str, Any], now: dict[str, Any], path: Path) -> 
         return True
     if recorded.get("sha256") is None:  # the job never read them: nothing to tell a change from
         return False
-    from specpilot.generate.inputs import resolve_input
+    from specpilot.generate.rows.inputs import resolve_input
 
     return bool(recorded["sha256"] == resolve_input(path).sha256())
 
@@ -164,7 +164,7 @@ def open_record(job: JobFile) -> tuple[JobRecord, list[tuple[str, str]]]:
 
     Refused (UserError, nothing written): a folder holding another job's record, or a
     generate ledger no job began."""
-    from specpilot.generate.ledger import LEDGER_FILE
+    from specpilot.generate.ledger.store import LEDGER_FILE
 
     path = job.output / JOB_RECORD
     hashes = input_hashes(job)
@@ -230,7 +230,7 @@ def refuse_changes(record: JobRecord, changed: list[tuple[str, str]], restart_fr
 
 def pin_prompts(record: JobRecord, job: JobFile) -> None:
     """The prompts' content hash as the job first reads them: what a later change is told from."""
-    from specpilot.generate.inputs import resolve_input
+    from specpilot.generate.rows.inputs import resolve_input
 
     prompts = record.data["inputs"]["prompts"]
     if prompts.get("sha256") is None:

@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.errors import UserError
-from specpilot.generate.sampling import SamplingOptions
+from specpilot.export.formats import FORMATS, format_named
+from specpilot.generate.sampling import Sampling
 
-#: what `[job] export` may list (generate.export's formats)
-EXPORT_FORMATS = ("specforge", "speculators", "parquet", "hf")
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_CONCURRENCY = 64
-#: [job.sampling] keys: the named ones of SamplingOptions, then those sent as request fields
+#: [job.sampling] keys: the named ones of Sampling, then those sent as request fields
 _NAMED_SAMPLING: dict[str, type] = {
     "thinking": bool,
     "max_tokens": int,
@@ -80,7 +79,7 @@ class JobFile:
     keep_servers: bool = False
     max_restarts: int = DEFAULT_MAX_RESTARTS
     concurrency: int = DEFAULT_CONCURRENCY
-    sampling: SamplingOptions = field(default_factory=lambda: SamplingOptions(thinking=True))
+    sampling: Sampling = field(default_factory=lambda: Sampling(thinking=True))
     bench: BenchSection | None = None
 
     @property
@@ -128,7 +127,7 @@ def _path(base: Path, table: Mapping[str, Any], key: str, *, must_exist: bool, f
     return path
 
 
-def _sampling(table: Mapping[str, Any]) -> SamplingOptions:
+def _sampling(table: Mapping[str, Any]) -> Sampling:
     unknown = sorted(set(table) - set(_NAMED_SAMPLING) - set(_REQUEST_SAMPLING))
     if unknown:
         known = ", ".join([*_NAMED_SAMPLING, *_REQUEST_SAMPLING])
@@ -140,7 +139,7 @@ def _sampling(table: Mapping[str, Any]) -> SamplingOptions:
     for key, minimum in (("max_tokens", 1),):
         if key in named and named[key] < minimum:
             raise UserError(f"must be at least {minimum}", field=f"[job.sampling] {key}", fix="raise it")
-    return SamplingOptions(
+    return Sampling(
         thinking=named.pop("thinking", True),
         max_tokens=named.get("max_tokens"),
         temperature=named.get("temperature"),
@@ -210,11 +209,10 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
         raise _bad(
             "export",
             f"must be a list of formats, got {export!r}",
-            f"e.g. export = {list(EXPORT_FORMATS[:1])}",
+            f"e.g. export = {list(FORMATS)[:1]}",
         )
     for fmt in export:
-        if fmt not in EXPORT_FORMATS:
-            raise _bad("export", f"unknown format {fmt!r}", f"use {', '.join(EXPORT_FORMATS)}")
+        format_named(fmt, field="[job] export")  # an unknown one: refused with the known ones
     keep = _typed(table, "keep_servers", bool, "[job]") if "keep_servers" in table else False
     restarts = (
         _typed(table, "max_restarts", int, "[job]") if "max_restarts" in table else DEFAULT_MAX_RESTARTS

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specpilot.errors import UserError
-from specpilot.generate.causes import cause_of
-from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
-from specpilot.generate.report import JobSummary, summarize
-from specpilot.generate.validate import FLAG_NAMES
+from specpilot.generate.dispatch.causes import cause_of
+from specpilot.generate.ledger.report import JobSummary, summarize
+from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState
+from specpilot.generate.rows.validate import FLAG_NAMES
 
 #: how long a read waits for a writer that holds the ledger exclusively
 LOCK_WAIT_S = 2.0

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from specpilot.generate.servers import ServerPool
-from specpilot.generate.stats import LiveStats, ServerStats
+from specpilot.generate.dispatch.servers import ServerPool
+from specpilot.generate.dispatch.stats import LiveStats, ServerStats
 from specpilot.status.history import History, Sample
 
 SAMPLE_INTERVAL_S = 1.0

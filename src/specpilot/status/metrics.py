@@ -22,7 +22,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from specpilot.generate.stats import LATENCY_BUCKETS_S
+from specpilot.generate.dispatch.stats import LATENCY_BUCKETS_S
 from specpilot.status.ledger_view import LedgerSnapshot
 from specpilot.status.live import LiveView
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
 
-from specpilot.generate.stats import eta_text
+from specpilot.generate.ledger.report import eta_text
 from specpilot.status.history import Series
 from specpilot.status.ledger_view import LedgerSnapshot
 from specpilot.status.live import LiveView, display_name

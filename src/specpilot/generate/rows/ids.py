@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 
-from specpilot.generate.types import Message
+from specpilot.generate.rows.types import Message
 
 ID_HEX_DIGITS = 32
 

@@ -15,7 +15,7 @@ import base64
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from enum import Enum
 from typing import Any
 
@@ -23,9 +23,10 @@ import aiohttp
 import yarl
 
 from specpilot.errors import UserError
-from specpilot.generate.text import may_hold_surrogates, where_unencodable
-from specpilot.generate.thinking import markers_for, split_inline
-from specpilot.generate.types import Message
+from specpilot.generate.rows.text import may_hold_surrogates, where_unencodable
+from specpilot.generate.rows.thinking import markers_for, split_inline
+from specpilot.generate.rows.types import Answer, Message
+from specpilot.generate.sampling import Sampling
 from specpilot.secrets import field_secrets, mask_log_text, url_passwords
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
@@ -79,49 +80,6 @@ def classify_status(status: int, body: bytes = b"") -> FailureKind:
     if status == 503 and any(marker in body for marker in NO_WORKER_MARKERS):
         return FailureKind.CONNECTION
     return FailureKind.RETRYABLE if status in RETRYABLE_STATUSES else FailureKind.FATAL
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    content: str
-    reasoning: str | None
-    finish_reason: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    spec_accept_length: float | None
-    reasoning_tokens: int | None = None  # only where the server reports them
-    tool_calls: list[Any] | None = None
-    #: specpilot moved inline thinking out of `content` (see thinking.py)
-    reasoning_split: bool = False
-    #: the answer carried no `usage`: its token counts are 0, not measured
-    usage_missing: bool = False
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """What is sent besides the messages; `None` values are left to the server."""
-
-    model: str
-    thinking: bool
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    #: further request fields (--seed, --stop, --min-p, penalties, --extra-body), sent as given
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def as_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model}
-        for key in ("max_tokens", "temperature", "top_p", "top_k"):
-            if getattr(self, key) is not None:
-                body[key] = getattr(self, key)
-        body["chat_template_kwargs"] = {"enable_thinking": self.thinking}
-        for key, value in self.extra.items():
-            if key == "chat_template_kwargs" and isinstance(value, dict):
-                body[key] = {**value, **body[key]}  # enable_thinking stays --thinking's
-            else:
-                body[key] = value
-        return body
 
 
 #: request fields specpilot sets itself: an --extra-body that sets one is refused
@@ -195,11 +153,11 @@ class ChatClient:
     `open_session`).
     """
 
-    def __init__(self, session: aiohttp.ClientSession, sampling: Sampling) -> None:
+    def __init__(self, session: aiohttp.ClientSession, model: str, sampling: Sampling) -> None:
         self._session = session
-        self._markers = markers_for(sampling.model)
+        self._markers = markers_for(model)
         self._thinking = sampling.thinking
-        fixed = json.dumps(sampling.as_json(), separators=(",", ":"))
+        fixed = json.dumps(sampling.request_body(model), separators=(",", ":"))
         self._body_prefix = fixed[:-1].encode() + b',"messages":'
         self._urls: dict[str, tuple[yarl.URL, dict[str, str]]] = {}
         self._plain_headers = {"Content-Type": "application/json"}
@@ -210,7 +168,7 @@ class ChatClient:
         #: what a server may quote back in an error (the key, --extra-body's api_key, a URL's
         #: password): masked in every failure message, which the ledger, errors.jsonl, the page
         #: and the job's output show
-        self._secrets = [*([api_key] if api_key else []), *field_secrets(sampling.extra)]
+        self._secrets = [*([api_key] if api_key else []), *field_secrets(dict(sampling.request_fields))]
 
     def failed(
         self, kind: FailureKind, message: str, retry_after_s: float | None = None, status: int | None = None

@@ -2,7 +2,7 @@
 
 Rows are buffered in memory and written in batches; `flush()` writes, fsyncs and
 only then returns the `DoneRecord`s and `PartCommit`s the caller hands to the ledger.
-See `ledger.py` for the invariant this upholds, and `reconcile_parts` for how a
+See `ledger/store.py` for the invariant this upholds, and `reconcile_parts` for how a
 resumed job repairs whatever a kill left after the last committed byte.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from specpilot.errors import JobFailed
-from specpilot.generate.ledger import DoneRecord, Ledger, LedgerBatch, PartCommit, RowState
-from specpilot.generate.validate import flag_bits
+from specpilot.generate.ledger.store import DoneRecord, Ledger, LedgerBatch, PartCommit, RowState
+from specpilot.generate.rows.validate import flag_bits
 
 DATA_DIR = "data"
 FLAGGED_DIR = "flagged"

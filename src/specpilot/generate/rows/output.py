@@ -16,9 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specpilot.generate.client import Answer
-from specpilot.generate.types import Message, PromptRow
-from specpilot.generate.validate import FLAG_NAMES, answer_flags
+from specpilot.generate.rows.types import Answer, Message, PromptRow
+from specpilot.generate.rows.validate import FLAG_NAMES, answer_flags
 
 META_FIELDS = (
     "model",

@@ -39,16 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.errors import UserError
-from specpilot.generate.ids import derive_row_id
-from specpilot.generate.text import may_hold_surrogates, shown, where_unencodable
-from specpilot.generate.turns import (
+from specpilot.generate.rows.ids import derive_row_id
+from specpilot.generate.rows.text import may_hold_surrogates, shown, where_unencodable
+from specpilot.generate.rows.turns import (
     RowRejected,
     check_row_fields,
     normalize_turns,
     plain_segments,
     plan_conversation,
 )
-from specpilot.generate.types import Message, PromptRow, RejectedRow
+from specpilot.generate.rows.types import Message, PromptRow, RejectedRow
 
 PROMPT_KEYS = ("conversations", "messages", "prompt")
 Row = PromptRow | RejectedRow

@@ -19,11 +19,21 @@ from rich.console import Console
 from rich.table import Table
 
 from specpilot.errors import UserError
-from specpilot.generate.disk import disk_error
-from specpilot.generate.ledger import LEDGER_FILE, Ledger, RowState
-from specpilot.generate.lock import is_held
-from specpilot.generate.stats import RATE_WINDOW_S, eta_text
-from specpilot.generate.validate import FLAG_NAMES
+from specpilot.generate.ledger.disk import disk_error
+from specpilot.generate.ledger.lock import is_held
+from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState
+from specpilot.generate.rows.validate import FLAG_NAMES
+
+#: the rates' window (`summarize`): rows finished in the last minute
+RATE_WINDOW_S = 60.0
+
+
+def eta_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def open_for_report(directory: Path) -> Ledger:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.errors import UserError
-from specpilot.generate.disk import disk_error
-from specpilot.generate.ledger import PartCommit
-from specpilot.generate.report import reading_ledger
-from specpilot.generate.writer import Split, line_id, part_path, split_commits
+from specpilot.generate.ledger.disk import disk_error
+from specpilot.generate.ledger.report import reading_ledger
+from specpilot.generate.ledger.store import PartCommit
+from specpilot.generate.writers.parts import Split, line_id, part_path, split_commits
 
 RERUN_FIX = "rerun the same `specpilot generate` command (it makes the lost rows again), then this command"
 

@@ -41,3 +41,19 @@ class RejectedRow:
     def line(self) -> str:
         name = f" (id {self.row_id})" if self.row_id else ""
         return f"{self.where}{name}: {self.problem}; {self.fix}"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    content: str
+    reasoning: str | None
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    spec_accept_length: float | None
+    reasoning_tokens: int | None = None  # only where the server reports them
+    tool_calls: list[Any] | None = None
+    #: specpilot moved inline thinking out of `content` (see `thinking.py`)
+    reasoning_split: bool = False
+    #: the answer carried no `usage`: its token counts are 0, not measured
+    usage_missing: bool = False

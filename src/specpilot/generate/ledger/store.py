@@ -13,7 +13,7 @@ Tables:
   `specpilot verify` reads every byte.
 * `meta(key, value)`: job parameters, input fingerprint and hash, last metrics.
 
-Exactly-once invariant (together with `writer.py`):
+Exactly-once invariant (together with `writers/parts.py`):
 
     For every part file, bytes [0, committed_bytes) hold exactly the rows that
     the ledger marks `done` with that part, each once, each a complete line.

@@ -17,9 +17,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from specpilot.errors import UserError
-from specpilot.generate.ledger import Ledger, PartCommit, RowState
-from specpilot.generate.validate import FLAG_NAMES
-from specpilot.generate.writer import FLAGGED, SPLIT_PARTS, fsync_dir, part_path
+from specpilot.generate.ledger.store import Ledger, PartCommit, RowState
+from specpilot.generate.rows.validate import FLAG_NAMES
+from specpilot.generate.writers.parts import FLAGGED, SPLIT_PARTS, fsync_dir, part_path
 
 TRUNCATED_BIT = 1 << FLAG_NAMES.index("truncated")
 MISSING_REASONING_BIT = 1 << FLAG_NAMES.index("missing_reasoning")

@@ -21,14 +21,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from specpilot.generate.causes import SERVER_DOWN, cause_of
-from specpilot.generate.servers import ServerPool
+from specpilot.generate.dispatch.causes import SERVER_DOWN, cause_of
+from specpilot.generate.dispatch.servers import ServerPool
+from specpilot.generate.ledger.report import eta_text
 
 if TYPE_CHECKING:
-    from specpilot.generate.report import JobSummary
+    from specpilot.generate.ledger.report import JobSummary
 
-#: the rates' window (`report.summarize`): rows finished in the last minute
-RATE_WINDOW_S = 60.0
 #: a live table reads the ledger's summary at most this often
 SUMMARY_EVERY_S = 2.0
 #: upper bounds of the request latency histogram (LLM answers take from a second to many minutes)
@@ -107,14 +106,6 @@ def progress_numbers(summary: JobSummary, accept: float | None, pool: ServerPool
         "accept len": "-" if accept is None else f"{accept:.2f}",
         "eta": eta_text(s.eta_s),
     }
-
-
-def eta_text(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def flagged_text(flagged_by: Counter[str]) -> str:

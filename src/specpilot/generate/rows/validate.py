@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from specpilot.generate.client import Answer
+from specpilot.generate.rows.types import Answer
 
 THINK_MARKERS = ("<think>", "</think>")
 

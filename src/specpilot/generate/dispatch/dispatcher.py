@@ -11,23 +11,16 @@ any of them ends the job with a line that names it.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import random
 import signal
 import time
-from collections import deque
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 import aiohttp
 
-from specpilot.generate.client import ChatClient, FailureKind, RequestFailed, Sampling
-from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.ledger import Ledger, LedgerBatch
-from specpilot.generate.report import CLOCK_JUMP_KEY, summarize
-from specpilot.generate.rows import TurnResult, build_row, is_complete, messages_for
-from specpilot.generate.servers import (
+from specpilot.generate.dispatch.client import ChatClient, FailureKind, RequestFailed
+from specpilot.generate.dispatch.endpoints import Endpoint
+from specpilot.generate.dispatch.policy import ClientFactory, Companion, DispatchPolicy
+from specpilot.generate.dispatch.servers import (
     Server,
     ServerPool,
     SpecTracker,
@@ -35,12 +28,17 @@ from specpilot.generate.servers import (
     router_workers_ready,
     scrape_metrics,
 )
-from specpilot.generate.stats import LiveStats, ProgressView
-from specpilot.generate.tasks import JobTasks
-from specpilot.generate.thinking import ReasoningWatch
-from specpilot.generate.types import PromptRow, RejectedRow
-from specpilot.generate.validate import flag_bits
-from specpilot.generate.writer import CLEAN, FLAGGED, PartWriter, Split
+from specpilot.generate.dispatch.state import InFlight, Probes, RowQueue, Stopping
+from specpilot.generate.dispatch.stats import LiveStats, ProgressView
+from specpilot.generate.dispatch.tasks import JobTasks
+from specpilot.generate.ledger.report import CLOCK_JUMP_KEY, summarize
+from specpilot.generate.ledger.store import Ledger, LedgerBatch
+from specpilot.generate.rows.output import TurnResult, build_row, is_complete, messages_for
+from specpilot.generate.rows.thinking import ReasoningWatch
+from specpilot.generate.rows.types import PromptRow, RejectedRow
+from specpilot.generate.rows.validate import flag_bits
+from specpilot.generate.sampling import Sampling
+from specpilot.generate.writers.parts import CLEAN, FLAGGED, PartWriter, Split
 
 TICK_S = 0.05
 FAILURES_BEFORE_SUCCESS_LIMIT = 50
@@ -57,110 +55,25 @@ FLUSH_MIN_WAIT_S = 0.02
 #: of the router answering again (fleet-repair restarts it in seconds)
 ROUTER_PROBE_INTERVAL_S = 0.25
 
-#: a task the job runs beside its requests (a watcher of the runs it drives), and its name
-Companion = tuple[Coroutine[Any, Any, None], str]
-#: makes the client that sends the job's requests (ChatClient, or a subclass that also times them)
-ClientFactory = Callable[[aiohttp.ClientSession, Sampling], ChatClient]
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    max_attempts: int
-    base_s: float
-    cap_s: float
-
-    def delay_s(self, attempt: int, retry_after_s: float | None) -> float:
-        """Full jitter over [0, min(cap, base * 2^(attempt-1))], at least the server's Retry-After."""
-        delay_s = random.uniform(0.0, min(self.cap_s, self.base_s * 2 ** (attempt - 1)))
-        if retry_after_s is not None:
-            delay_s = max(delay_s, min(retry_after_s, self.cap_s))
-        return delay_s
-
-
 #: --give-up-after-s is for outages of servers that worked; one that never answered gives up sooner
 NEVER_ANSWERED_GIVE_UP_S = 60.0
 
 
-@dataclass(frozen=True)
-class DispatchPolicy:
-    """The job settings the dispatcher follows."""
-
-    concurrency: int  # requests in flight per server (per worker behind a router)
-    keep_given_turns: bool
-    retry: RetryPolicy
-    request_timeout_s: float
-    probe_timeout_s: float
-    probe_cap_s: float
-    give_up_after_s: float
-    flush_interval_s: float
-    flush_rows: int
-    metrics_interval_s: float
-    progress_interval_s: float | None  # None: no progress view
-
-
-@dataclass
-class _Queue:
-    """Rows read from the input and not finished yet, and which of them wait to be sent."""
-
-    source: Iterator[PromptRow | RejectedRow]
-    window: int  # rows held in memory at most: the input is read as rows finish
-    rows: dict[int, PromptRow] = field(default_factory=dict)
-    ready: deque[int] = field(default_factory=deque)
-    waiting: list[tuple[float, int]] = field(default_factory=list)  # heap of (monotonic due time, position)
-    input_done: bool = False
-
-    def refill(self) -> None:
-        while not self.input_done and len(self.rows) < self.window:
-            row = next(self.source, None)
-            if row is None:
-                self.input_done = True
-                return
-            if not isinstance(row, PromptRow):
-                continue  # rejected when the job was listed; never pending
-            self.rows[row.position] = row
-            self.ready.append(row.position)
-
-    def release_due(self, now: float) -> None:
-        while self.waiting and self.waiting[0][0] <= now:
-            self.ready.append(heapq.heappop(self.waiting)[1])
-
-    def retry_at(self, due: float, position: int) -> None:
-        heapq.heappush(self.waiting, (due, position))
-
-
-@dataclass
-class _Requests:
-    """Per row sent: target turns done so far, attempts spent, when its request went out.
-
-    Turns are kept in memory only: a row is written and committed once, whole; after a
-    kill its turns are generated again.
-    """
-
-    turns_done: dict[int, list[TurnResult]] = field(default_factory=dict)
-    attempts: dict[int, int] = field(default_factory=dict)
-    sent_at: dict[int, float] = field(default_factory=dict)
-    overdue: set[int] = field(default_factory=set)  # cancelled by the request timeout
-    #: 429/503 answers a row backed off from, no attempt spent (up to OVERLOAD_RETRIES_PER_ROW)
-    overloads: dict[int, int] = field(default_factory=dict)
-
-    def forget(self, position: int) -> None:
-        self.turns_done.pop(position, None)
-        self.sent_at.pop(position, None)
-        self.overloads.pop(position, None)
-
-
-@dataclass
-class _Probes:
-    """Servers being probed, and the rows whose connection failure waits on that probe."""
-
-    probing: set[str] = field(default_factory=set)
-    parked: dict[str, list[tuple[int, RequestFailed]]] = field(default_factory=dict)
-
-
-@dataclass
-class _Stopping:
-    reason: str | None = None
-    now: bool = False  # False while stopping: let the requests in flight finish
+def give_up_reason(down_for_s: float, give_up_after_s: float, never_answered: bool) -> str | None:
+    """Why the job stops after every server has been down `down_for_s`; None: keep probing.
+    A server that never answered is most likely a wrong address, not an outage: sooner."""
+    limit_s = min(give_up_after_s, NEVER_ANSWERED_GIVE_UP_S) if never_answered else give_up_after_s
+    if down_for_s <= limit_s:
+        return None
+    if never_answered:
+        return (
+            f"no server has answered since the job started ({limit_s:g} s); check the "
+            "--server / --run addresses and that the servers are up"
+        )
+    return (
+        f"every server was down for {limit_s:g} s (--give-up-after-s); gave up: run the "
+        "same command again once a server is up (the rows left are kept)"
+    )
 
 
 class Dispatcher:
@@ -171,6 +84,7 @@ class Dispatcher:
         policy: DispatchPolicy,
         endpoints: Sequence[Endpoint],
         session: aiohttp.ClientSession,
+        model: str,
         sampling: Sampling,
         ledger: Ledger,
         rows: Iterator[PromptRow | RejectedRow],
@@ -178,10 +92,10 @@ class Dispatcher:
         client_factory: ClientFactory | None = None,
     ) -> None:
         """`rows`: the input rows to send; `writers`: one per split, closed when `run` ends."""
-        self.policy, self.session, self.sampling = policy, session, sampling
+        self.policy, self.session, self.model, self.sampling = policy, session, model, sampling
         self.ledger, self.writers = ledger, writers
-        self.client = (client_factory or ChatClient)(session, sampling)
-        self.reasoning = ReasoningWatch(sampling.model, thinking=sampling.thinking)
+        self.client = (client_factory or ChatClient)(session, model, sampling)
+        self.reasoning = ReasoningWatch(model, thinking=sampling.thinking)
         self.usage_missing_said = False  # the warning of answers without `usage`, said once
         self.pool = ServerPool(
             [e.base_url for e in endpoints],
@@ -189,10 +103,12 @@ class Dispatcher:
             {e.base_url: e.slots for e in endpoints if e.router},
             {e.base_url: e.group for e in endpoints if e.group},
         )
-        self.queue = _Queue(rows, max(1024, 4 * policy.concurrency * sum(s.slots for s in self.pool.servers)))
-        self.requests = _Requests()
-        self.probes = _Probes()
-        self.stopping = _Stopping()
+        self.queue = RowQueue(
+            rows, max(1024, 4 * policy.concurrency * sum(s.slots for s in self.pool.servers))
+        )
+        self.requests = InFlight()
+        self.probes = Probes()
+        self.stopping = Stopping()
         self.batch = LedgerBatch.empty()
         self.spec = SpecTracker()
         self.tasks = JobTasks(lambda what: self._stop(f"stopped by an error in {what}"))
@@ -308,19 +224,10 @@ class Dispatcher:
                     down_since = now
                     self._say("every server is down: paused (no retries spent) while probing")
                 self.stats.paused_reason = "every server is down; probing, no retries spent"
-                # a server that never answered is most likely a wrong address, not an outage
                 never = self.stats.done == 0 and self.stats.failed == 0
-                limit_s = self.policy.give_up_after_s
-                if never:
-                    limit_s = min(limit_s, NEVER_ANSWERED_GIVE_UP_S)
-                if now - down_since > limit_s:
-                    self._stop(
-                        f"no server has answered since the job started ({limit_s:g} s); check the "
-                        "--server / --run addresses and that the servers are up"
-                        if never
-                        else f"every server was down for {limit_s:g} s (--give-up-after-s); gave up: run the "
-                        "same command again once a server is up (the rows left are kept)"
-                    )
+                gave_up = give_up_reason(now - down_since, self.policy.give_up_after_s, never)
+                if gave_up is not None:
+                    self._stop(gave_up)
                     return
             else:
                 down_since = None
@@ -409,7 +316,7 @@ class Dispatcher:
         output = build_row(
             row,
             done,
-            model=self.sampling.model,
+            model=self.model,
             thinking=self.sampling.thinking,
             keep_given_turns=self.policy.keep_given_turns,
         )

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specpilot.generate.types import Message
+from specpilot.generate.rows.types import Message
 
 SHAREGPT_ROLES = {
     "human": "user",

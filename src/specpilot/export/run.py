@@ -1,0 +1,137 @@
+"""`specpilot export DIR --format specforge|speculators|parquet|hf`: the committed rows for a trainer.
+
+| format | writes | read by |
+|---|---|---|
+| `specforge` | one JSONL file, `DIR/specforge.jsonl` | SpecForge `train_data_path`, its validation script |
+| `speculators` | one JSONL file, `DIR/speculators.jsonl` | speculators `prepare-data` / `load_raw_dataset` |
+| `parquet` | one shard per part, `DIR/parquet/` | `datasets.load_dataset("parquet", data_files=...)` |
+| `hf` | a `save_to_disk` directory, `DIR/hf/` | `datasets.load_from_disk` |
+
+Each format is a record in `formats.FORMATS` and a writer (`jsonl.py`, `arrow.py`); this module
+runs one. Only clean rows (`data/`) unless `include_flagged`. The JSONL formats carry strings
+only (never null), `tools` as a JSON string (so every row has one Arrow type), and
+SpecForge's `"status": "success"`. The Parquet/Arrow schema is fixed (not inferred per
+shard) so shards agree; non-string values are stored as JSON text.
+
+An export is whole or absent: it is written beside the target under a hidden temporary name
+and renamed onto it at the end (`--overwrite` replaces the whole target), never into the
+job's own folder (`target.py`).
+
+Every format streams: rows are read a line at a time and written line by line (JSONL) or
+a batch of `arrow.BATCH_ROWS` at a time (Parquet row groups, Arrow record batches), so memory
+does not grow with the job (bench/export_memory.py measures it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specpilot.errors import UserError
+from specpilot.export.formats import format_named
+from specpilot.export.target import (
+    earlier_export,
+    make_folder,
+    partial_path,
+    publish,
+    refuse_job_folder,
+    remove,
+    remove_stale_partials,
+)
+from specpilot.export.writing import RowsDone, WriteRequest
+from specpilot.generate.ledger.disk import disk_error
+from specpilot.generate.ledger.report import reading_ledger, summarize
+
+
+@dataclass
+class ExportResult:
+    files: list[Path]
+    rows: int
+    flagged_included: bool
+    warnings: list[str] = field(default_factory=list)
+
+
+def _quiet(rows: int) -> None:
+    """A `RowsDone` that says nothing."""
+
+
+def export(
+    directory: Path,
+    fmt: str,
+    target: Path | None = None,
+    *,
+    include_flagged: bool = False,
+    per_turn: bool = True,
+    done: RowsDone | None = None,
+    overwrite: bool = False,
+) -> ExportResult:
+    """Write the committed rows as `fmt` (a name in `formats.FORMATS`); `per_turn` (formats that
+    split turns): one row per target turn, see `rows.turn_rows`; `done` hears the rows written so
+    far after each part. An earlier export at the target is replaced only with `overwrite` (never
+    silently), and then whole.
+
+    The export is written beside the target under a temporary name and renamed onto it at the
+    end, so the target is whole or absent: a killed or refused export (a changed part, a full
+    disk) leaves no target, and a refused `--overwrite` leaves the earlier export as it was."""
+    spec = format_named(fmt, field="--format")
+    to = target or spec.default_target(directory)
+    refuse_job_folder(directory, to, spec)
+    earlier = earlier_export(to, spec)
+    if earlier and not overwrite:
+        raise UserError(
+            f"{to} already exists", field="--to", fix="pass --overwrite to replace it, or give another --to"
+        )
+    make_folder(to.parent)
+    remove_stale_partials(to)
+    partial = partial_path(to)
+    request = WriteRequest(directory, partial, include_flagged, per_turn, done or _quiet)
+    try:
+        written = spec.load_writer()(request)
+        if written.files:
+            publish(partial, to)
+    except OSError as err:
+        # reading the job's own files says so itself (committed_parts): this is the target
+        raise disk_error(
+            err, to, field="--to", elsewhere="pass --to a writable path on a disk with room"
+        ) from None
+    finally:
+        remove(partial)  # nothing half-written is left behind (a full disk is then not fuller)
+    written.files = [to / f.name if f.parent == partial else to for f in written.files]
+    warnings = []
+    if written.left_out:
+        warnings.append(
+            f"{written.left_out} rows left out: they hold given assistant turns (--keep-given-turns), "
+            "which speculators would train as if the target wrote them; --format specforge trains only "
+            "the target's turns of them"
+        )
+    if not written.files and written.left_out:
+        raise UserError(
+            f"every row of {directory} holds given assistant turns (--keep-given-turns), which "
+            "speculators would train on as if the target wrote them",
+            field="--format",
+            fix="use --format specforge (one row per target turn: only the target's turns are trained)",
+        )
+    if not written.files and not include_flagged:
+        _refuse_only_flagged(directory)
+    if not written.files:
+        raise UserError(
+            f"{directory} has no finished rows{'' if include_flagged else ' in data/'} yet",
+            field="DIR",
+            fix="run `specpilot generate` into it first (or pass --include-flagged for the flagged rows)",
+        )
+    return ExportResult(written.files, written.rows, include_flagged, warnings=warnings)
+
+
+def _refuse_only_flagged(directory: Path) -> None:
+    """Every finished row is flagged: say so, and which flags, rather than "no rows yet"."""
+    with reading_ledger(directory) as ledger:
+        summary = summarize(ledger)
+    if not summary.flagged:
+        return
+    flags = ", ".join(f"{flag} {count}" for flag, count in summary.flags.items() if count)
+    raise UserError(
+        f"{directory} has no clean rows: all {summary.flagged} finished rows are flagged ({flags})",
+        field="DIR",
+        fix="`specpilot report DIR` says what each flag means; fix the cause and generate again, "
+        "or pass --include-flagged to export the flagged rows as they are",
+    )
