@@ -17,7 +17,7 @@ from specpilot.bench.measure import Measured, Settings
 from specpilot.bench.render import winner_line
 from specpilot.bench.run import BenchResult
 from specpilot.bench.variants import Variant
-from specpilot.generate.sampling import SamplingOptions
+from specpilot.generate.sampling import Sampling
 from specpilot.plan.types import PrefillGate
 from specpilot.spec import Spec, parse_spec
 from tests.bench.conftest import BENCH_ENGINE, specpilot, write_prompts
@@ -49,7 +49,7 @@ def _spec(version: str = "0.5.17") -> Spec:
 
 def _lab(spec: Spec, tmp_path: Path) -> EngineLab:
     settings = Settings(
-        tmp_path / "s.jsonl", tmp_path / "w.jsonl", 8, SamplingOptions(thinking=False), 60.0, 5.0, 0.0, 60.0
+        tmp_path / "s.jsonl", tmp_path / "w.jsonl", 8, Sampling(thinking=False), 60.0, 5.0, 0.0, 60.0
     )
     return EngineLab(spec, settings, [], tmp_path, lambda line: None)
 
