@@ -32,9 +32,7 @@ TASKS_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _library_files() -> list[Path]:
-    return sorted(
-        path for path in SRC.rglob("*.py") if path.relative_to(SRC).parts[0] not in COMMAND_LAYER
-    )
+    return sorted(path for path in SRC.rglob("*.py") if path.relative_to(SRC).parts[0] not in COMMAND_LAYER)
 
 
 def _asyncio_names(tree: ast.Module) -> dict[str, str]:
@@ -55,6 +53,17 @@ def _is_loop(node: ast.expr) -> bool:
     return "loop" in name.lower()
 
 
+def _asyncio_call(func: ast.expr, imported: dict[str, str]) -> str | None:
+    """The asyncio function or loop method a call's target is, else None."""
+    if isinstance(func, ast.Name):
+        return imported.get(func.id)
+    if not isinstance(func, ast.Attribute):
+        return None
+    if isinstance(func.value, ast.Name) and func.value.id == "asyncio":
+        return func.attr
+    return func.attr if func.attr in LOOP_RUNNERS | TASK_STARTERS and _is_loop(func.value) else None
+
+
 def _calls(path: Path) -> Iterator[tuple[ast.Call, str, str]]:
     """Each asyncio call of the file: (node, the asyncio function or loop method, the function it is in)."""
     tree = ast.parse(path.read_text(), str(path))
@@ -63,15 +72,8 @@ def _calls(path: Path) -> Iterator[tuple[ast.Call, str, str]]:
     def visit(node: ast.AST, within: str) -> Iterator[tuple[ast.Call, str, str]]:
         for child in ast.iter_child_nodes(node):
             inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else within
-            if isinstance(child, ast.Call):
-                func = child.func
-                if isinstance(func, ast.Name) and func.id in imported:
-                    yield child, imported[func.id], within
-                elif isinstance(func, ast.Attribute):
-                    if isinstance(func.value, ast.Name) and func.value.id == "asyncio":
-                        yield child, func.attr, within
-                    elif func.attr in LOOP_RUNNERS | TASK_STARTERS and _is_loop(func.value):
-                        yield child, func.attr, within
+            if isinstance(child, ast.Call) and (name := _asyncio_call(child.func, imported)):
+                yield child, name, within
             yield from visit(child, inner)
 
     yield from visit(tree, "<module>")

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, write_jsonl
 
 ROWS = 3

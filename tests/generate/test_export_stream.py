@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from specpilot.cli import cli
 from specpilot.generate import export as export_module
 from specpilot.generate.committed import committed_parts
-from specpilot.generate.job import run_generate
 from specpilot.generate.writer import CLEAN
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output
 from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config

@@ -12,7 +12,8 @@ from aiohttp import web
 
 from specpilot.generate.client import RequestFailed, parse_answer
 from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output, scripted_server, write_jsonl
 
 

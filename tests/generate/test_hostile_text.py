@@ -22,11 +22,12 @@ from specpilot.generate.client import ChatClient, RequestFailed, Sampling, parse
 from specpilot.generate.endpoints import Endpoint
 from specpilot.generate.export import FORMATS, export
 from specpilot.generate.inputs import iter_rows, resolve_input
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
 from specpilot.generate.ledger import Ledger
 from specpilot.generate.rows import TurnResult, build_row, messages_for
 from specpilot.generate.types import PromptRow
 from specpilot.generate.writer import PartWriter
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import SURROGATE_MARKER, FakeServer
 

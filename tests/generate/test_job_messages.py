@@ -10,7 +10,8 @@ import pytest
 
 from specpilot.generate import dispatch
 from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, write_jsonl
 from tests.generate.fake_server import FakeServer
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.generate.export import FORMATS, META, TURN_META
-from specpilot.generate.job import run_generate
 from specpilot.generate.rows import META_FIELDS, TURN_FIELDS
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output
 from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FATAL_MARKER, FakeServer, Faults
 

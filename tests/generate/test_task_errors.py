@@ -17,10 +17,11 @@ import pytest
 
 import specpilot.generate.dispatch as dispatch
 from specpilot.generate.endpoints import Endpoint
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
 from specpilot.generate.ledger import LEDGER_FILE, RowState
 from specpilot.generate.servers import SpecTracker
 from specpilot.taskgroup import TaskFailed
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer, Faults
 

@@ -11,12 +11,12 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.errors import UserError
-from specpilot.generate.job import run_generate
 from specpilot.generate.ledger import Ledger
 from specpilot.generate.report import summarize
 from specpilot.generate.servers import ServerPool
 from specpilot.generate.stats import progress_numbers
 from specpilot.generate.thinking import NO_REASONING_LIMIT, markers_for, split_inline
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output
 from tests.generate.fake_server import CUT_MARKER, FakeServer, Faults
 from tests.generate.test_job import _config

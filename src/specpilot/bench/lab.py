@@ -44,11 +44,19 @@ def spread(rows: list[PromptRow], count: int) -> list[PromptRow]:
 class EngineLab:
     """Plans and measures points of one spec on its host, one at a time."""
 
-    def __init__(self, spec: Spec, settings: Settings, rows: list[PromptRow], scratch: Path, notify: Notify):
+    def __init__(
+        self,
+        spec: Spec,
+        settings: Settings,
+        rows: list[PromptRow],
+        scratch: Path,
+        notify: Notify,
+        started: list[str] | None = None,
+    ):
         self.spec, self.settings, self.rows, self.scratch, self.notify = spec, settings, rows, scratch, notify
         self.prepared: dict[Variant, Prepared] = {}
         #: every run name a measurement may have started (the bench's stop path stops each)
-        self.started: list[str] = []
+        self.started: list[str] = [] if started is None else started
 
     def prepare(self, point: Variant) -> Prepared:
         if point not in self.prepared:
@@ -64,7 +72,7 @@ class EngineLab:
             return Planned(None, prepared.refused or "no plan")
         return Planned(prepared.plan.max_running_requests)
 
-    def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
+    async def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
         prepared = self.prepare(point)
         kind = "sample" if rows >= len(self.rows) else "screen"
         folder = self.scratch / folder_name(point) / kind
@@ -79,7 +87,7 @@ class EngineLab:
         if not prepared.refused:  # before the start: its engine may appear at any moment
             self.started.append(prepared.spec.name)
         started_s = time.monotonic()
-        row, timings = measure(prepared, settings, folder, self.notify)
+        row, timings = await measure(prepared, settings, folder, self.notify)
         cost_s = time.monotonic() - started_s
         if received():  # a signal whose interrupt something swallowed still ends the bench
             raise KeyboardInterrupt

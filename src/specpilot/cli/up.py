@@ -198,7 +198,7 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
             _refuse_if_running(spec.name)
             result, replans = _up_until_settled(spec, force, replan, as_json)
     except KeyboardInterrupt:
-        left = stop_started([spec.name])
+        left = asyncio.run(stop_started([spec.name]))  # the start's loop ended with the interrupt
         if left:
             raise JobFailed("; ".join(left) + " (stopping the interrupted start)") from None
         click.echo(f"interrupted: {spec.name} is stopped", err=True)
