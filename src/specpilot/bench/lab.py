@@ -22,6 +22,7 @@ from specpilot.bench.variants import Prepared, Variant, adaptive_flag, prepare, 
 from specpilot.engines.registry import engine_by_name
 from specpilot.generate.types import PromptRow
 from specpilot.launch.shield import received, take_over_signals
+from specpilot.models.host_files import ModelRead
 from specpilot.spec import Spec
 
 
@@ -52,15 +53,18 @@ class EngineLab:
         scratch: Path,
         notify: Notify,
         started: list[str] | None = None,
+        files: ModelRead | None = None,
     ):
         self.spec, self.settings, self.rows, self.scratch, self.notify = spec, settings, rows, scratch, notify
         self.prepared: dict[Variant, Prepared] = {}
         #: every run name a measurement may have started (the bench's stop path stops each)
         self.started: list[str] = [] if started is None else started
+        #: the spec's model as the bench read it, once: every point plans on it
+        self.files = files
 
     def prepare(self, point: Variant) -> Prepared:
         if point not in self.prepared:
-            prepared = prepare(self.spec, point, run_name(self.spec, point))
+            prepared = prepare(self.spec, point, run_name(self.spec, point), self.files)
             if prepared.refused:
                 self.notify(f"{point.label}: not started: {prepared.refused}")
             self.prepared[point] = prepared

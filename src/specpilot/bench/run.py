@@ -34,6 +34,7 @@ from specpilot.generate.sampling import SamplingOptions
 from specpilot.hosts import open_host_section
 from specpilot.launch.shield import stop_started
 from specpilot.launch.state import specpilot_home
+from specpilot.models.host_files import read_model
 from specpilot.projection import BENCH_FILE
 from specpilot.secrets import mask_argv
 from specpilot.spec import Spec, spec_to_toml
@@ -162,7 +163,8 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
     settings = request.settings
     # the file and --sample are checked before any planning; the sample then grows to fill the caps
     sample = draw(source, request.sample_size, request.seed)
-    lab = EngineLab(spec, settings, [], request.job_dir / SCRATCH_DIR, notify, started)
+    files = await read_model(spec)
+    lab = EngineLab(spec, settings, [], request.job_dir / SCRATCH_DIR, notify, started, files)
     for config in request.variants:
         notify(f"{config.label}: check and plan")
         lab.plan(config)

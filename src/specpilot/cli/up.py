@@ -34,6 +34,7 @@ from specpilot.launch.shield import ending_signals, stop_started
 from specpilot.launch.state import check_run_name, read_state
 from specpilot.launch.stop import STOP_OUTCOMES
 from specpilot.launch.supervisor import launch
+from specpilot.models.host_files import ModelRead, read_model
 from specpilot.progress import ProgressLines, stderr_is_terminal
 from specpilot.spec import Spec, load_spec
 
@@ -212,8 +213,9 @@ def _up_until_settled(spec: Spec, force: bool, replan: int, as_json: bool) -> tu
     """Start, re-planned up to `replan` times: the last result and the re-plans made."""
     console = Console()
     replans: list[Replan] = []
+    files = asyncio.run(read_model(spec))  # once: a re-plan changes flags, not the model
     while True:
-        pre = run_preflight(spec)
+        pre = run_preflight(spec, files)
         if not as_json:
             for warning in pre.warnings:
                 console.print(f"[yellow]warning[/]: {warning}")
@@ -232,7 +234,7 @@ def _up_until_settled(spec: Spec, force: bool, replan: int, as_json: bool) -> tu
             )
         if not as_json:
             _render_result(result, console)
-        change = _next_replan(spec, result, pre, len(replans), replan, console, as_json)
+        change = _next_replan(spec, result, pre, files, len(replans), replan, console, as_json)
         if change is None:
             break
         replans.append(change)
@@ -241,7 +243,14 @@ def _up_until_settled(spec: Spec, force: bool, replan: int, as_json: bool) -> tu
 
 
 def _next_replan(
-    spec: Spec, result: UpResult, pre: Preflight, done: int, allowed: int, console: Console, quiet: bool
+    spec: Spec,
+    result: UpResult,
+    pre: Preflight,
+    files: ModelRead,
+    done: int,
+    allowed: int,
+    console: Console,
+    quiet: bool,
 ) -> Replan | None:
     """The re-planned spec to start next, with the reason and changes printed; None to stop.
 
@@ -253,7 +262,7 @@ def _next_replan(
         return None
     log_text = asyncio.run(_engine_log(spec.name))
     try:
-        change = replan(spec, log_text, pre.plan)
+        change = replan(spec, log_text, pre.plan, files)
     except UserError as err:
         if not quiet:
             console.print(f"[yellow]no re-plan[/]: {err}")

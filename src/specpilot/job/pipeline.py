@@ -142,8 +142,9 @@ def _gpus_of(job: JobFile) -> int:
     return load_spec(job.serving_file).gpu.count
 
 
-def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
+async def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
     from specpilot.check import check_spec
+    from specpilot.models.host_files import read_model
     from specpilot.plan import make_plan
 
     if job.fleet is not None:
@@ -153,10 +154,14 @@ def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
     else:
         spec = _server_spec(job)
         specs = {(spec.gpu.memory_gib, spec.gpu.name, spec.gpu.count): spec}
+    if record.done("check") and record.done("plan"):
+        return
+    files = {key: await read_model(s) for key, s in specs.items()}  # each model once, for both
     if not record.done("check"):
         record.begin("check", 0)
         found = {
-            str(key): [dataclasses.asdict(f) for f in check_spec(s).findings] for key, s in specs.items()
+            str(key): [dataclasses.asdict(f) for f in check_spec(s, files[key]).findings]
+            for key, s in specs.items()
         }
         errors = [
             f"{f['rule']}: {f['message']}" for fs in found.values() for f in fs if f["severity"] == "error"
@@ -173,7 +178,7 @@ def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
         plans: dict[str, dict[str, Any]] = {}
         recommended: list[str] = []
         for key, s in specs.items():
-            plan = make_plan(s)
+            plan = make_plan(s, files=files[key])
             problems = [p.message for p in plan.problems]
             plans[str(key)] = {
                 "fits": plan.fits,
@@ -226,7 +231,7 @@ async def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
 
 async def run_before_serving(job: JobFile, record: JobRecord, say: Say) -> None:
     """check, plan and bench (each skipped when finished); then the projection at start."""
-    _check_and_plan(job, record, say)
+    await _check_and_plan(job, record, say)
     await _bench(job, record, say)
     from specpilot.job.cost import projection_at_start
 
