@@ -27,8 +27,18 @@ LOOP_RUNNERS = {"run_until_complete", "run_forever"}
 TASK_STARTERS = {"create_task", "ensure_future"}
 #: the one module that starts tasks: each one in a task group it awaits
 TASK_MODULE = "taskgroup.py"
-#: (file, function) -> why a task started by hand is right there
-TASKS_ALLOWED: dict[tuple[str, str], str] = {}
+#: (file, function) -> why a task started by hand is right there (each awaited or cancelled on
+#: every path out, which a task group cannot express here)
+TASKS_ALLOWED: dict[tuple[str, str], str] = {
+    ("launch/watch.py", "_stop_soon"): "the stop starts at the fatal line, overlapping the "
+    "collection of the error's last lines, and outlives `watch`: the supervisor awaits it in "
+    "its `finally`, after `watch` returned the failure",
+    ("launch/watch.py", "start_following"): "the log is followed from before the spawn; "
+    "`_finish_log` stops it early, once the process exited, to read the rest whole, and the "
+    "supervisor's `finally` stops it on every other path",
+    ("launch/watch.py", "_decide"): "the exit status is read while the last lines arrive; the "
+    "outcome awaits it (`_render`) or `_decide`'s `finally` cancels it",
+}
 
 
 def _library_files() -> list[Path]:
