@@ -138,7 +138,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def _job(endpoints: list[object], rows: int, concurrency: int, work: Path) -> dict[str, object]:
-    from specpilot.generate.job import JobConfig, run_generate
+    from specpilot.generate.job import JobConfig, generate_in_loop
     from specpilot.generate.sampling import Sampling
 
     source = work / "in.jsonl"
@@ -150,10 +150,12 @@ def _job(endpoints: list[object], rows: int, concurrency: int, work: Path) -> di
             )
         )
     out = Path(tempfile.mkdtemp(dir=work))
-    outcome = run_generate(
-        JobConfig(
-            source, out, endpoints, "bench", Sampling(True), concurrency=concurrency, show_progress=False
-        )  # type: ignore[arg-type]
+    outcome = asyncio.run(
+        generate_in_loop(
+            JobConfig(
+                source, out, endpoints, "bench", Sampling(True), concurrency=concurrency, show_progress=False
+            )  # type: ignore[arg-type]
+        )
     )
     ids = [
         json.loads(line)["id"] for part in sorted((out / "data").glob("part-*.jsonl")) for line in part.open()

@@ -175,12 +175,14 @@ def output_ids(out: Path) -> list[str]:
 
 
 def in_process_job(endpoints: list[Any], source: Path, out: Path, concurrency: int) -> dict[str, Any]:
-    from specpilot.generate.job import JobConfig, run_generate
+    from specpilot.generate.job import JobConfig, generate_in_loop
     from specpilot.generate.sampling import Sampling
 
-    outcome = run_generate(
-        JobConfig(
-            source, out, endpoints, "bench", Sampling(True), concurrency=concurrency, show_progress=False
+    outcome = asyncio.run(
+        generate_in_loop(
+            JobConfig(
+                source, out, endpoints, "bench", Sampling(True), concurrency=concurrency, show_progress=False
+            )
         )
     )
     summary: dict[str, Any] = outcome.summary.to_json()

@@ -4,7 +4,7 @@ A zero-latency OpenAI-compatible server (raw asyncio protocol, its own process, 
 CPU is not counted) answers every chat request with a short fixed response. In one run
 the same prompts go through:
 
-* specpilot generate's whole pipeline (`run_generate`: ledger, fsynced part files);
+* specpilot generate's whole pipeline (`generate_in_loop`: ledger, fsynced part files);
 * (a) `openai.AsyncOpenAI` + `asyncio.Semaphore`, answers appended to a JSONL file;
 * (b) a `ThreadPoolExecutor` with the sync `openai.OpenAI` client, like public
   regeneration scripts.
@@ -71,20 +71,22 @@ def _measure(name: str, rows: int, work: Callable[[], None]) -> dict[str, float 
 
 def run_specpilot(url: str, prompts: list[dict[str, object]], concurrency: int, work_dir: Path) -> None:
     from specpilot.generate.dispatch.endpoints import Endpoint
-    from specpilot.generate.job import JobConfig, run_generate
+    from specpilot.generate.job import JobConfig, generate_in_loop
     from specpilot.generate.sampling import Sampling
 
     path = work_dir / "in.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in prompts))
-    outcome = run_generate(
-        JobConfig(
-            path,
-            work_dir / "out",
-            [Endpoint(url)],
-            "bench",
-            Sampling(True),
-            concurrency=concurrency,
-            show_progress=False,
+    outcome = asyncio.run(
+        generate_in_loop(
+            JobConfig(
+                path,
+                work_dir / "out",
+                [Endpoint(url)],
+                "bench",
+                Sampling(True),
+                concurrency=concurrency,
+                show_progress=False,
+            )
         )
     )
     assert outcome.summary.done == len(prompts), outcome.message

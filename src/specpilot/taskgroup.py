@@ -108,10 +108,16 @@ async def each_of(works: Sequence[Work[T]]) -> list[T]:
 async def beside(work: Callable[[], Coroutine[Any, Any, None]], what: str) -> AsyncIterator[None]:
     """Run `work` while the body runs, and cancel it when the body ends. If `work` fails
     first, the body is cancelled and the failure is raised; the body's own error is raised
-    as it is."""
+    as it is. `work` is called inside the task: a body that ends before the task's first
+    step leaves no coroutine unawaited."""
+
+    async def run() -> None:
+        with naming(what):
+            await work()
+
     try:
         async with asyncio.TaskGroup() as group:
-            task = group.create_task(_named((work(), what)))
+            task = group.create_task(run())
             try:
                 yield
             finally:

@@ -177,14 +177,11 @@ def test_an_interrupt_the_job_took_as_it_ended_still_ends_the_bench(monkeypatch:
     class Interrupted:
         stop_reason = "interrupted by SIGINT; run the same command again to resume"
 
-    def job_ending_at_once(config: object, watch: Any) -> None:
-        async def run() -> None:
-            async with watch(Interrupted()):
-                pass  # the job ended before the guard's first tick
+    async def job_ending_at_once(config: object, watch: Any) -> None:
+        async with watch(Interrupted()):
+            pass  # the job ended before the guard's first tick
 
-        asyncio.run(run())
-
-    monkeypatch.setattr(measure, "run_generate", job_ending_at_once)
+    monkeypatch.setattr(measure, "generate_in_loop", job_ending_at_once)
     guard = measure._Guard(time.monotonic() + 60, "plain", lambda line: None, 0.0)
     with pytest.raises(KeyboardInterrupt):
-        measure._guarded(cast(JobConfig, None), guard)
+        asyncio.run(measure._guarded(cast(JobConfig, None), guard))

@@ -9,6 +9,7 @@ point within 2% of the exhaustive best in under a third of the exhaustive work.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 import random
@@ -96,7 +97,11 @@ class StandinLab:
         fraction = float(args[args.index(FRACTION) + 1]) if FRACTION in args else self.fraction
         return prefill_graph(self.profiles[str(point.draft_tokens)], fraction, GRAPH_OFF in args)
 
-    def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
+    async def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
+        return self.played(point, rows)
+
+    def played(self, point: Variant, rows: int) -> Trial:
+        """The point run on `rows` rows of the stand-in."""
         cap = point.running_cap or self.most[point.config.label] or 1
         lengths = [self.lengths[i * len(self.lengths) // rows] for i in range(rows)]
         timings = played(self.profiles, point, cap, lengths, self.graph(point))
@@ -113,7 +118,7 @@ def exhaustive(lab: StandinLab, configs: list[Variant]) -> tuple[dict[str, JobTi
         most = lab.most.get(config.label)
         for cap in cap_points(most) if most else ():
             point = config.at(cap)
-            trial = lab.measure(point, FULL_ROWS, math.inf)
+            trial = lab.played(point, FULL_ROWS)
             cost_s += trial.cost_s
             found[point.label] = project_job(lab.lengths, INPUT_ROWS, cap, trial.rates.rate_at)
     return found, cost_s
@@ -170,7 +175,7 @@ def test_the_search_finds_the_exhaustive_best_for_a_third_of_the_work(profiles: 
     truth, exhaustive_s = exhaustive(StandinLab(profiles, MOST, lengths), CONFIGS)
     best_label = min(truth, key=lambda label: truth[label].wall_s)
     lab = StandinLab(profiles, MOST, lengths)
-    result = search(CONFIGS, lab, Job(INPUT_ROWS), full_rows=FULL_ROWS, budget_s=1e9)
+    result = asyncio.run(search(CONFIGS, lab, Job(INPUT_ROWS), full_rows=FULL_ROWS, budget_s=1e9))
     assert result.winner is not None
     found = truth[result.winner.label].wall_s
     assert found <= truth[best_label].wall_s * 1.02, (result.winner.label, best_label)
@@ -208,14 +213,14 @@ def test_a_point_plan_refuses_is_never_started_and_a_failed_screen_stops_its_cap
     lengths = sample_lengths()
 
     class Flaky(StandinLab):
-        def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
+        async def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
             if point.method == "NEXTN" and point.draft_tokens == 1:
                 self.trials.append((point.label, rows))
                 return Trial(False, "did not start (capture, oom)", batch_rates([]), (), 5.0)
-            return super().measure(point, rows, budget_s)
+            return await super().measure(point, rows, budget_s)
 
     lab = Flaky(SPEC_FLIPS, {**MOST, "NEXTN-3": None}, lengths)
-    result = search(CONFIGS, lab, Job(INPUT_ROWS), full_rows=FULL_ROWS, budget_s=1e9)
+    result = asyncio.run(search(CONFIGS, lab, Job(INPUT_ROWS), full_rows=FULL_ROWS, budget_s=1e9))
     rows = {e.label: e for e in result.entries}
     assert rows["NEXTN-3"].status == "refused" and "does not fit" in (rows["NEXTN-3"].reason or "")
     assert not any(label.startswith("NEXTN-3") for label, _ in lab.trials)
@@ -226,7 +231,9 @@ def test_a_point_plan_refuses_is_never_started_and_a_failed_screen_stops_its_cap
 
 def test_a_budget_too_small_for_one_point_starts_nothing() -> None:
     lab = StandinLab(SPEC_FLIPS, MOST, sample_lengths())
-    result = search(CONFIGS, lab, Job(INPUT_ROWS), full_rows=FULL_ROWS, budget_s=20.0, least_s=30.0)
+    result = asyncio.run(
+        search(CONFIGS, lab, Job(INPUT_ROWS), full_rows=FULL_ROWS, budget_s=20.0, least_s=30.0)
+    )
     assert not result.started and result.winner is None and not lab.trials
     assert {e.status for e in result.entries} == {"not started"}
     assert all(
@@ -281,11 +288,11 @@ def test_a_level_with_no_progress_is_left_out_and_no_rate_projects_nothing() -> 
     assert rates.rate_at(10) == pytest.approx(100.0) and rates.rate_at(2) == pytest.approx(40.0)
 
     class Stalled(StandinLab):
-        def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
+        async def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
             return Trial(True, None, BatchRates(((4.0, 0.0, 1.0),), 4), (10,) * rows, 5.0)
 
-    result = search(
-        [Variant()], Stalled(SPEC_FLIPS, MOST, sample_lengths()), Job(100), full_rows=8, budget_s=1e9
+    result = asyncio.run(
+        search([Variant()], Stalled(SPEC_FLIPS, MOST, sample_lengths()), Job(100), full_rows=8, budget_s=1e9)
     )
     assert result.winner is None and all(e.job is None for e in result.entries)
 

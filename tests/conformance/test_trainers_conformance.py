@@ -32,8 +32,9 @@ from click.testing import CliRunner
 from specpilot.cli import cli
 from specpilot.demo.enginevenv import ensure_engine_venv
 from specpilot.generate.dispatch.endpoints import Endpoint
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output, write_jsonl
 from tests.generate.fake_server import CUT_MARKER, FakeServer
 

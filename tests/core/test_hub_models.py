@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.launch.command import host_model_path
-from specpilot.models.host_files import spec_model_files
+from specpilot.models.host_files import read_spec_model_files
 from specpilot.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,7 @@ def test_local_hub_id_is_read_from_the_hub_cache(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     snapshot = _hub(tmp_path / "hub", "Qwen/Qwen3-8B")
     spec = load_spec(_spec(tmp_path, "Qwen/Qwen3-8B"))
-    files = spec_model_files(spec)
+    files = asyncio.run(read_spec_model_files(spec))
     assert files.config == json.loads(QWEN3_8B_CONFIG)
     assert files.where == f"{snapshot}/config.json on local"
     # check reads it too: the Hub model's 40,960 positions refuse --max-model-len 65536
@@ -57,7 +58,10 @@ def test_hf_home_is_honoured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     _hub(tmp_path / "hf" / "hub", "Qwen/Qwen3-8B")
-    assert spec_model_files(load_spec(_spec(tmp_path, "Qwen/Qwen3-8B"))).config["hidden_size"] == 4096
+    assert (
+        asyncio.run(read_spec_model_files(load_spec(_spec(tmp_path, "Qwen/Qwen3-8B")))).config["hidden_size"]
+        == 4096
+    )
 
 
 def test_local_hub_id_missing_is_one_line_with_the_cache_and_the_fix(
@@ -77,5 +81,5 @@ def test_a_folder_named_like_an_id_beside_the_spec_wins(tmp_path: Path) -> None:
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(QWEN3_8B_CONFIG)
     spec = load_spec(_spec(tmp_path, "Qwen/Qwen3-8B"))
-    assert spec_model_files(spec).where == str(folder / "config.json")
+    assert asyncio.run(read_spec_model_files(spec)).where == str(folder / "config.json")
     assert host_model_path(spec, home="/root", local=True) == str(folder)

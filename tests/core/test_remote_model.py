@@ -19,7 +19,7 @@ from specpilot.cli import cli
 from specpilot.errors import UserError
 from specpilot.hosts import open_host
 from specpilot.models.files import ModelFiles
-from specpilot.models.host_files import read_host_model, spec_model_files
+from specpilot.models.host_files import read_host_model, read_spec_model_files
 from specpilot.models.shape import shape_from_files
 from specpilot.spec import load_spec
 from tests.fixtures.sshd import SshdServer
@@ -73,7 +73,7 @@ def _read(sshd: SshdServer, model_path: str, hf_cache: Path | None = None) -> Mo
 
 def test_config_and_weight_headers_are_read_on_the_host(tmp_path: Path, sshd: SshdServer) -> None:
     model = _model(tmp_path / "models" / "Qwen3-8B")
-    files = spec_model_files(load_spec(_spec(tmp_path, sshd, str(model))))
+    files = asyncio.run(read_spec_model_files(load_spec(_spec(tmp_path, sshd, str(model)))))
     assert files.config == json.loads(QWEN3_8B_CONFIG)
     assert files.where == f"{model}/config.json on {sshd.target}"
     shape = shape_from_files(files)
@@ -155,4 +155,4 @@ def test_config_copy_beside_the_spec_is_read_here(tmp_path: Path) -> None:
         'name = "remote"\n[model]\npath = "models/copy"\n[gpu]\nmemory_gib = 80\n'
         '[engine]\nname = "vllm"\nversion = "0.26.0"\n[host]\ntarget = "ssh://gpu@127.0.0.1:1"\n'
     )
-    assert spec_model_files(load_spec(spec)).config["hidden_size"] == 4096
+    assert asyncio.run(read_spec_model_files(load_spec(spec))).config["hidden_size"] == 4096

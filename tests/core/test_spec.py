@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -82,9 +83,9 @@ def test_unknown_top_level_key_suggests_section() -> None:
 def test_hub_id_without_local_copy_says_how_to_get_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from specpilot.models.host_files import spec_model_files
+    from specpilot.models.host_files import read_spec_model_files
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     spec = load_spec(write(tmp_path, GOOD.replace("models/qwen3.6-27b", "Qwen/Qwen3-8B")))
     with pytest.raises(UserError, match="huggingface-cli download Qwen/Qwen3-8B"):
-        spec_model_files(spec)
+        asyncio.run(read_spec_model_files(spec))

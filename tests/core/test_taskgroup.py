@@ -5,6 +5,8 @@ are), `all_of` cancels the rest at the first failure, `each_of` lets every work 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 
@@ -112,6 +114,26 @@ def test_beside_leaves_the_body_error_and_result_alone() -> None:
         return "done"
 
     assert asyncio.run(fine()) == "done"
+
+
+def test_beside_whose_body_ends_at_once_makes_no_coroutine_it_never_awaits() -> None:
+    """A body that ends before the work's task took its first step (a job with nothing to
+    send): the work is not even called, so no coroutine of it is left unawaited."""
+    made: list[str] = []
+
+    async def work() -> None:
+        made.append("ran")
+
+    def make() -> Coroutine[Any, Any, None]:
+        made.append("made")
+        return work()
+
+    async def at_once() -> None:
+        async with beside(make, "the sampler"):
+            pass
+
+    asyncio.run(at_once())
+    assert made == []
 
 
 def test_each_of_raises_every_failure_in_one_line() -> None:

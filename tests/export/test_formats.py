@@ -14,9 +14,9 @@ from specpilot.errors import UserError
 from specpilot.export import formats, run
 from specpilot.export.formats import FORMATS, ExportFormat, format_named
 from specpilot.export.writing import WriteRequest, Written
-from specpilot.generate.job import run_generate
 from specpilot.generate.writers.committed import committed_parts
 from specpilot.job.spec import load_job
+from tests.fixtures.jobs import run_generate
 from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config
 

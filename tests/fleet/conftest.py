@@ -3,6 +3,7 @@ members are stand-in engines, and extra loopback sshd hosts."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -11,11 +12,18 @@ from pathlib import Path
 import pytest
 
 from specpilot.demo.enginevenv import ensure_engine_venv
+from specpilot.fleet.ops import router_running
+from specpilot.fleet.state import read_fleet
 from tests.fixtures.sshd import SshdServer, start_sshd, stop_sshd
 from tests.generate.conftest import fake_server  # noqa: F401  (a fixture used here)
 from tests.launch.conftest import SpecFactory, free_port, make_spec, run_home, toml_value  # noqa: F401  (fixtures used here)
 
 FleetFactory = Callable[..., Path]
+
+
+def router_alive(name: str) -> bool:
+    """Some replica of fleet `name`'s router runs (read in a loop of the test's own)."""
+    return asyncio.run(router_running(read_fleet(name)))
 
 
 @pytest.fixture(scope="session")

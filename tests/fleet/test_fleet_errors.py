@@ -20,14 +20,13 @@ import specpilot.fleet.ops as fleet_ops
 import specpilot.fleet.repair as fleet_repair
 import specpilot.fleet.up as fleet_up
 from specpilot.cli import cli
-from specpilot.fleet.ops import router_alive
 from specpilot.fleet.spec import load_fleet
 from specpilot.hosts.errors import HostConnectionLost
 from specpilot.launch.ops import run_status
 from specpilot.launch.state import state_path
 from specpilot.spec import Spec
 from specpilot.taskgroup import TaskFailed
-from tests.fleet.conftest import FleetFactory
+from tests.fleet.conftest import FleetFactory, router_alive
 
 
 def run(*args: str) -> Result:

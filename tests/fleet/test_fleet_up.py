@@ -18,12 +18,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
-from specpilot.fleet.ops import router_alive
 from specpilot.fleet.router import RouterClient, Worker
 from specpilot.generate.dispatch.endpoints import resolve_endpoints
 from specpilot.launch.state import run_folder
 from tests.fixtures.sshd import SshdServer
-from tests.fleet.conftest import FleetFactory
+from tests.fleet.conftest import FleetFactory, router_alive
 from tests.launch.conftest import free_port
 
 #: how long a SIGKILLed router may take to be gone on a loaded machine

@@ -16,8 +16,9 @@ from specpilot.cli import cli
 from specpilot.generate.dispatch.client import FailureKind, classify_status
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import resolve_endpoints
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fixtures.jobs import run_generate
 from tests.fleet.routerproc import router_call, running_router
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer, Faults, answer_for

@@ -16,7 +16,6 @@ import pytest
 from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
-from specpilot.models.host_files import _read_remote
 from tests.fixtures.sshd import SshdServer
 from tests.fleet.conftest import FleetFactory
 
@@ -40,7 +39,6 @@ def test_repair_restarts_a_member_whose_model_is_on_its_ssh_host(
         assert up.exit_code == 0, up.output
         state = json.loads((run_home.parent / "state" / "runs" / "sshrep-0" / "state.json").read_text())
         os.killpg(int(state["pgid"]), signal.SIGKILL)
-        _read_remote.cache_clear()  # `fleet-repair` is a command of its own: it reads the model anew
 
         repaired = run("fleet-repair", "sshrep", "--backoff-s", "0", "--json")
         assert repaired.exit_code == 0, repaired.output

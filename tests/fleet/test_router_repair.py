@@ -18,8 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
-from specpilot.fleet.ops import router_alive
-from tests.fleet.conftest import FleetFactory
+from tests.fleet.conftest import FleetFactory, router_alive
 from tests.fleet.test_fleet_up import ROUTER_DEATH_S, router_workers, up_json
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import answer_for

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from specpilot.generate.dispatch.endpoints import Endpoint
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, write_jsonl
 
 ROWS = 3

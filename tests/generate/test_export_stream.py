@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.export import arrow
-from specpilot.generate.job import run_generate
 from specpilot.generate.writers.committed import committed_parts
 from specpilot.generate.writers.parts import CLEAN
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output
 from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config

@@ -13,8 +13,8 @@ from specpilot.cli import cli
 from specpilot.errors import UserError
 from specpilot.export import jsonl
 from specpilot.export.jsonl import specforge_records
-from specpilot.generate.job import run_generate
 from specpilot.generate.rows.output import turn_rows
+from tests.fixtures.jobs import run_generate
 from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config
 

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
-from specpilot.generate.job import run_generate
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows
 from tests.generate.fake_server import CUT_MARKER, FakeServer
 from tests.generate.test_job import _config

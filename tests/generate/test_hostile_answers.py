@@ -12,8 +12,9 @@ from aiohttp import web
 
 from specpilot.generate.dispatch.client import RequestFailed, parse_answer
 from specpilot.generate.dispatch.endpoints import Endpoint
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output, scripted_server, write_jsonl
 
 

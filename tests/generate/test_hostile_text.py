@@ -22,13 +22,14 @@ from specpilot.export.formats import FORMATS
 from specpilot.export.run import export
 from specpilot.generate.dispatch.client import ChatClient, RequestFailed, parse_answer
 from specpilot.generate.dispatch.endpoints import Endpoint
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
 from specpilot.generate.ledger.store import Ledger
 from specpilot.generate.rows.inputs import iter_rows, resolve_input
 from specpilot.generate.rows.output import TurnResult, build_row, messages_for
 from specpilot.generate.rows.types import PromptRow
 from specpilot.generate.sampling import Sampling
 from specpilot.generate.writers.parts import PartWriter
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import SURROGATE_MARKER, FakeServer
 

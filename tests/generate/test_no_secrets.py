@@ -22,10 +22,11 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.generate.dispatch.endpoints import resolve_endpoints
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
 from specpilot.status.live import LiveJob
 from specpilot.status.server import bind, url_of, watch_job
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer
 

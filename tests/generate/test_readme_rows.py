@@ -8,8 +8,8 @@ from typing import Any
 
 from specpilot.export.arrow import META, TURN_META
 from specpilot.export.formats import FORMATS
-from specpilot.generate.job import run_generate
 from specpilot.generate.rows.output import META_FIELDS, TURN_FIELDS
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output
 from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config

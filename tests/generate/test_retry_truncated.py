@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.errors import UserError
-from specpilot.generate.job import run_generate
 from specpilot.generate.ledger.store import Ledger
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output
 from tests.generate.fake_server import CUT_MARKER, FakeServer, Faults
 from tests.generate.test_job import _config

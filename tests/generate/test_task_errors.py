@@ -18,10 +18,11 @@ import pytest
 import specpilot.generate.dispatch.dispatcher as dispatch
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.dispatch.servers import SpecTracker
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
 from specpilot.generate.ledger.store import LEDGER_FILE, RowState
 from specpilot.generate.sampling import Sampling
 from specpilot.taskgroup import TaskFailed
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer, Faults
 

@@ -13,10 +13,10 @@ from specpilot.cli import cli
 from specpilot.errors import UserError
 from specpilot.generate.dispatch.servers import ServerPool
 from specpilot.generate.dispatch.stats import progress_numbers
-from specpilot.generate.job import run_generate
 from specpilot.generate.ledger.report import summarize
 from specpilot.generate.ledger.store import Ledger
 from specpilot.generate.rows.thinking import NO_REASONING_LIMIT, markers_for, split_inline
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output
 from tests.generate.fake_server import CUT_MARKER, FakeServer, Faults
 from tests.generate.test_job import _config

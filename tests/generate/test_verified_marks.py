@@ -19,8 +19,9 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.generate.dispatch.endpoints import Endpoint
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer, answer_for
 

@@ -3,6 +3,7 @@ never does, and a stop says "stopped" only with the run's port free."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -67,6 +68,6 @@ def test_a_stop_with_the_port_still_held_says_so(tmp_path: Path, monkeypatch: py
                 started_at_s=time.time(),
             )
         )
-        assert shield.stop_started(["held", "never-started"]) == [
+        assert asyncio.run(shield.stop_started(["held", "never-started"])) == [
             f"held: port {port} is still held by pid {os.getpid()} after the stop"
         ]

@@ -3,13 +3,14 @@ cache or the SSH host said when tried in its place."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 
 import pytest
 
 from specpilot.errors import UserError
-from specpilot.models.host_files import spec_model_files
+from specpilot.models.host_files import read_spec_model_files
 from specpilot.spec import load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -25,7 +26,7 @@ def _copied(tmp_path: Path, target: str) -> Path:
 
 def test_a_local_spec_without_its_model_folder_says_so_before_the_hub(tmp_path: Path) -> None:
     with pytest.raises(UserError) as err:
-        spec_model_files(load_spec(_copied(tmp_path, "local")))
+        asyncio.run(read_spec_model_files(load_spec(_copied(tmp_path, "local"))))
     message = str(err.value)
     assert message.startswith(
         f"[model] path: no model folder {tmp_path / 'models' / 'qwen3.6-27b'} on this machine"
@@ -37,7 +38,7 @@ def test_a_remote_spec_without_its_model_folder_says_so_before_the_ssh_error(tmp
     """The host cannot be reached (port 9 on loopback: nothing listens): the SSH error is kept,
     after the cause a user copying an example most likely has."""
     with pytest.raises(UserError) as err:
-        spec_model_files(load_spec(_copied(tmp_path, "ssh://nobody@127.0.0.1:9")))
+        asyncio.run(read_spec_model_files(load_spec(_copied(tmp_path, "ssh://nobody@127.0.0.1:9"))))
     message = str(err.value)
     assert message.startswith("[model] path: no model folder ")
     assert "not found through ssh://nobody@127.0.0.1:9 either" in message
@@ -45,5 +46,5 @@ def test_a_remote_spec_without_its_model_folder_says_so_before_the_ssh_error(tmp
 
 def test_the_folder_beside_the_spec_is_read_as_before(tmp_path: Path) -> None:
     shutil.copytree(EXAMPLES / "models" / "qwen3.6-27b", tmp_path / "models" / "qwen3.6-27b")
-    files = spec_model_files(load_spec(_copied(tmp_path, "local")))
+    files = asyncio.run(read_spec_model_files(load_spec(_copied(tmp_path, "local"))))
     assert files.config["architectures"] == ["Qwen3_5ForConditionalGeneration"]

@@ -22,6 +22,7 @@ from specpilot.bench.variants import Prepared, Variant, adaptive_flag, prepare, 
 from specpilot.engines.registry import engine_by_name
 from specpilot.generate.rows.types import PromptRow
 from specpilot.launch.shield import received, take_over_signals
+from specpilot.models.host_files import ModelRead
 from specpilot.plan.types import PrefillGate
 from specpilot.spec import Spec
 
@@ -45,17 +46,28 @@ def spread(rows: list[PromptRow], count: int) -> list[PromptRow]:
 class EngineLab:
     """Plans and measures points of one spec on its host, one at a time."""
 
-    def __init__(self, spec: Spec, settings: Settings, rows: list[PromptRow], scratch: Path, notify: Notify):
+    def __init__(
+        self,
+        spec: Spec,
+        settings: Settings,
+        rows: list[PromptRow],
+        scratch: Path,
+        notify: Notify,
+        started: list[str] | None = None,
+        files: ModelRead | None = None,
+    ):
         self.spec, self.settings, self.rows, self.scratch, self.notify = spec, settings, rows, scratch, notify
         self.prepared: dict[Variant, Prepared] = {}
         #: configuration -> its plan's word on the release's prefill-graph gate (None: no gate)
         self.gates: dict[Variant, PrefillGate | None] = {}
         #: every run name a measurement may have started (the bench's stop path stops each)
-        self.started: list[str] = []
+        self.started: list[str] = [] if started is None else started
+        #: the spec's model as the bench read it, once: every point plans on it
+        self.files = files
 
     def prepare(self, point: Variant) -> Prepared:
         if point not in self.prepared:
-            prepared = prepare(self.spec, point, run_name(self.spec, point))
+            prepared = prepare(self.spec, point, run_name(self.spec, point), self.files)
             if prepared.refused:
                 self.notify(f"{point.label}: not started: {prepared.refused}")
             self.prepared[point] = prepared
@@ -70,7 +82,7 @@ class EngineLab:
         gate = self.gates[point] = prepared.plan.prefill_gate
         return Planned(prepared.plan.max_running_requests, other_side=other_side(point, gate))
 
-    def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
+    async def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
         prepared = self.prepare(point)
         kind = "sample" if rows >= len(self.rows) else "screen"
         folder = self.scratch / folder_name(point) / kind
@@ -85,7 +97,7 @@ class EngineLab:
         if not prepared.refused:  # before the start: its engine may appear at any moment
             self.started.append(prepared.spec.name)
         started_s = time.monotonic()
-        row, timings = measure(prepared, settings, folder, self.notify)
+        row, timings = await measure(prepared, settings, folder, self.notify)
         cost_s = time.monotonic() - started_s
         if received():  # a signal whose interrupt something swallowed still ends the bench
             raise KeyboardInterrupt

@@ -30,7 +30,7 @@ from specpilot.bench.variants import Prepared
 from specpilot.errors import UserError
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import endpoint_of_run
-from specpilot.generate.job import JobConfig, run_generate
+from specpilot.generate.job import JobConfig, generate_in_loop
 from specpilot.generate.sampling import Sampling
 from specpilot.hosts import open_host_section
 from specpilot.launch.ops import run_down
@@ -39,6 +39,7 @@ from specpilot.launch.state import read_state
 from specpilot.launch.supervisor import launch
 from specpilot.secrets import mask_argv
 from specpilot.spec import Spec
+from specpilot.taskgroup import beside
 
 #: the warm-up's rows and output length: enough to run every kernel and batch shape once
 WARMUP_ROWS = 8
@@ -125,13 +126,8 @@ class _Guard:
     @contextlib.asynccontextmanager
     async def watch(self, dispatcher: Dispatcher) -> AsyncIterator[object]:
         self.dispatcher = dispatcher
-        task = asyncio.create_task(self._run(dispatcher))
-        try:
+        async with beside(lambda: self._run(dispatcher), f"the guard of {self.label}'s job"):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def _run(self, dispatcher: Dispatcher) -> None:
         last_line_s = time.monotonic()
@@ -177,11 +173,11 @@ def _job(settings: Settings, prepared: Prepared, folder: Path, **changes: Any) -
     return replace(base, **changes)
 
 
-def _guarded(config: JobConfig, guard: _Guard) -> None:
+async def _guarded(config: JobConfig, guard: _Guard) -> None:
     # generate's loop takes SIGTERM over while it runs and resets it to the default after
     on_term = signal.getsignal(signal.SIGTERM)
     try:
-        run_generate(config, guard.watch)
+        await generate_in_loop(config, guard.watch)
     finally:
         if on_term is not None:
             signal.signal(signal.SIGTERM, on_term)
@@ -191,7 +187,7 @@ def _guarded(config: JobConfig, guard: _Guard) -> None:
         raise KeyboardInterrupt  # as a Ctrl-C anywhere else: `measure` stops the server on the way out
 
 
-def measure(
+async def measure(
     prepared: Prepared, settings: Settings, folder: Path, notify: Notify
 ) -> tuple[Measured, list[RequestTiming]]:
     """Start, warm up, measure and stop one variant (refused ones come back as they are);
@@ -218,7 +214,7 @@ def measure(
     spec = spec.model_copy(update={"server": server})
     notify(f"{label}: starting {spec.engine.name} {spec.engine.version} ({' '.join(prepared.recommended)})")
     try:
-        result = asyncio.run(_up(spec, prepared, lambda phase, s, last: None))
+        result = await _up(spec, prepared, lambda phase, s, last: None)
         if result.phase != "ready":
             row.status, row.reason = "failed", _failure(result)
             notify(f"{label}: {row.reason}")
@@ -226,7 +222,7 @@ def measure(
         row.up_s = round(result.elapsed_s, 1)
         notify(f"{label}: ready in {result.elapsed_s:.1f} s; warming up")
         warm = _Guard(min(deadline_s, time.monotonic() + settings.warmup_s), label, notify, 0.0)
-        _guarded(
+        await _guarded(
             _job(
                 settings,
                 prepared,
@@ -253,7 +249,7 @@ def measure(
             f"{label}: measuring {settings.sample_rows} rows at {concurrency} requests in flight (its cap)"
         )
         sample_started_s = time.monotonic()
-        _guarded(
+        await _guarded(
             _job(
                 settings,
                 prepared,
@@ -269,7 +265,7 @@ def measure(
         notify(f"{label}: {_summary(row)}; stopping")
         return row, list(log.requests)
     finally:
-        _stop(spec.name, notify, label)
+        await _stop(spec.name, notify, label)
 
 
 def _streaming(
@@ -353,7 +349,7 @@ def _summary(row: Measured) -> str:
     )
 
 
-def _stop(name: str, notify: Notify, label: str) -> None:
+async def _stop(name: str, notify: Notify, label: str) -> None:
     """`down` of the variant's run, if it got as far as a process."""
     try:
         state = read_state(name)
@@ -364,7 +360,7 @@ def _stop(name: str, notify: Notify, label: str) -> None:
     # an impatient second Ctrl-C must not leave the server running: the stop ends first
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        result = asyncio.run(run_down(name, timeout_s=DOWN_TIMEOUT_S))
+        result = await run_down(name, timeout_s=DOWN_TIMEOUT_S)
     finally:
         signal.signal(signal.SIGINT, previous)
     notify(f"{label}: stopped ({result['stopped']})")

@@ -12,7 +12,6 @@ in the rate they sustain at each number of requests in flight.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import fcntl
@@ -35,6 +34,7 @@ from specpilot.generate.sampling import Sampling
 from specpilot.hosts import open_host_section
 from specpilot.launch.shield import stop_started
 from specpilot.launch.state import specpilot_home
+from specpilot.models.host_files import read_model
 from specpilot.projection import BENCH_FILE
 from specpilot.secrets import mask_argv
 from specpilot.spec import Spec, spec_to_toml
@@ -110,17 +110,13 @@ def check_budget(budget_s: float, warmup_s: float) -> None:
         )
 
 
-def reach_host(spec: Spec) -> None:
+async def reach_host(spec: Spec) -> None:
     """Connect to the spec's host once, so an unreachable one is refused before any work."""
-
-    async def reach() -> None:
-        host = open_host_section(spec.host)
-        try:
-            await host.run(["true"], timeout_s=REACH_TIMEOUT_S)
-        finally:
-            await host.close()
-
-    asyncio.run(reach())
+    host = open_host_section(spec.host)
+    try:
+        await host.run(["true"], timeout_s=REACH_TIMEOUT_S)
+    finally:
+        await host.close()
 
 
 @contextlib.contextmanager
@@ -149,24 +145,26 @@ def bench_lock(spec: Spec) -> Iterator[None]:
         yield
 
 
-def run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
+async def run_bench(request: BenchRequest, notify: Notify, started: list[str] | None = None) -> BenchResult:
     """Search the points (refused ones keep their reason); write bench.json.
 
     Whatever ends it (a point's death, a signal, an error), every point it started is
     stopped on the way out, with the ending signals held (launch.shield): a JobFailed names
-    what survived that stop."""
+    what survived that stop. `started` (the caller's) is told each run name as a point may
+    start: after an interrupt tore the loop down, the command proves them stopped again."""
     with bench_lock(request.spec):
-        return _run_bench(request, notify)
+        return await _run_bench(request, notify, [] if started is None else started)
 
 
-def _run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
+async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) -> BenchResult:
     spec = request.spec
     source = open_prompts(request.prompts)
-    reach_host(spec)
+    await reach_host(spec)
     settings = request.settings
     # the file and --sample are checked before any planning; the sample then grows to fill the caps
     sample = draw(source, request.sample_size, request.seed)
-    lab = EngineLab(spec, settings, [], request.job_dir / SCRATCH_DIR, notify)
+    files = await read_model(spec)
+    lab = EngineLab(spec, settings, [], request.job_dir / SCRATCH_DIR, notify, started, files)
     for config in request.variants:
         notify(f"{config.label}: check and plan")
         side = lab.plan(config).other_side
@@ -195,7 +193,7 @@ def _run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
         notify(line)
     job = Job(sample.input_rows, servers=host_gpus // spec.gpu.count, gpus_per_server=spec.gpu.count)
     try:
-        found = search(
+        found = await search(
             request.variants,
             lab,
             job,
@@ -204,7 +202,7 @@ def _run_bench(request: BenchRequest, notify: Notify) -> BenchResult:
             least_s=settings.warmup_s,
         )
     finally:
-        left = stop_started(lab.started)
+        left = await stop_started(lab.started)
         if left:
             raise JobFailed("; ".join(left) + " (stopping what the bench started)")
     rows = [_row(entry, lab) for entry in found.entries]

@@ -80,7 +80,7 @@ class Trial:
 class Measurer(Protocol):
     def plan(self, point: Variant) -> Planned: ...
 
-    def measure(self, point: Variant, rows: int, budget_s: float) -> Trial: ...
+    async def measure(self, point: Variant, rows: int, budget_s: float) -> Trial: ...
 
 
 @dataclass
@@ -130,7 +130,7 @@ class Job:
     gpus_per_server: int = 1
 
 
-def search(
+async def search(
     configs: Sequence[Variant],
     measurer: Measurer,
     job: Job,
@@ -164,9 +164,9 @@ def search(
     for entry in screens:
         rows = min(entry.max_running_requests or 1, full_rows)
         # a screen of the whole sample is that point's full measurement
-        state.run(entry, rows, share_s, "measured" if rows == full_rows else "screened")
+        await state.run(entry, rows, share_s, "measured" if rows == full_rows else "screened")
     state.predict()
-    state.confirm(full_rows)
+    await state.confirm(full_rows)
     return state.result()
 
 
@@ -189,7 +189,7 @@ class _State:
     def lengths(self) -> tuple[int, ...]:
         return tuple(n for e in self.entries if e.trial is not None and e.trial.ok for n in e.trial.lengths)
 
-    def run(self, entry: Entry, rows: int, share_s: float, status: str) -> None:
+    async def run(self, entry: Entry, rows: int, share_s: float, status: str) -> None:
         share_s = min(share_s, self.left_s)
         if share_s < self.least_s or share_s <= 0:
             if entry.trial is None:
@@ -198,7 +198,7 @@ class _State:
                     f"the budget leaves {max(share_s, 0):.0f} s for it",
                 )
             return
-        trial = self.measurer.measure(entry.point, rows, share_s)
+        trial = await self.measurer.measure(entry.point, rows, share_s)
         self.spent_s += trial.cost_s
         self.trials += 1
         if not trial.ok or not trial.rates.points:
@@ -246,7 +246,7 @@ class _State:
                 entry.job = self._project(entry.trial.rates, cap, lengths)
                 entry.basis = f"its own {len(entry.trial.lengths)} rows"
 
-    def confirm(self, full_rows: int) -> None:
+    async def confirm(self, full_rows: int) -> None:
         """Best predicted first; go on while a waiting point is predicted within MARGIN of the
         best confirmed point's prediction, or below what that point measured."""
         while True:
@@ -267,7 +267,7 @@ class _State:
                 return
             before = self.trials
             # the last planned confirmation may spend all that is left
-            self.run(nxt, full_rows, self.left_s / max(1, CONFIRM_PLANNED - confirmed), "measured")
+            await self.run(nxt, full_rows, self.left_s / max(1, CONFIRM_PLANNED - confirmed), "measured")
             if self.trials == before:  # the budget is spent
                 return
             if nxt.status != "measured":

@@ -23,6 +23,7 @@ from specpilot.engines.flags import parse_version, table_for
 from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.launch.preflight import Preflight, run_preflight
+from specpilot.models.host_files import ModelRead
 from specpilot.plan.compare import without_speculation
 from specpilot.plan.types import Plan
 from specpilot.spec import Spec
@@ -193,9 +194,10 @@ class Prepared:
     recommended: tuple[str, ...] = ()
 
 
-def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
+def prepare(spec: Spec, variant: Variant, name: str, files: ModelRead | None = None) -> Prepared:
     """Check and plan the variant; run it at the plan's recommended knobs, its running
-    requests capped at the variant's cap (refused above the plan's maximum)."""
+    requests capped at the variant's cap (refused above the plan's maximum). `files`: the
+    model as the bench read it (a variant changes flags, not the model)."""
     candidate = variant_spec(spec, variant, name)
     table = table_for(spec.engine.name, parse_version(spec.engine.version))
     if variant.replan:
@@ -204,12 +206,12 @@ def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
         )
     if variant.adaptive and adaptive_flag(spec) is None:
         return Prepared(variant, candidate, None, refused=f"{_release(spec)} has no adaptive speculation")
-    pre = run_preflight(candidate)
+    pre = run_preflight(candidate, files)
     if pre.errors and pre.cause == "oom" and pre.fix is not None:
         # does not fit as given: the plan's recommendation is what `plan` would have it run at
         args, env = pre.fix.apply(table, candidate.engine.args, candidate.engine.env)
         candidate = _with(candidate, args, env)
-        pre = run_preflight(candidate)
+        pre = run_preflight(candidate, files)
     if pre.errors or pre.plan is None:
         return Prepared(variant, candidate, None, refused=_reason(pre))
     recommended = _over(tuple(pre.plan.recommended_args), variant.side_args)
@@ -217,7 +219,7 @@ def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
         table, candidate.engine.args, candidate.engine.env
     )
     tuned = _with(candidate, args, env)
-    final = run_preflight(tuned)
+    final = run_preflight(tuned, files)
     if final.errors or final.plan is None:
         return Prepared(variant, tuned, None, refused=_reason(final), recommended=recommended)
     if variant.running_cap is None:
@@ -230,7 +232,7 @@ def prepare(spec: Spec, variant: Variant, name: str) -> Prepared:
     cap = (flag, str(variant.running_cap))
     args, env = Fix(args=cap).apply(table, tuned.engine.args, tuned.engine.env)
     capped = _with(tuned, args, env)
-    final = run_preflight(capped)
+    final = run_preflight(capped, files)
     # the plan's own cap flag gives way to the point's
     recommended = (*_without(recommended, flag), *cap)
     if final.errors or final.plan is None:

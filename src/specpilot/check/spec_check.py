@@ -13,7 +13,7 @@ from specpilot.engines.fix import Fix
 from specpilot.engines.flags import parse_version
 from specpilot.engines.rules import Finding, GpuFacts
 from specpilot.errors import UserError
-from specpilot.models.files import ModelFiles
+from specpilot.models.host_files import ModelRead
 from specpilot.spec import Spec
 
 
@@ -28,14 +28,14 @@ class ModelFacts:
     config: Mapping[str, Any] | None = None
 
 
-def spec_model(spec: Spec, files: ModelFiles | None = None) -> tuple[ModelFacts, list[Finding]]:
-    """The spec model's facts (from `files` when the caller read them already), or none
-    with a warning without a config."""
+def spec_model(spec: Spec, files: ModelRead | None = None) -> tuple[ModelFacts, list[Finding]]:
+    """The spec model's facts (from `files`, the command's read of them), or none with a
+    warning without a config."""
     from specpilot.models.host_files import spec_model_files
     from specpilot.models.shape import shape_from_files
 
     try:
-        shape = shape_from_files(files if files is not None else spec_model_files(spec))
+        shape = shape_from_files(spec_model_files(spec, files))
         return ModelFacts(shape.architecture, shape.mtp_num_layers, shape.is_hybrid, shape.config), []
     except (UserError, OSError) as err:
         note = Finding(
@@ -78,7 +78,7 @@ def idle_gpus(spec: Spec, result: CheckResult) -> Finding | None:
     )
 
 
-def check_spec(spec: Spec, files: ModelFiles | None = None) -> CheckResult:
+def check_spec(spec: Spec, files: ModelRead | None = None) -> CheckResult:
     model, notes = spec_model(spec, files)
     result = check_args(
         spec.engine.name,
@@ -97,8 +97,8 @@ def check_spec(spec: Spec, files: ModelFiles | None = None) -> CheckResult:
     return result
 
 
-def fix_spec(spec: Spec) -> FixedLaunch:
-    model, notes = spec_model(spec)
+def fix_spec(spec: Spec, files: ModelRead | None = None) -> FixedLaunch:
+    model, notes = spec_model(spec, files)
     gpu = GpuFacts(memory_gib=spec.gpu.memory_gib, name=spec.gpu.name)
 
     def run(args: list[str], env: dict[str, str]) -> CheckResult:

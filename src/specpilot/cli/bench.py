@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from rich.console import Console
 from specpilot import jsontext
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
-from specpilot.errors import EXIT_FAILED, UserError
+from specpilot.errors import EXIT_FAILED, JobFailed, UserError
 from specpilot.generate.sampling import Sampling
 
 #: as a shell reports a process ended by SIGINT
@@ -141,7 +142,7 @@ def bench(
     from specpilot.bench.run import SVG_FILE, BenchRequest, check_budget, plan_settings, run_bench, write_best
     from specpilot.bench.variants import default_variants, parse_variants
     from specpilot.generate.rows.inputs import check_output_dir
-    from specpilot.launch.shield import ending_signals
+    from specpilot.launch.shield import ending_signals, stop_started
     from specpilot.launch.state import check_run_name
     from specpilot.projection import project, read_bench
     from specpilot.spec import load_spec
@@ -172,11 +173,16 @@ def bench(
     )
     request = BenchRequest(spec, prompts_path, job_dir, chosen, sample_rows, seed, settings, gpus)
     # SIGTERM (a scheduler's kill) and SIGHUP (the SSH session closed) end it as Ctrl-C does
+    started: list[str] = []
     try:
         with ending_signals():
-            result = run_bench(request, _say)
+            result = asyncio.run(run_bench(request, _say, started))
     except KeyboardInterrupt:
-        # run_bench stopped every server it started, and saw each one's port free
+        # run_bench stopped every server it started as the interrupt tore its loop down, where a
+        # failure of that stop is only logged: proven again here, each run's port seen free
+        left = asyncio.run(stop_started(started))
+        if left:
+            raise JobFailed("; ".join(left) + " (stopping what the bench started)") from None
         _say("interrupted: every server this bench started is stopped")
         sys.exit(EXIT_INTERRUPTED)
     (job_dir / SVG_FILE).write_text(render_svg(result), encoding="utf-8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from specpilot.check.types import CheckResult
 from specpilot.cli.inputs import PASSTHROUGH, SpecCommand, resolve_spec
 from specpilot.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, UserError
 from specpilot.launch.command import engine_program
+from specpilot.models.host_files import read_model
 from specpilot.secrets import mask_argv, mask_env, redact, redact_tree, secret_values
 from specpilot.spec import Spec, spec_to_toml
 
@@ -142,7 +144,8 @@ def check(
     spec = resolve_spec(target, gpu_memory_gib=gpu_memory_gib, gpu_count=None, engine_version=engine_version)
     # --api-key and HF_TOKEN values never reach the terminal (or a CI log): they show as ***
     secrets = secret_values(spec.engine.env, spec.engine.args)
-    result = check_spec(spec)
+    files = asyncio.run(read_model(spec))  # the model, read once for check and --fix
+    result = check_spec(spec, files)
     payload: dict[str, object] = result.to_json()
     payload["effective_args"] = mask_argv(result.effective_args)
     payload["effective_env"] = mask_env(result.effective_env)
@@ -150,7 +153,7 @@ def check(
     payload["verdict"] = words
     written: str | None = None
     if fix:
-        fixed = fix_spec(spec)
+        fixed = fix_spec(spec, files)
         fixed_words, fixed_code = verdict(fixed.result, no_model)
         program, model_args = engine_program(spec, model_path=spec.model.path)
         command = render_command([*program, *model_args], mask_argv(fixed.args), mask_env(fixed.env))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import sys
@@ -203,7 +204,7 @@ def generate(
 ) -> None:
     """Generate answers (with reasoning) for every prompt, exactly once, resumably."""
     from specpilot.generate.dispatch.endpoints import resolve_endpoints
-    from specpilot.generate.job import JobConfig, run_generate
+    from specpilot.generate.job import JobConfig, generate_in_loop
     from specpilot.generate.ledger.report import render_summary
 
     config = JobConfig(
@@ -238,7 +239,7 @@ def generate(
         watchers.append(watch_job(sock, output_dir, status_hosts))
     if progress_interval_s > 0:
         watchers.append(projecting(output_dir, progress_interval_s, lambda line: click.echo(line, err=True)))
-    outcome = run_generate(config, all_of(watchers))
+    outcome = asyncio.run(generate_in_loop(config, all_of(watchers)))
     if as_json:
         click.echo(
             jsontext.dumps(

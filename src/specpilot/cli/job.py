@@ -68,7 +68,7 @@ def job(
     the job started is stopped unless keep_servers.
     """
     from specpilot.job.cost import used_lines
-    from specpilot.job.pipeline import begin, prepare, run_before_serving, serve
+    from specpilot.job.pipeline import begin, prepare, run_job
     from specpilot.job.spec import load_job
 
     def say(line: str) -> None:
@@ -85,8 +85,7 @@ def job(
     record = prepare(spec, restart_from)
     begin(spec, record)
     try:
-        run_before_serving(spec, record, say)
-        result = asyncio.run(serve(spec, record, say))
+        result = asyncio.run(run_job(spec, record, say))
     except SpecpilotError as err:
         if not as_json:
             raise

@@ -34,6 +34,7 @@ from specpilot.launch.shield import ending_signals, stop_started
 from specpilot.launch.state import check_run_name, read_state
 from specpilot.launch.stop import STOP_OUTCOMES
 from specpilot.launch.supervisor import launch
+from specpilot.models.host_files import ModelRead, read_model
 from specpilot.progress import ProgressLines, stderr_is_terminal
 from specpilot.spec import Spec, load_spec
 
@@ -195,10 +196,9 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
     # SIGTERM and SIGHUP (the SSH session closed) end it as Ctrl-C does: what started is stopped
     try:
         with ending_signals():
-            _refuse_if_running(spec.name)
-            result, replans = _up_until_settled(spec, force, replan, as_json)
+            result, replans = asyncio.run(_start(spec, force, replan, as_json))
     except KeyboardInterrupt:
-        left = stop_started([spec.name])
+        left = asyncio.run(stop_started([spec.name]))  # the start's loop ended with the interrupt
         if left:
             raise JobFailed("; ".join(left) + " (stopping the interrupted start)") from None
         click.echo(f"interrupted: {spec.name} is stopped", err=True)
@@ -208,12 +208,21 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
     ctx.exit(0 if result.phase == "ready" else 1)
 
 
-def _up_until_settled(spec: Spec, force: bool, replan: int, as_json: bool) -> tuple[UpResult, list[Replan]]:
+async def _start(spec: Spec, force: bool, replan: int, as_json: bool) -> tuple[UpResult, list[Replan]]:
+    """The command's one event loop: refuse a live run of the name, then start."""
+    await _refuse_if_running(spec.name)
+    return await _up_until_settled(spec, force, replan, as_json)
+
+
+async def _up_until_settled(
+    spec: Spec, force: bool, replan: int, as_json: bool
+) -> tuple[UpResult, list[Replan]]:
     """Start, re-planned up to `replan` times: the last result and the re-plans made."""
     console = Console()
     replans: list[Replan] = []
+    files = await read_model(spec)  # once: a re-plan changes flags, not the model
     while True:
-        pre = run_preflight(spec)
+        pre = run_preflight(spec, files)
         if not as_json:
             for warning in pre.warnings:
                 console.print(f"[yellow]warning[/]: {warning}")
@@ -222,7 +231,7 @@ def _up_until_settled(spec: Spec, force: bool, replan: int, as_json: bool) -> tu
         if pre.errors and not (force and not replans):
             result = _refusal(spec, pre)
         else:
-            result = asyncio.run(_up(launch_spec(spec, pre), pre, as_json, console))
+            result = await _up(launch_spec(spec, pre), pre, as_json, console)
         if result.cause == "port_in_use" and result.pid is None:
             # found before anything started: the spec's port is the input to change (exit 2)
             raise UserError(
@@ -232,7 +241,7 @@ def _up_until_settled(spec: Spec, force: bool, replan: int, as_json: bool) -> tu
             )
         if not as_json:
             _render_result(result, console)
-        change = _next_replan(spec, result, pre, len(replans), replan, console, as_json)
+        change = await _next_replan(spec, result, pre, files, len(replans), replan, console, as_json)
         if change is None:
             break
         replans.append(change)
@@ -240,8 +249,15 @@ def _up_until_settled(spec: Spec, force: bool, replan: int, as_json: bool) -> tu
     return result, replans
 
 
-def _next_replan(
-    spec: Spec, result: UpResult, pre: Preflight, done: int, allowed: int, console: Console, quiet: bool
+async def _next_replan(
+    spec: Spec,
+    result: UpResult,
+    pre: Preflight,
+    files: ModelRead,
+    done: int,
+    allowed: int,
+    console: Console,
+    quiet: bool,
 ) -> Replan | None:
     """The re-planned spec to start next, with the reason and changes printed; None to stop.
 
@@ -251,9 +267,9 @@ def _next_replan(
         if reason is not None and not allowed and not quiet:
             console.print(f"[dim]{reason}: `up --replan 1` plans again from the engine's numbers[/]")
         return None
-    log_text = asyncio.run(_engine_log(spec.name))
+    log_text = await _engine_log(spec.name)
     try:
-        change = replan(spec, log_text, pre.plan)
+        change = replan(spec, log_text, pre.plan, files)
     except UserError as err:
         if not quiet:
             console.print(f"[yellow]no re-plan[/]: {err}")
@@ -263,7 +279,7 @@ def _next_replan(
             console.print("[yellow]no re-plan[/]: the engine's own numbers give the flags that ran")
         return None
     if result.phase == "ready":
-        asyncio.run(run_down(spec.name, timeout_s=REPLAN_STOP_TIMEOUT_S))
+        await run_down(spec.name, timeout_s=REPLAN_STOP_TIMEOUT_S)
     if not quiet:
         console.print(f"[bold]re-plan {done + 1} of {allowed}[/]: {reason}")
         for line in (*change.reasons, *change.changes):
@@ -276,14 +292,14 @@ async def _engine_log(name: str) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
-def _refuse_if_running(name: str) -> None:
+async def _refuse_if_running(name: str) -> None:
     """A live run of this name is refused; of a dead one, whatever is left of its
     process group is ended first (a helper that outlived a crash can hold a port or memory)."""
     try:
         state = read_state(name)
     except UserError:
         return
-    left = asyncio.run(clear_leftovers(name))
+    left = await clear_leftovers(name)
     if left is None:
         raise UserError(
             f"run {name!r} is already running (pid {state.pid} on {state.host.target})",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,10 +79,6 @@ async def stop_router(record: dict[str, Any]) -> str:
     finally:
         await host.close()
     return next((o for o in outcomes if o == "survived"), outcomes[0])
-
-
-def router_alive(name: str) -> bool:
-    return asyncio.run(router_running(read_fleet(name)))
 
 
 @dataclass

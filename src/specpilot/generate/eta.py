@@ -17,6 +17,7 @@ from pathlib import Path
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.ledger.report import JobSummary, summarize
 from specpilot.projection import Projection, Rates, job_rates, project, read_bench
+from specpilot.taskgroup import beside
 
 Watcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
 
@@ -88,13 +89,8 @@ def projecting(job_dir: Path, interval_s: float, notify: Callable[[str], None]) 
                     f"projected: rows left {left.line()}; the whole input {whole.gpu_hours:,.2f} GPU-hours"
                 )
 
-        task = asyncio.create_task(loop())
-        try:
+        async with beside(loop, "the projection's progress line"):
             yield None
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     return watch
 

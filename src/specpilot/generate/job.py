@@ -9,7 +9,6 @@ kill left in flight; then stream only the pending input rows to the servers. Eve
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import json
@@ -585,13 +584,9 @@ def _watch_runs(endpoints: list[Endpoint], dispatcher: Dispatcher) -> list[Compa
     ]
 
 
-def run_generate(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
-    """Run (or resume) a job to its end; the summary comes from the ledger."""
-    return asyncio.run(generate_in_loop(config, watch))
-
-
 async def generate_in_loop(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
-    """`run_generate` inside the caller's event loop (`specpilot job` drives its servers beside it)."""
+    """Run (or resume) a job to its end in the command's event loop (`specpilot job` drives its
+    servers beside it); the summary comes from the ledger."""
     try:
         with Job(config) as job:
             stop_reason, servers = await _run(job, watch)

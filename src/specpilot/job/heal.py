@@ -30,6 +30,7 @@ from specpilot.launch.ops import host_for
 from specpilot.launch.serving import Crash, record_crash, watch_serving
 from specpilot.launch.state import RunState, read_state
 from specpilot.spec import Spec
+from specpilot.taskgroup import beside
 
 Say = Callable[[str], None]
 #: seconds before the first restart; doubled for each one after
@@ -39,21 +40,23 @@ FLEET_PASS_S = 2.0
 
 
 def _task_watcher(work: Callable[[Dispatcher], Any], busy: asyncio.Lock) -> JobWatcher:
-    """`work` as a task beside the job; at the end a restart it is in the middle of (holding
-    `busy`) is finished first: a start cut off halfway would leave a run neither ready nor stopped."""
+    """`work` beside the job (its failure ends the job, and is raised); at the end a restart
+    it is in the middle of (holding `busy`) is finished first: a start cut off halfway would
+    leave a run neither ready nor stopped."""
 
     @contextlib.asynccontextmanager
     async def watch(dispatcher: Dispatcher) -> AsyncIterator[object]:
-        task = asyncio.create_task(work(dispatcher))
+        held = False
         try:
-            yield None
+            async with beside(lambda: work(dispatcher), "restarting the job's servers"):
+                try:
+                    yield None
+                finally:
+                    await busy.acquire()  # the work is cancelled only once it holds no restart
+                    held = True
         finally:
-            async with busy:
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            if not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+            if held:
+                busy.release()
 
     return watch
 

@@ -1,9 +1,9 @@
 """`specpilot job`: check -> plan -> bench -> up -> generate -> export -> down, resumable.
 
-`prepare` refuses bad input before anything starts or is written. `run_before_serving`
-runs the stages that start no server of the job's own (check, plan, bench: bench starts and
-stops its own variants); `serve` runs the rest in the command's one event loop, with the
-healer beside generate. Each stage records in job.json what it decided and why, when it ran
+`prepare` refuses bad input before anything starts or is written. `run_job` runs the rest in
+the command's one event loop: `run_before_serving`, the stages that start no server of the
+job's own (check, plan, bench: bench starts and stops its own variants), then `serve`, with
+the healer beside generate. Each stage records in job.json what it decided and why, when it ran
 and the GPU-hours it held; a finished stage is never run again (its evidence is reused).
 """
 
@@ -142,8 +142,9 @@ def _gpus_of(job: JobFile) -> int:
     return load_spec(job.serving_file).gpu.count
 
 
-def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
+async def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
     from specpilot.check import check_spec
+    from specpilot.models.host_files import read_model
     from specpilot.plan import make_plan
 
     if job.fleet is not None:
@@ -153,10 +154,14 @@ def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
     else:
         spec = _server_spec(job)
         specs = {(spec.gpu.memory_gib, spec.gpu.name, spec.gpu.count): spec}
+    if record.done("check") and record.done("plan"):
+        return
+    files = {key: await read_model(s) for key, s in specs.items()}  # each model once, for both
     if not record.done("check"):
         record.begin("check", 0)
         found = {
-            str(key): [dataclasses.asdict(f) for f in check_spec(s).findings] for key, s in specs.items()
+            str(key): [dataclasses.asdict(f) for f in check_spec(s, files[key]).findings]
+            for key, s in specs.items()
         }
         errors = [
             f"{f['rule']}: {f['message']}" for fs in found.values() for f in fs if f["severity"] == "error"
@@ -173,7 +178,7 @@ def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
         plans: dict[str, dict[str, Any]] = {}
         recommended: list[str] = []
         for key, s in specs.items():
-            plan = make_plan(s)
+            plan = make_plan(s, files=files[key])
             problems = [p.message for p in plan.problems]
             plans[str(key)] = {
                 "fits": plan.fits,
@@ -192,7 +197,7 @@ def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
         say("plan: fits" + "".join(f"; recommends {r}" for r in recommended))
 
 
-def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
+async def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
     if record.done("bench"):
         return
     if job.bench is None:
@@ -209,7 +214,8 @@ def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
         job.output, sample_rows=bench.sample, sampling=job.sampling, budget_s=bench.budget_s,
         warmup_s=min(30.0, bench.budget_s / 4), progress_interval_s=0.0,
     )  # fmt: skip
-    result = run_bench(BenchRequest(spec, job.prompts, job.output, chosen, bench.sample, 0, settings), say)
+    request = BenchRequest(spec, job.prompts, job.output, chosen, bench.sample, 0, settings)
+    result = await run_bench(request, say)
     if result.winner is None:
         record.fail("bench", "no variant could be measured")
         raise JobFailed(f"bench: no variant could be measured (see {job.output / 'bench.json'})")
@@ -223,10 +229,10 @@ def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
     say(f"bench: {result.winner} wins; the job starts it ({best})")
 
 
-def run_before_serving(job: JobFile, record: JobRecord, say: Say) -> None:
+async def run_before_serving(job: JobFile, record: JobRecord, say: Say) -> None:
     """check, plan and bench (each skipped when finished); then the projection at start."""
-    _check_and_plan(job, record, say)
-    _bench(job, record, say)
+    await _check_and_plan(job, record, say)
+    await _bench(job, record, say)
     from specpilot.job.cost import projection_at_start
 
     projection = projection_at_start(job, _gpus_of(job))
@@ -409,6 +415,12 @@ def _served_name(job: JobFile, record: JobRecord) -> str | None:
     evidence = record.stage("up").get("evidence") or {}
     name = evidence.get("name") or evidence.get("fleet")
     return str(name) if name else None
+
+
+async def run_job(job: JobFile, record: JobRecord, say: Say) -> JobResult:
+    """Every stage after `prepare` and `begin`, each skipped when finished."""
+    await run_before_serving(job, record, say)
+    return await serve(job, record, say)
 
 
 async def serve(job: JobFile, record: JobRecord, say: Say) -> JobResult:

@@ -17,10 +17,11 @@ from specpilot.errors import UserError
 from specpilot.hosts import open_host_section
 from specpilot.launch.ops import clear_leftovers, run_down, run_status, stream_log
 from specpilot.launch.outcome import UpResult
-from specpilot.launch.preflight import Preflight, launch_spec, preflight
+from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
 from specpilot.launch.replan import replan
 from specpilot.launch.state import read_state, state_path
 from specpilot.launch.supervisor import launch
+from specpilot.models.host_files import read_model
 from specpilot.spec import Spec
 
 Say = Callable[[str], None]
@@ -99,8 +100,9 @@ async def start(spec: Spec, say: Say) -> Started:
     """Check, plan and start `spec` through `launch`; an out-of-memory start is planned again
     from the engine's own numbers (the plan's next step down) at most MAX_REPLANS times."""
     replans: list[dict[str, Any]] = []
+    files = await read_model(spec)  # once: a re-plan changes flags, not the model
     while True:
-        pre: Preflight = await preflight(spec)
+        pre: Preflight = run_preflight(spec, files)
         if pre.errors:
             return Started(spec, UpResult(spec.name, "refused", pre.cause or "config", "\n".join(pre.errors)))
         started = launch_spec(spec, pre)
@@ -113,7 +115,7 @@ async def start(spec: Spec, say: Say) -> Started:
         if result.phase == "ready" or result.cause != "oom" or len(replans) >= MAX_REPLANS:
             return Started(spec, result, replans=replans)
         try:
-            change = replan(spec, await _engine_log(spec.name), pre.plan)
+            change = replan(spec, await _engine_log(spec.name), pre.plan, files)
         except UserError as err:
             say(f"{spec.name}: out of memory at start and no re-plan ({err})")
             return Started(spec, result, replans=replans)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from specpilot.check import check_spec
 from specpilot.engines.fix import Fix
 from specpilot.engines.registry import engine_release
-from specpilot.models.files import ModelFiles
+from specpilot.models.host_files import ModelRead, read_model
 from specpilot.plan import Plan, make_plan
 from specpilot.secrets import is_secret_flag
 from specpilot.spec import Spec
@@ -62,16 +62,14 @@ def argv_secret_warnings(spec: Spec) -> list[str]:
 
 
 async def preflight(spec: Spec) -> Preflight:
-    """`run_preflight` inside a running event loop: the model is read once, in this loop
+    """`run_preflight` in the command's event loop: the model is read once, in this loop
     (on an SSH host that is a connection of this loop, not an `asyncio.run` of its own)."""
-    from specpilot.models.host_files import read_spec_model_files
-
-    return run_preflight(spec, await read_spec_model_files(spec))
+    return run_preflight(spec, await read_model(spec))
 
 
-def run_preflight(spec: Spec, files: ModelFiles | None = None) -> Preflight:
+def run_preflight(spec: Spec, files: ModelRead | None = None) -> Preflight:
     """`check` then `plan`: refuse what the engine would reject or what cannot fit.
-    `files`: the model's files when the caller read them already."""
+    `files`: the model's files as the command read them (`models.host_files.read_model`)."""
     result = Preflight()
     report = check_spec(spec, files)
     for finding in report.findings:

@@ -19,6 +19,7 @@ from specpilot.check.parse import parse_argv
 from specpilot.engines.fix import Fix
 from specpilot.engines.registry import engine_release
 from specpilot.launch.outcome import UpResult
+from specpilot.models.host_files import ModelRead
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_text
 from specpilot.plan.planners import planner_for
@@ -81,14 +82,15 @@ def _changes(spec: Spec, old: Sequence[str], new: Sequence[str], env: Mapping[st
     return lines
 
 
-def replan(spec: Spec, log_text: str, planned: Plan | None) -> Replan | None:
+def replan(spec: Spec, log_text: str, planned: Plan | None, files: ModelRead | None = None) -> Replan | None:
     """The spec re-planned from the engine's printed numbers, or None when the planner,
-    given them, recommends exactly what ran (restarting would change nothing).
+    given them, recommends exactly what ran (restarting would change nothing). `files`: the
+    model as the command read it.
 
     Raises UserError when the log cannot calibrate (another engine's, or cut before the
     weights loaded: then nothing was measured)."""
     calibrated, measured = calibrate_from_text(spec, log_text, "the engine's log")
-    plan = make_plan(calibrated, measured)
+    plan = make_plan(calibrated, measured, files)
     if not plan.recommended_args:
         return None
     table = engine_release(spec.engine.name, spec.engine.version).table

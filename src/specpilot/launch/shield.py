@@ -94,12 +94,12 @@ def _live_children() -> list[int]:
     return found
 
 
-def wait_for_children(within_s: float = CHILDREN_EXIT_S) -> list[int]:
+async def wait_for_children(within_s: float = CHILDREN_EXIT_S) -> list[int]:
     """Wait until this process's children have exited (a host agent that was spawning an
     engine finishes the spawn first); the ones still alive at `within_s`."""
     deadline = time.monotonic() + within_s
     while (left := _live_children()) and time.monotonic() < deadline:
-        time.sleep(0.02)
+        await asyncio.sleep(0.02)
     return left
 
 
@@ -133,9 +133,11 @@ def _port_of(endpoint: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def stop_started(names: list[str]) -> list[str]:
+async def stop_started(names: list[str]) -> list[str]:
     """Stop every run in `names` (what a command started), with the ending signals blocked
-    so a second one cannot cut it short; a line for each run something of which is left."""
+    so a second one cannot cut it short; a line for each run something of which is left.
+    In the command's loop, or (after an interrupt tore that loop down) in one the command
+    layer runs for the stop alone."""
     with signals_blocked():
-        wait_for_children()
-        return [line for name in names if (line := asyncio.run(_stop_run(name))) is not None]
+        await wait_for_children()
+        return [line for name in names if (line := await _stop_run(name)) is not None]

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from specpilot.hosts.base import Host
+from specpilot.taskgroup import beside
 
 
 @asynccontextmanager
@@ -27,12 +28,8 @@ async def followed(host: Host, path: str, offset: int) -> AsyncIterator[asyncio.
         except Exception as err:
             await chunks.put(err)
 
-    reader = asyncio.create_task(read())
-    try:
+    async with beside(read, f"following {path} on {host.target}"):
         yield chunks
-    finally:
-        reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
 
 
 async def next_chunk(chunks: asyncio.Queue[bytes | BaseException], timeout_s: float) -> bytes | None:

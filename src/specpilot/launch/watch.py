@@ -9,6 +9,7 @@ a fatal line, proves the process once more before ready, renders the outcome).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import secrets
 import time
@@ -48,6 +49,7 @@ from specpilot.launch.verify import Mismatch, check_live, wait_for_argv
 from specpilot.plan.types import Plan
 from specpilot.secrets import mask_log_text, secret_values
 from specpilot.spec import Spec
+from specpilot.taskgroup import beside
 
 # -- the shell -----------------------------------------------------------------------
 
@@ -179,6 +181,7 @@ class RunWatch:
         """A fatal line arrived: start stopping the group now, signalling after `quiet_s`,
         so the stop's round trip overlaps the collection of the error's last lines."""
         if self.stop_task is None:
+            # by hand (tests/core/test_one_event_loop.py says why): the supervisor awaits it
             self.stop_task = asyncio.create_task(
                 stop_group(
                     self.host,
@@ -228,6 +231,7 @@ class RunWatch:
 
     def start_following(self) -> None:
         """Follow the log before the process exists, so its first line is not late."""
+        # by hand (tests/core/test_one_event_loop.py says why): stopped early by `_finish_log`
         self._follow_task = asyncio.create_task(self._reporting(self._follow_log))
 
     async def stop_following(self) -> None:
@@ -237,17 +241,15 @@ class RunWatch:
 
     async def watch(self, pid: int) -> UpResult:
         """Classify until ready or failed. The caller stops the group on failure."""
-        tasks = [
-            asyncio.create_task(self._reporting(functools.partial(self._watch_pid, pid))),
-            asyncio.create_task(self._reporting(self._poll_health)),
-            asyncio.create_task(self._reporting(functools.partial(self._verify, pid))),
-        ]
-        try:
+        watchers = (
+            (functools.partial(self._watch_pid, pid), "watching the engine's pid"),
+            (self._poll_health, "polling the engine's health"),
+            (functools.partial(self._verify, pid), "verifying the engine's argv"),
+        )
+        async with contextlib.AsyncExitStack() as beside_it:
+            for work, what in watchers:
+                await beside_it.enter_async_context(beside(functools.partial(self._reporting, work), what))
             return await self._decide(pid)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _decide(self, pid: int) -> UpResult:
         """Feed events to `step` until it returns an outcome; act on each state."""
@@ -258,7 +260,8 @@ class RunWatch:
                 event = await self._next_event(state.due_s - time.monotonic())
                 now = time.monotonic()
                 if isinstance(event, Exit) and returncode is None:
-                    # read while the last lines come: exit beats argv
+                    # read while the last lines come: exit beats argv (a task by hand:
+                    # awaited by `_render`, else cancelled in the finally below)
                     returncode = asyncio.create_task(self._returncode(now + self.options.grace_s))
                 after = step(state, event, now)
                 if isinstance(after, WatchState) and after.needs_proof:

@@ -11,8 +11,6 @@ Every failure is one line naming the host and the path.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import os
 import posixpath
 from pathlib import Path
@@ -20,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from specpilot.errors import SpecpilotError, UserError
 from specpilot.models.files import ModelFiles, header_length, parse_config, parse_header, read_local_model
-from specpilot.spec import HUB_ID, HostSection, Spec
+from specpilot.spec import HUB_ID, Spec
 
 if TYPE_CHECKING:  # the host layer (asyncssh) is imported only for a remote model
     from specpilot.hosts.base import Host
@@ -30,30 +28,79 @@ HF_HUB_CACHE = ".cache/huggingface/hub"
 LIST_TIMEOUT_S = 30.0
 
 
-def spec_model_files(spec: Spec) -> ModelFiles:
-    """The model files where the spec's engine will read them: here, or on `[host] target`.
+#: the model's files, or why they could not be read: check warns with the reason, plan raises it
+ModelRead = ModelFiles | UserError | OSError
+
+
+async def read_spec_model_files(spec: Spec) -> ModelFiles:
+    """The model files where the spec's engine will read them: here, or on `[host] target`,
+    read in the command's event loop (an SSH host is a connection of that loop).
 
     A relative path with no such folder here may still be a Hub id or a path below the host
     user's home, so both are tried; when they fail too, the error says first that the folder
     is missing here (a spec copied out of `examples/` without its `models/`), not only what the
     Hub cache or the SSH host said."""
     try:
-        if spec.host.target.strip() == "local" or _local_copy(spec):
+        if _here(spec):
             if _is_hub_id_only(spec):
-                return _read_local_hub(spec.model.path)
+                from specpilot.hosts import LocalHost
+
+                async with LocalHost() as local:
+                    return await read_host_model(local, spec.model.path, hf_cache=str(local_hub_cache()))
             return read_local_model(spec.model_dir())
-        return _read_remote(spec.host, spec.model.path)
+        from specpilot.hosts import open_host_section
+
+        async with open_host_section(spec.host) as host:
+            return await read_host_model(host, spec.model.path)
     except SpecpilotError as err:
-        missing = _missing_relative_folder(spec)
-        if missing is None:
-            raise
-        where = "the Hugging Face cache" if spec.host.target.strip() == "local" else spec.host.target
-        raise UserError(
-            f"no model folder {missing} on this machine (and not found through {where} either: {err})",
-            field="[model] path",
-            fix="point [model] path at the folder holding config.json (a relative path is read "
-            "beside the spec file), or give the path as the engine's host sees it",
-        ) from None
+        raise _missing_here(spec, err) or err from None
+
+
+async def read_model(spec: Spec) -> ModelRead:
+    """`read_spec_model_files`, or the error saying why it failed (check runs without the
+    model's rules and says so; plan raises it): one read per command, handed to both."""
+    try:
+        return await read_spec_model_files(spec)
+    except (UserError, OSError) as err:
+        return err
+
+
+def spec_model_files(spec: Spec, read: ModelRead | None = None) -> ModelFiles:
+    """The files `read` holds (its error raised); without one, a model folder on this machine,
+    read without an event loop. A model on an SSH host or only in the Hub cache is read in the
+    command's loop (`read_model`) and handed in: reading it here would need a loop of its own."""
+    if isinstance(read, UserError | OSError):
+        raise read
+    if read is not None:
+        return read
+    if not _here(spec) or _is_hub_id_only(spec):
+        raise SpecpilotError(
+            f"the model {spec.model.path} ({spec.host.target}) was not read in the command's event "
+            "loop (specpilot bug, rerun with --debug for the traceback)"
+        )
+    try:
+        return read_local_model(spec.model_dir())
+    except SpecpilotError as err:
+        raise _missing_here(spec, err) or err from None
+
+
+def _here(spec: Spec) -> bool:
+    """The model is read on this machine: a local target, or a copy of it beside the spec."""
+    return spec.host.target.strip() == "local" or _local_copy(spec)
+
+
+def _missing_here(spec: Spec, err: SpecpilotError) -> UserError | None:
+    """A read failure as the missing relative folder it most likely is; None for another path."""
+    missing = _missing_relative_folder(spec)
+    if missing is None:
+        return None
+    where = "the Hugging Face cache" if spec.host.target.strip() == "local" else spec.host.target
+    return UserError(
+        f"no model folder {missing} on this machine (and not found through {where} either: {err})",
+        field="[model] path",
+        fix="point [model] path at the folder holding config.json (a relative path is read "
+        "beside the spec file), or give the path as the engine's host sees it",
+    )
 
 
 def _missing_relative_folder(spec: Spec) -> Path | None:
@@ -64,22 +111,6 @@ def _missing_relative_folder(spec: Spec) -> Path | None:
         return None
     folder = spec.model_dir().absolute()
     return None if folder.exists() else folder
-
-
-async def read_spec_model_files(spec: Spec) -> ModelFiles:
-    """`spec_model_files` for a caller already inside an event loop (fleet repair, `job`):
-    the same files, read in that loop instead of one of its own."""
-    if spec.host.target.strip() == "local" or _local_copy(spec):
-        if _is_hub_id_only(spec):
-            from specpilot.hosts import LocalHost
-
-            async with LocalHost() as local:
-                return await read_host_model(local, spec.model.path, hf_cache=str(local_hub_cache()))
-        return read_local_model(spec.model_dir())
-    from specpilot.hosts import open_host_section
-
-    async with open_host_section(spec.host) as host:
-        return await read_host_model(host, spec.model.path)
 
 
 def _is_hub_id_only(spec: Spec) -> bool:
@@ -99,33 +130,11 @@ def local_hub_cache() -> Path:
     return Path.home() / HF_HUB_CACHE
 
 
-def _read_local_hub(repo_id: str) -> ModelFiles:
-    from specpilot.hosts import LocalHost
-
-    async def read() -> ModelFiles:
-        async with LocalHost() as host:
-            return await read_host_model(host, repo_id, hf_cache=str(local_hub_cache()))
-
-    return asyncio.run(read())
-
-
 def _local_copy(spec: Spec) -> bool:
     path = spec.model.path
     if path.startswith("~") or Path(path).is_absolute() or spec.source_path is None:
         return False
     return (spec.source_path.parent / path).exists()
-
-
-# check and plan both read the model during one `up`: one SSH round per command, not two
-@functools.lru_cache(maxsize=8)
-def _read_remote(section: HostSection, model_path: str) -> ModelFiles:
-    from specpilot.hosts import open_host_section
-
-    async def read() -> ModelFiles:
-        async with open_host_section(section) as host:
-            return await read_host_model(host, model_path)
-
-    return asyncio.run(read())
 
 
 async def read_host_model(host: Host, model_path: str, *, hf_cache: str | None = None) -> ModelFiles:

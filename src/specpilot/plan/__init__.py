@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from specpilot.check.effective import EffectiveArgs
 from specpilot.engines.fix import Fix
 from specpilot.engines.registry import engine_release
-from specpilot.models.files import ModelFiles
+from specpilot.models.host_files import ModelRead
 from specpilot.models.shape import PLANNED_ARCHITECTURES, ModelShape, shape_from_files
 from specpilot.plan.effective import effective_args
 from specpilot.plan.planners import planner_for
@@ -18,20 +18,20 @@ from specpilot.spec import Spec
 __all__ = ["Fix", "Plan", "Problem", "Term", "make_plan", "plan_inputs"]
 
 
-def plan_inputs(spec: Spec, files: ModelFiles | None = None) -> tuple[ModelShape, EffectiveArgs]:
-    """The model shape (config.json read on the spec's host, unless `files` were read
-    already), and the flags as `check`'s rules evaluate them for that model."""
+def plan_inputs(spec: Spec, files: ModelRead | None = None) -> tuple[ModelShape, EffectiveArgs]:
+    """The model shape (config.json as the command read it on the spec's host: `files`), and
+    the flags as `check`'s rules evaluate them for that model."""
     from specpilot.models.host_files import spec_model_files
 
-    shape = shape_from_files(files if files is not None else spec_model_files(spec))
+    shape = shape_from_files(spec_model_files(spec, files))
     return shape, effective_args(spec, shape)
 
 
 def make_plan(
-    spec: Spec, measured: Mapping[str, float] | None = None, files: ModelFiles | None = None
+    spec: Spec, measured: Mapping[str, float] | None = None, files: ModelRead | None = None
 ) -> Plan:
     """The plan for a spec, by its engine's planner; `measured` holds inputs read from a log,
-    `files` the model's files when the caller read them already."""
+    `files` the model's files as the command read them (`models.host_files.read_model`)."""
     release = engine_release(spec.engine.name, spec.engine.version)
     planner = planner_for(release.name)
     shape, args = plan_inputs(spec, files)
