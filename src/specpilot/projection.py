@@ -85,9 +85,13 @@ class BatchRates:
         """The rates a server whose running requests are capped at `cap` would show (the same
         engine: a lower cap only keeps it at the smaller batch sizes)."""
         moving = [p for p in self.points if p[1] > 0]
-        # none measured at or below the cap: the smallest batch measured, at its speed per request
-        kept = tuple(p for p in moving if p[0] <= cap + 0.5) or tuple(moving[-1:])
-        return BatchRates(kept, min(self.largest, cap))
+        kept = [p for p in moving if p[0] <= cap + 0.5]
+        if len(kept) < len(moving) and not any(b >= cap - 0.5 for b, _, _ in kept):
+            # the cap itself at the curve's own rate there (one second of it), read between the
+            # measured batch sizes around it: a drain that fell from 51 in flight straight to 1
+            # (every answer the same length) must not leave a cap of 26 at one request's speed
+            kept.append((float(cap), self.rate_at(cap), 1.0))
+        return BatchRates(tuple(sorted(kept, reverse=True)), min(self.largest, cap))
 
     def to_json(self) -> list[dict[str, float]]:
         return [

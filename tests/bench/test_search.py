@@ -360,7 +360,7 @@ def test_the_search_measures_the_gate_s_other_side_and_finds_the_better_side(
     best_label = min(truth, key=lambda label: truth[label].wall_s)
     assert best_label.split("@")[0] == better, best_label
     searcher = lab()
-    result = search(configs, searcher, Job(INPUT_ROWS), full_rows=FULL_ROWS, budget_s=1e9)
+    result = asyncio.run(search(configs, searcher, Job(INPUT_ROWS), full_rows=FULL_ROWS, budget_s=1e9))
     assert result.winner is not None
     assert truth[result.winner.label].wall_s <= truth[best_label].wall_s * 1.02, (
         result.winner.label,
