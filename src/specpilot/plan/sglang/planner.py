@@ -18,6 +18,7 @@ from specpilot.dtypes import DTYPE_BYTES
 from specpilot.engines.fix import Fix
 from specpilot.engines.logfacts import LogFacts
 from specpilot.engines.rules import env_bool
+from specpilot.engines.sglang.postpool import PostPoolFit
 from specpilot.engines.sglang.releases import SglangRelease, release_rules
 from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape
@@ -25,7 +26,7 @@ from specpilot.plan.effective import effective_args, effective_args_without
 from specpilot.plan.log_checks import refuse_footprint
 from specpilot.plan.sglang import quantities as q
 from specpilot.plan.sglang.log import parse_sglang_log, prefill_capture_oom
-from specpilot.plan.sglang.margin import PostPoolFit, highest_fraction, post_pool_fit, required_margin_gib
+from specpilot.plan.sglang.margin import highest_fraction, required_margin_gib
 from specpilot.plan.sglang.settings import POST_CAPTURE_ENV, SglangSettings, resolve_settings
 from specpilot.plan.types import GIB, Plan, Problem, SglangDetails, Term
 from specpilot.spec import Spec
@@ -49,14 +50,14 @@ PEAK = "peak"
 #: Term.note of a fit's prefill graph capture transient, and of what is allocated after it
 CAPTURE_PEAK = "capture peak"
 AFTER_CAPTURE = "after capture"
-#: Term.source of a post-pool term fitted to measured startup peaks (`margin.FITS`)
+#: Term.source of a post-pool term fitted to measured startup peaks (the row's `post_pool_fit`)
 FITTED = "fitted"
 #: the head of the prefill graph's term name
 PREFILL_GRAPH_TERM = "prefill CUDA graphs"
 #: how close to a release's prefill-graph gate the plan calls it a cliff, GiB
 GATE_BAND_GIB = 1.0
 #: a release without a fit: every post-pool term estimated
-NO_FIT = PostPoolFit("", "", 0.0, "", "")
+NO_FIT = PostPoolFit(0.0, "", "")
 LOWEST_FRACTION = 0.50
 #: below the most requests the KV pool allows, how many counts the state split tries for margin
 MARGIN_SCAN_REQUESTS = 64
@@ -215,7 +216,9 @@ def extrapolating(fit: PostPoolFit | None, shape: ModelShape, s: SglangSettings)
     fit: the estimates' padding applies everywhere)."""
     if fit is None or fit.valid is None:
         return ()
-    return tuple(fit.valid.outside(shape, s.context_len, s.gpu_memory_mib / 1024, s.tp_size))
+    return tuple(
+        fit.valid.outside(shape.architecture, shape.is_moe, s.context_len, s.gpu_memory_mib / 1024, s.tp_size)
+    )
 
 
 def size(
@@ -227,7 +230,7 @@ def size(
     weights_gib: float,
 ) -> Sizing:
     """Run the engine's sizing for one configuration."""
-    fit = post_pool_fit(rules)
+    fit = rules.post_pool_fit
     draft_gib = q.draft_weights_gib(shape, s)
     free_after_load = (
         free_before_load_gib - weights_gib - rules.pre_profile_gib - q.rope_regrowth_gib(shape, s, rules)
@@ -429,7 +432,7 @@ def _recommend_hybrid(
     steps bring nothing better."""
     best: Sizing | None = None
     since_better = 0
-    for fraction in _fraction_candidates(highest_fraction(post_pool_fit(rules))):
+    for fraction in _fraction_candidates(highest_fraction(rules.post_pool_fit)):
         z = _best_state_split(shape, replace(s, mem_fraction_static=fraction), rules, free, weights)
         if z is not None and (best is None or _concurrency_first(z) > _concurrency_first(best)):
             best, since_better = z, 0
@@ -445,7 +448,7 @@ def _recommend_dense(
     shape: ModelShape, s: SglangSettings, rules: SglangRelease, free: float, weights: float
 ) -> Sizing | None:
     """The highest fraction that fits with margin and still holds one long request."""
-    for fraction in _fraction_candidates(highest_fraction(post_pool_fit(rules))):
+    for fraction in _fraction_candidates(highest_fraction(rules.post_pool_fit)):
         trial = replace(s, mem_fraction_static=fraction)
         z = size(shape, trial, rules, free_before_load_gib=free, weights_gib=weights)
         if _fits_with_margin(z, shape) and z.kv_tokens >= _long_request_tokens(s):
@@ -614,7 +617,7 @@ def _recommendation(
     """(problems with the recommendation as their fix, the recommended flags, the note saying
     what they give)."""
     if best is None:
-        top = highest_fraction(post_pool_fit(rules))
+        top = highest_fraction(rules.post_pool_fit)
         return (
             problems,
             [],
