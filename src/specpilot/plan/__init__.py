@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from specpilot.check.effective import EffectiveArgs
+from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.engines.fix import Fix
-from specpilot.engines.registry import engine_release
 from specpilot.models.files import ModelFiles
-from specpilot.models.shape import PLANNED_ARCHITECTURES, ModelShape, shape_from_files
-from specpilot.plan.effective import effective_args
+from specpilot.models.shape import PLANNED_ARCHITECTURES, ModelShape
 from specpilot.plan.planners import planner_for
 from specpilot.plan.provenance import provenance
 from specpilot.plan.types import Plan, Problem, Term
@@ -21,21 +20,20 @@ __all__ = ["Fix", "Plan", "Problem", "Term", "make_plan", "plan_inputs"]
 def plan_inputs(spec: Spec, files: ModelFiles | None = None) -> tuple[ModelShape, EffectiveArgs]:
     """The model shape (config.json read on the spec's host, unless `files` were read
     already), and the flags as `check`'s rules evaluate them for that model."""
-    from specpilot.models.host_files import spec_model_files
-
-    shape = shape_from_files(files if files is not None else spec_model_files(spec))
-    return shape, effective_args(spec, shape)
+    resolved = resolve(spec, files)
+    return resolved.shape, resolved.args
 
 
 def make_plan(
-    spec: Spec, measured: Mapping[str, float] | None = None, files: ModelFiles | None = None
+    spec: Spec | ResolvedSpec, measured: Mapping[str, float] | None = None, files: ModelFiles | None = None
 ) -> Plan:
-    """The plan for a spec, by its engine's planner; `measured` holds inputs read from a log,
-    `files` the model's files when the caller read them already."""
-    release = engine_release(spec.engine.name, spec.engine.version)
+    """The plan for a spec (resolved already, or here with `files` when the caller read them),
+    by its engine's planner; `measured` holds inputs read from a log."""
+    resolved = spec if isinstance(spec, ResolvedSpec) else resolve(spec, files)
+    release = resolved.release
     planner = planner_for(release.name)
-    shape, args = plan_inputs(spec, files)
-    plan = planner.plan(spec, shape, args, measured)
+    shape = resolved.shape
+    plan = planner.plan(resolved.spec, shape, resolved.args, measured)
     plan.provenance = provenance(release)
     if shape.architecture not in PLANNED_ARCHITECTURES:
         plan.notes.insert(

@@ -14,21 +14,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.engines.fix import Fix
 from specpilot.engines.flags import parse_version, table_for
-from specpilot.plan import make_plan, plan_inputs
+from specpilot.plan import make_plan
 from specpilot.plan.planners import planner_for
 from specpilot.plan.types import Plan
 from specpilot.spec import Spec
 
 
-def serving_args(spec: Spec, plan: Plan) -> list[str]:
+def serving_args(spec: Spec | ResolvedSpec, plan: Plan) -> list[str]:
     """The flags `spec` (planned as `plan`) lacks to serve without running out of memory."""
     bound = planner_for(plan.engine).serving
     if bound is None:
         return []
-    shape, args = plan_inputs(spec)
-    return bound(spec, shape, args, plan)
+    resolved = spec if isinstance(spec, ResolvedSpec) else resolve(spec)
+    return bound(resolved.spec, resolved.shape, resolved.args, plan)
 
 
 def with_fix(spec: Spec, fix: Fix) -> Spec:
@@ -38,14 +39,18 @@ def with_fix(spec: Spec, fix: Fix) -> Spec:
     return spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args, "env": env})})
 
 
-def add_serving_args(spec: Spec, plan: Plan, measured: Mapping[str, float] | None = None) -> list[str]:
+def add_serving_args(
+    spec: Spec | ResolvedSpec, plan: Plan, measured: Mapping[str, float] | None = None
+) -> list[str]:
     """Add to `plan.recommended_args` what the recommended spec (the spec as given when the plan
     recommends nothing) needs to serve, planned again with the recommendation; the flags added."""
     if planner_for(plan.engine).serving is None or not (plan.fits or plan.recommended_args):
         return []
-    target, target_plan = spec, plan
+    target = spec if isinstance(spec, ResolvedSpec) else resolve(spec)
+    target_plan = plan
     if plan.recommended_args or plan.recommended_env:
-        target = with_fix(spec, Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env)))
+        fix = Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env))
+        target = target.respec(with_fix(target.spec, fix))
         target_plan = make_plan(target, measured)
     if not target_plan.fits:
         return []

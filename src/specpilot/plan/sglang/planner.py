@@ -22,7 +22,7 @@ from specpilot.engines.sglang.postpool import PostPoolFit
 from specpilot.engines.sglang.releases import SglangRelease, release_rules
 from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape
-from specpilot.plan.effective import effective_args, effective_args_without
+from specpilot.plan.effective import effective_args_without
 from specpilot.plan.log_checks import refuse_footprint
 from specpilot.plan.sglang import quantities as q
 from specpilot.plan.sglang.log import parse_sglang_log, prefill_capture_oom
@@ -865,7 +865,9 @@ def plan_sglang(
     )
 
 
-def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, facts: LogFacts) -> None:
+def refuse_other_sglang_footprint(
+    spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFacts
+) -> None:
     """SGLang prints the target's K cache size and token count: K bytes per token per GPU."""
     dtype, tokens, k_gib = facts.kv_dtype, facts.kv_tokens, facts.k_cache_gib
     # MLA caches a latent, and sliding-window layers get their own smaller pool: skipped
@@ -875,7 +877,7 @@ def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, facts: LogFacts
         return
     if dtype not in DTYPE_BYTES or not tokens or not k_gib:
         return
-    s = planner_settings(spec, shape, effective_args(spec, shape))
+    s = planner_settings(spec, shape, args)
     heads = layer_specs(shape).full_attention.kv_heads_per_gpu(s.tp_size)
     planned = shape.full_attention_layers * heads * shape.head_dim * DTYPE_BYTES[dtype]
     refuse_footprint(spec, shape, k_gib * GIB / tokens, planned, "K cache")

@@ -24,7 +24,6 @@ from specpilot.engines.vllm.releases import CpuBackend, VllmLine, vllm_line
 from specpilot.errors import UserError
 from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape, partial_rotary_factor
-from specpilot.plan.effective import effective_args
 from specpilot.plan.log_checks import refuse_footprint
 from specpilot.plan.types import GIB, Plan, Problem, Term, VllmDetails, gib
 from specpilot.plan.vllm import quantities as mem
@@ -663,7 +662,7 @@ def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: E
     return notes
 
 
-def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, facts: LogFacts) -> None:
+def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFacts) -> None:
     """vLLM prints its KV memory and token count; for attention-only models their ratio is
     the KV bytes per token (mamba groups and sliding windows change the ratio: skipped)."""
     available, tokens = facts.available_kv_gib, facts.kv_tokens
@@ -671,6 +670,6 @@ def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, facts: LogFacts) 
         return
     if available <= 0 or tokens <= 0 or shape.is_hybrid or shape.sliding_attention_layers:
         return
-    inputs = resolve_inputs(spec, shape, effective_args(spec, shape))
+    inputs = resolve_inputs(spec, shape, args)
     planned = inputs.attention_bytes_per_token_per_layer * inputs.attention_layers
     refuse_footprint(spec, shape, available * GIB / tokens, planned, "KV cache")
