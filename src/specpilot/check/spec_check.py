@@ -23,7 +23,13 @@ def fix_spec(spec: Spec | ResolvedSpec) -> FixedLaunch:
     """`check --fix`: the spec's flags with every fix applied that makes the engine accept them."""
     first: CheckResult | None = None
     if isinstance(spec, ResolvedSpec):
-        spec, shape, error, first = spec.spec, spec.model_shape, spec.model_error, spec.evaluation
+        resolved = spec
+        spec, shape, error, first = (
+            resolved.spec,
+            resolved.model_shape,
+            resolved.model_error,
+            resolved.evaluation,
+        )
     else:
         _, shape, error = read_model(spec)
     model, notes = model_facts(shape, error)

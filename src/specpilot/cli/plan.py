@@ -10,6 +10,7 @@ from rich.console import Console
 from specpilot import jsontext
 from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.cli.inputs import PASSTHROUGH, SpecCommand, resolve_spec, spec_options
+from specpilot.engines.logfacts import LogFacts
 from specpilot.engines.registry import ENGINES, engine_by_name
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.plan import make_plan
@@ -45,7 +46,7 @@ def refuse_rejected_flags(resolved: ResolvedSpec) -> None:
 
 def _draw(
     resolved: ResolvedSpec,
-    measured: dict[str, float],
+    facts: LogFacts | None,
     result: Plan,
     svg_path: Path | None,
     html_path: Path | None,
@@ -61,7 +62,7 @@ def _draw(
     if plain is not None:
         plans = [
             (result, "with speculative decoding"),
-            (make_plan(resolved.respec(plain), measured), "without it"),
+            (make_plan(resolved.respec(plain), facts), "without it"),
         ]
     cards = [card_of(p, f"{spec.name}: {title}") for p, title in plans]
     drawn = "the card with and without speculative decoding" if plain is not None else "the card"
@@ -214,15 +215,15 @@ def plan(
         resolved = resolved.respec(check_fixes[0])
         click.echo(f"check's fixes, applied before planning: {check_fixes[1]}", err=as_json)
     refuse_rejected_flags(resolved)
-    measured: dict[str, float] = {}
+    facts: LogFacts | None = None
     if from_log:
-        calibrated, measured = calibrate_from_log(resolved, from_log)
+        calibrated, facts = calibrate_from_log(resolved, from_log)
         resolved = resolved.respec(calibrated)
     spec = resolved.spec
     peak = _startup_peak(spec, from_log, samples)
-    result = make_plan(resolved, measured)
-    add_serving_args(resolved, result, measured)
-    drawn = _draw(resolved, measured, result, svg_path, html_path) if svg_path or html_path else []
+    result = make_plan(resolved, facts)
+    add_serving_args(resolved, result, facts)
+    drawn = _draw(resolved, facts, result, svg_path, html_path) if svg_path or html_path else []
     projected = job_projections(spec, job_dir, gpus) if job_dir is not None else None
     if as_json:
         data = result.to_json()
@@ -240,9 +241,7 @@ def plan(
     for line in drawn:
         click.echo(line, err=as_json)
     if write_path is not None:
-        written = _write_recommended(
-            resolved, measured, result, write_path, check_fixed=check_fixes is not None
-        )
+        written = _write_recommended(resolved, facts, result, write_path, check_fixed=check_fixes is not None)
         click.echo(written, err=as_json)
     # the verdict on the spec given: one that needed check's fixes would not have started
     raise SystemExit(EXIT_OK if result.fits and check_fixes is None else EXIT_FAILED)
@@ -269,7 +268,7 @@ def _apply_check_fixes(resolved: ResolvedSpec) -> tuple[Spec, str] | None:
 
 
 def _write_recommended(
-    resolved: ResolvedSpec, measured: dict[str, float], result: Plan, path: Path, *, check_fixed: bool
+    resolved: ResolvedSpec, facts: LogFacts | None, result: Plan, path: Path, *, check_fixed: bool
 ) -> str:
     """`--write`: the spec (with check's fixes when `check_fixed`) with the plan's recommended
     knobs (replacing the same flags) in a new file, planned again to say whether it fits and
@@ -287,7 +286,7 @@ def _write_recommended(
         path, fixed_spec_text(spec, recommended.engine.args, recommended.engine.env, path), field="--write"
     )
     written = resolved.respec(load_spec(path))
-    again = make_plan(written, measured)
+    again = make_plan(written, facts)
     if not again.fits:
         return f"wrote {path}: still does not fit: see specpilot plan {path}"
     verdict = f"{again.kv_tokens:,} KV tokens, {again.max_running_requests} running requests"

@@ -143,7 +143,7 @@ def _gpus_of(job: JobFile) -> int:
 
 
 def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
-    from specpilot.check import check_spec
+    from specpilot.check.resolved import ResolvedSpec, resolve
     from specpilot.plan import make_plan
 
     if job.fleet is not None:
@@ -153,11 +153,12 @@ def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
     else:
         spec = _server_spec(job)
         specs = {(spec.gpu.memory_gib, spec.gpu.name, spec.gpu.count): spec}
+    # each server spec resolved once (its model read, its flags evaluated) for both stages
+    settled = record.done("check") and record.done("plan")
+    resolved: dict[object, ResolvedSpec] = {} if settled else {key: resolve(s) for key, s in specs.items()}
     if not record.done("check"):
         record.begin("check", 0)
-        found = {
-            str(key): [dataclasses.asdict(f) for f in check_spec(s).findings] for key, s in specs.items()
-        }
+        found = {str(key): [dataclasses.asdict(f) for f in r.check.findings] for key, r in resolved.items()}
         errors = [
             f"{f['rule']}: {f['message']}" for fs in found.values() for f in fs if f["severity"] == "error"
         ]
@@ -172,8 +173,8 @@ def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
         record.begin("plan", 0)
         plans: dict[str, dict[str, Any]] = {}
         recommended: list[str] = []
-        for key, s in specs.items():
-            plan = make_plan(s)
+        for key, r in resolved.items():
+            plan = make_plan(r)
             problems = [p.message for p in plan.problems]
             plans[str(key)] = {
                 "fits": plan.fits,

@@ -89,8 +89,8 @@ def replan(spec: Spec, log_text: str, planned: Plan | None) -> Replan | None:
     Raises UserError when the log cannot calibrate (another engine's, or cut before the
     weights loaded: then nothing was measured)."""
     resolved = resolve(spec)  # the model read once, for the log's checks and the plan
-    calibrated, measured = calibrate_from_text(resolved, log_text, "the engine's log")
-    plan = make_plan(resolved.respec(calibrated), measured)
+    calibrated, facts = calibrate_from_text(resolved, log_text, "the engine's log")
+    plan = make_plan(resolved.respec(calibrated), facts)
     if not plan.recommended_args:
         return None
     table = resolved.release.table
@@ -107,6 +107,7 @@ def replan(spec: Spec, log_text: str, planned: Plan | None) -> Replan | None:
     if not changes:
         return None
     assumed = _assumed_gib(planned) if planned else {}
+    measured = facts.measured_inputs()
     reasons = [
         f"the engine printed {label} {measured[key]:.2f} GiB; the plan assumed {assumed[key]:.2f} GiB"
         for key, label in _INPUTS

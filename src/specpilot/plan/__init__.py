@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from specpilot.check.effective import EffectiveArgs
 from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.engines.fix import Fix
+from specpilot.engines.logfacts import LogFacts
 from specpilot.models.files import ModelFiles
 from specpilot.models.shape import PLANNED_ARCHITECTURES, ModelShape
 from specpilot.plan.planners import planner_for
@@ -25,15 +24,15 @@ def plan_inputs(spec: Spec, files: ModelFiles | None = None) -> tuple[ModelShape
 
 
 def make_plan(
-    spec: Spec | ResolvedSpec, measured: Mapping[str, float] | None = None, files: ModelFiles | None = None
+    spec: Spec | ResolvedSpec, facts: LogFacts | None = None, files: ModelFiles | None = None
 ) -> Plan:
     """The plan for a spec (resolved already, or here with `files` when the caller read them),
-    by its engine's planner; `measured` holds inputs read from a log."""
+    by its engine's planner; `facts`: what a start's log printed (`calibrate_from_log`)."""
     resolved = spec if isinstance(spec, ResolvedSpec) else resolve(spec, files)
     release = resolved.release
     planner = planner_for(release.name)
     shape = resolved.shape
-    plan = planner.plan(resolved.spec, shape, resolved.args, measured)
+    plan = planner.plan(resolved.spec, shape, resolved.args, facts)
     plan.provenance = provenance(release)
     if shape.architecture not in PLANNED_ARCHITECTURES:
         plan.notes.insert(

@@ -12,11 +12,10 @@ give a spec that is safe to serve, not only to start. Each engine's bound is its
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.engines.fix import Fix
 from specpilot.engines.flags import parse_version, table_for
+from specpilot.engines.logfacts import LogFacts
 from specpilot.plan import make_plan
 from specpilot.plan.planners import planner_for
 from specpilot.plan.types import Plan
@@ -39,9 +38,7 @@ def with_fix(spec: Spec, fix: Fix) -> Spec:
     return spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args, "env": env})})
 
 
-def add_serving_args(
-    spec: Spec | ResolvedSpec, plan: Plan, measured: Mapping[str, float] | None = None
-) -> list[str]:
+def add_serving_args(spec: Spec | ResolvedSpec, plan: Plan, facts: LogFacts | None = None) -> list[str]:
     """Add to `plan.recommended_args` what the recommended spec (the spec as given when the plan
     recommends nothing) needs to serve, planned again with the recommendation; the flags added."""
     if planner_for(plan.engine).serving is None or not (plan.fits or plan.recommended_args):
@@ -51,7 +48,7 @@ def add_serving_args(
     if plan.recommended_args or plan.recommended_env:
         fix = Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env))
         target = target.respec(with_fix(target.spec, fix))
-        target_plan = make_plan(target, measured)
+        target_plan = make_plan(target, facts)
     if not target_plan.fits:
         return []
     added = serving_args(target, target_plan)

@@ -10,7 +10,6 @@ values that start first time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from specpilot.check.effective import EffectiveArgs
@@ -585,7 +584,7 @@ def planner_settings(spec: Spec, shape: ModelShape, args: EffectiveArgs) -> Sgla
 
 
 def _free_and_weights(
-    spec: Spec, shape: ModelShape, settings: SglangSettings, measured: Mapping[str, float] | None
+    spec: Spec, shape: ModelShape, settings: SglangSettings, facts: LogFacts | None
 ) -> tuple[float, float, dict[str, float]]:
     """(free before load GiB, target weights GiB, the measured inputs used).
 
@@ -593,7 +592,10 @@ def _free_and_weights(
     draft's "mem usage" line is never used (see `plan_sglang`).
     """
     used_keys = ("free_before_load_gib", "weights_gib")
-    measured_used = {key: value for key, value in (measured or {}).items() if key in used_keys}
+    # the log's two numbers reach the arithmetic through the spec (`calibrate_from_log` sets
+    # them); the log's own record says which were measured, in the order it printed them
+    logged = facts.measured_inputs() if facts is not None else {}
+    measured_used = {key: value for key, value in logged.items() if key in used_keys}
     free = spec.gpu.free_before_load_gib
     if free is not None:
         measured_used["free_before_load_gib"] = free
@@ -804,19 +806,17 @@ def _details(z: Sizing, shape: ModelShape, free: float) -> SglangDetails:
     )
 
 
-def plan_sglang(
-    spec: Spec, shape: ModelShape, args: EffectiveArgs, measured: Mapping[str, float] | None = None
-) -> Plan:
+def plan_sglang(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFacts | None = None) -> Plan:
     """The SGLang memory plan for a spec.
 
-    `measured` holds inputs read from an earlier log (`parse_sglang_log`). Free memory
+    `facts` is what an earlier start's log printed (`parse_sglang_log`). Free memory
     before load and target weights are used (they also arrive through the spec's override
     keys). The draft's "mem usage" line is not: it is taken before the draft swaps its own
     embedding and LM head for the target's, so it is not the draft's resident size.
     """
     rules = release_rules(spec.engine.version)
     settings = planner_settings(spec, shape, args)
-    free, weights, measured_used = _free_and_weights(spec, shape, settings, measured)
+    free, weights, measured_used = _free_and_weights(spec, shape, settings, facts)
     z = size(shape, settings, rules, free_before_load_gib=free, weights_gib=weights)
     startable, rec_env = startable_settings(settings, shape, rules)
     best = recommend(shape, startable, rules, free, weights)
