@@ -10,13 +10,13 @@ from specpilot.check.resolved import ResolvedSpec, model_facts, read_model, reso
 from specpilot.check.types import CheckResult
 from specpilot.engines.flags import parse_version
 from specpilot.engines.rules import GpuFacts
-from specpilot.models.files import ModelFiles
 from specpilot.spec import Spec
 
 
-def check_spec(spec: Spec, files: ModelFiles | None = None) -> CheckResult:
-    """Check a whole spec (its model read on its host unless `files` were read already)."""
-    return resolve(spec, files).check
+def check_spec(spec: Spec) -> CheckResult:
+    """Check a whole spec, its model read on its host (`resolve`: check and plan of one command
+    read one resolution)."""
+    return resolve(spec).check
 
 
 def fix_spec(spec: Spec | ResolvedSpec) -> FixedLaunch:

@@ -6,7 +6,6 @@ from specpilot.check.effective import EffectiveArgs
 from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.engines.fix import Fix
 from specpilot.engines.logfacts import LogFacts
-from specpilot.models.files import ModelFiles
 from specpilot.models.shape import PLANNED_ARCHITECTURES, ModelShape
 from specpilot.plan.planners import planner_for
 from specpilot.plan.provenance import provenance
@@ -16,19 +15,17 @@ from specpilot.spec import Spec
 __all__ = ["Fix", "Plan", "Problem", "Term", "make_plan", "plan_inputs"]
 
 
-def plan_inputs(spec: Spec, files: ModelFiles | None = None) -> tuple[ModelShape, EffectiveArgs]:
-    """The model shape (config.json read on the spec's host, unless `files` were read
-    already), and the flags as `check`'s rules evaluate them for that model."""
-    resolved = resolve(spec, files)
+def plan_inputs(spec: Spec) -> tuple[ModelShape, EffectiveArgs]:
+    """The model shape (config.json read on the spec's host), and the flags as `check`'s rules
+    evaluate them for that model."""
+    resolved = resolve(spec)
     return resolved.shape, resolved.args
 
 
-def make_plan(
-    spec: Spec | ResolvedSpec, facts: LogFacts | None = None, files: ModelFiles | None = None
-) -> Plan:
-    """The plan for a spec (resolved already, or here with `files` when the caller read them),
-    by its engine's planner; `facts`: what a start's log printed (`calibrate_from_log`)."""
-    resolved = spec if isinstance(spec, ResolvedSpec) else resolve(spec, files)
+def make_plan(spec: Spec | ResolvedSpec, facts: LogFacts | None = None) -> Plan:
+    """The plan for a spec (resolved already, or here), by its engine's planner; `facts`: what
+    a start's log printed (`calibrate_from_log`)."""
+    resolved = spec if isinstance(spec, ResolvedSpec) else resolve(spec)
     release = resolved.release
     planner = planner_for(release.name)
     shape = resolved.shape
