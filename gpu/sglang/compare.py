@@ -39,8 +39,8 @@ def plans(run: str, scratch: Path) -> tuple[Plan, Plan]:
     spec_path = DATA / f"{run}.toml"
     cut = scratch / f"{run}.log"
     cut.write_text(log_up_to_weights((DATA / f"{run}.log").read_text()))
-    spec, measured = calibrate_from_log(load_spec(spec_path), cut)
-    return make_plan(load_spec(spec_path)), make_plan(spec, measured)
+    spec, facts = calibrate_from_log(load_spec(spec_path), cut)
+    return make_plan(load_spec(spec_path)), make_plan(spec, facts)
 
 
 def _pct(planned: float, printed: float | None) -> str:

@@ -5,7 +5,8 @@
 Reads every start in tests/data/gpu-runs/ that has samples (`gpu/sglang/job.py` recorded it,
 `gpu/sglang/import_peaks.py` imported it), measures each post-pool phase (the prefill graph's
 capture: what it keeps and its transient above that; each decode-side graph family; the warm-up
-request) on the samples, and fits the terms `plan/sglang/margin.py`'s `PostPoolFit` holds:
+request) on the samples, and fits the terms the 0.5.17 release row's `post_pool_fit` holds
+(`src/specpilot/engines/sglang/postpool.py`'s `PostPoolFit`):
 
 - prefill graph: the bytes per captured token per hidden unit per layer it keeps (largest ratio);
 - activations: the prefill capture's transient above what it keeps, as a multiple of the plan's
@@ -25,6 +26,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peaks
 
+from specpilot.engines.sglang import releases
+from specpilot.engines.sglang.postpool import PostPoolFit
 from specpilot.plan import make_plan, plan_inputs
-from specpilot.plan.sglang import margin
 from specpilot.plan.sglang.planner import planner_settings
 from specpilot.plan.sglang.quantities import (
     BREAKABLE_GRAPH_BYTES_PER_TOKEN_HIDDEN_LAYER,
@@ -134,7 +138,22 @@ def printed_families() -> list[tuple[str, int, float]]:
     return found
 
 
-def fit(starts: list[Measured], printed: list[tuple[str, int, float]]) -> margin.PostPoolFit:
+#: the release the starts ran
+RELEASE = "0.5.17"
+
+
+@contextmanager
+def row_fit(found: PostPoolFit | None) -> Iterator[None]:
+    """Plan with `found` as the release row's post-pool fit (None: the estimates' plan)."""
+    saved = releases.RELEASES
+    releases.RELEASES = tuple(replace(r, post_pool_fit=found) if r.covers(RELEASE) else r for r in saved)
+    try:
+        yield
+    finally:
+        releases.RELEASES = saved
+
+
+def fit(starts: list[Measured], printed: list[tuple[str, int, float]]) -> PostPoolFit:
     """The terms from the ready starts (a start that failed in a capture has no whole phase)."""
     ready = [m for m in starts if m.peak.ready and m.prefill_kept_gib is not None]
     coefficient = max(
@@ -147,8 +166,10 @@ def fit(starts: list[Measured], printed: list[tuple[str, int, float]]) -> margin
     points = [(batch, gib) for m in ready for _, batch, gib in m.families] + [(b, g) for _, b, g in printed]
     slope, intercept = statistics.linear_regression([b for b, _ in points], [g for _, g in points])
     intercept += max(g - (intercept + slope * b) for b, g in points)  # no family measured above it
+    committed = releases.release_rules(RELEASE).post_pool_fit
+    assert committed is not None, f"the {RELEASE} row has no post_pool_fit"
     return replace(
-        margin.FIT_0517,
+        committed,
         prefill_graph_bytes_per_token_hidden_layer=round(coefficient, 3),
         decode_graph_family=(round(intercept, 3), round(slope * 1024, 3)),
         capture_transient_scale=round(scale, 3),
@@ -160,16 +181,12 @@ CHECK_ONLY = "-capture-"
 
 
 def collect() -> list[Measured]:
-    saved = margin.FITS
-    margin.FITS = ()  # the estimates' plan: the fit starts from the terms it replaces
-    try:
+    with row_fit(None):  # the estimates' plan: the fit starts from the terms it replaces
         return [
             measure(name, plan, peak)
             for name, _, plan, peak, _ in peaks.rows(peaks.DATA)
             if CHECK_ONLY not in name
         ]
-    finally:
-        margin.FITS = saved
 
 
 def main() -> None:
@@ -197,8 +214,8 @@ def main() -> None:
             f"| {m.lowest_free_gib:.2f} ({m.peak.phase}) | {prefill} | {families or '-'} |"
         )
     print()
-    margin.FITS = (found,)
-    fitted = {name: plan for name, _, plan, _, _ in peaks.rows(peaks.DATA)}
+    with row_fit(found):
+        fitted = {name: plan for name, _, plan, _, _ in peaks.rows(peaks.DATA)}
     print(
         "| start | plan's margin, estimated | plan's margin, fitted | measured lowest free "
         "| lowest - fitted margin |"
@@ -230,7 +247,7 @@ def recommended(plan: Plan) -> tuple[float, int]:
     )
 
 
-def gain(found: margin.PostPoolFit) -> None:
+def gain(found: PostPoolFit) -> None:
     """The recommendation per card, estimated against fitted: what the padding cost."""
     print("| card GiB | speculation | estimated: fraction, requests | fitted: fraction, requests | gain |")
     print("|---|---|---|---|---|")
@@ -243,9 +260,9 @@ def gain(found: margin.PostPoolFit) -> None:
                 update={"engine": engine, "gpu": base.gpu.model_copy(update={"memory_gib": card})}
             )
             plans = []
-            for fits in ((), (found,)):
-                margin.FITS = fits
-                plans.append(make_plan(spec))
+            for fits in (None, found):
+                with row_fit(fits):
+                    plans.append(make_plan(spec))
             (a, b) = (recommended(p) for p in plans)
             change = f"{(b[1] - a[1]) / a[1]:+.0%}" if a[1] else "-"
             print(f"| {card} | {label} | {a[0]:.2f}, {a[1]} | {b[0]:.2f}, {b[1]} | {change} |")

@@ -50,8 +50,8 @@ def calibrated_plan(folder: Path, scratch: Path) -> tuple[float, Plan]:
     """(the card's GiB, the plan calibrated from the log up to the weights)."""
     cut = scratch / f"{folder.name}.log"
     cut.write_text(log_up_to_weights((folder / "engine.log").read_text(errors="replace")))
-    spec, measured = calibrate_from_log(load_spec(spec_path(folder)), cut)
-    return spec.gpu.memory_gib, make_plan(spec, measured)
+    spec, facts = calibrate_from_log(load_spec(spec_path(folder)), cut)
+    return spec.gpu.memory_gib, make_plan(spec, facts)
 
 
 def margin_gib(plan: Plan) -> float:

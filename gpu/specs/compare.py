@@ -34,8 +34,8 @@ def _calibrated(run: str, spec_path: Path, scratch: Path) -> Plan:
     end = next(i for i, line in enumerate(lines) if "Model loading took" in line)
     cut = scratch / f"{run}.log"
     cut.write_text("".join(lines[: end + 1]))
-    spec, measured = calibrate_from_log(load_spec(spec_path), cut)
-    return make_plan(spec, measured)
+    spec, facts = calibrate_from_log(load_spec(spec_path), cut)
+    return make_plan(spec, facts)
 
 
 def _pct(planned: float, printed: float) -> str:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from specpilot.launch.preflight import run_preflight
+from tests.counting import Counted
 from tests.launch.conftest import SpecFactory
 
 
@@ -41,3 +44,16 @@ def test_refusal_for_an_unknown_flag_keeps_what_to_drop(make_spec: SpecFactory, 
     assert pre.cause == "config"
     assert pre.fix is not None and pre.fix.remove_args == ("--frobnicate",)
     assert "drop --frobnicate" in pre.fix.describe()
+
+
+def test_preflight_reads_the_model_once_and_evaluates_the_flags_once(
+    make_spec: SpecFactory, run_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check and plan read one resolution of the spec: `up` (and bench) read the model once
+    per start, where they used to read it for check and again for the plan."""
+    spec = make_spec("sglang_ready")
+    found = Counted(monkeypatch)
+    pre = run_preflight(spec)
+    assert pre.plan is not None and pre.plan.fits
+    assert found.reads == 1
+    assert found.evaluations[tuple(spec.engine.args)] == 1

@@ -135,12 +135,10 @@ def test_details_carry_units_in_their_names_and_the_json_the_old_keys() -> None:
 
 def test_a_stored_plan_compares_with_the_engine_like_the_plan_itself(tmp_path: Path) -> None:
     spec = load_spec(SGLANG_H200 / "r17-mtp-rec-96.toml")
-    calibrated, measured = calibrate_from_log(spec, SGLANG_H200 / "r17-mtp-rec-96.log")
+    calibrated, facts = calibrate_from_log(spec, SGLANG_H200 / "r17-mtp-rec-96.log")
     plan = make_plan(spec)
-    printed = {
-        "kv_tokens": float(make_plan(calibrated, measured).kv_tokens),
-        "weights_gib": measured["weights_gib"],
-    }
+    assert facts.weights_gib is not None
+    printed = {"kv_tokens": float(make_plan(calibrated, facts).kv_tokens), "weights_gib": facts.weights_gib}
     stored = Plan.from_json(json.loads(json.dumps(plan.to_json())))
     assert plan_diff(printed, stored) == plan_diff(printed, plan)
     assert [d["key"] for d in plan_diff(printed, stored)] == ["kv_tokens", "weights_gib"]

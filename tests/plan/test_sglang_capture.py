@@ -21,12 +21,15 @@ from specpilot.launch.replan import replan
 from specpilot.plan import make_plan, plan_inputs
 from specpilot.plan.sglang import quantities as q
 from specpilot.plan.sglang.log import prefill_capture_oom
-from specpilot.plan.sglang.margin import EXTRAPOLATION_MARGIN_GIB, FIT_0517
 from specpilot.plan.sglang.planner import capture_oom_fix, gate_note, planner_settings, size
 from specpilot.plan.types import Plan, SglangDetails
 from specpilot.spec import Spec
 
 REPO = Path(__file__).resolve().parents[2]
+#: the 0.5.17 row's fit to the H200 starts, and the margin it keeps outside their range
+FIT_0517 = release_rules("0.5.17").post_pool_fit
+assert FIT_0517 is not None
+EXTRAPOLATION_MARGIN_GIB = FIT_0517.extrapolation_margin_gib
 #: the flags every start of the round ran with (gpu/sglang/job.py)
 RUN_FLAGS = ("--load-format", "dummy", "--attention-backend", "triton", "--sampling-backend", "pytorch")
 HYBRID = "qwen3.6-27b-text"

@@ -1,8 +1,8 @@
 """SGLang 0.5.17's post-pool fit against the starts sampled on the H200
 (tests/data/gpu-runs/sglang-0.5.17-h200-*, `gpu/sglang/fit.py`, docs/gpu-validation.md).
 
-The fit is the data's: refitting the recorded samples gives the constants `margin.FIT_0517`
-holds. And the plan it makes is held to every start: the plan never promises more free memory
+The fit is the data's: refitting the recorded samples gives the constants the 0.5.17 row's
+`post_pool_fit` holds. And the plan it makes is held to every start: the plan never promises more free memory
 at the low point than the start had (beyond the fit's residual), the start that failed in its
 prefill capture plans as not fitting, and the recommendation is the last fraction that started
 (one step above it failed, or kept less than the stated margin)."""
@@ -21,9 +21,9 @@ import peaks
 
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.plan import make_plan
-from specpilot.plan.sglang import margin
 from specpilot.plan.types import Plan, SglangDetails
 from specpilot.spec import Spec, load_spec
+from tests.plan.fits import set_fit
 
 RUNS = peaks.DATA
 PREFIX = "sglang-0.5.17-h200-"
@@ -39,8 +39,7 @@ def measured() -> list[fit.Measured]:
 
 def test_refitting_the_samples_gives_the_constants_the_plan_uses(measured: list[fit.Measured]) -> None:
     refit = fit.fit(measured, fit.printed_families())
-    assert refit == margin.FIT_0517
-    assert margin.post_pool_fit(release_rules("0.5.17")) == margin.FIT_0517
+    assert refit == release_rules("0.5.17").post_pool_fit
 
 
 def test_every_start_low_point_was_in_the_prefill_capture(measured: list[fit.Measured]) -> None:
@@ -99,12 +98,14 @@ def test_the_recommendation_is_the_last_step_that_started(name: str, last_starte
     assert _fraction(make_plan(_bare(name))) == last_started
     above_plan = _plan(above)
     assert isinstance(above_plan.details, SglangDetails)
-    assert not above_plan.fits or above_plan.details.margin_gib < margin.FIT_0517.stated_margin_gib
+    fitted = release_rules("0.5.17").post_pool_fit
+    assert fitted is not None
+    assert not above_plan.fits or above_plan.details.margin_gib < fitted.stated_margin_gib
 
 
 def test_mtp_on_a_96_gb_card_gains_concurrency_from_the_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     fitted = make_plan(_bare("m96-edge"))
-    monkeypatch.setattr(margin, "FITS", ())
+    set_fit(monkeypatch, None)
     estimated = make_plan(_bare("m96-edge"))
     assert (_fraction(estimated), _fraction(fitted)) == ("0.95", "0.98")
     requests = [

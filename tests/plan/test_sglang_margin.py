@@ -1,5 +1,6 @@
 """What the SGLang plan keeps free after the pools: estimated terms with their 10% padding, or
-terms fitted to measured startup peaks plus one stated margin (`plan/sglang/margin.py`).
+terms fitted to measured startup peaks plus one stated margin (the release row's `post_pool_fit`,
+`plan/sglang/margin.py`).
 
 The fits here (but the last test's) are test fits on a real H200 start's spec (0.5.17, Qwen3.6-27B, 95.6 GiB card,
 --context-length 32768, no speculation): they show what the code path does with a fit, not
@@ -13,19 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.engines.sglang.postpool import PostPoolFit
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.plan import make_plan
-from specpilot.plan.sglang import margin as sglang_margin
-from specpilot.plan.sglang.margin import PostPoolFit
 from specpilot.plan.types import Plan
 from specpilot.spec import Spec, load_spec
+from tests.plan.fits import set_fit
 
 H200 = Path(__file__).resolve().parents[1] / "data" / "startup_logs" / "sglang-h200"
 #: the engine's printed prefill graph of Qwen3.6-27B: 2.85 GiB for 8192 x 5120 x 64
 PRINTED_PREFILL_BYTES = 1.15
 STATED = PostPoolFit(
-    "0.5.17",
-    "0.5.17",
     stated_margin_gib=0.5,
     margin_reason="test fit",
     source="tests",
@@ -46,8 +45,8 @@ def _term_source(plan: Plan, prefix: str) -> str:
 
 
 def test_without_a_fit_every_post_pool_term_is_estimated_and_padded(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert sglang_margin.post_pool_fit(release_rules("0.5.13")) is None  # only 0.5.17 has a fit
-    monkeypatch.setattr(sglang_margin, "FITS", ())
+    assert release_rules("0.5.13").post_pool_fit is None  # only 0.5.17 has a fit
+    set_fit(monkeypatch, None)
     plan = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
     assert {_term_source(plan, p) for p in ("activations", "decode CUDA", "prefill CUDA", "runtime")} == {
         "estimated"
@@ -56,9 +55,9 @@ def test_without_a_fit_every_post_pool_term_is_estimated_and_padded(monkeypatch:
 
 
 def test_a_fit_replaces_the_terms_it_sets_and_no_other(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sglang_margin, "FITS", ())
+    set_fit(monkeypatch, None)
     estimated = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
-    monkeypatch.setattr(sglang_margin, "FITS", (STATED,))
+    set_fit(monkeypatch, STATED)
     fitted = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
     assert _term_source(fitted, "prefill CUDA") == "fitted"
     assert _term_source(fitted, "decode CUDA") == "fitted"
@@ -79,9 +78,9 @@ def test_a_stated_margin_raises_concurrency_where_the_padding_was_the_limit(
 ) -> None:
     """95.6 GiB without speculation: the estimates stop at 0.93 (0.94 would leave about 0.2 GiB
     of the 0.7 the padding asks); the fitted terms and 0.5 GiB stated allow 0.94."""
-    monkeypatch.setattr(sglang_margin, "FITS", ())
+    set_fit(monkeypatch, None)
     estimated = make_plan(_bare("r17-plain-rec2-96"))
-    monkeypatch.setattr(sglang_margin, "FITS", (STATED,))
+    set_fit(monkeypatch, STATED)
     fitted = make_plan(_bare("r17-plain-rec2-96"))
     assert estimated.recommended_args[:2] == ["--mem-fraction-static", "0.93"]
     assert fitted.recommended_args[:2] == ["--mem-fraction-static", "0.94"]
@@ -98,11 +97,33 @@ def test_the_fraction_search_starts_at_the_fits_ceiling(monkeypatch: pytest.Monk
     the whole card leaves at 0.95 is more than the fitted terms and the stated margin need."""
     bare = _bare("r17-plain-rec2-96")
     spec = bare.model_copy(update={"gpu": bare.gpu.model_copy(update={"memory_gib": 139.8})})
-    monkeypatch.setattr(sglang_margin, "FITS", ())
+    set_fit(monkeypatch, None)
     assert make_plan(spec).recommended_args[1] == "0.95"
-    monkeypatch.setattr(sglang_margin, "FITS", (STATED,))
+    set_fit(monkeypatch, STATED)
     assert make_plan(spec).recommended_args[1] == "0.95"  # the fitted terms alone stop at the ceiling
-    monkeypatch.setattr(sglang_margin, "FITS", (replace(STATED, highest_fraction=0.98),))
+    set_fit(monkeypatch, replace(STATED, highest_fraction=0.98))
     raised = make_plan(spec)
     assert float(raised.recommended_args[1]) > 0.95
     assert raised.details.margin_gib >= STATED.stated_margin_gib
+
+
+def test_the_fit_is_its_release_rows_own_and_says_what_it_replaces() -> None:
+    """0.5.17's fit is a field of its row, not inherited by the next; where it sets the
+    unitemized buffers the term is the fit's and says so, not the row's estimate."""
+    row = release_rules("0.5.17")
+    assert row.post_pool_fit is not None and row.post_pool_fit.unitemized_gib == 0.0
+    assert release_rules("0.5.18").post_pool_fit is None
+    plan = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
+    runtime = next(t for t in plan.terms if t.name.startswith("runtime"))
+    assert (runtime.gib, runtime.source) == (0.0, "fitted") != (row.unitemized_hybrid_gib, "estimated")
+
+
+def test_the_extrapolation_margin_is_the_rows_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside the fit's range the plan keeps the margin the row's fit states for it."""
+    fit = release_rules("0.5.17").post_pool_fit
+    assert fit is not None
+    spec = load_spec(H200 / "r17-plain-rec2-96.toml")
+    spec = spec.model_copy(update={"gpu": spec.gpu.model_copy(update={"memory_gib": 47.6})})
+    set_fit(monkeypatch, replace(fit, extrapolation_margin_gib=2.25))
+    note = next(n for n in make_plan(spec).notes if n.startswith("extrapolating"))
+    assert "a 47.6 GiB card" in note and "2.25 GiB margin instead of 0.50" in note

@@ -108,10 +108,9 @@ STUB = Engine(
 )
 
 
-def _stub_plan(
-    spec: Spec, shape: ModelShape, args: EffectiveArgs, measured: Mapping[str, float] | None
-) -> Plan:
-    weights_gib = (measured or {}).get("weights_gib", 10.0)
+def _stub_plan(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFacts | None) -> Plan:
+    logged = facts.weights_gib if facts is not None else None
+    weights_gib = logged if logged is not None else 10.0
     return Plan(
         engine="stub",
         engine_version=spec.engine.version,

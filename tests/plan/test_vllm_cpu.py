@@ -100,7 +100,7 @@ def test_the_space_variable_wins_over_the_flag_and_the_flag_over_auto(tmp_path: 
 def test_calibrating_from_the_cpu_log_keeps_the_numbers(tmp_path: Path) -> None:
     spec = _spec(tmp_path, CPU_ENV)
     calibrated, measured = calibrate_from_log(spec, STARTUP_LOG)
-    assert measured["available_kv_gib"] == 1.0
+    assert measured.available_kv_gib == 1.0
     assert make_plan(calibrated, measured).kv_tokens == 4_194_304
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.engines.logfacts import LogFacts
 from specpilot.models.shape import load_model_shape
 from specpilot.plan.effective import effective_args
 from specpilot.plan.vllm.planner import parse_vllm_log, plan_vllm
@@ -52,7 +53,7 @@ def test_kv_tokens_and_concurrency_match_the_engine(name: str) -> None:
     spec = _spec(meta)
     shape = load_model_shape(spec.model_dir())
     args = effective_args(spec, shape)
-    plan = plan_vllm(spec, shape, args, measured=parse_vllm_log(text).measured_inputs())
+    plan = plan_vllm(spec, shape, args, parse_vllm_log(text))
     printed = meta["printed"]
     assert plan.kv_tokens == pytest.approx(printed["kv_tokens"], rel=0.02)  # type: ignore[index]
     assert plan.details.max_concurrency == pytest.approx(printed["max_concurrency"], abs=0.02)
@@ -68,7 +69,7 @@ def test_hybrid_mtp_block_size_and_groups_match_vllm_layout() -> None:
         spec,
         load_model_shape(spec.model_dir()),
         effective_args(spec, load_model_shape(spec.model_dir())),
-        measured=parse_vllm_log(text).measured_inputs(),
+        parse_vllm_log(text),
     )
     assert plan.details.attention_block_size_tokens == 1600
     assert plan.details.kv_cache_groups == 4
@@ -171,7 +172,9 @@ def test_kv_cache_memory_bytes_replaces_the_profiled_budget() -> None:
     assert available.gib == pytest.approx(8.0)
     # the same pool as a start whose profiler had measured 8 GiB for the KV cache
     without_flag = _incident_spec("--max-model-len", "8192", "--enforce-eager")
-    measured = plan_vllm(without_flag, shape, effective_args(without_flag, shape), {"available_kv_gib": 8.0})
+    measured = plan_vllm(
+        without_flag, shape, effective_args(without_flag, shape), LogFacts(available_kv_gib=8.0)
+    )
     assert plan.details == measured.details
     assert plan.kv_tokens == measured.kv_tokens
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.argv import ReadArgv, read_argv
 from specpilot.engines.fix import Fix
 from specpilot.engines.flags import parse_version, table_for
@@ -206,12 +207,13 @@ def prepare(spec: Spec, variant: Variant, name: str, files: ModelRead | None = N
         )
     if variant.adaptive and adaptive_flag(spec) is None:
         return Prepared(variant, candidate, None, refused=f"{_release(spec)} has no adaptive speculation")
-    pre = run_preflight(candidate, files)
+    resolved = resolve(candidate, files)  # the model read once for every preflight below
+    pre = run_preflight(resolved)
     if pre.errors and pre.cause == "oom" and pre.fix is not None:
         # does not fit as given: the plan's recommendation is what `plan` would have it run at
         args, env = pre.fix.apply(table, candidate.engine.args, candidate.engine.env)
         candidate = _with(candidate, args, env)
-        pre = run_preflight(candidate, files)
+        pre = run_preflight(resolved.respec(candidate))
     if pre.errors or pre.plan is None:
         return Prepared(variant, candidate, None, refused=_reason(pre))
     recommended = _over(tuple(pre.plan.recommended_args), variant.side_args)
@@ -219,7 +221,7 @@ def prepare(spec: Spec, variant: Variant, name: str, files: ModelRead | None = N
         table, candidate.engine.args, candidate.engine.env
     )
     tuned = _with(candidate, args, env)
-    final = run_preflight(tuned, files)
+    final = run_preflight(resolved.respec(tuned))
     if final.errors or final.plan is None:
         return Prepared(variant, tuned, None, refused=_reason(final), recommended=recommended)
     if variant.running_cap is None:
@@ -232,7 +234,7 @@ def prepare(spec: Spec, variant: Variant, name: str, files: ModelRead | None = N
     cap = (flag, str(variant.running_cap))
     args, env = Fix(args=cap).apply(table, tuned.engine.args, tuned.engine.env)
     capped = _with(tuned, args, env)
-    final = run_preflight(capped, files)
+    final = run_preflight(resolved.respec(capped))
     # the plan's own cap flag gives way to the point's
     recommended = (*_without(recommended, flag), *cap)
     if final.errors or final.plan is None:

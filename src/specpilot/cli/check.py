@@ -11,7 +11,8 @@ from rich.console import Console
 
 from specpilot import jsontext
 from specpilot.check.fix import render_command
-from specpilot.check.spec_check import check_spec, fix_spec
+from specpilot.check.resolved import resolve
+from specpilot.check.spec_check import fix_spec
 from specpilot.check.types import CheckResult
 from specpilot.cli.inputs import PASSTHROUGH, SpecCommand, resolve_spec
 from specpilot.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, UserError
@@ -144,8 +145,9 @@ def check(
     spec = resolve_spec(target, gpu_memory_gib=gpu_memory_gib, gpu_count=None, engine_version=engine_version)
     # --api-key and HF_TOKEN values never reach the terminal (or a CI log): they show as ***
     secrets = secret_values(spec.engine.env, spec.engine.args)
-    files = asyncio.run(read_model(spec))  # the model, read once for check and --fix
-    result = check_spec(spec, files)
+    # the model read once, in this command's loop, for the check and its fix
+    resolved = resolve(spec, asyncio.run(read_model(spec)))
+    result = resolved.check
     payload: dict[str, object] = result.to_json()
     payload["effective_args"] = mask_argv(result.effective_args)
     payload["effective_env"] = mask_env(result.effective_env)
@@ -153,7 +155,7 @@ def check(
     payload["verdict"] = words
     written: str | None = None
     if fix:
-        fixed = fix_spec(spec, files)
+        fixed = fix_spec(resolved)
         fixed_words, fixed_code = verdict(fixed.result, no_model)
         program, model_args = engine_program(spec, model_path=spec.model.path)
         command = render_command([*program, *model_args], mask_argv(fixed.args), mask_env(fixed.env))

@@ -9,11 +9,12 @@ import click
 from rich.console import Console
 
 from specpilot import jsontext
-from specpilot.check import check_spec
+from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.cli.inputs import PASSTHROUGH, SpecCommand, resolve_spec, spec_options
+from specpilot.engines.logfacts import LogFacts
 from specpilot.engines.registry import ENGINES, engine_by_name
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
-from specpilot.models.host_files import ModelRead, read_model
+from specpilot.models.host_files import read_model
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
 from specpilot.plan.serving import add_serving_args
@@ -25,9 +26,9 @@ from specpilot.secrets import redact, secret_values
 from specpilot.spec import Spec
 
 
-def refuse_rejected_flags(spec: Spec, files: ModelRead) -> None:
+def refuse_rejected_flags(resolved: ResolvedSpec) -> None:
     """A plan for flags the engine refuses at startup would describe a server that never runs."""
-    report = check_spec(spec, files)
+    spec, report = resolved.spec, resolved.check
     errors = [finding for finding in report.findings if finding.severity == "error"]
     if not errors:
         return
@@ -46,22 +47,25 @@ def refuse_rejected_flags(spec: Spec, files: ModelRead) -> None:
 
 
 def _draw(
-    spec: Spec,
-    measured: dict[str, float],
+    resolved: ResolvedSpec,
+    facts: LogFacts | None,
     result: Plan,
     svg_path: Path | None,
     html_path: Path | None,
-    files: ModelRead,
 ) -> list[str]:
     """The card as a picture; a speculative spec is drawn next to the same spec without it.
     One line per file written, saying what it holds."""
     from specpilot.plan.compare import without_speculation
     from specpilot.plan.picture import card_of, render_html, render_svg
 
+    spec = resolved.spec
     plans = [(result, "as given")]
     plain = without_speculation(spec)
     if plain is not None:
-        plans = [(result, "with speculative decoding"), (make_plan(plain, measured, files), "without it")]
+        plans = [
+            (result, "with speculative decoding"),
+            (make_plan(resolved.respec(plain), facts), "without it"),
+        ]
     cards = [card_of(p, f"{spec.name}: {title}") for p, title in plans]
     drawn = "the card with and without speculative decoding" if plain is not None else "the card"
     written = []
@@ -206,19 +210,22 @@ def plan(
         gpu_count=gpu_count,
         engine_version=engine_version,
     )
-    files = asyncio.run(read_model(spec))  # the model, read once for the whole command
-    check_fixes = _apply_check_fixes(spec, files) if write_path is not None else None
+    # the spec resolved once: its model read once, its flags evaluated once, for every step below
+    resolved = resolve(spec, asyncio.run(read_model(spec)))
+    check_fixes = _apply_check_fixes(resolved) if write_path is not None else None
     if check_fixes is not None:
-        spec = check_fixes[0]
+        resolved = resolved.respec(check_fixes[0])
         click.echo(f"check's fixes, applied before planning: {check_fixes[1]}", err=as_json)
-    refuse_rejected_flags(spec, files)
-    measured: dict[str, float] = {}
+    refuse_rejected_flags(resolved)
+    facts: LogFacts | None = None
     if from_log:
-        spec, measured = calibrate_from_log(spec, from_log)
+        calibrated, facts = calibrate_from_log(resolved, from_log)
+        resolved = resolved.respec(calibrated)
+    spec = resolved.spec
     peak = _startup_peak(spec, from_log, samples)
-    result = make_plan(spec, measured, files)
-    add_serving_args(spec, result, measured, files)
-    drawn = _draw(spec, measured, result, svg_path, html_path, files) if svg_path or html_path else []
+    result = make_plan(resolved, facts)
+    add_serving_args(resolved, result, facts)
+    drawn = _draw(resolved, facts, result, svg_path, html_path) if svg_path or html_path else []
     projected = job_projections(spec, job_dir, gpus) if job_dir is not None else None
     if as_json:
         data = result.to_json()
@@ -236,24 +243,22 @@ def plan(
     for line in drawn:
         click.echo(line, err=as_json)
     if write_path is not None:
-        written = _write_recommended(
-            spec, measured, result, write_path, files, check_fixed=check_fixes is not None
-        )
+        written = _write_recommended(resolved, facts, result, write_path, check_fixed=check_fixes is not None)
         click.echo(written, err=as_json)
     # the verdict on the spec given: one that needed check's fixes would not have started
     raise SystemExit(EXIT_OK if result.fits and check_fixes is None else EXIT_FAILED)
 
 
-def _apply_check_fixes(spec: Spec, files: ModelRead) -> tuple[Spec, str] | None:
+def _apply_check_fixes(resolved: ResolvedSpec) -> tuple[Spec, str] | None:
     """`--write`: the spec with `check --fix`'s changes and what they were, when the engine
     would refuse its flags and check's fixes make it accept them; else None (plan refuses as
     without --write, naming the first refusal)."""
     from specpilot.check import fix_spec
 
-    report = check_spec(spec, files)
+    spec, report = resolved.spec, resolved.check
     if report.ok:
         return None
-    fixed = fix_spec(spec, files)
+    fixed = fix_spec(resolved)
     if not fixed.result.ok:
         return None
     secrets = secret_values(spec.engine.env, spec.engine.args)
@@ -265,7 +270,7 @@ def _apply_check_fixes(spec: Spec, files: ModelRead) -> tuple[Spec, str] | None:
 
 
 def _write_recommended(
-    spec: Spec, measured: dict[str, float], result: Plan, path: Path, files: ModelRead, *, check_fixed: bool
+    resolved: ResolvedSpec, facts: LogFacts | None, result: Plan, path: Path, *, check_fixed: bool
 ) -> str:
     """`--write`: the spec (with check's fixes when `check_fixed`) with the plan's recommended
     knobs (replacing the same flags) in a new file, planned again to say whether it fits and
@@ -275,18 +280,19 @@ def _write_recommended(
     from specpilot.plan.serving import serving_args, with_fix
     from specpilot.spec import load_spec
 
+    spec = resolved.spec
     if not (result.recommended_args or result.recommended_env or check_fixed):
         return f"nothing written to {path}: the plan has no knobs to change"
     recommended = with_fix(spec, Fix(args=tuple(result.recommended_args), env=dict(result.recommended_env)))
     write_new_spec(
         path, fixed_spec_text(spec, recommended.engine.args, recommended.engine.env, path), field="--write"
     )
-    written = load_spec(path)
-    again = make_plan(written, measured, files)
+    written = resolved.respec(load_spec(path))
+    again = make_plan(written, facts)
     if not again.fits:
         return f"wrote {path}: still does not fit: see specpilot plan {path}"
     verdict = f"{again.kv_tokens:,} KV tokens, {again.max_running_requests} running requests"
-    if missing := serving_args(written, again, files):
+    if missing := serving_args(written, again):
         needs = " ".join(missing)
         return f"wrote {path}: starts ({verdict}), but needs {needs} to serve: see specpilot plan {path}"
     return f"wrote {path}: plans as fitting and safe to serve ({verdict})"

@@ -91,7 +91,8 @@ class LogFacts:
         return cls(**values, printed=tuple(values))  # type: ignore[arg-type]
 
     def measured_inputs(self) -> dict[str, float]:
-        """The measured inputs, in the order the log printed them: what a planner's `measured` takes."""
+        """The measured inputs, in the order the log printed them: what a plan lists as measured
+        (the planners read the fields themselves)."""
         names = (*self.printed, *(name for name in ROLES if name not in self.printed))
         inputs = {name: getattr(self, name) for name in names if ROLES[name] is Role.INPUT}
         return {name: float(value) for name, value in inputs.items() if value is not None}

@@ -143,7 +143,7 @@ def _gpus_of(job: JobFile) -> int:
 
 
 async def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
-    from specpilot.check import check_spec
+    from specpilot.check.resolved import ResolvedSpec, resolve
     from specpilot.models.host_files import read_model
     from specpilot.plan import make_plan
 
@@ -154,15 +154,14 @@ async def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
     else:
         spec = _server_spec(job)
         specs = {(spec.gpu.memory_gib, spec.gpu.name, spec.gpu.count): spec}
-    if record.done("check") and record.done("plan"):
-        return
-    files = {key: await read_model(s) for key, s in specs.items()}  # each model once, for both
+    # each server spec resolved once (its model read, its flags evaluated) for both stages
+    settled = record.done("check") and record.done("plan")
+    resolved: dict[object, ResolvedSpec] = {}
+    if not settled:
+        resolved = {key: resolve(s, await read_model(s)) for key, s in specs.items()}
     if not record.done("check"):
         record.begin("check", 0)
-        found = {
-            str(key): [dataclasses.asdict(f) for f in check_spec(s, files[key]).findings]
-            for key, s in specs.items()
-        }
+        found = {str(key): [dataclasses.asdict(f) for f in r.check.findings] for key, r in resolved.items()}
         errors = [
             f"{f['rule']}: {f['message']}" for fs in found.values() for f in fs if f["severity"] == "error"
         ]
@@ -177,8 +176,8 @@ async def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
         record.begin("plan", 0)
         plans: dict[str, dict[str, Any]] = {}
         recommended: list[str] = []
-        for key, s in specs.items():
-            plan = make_plan(s, files=files[key])
+        for key, r in resolved.items():
+            plan = make_plan(r)
             problems = [p.message for p in plan.problems]
             plans[str(key)] = {
                 "fits": plan.fits,

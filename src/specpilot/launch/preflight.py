@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from specpilot.check import check_spec
+from specpilot.check.resolved import ResolvedSpec, resolve
+from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.fix import Fix
-from specpilot.engines.registry import engine_release
 from specpilot.models.host_files import ModelRead, read_model
 from specpilot.plan import Plan, make_plan
 from specpilot.secrets import is_secret_flag
@@ -39,10 +39,9 @@ def launch_spec(spec: Spec, pre: Preflight) -> Spec:
     )
 
 
-def argv_secret_warnings(spec: Spec) -> list[str]:
+def argv_secret_warnings(spec: Spec, release: EngineRelease) -> list[str]:
     """A secret flag the engine reads from argv only stays in its argv, which any user of the
     host can read (/proc/PID/cmdline): say so, and the file form where the release has one."""
-    release = engine_release(spec.engine.name, spec.engine.version)
     by_env = release.engine.secret_flag_env
     flags = [arg.partition("=")[0] for arg in spec.engine.args if is_secret_flag(arg)]
     named = f"{release.name} {release.version_text}"
@@ -67,11 +66,13 @@ async def preflight(spec: Spec) -> Preflight:
     return run_preflight(spec, await read_model(spec))
 
 
-def run_preflight(spec: Spec, files: ModelRead | None = None) -> Preflight:
-    """`check` then `plan`: refuse what the engine would reject or what cannot fit.
-    `files`: the model's files as the command read them (`models.host_files.read_model`)."""
+def run_preflight(spec: Spec | ResolvedSpec, files: ModelRead | None = None) -> Preflight:
+    """`check` then `plan` of one resolution of the spec: refuse what the engine would reject
+    or what cannot fit. `files`: the model's files when the caller read them already."""
+    resolved = spec if isinstance(spec, ResolvedSpec) else resolve(spec, files)
+    spec = resolved.spec
     result = Preflight()
-    report = check_spec(spec, files)
+    report = resolved.check
     for finding in report.findings:
         line = f"{finding.rule}: {finding.message}"
         if finding.up_applies and finding.fix is not None:
@@ -87,8 +88,8 @@ def run_preflight(spec: Spec, files: ModelRead | None = None) -> Preflight:
             result.fix = replace(finding.fix, text=line)
     if result.errors:
         return result
-    result.warnings += argv_secret_warnings(spec)
-    plan = make_plan(spec, files=files)
+    result.warnings += argv_secret_warnings(spec, resolved.release)
+    plan = make_plan(resolved)
     result.plan = plan
     if not plan.fits:
         result.cause = "oom"

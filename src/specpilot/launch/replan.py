@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specpilot.check.parse import parse_argv
+from specpilot.check.resolved import resolve
 from specpilot.engines.fix import Fix
 from specpilot.engines.registry import engine_release
 from specpilot.launch.outcome import UpResult
@@ -89,11 +90,12 @@ def replan(spec: Spec, log_text: str, planned: Plan | None, files: ModelRead | N
 
     Raises UserError when the log cannot calibrate (another engine's, or cut before the
     weights loaded: then nothing was measured)."""
-    calibrated, measured = calibrate_from_text(spec, log_text, "the engine's log")
-    plan = make_plan(calibrated, measured, files)
+    resolved = resolve(spec, files)  # the model read once, for the log's checks and the plan
+    calibrated, facts = calibrate_from_text(resolved, log_text, "the engine's log")
+    plan = make_plan(resolved.respec(calibrated), facts)
     if not plan.recommended_args:
         return None
-    table = engine_release(spec.engine.name, spec.engine.version).table
+    table = resolved.release.table
     fix = Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env))
     args, env = fix.apply(table, spec.engine.args, spec.engine.env)
     changes = _changes(spec, spec.engine.args, args, env)
@@ -107,6 +109,7 @@ def replan(spec: Spec, log_text: str, planned: Plan | None, files: ModelRead | N
     if not changes:
         return None
     assumed = _assumed_gib(planned) if planned else {}
+    measured = facts.measured_inputs()
     reasons = [
         f"the engine printed {label} {measured[key]:.2f} GiB; the plan assumed {assumed[key]:.2f} GiB"
         for key, label in _INPUTS

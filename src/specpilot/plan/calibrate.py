@@ -14,17 +14,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specpilot.check.resolved import ResolvedSpec, resolve
+from specpilot.engines.logfacts import LogFacts
 from specpilot.errors import UserError
 from specpilot.plan.log_checks import refuse_foreign_log, refuse_other_engine, refuse_unfinished_load
 from specpilot.plan.planners import planner_for
 from specpilot.spec import Spec
 
 
-def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str, float]]:
-    """The spec with measured values from an engine log, and every measured input.
+def calibrate_from_log(spec: Spec | ResolvedSpec, log_path: str | Path) -> tuple[Spec, LogFacts]:
+    """The spec with measured values from an engine log, and what the log printed.
 
     The spec carries the two values it has keys for (free memory before load,
-    weight memory); the returned dict carries those and any other measured input
+    weight memory); the returned facts carry those and any other measured input
     the engine's planner uses (e.g. vLLM's peak activation).
     """
     path = Path(log_path)
@@ -39,8 +41,10 @@ def calibrate_from_log(spec: Spec, log_path: str | Path) -> tuple[Spec, dict[str
     return calibrate_from_text(spec, text, str(path))
 
 
-def calibrate_from_text(spec: Spec, text: str, source: str) -> tuple[Spec, dict[str, float]]:
+def calibrate_from_text(spec: Spec | ResolvedSpec, text: str, source: str) -> tuple[Spec, LogFacts]:
     """`calibrate_from_log` on a log already read (`source` names it in errors)."""
+    resolved = spec if isinstance(spec, ResolvedSpec) else None
+    spec = spec.spec if isinstance(spec, ResolvedSpec) else spec
     refuse_other_engine(spec, text)
     refuse_unfinished_load(spec, text)
     planner = planner_for(spec.engine.name)
@@ -53,10 +57,10 @@ def calibrate_from_text(spec: Spec, text: str, source: str) -> tuple[Spec, dict[
             field="--from-log",
             fix=f"give the log of a {spec.engine.name} start that got at least past weight loading",
         )
-    refuse_foreign_log(spec, facts, planner.refuse_other_footprint)
+    refuse_foreign_log(resolved or resolve(spec), facts, planner.refuse_other_footprint)
     gpu, model = spec.gpu, spec.model
-    if "free_before_load_gib" in measured:
-        gpu = gpu.model_copy(update={"free_before_load_gib": measured["free_before_load_gib"]})
-    if "weights_gib" in measured:
-        model = model.model_copy(update={"weights_gib": measured["weights_gib"]})
-    return spec.model_copy(update={"gpu": gpu, "model": model}), measured
+    if facts.free_before_load_gib is not None:
+        gpu = gpu.model_copy(update={"free_before_load_gib": float(facts.free_before_load_gib)})
+    if facts.weights_gib is not None:
+        model = model.model_copy(update={"weights_gib": float(facts.weights_gib)})
+    return spec.model_copy(update={"gpu": gpu, "model": model}), facts

@@ -16,13 +16,14 @@ from collections.abc import Callable
 
 from packaging.version import InvalidVersion, Version
 
+from specpilot.check.effective import EffectiveArgs
+from specpilot.check.resolved import ResolvedSpec
 from specpilot.engines import registry
 from specpilot.engines.adapter import Engine
 from specpilot.engines.logfacts import LogFacts
 from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape
-from specpilot.plan.effective import effective_args
 from specpilot.spec import Spec
 
 FIELD = "--from-log"
@@ -30,7 +31,7 @@ FIELD = "--from-log"
 #: carry two decimals and the pools round to pages: both stay far below this)
 FOOTPRINT_TOLERANCE = 0.05
 #: refuses a parsed log whose KV footprint per token is another model's (an engine planner's)
-FootprintCheck = Callable[[Spec, ModelShape, LogFacts], None]
+FootprintCheck = Callable[[Spec, ModelShape, EffectiveArgs, LogFacts], None]
 
 
 def _found(patterns: tuple[re.Pattern[str], ...], text: str) -> bool:
@@ -83,12 +84,11 @@ def refuse_other_release(spec: Spec, logged_version: str | None) -> None:
     )
 
 
-def refuse_other_parallelism(spec: Spec, shape: ModelShape, facts: LogFacts) -> None:
+def refuse_other_parallelism(args: EffectiveArgs, facts: LogFacts) -> None:
     """Weights per GPU follow tensor parallelism: a log of another TP size calibrates wrongly."""
     logged = facts.tp_size
     if logged is None:
         return
-    args = effective_args(spec, shape)
     planned = args.get_int("tp_size") or args.get_int("tensor_parallel_size")
     if planned is None or logged == planned:
         return
@@ -139,13 +139,14 @@ def refuse_footprint(spec: Spec, shape: ModelShape, logged: float, planned: floa
     )
 
 
-def refuse_foreign_log(spec: Spec, facts: LogFacts, refuse_other_footprint: FootprintCheck) -> None:
+def refuse_foreign_log(
+    resolved: ResolvedSpec, facts: LogFacts, refuse_other_footprint: FootprintCheck
+) -> None:
     """The checks of a parsed log of this engine, past weight loading, against the spec;
     `refuse_other_footprint` is the engine planner's check of the KV bytes per token."""
-    from specpilot.models.shape import load_model_shape
-
+    spec = resolved.spec
     refuse_other_release(spec, facts.version)
-    shape = load_model_shape(spec.model_dir())
+    shape = resolved.shape
     refuse_other_architecture(spec, shape, facts)
-    refuse_other_parallelism(spec, shape, facts)
-    refuse_other_footprint(spec, shape, facts)
+    refuse_other_parallelism(resolved.args, facts)
+    refuse_other_footprint(spec, shape, resolved.args, facts)

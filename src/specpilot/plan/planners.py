@@ -10,7 +10,7 @@ third engine is an adapter in `engines.registry.ENGINES` plus a `Planner` here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from specpilot.check.effective import EffectiveArgs
@@ -26,7 +26,7 @@ from specpilot.plan.vllm.log import parse_vllm_log
 from specpilot.plan.vllm.planner import plan_vllm, refuse_other_vllm_footprint
 from specpilot.spec import Spec
 
-PlanFunction = Callable[[Spec, ModelShape, EffectiveArgs, Mapping[str, float] | None], Plan]
+PlanFunction = Callable[[Spec, ModelShape, EffectiveArgs, LogFacts | None], Plan]
 #: the flags a spec that starts (planned as the Plan) still lacks to keep serving
 ServingBound = Callable[[Spec, ModelShape, EffectiveArgs, Plan], list[str]]
 #: what a log printed, read by the engine's `loglines` quantities
@@ -41,7 +41,7 @@ class Planner:
     """What `plan` does for one engine."""
 
     engine: str
-    #: the plan for a spec: (spec, model shape, check's effective flags, measured log inputs)
+    #: the plan for a spec: (spec, model shape, check's effective flags, a log's facts)
     plan: PlanFunction
     #: the plan's engine-specific record, to read a plan.json back
     details: type[EngineDetails]

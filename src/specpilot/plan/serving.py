@@ -12,25 +12,23 @@ give a spec that is safe to serve, not only to start. Each engine's bound is its
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
+from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.engines.fix import Fix
 from specpilot.engines.flags import parse_version, table_for
-from specpilot.models.host_files import ModelRead
-from specpilot.plan import make_plan, plan_inputs
+from specpilot.engines.logfacts import LogFacts
+from specpilot.plan import make_plan
 from specpilot.plan.planners import planner_for
 from specpilot.plan.types import Plan
 from specpilot.spec import Spec
 
 
-def serving_args(spec: Spec, plan: Plan, files: ModelRead | None = None) -> list[str]:
-    """The flags `spec` (planned as `plan`) lacks to serve without running out of memory;
-    `files`: the model as the command read it."""
+def serving_args(spec: Spec | ResolvedSpec, plan: Plan) -> list[str]:
+    """The flags `spec` (planned as `plan`) lacks to serve without running out of memory."""
     bound = planner_for(plan.engine).serving
     if bound is None:
         return []
-    shape, args = plan_inputs(spec, files)
-    return bound(spec, shape, args, plan)
+    resolved = spec if isinstance(spec, ResolvedSpec) else resolve(spec)
+    return bound(resolved.spec, resolved.shape, resolved.args, plan)
 
 
 def with_fix(spec: Spec, fix: Fix) -> Spec:
@@ -40,19 +38,19 @@ def with_fix(spec: Spec, fix: Fix) -> Spec:
     return spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args, "env": env})})
 
 
-def add_serving_args(
-    spec: Spec, plan: Plan, measured: Mapping[str, float] | None = None, files: ModelRead | None = None
-) -> list[str]:
+def add_serving_args(spec: Spec | ResolvedSpec, plan: Plan, facts: LogFacts | None = None) -> list[str]:
     """Add to `plan.recommended_args` what the recommended spec (the spec as given when the plan
     recommends nothing) needs to serve, planned again with the recommendation; the flags added."""
     if planner_for(plan.engine).serving is None or not (plan.fits or plan.recommended_args):
         return []
-    target, target_plan = spec, plan
+    target = spec if isinstance(spec, ResolvedSpec) else resolve(spec)
+    target_plan = plan
     if plan.recommended_args or plan.recommended_env:
-        target = with_fix(spec, Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env)))
-        target_plan = make_plan(target, measured, files)
+        fix = Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env))
+        target = target.respec(with_fix(target.spec, fix))
+        target_plan = make_plan(target, facts)
     if not target_plan.fits:
         return []
-    added = serving_args(target, target_plan, files)
+    added = serving_args(target, target_plan)
     plan.recommended_args += added
     return added

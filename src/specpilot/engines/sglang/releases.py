@@ -26,6 +26,7 @@ from packaging.version import Version
 from specpilot.engines.flags import release_tables
 from specpilot.engines.measured import MeasuredRelease
 from specpilot.engines.rules import versions
+from specpilot.engines.sglang.postpool import FitRange, PostPoolFit
 from specpilot.errors import UserError
 
 #: Which prefill token counts are captured as CUDA graphs: the list up to the chunk (the MLA
@@ -149,9 +150,10 @@ class SglangRelease(ReleaseSpan):
     #: 32,768 in both releases); 0: not measured for the release
     rope_regrowth_share: float = 0.0
     #: Memory taken after the pools that no term itemizes (allocator slack, kernel
-    #: workspaces, the warm-up forward's transients), hybrid / dense models, GiB. Up to 0.5.16
-    #: from published logs (a 0.5.18 Qwen3.5-27B H100 log lost 2.87 GiB, its prefill graph
-    #: included); 0.5.17 from the H200 matrix, where the prefill graph is its own term.
+    #: workspaces, the warm-up forward's transients), hybrid / dense models, GiB: the estimate.
+    #: Up to 0.5.16 from published logs (a 0.5.18 Qwen3.5-27B H100 log lost 2.87 GiB, its
+    #: prefill graph included); 0.5.17 from the H200 matrix, where the prefill graph is its own
+    #: term. A `post_pool_fit` that sets `unitemized_gib` replaces it (the term says "fitted").
     unitemized_hybrid_gib: float = 2.5
     unitemized_dense_gib: float = 0.6
     #: how the captured prefill token counts are bounded (`PrefillCaptureCap`)
@@ -164,6 +166,9 @@ class SglangRelease(ReleaseSpan):
     #: after the weights, the pools and the eager runner's buffer (cuda_graph_setup.py,
     #: 0.5.16 and 0.5.17; not in 0.5.15 or 0.5.18+). 0: no gate
     prefill_graph_gate_gib: float = 0.0
+    #: the post-pool terms fitted to this release's measured startup peaks, with the margins
+    #: a plan keeps beyond them (`PostPoolFit`); None: every post-pool term is estimated
+    post_pool_fit: PostPoolFit | None = None
 
     @property
     def strategy_flag(self) -> str:
@@ -173,7 +178,13 @@ class SglangRelease(ReleaseSpan):
 
 #: fields measured on a real start of one release (on the H200): a row after it does not
 #: inherit them, it is unmeasured (the field's default) until its own starts say otherwise
-CALIBRATIONS = ("pre_profile_gib", "rope_regrowth_share", "unitemized_hybrid_gib", "unitemized_dense_gib")
+CALIBRATIONS = (
+    "pre_profile_gib",
+    "rope_regrowth_share",
+    "unitemized_hybrid_gib",
+    "unitemized_dense_gib",
+    "post_pool_fit",
+)
 _UNCALIBRATED = {f.name: f.default for f in fields(SglangRelease) if f.name in CALIBRATIONS}
 
 
@@ -223,6 +234,49 @@ _R0517 = _after(
     pre_profile_gib=0.03,
     rope_regrowth_share=0.36,
     unitemized_hybrid_gib=0.6,
+    # the H200 starts (tests/data/gpu-runs/sglang-0.5.17-h200-*, `gpu/sglang/fit.py`,
+    # docs/gpu-validation.md): every start's lowest free memory fell in the prefill graph's
+    # capture; tests/plan/test_sglang_fit.py refits the numbers from the samples
+    post_pool_fit=PostPoolFit(
+        stated_margin_gib=0.5,
+        margin_reason=(
+            "the low point of the same knobs moved 0.1 GiB between starts, one step (0.01) above "
+            "the last fitting step left 0.06-0.09 GiB or failed, and the fit covers one model shape"
+        ),
+        source="docs/gpu-validation.md (the startup peak, fitted)",
+        prefill_graph_bytes_per_token_hidden_layer=1.227,
+        decode_graph_family=(0.375, 0.665),
+        capture_transient_scale=2.856,
+        # allocated inside the fitted phases: nothing is allocated between the pools' end and
+        # the first capture
+        attention_workspace_gib=0.0,
+        unitemized_gib=0.0,
+        highest_fraction=0.99,
+        # a hybrid MoE's breakable prefill graph: 0.5.17 on the H200 printed "Capture target
+        # prefill CUDA graph end ... mem usage=2.22 GB" for a Qwen3.6-35B-A3B-shaped model
+        # (hidden 2048, 40 MoE layers, 8,192 tokens captured) with MTP at context 32,768:
+        # 2.22 GiB / (8192 x 2048 x 40). One start, outside the range: planned with the
+        # extrapolation margin
+        moe_prefill_graph_bytes_per_token_hidden_layer=3.55,
+        # the Qwen3.6-27B shape (text-only and with its vision tower: the same prefill graph,
+        # 2.85-2.90 GiB printed) at context 8,192 with memory samples
+        # (tests/data/gpu-runs/sglang-0.5.17-h200-*) and 32,768 to 262,144 with printed graph
+        # sizes, 2.84-2.90 GiB at every context (tests/data/startup_logs/sglang-h200/r17-*),
+        # on cards of 79.6, 95.6 and 139.8 GiB. The fitted terms do not read the context (the
+        # captured sizes are the engine's own), but the range is where they were seen
+        valid=FitRange(
+            frozenset({"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"}),
+            False,
+            (8192, 262144),
+            (79.6, 139.8),
+        ),
+        # the largest error seen on 0.5.17 starts the fit had not seen (H200, 2026-12-03): the
+        # prefill graph of a hybrid MoE printed 2.22 GiB kept against 0.77 planned (1.45 GiB),
+        # and a context of 4,096 tokens left 0.1 GiB at its low point against 1.62 promised
+        # (1.52 GiB) before the captured sizes were the engine's own
+        # (`quantities.captured_prefill_tokens`)
+        extrapolation_margin_gib=1.5,
+    ),
 )
 # the prefill graph and the draft's KV as the wheels read: 0.5.17's H200 findings are not assumed
 _R0518 = _after(

@@ -10,7 +10,6 @@ values that start first time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from specpilot.check.effective import EffectiveArgs
@@ -18,14 +17,15 @@ from specpilot.dtypes import DTYPE_BYTES
 from specpilot.engines.fix import Fix
 from specpilot.engines.logfacts import LogFacts
 from specpilot.engines.rules import env_bool
+from specpilot.engines.sglang.postpool import PostPoolFit
 from specpilot.engines.sglang.releases import SglangRelease, release_rules
 from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape
-from specpilot.plan.effective import effective_args, effective_args_without
+from specpilot.plan.effective import effective_args_without
 from specpilot.plan.log_checks import refuse_footprint
 from specpilot.plan.sglang import quantities as q
 from specpilot.plan.sglang.log import parse_sglang_log, prefill_capture_oom
-from specpilot.plan.sglang.margin import PostPoolFit, highest_fraction, post_pool_fit, required_margin_gib
+from specpilot.plan.sglang.margin import highest_fraction, required_margin_gib
 from specpilot.plan.sglang.settings import POST_CAPTURE_ENV, SglangSettings, resolve_settings
 from specpilot.plan.types import GIB, Plan, PrefillGate, Problem, SglangDetails, Term
 from specpilot.spec import Spec
@@ -49,14 +49,14 @@ PEAK = "peak"
 #: Term.note of a fit's prefill graph capture transient, and of what is allocated after it
 CAPTURE_PEAK = "capture peak"
 AFTER_CAPTURE = "after capture"
-#: Term.source of a post-pool term fitted to measured startup peaks (`margin.FITS`)
+#: Term.source of a post-pool term fitted to measured startup peaks (the row's `post_pool_fit`)
 FITTED = "fitted"
 #: the head of the prefill graph's term name
 PREFILL_GRAPH_TERM = "prefill CUDA graphs"
 #: how close to a release's prefill-graph gate the plan calls it a cliff, GiB
 GATE_BAND_GIB = 1.0
 #: a release without a fit: every post-pool term estimated
-NO_FIT = PostPoolFit("", "", 0.0, "", "")
+NO_FIT = PostPoolFit(0.0, "", "")
 LOWEST_FRACTION = 0.50
 #: below the most requests the KV pool allows, how many counts the state split tries for margin
 MARGIN_SCAN_REQUESTS = 64
@@ -215,7 +215,9 @@ def extrapolating(fit: PostPoolFit | None, shape: ModelShape, s: SglangSettings)
     fit: the estimates' padding applies everywhere)."""
     if fit is None or fit.valid is None:
         return ()
-    return tuple(fit.valid.outside(shape, s.context_len, s.gpu_memory_mib / 1024, s.tp_size))
+    return tuple(
+        fit.valid.outside(shape.architecture, shape.is_moe, s.context_len, s.gpu_memory_mib / 1024, s.tp_size)
+    )
 
 
 def size(
@@ -227,7 +229,7 @@ def size(
     weights_gib: float,
 ) -> Sizing:
     """Run the engine's sizing for one configuration."""
-    fit = post_pool_fit(rules)
+    fit = rules.post_pool_fit
     draft_gib = q.draft_weights_gib(shape, s)
     free_after_load = (
         free_before_load_gib - weights_gib - rules.pre_profile_gib - q.rope_regrowth_gib(shape, s, rules)
@@ -429,7 +431,7 @@ def _recommend_hybrid(
     steps bring nothing better."""
     best: Sizing | None = None
     since_better = 0
-    for fraction in _fraction_candidates(highest_fraction(post_pool_fit(rules))):
+    for fraction in _fraction_candidates(highest_fraction(rules.post_pool_fit)):
         z = _best_state_split(shape, replace(s, mem_fraction_static=fraction), rules, free, weights)
         if z is not None and (best is None or _concurrency_first(z) > _concurrency_first(best)):
             best, since_better = z, 0
@@ -445,7 +447,7 @@ def _recommend_dense(
     shape: ModelShape, s: SglangSettings, rules: SglangRelease, free: float, weights: float
 ) -> Sizing | None:
     """The highest fraction that fits with margin and still holds one long request."""
-    for fraction in _fraction_candidates(highest_fraction(post_pool_fit(rules))):
+    for fraction in _fraction_candidates(highest_fraction(rules.post_pool_fit)):
         trial = replace(s, mem_fraction_static=fraction)
         z = size(shape, trial, rules, free_before_load_gib=free, weights_gib=weights)
         if _fits_with_margin(z, shape) and z.kv_tokens >= _long_request_tokens(s):
@@ -582,7 +584,7 @@ def planner_settings(spec: Spec, shape: ModelShape, args: EffectiveArgs) -> Sgla
 
 
 def _free_and_weights(
-    spec: Spec, shape: ModelShape, settings: SglangSettings, measured: Mapping[str, float] | None
+    spec: Spec, shape: ModelShape, settings: SglangSettings, facts: LogFacts | None
 ) -> tuple[float, float, dict[str, float]]:
     """(free before load GiB, target weights GiB, the measured inputs used).
 
@@ -590,7 +592,10 @@ def _free_and_weights(
     draft's "mem usage" line is never used (see `plan_sglang`).
     """
     used_keys = ("free_before_load_gib", "weights_gib")
-    measured_used = {key: value for key, value in (measured or {}).items() if key in used_keys}
+    # the log's two numbers reach the arithmetic through the spec (`calibrate_from_log` sets
+    # them); the log's own record says which were measured, in the order it printed them
+    logged = facts.measured_inputs() if facts is not None else {}
+    measured_used = {key: value for key, value in logged.items() if key in used_keys}
     free = spec.gpu.free_before_load_gib
     if free is not None:
         measured_used["free_before_load_gib"] = free
@@ -614,7 +619,7 @@ def _recommendation(
     """(problems with the recommendation as their fix, the recommended flags, the note saying
     what they give)."""
     if best is None:
-        top = highest_fraction(post_pool_fit(rules))
+        top = highest_fraction(rules.post_pool_fit)
         return (
             problems,
             [],
@@ -871,19 +876,17 @@ def _details(z: Sizing, shape: ModelShape, free: float) -> SglangDetails:
     )
 
 
-def plan_sglang(
-    spec: Spec, shape: ModelShape, args: EffectiveArgs, measured: Mapping[str, float] | None = None
-) -> Plan:
+def plan_sglang(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFacts | None = None) -> Plan:
     """The SGLang memory plan for a spec.
 
-    `measured` holds inputs read from an earlier log (`parse_sglang_log`). Free memory
+    `facts` is what an earlier start's log printed (`parse_sglang_log`). Free memory
     before load and target weights are used (they also arrive through the spec's override
     keys). The draft's "mem usage" line is not: it is taken before the draft swaps its own
     embedding and LM head for the target's, so it is not the draft's resident size.
     """
     rules = release_rules(spec.engine.version)
     settings = planner_settings(spec, shape, args)
-    free, weights, measured_used = _free_and_weights(spec, shape, settings, measured)
+    free, weights, measured_used = _free_and_weights(spec, shape, settings, facts)
     z = size(shape, settings, rules, free_before_load_gib=free, weights_gib=weights)
     startable, rec_env = startable_settings(settings, shape, rules)
     best = recommend(shape, startable, rules, free, weights)
@@ -933,7 +936,9 @@ def plan_sglang(
     )
 
 
-def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, facts: LogFacts) -> None:
+def refuse_other_sglang_footprint(
+    spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFacts
+) -> None:
     """SGLang prints the target's K cache size and token count: K bytes per token per GPU."""
     dtype, tokens, k_gib = facts.kv_dtype, facts.kv_tokens, facts.k_cache_gib
     # MLA caches a latent, and sliding-window layers get their own smaller pool: skipped
@@ -943,7 +948,7 @@ def refuse_other_sglang_footprint(spec: Spec, shape: ModelShape, facts: LogFacts
         return
     if dtype not in DTYPE_BYTES or not tokens or not k_gib:
         return
-    s = planner_settings(spec, shape, effective_args(spec, shape))
+    s = planner_settings(spec, shape, args)
     heads = layer_specs(shape).full_attention.kv_heads_per_gpu(s.tp_size)
     planned = shape.full_attention_layers * heads * shape.head_dim * DTYPE_BYTES[dtype]
     refuse_footprint(spec, shape, k_gib * GIB / tokens, planned, "K cache")

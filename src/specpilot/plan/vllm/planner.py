@@ -24,7 +24,6 @@ from specpilot.engines.vllm.releases import CpuBackend, VllmLine, vllm_line
 from specpilot.errors import UserError
 from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape, partial_rotary_factor
-from specpilot.plan.effective import effective_args
 from specpilot.plan.log_checks import refuse_footprint
 from specpilot.plan.types import GIB, Plan, Problem, Term, VllmDetails, gib
 from specpilot.plan.vllm import quantities as mem
@@ -208,7 +207,7 @@ def weights_bytes(
     spec: Spec,
     shape: ModelShape,
     args: EffectiveArgs,
-    measured: Mapping[str, float],
+    facts: LogFacts,
     tp_size: int,
     with_mtp: bool,
     act_dtype_bytes: int,
@@ -218,7 +217,7 @@ def weights_bytes(
     if spec.model.weights_gib is not None:
         return int(spec.model.weights_gib * GIB)
     return int(
-        measured.get("weights_gib", 0) * GIB
+        (facts.weights_gib or 0) * GIB
         or weights_bytes_estimate(shape, spec, args, tp_size, with_mtp)
         + rotary_cache_bytes_of(shape.config, shape.head_dim, act_dtype_bytes)
     )
@@ -232,7 +231,7 @@ def kv_cache_memory_flag_bytes(args: EffectiveArgs) -> int | None:
 
 def available_kv_bytes_given(
     spec: Spec,
-    measured: Mapping[str, float],
+    facts: LogFacts,
     kv_memory_flag_bytes: int | None,
     gpu_total_bytes: int,
     gpu_memory_utilization: float,
@@ -242,7 +241,7 @@ def available_kv_bytes_given(
     """A KV budget that replaces the profiler's: the CPU backend's configured space (the
     env var wins), else --kv-cache-memory-bytes, else a log's "Available KV cache
     memory"; None lets `allocate` derive it. Passed through GiB as the log's number is."""
-    available_gib = measured.get("available_kv_gib")
+    available_gib = facts.available_kv_gib
     if kv_memory_flag_bytes is not None:
         available_gib = kv_memory_flag_bytes / GIB
     if targets_cpu(spec.engine.env):  # no profiling on a CPU
@@ -257,7 +256,7 @@ def available_kv_bytes_given(
 
 def activation_peak_bytes(
     shape: ModelShape,
-    measured: Mapping[str, float],
+    facts: LogFacts,
     batched_tokens: int,
     max_num_seqs: int,
     tp_size: int,
@@ -268,7 +267,7 @@ def activation_peak_bytes(
     """Torch peak of the profile run: a log's, else the estimate for a full batch of
     --max-num-batched-tokens through the widest projection, the sampler of the runner
     vLLM picks, and (GDN) the chunked state."""
-    measured_gib = measured.get("activation_peak_gib")
+    measured_gib = facts.activation_peak_gib
     if measured_gib is not None:
         return int(measured_gib * GIB)
     gdn = layer_specs(shape).gated_delta_net
@@ -287,16 +286,16 @@ def activation_peak_bytes(
     )
 
 
-def non_torch_bytes(measured: Mapping[str, float], tp_size: int, line: VllmLine) -> int:
+def non_torch_bytes(facts: LogFacts, tp_size: int, line: VllmLine) -> int:
     """Memory outside torch's allocator (NCCL, cuBLAS workspaces): a log's, else the estimate."""
-    measured_gib = measured.get("non_torch_gib")
+    measured_gib = facts.non_torch_gib
     return (
         int(measured_gib * GIB) if measured_gib is not None else mem.non_torch_bytes_estimate(tp_size, line)
     )
 
 
 def cudagraph_bytes(
-    measured: Mapping[str, float],
+    facts: LogFacts,
     enforce_eager: bool,
     max_num_seqs: int,
     max_num_batched_tokens: int,
@@ -304,7 +303,7 @@ def cudagraph_bytes(
 ) -> int:
     """CUDA graph pool: a log's estimate (or its actual), else ours for the widest graph the
     release captures (0 under --enforce-eager)."""
-    measured_gib = measured.get("cudagraph_gib", measured.get("cudagraph_actual_gib"))
+    measured_gib = facts.cudagraph_gib if facts.cudagraph_gib is not None else facts.cudagraph_actual_gib
     if measured_gib is not None:
         return int(measured_gib * GIB)
     if line.capture_by_phase:
@@ -329,13 +328,14 @@ def attention_layers(shape: ModelShape, with_mtp: bool) -> int:
 
 
 def resolve_inputs(
-    spec: Spec, shape: ModelShape, args: EffectiveArgs, measured: Mapping[str, float] | None = None
+    spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFacts | None = None
 ) -> VllmInputs:
-    """Every number vLLM's startup arithmetic needs, from flags, defaults and measurements."""
-    measured = measured or {}
+    """Every number vLLM's startup arithmetic needs, from flags, defaults and a log's facts."""
+    facts = facts or LogFacts()
     line = vllm_line(spec.engine.version)
     tp = args.get_int("tensor_parallel_size") or 1
-    total_bytes = int(measured.get("gpu_total_gib", spec.gpu.memory_gib) * GIB)
+    total_gib = facts.gpu_total_gib if facts.gpu_total_gib is not None else spec.gpu.memory_gib
+    total_bytes = int(total_gib * GIB)
     util = args.get_float("gpu_memory_utilization")
     assert util is not None, "every vLLM flag table and line rule sets gpu_memory_utilization"
     max_len, _ = _max_model_len(args, shape)
@@ -348,7 +348,7 @@ def resolve_inputs(
     model_dtype = _model_dtype(spec, args, shape)
     act_bytes = int(DTYPE_BYTES[model_dtype])
     eager = args.get_bool("enforce_eager")
-    weights = weights_bytes(spec, shape, args, measured, tp, with_mtp, act_bytes)
+    weights = weights_bytes(spec, shape, args, facts, tp, with_mtp, act_bytes)
     inputs = VllmInputs(
         gpu_total_bytes=total_bytes,
         gpu_memory_utilization=util,
@@ -357,11 +357,9 @@ def resolve_inputs(
         max_num_seqs=seqs,
         max_num_batched_tokens=batched,
         weights_bytes=weights,
-        activation_peak_bytes=activation_peak_bytes(
-            shape, measured, batched, seqs, tp, act_bytes, method, line
-        ),
-        non_torch_bytes=non_torch_bytes(measured, tp, line),
-        cudagraph_bytes=cudagraph_bytes(measured, eager, seqs, batched, line),
+        activation_peak_bytes=activation_peak_bytes(shape, facts, batched, seqs, tp, act_bytes, method, line),
+        non_torch_bytes=non_torch_bytes(facts, tp, line),
+        cudagraph_bytes=cudagraph_bytes(facts, eager, seqs, batched, line),
         attention_layers=attention_layers(shape, with_mtp),
         mamba_layers=shape.linear_attention_layers,
         attention_bytes_per_token_per_layer=_attention_bytes_per_token(
@@ -373,7 +371,7 @@ def resolve_inputs(
         block_size_tokens=args.get_int("block_size") or default_block_size_tokens(shape, on_cpu, line.cpu),
         full_cudagraphs=shape.is_hybrid and not eager and not on_cpu,
         available_kv_bytes_measured=available_kv_bytes_given(
-            spec, measured, kv_cache_memory_flag_bytes(args), total_bytes, util, weights, line.cpu
+            spec, facts, kv_cache_memory_flag_bytes(args), total_bytes, util, weights, line.cpu
         ),
     )
     if on_cpu:  # nothing is profiled out of a CPU pool
@@ -461,20 +459,20 @@ def _problems(inputs: VllmInputs, alloc: VllmAllocation, spec: Spec, args: Effec
     return problems
 
 
-def _measured_keys(spec: Spec, measured: Mapping[str, float] | None) -> dict[str, float]:
+def _measured_keys(spec: Spec, facts: LogFacts | None) -> dict[str, float]:
     """The inputs that came from a log or the spec's overrides rather than an estimate."""
-    keys = dict(measured or {})
+    keys = facts.measured_inputs() if facts is not None else {}
     if spec.model.weights_gib is not None:
         keys["weights_gib"] = spec.model.weights_gib
     return keys
 
 
-def _kv_budget_source(spec: Spec, measured: Mapping[str, float] | None) -> str:
+def _kv_budget_source(spec: Spec, facts: LogFacts | None) -> str:
     """Where an unmeasured KV budget comes from: the CPU backend's configuration, else the
     other terms (measured when a log was given, estimated otherwise)."""
     if targets_cpu(spec.engine.env):
         return "config"
-    return "measured" if measured else "estimated"
+    return "measured" if facts is not None and facts.measured_inputs() else "estimated"
 
 
 def memory_terms(
@@ -543,18 +541,16 @@ def _details(inputs: VllmInputs, alloc: VllmAllocation) -> VllmDetails:
     )
 
 
-def plan_vllm(
-    spec: Spec, shape: ModelShape, args: EffectiveArgs, measured: Mapping[str, float] | None = None
-) -> Plan:
-    """The plan for a vLLM server; `measured` holds numbers parsed from a previous log."""
-    inputs = resolve_inputs(spec, shape, args, measured)
+def plan_vllm(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFacts | None = None) -> Plan:
+    """The plan for a vLLM server; `facts`: what a previous start's log printed."""
+    inputs = resolve_inputs(spec, shape, args, facts)
     alloc = allocate(inputs)
     if _max_model_len(args, shape)[1] and 0 < alloc.largest_max_model_len < inputs.max_model_len:
         # engine/kv_cache_utils.py:_auto_fit_max_model_len
         inputs = replace(inputs, max_model_len=alloc.largest_max_model_len)
         alloc = allocate(inputs)
     problems = _problems(inputs, alloc, spec, args)
-    measured_keys = _measured_keys(spec, measured)
+    measured_keys = _measured_keys(spec, facts)
     on_cpu = targets_cpu(spec.engine.env)
     cpu = vllm_line(spec.engine.version).cpu
     return Plan(
@@ -572,7 +568,7 @@ def plan_vllm(
         reserve_needed_gib=_reserve_needed_gib(spec),
         problems=problems,
         recommended_args=recommended_args(inputs, alloc),
-        terms=memory_terms(inputs, alloc, measured_keys, _kv_budget_source(spec, measured)),
+        terms=memory_terms(inputs, alloc, measured_keys, _kv_budget_source(spec, facts)),
         measured={k: float(v) for k, v in measured_keys.items() if isinstance(v, int | float)},
         notes=_notes(inputs, alloc, shape, args) + (_cpu_notes(cpu) if on_cpu else []),
         details=_details(inputs, alloc),
@@ -663,7 +659,7 @@ def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: E
     return notes
 
 
-def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, facts: LogFacts) -> None:
+def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFacts) -> None:
     """vLLM prints its KV memory and token count; for attention-only models their ratio is
     the KV bytes per token (mamba groups and sliding windows change the ratio: skipped)."""
     available, tokens = facts.available_kv_gib, facts.kv_tokens
@@ -671,6 +667,6 @@ def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, facts: LogFacts) 
         return
     if available <= 0 or tokens <= 0 or shape.is_hybrid or shape.sliding_attention_layers:
         return
-    inputs = resolve_inputs(spec, shape, effective_args(spec, shape))
+    inputs = resolve_inputs(spec, shape, args)
     planned = inputs.attention_bytes_per_token_per_layer * inputs.attention_layers
     refuse_footprint(spec, shape, available * GIB / tokens, planned, "KV cache")
