@@ -17,15 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from specpilot.check.resolved import resolve
+from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.engines.argv import ReadArgv, read_argv
 from specpilot.engines.fix import Fix
-from specpilot.engines.flags import parse_version, table_for
+from specpilot.engines.flags import ReleaseTable, parse_version, table_for
 from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.launch.preflight import Preflight, run_preflight
 from specpilot.models.host_files import ModelRead
 from specpilot.plan.compare import without_speculation
+from specpilot.plan.serving import serving_args
 from specpilot.plan.types import Plan
 from specpilot.spec import Spec
 
@@ -221,11 +222,12 @@ def prepare(spec: Spec, variant: Variant, name: str, files: ModelRead | None = N
         table, candidate.engine.args, candidate.engine.env
     )
     tuned = _with(candidate, args, env)
-    final = run_preflight(resolved.respec(tuned))
+    point = resolved.respec(tuned)
+    final = run_preflight(point)
     if final.errors or final.plan is None:
         return Prepared(variant, tuned, None, refused=_reason(final), recommended=recommended)
     if variant.running_cap is None:
-        return Prepared(variant, tuned, final.plan, recommended=recommended)
+        return _serving(variant, point, final.plan, recommended)
     most = final.plan.max_running_requests
     if variant.running_cap > most:
         refused = f"{variant.running_cap} running requests: the plan's most is {most}"
@@ -234,12 +236,67 @@ def prepare(spec: Spec, variant: Variant, name: str, files: ModelRead | None = N
     cap = (flag, str(variant.running_cap))
     args, env = Fix(args=cap).apply(table, tuned.engine.args, tuned.engine.env)
     capped = _with(tuned, args, env)
-    final = run_preflight(resolved.respec(capped))
+    point = resolved.respec(capped)
+    final = run_preflight(point)
     # the plan's own cap flag gives way to the point's
     recommended = (*_without(recommended, flag), *cap)
+    if final.errors and final.cause == "oom":
+        # fewer requests can change what the engine decides for itself (SGLang 0.5.16-0.5.17
+        # capture the prefill graph once smaller decode graphs leave 4 GiB past the pools, and
+        # the configuration's fraction then leaves too little): the point at its own cap, one
+        # fraction step lower at a time until its plan fits
+        point, final, recommended = _stepped_down(point, final, recommended, table)
+        capped = point.spec
     if final.errors or final.plan is None:
         return Prepared(variant, capped, None, refused=_reason(final), recommended=recommended)
-    return Prepared(variant, capped, final.plan, recommended=recommended)
+    return _serving(variant, point, final.plan, recommended)
+
+
+#: how far below the configuration's fraction a lower cap is tried, and in what steps
+FRACTION_STEP = 0.01
+LOWEST_FRACTION = 0.5
+
+
+def _stepped_down(
+    point: ResolvedSpec, pre: Preflight, recommended: tuple[str, ...], table: ReleaseTable
+) -> tuple[ResolvedSpec, Preflight, tuple[str, ...]]:
+    """`point` at the highest fraction below its own whose plan fits (or as it was, with its
+    refusal, when none does)."""
+    spec = point.spec
+    flag = table.by_spelling.get(engine_by_name(spec.engine.name).draft.memory_fraction_flag)
+    use = None if flag is None else read_argv(table, spec.engine.args).last(flag.dest)
+    try:
+        given = float(use.text) if use is not None and use.text is not None else None
+    except ValueError:
+        given = None
+    if flag is None or given is None:
+        return point, pre, recommended
+    fraction = round(given - FRACTION_STEP, 2)
+    while fraction >= LOWEST_FRACTION:
+        lower = (flag.name, f"{fraction:.2f}")
+        trial = point.respec(_with(spec, *Fix(args=lower).apply(table, spec.engine.args, spec.engine.env)))
+        found = run_preflight(trial)
+        if not found.errors and found.plan is not None:
+            return trial, found, _over(recommended, lower)
+        fraction = round(fraction - FRACTION_STEP, 2)
+    return point, pre, recommended
+
+
+def _serving(variant: Variant, point: ResolvedSpec, plan: Plan, recommended: tuple[str, ...]) -> Prepared:
+    """The point with the flags its plan says it needs to serve, not only to start (SGLang's
+    radix-cache copy-on-write bound, say), as `plan --write` writes them: the point measured is
+    the point `--write` hands to `up`, safe to run the whole job."""
+    spec = point.spec
+    added = tuple(serving_args(point, plan))
+    if not added:
+        return Prepared(variant, spec, plan, recommended=recommended)
+    table = table_for(spec.engine.name, parse_version(spec.engine.version))
+    served = _with(spec, *Fix(args=added).apply(table, spec.engine.args, spec.engine.env))
+    final = run_preflight(point.respec(served))
+    recommended = _over(recommended, added)
+    if final.errors or final.plan is None:
+        return Prepared(variant, served, None, refused=_reason(final), recommended=recommended)
+    return Prepared(variant, served, final.plan, recommended=recommended)
 
 
 def _over(recommended: tuple[str, ...], side: tuple[str, ...]) -> tuple[str, ...]:

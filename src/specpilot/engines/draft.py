@@ -23,6 +23,9 @@ class DraftKnobs:
     case_sensitive: bool
     #: the flag that caps the requests the engine runs at once (bench's concurrency axis)
     running_cap_flag: str
+    #: the flag of the share of GPU memory the engine takes (bench steps it down where a lower
+    #: running cap changes what the engine allocates)
+    memory_fraction_flag: str
     #: the on/off flag of the engine's own adaptive speculation (off at large batches); bench
     #: explores it where the release's flag table has it
     adaptive_flag: str | None = None

@@ -55,6 +55,7 @@ DRAFT = DraftKnobs(
     _sglang_args,
     False,
     running_cap_flag="--max-running-requests",
+    memory_fraction_flag="--mem-fraction-static",
     # 0.5.23+ (its flag table): speculation switched off per batch from 64 running requests
     adaptive_flag="--speculative-adaptive",
 )

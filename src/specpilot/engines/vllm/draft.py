@@ -42,4 +42,5 @@ DRAFT = DraftKnobs(
     _vllm_args,
     True,
     running_cap_flag="--max-num-seqs",
+    memory_fraction_flag="--gpu-memory-utilization",
 )
