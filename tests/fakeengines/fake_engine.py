@@ -16,6 +16,8 @@ engine would (exit code, SIGKILL of its own group, serving, or hanging).
                                       watcher), so a non-reaping init adopts us and we end a zombie)
          SPECPILOT_FAKE_ANSWER_S=<s>  (optional: answer chat completions after this long, as
                                       tests/generate/fake_server.py does; else never answer)
+         SPECPILOT_FAKE_TRUNCATE=<text> (optional: a prompt ending in <text> is answered as cut at
+                                      max_tokens, finish_reason "length", as random weights are)
          SPECPILOT_FAKE_DIE_AFTER=<n> (optional: after the n-th answer, print the scenario's
                                       after_ready lines and SIGKILL our group, as SGLang's
                                       kill_process_tree does; with SPECPILOT_FAKE_DIE_ONCE=<file>
@@ -80,6 +82,8 @@ def _serve(host: str, port: int, served: str) -> http.server.ThreadingHTTPServer
             _count_answer()
             prompt = str(request["messages"][-1]["content"])
             message = {"role": "assistant", "content": f"answer: {prompt}"}
+            cut = os.environ.get("SPECPILOT_FAKE_TRUNCATE")
+            truncated = bool(cut) and prompt.endswith(str(cut))
             if request.get("chat_template_kwargs", {}).get("enable_thinking"):
                 message["reasoning_content"] = f"thinking about {prompt}"
             body = json.dumps(
@@ -92,7 +96,7 @@ def _serve(host: str, port: int, served: str) -> http.server.ThreadingHTTPServer
                             "index": 0,
                             # tests.generate.fake_server.answer_for, which the tests recompute
                             "message": message,
-                            "finish_reason": "stop",
+                            "finish_reason": "length" if truncated else "stop",
                         }
                     ],
                     "usage": {

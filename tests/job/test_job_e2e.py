@@ -129,6 +129,32 @@ def test_flags_override_the_file_for_one_run(make_job: JobFactory, run_home: Pat
         run("down", "jobsrv")
 
 
+def test_flagged_rows_left_out_of_the_export_are_counted_and_said(
+    make_job: JobFactory, run_home: Path
+) -> None:
+    """The H200 job (random weights: 1,999 of 2,000 answers cut at max_tokens) exported 1 row
+    and said nothing of the rest."""
+    job = make_job(rows=6, env={"SPECPILOT_FAKE_TRUNCATE": "question 4"})
+    result = run("job", str(job))
+    assert result.exit_code == 0, result.output
+    assert "export: 1 flagged rows left out (see `specpilot report" in result.output
+    assert "[job] include_flagged = true keeps them" in result.output
+    export = record(job)["stages"]["export"]["evidence"]
+    assert export["flagged_left_out"] == 1 and export["formats"]["specforge"]["rows"] == 5
+    assert len((job.parent / "out" / "specforge.jsonl").read_text().splitlines()) == 5
+    # asking for them is a changed export: refused until the export is run again
+    job.write_text(
+        job.read_text().replace('export = ["specforge"]', 'export = ["specforge"]\ninclude_flagged = true')
+    )
+    refused = run("job", str(job))
+    assert refused.exit_code == 2 and "[job] export / include_flagged" in refused.output
+    again = run("job", str(job), "--restart-from", "export")
+    assert again.exit_code == 0, again.output
+    assert "left out" not in again.output
+    assert len((job.parent / "out" / "specforge.jsonl").read_text().splitlines()) == 6
+    assert record(job)["stages"]["export"]["evidence"]["flagged_left_out"] == 0
+
+
 def test_restart_from_export_writes_the_exports_again(make_job: JobFactory, run_home: Path) -> None:
     job = make_job(rows=6)
     assert run("job", str(job)).exit_code == 0

@@ -373,7 +373,9 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> None:
         if fmt in written:
             continue
         try:
-            result = export(job.output, fmt, None, include_flagged=False, per_turn=True, overwrite=True)
+            result = export(
+                job.output, fmt, None, include_flagged=job.include_flagged, per_turn=True, overwrite=True
+            )
         except UserError as err:  # e.g. every row flagged: the job failed here, not its input
             record.fail("export", str(err))
             raise JobFailed(f"export {fmt}: {err}") from None
@@ -386,7 +388,15 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> None:
         record.save()
         where = result.files[0] if len(result.files) == 1 else result.files[0].parent
         say(f"export: {result.rows} rows as {fmt} to {where}")
-    record.finish("export", {"formats": written})
+    flagged = int(record.stage("generate").get("evidence", {}).get("flagged") or 0)
+    left_out = 0 if job.include_flagged else flagged
+    if left_out:
+        # nothing silent: a dataset smaller than the rows generated says why
+        say(
+            f"export: {left_out:,} flagged rows left out (see `specpilot report {job.output}` for why "
+            "each was flagged); [job] include_flagged = true keeps them"
+        )
+    record.finish("export", {"formats": written, "flagged_left_out": left_out})
 
 
 async def _down(job: JobFile, record: JobRecord, served: str | None, fleet: bool, say: Say) -> None:

@@ -30,7 +30,7 @@ INPUT_FIELDS: dict[str, tuple[str, str | None]] = {
     "bench": ("[job.bench]", "bench"),
     "prompts": ("[job] prompts", None),
     "sampling": ("[job.sampling]", None),
-    "export": ("[job] export", "export"),
+    "export": ("[job] export / include_flagged", "export"),
 }
 
 
@@ -68,7 +68,12 @@ def input_hashes(job: JobFile) -> dict[str, Any]:
         "bench": _json_sha(options["bench"]),
         "prompts": prompts_fingerprint(job.prompts),
         "sampling": _json_sha(options["sampling"]),
-        "export": _json_sha(options["export"]),
+        # include_flagged only when set: a job begun before the key existed hashes as it did
+        "export": _json_sha(
+            {"formats": options["export"], "include_flagged": True}
+            if job.include_flagged
+            else options["export"]
+        ),
     }
 
 

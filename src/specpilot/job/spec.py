@@ -5,6 +5,7 @@
     prompts = "prompts.jsonl"
     output = "out"                # the job folder: job.json, the ledger, data/, the exports
     export = ["specforge"]        # formats written at the end
+    include_flagged = false       # true: the exports keep flagged rows (truncated, say) too
     keep_servers = false          # true: leave what the job started running at the end
     max_restarts = 3              # restarts per engine that dies while the job runs
     concurrency = 64              # requests in flight per server (per worker behind a router)
@@ -50,8 +51,8 @@ _REQUEST_SAMPLING: dict[str, type] = {
     "repetition_penalty": float,
 }
 _JOB_KEYS = {
-    "server", "fleet", "prompts", "output", "export", "keep_servers", "max_restarts", "concurrency",
-    "sampling", "bench",
+    "server", "fleet", "prompts", "output", "export", "include_flagged", "keep_servers", "max_restarts",
+    "concurrency", "sampling", "bench",
 }  # fmt: skip
 _BENCH_KEYS = {"sample", "variants", "budget_s"}
 
@@ -76,6 +77,7 @@ class JobFile:
     prompts: Path
     output: Path
     export: tuple[str, ...] = ()
+    include_flagged: bool = False
     keep_servers: bool = False
     max_restarts: int = DEFAULT_MAX_RESTARTS
     concurrency: int = DEFAULT_CONCURRENCY
@@ -214,6 +216,7 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
     for fmt in export:
         format_named(fmt, field="[job] export")  # an unknown one: refused with the known ones
     keep = _typed(table, "keep_servers", bool, "[job]") if "keep_servers" in table else False
+    flagged = _typed(table, "include_flagged", bool, "[job]") if "include_flagged" in table else False
     restarts = (
         _typed(table, "max_restarts", int, "[job]") if "max_restarts" in table else DEFAULT_MAX_RESTARTS
     )
@@ -235,6 +238,7 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
         prompts=prompts,
         output=output,
         export=tuple(dict.fromkeys(export)),
+        include_flagged=flagged,
         keep_servers=keep,
         max_restarts=restarts,
         concurrency=concurrency,
