@@ -3,6 +3,7 @@ once and the flags evaluated once, where they used to be resolved again for the 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def test_the_job_resolves_its_server_spec_once(tmp_path: Path, monkeypatch: pyte
     record = JobRecord(tmp_path / "job.json", {})
     said: list[str] = []
     found = Counted(monkeypatch)
-    _check_and_plan(job, record, said.append)
+    asyncio.run(_check_and_plan(job, record, said.append))
     assert record.done("check") and record.done("plan"), said
     assert found.reads == 1
     assert found.evaluations[tuple(load_spec(SPEC).engine.args)] == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specpilot.check import check_spec
+from specpilot.check.resolved import resolve
 from specpilot.cli import cli
 from specpilot.errors import SpecpilotError, UserError
 from specpilot.models import files, host_files
@@ -53,6 +53,6 @@ def test_a_model_on_an_ssh_host_is_never_read_outside_the_commands_loop(tmp_path
         asyncio.run(in_a_running_loop())
     refused = UserError("no config.json at /srv/models/qwen3.6-27b on the host", field="[model] path")
     with pytest.raises(UserError) as raised:
-        make_plan(spec, files=refused)  # the command's read failed: plan raises that error
+        make_plan(resolve(spec, refused))  # the command's read failed: plan raises that error
     assert raised.value is refused
-    assert not check_spec(spec, refused).model_read  # check runs without the model and says so
+    assert not resolve(spec, refused).check.model_read  # check runs without the model and says so
