@@ -92,9 +92,10 @@ def _held_job(tmp_path: Path, serve_status: bool) -> Iterator[RunningJob]:
             assert process.poll() is None, process.communicate()[1][-2000:]
             assert time.monotonic() < deadline, "the job did not reach its held state"
             time.sleep(0.1)
-        if serve_status:  # the page caches the ledger briefly; the history needs a few samples
-            time.sleep(LEDGER_REFRESH_S + 2.5)
-        yield RunningJob(out, f"http://127.0.0.1:{port}/", servers, process)
+        job = RunningJob(out, f"http://127.0.0.1:{port}/", servers, process)
+        if serve_status:
+            _wait_for_the_page(job, expected[2])
+        yield job
         for server in servers:
             server.release()
         stdout, stderr = process.communicate(timeout=60)
@@ -106,6 +107,28 @@ def _held_job(tmp_path: Path, serve_status: bool) -> Iterator[RunningJob]:
             process.communicate()
         for server in servers:
             server.close()
+
+
+def _wait_for_the_page(job: RunningJob, done: int, within_s: float = 60.0) -> None:
+    """Until the page shows the held state: it caches the ledger (LEDGER_REFRESH_S) and its
+    history needs two one-second samples per server. Waited on, not slept (a fixed sleep of
+    the refresh plus 2.5 s was too short on a loaded machine and too long on a quiet one)."""
+    names = {server.url.split("//")[1] for server in job.servers}
+    deadline = time.monotonic() + within_s
+    while True:
+        page = _Page()
+        with contextlib.suppress(OSError), urllib.request.urlopen(job.url, timeout=10) as response:
+            page.feed(response.read().decode())
+        lines = [p for p in page.polylines if p["data-name"] in names]
+        if (
+            page.text.get("rows-done") == str(done)
+            and len(lines) >= 4
+            and all(int(p["data-points"]) >= 2 for p in lines)
+        ):
+            return
+        assert job.process.poll() is None, job.process.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, f"the page did not show the held job in {within_s} s"
+        time.sleep(LEDGER_REFRESH_S / 4)
 
 
 @pytest.fixture
