@@ -22,9 +22,18 @@ def vllm_cpu_group(item: pytest.Item) -> str | None:
     return "vllm-cpu-demo" if item.path.parent.name == "demo" else "vllm-cpu-serve"
 
 
+def module_group(item: pytest.Item) -> str | None:
+    """A test that uses a module-scoped fixture runs on its module's worker, else each worker
+    sharing the module would set that fixture up again (the trainers' harness, a server)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    module = item.nodeid.split("::")[0]
+    return module if any(d.scope == "module" for chain in defs for d in chain) else None
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        group = vllm_cpu_group(item)
+        group = vllm_cpu_group(item) or module_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
