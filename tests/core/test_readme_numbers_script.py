@@ -136,3 +136,26 @@ def test_a_run_that_used_the_machines_wheels_is_refused() -> None:
     log = "torch==2.13.0+cpu: from this machine's pip sources (/opt/wheels, 180 MB)\n"
     with pytest.raises(SystemExit):
         script().torch_source(log, "cpu-index")
+
+
+def test_the_ci_sentence_carries_the_fresh_clone_run_of_ci() -> None:
+    """README's test-time figure comes from `readme_numbers.py --ci`, never typed."""
+    numbers = {
+        "ci_s": 812.4, "ci_test_sh_s": 811, "ci_commit": "abc1234",
+        "ci_totals": {"passed": 2311, "skipped": 11, "xfailed": 1},
+        "ci_load_before": 0.31, "ci_load_after": 3.9,
+    }  # fmt: skip
+    (ci,) = script().sentences(numbers, cores=2, today="2026-12-03")
+    assert ci == (
+        "From a fresh clone of abc1234 on a 2-core machine with the engine environments cached, "
+        "`CI=true bash .ci/run` took **13 min 32 s** (2026-12-03, `== done (811s)`: 2,311 passed, "
+        "11 skipped, 1 xfailed; load average 0.31 before, 3.9 after)."
+    )
+
+
+def test_the_ci_run_is_read_from_what_test_sh_prints() -> None:
+    out = "== pytest (18s)\n...\n2311 passed, 11 skipped, 1 xfailed in 790.10s (0:13:10)\n\n== done (811s)\n"
+    module = script()
+    done = module.TEST_SH_DONE.search(out)
+    assert done is not None and done.group(1) == "811"
+    assert module.pytest_totals(out) == {"passed": 2311, "skipped": 11, "xfailed": 1}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,15 +14,9 @@ from specpilot.fleet.router import RouterClient, RouterProcess, router_argv, run
 from specpilot.fleet.spec import RouterSection
 from specpilot.hosts.local import LocalHost
 from specpilot.launch.stop import stop_group
+from tests.fixtures.ports import free_port
 
 REGISTER_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def router_call(url: str, method: str, *args: object) -> object:

@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -45,6 +46,26 @@ def up_json(path: Path) -> tuple[int, dict[str, object]]:
     result = run("up", str(path), "--json")
     assert result.stdout.strip(), result.output
     return result.exit_code, json.loads(result.stdout)
+
+
+def up_all_serving(path: Path, members: int) -> dict[str, Any]:
+    """`up --json` for a fixture, asserted whole (`assert_all_serving`)."""
+    code, out = up_json(path)
+    assert_all_serving(code, out, members)
+    return out
+
+
+def assert_all_serving(code: int, out: dict[str, Any], members: int) -> None:
+    """`up` exits 0 with a member left out (one registered is enough), so a fixture that
+    checked the exit code alone let a member that failed to start surface tests later as
+    "1 serving member". Here every one of `members` is registered, and serving by `status`."""
+    assert code == 0, out
+    phases = {str(m["name"]): (m["phase"], m["error"]) for m in cast(list[dict[str, Any]], out["members"])}
+    assert len(phases) == members and all(p == "registered" for p, _ in phases.values()), phases
+    status = run("status", str(out["name"]), "--json")
+    assert status.exit_code == 0, status.output
+    found = {m["name"]: (m["serving"], m["registered"]) for m in json.loads(status.stdout)["members"]}
+    assert found == dict.fromkeys(phases, (True, True)), status.stdout
 
 
 @pytest.fixture
@@ -109,6 +130,8 @@ def test_failing_member_is_left_out_with_its_cause(
     assert isinstance(members, list)
     assert [m["phase"] for m in members] == ["registered", "failed"]
     assert members[1]["cause"] == "port_in_use"
+    with pytest.raises(AssertionError, match="failed"):  # what a fixture refuses to build on
+        assert_all_serving(code, out, members=2)
     assert {w.url for w in router_workers(str(out["router_url"]))} == {members[0]["worker_url"]}
 
 

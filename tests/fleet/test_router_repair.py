@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
 from tests.fleet.conftest import FleetFactory, router_alive
-from tests.fleet.test_fleet_up import ROUTER_DEATH_S, router_workers, up_json
+from tests.fleet.test_fleet_up import ROUTER_DEATH_S, router_workers, up_all_serving
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import answer_for
 
@@ -64,10 +64,8 @@ def fleet_up(smg: str, make_fleet: FleetFactory, run_home: Path) -> Any:
         env={"SPECPILOT_FAKE_ANSWER_S": "0.02"},
         router={"health_check_interval_s": 1},
     )
-    code, out = up_json(path)
     try:
-        assert code == 0, out
-        yield out
+        yield up_all_serving(path, members=2)
     finally:
         run("down", "fl")
 

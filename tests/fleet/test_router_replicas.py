@@ -17,7 +17,7 @@ from specpilot.fleet.ops import routers_running
 from specpilot.fleet.state import read_fleet
 from specpilot.generate.dispatch.servers import ServerPool
 from tests.fleet.conftest import FleetFactory
-from tests.fleet.test_fleet_up import ROUTER_DEATH_S, router_workers, up_json
+from tests.fleet.test_fleet_up import ROUTER_DEATH_S, router_workers, up_all_serving
 from tests.fleet.test_router_repair import (
     KILL_AFTER_ROWS,
     ROWS,
@@ -78,10 +78,8 @@ def two_routers(smg: str, make_fleet: FleetFactory, run_home: Path) -> Any:
         env={"SPECPILOT_FAKE_ANSWER_S": "0.02"},
         router={"health_check_interval_s": 1, "replicas": 2},
     )
-    code, out = up_json(path)
     try:
-        assert code == 0, out
-        yield out
+        yield up_all_serving(path, members=2)
     finally:
         run("down", "fl")
 

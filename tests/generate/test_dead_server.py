@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import aiohttp
 import pytest
@@ -11,14 +10,7 @@ from aiohttp import web
 
 from specpilot.errors import UserError
 from specpilot.generate.dispatch.endpoints import Endpoint, default_model
-
-
-def _closed_port() -> int:
-    """A loopback port that was free a moment ago: nothing listens there."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+from tests.fixtures.ports import free_port
 
 
 async def _ask(endpoints: list[Endpoint]) -> str:
@@ -27,7 +19,7 @@ async def _ask(endpoints: list[Endpoint]) -> str:
 
 
 def test_a_dead_server_is_a_connection_error() -> None:
-    url = f"http://127.0.0.1:{_closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(UserError) as err:
         asyncio.run(_ask([Endpoint(url)]))
     assert err.value.field == "--server"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -27,19 +26,13 @@ from specpilot.generate.sampling import Sampling
 from specpilot.status.live import LiveJob
 from specpilot.status.server import bind, url_of, watch_job
 from tests.fixtures.jobs import run_generate
+from tests.fixtures.ports import free_port
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
 from tests.generate.fake_server import FakeServer
 
 PASSWORD = "pw-PLANTED-4af1c9"
 API_KEY = "sk-PLANTED-9c2e77"
 PLANTED = (PASSWORD, API_KEY)
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def _assert_clean(what: str, data: bytes) -> None:
@@ -56,7 +49,7 @@ def test_no_secret_in_any_file_or_output_of_a_job(
 ) -> None:
     monkeypatch.setenv("SPECPILOT_API_KEY", API_KEY)
     good = f"http://trainer:{PASSWORD}@127.0.0.1:{fake_server.port}"
-    dead = f"http://trainer:{PASSWORD}@127.0.0.1:{_closed_port()}/v1"
+    dead = f"http://trainer:{PASSWORD}@127.0.0.1:{free_port()}/v1"
     inputs = write_jsonl(tmp_path / "in.jsonl", prompt_rows(12))
     out = tmp_path / "out"
     sock = bind("127.0.0.1:0", public=False, flag="--serve-status")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from specpilot.hosts.errors import (
     HostUnreachable,
     RemoteCommandNotFound,
 )
+from tests.fixtures.ports import free_port
 from tests.fixtures.sshd import SshdServer
 from tests.hosts.conftest import drive, leftovers, ssh_host
 
@@ -92,9 +92,7 @@ def test_an_unknown_host_key_needs_explicit_acceptance(sshd: SshdServer, tmp_pat
 
 
 def test_a_closed_port_is_unreachable(sshd: SshdServer) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed_port = probe.getsockname()[1]
+    closed_port = free_port()
     with pytest.raises(HostUnreachable) as caught:
         drive(
             lambda: open_host(

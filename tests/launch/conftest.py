@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from specpilot.spec import Spec, load_spec
+from tests.fixtures.ports import free_port
 
 FAKES = Path(__file__).resolve().parents[1] / "fakeengines"
 FAKE_ENGINE = FAKES / "fake_engine.py"
@@ -42,13 +42,6 @@ def run_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path / "state"))
     return home
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def toml_value(value: object) -> str:

@@ -123,8 +123,8 @@ def test_up_reusing_the_name_ends_the_old_group_first(
         new_pid = json.loads(again.stdout)["pid"]
         cleanup.append(new_pid)
         assert new_pid != pid
-    finally:
-        run("down", "crash-reuse")
+    finally:  # the new run's helper ignores SIGTERM too: no use waiting `down`'s 30 s for it
+        run("down", "crash-reuse", "--timeout-s", "1")
 
 
 def test_down_ends_the_leftovers_and_names_them(

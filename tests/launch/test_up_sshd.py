@@ -20,6 +20,7 @@ from specpilot.launch.state import read_state
 from specpilot.launch.supervisor import UpOptions
 from specpilot.spec import Spec
 from tests.fixtures.sshd import SshdServer
+from tests.fixtures.workers import worker_index
 from tests.launch.conftest import SpecFactory
 from tests.launch.helpers import group_alive, up
 
@@ -37,7 +38,10 @@ def ssh_spec(make_spec: SpecFactory, sshd: SshdServer, run_home: Path) -> Iterat
             "identity_file": sshd.identity_file,
             "known_hosts": sshd.known_hosts,
         }
-        spec = make_spec(scenario, name=f"ssh-{scenario.replace('_', '-')}", host=host, **kw)
+        # the run directory is on the sshd user's real home, shared by the xdist workers: a
+        # name of this worker's own, or two tests of one scenario overwrite each other's run
+        name = f"ssh-{scenario.replace('_', '-')}-w{worker_index()}"
+        spec = make_spec(scenario, name=name, host=host, **kw)
         made.append(spec)
         return spec
 

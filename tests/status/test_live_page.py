@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specpilot.status.server import LEDGER_REFRESH_S
+from tests.fixtures.ports import free_port
 from tests.generate.conftest import write_jsonl
 from tests.status.standin import ACCEPT_LENGTH, StandIn, completion_tokens_for
 
@@ -46,12 +46,6 @@ def _prompt(number: int) -> str:
         if number in rows
     ]
     return " ".join([PROMPT_WORDS, *markers, str(number)])
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _ledger_counts(out: Path) -> dict[int, int]:
@@ -81,7 +75,7 @@ def _held_job(tmp_path: Path, serve_status: bool) -> Iterator[RunningJob]:
     rows = [{"id": f"q{i}", "conversations": [{"role": "user", "content": _prompt(i)}]} for i in range(ROWS)]
     path = write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "out"
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, "-m", "specpilot", "generate", "--input", str(path), "--output", str(out),
             "--server", servers[0].url, "--server", servers[1].url, "--concurrency", "16",
             "--retry-base-s", "0.01", "--flush-interval-s", "0.05", "--max-tokens", "512", "--json"]  # fmt: skip
@@ -98,9 +92,10 @@ def _held_job(tmp_path: Path, serve_status: bool) -> Iterator[RunningJob]:
             assert process.poll() is None, process.communicate()[1][-2000:]
             assert time.monotonic() < deadline, "the job did not reach its held state"
             time.sleep(0.1)
-        if serve_status:  # the page caches the ledger briefly; the history needs a few samples
-            time.sleep(LEDGER_REFRESH_S + 2.5)
-        yield RunningJob(out, f"http://127.0.0.1:{port}/", servers, process)
+        job = RunningJob(out, f"http://127.0.0.1:{port}/", servers, process)
+        if serve_status:
+            _wait_for_the_page(job, expected[2])
+        yield job
         for server in servers:
             server.release()
         stdout, stderr = process.communicate(timeout=60)
@@ -112,6 +107,28 @@ def _held_job(tmp_path: Path, serve_status: bool) -> Iterator[RunningJob]:
             process.communicate()
         for server in servers:
             server.close()
+
+
+def _wait_for_the_page(job: RunningJob, done: int, within_s: float = 60.0) -> None:
+    """Until the page shows the held state: it caches the ledger (LEDGER_REFRESH_S) and its
+    history needs two one-second samples per server. Waited on, not slept (a fixed sleep of
+    the refresh plus 2.5 s was too short on a loaded machine and too long on a quiet one)."""
+    names = {server.url.split("//")[1] for server in job.servers}
+    deadline = time.monotonic() + within_s
+    while True:
+        page = _Page()
+        with contextlib.suppress(OSError), urllib.request.urlopen(job.url, timeout=10) as response:
+            page.feed(response.read().decode())
+        lines = [p for p in page.polylines if p["data-name"] in names]
+        if (
+            page.text.get("rows-done") == str(done)
+            and len(lines) >= 4
+            and all(int(p["data-points"]) >= 2 for p in lines)
+        ):
+            return
+        assert job.process.poll() is None, job.process.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, f"the page did not show the held job in {within_s} s"
+        time.sleep(LEDGER_REFRESH_S / 4)
 
 
 @pytest.fixture
@@ -272,7 +289,7 @@ def test_view_reads_a_running_job_without_disturbing_it(tmp_path: Path) -> None:
     are not blocked by the writer), and the job then finishes normally."""
     with _held_job(tmp_path, serve_status=False) as job:
         names_before = sorted(p.name for p in job.out.iterdir())
-        port = _free_port()
+        port = free_port()
         argv = [sys.executable, "-m", "specpilot", "view", str(job.out), "--addr", f"127.0.0.1:{port}"]
         view = subprocess.Popen(argv, cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
         try:

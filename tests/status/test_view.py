@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.status.server import bind
+from tests.fixtures.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,16 +55,10 @@ def _get(url: str, deadline_s: float = 20.0) -> str:
             time.sleep(0.1)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_view_serves_a_finished_job_and_leaves_its_folder_untouched(finished_job: Path) -> None:
     before = _folder_state(finished_job)
     assert not any(name.endswith(("-wal", "-shm")) for name in before)
-    port = _free_port()
+    port = free_port()
     with _view_process(finished_job, port):
         page = _get(f"http://127.0.0.1:{port}/")
         metrics = _get(f"http://127.0.0.1:{port}/metrics")
