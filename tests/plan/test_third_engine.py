@@ -102,7 +102,13 @@ STUB = Engine(
     signatures=(Signature("stub", Kind.FATAL, "stub-oom", r"stub: no memory left", cause="oom"),),
     # no speculative method: bench compares only "plain" for it
     draft=DraftKnobs(
-        frozenset(), lambda read: None, lambda read: 0, lambda read, method, k: (), False, "--max-requests"
+        frozenset(),
+        lambda read: None,
+        lambda read: 0,
+        lambda read, method, k: (),
+        False,
+        "--max-requests",
+        "--memory-share",
     ),
     spec_metrics=(),
 )
