@@ -137,7 +137,6 @@ def _stub_plan(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFac
 STUB_PLANNER = planners.Planner(
     "stub",
     _stub_plan,
-    VllmDetails,
     lambda text: LogFacts.from_values(read_log(STUB.log.quantities, text)),
     lambda *_: None,
 )

@@ -5,7 +5,8 @@ only engines, errors and secrets: tests/core/test_layers.py), so an adapter cann
 planner, which lives above it in `plan/`. The dispatch therefore sits in `plan/`, one way:
 `PLANNERS` holds one `Planner` per engine, keyed by `Planner.engine` (an adapter's `name`), and
 `make_plan`, calibration and the log checks ask `planner_for`, never an if/else on the name. A
-third engine is an adapter in `engines.registry.ENGINES` plus a `Planner` here.
+third engine is an adapter in `engines.registry.ENGINES` plus a `Planner` here (and its plan's
+details record in `plan.types.ENGINE_DETAILS`, to read its plan.json back).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from specpilot.plan.log_checks import FootprintCheck
 from specpilot.plan.sglang.log import parse_sglang_log
 from specpilot.plan.sglang.planner import capture_oom_replan, plan_sglang, refuse_other_sglang_footprint
 from specpilot.plan.sglang.serving import state_copy_bound
-from specpilot.plan.types import EngineDetails, Plan, SglangDetails, VllmDetails
+from specpilot.plan.types import Plan
 from specpilot.plan.vllm.log import parse_vllm_log
 from specpilot.plan.vllm.planner import plan_vllm, refuse_other_vllm_footprint
 from specpilot.spec import Spec
@@ -43,8 +44,6 @@ class Planner:
     engine: str
     #: the plan for a spec: (spec, model shape, check's effective flags, a log's facts)
     plan: PlanFunction
-    #: the plan's engine-specific record, to read a plan.json back
-    details: type[EngineDetails]
     read_log: LogReader
     refuse_other_footprint: FootprintCheck
     replan_rule: ReplanRule | None = None
@@ -57,13 +56,12 @@ PLANNERS: tuple[Planner, ...] = (
     Planner(
         "sglang",
         plan_sglang,
-        SglangDetails,
         parse_sglang_log,
         refuse_other_sglang_footprint,
         replan_rule=capture_oom_replan,
         serving=state_copy_bound,
     ),
-    Planner("vllm", plan_vllm, VllmDetails, parse_vllm_log, refuse_other_vllm_footprint),
+    Planner("vllm", plan_vllm, parse_vllm_log, refuse_other_vllm_footprint),
 )
 
 

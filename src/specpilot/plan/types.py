@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Self
 
 from specpilot.engines.fix import Fix
+from specpilot.errors import UserError
 from specpilot.plan.provenance import Provenance
 
 GIB = 1024**3
@@ -69,6 +70,8 @@ class Term:
 class _Details:
     """JSON of a details record: attribute -> the key users' scripts already read."""
 
+    #: the engine adapter's `name` whose plans carry this record
+    engine: ClassVar[str]
     #: the engine's name for `Plan.memory_fraction`
     memory_knob: ClassVar[str]
     #: attribute -> JSON key, in output order
@@ -104,6 +107,7 @@ class SglangDetails(_Details):
     #: the name of the largest allocation after the pools (the one that runs out first)
     largest_transient: str
 
+    engine: ClassVar[str] = "sglang"
     memory_knob: ClassVar[str] = "mem_fraction_static"
     JSON_KEYS: ClassVar[dict[str, str]] = {
         "context_len_tokens": "context_len",
@@ -134,6 +138,7 @@ class VllmDetails(_Details):
     max_concurrency: float
     max_model_len_tokens: int
 
+    engine: ClassVar[str] = "vllm"
     memory_knob: ClassVar[str] = "gpu_memory_utilization"
     JSON_KEYS: ClassVar[dict[str, str]] = {
         "attention_block_size_tokens": "attention_block_size",
@@ -147,6 +152,21 @@ class VllmDetails(_Details):
 
 
 EngineDetails = SglangDetails | VllmDetails
+#: each engine's details record, to read a plan.json back (here, not in the planners above this
+#: module, so that reading a plan needs no planner)
+ENGINE_DETAILS: tuple[type[EngineDetails], ...] = (SglangDetails, VllmDetails)
+
+
+def details_for(engine: str) -> type[EngineDetails]:
+    """The details record of an engine's plans; an engine without one is said as such."""
+    for details in ENGINE_DETAILS:
+        if details.engine == engine:
+            return details
+    raise UserError(
+        f"no plan details record for engine {engine!r}",
+        field="engine",
+        fix="a plan.json of a registered engine; a new engine's record goes in specpilot.plan.types",
+    )
 
 #: attribute -> JSON key where they differ
 _RENAMED = {"memory_fraction": "mem_fraction_static"}
@@ -246,8 +266,6 @@ class Plan:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Plan:
         """The plan `to_json` wrote (a run directory's plan.json)."""
-        from specpilot.plan.planners import planner_for  # the planners build plans: above this module
-
         provenance = data.get("provenance")
         gate = data.get("prefill_gate")
         return cls(
@@ -263,7 +281,7 @@ class Plan:
             memory_fraction=data["mem_fraction_static"],
             reserve_gib=data["reserve_gib"],
             reserve_needed_gib=data["reserve_needed_gib"],
-            details=planner_for(data["engine"]).details.from_json(data["details"]),
+            details=details_for(data["engine"]).from_json(data["details"]),
             problems=[Problem.from_json(p) for p in data["problems"]],
             recommended_args=list(data["recommended_args"]),
             recommended_env=dict(data["recommended_env"]),
