@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from specpilot.engines import argv as argv_module
-from specpilot.engines.flags import parse_version, table_for
+from specpilot.engines.flags import parse_version
+from specpilot.engines.registry import table_for
 from specpilot.plan import make_plan
 from specpilot.spec import load_spec
 

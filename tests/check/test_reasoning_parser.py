@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from specpilot.check import check_args
-from specpilot.engines.flags import release_tables
 from specpilot.engines.reasoning import QWEN3_ARCHS, REASONING_PARSERS, reasoning_parser_for
+from specpilot.engines.registry import release_tables
 from specpilot.launch.command import plan_argv
 from specpilot.launch.preflight import launch_spec, run_preflight
 from specpilot.spec import load_spec

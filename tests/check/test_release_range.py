@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specpilot.check import check_args
-from specpilot.engines.flags import release_tables
+from specpilot.engines.registry import release_tables
 from specpilot.errors import UserError
 
 ARGV = {"sglang": ["--model-path", "m"], "vllm": ["--model", "m"]}

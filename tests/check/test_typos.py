@@ -19,8 +19,8 @@ from specpilot.check.intent import intent_of_name, intent_of_option
 from specpilot.check.parse import nearest_flags, parse_argv
 from specpilot.cli.check import check
 from specpilot.engines.argv import read_argv
-from specpilot.engines.flags import FlagInfo, ReleaseTable, release_tables
-from specpilot.engines.registry import engine_release
+from specpilot.engines.flags import FlagInfo, ReleaseTable
+from specpilot.engines.registry import engine_release, release_tables
 from specpilot.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

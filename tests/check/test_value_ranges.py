@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.engines.flags import release_tables
 from specpilot.engines.ranges import ValueRange, human_int
-from specpilot.engines.registry import engine_by_name
+from specpilot.engines.registry import engine_by_name, release_tables
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])

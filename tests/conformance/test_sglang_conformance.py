@@ -22,7 +22,7 @@ from packaging.version import Version
 
 from specpilot.check import check_args
 from specpilot.check.fix import fix_launch
-from specpilot.engines.flags import table_for
+from specpilot.engines.registry import table_for
 from specpilot.engines.sglang.releases import STRATEGY_RENAME
 
 from . import venvs

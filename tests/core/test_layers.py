@@ -167,14 +167,7 @@ def _is_unit(folder: Path, name: str) -> bool:
     return (folder / name / "__init__.py").is_file() or (folder / f"{name}.py").is_file()
 
 
-#: folders whose modules still import each other in a cycle (engines: adapter -> draft -> argv ->
-#: flags -> registry -> adapter; plan: planners -> sglang -> types -> planners), not yet untangled
-FOLDERS_WITH_CYCLES = ("engines", "plan")
-FOLDERS = sorted(
-    str(p.parent.relative_to(SRC))
-    for p in SRC.rglob("__init__.py")
-    if p.parent != SRC and str(p.parent.relative_to(SRC)) not in FOLDERS_WITH_CYCLES
-)
+FOLDERS = sorted(str(p.parent.relative_to(SRC)) for p in SRC.rglob("__init__.py") if p.parent != SRC)
 
 
 @pytest.mark.parametrize("folder", FOLDERS)

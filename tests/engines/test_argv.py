@@ -10,7 +10,8 @@ from packaging.version import Version
 from specpilot.check import check_args
 from specpilot.engines.argv import read_argv
 from specpilot.engines.fix import Fix
-from specpilot.engines.flags import ReleaseTable, table_for
+from specpilot.engines.flags import ReleaseTable
+from specpilot.engines.registry import table_for
 
 SGLANG = table_for("sglang", Version("0.5.13.post1"))
 VLLM = table_for("vllm", Version("0.32.0"))

@@ -13,9 +13,8 @@ import pytest
 from packaging.version import Version
 
 from specpilot.check import check_args
-from specpilot.engines.flags import release_tables
 from specpilot.engines.measured import MeasuredRelease
-from specpilot.engines.registry import engine_by_name
+from specpilot.engines.registry import engine_by_name, release_tables
 from specpilot.engines.sglang import releases as sglang
 from specpilot.engines.sglang import rules as sglang_rules
 from specpilot.engines.vllm import releases as vllm

@@ -15,7 +15,7 @@ import pytest
 
 from specpilot.check import GpuFacts, check_args
 from specpilot.check.types import CheckResult
-from specpilot.engines.vllm.defaults import human_int
+from specpilot.engines.human_int import human_int
 from specpilot.models.shape import ModelShape, load_model_shape
 from specpilot.plan import plan_inputs
 from specpilot.plan.sglang.planner import planner_settings

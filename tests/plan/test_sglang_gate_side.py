@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.engines.flags import parse_version, table_for
+from specpilot.engines.flags import parse_version
+from specpilot.engines.registry import table_for
 from specpilot.engines.sglang.releases import RELEASES, SglangRelease
 from specpilot.plan import make_plan
 from specpilot.plan.sglang.planner import GATE_BAND_GIB, PREFILL_GRAPH_OFF_FLAG

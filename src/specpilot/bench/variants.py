@@ -20,8 +20,8 @@ from typing import Literal
 from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.engines.argv import ReadArgv, read_argv
 from specpilot.engines.fix import Fix
-from specpilot.engines.flags import ReleaseTable, parse_version, table_for
-from specpilot.engines.registry import engine_by_name
+from specpilot.engines.flags import ReleaseTable, parse_version
+from specpilot.engines.registry import engine_by_name, table_for
 from specpilot.errors import UserError
 from specpilot.launch.preflight import Preflight, run_preflight
 from specpilot.models.host_files import ModelRead

@@ -14,7 +14,8 @@ from packaging.version import Version
 
 from specpilot.check.intent import intent_of_option
 from specpilot.check.types import CheckResult
-from specpilot.engines.flags import ReleaseTable, table_for
+from specpilot.engines.flags import ReleaseTable
+from specpilot.engines.registry import table_for
 from specpilot.engines.rules import Finding
 
 #: how many fix-and-recheck rounds before giving up (a fix can unmask one more finding)

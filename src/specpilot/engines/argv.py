@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specpilot.engines.flags import FlagInfo, ReleaseTable, former_flags
-from specpilot.engines.vllm.defaults import human_int
+from specpilot.engines.human_int import human_int
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 

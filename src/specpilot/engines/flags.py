@@ -9,7 +9,7 @@ or "removed in 0.5.23, use ..." instead of guessing.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 
@@ -59,6 +59,8 @@ class ReleaseTable:
     env: frozenset[str]
     #: whether this engine's parser takes `--max_num_seqs`, `-O3` and `--config.key value`
     flexible_parser: bool
+    #: the same engine's older shipped tables, oldest first (`former_flags` reads them)
+    older: tuple[ReleaseTable, ...] = field(default=(), repr=False)
 
     @property
     def by_spelling(self) -> dict[str, FlagInfo]:
@@ -121,14 +123,8 @@ def load_tables(engine: str, package: str, *, flexible_parser: bool) -> tuple[Re
                 flexible_parser=flexible_parser,
             )
         )
-    return tuple(sorted(tables, key=lambda t: t.version))
-
-
-def release_tables(engine: str) -> tuple[ReleaseTable, ...]:
-    """All shipped tables of a registered engine, oldest first."""
-    from specpilot.engines.registry import engine_by_name  # the registry's adapters load tables
-
-    return engine_by_name(engine).release_tables()
+    ordered = sorted(tables, key=lambda t: t.version)
+    return tuple(replace(table, older=tuple(ordered[:i])) for i, table in enumerate(ordered))
 
 
 @cache
@@ -136,19 +132,9 @@ def former_flags(table: ReleaseTable) -> dict[str, FlagInfo]:
     """Spellings older releases defined that this one does not, with their newest older flag:
     how many values such a flag took, so an argv written for an older release reads right."""
     out: dict[str, FlagInfo] = {}
-    for older in release_tables(table.engine):
-        if older.version >= table.version:
-            break
+    for older in table.older:
         out.update({s: f for s, f in older.by_spelling.items() if s not in table.by_spelling})
     return out
-
-
-def table_for(engine: str, version: Version) -> ReleaseTable:
-    """The newest shipped table of a release line at or below `version` (the oldest one below the first).
-
-    Compared by release number, so "0.5.13" finds the 0.5.13.post1 table.
-    """
-    return table_among(release_tables(engine), version)
 
 
 def table_among(tables: tuple[ReleaseTable, ...], version: Version) -> ReleaseTable:

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from specpilot.engines.vllm.defaults import human_int
+from specpilot.engines.human_int import human_int
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from functools import cache
 
+from packaging.version import Version
+
 from specpilot.engines.adapter import Engine, EngineRelease
-from specpilot.engines.flags import parse_version, table_among
+from specpilot.engines.flags import ReleaseTable, parse_version, table_among
 from specpilot.engines.sglang.adapter import ENGINE as SGLANG
 from specpilot.engines.vllm.adapter import ENGINE as VLLM
 from specpilot.errors import UserError
@@ -46,3 +48,16 @@ def engine_release(name: str, version: str) -> EngineRelease:
 def _resolved(engine: Engine, version: str) -> EngineRelease:
     parsed = parse_version(version)
     return EngineRelease(engine, version, parsed, table_among(engine.release_tables(), parsed))
+
+
+def release_tables(engine: str) -> tuple[ReleaseTable, ...]:
+    """All shipped tables of a registered engine, oldest first."""
+    return engine_by_name(engine).release_tables()
+
+
+def table_for(engine: str, version: Version) -> ReleaseTable:
+    """The newest shipped table of a release line at or below `version` (the oldest one below the first).
+
+    Compared by release number, so "0.5.13" finds the 0.5.13.post1 table.
+    """
+    return table_among(release_tables(engine), version)

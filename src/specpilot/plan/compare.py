@@ -7,7 +7,8 @@ or `--flag=value` spelling is dropped with its value like any other.
 from __future__ import annotations
 
 from specpilot.engines.argv import read_argv
-from specpilot.engines.flags import parse_version, table_for
+from specpilot.engines.flags import parse_version
+from specpilot.engines.registry import table_for
 from specpilot.spec import Spec
 
 #: flags that turn speculative decoding on or tune it (prefixes, both engines)

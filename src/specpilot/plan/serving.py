@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.engines.fix import Fix
-from specpilot.engines.flags import parse_version, table_for
+from specpilot.engines.flags import parse_version
 from specpilot.engines.logfacts import LogFacts
+from specpilot.engines.registry import table_for
 from specpilot.plan import make_plan
 from specpilot.plan.planners import planner_for
 from specpilot.plan.types import Plan

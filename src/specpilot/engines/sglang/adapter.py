@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 from packaging.version import Version
 
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
-from specpilot.engines.flags import load_tables
 from specpilot.engines.sglang import draft, flags, loglines, metrics, phases, releases, rules, signatures
 from specpilot.engines.sglang.releases import release_rules
 
@@ -25,8 +22,7 @@ ENGINE = Engine(
     display_name="SGLang",
     newest_version=releases.NEWEST_VERIFIED,
     supported_releases=releases.CHECK_ACCEPTS,
-    # SGLang's plain argparse refuses `--max_num_seqs`, `-O3` and `--config.key value`
-    release_tables=partial(load_tables, "sglang", "specpilot.engines.sglang", flexible_parser=False),
+    release_tables=flags.release_tables,
     release_window=release_window,
     measured=releases.MEASURED,
     draft=draft.DRAFT,

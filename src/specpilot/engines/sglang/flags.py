@@ -6,7 +6,15 @@ The flags themselves are the per-release tables in flags/<release>.json
 
 from __future__ import annotations
 
+from specpilot.engines.flags import ReleaseTable, load_tables
 from specpilot.engines.ranges import ValueRange
+
+
+def release_tables() -> tuple[ReleaseTable, ...]:
+    """SGLang's shipped tables, oldest first: its plain argparse refuses `--max_num_seqs`,
+    `-O3` and `--config.key value`."""
+    return load_tables("sglang", "specpilot.engines.sglang", flexible_parser=False)
+
 
 _SERVER_ARGS = "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py"
 

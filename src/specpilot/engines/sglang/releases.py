@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 from packaging.version import Version
 
-from specpilot.engines.flags import release_tables
 from specpilot.engines.measured import MeasuredRelease
 from specpilot.engines.rules import versions
+from specpilot.engines.sglang.flags import release_tables
 from specpilot.engines.sglang.postpool import FitRange, PostPoolFit
 from specpilot.errors import UserError
 
@@ -317,7 +317,7 @@ MEASURED: tuple[MeasuredRelease, ...] = (
 
 def conformance_releases() -> tuple[str, ...]:
     """The releases whose own validator the conformance suite runs: every flag table's."""
-    return tuple(str(table.version) for table in release_tables("sglang"))
+    return tuple(str(table.version) for table in release_tables())
 
 
 def release_rules(version: str) -> SglangRelease:

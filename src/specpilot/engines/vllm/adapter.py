@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
-from specpilot.engines.flags import load_tables
 from specpilot.engines.vllm import draft, flags, loglines, metrics, releases, rules, signatures
 from specpilot.engines.vllm.releases import vllm_line
 
@@ -21,10 +18,7 @@ ENGINE = Engine(
     display_name="vLLM",
     newest_version=releases.NEWEST_VERIFIED,
     supported_releases=releases.CHECK_ACCEPTS,
-    # vLLM's FlexibleArgumentParser (vllm/utils/argparse_utils.py) rewrites argv before
-    # argparse sees it: `--max_num_seqs` is `--max-num-seqs`, `-O3` is `--optimization-level 3`,
-    # `--compilation-config.mode 3` sets one key of that JSON flag
-    release_tables=partial(load_tables, "vllm", "specpilot.engines.vllm", flexible_parser=True),
+    release_tables=flags.release_tables,
     release_window=release_window,
     measured=releases.MEASURED,
     draft=draft.DRAFT,

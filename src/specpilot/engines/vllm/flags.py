@@ -7,7 +7,17 @@ The flags themselves are the per-release tables in flags/<release>.json
 
 from __future__ import annotations
 
+from specpilot.engines.flags import ReleaseTable, load_tables
 from specpilot.engines.ranges import ValueRange
+
+
+def release_tables() -> tuple[ReleaseTable, ...]:
+    """vLLM's shipped tables, oldest first. Its FlexibleArgumentParser
+    (vllm/utils/argparse_utils.py) rewrites argv before argparse sees it: `--max_num_seqs` is
+    `--max-num-seqs`, `-O3` is `--optimization-level 3`, `--compilation-config.mode 3` sets one
+    key of that JSON flag."""
+    return load_tables("vllm", "specpilot.engines.vllm", flexible_parser=True)
+
 
 _ARG_UTILS = "https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py"
 _CACHE_CONFIG = "https://github.com/vllm-project/vllm/blob/main/vllm/config/cache.py"

@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from specpilot.engines.flags import release_tables
 from specpilot.engines.measured import MeasuredRelease
 from specpilot.engines.rules import versions
 from specpilot.engines.vllm.defaults import TARGET_DEVICE_ENV
+from specpilot.engines.vllm.flags import release_tables
 from specpilot.errors import UserError
 
 
@@ -192,7 +192,7 @@ NEWEST_VERIFIED = str(max(Version(record.release) for record in MEASURED))
 
 def conformance_releases() -> tuple[str, ...]:
     """The releases whose own validator the conformance suite runs: every flag table's."""
-    return tuple(str(table.version) for table in release_tables("vllm"))
+    return tuple(str(table.version) for table in release_tables())
 
 
 def vllm_line(version: str) -> VllmLine:

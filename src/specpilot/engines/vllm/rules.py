@@ -19,6 +19,7 @@ from packaging.specifiers import SpecifierSet
 from specpilot.engines.argv import json_object
 from specpilot.engines.context_len import vllm_context_len as context_len
 from specpilot.engines.fix import Fix
+from specpilot.engines.human_int import human_int
 from specpilot.engines.reasoning import missing_parser_rule
 from specpilot.engines.rules import (
     Context,
@@ -36,7 +37,7 @@ from specpilot.engines.rules import (
     unset,
     versions,
 )
-from specpilot.engines.vllm.defaults import batch_defaults, human_int, targets_cpu
+from specpilot.engines.vllm.defaults import batch_defaults, targets_cpu
 from specpilot.engines.vllm.releases import CHECK_ACCEPTS, VLLM_LINES, VllmLine, vllm_line
 
 E = "vllm"

@@ -18,8 +18,9 @@ from typing import Any
 from specpilot.check.effective import EffectiveArgs
 from specpilot.dtypes import DTYPE_BYTES
 from specpilot.engines.fix import Fix
+from specpilot.engines.human_int import human_int
 from specpilot.engines.logfacts import LogFacts
-from specpilot.engines.vllm.defaults import human_int, targets_cpu
+from specpilot.engines.vllm.defaults import targets_cpu
 from specpilot.engines.vllm.releases import CpuBackend, VllmLine, vllm_line
 from specpilot.errors import UserError
 from specpilot.models.layers import layer_specs
