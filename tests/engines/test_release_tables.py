@@ -13,8 +13,9 @@ import pytest
 from packaging.version import Version
 
 from specpilot.check import check_args
+from specpilot.engines.flags import former_flags
 from specpilot.engines.measured import MeasuredRelease
-from specpilot.engines.registry import engine_by_name, release_tables
+from specpilot.engines.registry import engine_by_name, release_tables, table_for
 from specpilot.engines.sglang import releases as sglang
 from specpilot.engines.sglang import rules as sglang_rules
 from specpilot.engines.vllm import releases as vllm
@@ -125,3 +126,17 @@ def test_every_measured_release_is_inside_its_engines_table(record: MeasuredRele
         assert sglang.release_rules(record.release).covers(record.release)
     else:
         assert vllm.vllm_line(record.release).covers(Version(record.release))
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_each_table_carries_the_engines_older_tables(engine: str) -> None:
+    """`former_flags` reads `ReleaseTable.older` (engines/flags.py cannot ask the registry)."""
+    tables = release_tables(engine)
+    for i, table in enumerate(tables):
+        assert [t.version for t in table.older] == [t.version for t in tables[:i]]
+
+
+def test_a_flag_a_release_dropped_is_known_from_an_older_table() -> None:
+    table = table_for("sglang", Version("0.5.23"))
+    assert "--mamba-scheduler-strategy" not in table.by_spelling
+    assert former_flags(table)["--mamba-scheduler-strategy"].takes_value

@@ -13,10 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
+from specpilot.errors import UserError
 from specpilot.launch.allocations import plan_diff
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
-from specpilot.plan.types import Plan, SglangDetails, VllmDetails
+from specpilot.plan.planners import PLANNERS
+from specpilot.plan.types import ENGINE_DETAILS, Plan, SglangDetails, VllmDetails, details_for
 from specpilot.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,3 +144,13 @@ def test_a_stored_plan_compares_with_the_engine_like_the_plan_itself(tmp_path: P
     stored = Plan.from_json(json.loads(json.dumps(plan.to_json())))
     assert plan_diff(printed, stored) == plan_diff(printed, plan)
     assert [d["key"] for d in plan_diff(printed, stored)] == ["kv_tokens", "weights_gib"]
+
+
+def test_every_planned_engine_has_a_details_record_to_read_its_plan_back() -> None:
+    assert {p.engine for p in PLANNERS} == {d.engine for d in ENGINE_DETAILS}
+    assert details_for("sglang") is SglangDetails and details_for("vllm") is VllmDetails
+
+
+def test_a_plan_json_of_an_unknown_engine_is_refused_naming_the_engine() -> None:
+    with pytest.raises(UserError, match="no plan details record for engine 'other'"):
+        details_for("other")
