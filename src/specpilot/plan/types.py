@@ -168,6 +168,7 @@ def details_for(engine: str) -> type[EngineDetails]:
         fix="a plan.json of a registered engine; a new engine's record goes in specpilot.plan.types",
     )
 
+
 #: attribute -> JSON key where they differ
 _RENAMED = {"memory_fraction": "mem_fraction_static"}
 _ROUNDED = ("weights_gib", "memory_fraction", "reserve_gib", "reserve_needed_gib")
