@@ -35,6 +35,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,7 +60,10 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> tuple[f
         done = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=err, check=False)
     seconds = time.monotonic() - started
     if done.returncode != 0:
-        sys.exit(f"{' '.join(argv)} exited {done.returncode} after {minutes(seconds)}; see {log}")
+        # the run's folder is removed on the way out: its log is kept where the message says
+        kept = Path(tempfile.gettempdir()) / f"readme-numbers-{int(time.time())}-{log.name}"
+        shutil.copyfile(log, kept)
+        sys.exit(f"{' '.join(argv)} exited {done.returncode} after {minutes(seconds)}; see {kept}")
     return seconds, done.stdout.decode(errors="replace")
 
 
