@@ -208,15 +208,14 @@ async def measure(
     started_s = time.monotonic()
     deadline_s = started_s + settings.budget_s
     # the engine's start counts against the variant's budget too
-    server = spec.server.model_copy(
-        update={"ready_timeout_s": min(spec.server.ready_timeout_s, settings.budget_s)}
-    )
+    spec_timeout_s = spec.server.ready_timeout_s
+    server = spec.server.model_copy(update={"ready_timeout_s": min(spec_timeout_s, settings.budget_s)})
     spec = spec.model_copy(update={"server": server})
     notify(f"{label}: starting {spec.engine.name} {spec.engine.version} ({' '.join(prepared.recommended)})")
     try:
         result = await _up(spec, prepared, lambda phase, s, last: None)
         if result.phase != "ready":
-            row.status, row.reason = "failed", _failure(result)
+            row.status, row.reason = "failed", _failure(result, settings.budget_s, spec_timeout_s)
             notify(f"{label}: {row.reason}")
             return row, []
         row.up_s = round(result.elapsed_s, 1)
@@ -282,7 +281,14 @@ async def _up(spec: Spec, prepared: Prepared, progress: Progress) -> UpResult:
         await host.close()
 
 
-def _failure(result: UpResult) -> str:
+def _failure(result: UpResult, share_s: float, spec_timeout_s: float) -> str:
+    if result.cause == "timeout" and share_s < spec_timeout_s:
+        # the budget's share cut the start, not the spec's own ready_timeout_s: name the knob that
+        # moves it (an H200 search whose --budget-s left 120 s a start was told to raise the spec's)
+        return (
+            f"did not start within its share of the budget ({share_s:.0f} s; the spec allows "
+            f"{spec_timeout_s:.0f} s): raise --budget-s (a first start on a machine compiles kernels)"
+        )
     first = (result.error or "").strip().splitlines()
     detail = f": {first[-1][:200]}" if first else ""
     return f"did not start ({result.phase}, {result.cause}){detail}"
