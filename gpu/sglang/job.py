@@ -54,6 +54,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tarfile
@@ -758,7 +759,7 @@ def kill_engine_at(name: str, job: Path, rows: int, found: dict[str, Any], stop:
         if done >= rows:
             state_file = RUNS / name / "state.json"
             pid = int(json.loads(state_file.read_text())["pid"])
-            os.kill(pid, 9)
+            os.kill(pid, signal.SIGKILL)
             found.update({"pid": pid, "rows_done": done, "at": time.time()})
             say(f"  killed engine pid {pid} (SIGKILL) at {done} rows done")
             return

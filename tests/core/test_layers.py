@@ -97,16 +97,19 @@ ENGINE_NAMED = ("engines/sglang/", "engines/vllm/", "plan/sglang/", "plan/vllm/"
 MAY_IMPORT_ENGINE_NAMED = ("engines/", "plan/sglang/", "plan/vllm/", "plan/planners.py")
 
 
+def _imported(node: ast.AST) -> list[str]:
+    """The modules (and `module.name`s) an absolute import node names; [] for any other node."""
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        return [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    return []
+
+
 def _engine_named_imports(path: Path) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-        elif isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        else:
-            continue
-        for name in names:
+        for name in _imported(node):
             as_path = name.replace(".", "/") + "/"
             if any(as_path.startswith(f"specpilot/{named}") for named in ENGINE_NAMED):
                 found.add(name)
@@ -149,13 +152,7 @@ def folder_graph(folder: Path) -> dict[str, set[str]]:
             continue
         unit = parts[0].removesuffix(".py")
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            else:
-                continue
-            for name in names:
+            for name in _imported(node):
                 if name.startswith(f"{package}."):
                     target = name[len(package) + 1 :].split(".")[0]
                     if target != unit and _is_unit(folder, target):

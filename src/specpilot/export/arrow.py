@@ -26,37 +26,27 @@ TURN = pa.struct(
         ("tool_call_id", pa.string()),
     ]
 )
-TURN_META = pa.struct(
-    [
-        ("index", pa.int64()),
-        ("finish_reason", pa.string()),
-        ("prompt_tokens", pa.int64()),
-        ("completion_tokens", pa.int64()),
-        ("reasoning_tokens", pa.int64()),
-        ("answer_tokens", pa.int64()),
-        ("tokens_estimated", pa.bool_()),
-        ("server", pa.string()),
-        ("spec_accept_length", pa.float64()),
-        ("reasoning_split", pa.bool_()),
-        ("flags", pa.list_(pa.string())),
-    ]
-)
+#: what a row and each of its turns both carry, in this order
+ANSWER_META = [
+    ("finish_reason", pa.string()),
+    ("prompt_tokens", pa.int64()),
+    ("completion_tokens", pa.int64()),
+    ("reasoning_tokens", pa.int64()),
+    ("answer_tokens", pa.int64()),
+    ("tokens_estimated", pa.bool_()),
+    ("server", pa.string()),
+    ("spec_accept_length", pa.float64()),
+    ("reasoning_split", pa.bool_()),
+    ("flags", pa.list_(pa.string())),
+]
+TURN_META = pa.struct([("index", pa.int64()), *ANSWER_META])
 META = pa.struct(
     [
         ("model", pa.string()),
         ("thinking", pa.bool_()),
         ("keep_given_turns", pa.bool_()),
         ("target_turns", pa.list_(pa.int64())),
-        ("finish_reason", pa.string()),
-        ("prompt_tokens", pa.int64()),
-        ("completion_tokens", pa.int64()),
-        ("reasoning_tokens", pa.int64()),
-        ("answer_tokens", pa.int64()),
-        ("tokens_estimated", pa.bool_()),
-        ("server", pa.string()),
-        ("spec_accept_length", pa.float64()),
-        ("reasoning_split", pa.bool_()),
-        ("flags", pa.list_(pa.string())),
+        *ANSWER_META,
         ("turns", pa.list_(TURN_META)),
     ]
 )

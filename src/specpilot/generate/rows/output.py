@@ -19,25 +19,8 @@ from typing import Any
 from specpilot.generate.rows.types import Answer, Message, PromptRow
 from specpilot.generate.rows.validate import FLAG_NAMES, answer_flags
 
-META_FIELDS = (
-    "model",
-    "thinking",
-    "keep_given_turns",
-    "target_turns",
-    "finish_reason",
-    "prompt_tokens",
-    "completion_tokens",
-    "reasoning_tokens",
-    "answer_tokens",
-    "tokens_estimated",
-    "server",
-    "spec_accept_length",
-    "reasoning_split",
-    "flags",
-    "turns",
-)
-TURN_FIELDS = (
-    "index",
+#: what a row's meta and each of its turns both carry, in this order
+ANSWER_FIELDS = (
     "finish_reason",
     "prompt_tokens",
     "completion_tokens",
@@ -49,6 +32,8 @@ TURN_FIELDS = (
     "reasoning_split",
     "flags",
 )
+META_FIELDS = ("model", "thinking", "keep_given_turns", "target_turns", *ANSWER_FIELDS, "turns")
+TURN_FIELDS = ("index", *ANSWER_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
