@@ -334,6 +334,9 @@ def test_proc_stat_names_the_process_by_its_start_time(make_host: HostFactory, t
         finally:
             await host.signal_group(pid, signal.SIGKILL)
         assert await _wait_until_dead(host, [pid]) == []
+        # a killed process is a zombie until its watcher reaps it; once the watcher has
+        # written the exit record, nothing of it is left (CI once caught the zombie)
+        assert await _recorded_exit(host, str(tmp_path / "exit")) == -signal.SIGKILL
         assert await host.proc_stat(pid) is None
 
     drive(make_host, body)
