@@ -23,6 +23,7 @@ The test command is timed whole, installs (pip, apt) included, as a user running
 
 `--ci` times what CI runs and nothing else (~10 min): `CI=true bash .ci/run` in a fresh clone of
 the committed HEAD, with this machine's environment and its engine environments as they are
+(in a virtualenv that sees this machine's packages, so the clone's editable install stays there)
 (`${SPECPILOT_CACHE:-~/.cache/specpilot}`, built beforehand, as on CI's machine), and prints
 the README's sentence on it with the load average before and after (the suite is shared out
 over pytest-xdist workers that wait on clocks: run it with the machine otherwise quiet).
@@ -188,13 +189,29 @@ def measure_demo(root: Path, path: str) -> dict[str, Any]:
     }
 
 
+def in_venv(venv: Path, env: Mapping[str, str], *, machine_packages: bool) -> dict[str, str]:
+    """`env` with a new virtualenv's python first on PATH, so the test command's
+    `pip install -e .` of a temporary clone lands there and not in this machine's Python
+    (whose editable install would point at the clone once it is deleted). With
+    `machine_packages` the venv sees what this machine has installed (CI's warm run);
+    without, it starts empty (a new user's cold run)."""
+    created = [sys.executable, "-m", "venv", str(venv)]
+    subprocess.run(created + (["--system-site-packages"] if machine_packages else []), check=True)
+    path = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
+    return {key: value for key, value in env.items() if key != "PYTHONHOME"} | {
+        "PATH": path,
+        "VIRTUAL_ENV": str(venv),
+    }
+
+
 def measure_tests(root: Path, label: str) -> dict[str, Any]:
     """`bash scripts/test.sh` whole, in a fresh clone with empty caches ("cold"), then again in
     that clone with the caches it filled ("warm"); its pytest totals."""
     clone = root / "clone"
     if not clone.exists():
         subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    seconds, out = timed(["bash", "scripts/test.sh"], fresh_env(root), clone, root / f"tests-{label}.log")
+    env = in_venv(root / "tests-venv", fresh_env(root), machine_packages=False)
+    seconds, out = timed(["bash", "scripts/test.sh"], env, clone, root / f"tests-{label}.log")
     return {f"tests_{label}_s": round(seconds, 1), f"tests_{label}_totals": pytest_totals(out)}
 
 
@@ -206,7 +223,8 @@ def measure_ci(root: Path) -> dict[str, Any]:
     """`CI=true bash .ci/run` in a fresh clone, with the machine's engine caches as they are."""
     clone = root / "ci-clone"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"CI": "true"}
+    machine = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"CI": "true"}
+    env = in_venv(root / "ci-venv", machine, machine_packages=True)
     load_before = os.getloadavg()[0]
     seconds, out = timed(["bash", ".ci/run"], env, clone, root / "ci.log")
     done = TEST_SH_DONE.search(out)

@@ -159,3 +159,15 @@ def test_the_ci_run_is_read_from_what_test_sh_prints() -> None:
     done = module.TEST_SH_DONE.search(out)
     assert done is not None and done.group(1) == "811"
     assert module.pytest_totals(out) == {"passed": 2311, "skipped": 11, "xfailed": 1}
+
+
+@pytest.mark.parametrize("machine_packages", [True, False])
+def test_the_test_command_runs_in_a_venv_of_its_own(tmp_path: Path, machine_packages: bool) -> None:
+    """The timed runs pip-install a temporary clone editable: into the running Python that
+    once left this machine's specpilot pointing at a deleted folder."""
+    env = script().in_venv(tmp_path / "venv", dict(os.environ), machine_packages=machine_packages)
+    probe = "import sys, importlib.util as u; print(sys.prefix); print(u.find_spec('click') is not None)"
+    out = subprocess.run(["python3", "-c", probe], env=env, capture_output=True, text=True, check=True)
+    prefix, sees_machine = out.stdout.split()
+    assert Path(prefix) == tmp_path / "venv" and env["VIRTUAL_ENV"] == str(tmp_path / "venv")
+    assert sees_machine == str(machine_packages)
