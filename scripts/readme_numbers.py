@@ -23,8 +23,8 @@ The test command is timed whole, installs (pip, apt) included, as a user running
 
 `--ci` times what CI runs and nothing else (~10 min): `CI=true bash .ci/run` in a fresh clone of
 the committed HEAD, with this machine's environment and its engine environments as they are
-(in a virtualenv that sees this machine's packages, so the clone's editable install stays there)
-(`${SPECPILOT_CACHE:-~/.cache/specpilot}`, built beforehand, as on CI's machine), and prints
+(`${SPECPILOT_CACHE:-~/.cache/specpilot}`, built beforehand, as on CI's machine), in a virtualenv
+that sees this machine's packages (the clone's editable install goes there, not here), and prints
 the README's sentence on it with the load average before and after (the suite is shared out
 over pytest-xdist workers that wait on clocks: run it with the machine otherwise quiet).
 """
