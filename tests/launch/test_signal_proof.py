@@ -77,7 +77,18 @@ def orphaned_group(tmp_path: Path, spawned: list[int], script: str, env: dict[st
     for name in ("member", "escaped"):
         if (tmp_path / name).exists():
             spawned.append(int((tmp_path / name).read_text()))
+    if (tmp_path / "escaped").exists():
+        in_own_session(spawned[-1])
     return leader.pid
+
+
+def in_own_session(pid: int) -> None:
+    """`$!` of `setsid sleep &` is known before that child has called setsid(): wait until it
+    has (up to 10 s, a guard), or the test would see it still in the group it leaves."""
+    deadline = time.monotonic() + 10
+    while os.getsid(pid) != pid and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert os.getsid(pid) == pid
 
 
 MEMBER = "sleep 120 & echo $! > member.tmp && mv member.tmp member"
@@ -211,6 +222,7 @@ def test_a_live_engine_s_group_and_its_setsid_child_are_stopped(
         time.sleep(0.01)
     escaped = int(ready.read_text())
     spawned.append(escaped)
+    in_own_session(escaped)
     record(home, "live", engine.pid, ticks=start_ticks(engine.pid))
     said = json.loads(run("down", "live", "--json", "--timeout-s", "5").output)
     assert (said["stopped"], said["signalled"]) == ("terminated", sorted([engine.pid, escaped]))
