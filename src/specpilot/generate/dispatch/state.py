@@ -54,7 +54,6 @@ class InFlight:
     turns_done: dict[int, list[TurnResult]] = field(default_factory=dict)
     attempts: dict[int, int] = field(default_factory=dict)
     sent_at: dict[int, float] = field(default_factory=dict)
-    overdue: set[int] = field(default_factory=set)  # cancelled by the request timeout
     #: 429/503 answers a row backed off from, no attempt spent (up to OVERLOAD_RETRIES_PER_ROW)
     overloads: dict[int, int] = field(default_factory=dict)
 
