@@ -21,7 +21,10 @@ LOOKUPS = {"engine_by_name", "engine_release"}
 #: (file, function) -> which command resolves its engine there (each exactly once)
 RESOLVING_PLACES: dict[tuple[str, str], str] = {
     ("launch/supervisor.py", "launch"): "`up` (and what starts runs: fleet, job, bench), from the spec",
-    ("launch/serving.py", "serving_classifier"): "a ready run's log (`status`, the job's healer), from its record",
+    (
+        "launch/serving.py",
+        "serving_classifier",
+    ): "a ready run's log (`status`, the job's healer), from its record",
 }
 
 

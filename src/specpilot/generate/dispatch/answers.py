@@ -22,7 +22,6 @@ class Answers:
         self,
         model: str,
         sampling: Sampling,
-        *,
         keep_given_turns: bool,
         writers: dict[Split, PartWriter],
         stats: LiveStats,

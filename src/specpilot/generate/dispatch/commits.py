@@ -65,6 +65,19 @@ class Committer:
             batch.parts += durable.parts
         self.ledger.apply(batch)
 
+    def close(self, *, job_failed: bool) -> None:
+        """The last flush, then the writers closed, whatever happens."""
+        try:
+            self.flush()
+        except Exception:
+            # The job already failed (its error is being raised): a flush failing the
+            # same way must not hide it. Unflushed rows stay in flight and are sent again.
+            if not job_failed:
+                raise
+        finally:
+            for writer in self.writers.values():
+                writer.close()
+
     async def loop(self, interval_s: float, tick: Callable[[], None]) -> None:
         """Commit answers about as they arrive, as often as the disk allows (`flush_wait_s`),
         so a killed driver loses little more than its requests in flight; `tick` about every

@@ -7,18 +7,16 @@ due, the request-timeout watchdog, the all-down pause, ledger commits, metrics) 
 slower ticks. Every task is a child of one task group (`tasks.JobTasks`): an error in
 any of them ends the job with a line that names it.
 
-The dispatcher wires the concerns together, each its own module: what becomes of a failed
-row (`retries`), the request timeout (`watchdog`), which server is failing and the all-down
-pause (`health`), answered rows (`answers`), ledger commits (`commits`) and the acceptance
-length (`acceptance`).
+The dispatcher wires the concerns together, each its own module (see the package's docstring).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import aiohttp
 
@@ -45,6 +43,28 @@ from specpilot.generate.writers.parts import PartWriter, Split
 TICK_S = 0.05
 
 
+def _pool(endpoints: Sequence[Endpoint], concurrency: int) -> ServerPool:
+    return ServerPool(
+        [e.base_url for e in endpoints],
+        concurrency,
+        {e.base_url: e.slots for e in endpoints if e.router},
+        {e.base_url: e.group for e in endpoints if e.group},
+    )
+
+
+@contextlib.contextmanager
+def _signals_handled(interrupt: Callable[[signal.Signals], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM go to `interrupt` while the job runs (the loop's own handling after)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupt, sig)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
 class Dispatcher:
     """The asynchronous part: feed rows to servers, handle answers and failures."""
 
@@ -61,44 +81,25 @@ class Dispatcher:
         client_factory: ClientFactory | None = None,
     ) -> None:
         """`rows`: the input rows to send; `writers`: one per split, closed when `run` ends."""
-        self.policy, self.ledger, self.writers = policy, ledger, writers
+        self.policy, self.ledger = policy, ledger
         self.client = (client_factory or ChatClient)(session, model, sampling)
-        self.pool = ServerPool(
-            [e.base_url for e in endpoints],
-            policy.concurrency,
-            {e.base_url: e.slots for e in endpoints if e.router},
-            {e.base_url: e.group for e in endpoints if e.group},
-        )
+        self.pool = _pool(endpoints, policy.concurrency)
         self.queue = RowQueue(
             rows, max(1024, 4 * policy.concurrency * sum(s.slots for s in self.pool.servers))
         )
         self.requests = InFlight()
         self.stopping = Stopping()
-        self.tasks = JobTasks(lambda what: self._stop(f"stopped by an error in {what}"))
+        self.tasks = JobTasks(lambda what: self.stopping.stop(f"stopped by an error in {what}"))
         self.stats = LiveStats()
         self.view: ProgressView | None = None
-        self.rows = RowRetries(policy.retry, self.queue, self.requests, self.stats, self._stop)
+        self.rows = RowRetries(policy.retry, self.queue, self.requests, self.stats, self.stopping.stop)
         self.watchdog = RequestWatchdog(policy.request_timeout_s, self.requests.sent_at)
+        pause = AllDownPause(policy.give_up_after_s, NEVER_ANSWERED_GIVE_UP_S)
         self.health = ServerHealth(
-            self.pool,
-            self.rows,
-            probe=probe,
-            session=session,
-            probe_timeout_s=policy.probe_timeout_s,
-            probe_cap_s=policy.probe_cap_s,
-            pause=AllDownPause(policy.give_up_after_s, NEVER_ANSWERED_GIVE_UP_S),
-            stats=self.stats,
-            spawn=self.tasks.spawn,
-            say=self._say,
+            self.pool, self.rows, probe, session, policy, pause, self.stats, self.tasks.spawn, self._say
         )
         self.answers = Answers(
-            model,
-            sampling,
-            keep_given_turns=policy.keep_given_turns,
-            writers=writers,
-            stats=self.stats,
-            say=self._say,
-            stop=self._stop,
+            model, sampling, policy.keep_given_turns, writers, self.stats, self._say, self.stopping.stop
         )
         self.committer = Committer(ledger, writers, self.rows.take_batch, self._say)
         self.acceptance = AcceptanceWatch(session, self.pool, self.stats, ledger, policy.probe_timeout_s)
@@ -135,30 +136,15 @@ class Dispatcher:
                 lambda: summarize(self.ledger, running=True),
                 interval_s=self.policy.progress_interval_s,
             )
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._interrupt, sig)
         try:
-            await self.tasks.run(self._main(companions), "the dispatch loop")
+            with _signals_handled(self._interrupt):
+                await self.tasks.run(self._main(companions), "the dispatch loop")
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            self._close()
-
-    def _close(self) -> None:
-        """The last flush, then the writers and the view closed, whatever happens."""
-        try:
-            self.flush()
-        except Exception:
-            # The job already failed (its error is being raised): a flush failing the
-            # same way must not hide it. Unflushed rows stay in flight and are sent again.
-            if not self.tasks.failed:
-                raise
-        finally:
-            for writer in self.writers.values():
-                writer.close()
-            if self.view is not None:
-                self.view.stop()
+            try:
+                self.committer.close(job_failed=self.tasks.failed)
+            finally:
+                if self.view is not None:
+                    self.view.stop()
 
     async def _main(self, companions: Sequence[Companion]) -> None:
         for work, what in companions:
@@ -171,22 +157,15 @@ class Dispatcher:
         await self.acceptance.scrape()
 
     def _interrupt(self, sig: signal.Signals) -> None:
-        """First signal: send nothing new, let requests in flight finish. Second: stop now."""
-        if self.stopping.reason is None:
-            self.stopping.reason = f"interrupted by {sig.name}; run the same command again to resume"
+        if self.stopping.interrupted(sig):
             self._say(
                 f"{sig.name}: finishing the {self.pool.total_in_flight()} requests in "
                 "flight, then stopping (send it again to stop at once)"
             )
-        else:
-            self.stopping.now = True
-
-    def _stop(self, reason: str) -> None:
-        self.stopping.reason, self.stopping.now = reason, True
 
     def stop_for(self, reason: str) -> None:
         """Stop now for a reason found outside the job (a run it drives crashed)."""
-        self._stop(reason)
+        self.stopping.stop(reason)
 
     def note(self, message: str) -> None:
         """Tell the user something from outside the job."""
@@ -209,7 +188,7 @@ class Dispatcher:
             self.watchdog.look(now, pool.servers)
             why = self.health.why_stop(now)
             if why is not None:
-                self._stop(why)
+                self.stopping.stop(why)
                 return
             next_due_s = queue.waiting[0][0] - now if queue.waiting else TICK_S
             await asyncio.sleep(max(min(next_due_s, TICK_S), 0.0))
@@ -279,7 +258,7 @@ class Dispatcher:
         del self.queue.rows[row.position]
         self.requests.forget(row.position)
         if self.answers.buffered() >= self.policy.flush_rows:
-            self.flush()
+            self.committer.flush()
 
     def _say(self, message: str) -> None:
         if self.view is not None:
@@ -288,7 +267,3 @@ class Dispatcher:
     def _tick(self) -> None:
         if self.view is not None:
             self.view.tick()
-
-    def flush(self) -> None:
-        """Make answers durable, then commit them with the other changes to the ledger."""
-        self.committer.flush()

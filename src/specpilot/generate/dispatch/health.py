@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 
 from specpilot.generate.dispatch.client import FailureKind, RequestFailed
+from specpilot.generate.dispatch.policy import DispatchPolicy
 from specpilot.generate.dispatch.retries import OVERLOAD_STATUSES, RowRetries
 from specpilot.generate.dispatch.servers import Server, ServerPool
 from specpilot.generate.dispatch.state import Probes
@@ -83,11 +84,9 @@ class ServerHealth:
         self,
         pool: ServerPool,
         rows: RowRetries,
-        *,
         probe: Probe,
         session: aiohttp.ClientSession,
-        probe_timeout_s: float,
-        probe_cap_s: float,
+        policy: DispatchPolicy,
         pause: AllDownPause,
         stats: LiveStats,
         spawn: Spawn,
@@ -96,7 +95,7 @@ class ServerHealth:
         """`probe`: asks one server whether it answers; `spawn`: starts the probes in the job's
         task group; `say`: tells the user of a server going and coming back."""
         self.pool, self.rows, self._probe, self._session = pool, rows, probe, session
-        self.probe_timeout_s, self.probe_cap_s = probe_timeout_s, probe_cap_s
+        self.probe_timeout_s, self.probe_cap_s = policy.probe_timeout_s, policy.probe_cap_s
         self.pause, self.stats, self._spawn, self._say = pause, stats, spawn, say
         self.probes = Probes()
         #: why each server left for good; once every server has, `no_server_left` says why
