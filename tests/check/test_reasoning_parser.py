@@ -8,7 +8,7 @@ import pytest
 
 from specpilot.check import check_args
 from specpilot.engines.reasoning import QWEN3_ARCHS, REASONING_PARSERS, reasoning_parser_for
-from specpilot.engines.registry import release_tables
+from specpilot.engines.registry import engine_release, release_tables
 from specpilot.launch.command import plan_argv
 from specpilot.launch.preflight import launch_spec, run_preflight
 from specpilot.spec import load_spec
@@ -59,7 +59,10 @@ def test_up_adds_the_parser_to_the_argv_it_starts(tmp_path: Path) -> None:
     pre = run_preflight(spec)
     assert [args for args, _ in pre.added] == [("--reasoning-parser", "qwen3")]
     assert not any("reasoning-parser" in w for w in pre.warnings)  # added, not left to the user
-    argv, _ = plan_argv(launch_spec(spec, pre), model_path="/m")
+    launched = launch_spec(spec, pre)
+    argv, _ = plan_argv(
+        launched, engine_release(launched.engine.name, launched.engine.version), model_path="/m"
+    )
     assert argv[argv.index("--reasoning-parser") + 1] == "qwen3"
 
 
@@ -67,5 +70,8 @@ def test_up_keeps_the_parser_the_user_set(tmp_path: Path) -> None:
     spec = load_spec(EXAMPLES / "qwen36-27b-mtp-sglang-fixed.toml")
     pre = run_preflight(spec)
     assert pre.added == [] and launch_spec(spec, pre) == spec
-    argv, _ = plan_argv(launch_spec(spec, pre), model_path="/m")
+    launched = launch_spec(spec, pre)
+    argv, _ = plan_argv(
+        launched, engine_release(launched.engine.name, launched.engine.version), model_path="/m"
+    )
     assert argv.count("--reasoning-parser") == 1

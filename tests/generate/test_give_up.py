@@ -3,7 +3,7 @@ when no server has ever answered (a wrong address, not an outage)."""
 
 from __future__ import annotations
 
-from specpilot.generate.dispatch.dispatcher import NEVER_ANSWERED_GIVE_UP_S, give_up_reason
+from specpilot.generate.dispatch.health import NEVER_ANSWERED_GIVE_UP_S, give_up_reason
 
 
 def test_an_outage_of_servers_that_worked_waits_the_whole_give_up_time() -> None:

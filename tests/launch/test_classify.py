@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from specpilot.engines.registry import engine_by_name
 from specpilot.engines.signatures import Kind
 from specpilot.launch.classify import ALL, LogClassifier
 from tests.fakeengines.scenarios import SCENARIOS, Scenario
@@ -22,7 +23,7 @@ def render(scenario: Scenario) -> list[str]:
 
 
 def classify(scenario: Scenario) -> LogClassifier:
-    classifier = LogClassifier(scenario.engine)
+    classifier = LogClassifier(engine_by_name(scenario.engine))
     for line in render(scenario):
         classifier.feed(line)
     return classifier
@@ -49,7 +50,7 @@ def test_each_failure_gets_its_cause_signature_and_whole_error(name: str) -> Non
 
 def test_fatal_line_is_the_exception_line_not_the_frames() -> None:
     scenario = SCENARIOS["sglang_incident_valueerror"]
-    classifier = LogClassifier("sglang")
+    classifier = LogClassifier(engine_by_name("sglang"))
     for index, line in enumerate(render(scenario)):
         classifier.feed(line)
         if index < len(scenario.steps) - 1:
@@ -78,14 +79,14 @@ def test_oom_inside_engine_core_failure_is_oom_not_crash() -> None:
         "ERROR [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB.",
         "RuntimeError: Engine core initialization failed. See root cause above.",
     ]
-    classifier = LogClassifier("vllm")
+    classifier = LogClassifier(engine_by_name("vllm"))
     for line in lines:
         classifier.feed(line)
     assert classifier.failure(exited=True).cause == "oom"
 
 
 def test_ready_scenario_reaches_ready_with_phases_and_allocations() -> None:
-    classifier = LogClassifier("sglang")
+    classifier = LogClassifier(engine_by_name("sglang"))
     phases = []
     for line in render(SCENARIOS["sglang_ready"]):
         event = classifier.feed(line)
@@ -102,22 +103,22 @@ def test_ready_scenario_reaches_ready_with_phases_and_allocations() -> None:
 
 
 def test_sglang_uvicorn_startup_line_is_not_sglang_ready() -> None:
-    classifier = LogClassifier("sglang")
+    classifier = LogClassifier(engine_by_name("sglang"))
     classifier.feed("[2026-11-29 10:00:00] INFO:     Application startup complete.")
     assert not classifier.ready_seen
-    vllm = LogClassifier("vllm")
+    vllm = LogClassifier(engine_by_name("vllm"))
     vllm.feed("(APIServer pid=1) INFO:     Application startup complete.")
     assert vllm.ready_seen
 
 
 def test_warning_that_names_an_error_type_is_not_fatal() -> None:
-    classifier = LogClassifier("vllm")
+    classifier = LogClassifier(engine_by_name("vllm"))
     classifier.feed("WARNING 11-29 10:00:00 [utils.py:1] ImportError: triton not found, using eager")
     assert not classifier.fatal_seen
 
 
 def test_exit_without_error_line_is_a_crash_with_the_log_tail() -> None:
-    classifier = LogClassifier("sglang")
+    classifier = LogClassifier(engine_by_name("sglang"))
     for line in ("[ts TP0] Load weight begin. avail mem=93.77 GB", "Killed"):
         classifier.feed(line)
     failure = classifier.failure(exited=True)
@@ -126,7 +127,7 @@ def test_exit_without_error_line_is_a_crash_with_the_log_tail() -> None:
 
 
 def test_a_handled_traceback_before_progress_is_not_part_of_a_later_error() -> None:
-    classifier = LogClassifier("sglang")
+    classifier = LogClassifier(engine_by_name("sglang"))
     classifier.feed("Traceback (most recent call last):")
     classifier.feed("  handled somewhere")
     classifier.feed("[ts TP0] Load weight begin. avail mem=93.77 GB")

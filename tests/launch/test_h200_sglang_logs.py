@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.engines.registry import engine_by_name
 from specpilot.launch.classify import LogClassifier
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "startup_logs" / "sglang-h200"
@@ -21,7 +22,7 @@ READY = "The server is fired up and ready to roll"
 
 
 def _classified(path: Path) -> LogClassifier:
-    classifier = LogClassifier("sglang")
+    classifier = LogClassifier(engine_by_name("sglang"))
     for line in path.read_text().splitlines():
         classifier.feed(line)
     return classifier
@@ -54,7 +55,7 @@ def test_graph_capture_is_a_phase_in_both_log_formats(log: Path) -> None:
     if "--disable-cuda-graph" in text.splitlines()[3]:
         pytest.skip("CUDA graphs off in this start")
     phases: list[str] = []
-    classifier = LogClassifier("sglang")
+    classifier = LogClassifier(engine_by_name("sglang"))
     for line in text.splitlines():
         event = classifier.feed(line)
         if event.name:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.engines.registry import engine_by_name
 from specpilot.launch.allocations import REPORTED, plan_diff
 from specpilot.launch.classify import LogClassifier
 from specpilot.plan import make_plan
@@ -34,7 +35,7 @@ def _engine(log: Path) -> str:
 
 
 def _up_reads(engine: str, text: str) -> dict[str, int | float]:
-    classifier = LogClassifier(engine)
+    classifier = LogClassifier(engine_by_name(engine))
     for line in text.splitlines():
         classifier.feed(line)
     return classifier.allocations

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.engines.registry import engine_by_name
 from specpilot.engines.signatures import Kind
 from specpilot.launch.classify import ALL, LogClassifier
 
@@ -85,7 +86,7 @@ def published_lines(name: str) -> tuple[str, list[str]]:
 def test_published_failure_classifies_the_same_whatever_the_prefix(name: str, prefix: str) -> None:
     engine, cause, signature, fix_args = PUBLISHED[name]
     _, lines = published_lines(name)
-    classifier = LogClassifier(engine)
+    classifier = LogClassifier(engine_by_name(engine))
     for line in lines:
         classifier.feed(PREFIXES[prefix] + line)
     failure = classifier.failure(exited=True)
@@ -107,7 +108,7 @@ def test_every_fatal_signature_has_a_published_log_with_its_url() -> None:
 
 @pytest.mark.parametrize(("signature", "log"), sorted(OWN_RECORDINGS.items()))
 def test_signatures_from_our_own_recordings_classify_their_log(signature: str, log: str) -> None:
-    classifier = LogClassifier("sglang")
+    classifier = LogClassifier(engine_by_name("sglang"))
     for line in (H200_LOGS / log).read_text().splitlines():
         classifier.feed(line)
     assert classifier.failure(exited=True).signature == signature
@@ -116,7 +117,7 @@ def test_signatures_from_our_own_recordings_classify_their_log(signature: str, l
 def test_a_crash_after_ready_ends_serving_but_a_failed_request_does_not() -> None:
     """After ready only a line that ends serving is fatal; a request's own traceback is not."""
     _, lines = published_lines("vllm-engine-dead-after-ready.log")
-    serving = LogClassifier("vllm", serving=True)
+    serving = LogClassifier(engine_by_name("vllm"), serving=True)
     request_error = [
         "ERROR 11-08 11:00:01 [serving_chat.py:200] Error in preprocessing prompt inputs",
         "Traceback (most recent call last):",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.engines.registry import engine_by_name
 from specpilot.launch.classify import LogClassifier
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm-cpu"
@@ -47,7 +48,7 @@ REFUSALS = {
 
 
 def classify_file(name: str) -> LogClassifier:
-    classifier = LogClassifier("vllm")
+    classifier = LogClassifier(engine_by_name("vllm"))
     for line in (DATA / name).read_text(errors="replace").splitlines():
         classifier.feed(line)
     return classifier
@@ -66,7 +67,7 @@ def test_real_refusal_is_classified_with_the_engines_own_error(name: str) -> Non
 
 @pytest.mark.parametrize("name", ["startup-ok.log", "startup-reasoning-ngram.log"])
 def test_real_startup_reaches_ready_without_a_fatal_line_first(name: str) -> None:
-    classifier = LogClassifier("vllm")
+    classifier = LogClassifier(engine_by_name("vllm"))
     for line in (DATA / name).read_text(errors="replace").splitlines():
         classifier.feed(line)
         if classifier.ready_seen:

@@ -8,6 +8,7 @@ import itertools
 
 import pytest
 
+from specpilot.engines.registry import engine_by_name
 from specpilot.launch.classify import LogClassifier
 from specpilot.launch.health import HealthAnswer
 from specpilot.launch.readiness import (
@@ -74,7 +75,7 @@ def logged(classifier: LogClassifier, text: str) -> Line:
 
 
 def test_a_fatal_block_is_collected_until_the_grace_ends_then_fails_with_all_of_it() -> None:
-    classifier = LogClassifier("sglang")
+    classifier = LogClassifier(engine_by_name("sglang"))
     # each line within quiet_s of the one before: the block goes on until the grace ends
     times = (1.0, 1.125, 1.25, 1.375)
     state = start()
@@ -102,7 +103,7 @@ def test_the_grace_ends_a_block_that_never_goes_quiet() -> None:
 
 
 def test_an_exit_without_a_fatal_line_waits_for_the_last_lines_then_is_a_crash() -> None:
-    classifier = LogClassifier("sglang")
+    classifier = LogClassifier(engine_by_name("sglang"))
     state = run(start(), (1.0, logged(classifier, "[2026-11-29 10:00:00] Load weight begin.")))
     state = run(state, (2.0, Exit()), (2.125, logged(classifier, "Killed")), (2.37, Tick()))
     assert ends(state, Tick(), 2.375) == Exited()

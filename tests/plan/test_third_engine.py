@@ -23,6 +23,7 @@ from specpilot.engines.draft import DraftKnobs
 from specpilot.engines.flags import FlagInfo, ReleaseTable
 from specpilot.engines.logfacts import LogFacts
 from specpilot.engines.loglines import LogQuantity, Unit, read_log
+from specpilot.engines.registry import engine_by_name
 from specpilot.engines.rules import Rule
 from specpilot.engines.signatures import Kind, Signature
 from specpilot.launch.classify import LogClassifier
@@ -181,7 +182,7 @@ def test_a_stub_log_calibrates_and_another_engines_is_refused(stub_spec: Path, t
 
 
 def test_the_stub_engines_signature_classifies_its_failure(stub_spec: Path) -> None:
-    classifier = LogClassifier("stub")
+    classifier = LogClassifier(engine_by_name("stub"))
     for line in ("stub server 1.0", "stub: no memory left"):
         classifier.feed(line)
     assert classifier.failure(exited=True).cause == "oom"

@@ -157,7 +157,7 @@ def check(
     if fix:
         fixed = fix_spec(resolved)
         fixed_words, fixed_code = verdict(fixed.result, no_model)
-        program, model_args = engine_program(spec, model_path=spec.model.path)
+        program, model_args = engine_program(spec, resolved.release.engine, model_path=spec.model.path)
         command = render_command([*program, *model_args], mask_argv(fixed.args), mask_env(fixed.env))
         if write_path is not None and fixed_code == EXIT_OK:
             # the new spec file holds the real values, as the spec it was made from does

@@ -25,9 +25,8 @@ from specpilot.hosts.errors import HostError
 from specpilot.job.bounds import bound_for
 from specpilot.job.record import JobRecord
 from specpilot.job.serve import clear_run, start, wait_port_closed
-from specpilot.launch.classify import LogClassifier
 from specpilot.launch.ops import host_for
-from specpilot.launch.serving import Crash, record_crash, watch_serving
+from specpilot.launch.serving import Crash, record_crash, serving_classifier, watch_serving
 from specpilot.launch.state import RunState, read_state
 from specpilot.spec import Spec
 from specpilot.taskgroup import beside
@@ -69,7 +68,7 @@ async def _serving_log(host: Host, state: RunState) -> str:
 def _whole(crash: Crash, state: RunState, serving_log: str) -> Crash:
     """The crash as the whole log since ready tells it: a process found gone before its last
     lines were read has a verdict without its fatal line (cause "crash", not "oom")."""
-    classifier = LogClassifier(state.engine, serving=True)
+    classifier = serving_classifier(state)
     for line in serving_log.splitlines():
         classifier.feed(line.rstrip("\r"))
     if not classifier.fatal_seen:

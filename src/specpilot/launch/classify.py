@@ -17,9 +17,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from specpilot.engines import registry
+from specpilot.engines.adapter import Engine
 from specpilot.engines.fix import Fix
 from specpilot.engines.loglines import ANSI, LogReading
-from specpilot.engines.registry import engine_by_name
 from specpilot.engines.signatures import SHARED, Kind, Signature, SignatureFix
 from specpilot.launch.allocations import REPORTED, allocations
 from specpilot.launch.outcome import describe_returncode
@@ -53,9 +53,9 @@ def engine_text(line: str) -> str:
     return _WRAPPERS.sub("", ANSI.sub("", line))
 
 
-def for_engine(engine: str) -> tuple[Signature, ...]:
+def for_engine(engine: Engine) -> tuple[Signature, ...]:
     """The signatures that apply to `engine`, engine-specific before shared ones."""
-    return engine_by_name(engine).signatures + SHARED
+    return engine.signatures + SHARED
 
 
 @dataclass(frozen=True)
@@ -80,11 +80,11 @@ class LogClassifier:
     """Feeds on log lines; knows the phase, the allocations, readiness and failure."""
 
     def __init__(
-        self, engine: str, signatures: tuple[Signature, ...] | None = None, *, serving: bool = False
+        self, engine: Engine, signatures: tuple[Signature, ...] | None = None, *, serving: bool = False
     ) -> None:
-        """`serving`: the log after ready, where a failed request may log an error and a
-        traceback while the server serves on; only a line that ends serving is fatal."""
-        self.engine = engine
+        """`engine`: whose log it is (the command looked it up once); `serving`: the log after
+        ready, where a failed request may log an error and a traceback while the server serves
+        on; only a line that ends serving is fatal."""
         self._signatures = signatures if signatures is not None else for_engine(engine)
         self._fatal = [s for s in self._signatures if s.kind is Kind.FATAL]
         self._triggers = [s for s in self._fatal if s.ends_serving] if serving else self._fatal
@@ -94,7 +94,7 @@ class LogClassifier:
         self._plain: list[str] = []  # engine_text of each (what signatures see)
         self.phase: str = "starting"
         self.last_meaningful_line: str | None = None
-        self._reading = LogReading(engine_by_name(engine).log.quantities)
+        self._reading = LogReading(engine.log.quantities)
         self.ready_seen = False
         self.fatal_index: int | None = None  # index of the line that said "this failed"
         self._block_start: int | None = None

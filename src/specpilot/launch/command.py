@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specpilot.engines.adapter import Engine, EngineRelease
 from specpilot.engines.argv import read_argv
-from specpilot.engines.registry import engine_by_name, engine_release
 from specpilot.errors import UserError
 from specpilot.secrets import MASK, holds_secret, mask_argv
 from specpilot.spec import Spec
@@ -29,8 +29,9 @@ _SECRET_REF = re.compile(r"^\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}$")
 
 @dataclass(frozen=True)
 class PlannedLaunch:
-    """What will run: argv, environment, where it listens, what it serves as."""
+    """What will run: the engine, argv, environment, where it listens, what it serves as."""
 
+    engine: Engine
     argv: tuple[str, ...]
     env: dict[str, str]
     env_file_env: dict[str, str]  # the env as recorded on disk: secrets as ${NAME}
@@ -54,19 +55,19 @@ def host_model_path(spec: Spec, *, home: str, local: bool) -> str:
     return model  # absolute, on the host, or a Hub id the engine resolves itself
 
 
-def engine_program(spec: Spec, *, model_path: str) -> tuple[list[str], list[str]]:
-    """(the program, the flag naming the model): what every command line for `spec` is
-    built from, by `up` and by `check --fix` alike. The model lives in `[model] path`
-    only (the spec refuses it in args), so it is always added here."""
-    facts = engine_by_name(spec.engine.name)
-    return list(spec.engine.command or facts.default_command), [facts.model_flag, model_path]
+def engine_program(spec: Spec, engine: Engine, *, model_path: str) -> tuple[list[str], list[str]]:
+    """(the program, the flag naming the model): what every command line for `spec` (run by
+    `engine`) is built from, by `up` and by `check --fix` alike. The model lives in
+    `[model] path` only (the spec refuses it in args), so it is always added here."""
+    return list(spec.engine.command or engine.default_command), [engine.model_flag, model_path]
 
 
-def plan_argv(spec: Spec, *, model_path: str) -> tuple[list[str], str]:
-    """argv and the served model name."""
-    program, model_args = engine_program(spec, model_path=model_path)
+def plan_argv(spec: Spec, release: EngineRelease, *, model_path: str) -> tuple[list[str], str]:
+    """argv and the served model name; `release`: the spec's engine release, resolved once
+    by the command."""
+    program, model_args = engine_program(spec, release.engine, model_path=model_path)
     args = [*spec.engine.args, *model_args]
-    read = read_argv(engine_release(spec.engine.name, spec.engine.version).table, args)
+    read = read_argv(release.table, args)
     for dest, wanted in (("host", spec.server.host), ("port", str(spec.server.port))):
         flag = f"--{dest}"
         use = read.last(dest)
@@ -159,14 +160,16 @@ def secret_flags_to_env(argv: list[str], flag_env: Mapping[str, str]) -> tuple[l
 
 def plan_launch(
     spec: Spec,
+    release: EngineRelease,
     *,
     host_env: Mapping[str, str],
     local_env: Mapping[str, str],
     model_path: str,
 ) -> PlannedLaunch:
-    argv, served = plan_argv(spec, model_path=model_path)
+    """What `spec` starts as, run by `release` (the command resolved it once)."""
+    argv, served = plan_argv(spec, release, model_path=model_path)
     env, recorded = plan_env(spec.engine.env, host_env, local_env)
-    argv, by_env = secret_flags_to_env(argv, engine_by_name(spec.engine.name).secret_flag_env)
+    argv, by_env = secret_flags_to_env(argv, release.engine.secret_flag_env)
     for name, value in by_env.items():
         env[name], recorded[name] = value, f"${{{name}}}"
     refs = secret_arg_refs(argv)
@@ -174,7 +177,7 @@ def plan_launch(
         env[name] = argv[position][len(prefix) :]
         recorded[name] = f"${{{name}}}"
     endpoint = f"http://{_url_host(spec.server.host)}:{spec.server.port}"
-    return PlannedLaunch(tuple(argv), env, recorded, endpoint, served, refs)
+    return PlannedLaunch(release.engine, tuple(argv), env, recorded, endpoint, served, refs)
 
 
 def _url_host(bind_host: str) -> str:

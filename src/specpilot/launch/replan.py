@@ -17,8 +17,8 @@ from typing import Any
 
 from specpilot.check.parse import parse_argv
 from specpilot.check.resolved import resolve
+from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.fix import Fix
-from specpilot.engines.registry import engine_release
 from specpilot.launch.outcome import UpResult
 from specpilot.models.host_files import ModelRead
 from specpilot.plan import make_plan
@@ -66,10 +66,11 @@ def replan_reason(result: UpResult) -> str | None:
     return None
 
 
-def _changes(spec: Spec, old: Sequence[str], new: Sequence[str], env: Mapping[str, str]) -> list[str]:
+def _changes(
+    spec: Spec, release: EngineRelease, old: Sequence[str], new: Sequence[str], env: Mapping[str, str]
+) -> list[str]:
     """Each flag whose value differs (as the release's argparse reads both argvs), then the
     environment the new launch sets differently."""
-    release = engine_release(spec.engine.name, spec.engine.version)
     before = parse_argv(release, list(old))
     after = parse_argv(release, list(new))
     lines = [
@@ -98,14 +99,14 @@ def replan(spec: Spec, log_text: str, planned: Plan | None, files: ModelRead | N
     table = resolved.release.table
     fix = Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env))
     args, env = fix.apply(table, spec.engine.args, spec.engine.env)
-    changes = _changes(spec, spec.engine.args, args, env)
+    changes = _changes(spec, resolved.release, spec.engine.args, args, env)
     rule = planner_for(spec.engine.name).replan_rule
     found = rule(log_text, plan) if rule is not None and not changes else None
     if found is not None:
         # the engine's own rule for what the re-plan alone would not move (SGLang: a capture OOM)
         fix = Fix(args=(*plan.recommended_args, *found[0]), env=dict(plan.recommended_env))
         args, env = fix.apply(table, spec.engine.args, spec.engine.env)
-        changes = _changes(spec, spec.engine.args, args, env)
+        changes = _changes(spec, resolved.release, spec.engine.args, args, env)
     if not changes:
         return None
     assumed = _assumed_gib(planned) if planned else {}

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from specpilot.engines.registry import engine_by_name
 from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostError
 from specpilot.launch.classify import LogClassifier
@@ -56,6 +57,11 @@ def _feed_text(classifier: LogClassifier, data: bytes) -> None:
         classifier.feed(raw.rstrip("\r"))
 
 
+def serving_classifier(state: RunState) -> LogClassifier:
+    """A classifier of a ready run's log: its engine looked up once, from the run's record."""
+    return LogClassifier(engine_by_name(state.engine), serving=True)
+
+
 async def _crash(host: Host, state: RunState, classifier: LogClassifier, *, exited: bool) -> Crash:
     exit_path = state.exit_path
     exit_status = await host.exit_status(exit_path) if exited and exit_path else None
@@ -68,7 +74,7 @@ async def check_serving(host: Host, state: RunState) -> Crash | None:
     offset = state.ready_log_bytes
     if state.phase != "ready" or offset is None:
         return None
-    classifier = LogClassifier(state.engine, serving=True)
+    classifier = serving_classifier(state)
     with contextlib.suppress(FileNotFoundError):  # a deleted log: the process still decides
         _feed_text(classifier, await host.read_bytes(state.log_path, offset))
     process = await recorded_process(host, state)
@@ -83,7 +89,7 @@ async def watch_serving(host: Host, state: RunState) -> Crash:
     A fatal line is decided within `GRACE_S` (collecting its error block meanwhile); a
     process that ends without one is noticed within `PROCESS_EVERY_S`."""
     log_path, offset = state.log_path, state.ready_log_bytes or 0
-    classifier = LogClassifier(state.engine, serving=True)
+    classifier = serving_classifier(state)
     partial = b""
     fatal_at: float | None = None
     last_line_at = time.monotonic()

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from specpilot.engines.fix import Fix
+from specpilot.engines.registry import engine_release
 from specpilot.hosts.base import Host, HostFacts
 from specpilot.hosts.errors import HostError
 from specpilot.launch import rundir
@@ -108,8 +109,11 @@ async def launch(
     started = time.monotonic()
     local_dir = own_run_folder(spec.name) if host.target == "local" else None
     home, host_env, facts = await asyncio.gather(host.home(), _host_env(host), _facts_or_none(host))
+    # the engine looked up once for the whole launch: argv, secrets and the log's classifier
+    release = engine_release(spec.engine.name, spec.engine.version)
     planned = plan_launch(
         spec,
+        release,
         host_env=host_env,
         local_env=os.environ if local_env is None else local_env,
         model_path=host_model_path(spec, home=home, local=host.target == "local"),

@@ -79,7 +79,7 @@ class RunWatch:
         self.host, self.spec, self.planned = host, spec, planned
         self.remote_dir, self.plan, self.options = remote_dir, plan, options
         self.progress, self.started = progress, started
-        self.classifier = LogClassifier(spec.engine.name)
+        self.classifier = LogClassifier(planned.engine)
         self.secrets = secret_values(planned.env, planned.argv)
         self.events: asyncio.Queue[Event | _Logged] = asyncio.Queue()
         self.pid: int | None = None

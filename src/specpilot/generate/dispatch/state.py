@@ -4,6 +4,7 @@ probed, and whether the job is stopping."""
 from __future__ import annotations
 
 import heapq
+import signal
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -54,7 +55,6 @@ class InFlight:
     turns_done: dict[int, list[TurnResult]] = field(default_factory=dict)
     attempts: dict[int, int] = field(default_factory=dict)
     sent_at: dict[int, float] = field(default_factory=dict)
-    overdue: set[int] = field(default_factory=set)  # cancelled by the request timeout
     #: 429/503 answers a row backed off from, no attempt spent (up to OVERLOAD_RETRIES_PER_ROW)
     overloads: dict[int, int] = field(default_factory=dict)
 
@@ -76,3 +76,16 @@ class Probes:
 class Stopping:
     reason: str | None = None
     now: bool = False  # False while stopping: let the requests in flight finish
+
+    def stop(self, reason: str) -> None:
+        """Stop now: the requests in flight are cancelled (and sent again by the next run)."""
+        self.reason, self.now = reason, True
+
+    def interrupted(self, sig: signal.Signals) -> bool:
+        """First signal: send nothing new, let requests in flight finish (True: say so).
+        Second: stop now."""
+        if self.reason is None:
+            self.reason = f"interrupted by {sig.name}; run the same command again to resume"
+            return True
+        self.now = True
+        return False
