@@ -47,8 +47,8 @@ class Output:
         self._json = as_json
 
     def show(self, result: Result, *, indent: int | None = 2) -> None:
-        """The result: one JSON object on stdout (strict JSON, `jsontext`; `indent=None` for one
-        line, as the commands read line by line print it), or its rendering."""
+        """The result: one JSON object on stdout (strict JSON, `jsontext`; `indent=None`: on one
+        line, as `fleet-repair --watch` prints one per pass), or its rendering."""
         if self._json:
             click.echo(jsontext.dumps(result.to_json(), indent=indent))
         else:
