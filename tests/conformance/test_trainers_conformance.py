@@ -34,9 +34,9 @@ from specpilot.demo.enginevenv import ensure_engine_venv
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fakeengines.standin import CUT_MARKER, StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output, write_jsonl
-from tests.generate.fake_server import CUT_MARKER, FakeServer
 
 pytestmark = pytest.mark.conformance
 
@@ -145,7 +145,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list
     done = {}
     for mode, keep in MODES.items():
         tmp = tmp_path_factory.mktemp(mode)
-        server = FakeServer().start()
+        server = StandIn().start()
         try:
             outcome = run_generate(
                 JobConfig(

@@ -35,8 +35,7 @@ def test_failure_is_classified_fast_with_the_whole_error_and_nothing_left(
     mark = tmp_path / "fatal-at"
     # The stand-in lingers long after its fatal line: `up` must decide on that line and stop the
     # group, not wait for the engine to end on its own (`<mark>.ended` would then exist).
-    env = {"SPECPILOT_FAKE_MARK": str(mark), "SPECPILOT_FAKE_LINGER_S": "60"}
-    spec = make_spec(name, engine=scenario.engine, env=env)
+    spec = make_spec(name, engine=scenario.engine, standin={"mark_file": str(mark), "linger_s": 60})
     result = up(spec)
     assert result.phase == "failed"
     assert result.cause == scenario.expected_cause, result.error
@@ -114,7 +113,7 @@ def test_launch_file_altered_after_shipping_is_caught_before_start(
 
 
 def test_wrapper_that_reexecs_with_other_flags_is_a_mismatch(make_spec: SpecFactory, run_home: Path) -> None:
-    spec = make_spec("sglang_ready", command=["bash", str(FAKES / "rewrap.sh")])
+    spec = make_spec("sglang_ready", command=["bash", str(FAKES / "rewrap.sh"), sys.executable])
     result = up(spec)
     assert result.cause == "mismatch"
     assert result.error is not None and "+--mem-fraction-static" in result.error
@@ -197,7 +196,7 @@ def test_down_stops_a_helper_that_left_the_group(
     """A helper the engine started with setsid is in another process group; `down` once
     said the run stopped while it kept running."""
     pid_file = tmp_path / "escaped.pid"
-    spec = make_spec("sglang_ready", env={"SPECPILOT_FAKE_SETSID_PID_FILE": str(pid_file)})
+    spec = make_spec("sglang_ready", standin={"setsid_child_file": str(pid_file)})
     result = up(spec)
     assert result.phase == "ready", result.error
     escaped = int(pid_file.read_text())
