@@ -21,6 +21,7 @@ from specpilot.launch.preflight import run_preflight
 from specpilot.launch.state import read_state, state_path
 from specpilot.launch.supervisor import UpOptions
 from tests.fakeengines.scenarios import SCENARIOS
+from tests.fixtures.memory_host import MemoryHost, playing
 from tests.launch.conftest import FAKES, SpecFactory
 from tests.launch.helpers import group_alive, up
 
@@ -32,27 +33,33 @@ def test_failure_is_classified_fast_with_the_whole_error_and_nothing_left(
     name: str, make_spec: SpecFactory, run_home: Path, tmp_path: Path
 ) -> None:
     scenario = SCENARIOS[name]
-    mark = tmp_path / "fatal-at"
-    # The stand-in lingers long after its fatal line: `up` must decide on that line and stop the
-    # group, not wait for the engine to end on its own (`<mark>.ended` would then exist).
-    spec = make_spec(name, engine=scenario.engine, standin={"mark_file": str(mark), "linger_s": 60})
-    result = up(spec)
+    # The engine (on a memory host) lingers after its fatal line: `up` must decide on that line
+    # and stop the group, not wait for the engine to end on its own.
+    host = MemoryHost()
+    host.spawn_script = playing(scenario, ends=False)
+    spec = make_spec(name, engine=scenario.engine)
+    result = up(spec, host=host)
     assert result.phase == "failed"
     assert result.cause == scenario.expected_cause, result.error
     fatal_text = next(step.text for step in scenario.steps if step.fatal)
     assert result.error is not None and fatal_text.split("{")[0][:60] in result.error
-    assert result.pid is not None and not group_alive(result.pid)
-    assert mark.exists() and not mark.with_name(mark.name + ".ended").exists()
+    assert result.pid is not None and not group_alive(result.pid, host=host)
+    assert host.processes[result.pid].signals  # stopped by `up`, not ended on its own
     assert read_state(spec.name).phase == "failed"
 
 
-def test_ready_then_status_logs_down_from_the_state_file(make_spec: SpecFactory, run_home: Path) -> None:
+def test_ready_then_status_logs_down_from_the_state_file(
+    make_spec: SpecFactory, run_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = MemoryHost()
+    host.spawn_script = playing(SCENARIOS["sglang_ready"])
+    monkeypatch.setattr("specpilot.launch.ops.host_for", lambda state: host)  # status, logs, down
     spec = make_spec("sglang_ready")
     planned = run_preflight(spec).plan
     assert planned is not None
     # the log prints 295950 KV tokens, 96 state slots, 48 requests and 50.66 GiB of weights
     plan = replace(planned, kv_tokens=295950, state_slots=80, max_running_requests=48, weights_gib=50.66)
-    result = up(spec, plan=plan)
+    result = up(spec, plan=plan, host=host)
     assert (result.phase, result.cause) == ("ready", "ready"), result.error
     assert result.pid is not None
     try:
@@ -78,24 +85,28 @@ def test_ready_then_status_logs_down_from_the_state_file(make_spec: SpecFactory,
     finally:
         stopped = asyncio.run(run_down(spec.name, timeout_s=10.0))
     assert stopped["stopped"] == "terminated"
-    assert not group_alive(result.pid)  # the stand-in's helper processes are gone too
+    assert not group_alive(result.pid, host=host)
     after = asyncio.run(run_status(spec.name))
     assert (after.phase, after.alive) == ("stopped", False)
 
 
 def test_hang_after_weight_load_names_the_last_phase(make_spec: SpecFactory, run_home: Path) -> None:
+    host = MemoryHost()
+    host.spawn_script = playing(SCENARIOS["sglang_hang_after_weights"])
     spec = make_spec("sglang_hang_after_weights", hang_timeout_s=1.5)
-    result = up(spec)
+    result = up(spec, host=host)
     assert result.cause == "hang"
     assert result.error is not None and "weights_loaded" in result.error
-    assert result.pid is not None and not group_alive(result.pid)
+    assert result.pid is not None and not group_alive(result.pid, host=host)
 
 
 def test_not_ready_in_time_is_a_timeout(make_spec: SpecFactory, run_home: Path) -> None:
+    host = MemoryHost()
+    host.spawn_script = playing(SCENARIOS["sglang_hang_after_weights"])
     spec = make_spec("sglang_hang_after_weights", ready_timeout_s=1.0)
-    result = up(spec)
+    result = up(spec, host=host)
     assert result.cause == "timeout"
-    assert result.pid is not None and not group_alive(result.pid)
+    assert result.pid is not None and not group_alive(result.pid, host=host)
 
 
 def test_launch_file_altered_after_shipping_is_caught_before_start(
