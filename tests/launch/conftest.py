@@ -12,6 +12,7 @@ import pytest
 
 from specpilot.spec import Spec, load_spec
 from tests.fakeengines.standin import config_env
+from tests.fixtures.memory_host import MemoryHost
 from tests.fixtures.ports import free_port
 
 FAKES = Path(__file__).resolve().parents[1] / "fakeengines"
@@ -102,3 +103,15 @@ def make_spec(tmp_path: Path) -> SpecFactory:
         return load_spec(path)
 
     return make
+
+
+@pytest.fixture
+def memory_host(monkeypatch: pytest.MonkeyPatch) -> MemoryHost:
+    """Every run of the test on one MemoryHost (its target "local"): `up`, `status`, `logs`,
+    `down` and `runs` open it instead of this machine; a spawned stand-in plays its scenario
+    there, with no process."""
+    host = MemoryHost(target="local")
+    for opener in ("specpilot.cli.up.open_host_section", "specpilot.launch.shield.open_host_section"):
+        monkeypatch.setattr(opener, lambda section: host)
+    monkeypatch.setattr("specpilot.launch.ops.host_for", lambda state: host)
+    return host

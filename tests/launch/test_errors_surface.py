@@ -23,8 +23,8 @@ import specpilot.launch.serving as serving
 from specpilot.hosts import open_host
 from specpilot.hosts.errors import CommandFailed, HostConnectionLost
 from specpilot.hosts.local import LocalHost
-from specpilot.launch.health import probe
 from specpilot.launch import ops
+from specpilot.launch.health import probe
 from specpilot.launch.ops import run_down
 from specpilot.launch.state import RunState, run_folder, state_path
 from specpilot.taskgroup import TaskFailed
