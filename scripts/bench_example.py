@@ -5,8 +5,8 @@ then the `projected` lines `specpilot plan --job` prints from its result.
 
 The stand-in is tests/fakeengines/standin.py answering as a batch loop, whose speed follows
 its argv: each step takes longer with more requests running, and 1.8x longer past 26 of them
-(its captured graphs), so the fastest cap is below the plan's maximum. The spec, prompts and state live in a temporary
-folder; the README's block is this script's output, pasted.
+(its captured graphs), so the fastest cap is below the plan's maximum. The spec, prompts and
+state live in a temporary folder; the README's block is this script's output, pasted.
 """
 
 from __future__ import annotations
