@@ -644,6 +644,18 @@ def _orphan_self() -> None:
         time.sleep(0.005)
 
 
+def replayed(config: Config, mem_fraction: str | None) -> tuple[list[str], bool]:
+    """The lines of the log recorded with this --mem-fraction-static ('#' lines are not the
+    engine's), up to its ready line if it has one (what followed was the recording's own
+    request and shutdown); and whether it reached ready."""
+    lines = [line for line in Path(config.replay[mem_fraction or "default"]).read_text().splitlines()]
+    lines = [line for line in lines if not line.startswith("#")]
+    for index, line in enumerate(lines):
+        if REPLAY_READY in line:
+            return lines[: index + 1], True
+    return lines, False
+
+
 class Engine:
     """One engine process: its start-up log, its port and its end."""
 
@@ -671,18 +683,15 @@ class Engine:
             await self.play(SCENARIOS[self.config.scenario])
 
     async def replay(self) -> None:
-        """The log recorded with our --mem-fraction-static ('#' lines are not the engine's)."""
-        log = Path(self.config.replay[str(self.argv.mem_fraction_static or "default")])
-        for line in log.read_text().splitlines():
-            if line.startswith("#"):
-                continue
+        lines, ready = replayed(self.config, self.argv.mem_fraction_static)
+        for line in lines:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
-            if REPLAY_READY in line:  # what followed was the recording's own request and shutdown
-                await self.serve()
-                await asyncio.Event().wait()
             await asyncio.sleep(0.002)
-        os._exit(1)
+        if not ready:
+            os._exit(1)
+        await self.serve()
+        await asyncio.Event().wait()
 
     async def batch(self) -> None:
         args, profiles = self.argv, self.config.profiles

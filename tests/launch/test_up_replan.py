@@ -24,6 +24,7 @@ from specpilot.launch.ops import run_down
 from specpilot.launch.replan import replan
 from specpilot.spec import load_spec
 from tests.fakeengines.standin import CONFIG_ENV, config_env
+from tests.fixtures.memory_host import MemoryHost
 from tests.launch.conftest import FAKES, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +72,7 @@ def stop_replan() -> Iterator[None]:
 
 
 def test_an_oom_start_is_replanned_from_the_engines_numbers_and_started_again(
-    tmp_path: Path, run_home: Path, stop_replan: None
+    tmp_path: Path, run_home: Path, memory_host: MemoryHost, stop_replan: None
 ) -> None:
     spec = _spec(tmp_path, OLD_FLAGS)
     out = CliRunner().invoke(cli, ["up", str(spec), "--force", "--replan", "1", "--json"])
@@ -86,7 +87,9 @@ def test_an_oom_start_is_replanned_from_the_engines_numbers_and_started_again(
     assert data["allocations"]["kv_tokens"] == 160933
 
 
-def test_without_replan_the_failure_stands_and_says_how_to_replan(tmp_path: Path, run_home: Path) -> None:
+def test_without_replan_the_failure_stands_and_says_how_to_replan(
+    tmp_path: Path, run_home: Path, memory_host: MemoryHost
+) -> None:
     spec = _spec(tmp_path, OLD_FLAGS)
     out = CliRunner().invoke(cli, ["up", str(spec), "--force"])
     assert out.exit_code == 1
