@@ -81,7 +81,7 @@ def test_generate_prints_the_projection_and_report_rests_it_on_the_job(
     assert lines and "GPU-hours" in lines[-1] and "this job:" in lines[-1] and "over the last" in lines[-1]
     report = json.loads(CliRunner().invoke(cli, ["report", str(out), "--gpus", "2", "--json"]).output)
     whole = report["projection"]["whole input"]
-    # the fake server writes 4 tokens a row; its whole-job rate, on one server, in 2 GPUs
+    # the stand-in writes 4 tokens a row; its whole-job rate, on one server, in 2 GPUs
     rate = report["output_tokens_per_s_overall"]
     assert whole["rows"] == 60 and whole["servers"] == 2
     assert whole["wall_s"] == pytest.approx(60 * 4 / rate / 2, abs=0.1)  # wall_s is kept to 0.1 s

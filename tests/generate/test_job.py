@@ -1,4 +1,4 @@
-"""Whole jobs against the fault-injecting fake server: every row done exactly once."""
+"""Whole jobs against the fault-injecting stand-in server: every row done exactly once."""
 
 from __future__ import annotations
 
@@ -271,11 +271,11 @@ def test_cli_export_specforge_states_the_template_and_refuses_one_that_drops_rea
         )
     report = runner.invoke(_cli(), ["report", str(out), "--max-length", "6", "--json"])
     lengths = json.loads(report.stdout)["lengths"]
-    # the fake server counts prompt words: "q N" is 2 tokens + 4 completion = 6 in all, within 6
+    # the stand-in counts prompt words: "q N" is 2 tokens + 4 completion = 6 in all, within 6
     assert lengths["data"]["rows"] == 4 and lengths["data"]["over_max_length"] == 0
     assert lengths["data"]["percentiles"]["total"]["p100"] == 6
     assert lengths["flagged"]["rows"] == 1
-    assert lengths["data"]["estimated_rows"] == 4  # the fake server reports no reasoning_tokens
+    assert lengths["data"]["estimated_rows"] == 4  # the stand-in reports no reasoning_tokens
     shown = runner.invoke(_cli(), ["report", str(out), "--max-length", "6"])
     assert "rows over --max-length 6: 0" in shown.output
 

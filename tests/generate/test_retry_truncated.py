@@ -18,7 +18,7 @@ from tests.generate.conftest import prompt_rows, read_output
 from tests.generate.test_job import _config
 
 ROWS = [*prompt_rows(5), *({"id": f"cut{i}", "prompt": f"{CUT_MARKER} {i}"} for i in range(3))]
-FULL_BUDGET = 100  # the fake server answers CUT prompts in full from this --max-tokens on
+FULL_BUDGET = 100  # the stand-in answers CUT prompts in full from this --max-tokens on
 
 
 def _flagged(out: Path) -> list[dict[str, Any]]:
