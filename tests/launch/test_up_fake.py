@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -235,3 +236,14 @@ def test_an_engine_command_that_cannot_run_is_named_before_anything_starts(
     assert line.startswith(f"[engine] command: {command[0]!r} is ")
     assert ("is not executable" if problem == "not executable" else "is not found") in line
     assert not state_path(spec.name).exists()  # nothing was started or recorded
+
+
+def test_group_alive_sees_a_live_group_and_not_a_gone_one() -> None:
+    """The helper behind every "nothing left" assertion here can say yes (it once said no to all)."""
+    process = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert group_alive(process.pid)
+    finally:
+        process.kill()
+        process.wait()
+    assert not group_alive(process.pid)
