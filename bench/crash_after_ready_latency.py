@@ -25,6 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.fakeengines.standin import config_env  # noqa: E402
+
 from specpilot.hosts import open_host  # noqa: E402
 from specpilot.launch.ops import host_for, run_down  # noqa: E402
 from specpilot.launch.serving import watch_serving  # noqa: E402
@@ -32,20 +34,19 @@ from specpilot.launch.state import read_state, specpilot_home  # noqa: E402
 from specpilot.launch.supervisor import launch  # noqa: E402
 from specpilot.spec import load_spec  # noqa: E402
 
-FAKE_ENGINE = REPO / "tests" / "fakeengines" / "fake_engine.py"
+STANDIN = REPO / "tests" / "fakeengines" / "standin.py"
 NAME = "bench-crash-after-ready"
 
 
 async def one(work: Path, port: int) -> tuple[float, str]:
     trigger, mark = work / "crash", work / "mark"
     trigger.unlink(missing_ok=True)
-    env = {"SPECPILOT_FAKE_SCENARIO": "vllm_crash_after_ready", "SPECPILOT_FAKE_TRIGGER": str(trigger)}
-    env["SPECPILOT_FAKE_MARK"] = str(mark)
+    env = config_env(scenario="vllm_crash_after_ready", trigger_file=str(trigger), mark_file=str(mark))
     spec_path = work / "spec.toml"
     spec_path.write_text(
         f'name = "{NAME}"\n[model]\npath = "{work}"\n[gpu]\nmemory_gib = 95.6\n'
         '[engine]\nname = "vllm"\nversion = "0.26.0"\n'
-        f"command = {json.dumps([sys.executable, str(FAKE_ENGINE)])}\n"
+        f"command = {json.dumps([sys.executable, str(STANDIN)])}\n"
         "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }\n"
         f"[server]\nport = {port}\n"
     )

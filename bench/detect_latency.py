@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.fakeengines.scenarios import SCENARIOS  # noqa: E402
+from tests.fakeengines.standin import config_env  # noqa: E402
 from tests.fixtures.sshd import SshdServer, start_sshd, stop_sshd  # noqa: E402
 
 from specpilot.hosts import open_host  # noqa: E402
@@ -42,20 +43,20 @@ from specpilot.launch.state import specpilot_home  # noqa: E402
 from specpilot.launch.supervisor import launch  # noqa: E402
 from specpilot.spec import load_spec  # noqa: E402
 
-FAKE_ENGINE = REPO / "tests" / "fakeengines" / "fake_engine.py"
+STANDIN = REPO / "tests" / "fakeengines" / "standin.py"
 BASELINE_S = 60.0  # `sleep 60 && grep` from the incident
 
 
 def write_spec(work: Path, scenario: str, port: int, host_toml: str) -> Path:
     mark = work / f"{scenario}.mark"
     spec = work / f"{scenario}.toml"
-    env = {"SPECPILOT_FAKE_SCENARIO": scenario, "SPECPILOT_FAKE_MARK": str(mark)}
+    env = config_env(scenario=scenario, mark_file=str(mark))
     spec.write_text(
         f'name = "bench-{scenario.replace("_", "-")}"\n'
         f'[model]\npath = "{work}"\n[gpu]\nmemory_gib = 95.6\n'
         f'[engine]\nname = "{SCENARIOS[scenario].engine}"\nversion = '
         f'"{"0.5.13" if SCENARIOS[scenario].engine == "sglang" else "0.26.0"}"\n'
-        f"command = {json.dumps([sys.executable, str(FAKE_ENGINE)])}\n"
+        f"command = {json.dumps([sys.executable, str(STANDIN)])}\n"
         "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }\n"
         f"[server]\nport = {port}\n{host_toml}"
     )

@@ -36,7 +36,7 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the stand-in server of the tests
 
-from tests.generate.fake_server import FakeServer  # noqa: E402
+from tests.fakeengines.standin import StandIn  # noqa: E402
 
 from fleet_router import _smg_executable  # noqa: E402 - a sibling of this script
 from standin_http import free_port  # noqa: E402
@@ -97,7 +97,7 @@ async def measure(smg: str, wait_s: float, work: Path) -> dict[str, float | None
     peer = {n: f"127.0.0.1:{m}" for n, (_, m) in ports.items()}
     procs = {"A": launch(smg, *ports["A"], [], "A", work)}
     procs["B"] = launch(smg, *ports["B"], [peer["A"]], "B", work)
-    w1, w2 = FakeServer().start(), FakeServer().start()
+    w1, w2 = StandIn().start(), StandIn().start()
     result: dict[str, float | None] = {}
     try:
         async with aiohttp.ClientSession() as s:

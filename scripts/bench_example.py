@@ -3,10 +3,10 @@ then the `projected` lines `specpilot plan --job` prints from its result.
 
     python scripts/bench_example.py        # about two minutes on 2 cores
 
-The stand-in is tests/fakeengines/bench_engine.py, whose speed follows its argv: each step
-takes longer with more requests running, and 1.8x longer past 26 of them (its captured graphs),
-so the fastest cap is below the plan's maximum. The spec, prompts and state live in a temporary
-folder; the README's block is this script's output, pasted.
+The stand-in is tests/fakeengines/standin.py answering as a batch loop, whose speed follows
+its argv: each step takes longer with more requests running, and 1.8x longer past 26 of them
+(its captured graphs), so the fastest cap is below the plan's maximum. The spec, prompts and
+state live in a temporary folder; the README's block is this script's output, pasted.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from tests.bench.conftest import BENCH_ENGINE, MODEL_CONFIG, SPECULATIVE_ARGS, write_prompts  # noqa: E402
+from tests.fakeengines.standin import config_env  # noqa: E402
 from tests.fixtures.engines import free_port  # noqa: E402
 
 PROFILES = {
@@ -41,7 +42,7 @@ def main() -> None:
         root = Path(tmp)
         (root / "model").mkdir()
         shutil.copy(MODEL_CONFIG, root / "model" / "config.json")
-        env_table = {"SGLANG_ENABLE_SPEC_V2": "1", "SPECPILOT_BENCH_PROFILE": json.dumps(PROFILES)}
+        env_table = {"SGLANG_ENABLE_SPEC_V2": "1", **config_env(answers="batch", profiles=PROFILES)}
         spec = root / "standin.toml"
         spec.write_text(
             f'name = "standin"\n[model]\npath = "model"\nserved_name = "fake-model"\n'

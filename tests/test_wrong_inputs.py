@@ -12,19 +12,18 @@ a local HTTP server that answers HTML for a URL that is not an OpenAI server.
 
 from __future__ import annotations
 
-import http.server
 import json
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from click.testing import CliRunner
 
 from specpilot.cli import cli
-from tests.generate.fake_server import FakeServer
+from tests.fakeengines.standin import StandIn
 from tests.launch.helpers import ready_state
 
 GOOD_SPEC = """
@@ -693,44 +692,21 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path / "state"))
 
 
-class _HtmlPage(http.server.BaseHTTPRequestHandler):
+async def _html_page(request: web.Request) -> web.Response:
     """What a web UI or a proxy's landing page answers on every path."""
-
-    def _answer(self) -> None:
-        body = b"<html><body>Welcome to nginx!</body></html>"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = _answer
-    do_POST = _answer
-
-    def log_message(self, *args: object) -> None:
-        pass
+    return web.Response(body=b"<html><body>Welcome to nginx!</body></html>", content_type="text/html")
 
 
 @pytest.fixture(scope="module", autouse=True)
 def live_endpoints() -> Iterator[None]:
     """An HTML server and a held (listening) port on 127.0.0.1, for the module's cases."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HtmlPage)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    chat = FakeServer().start()
-    LIVE["chat_url"] = chat.url
-    with socket.socket() as held:
+    with StandIn(routes={"*": _html_page}) as html, StandIn() as chat, socket.socket() as held:
+        LIVE["chat_url"] = chat.url
+        LIVE["html_url"] = html.url
         held.bind(("127.0.0.1", 0))
         held.listen()
-        LIVE["html_url"] = f"http://127.0.0.1:{server.server_address[1]}"
         LIVE["held_port"] = str(held.getsockname()[1])
-        try:
-            yield
-        finally:
-            chat.close()
-            server.shutdown()
-            server.server_close()
-            thread.join()
+        yield
 
 
 @pytest.fixture(scope="module")

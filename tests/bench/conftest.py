@@ -1,5 +1,5 @@
 """Fixtures for bench tests: an isolated home, prompts files, specs whose engine is the
-argv-driven stand-in (tests/fakeengines/bench_engine.py), and running `specpilot bench`."""
+stand-in (tests/fakeengines/standin.py) answering as a batch loop whose speed follows its argv, and running `specpilot bench`."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakeengines.standin import config_env
 from tests.fixtures.engines import free_port, process_group_members
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH_ENGINE = ROOT / "tests" / "fakeengines" / "bench_engine.py"
+BENCH_ENGINE = ROOT / "tests" / "fakeengines" / "standin.py"
 #: a real Qwen3.6-27B config (hybrid, with an MTP head): plan gives each variant its own room
 MODEL_CONFIG = ROOT / "examples" / "models" / "qwen3.6-27b" / "config.json"
 SPECULATIVE_ARGS = [
@@ -74,7 +75,7 @@ def bench_spec(tmp_path: Path, run_home: Path) -> SpecFactory:
         model = tmp_path / "model"
         model.mkdir(exist_ok=True)
         shutil.copy(MODEL_CONFIG, model / "config.json")
-        env = {"SGLANG_ENABLE_SPEC_V2": "1", "SPECPILOT_BENCH_PROFILE": json.dumps(profiles)}
+        env = {"SGLANG_ENABLE_SPEC_V2": "1", **config_env(answers="batch", profiles=profiles)}
         python = stand_in_python()
         text = f"""name = "{name}"
 [model]

@@ -21,6 +21,7 @@ from specpilot.generate.sampling import Sampling
 from specpilot.plan.types import PrefillGate
 from specpilot.spec import Spec, parse_spec
 from tests.bench.conftest import BENCH_ENGINE, specpilot, write_prompts
+from tests.fakeengines.standin import config_env
 from tests.fixtures.engines import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,7 +120,7 @@ def test_bench_measures_the_side_that_keeps_the_graph_and_writes_its_knobs(
         "0": {"step_s": 0.02, "accept": 1.0, "prefill_s": 0.02, "prefill_eager_factor": 6.0,
               "prefill_graph_to_fraction": 0.93},
     }  # fmt: skip
-    env = {"SGLANG_ENABLE_SPEC_V2": "1", "SPECPILOT_BENCH_PROFILE": json.dumps(profiles)}
+    env = {"SGLANG_ENABLE_SPEC_V2": "1", **config_env(answers="batch", profiles=profiles)}
     spec = tmp_path / "g.toml"
     spec.write_text(
         f"""name = "g"

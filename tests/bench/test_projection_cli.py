@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.projection import BatchRates, Projection, job_rates, project, project_job
-from tests.generate.fake_server import FakeServer, Faults
+from tests.fakeengines.standin import Faults, StandIn
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "qwen36-27b-mtp-sglang.toml"  # NEXTN at 3 draft tokens
@@ -59,14 +59,14 @@ def test_plan_without_a_bench_result_says_how_to_get_one(tmp_path: Path) -> None
 
 
 @pytest.fixture
-def slow_server() -> FakeServer:
-    server = FakeServer(Faults(latency_s=0.05)).start()
+def slow_server() -> StandIn:
+    server = StandIn(Faults(latency_s=0.05)).start()
     yield server  # type: ignore[misc]
     server.close()
 
 
 def test_generate_prints_the_projection_and_report_rests_it_on_the_job(
-    tmp_path: Path, slow_server: FakeServer
+    tmp_path: Path, slow_server: StandIn
 ) -> None:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"q {i}"}) + "\n" for i in range(60)))
@@ -81,7 +81,7 @@ def test_generate_prints_the_projection_and_report_rests_it_on_the_job(
     assert lines and "GPU-hours" in lines[-1] and "this job:" in lines[-1] and "over the last" in lines[-1]
     report = json.loads(CliRunner().invoke(cli, ["report", str(out), "--gpus", "2", "--json"]).output)
     whole = report["projection"]["whole input"]
-    # the fake server writes 4 tokens a row; its whole-job rate, on one server, in 2 GPUs
+    # the stand-in writes 4 tokens a row; its whole-job rate, on one server, in 2 GPUs
     rate = report["output_tokens_per_s_overall"]
     assert whole["rows"] == 60 and whole["servers"] == 2
     assert whole["wall_s"] == pytest.approx(60 * 4 / rate / 2, abs=0.1)  # wall_s is kept to 0.1 s
@@ -163,7 +163,7 @@ def test_a_running_job_is_played_on_the_bench_shape_at_its_own_level(tmp_path: P
 
 
 def test_generate_and_report_state_the_tail_share_with_a_bench_result(
-    tmp_path: Path, slow_server: FakeServer
+    tmp_path: Path, slow_server: StandIn
 ) -> None:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"q {i}"}) + "\n" for i in range(40)))

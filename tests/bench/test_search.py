@@ -1,4 +1,4 @@
-"""The search against stand-in engines whose speed follows their argv (bench_engine.py's
+"""The search against stand-in engines whose speed follows their argv (standin.py's
 speed model), played out in simulated time: every measurement is the stand-in's batch loop
 stepped in simulated seconds, read back through the same per-request timings a real sample
 gives. So the search's work is counted (simulated seconds, trials), never timed.
@@ -23,7 +23,7 @@ from specpilot.bench.jobtime import batch_rates
 from specpilot.bench.search import Job, Planned, Trial, cap_points, search
 from specpilot.bench.variants import Variant
 from specpilot.projection import BatchRates, JobTime, project_job
-from tests.fakeengines.bench_engine import prefill_graph, profile_at, step_seconds, tokens_per_s
+from tests.fakeengines.standin import prefill_graph, profile_at, step_seconds, tokens_per_s
 
 FRACTION, GRAPH_OFF = "--mem-fraction-static", "--disable-prefill-cuda-graph"
 START_S = 30.0  # an engine's start and warm-up, counted for every measurement alike

@@ -1,6 +1,6 @@
 """specpilot's export read by the real trainers: SpecForge and speculators from PyPI.
 
-Jobs run against the fake server (single- and multi-turn rows, one truncated row), one
+Jobs run against the stand-in (single- and multi-turn rows, one truncated row), one
 where the target writes every assistant turn and one with `--keep-given-turns`; each is
 exported with `specpilot export --format specforge` (one row per target turn, the
 default), `--whole-conversations` and `--format speculators`, and the trainers' own data
@@ -34,9 +34,9 @@ from specpilot.demo.enginevenv import ensure_engine_venv
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fakeengines.standin import CUT_MARKER, StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output, write_jsonl
-from tests.generate.fake_server import CUT_MARKER, FakeServer
 
 pytestmark = pytest.mark.conformance
 
@@ -145,7 +145,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list
     done = {}
     for mode, keep in MODES.items():
         tmp = tmp_path_factory.mktemp(mode)
-        server = FakeServer().start()
+        server = StandIn().start()
         try:
             outcome = run_generate(
                 JobConfig(
@@ -236,7 +236,7 @@ def test_no_given_turn_is_in_any_loss(
     for name in ("specforge.jsonl", "whole.jsonl", "speculators.jsonl"):
         spans = [span for sample in samples[str(out / name)] for span in sample["supervised"]]
         assert spans and not any(GIVEN in span or "another" in span for span in spans)
-        # each one a target turn: its reasoning (the fake server's), </think>, answer, end of turn
+        # each one a target turn: its reasoning (the stand-in's), </think>, answer, end of turn
         assert all(span.startswith("thinking about ") and span.endswith("<|im_end|>\n") for span in spans)
 
 

@@ -16,15 +16,15 @@ from specpilot.export.formats import FORMATS, ExportFormat, format_named
 from specpilot.export.writing import WriteRequest, Written
 from specpilot.generate.writers.committed import committed_parts
 from specpilot.job.spec import load_job
+from tests.fakeengines.standin import StandIn
 from tests.fixtures.jobs import run_generate
-from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("job")
-    server = FakeServer().start()
+    server = StandIn().start()
     try:
         assert run_generate(_config(folder, [server], 3)).exit_code == 0
     finally:

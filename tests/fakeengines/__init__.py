@@ -1,1 +1,1 @@
-"""Scripted stand-ins for engine behaviour a CPU cannot produce (GPU OOM, NCCL)."""
+"""The scripted stand-in (standin.py) and the engine log scenarios it plays (scenarios.py)."""

@@ -2,9 +2,9 @@
 
     python tests/fakeengines/bench_standin.py [FOLDER]     # default: the current folder
 
-`standin.toml` is a spec whose engine is the bench stand-in (bench_engine.py, beside this
-file): SGLang 0.5.13's startup lines and API on a CPU, its speed and acceptance set per
-number of draft tokens by `PROFILES` (more draft tokens accept more but run fewer requests at
+`standin.toml` is a spec whose engine is the stand-in (standin.py, beside this file) answering
+as a batch loop: SGLang 0.5.13's startup lines and API on a CPU, its speed and acceptance set
+per number of draft tokens by `PROFILES` (more draft tokens accept more but run fewer requests at
 once, so the fastest variant is neither extreme). The model is the Qwen3.6-27B config under
 examples/models/, so `plan` sizes each variant as for the real model. `prompts.jsonl` holds
 300 prompts of very different lengths. Paths in the spec are absolute: the engine starts in
@@ -20,6 +20,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 MODEL = ROOT / "examples" / "models" / "qwen3.6-27b"
+
+sys.path.insert(0, str(HERE))
+from standin import config_env  # noqa: E402  (run as a script from any folder)
+
 #: per draft tokens (0: no speculation): seconds per step, tokens accepted per step, requests run at once
 PROFILES = {
     "0": {"step_s": 0.03, "accept": 1.0, "cap": 14},
@@ -31,13 +35,13 @@ PROMPT_ROWS = 300
 
 
 def spec_text(port: int = 30123) -> str:
-    env = {"SGLANG_ENABLE_SPEC_V2": "1", "SPECPILOT_BENCH_PROFILE": json.dumps(PROFILES)}
+    env = {"SGLANG_ENABLE_SPEC_V2": "1", **config_env(answers="batch", profiles=PROFILES)}
     args = [
         "--context-length", "32768", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
         "--mamba-scheduler-strategy", "extra_buffer",
     ]  # fmt: skip
-    return f"""# The bench stand-in (tests/fakeengines/bench_engine.py): a CPU process that speaks SGLang.
+    return f"""# The stand-in (tests/fakeengines/standin.py): a CPU process that speaks SGLang.
 name = "standin"
 
 [model]
@@ -51,7 +55,7 @@ memory_gib = 95.6
 [engine]
 name = "sglang"
 version = "0.5.13"
-command = {json.dumps([sys.executable, str(HERE / "bench_engine.py")])}
+command = {json.dumps([sys.executable, str(HERE / "standin.py")])}
 args = {json.dumps(args)}
 env = {{ {", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())} }}
 

@@ -9,8 +9,7 @@ import sys
 if os.environ.get("SPECPILOT_FAKE_REEXECED") != "1":
     env = dict(os.environ, SPECPILOT_FAKE_REEXECED="1", SGLANG_ENABLE_SPEC_V2="0")
     os.execve(sys.executable, [sys.executable, *sys.argv], env)
-os.environ["SPECPILOT_FAKE_SCENARIO"] = "sglang_ready"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fake_engine
+import standin
 
-fake_engine.main()
+standin.main()

@@ -34,7 +34,7 @@ class Scenario:
     source: str = ""
     children: int = 0  # helper processes in the same group (SGLang's scheduler, detokenizer)
     serve_before_ready: bool = False  # bind the port before the ready line (uvicorn, then warmup)
-    #: printed once serving, when the file named by SPECPILOT_FAKE_TRIGGER exists (a crash after ready)
+    #: printed once serving, when the stand-in config's `trigger_file` exists (a crash after ready)
     after_ready: tuple[Step, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -131,7 +131,7 @@ SCENARIOS: dict[str, Scenario] = {
         source="https://github.com/sgl-project/sglang/issues/2468 (start sequence), "
         "Mamba/KV lines as in public Qwen3.x hybrid startup logs",
     ),
-    # ready, then (SPECPILOT_FAKE_DIE_AFTER answers in) the serving-time OOM of the H200 job:
+    # ready, then (the config's `die_after_answers` answers in) the serving-time OOM of the H200 job:
     # radix-cache hits whose SSM states are copied on write (tests/data/gpu-runs/sglang-0.5.17-h200-job)
     "sglang_serving_cow_oom": Scenario(
         engine="sglang",

@@ -8,6 +8,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,9 +55,9 @@ def make_fleet(make_spec: SpecFactory, tmp_path: Path) -> FleetFactory:  # noqa:
         scenario: str = "sglang_ready",
         router: dict[str, object] | None = None,
         spec_host: dict[str, object] | None = None,
-        env: dict[str, str] | None = None,
+        standin: dict[str, Any] | None = None,
     ) -> Path:
-        spec = make_spec(scenario, name="member", host=spec_host, env=env)
+        spec = make_spec(scenario, name="member", host=spec_host, standin=standin)
         assert spec.source_path is not None
         router = {"port": free_port(), "metrics_port": free_port(), "ready_timeout_s": 30, **(router or {})}
         lines = [

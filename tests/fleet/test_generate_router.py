@@ -18,10 +18,10 @@ from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import resolve_endpoints
 from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fakeengines.standin import Faults, StandIn, answer_for
 from tests.fixtures.jobs import run_generate
 from tests.fleet.routerproc import router_call, running_router
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import FakeServer, Faults, answer_for
 
 
 def generate(tmp_path: Path, rows: int, *flags: str) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def exactly_once(out: Path, expected: int) -> None:
 
 
 def test_rows_spread_over_workers_behind_the_router(smg: str, tmp_path: Path) -> None:
-    servers = [FakeServer(Faults(latency_s=0.01)).start() for _ in range(3)]
+    servers = [StandIn(Faults(latency_s=0.01)).start() for _ in range(3)]
     try:
         with running_router(smg, [s.url for s in servers]) as url:
             summary = generate(tmp_path, 300, "--router", url)
@@ -77,8 +77,8 @@ def test_a_dead_worker_costs_no_row_and_none_left_pauses(smg: str, tmp_path: Pat
     """One worker dies mid-job (the router retries elsewhere); then every worker is
     deregistered (503 no_available_workers: paused, no attempt spent with
     --max-attempts 1), and the job finishes once they are back."""
-    steady = FakeServer(Faults(latency_s=0.02)).start()
-    flaky = FakeServer(Faults(latency_s=0.005)).start()
+    steady = StandIn(Faults(latency_s=0.02)).start()
+    flaky = StandIn(Faults(latency_s=0.005)).start()
     events: list[str] = []
 
     def faults(url: str) -> None:
@@ -111,7 +111,7 @@ def test_a_dead_worker_costs_no_row_and_none_left_pauses(smg: str, tmp_path: Pat
     exactly_once(tmp_path / "out", 600)
 
 
-def test_a_removal_is_carried_out_before_remove_returns(smg: str, fake_server: FakeServer) -> None:
+def test_a_removal_is_carried_out_before_remove_returns(smg: str, fake_server: StandIn) -> None:
     """smg 1.13 answers DELETE /workers/{id} 202 and keeps listing the worker (a POST for its
     URL answering 409) for about 5 s: `remove` returns only once it is gone, so the address
     can be registered again at once, as a restarted member's is."""
@@ -129,7 +129,7 @@ def test_router_without_workers_is_down_not_a_failed_row() -> None:
     assert classify_status(400, body) is FailureKind.FATAL
 
 
-def test_router_flag_refuses_a_plain_server(fake_server: FakeServer, tmp_path: Path) -> None:
+def test_router_flag_refuses_a_plain_server(fake_server: StandIn, tmp_path: Path) -> None:
     source = write_jsonl(tmp_path / "in.jsonl", prompt_rows(1))
     result = CliRunner().invoke(
         cli,
@@ -141,8 +141,8 @@ def test_router_flag_refuses_a_plain_server(fake_server: FakeServer, tmp_path: P
 
 def test_room_follows_the_workers_the_router_lists(smg: str, tmp_path: Path) -> None:
     """A member registered mid-job (fleet-repair) widens what the job keeps in flight."""
-    first = FakeServer(Faults(latency_s=0.01)).start()
-    second = FakeServer(Faults(latency_s=0.01)).start()
+    first = StandIn(Faults(latency_s=0.01)).start()
+    second = StandIn(Faults(latency_s=0.01)).start()
     seen: list[Dispatcher] = []
 
     @contextlib.asynccontextmanager

@@ -18,10 +18,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
+from tests.fakeengines.standin import answer_for
 from tests.fleet.conftest import FleetFactory, router_alive
 from tests.fleet.test_fleet_up import ROUTER_DEATH_S, router_workers, up_all_serving
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import answer_for
 
 ROWS = 1500
 #: rows committed before the router is killed, so the kill lands mid-job
@@ -61,7 +61,7 @@ def kill_router(record_path: Path) -> None:
 def fleet_up(smg: str, make_fleet: FleetFactory, run_home: Path) -> Any:
     path = make_fleet(
         [{"target": "local", "gpus": 2}],
-        env={"SPECPILOT_FAKE_ANSWER_S": "0.02"},
+        standin={"answers": "echo", "faults": {"latency_s": 0.02}},
         router={"health_check_interval_s": 1},
     )
     try:
@@ -124,10 +124,10 @@ def test_router_killed_mid_job_repaired_without_restarting_an_engine(
 
 
 def test_repair_refuses_a_worker_the_fleet_does_not_know(fleet_up: dict[str, Any], tmp_path: Path) -> None:
+    from tests.fakeengines.standin import StandIn
     from tests.fleet.routerproc import router_call
-    from tests.generate.fake_server import FakeServer
 
-    stranger = FakeServer().start()
+    stranger = StandIn().start()
     try:
         assert router_call(str(fleet_up["router_url"]), "add", stranger.url, 30.0) is None
         result = run("fleet-repair", "fl")

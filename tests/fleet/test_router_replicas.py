@@ -75,7 +75,7 @@ def test_more_replicas_than_supported_is_one_line(make_fleet: FleetFactory, run_
 def two_routers(smg: str, make_fleet: FleetFactory, run_home: Path) -> Any:
     path = make_fleet(
         [{"target": "local", "gpus": 2}],
-        env={"SPECPILOT_FAKE_ANSWER_S": "0.02"},
+        standin={"answers": "echo", "faults": {"latency_s": 0.02}},
         router={"health_check_interval_s": 1, "replicas": 2},
     )
     try:

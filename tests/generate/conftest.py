@@ -1,46 +1,30 @@
-"""Fixtures for the generate tests: a fault-injecting fake server and input writers."""
+"""Fixtures for the generate tests: the fault-injecting stand-in server and input writers."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from tests.generate.fake_server import FakeServer, Faults
+from tests.fakeengines.standin import Faults, Handler, StandIn
 
 
 @pytest.fixture
-def fake_server() -> Iterator[FakeServer]:
-    server = FakeServer(Faults()).start()
+def fake_server() -> Iterator[StandIn]:
+    server = StandIn(Faults()).start()
     yield server
     server.close()
 
 
 @contextlib.contextmanager
-def scripted_server(chat: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Iterator[int]:
-    """A server on 127.0.0.1 answering /v1/chat/completions with `chat` (from a background
-    thread's loop); yields its port."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    asyncio.run_coroutine_threadsafe(runner.setup(), loop).result()
-    asyncio.run_coroutine_threadsafe(web.TCPSite(runner, "127.0.0.1", 0).start(), loop).result()
-    try:
-        yield runner.addresses[0][1]
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result()
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
+def scripted_server(chat: Handler) -> Iterator[int]:
+    """The stand-in answering /v1/chat/completions with `chat`; yields its port."""
+    with StandIn(routes={"/v1/chat/completions": chat}) as server:
+        yield server.port
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:

@@ -8,6 +8,7 @@ meet uncommitted rows and torn lines, not only requeued in-flight requests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -16,44 +17,48 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.fakeengines.standin import answer_for, config_env
+from tests.fixtures.ports import free_port
 from tests.generate.conftest import prompt_rows, write_jsonl
-from tests.generate.fake_server import answer_for
 
 ROWS = 20_000
 KILLS = 10
-REPO_ROOT = Path(__file__).resolve().parents[2]  # `python -m tests.generate...` runs from here
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STANDIN = REPO_ROOT / "tests" / "fakeengines" / "standin.py"
 
 
 @pytest.fixture
-def server_url(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    port_file = tmp_path / "port.json"
+def server_url(request: pytest.FixtureRequest) -> Iterator[str]:
     latency_s = getattr(request, "param", 0.0)
+    config = {"answers": "echo", "faults": {"latency_s": latency_s}, "served_name": "fake-model"}
+    port = free_port()
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.generate.fake_server",
-            "--port-file",
-            str(port_file),
-            "--latency-s",
-            str(latency_s),
-        ],
+        [sys.executable, str(STANDIN), "--port", str(port)],
         cwd=REPO_ROOT,
+        env={**os.environ, **config_env(**config)},
     )
+    url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
-        while not port_file.exists():
-            assert process.poll() is None and time.monotonic() < deadline, "fake server failed"
+        while not _answers(f"{url}/health"):
+            assert process.poll() is None and time.monotonic() < deadline, "stand-in failed"
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{json.loads(port_file.read_text())['port']}"
+        yield url
     finally:
         process.kill()
         process.wait()
+
+
+def _answers(url: str) -> bool:
+    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as response:
+        return bool(response.status == 200)
+    return False
 
 
 def _generate_argv(path: Path, out: Path, server_url: str, *options: str) -> list[str]:

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from specpilot.errors import UserError
 from specpilot.generate.dispatch.endpoints import Endpoint, default_model
+from tests.fakeengines.standin import StandIn
 from tests.fixtures.ports import free_port
 
 
@@ -33,19 +34,6 @@ def test_a_live_server_without_models_is_still_a_model_question() -> None:
     async def no_models(request: web.Request) -> web.Response:
         return web.json_response({"data": []})
 
-    async def run() -> str:
-        app = web.Application()
-        app.router.add_get("/v1/models", no_models)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        try:
-            return await _ask([Endpoint(f"http://127.0.0.1:{port}")])
-        finally:
-            await runner.cleanup()
-
-    with pytest.raises(UserError) as err:
-        asyncio.run(run())
+    with StandIn(routes={"/v1/models": no_models}) as server, pytest.raises(UserError) as err:
+        asyncio.run(_ask([Endpoint(server.url)]))
     assert err.value.field == "--model"

@@ -23,9 +23,9 @@ from specpilot.export.formats import FORMATS
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fakeengines.standin import StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import write_jsonl
-from tests.generate.fake_server import FakeServer
 
 
 def _mount(args: list[str]) -> None:
@@ -56,7 +56,7 @@ def archive_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def job(tmp_path: Path, fake_server: FakeServer) -> Path:
+def job(tmp_path: Path, fake_server: StandIn) -> Path:
     """A finished job with rows big enough to overflow the small disk in any format."""
     # hex digests: text no compressor shrinks below the small disk
     rows = [

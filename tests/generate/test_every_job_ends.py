@@ -190,9 +190,9 @@ def test_429_and_503_back_off_without_spending_attempts(tmp_path: Path, raw_serv
 
 @pytest.mark.timeout(60)
 def test_give_up_after_s_bounds_a_job_whose_every_server_went_away(tmp_path: Path) -> None:
-    from tests.generate.fake_server import FakeServer, Faults
+    from tests.fakeengines.standin import Faults, StandIn
 
-    server = FakeServer(Faults(latency_s=0.05)).start()
+    server = StandIn(Faults(latency_s=0.05)).start()
     threading.Timer(0.5, server.stop).start()  # answers some rows, then refuses connections for good
     try:
         path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(200))
@@ -211,9 +211,9 @@ def test_give_up_after_s_bounds_a_job_whose_every_server_went_away(tmp_path: Pat
 @pytest.mark.timeout(120)
 def test_a_server_that_rate_limits_often_costs_no_row(tmp_path: Path) -> None:
     # once, 2 of 4 runs of 6,000 rows against every-11th-request-429 lost a row to six 429s
-    from tests.generate.fake_server import FakeServer, Faults
+    from tests.fakeengines.standin import Faults, StandIn
 
-    server = FakeServer(Faults(burst_429_every=11, burst_429_length=3)).start()
+    server = StandIn(Faults(burst_429_every=11, burst_429_length=3)).start()
     try:
         path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(300))
         config = JobConfig(
@@ -232,9 +232,9 @@ def test_a_server_that_rate_limits_often_costs_no_row(tmp_path: Path) -> None:
 def test_a_server_out_for_good_among_good_ones_is_named_at_the_end(
     tmp_path: Path, raw_server: RawServer
 ) -> None:
-    from tests.generate.fake_server import FakeServer, Faults
+    from tests.fakeengines.standin import Faults, StandIn
 
-    good = FakeServer(Faults(latency_s=0.02)).start()
+    good = StandIn(Faults(latency_s=0.02)).start()
     notes: list[str] = []
     try:
         path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(300))

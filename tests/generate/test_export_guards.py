@@ -13,15 +13,15 @@ from specpilot.cli import cli
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fakeengines.standin import StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, write_jsonl
-from tests.generate.fake_server import FakeServer
 
 
 @pytest.fixture
 def job(tmp_path: Path) -> Path:
     """A finished job of an unknown model (SpecForge has no template for it: a warning)."""
-    server = FakeServer().start()
+    server = StandIn().start()
     try:
         config = JobConfig(
             input_path=write_jsonl(tmp_path / "in.jsonl", prompt_rows(5)),

@@ -13,15 +13,15 @@ from specpilot.cli import cli
 from specpilot.export import arrow
 from specpilot.generate.writers.committed import committed_parts
 from specpilot.generate.writers.parts import CLEAN
+from tests.fakeengines.standin import StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output
-from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config
 
 
 @pytest.fixture
 def job(tmp_path: Path) -> Path:
-    server = FakeServer().start()
+    server = StandIn().start()
     try:
         assert run_generate(_config(tmp_path, [server], 25, rows_per_part=10)).exit_code == 0
     finally:

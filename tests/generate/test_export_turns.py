@@ -14,8 +14,8 @@ from specpilot.errors import UserError
 from specpilot.export import jsonl
 from specpilot.export.jsonl import specforge_records
 from specpilot.generate.rows.output import turn_rows
+from tests.fakeengines.standin import StandIn
 from tests.fixtures.jobs import run_generate
-from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config
 
 MULTI = {
@@ -30,7 +30,7 @@ MULTI = {
 
 @pytest.fixture
 def job(tmp_path: Path) -> Path:
-    server = FakeServer().start()
+    server = StandIn().start()
     rows = [MULTI, {"id": "s", "prompt": "single"}, {"id": "t", "prompt": "third"}]
     try:
         assert (

@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
+from tests.fakeengines.standin import CUT_MARKER, StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows
-from tests.generate.fake_server import CUT_MARKER, FakeServer
 from tests.generate.test_job import _config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def job(tmp_path: Path) -> Path:
     """30 rows in 3 clean parts of 10, and 2 flagged (cut off) rows."""
     rows = [*prompt_rows(30), *({"id": f"cut{i}", "prompt": f"{CUT_MARKER} {i}"} for i in range(2))]
-    server = FakeServer().start()
+    server = StandIn().start()
     try:
         assert run_generate(_config(tmp_path, [server], 0, input_rows=rows, rows_per_part=10)).exit_code == 0
     finally:

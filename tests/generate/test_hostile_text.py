@@ -29,12 +29,12 @@ from specpilot.generate.rows.output import TurnResult, build_row, messages_for
 from specpilot.generate.rows.types import PromptRow
 from specpilot.generate.sampling import Sampling
 from specpilot.generate.writers.parts import PartWriter
+from tests.fakeengines.standin import SURROGATE_MARKER, StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import SURROGATE_MARKER, FakeServer
 
 
-def _config(tmp_path: Path, server: FakeServer, rows: list[dict[str, Any]], **extra: Any) -> JobConfig:
+def _config(tmp_path: Path, server: StandIn, rows: list[dict[str, Any]], **extra: Any) -> JobConfig:
     path = write_jsonl(tmp_path / "in.jsonl", rows)  # json.dumps writes "\ud800" as its escape
     return JobConfig(
         path, tmp_path / "out", [Endpoint(server.url)], None, Sampling(False),
@@ -44,7 +44,7 @@ def _config(tmp_path: Path, server: FakeServer, rows: list[dict[str, Any]], **ex
 
 
 def test_an_answer_with_a_lone_surrogate_fails_its_row_after_retries(
-    tmp_path: Path, fake_server: FakeServer
+    tmp_path: Path, fake_server: StandIn
 ) -> None:
     rows = prompt_rows(10)
     for index in (2, 7):
@@ -61,7 +61,7 @@ def test_an_answer_with_a_lone_surrogate_fails_its_row_after_retries(
 
 
 def test_a_prompt_with_a_lone_surrogate_is_rejected_and_the_rest_are_done(
-    tmp_path: Path, fake_server: FakeServer
+    tmp_path: Path, fake_server: StandIn
 ) -> None:
     rows: list[dict[str, Any]] = prompt_rows(6)
     rows[1]["conversations"][0]["content"] = "bad \ud800 text"

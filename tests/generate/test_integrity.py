@@ -21,14 +21,14 @@ from specpilot.cli import cli
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fakeengines.standin import Faults, StandIn, answer_for
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import FakeServer, Faults, answer_for
 
 PART = Path("data") / "part-00000.jsonl"
 
 
-def _config(tmp_path: Path, server: FakeServer, rows: list[dict[str, Any]], **extra: Any) -> JobConfig:
+def _config(tmp_path: Path, server: StandIn, rows: list[dict[str, Any]], **extra: Any) -> JobConfig:
     settings: dict[str, Any] = {"concurrency": 4, "show_progress": False, "flush_interval_s": 0.02, **extra}
     path = write_jsonl(tmp_path / "in.jsonl", rows)
     return JobConfig(path, tmp_path / "out", [Endpoint(server.url)], None, Sampling(True), **settings)
@@ -47,7 +47,7 @@ def _check_rows(out: Path, count: int) -> None:
     ids=["a byte of the answer", "a byte of the id", "a byte of a key"],
 )
 def test_a_changed_committed_byte_is_found_said_and_generated_again(
-    tmp_path: Path, fake_server: FakeServer, old: bytes, new: bytes
+    tmp_path: Path, fake_server: StandIn, old: bytes, new: bytes
 ) -> None:
     config = _config(tmp_path, fake_server, prompt_rows(20))
     assert run_generate(config).exit_code == 0
@@ -74,7 +74,7 @@ def test_a_changed_committed_byte_is_found_said_and_generated_again(
 
 
 def test_a_shard_deleted_while_the_job_runs_is_not_success(tmp_path: Path) -> None:
-    server = FakeServer(Faults(latency_s=0.01)).start()
+    server = StandIn(Faults(latency_s=0.01)).start()
     part = tmp_path / "out" / PART
 
     @contextlib.asynccontextmanager
@@ -101,9 +101,7 @@ def test_a_shard_deleted_while_the_job_runs_is_not_success(tmp_path: Path) -> No
     _check_rows(tmp_path / "out", 50)
 
 
-def test_a_row_without_a_prompt_key_is_said_in_the_final_line(
-    tmp_path: Path, fake_server: FakeServer
-) -> None:
+def test_a_row_without_a_prompt_key_is_said_in_the_final_line(tmp_path: Path, fake_server: StandIn) -> None:
     rows = [*prompt_rows(10), {"id": "no-prompt", "text": "what the row meant to ask"}]
     outcome = run_generate(_config(tmp_path, fake_server, rows))
     assert outcome.exit_code == 0
@@ -121,7 +119,7 @@ def test_a_clock_jump_during_the_job_is_warned_about(tmp_path: Path, monkeypatch
     """A ten-year jump once gave elapsed_s of ten years without a word."""
     import time
 
-    server = FakeServer(Faults(latency_s=0.02)).start()
+    server = StandIn(Faults(latency_s=0.02)).start()
     real_time, jump_s = time.time, 10 * 365 * 86400.0
     answered = server.counts
 

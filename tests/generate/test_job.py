@@ -1,4 +1,4 @@
-"""Whole jobs against the fault-injecting fake server: every row done exactly once."""
+"""Whole jobs against the fault-injecting stand-in server: every row done exactly once."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
 from specpilot.launch.state import write_state
+from tests.fakeengines.standin import CUT_MARKER, FATAL_MARKER, Faults, StandIn, answer_for
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import CUT_MARKER, FATAL_MARKER, FakeServer, Faults, answer_for
 from tests.launch.helpers import ready_state
 
 SAMPLING_KEYS = ("thinking", "max_tokens", "temperature", "top_p", "top_k", "request_fields")
 
 
-def _config(tmp_path: Path, servers: list[FakeServer], rows: int, **extra: Any) -> JobConfig:
+def _config(tmp_path: Path, servers: list[StandIn], rows: int, **extra: Any) -> JobConfig:
     path = write_jsonl(tmp_path / "in.jsonl", extra.pop("input_rows", None) or prompt_rows(rows))
     settings: dict[str, Any] = {
         "concurrency": 16,
@@ -64,7 +64,7 @@ def _check_exactly_once(out: Path, expected: int, thinking: bool = True) -> list
 
 @pytest.mark.parametrize("reasoning_field", ["reasoning_content", "reasoning"])
 def test_faults_on_one_server(tmp_path: Path, reasoning_field: str) -> None:
-    server = FakeServer(
+    server = StandIn(
         Faults(
             latency_s=0.002,
             burst_429_every=40,
@@ -90,8 +90,8 @@ def test_faults_on_one_server(tmp_path: Path, reasoning_field: str) -> None:
 
 def test_server_that_dies_and_comes_back(tmp_path: Path) -> None:
     # The steady server alone would need ~10 s, so the job needs the flaky one back.
-    steady = FakeServer(Faults(latency_s=0.05)).start()
-    flaky = FakeServer(Faults(latency_s=0.005)).start()
+    steady = StandIn(Faults(latency_s=0.05)).start()
+    flaky = StandIn(Faults(latency_s=0.005)).start()
     answered_when_stopped: list[int] = []
 
     def die_then_return() -> None:
@@ -115,7 +115,7 @@ def test_server_that_dies_and_comes_back(tmp_path: Path) -> None:
 
 
 def test_all_servers_down_pauses_without_spending_retries(tmp_path: Path) -> None:
-    server = FakeServer(Faults(latency_s=0.005)).start()
+    server = StandIn(Faults(latency_s=0.005)).start()
     threading.Timer(0.3, server.stop).start()
     threading.Timer(1.5, server.start).start()
     try:
@@ -131,7 +131,7 @@ def test_all_servers_down_pauses_without_spending_retries(tmp_path: Path) -> Non
 def test_rows_that_cannot_succeed_fail_at_once_and_stay_failed(tmp_path: Path) -> None:
     rows = prompt_rows(20)
     rows[3]["conversations"][0]["content"] = f"{FATAL_MARKER} please"
-    server = FakeServer().start()
+    server = StandIn().start()
     try:
         first = run_generate(_config(tmp_path, [server], 0, input_rows=rows))
         sent = server.counts.requests
@@ -151,7 +151,7 @@ def test_rows_that_cannot_succeed_fail_at_once_and_stay_failed(tmp_path: Path) -
 
 
 def test_no_thinking_and_limit(tmp_path: Path) -> None:
-    server = FakeServer().start()
+    server = StandIn().start()
     try:
         outcome = run_generate(_config(tmp_path, [server], 50, thinking=False, limit=10))
         rest = run_generate(_config(tmp_path, [server], 50, thinking=False))
@@ -170,7 +170,7 @@ def _cli() -> click.Group:
 def test_cli_generate_report_export(tmp_path: Path) -> None:
     import datasets  # type: ignore[import-untyped]
 
-    server = FakeServer().start()
+    server = StandIn().start()
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(30))
     out = tmp_path / "out"
     runner = CliRunner()
@@ -235,7 +235,7 @@ def test_cli_generate_report_export(tmp_path: Path) -> None:
 def test_cli_export_specforge_states_the_template_and_refuses_one_that_drops_reasoning(
     tmp_path: Path,
 ) -> None:
-    server = FakeServer().start()
+    server = StandIn().start()
     rows = [*prompt_rows(4), {"id": "cut", "prompt": f"{CUT_MARKER} long"}]
     try:
         assert (
@@ -271,11 +271,11 @@ def test_cli_export_specforge_states_the_template_and_refuses_one_that_drops_rea
         )
     report = runner.invoke(_cli(), ["report", str(out), "--max-length", "6", "--json"])
     lengths = json.loads(report.stdout)["lengths"]
-    # the fake server counts prompt words: "q N" is 2 tokens + 4 completion = 6 in all, within 6
+    # the stand-in counts prompt words: "q N" is 2 tokens + 4 completion = 6 in all, within 6
     assert lengths["data"]["rows"] == 4 and lengths["data"]["over_max_length"] == 0
     assert lengths["data"]["percentiles"]["total"]["p100"] == 6
     assert lengths["flagged"]["rows"] == 1
-    assert lengths["data"]["estimated_rows"] == 4  # the fake server reports no reasoning_tokens
+    assert lengths["data"]["estimated_rows"] == 4  # the stand-in reports no reasoning_tokens
     shown = runner.invoke(_cli(), ["report", str(out), "--max-length", "6"])
     assert "rows over --max-length 6: 0" in shown.output
 
@@ -303,7 +303,7 @@ def test_cli_bad_input_exits_2(tmp_path: Path) -> None:
 
 def test_job_stops_when_every_row_fails_from_the_start(tmp_path: Path) -> None:
     rows = [{"id": f"r{i}", "prompt": f"{FATAL_MARKER} {i}"} for i in range(400)]
-    server = FakeServer().start()
+    server = StandIn().start()
     try:
         outcome = run_generate(_config(tmp_path, [server], 0, input_rows=rows, concurrency=4))
     finally:
@@ -314,7 +314,7 @@ def test_job_stops_when_every_row_fails_from_the_start(tmp_path: Path) -> None:
 
 
 def test_run_name_gives_endpoint_and_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    server = FakeServer().start()
+    server = StandIn().start()
     engine = subprocess.Popen(["sleep", "600"])  # the run's process, alive: its watcher finds nothing wrong
     monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path / "home"))
     (tmp_path / "engine.log").write_text("")
@@ -358,7 +358,7 @@ def test_every_turn_is_the_targets_and_each_prompt_is_its_own_conversation(tmp_p
         _turn("user", "u2"),
         _turn("assistant", "NOT THE TARGET EITHER"),
     ]
-    server = FakeServer().start()
+    server = StandIn().start()
     try:
         outcome = run_generate(
             _config(tmp_path, [server], 0, input_rows=[{"id": "m", "conversations": given}])
@@ -390,7 +390,7 @@ def test_flagged_rows_go_to_their_own_split_and_a_cut_turn_ends_the_row(tmp_path
             ],
         },
     ]
-    server = FakeServer().start()
+    server = StandIn().start()
     try:
         outcome = run_generate(_config(tmp_path, [server], 0, input_rows=rows))
     finally:
@@ -420,7 +420,7 @@ def test_keep_given_turns_sends_the_given_conversation_and_tools_and_writes_only
         {"role": "assistant", "content": "", "tool_calls": [call]},
         {"role": "tool", "content": "5", "tool_call_id": "c1"},
     ]
-    server = FakeServer().start()
+    server = StandIn().start()
     try:
         config = _config(
             tmp_path,

@@ -12,12 +12,12 @@ from specpilot.generate.dispatch import dispatcher as dispatch
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fakeengines.standin import StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, write_jsonl
-from tests.generate.fake_server import FakeServer
 
 
-def config(tmp_path: Path, server: FakeServer, said: list[str], limit: int | None = None) -> JobConfig:
+def config(tmp_path: Path, server: StandIn, said: list[str], limit: int | None = None) -> JobConfig:
     return JobConfig(
         input_path=write_jsonl(tmp_path / "in.jsonl", prompt_rows(10)),
         output_dir=tmp_path / "out",
@@ -31,7 +31,7 @@ def config(tmp_path: Path, server: FakeServer, said: list[str], limit: int | Non
 
 
 def test_limit_then_resume(tmp_path: Path) -> None:
-    server = FakeServer().start()
+    server = StandIn().start()
     said: list[str] = []
     try:
         limited = run_generate(config(tmp_path, server, said, limit=4))

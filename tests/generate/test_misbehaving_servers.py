@@ -3,20 +3,18 @@
 Each wrong shape once made `generate` hang for ever (the row stayed "in flight", the
 request timeout never fired, SIGTERM only waited for it). Now a wrong shape is a
 retryable "malformed response": the rows fail after their attempts and the job ends.
-The stand-in server is a small aiohttp app on 127.0.0.1; the job runs as a real
+The stand-in server (tests/fakeengines/standin.py) answers each shape on 127.0.0.1; the job runs as a real
 process with a bounded wait, so a regression fails the test instead of hanging it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 import sqlite3
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,9 +28,9 @@ from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
 from specpilot.taskgroup import TaskFailed
+from tests.fakeengines.standin import Config, StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import FakeServer
 
 JOB_WAIT_S = 60
 
@@ -56,40 +54,15 @@ WRONG_SHAPES: list[tuple[str, Any]] = [
 ]
 
 
-class StandIn:
-    """An OpenAI-ish server on 127.0.0.1 whose chat answer is `body`, from its own thread."""
+def _answering(body: Any) -> StandIn:
+    """The stand-in answering every chat request with `body` (its model: "m")."""
 
-    def __init__(self, body: Any) -> None:
-        self.body = body
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        self._runner: web.AppRunner | None = None
-        self.port = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+    async def chat(request: web.Request) -> web.Response:
+        if isinstance(body, bytes):  # a body json.dumps could not write
+            return web.Response(body=body, content_type="application/json")
+        return web.json_response(body)
 
-    async def _start(self) -> int:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        return int(self._runner.addresses[0][1])
-
-    async def _chat(self, request: web.Request) -> web.Response:
-        if isinstance(self.body, bytes):  # a body json.dumps could not write
-            return web.Response(body=self.body, content_type="application/json")
-        return web.json_response(self.body)
-
-    async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"data": [{"id": "m"}]})
-
-    def close(self) -> None:
-        assert self._runner is not None
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+    return StandIn(config=Config(answers="echo", served_name="m"), routes={"/v1/chat/completions": chat})
 
 
 def _generate(tmp_path: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -110,11 +83,8 @@ def _states(out: Path) -> list[int]:
 
 @pytest.mark.parametrize(("name", "body"), WRONG_SHAPES, ids=[name for name, _ in WRONG_SHAPES])
 def test_wrong_answer_shape_fails_the_rows_and_ends(tmp_path: Path, name: str, body: Any) -> None:
-    server = StandIn(body)
-    try:
-        result = _generate(tmp_path, f"http://127.0.0.1:{server.port}")
-    finally:
-        server.close()
+    with _answering(body) as server:
+        result = _generate(tmp_path, server.url)
     assert result.returncode == 1, result.stderr
     assert "3 rows failed after all retries" in result.stderr
     assert "Traceback" not in result.stderr and "never retrieved" not in result.stderr
@@ -125,7 +95,7 @@ def test_wrong_answer_shape_fails_the_rows_and_ends(tmp_path: Path, name: str, b
 
 
 def test_a_bug_in_a_request_task_ends_the_job_and_strands_no_row(
-    tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fake_server: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An exception the dispatcher did not expect ends the job with it, at once."""
     config = JobConfig(
@@ -161,7 +131,7 @@ def test_a_bug_in_a_request_task_ends_the_job_and_strands_no_row(
     assert sorted(ids) == sorted(f"q{i}" for i in range(20))
 
 
-def test_debug_shows_the_task_error_traceback(tmp_path: Path, fake_server: FakeServer) -> None:
+def test_debug_shows_the_task_error_traceback(tmp_path: Path, fake_server: StandIn) -> None:
     """The CLI path: one line without --debug, the task's traceback with it."""
     line = (
         r"error: the request task for row q[01] failed: RuntimeError: bug in the answer path "
@@ -192,7 +162,7 @@ def test_debug_shows_the_task_error_traceback(tmp_path: Path, fake_server: FakeS
 
 
 @pytest.fixture
-def finished_job(tmp_path: Path, fake_server: FakeServer) -> Iterator[JobConfig]:
+def finished_job(tmp_path: Path, fake_server: StandIn) -> Iterator[JobConfig]:
     config = JobConfig(
         write_jsonl(tmp_path / "in.jsonl", prompt_rows(30)),
         tmp_path / "out",
@@ -233,7 +203,7 @@ def test_a_lost_shard_is_requeued_and_said(
     assert outcome.summary.done == 30
 
 
-def test_full_disk_keeps_every_row_for_the_resume(tmp_path: Path, fake_server: FakeServer) -> None:
+def test_full_disk_keeps_every_row_for_the_resume(tmp_path: Path, fake_server: StandIn) -> None:
     """Writes fail with ENOSPC (the shard is /dev/full); after "freeing space" every row comes once."""
     config = JobConfig(
         write_jsonl(tmp_path / "in.jsonl", prompt_rows(12)),

@@ -25,10 +25,10 @@ from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
 from specpilot.status.live import LiveJob
 from specpilot.status.server import bind, url_of, watch_job
+from tests.fakeengines.standin import StandIn
 from tests.fixtures.jobs import run_generate
 from tests.fixtures.ports import free_port
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import FakeServer
 
 PASSWORD = "pw-PLANTED-4af1c9"
 API_KEY = "sk-PLANTED-9c2e77"
@@ -43,7 +43,7 @@ def _assert_clean(what: str, data: bytes) -> None:
 
 def test_no_secret_in_any_file_or_output_of_a_job(
     tmp_path: Path,
-    fake_server: FakeServer,
+    fake_server: StandIn,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -28,8 +28,8 @@ from specpilot.generate.ledger.store import DoneRecord, Ledger, LedgerBatch
 from specpilot.status.ledger_view import read_snapshot
 from specpilot.status.metrics import exposition
 from specpilot.status.page import PageInput, render_page
+from tests.fakeengines.standin import Faults, StandIn
 from tests.generate.conftest import prompt_rows, write_jsonl
-from tests.generate.fake_server import FakeServer, Faults
 
 ROWS = 120
 CONCURRENCY = 2
@@ -104,7 +104,7 @@ def test_the_four_views_agree_through_retries_a_crash_and_the_resume(
     rows[5] = {"id": "q5", "prompt": "TOO-LONG q5"}  # always refused: one failed row
     path = write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "out"
-    server = FakeServer(Faults(latency_s=0.02, error_500_rate=0.25)).start()
+    server = StandIn(Faults(latency_s=0.02, error_500_rate=0.25)).start()
     argv = [sys.executable, "-m", "specpilot", "generate", "--input", str(path), "--output", str(out),
             "--server", server.url, "--model", "m", "--concurrency", str(CONCURRENCY),
             "--max-attempts", "12", "--flush-interval-s", "0.05", "--json"]  # fmt: skip

@@ -9,9 +9,9 @@ from typing import Any
 from specpilot.export.arrow import META, TURN_META
 from specpilot.export.formats import FORMATS
 from specpilot.generate.rows.output import META_FIELDS, TURN_FIELDS
+from tests.fakeengines.standin import StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output
-from tests.generate.fake_server import FakeServer
 from tests.generate.test_job import _config
 
 README = Path(__file__).parents[2] / "README.md"
@@ -43,7 +43,7 @@ def _fields(row: dict[str, Any]) -> set[str]:
 def test_documented_row_fields_are_the_written_ones(tmp_path: Path) -> None:
     tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
     rows = [{"id": "t", "tools": tools, "conversations": [{"role": "user", "content": "add 2 and 3"}]}]
-    server = FakeServer().start()
+    server = StandIn().start()
     try:
         assert run_generate(_config(tmp_path, [server], 0, input_rows=rows)).exit_code == 0
     finally:

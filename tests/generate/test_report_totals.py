@@ -12,14 +12,14 @@ from rich.console import Console
 
 from specpilot.cli import cli
 from specpilot.generate.ledger.report import open_for_report, render_summary, summarize
+from tests.fakeengines.standin import StandIn
 from tests.generate.conftest import prompt_rows, write_jsonl
-from tests.generate.fake_server import FakeServer
 
 HOUR_S = 3600.0
 
 
 def _finished_job(tmp_path: Path) -> Path:
-    server = FakeServer().start()
+    server = StandIn().start()
     out = tmp_path / "out"
     try:
         result = CliRunner().invoke(

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
+from tests.fakeengines.standin import StandIn
 from tests.generate.conftest import prompt_rows, write_jsonl
-from tests.generate.fake_server import FakeServer
 
 
 def generate(tmp_path: Path, server: str, *options: str) -> Result:
@@ -21,7 +21,7 @@ def generate(tmp_path: Path, server: str, *options: str) -> Result:
 
 
 def test_the_fields_reach_every_request(tmp_path: Path) -> None:
-    server = FakeServer().start()
+    server = StandIn().start()
     try:
         options = ["--seed", "7", "--stop", "</s>", "--stop", "###", "--min-p", "0.05",
                    "--presence-penalty", "0.5", "--frequency-penalty", "-0.25", "--repetition-penalty", "1.05",

@@ -12,13 +12,13 @@ from click.testing import CliRunner
 from specpilot.cli import cli
 from specpilot.errors import UserError
 from specpilot.generate.ledger.store import Ledger
+from tests.fakeengines.standin import CUT_MARKER, Faults, StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output
-from tests.generate.fake_server import CUT_MARKER, FakeServer, Faults
 from tests.generate.test_job import _config
 
 ROWS = [*prompt_rows(5), *({"id": f"cut{i}", "prompt": f"{CUT_MARKER} {i}"} for i in range(3))]
-FULL_BUDGET = 100  # the fake server answers CUT prompts in full from this --max-tokens on
+FULL_BUDGET = 100  # the stand-in answers CUT prompts in full from this --max-tokens on
 
 
 def _flagged(out: Path) -> list[dict[str, Any]]:
@@ -29,17 +29,17 @@ def _flagged(out: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def server() -> Any:
-    server = FakeServer(Faults(cut_unless_max_tokens=FULL_BUDGET)).start()
+    server = StandIn(Faults(cut_unless_max_tokens=FULL_BUDGET)).start()
     yield server
     server.close()
 
 
-def _run(tmp_path: Path, server: FakeServer, **extra: Any) -> Any:
+def _run(tmp_path: Path, server: StandIn, **extra: Any) -> Any:
     return run_generate(_config(tmp_path, [server], 0, input_rows=ROWS, **extra))
 
 
 def test_truncated_rows_are_generated_again_once_at_the_larger_budget(
-    tmp_path: Path, server: FakeServer
+    tmp_path: Path, server: StandIn
 ) -> None:
     first = _run(tmp_path, server, max_tokens=50)
     assert first.exit_code == 0 and first.summary.flagged == 3 and len(_flagged(tmp_path / "out")) == 3
@@ -58,7 +58,7 @@ def test_truncated_rows_are_generated_again_once_at_the_larger_budget(
     assert _run(tmp_path, server, max_tokens=FULL_BUDGET).exit_code == 0
 
 
-def test_a_budget_no_larger_or_missing_is_refused(tmp_path: Path, server: FakeServer) -> None:
+def test_a_budget_no_larger_or_missing_is_refused(tmp_path: Path, server: StandIn) -> None:
     assert _run(tmp_path, server, max_tokens=50).exit_code == 0
     before = sorted(p.read_bytes() for p in (tmp_path / "out").rglob("part-*.jsonl"))
     base = ["generate", "--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out")]
@@ -69,13 +69,13 @@ def test_a_budget_no_larger_or_missing_is_refused(tmp_path: Path, server: FakeSe
     assert sorted(p.read_bytes() for p in (tmp_path / "out").rglob("part-*.jsonl")) == before
 
 
-def test_retry_truncated_on_a_new_job_is_refused(tmp_path: Path, server: FakeServer) -> None:
+def test_retry_truncated_on_a_new_job_is_refused(tmp_path: Path, server: StandIn) -> None:
     with pytest.raises(UserError, match="no truncated rows to retry"):
         _run(tmp_path, server, max_tokens=FULL_BUDGET, retry_truncated=True)
 
 
 def test_a_kill_between_rewrite_and_commit_still_writes_each_row_once(
-    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, server: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert _run(tmp_path, server, max_tokens=50).exit_code == 0
 
@@ -93,7 +93,7 @@ def test_a_kill_between_rewrite_and_commit_still_writes_each_row_once(
 
 
 def test_a_retry_killed_after_it_began_resumes_and_names_the_budget_the_rows_were_cut_at(
-    tmp_path: Path, server: FakeServer
+    tmp_path: Path, server: StandIn
 ) -> None:
     # once refused with "--max-tokens 100 is no larger than the 100 the rows were cut off at" (cut at 50)
     from specpilot.generate.job import Job

@@ -13,12 +13,12 @@ from typing import Any
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fakeengines.standin import FATAL_MARKER, Faults, StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import FATAL_MARKER, FakeServer, Faults
 
 
-def _config(tmp_path: Path, servers: list[FakeServer], rows: list[dict[str, Any]], **extra: Any) -> JobConfig:
+def _config(tmp_path: Path, servers: list[StandIn], rows: list[dict[str, Any]], **extra: Any) -> JobConfig:
     settings: dict[str, Any] = {
         "concurrency": 4,
         "max_attempts": 2,
@@ -36,8 +36,8 @@ def _config(tmp_path: Path, servers: list[FakeServer], rows: list[dict[str, Any]
 
 
 def test_a_server_that_resets_every_connection_is_taken_out_and_no_row_fails(tmp_path: Path) -> None:
-    bad = FakeServer(Faults(drop_rate=1.0)).start()  # accepts, answers /health, drops every chat
-    good = FakeServer().start()
+    bad = StandIn(Faults(drop_rate=1.0)).start()  # accepts, answers /health, drops every chat
+    good = StandIn().start()
     try:
         outcome = run_generate(_config(tmp_path, [bad, good], prompt_rows(40)))
     finally:
@@ -52,7 +52,7 @@ def test_a_server_that_resets_every_connection_is_taken_out_and_no_row_fails(tmp
 
 def test_a_503_storm_pauses_the_job_and_it_finishes_after(tmp_path: Path) -> None:
     # chat and /health answer 503 for longer than 6 rows x 2 attempts would last
-    server = FakeServer(Faults(storm_503=16)).start()
+    server = StandIn(Faults(storm_503=16)).start()
     try:
         outcome = run_generate(_config(tmp_path, [server], prompt_rows(6)))
     finally:
@@ -62,7 +62,7 @@ def test_a_503_storm_pauses_the_job_and_it_finishes_after(tmp_path: Path) -> Non
     assert (outcome.summary.this_run_servers or [])[0].taken_out >= 1
 
 
-def test_the_final_line_offers_retry_failed(tmp_path: Path, fake_server: FakeServer) -> None:
+def test_the_final_line_offers_retry_failed(tmp_path: Path, fake_server: StandIn) -> None:
     rows = prompt_rows(3)
     rows[1]["conversations"][0]["content"] += f" {FATAL_MARKER}"
     outcome = run_generate(_config(tmp_path, [fake_server], rows))

@@ -22,9 +22,9 @@ from specpilot.generate.job import JobConfig
 from specpilot.generate.ledger.store import LEDGER_FILE, RowState
 from specpilot.generate.sampling import Sampling
 from specpilot.taskgroup import TaskFailed
+from tests.fakeengines.standin import Faults, StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import FakeServer, Faults
 
 ROWS = 2000
 ANSWERS_BEFORE_THE_BUG = 30
@@ -36,7 +36,7 @@ def _done_in_ledger(out: Path) -> int:
     return int(done)
 
 
-def _break_metrics(monkeypatch: pytest.MonkeyPatch, server: FakeServer) -> None:
+def _break_metrics(monkeypatch: pytest.MonkeyPatch, server: StandIn) -> None:
     """The server's /metrics answer reaches SpecTracker.observe: it raises mid-job."""
     original = SpecTracker.observe
 
@@ -48,7 +48,7 @@ def _break_metrics(monkeypatch: pytest.MonkeyPatch, server: FakeServer) -> None:
     monkeypatch.setattr(SpecTracker, "observe", observe)
 
 
-def _break_probe(monkeypatch: pytest.MonkeyPatch, server: FakeServer) -> None:
+def _break_probe(monkeypatch: pytest.MonkeyPatch, server: StandIn) -> None:
     """A dropped connection makes the dispatcher probe the server: the probe raises mid-job."""
     original = dispatch.probe
 
@@ -71,11 +71,11 @@ def _break_probe(monkeypatch: pytest.MonkeyPatch, server: FakeServer) -> None:
 def test_a_background_task_bug_ends_the_job_and_keeps_finished_rows(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    break_it: Callable[[pytest.MonkeyPatch, FakeServer], None],
+    break_it: Callable[[pytest.MonkeyPatch, StandIn], None],
     faults: Faults,
     named: str,
 ) -> None:
-    server = FakeServer(faults).start()
+    server = StandIn(faults).start()
     out = tmp_path / "out"
     config = JobConfig(
         write_jsonl(tmp_path / "in.jsonl", prompt_rows(ROWS)),

@@ -16,9 +16,9 @@ from specpilot.generate.dispatch.stats import progress_numbers
 from specpilot.generate.ledger.report import summarize
 from specpilot.generate.ledger.store import Ledger
 from specpilot.generate.rows.thinking import NO_REASONING_LIMIT, markers_for, split_inline
+from tests.fakeengines.standin import CUT_MARKER, Faults, StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import read_output
-from tests.generate.fake_server import CUT_MARKER, FakeServer, Faults
 from tests.generate.test_job import _config
 
 QWEN = "Qwen/Qwen3.6-27B"
@@ -65,9 +65,9 @@ MULTI = [
 
 def _job(
     tmp_path: Path, faults: Faults, rows: int = 40, **extra: Any
-) -> tuple[Any, list[dict[str, Any]], FakeServer]:
+) -> tuple[Any, list[dict[str, Any]], StandIn]:
     tmp_path.mkdir(exist_ok=True)
-    server = FakeServer(faults).start()
+    server = StandIn(faults).start()
     try:
         outcome = run_generate(_config(tmp_path, [server], rows, model=QWEN, **extra))
     finally:
@@ -121,7 +121,7 @@ def test_no_reasoning_at_all_stops_the_job_with_the_cause(tmp_path: Path) -> Non
 def test_the_guards_advice_no_thinking_resumes_the_same_job(tmp_path: Path) -> None:
     """The guard says "pass --no-thinking ... then run the same command again": that command is
     accepted, and the rows that came back without reasoning are generated again."""
-    server = FakeServer(Faults(inline_thinking="none")).start()
+    server = StandIn(Faults(inline_thinking="none")).start()
     said: list[str] = []
     try:
         stopped = run_generate(_config(tmp_path, [server], 40, model=QWEN, concurrency=2))
@@ -148,7 +148,7 @@ def test_no_reasoning_does_not_stop_a_job_without_thinking(tmp_path: Path) -> No
 def test_the_progress_line_counts_flags(tmp_path: Path) -> None:
     """The progress line reads the ledger's summary (one set of counters): its flag counts too."""
     out = tmp_path / "out"
-    server = FakeServer(Faults(inline_thinking="none")).start()
+    server = StandIn(Faults(inline_thinking="none")).start()
     try:
         prompts = tmp_path / "p.jsonl"
         prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"q {i}"}) + "\n" for i in range(3)))

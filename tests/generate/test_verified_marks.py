@@ -21,14 +21,14 @@ from specpilot.cli import cli
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fakeengines.standin import StandIn, answer_for
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import FakeServer, answer_for
 
 ROWS = 20
 
 
-def _config(tmp_path: Path, server: FakeServer, notes: list[str], **extra: Any) -> JobConfig:
+def _config(tmp_path: Path, server: StandIn, notes: list[str], **extra: Any) -> JobConfig:
     settings: dict[str, Any] = {"concurrency": 1, "show_progress": False, "rows_per_part": 5, **extra}
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(ROWS))
     return JobConfig(
@@ -54,14 +54,14 @@ def _answer_line(part: Path, index: int) -> tuple[str, bytes]:
     return row["id"], answer
 
 
-def _done(tmp_path: Path, server: FakeServer) -> JobConfig:
+def _done(tmp_path: Path, server: StandIn) -> JobConfig:
     config = _config(tmp_path, server, [])
     assert run_generate(config).exit_code == 0
     return config
 
 
 def test_a_start_trusts_a_part_whose_mark_holds_and_verify_reads_every_byte(
-    tmp_path: Path, fake_server: FakeServer
+    tmp_path: Path, fake_server: StandIn
 ) -> None:
     config = _done(tmp_path, fake_server)
     part = config.output_dir / "data" / "part-00000.jsonl"  # an older part: closed, not the newest
@@ -97,7 +97,7 @@ def test_a_start_trusts_a_part_whose_mark_holds_and_verify_reads_every_byte(
 
 
 def test_a_changed_byte_in_the_last_commit_is_found_at_start_even_with_its_mtime_kept(
-    tmp_path: Path, fake_server: FakeServer
+    tmp_path: Path, fake_server: StandIn
 ) -> None:
     config = _done(tmp_path, fake_server)
     part = config.output_dir / "data" / "part-00003.jsonl"  # the newest part: its last commit is re-read
@@ -111,7 +111,7 @@ def test_a_changed_byte_in_the_last_commit_is_found_at_start_even_with_its_mtime
 
 
 def test_a_changed_byte_in_an_older_part_is_found_at_start_by_its_mtime(
-    tmp_path: Path, fake_server: FakeServer
+    tmp_path: Path, fake_server: StandIn
 ) -> None:
     config = _done(tmp_path, fake_server)
     part = config.output_dir / "data" / "part-00001.jsonl"
@@ -124,7 +124,7 @@ def test_a_changed_byte_in_an_older_part_is_found_at_start_by_its_mtime(
     assert f"data/part-00001.jsonl line 1: row {row_id} changed" in "\n".join(notes)
 
 
-def test_a_ledger_from_before_marks_is_read_once_then_marked(tmp_path: Path, fake_server: FakeServer) -> None:
+def test_a_ledger_from_before_marks_is_read_once_then_marked(tmp_path: Path, fake_server: StandIn) -> None:
     config = _done(tmp_path, fake_server)
     with sqlite3.connect(config.output_dir / "ledger.sqlite") as db:
         db.execute("UPDATE parts SET crc = NULL, mtime_ns = NULL, tail_crc = NULL")
@@ -142,7 +142,7 @@ def test_a_ledger_from_before_marks_is_read_once_then_marked(tmp_path: Path, fak
 
 
 def test_verify_names_a_part_that_is_gone_and_a_folder_without_a_job(
-    tmp_path: Path, fake_server: FakeServer
+    tmp_path: Path, fake_server: StandIn
 ) -> None:
     config = _done(tmp_path, fake_server)
     (config.output_dir / "data" / "part-00002.jsonl").unlink()
@@ -157,7 +157,7 @@ def test_verify_names_a_part_that_is_gone_and_a_folder_without_a_job(
 
 
 def test_a_resume_reads_the_input_from_the_mark_before_its_first_pending_row(
-    tmp_path: Path, fake_server: FakeServer, monkeypatch: Any
+    tmp_path: Path, fake_server: StandIn, monkeypatch: Any
 ) -> None:
     # once, a resume scanned every finished row's line of the input to reach the pending ones
     from specpilot.generate.job import Job
@@ -179,7 +179,7 @@ def test_a_resume_reads_the_input_from_the_mark_before_its_first_pending_row(
 
 
 def test_an_input_changed_since_the_job_began_is_refused_naming_its_lines(
-    tmp_path: Path, fake_server: FakeServer, monkeypatch: Any
+    tmp_path: Path, fake_server: StandIn, monkeypatch: Any
 ) -> None:
     import pytest
 
@@ -201,7 +201,7 @@ def test_an_input_changed_since_the_job_began_is_refused_naming_its_lines(
 
 
 def test_a_part_cut_mid_line_is_found_at_start_naming_the_rows_it_lost(
-    tmp_path: Path, fake_server: FakeServer
+    tmp_path: Path, fake_server: StandIn
 ) -> None:
     config = _done(tmp_path, fake_server)
     part = config.output_dir / "data" / "part-00001.jsonl"

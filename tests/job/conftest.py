@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ def make_job(make_spec: SpecFactory, run_home: Path, tmp_path: Path) -> JobFacto
         *,
         scenario: str = "sglang_ready",
         rows: int = 20,
-        env: dict[str, str] | None = None,
+        standin: dict[str, Any] | None = None,
         args: list[str] | None = None,
         job: dict[str, object] | None = None,
         sampling: dict[str, object] | None = None,
@@ -31,7 +32,7 @@ def make_job(make_spec: SpecFactory, run_home: Path, tmp_path: Path) -> JobFacto
         spec = make_spec(
             scenario,
             name="jobsrv",
-            env={"SPECPILOT_FAKE_ANSWER_S": "0.01", **(env or {})},
+            standin={"answers": "echo", "faults": {"latency_s": 0.01}, **(standin or {})},
             args=args,
             gpu_memory_gib=gpu_memory_gib,
         )

@@ -10,6 +10,7 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
+from tests.fakeengines.standin import CONFIG_ENV, config_env
 from tests.job.conftest import JobFactory, output_ids
 from tests.launch.conftest import FAKES, free_port
 
@@ -62,7 +63,7 @@ def test_an_engine_that_dies_mid_job_is_restarted_and_no_row_is_lost(
     make_job: JobFactory, run_home: Path
 ) -> None:
     once = run_home.parent / "died-once"
-    job = make_job(rows=40, env={"SPECPILOT_FAKE_DIE_AFTER": "8", "SPECPILOT_FAKE_DIE_ONCE": str(once)})
+    job = make_job(rows=40, standin={"die_after_answers": 8, "die_once_file": str(once)})
     result = run("job", str(job))
     assert result.exit_code == 0, result.output
     assert once.exists()  # it did die
@@ -81,7 +82,7 @@ def test_a_serving_oom_of_copy_on_write_restarts_with_prefill_max_requests(
     job = make_job(
         scenario="sglang_serving_cow_oom",
         rows=30,
-        env={"SPECPILOT_FAKE_DIE_AFTER": "5", "SPECPILOT_FAKE_DIE_UNLESS": "--prefill-max-requests"},
+        standin={"die_after_answers": 5, "die_unless_flag": "--prefill-max-requests"},
         args=["--max-running-requests", "48"],
     )
     result = run("job", str(job), "--keep-servers")
@@ -105,7 +106,7 @@ def test_a_serving_oom_of_copy_on_write_restarts_with_prefill_max_requests(
 
 
 def test_past_max_restarts_the_job_stops_and_says_so(make_job: JobFactory, run_home: Path) -> None:
-    job = make_job(rows=30, env={"SPECPILOT_FAKE_DIE_AFTER": "4"}, job={"max_restarts": 0})
+    job = make_job(rows=30, standin={"die_after_answers": 4}, job={"max_restarts": 0})
     result = run("job", str(job))
     assert result.exit_code == 1, result.output
     assert "gave up after 0 restarts ([job] max_restarts)" in result.output
@@ -134,7 +135,7 @@ def test_flagged_rows_left_out_of_the_export_are_counted_and_said(
 ) -> None:
     """The H200 job (random weights: 1,999 of 2,000 answers cut at max_tokens) exported 1 row
     and said nothing of the rest."""
-    job = make_job(rows=6, env={"SPECPILOT_FAKE_TRUNCATE": "question 4"})
+    job = make_job(rows=6, standin={"faults": {"latency_s": 0.01, "cut_marker": "question 4"}})
     result = run("job", str(job))
     assert result.exit_code == 0, result.output
     assert "export: 1 flagged rows left out (see `specpilot report" in result.output
@@ -203,15 +204,16 @@ H200_LOGS = REPO / "tests" / "data" / "startup_logs" / "sglang-h200"
 def test_a_start_out_of_memory_is_planned_again_and_the_job_goes_on(run_home: Path, tmp_path: Path) -> None:
     """A capture OOM at start (the real SGLang 0.5.17 H200 logs, replayed by the flags the engine
     gets): the plan's next step down from what the engine printed, recorded, then the job."""
-    logs = f"0.94={H200_LOGS / 'r17-plain-rec-96.log'};0.93={H200_LOGS / 'r17-plain-rec2-96.log'}"
+    logs = {"0.94": str(H200_LOGS / "r17-plain-rec-96.log"), "0.93": str(H200_LOGS / "r17-plain-rec2-96.log")}
+    env = config_env(replay=logs, answers="echo", faults={"latency_s": 0.01})
     spec = tmp_path / "replay.toml"
     spec.write_text(
         f'name = "jobreplay"\n[model]\npath = "{REPO / "gpu" / "models" / "qwen3.6-27b"}"\n'
         '[gpu]\nmemory_gib = 95.6\n[engine]\nname = "sglang"\nversion = "0.5.17"\n'
-        f"command = {json.dumps([sys.executable, str(FAKES / 'replay_engine.py')])}\n"
+        f"command = {json.dumps([sys.executable, str(FAKES / 'standin.py')])}\n"
         'args = ["--context-length", "32768", "--mem-fraction-static", "0.94", "--max-mamba-cache-size", "200", '
         '"--max-running-requests", "40"]\n'
-        f'env = {{ SPECPILOT_REPLAY_LOGS = "{logs}", SPECPILOT_FAKE_ANSWER_S = "0.01" }}\n'
+        f"env = {{ {CONFIG_ENV} = {json.dumps(env[CONFIG_ENV])} }}\n"
         f'[server]\nport = {free_port()}\nready_timeout_s = 60\n[host]\ntarget = "local"\n'
     )
     (tmp_path / "prompts.jsonl").write_text(

@@ -21,12 +21,13 @@ def test_a_fleet_job_repairs_a_member_that_dies(
     run_home: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    env = {
-        "SPECPILOT_FAKE_ANSWER_S": "0.02",
-        "SPECPILOT_FAKE_DIE_AFTER": "6",
-        "SPECPILOT_FAKE_DIE_ONCE": str(tmp_path / "died-{port}"),
+    standin = {
+        "answers": "echo",
+        "faults": {"latency_s": 0.02},
+        "die_after_answers": 6,
+        "die_once_file": str(tmp_path / "died-{port}"),
     }
-    fleet = make_fleet([{"target": "local", "gpus": 2}], name="jfl", env=env)
+    fleet = make_fleet([{"target": "local", "gpus": 2}], name="jfl", standin=standin)
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"q {i}"}) + "\n" for i in range(60)))
     job = tmp_path / "job.toml"

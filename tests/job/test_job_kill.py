@@ -59,7 +59,7 @@ def alive(pid: int) -> bool:
 
 def test_kill_during_generate_reuses_the_recorded_server(make_job: JobFactory, run_home: Path) -> None:
     # 200 rows at 2 x 20 per second: seconds between the 10th row and the last, for the kill
-    job = make_job(rows=200, env={"SPECPILOT_FAKE_ANSWER_S": "0.05"}, job={"concurrency": 2})
+    job = make_job(rows=200, standin={"faults": {"latency_s": 0.05}}, job={"concurrency": 2})
     out = job.parent / "out"
     process = start_job(job)
     wait_for("generate", lambda: len(output_ids(out)) >= 10)

@@ -6,14 +6,17 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from specpilot.spec import Spec, load_spec
+from tests.fakeengines.standin import config_env
+from tests.fixtures.memory_host import MemoryHost
 from tests.fixtures.ports import free_port
 
 FAKES = Path(__file__).resolve().parents[1] / "fakeengines"
-FAKE_ENGINE = FAKES / "fake_engine.py"
+STANDIN = FAKES / "standin.py"
 
 SpecFactory = Callable[..., Spec]
 
@@ -52,7 +55,8 @@ def toml_value(value: object) -> str:
 
 @pytest.fixture
 def make_spec(tmp_path: Path) -> SpecFactory:
-    """A spec file whose engine is a stand-in playing `scenario`; returns the loaded Spec."""
+    """A spec file whose engine is the stand-in playing `scenario`, with `standin` its other
+    config fields (tests/fakeengines/standin.py's Config); returns the loaded Spec."""
 
     def make(
         scenario: str,
@@ -61,6 +65,7 @@ def make_spec(tmp_path: Path) -> SpecFactory:
         name: str | None = None,
         command: list[str] | None = None,
         env: dict[str, str] | None = None,
+        standin: dict[str, Any] | None = None,
         args: list[str] | None = None,
         port: int | None = None,
         gpu_memory_gib: float = 95.6,
@@ -71,14 +76,14 @@ def make_spec(tmp_path: Path) -> SpecFactory:
         model = tmp_path / "model"
         model.mkdir(exist_ok=True)
         (model / "config.json").write_text(json.dumps(TINY_QWEN3_CONFIG))
-        engine_env = {"SPECPILOT_FAKE_SCENARIO": scenario, **(env or {})}
+        engine_env = {**config_env(scenario=scenario, **(standin or {})), **(env or {})}
         sections = {
             "model": {"path": "model", "served_name": "fake-model"},
             "gpu": {"memory_gib": gpu_memory_gib},
             "engine": {
                 "name": engine,
                 "version": "0.5.13" if engine == "sglang" else "0.26.0",
-                "command": command or [sys.executable, str(FAKE_ENGINE)],
+                "command": command or [sys.executable, str(STANDIN)],
                 "args": args or [],
                 "env": engine_env,
             },
@@ -98,3 +103,15 @@ def make_spec(tmp_path: Path) -> SpecFactory:
         return load_spec(path)
 
     return make
+
+
+@pytest.fixture
+def memory_host(monkeypatch: pytest.MonkeyPatch) -> MemoryHost:
+    """Every run of the test on one MemoryHost (its target "local"): `up`, `status`, `logs`,
+    `down` and `runs` open it instead of this machine; a spawned stand-in plays its scenario
+    there, with no process."""
+    host = MemoryHost(target="local")
+    for opener in ("specpilot.cli.up.open_host_section", "specpilot.launch.shield.open_host_section"):
+        monkeypatch.setattr(opener, lambda section: host)
+    monkeypatch.setattr("specpilot.launch.ops.host_for", lambda state: host)
+    return host

@@ -9,7 +9,7 @@ from typing import Any
 from specpilot.hosts import open_host
 from specpilot.hosts.base import Host
 from specpilot.launch.state import RunState
-from specpilot.launch.stop import group_members
+from specpilot.launch.stop import RunProcesses, run_members
 from specpilot.launch.supervisor import UpOptions, UpResult, launch
 from specpilot.plan import Plan
 from specpilot.spec import HostSection, Spec
@@ -63,10 +63,14 @@ def up(
 
 
 def group_alive(pgid: int, host: Host | None = None) -> bool:
+    """Whether any live process is in group `pgid`, the run's by proof or not (with no start
+    time to prove by, every member is unproven: `group_members` alone would say none)."""
+
     async def go() -> bool:
         the_host = host or local_host()
         try:
-            return bool(await group_members(the_host, pgid))
+            proven, unproven = await run_members(the_host, RunProcesses(pgid))
+            return bool(proven or unproven)
         finally:
             await the_host.close()
 

@@ -12,6 +12,7 @@ from specpilot.cli import cli
 from specpilot.cli import commands as registry
 from specpilot.launch.state import write_state
 from specpilot.spec import HostSection
+from tests.fixtures.memory_host import MemoryHost
 from tests.launch.conftest import SpecFactory
 from tests.launch.helpers import ready_state
 
@@ -44,7 +45,9 @@ def spec_file(spec_name: str, tmp_path: Path) -> str:
     return str(next(tmp_path.glob(f"{spec_name}.toml")))
 
 
-def test_up_status_logs_down_json(make_spec: SpecFactory, run_home: Path, tmp_path: Path) -> None:
+def test_up_status_logs_down_json(
+    make_spec: SpecFactory, run_home: Path, tmp_path: Path, memory_host: MemoryHost
+) -> None:
     spec = make_spec("sglang_ready", name="cli-ok")
     started = run("up", spec_file("cli-ok", tmp_path), "--json")
     try:
@@ -72,7 +75,7 @@ def test_up_status_logs_down_json(make_spec: SpecFactory, run_home: Path, tmp_pa
 
 
 def test_up_failure_json_has_cause_error_fix_and_exit_1(
-    make_spec: SpecFactory, run_home: Path, tmp_path: Path
+    make_spec: SpecFactory, run_home: Path, tmp_path: Path, memory_host: MemoryHost
 ) -> None:
     make_spec("sglang_incident_valueerror", name="cli-incident")
     failed = run("up", spec_file("cli-incident", tmp_path), "--json")
@@ -86,7 +89,7 @@ def test_up_failure_json_has_cause_error_fix_and_exit_1(
 
 
 def test_human_failure_output_names_cause_error_and_fix(
-    make_spec: SpecFactory, run_home: Path, tmp_path: Path
+    make_spec: SpecFactory, run_home: Path, tmp_path: Path, memory_host: MemoryHost
 ) -> None:
     make_spec("vllm_unrecognized_args", engine="vllm", name="cli-badargs")
     failed = run("up", spec_file("cli-badargs", tmp_path))
@@ -97,7 +100,7 @@ def test_human_failure_output_names_cause_error_and_fix(
 
 
 def test_plan_that_does_not_fit_refuses_unless_forced(
-    make_spec: SpecFactory, run_home: Path, tmp_path: Path
+    make_spec: SpecFactory, run_home: Path, tmp_path: Path, memory_host: MemoryHost
 ) -> None:
     make_spec("sglang_incident_valueerror", name="cli-nofit", gpu_memory_gib=0.05)
     refused = run("up", spec_file("cli-nofit", tmp_path), "--json")

@@ -27,7 +27,7 @@ def ready_run(make_spec: SpecFactory, tmp_path: Path, name: str) -> tuple[Spec, 
     """A vLLM stand-in that serves until `trigger` exists, then prints the crash."""
     trigger = tmp_path / f"{name}.crash"
     spec = make_spec(
-        "vllm_crash_after_ready", engine="vllm", name=name, env={"SPECPILOT_FAKE_TRIGGER": str(trigger)}
+        "vllm_crash_after_ready", engine="vllm", name=name, standin={"trigger_file": str(trigger)}
     )
     result = up(spec)
     assert (result.phase, result.cause) == ("ready", "ready"), result.error

@@ -23,10 +23,13 @@ import specpilot.launch.serving as serving
 from specpilot.hosts import open_host
 from specpilot.hosts.errors import CommandFailed, HostConnectionLost
 from specpilot.hosts.local import LocalHost
+from specpilot.launch import ops
 from specpilot.launch.health import probe
-from specpilot.launch.ops import host_for, run_down
+from specpilot.launch.ops import run_down
 from specpilot.launch.state import RunState, run_folder, state_path
 from specpilot.taskgroup import TaskFailed
+from tests.fakeengines.scenarios import SCENARIOS
+from tests.fixtures.memory_host import MemoryHost, playing
 from tests.launch.conftest import SpecFactory, free_port
 from tests.launch.helpers import up
 
@@ -67,9 +70,13 @@ def test_a_bug_in_reading_the_facts_fails_up_named_before_anything_starts(
 
 
 @pytest.fixture
-def ready_run(make_spec: SpecFactory, run_home: Path) -> Iterator[str]:
+def ready_run(make_spec: SpecFactory, run_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A ready run on a memory host (the watcher's subject is above the host)."""
+    host = MemoryHost()
+    host.spawn_script = playing(SCENARIOS["sglang_ready"])
+    monkeypatch.setattr("specpilot.launch.ops.host_for", lambda state: host)
     spec = make_spec("sglang_ready", name="watched")
-    result = up(spec)
+    result = up(spec, host=host)
     assert (result.phase, result.cause) == ("ready", "ready"), result.error
     try:
         yield spec.name
@@ -78,7 +85,7 @@ def ready_run(make_spec: SpecFactory, run_home: Path) -> Iterator[str]:
 
 
 def _watch(name: str, notes: list[str], stops: list[str]) -> None:
-    asyncio.run(serving.stop_on_crash(name, stops.append, notes.append, host_for))
+    asyncio.run(serving.stop_on_crash(name, stops.append, notes.append, ops.host_for))
 
 
 def _process_check_fails(monkeypatch: pytest.MonkeyPatch, err: Exception) -> None:

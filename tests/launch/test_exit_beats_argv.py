@@ -1,7 +1,7 @@
 """A fast-dying engine under a parent that does not reap (PID 1 of many containers):
 classified from its log, never as a mismatch, with its exit status when the host knows it.
 
-The stand-in can SIGKILL its launch watcher before it ends (SPECPILOT_FAKE_ORPHAN=1), so
+The stand-in can SIGKILL its launch watcher before it ends (the stand-in config's `orphan`), so
 the non-reaping parent adopts it and it ends a zombie whose cmdline reads empty: the
 case that used to be diagnosed "mismatch" by chance.
 """
@@ -62,8 +62,7 @@ def up_under_non_reaping_parent(spec_path: Path) -> tuple[dict[str, object], lis
 def test_local_fast_exit_is_its_logged_cause_never_a_mismatch(
     make_spec: SpecFactory, run_home: Path, tmp_path: Path, orphan: bool
 ) -> None:
-    env = {"SPECPILOT_FAKE_ORPHAN": "1"} if orphan else {}
-    spec = make_spec(SCENARIO, name="exit-local", env=env)
+    spec = make_spec(SCENARIO, name="exit-local", standin={"orphan": orphan})
     assert spec.source_path is not None
     result, zombies = up_under_non_reaping_parent(spec.source_path)
     assert (result["phase"], result["cause"]) == ("failed", "config")
@@ -95,8 +94,7 @@ def test_ssh_fast_exit_is_its_logged_cause_never_a_mismatch(
 ) -> None:
     server = non_reaping_sshd
     host = {"target": server.target, "identity_file": server.identity_file, "known_hosts": server.known_hosts}
-    env = {"SPECPILOT_FAKE_ORPHAN": "1"} if orphan else {}
-    spec = make_spec(SCENARIO, name=f"exit-ssh-{orphan}".lower(), env=env, host=host)
+    spec = make_spec(SCENARIO, name=f"exit-ssh-{orphan}".lower(), standin={"orphan": orphan}, host=host)
     ssh = open_host(server.target, identity_file=server.identity_file, known_hosts=server.known_hosts)
     result = up(spec, host=ssh)
     assert (result.phase, result.cause) == ("failed", "config"), result.error

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.progress import ProgressLines, ticking
+from tests.fixtures.memory_host import MemoryHost
 from tests.launch.conftest import SpecFactory
 
 
@@ -61,7 +62,7 @@ def test_a_blocking_step_ticks_and_a_short_one_is_silent() -> None:
 
 
 def test_up_off_a_terminal_says_each_phase_on_stderr(
-    make_spec: SpecFactory, run_home: Path, tmp_path: Path
+    make_spec: SpecFactory, run_home: Path, tmp_path: Path, memory_host: MemoryHost
 ) -> None:
     make_spec("sglang_ready", name="talks")
     started = CliRunner().invoke(cli, ["up", str(tmp_path / "talks.toml"), "--json"], catch_exceptions=False)

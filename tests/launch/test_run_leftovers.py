@@ -47,7 +47,7 @@ def wait_gone(pid: int, within_s: float = 10.0) -> bool:
 def crashed_run(make_spec: SpecFactory, tmp_path: Path, name: str) -> tuple[Path, int, int]:
     """A ready run whose engine was then SIGKILLed alone: (spec file, engine pid, leftover pid)."""
     stubborn = tmp_path / f"{name}.stubborn"
-    make_spec("sglang_ready", name=name, env={"SPECPILOT_FAKE_STUBBORN_CHILD": str(stubborn)})
+    make_spec("sglang_ready", name=name, standin={"stubborn_child_file": str(stubborn)})
     spec_path = tmp_path / f"{name}.toml"
     started = run("up", str(spec_path), "--json")
     assert started.exit_code == 0, started.output

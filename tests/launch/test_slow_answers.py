@@ -36,7 +36,7 @@ def busy_run(make_spec: SpecFactory, sshd: SshdServer, run_home: Path, tmp_path:
     """A ready run over SSH whose engine turns busy once the yielded file exists."""
     busy = tmp_path / "busy"
     host = {"target": sshd.target, "identity_file": sshd.identity_file, "known_hosts": sshd.known_hosts}
-    spec = make_spec("sglang_ready", name="ssh-busy", host=host, env={"SPECPILOT_FAKE_BUSY": str(busy)})
+    spec = make_spec("sglang_ready", name="ssh-busy", host=host, standin={"busy_file": str(busy)})
     host_ = open_host(sshd.target, identity_file=sshd.identity_file, known_hosts=sshd.known_hosts)
     result = up(spec, host=host_)
     assert result.phase == "ready", result.error

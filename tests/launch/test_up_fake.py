@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -21,6 +22,7 @@ from specpilot.launch.preflight import run_preflight
 from specpilot.launch.state import read_state, state_path
 from specpilot.launch.supervisor import UpOptions
 from tests.fakeengines.scenarios import SCENARIOS
+from tests.fixtures.memory_host import MemoryHost, playing
 from tests.launch.conftest import FAKES, SpecFactory
 from tests.launch.helpers import group_alive, up
 
@@ -32,28 +34,33 @@ def test_failure_is_classified_fast_with_the_whole_error_and_nothing_left(
     name: str, make_spec: SpecFactory, run_home: Path, tmp_path: Path
 ) -> None:
     scenario = SCENARIOS[name]
-    mark = tmp_path / "fatal-at"
-    # The stand-in lingers long after its fatal line: `up` must decide on that line and stop the
-    # group, not wait for the engine to end on its own (`<mark>.ended` would then exist).
-    env = {"SPECPILOT_FAKE_MARK": str(mark), "SPECPILOT_FAKE_LINGER_S": "60"}
-    spec = make_spec(name, engine=scenario.engine, env=env)
-    result = up(spec)
+    # The engine (on a memory host) lingers after its fatal line: `up` must decide on that line
+    # and stop the group, not wait for the engine to end on its own.
+    host = MemoryHost()
+    host.spawn_script = playing(scenario, ends=False)
+    spec = make_spec(name, engine=scenario.engine)
+    result = up(spec, host=host)
     assert result.phase == "failed"
     assert result.cause == scenario.expected_cause, result.error
     fatal_text = next(step.text for step in scenario.steps if step.fatal)
     assert result.error is not None and fatal_text.split("{")[0][:60] in result.error
-    assert result.pid is not None and not group_alive(result.pid)
-    assert mark.exists() and not mark.with_name(mark.name + ".ended").exists()
+    assert result.pid is not None and not group_alive(result.pid, host=host)
+    assert host.processes[result.pid].signals  # stopped by `up`, not ended on its own
     assert read_state(spec.name).phase == "failed"
 
 
-def test_ready_then_status_logs_down_from_the_state_file(make_spec: SpecFactory, run_home: Path) -> None:
+def test_ready_then_status_logs_down_from_the_state_file(
+    make_spec: SpecFactory, run_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = MemoryHost()
+    host.spawn_script = playing(SCENARIOS["sglang_ready"])
+    monkeypatch.setattr("specpilot.launch.ops.host_for", lambda state: host)  # status, logs, down
     spec = make_spec("sglang_ready")
     planned = run_preflight(spec).plan
     assert planned is not None
     # the log prints 295950 KV tokens, 96 state slots, 48 requests and 50.66 GiB of weights
     plan = replace(planned, kv_tokens=295950, state_slots=80, max_running_requests=48, weights_gib=50.66)
-    result = up(spec, plan=plan)
+    result = up(spec, plan=plan, host=host)
     assert (result.phase, result.cause) == ("ready", "ready"), result.error
     assert result.pid is not None
     try:
@@ -79,24 +86,28 @@ def test_ready_then_status_logs_down_from_the_state_file(make_spec: SpecFactory,
     finally:
         stopped = asyncio.run(run_down(spec.name, timeout_s=10.0))
     assert stopped["stopped"] == "terminated"
-    assert not group_alive(result.pid)  # the stand-in's helper processes are gone too
+    assert not group_alive(result.pid, host=host)
     after = asyncio.run(run_status(spec.name))
     assert (after.phase, after.alive) == ("stopped", False)
 
 
 def test_hang_after_weight_load_names_the_last_phase(make_spec: SpecFactory, run_home: Path) -> None:
+    host = MemoryHost()
+    host.spawn_script = playing(SCENARIOS["sglang_hang_after_weights"])
     spec = make_spec("sglang_hang_after_weights", hang_timeout_s=1.5)
-    result = up(spec)
+    result = up(spec, host=host)
     assert result.cause == "hang"
     assert result.error is not None and "weights_loaded" in result.error
-    assert result.pid is not None and not group_alive(result.pid)
+    assert result.pid is not None and not group_alive(result.pid, host=host)
 
 
 def test_not_ready_in_time_is_a_timeout(make_spec: SpecFactory, run_home: Path) -> None:
+    host = MemoryHost()
+    host.spawn_script = playing(SCENARIOS["sglang_hang_after_weights"])
     spec = make_spec("sglang_hang_after_weights", ready_timeout_s=1.0)
-    result = up(spec)
+    result = up(spec, host=host)
     assert result.cause == "timeout"
-    assert result.pid is not None and not group_alive(result.pid)
+    assert result.pid is not None and not group_alive(result.pid, host=host)
 
 
 def test_launch_file_altered_after_shipping_is_caught_before_start(
@@ -114,7 +125,7 @@ def test_launch_file_altered_after_shipping_is_caught_before_start(
 
 
 def test_wrapper_that_reexecs_with_other_flags_is_a_mismatch(make_spec: SpecFactory, run_home: Path) -> None:
-    spec = make_spec("sglang_ready", command=["bash", str(FAKES / "rewrap.sh")])
+    spec = make_spec("sglang_ready", command=["bash", str(FAKES / "rewrap.sh"), sys.executable])
     result = up(spec)
     assert result.cause == "mismatch"
     assert result.error is not None and "+--mem-fraction-static" in result.error
@@ -197,7 +208,7 @@ def test_down_stops_a_helper_that_left_the_group(
     """A helper the engine started with setsid is in another process group; `down` once
     said the run stopped while it kept running."""
     pid_file = tmp_path / "escaped.pid"
-    spec = make_spec("sglang_ready", env={"SPECPILOT_FAKE_SETSID_PID_FILE": str(pid_file)})
+    spec = make_spec("sglang_ready", standin={"setsid_child_file": str(pid_file)})
     result = up(spec)
     assert result.phase == "ready", result.error
     escaped = int(pid_file.read_text())
@@ -225,3 +236,14 @@ def test_an_engine_command_that_cannot_run_is_named_before_anything_starts(
     assert line.startswith(f"[engine] command: {command[0]!r} is ")
     assert ("is not executable" if problem == "not executable" else "is not found") in line
     assert not state_path(spec.name).exists()  # nothing was started or recorded
+
+
+def test_group_alive_sees_a_live_group_and_not_a_gone_one() -> None:
+    """The helper behind every "nothing left" assertion here can say yes (it once said no to all)."""
+    process = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert group_alive(process.pid)
+    finally:
+        process.kill()
+        process.wait()
+    assert not group_alive(process.pid)

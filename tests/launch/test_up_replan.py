@@ -23,6 +23,8 @@ from specpilot.errors import UserError
 from specpilot.launch.ops import run_down
 from specpilot.launch.replan import replan
 from specpilot.spec import load_spec
+from tests.fakeengines.standin import CONFIG_ENV, config_env
+from tests.fixtures.memory_host import MemoryHost
 from tests.launch.conftest import FAKES, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +36,7 @@ OLD_FLAGS = ["--mem-fraction-static", "0.95", "--max-mamba-cache-size", "200", "
 
 def _spec(tmp_path: Path, flags: list[str]) -> Path:
     spec = tmp_path / "replan.toml"
-    engine_env = {"SPECPILOT_REPLAY_LOGS": f"0.95={OOM_LOG};0.93={READY_LOG}"}
+    engine_env = config_env(replay={"0.95": str(OOM_LOG), "0.93": str(READY_LOG)})
     spec.write_text(
         "\n".join(
             [
@@ -46,9 +48,9 @@ def _spec(tmp_path: Path, flags: list[str]) -> Path:
                 "[engine]",
                 'name = "sglang"',
                 'version = "0.5.17"',
-                f"command = {json.dumps([sys.executable, str(FAKES / 'replay_engine.py')])}",
+                f"command = {json.dumps([sys.executable, str(FAKES / 'standin.py')])}",
                 f"args = {json.dumps(['--context-length', '32768', *flags])}",
-                f"env = {{ SPECPILOT_REPLAY_LOGS = {json.dumps(engine_env['SPECPILOT_REPLAY_LOGS'])} }}",
+                f"env = {{ {CONFIG_ENV} = {json.dumps(engine_env[CONFIG_ENV])} }}",
                 "[server]",
                 f"port = {free_port()}",
                 "ready_timeout_s = 60",
@@ -70,7 +72,7 @@ def stop_replan() -> Iterator[None]:
 
 
 def test_an_oom_start_is_replanned_from_the_engines_numbers_and_started_again(
-    tmp_path: Path, run_home: Path, stop_replan: None
+    tmp_path: Path, run_home: Path, memory_host: MemoryHost, stop_replan: None
 ) -> None:
     spec = _spec(tmp_path, OLD_FLAGS)
     out = CliRunner().invoke(cli, ["up", str(spec), "--force", "--replan", "1", "--json"])
@@ -85,7 +87,9 @@ def test_an_oom_start_is_replanned_from_the_engines_numbers_and_started_again(
     assert data["allocations"]["kv_tokens"] == 160933
 
 
-def test_without_replan_the_failure_stands_and_says_how_to_replan(tmp_path: Path, run_home: Path) -> None:
+def test_without_replan_the_failure_stands_and_says_how_to_replan(
+    tmp_path: Path, run_home: Path, memory_host: MemoryHost
+) -> None:
     spec = _spec(tmp_path, OLD_FLAGS)
     out = CliRunner().invoke(cli, ["up", str(spec), "--force"])
     assert out.exit_code == 1

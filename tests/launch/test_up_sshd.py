@@ -106,7 +106,7 @@ def test_crash_after_ready_over_ssh_is_reported_by_status(
     ssh_spec: SpecFactory, sshd: SshdServer, tmp_path: Path
 ) -> None:
     trigger = tmp_path / "crash"  # the loopback host shares this file system
-    spec = ssh_spec("vllm_crash_after_ready", engine="vllm", env={"SPECPILOT_FAKE_TRIGGER": str(trigger)})
+    spec = ssh_spec("vllm_crash_after_ready", engine="vllm", standin={"trigger_file": str(trigger)})
     result = up(spec, host=ssh_host(sshd))
     assert (result.phase, result.cause) == ("ready", "ready"), result.error
     try:

@@ -9,14 +9,14 @@ import pytest
 from specpilot.generate.dispatch.endpoints import Endpoint
 from specpilot.generate.job import JobConfig
 from specpilot.generate.sampling import Sampling
+from tests.fakeengines.standin import Faults, StandIn
 from tests.fixtures.jobs import run_generate
 from tests.generate.conftest import prompt_rows, write_jsonl
-from tests.generate.fake_server import FakeServer, Faults
 
 
 @pytest.fixture
 def finished_job(tmp_path: Path) -> Path:
-    server = FakeServer(Faults()).start()
+    server = StandIn(Faults()).start()
     try:
         config = JobConfig(
             write_jsonl(tmp_path / "in.jsonl", prompt_rows(40)),

@@ -25,9 +25,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specpilot.status.server import LEDGER_REFRESH_S
+from tests.fakeengines.standin import ACCEPT_LENGTH, Config, StandIn, completion_tokens_for
 from tests.fixtures.ports import free_port
 from tests.generate.conftest import write_jsonl
-from tests.status.standin import ACCEPT_LENGTH, StandIn, completion_tokens_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROWS = 80
@@ -71,7 +71,8 @@ class RunningJob:
 def _held_job(tmp_path: Path, serve_status: bool) -> Iterator[RunningJob]:
     """A job with every row answered or failed except the held ones, which stay in flight."""
     retried: set[str] = set()
-    servers = [StandIn(retried).start(), StandIn(retried).start()]
+    config = Config(answers="scripted", metrics="sglang", served_name="standin-model")
+    servers = [StandIn(config=config, retried=retried).start() for _ in range(2)]
     rows = [{"id": f"q{i}", "conversations": [{"role": "user", "content": _prompt(i)}]} for i in range(ROWS)]
     path = write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "out"

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.status.live import LiveRecorder
+from tests.fakeengines.standin import Faults, StandIn
 from tests.generate.conftest import prompt_rows, read_output, write_jsonl
-from tests.generate.fake_server import FakeServer, Faults
 
 ROWS = 40
 
@@ -33,7 +33,7 @@ def test_a_failing_sampler_ends_the_job_named(tmp_path: Path, monkeypatch: pytes
         raise RuntimeError("bug in the sampler")
 
     monkeypatch.setattr(LiveRecorder, "sample", sample)
-    server = FakeServer(Faults()).start()
+    server = StandIn(Faults()).start()
     try:
         code, output = _generate(tmp_path, server.url)
     finally:
@@ -48,7 +48,7 @@ def test_with_debug_the_traceback_names_the_sampler(tmp_path: Path, monkeypatch:
         raise RuntimeError("bug in the sampler")
 
     monkeypatch.setattr(LiveRecorder, "sample", sample)
-    server = FakeServer(Faults()).start()
+    server = StandIn(Faults()).start()
     try:
         code, output = _generate(tmp_path, server.url, debug=True)
     finally:
@@ -66,7 +66,7 @@ def test_a_working_sampler_leaves_the_job_alone(tmp_path: Path, monkeypatch: pyt
         original(self, now_s)
 
     monkeypatch.setattr(LiveRecorder, "sample", sample)
-    server = FakeServer(Faults()).start()
+    server = StandIn(Faults()).start()
     try:
         code, output = _generate(tmp_path, server.url)
     finally:
