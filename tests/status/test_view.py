@@ -128,7 +128,8 @@ def test_serve_status_without_a_value_means_the_default_address() -> None:
 
     base = ["--input", "in.jsonl", "--output", "out", "--server", "http://127.0.0.1:9"]
     parsed = generate.make_context("generate", [*base, "--serve-status", "--json"]).params
-    assert parsed["serve_status"] == "127.0.0.1:8765" and parsed["as_json"] is True
+    # `--json` is read as the flag (the sink in JSON form), not as --serve-status's value
+    assert parsed["serve_status"] == "127.0.0.1:8765" and parsed["out"]._json is True
     parsed = generate.make_context("generate", [*base, "--serve-status", "127.0.0.1:9100"]).params
     assert parsed["serve_status"] == "127.0.0.1:9100"
     assert generate.make_context("generate", base).params["serve_status"] is None
