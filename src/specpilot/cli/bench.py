@@ -13,7 +13,7 @@ from rich.console import Console
 from specpilot import jsontext
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
-from specpilot.errors import EXIT_FAILED, JobFailed, UserError
+from specpilot.errors import JobFailed, UserError
 from specpilot.generate.sampling import Sampling
 
 #: as a shell reports a process ended by SIGINT
@@ -138,13 +138,13 @@ def bench(
     is the whole input's wall time, waves and tail included. Refused, failed or unreached
     points stay in the table with the reason.
     """
-    from specpilot.bench.render import render_svg, render_table, winner_line
-    from specpilot.bench.run import SVG_FILE, BenchRequest, check_budget, plan_settings, run_bench, write_best
+    from specpilot.bench.finish import finish_bench
+    from specpilot.bench.render import render_table, winner_line
+    from specpilot.bench.run import BenchRequest, check_budget, plan_settings, run_bench
     from specpilot.bench.variants import default_variants, parse_variants
     from specpilot.generate.rows.inputs import check_output_dir
     from specpilot.launch.shield import ending_signals, stop_started
     from specpilot.launch.state import check_run_name
-    from specpilot.projection import project, read_bench
     from specpilot.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -185,15 +185,9 @@ def bench(
             raise JobFailed("; ".join(left) + " (stopping what the bench started)") from None
         _say("interrupted: every server this bench started is stopped")
         sys.exit(EXIT_INTERRUPTED)
-    (job_dir / SVG_FILE).write_text(render_svg(result), encoding="utf-8")
-    outcome = read_bench(job_dir)  # the projection reads bench.json as plan and report do
-    projection = project(outcome.input_rows, outcome.rates, gpus) if outcome is not None else None
-    if write_path is not None and result.winner is not None:
-        write_best(result, write_path)
+    finished = finish_bench(result, request, write_path)
     if as_json:
-        click.echo(
-            jsontext.dumps({**result.data, "projection": projection.to_json() if projection else None})
-        )
+        click.echo(jsontext.dumps(finished.to_json()))
     else:
         wide = Console()
         # a table of nine columns: wrapped at 80 columns its numbers break apart
@@ -201,14 +195,9 @@ def bench(
         render_table(result, console)
         # the winner's line carries its projection: the whole job, waves and tail, on --gpus
         console.print(winner_line(result))
-        console.print(f"result: {job_dir / 'bench.json'}  chart: {job_dir / SVG_FILE}")
-        if write_path is not None and result.winner is not None:
-            console.print(f"wrote the winning spec to {write_path}")
-    if not result.started:
-        raise UserError(
-            "no point could be started, so nothing was measured (the table says why for each)",
-            field="--budget-s",
-            fix="raise --budget-s, or pass --variants that check and plan accept",
-        )
-    if result.winner is None:
-        sys.exit(EXIT_FAILED)
+        console.print(f"result: {job_dir / 'bench.json'}  chart: {finished.svg_path}")
+        if finished.best_path is not None:
+            console.print(f"wrote the winning spec to {finished.best_path}")
+    code = finished.exit_code()
+    if code:
+        sys.exit(code)
