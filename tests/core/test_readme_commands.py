@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.cli.generate import ROW_SHAPES
+from specpilot.generate.rows.inputs import ROW_SHAPES
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
-from rich.console import Console
 
-from specpilot import jsontext
 from specpilot.check.fix import render_command
 from specpilot.check.resolved import resolve
 from specpilot.check.spec_check import fix_spec
 from specpilot.check.types import CheckResult
 from specpilot.cli.inputs import PASSTHROUGH, SpecCommand, resolve_spec
+from specpilot.cli.output import Human, Output, json_option
 from specpilot.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, UserError
 from specpilot.launch.command import engine_program
 from specpilot.models.host_files import read_model
@@ -36,20 +36,6 @@ def verdict(result: CheckResult, no_model: bool) -> tuple[str, int]:
     if no_model:
         return f"accepted without the model ({skipped}: --no-model)", EXIT_OK
     return f"checked without the model: {skipped}", EXIT_BAD_INPUT
-
-
-def _print_human(result: CheckResult, secrets: list[str], no_model: bool) -> None:
-    console = Console(highlight=False)
-    words, code = verdict(result, no_model)
-    style = "green" if code == EXIT_OK else "bold red"
-    console.print(f"{result.engine} {result.version}: [{style}]{words}[/{style}]")
-    for finding in result.findings:
-        style = SEVERITY_STYLE[finding.severity]
-        console.print(f"[{style}]{finding.severity:8}[/{style}] {finding.rule}")
-        console.print(f"         {redact(finding.message, secrets)}", markup=False)
-        if finding.fix and (fix := finding.fix.describe()):
-            console.print(f"         fix: {redact(fix, secrets)}", markup=False)
-    console.print("effective args: " + " ".join(mask_argv(result.effective_args)), markup=False)
 
 
 def fixed_spec_text(spec: Spec, args: list[str], env: dict[str, str], new_path: Path) -> str:
@@ -93,7 +79,7 @@ def write_new_spec(path: Path, text: str, *, field: str = "--write") -> None:
     show_default=True,
     help="Per-GPU memory for a pasted command.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option("Print one JSON object.")
 @click.option(
     "--fix",
     "fix",
@@ -115,7 +101,7 @@ def check(
     target: tuple[str, ...],
     engine_version: str | None,
     gpu_memory_gib: float,
-    as_json: bool,
+    out: Output,
     fix: bool,
     write_path: Path | None,
     no_model: bool,
@@ -153,12 +139,13 @@ def check(
     payload["effective_env"] = mask_env(result.effective_env)
     words, code = verdict(result, no_model)
     payload["verdict"] = words
-    written: str | None = None
+    fixed_shown: _Fixed | None = None
     if fix:
         fixed = fix_spec(resolved)
         fixed_words, fixed_code = verdict(fixed.result, no_model)
         program, model_args = engine_program(spec, model_path=spec.model.path)
         command = render_command([*program, *model_args], mask_argv(fixed.args), mask_env(fixed.env))
+        written: str | None = None
         if write_path is not None and fixed_code == EXIT_OK:
             # the new spec file holds the real values, as the spec it was made from does
             write_new_spec(write_path, fixed_spec_text(spec, fixed.args, fixed.env, write_path))
@@ -172,26 +159,66 @@ def check(
             "refused": [redact(line, secrets) for line in fixed.refused],
             "written": written,
         }
-    if as_json:
-        click.echo(jsontext.dumps(redact_tree(payload, secrets), indent=2))
-    else:
-        _print_human(result, secrets, no_model)
-        if fix:
-            _print_fixed(command, fixed_words, fixed_code, fixed.refused, secrets)
-            if written:
-                click.echo(f"corrected spec written to {written}")
-            elif write_path is not None:
-                click.echo(f"nothing written to {write_path}: the fixed command is {fixed_words}")
+        fixed_shown = _Fixed(fixed_words, fixed_code, command, fixed.refused, write_path, written)
+    out.show(_CheckShown(result, payload, secrets, words, code, fixed_shown))
     raise SystemExit(code)
 
 
-def _print_fixed(command: str, words: str, code: int, refused: list[str], secrets: list[str]) -> None:
-    if code == EXIT_OK:
-        heading = "fixed command (passes)" if words == "accepted" else f"fixed command ({words})"
-    elif refused:
-        heading = "no passing command without dropping a flag you gave; best attempt"
-    else:
-        heading = f"no passing command found ({words}); best attempt"
-    click.echo(f"{heading}:\n  {command}")
-    for line in refused:
-        click.echo(f"  not fixed: {redact(line, secrets)}")
+@dataclass(frozen=True)
+class _Fixed:
+    """`--fix`: the fixed command, its verdict, and what `--write` did."""
+
+    words: str
+    code: int
+    command: str
+    refused: list[str]
+    write_path: Path | None
+    written: str | None
+
+    def human(self, out: Human, secrets: list[str]) -> None:
+        if self.code == EXIT_OK:
+            heading = (
+                "fixed command (passes)" if self.words == "accepted" else f"fixed command ({self.words})"
+            )
+        elif self.refused:
+            heading = "no passing command without dropping a flag you gave; best attempt"
+        else:
+            heading = f"no passing command found ({self.words}); best attempt"
+        out.line(f"{heading}:\n  {self.command}")
+        for line in self.refused:
+            out.line(f"  not fixed: {redact(line, secrets)}")
+        if self.written:
+            out.line(f"corrected spec written to {self.written}")
+        elif self.write_path is not None:
+            out.line(f"nothing written to {self.write_path}: the fixed command is {self.words}")
+
+
+@dataclass(frozen=True)
+class _CheckShown:
+    """The verdict, the findings and the effective args; with --fix the fixed command.
+    Secret values show as *** in both forms."""
+
+    result: CheckResult
+    payload: dict[str, object]
+    secrets: list[str]
+    words: str
+    code: int
+    fixed: _Fixed | None
+
+    def to_json(self) -> object:
+        return redact_tree(self.payload, self.secrets)
+
+    def human(self, out: Human) -> None:
+        console = out.console(highlight=False)
+        result, secrets = self.result, self.secrets
+        style = "green" if self.code == EXIT_OK else "bold red"
+        console.print(f"{result.engine} {result.version}: [{style}]{self.words}[/{style}]")
+        for finding in result.findings:
+            style = SEVERITY_STYLE[finding.severity]
+            console.print(f"[{style}]{finding.severity:8}[/{style}] {finding.rule}")
+            console.print(f"         {redact(finding.message, secrets)}", markup=False)
+            if finding.fix and (fix := finding.fix.describe()):
+                console.print(f"         fix: {redact(fix, secrets)}", markup=False)
+        console.print("effective args: " + " ".join(mask_argv(result.effective_args)), markup=False)
+        if self.fixed is not None:
+            self.fixed.human(out, secrets)

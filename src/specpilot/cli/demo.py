@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
-from specpilot import jsontext
+from specpilot.cli.output import Human, Output, json_option
+
+if TYPE_CHECKING:
+    from specpilot.demo.run import DemoResult
 
 
 @click.command("demo")
@@ -18,8 +22,8 @@ from specpilot import jsontext
     show_default=True,
     help="Where the tiny model, the spec, the logs and the output go.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Steps on stderr; one JSON object on stdout.")
-def demo(workdir: Path, as_json: bool) -> None:
+@json_option("Steps on stderr; one JSON object on stdout.")
+def demo(workdir: Path, out: Output) -> None:
     """Run the main job here: no GPU, no SSH host, nothing downloaded but the engine.
 
     Builds a tiny random Qwen3, writes a server spec and a job file, and runs
@@ -35,6 +39,15 @@ def demo(workdir: Path, as_json: bool) -> None:
     """
     from specpilot.demo.run import run_demo
 
-    result = run_demo(workdir, Console(stderr=as_json))
-    if as_json:
-        click.echo(jsontext.dumps(result.to_json(), indent=2))
+    out.show(_DemoShown(run_demo(workdir, out.steps)))
+
+
+@dataclass(frozen=True)
+class _DemoShown:
+    result: DemoResult
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result.to_json()
+
+    def human(self, out: Human) -> None:
+        """Nothing more: the steps said each stage as it ran."""

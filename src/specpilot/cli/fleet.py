@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
-from specpilot import jsontext
+from specpilot.cli.output import Human, Output, json_option
 from specpilot.errors import EXIT_FAILED, EXIT_OK
+
+if TYPE_CHECKING:
+    from specpilot.fleet.ops import FleetStatus
+    from specpilot.fleet.repair import FleetRepair
+    from specpilot.fleet.up import FleetOutcome
+
+# The library's progress lines are plain text: each is one note on stderr, in both forms (a
+# Rich console wrapped them at 80 columns off a terminal and read brackets as markup).
 
 
 def fleet_up(path: str, as_json: bool) -> int:
@@ -18,21 +27,29 @@ def fleet_up(path: str, as_json: bool) -> int:
     from specpilot.fleet.up import fleet_up as bring_up
 
     fleet = load_fleet(path)
-    console = Console(stderr=True)
-    outcome = asyncio.run(bring_up(fleet, (lambda line: None) if as_json else console.print))
-    if as_json:
-        click.echo(
-            jsontext.dumps(
-                {
-                    "name": outcome.name,
-                    "router_url": outcome.router_url,
-                    "registered": outcome.registered,
-                    "members": [m.to_json() for m in outcome.members],
-                },
-                indent=2,
-            )
-        )
-    else:
+    out = Output(as_json)
+    outcome = asyncio.run(bring_up(fleet, out.note))
+    out.show(_FleetUpShown(outcome))
+    return EXIT_OK if outcome.registered else EXIT_FAILED
+
+
+@dataclass(frozen=True)
+class _FleetUpShown:
+    """Who is behind the router; for a person on stderr, after the members' lines."""
+
+    outcome: FleetOutcome
+
+    def to_json(self) -> dict[str, Any]:
+        outcome = self.outcome
+        return {
+            "name": outcome.name,
+            "router_url": outcome.router_url,
+            "registered": outcome.registered,
+            "members": [m.to_json() for m in outcome.members],
+        }
+
+    def human(self, out: Human) -> None:
+        outcome, console = self.outcome, out.console(err=True)
         for member in outcome.members:
             if member.phase != "registered":
                 console.print(f"[red]left out[/] {member.name} ({member.target}): {member.cause}")
@@ -46,43 +63,60 @@ def fleet_up(path: str, as_json: bool) -> int:
             )
         else:
             console.print(f"[bold red]fleet {outcome.name}[/]: no member became ready; router stopped")
-    return EXIT_OK if outcome.registered else EXIT_FAILED
 
 
 def fleet_status(name: str, as_json: bool) -> int:
     from specpilot.fleet.ops import fleet_status as status
 
     result = asyncio.run(status(name))
-    if as_json:
-        click.echo(jsontext.dumps(result.to_json(), indent=2))
-    else:
-        console = Console()
+    Output(as_json).show(_FleetStatusShown(name, result))
+    return EXIT_OK if result.healthy else EXIT_FAILED
+
+
+@dataclass(frozen=True)
+class _FleetStatusShown:
+    name: str
+    result: FleetStatus
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result.to_json()
+
+    def human(self, out: Human) -> None:
+        result, console = self.result, out.console()
         routers = "  ".join(
             f"{url} {'[green]up[/]' if alive else '[red]not running[/]'}"
             for url, alive in result.routers.items()
         )
-        console.print(f"[bold]fleet {name}[/]  router {routers}")
+        console.print(f"[bold]fleet {self.name}[/]  router {routers}")
         if result.repair:
             console.print(f"  router down: {result.repair}", soft_wrap=True)
         for m in result.members:
             serving = "[green]serving[/]" if m.serving else "[red]not serving[/]"
             routed = "registered" if m.registered else "[yellow]not registered[/]"
             console.print(f"  {m.name}  {m.target}  {m.phase}  {serving}  {routed}", soft_wrap=True)
-    return EXIT_OK if result.healthy else EXIT_FAILED
 
 
 def fleet_down(name: str, as_json: bool) -> int:
     from specpilot.fleet.ops import fleet_down as down
 
     result = asyncio.run(down(name))
-    if as_json:
-        click.echo(jsontext.dumps(result, indent=2))
-    else:
-        click.echo(f"{name}: router {result['router']}")
-        for member in result["members"]:
-            click.echo(f"  {member['name']}: {member['stopped']}")
+    Output(as_json).show(_FleetDownShown(name, result))
     failed = any(m.get("phase") == "stop_failed" for m in result["members"]) or result["router"] == "survived"
     return EXIT_FAILED if failed else EXIT_OK
+
+
+@dataclass(frozen=True)
+class _FleetDownShown:
+    name: str
+    result: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result
+
+    def human(self, out: Human) -> None:
+        out.line(f"{self.name}: router {self.result['router']}")
+        for member in self.result["members"]:
+            out.line(f"  {member['name']}: {member['stopped']}")
 
 
 def fleet_logs(name: str) -> None:
@@ -103,7 +137,7 @@ ROUTER_OUTCOMES = {"ok": "running", "restarted": "restarted", "gave_up": "not st
 )
 @click.option("--watch", is_flag=True, help="Keep checking every --interval-s until Ctrl-C.")
 @click.option("--interval-s", default=30.0, show_default=True, type=click.FloatRange(0.1))
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per pass.")
+@json_option("Print one JSON object per pass.")
 @click.pass_context
 def fleet_repair(
     ctx: click.Context,
@@ -112,7 +146,7 @@ def fleet_repair(
     backoff_s: float,
     watch: bool,
     interval_s: float,
-    as_json: bool,
+    out: Output,
 ) -> None:
     """Restart a dead router and the fleet's dead members with the same verified files, and
     register them again.
@@ -132,32 +166,40 @@ def fleet_repair(
     from specpilot.fleet.repair import load_recorded_fleet, repair_fleet
 
     fleet = load_recorded_fleet(name)
-    console = Console(stderr=True)
-    say = (lambda line: None) if as_json else console.print
     restarts: dict[str, int] = {}
     while True:
         result = asyncio.run(
-            repair_fleet(fleet, max_restarts=max_restarts, backoff_s=backoff_s, say=say, restarts=restarts)
+            repair_fleet(
+                fleet, max_restarts=max_restarts, backoff_s=backoff_s, say=out.note, restarts=restarts
+            )
         )
-        repairs = result.members
-        if as_json:
-            click.echo(
-                jsontext.dumps(
-                    {
-                        "name": name,
-                        "router": result.router_action,
-                        "routers": [r.to_json() for r in result.routers],
-                        "members": [r.to_json() for r in repairs],
-                    }
-                )
-            )
-        else:
-            broken = [r for r in repairs if r.action != "ok"]
-            router = ROUTER_OUTCOMES[result.router_action]
-            console.print(
-                f"fleet {name}: router {router}; "
-                f"{len(repairs) - len(broken)} of {len(repairs)} members needed nothing"
-            )
+        out.show(_FleetRepairShown(name, result), indent=None)
         if not watch:
             ctx.exit(EXIT_OK if result.healthy else EXIT_FAILED)
         time.sleep(interval_s)
+
+
+@dataclass(frozen=True)
+class _FleetRepairShown:
+    """One pass; for a person one line on stderr, after the repairs' lines."""
+
+    name: str
+    result: FleetRepair
+
+    def to_json(self) -> dict[str, Any]:
+        result = self.result
+        return {
+            "name": self.name,
+            "router": result.router_action,
+            "routers": [r.to_json() for r in result.routers],
+            "members": [r.to_json() for r in result.members],
+        }
+
+    def human(self, out: Human) -> None:
+        repairs = self.result.members
+        broken = [r for r in repairs if r.action != "ok"]
+        router = ROUTER_OUTCOMES[self.result.router_action]
+        out.console(err=True).print(
+            f"fleet {self.name}: router {router}; "
+            f"{len(repairs) - len(broken)} of {len(repairs)} members needed nothing"
+        )

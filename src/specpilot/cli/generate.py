@@ -4,42 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
-from specpilot import jsontext
+from specpilot.cli.output import Human, Output, json_option
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.cli.view import serve_status_options
 from specpilot.errors import EXIT_OK, UserError
 from specpilot.export.formats import FORMATS, format_help, format_named, names_with, target_help
+from specpilot.generate.rows.inputs import ROW_SHAPES_HELP
 from specpilot.generate.sampling import Sampling
 
-#: one example of each prompt row shape the reader accepts (shown in --help, tested)
-ROW_SHAPES: dict[str, dict[str, object]] = {
-    "plain prompt": {"id": "q1", "prompt": "What is 2 + 2?"},
-    "OpenAI messages": {
-        "id": "q2",
-        "messages": [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": "Name a prime."},
-        ],
-    },
-    "ShareGPT": {"id": "q3", "conversations": [{"from": "human", "value": "Write a haiku about GPUs."}]},
-    "multi-turn (the target writes both assistant turns)": {
-        "id": "q4",
-        "messages": [
-            {"role": "user", "content": "Pick a number."},
-            {"role": "assistant", "content": "7"},
-            {"role": "user", "content": "Why that one?"},
-        ],
-    },
-}
-ROW_SHAPES_HELP = "\n".join(f"{label}:\n  {json.dumps(row)}" for label, row in ROW_SHAPES.items())
+if TYPE_CHECKING:
+    from specpilot.export.run import ExportResult
+    from specpilot.generate.job import Outcome
+    from specpilot.generate.ledger.report import JobSummary
+    from specpilot.projection import Projection
+
 
 EXAMPLE_GENERATE = (
     """\b
@@ -173,7 +159,7 @@ them as context and generates only the last answer:
     help="Seconds between summary lines when stderr is not a terminal.",
 )
 @serve_status_options
-@click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
+@json_option("Print the final summary as JSON.")
 def generate(
     input_path: Path,
     output_dir: Path,
@@ -200,12 +186,11 @@ def generate(
     serve_status: str | None,
     status_public: bool,
     status_hosts: tuple[str, ...],
-    as_json: bool,
+    out: Output,
 ) -> None:
     """Generate answers (with reasoning) for every prompt, exactly once, resumably."""
     from specpilot.generate.dispatch.endpoints import resolve_endpoints
     from specpilot.generate.job import JobConfig, generate_in_loop
-    from specpilot.generate.ledger.report import render_summary
 
     config = JobConfig(
         input_path=input_path,
@@ -235,22 +220,31 @@ def generate(
         from specpilot.status.server import bind, url_of, watch_job
 
         sock = bind(serve_status, public=status_public, flag="--serve-status")
-        click.echo(f"status page: {url_of(sock)}  metrics: {url_of(sock)}metrics", err=True)
+        out.note(f"status page: {url_of(sock)}  metrics: {url_of(sock)}metrics")
         watchers.append(watch_job(sock, output_dir, status_hosts))
     if progress_interval_s > 0:
-        watchers.append(projecting(output_dir, progress_interval_s, lambda line: click.echo(line, err=True)))
+        watchers.append(projecting(output_dir, progress_interval_s, out.note))
     outcome = asyncio.run(generate_in_loop(config, all_of(watchers)))
-    if as_json:
-        click.echo(
-            jsontext.dumps(
-                {**outcome.summary.to_json(), "exit_code": outcome.exit_code, "message": outcome.message}
-            )
-        )
-    else:
-        render_summary(outcome.summary, Console(file=sys.stderr))
-        click.echo(outcome.message, err=True)
+    out.show(_GenerateShown(outcome), indent=None)
     if outcome.exit_code != EXIT_OK:
         sys.exit(outcome.exit_code)
+
+
+@dataclass(frozen=True)
+class _GenerateShown:
+    """The job's summary and how it ended; for a person on stderr, beside the progress lines."""
+
+    outcome: Outcome
+
+    def to_json(self) -> dict[str, Any]:
+        outcome = self.outcome
+        return {**outcome.summary.to_json(), "exit_code": outcome.exit_code, "message": outcome.message}
+
+    def human(self, out: Human) -> None:
+        from specpilot.generate.ledger.report import render_summary
+
+        render_summary(self.outcome.summary, out.console(err=True))
+        out.line(self.outcome.message, err=True)
 
 
 MAX_LENGTH_HELP = (
@@ -267,11 +261,11 @@ MAX_LENGTH_HELP = (
     default=None,
     help="Project the job's time on this many GPUs (default: the job's own servers).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def report(directory: Path, max_length_tokens: int | None, gpus: int | None, as_json: bool) -> None:
+@json_option("Print the summary as JSON.")
+def report(directory: Path, max_length_tokens: int | None, gpus: int | None, out: Output) -> None:
     """Summary of a generate job from its ledger; safe while the job runs."""
     from specpilot.generate.eta import report_projections
-    from specpilot.generate.ledger.report import reading_ledger, render_lengths, render_summary, summarize
+    from specpilot.generate.ledger.report import reading_ledger, summarize
     from specpilot.generate.rows.lengths import length_report
     from specpilot.generate.writers.committed import committed_rows
     from specpilot.generate.writers.parts import CLEAN, FLAGGED
@@ -284,17 +278,27 @@ def report(directory: Path, max_length_tokens: int | None, gpus: int | None, as_
             for split in (CLEAN, FLAGGED)
         }
         summary = dataclasses.replace(summary, lengths=lengths)
-    projected = report_projections(directory, summary, gpus)
-    if as_json:
-        shown = {name: p.to_json() for name, p in projected.items()}
-        click.echo(jsontext.dumps({**summary.to_json(), "projection": shown}))
-        return
-    console = Console()
-    render_summary(summary, console)
-    for split, lengths in (summary.lengths or {}).items():
-        render_lengths(split, lengths, console)
-    for name, projection in projected.items():
-        console.print(f"projected, {name}: {projection.line()}", soft_wrap=True)
+    out.show(_ReportShown(summary, report_projections(directory, summary, gpus)), indent=None)
+
+
+@dataclass(frozen=True)
+class _ReportShown:
+    summary: JobSummary
+    projected: dict[str, Projection]
+
+    def to_json(self) -> dict[str, Any]:
+        shown = {name: p.to_json() for name, p in self.projected.items()}
+        return {**self.summary.to_json(), "projection": shown}
+
+    def human(self, out: Human) -> None:
+        from specpilot.generate.ledger.report import render_lengths, render_summary
+
+        console = out.console()
+        render_summary(self.summary, console)
+        for split, lengths in (self.summary.lengths or {}).items():
+            render_lengths(split, lengths, console)
+        for name, projection in self.projected.items():
+            console.print(f"projected, {name}: {projection.line()}", soft_wrap=True)
 
 
 EXAMPLE_EXPORT = """\b
@@ -336,7 +340,7 @@ Example:
 )
 @click.option("--max-length", "max_length_tokens", type=click.IntRange(1), default=None, help=MAX_LENGTH_HELP)
 @click.option("--overwrite", is_flag=True, help="Replace an earlier export at the target.")
-@click.option("--json", "as_json", is_flag=True, help="Print the files written as JSON.")
+@json_option("Print the files written as JSON.")
 def export(
     directory: Path,
     fmt: str,
@@ -346,7 +350,7 @@ def export(
     per_turn: bool | None,
     max_length_tokens: int | None,
     overwrite: bool,
-    as_json: bool,
+    out: Output,
 ) -> None:
     """Export the finished rows of a generate job for SpecForge, speculators or datasets."""
     from specpilot.export.run import export as run_export
@@ -377,13 +381,14 @@ def export(
         )
     else:
         template, warnings = None, []
+    split_turns = spec.splits_turns and per_turn is not False
     lines = ProgressLines(f"export {fmt}")
     result = run_export(
         directory,
         fmt,
         target,
         include_flagged=include_flagged,
-        per_turn=spec.splits_turns and per_turn is not False,
+        per_turn=split_turns,
         # off a terminal: a line every PROGRESS_EVERY_S with the rows written so far
         done=None if stderr_is_terminal() else lambda rows: lines.update("writing", f"{rows:,} rows"),
         overwrite=overwrite,
@@ -400,26 +405,39 @@ def export(
                 f"{over} of the job's rows are longer than --max-length {max_length_tokens}: "
                 "the trainer cuts them (see `specpilot report DIR --max-length N`)"
             )
-    if as_json:
-        files = [str(f) for f in result.files]
-        click.echo(
-            jsontext.dumps(
-                {
-                    "format": fmt,
-                    "per_turn": spec.splits_turns and per_turn is not False,
-                    "files": files,
-                    "rows": result.rows,
-                    "flagged_included": include_flagged,
-                    "chat_template": template,
-                    "over_max_length": over,
-                    "warnings": warnings,
-                }
-            )
-        )
-        return
-    where = result.files[0] if len(result.files) == 1 else result.files[0].parent
-    click.echo(f"wrote {result.rows} rows ({fmt}) to {where}")
-    if template is not None:
-        click.echo(f"train with chat template {template} (SpecForge: --chat-template {template})")
-    for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
+    out.show(_ExportShown(fmt, split_turns, result, include_flagged, template, over, warnings), indent=None)
+
+
+@dataclass(frozen=True)
+class _ExportShown:
+    """What was written; for a person the warnings follow on stderr."""
+
+    fmt: str
+    per_turn: bool
+    result: ExportResult
+    flagged_included: bool
+    chat_template: str | None
+    over_max_length: int | None
+    warnings: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.fmt,
+            "per_turn": self.per_turn,
+            "files": [str(f) for f in self.result.files],
+            "rows": self.result.rows,
+            "flagged_included": self.flagged_included,
+            "chat_template": self.chat_template,
+            "over_max_length": self.over_max_length,
+            "warnings": self.warnings,
+        }
+
+    def human(self, out: Human) -> None:
+        files = self.result.files
+        where = files[0] if len(files) == 1 else files[0].parent
+        out.line(f"wrote {self.result.rows} rows ({self.fmt}) to {where}")
+        if self.chat_template is not None:
+            template = self.chat_template
+            out.line(f"train with chat template {template} (SpecForge: --chat-template {template})")
+        for warning in self.warnings:
+            out.line(f"warning: {warning}", err=True)

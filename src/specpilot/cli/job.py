@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from specpilot.cli.output import Human, Output, json_option
 from specpilot.errors import EXIT_OK, SpecpilotError
+
+if TYPE_CHECKING:
+    from specpilot.job.pipeline import JobResult
 
 EXAMPLE = """\b
 Example:
@@ -49,7 +54,7 @@ Exit: 0 done, 1 a stage failed (run the same command to resume), 2 bad input."""
     default=None,
     help="Run this stage and every later one again (after a changed input).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Stages on stderr; one JSON object on stdout.")
+@json_option("Stages on stderr; one JSON object on stdout.")
 def job(
     job_path: Path,
     output: Path | None,
@@ -57,7 +62,7 @@ def job(
     max_restarts: int | None,
     keep_servers: bool | None,
     restart_from: str | None,
-    as_json: bool,
+    out: Output,
 ) -> None:
     """Run a whole job: check -> plan -> bench -> up -> generate -> export -> down.
 
@@ -67,12 +72,8 @@ def job(
     the flag that bounds it lowered), its rows go back to the queue. At the end what
     the job started is stopped unless keep_servers.
     """
-    from specpilot.job.cost import used_lines
     from specpilot.job.pipeline import begin, prepare, run_job
     from specpilot.job.spec import load_job
-
-    def say(line: str) -> None:
-        click.echo(line, err=True)
 
     overrides = {
         # a flag's path is the user's, relative to where they are: made absolute here
@@ -85,18 +86,29 @@ def job(
     record = prepare(spec, restart_from)
     begin(spec, record)
     try:
-        result = asyncio.run(run_job(spec, record, say))
+        # the stages' lines go to stderr in both forms: for a person they are the result's story
+        result = asyncio.run(run_job(spec, record, out.note))
     except SpecpilotError as err:
-        if not as_json:
-            raise
-        click.echo(json.dumps({"exit_code": err.exit_code, "message": str(err), "output": str(spec.output)}))
-        sys.exit(err.exit_code)
-    if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
-    else:
-        say(result.message if result.exit_code == EXIT_OK else f"error: {result.message}")
-        say("GPU-hours used, per stage:")
-        for line in used_lines(record):
-            say(line)
+        out.fail(err, output=str(spec.output))
+    out.show(_JobShown(result))
     if result.exit_code != EXIT_OK:
         sys.exit(result.exit_code)
+
+
+@dataclass(frozen=True)
+class _JobShown:
+    """How the job ended and the GPU-hours each stage held; for a person on stderr, after the stages."""
+
+    result: JobResult
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result.to_json()
+
+    def human(self, out: Human) -> None:
+        from specpilot.job.cost import used_lines
+
+        result = self.result
+        out.line(result.message if result.exit_code == EXIT_OK else f"error: {result.message}", err=True)
+        out.line("GPU-hours used, per stage:", err=True)
+        for line in used_lines(result.record):
+            out.line(line, err=True)

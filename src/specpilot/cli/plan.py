@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
-from rich.console import Console
 
-from specpilot import jsontext
 from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.cli.inputs import PASSTHROUGH, SpecCommand, resolve_spec, spec_options
+from specpilot.cli.output import Human, Output, json_option
 from specpilot.engines.logfacts import LogFacts
 from specpilot.engines.registry import ENGINES, engine_by_name
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
@@ -128,17 +129,6 @@ def job_projections(spec: Spec, job_dir: Path, gpus: int | None) -> dict[str, Pr
     return found
 
 
-def _print_projections(job_dir: Path, projected: dict[str, Projection] | None) -> None:
-    if projected is None:
-        click.echo(
-            f"no bench result in {job_dir}: `specpilot bench SPEC --prompts FILE --job {job_dir}` "
-            "measures the rates a projection of the job's time needs"
-        )
-        return
-    for name, projection in projected.items():
-        click.echo(f"projected, {name}: {projection.line()}")
-
-
 @click.command(cls=SpecCommand, context_settings=PASSTHROUGH)
 @spec_options
 @click.option("--from-log", "from_log", type=click.Path(dir_okay=False), help="Calibrate from an engine log.")
@@ -149,7 +139,7 @@ def _print_projections(job_dir: Path, projected: dict[str, Projection] | None) -
     help="With --from-log: the start's GPU memory samples (a folder with memory.tsv and lines.tsv): "
     "its lowest free memory, when, and in which phase.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@json_option("Print the plan as JSON.")
 @click.option(
     "--write",
     "write_path",
@@ -183,7 +173,7 @@ def plan(
     engine_version: str | None,
     from_log: str | None,
     samples: str | None,
-    as_json: bool,
+    out: Output,
     write_path: Path | None,
     svg_path: Path | None,
     html_path: Path | None,
@@ -215,7 +205,7 @@ def plan(
     check_fixes = _apply_check_fixes(resolved) if write_path is not None else None
     if check_fixes is not None:
         resolved = resolved.respec(check_fixes[0])
-        click.echo(f"check's fixes, applied before planning: {check_fixes[1]}", err=as_json)
+        out.step(f"check's fixes, applied before planning: {check_fixes[1]}")
     refuse_rejected_flags(resolved)
     facts: LogFacts | None = None
     if from_log:
@@ -227,26 +217,48 @@ def plan(
     add_serving_args(resolved, result, facts)
     drawn = _draw(resolved, facts, result, svg_path, html_path) if svg_path or html_path else []
     projected = job_projections(spec, job_dir, gpus) if job_dir is not None else None
-    if as_json:
-        data = result.to_json()
-        if peak is not None:
-            data["startup_peak"] = peak.to_json()
-        if projected is not None:
-            data["projection"] = {label: p.to_json() for label, p in projected.items()}
-        click.echo(jsontext.dumps(data, indent=2))
-    else:
-        render_plan(result, Console())
-        if peak is not None:
-            render_startup_peak(peak, result, Console())
-        if job_dir is not None:
-            _print_projections(job_dir, projected)
+    out.show(_PlanShown(result, peak, job_dir, projected))
     for line in drawn:
-        click.echo(line, err=as_json)
+        out.step(line)
     if write_path is not None:
         written = _write_recommended(resolved, facts, result, write_path, check_fixed=check_fixes is not None)
-        click.echo(written, err=as_json)
+        out.step(written)
     # the verdict on the spec given: one that needed check's fixes would not have started
     raise SystemExit(EXIT_OK if result.fits and check_fixes is None else EXIT_FAILED)
+
+
+@dataclass(frozen=True)
+class _PlanShown:
+    """The plan; with --samples the measured start, with --job the projected job time."""
+
+    plan: Plan
+    peak: StartupPeak | None
+    job_dir: Path | None
+    projected: dict[str, Projection] | None
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.plan.to_json()
+        if self.peak is not None:
+            data["startup_peak"] = self.peak.to_json()
+        if self.projected is not None:
+            data["projection"] = {label: p.to_json() for label, p in self.projected.items()}
+        return data
+
+    def human(self, out: Human) -> None:
+        render_plan(self.plan, out.console())
+        if self.peak is not None:
+            render_startup_peak(self.peak, self.plan, out.console())
+        if self.job_dir is None:
+            return
+        if self.projected is None:
+            job_dir = self.job_dir
+            out.line(
+                f"no bench result in {job_dir}: `specpilot bench SPEC --prompts FILE --job {job_dir}` "
+                "measures the rates a projection of the job's time needs"
+            )
+            return
+        for name, projection in self.projected.items():
+            out.line(f"projected, {name}: {projection.line()}")
 
 
 def _apply_check_fixes(resolved: ResolvedSpec) -> tuple[Spec, str] | None:

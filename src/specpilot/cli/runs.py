@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import click
-from rich.console import Console
 from rich.table import Column, Table
 
-from specpilot import jsontext
-from specpilot.launch.runs import list_runs
+from specpilot.cli.output import Human, Output, json_option
+from specpilot.launch.runs import RunSummary, list_runs
 
 #: a name longer than this may still be cut on a narrow terminal (`--json` has it whole)
 NAME_MAX_SHOWN = 64
@@ -23,8 +25,8 @@ def _age(age_s: float | None) -> str:
 
 
 @click.command("runs")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
-def runs(as_json: bool) -> None:
+@json_option("Print a JSON list.")
+def runs(out: Output) -> None:
     """List the runs known on this machine (newest first): phase, endpoint, age.
 
     Read from ${SPECPILOT_HOME:-~/.specpilot}/runs; a local run whose process is gone
@@ -35,18 +37,25 @@ def runs(as_json: bool) -> None:
       specpilot runs
       specpilot runs --json
     """
-    found = list_runs()
-    if as_json:
-        click.echo(jsontext.dumps([run.to_json() for run in found], indent=2))
-        return
-    if not found:
-        click.echo("no runs yet (start one with `specpilot up SPEC`)")
-        return
-    table = Table("phase", "endpoint", "host", "age")
-    # names are what `status`/`logs`/`down` take: shown whole, other columns wrap first
-    # (a demo run and its bench run differ only after the 24th character)
-    widest = max(len(run.name) for run in found)
-    table.columns.insert(0, Column("name", no_wrap=True, min_width=min(widest, NAME_MAX_SHOWN)))
-    for run in found:
-        table.add_row(run.name, run.phase, run.endpoint or "-", run.target, _age(run.age_s))
-    Console().print(table)
+    out.show(_RunsShown(list_runs()))
+
+
+@dataclass(frozen=True)
+class _RunsShown:
+    found: list[RunSummary]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [run.to_json() for run in self.found]
+
+    def human(self, out: Human) -> None:
+        if not self.found:
+            out.line("no runs yet (start one with `specpilot up SPEC`)")
+            return
+        table = Table("phase", "endpoint", "host", "age")
+        # names are what `status`/`logs`/`down` take: shown whole, other columns wrap first
+        # (a demo run and its bench run differ only after the 24th character)
+        widest = max(len(run.name) for run in self.found)
+        table.columns.insert(0, Column("name", no_wrap=True, min_width=min(widest, NAME_MAX_SHOWN)))
+        for run in self.found:
+            table.add_row(run.name, run.phase, run.endpoint or "-", run.target, _age(run.age_s))
+        out.console().print(table)

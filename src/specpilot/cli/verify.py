@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from specpilot.cli.output import Human, Output, json_option
 from specpilot.errors import EXIT_FAILED
+
+if TYPE_CHECKING:
+    from specpilot.generate.job import Verified
 
 EXAMPLE_VERIFY = "\b\nExample:\n  specpilot verify out/ --json"
 
 
 @click.command("verify", epilog=EXAMPLE_VERIFY)
 @click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print what was found as JSON.")
-def verify(directory: Path, as_json: bool) -> None:
+@json_option("Print what was found as JSON.")
+def verify(directory: Path, out: Output) -> None:
     """Check every row of a job's parts against the checksum it was written with.
 
     A start checks only what a crash can touch (sizes, times, the last commit); this reads
@@ -25,14 +30,25 @@ def verify(directory: Path, as_json: bool) -> None:
     from specpilot.generate.job import verify_job
 
     verified = verify_job(directory)
-    if as_json:
-        click.echo(json.dumps(verified.to_json()))
-    else:
+    out.show(_VerifyShown(verified), indent=None)
+    if verified.requeued_rows:
+        raise click.exceptions.Exit(EXIT_FAILED)
+
+
+@dataclass(frozen=True)
+class _VerifyShown:
+    verified: Verified
+
+    def to_json(self) -> dict[str, Any]:
+        return self.verified.to_json()
+
+    def human(self, out: Human) -> None:
+        verified = self.verified
         for damaged in verified.damaged:
-            click.echo(f"{damaged.describe()}: taken out, queued again", err=True)
+            out.line(f"{damaged.describe()}: taken out, queued again", err=True)
         for part in verified.lost_parts:
-            click.echo(f"{part} is missing or cut short: its lost rows are queued again", err=True)
-        click.echo(
+            out.line(f"{part} is missing or cut short: its lost rows are queued again", err=True)
+        out.line(
             f"{verified.parts} parts, {verified.rows:,} rows checked; "
             + (
                 f"{verified.requeued_rows} rows queued again: run the same `specpilot generate` command "
@@ -41,5 +57,3 @@ def verify(directory: Path, as_json: bool) -> None:
                 else "every row is as it was written"
             )
         )
-    if verified.requeued_rows:
-        raise click.exceptions.Exit(EXIT_FAILED)

@@ -58,6 +58,28 @@ FORMATS_FIX = (
     "use JSON Lines (.jsonl, one row per line), Parquet (.parquet) or a datasets save_to_disk "
     'directory, with rows like {"prompt": "..."}; `specpilot generate --help` shows every row shape'
 )
+#: one example of each prompt row shape the reader accepts (`generate --help` and the README show them)
+ROW_SHAPES: dict[str, dict[str, object]] = {
+    "plain prompt": {"id": "q1", "prompt": "What is 2 + 2?"},
+    "OpenAI messages": {
+        "id": "q2",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Name a prime."},
+        ],
+    },
+    "ShareGPT": {"id": "q3", "conversations": [{"from": "human", "value": "Write a haiku about GPUs."}]},
+    "multi-turn (the target writes both assistant turns)": {
+        "id": "q4",
+        "messages": [
+            {"role": "user", "content": "Pick a number."},
+            {"role": "assistant", "content": "7"},
+            {"role": "user", "content": "Why that one?"},
+        ],
+    },
+}
+ROW_SHAPES_HELP = "\n".join(f"{label}:\n  {json.dumps(row)}" for label, row in ROW_SHAPES.items())
+
 ARROW_BATCH_ROWS = 4096
 HASH_CHUNK_BYTES = 1 << 20
 #: a JSONL line longer than this is refused rather than read whole into memory

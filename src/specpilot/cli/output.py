@@ -1,0 +1,79 @@
+"""One output sink per command: `--json` picks the form once, here, not in each command.
+
+A command builds a result object (its JSON form and its rendering for a person) and hands
+it to `Output.show`: under `--json` stdout holds that one JSON object and nothing else; for
+a person the object renders itself. Progress lines ("steps") go through the sink too: to
+stdout for a person, to stderr under `--json`, so they never mix with the object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NoReturn, Protocol
+
+import click
+from rich.console import Console
+
+from specpilot import jsontext
+from specpilot.errors import SpecpilotError
+
+
+class Human:
+    """Where a result's rendering for a person goes: plain lines or a Rich console, on stdout
+    unless `err`. Reached only through `Result.human`, so a JSON run never prints it."""
+
+    def line(self, text: str = "", *, err: bool = False) -> None:
+        # click.echo, not Rich: a plain line is never wrapped, nor its brackets read as markup
+        click.echo(text, err=err)
+
+    def console(self, *, err: bool = False, **options: Any) -> Console:
+        return Console(stderr=err, **options)
+
+
+class Result(Protocol):
+    """What a command shows: its JSON form and its rendering for a person."""
+
+    def to_json(self) -> Any: ...
+
+    def human(self, out: Human) -> None: ...
+
+
+class Output:
+    """The sink of one command, chosen from its `--json` flag."""
+
+    def __init__(self, as_json: bool) -> None:
+        self._json = as_json
+
+    def show(self, result: Result, *, indent: int | None = 2) -> None:
+        """The result: one JSON object on stdout (strict JSON, `jsontext`), or its rendering."""
+        if self._json:
+            click.echo(jsontext.dumps(result.to_json(), indent=indent))
+        else:
+            result.human(Human())
+
+    def step(self, text: str) -> None:
+        """A progress line: stdout for a person, stderr under --json."""
+        click.echo(text, err=self._json)
+
+    @property
+    def steps(self) -> Console:
+        """A Rich console on the steps' stream, for steps with markup or a library's `say`."""
+        return Console(stderr=self._json)
+
+    def note(self, text: str) -> None:
+        """A line beside the result in both forms (a warning, where a page is served): stderr."""
+        click.echo(text, err=True)
+
+    def fail(self, err: SpecpilotError, **context: str) -> NoReturn:
+        """A failure the caller reads from stdout under --json: the object {exit_code, message,
+        **context} there; then, in both forms, the error's one line and its exit code."""
+        if self._json:
+            click.echo(jsontext.dumps({"exit_code": err.exit_code, "message": str(err), **context}))
+        raise err
+
+
+def json_option(help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """The `--json` flag, handed to the command as its sink: a parameter `out: Output`."""
+    return click.option(
+        "--json", "out", is_flag=True, help=help_text, callback=lambda ctx, param, value: Output(bool(value))
+    )
