@@ -49,7 +49,7 @@ def test_a_winner_is_charted_written_and_exits_0(tmp_path: Path) -> None:
     assert finished.svg_path == tmp_path / "job" / "bench.svg" and finished.svg_path.read_text().startswith(
         "<svg"
     )
-    assert finished.best_path == best
+    assert finished.best_path == best and finished.bench_path == tmp_path / "job" / "bench.json"
     written = tomllib.loads(best.read_text())
     assert written["name"] == "fin" and written["engine"]["args"] == ["--max-running-requests", "8"]
     assert finished.exit_code() == 0

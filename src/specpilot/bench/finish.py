@@ -11,7 +11,7 @@ from typing import Any
 from specpilot.bench.render import render_svg
 from specpilot.bench.run import SVG_FILE, BenchRequest, BenchResult, write_best
 from specpilot.errors import EXIT_FAILED, UserError
-from specpilot.projection import Projection, project, read_bench
+from specpilot.projection import BENCH_FILE, Projection, project, read_bench
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,8 @@ class BenchFinish:
     result: BenchResult
     #: the whole input on the request's GPUs at the winner's measured rate (None: no winner)
     projection: Projection | None
+    #: the result (bench.json) and its chart (bench.svg)
+    bench_path: Path
     svg_path: Path
     #: where the winner's spec was written (None: no winner, or nowhere asked)
     best_path: Path | None
@@ -50,4 +52,4 @@ def finish_bench(result: BenchResult, request: BenchRequest, write_path: Path | 
     if write_path is not None and result.winner is not None:
         write_best(result, write_path)
         best_path = write_path
-    return BenchFinish(result, projection, svg_path, best_path)
+    return BenchFinish(result, projection, request.job_dir / BENCH_FILE, svg_path, best_path)

@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
-from specpilot import jsontext
+from specpilot.cli.output import Human, Output, json_option
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.errors import JobFailed, UserError
 from specpilot.generate.sampling import Sampling
+
+if TYPE_CHECKING:
+    from specpilot.bench.finish import BenchFinish
 
 #: as a shell reports a process ended by SIGINT
 EXIT_INTERRUPTED = 130
@@ -112,7 +116,7 @@ def _check_writable(path: Path) -> None:
     default=None,
     help="Write the winning variant's spec here (never over an existing file).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("Print the result as JSON.")
 def bench(
     spec_path: str,
     prompts_path: Path,
@@ -126,7 +130,7 @@ def bench(
     progress_interval_s: float,
     gpus: int | None,
     write_path: Path | None,
-    as_json: bool,
+    out: Output,
 ) -> None:
     """Search the configurations on the job's own prompts; pick the one that finishes first.
 
@@ -139,7 +143,6 @@ def bench(
     points stay in the table with the reason.
     """
     from specpilot.bench.finish import finish_bench
-    from specpilot.bench.render import render_table, winner_line
     from specpilot.bench.run import BenchRequest, check_budget, plan_settings, run_bench
     from specpilot.bench.variants import default_variants, parse_variants
     from specpilot.generate.rows.inputs import check_output_dir
@@ -186,18 +189,29 @@ def bench(
         _say("interrupted: every server this bench started is stopped")
         sys.exit(EXIT_INTERRUPTED)
     finished = finish_bench(result, request, write_path)
-    if as_json:
-        click.echo(jsontext.dumps(finished.to_json()))
-    else:
-        wide = Console()
-        # a table of nine columns: wrapped at 80 columns its numbers break apart
-        console = wide if wide.is_terminal else Console(width=max(wide.width, 140))
-        render_table(result, console)
-        # the winner's line carries its projection: the whole job, waves and tail, on --gpus
-        console.print(winner_line(result))
-        console.print(f"result: {job_dir / 'bench.json'}  chart: {finished.svg_path}")
-        if finished.best_path is not None:
-            console.print(f"wrote the winning spec to {finished.best_path}")
+    out.show(_BenchShown(finished), indent=None)
     code = finished.exit_code()
     if code:
         sys.exit(code)
+
+
+@dataclass(frozen=True)
+class _BenchShown:
+    finished: BenchFinish
+
+    def to_json(self) -> dict[str, Any]:
+        return self.finished.to_json()
+
+    def human(self, out: Human) -> None:
+        from specpilot.bench.render import render_table, winner_line
+
+        finished, result = self.finished, self.finished.result
+        wide = out.console()
+        # a table of nine columns: wrapped at 80 columns its numbers break apart
+        console = wide if wide.is_terminal else out.console(width=max(wide.width, 140))
+        render_table(result, console)
+        # the winner's line carries its projection: the whole job, waves and tail, on --gpus
+        console.print(winner_line(result))
+        console.print(f"result: {finished.bench_path}  chart: {finished.svg_path}")
+        if finished.best_path is not None:
+            console.print(f"wrote the winning spec to {finished.best_path}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -14,13 +15,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from specpilot import jsontext
+from specpilot.cli.output import Human, Output, json_option
 from specpilot.cli.params import FiniteFloat
 from specpilot.engines.fix import Fix
 from specpilot.errors import JobFailed, UserError
 from specpilot.launch.ops import (
     LOGS_TIMEOUT_S,
     STATUS_TIMEOUT_S,
+    RunStatus,
     run_down,
     run_status,
     stream_log,
@@ -40,16 +42,13 @@ from specpilot.launch.up import (
     SettleOptions,
     Starting,
     UpEvent,
+    UpRun,
     port_refusal,
     port_taken,
     run_up,
 )
 from specpilot.progress import ProgressLines, stderr_is_terminal
 from specpilot.spec import load_spec
-
-
-def _print_json(data: dict[str, Any]) -> None:
-    click.echo(jsontext.dumps(data, indent=2))
 
 
 def _fix_lines(fix: Fix) -> list[str]:
@@ -116,11 +115,13 @@ def _render_result(result: UpResult, console: Console) -> None:
 
 
 class _UpView:
-    """`up`'s terminal: each step of the start as it happens (with --json only the lines a log
-    needs, the JSON comes at the end). A context: a live line left open is closed on the way out."""
+    """`up`'s steps as they happen, on the sink's step stream (stdout for a person, stderr under
+    --json): check's warnings, each start's live line and outcome, each re-plan. A context: a live
+    line left open is closed on the way out."""
 
-    def __init__(self, as_json: bool, console: Console) -> None:
-        self.as_json, self.console = as_json, console
+    def __init__(self, out: Output) -> None:
+        self.out = out
+        self.console = out.steps
         self.name = ""
         self.live: Live | None = None
         self.lines: ProgressLines | None = None
@@ -139,8 +140,8 @@ class _UpView:
     def __call__(self, event: UpEvent) -> None:
         match event:
             case Note(line):
-                click.echo(line, err=True)
-            case Preflighted(pre) if not self.as_json:
+                self.out.note(line)
+            case Preflighted(pre):
                 for warning in pre.warnings:
                     self.console.print(f"[yellow]warning[/]: {warning}")
                 for args, why in pre.added:
@@ -156,9 +157,9 @@ class _UpView:
             case Settled(result):
                 self._end_start()
                 # a port in use before the start is bad input: `up` says so once it returns
-                if not self.as_json and not port_taken(result):
+                if not port_taken(result):
                     _render_result(result, self.console)
-            case NoReplan() | Replanned() if not self.as_json:
+            case NoReplan() | Replanned():
                 self._replan(event)
 
     def _starting(self, name: str, target: str) -> None:
@@ -166,7 +167,7 @@ class _UpView:
         if not stderr_is_terminal():
             # a log or a pipe: a line per phase and every PROGRESS_EVERY_S, with the last log line
             self.lines = ProgressLines(f"up {name}")
-        elif not self.as_json:
+        else:
             line = Text(f"{name}: shipping and starting on {target}")
             self.live = Live(line, console=self.console, refresh_per_second=8, transient=True)
             self.live.start()
@@ -199,9 +200,9 @@ class _UpView:
     "plan, plan again from the numbers it printed and start again, at most N times. Off by "
     "default: it changes your flags (each change is printed).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+@json_option("Print one JSON object at the end.")
 @click.pass_context
-def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bool) -> None:
+def up(ctx: click.Context, spec_path: str, force: bool, replan: int, out: Output) -> None:
     """Start the spec's server under supervision and wait until it is ready or failed.
 
     A fleet file (a [fleet] table: one server spec on many hosts) starts every member
@@ -229,10 +230,10 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
                 fix="start the server spec alone with them first, then the fleet without",
             )
 
-        ctx.exit(fleet_up(spec_path, as_json))
+        ctx.exit(fleet_up(spec_path, out))
     spec = load_spec(spec_path)
     check_run_name(spec.name)
-    view = _UpView(as_json, Console())
+    view = _UpView(out)
     # SIGTERM and SIGHUP (the SSH session closed) end it as Ctrl-C does: what started is stopped
     try:
         with ending_signals(), view:
@@ -241,14 +242,27 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
         left = asyncio.run(stop_started([spec.name]))  # the start's loop ended with the interrupt
         if left:
             raise JobFailed("; ".join(left) + " (stopping the interrupted start)") from None
-        click.echo(f"interrupted: {spec.name} is stopped", err=True)
+        out.note(f"interrupted: {spec.name} is stopped")
         ctx.exit(130)
     refused = port_refusal(run.result, run.spec.server.port)
     if refused is not None:
         raise refused
-    if as_json:
-        _print_json(run.to_json())
+    out.show(_UpShown(run))
     ctx.exit(0 if run.result.phase == "ready" else 1)
+
+
+@dataclass(frozen=True)
+class _UpShown:
+    """The last start and the re-plans; for a person nothing more: each start was shown as it
+    settled, each re-plan as it was made."""
+
+    run: UpRun
+
+    def to_json(self) -> dict[str, Any]:
+        return self.run.to_json()
+
+    def human(self, out: Human) -> None:
+        pass
 
 
 #: --timeout-s of `status` and `logs`: more than 0, at most a day
@@ -266,9 +280,9 @@ TIMEOUT_S = FiniteFloat(min=0.0, max=86_400.0, min_open=True)
     help="Wait this long for the endpoint's answer; a busy engine that answers later is shown "
     "as 'slow to answer (N s)'.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@json_option("Print a JSON object.")
 @click.pass_context
-def status(ctx: click.Context, name: str, lines: int, timeout_s: float, as_json: bool) -> None:
+def status(ctx: click.Context, name: str, lines: int, timeout_s: float, out: Output) -> None:
     """Phase, pid, uptime, endpoint answer and the last log lines of a run.
 
     Exit 0 when the process is alive and its endpoint answers 200, else 1 (a slow
@@ -283,12 +297,22 @@ def status(ctx: click.Context, name: str, lines: int, timeout_s: float, as_json:
     if is_fleet(name):
         from specpilot.cli.fleet import fleet_status
 
-        ctx.exit(fleet_status(name, as_json))
+        ctx.exit(fleet_status(name, out))
     result = asyncio.run(run_status(check_run_name(name), lines=lines, timeout_s=timeout_s))
-    if as_json:
-        _print_json(result.to_json())
-    else:
-        console = Console()
+    out.show(_StatusShown(name, result))
+    ctx.exit(0 if result.serving else 1)
+
+
+@dataclass(frozen=True)
+class _StatusShown:
+    name: str
+    result: RunStatus
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result.to_json()
+
+    def human(self, out: Human) -> None:
+        name, result, console = self.name, self.result, out.console()
         alive = "[green]alive[/]" if result.alive else "[red]not running[/]"
         uptime = f"up {result.uptime_s:.0f} s" if result.uptime_s is not None else ""
         console.print(f"[bold]{name}[/]  {result.phase}  pid {result.pid} {alive}  {uptime}")
@@ -312,7 +336,6 @@ def status(ctx: click.Context, name: str, lines: int, timeout_s: float, as_json:
         console.print(f"endpoint {result.endpoint}  {answer}  model {result.served_model_name}")
         if result.last_lines:
             console.print(Panel(Text("\n".join(result.last_lines)), title="last lines"))
-    ctx.exit(0 if result.serving else 1)
 
 
 @click.command("logs")
@@ -359,9 +382,9 @@ def logs(name: str, follow: bool, timeout_s: float) -> None:
     show_default=True,
     help="SIGKILL what is left of the run after this long.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@json_option("Print a JSON object.")
 @click.pass_context
-def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None:
+def down(ctx: click.Context, name: str, timeout_s: float, out: Output) -> None:
     """Stop a run: SIGTERM to its process group, SIGKILL after --timeout-s.
 
     Only processes provably the run's are signalled (its group while the engine lives, or
@@ -377,16 +400,26 @@ def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None
     if is_fleet(name):
         from specpilot.cli.fleet import fleet_down
 
-        ctx.exit(fleet_down(name, as_json))
+        ctx.exit(fleet_down(name, out))
     result = asyncio.run(run_down(check_run_name(name), timeout_s=timeout_s))
-    if as_json:
-        _print_json(result)
-    else:
+    out.show(_DownShown(name, result))
+    ctx.exit(1 if result["phase"] == "stop_failed" or result["stopped"] == "unproven" else 0)
+
+
+@dataclass(frozen=True)
+class _DownShown:
+    name: str
+    result: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result
+
+    def human(self, out: Human) -> None:
+        name, result = self.name, self.result
         how = STOP_OUTCOMES.get(result["stopped"], f"stop ended with {result['stopped']!r}")
-        click.echo(f"{name}: process group {result['pid']} {how.replace('PGID', str(result['pid']))}")
+        out.line(f"{name}: process group {result['pid']} {how.replace('PGID', str(result['pid']))}")
         if result.get("survivors"):
-            click.echo(f"{name}: still alive: pid {' '.join(map(str, result['survivors']))}")
+            out.line(f"{name}: still alive: pid {' '.join(map(str, result['survivors']))}")
         if result.get("unproven"):
             pids = " ".join(map(str, result["unproven"]))
-            click.echo(f"{name}: not signalled (not provably the run's): pid {pids}")
-    ctx.exit(1 if result["phase"] == "stop_failed" or result["stopped"] == "unproven" else 0)
+            out.line(f"{name}: not signalled (not provably the run's): pid {pids}")
