@@ -115,13 +115,14 @@ def _render_result(result: UpResult, console: Console) -> None:
 
 
 class _UpView:
-    """`up`'s steps as they happen, on the sink's step stream (stdout for a person, stderr under
-    --json): check's warnings, each start's live line and outcome, each re-plan. A context: a live
-    line left open is closed on the way out."""
+    """`up`'s steps as they happen, for a person (the sink's `human_steps`; under --json the
+    object at the end says it all): check's warnings, each start's live line and outcome, each
+    re-plan. Off a terminal a line per phase on stderr, in both forms. A context: a live line
+    left open is closed on the way out."""
 
     def __init__(self, out: Output) -> None:
         self.out = out
-        self.console = out.steps
+        self.console = out.human_steps
         self.name = ""
         self.live: Live | None = None
         self.lines: ProgressLines | None = None
@@ -141,11 +142,6 @@ class _UpView:
         match event:
             case Note(line):
                 self.out.note(line)
-            case Preflighted(pre):
-                for warning in pre.warnings:
-                    self.console.print(f"[yellow]warning[/]: {warning}")
-                for args, why in pre.added:
-                    self.console.print(f"adds {' '.join(args)}: {why}")
             case Starting(spec):
                 self._starting(spec.name, spec.host.target)
             case Phase(phase, elapsed_s, last):
@@ -157,34 +153,40 @@ class _UpView:
             case Settled(result):
                 self._end_start()
                 # a port in use before the start is bad input: `up` says so once it returns
-                if not port_taken(result):
+                if self.console is not None and not port_taken(result):
                     _render_result(result, self.console)
-            case NoReplan() | Replanned():
-                self._replan(event)
+            case _ if self.console is not None:
+                _say_step(event, self.console)
 
     def _starting(self, name: str, target: str) -> None:
         self.name = name
         if not stderr_is_terminal():
             # a log or a pipe: a line per phase and every PROGRESS_EVERY_S, with the last log line
             self.lines = ProgressLines(f"up {name}")
-        else:
+        elif self.console is not None:
             line = Text(f"{name}: shipping and starting on {target}")
             self.live = Live(line, console=self.console, refresh_per_second=8, transient=True)
             self.live.start()
 
-    def _replan(self, event: NoReplan | Replanned) -> None:
-        console = self.console
-        match event:
-            case NoReplan(reason, "off"):
-                console.print(f"[dim]{reason}: `up --replan 1` plans again from the engine's numbers[/]")
-            case NoReplan(_, "cannot_calibrate", error):
-                console.print(f"[yellow]no re-plan[/]: {error}")
-            case NoReplan(_, "same_flags"):
-                console.print("[yellow]no re-plan[/]: the engine's own numbers give the flags that ran")
-            case Replanned(number, allowed, reason, change):
-                console.print(f"[bold]re-plan {number} of {allowed}[/]: {reason}")
-                for line in (*change.reasons, *change.changes):
-                    console.print(f"  {line}")
+
+def _say_step(event: UpEvent, console: Console) -> None:
+    """Check's warnings and flags added before a start; why a start is re-planned or not."""
+    match event:
+        case Preflighted(pre):
+            for warning in pre.warnings:
+                console.print(f"[yellow]warning[/]: {warning}")
+            for args, why in pre.added:
+                console.print(f"adds {' '.join(args)}: {why}")
+        case NoReplan(reason, "off"):
+            console.print(f"[dim]{reason}: `up --replan 1` plans again from the engine's numbers[/]")
+        case NoReplan(_, "cannot_calibrate", error):
+            console.print(f"[yellow]no re-plan[/]: {error}")
+        case NoReplan(_, "same_flags"):
+            console.print("[yellow]no re-plan[/]: the engine's own numbers give the flags that ran")
+        case Replanned(number, allowed, reason, change):
+            console.print(f"[bold]re-plan {number} of {allowed}[/]: {reason}")
+            for line in (*change.reasons, *change.changes):
+                console.print(f"  {line}")
 
 
 @click.command("up")
