@@ -167,8 +167,12 @@ def test_repair_restarts_a_dead_member_and_registers_it_again(
 ) -> None:
     path = make_fleet([{"target": "local", "gpus": 2}])
     downs.append("fl")
-    code, out = up_json(path)
-    assert code == 0, out
+    up = run("up", str(path), "--json")
+    assert up.exit_code == 0, up.output
+    # under --json the members' progress is on stderr (it was dropped), the object alone on stdout
+    out: dict[str, object] = json.loads(up.stdout)
+    assert out["registered"] == 2
+    assert "fl-1 on local: ready, registered as" in up.stderr, up.stderr
     dead = json.loads((run_home.parent / "state" / "runs" / "fl-1" / "state.json").read_text())
     os.killpg(int(dead["pgid"]), signal.SIGKILL)
     before = json.loads(run("status", "fl", "--json").stdout)["members"]
@@ -178,6 +182,7 @@ def test_repair_restarts_a_dead_member_and_registers_it_again(
     assert repaired.exit_code == 0, repaired.output
     actions = {m["name"]: m["action"] for m in json.loads(repaired.stdout)["members"]}
     assert actions == {"fl-0": "ok", "fl-1": "restarted"}
+    assert "fl-1: ready again and registered as" in repaired.stderr, repaired.stderr
     after = json.loads((run_home.parent / "state" / "runs" / "fl-1" / "state.json").read_text())
     assert after["phase"] == "ready" and after["pid"] != dead["pid"]
     listed = router_workers(str(out["router_url"]))

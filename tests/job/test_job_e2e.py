@@ -182,6 +182,20 @@ def test_a_plan_that_does_not_fit_stops_the_job_before_any_start(
     assert not (run_home.parent / "state" / "runs").exists()  # nothing was started
 
 
+def test_a_failed_stage_under_json_is_one_object_on_stdout_and_its_line_on_stderr(
+    make_job: JobFactory, run_home: Path
+) -> None:
+    """A script reads the failure from stdout; a person watching stderr sees the same one
+    line as without --json (it was missing there)."""
+    job = make_job(gpu_memory_gib=0.5)
+    result = run("job", str(job), "--json")
+    assert result.exit_code == 1, result.output
+    shown = json.loads(result.stdout)
+    assert shown["exit_code"] == 1 and shown["output"] == str(job.parent / "out")
+    assert shown["message"].startswith("the plan does not fit")
+    assert result.stderr.splitlines()[-1] == f"error: {shown['message']}"
+
+
 REPO = Path(__file__).resolve().parents[2]
 H200_LOGS = REPO / "tests" / "data" / "startup_logs" / "sglang-h200"
 

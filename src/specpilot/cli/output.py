@@ -3,7 +3,9 @@
 A command builds a result object (its JSON form and its rendering for a person) and hands
 it to `Output.show`: under `--json` stdout holds that one JSON object and nothing else; for
 a person the object renders itself. Progress lines ("steps") go through the sink too: to
-stdout for a person, to stderr under `--json`, so they never mix with the object.
+stdout for a person, to stderr under `--json`, so they never mix with the object; a note
+(a warning, a status page's address, a job's stages) is on stderr in both forms.
+`tests/core/test_one_sink.py` holds the other modules of `cli/` to this.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ class Output:
         self._json = as_json
 
     def show(self, result: Result, *, indent: int | None = 2) -> None:
-        """The result: one JSON object on stdout (strict JSON, `jsontext`), or its rendering."""
+        """The result: one JSON object on stdout (strict JSON, `jsontext`; `indent=None`: on one
+        line, as `fleet-repair --watch` prints one per pass), or its rendering."""
         if self._json:
             click.echo(jsontext.dumps(result.to_json(), indent=indent))
         else:
