@@ -117,7 +117,7 @@ class UpRun:
         return {**self.result.to_json(), "replans": [r.to_json() for r in self.replans]}
 
 
-def refusal(spec: Spec, pre: Preflight) -> UpResult:
+def _refusal(spec: Spec, pre: Preflight) -> UpResult:
     """Nothing was started: phase `refused`, with the reason (config or oom) as the cause."""
     return UpResult(
         name=spec.name,
@@ -158,7 +158,7 @@ async def start_until_settled(spec: Spec, options: SettleOptions, on_event: OnEv
         pre = run_preflight(spec, files)
         on_event(Preflighted(pre))
         if pre.errors and not (options.force and not replans):
-            result = refusal(spec, pre)
+            result = _refusal(spec, pre)
         else:
             result = await _start(launch_spec(spec, pre), pre, on_event)
         on_event(Settled(result))
