@@ -16,11 +16,6 @@ from pathlib import Path
 CLI = Path(__file__).resolve().parents[2] / "src" / "specpilot" / "cli"
 #: the sink itself
 SINK = "output.py"
-#: module -> why it still decides for itself (being moved onto the sink on another branch)
-ALLOWED: dict[str, str] = {
-    "up.py": "up/status/down: moved onto the sink with the replan loop's move out of the CLI",
-    "bench.py": "bench: moved onto the sink with its post-processing's move out of the CLI",
-}
 #: modules whose `dump`/`dumps` write JSON
 JSON_MODULES = {"json", "jsontext", "specpilot.jsontext"}
 
@@ -65,16 +60,10 @@ def _deciding(path: Path) -> list[str]:
 
 
 def test_no_command_decides_what_json_prints() -> None:
-    modules = sorted(p for p in CLI.glob("*.py") if p.name != SINK and p.name not in ALLOWED)
+    modules = sorted(p for p in CLI.glob("*.py") if p.name != SINK)
     assert len(modules) > 10, "the cli folder moved: this test reads nothing"
     found = [f"cli/{path.name}:{where}" for path in modules for where in _deciding(path)]
     assert not found, "a command decides its --json output itself: " + "; ".join(found)
-
-
-def test_the_allowed_modules_still_need_it() -> None:
-    """An allowance whose module no longer decides for itself is taken out (else it hides a relapse)."""
-    stale = [name for name in ALLOWED if not (CLI / name).exists() or not _deciding(CLI / name)]
-    assert not stale, f"remove from ALLOWED: {stale}"
 
 
 def test_the_check_sees_what_it_looks_for(tmp_path: Path) -> None:

@@ -104,3 +104,24 @@ def test_a_failure_under_json_is_an_object_on_stdout_and_the_same_one_line() -> 
     }
     assert as_json.stderr.splitlines()[-1] == human.stderr.splitlines()[-1] == line
     assert human.stdout == "step one\nstep two\n"
+
+
+@click.command("watch")
+@json_option("Print one JSON object.")
+def watch(out: Output) -> None:
+    console = out.human_steps
+    if console is not None:
+        console.print("[bold]watching[/] the start")
+    out.show(Answer(1.0))
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_human_steps_are_for_a_person_only(as_json: bool) -> None:
+    """What a person watches as it happens (`up`'s live line, each start's outcome) is on stdout
+    for a person and nowhere under --json: not even stderr, which a log of the object keeps."""
+    result = CliRunner().invoke(watch, ["--json"] if as_json else [], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert ("watching the start\n" in result.stdout) == (not as_json)
+    assert "watching" not in result.stderr
+    if as_json:
+        assert json.loads(result.stdout) == {"value": 1.0, "unit": "GiB"}

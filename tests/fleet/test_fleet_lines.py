@@ -13,6 +13,7 @@ import pytest
 import specpilot.fleet.spec as fleet_spec
 import specpilot.fleet.up as fleet_up_module
 from specpilot.cli.fleet import fleet_up
+from specpilot.cli.output import Output
 from specpilot.fleet.up import FleetOutcome, MemberOutcome
 
 SAID = (
@@ -34,5 +35,5 @@ def test_a_progress_line_is_printed_whole(
     monkeypatch.setattr(fleet_spec, "load_fleet", lambda path: object())
     monkeypatch.setattr(fleet_up_module, "fleet_up", bring_up)
     assert len(SAID) > 80
-    assert fleet_up("fleet.toml", as_json) == 0
+    assert fleet_up("fleet.toml", Output(as_json)) == 0
     assert capsys.readouterr().err.splitlines()[0] == SAID

@@ -41,6 +41,7 @@ def test_the_bench_winner_is_what_the_job_starts(
     # the search's points are configurations at running-request caps (label@cap)
     assert bench["winner"].startswith("NEXTN-2@")
     assert {v["label"].split("@")[0] for v in bench["table"]} == {"plain", "NEXTN-2"}
+    assert (tmp_path / "out" / "bench.svg").is_file()  # charted as `specpilot bench` charts it
     started = data["stages"]["up"]["evidence"]["args"]
     winner_argv = next(v["argv"] for v in bench["table"] if v["label"] == bench["winner"])
     assert started[: len(winner_argv)] == winner_argv  # the winner's flags (+ what up adds)

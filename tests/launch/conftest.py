@@ -111,7 +111,7 @@ def memory_host(monkeypatch: pytest.MonkeyPatch) -> MemoryHost:
     `down` and `runs` open it instead of this machine; a spawned stand-in plays its scenario
     there, with no process."""
     host = MemoryHost(target="local")
-    for opener in ("specpilot.cli.up.open_host_section", "specpilot.launch.shield.open_host_section"):
+    for opener in ("specpilot.launch.up.open_host_section", "specpilot.launch.shield.open_host_section"):
         monkeypatch.setattr(opener, lambda section: host)
     monkeypatch.setattr("specpilot.launch.ops.host_for", lambda state: host)
     return host

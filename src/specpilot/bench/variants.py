@@ -26,6 +26,7 @@ from specpilot.errors import UserError
 from specpilot.launch.preflight import Preflight, run_preflight
 from specpilot.models.host_files import ModelRead
 from specpilot.plan.compare import without_speculation
+from specpilot.plan.fraction import FRACTION_STEP, LOWEST_FRACTION
 from specpilot.plan.serving import serving_args
 from specpilot.plan.types import Plan
 from specpilot.spec import Spec
@@ -252,16 +253,11 @@ def prepare(spec: Spec, variant: Variant, name: str, files: ModelRead | None = N
     return _serving(variant, point, final.plan, recommended)
 
 
-#: how far below the configuration's fraction a lower cap is tried, and in what steps
-FRACTION_STEP = 0.01
-LOWEST_FRACTION = 0.5
-
-
 def _stepped_down(
     point: ResolvedSpec, pre: Preflight, recommended: tuple[str, ...], table: ReleaseTable
 ) -> tuple[ResolvedSpec, Preflight, tuple[str, ...]]:
     """`point` at the highest fraction below its own whose plan fits (or as it was, with its
-    refusal, when none does)."""
+    refusal, when none does), down to LOWEST_FRACTION in FRACTION_STEPs."""
     spec = point.spec
     flag = table.by_spelling.get(engine_by_name(spec.engine.name).draft.memory_fraction_flag)
     use = None if flag is None else read_argv(table, spec.engine.args).last(flag.dest)

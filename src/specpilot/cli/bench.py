@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
-from specpilot import jsontext
+from specpilot.cli.output import Human, Output, json_option
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
-from specpilot.errors import EXIT_FAILED, JobFailed, UserError
+from specpilot.errors import JobFailed, UserError
 from specpilot.generate.sampling import Sampling
+
+if TYPE_CHECKING:
+    from specpilot.bench.finish import BenchFinish
 
 #: as a shell reports a process ended by SIGINT
 EXIT_INTERRUPTED = 130
@@ -112,7 +116,7 @@ def _check_writable(path: Path) -> None:
     default=None,
     help="Write the winning variant's spec here (never over an existing file).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("Print the result as JSON.")
 def bench(
     spec_path: str,
     prompts_path: Path,
@@ -126,7 +130,7 @@ def bench(
     progress_interval_s: float,
     gpus: int | None,
     write_path: Path | None,
-    as_json: bool,
+    out: Output,
 ) -> None:
     """Search the configurations on the job's own prompts; pick the one that finishes first.
 
@@ -138,13 +142,12 @@ def bench(
     is the whole input's wall time, waves and tail included. Refused, failed or unreached
     points stay in the table with the reason.
     """
-    from specpilot.bench.render import render_svg, render_table, winner_line
-    from specpilot.bench.run import SVG_FILE, BenchRequest, check_budget, plan_settings, run_bench, write_best
+    from specpilot.bench.finish import finish_bench
+    from specpilot.bench.run import BenchRequest, check_budget, plan_settings, run_bench
     from specpilot.bench.variants import default_variants, parse_variants
     from specpilot.generate.rows.inputs import check_output_dir
     from specpilot.launch.shield import ending_signals, stop_started
     from specpilot.launch.state import check_run_name
-    from specpilot.projection import project, read_bench
     from specpilot.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -185,30 +188,30 @@ def bench(
             raise JobFailed("; ".join(left) + " (stopping what the bench started)") from None
         _say("interrupted: every server this bench started is stopped")
         sys.exit(EXIT_INTERRUPTED)
-    (job_dir / SVG_FILE).write_text(render_svg(result), encoding="utf-8")
-    outcome = read_bench(job_dir)  # the projection reads bench.json as plan and report do
-    projection = project(outcome.input_rows, outcome.rates, gpus) if outcome is not None else None
-    if write_path is not None and result.winner is not None:
-        write_best(result, write_path)
-    if as_json:
-        click.echo(
-            jsontext.dumps({**result.data, "projection": projection.to_json() if projection else None})
-        )
-    else:
-        wide = Console()
+    finished = finish_bench(result, request, write_path)
+    out.show(_BenchShown(finished), indent=None)
+    code = finished.exit_code()
+    if code:
+        sys.exit(code)
+
+
+@dataclass(frozen=True)
+class _BenchShown:
+    finished: BenchFinish
+
+    def to_json(self) -> dict[str, Any]:
+        return self.finished.to_json()
+
+    def human(self, out: Human) -> None:
+        from specpilot.bench.render import render_table, winner_line
+
+        finished, result = self.finished, self.finished.result
+        wide = out.console()
         # a table of nine columns: wrapped at 80 columns its numbers break apart
-        console = wide if wide.is_terminal else Console(width=max(wide.width, 140))
+        console = wide if wide.is_terminal else out.console(width=max(wide.width, 140))
         render_table(result, console)
         # the winner's line carries its projection: the whole job, waves and tail, on --gpus
         console.print(winner_line(result))
-        console.print(f"result: {job_dir / 'bench.json'}  chart: {job_dir / SVG_FILE}")
-        if write_path is not None and result.winner is not None:
-            console.print(f"wrote the winning spec to {write_path}")
-    if not result.started:
-        raise UserError(
-            "no point could be started, so nothing was measured (the table says why for each)",
-            field="--budget-s",
-            fix="raise --budget-s, or pass --variants that check and plan accept",
-        )
-    if result.winner is None:
-        sys.exit(EXIT_FAILED)
+        console.print(f"result: {finished.bench_path}  chart: {finished.svg_path}")
+        if finished.best_path is not None:
+            console.print(f"wrote the winning spec to {finished.best_path}")

@@ -22,12 +22,11 @@ if TYPE_CHECKING:
 # Rich console wrapped them at 80 columns off a terminal and read brackets as markup).
 
 
-def fleet_up(path: str, as_json: bool) -> int:
+def fleet_up(path: str, out: Output) -> int:
     from specpilot.fleet.spec import load_fleet
     from specpilot.fleet.up import fleet_up as bring_up
 
     fleet = load_fleet(path)
-    out = Output(as_json)
     outcome = asyncio.run(bring_up(fleet, out.note))
     out.show(_FleetUpShown(outcome))
     return EXIT_OK if outcome.registered else EXIT_FAILED
@@ -65,11 +64,11 @@ class _FleetUpShown:
             console.print(f"[bold red]fleet {outcome.name}[/]: no member became ready; router stopped")
 
 
-def fleet_status(name: str, as_json: bool) -> int:
+def fleet_status(name: str, out: Output) -> int:
     from specpilot.fleet.ops import fleet_status as status
 
     result = asyncio.run(status(name))
-    Output(as_json).show(_FleetStatusShown(name, result))
+    out.show(_FleetStatusShown(name, result))
     return EXIT_OK if result.healthy else EXIT_FAILED
 
 
@@ -96,11 +95,11 @@ class _FleetStatusShown:
             console.print(f"  {m.name}  {m.target}  {m.phase}  {serving}  {routed}", soft_wrap=True)
 
 
-def fleet_down(name: str, as_json: bool) -> int:
+def fleet_down(name: str, out: Output) -> int:
     from specpilot.fleet.ops import fleet_down as down
 
     result = asyncio.run(down(name))
-    Output(as_json).show(_FleetDownShown(name, result))
+    out.show(_FleetDownShown(name, result))
     failed = any(m.get("phase") == "stop_failed" for m in result["members"]) or result["router"] == "survived"
     return EXIT_FAILED if failed else EXIT_OK
 

@@ -63,6 +63,12 @@ class Output:
         """A Rich console on the steps' stream, for steps with markup or a library's `say`."""
         return Console(stderr=self._json)
 
+    @property
+    def human_steps(self) -> Console | None:
+        """A Rich console on stdout for what a person watches as it happens and the JSON form
+        leaves out (`up`'s live line, each start's outcome, check's warnings); None under --json."""
+        return None if self._json else Console()
+
     def note(self, text: str) -> None:
         """A line beside the result in both forms (a warning, where a page is served): stderr."""
         click.echo(text, err=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -14,49 +15,40 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from specpilot import jsontext
+from specpilot.cli.output import Human, Output, json_option
 from specpilot.cli.params import FiniteFloat
 from specpilot.engines.fix import Fix
 from specpilot.errors import JobFailed, UserError
-from specpilot.hosts import open_host_section
 from specpilot.launch.ops import (
     LOGS_TIMEOUT_S,
     STATUS_TIMEOUT_S,
-    clear_leftovers,
+    RunStatus,
     run_down,
     run_status,
     stream_log,
 )
 from specpilot.launch.outcome import UpResult, describe_returncode
-from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
-from specpilot.launch.replan import Replan, replan, replan_reason
 from specpilot.launch.shield import ending_signals, stop_started
-from specpilot.launch.state import check_run_name, read_state
+from specpilot.launch.state import check_run_name
 from specpilot.launch.stop import STOP_OUTCOMES
-from specpilot.launch.supervisor import launch
-from specpilot.models.host_files import ModelRead, read_model
+from specpilot.launch.up import (
+    MAX_REPLANS,
+    NoReplan,
+    Note,
+    Phase,
+    Preflighted,
+    Replanned,
+    Settled,
+    SettleOptions,
+    Starting,
+    UpEvent,
+    UpRun,
+    port_refusal,
+    port_taken,
+    run_up,
+)
 from specpilot.progress import ProgressLines, stderr_is_terminal
-from specpilot.spec import Spec, load_spec
-
-#: at most this many re-planned restarts in one `up`: each costs a whole engine start
-MAX_REPLANS = 3
-#: a ready server being replaced gets this long between SIGTERM and SIGKILL
-REPLAN_STOP_TIMEOUT_S = 30.0
-
-
-def _print_json(data: dict[str, Any]) -> None:
-    click.echo(jsontext.dumps(data, indent=2))
-
-
-def _refusal(spec: Spec, pre: Preflight) -> UpResult:
-    """Nothing was started: phase `refused`, with the reason (config or oom) as the cause."""
-    return UpResult(
-        name=spec.name,
-        phase="refused",
-        cause=pre.cause or "config",
-        error="refused before start (use --force to start anyway):\n" + "\n".join(pre.errors),
-        fix=pre.fix,
-    )
+from specpilot.spec import load_spec
 
 
 def _fix_lines(fix: Fix) -> list[str]:
@@ -122,29 +114,79 @@ def _render_result(result: UpResult, console: Console) -> None:
             )
 
 
-async def _up(spec: Spec, pre: Preflight, as_json: bool, console: Console) -> UpResult:
-    host = open_host_section(spec.host)
-    try:
+class _UpView:
+    """`up`'s steps as they happen, for a person (the sink's `human_steps`; under --json the
+    object at the end says it all): check's warnings, each start's live line and outcome, each
+    re-plan. Off a terminal a line per phase on stderr, in both forms. A context: a live line
+    left open is closed on the way out."""
+
+    def __init__(self, out: Output) -> None:
+        self.out = out
+        self.console = out.human_steps
+        self.name = ""
+        self.live: Live | None = None
+        self.lines: ProgressLines | None = None
+
+    def __enter__(self) -> _UpView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._end_start()
+
+    def _end_start(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+        self.live, self.lines = None, None
+
+    def __call__(self, event: UpEvent) -> None:
+        match event:
+            case Note(line):
+                self.out.note(line)
+            case Starting(spec):
+                self._starting(spec.name, spec.host.target)
+            case Phase(phase, elapsed_s, last):
+                shown = (last or "")[-120:]
+                if self.lines is not None:
+                    self.lines.update(phase, shown)
+                elif self.live is not None:
+                    self.live.update(Text(f"{self.name}  {phase}  {elapsed_s:6.1f} s  {shown}"))
+            case Settled(result):
+                self._end_start()
+                # a port in use before the start is bad input: `up` says so once it returns
+                if self.console is not None and not port_taken(result):
+                    _render_result(result, self.console)
+            case _ if self.console is not None:
+                _say_step(event, self.console)
+
+    def _starting(self, name: str, target: str) -> None:
+        self.name = name
         if not stderr_is_terminal():
             # a log or a pipe: a line per phase and every PROGRESS_EVERY_S, with the last log line
-            lines = ProgressLines(f"up {spec.name}")
+            self.lines = ProgressLines(f"up {name}")
+        elif self.console is not None:
+            line = Text(f"{name}: shipping and starting on {target}")
+            self.live = Live(line, console=self.console, refresh_per_second=8, transient=True)
+            self.live.start()
 
-            def say(phase: str, elapsed_s: float, last: str | None) -> None:
-                lines.update(phase, (last or "")[-120:])
 
-            return await launch(spec, host, plan=pre.plan, progress=say)
-        if as_json:
-            return await launch(spec, host, plan=pre.plan)
-        line = Text(f"{spec.name}: shipping and starting on {spec.host.target}")
-        with Live(line, console=console, refresh_per_second=8, transient=True) as live:
-
-            def progress(phase: str, elapsed_s: float, last: str | None) -> None:
-                shown = (last or "")[-120:]
-                live.update(Text(f"{spec.name}  {phase}  {elapsed_s:6.1f} s  {shown}"))
-
-            return await launch(spec, host, plan=pre.plan, progress=progress)
-    finally:
-        await host.close()
+def _say_step(event: UpEvent, console: Console) -> None:
+    """Check's warnings and flags added before a start; why a start is re-planned or not."""
+    match event:
+        case Preflighted(pre):
+            for warning in pre.warnings:
+                console.print(f"[yellow]warning[/]: {warning}")
+            for args, why in pre.added:
+                console.print(f"adds {' '.join(args)}: {why}")
+        case NoReplan(reason, "off"):
+            console.print(f"[dim]{reason}: `up --replan 1` plans again from the engine's numbers[/]")
+        case NoReplan(_, "cannot_calibrate", error):
+            console.print(f"[yellow]no re-plan[/]: {error}")
+        case NoReplan(_, "same_flags"):
+            console.print("[yellow]no re-plan[/]: the engine's own numbers give the flags that ran")
+        case Replanned(number, allowed, reason, change):
+            console.print(f"[bold]re-plan {number} of {allowed}[/]: {reason}")
+            for line in (*change.reasons, *change.changes):
+                console.print(f"  {line}")
 
 
 @click.command("up")
@@ -160,9 +202,9 @@ async def _up(spec: Spec, pre: Preflight, as_json: bool, console: Console) -> Up
     "plan, plan again from the numbers it printed and start again, at most N times. Off by "
     "default: it changes your flags (each change is printed).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+@json_option("Print one JSON object at the end.")
 @click.pass_context
-def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bool) -> None:
+def up(ctx: click.Context, spec_path: str, force: bool, replan: int, out: Output) -> None:
     """Start the spec's server under supervision and wait until it is ready or failed.
 
     A fleet file (a [fleet] table: one server spec on many hosts) starts every member
@@ -190,138 +232,39 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, as_json: bo
                 fix="start the server spec alone with them first, then the fleet without",
             )
 
-        ctx.exit(fleet_up(spec_path, as_json))
+        ctx.exit(fleet_up(spec_path, out))
     spec = load_spec(spec_path)
     check_run_name(spec.name)
+    view = _UpView(out)
     # SIGTERM and SIGHUP (the SSH session closed) end it as Ctrl-C does: what started is stopped
     try:
-        with ending_signals():
-            result, replans = asyncio.run(_start(spec, force, replan, as_json))
+        with ending_signals(), view:
+            run = asyncio.run(run_up(spec, SettleOptions(force=force, max_replans=replan), view))
     except KeyboardInterrupt:
         left = asyncio.run(stop_started([spec.name]))  # the start's loop ended with the interrupt
         if left:
             raise JobFailed("; ".join(left) + " (stopping the interrupted start)") from None
-        click.echo(f"interrupted: {spec.name} is stopped", err=True)
+        out.note(f"interrupted: {spec.name} is stopped")
         ctx.exit(130)
-    if as_json:
-        _print_json({**result.to_json(), "replans": [r.to_json() for r in replans]})
-    ctx.exit(0 if result.phase == "ready" else 1)
+    refused = port_refusal(run.result, run.spec.server.port)
+    if refused is not None:
+        raise refused
+    out.show(_UpShown(run))
+    ctx.exit(0 if run.result.phase == "ready" else 1)
 
 
-async def _start(spec: Spec, force: bool, replan: int, as_json: bool) -> tuple[UpResult, list[Replan]]:
-    """The command's one event loop: refuse a live run of the name, then start."""
-    await _refuse_if_running(spec.name)
-    return await _up_until_settled(spec, force, replan, as_json)
+@dataclass(frozen=True)
+class _UpShown:
+    """The last start and the re-plans; for a person nothing more: each start was shown as it
+    settled, each re-plan as it was made."""
 
+    run: UpRun
 
-async def _up_until_settled(
-    spec: Spec, force: bool, replan: int, as_json: bool
-) -> tuple[UpResult, list[Replan]]:
-    """Start, re-planned up to `replan` times: the last result and the re-plans made."""
-    console = Console()
-    replans: list[Replan] = []
-    files = await read_model(spec)  # once: a re-plan changes flags, not the model
-    while True:
-        pre = run_preflight(spec, files)
-        if not as_json:
-            for warning in pre.warnings:
-                console.print(f"[yellow]warning[/]: {warning}")
-            for args, why in pre.added:
-                console.print(f"adds {' '.join(args)}: {why}")
-        if pre.errors and not (force and not replans):
-            result = _refusal(spec, pre)
-        else:
-            result = await _up(launch_spec(spec, pre), pre, as_json, console)
-        if result.cause == "port_in_use" and result.pid is None:
-            # found before anything started: the spec's port is the input to change (exit 2)
-            raise UserError(
-                result.error or f"port {spec.server.port} is in use",
-                field="[server] port",
-                fix=result.fix.text if result.fix else "set another [server] port",
-            )
-        if not as_json:
-            _render_result(result, console)
-        change = await _next_replan(spec, result, pre, files, len(replans), replan, console, as_json)
-        if change is None:
-            break
-        replans.append(change)
-        spec = change.spec
-    return result, replans
+    def to_json(self) -> dict[str, Any]:
+        return self.run.to_json()
 
-
-async def _next_replan(
-    spec: Spec,
-    result: UpResult,
-    pre: Preflight,
-    files: ModelRead,
-    done: int,
-    allowed: int,
-    console: Console,
-    quiet: bool,
-) -> Replan | None:
-    """The re-planned spec to start next, with the reason and changes printed; None to stop.
-
-    A ready server that is re-planned is stopped first (by its process group)."""
-    reason = replan_reason(result)
-    if reason is None or done >= allowed:
-        if reason is not None and not allowed and not quiet:
-            console.print(f"[dim]{reason}: `up --replan 1` plans again from the engine's numbers[/]")
-        return None
-    log_text = await _engine_log(spec.name)
-    try:
-        change = replan(spec, log_text, pre.plan, files)
-    except UserError as err:
-        if not quiet:
-            console.print(f"[yellow]no re-plan[/]: {err}")
-        return None
-    if change is None:
-        if not quiet:
-            console.print("[yellow]no re-plan[/]: the engine's own numbers give the flags that ran")
-        return None
-    if result.phase == "ready":
-        await run_down(spec.name, timeout_s=REPLAN_STOP_TIMEOUT_S)
-    if not quiet:
-        console.print(f"[bold]re-plan {done + 1} of {allowed}[/]: {reason}")
-        for line in (*change.reasons, *change.changes):
-            console.print(f"  {line}")
-    return change
-
-
-async def _engine_log(name: str) -> str:
-    chunks = [chunk async for chunk in stream_log(name, follow=False)]
-    return b"".join(chunks).decode(errors="replace")
-
-
-async def _refuse_if_running(name: str) -> None:
-    """A live run of this name is refused; of a dead one, whatever is left of its
-    process group is ended first (a helper that outlived a crash can hold a port or memory)."""
-    try:
-        state = read_state(name)
-    except UserError:
-        return
-    left = await clear_leftovers(name)
-    if left is None:
-        raise UserError(
-            f"run {name!r} is already running (pid {state.pid} on {state.host.target})",
-            field="name",
-            fix=f"stop it with `specpilot down {name}` or give the spec another name",
-        )
-    if left.signalled:
-        ended = " ".join(str(pid) for pid in left.signalled if pid not in left.survivors)
-        said = f"{name}: ended what the earlier run left in process group {state.pgid}: pid {ended}"
-        click.echo(said, err=True)
-    if left.unproven:
-        click.echo(
-            f"{name}: pid {' '.join(map(str, left.unproven))} of the earlier run's process group "
-            f"{state.pgid} cannot be proven the run's and were left alone",
-            err=True,
-        )
-    if left.survivors:
-        raise JobFailed(
-            f"{name}: pid {' '.join(map(str, left.survivors))} of the earlier run's process group "
-            f"{state.pgid} survived SIGKILL (most likely stuck in the GPU driver); see "
-            f"`ps -o pid,stat,cmd -g {state.pgid}` on {state.host.target} before starting again"
-        )
+    def human(self, out: Human) -> None:
+        pass
 
 
 #: --timeout-s of `status` and `logs`: more than 0, at most a day
@@ -339,9 +282,9 @@ TIMEOUT_S = FiniteFloat(min=0.0, max=86_400.0, min_open=True)
     help="Wait this long for the endpoint's answer; a busy engine that answers later is shown "
     "as 'slow to answer (N s)'.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@json_option("Print a JSON object.")
 @click.pass_context
-def status(ctx: click.Context, name: str, lines: int, timeout_s: float, as_json: bool) -> None:
+def status(ctx: click.Context, name: str, lines: int, timeout_s: float, out: Output) -> None:
     """Phase, pid, uptime, endpoint answer and the last log lines of a run.
 
     Exit 0 when the process is alive and its endpoint answers 200, else 1 (a slow
@@ -356,12 +299,22 @@ def status(ctx: click.Context, name: str, lines: int, timeout_s: float, as_json:
     if is_fleet(name):
         from specpilot.cli.fleet import fleet_status
 
-        ctx.exit(fleet_status(name, as_json))
+        ctx.exit(fleet_status(name, out))
     result = asyncio.run(run_status(check_run_name(name), lines=lines, timeout_s=timeout_s))
-    if as_json:
-        _print_json(result.to_json())
-    else:
-        console = Console()
+    out.show(_StatusShown(name, result))
+    ctx.exit(0 if result.serving else 1)
+
+
+@dataclass(frozen=True)
+class _StatusShown:
+    name: str
+    result: RunStatus
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result.to_json()
+
+    def human(self, out: Human) -> None:
+        name, result, console = self.name, self.result, out.console()
         alive = "[green]alive[/]" if result.alive else "[red]not running[/]"
         uptime = f"up {result.uptime_s:.0f} s" if result.uptime_s is not None else ""
         console.print(f"[bold]{name}[/]  {result.phase}  pid {result.pid} {alive}  {uptime}")
@@ -385,7 +338,6 @@ def status(ctx: click.Context, name: str, lines: int, timeout_s: float, as_json:
         console.print(f"endpoint {result.endpoint}  {answer}  model {result.served_model_name}")
         if result.last_lines:
             console.print(Panel(Text("\n".join(result.last_lines)), title="last lines"))
-    ctx.exit(0 if result.serving else 1)
 
 
 @click.command("logs")
@@ -432,9 +384,9 @@ def logs(name: str, follow: bool, timeout_s: float) -> None:
     show_default=True,
     help="SIGKILL what is left of the run after this long.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@json_option("Print a JSON object.")
 @click.pass_context
-def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None:
+def down(ctx: click.Context, name: str, timeout_s: float, out: Output) -> None:
     """Stop a run: SIGTERM to its process group, SIGKILL after --timeout-s.
 
     Only processes provably the run's are signalled (its group while the engine lives, or
@@ -450,16 +402,26 @@ def down(ctx: click.Context, name: str, timeout_s: float, as_json: bool) -> None
     if is_fleet(name):
         from specpilot.cli.fleet import fleet_down
 
-        ctx.exit(fleet_down(name, as_json))
+        ctx.exit(fleet_down(name, out))
     result = asyncio.run(run_down(check_run_name(name), timeout_s=timeout_s))
-    if as_json:
-        _print_json(result)
-    else:
+    out.show(_DownShown(name, result))
+    ctx.exit(1 if result["phase"] == "stop_failed" or result["stopped"] == "unproven" else 0)
+
+
+@dataclass(frozen=True)
+class _DownShown:
+    name: str
+    result: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result
+
+    def human(self, out: Human) -> None:
+        name, result = self.name, self.result
         how = STOP_OUTCOMES.get(result["stopped"], f"stop ended with {result['stopped']!r}")
-        click.echo(f"{name}: process group {result['pid']} {how.replace('PGID', str(result['pid']))}")
+        out.line(f"{name}: process group {result['pid']} {how.replace('PGID', str(result['pid']))}")
         if result.get("survivors"):
-            click.echo(f"{name}: still alive: pid {' '.join(map(str, result['survivors']))}")
+            out.line(f"{name}: still alive: pid {' '.join(map(str, result['survivors']))}")
         if result.get("unproven"):
             pids = " ".join(map(str, result["unproven"]))
-            click.echo(f"{name}: not signalled (not provably the run's): pid {pids}")
-    ctx.exit(1 if result["phase"] == "stop_failed" or result["stopped"] == "unproven" else 0)
+            out.line(f"{name}: not signalled (not provably the run's): pid {pids}")

@@ -202,7 +202,8 @@ async def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
     if job.bench is None:
         record.finish("bench", {"why": "no [job.bench] in the job file"}, status="skipped")
         return
-    from specpilot.bench.run import BenchRequest, plan_settings, run_bench, write_best
+    from specpilot.bench.finish import finish_bench
+    from specpilot.bench.run import BenchRequest, plan_settings, run_bench
     from specpilot.bench.variants import default_variants, parse_variants
 
     spec = _server_spec(job)
@@ -215,12 +216,12 @@ async def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
     )  # fmt: skip
     request = BenchRequest(spec, job.prompts, job.output, chosen, bench.sample, 0, settings)
     result = await run_bench(request, say)
-    if result.winner is None:
+    best = job.output / BEST_SPEC
+    if result.winner is not None:
+        best.unlink(missing_ok=True)  # a bench run again writes its own winner
+    if finish_bench(result, request, best).best_path is None:
         record.fail("bench", "no variant could be measured")
         raise JobFailed(f"bench: no variant could be measured (see {job.output / 'bench.json'})")
-    best = job.output / BEST_SPEC
-    best.unlink(missing_ok=True)  # a bench run again writes its own winner
-    write_best(result, best)
     record.finish(
         "bench",
         {"winner": result.winner, "spec": str(best), "table": result.data.get("variants", [])},

@@ -15,13 +15,18 @@ from typing import Any
 
 from specpilot.errors import UserError
 from specpilot.hosts import open_host_section
-from specpilot.launch.ops import clear_leftovers, run_down, run_status, stream_log
+from specpilot.launch.ops import clear_leftovers, run_down, run_status
 from specpilot.launch.outcome import UpResult
-from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
-from specpilot.launch.replan import replan
 from specpilot.launch.state import read_state, state_path
-from specpilot.launch.supervisor import launch
-from specpilot.models.host_files import read_model
+from specpilot.launch.up import (
+    NoReplan,
+    OnEvent,
+    Replanned,
+    SettleOptions,
+    Starting,
+    UpEvent,
+    start_until_settled,
+)
 from specpilot.spec import Spec
 
 Say = Callable[[str], None]
@@ -91,40 +96,29 @@ async def clear_run(
     await run_down(name, timeout_s=STOP_TIMEOUT_S)
 
 
-async def _engine_log(name: str) -> str:
-    chunks = [chunk async for chunk in stream_log(name, follow=False)]
-    return b"".join(chunks).decode(errors="replace")
+def _say_event(name: str, say: Say) -> OnEvent:
+    """The job's words for a start's steps: where it starts and what a re-plan changed."""
+
+    def on_event(event: UpEvent) -> None:
+        match event:
+            case Starting(spec):
+                say(f"{name}: starting on {spec.host.target}")
+            case NoReplan(_, "cannot_calibrate", error):
+                say(f"{name}: out of memory at start and no re-plan ({error})")
+            case Replanned(number, _, _, change):
+                for line in (*change.reasons, *change.changes):
+                    say(f"{name}: re-plan {number}: {line}")
+
+    return on_event
 
 
 async def start(spec: Spec, say: Say) -> Started:
-    """Check, plan and start `spec` through `launch`; an out-of-memory start is planned again
-    from the engine's own numbers (the plan's next step down) at most MAX_REPLANS times."""
-    replans: list[dict[str, Any]] = []
-    files = await read_model(spec)  # once: a re-plan changes flags, not the model
-    while True:
-        pre: Preflight = run_preflight(spec, files)
-        if pre.errors:
-            return Started(spec, UpResult(spec.name, "refused", pre.cause or "config", "\n".join(pre.errors)))
-        started = launch_spec(spec, pre)
-        host = open_host_section(started.host)
-        try:
-            say(f"{spec.name}: starting on {spec.host.target}")
-            result = await launch(started, host, plan=pre.plan)
-        finally:
-            await host.close()
-        if result.phase == "ready" or result.cause != "oom" or len(replans) >= MAX_REPLANS:
-            return Started(spec, result, replans=replans)
-        try:
-            change = replan(spec, await _engine_log(spec.name), pre.plan, files)
-        except UserError as err:
-            say(f"{spec.name}: out of memory at start and no re-plan ({err})")
-            return Started(spec, result, replans=replans)
-        if change is None:
-            return Started(spec, result, replans=replans)
-        replans.append(change.to_json())
-        for line in (*change.reasons, *change.changes):
-            say(f"{spec.name}: re-plan {len(replans)}: {line}")
-        spec = change.spec
+    """Check, plan and start `spec` through `up`'s loop; an out-of-memory start is planned again
+    from the engine's own numbers (the plan's next step down) at most MAX_REPLANS times (a ready
+    server is kept as it started)."""
+    options = SettleOptions(max_replans=MAX_REPLANS, replan_off_plan=False, stop_timeout_s=STOP_TIMEOUT_S)
+    run = await start_until_settled(spec, options, _say_event(spec.name, say))
+    return Started(run.spec, run.result, replans=[r.to_json() for r in run.replans])
 
 
 async def wait_port_closed(spec: Spec, timeout_s: float = 10.0) -> None:

@@ -22,6 +22,7 @@ from specpilot.engines.sglang.releases import SglangRelease, release_rules
 from specpilot.models.layers import layer_specs
 from specpilot.models.shape import ModelShape
 from specpilot.plan.effective import effective_args_without
+from specpilot.plan.fraction import FRACTION_STEP, LOWEST_FRACTION
 from specpilot.plan.log_checks import refuse_footprint
 from specpilot.plan.sglang import quantities as q
 from specpilot.plan.sglang.log import parse_sglang_log, prefill_capture_oom
@@ -41,7 +42,6 @@ LONG_REQUEST_TOKENS = 32768
 #: Speculative decoding is flagged for offline bulk generation when running without it
 #: allows this many times more concurrent requests (see `speculative_note`).
 SPECULATIVE_CONCURRENCY_FACTOR = 2.0
-FRACTION_STEP = 0.01
 #: the hybrid search stops after this many fraction steps without more concurrency
 PLATEAU_FRACTIONS = 5
 #: Term.note of memory that is needed only for a while (see `Sizing.reserve_needed_gib`)
@@ -57,7 +57,6 @@ PREFILL_GRAPH_TERM = "prefill CUDA graphs"
 GATE_BAND_GIB = 1.0
 #: a release without a fit: every post-pool term estimated
 NO_FIT = PostPoolFit(0.0, "", "")
-LOWEST_FRACTION = 0.50
 #: below the most requests the KV pool allows, how many counts the state split tries for margin
 MARGIN_SCAN_REQUESTS = 64
 
