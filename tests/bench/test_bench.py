@@ -211,21 +211,22 @@ def test_a_spec_without_speculation_measures_what_it_can_and_says_so(
 def test_a_sample_longer_than_the_budget_is_cut_and_measured_as_far_as_it_got(
     bench_spec: SpecFactory, tmp_path: Path, run_home: Path
 ) -> None:
-    spec = bench_spec({"0": {"step_s": 0.05, "accept": 1.0, "cap": 4}})
+    spec = bench_spec({"0": {"step_s": 0.03, "accept": 1.0, "cap": 4}})
     prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
     started_s = time.monotonic()
     ran = specpilot(
         "bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--sample", 32,
-        "--max-tokens", 100, "--variants", "plain", "--budget-s", 24, "--warmup-s", 1,
+        "--max-tokens", 100, "--variants", "plain", "--budget-s", 30, "--warmup-s", 1,
     )  # fmt: skip
     took_s = time.monotonic() - started_s
     assert ran.code == 0, ran.output
     rows = json.loads((tmp_path / "job" / "bench.json").read_text())["variants"]
     # 40 rows (the sample fills the plan's cap: all the file has) of 40 to 100 tokens, 4 at a
-    # time at 20 tok/s each, take half a minute: the screen, the whole sample given half the
-    # budget, is cut
+    # time at 33 tok/s each (the stand-in sleeps its steps), take 20 s at the least: the
+    # screen, the whole sample given half the budget (15 s), is cut however fast the machine;
+    # a loaded one (the suite's workers) still has seconds after the start for rows to finish
     row = rows[0]
     assert row["search"] == "measured" and row["budget_reached"]
     assert 0 < row["rows_done"] < 40 and row["output_tokens_per_s"] > 0
-    assert took_s < 24 + 30  # the budget, then the stop and the process start around it
+    assert took_s < 30 + 30  # the budget, then the stop and the process start around it
     assert all(not members for members in live_runs(Path(os.environ["SPECPILOT_HOME"])).values())

@@ -124,6 +124,24 @@ def test_put_replaces_an_existing_file(make_host: HostFactory, tmp_path: Path) -
     assert target.read_bytes() == b"new contents"
 
 
+def test_read_bytes_from_past_the_end_is_empty(make_host: HostFactory, tmp_path: Path) -> None:
+    """A log shorter than the offset recorded at ready (truncated, or written again by a new
+    run of the same name): nothing to read. Over SFTP a whole-file read from there once asked
+    for a negative length and `status` ended in "unexpected OverflowError"."""
+    target = tmp_path / "engine.log"
+    target.write_bytes(b"short\n")
+
+    async def body(host: Host) -> tuple[bytes, bytes, bytes]:
+        path = str(target)
+        return (
+            await host.read_bytes(path, 100),
+            await host.read_bytes(path, 100, 5),
+            await host.read_bytes(path, 6),
+        )
+
+    assert drive(make_host, body) == (b"", b"", b"")
+
+
 def test_read_bytes_of_a_missing_file_is_file_not_found(make_host: HostFactory, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         drive(make_host, lambda host: host.read_bytes(str(tmp_path / "nope")))

@@ -21,10 +21,16 @@ from specpilot.hosts import open_host
 from specpilot.hosts.errors import HostTimeout
 from specpilot.launch.ops import run_down
 from tests.fixtures.sshd import SshdServer
+from tests.fixtures.workers import worker_index
 from tests.launch.conftest import SpecFactory
 from tests.launch.helpers import up
 
 pytestmark = pytest.mark.sshd
+
+
+#: the run's folder is in the sshd user's real home, shared by the xdist workers: two tests of
+#: this file on two workers once wrote one run folder (a log shorter than the other's offset)
+BUSY = f"ssh-busy-w{worker_index()}"
 
 
 def run(*args: str) -> Result:
@@ -36,7 +42,7 @@ def busy_run(make_spec: SpecFactory, sshd: SshdServer, run_home: Path, tmp_path:
     """A ready run over SSH whose engine turns busy once the yielded file exists."""
     busy = tmp_path / "busy"
     host = {"target": sshd.target, "identity_file": sshd.identity_file, "known_hosts": sshd.known_hosts}
-    spec = make_spec("sglang_ready", name="ssh-busy", host=host, standin={"busy_file": str(busy)})
+    spec = make_spec("sglang_ready", name=BUSY, host=host, standin={"busy_file": str(busy)})
     host_ = open_host(sshd.target, identity_file=sshd.identity_file, known_hosts=sshd.known_hosts)
     result = up(spec, host=host_)
     assert result.phase == "ready", result.error
@@ -44,29 +50,29 @@ def busy_run(make_spec: SpecFactory, sshd: SshdServer, run_home: Path, tmp_path:
         yield busy
     finally:
         busy.unlink(missing_ok=True)
-        asyncio.run(run_down("ssh-busy", timeout_s=5.0))
+        asyncio.run(run_down(BUSY, timeout_s=5.0))
         # the sshd logs in as this user, into its real home (not the test's HOME)
-        shutil.rmtree(Path(pwd.getpwuid(os.getuid()).pw_dir) / ".specpilot" / "runs" / "ssh-busy", True)
+        shutil.rmtree(Path(pwd.getpwuid(os.getuid()).pw_dir) / ".specpilot" / "runs" / BUSY, True)
 
 
 def test_status_of_a_busy_engine_is_slow_to_answer(busy_run: Path) -> None:
-    assert json.loads(run("status", "ssh-busy", "--json").output)["endpoint_state"] == "200"
+    assert json.loads(run("status", BUSY, "--json").output)["endpoint_state"] == "200"
     busy_run.touch()
-    found = run("status", "ssh-busy", "--json", "--timeout-s", "1")
+    found = run("status", BUSY, "--json", "--timeout-s", "1")
     assert found.exit_code == 1  # not serving within the timeout
     status = json.loads(found.stdout)
     assert (status["alive"], status["endpoint_status"]) == (True, None)
     assert status["endpoint_state"] == "slow to answer (1 s)"
-    human = run("status", "ssh-busy", "--timeout-s", "1")
+    human = run("status", BUSY, "--timeout-s", "1")
     assert human.exit_code == 1
     assert "slow to answer (1 s)" in human.output and "error" not in human.output
 
 
 def test_logs_from_a_stalled_host_give_up_in_one_line(busy_run: Path, sshd: SshdServer) -> None:
-    assert "fired up and ready to roll" in run("logs", "ssh-busy").output
+    assert "fired up and ready to roll" in run("logs", BUSY).output
     os.kill(sshd.pid, signal.SIGSTOP)  # the host accepts the connection and says nothing more
     try:
-        stalled = run("logs", "ssh-busy", "--timeout-s", "1")
+        stalled = run("logs", BUSY, "--timeout-s", "1")
     finally:
         os.kill(sshd.pid, signal.SIGCONT)
     assert stalled.exit_code == 1

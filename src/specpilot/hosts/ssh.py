@@ -549,8 +549,11 @@ class SSHHost(AgentHost):
         with self._dropped_is_lost(f"read {path}"):
             try:
                 async with sftp.open(path, "rb") as handle:
-                    await handle.seek(offset)
-                    return _as_bytes(await handle.read(-1 if limit is None else limit))
+                    if limit is None:
+                        # asyncssh's read-to-the-end asks for (size - offset) bytes, a negative
+                        # length (OverflowError) where the file is now shorter than the offset
+                        limit = max((await handle.stat()).size or 0, offset) - offset
+                    return _as_bytes(await handle.read(limit, offset)) if limit else b""
             except asyncssh.SFTPNoSuchFile as exc:
                 raise FileNotFoundError(errno.ENOENT, f"not found on {self.target}", path) from exc
             except asyncssh.SFTPError as exc:
