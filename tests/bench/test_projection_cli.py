@@ -182,3 +182,39 @@ def test_generate_and_report_state_the_tail_share_with_a_bench_result(
     assert whole["tail_share"] is not None and 0 < whole["tail_share"] < 1
     text = CliRunner().invoke(cli, ["report", str(out)]).output
     assert "of it the tail" in text
+
+
+@pytest.mark.parametrize("bench", [True, False])
+def test_report_s_eta_is_the_rows_left_projection_where_that_plays_the_tail(
+    tmp_path: Path, slow_server: StandIn, bench: bool
+) -> None:
+    """`report` once gave two times for the rows left: an eta from the last minute's rows/s
+    alone and, below it, the projection with waves and tail. With a bench sample's lengths
+    they are one number; without, the eta says it has no tail. On other GPUs (--gpus) the
+    projection is a what-if and the eta stays the job's own."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"q {i}"}) + "\n" for i in range(40)))
+    out = tmp_path / "out"
+    if bench:
+        _played_bench(out, rows=40)
+    ran = CliRunner().invoke(
+        cli,
+        ["generate", "--input", str(prompts), "--output", str(out), "--server", slow_server.url,
+         "--concurrency", "2", "--limit", "10"],
+    )  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    report = json.loads(CliRunner().invoke(cli, ["report", str(out), "--json"]).output)
+    assert report["state"] == "incomplete" and report["eta_s"] is not None
+    left = report["projection"]["rows left"]
+    if bench:
+        assert left["tail_s"] is not None and report["eta_s"] == left["wall_s"]
+        assert report["eta_basis"] == "rows left played in waves, tail included"
+    else:
+        assert left["tail_s"] is None
+        assert report["eta_s"] == pytest.approx(30 / report["rows_per_s"], abs=0.1)
+        assert report["eta_basis"].endswith("; no tail")
+    elsewhere = json.loads(CliRunner().invoke(cli, ["report", str(out), "--gpus", "8", "--json"]).output)
+    assert elsewhere["eta_s"] == pytest.approx(30 / elsewhere["rows_per_s"], abs=0.1)
+    text = CliRunner().invoke(cli, ["report", str(out)]).output
+    (eta_row,) = [line for line in text.splitlines() if line.startswith("│ eta ")]
+    assert f"({report['eta_basis']})" in eta_row

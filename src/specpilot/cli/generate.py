@@ -264,7 +264,7 @@ MAX_LENGTH_HELP = (
 @json_option("Print the summary as JSON.")
 def report(directory: Path, max_length_tokens: int | None, gpus: int | None, out: Output) -> None:
     """Summary of a generate job from its ledger; safe while the job runs."""
-    from specpilot.generate.eta import report_projections
+    from specpilot.generate.eta import projected_eta, report_projections
     from specpilot.generate.ledger.report import reading_ledger, summarize
     from specpilot.generate.rows.lengths import length_report
     from specpilot.generate.writers.committed import committed_rows
@@ -278,7 +278,10 @@ def report(directory: Path, max_length_tokens: int | None, gpus: int | None, out
             for split in (CLEAN, FLAGGED)
         }
         summary = dataclasses.replace(summary, lengths=lengths)
-    out.show(_ReportShown(summary, report_projections(directory, summary, gpus)), indent=None)
+    projections = report_projections(directory, summary, gpus)
+    # on other GPUs than the job's own the projection is a what-if, not this job's eta
+    shown = projected_eta(summary, projections) if gpus is None else summary
+    out.show(_ReportShown(shown, projections), indent=None)
 
 
 @dataclass(frozen=True)

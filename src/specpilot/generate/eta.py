@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from pathlib import Path
 
 from specpilot.generate.dispatch.dispatcher import Dispatcher
@@ -58,6 +59,17 @@ def report_projections(job_dir: Path, summary: JobSummary, gpus: int | None) -> 
     if left:
         found["rows left"] = project(left, rates, _gpus(gpus, servers, rates))
     return found
+
+
+def projected_eta(summary: JobSummary, projections: dict[str, Projection]) -> JobSummary:
+    """The summary with its eta from the rows-left projection where that plays the tail (a
+    bench sample's output lengths are known): the rows left in waves on the job's own servers,
+    the slow last rows included, so `report`'s eta and its projected line say one thing.
+    Elsewhere the eta stays the rate window's, and says it has no tail."""
+    left = projections.get("rows left")
+    if left is None or left.tail_s is None or summary.eta_s is None:
+        return summary
+    return replace(summary, eta_s=round(left.wall_s, 1), eta_basis="rows left played in waves, tail included")
 
 
 def projecting(job_dir: Path, interval_s: float, notify: Callable[[str], None]) -> Watcher:

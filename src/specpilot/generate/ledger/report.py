@@ -116,6 +116,9 @@ class JobSummary:
     lengths: dict[str, dict[str, Any]] | None = None  # report --max-length only, per split
     #: the system clock jumped this far while the job ran: elapsed_s and overall rates are off by it
     clock_jump_s: float | None = None
+    #: what eta_s rests on: the rate window's rows per second alone (no tail), or the rows
+    #: left played in waves with their tail (`generate.eta.projected_eta`)
+    eta_basis: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object `generate --json` and `report --json` print (parts absent when unset)."""
@@ -190,6 +193,7 @@ def summarize(ledger: Ledger, *, now: float | None = None, running: bool | None 
         rows_per_s=round(rows_per_s, 3),
         output_tokens_per_s=round(recent_tokens / window_s, 1),
         eta_s=round(remaining / rows_per_s, 1) if rows_per_s > 0 and remaining else None,
+        eta_basis=f"rows/s of the last {window_s:.0f} s; no tail" if rows_per_s > 0 and remaining else None,
         elapsed_s=None if elapsed_s is None else round(elapsed_s, 3),
         rows_per_s_overall=None if elapsed_s is None else round(done / elapsed_s, 3),
         output_tokens_per_s_overall=None if elapsed_s is None else round(completion_tokens / elapsed_s, 1),
@@ -221,7 +225,7 @@ def render_summary(summary: JobSummary, console: Console) -> None:
     else:
         table.add_row(f"rows/s (last {s.rate_window_s:.0f} s)", f"{s.rows_per_s:.2f}")
         table.add_row(f"out tok/s (last {s.rate_window_s:.0f} s)", f"{s.output_tokens_per_s:.0f}")
-        table.add_row("eta", eta_text(s.eta_s) if s.eta_s else "-")
+        table.add_row("eta", f"{eta_text(s.eta_s)} ({s.eta_basis})" if s.eta_s else "-")
     if s.clock_jump_s:
         table.add_row(
             "warning", f"the system clock jumped by {s.clock_jump_s:+.0f} s: times and rates are off"
