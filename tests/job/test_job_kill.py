@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,19 +29,27 @@ def run(*args: str) -> Result:
 
 
 def start_job(job: Path) -> subprocess.Popen[bytes]:
+    """The job command in its own process; what it prints goes to job.parent/job.out."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "specpilot", "job", str(job)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with (job.parent / "job.out").open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "specpilot", "job", str(job)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
-def wait_for(what: str, ready: object) -> None:
+def wait_for(what: str, ready: Callable[[], bool], process: subprocess.Popen[bytes], job: Path) -> None:
+    """Until `ready`; a job that ended first fails the test at once with what it printed
+    (it waited out REACH_S silently before, which hid why the job never got there)."""
     deadline = time.monotonic() + REACH_S
-    while not ready():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"the job never reached {what}"
+    while not ready():
+        ended = process.poll() is not None
+        if ended or time.monotonic() >= deadline:
+            printed = (job.parent / "job.out").read_text(errors="replace")
+            why = f"ended (exit {process.returncode})" if ended else f"was still running after {REACH_S:g} s"
+            pytest.fail(f"the job {why} before it reached {what}; it printed:\n{printed}")
         time.sleep(0.05)
 
 
@@ -62,7 +71,7 @@ def test_kill_during_generate_reuses_the_recorded_server(make_job: JobFactory, r
     job = make_job(rows=200, standin={"faults": {"latency_s": 0.05}}, job={"concurrency": 2})
     out = job.parent / "out"
     process = start_job(job)
-    wait_for("generate", lambda: len(output_ids(out)) >= 10)
+    wait_for("generate", lambda: len(output_ids(out)) >= 10, process, job)
     process.send_signal(signal.SIGKILL)
     process.wait()
     engine = state(run_home)["pid"]
@@ -80,7 +89,7 @@ def test_kill_during_up_stops_the_interrupted_start_first(make_job: JobFactory, 
     job = make_job(rows=10)
     process = start_job(job)
     # the state is written before the spawn (pid 0) and again with the engine's pid
-    wait_for("up", lambda: bool(state(run_home).get("pid")))
+    wait_for("up", lambda: bool(state(run_home).get("pid")), process, job)
     process.send_signal(signal.SIGKILL)
     process.wait()
     first = state(run_home)["pid"]
