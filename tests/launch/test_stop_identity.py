@@ -21,6 +21,7 @@ from specpilot.launch.ops import run_down, run_status
 from specpilot.launch.state import RunState, write_state
 from specpilot.launch.stop import _GROUP_SCRIPT, STOP_OUTCOMES
 from specpilot.spec import HostSection
+from tests.fixtures.engines import wait_exec
 from tests.fixtures.memory_host import MemoryHost
 
 ENGINE_ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--port", "30000"]
@@ -31,20 +32,12 @@ def start_ticks(pid: int) -> int:
     return int(stat[stat.rindex(")") + 2 :].split()[19])
 
 
-def wait_for_argv(pid: int, within_s: float = 30.0) -> None:
-    """Until the process's exec has set its argv: Popen returns once the exec has begun, and
-    until the new program's arguments are in place /proc/PID/cmdline reads empty."""
-    deadline = time.monotonic() + within_s
-    while not Path(f"/proc/{pid}/cmdline").read_bytes() and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 @pytest.fixture
 def unrelated() -> Iterator[subprocess.Popen[bytes]]:
     """Someone else's process leading its own group: what a recycled pid points at."""
     process = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
-        wait_for_argv(process.pid)
+        wait_exec(process.pid)  # a recycled pid's process has its argv
         yield process
     finally:
         process.kill()
