@@ -128,6 +128,7 @@ def test_up_reusing_the_name_ends_the_old_group_first(
 ) -> None:
     spec_path, pid, leftover = crashed_run(make_spec, tmp_path, "crash-reuse")
     cleanup.append(pid)
+    earlier_exit = read_state("crash-reuse").exit_path
     again = CliRunner().invoke(cli, ["up", str(spec_path), "--json"], catch_exceptions=False)
     try:
         assert again.exit_code == 0, again.output
@@ -138,6 +139,9 @@ def test_up_reusing_the_name_ends_the_old_group_first(
         new_pid = json.loads(again.stdout)["pid"]
         cleanup.append(new_pid)
         assert new_pid != pid
+        # the earlier engine may still be a zombie its watcher reaps only now: that watcher's
+        # record of it (-9) goes to the earlier start's file, never to this start's
+        assert earlier_exit is not None and read_state("crash-reuse").exit_path != earlier_exit
     finally:  # the new run's helper ignores SIGTERM too: no use waiting `down`'s 30 s for it
         run("down", "crash-reuse", "--timeout-s", "1")
 
