@@ -433,12 +433,10 @@ def test_signal_group_of_no_group_is_false(make_host: HostFactory) -> None:
 def test_a_zombie_is_not_alive(make_host: HostFactory) -> None:
     child = subprocess.Popen(["true"])  # not reaped until the end: a zombie meanwhile
     try:
-        for _ in range(200):
-            state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            if state == "Z":
-                break
+        deadline = time.monotonic() + 30  # a guard: `true` ends at once, but not on a busy machine
+        while (state := Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z":
+            assert time.monotonic() < deadline, f"`true` still in state {state}"
             time.sleep(0.02)
-        assert state == "Z"
         assert drive(make_host, lambda host: host.pid_alive(child.pid)) is False
         assert drive(make_host, lambda host: host.pid_alive(os.getpid())) is True
     finally:

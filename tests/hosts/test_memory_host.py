@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from specpilot.hosts.base import Host
 from specpilot.launch.render import render_launch_script
 from specpilot.launch.rundir import RunFiles, ship, verify_on_host
 from specpilot.launch.stop import RunProcesses, end_group, run_members
+from tests.fixtures.engines import wait_exec
 from tests.fixtures.memory_host import MemoryHost
 
 FILES = RunFiles(spec_toml=b'name = "m"\n', plan_json=b"{}\n", launch_sh=b"exec true\n", env=b"A=1\n")
@@ -85,7 +85,7 @@ def test_a_launch_script_runs_as_its_exec_line_on_both(tmp_path: Path) -> None:
 @pytest.fixture
 def real_group() -> Iterator[int]:
     process = subprocess.Popen(["sleep", "30"], start_new_session=True)
-    time.sleep(0.05)
+    wait_exec(process.pid)  # a group of a running `sleep`, not of Python mid-exec
     try:
         yield process.pid
     finally:

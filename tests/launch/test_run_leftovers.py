@@ -6,6 +6,7 @@ survivor. Real processes throughout."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -44,6 +45,18 @@ def wait_gone(pid: int, within_s: float = 10.0) -> bool:
     return not alive(pid)
 
 
+def ignores_sigterm(pid: int, within_s: float = 30.0) -> None:
+    """Until the helper ignores SIGTERM: the stand-in writes its pid once it is started, before
+    the helper's Python has run its first line (a SIGTERM then would end it)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        ignored = Path(f"/proc/{pid}/status").read_text().split("SigIgn:")[1].split()[0]
+        if int(ignored, 16) >> (signal.SIGTERM - 1) & 1:
+            return
+        assert time.monotonic() < deadline, f"pid {pid} never ignored SIGTERM"
+        time.sleep(0.01)
+
+
 def crashed_run(make_spec: SpecFactory, tmp_path: Path, name: str) -> tuple[Path, int, int]:
     """A ready run whose engine was then SIGKILLed alone: (spec file, engine pid, leftover pid)."""
     stubborn = tmp_path / f"{name}.stubborn"
@@ -53,6 +66,7 @@ def crashed_run(make_spec: SpecFactory, tmp_path: Path, name: str) -> tuple[Path
     assert started.exit_code == 0, started.output
     pid = json.loads(started.stdout)["pid"]
     leftover = int(stubborn.read_text())
+    ignores_sigterm(leftover)
     os.kill(pid, signal.SIGKILL)  # the engine alone, as an OOM killer would
     assert wait_gone(pid)
     assert alive(leftover) and os.getpgid(leftover) == pid  # it outlived the engine, in its group
@@ -66,7 +80,8 @@ def cleanup() -> Iterator[list[int]]:
     yield groups
     for pgid in groups:
         for member in process_group_members(pgid):
-            os.kill(member, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it ended (and was reaped) meanwhile
+                os.kill(member, signal.SIGKILL)
 
 
 def test_every_file_of_a_local_run_is_under_specpilot_home(
@@ -113,6 +128,7 @@ def test_up_reusing_the_name_ends_the_old_group_first(
 ) -> None:
     spec_path, pid, leftover = crashed_run(make_spec, tmp_path, "crash-reuse")
     cleanup.append(pid)
+    earlier_exit = read_state("crash-reuse").exit_path
     again = CliRunner().invoke(cli, ["up", str(spec_path), "--json"], catch_exceptions=False)
     try:
         assert again.exit_code == 0, again.output
@@ -123,6 +139,9 @@ def test_up_reusing_the_name_ends_the_old_group_first(
         new_pid = json.loads(again.stdout)["pid"]
         cleanup.append(new_pid)
         assert new_pid != pid
+        # the earlier engine may still be a zombie its watcher reaps only now: that watcher's
+        # record of it (-9) goes to the earlier start's file, never to this start's
+        assert earlier_exit is not None and read_state("crash-reuse").exit_path != earlier_exit
     finally:  # the new run's helper ignores SIGTERM too: no use waiting `down`'s 30 s for it
         run("down", "crash-reuse", "--timeout-s", "1")
 

@@ -27,6 +27,7 @@ from specpilot.launch.ops import clear_leftovers, run_status
 from specpilot.launch.state import RunState, read_state, write_state
 from specpilot.launch.stop import RUN_TOKEN_VAR
 from specpilot.spec import HostSection
+from tests.fixtures.engines import wait_exec
 
 #: random per test run: two runs of these tests at once must not see each other's processes
 TOKEN = secrets.token_hex(16)
@@ -77,6 +78,7 @@ def orphaned_group(tmp_path: Path, spawned: list[int], script: str, env: dict[st
     for name in ("member", "escaped"):
         if (tmp_path / name).exists():
             spawned.append(int((tmp_path / name).read_text()))
+            wait_exec(spawned[-1])  # `$!` is known before the child's exec is done
     if (tmp_path / "escaped").exists():
         in_own_session(spawned[-1])
     return leader.pid
@@ -237,6 +239,7 @@ def test_a_start_interrupted_before_its_pid_came_back_is_stopped_by_its_token(
         ["sleep", "120"], start_new_session=True, env={**os.environ, RUN_TOKEN_VAR: TOKEN}
     )
     spawned.append(engine.pid)
+    wait_exec(engine.pid)  # its token is in /proc/PID/environ only once the exec is done
     record(home, "midspawn", 0, ticks=None, token=TOKEN)
     assert asyncio.run(run_status("midspawn")).leftovers == (engine.pid,)
     down = run("down", "midspawn", "--json", "--timeout-s", "5")
@@ -257,6 +260,8 @@ def test_with_the_engine_s_pid_recycled_only_the_token_holders_are_stopped(
         ["sleep", "120"], start_new_session=True, env={**os.environ, RUN_TOKEN_VAR: TOKEN}
     )
     spawned += [recycled.pid, child.pid]
+    wait_exec(recycled.pid)
+    wait_exec(child.pid)
     record(home, "recycled", recycled.pid, ticks=start_ticks(recycled.pid) - 1, token=TOKEN)
     status = asyncio.run(run_status("recycled"))
     assert status.pid_reused and (status.leftovers, status.leftovers_unproven) == ((child.pid,), ())
@@ -301,6 +306,7 @@ def test_a_caller_holding_the_token_is_never_signalled(home: Path, spawned: list
         ["sleep", "120"], start_new_session=True, env={**os.environ, RUN_TOKEN_VAR: TOKEN}
     )
     spawned.append(holder.pid)
+    wait_exec(holder.pid)
     record(home, "inside", 0, ticks=None, token=TOKEN)
     env = {**os.environ, RUN_TOKEN_VAR: TOKEN, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     down = subprocess.run(

@@ -16,10 +16,13 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
+from specpilot.launch.identity import recorded_process
 from specpilot.launch.ops import run_down, run_status
 from specpilot.launch.state import RunState, write_state
 from specpilot.launch.stop import _GROUP_SCRIPT, STOP_OUTCOMES
 from specpilot.spec import HostSection
+from tests.fixtures.engines import wait_exec
+from tests.fixtures.memory_host import MemoryHost
 
 ENGINE_ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--port", "30000"]
 
@@ -34,6 +37,7 @@ def unrelated() -> Iterator[subprocess.Popen[bytes]]:
     """Someone else's process leading its own group: what a recycled pid points at."""
     process = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
+        wait_exec(process.pid)  # a recycled pid's process has its argv
         yield process
     finally:
         process.kill()
@@ -45,25 +49,28 @@ def stale_state(name: str, pid: int, run_home: Path, start_ticks: int | None = N
     run_dir = run_home / ".specpilot" / "runs" / name
     run_dir.mkdir(parents=True)
     (run_dir / "engine.log").write_text("The server is fired up and ready to roll!\n")
-    write_state(
-        RunState(
-            name=name,
-            host=HostSection(target="local"),
-            remote_dir=str(run_dir),
-            log_path=str(run_dir / "engine.log"),
-            exit_path=str(run_dir / "exit"),
-            pid=pid,
-            pgid=pid,
-            start_ticks=start_ticks,
-            argv=tuple(ENGINE_ARGV),
-            endpoint="http://127.0.0.1:9",
-            served_model_name=None,
-            engine="sglang",
-            engine_version="0.5.10",
-            phase="ready",
-            cause="ready",
-            started_at_s=time.time() - 60,
-        )
+    write_state(engine_state(name, pid, run_dir, start_ticks))
+
+
+def engine_state(name: str, pid: int, run_dir: Path, start_ticks: int | None) -> RunState:
+    """A ready run of ENGINE_ARGV, pid `pid`, recorded with `start_ticks`."""
+    return RunState(
+        name=name,
+        host=HostSection(target="local"),
+        remote_dir=str(run_dir),
+        log_path=str(run_dir / "engine.log"),
+        exit_path=str(run_dir / "exit"),
+        pid=pid,
+        pgid=pid,
+        start_ticks=start_ticks,
+        argv=tuple(ENGINE_ARGV),
+        endpoint="http://127.0.0.1:9",
+        served_model_name=None,
+        engine="sglang",
+        engine_version="0.5.10",
+        phase="ready",
+        cause="ready",
+        started_at_s=time.time() - 60,
     )
 
 
@@ -83,6 +90,18 @@ def test_a_recycled_pid_is_neither_alive_nor_signalled(
     assert stopped["stopped"] == "stale"
     assert unrelated.poll() is None  # the unrelated process was not signalled
     assert os.getpgid(unrelated.pid) == unrelated.pid
+
+
+@pytest.mark.parametrize(("alive", "expected"), [(True, "reused"), (False, "exited")])
+def test_a_process_without_an_argv_yet_is_neither_gone_nor_the_run_s(
+    tmp_path: Path, alive: bool, expected: str
+) -> None:
+    """A record without a start time is checked by argv, and /proc/PID/cmdline reads empty
+    both for a zombie and for a live process between exec's start and its arguments."""
+    host = MemoryHost()
+    process = host.add_process([], alive=alive)
+    state = engine_state("noargv", process.pid, tmp_path, start_ticks=None)
+    assert asyncio.run(recorded_process(host, state)) == expected
 
 
 def test_the_run_s_own_process_is_recognised_and_stopped(run_home: Path) -> None:

@@ -22,6 +22,9 @@ async def recorded_process(host: Host, state: RunState) -> str:
         return "running" if stat.start_ticks == state.start_ticks else "reused"
     live = await host.proc_argv(state.pid)
     launcher = ["bash", f"{state.remote_dir}/{LAUNCH_FILE}"]
-    if not live:
+    if live is None:
         return "exited"
+    if not live:  # a zombie's argv is empty, and so is a live process's mid-exec: ask again
+        again = await host.proc_stat(state.pid)
+        return "exited" if again is None or again.exited else "reused"
     return "running" if mask_argv(live) in (list(state.argv), launcher) else "reused"

@@ -29,7 +29,10 @@ ENV_FILE = "env"
 MANIFEST_FILE = "manifest.json"
 PID_FILE = "pid"
 LOG_FILE = "engine.log"
-EXIT_FILE = "exit"
+#: how the engine ended, as its watcher records it: one file per start (named by the run's
+#: token), so the watcher of an earlier start that reaps its engine late (the engine was a zombie
+#: when `up` reused the name) writes its own file, never this start's
+EXIT_FILE_PREFIX = "exit-"
 #: files the manifest covers, with their modes
 _MODES = {SPEC_FILE: 0o600, PLAN_FILE: 0o644, LAUNCH_FILE: 0o700, ENV_FILE: 0o600}
 

@@ -88,7 +88,7 @@ class RunWatch:
         self.token = secrets.token_hex(16)
         self.launcher = ("bash", f"{remote_dir}/{rundir.LAUNCH_FILE}")
         self.log_path = f"{remote_dir}/{rundir.LOG_FILE}"
-        self.exit_path = f"{remote_dir}/{rundir.EXIT_FILE}"
+        self.exit_path = f"{remote_dir}/{rundir.EXIT_FILE_PREFIX}{self.token[:16]}"
         self.consumed_bytes = 0  # log bytes already queued as lines
         self.fed_bytes = 0  # log bytes classified: at ready, where serving begins
         self.stop_task: asyncio.Task[str] | None = None
