@@ -83,7 +83,7 @@ class _FleetStatusShown:
     def human(self, out: Human) -> None:
         result, console = self.result, out.console()
         routers = "  ".join(
-            f"{url} {'[green]up[/]' if alive else '[red]not running[/]'}"
+            f"{url} {'[green]up[/]' if alive else '[red]not running[/]' + _exit_shown(result, url)}"
             for url, alive in result.routers.items()
         )
         console.print(f"[bold]fleet {self.name}[/]  router {routers}")
@@ -93,6 +93,11 @@ class _FleetStatusShown:
             serving = "[green]serving[/]" if m.serving else "[red]not serving[/]"
             routed = "registered" if m.registered else "[yellow]not registered[/]"
             console.print(f"  {m.name}  {m.target}  {m.phase}  {serving}  {routed}", soft_wrap=True)
+
+
+def _exit_shown(result: FleetStatus, url: str) -> str:
+    returncode = result.router_exits.get(url)
+    return "" if returncode is None else f" (exit status {returncode})"
 
 
 def fleet_down(name: str, out: Output) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 from specpilot.errors import SpecpilotError, UserError
-from specpilot.fleet.router import RouterClient, Worker, running
+from specpilot.fleet.router import RouterClient, Worker, exit_path_of, running
 from specpilot.fleet.state import fleet_path, read_fleet, router_replicas, write_fleet
 from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
@@ -51,6 +51,21 @@ async def replica_running(record: dict[str, Any], replica: dict[str, Any]) -> bo
 async def routers_running(record: dict[str, Any]) -> list[bool]:
     """Per replica: is its recorded process still running."""
     return [await replica_running(record, r) for r in router_replicas(record)]
+
+
+async def replica_exit_status(record: dict[str, Any], replica: dict[str, Any]) -> int | None:
+    """How a replica that is not running ended, as its own start's watcher recorded it
+    (None: no record yet, or its host does not answer)."""
+    path = exit_path_of(replica)
+    if path is None:
+        return None
+    host = router_host(record)
+    try:
+        return await host.exit_status(path)
+    except HostError:
+        return None
+    finally:
+        await host.close()
 
 
 async def router_running(record: dict[str, Any]) -> bool:
@@ -101,6 +116,8 @@ class FleetStatus:
     router_target: str
     routers: dict[str, bool]  # each replica's URL -> running
     members: list[MemberStatus] = field(default_factory=list)
+    #: each replica not running -> its exit status as its watcher recorded it (None: not yet)
+    router_exits: dict[str, int | None] = field(default_factory=dict)
 
     @property
     def router_alive(self) -> bool:
@@ -132,7 +149,10 @@ class FleetStatus:
             "router_url": self.router_url,
             "router_alive": self.router_alive,
             "router_target": self.router_target,
-            "routers": [{"url": url, "alive": alive} for url, alive in self.routers.items()],
+            "routers": [
+                {"url": url, "alive": alive, "exit_status": self.router_exits.get(url)}
+                for url, alive in self.routers.items()
+            ],
             "repair": self.repair,
             "members": [m.to_json() for m in self.members],
         }
@@ -150,6 +170,9 @@ async def fleet_status(name: str) -> FleetStatus:
     record = read_fleet(name)
     replicas = router_replicas(record)
     routers = dict(zip([str(r["url"]) for r in replicas], await routers_running(record), strict=True))
+    exits = {
+        str(r["url"]): await replica_exit_status(record, r) for r in replicas if not routers[str(r["url"])]
+    }
     # registered: listed ready by every running replica
     listings = [await _router_workers(url) for url, alive in routers.items() if alive]
     ready = (
@@ -176,7 +199,7 @@ async def fleet_status(name: str) -> FleetStatus:
         )
 
     members = await all_of([(one(m), f"reading member {m['name']}'s status") for m in record["members"]])
-    return FleetStatus(name, record["router_url"], str(record.get("router_target")), routers, members)
+    return FleetStatus(name, record["router_url"], str(record.get("router_target")), routers, members, exits)
 
 
 async def fleet_down(name: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import secrets
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -109,6 +110,19 @@ class RouterProcess:
     pid: int
     start_ticks: int | None
     log_path: str
+    exit_path: str
+
+
+def exit_path_of(replica: dict[str, Any]) -> str | None:
+    """Where a replica's watcher records how it ended: the recorded path, else (a record
+    written before per-start exit files) the one file the log's name implied."""
+    recorded = replica.get("exit")
+    if isinstance(recorded, str):
+        return recorded
+    log = replica.get("log")
+    if isinstance(log, str) and log.endswith(".router.log"):
+        return log.removesuffix(".log") + ".exit"
+    return None
 
 
 async def spawn_router(host: Host, argv: Sequence[str], log_dir: str, name: str) -> RouterProcess:
@@ -116,16 +130,19 @@ async def spawn_router(host: Host, argv: Sequence[str], log_dir: str, name: str)
     await host.run(["mkdir", "-p", "-m", "700", log_dir])
     env = await _login_env(host)
     log_path = f"{log_dir}/{name}.router.log"
+    # one exit file per start: the watcher of an earlier router under this name that reaps it
+    # late (a zombie when the name was reused) writes its own file, never this start's
+    exit_path = f"{log_dir}/{name}.router.exit-{secrets.token_hex(8)}"
     pid = await host.spawn_detached(
         list(argv),
         env=env,
         cwd=log_dir,
         log_path=log_path,
         pid_path=f"{log_dir}/{name}.router.pid",
-        exit_path=f"{log_dir}/{name}.router.exit",
+        exit_path=exit_path,
     )
     stat = await host.proc_stat(pid)
-    return RouterProcess(pid, None if stat is None else stat.start_ticks, log_path)
+    return RouterProcess(pid, None if stat is None else stat.start_ticks, log_path, exit_path)
 
 
 async def running(host: Host, pid: int, start_ticks: int | None) -> bool:

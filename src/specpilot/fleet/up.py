@@ -273,6 +273,7 @@ def replica_entry(url: str, process: RouterProcess, argv: list[str]) -> dict[str
         "pid": process.pid,
         "start_ticks": process.start_ticks,
         "log": process.log_path,
+        "exit": process.exit_path,
         "argv": argv,
     }
 
