@@ -15,7 +15,7 @@ from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostTimeout
 from specpilot.launch.health import probe
 from specpilot.launch.identity import recorded_process
-from specpilot.launch.serving import check_serving, record_crash
+from specpilot.launch.serving import check_serving, fill_crash_exit, record_crash
 from specpilot.launch.state import CrashRecord, RunState, read_state, write_state
 from specpilot.launch.stop import GroupStop, RunProcesses, end_group, run_members
 from specpilot.launch.tail import followed, next_chunk
@@ -134,6 +134,7 @@ async def run_status(name: str, *, lines: int = 10, timeout_s: float = STATUS_TI
         crash = await check_serving(host, state)
         if crash is not None:
             state = record_crash(name, crash)
+        state = await fill_crash_exit(host, name)
         process = await recorded_process(host, state)
         alive = process == "running"
         # found dead (crashed, or ended outside specpilot): name what of it may still hold a port or memory

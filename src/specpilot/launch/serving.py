@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specpilot.engines.registry import engine_by_name
 from specpilot.hosts.base import Host
@@ -69,14 +69,20 @@ async def _crash(host: Host, state: RunState, classifier: LogClassifier, *, exit
     return Crash(failure.cause, failure.signature, failure.error, exit_status)
 
 
+async def _since_ready(host: Host, state: RunState, offset: int) -> LogClassifier:
+    """The run's log from where serving began, classified."""
+    classifier = serving_classifier(state)
+    with contextlib.suppress(FileNotFoundError):  # a deleted log: the process still decides
+        _feed_text(classifier, await host.read_bytes(state.log_path, offset))
+    return classifier
+
+
 async def check_serving(host: Host, state: RunState) -> Crash | None:
     """One look at a ready run: a fatal line since ready, or its process gone."""
     offset = state.ready_log_bytes
     if state.phase != "ready" or offset is None:
         return None
-    classifier = serving_classifier(state)
-    with contextlib.suppress(FileNotFoundError):  # a deleted log: the process still decides
-        _feed_text(classifier, await host.read_bytes(state.log_path, offset))
+    classifier = await _since_ready(host, state, offset)
     process = await recorded_process(host, state)
     if classifier.fatal_seen or process != "running":
         return await _crash(host, state, classifier, exited=process != "running")
@@ -124,6 +130,23 @@ def record_crash(name: str, crash: Crash) -> RunState:
     if state.phase == "ready":
         state = state.crashed(crash.record(), at_s=time.time())
         write_state(state)
+    return state
+
+
+async def fill_crash_exit(host: Host, name: str) -> RunState:
+    """A crash recorded with no exit status (its engine was a zombie its watcher had not
+    reaped yet, so no exit record) gets it once the watcher's record exists: the verdict
+    is made again with it, as it would have been. Only while the run is still "failed":
+    after `down` the process's end may be that stop's signal."""
+    state = read_state(name)
+    crash, offset = state.crash, state.ready_log_bytes
+    if state.phase != "failed" or crash is None or crash.exit_status is not None:
+        return state
+    if offset is None or not state.exit_path or await host.exit_status(state.exit_path) is None:
+        return state
+    filled = await _crash(host, state, await _since_ready(host, state, offset), exited=True)
+    state = replace(state, cause=filled.cause, crash=filled.record())
+    write_state(state)
     return state
 
 
