@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
 from specpilot.projection import BatchRates, Projection, job_rates, project, project_job
@@ -65,18 +65,31 @@ def slow_server() -> StandIn:
     server.close()
 
 
+def _generate(prompts: Path, out: Path, server: StandIn, *options: str) -> Result:
+    """`generate` of `prompts` into `out` on the stand-in, two at a time; it must succeed."""
+    argv = [
+        "generate",
+        "--input",
+        str(prompts),
+        "--output",
+        str(out),
+        "--server",
+        server.url,
+        "--concurrency",
+        "2",
+    ]
+    ran = CliRunner().invoke(cli, [*argv, *options])
+    assert ran.exit_code == 0, ran.output
+    return ran
+
+
 def test_generate_prints_the_projection_and_report_rests_it_on_the_job(
     tmp_path: Path, slow_server: StandIn
 ) -> None:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"q {i}"}) + "\n" for i in range(60)))
     out = tmp_path / "out"
-    ran = CliRunner().invoke(
-        cli,
-        ["generate", "--input", str(prompts), "--output", str(out), "--server", slow_server.url,
-         "--concurrency", "2", "--progress-interval-s", "0.3"],
-    )  # fmt: skip
-    assert ran.exit_code == 0, ran.output
+    ran = _generate(prompts, out, slow_server, "--progress-interval-s", "0.3")
     lines = [line for line in ran.output.splitlines() if line.startswith("projected: rows left")]
     assert lines and "GPU-hours" in lines[-1] and "this job:" in lines[-1] and "over the last" in lines[-1]
     report = json.loads(CliRunner().invoke(cli, ["report", str(out), "--gpus", "2", "--json"]).output)
@@ -169,12 +182,7 @@ def test_generate_and_report_state_the_tail_share_with_a_bench_result(
     prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"q {i}"}) + "\n" for i in range(40)))
     out = tmp_path / "out"
     _played_bench(out, rows=40)
-    ran = CliRunner().invoke(
-        cli,
-        ["generate", "--input", str(prompts), "--output", str(out), "--server", slow_server.url,
-         "--concurrency", "2", "--progress-interval-s", "0.3"],
-    )  # fmt: skip
-    assert ran.exit_code == 0, ran.output
+    ran = _generate(prompts, out, slow_server, "--progress-interval-s", "0.3")
     lines = [line for line in ran.output.splitlines() if line.startswith("projected: rows left")]
     assert lines and "of it the tail" in lines[-1] and "bench winner plain@32" in lines[-1]
     report = json.loads(CliRunner().invoke(cli, ["report", str(out), "--json"]).output)
@@ -197,12 +205,7 @@ def test_report_s_eta_is_the_rows_left_projection_where_that_plays_the_tail(
     out = tmp_path / "out"
     if bench:
         _played_bench(out, rows=40)
-    ran = CliRunner().invoke(
-        cli,
-        ["generate", "--input", str(prompts), "--output", str(out), "--server", slow_server.url,
-         "--concurrency", "2", "--limit", "10"],
-    )  # fmt: skip
-    assert ran.exit_code == 0, ran.output
+    _generate(prompts, out, slow_server, "--limit", "10")
     report = json.loads(CliRunner().invoke(cli, ["report", str(out), "--json"]).output)
     assert report["state"] == "incomplete" and report["eta_s"] is not None
     left = report["projection"]["rows left"]

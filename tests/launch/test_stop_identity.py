@@ -20,9 +20,9 @@ from specpilot.launch.identity import recorded_process
 from specpilot.launch.ops import run_down, run_status
 from specpilot.launch.state import RunState, write_state
 from specpilot.launch.stop import _GROUP_SCRIPT, STOP_OUTCOMES
-from specpilot.spec import HostSection
 from tests.fixtures.engines import wait_exec
 from tests.fixtures.memory_host import MemoryHost
+from tests.launch.helpers import ready_state
 
 ENGINE_ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--port", "30000"]
 
@@ -54,9 +54,8 @@ def stale_state(name: str, pid: int, run_home: Path, start_ticks: int | None = N
 
 def engine_state(name: str, pid: int, run_dir: Path, start_ticks: int | None) -> RunState:
     """A ready run of ENGINE_ARGV, pid `pid`, recorded with `start_ticks`."""
-    return RunState(
-        name=name,
-        host=HostSection(target="local"),
+    return ready_state(
+        name,
         remote_dir=str(run_dir),
         log_path=str(run_dir / "engine.log"),
         exit_path=str(run_dir / "exit"),
@@ -66,11 +65,10 @@ def engine_state(name: str, pid: int, run_dir: Path, start_ticks: int | None) ->
         argv=tuple(ENGINE_ARGV),
         endpoint="http://127.0.0.1:9",
         served_model_name=None,
-        engine="sglang",
         engine_version="0.5.10",
-        phase="ready",
-        cause="ready",
         started_at_s=time.time() - 60,
+        allocations={},
+        ready_log_bytes=None,
     )
 
 
