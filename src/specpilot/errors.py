@@ -29,6 +29,7 @@ class UserError(SpecpilotError):
     exit_code = EXIT_BAD_INPUT
 
     def __init__(self, message: str, *, field: str | None = None, fix: str | None = None) -> None:
+        self.message = message
         self.field = field
         self.fix = fix
         parts = [f"{field}: {message}" if field else message]

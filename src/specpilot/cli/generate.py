@@ -356,10 +356,10 @@ def export(
     out: Output,
 ) -> None:
     """Export the finished rows of a generate job for SpecForge, speculators or datasets."""
+    from specpilot.export.run import chat_template as export_template
     from specpilot.export.run import export as run_export
     from specpilot.generate.ledger.report import reading_ledger
     from specpilot.generate.rows.lengths import length_report
-    from specpilot.generate.rows.templates import choose_template
     from specpilot.generate.writers.committed import committed_rows
     from specpilot.generate.writers.parts import CLEAN, FLAGGED
     from specpilot.progress import ProgressLines, stderr_is_terminal
@@ -374,16 +374,7 @@ def export(
         )
     with reading_ledger(directory) as ledger:
         meta = ledger.meta()
-    if spec.takes_template:  # the template is SpecForge's: the other formats carry no template
-        template, warnings = choose_template(chat_template, meta.get("model"))
-    elif chat_template is not None:
-        raise UserError(
-            f"applies to --format {names_with(lambda f: f.takes_template)}, not {fmt}",
-            field="--chat-template",
-            fix=f"drop --chat-template, or export with --format {names_with(lambda f: f.takes_template)}",
-        )
-    else:
-        template, warnings = None, []
+    template, warnings = export_template(spec, chat_template, meta.get("model"))
     split_turns = spec.splits_turns and per_turn is not False
     lines = ProgressLines(f"export {fmt}")
     result = run_export(

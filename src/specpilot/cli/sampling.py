@@ -1,4 +1,6 @@
-"""The sampling options `generate` and `bench` share, read into one `Sampling`."""
+"""The sampling options `generate` and `bench` share, made from `SamplingInput` (each flag's
+type, range and help) and read into one `Sampling`: a value the job file's `[job.sampling]`
+refuses is refused here with the same words."""
 
 from __future__ import annotations
 
@@ -8,19 +10,32 @@ from typing import Any
 
 import click
 
-from specpilot.cli.params import FiniteFloat
 from specpilot.errors import UserError
-from specpilot.generate.sampling import Sampling
+from specpilot.generate.sampling import SamplingInput, SamplingRefused, described, flag, value_kind
 
-#: the options whose values go into `Sampling.request_fields` (option dest -> request field)
-_FIELD_OPTIONS = {
-    "min_p": "min_p",
-    "seed": "seed",
-    "stops": "stop",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "repetition_penalty": "repetition_penalty",
-}
+
+class SamplingValue(click.types.UnprocessedParamType):
+    """One sampling key's value, checked by the schema (a usage error, exit 2, in its words).
+    (Click's raw-value type as the base: ParamType is generic only from click 8.2.)"""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.name = "integer" if value_kind(key) is int else "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return getattr(SamplingInput.read({self.key: value}, typed=False), self.key)
+        except SamplingRefused as err:
+            self.fail(err.message, param, ctx)
+
+
+def _option(key: str, help_text: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    help_text = help_text or SamplingInput.model_fields[key].description
+    if key == "stop":
+        return click.option(flag(key), key, multiple=True, help=f"{help_text} (repeatable)")
+    if SamplingInput.model_fields[key].metadata:  # its range
+        help_text = f"{help_text} ({described(key)})"
+    return click.option(flag(key), key, type=SamplingValue(key), default=None, help=help_text)
 
 
 def sampling_options(
@@ -29,28 +44,11 @@ def sampling_options(
     """Adds --max-tokens ... --thinking to a command, which then receives `sampling`.
     `sampling_seed`: whether --seed is the requests' sampling seed (bench's own --seed draws
     its sample instead)."""
+    keys = [
+        key for key in SamplingInput.model_fields if key != "thinking" and (sampling_seed or key != "seed")
+    ]
     options = [
-        click.option("--max-tokens", type=click.IntRange(1), default=None, help=max_tokens_help),
-        click.option("--temperature", type=FiniteFloat(0), default=None),
-        click.option("--top-p", type=FiniteFloat(0, 1), default=None),
-        click.option("--top-k", type=int, default=None),
-        click.option("--min-p", type=FiniteFloat(0, 1), default=None),
-        *(
-            [
-                click.option(
-                    "--seed",
-                    type=int,
-                    default=None,
-                    help="Sampling seed (SGLang and vLLM honour it per request).",
-                )
-            ]
-            if sampling_seed
-            else []
-        ),
-        click.option("--stop", "stops", multiple=True, help="A stop string (repeatable)."),
-        click.option("--presence-penalty", type=FiniteFloat(-2, 2), default=None),
-        click.option("--frequency-penalty", type=FiniteFloat(-2, 2), default=None),
-        click.option("--repetition-penalty", type=FiniteFloat(0, min_open=True), default=None),
+        *(_option(key, max_tokens_help if key == "max_tokens" else None) for key in keys),
         click.option(
             "--extra-body",
             default=None,
@@ -60,22 +58,15 @@ def sampling_options(
         ),
         click.option("--thinking/--no-thinking", default=True, show_default=True, help=thinking_help),
     ]
-    own = [name for name in _FIELD_OPTIONS if sampling_seed or name != "seed"]
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(command)
         def read(*args: Any, **kwargs: Any) -> Any:
-            flags = {_FIELD_OPTIONS[name]: kwargs.pop(name) for name in own}
-            flags["stop"] = list(flags["stop"]) or None
-            sampling = Sampling(
-                thinking=kwargs.pop("thinking"),
-                max_tokens=kwargs.pop("max_tokens"),
-                temperature=kwargs.pop("temperature"),
-                top_p=kwargs.pop("top_p"),
-                top_k=kwargs.pop("top_k"),
-                request_fields=request_fields(kwargs.pop("extra_body"), flags),
-            )
-            return command(*args, sampling=sampling, **kwargs)
+            given = {key: kwargs.pop(key) for key in [*keys, "thinking"]}
+            given["stop"] = list(given["stop"]) or None
+            values = SamplingInput.read({k: v for k, v in given.items() if v is not None}, typed=False)
+            fields = request_fields(kwargs.pop("extra_body"), values.request_fields())
+            return command(*args, sampling=values.sampling(fields), **kwargs)
 
         for option in reversed(options):
             read = option(read)
@@ -93,10 +84,10 @@ def request_fields(extra_body_json: str | None, flags: dict[str, object]) -> dic
     given = {key: value for key, value in flags.items() if value is not None}
     both = sorted(set(fields) & set(given))
     if both:
-        flag = "--" + both[0].replace("_", "-")
+        option = flag(both[0])
         raise UserError(
-            f"sets {both[0]}, which {flag} also sets",
+            f"sets {both[0]}, which {option} also sets",
             field="--extra-body",
-            fix=f"give it once: drop it or {flag}",
+            fix=f"give it once: drop it or {option}",
         )
     return {**fields, **given}

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specpilot.errors import UserError
-from specpilot.export.formats import format_named
+from specpilot.export.formats import ExportFormat, format_named, names_with
 from specpilot.export.target import (
     earlier_export,
     make_folder,
@@ -49,6 +49,25 @@ class ExportResult:
     rows: int
     flagged_included: bool
     warnings: list[str] = field(default_factory=list)
+
+
+def chat_template(
+    fmt: ExportFormat, requested: str | None, model: str | None
+) -> tuple[str | None, list[str]]:
+    """The SpecForge chat template an export of `fmt` states and its warnings, for `export` and
+    `specpilot job` alike: `templates.choose_template` for the job's `model`; a format that
+    carries no template states none (and refuses one asked for)."""
+    from specpilot.generate.rows.templates import choose_template
+
+    if fmt.takes_template:
+        return choose_template(requested, model)
+    if requested is not None:
+        raise UserError(
+            f"applies to --format {names_with(lambda f: f.takes_template)}, not {fmt.name}",
+            field="--chat-template",
+            fix=f"drop --chat-template, or export with --format {names_with(lambda f: f.takes_template)}",
+        )
+    return None, []
 
 
 def _quiet(rows: int) -> None:

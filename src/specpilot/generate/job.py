@@ -38,7 +38,7 @@ from specpilot.generate.ledger.report import JobSummary, ServerRun, summarize
 from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.rows.inputs import InputMark, InputSource, check_output_dir, iter_rows, resolve_input
 from specpilot.generate.rows.types import RejectedRow
-from specpilot.generate.sampling import Sampling
+from specpilot.generate.sampling import NAMED_KEYS, Sampling
 from specpilot.generate.writers.parts import (
     CRC_CHUNK_BYTES,
     SPLITS,
@@ -63,9 +63,7 @@ DUPLICATES_SHOWN = 5
 REJECTED_SHOWN = 20
 DAMAGED_SHOWN = 20
 REJECTED_FILE = "rejected.jsonl"
-PARAM_KEYS = (
-    "model", "thinking", "keep_given_turns", "max_tokens", "temperature", "top_p", "top_k", "request_fields",
-)  # fmt: skip
+PARAM_KEYS = ("model", "thinking", "keep_given_turns", *NAMED_KEYS, "request_fields")
 #: the --max-tokens the rows of the last --retry-truncated were cut off at
 RETRY_FROM_KEY = "truncated_retry_from"
 #: what a job started before a key existed had
@@ -242,10 +240,7 @@ class Job:
             "model": model,
             "thinking": c.sampling.thinking,
             "keep_given_turns": c.keep_given_turns,
-            "max_tokens": c.sampling.max_tokens,
-            "temperature": c.sampling.temperature,
-            "top_p": c.sampling.top_p,
-            "top_k": c.sampling.top_k,
+            **{key: getattr(c.sampling, key) for key in NAMED_KEYS},
             # stored and shown (ledger, manifest.json): an --extra-body api_key is masked
             "request_fields": mask_fields(dict(sorted(c.sampling.request_fields.items()))),
         }

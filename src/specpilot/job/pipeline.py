@@ -17,7 +17,7 @@ from typing import Any
 
 from specpilot.errors import JobFailed, UserError
 from specpilot.job.record import STAGES, JobRecord, open_record, pin_prompts, refuse_changes
-from specpilot.job.spec import JobFile
+from specpilot.job.spec import JobFile, in_job_terms, job_terms
 from specpilot.spec import Spec, load_spec
 
 Say = Callable[[str], None]
@@ -100,7 +100,8 @@ def prepare(job: JobFile, restart_from: str | None) -> JobRecord:
             _check_bench(job, spec)
     if job.output.exists() and not job.output.is_dir():
         raise UserError(f"{job.output} is a file", field="[job] output", fix="give a folder")
-    record, changed = open_record(job)
+    with job_terms():  # the prompts read as generate reads them
+        record, changed = open_record(job)
     refuse_changes(record, changed, restart_from)
     if restart_from is not None:
         record.reset_from(restart_from)
@@ -232,7 +233,8 @@ async def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
 async def run_before_serving(job: JobFile, record: JobRecord, say: Say) -> None:
     """check, plan and bench (each skipped when finished); then the projection at start."""
     await _check_and_plan(job, record, say)
-    await _bench(job, record, say)
+    with job_terms():
+        await _bench(job, record, say)
     from specpilot.job.cost import projection_at_start
 
     projection = projection_at_start(job, _gpus_of(job))
@@ -365,7 +367,9 @@ async def _generate(
 
 
 def _export(job: JobFile, record: JobRecord, say: Say) -> None:
-    from specpilot.export.run import export
+    from specpilot.export.formats import format_named
+    from specpilot.export.run import chat_template, export
+    from specpilot.generate.ledger.report import reading_ledger
 
     stage = record.stage("export")
     written: dict[str, Any] = dict(stage.get("formats", {}))
@@ -374,21 +378,32 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> None:
         if fmt in written:
             continue
         try:
+            with reading_ledger(job.output) as ledger:
+                model = ledger.meta().get("model")
+            # the template `export` states (or warns it knows none for the model)
+            template, warnings = chat_template(format_named(fmt, field="[job] export"), None, model)
             result = export(
                 job.output, fmt, None, include_flagged=job.include_flagged, per_turn=True, overwrite=True
             )
         except UserError as err:  # e.g. every row flagged: the job failed here, not its input
-            record.fail("export", str(err))
-            raise JobFailed(f"export {fmt}: {err}") from None
+            refused = in_job_terms(err)
+            record.fail("export", str(refused))
+            raise JobFailed(f"export {fmt}: {refused}") from None
+        warnings += result.warnings
         written[fmt] = {
             "rows": result.rows,
             "files": [str(f) for f in result.files],
-            "warnings": result.warnings,
+            "chat_template": template,
+            "warnings": warnings,
         }
         stage["formats"] = written  # a kill between formats keeps those done
         record.save()
         where = result.files[0] if len(result.files) == 1 else result.files[0].parent
         say(f"export: {result.rows} rows as {fmt} to {where}")
+        if template is not None:
+            say(f"export: train with chat template {template} (SpecForge: --chat-template {template})")
+        for warning in warnings:
+            say(f"export: warning: {warning}")
     flagged = int(record.stage("generate").get("evidence", {}).get("flagged") or 0)
     left_out = 0 if job.include_flagged else flagged
     if left_out:
@@ -445,7 +460,8 @@ async def serve(job: JobFile, record: JobRecord, say: Say) -> JobResult:
         else:
             spec = await _up_server(job, record, say)
             served = spec.name
-        code, message = await _generate(job, record, served, spec, say)
+        with job_terms():
+            code, message = await _generate(job, record, served, spec, say)
         if code != 0:
             if not job.keep_servers:
                 await _down(job, record, served, fleet, say)

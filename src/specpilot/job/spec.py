@@ -22,39 +22,37 @@ field, before anything starts or is written.
 
 from __future__ import annotations
 
+import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from specpilot.errors import UserError
 from specpilot.export.formats import FORMATS, format_named
-from specpilot.generate.sampling import Sampling
+from specpilot.generate.sampling import Sampling, SamplingInput, SamplingRefused, flag
 
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_CONCURRENCY = 64
-#: [job.sampling] keys: the named ones of Sampling, then those sent as request fields
-_NAMED_SAMPLING: dict[str, type] = {
-    "thinking": bool,
-    "max_tokens": int,
-    "temperature": float,
-    "top_p": float,
-    "top_k": int,
-}
-_REQUEST_SAMPLING: dict[str, type] = {
-    "min_p": float,
-    "seed": int,
-    "stop": list,
-    "presence_penalty": float,
-    "frequency_penalty": float,
-    "repetition_penalty": float,
-}
+#: `[job.sampling] max_tokens = "auto"` (the job file's only): from the bench's measured answer lengths
+AUTO_MAX_TOKENS = "auto"
 _JOB_KEYS = {
     "server", "fleet", "prompts", "output", "export", "include_flagged", "keep_servers", "max_restarts",
     "concurrency", "sampling", "bench",
 }  # fmt: skip
 _BENCH_KEYS = {"sample", "variants", "budget_s"}
+#: the flags (and export's DIR) of the commands a job runs for it, as the job file's keys
+_KEY_OF_FLAG = {
+    "--input": "[job] prompts", "--prompts": "[job] prompts", "--output": "[job] output",
+    "--job": "[job] output", "--to": "[job] output", "DIR": "[job] output", "--format": "[job] export",
+    "--include-flagged": "[job] include_flagged", "--concurrency": "[job] concurrency",
+    "--sample": "[job.bench] sample", "--variants": "[job.bench] variants",
+    "--budget-s": "[job.bench] budget_s",
+    **{flag(key): f"[job.sampling] {key}" for key in SamplingInput.model_fields},
+}  # fmt: skip
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*(?![\w-])")
 
 
 @dataclass(frozen=True)
@@ -82,6 +80,8 @@ class JobFile:
     max_restarts: int = DEFAULT_MAX_RESTARTS
     concurrency: int = DEFAULT_CONCURRENCY
     sampling: Sampling = field(default_factory=lambda: Sampling(thinking=True))
+    #: max_tokens = "auto": taken from the bench's measured answer lengths
+    max_tokens_auto: bool = False
     bench: BenchSection | None = None
 
     @property
@@ -95,9 +95,33 @@ class JobFile:
         """What the job does with its inputs, as hashed into job.json (paths are inputs of their own)."""
         return {
             "export": list(self.export),
-            "sampling": self.sampling.to_json(),
+            "sampling": {
+                **self.sampling.to_json(),
+                **({"max_tokens": AUTO_MAX_TOKENS} if self.max_tokens_auto else {}),
+            },
             "bench": None if self.bench is None else self.bench.to_json(),
         }
+
+
+@contextmanager
+def job_terms() -> Iterator[None]:
+    """Refusals raised within name the job file's keys (`in_job_terms`)."""
+    try:
+        yield
+    except UserError as err:
+        raise in_job_terms(err) from None
+
+
+def in_job_terms(err: UserError) -> UserError:
+    """A refusal of a command the job ran for it (generate, bench, export) naming the job file's
+    keys where it named that command's flags: `[job] prompts`, not `--input`."""
+
+    def key(match: re.Match[str]) -> str:
+        return _KEY_OF_FLAG.get(match.group(), match.group())
+
+    field = _KEY_OF_FLAG.get(err.field, err.field) if err.field else None
+    fix = _FLAG.sub(key, err.fix) if err.fix else None
+    return UserError(_FLAG.sub(key, err.message), field=field, fix=fix)
 
 
 def _bad(key: str, message: str, fix: str) -> UserError:
@@ -129,26 +153,23 @@ def _path(base: Path, table: Mapping[str, Any], key: str, *, must_exist: bool, f
     return path
 
 
-def _sampling(table: Mapping[str, Any]) -> Sampling:
-    unknown = sorted(set(table) - set(_NAMED_SAMPLING) - set(_REQUEST_SAMPLING))
+def _sampling(table: Mapping[str, Any]) -> tuple[Sampling, bool]:
+    """`[job.sampling]` through the schema generate's flags are made from (the same ranges, the same
+    words), and whether its max_tokens is "auto"."""
+    known = list(SamplingInput.model_fields)
+    unknown = sorted(set(table) - set(known))
     if unknown:
-        known = ", ".join([*_NAMED_SAMPLING, *_REQUEST_SAMPLING])
-        raise UserError(f"unknown key {unknown[0]!r}", field="[job.sampling]", fix=f"use one of {known}")
-    named = {k: _typed(table, k, kind, "[job.sampling]") for k, kind in _NAMED_SAMPLING.items() if k in table}
-    fields = {
-        k: _typed(table, k, kind, "[job.sampling]") for k, kind in _REQUEST_SAMPLING.items() if k in table
-    }
-    for key, minimum in (("max_tokens", 1),):
-        if key in named and named[key] < minimum:
-            raise UserError(f"must be at least {minimum}", field=f"[job.sampling] {key}", fix="raise it")
-    return Sampling(
-        thinking=named.pop("thinking", True),
-        max_tokens=named.get("max_tokens"),
-        temperature=named.get("temperature"),
-        top_p=named.get("top_p"),
-        top_k=named.get("top_k"),
-        request_fields=dict(sorted(fields.items())),
-    )
+        raise UserError(
+            f"unknown key {unknown[0]!r}", field="[job.sampling]", fix=f"use one of {', '.join(known)}"
+        )
+    auto = table.get("max_tokens") == AUTO_MAX_TOKENS
+    try:
+        values = SamplingInput.read(
+            {k: v for k, v in table.items() if not (auto and k == "max_tokens")}, typed=True
+        )
+    except SamplingRefused as err:
+        raise UserError(err.message, field=f"[job.sampling] {err.key}") from None
+    return values.sampling(dict(sorted(values.request_fields().items()))), auto
 
 
 def _bench(table: Mapping[str, Any]) -> BenchSection:
@@ -231,6 +252,7 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
     bench = table.get("bench")
     if not isinstance(sampling, dict) or (bench is not None and not isinstance(bench, dict)):
         raise _bad("sampling", "[job.sampling] and [job.bench] are tables", "write them as [job.sampling]")
+    job_sampling, max_tokens_auto = _sampling(sampling)
     return JobFile(
         path=path.resolve(),
         server=serving if serving_key == "server" else None,
@@ -242,6 +264,7 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
         keep_servers=keep,
         max_restarts=restarts,
         concurrency=concurrency,
-        sampling=_sampling(sampling),
+        sampling=job_sampling,
+        max_tokens_auto=max_tokens_auto,
         bench=None if bench is None else _bench(bench),
     )
