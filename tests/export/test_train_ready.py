@@ -14,9 +14,10 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from specpilot.cli import cli
 from specpilot.demo import tinymodel
+from specpilot.errors import UserError
 from specpilot.job.pipeline import _export
 from specpilot.job.record import JobRecord
-from specpilot.job.spec import JobFile
+from specpilot.job.spec import JobFile, load_job
 from tests.conformance.trainers_harness import QWEN35_STYLE_TEMPLATE
 from tests.fakeengines.standin import Faults, StandIn, answer_for
 from tests.fixtures.jobs import run_generate
@@ -174,14 +175,20 @@ def test_without_a_tokenizer_it_says_it_skipped(tmp_path: Path, qwen35: Path) ->
     assert f"--tokenizer: {tmp_path} holds no tokenizer.json or tokenizer_config.json" in refused.stderr
 
 
+def server_spec(folder: Path, model: Path) -> Path:
+    """A local vLLM server spec of `model`."""
+    path = folder / "server.toml"
+    path.write_text(
+        f'name = "m"\n[model]\npath = "{model}"\n[gpu]\nmemory_gib = 79.19\ncount = 1\n'
+        '[engine]\nname = "vllm"\nversion = "0.26.0"\n'
+    )
+    return path
+
+
 def test_the_jobs_export_records_it_and_fails(tmp_path: Path, qwen35: Path) -> None:
     plain = write_tokenizer(tmp_path / "plain", tinymodel.CHAT_TEMPLATE)
     job = generate(tmp_path, "fake-model", qwen35)  # the tokenizer is found through the server spec
-    server = tmp_path / "server.toml"
-    server.write_text(
-        f'name = "m"\n[model]\npath = "{plain}"\n[gpu]\nmemory_gib = 79.19\ncount = 1\n'
-        '[engine]\nname = "vllm"\nversion = "0.26.0"\n'
-    )
+    server = server_spec(tmp_path, plain)
     spec = JobFile(tmp_path / "job.toml", server, None, tmp_path / "in.jsonl", job, export=("speculators",))
     record, said = JobRecord(job / "job.json", {}), []
     why = _export(spec, record, said.append)
@@ -194,3 +201,25 @@ def test_the_jobs_export_records_it_and_fails(tmp_path: Path, qwen35: Path) -> N
     )
     assert (job / "speculators.jsonl").exists()
     assert any(line.startswith("export speculators: train-ready check: 7 of 7") for line in said)
+
+
+def test_the_job_key_turns_it_off(tmp_path: Path, qwen35: Path) -> None:
+    plain = write_tokenizer(tmp_path / "plain", tinymodel.CHAT_TEMPLATE)
+    job = generate(tmp_path, str(plain), qwen35)  # rows that fail it
+    server_spec(tmp_path, plain)
+    job_file = tmp_path / "job.toml"
+    job_file.write_text(
+        '[job]\nserver = "server.toml"\nprompts = "in.jsonl"\noutput = "out"\nexport = ["speculators"]\n'
+        "train_check = false\n"
+    )
+    spec = load_job(job_file)
+    record = JobRecord(job / "job.json", {})
+    assert _export(spec, record, lambda line: None) == ""
+    stage = record.stage("export")
+    assert stage["status"] == "done"
+    assert stage["evidence"]["formats"]["speculators"]["train_ready"] == {
+        "skipped": "[job] train_check = false"
+    }
+    job_file.write_text(job_file.read_text().replace("false", '"no"'))
+    with pytest.raises(UserError, match=r"\[job\] train_check: must be a bool"):
+        load_job(job_file)

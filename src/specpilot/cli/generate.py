@@ -418,7 +418,7 @@ def export(
         # off a terminal: a line every PROGRESS_EVERY_S with the rows written so far
         done=None if stderr_is_terminal() else lambda rows: lines.update("writing", f"{rows:,} rows"),
         overwrite=overwrite,
-        train_check=not no_train_check,
+        skip_train_check="--no-train-check" if no_train_check else None,
         tokenizer=tokenizer,
         chat_template=template,
     )

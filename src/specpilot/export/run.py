@@ -67,17 +67,17 @@ def export(
     per_turn: bool = True,
     done: RowsDone | None = None,
     overwrite: bool = False,
-    train_check: bool = True,
+    skip_train_check: str | None = None,
     tokenizer: Path | None = None,
     chat_template: str | None = None,
 ) -> ExportResult:
     """Write the committed rows as `fmt` (a name in `formats.FORMATS`); `per_turn` (formats that
     split turns): one row per target turn, see `rows.turn_rows`; `done` hears the rows written so
     far after each part. An earlier export at the target is replaced only with `overwrite` (never
-    silently), and then whole. `train_check`: once written, the train-ready check renders a
-    sample with the tokenizer in `tokenizer` (None: the job's model, if a local folder) and the
-    trainer's `chat_template`; its outcome is the result's `train_ready` (a mismatch does not
-    unwrite the export: the caller says so and fails).
+    silently), and then whole. Once written, the train-ready check (unless `skip_train_check`,
+    the flag or key that turned it off) renders a sample with the tokenizer in `tokenizer` (None:
+    the job's model, if a local folder) and the trainer's `chat_template`; its outcome is the
+    result's `train_ready` (a mismatch does not unwrite the export: the caller says so and fails).
 
     The export is written beside the target under a temporary name and renamed onto it at the
     end, so the target is whole or absent: a killed or refused export (a changed part, a full
@@ -129,9 +129,9 @@ def export(
             fix="run `specpilot generate` into it first (or pass --include-flagged for the flagged rows)",
         )
     checked = (
-        check_export(directory, spec, request.splits, tokenizer=tokenizer, chat_template=chat_template)
-        if train_check
-        else TrainReady(skipped="--no-train-check")
+        TrainReady(skipped=skip_train_check)
+        if skip_train_check
+        else check_export(directory, spec, request.splits, tokenizer=tokenizer, chat_template=chat_template)
     )
     return ExportResult(written.files, written.rows, include_flagged, checked, warnings=warnings)
 

@@ -379,14 +379,15 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> str:
     untrainable: list[str] = []
     written: dict[str, Any] = dict(stage.get("formats", {}))
     record.begin("export", _gpus_of(job))  # the servers run until down
-    tokenizer = _model_folder(job, record)
+    tokenizer = _model_folder(job, record) if job.train_check else None
+    skip = None if job.train_check else "[job] train_check = false"
     for fmt in job.export:
         if fmt in written and not written[fmt].get("train_ready", {}).get("mismatches"):
             continue
         try:
             result = export(
                 job.output, fmt, None, include_flagged=job.include_flagged, per_turn=True, overwrite=True,
-                tokenizer=tokenizer,
+                tokenizer=tokenizer, skip_train_check=skip,
             )  # fmt: skip
         except UserError as err:  # e.g. every row flagged: the job failed here, not its input
             record.fail("export", str(err))

@@ -9,6 +9,7 @@
     keep_servers = false          # true: leave what the job started running at the end
     max_restarts = 3              # restarts per engine that dies while the job runs
     concurrency = 64              # requests in flight per server (per worker behind a router)
+    train_check = true            # false: the exports skip the train-ready check (export --no-train-check)
     [job.sampling]                # generate's sampling flags, by their names
     max_tokens = 4096
     [job.bench]                   # optional: measure variants first, start the winner
@@ -52,7 +53,7 @@ _REQUEST_SAMPLING: dict[str, type] = {
 }
 _JOB_KEYS = {
     "server", "fleet", "prompts", "output", "export", "include_flagged", "keep_servers", "max_restarts",
-    "concurrency", "sampling", "bench",
+    "concurrency", "sampling", "bench", "train_check",
 }  # fmt: skip
 _BENCH_KEYS = {"sample", "variants", "budget_s"}
 
@@ -83,6 +84,7 @@ class JobFile:
     concurrency: int = DEFAULT_CONCURRENCY
     sampling: Sampling = field(default_factory=lambda: Sampling(thinking=True))
     bench: BenchSection | None = None
+    train_check: bool = True
 
     @property
     def serving_file(self) -> Path:
@@ -244,4 +246,5 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
         concurrency=concurrency,
         sampling=_sampling(sampling),
         bench=None if bench is None else _bench(bench),
+        train_check=_typed(table, "train_check", bool, "[job]") if "train_check" in table else True,
     )
