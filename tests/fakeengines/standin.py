@@ -94,6 +94,10 @@ class Faults:
     cut_unless_max_tokens: int = 0
     storm_503: int = 0  # the first N requests, chat and /health alike, get 503 (an engine restarting)
     seed: int = 7
+    #: a tokenizer.json: usage.completion_tokens counts with it what a Qwen3.5-style model writes
+    #: after the `<think>\n` of its prompt, `R\n</think>\n\nA<|im_end|>` (without thinking
+    #: `A<|im_end|>`), as an engine counts its output; None: 4
+    tokenizer: str | None = None
 
 
 @dataclass
@@ -147,6 +151,14 @@ def completion_tokens_for(prompt: str) -> int:
     """ "scripted" completion tokens: a function of the prompt's last number, for a histogram."""
     number = int(prompt.split()[-1])
     return 5 + (number * 37) % 200
+
+
+def _tokens_written(tokenizer: str, content: str, reasoning: str, thinking: bool) -> int:
+    """The tokens a Qwen3.5-style model writes for this answer (`Faults.tokenizer`)."""
+    from tokenizers import Tokenizer
+
+    written = f"{reasoning}\n</think>\n\n{content}" if thinking else content
+    return len(Tokenizer.from_file(tokenizer).encode(written + "<|im_end|>", add_special_tokens=False).ids)
 
 
 @dataclass
@@ -395,6 +407,9 @@ class Server:
         counts.bodies.append(body)
         self._drafts += 1
         self._die_if_due()
+        written = (
+            4 if faults.tokenizer is None else _tokens_written(faults.tokenizer, content, reasoning, thinking)
+        )
         return web.json_response(
             {
                 "id": "chatcmpl-1",
@@ -403,8 +418,8 @@ class Server:
                 "choices": [{"index": 0, "message": message, "finish_reason": "length" if cut else "stop"}],
                 "usage": {
                     "prompt_tokens": len(prompt.split()),
-                    "completion_tokens": 4,
-                    "total_tokens": len(prompt.split()) + 4,
+                    "completion_tokens": written,
+                    "total_tokens": len(prompt.split()) + written,
                 },
             }
         )

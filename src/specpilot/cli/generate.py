@@ -15,7 +15,7 @@ from specpilot.cli.output import Human, Output, json_option
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.cli.view import serve_status_options
-from specpilot.errors import EXIT_OK, UserError
+from specpilot.errors import EXIT_OK, JobFailed, UserError
 from specpilot.export.formats import FORMATS, format_help, format_named, names_with, target_help
 from specpilot.generate.rows.inputs import ROW_SHAPES_HELP
 from specpilot.generate.sampling import Sampling
@@ -343,6 +343,19 @@ Example:
 )
 @click.option("--max-length", "max_length_tokens", type=click.IntRange(1), default=None, help=MAX_LENGTH_HELP)
 @click.option("--overwrite", is_flag=True, help="Replace an earlier export at the target.")
+@click.option(
+    "--tokenizer",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The model folder whose tokenizer and chat template the train-ready check reads "
+    "(default: the job's model, when it is a local folder).",
+)
+@click.option(
+    "--no-train-check",
+    is_flag=True,
+    help="Skip the train-ready check (a sample re-tokenized with the trainer's template must give "
+    "the server's completion_tokens; a mismatch exits 1, the export written).",
+)
 @json_option("Print the files written as JSON.")
 def export(
     directory: Path,
@@ -353,11 +366,15 @@ def export(
     per_turn: bool | None,
     max_length_tokens: int | None,
     overwrite: bool,
+    tokenizer: Path | None,
+    no_train_check: bool,
     out: Output,
 ) -> None:
     """Export the finished rows of a generate job for SpecForge, speculators or datasets."""
     from specpilot.export.run import chat_template as export_template
     from specpilot.export.run import export as run_export
+    from specpilot.export.tokenizer import is_tokenizer_folder
+    from specpilot.export.trainready import FIX as TRAIN_CHECK_FIX
     from specpilot.generate.ledger.report import reading_ledger
     from specpilot.generate.rows.lengths import length_report
     from specpilot.generate.writers.committed import committed_rows
@@ -376,6 +393,12 @@ def export(
         meta = ledger.meta()
     template, warnings = export_template(spec, chat_template, meta.get("model"))
     split_turns = spec.splits_turns and per_turn is not False
+    if tokenizer is not None and not is_tokenizer_folder(tokenizer):
+        raise UserError(
+            f"{tokenizer} holds no tokenizer.json or tokenizer_config.json",
+            field="--tokenizer",
+            fix="give the model's folder (where its tokenizer files are), or pass --no-train-check",
+        )
     lines = ProgressLines(f"export {fmt}")
     result = run_export(
         directory,
@@ -386,6 +409,9 @@ def export(
         # off a terminal: a line every PROGRESS_EVERY_S with the rows written so far
         done=None if stderr_is_terminal() else lambda rows: lines.update("writing", f"{rows:,} rows"),
         overwrite=overwrite,
+        skip_train_check="--no-train-check" if no_train_check else None,
+        tokenizer=tokenizer,
+        chat_template=template,
     )
     if not stderr_is_terminal():  # the last line is the total, not the last throttled count
         lines.say("written", f"{result.rows:,} rows")
@@ -400,6 +426,8 @@ def export(
                 "the trainer cuts them (see `specpilot report DIR --max-length N`)"
             )
     out.show(_ExportShown(fmt, split_turns, result, include_flagged, template, over, warnings), indent=None)
+    if result.train_ready.failed:
+        raise JobFailed(f"{result.train_ready.line()} ({TRAIN_CHECK_FIX})")
 
 
 @dataclass(frozen=True)
@@ -424,6 +452,7 @@ class _ExportShown:
             "chat_template": self.chat_template,
             "over_max_length": self.over_max_length,
             "warnings": self.warnings,
+            "train_ready": self.result.train_ready.to_json(),
         }
 
     def human(self, out: Human) -> None:
@@ -435,3 +464,5 @@ class _ExportShown:
             out.line(f"train with chat template {template} (SpecForge: --chat-template {template})")
         for warning in self.warnings:
             out.line(f"warning: {warning}", err=True)
+        if not self.result.train_ready.failed:  # a mismatch is the command's error line
+            out.line(self.result.train_ready.line(), err=self.result.train_ready.skipped is not None)

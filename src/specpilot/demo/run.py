@@ -443,6 +443,8 @@ prompts = {json.dumps(str(prompts))}
 output = "{output_dir.name}"
 export = ["specforge"]
 concurrency = {GENERATE_CONCURRENCY}
+# random weights: their tokens are no tokenizer's split of the text they decode to
+train_check = false
 
 [job.sampling]
 max_tokens = {GENERATE_MAX_TOKENS}

@@ -38,6 +38,7 @@ from specpilot.export.target import (
     remove,
     remove_stale_partials,
 )
+from specpilot.export.trainready import TrainReady, check_export
 from specpilot.export.writing import RowsDone, WriteRequest
 from specpilot.generate.ledger.disk import disk_error
 from specpilot.generate.ledger.report import reading_ledger, summarize
@@ -48,6 +49,8 @@ class ExportResult:
     files: list[Path]
     rows: int
     flagged_included: bool
+    #: the train-ready check of what was written (`trainready.py`)
+    train_ready: TrainReady
     warnings: list[str] = field(default_factory=list)
 
 
@@ -83,11 +86,17 @@ def export(
     per_turn: bool = True,
     done: RowsDone | None = None,
     overwrite: bool = False,
+    skip_train_check: str | None = None,
+    tokenizer: Path | None = None,
+    chat_template: str | None = None,
 ) -> ExportResult:
     """Write the committed rows as `fmt` (a name in `formats.FORMATS`); `per_turn` (formats that
     split turns): one row per target turn, see `rows.turn_rows`; `done` hears the rows written so
     far after each part. An earlier export at the target is replaced only with `overwrite` (never
-    silently), and then whole.
+    silently), and then whole. Once written, the train-ready check (unless `skip_train_check`,
+    the flag or key that turned it off) renders a sample with the tokenizer in `tokenizer` (None:
+    the job's model, if a local folder) and the trainer's `chat_template`; its outcome is the
+    result's `train_ready` (a mismatch does not unwrite the export: the caller says so and fails).
 
     The export is written beside the target under a temporary name and renamed onto it at the
     end, so the target is whole or absent: a killed or refused export (a changed part, a full
@@ -138,7 +147,12 @@ def export(
             field="DIR",
             fix="run `specpilot generate` into it first (or pass --include-flagged for the flagged rows)",
         )
-    return ExportResult(written.files, written.rows, include_flagged, warnings=warnings)
+    checked = (
+        TrainReady(skipped=skip_train_check)
+        if skip_train_check
+        else check_export(directory, spec, request.splits, tokenizer=tokenizer, chat_template=chat_template)
+    )
+    return ExportResult(written.files, written.rows, include_flagged, checked, warnings=warnings)
 
 
 def _refuse_only_flagged(directory: Path) -> None:

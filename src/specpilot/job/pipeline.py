@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specpilot.errors import JobFailed, UserError
+from specpilot.errors import EXIT_FAILED, JobFailed, UserError
 from specpilot.job.record import STAGES, JobRecord, open_record, pin_prompts, refuse_changes
 from specpilot.job.spec import JobFile, in_job_terms, job_terms
 from specpilot.spec import Spec, load_spec
@@ -27,6 +27,12 @@ BEST_SPEC = "best.toml"
 PROJECTION_EVERY_S = 30.0
 #: how often generate's stage notes in job.json that it still runs (what a kill's attempt counts to)
 HEARTBEAT_S = 30.0
+#: what to do when an export fails the train-ready check (the exports are written)
+UNTRAINABLE_FIX = (
+    "the exports are written; check the model's chat template and the engine's reasoning parser, then "
+    "generate again, or take an export as it is with `specpilot export {output} --format F --overwrite "
+    "--no-train-check`"
+)
 
 
 @dataclass
@@ -366,16 +372,21 @@ async def _generate(
     return 0, ""
 
 
-def _export(job: JobFile, record: JobRecord, say: Say) -> None:
+def _export(job: JobFile, record: JobRecord, say: Say) -> str:
+    """Every format of `[job] export`; "" or, when a format fails the train-ready check (all
+    formats are written still), why the job fails."""
     from specpilot.export.formats import format_named
     from specpilot.export.run import chat_template, export
     from specpilot.generate.ledger.report import reading_ledger
 
     stage = record.stage("export")
+    untrainable: list[str] = []
     written: dict[str, Any] = dict(stage.get("formats", {}))
     record.begin("export", _gpus_of(job))  # the servers run until down
+    tokenizer = _model_folder(job, record) if job.train_check else None
+    skip = None if job.train_check else "[job] train_check = false"
     for fmt in job.export:
-        if fmt in written:
+        if fmt in written and not written[fmt].get("train_ready", {}).get("mismatches"):
             continue
         try:
             with reading_ledger(job.output) as ledger:
@@ -383,8 +394,9 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> None:
             # the template `export` states (or warns it knows none for the model)
             template, warnings = chat_template(format_named(fmt, field="[job] export"), None, model)
             result = export(
-                job.output, fmt, None, include_flagged=job.include_flagged, per_turn=True, overwrite=True
-            )
+                job.output, fmt, None, include_flagged=job.include_flagged, per_turn=True, overwrite=True,
+                tokenizer=tokenizer, skip_train_check=skip,
+            )  # fmt: skip
         except UserError as err:  # e.g. every row flagged: the job failed here, not its input
             refused = in_job_terms(err)
             record.fail("export", str(refused))
@@ -395,6 +407,7 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> None:
             "files": [str(f) for f in result.files],
             "chat_template": template,
             "warnings": warnings,
+            "train_ready": result.train_ready.to_json(),
         }
         stage["formats"] = written  # a kill between formats keeps those done
         record.save()
@@ -404,6 +417,10 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> None:
             say(f"export: train with chat template {template} (SpecForge: --chat-template {template})")
         for warning in warnings:
             say(f"export: warning: {warning}")
+        say(f"export {fmt}: {result.train_ready.line()}")
+        # written, but a drafter trained on it learns text the model never wrote
+        if result.train_ready.failed:
+            untrainable.append(f"export {fmt}: {result.train_ready.line()}")
     flagged = int(record.stage("generate").get("evidence", {}).get("flagged") or 0)
     left_out = 0 if job.include_flagged else flagged
     if left_out:
@@ -412,7 +429,26 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> None:
             f"export: {left_out:,} flagged rows left out (see `specpilot report {job.output}` for why "
             "each was flagged); [job] include_flagged = true keeps them"
         )
-    record.finish("export", {"formats": written, "flagged_left_out": left_out})
+    evidence = {"formats": written, "flagged_left_out": left_out}
+    if untrainable:
+        why = "; ".join(untrainable) + f" ({UNTRAINABLE_FIX.format(output=job.output)})"
+        stage["evidence"] = evidence
+        record.fail("export", why)
+        return why
+    record.finish("export", evidence)
+    return ""
+
+
+def _model_folder(job: JobFile, record: JobRecord) -> Path | None:
+    """The served model's folder when it is on this machine (the train-ready check reads its
+    tokenizer there); None: the check looks at the job's served model name instead."""
+    from specpilot.export.tokenizer import is_tokenizer_folder
+
+    if job.server is None:
+        return None
+    spec = serving_spec(job, record)
+    folder = spec.model_dir()
+    return folder if spec.host.target == "local" and is_tokenizer_folder(folder) else None
 
 
 async def _down(job: JobFile, record: JobRecord, served: str | None, fleet: bool, say: Say) -> None:
@@ -469,9 +505,11 @@ async def serve(job: JobFile, record: JobRecord, say: Say) -> JobResult:
                 record.save()
             result.exit_code, result.message = code, message
             return result
-    if not record.done("export"):
-        _export(job, record, say)
+    untrainable = "" if record.done("export") else _export(job, record, say)
     if not record.done("down"):
         await _down(job, record, served, fleet, say)
+    if untrainable:
+        result.exit_code, result.message = EXIT_FAILED, untrainable
+        return result
     result.message = f"job done: {record.stage('generate').get('evidence', {}).get('message', '')}"
     return result

@@ -9,6 +9,7 @@
     keep_servers = false          # true: leave what the job started running at the end
     max_restarts = 3              # restarts per engine that dies while the job runs
     concurrency = 64              # requests in flight per server (per worker behind a router)
+    train_check = true            # false: the exports skip the train-ready check (export --no-train-check)
     [job.sampling]                # generate's sampling flags, by their names
     max_tokens = 4096
     [job.bench]                   # optional: measure variants first, start the winner
@@ -40,7 +41,7 @@ DEFAULT_CONCURRENCY = 64
 AUTO_MAX_TOKENS = "auto"
 _JOB_KEYS = {
     "server", "fleet", "prompts", "output", "export", "include_flagged", "keep_servers", "max_restarts",
-    "concurrency", "sampling", "bench",
+    "concurrency", "sampling", "bench", "train_check",
 }  # fmt: skip
 _BENCH_KEYS = {"sample", "variants", "budget_s"}
 #: the flags (and export's DIR) of the commands a job runs for it, as the job file's keys
@@ -83,6 +84,7 @@ class JobFile:
     #: max_tokens = "auto": taken from the bench's measured answer lengths
     max_tokens_auto: bool = False
     bench: BenchSection | None = None
+    train_check: bool = True
 
     @property
     def serving_file(self) -> Path:
@@ -267,4 +269,5 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
         sampling=job_sampling,
         max_tokens_auto=max_tokens_auto,
         bench=None if bench is None else _bench(bench),
+        train_check=_typed(table, "train_check", bool, "[job]") if "train_check" in table else True,
     )

@@ -17,15 +17,28 @@ from specpilot.errors import UserError
 
 
 @dataclass(frozen=True)
+class TrainerTurns:
+    """Where SpecForge's loss finds an assistant turn in the model's rendered chat template (its
+    `ChatTemplate`): from after `assistant_header` through `end_of_turn`, reasoning kept by its
+    thinking parser, rendered with `enable_thinking` when it sets it."""
+
+    assistant_header: str
+    end_of_turn: str
+    enable_thinking: bool
+
+
+@dataclass(frozen=True)
 class TemplateRule:
     name: str
     refused_because: str | None  # None: renders the rows as the target produced them
+    #: how SpecForge supervises a turn with it (the train-ready check renders the same)
+    turns: TrainerTurns | None = None
 
 
 TEMPLATE_RULES = {
     rule.name: rule
     for rule in (
-        TemplateRule("qwen3.5", None),
+        TemplateRule("qwen3.5", None, TrainerTurns("<|im_start|>assistant\n<think>\n", "<|im_end|>\n", True)),
         TemplateRule(
             "qwen",
             "it drops every reasoning trace and adds a system prompt the model never saw",
