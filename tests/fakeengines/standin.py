@@ -82,6 +82,7 @@ class Faults:
     latency_s: float = 0.0
     burst_429_every: int = 0  # every Nth request starts a burst of 429s ...
     burst_429_length: int = 3  # ... this many long
+    retry_after: str = "0"  # the 429s' Retry-After header, as sent (seconds, a date, or anything)
     error_500_rate: float = 0.0
     drop_rate: float = 0.0
     reasoning_field: str = "reasoning_content"  # or vLLM's newer "reasoning"
@@ -361,7 +362,9 @@ class Server:
         if self._burst_left > 0:
             self._burst_left -= 1
             counts.rate_limited += 1
-            return web.json_response({"error": "slow down"}, status=429, headers={"Retry-After": "0"})
+            return web.json_response(
+                {"error": "slow down"}, status=429, headers={"Retry-After": faults.retry_after}
+            )
         if self._random.random() < faults.error_500_rate:
             counts.errors_500 += 1
             return web.json_response({"error": "internal"}, status=500)

@@ -135,7 +135,7 @@ them as context and generates only the last answer:
     show_default=True,
     type=FiniteFloat(0),
     help="Stop (exit 1) when every server has been down this long (at most 60 s while none has "
-    "ever answered: a wrong address, not an outage).",
+    "ever answered: a wrong address, not an outage), or has answered every request 429/503 this long.",
 )
 @click.option(
     "--flush-interval-s",

@@ -12,8 +12,12 @@ any other 4xx (context too long, bad request) cannot succeed and fails the row a
 from __future__ import annotations
 
 import base64
+import datetime
+import email.utils
 import json
+import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from enum import Enum
@@ -215,7 +219,7 @@ class ChatClient:
             raise self.failed(
                 classify_status(status, raw[:ERROR_BODY_CHARS]),
                 f"HTTP {status}: {text}",
-                _seconds(retry_after),
+                retry_after_s(retry_after),
                 status,
             )
         try:
@@ -230,11 +234,32 @@ class ChatClient:
         return replace(answer, reasoning=split[0], content=split[1], reasoning_split=True)
 
 
-def _seconds(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
+#: the longest wait a server's Retry-After may ask of a row: one asking for a day (or a date a
+#: day off) is asked again after this, and --give-up-after-s ends a job it never stops asking
+RETRY_AFTER_CAP_S = 60.0
+#: the wait for a Retry-After that is neither seconds nor an HTTP date (or is negative)
+RETRY_AFTER_DEFAULT_S = 1.0
+
+
+def retry_after_s(value: str | None, now_s: float | None = None) -> float | None:
+    """A Retry-After header as seconds to wait, at most RETRY_AFTER_CAP_S: delay-seconds
+    (`120`) or an HTTP date (a past one: 0); a negative or unreadable one: the default."""
+    if value is None:
         return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return RETRY_AFTER_DEFAULT_S
+        if when.tzinfo is None:  # HTTP dates are GMT: one without a zone is read so
+            when = when.replace(tzinfo=datetime.UTC)
+        seconds = max(0.0, when.timestamp() - (time.time() if now_s is None else now_s))
+    if not math.isfinite(seconds) or seconds < 0:
+        return RETRY_AFTER_DEFAULT_S
+    return min(seconds, RETRY_AFTER_CAP_S)
 
 
 class _Malformed(Exception):

@@ -227,6 +227,7 @@ class Dispatcher:
                     sent_at = requests.sent_at[position] = time.monotonic()
                     answer = await self.client.complete(server.base_url, messages_for(row, done), row.tools)
                     done.append(TurnResult(answer, server.name, time.monotonic() - sent_at))
+                    self.health.served()
             except (asyncio.CancelledError, RequestFailed):
                 # the watchdog's cancel can surface as a client error (a drip-fed body): either way
                 # it was the timeout, and the mark must not outlive this attempt
