@@ -119,6 +119,10 @@ class Config:
     die_once_file: str | None = None  # ... only while absent (then written; "{port}": our port)
     die_unless_flag: str | None = None  # ... not when argv holds this flag
     trigger_file: str | None = None  # once it exists, the scenario's after_ready lines are printed
+    #: after this many answers every chat request hangs, the process alive and /health answering
+    #: (a hung collective, a deadlocked scheduler) ...
+    stall_after_answers: int | None = None
+    stall_once_file: str | None = None  # ... only while absent (then written; "{port}": our port)
     mark_file: str | None = None  # time.time() of the fatal line; <file>.ended at the stand-in's own end
     linger_s: float = 0.0  # stay alive this long after the last line
     orphan: bool = False  # before ending, SIGKILL our parent (the launch watcher): we end a zombie
@@ -264,7 +268,8 @@ class Server:
         self._burst_left = 0
         self._drafts = 0
         self._retried = retried if retried is not None else set()
-        self.gate = asyncio.Event()  # "scripted" HOLD prompts wait on it
+        self.stalled = asyncio.Event()  # set: chat requests hang (Config.stall_after_answers)
+        self.gate = asyncio.Event()  # "scripted" HOLD prompts and stalled "echo" requests wait on it
 
     def app(self, routes: dict[str, Handler] | None = None) -> web.Application:
         """The routes of the config; `routes` (in-process) replace those of their paths, and a
@@ -327,6 +332,7 @@ class Server:
             f'vllm:spec_decode_num_drafts_total{{model_name="{self.served}"}} {self._drafts}\n'
             f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{self.served}"}} '
             f"{accepted}\n"
+            f'vllm:generation_tokens_total{{model_name="{self.served}"}} {self._drafts * 4}\n'
         )
         return web.Response(text=text)
 
@@ -349,6 +355,8 @@ class Server:
 
     async def _echo_chat(self, request: web.Request) -> web.Response:
         body: dict[str, Any] = await request.json()
+        if self.stalled.is_set():
+            await self.gate.wait()  # hung: never answered (in-process, until `release()` at close)
         faults, counts = self.faults, self.counts
         counts.requests += 1
         counts.authorization.add(request.headers.get("Authorization", ""))
@@ -398,6 +406,7 @@ class Server:
         counts.bodies.append(body)
         self._drafts += 1
         self._die_if_due()
+        self._stall_if_due()
         return web.json_response(
             {
                 "id": "chatcmpl-1",
@@ -428,6 +437,18 @@ class Server:
         scenario = SCENARIOS[config.scenario or "sglang_ready"]
         _print_steps(scenario.after_ready, {})
         os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    def _stall_if_due(self) -> None:
+        """`stall_after_answers`: the requests after this answer hang (once, with `stall_once_file`)."""
+        config = self.config
+        if config.stall_after_answers is None or self.counts.answered != config.stall_after_answers:
+            return
+        if config.stall_once_file:
+            marker = Path(config.stall_once_file.replace("{port}", str(self.argv.port)))
+            if marker.exists():
+                return
+            marker.write_text(str(os.getpid()))
+        self.stalled.set()
 
     async def _scripted_chat(self, request: web.Request) -> web.Response:
         body: dict[str, Any] = await request.json()

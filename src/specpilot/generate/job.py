@@ -95,6 +95,7 @@ class JobConfig:
     retry_base_s: float = 1.0
     retry_cap_s: float = 60.0
     request_timeout_s: float = 1800.0
+    stall_after_s: float | None = None  # None: the stall bound is measured (dispatch/watchdog.py)
     probe_timeout_s: float = 5.0
     probe_cap_s: float = 30.0
     give_up_after_s: float = 3600.0
@@ -114,6 +115,7 @@ class JobConfig:
             keep_given_turns=self.keep_given_turns,
             retry=RetryPolicy(self.max_attempts, self.retry_base_s, self.retry_cap_s),
             request_timeout_s=self.request_timeout_s,
+            stall_after_s=self.stall_after_s,
             probe_timeout_s=self.probe_timeout_s,
             probe_cap_s=self.probe_cap_s,
             give_up_after_s=self.give_up_after_s,

@@ -125,6 +125,7 @@ def begin(job: JobFile, record: JobRecord) -> None:
         "keep_servers": job.keep_servers,
         "max_restarts": job.max_restarts,
         "concurrency": job.concurrency,
+        "stall_after_s": job.stall_after_s,
         **job.options_json(),
     }
     record.save()
@@ -340,6 +341,7 @@ async def _generate(
     config = JobConfig(
         input_path=job.prompts, output_dir=job.output, endpoints=endpoints, model=None, sampling=job.sampling,
         concurrency=job.concurrency, notify=say, progress_interval_s=PROJECTION_EVERY_S,
+        stall_after_s=job.stall_after_s,
     )  # fmt: skip
     record.begin("generate", _gpus_of(job))
     from specpilot.job.cost import heartbeat

@@ -9,6 +9,7 @@
     keep_servers = false          # true: leave what the job started running at the end
     max_restarts = 3              # restarts per engine that dies while the job runs
     concurrency = 64              # requests in flight per server (per worker behind a router)
+    stall_after_s = 300           # optional: no token progress this long is a stall (restarted)
     [job.sampling]                # generate's sampling flags, by their names
     max_tokens = 4096
     [job.bench]                   # optional: measure variants first, start the winner
@@ -52,7 +53,7 @@ _REQUEST_SAMPLING: dict[str, type] = {
 }
 _JOB_KEYS = {
     "server", "fleet", "prompts", "output", "export", "include_flagged", "keep_servers", "max_restarts",
-    "concurrency", "sampling", "bench",
+    "concurrency", "sampling", "bench", "stall_after_s",
 }  # fmt: skip
 _BENCH_KEYS = {"sample", "variants", "budget_s"}
 
@@ -81,6 +82,8 @@ class JobFile:
     keep_servers: bool = False
     max_restarts: int = DEFAULT_MAX_RESTARTS
     concurrency: int = DEFAULT_CONCURRENCY
+    #: generate's --stall-after-s (None: the bound is measured)
+    stall_after_s: float | None = None
     sampling: Sampling = field(default_factory=lambda: Sampling(thinking=True))
     bench: BenchSection | None = None
 
@@ -227,6 +230,9 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
     )
     if concurrency < 1:
         raise _bad("concurrency", f"must be at least 1, got {concurrency}", "raise it")
+    stall_after_s = _typed(table, "stall_after_s", float, "[job]") if "stall_after_s" in table else None
+    if stall_after_s is not None and not 0 < stall_after_s < float("inf"):
+        raise _bad("stall_after_s", f"must be more than 0 seconds, got {stall_after_s}", "raise it")
     sampling = table.get("sampling", {})
     bench = table.get("bench")
     if not isinstance(sampling, dict) or (bench is not None and not isinstance(bench, dict)):
@@ -242,6 +248,7 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
         keep_servers=keep,
         max_restarts=restarts,
         concurrency=concurrency,
+        stall_after_s=stall_after_s,
         sampling=_sampling(sampling),
         bench=None if bench is None else _bench(bench),
     )

@@ -134,6 +134,9 @@ class ServerHealth:
         self.pause, self.stats, self._spawn, self._say = pause, stats, spawn, say
         self.probes = Probes()
         self.overload = OverloadWatch(policy.give_up_after_s)
+        #: a healer that restarts a stalled server: told its base URL and why (None: generate
+        #: alone, and a stalled server is out)
+        self.on_stall: Callable[[str, str], None] | None = None
         #: a server answered a request with an HTTP status (a 429 is an answer: not a wrong address)
         self.heard = False
         #: why each server left for good; once every server has, `no_server_left` says why
@@ -146,6 +149,13 @@ class ServerHealth:
         overloaded = self.overload.give_up_reason(now)
         if overloaded is not None:
             return overloaded
+        stalled = [s for s in self.pool.servers if s.stalled is not None]
+        if stalled and all(s.stalled is not None or s.out_for_good for s in self.pool.servers):
+            why = "; ".join(f"server {s.name} stalled: {s.stalled}" for s in stalled)
+            return (
+                f"{why}; no server is left to send to: restart it (`specpilot down` and `up`, or the "
+                "server's own way), then run the same command again (the rows left are kept)"
+            )
         if self.pool.all_out_for_good():
             # nothing can serve the rest: the job ends, and its rows fail with this reason
             self.no_server_left = "; ".join(self.out_for_good)
@@ -153,6 +163,10 @@ class ServerHealth:
         if not self.pool.all_down():
             self.pause.resumed()
             self.stats.paused_reason = None
+            return None
+        restarting = [s.name for s in self.pool.servers if s.restarting]
+        if restarting:  # the healer bounds its restart (it stops the job when it fails)
+            self.stats.paused_reason = f"restarting {', '.join(restarting)}; no retries spent"
             return None
         if not self.pause.pausing:
             self._say("every server is down: paused (no retries spent) while probing")
@@ -168,6 +182,7 @@ class ServerHealth:
         """A request to `server` failed (it is no longer in flight there)."""
         if failure.status is not None:
             self.heard = True
+            server.progress_at = time.monotonic()  # it answers: not stalled
             if failure.status in OVERLOAD_STATUSES:
                 self.overload.overloaded(time.monotonic(), failure.status)
             else:
@@ -194,6 +209,36 @@ class ServerHealth:
             self._probe_soon(server)
             return
         self.rows.retry_or_fail(position, failure)
+
+    def stalled(self, server: Server, why: str) -> None:
+        """`server` has requests in flight and no progress past the stall bound: its rows go back
+        to the queue without spending attempts; a healer restarts it, else it is out."""
+        for position in self.pool.hold(server):
+            self.rows.requeue(position)
+        if self.on_stall is not None:
+            server.restarting = True
+            self._say(f"server {server.name} stalled: {why}; restarting it, its rows go back to the queue")
+            self.on_stall(server.base_url, why)
+            return
+        server.stalled = why
+        self._say(
+            f"server {server.name} stalled: {why}; taken out (a hung engine does not recover by "
+            "itself), its rows go back to the queue unspent"
+        )
+
+    def restart_on_stall(self, restart: Callable[[str, str], None] | None) -> None:
+        self.on_stall = restart
+        if restart is None:
+            for server in self.pool.servers:
+                if server.restarting:
+                    server.restarting, server.stalled = False, "its restart did not happen (the healer ended)"
+
+    def restarted(self, base_url: str) -> None:
+        """The healer restarted a stalled server: probed back into rotation as it answers."""
+        for server in self.pool.servers:
+            if server.base_url == base_url and server.restarting:
+                server.restarting = False
+                self._probe_until_back(server)
 
     def take_out(self, server: Server, reason: str, *, overloaded: bool = False) -> None:
         for position in self.pool.take_out(server, overloaded=overloaded):
