@@ -123,6 +123,8 @@ class Config:
     #: (a hung collective, a deadlocked scheduler) ...
     stall_after_answers: int | None = None
     stall_once_file: str | None = None  # ... only while absent (then written; "{port}": our port)
+    #: "echo" answers quote the engine's --api-key (a server echoing a key into an answer)
+    echo_api_key: bool = False
     mark_file: str | None = None  # time.time() of the fatal line; <file>.ended at the stand-in's own end
     linger_s: float = 0.0  # stay alive this long after the last line
     orphan: bool = False  # before ending, SIGKILL our parent (the launch watcher): we end a zombie
@@ -343,6 +345,9 @@ class Server:
         return web.json_response({"version": "0.5.13", "internal_states": [state]})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        key = self.argv.api_key or os.environ.get("VLLM_API_KEY")  # vLLM reads either (`up`: the variable)
+        if key is not None and request.headers.get("Authorization") != f"Bearer {key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)  # as vLLM's --api-key
         answers = self.config.answers
         if answers == "never":
             await asyncio.sleep(3600)  # a request the engine never answers (it died): the client waits
@@ -388,6 +393,8 @@ class Server:
             )
         thinking = bool(body.get("chat_template_kwargs", {}).get("enable_thinking"))
         content, reasoning = answer_for(prompt)
+        if self.config.echo_api_key:
+            content += f" (the server's key is {self.argv.api_key or os.environ.get('VLLM_API_KEY')})"
         if SURROGATE_MARKER in prompt:
             content += "\ud800"  # valid JSON on the wire (json_response escapes it), not valid text
         message: dict[str, Any] = {"role": "assistant", "content": content}

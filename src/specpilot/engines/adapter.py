@@ -115,6 +115,8 @@ class Engine:
     secret_flag_env: Mapping[str, str] = field(default_factory=dict)
     #: its Prometheus counter of generated tokens: a job's token progress (the stall watchdog's)
     generated_tokens_metric: str | None = None
+    #: the flag that makes its OpenAI API require `Authorization: Bearer KEY`: a job sends the key
+    api_key_flag: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -31,7 +31,7 @@ from specpilot.generate.rows.text import may_hold_surrogates, where_unencodable
 from specpilot.generate.rows.thinking import markers_for, split_inline
 from specpilot.generate.rows.types import Answer, Message
 from specpilot.generate.sampling import Sampling
-from specpilot.secrets import field_secrets, mask_log_text, url_passwords
+from specpilot.secrets import field_secrets, mask_log_text, replace_secrets, url_passwords
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
 API_KEY_ENV = "SPECPILOT_API_KEY"
@@ -173,6 +173,18 @@ class ChatClient:
         #: password): masked in every failure message, which the ledger, errors.jsonl, the page
         #: and the job's output show
         self._secrets = [*([api_key] if api_key else []), *field_secrets(dict(sampling.request_fields))]
+        #: exact secret values a server echoed into answers, replaced (`secrets.replace_secrets`)
+        self.secrets_replaced = 0
+
+    def authorize(self, api_key: str) -> None:
+        """Send `api_key` as the bearer token (the key `specpilot job` started its server with)."""
+        self._headers["Authorization"] = f"Bearer {api_key}"
+        self._urls.clear()  # built with the old headers
+        self.know([api_key])
+
+    def know(self, secrets: Sequence[str]) -> None:
+        """More secret values (the job's server spec's): masked in failures, replaced in answers."""
+        self._secrets += [value for value in secrets if value not in self._secrets]
 
     def failed(
         self, kind: FailureKind, message: str, retry_after_s: float | None = None, status: int | None = None
@@ -226,12 +238,31 @@ class ChatClient:
             answer = parse_answer(raw)
         except RequestFailed as err:  # it quotes the body
             raise self.failed(err.kind, str(err)) from None
+        if self._secrets:
+            answer = self._without_secrets(answer)
         if self._markers is None or (answer.reasoning or "").strip():
             return answer
         split = split_inline(answer.content, answer.finish_reason, self._markers, thinking=self._thinking)
         if split is None:
             return answer
         return replace(answer, reasoning=split[0], content=split[1], reasoning_split=True)
+
+    def _without_secrets(self, answer: Answer) -> Answer:
+        """The answer with every exact secret value it echoes replaced (counted): a key the server
+        quotes back must not reach the rows written and the exports."""
+        content, in_content = replace_secrets(answer.content, self._secrets)
+        reasoning, in_reasoning = replace_secrets(answer.reasoning or "", self._secrets)
+        tool_calls = answer.tool_calls
+        in_tools = 0
+        if tool_calls:
+            text, in_tools = replace_secrets(json.dumps(tool_calls, ensure_ascii=False), self._secrets)
+            tool_calls = json.loads(text) if in_tools else tool_calls
+        replaced = in_content + in_reasoning + in_tools
+        if not replaced:
+            return answer
+        self.secrets_replaced += replaced
+        kept_reasoning = reasoning if answer.reasoning is not None else None
+        return replace(answer, content=content, reasoning=kept_reasoning, tool_calls=tool_calls)
 
 
 #: the longest wait a server's Retry-After may ask of a row: one asking for a day (or a date a
