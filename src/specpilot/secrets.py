@@ -245,3 +245,46 @@ def shown_url(url: str) -> str:
     stripped = url_without_credentials(url)
     cut = min((i for i in (stripped.find("?"), stripped.find("#")) if i >= 0), default=-1)
     return stripped if cut < 0 else f"{stripped[:cut]}?{MASK}"
+
+
+#: what an exact secret value a server echoed into an answer becomes in the rows written
+CONTENT_MARKER = "[secret removed]"
+
+
+def replace_secrets(text: str, secrets: Sequence[str]) -> tuple[str, int]:
+    """`text` with every exact secret value replaced by CONTENT_MARKER, and how many were."""
+    count = 0
+    for value in secrets:
+        found = text.count(value)
+        if found:
+            count += found
+            text = text.replace(value, CONTENT_MARKER)
+    return text, count
+
+
+def mask_tree(value: object, secrets: Sequence[str] = ()) -> object:
+    """A JSON value to store or show with no credential: every string through `mask_log_text`,
+    and a list of strings (an argv) through `mask_argv` first, so `["--api-key", "K"]` hides K
+    whether or not K is known."""
+    if isinstance(value, str):
+        return mask_log_text(value, secrets)
+    if isinstance(value, list | tuple):
+        items = list(value)
+        if items and all(isinstance(item, str) for item in items):
+            items = mask_argv(items)
+        return [mask_tree(item, secrets) for item in items]
+    if isinstance(value, dict):
+        return {key: mask_tree(item, secrets) for key, item in value.items()}
+    return value
+
+
+def unmask_argv(masked: Sequence[str], original: Sequence[str]) -> list[str]:
+    """`masked` (an argv stored through `mask_argv`, flags added or changed since) with each
+    masked value back as `original` has it: told apart by the flag before it."""
+    shown = mask_argv(original)
+    known = {
+        (before, token): value
+        for before, token, value in zip(["", *shown], shown, original, strict=False)
+        if token != value
+    }
+    return [known.get((before, token), token) for before, token in zip(["", *masked], masked, strict=False)]

@@ -86,3 +86,20 @@ def test_urls_lose_their_credentials() -> None:
     assert url_without_credentials("https://u:p%40ss@host:8000/v1") == "https://host:8000/v1"
     assert url_without_credentials("host:8000") == "host:8000"
     assert shown_url("http://u:pw@h:1/x?token=abc#f") == f"http://h:1/x?{MASK}"
+
+
+def test_a_stored_argv_is_masked_and_its_values_come_back_from_the_spec() -> None:
+    from specpilot.secrets import mask_tree, unmask_argv
+
+    spec_args = ["--api-key", "sk-abcdef12", "--x=http://u:pw-123456@h", "--max-num-seqs", "48"]
+    stored = mask_tree({"server_args": [*spec_args[:3], "--max-num-seqs", "24"]}, [])
+    assert stored == {"server_args": ["--api-key", "***", "--x=http://u:***@h", "--max-num-seqs", "24"]}
+    assert isinstance(stored, dict)
+    assert unmask_argv(stored["server_args"], spec_args) == [*spec_args[:3], "--max-num-seqs", "24"]
+
+
+def test_exact_secret_values_in_text_are_replaced_and_counted() -> None:
+    from specpilot.secrets import CONTENT_MARKER, replace_secrets
+
+    text, count = replace_secrets("key sk-abcdef12 twice: sk-abcdef12", ["sk-abcdef12"])
+    assert (text, count) == (f"key {CONTENT_MARKER} twice: {CONTENT_MARKER}", 2)

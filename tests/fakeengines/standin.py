@@ -82,6 +82,7 @@ class Faults:
     latency_s: float = 0.0
     burst_429_every: int = 0  # every Nth request starts a burst of 429s ...
     burst_429_length: int = 3  # ... this many long
+    retry_after: str = "0"  # the 429s' Retry-After header, as sent (seconds, a date, or anything)
     error_500_rate: float = 0.0
     drop_rate: float = 0.0
     reasoning_field: str = "reasoning_content"  # or vLLM's newer "reasoning"
@@ -122,6 +123,12 @@ class Config:
     die_once_file: str | None = None  # ... only while absent (then written; "{port}": our port)
     die_unless_flag: str | None = None  # ... not when argv holds this flag
     trigger_file: str | None = None  # once it exists, the scenario's after_ready lines are printed
+    #: after this many answers every chat request hangs, the process alive and /health answering
+    #: (a hung collective, a deadlocked scheduler) ...
+    stall_after_answers: int | None = None
+    stall_once_file: str | None = None  # ... only while absent (then written; "{port}": our port)
+    #: "echo" answers quote the engine's --api-key (a server echoing a key into an answer)
+    echo_api_key: bool = False
     mark_file: str | None = None  # time.time() of the fatal line; <file>.ended at the stand-in's own end
     linger_s: float = 0.0  # stay alive this long after the last line
     orphan: bool = False  # before ending, SIGKILL our parent (the launch watcher): we end a zombie
@@ -275,7 +282,8 @@ class Server:
         self._burst_left = 0
         self._drafts = 0
         self._retried = retried if retried is not None else set()
-        self.gate = asyncio.Event()  # "scripted" HOLD prompts wait on it
+        self.stalled = asyncio.Event()  # set: chat requests hang (Config.stall_after_answers)
+        self.gate = asyncio.Event()  # "scripted" HOLD prompts and stalled "echo" requests wait on it
 
     def app(self, routes: dict[str, Handler] | None = None) -> web.Application:
         """The routes of the config; `routes` (in-process) replace those of their paths, and a
@@ -338,6 +346,7 @@ class Server:
             f'vllm:spec_decode_num_drafts_total{{model_name="{self.served}"}} {self._drafts}\n'
             f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{self.served}"}} '
             f"{accepted}\n"
+            f'vllm:generation_tokens_total{{model_name="{self.served}"}} {self._drafts * 4}\n'
         )
         return web.Response(text=text)
 
@@ -348,6 +357,9 @@ class Server:
         return web.json_response({"version": "0.5.13", "internal_states": [state]})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        key = self.argv.api_key or os.environ.get("VLLM_API_KEY")  # vLLM reads either (`up`: the variable)
+        if key is not None and request.headers.get("Authorization") != f"Bearer {key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)  # as vLLM's --api-key
         answers = self.config.answers
         if answers == "never":
             await asyncio.sleep(3600)  # a request the engine never answers (it died): the client waits
@@ -360,6 +372,8 @@ class Server:
 
     async def _echo_chat(self, request: web.Request) -> web.Response:
         body: dict[str, Any] = await request.json()
+        if self.stalled.is_set():
+            await self.gate.wait()  # hung: never answered (in-process, until `release()` at close)
         faults, counts = self.faults, self.counts
         counts.requests += 1
         counts.authorization.add(request.headers.get("Authorization", ""))
@@ -373,7 +387,9 @@ class Server:
         if self._burst_left > 0:
             self._burst_left -= 1
             counts.rate_limited += 1
-            return web.json_response({"error": "slow down"}, status=429, headers={"Retry-After": "0"})
+            return web.json_response(
+                {"error": "slow down"}, status=429, headers={"Retry-After": faults.retry_after}
+            )
         if self._random.random() < faults.error_500_rate:
             counts.errors_500 += 1
             return web.json_response({"error": "internal"}, status=500)
@@ -389,6 +405,8 @@ class Server:
             )
         thinking = bool(body.get("chat_template_kwargs", {}).get("enable_thinking"))
         content, reasoning = answer_for(prompt)
+        if self.config.echo_api_key:
+            content += f" (the server's key is {self.argv.api_key or os.environ.get('VLLM_API_KEY')})"
         if SURROGATE_MARKER in prompt:
             content += "\ud800"  # valid JSON on the wire (json_response escapes it), not valid text
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -407,6 +425,7 @@ class Server:
         counts.bodies.append(body)
         self._drafts += 1
         self._die_if_due()
+        self._stall_if_due()
         written = (
             4 if faults.tokenizer is None else _tokens_written(faults.tokenizer, content, reasoning, thinking)
         )
@@ -440,6 +459,18 @@ class Server:
         scenario = SCENARIOS[config.scenario or "sglang_ready"]
         _print_steps(scenario.after_ready, {})
         os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    def _stall_if_due(self) -> None:
+        """`stall_after_answers`: the requests after this answer hang (once, with `stall_once_file`)."""
+        config = self.config
+        if config.stall_after_answers is None or self.counts.answered != config.stall_after_answers:
+            return
+        if config.stall_once_file:
+            marker = Path(config.stall_once_file.replace("{port}", str(self.argv.port)))
+            if marker.exists():
+                return
+            marker.write_text(str(os.getpid()))
+        self.stalled.set()
 
     async def _scripted_chat(self, request: web.Request) -> web.Response:
         body: dict[str, Any] = await request.json()

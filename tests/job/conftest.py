@@ -24,6 +24,7 @@ def make_job(make_spec: SpecFactory, run_home: Path, tmp_path: Path) -> JobFacto
         rows: int = 20,
         standin: dict[str, Any] | None = None,
         args: list[str] | None = None,
+        env: dict[str, str] | None = None,
         job: dict[str, object] | None = None,
         sampling: dict[str, object] | None = None,
         extra: str = "",
@@ -34,6 +35,7 @@ def make_job(make_spec: SpecFactory, run_home: Path, tmp_path: Path) -> JobFacto
             name="jobsrv",
             standin={"answers": "echo", "faults": {"latency_s": 0.01}, **(standin or {})},
             args=args,
+            env=env,
             gpu_memory_gib=gpu_memory_gib,
         )
         assert spec.source_path is not None

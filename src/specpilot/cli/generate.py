@@ -130,12 +130,20 @@ them as context and generates only the last answer:
     help="Longest one request may take (long reasoning traces need minutes).",
 )
 @click.option(
+    "--stall-after-s",
+    default=None,
+    type=FiniteFloat(0.1),
+    help="A server with requests in flight and no token progress this long is stalled (a hung "
+    "engine): its rows go back to the queue unspent and it is taken out (default: 4 x the p99 "
+    "request time so far, at least 120 s).",
+)
+@click.option(
     "--give-up-after-s",
     default=3600.0,
     show_default=True,
     type=FiniteFloat(0),
     help="Stop (exit 1) when every server has been down this long (at most 60 s while none has "
-    "ever answered: a wrong address, not an outage).",
+    "ever answered: a wrong address, not an outage), or has answered every request 429/503 this long.",
 )
 @click.option(
     "--flush-interval-s",
@@ -179,6 +187,7 @@ def generate(
     max_attempts: int,
     retry_base_s: float,
     request_timeout_s: float,
+    stall_after_s: float | None,
     give_up_after_s: float,
     flush_interval_s: float,
     rows_per_part: int,
@@ -208,6 +217,7 @@ def generate(
         max_attempts=max_attempts,
         retry_base_s=retry_base_s,
         request_timeout_s=request_timeout_s,
+        stall_after_s=stall_after_s,
         give_up_after_s=give_up_after_s,
         flush_interval_s=flush_interval_s,
         rows_per_part=rows_per_part,

@@ -366,9 +366,18 @@ def logs(name: str, follow: bool, timeout_s: float) -> None:
         fleet_logs(name)
         return
 
+    from specpilot.secrets import mask_log_text
+
     async def copy() -> None:
+        # line by line through the mask: a key the engine logged (its args, a URL) is not shown
+        partial = b""
         async for chunk in stream_log(check_run_name(name), follow=follow, timeout_s=timeout_s):
-            sys.stdout.buffer.write(chunk)
+            *lines, partial = (partial + chunk).split(b"\n")
+            for line in lines:
+                sys.stdout.buffer.write(mask_log_text(line.decode(errors="replace")).encode() + b"\n")
+            sys.stdout.buffer.flush()
+        if partial:
+            sys.stdout.buffer.write(mask_log_text(partial.decode(errors="replace")).encode())
             sys.stdout.buffer.flush()
 
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how `logs -f` is ended

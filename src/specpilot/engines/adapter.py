@@ -113,6 +113,10 @@ class Engine:
     #: secret flags the engine also reads from an environment variable: `up` passes them
     #: there, so the value is in neither launch.sh nor the process's argv (/proc/PID/cmdline)
     secret_flag_env: Mapping[str, str] = field(default_factory=dict)
+    #: its Prometheus counter of generated tokens: a job's token progress (the stall watchdog's)
+    generated_tokens_metric: str | None = None
+    #: the flag that makes its OpenAI API require `Authorization: Bearer KEY`: a job sends the key
+    api_key_flag: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ from specpilot.generate.writers.truncated import (
     requeue_flagged,
     requeue_truncated,
 )
-from specpilot.secrets import mask_fields, url_without_credentials
+from specpilot.secrets import CONTENT_MARKER, mask_fields, url_without_credentials
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
 JobWatcher = Callable[[Dispatcher], AbstractAsyncContextManager[object]]
@@ -93,6 +93,7 @@ class JobConfig:
     retry_base_s: float = 1.0
     retry_cap_s: float = 60.0
     request_timeout_s: float = 1800.0
+    stall_after_s: float | None = None  # None: the stall bound is measured (dispatch/watchdog.py)
     probe_timeout_s: float = 5.0
     probe_cap_s: float = 30.0
     give_up_after_s: float = 3600.0
@@ -105,6 +106,11 @@ class JobConfig:
     notify: Callable[[str], None] = _stderr
     #: how requests are sent (default: one non-streaming call each); `bench` streams to time tokens
     client_factory: ClientFactory | None = None
+    #: the bearer token to send (`specpilot job`: the key its server spec starts the engine with;
+    #: else $SPECPILOT_API_KEY), never shown
+    api_key: str | None = field(default=None, repr=False)
+    #: more secret values (the job's server spec's): masked in errors, replaced where an answer echoes them
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     def dispatch_policy(self) -> DispatchPolicy:
         return DispatchPolicy(
@@ -112,6 +118,7 @@ class JobConfig:
             keep_given_turns=self.keep_given_turns,
             retry=RetryPolicy(self.max_attempts, self.retry_base_s, self.retry_cap_s),
             request_timeout_s=self.request_timeout_s,
+            stall_after_s=self.stall_after_s,
             probe_timeout_s=self.probe_timeout_s,
             probe_cap_s=self.probe_cap_s,
             give_up_after_s=self.give_up_after_s,
@@ -400,7 +407,7 @@ class Job:
             )
             for split in SPLITS
         }
-        return Dispatcher(
+        dispatcher = Dispatcher(
             self.config.dispatch_policy(),
             self.config.endpoints,
             session,
@@ -416,6 +423,10 @@ class Job:
             writers,
             self.config.client_factory,
         )
+        if self.config.api_key:
+            dispatcher.client.authorize(self.config.api_key)
+        dispatcher.client.know(self.config.secrets)
+        return dispatcher
 
     def _input_start(self) -> InputMark | None:
         """Where reading the input for the pending rows may begin (checked unchanged at prepare)."""
@@ -484,7 +495,7 @@ class Job:
         return summary
 
 
-async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[ServerRun]]:
+async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[ServerRun], int]:
     config = job.config
     # a router's room grows with its workers (the dispatcher bounds what is in flight): no cap
     unbounded = any(e.router for e in config.endpoints)
@@ -507,7 +518,7 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
                 "the summary's elapsed_s and overall rates are off by as much"
             )
         servers = [ServerRun(s.name, s.done_rows, s.taken_out_count) for s in dispatcher.pool.servers]
-        return dispatcher.stop_reason, servers
+        return dispatcher.stop_reason, servers, dispatcher.client.secrets_replaced
 
 
 def _with_block_crcs(source: InputSource, marks: list[InputMark]) -> list[tuple[int, int, int, int | None]]:
@@ -582,32 +593,45 @@ def _watch_runs(endpoints: list[Endpoint], dispatcher: Dispatcher) -> list[Compa
 async def generate_in_loop(config: JobConfig, watch: JobWatcher | None = None) -> Outcome:
     """Run (or resume) a job to its end in the command's event loop (`specpilot job` drives its
     servers beside it); the summary comes from the ledger."""
+    outcome, replaced = await _generate_in_loop(config, watch)
+    if replaced:
+        # counted, not silent: the rows hold the marker where the server quoted a key
+        return replace(
+            outcome,
+            message=f"{outcome.message}; {replaced} secret values the servers echoed into answers "
+            f"were replaced by {CONTENT_MARKER!r} in the rows written",
+        )
+    return outcome
+
+
+async def _generate_in_loop(config: JobConfig, watch: JobWatcher | None) -> tuple[Outcome, int]:
+    """The outcome, and how many secret values the answers echoed (replaced)."""
     try:
         with Job(config) as job:
-            stop_reason, servers = await _run(job, watch)
+            stop_reason, servers, replaced = await _run(job, watch)
             summary = replace(job.write_reports(), this_run_servers=servers)
             scope_left = job.unfinished_in_scope()
             lost = damaged_parts(config.output_dir, job.ledger)
     except (OSError, sqlite3.Error) as err:
         raise storage_error(err, config.output_dir, config.input_path) from err
     if stop_reason:
-        return Outcome(summary, 1, stop_reason)
+        return Outcome(summary, 1, stop_reason), replaced
     if lost:
         return Outcome(
             summary,
             1,
             f"{', '.join(lost)} lost rows while the job ran (deleted or cut short): "
             "run the same command again to generate them again",
-        )
+        ), replaced
     if summary.failed:
         return Outcome(
             summary,
             1,
             f"{summary.failed} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}, "
             "then run the same command with --retry-failed to send them again",
-        )
+        ), replaced
     if scope_left:
-        return Outcome(summary, 1, f"{scope_left} rows are not done")
+        return Outcome(summary, 1, f"{scope_left} rows are not done"), replaced
     rejected = (
         f"; {summary.rejected} input rows were rejected (see {config.output_dir / REJECTED_FILE})"
         if summary.rejected
@@ -621,8 +645,8 @@ async def generate_in_loop(config: JobConfig, watch: JobWatcher | None = None) -
             0,
             f"the first {config.limit:,} input rows are done (--limit {config.limit}); {beyond:,} more "
             f"are in the input: the same command without --limit does them{rejected}",
-        )
-    return Outcome(summary, 0, f"all {summary.done} rows done{rejected}")
+        ), replaced
+    return Outcome(summary, 0, f"all {summary.done} rows done{rejected}"), replaced
 
 
 @dataclass(frozen=True)

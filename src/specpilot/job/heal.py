@@ -9,6 +9,11 @@ mode (`launch.serving.watch_serving`), and when it dies restart it with backoff,
 fleet, run `fleet-repair`'s pass (router and members) in this same event loop. Each event is
 printed and recorded in job.json. A host that stops answering is reported and the job goes
 on with the rest.
+
+A server alive but stalled (the dispatcher's stall watchdog: requests in flight, no token
+progress) is restarted the same way: stopped through the verified stop (`launch.ops.run_down`),
+started again, and handed back to the dispatcher (`Dispatcher.restarted`), its rows requeued
+without spending attempts.
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostError
 from specpilot.job.bounds import bound_for
 from specpilot.job.record import JobRecord
-from specpilot.job.serve import clear_run, start, wait_port_closed
-from specpilot.launch.ops import host_for
+from specpilot.job.serve import STOP_TIMEOUT_S, clear_run, start, wait_port_closed
+from specpilot.launch.ops import host_for, run_down
 from specpilot.launch.serving import Crash, record_crash, serving_classifier, watch_serving
 from specpilot.launch.state import RunState, read_state
 from specpilot.spec import Spec
@@ -87,48 +92,92 @@ class ServerHealer:
         self.say = say
         self.busy = asyncio.Lock()
         self.restarts = len([r for r in record.data.get("restarts", []) if r.get("run") == self.spec.name])
+        #: the dispatcher found the server stalled: (its base URL, why)
+        self.stall: tuple[str, str] | None = None
+        self.stalled = asyncio.Event()
 
     def watcher(self) -> JobWatcher:
         return _task_watcher(self._loop, self.busy)
 
+    def _on_stall(self, base_url: str, why: str) -> None:
+        self.stall = (base_url, why)
+        self.stalled.set()
+
+    async def _death_or_stall(self, host: Host, state: RunState) -> Crash | None:
+        """How the server stopped serving: its crash, or None when the dispatcher found it stalled."""
+        crashed: list[Crash] = []
+        failed: list[HostError | OSError] = []
+        async with asyncio.TaskGroup() as group:
+
+            async def death() -> None:
+                try:
+                    crashed.append(await watch_serving(host, state))
+                except (HostError, OSError) as err:
+                    failed.append(err)  # raised below, as itself rather than in a group
+                stall.cancel()
+
+            async def stalled() -> None:
+                await self.stalled.wait()
+                dying.cancel()
+
+            dying = group.create_task(death())
+            stall = group.create_task(stalled())
+        if failed:
+            raise failed[0]
+        return crashed[0] if crashed else None
+
     async def _loop(self, dispatcher: Dispatcher) -> None:
+        dispatcher.restart_on_stall(self._on_stall)
+        try:
+            await self._heal(dispatcher)
+        finally:  # a stall found from now on is the dispatcher's alone
+            dispatcher.restart_on_stall(None)
+
+    async def _heal(self, dispatcher: Dispatcher) -> None:
         name = self.spec.name
         while True:
             state = read_state(name)
             host = host_for(state)
+            serving_log = ""
             try:
-                crash = await watch_serving(host, state)
-                # the whole log since ready: the process can be found gone before its last
-                # lines were read, and the bound is chosen from what it printed as it died
-                serving_log = await _serving_log(host, state)
+                crash = await self._death_or_stall(host, state)
+                if crash is not None:
+                    # the whole log since ready: the process can be found gone before its last
+                    # lines were read, and the bound is chosen from what it printed as it died
+                    serving_log = await _serving_log(host, state)
             except (HostError, OSError) as err:
                 self.say(f"{name}: its host stopped answering ({err}); the job goes on with the rest")
                 self.record.note("events", {"run": name, "event": "host_unreachable", "error": str(err)})
                 return
             finally:
                 await host.close()
-            crash = _whole(crash, state, serving_log)
+            ended = _whole(crash, state, serving_log) if crash is not None else None
             async with self.busy:
-                if not await self._restart(dispatcher, state.pid, crash, serving_log):
+                if not await self._restart(dispatcher, state.pid, ended, serving_log):
                     return
 
-    async def _restart(self, dispatcher: Dispatcher, pid: int, crash: Crash, serving_log: str) -> bool:
-        """Restart the dead server; False when the job is told to stop instead."""
+    async def _restart(self, dispatcher: Dispatcher, pid: int, crash: Crash | None, serving_log: str) -> bool:
+        """Restart the dead (`crash`) or stalled (None) server; False when the job is told to stop instead."""
         name = self.spec.name
-        record_crash(name, crash)
-        said = f"{name} died ({crash.cause}): {crash.first_line}"
+        stall, self.stall = self.stall, None
+        self.stalled.clear()
+        if crash is not None:
+            record_crash(name, crash)
+            cause, line = crash.cause, crash.first_line
+            said = f"{name} died ({cause}): {line}"
+        else:
+            assert stall is not None  # the event is set with it
+            cause, line = "stall", stall[1]
+            said = f"{name} stalled: {line}"
         if self.restarts >= self.max_restarts:
-            self.record.note(
-                "restarts",
-                {"run": name, "cause": crash.cause, "line": crash.first_line, "outcome": "gave_up"},
-            )
+            self.record.note("restarts", {"run": name, "cause": cause, "line": line, "outcome": "gave_up"})
             dispatcher.stop_for(
                 f"{said}; gave up after {self.restarts} restarts ([job] max_restarts); fix the cause, "
                 "then run the same command to resume"
             )
             return False
         self.restarts += 1
-        bounded = bound_for(self.spec, serving_log)
+        bounded = bound_for(self.spec, serving_log) if crash is not None else None
         change = None
         if bounded is not None:
             self.spec, change = bounded.spec, bounded.to_json()
@@ -138,11 +187,20 @@ class ServerHealer:
             + "; its rows go back to the queue"
         )
         await asyncio.sleep(BACKOFF_S * 2 ** (self.restarts - 1))
+        if stall is not None:
+            self.say(f"{name}: stopping the stalled engine (pid {pid})")
+            stopped = await run_down(name, timeout_s=STOP_TIMEOUT_S)
+            if stopped.get("phase") != "stopped":
+                dispatcher.stop_for(
+                    f"{said}; it could not be stopped ({stopped.get('stopped')}): see "
+                    f"`specpilot status {name}`"
+                )
+                return False
         await clear_run(name, {"pid": pid}, self.say)
         await wait_port_closed(self.spec)
         again = await start(self.spec, self.say)
         self.spec = again.spec
-        entry: dict[str, Any] = {"run": name, "cause": crash.cause, "line": crash.first_line,
+        entry: dict[str, Any] = {"run": name, "cause": cause, "line": line,
                                  "bound": change, "outcome": again.result.phase,
                                  "replans": again.replans or []}  # fmt: skip
         self.record.data["server_args"] = list(self.spec.engine.args)
@@ -154,6 +212,8 @@ class ServerHealer:
             )
             return False
         self.say(f"{name}: ready again (pid {again.result.pid}); the job goes on")
+        if stall is not None:
+            dispatcher.restarted(stall[0])
         return True
 
 

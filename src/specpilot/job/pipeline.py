@@ -44,17 +44,65 @@ class JobResult:
     lines: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        stages = {s: self.record.stage(s) for s in STAGES}
+        from specpilot.secrets import mask_tree
+
+        stages = mask_tree({s: self.record.stage(s) for s in STAGES}, self.record.secrets)
         return {
             "job_file": str(self.job.path),
             "output": str(self.job.output),
             "exit_code": self.exit_code,
             "message": self.message,
             "stages": stages,
-            "restarts": self.record.data.get("restarts", []),
+            "restarts": mask_tree(self.record.data.get("restarts", []), self.record.secrets),
             "projection": self.record.data.get("projection"),
             "gpu_hours": self.record.gpu_hours(),
         }
+
+
+# -- secrets ------------------------------------------------------------------------
+
+
+def _serving_specs(job: JobFile) -> list[Spec]:
+    if job.fleet is not None:
+        from specpilot.fleet.spec import load_fleet
+
+        return [m.spec for m in load_fleet(job.fleet).members]
+    return [load_spec(job.serving_file)]
+
+
+def job_secrets(job: JobFile) -> list[str]:
+    """Every secret value the job's server specs hold (a secret flag's value, a URL's password,
+    a credential in the env): masked in job.json, in every line the job prints and in what it
+    raises, and replaced where an answer echoes one."""
+    from specpilot.secrets import secret_values
+
+    found = {v for spec in _serving_specs(job) for v in secret_values(spec.engine.env, spec.engine.args)}
+    return sorted(found, key=len, reverse=True)
+
+
+def api_key_of(spec: Spec) -> str | None:
+    """The key the spec starts its engine with (its API flag, or the variable the engine reads
+    it from): the job's own requests send it."""
+    from specpilot.engines.registry import engine_by_name
+
+    engine = engine_by_name(spec.engine.name)
+    flag = engine.api_key_flag
+    if flag is None:
+        return None
+    args = list(spec.engine.args)
+    for index, arg in enumerate(args):
+        if arg == flag and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith(f"{flag}="):
+            return arg.partition("=")[2]
+    variable = engine.secret_flag_env.get(flag)
+    return spec.engine.env.get(variable) if variable else None
+
+
+def _masked(say: Say, secrets: list[str]) -> Say:
+    from specpilot.secrets import mask_log_text
+
+    return lambda line: say(mask_log_text(line, secrets))
 
 
 # -- before anything starts -------------------------------------------------------
@@ -108,6 +156,7 @@ def prepare(job: JobFile, restart_from: str | None) -> JobRecord:
         raise UserError(f"{job.output} is a file", field="[job] output", fix="give a folder")
     with job_terms():  # the prompts read as generate reads them
         record, changed = open_record(job)
+    record.secrets = job_secrets(job)
     refuse_changes(record, changed, restart_from)
     if restart_from is not None:
         record.reset_from(restart_from)
@@ -132,6 +181,7 @@ def begin(job: JobFile, record: JobRecord) -> None:
         "keep_servers": job.keep_servers,
         "max_restarts": job.max_restarts,
         "concurrency": job.concurrency,
+        "stall_after_s": job.stall_after_s,
         **job.options_json(),
     }
     record.save()
@@ -259,7 +309,11 @@ def serving_spec(job: JobFile, record: JobRecord) -> Spec:
     spec = load_spec(Path(best)) if best else _server_spec(job)
     args = record.data.get("server_args")
     if args is not None:
-        spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": list(args)})})
+        from specpilot.secrets import unmask_argv
+
+        # job.json holds them masked: each secret value is the spec's own
+        args = unmask_argv(list(args), list(spec.engine.args))
+        spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args})})
     return spec
 
 
@@ -342,12 +396,15 @@ async def _generate(
         # no run name: a death is the healer's to mend, not a reason for generate to stop
         endpoints = [Endpoint(normalize_url(state.endpoint), state.served_model_name or None)]
         heal = ServerHealer(spec, record, job.max_restarts, say).watcher()
+        api_key = api_key_of(spec)
     else:
         endpoints = endpoints_of_fleet(served)
         heal = fleet_healer(served, record, job.max_restarts, say)
+        api_key = None  # a fleet's router takes no key of the members'
     config = JobConfig(
         input_path=job.prompts, output_dir=job.output, endpoints=endpoints, model=None, sampling=job.sampling,
         concurrency=job.concurrency, notify=say, progress_interval_s=PROJECTION_EVERY_S,
+        stall_after_s=job.stall_after_s, api_key=api_key, secrets=tuple(record.secrets),
     )  # fmt: skip
     record.begin("generate", _gpus_of(job))
     from specpilot.job.cost import heartbeat
@@ -479,9 +536,18 @@ def _served_name(job: JobFile, record: JobRecord) -> str | None:
 
 
 async def run_job(job: JobFile, record: JobRecord, say: Say) -> JobResult:
-    """Every stage after `prepare` and `begin`, each skipped when finished."""
-    await run_before_serving(job, record, say)
-    return await serve(job, record, say)
+    """Every stage after `prepare` and `begin`, each skipped when finished; no line it prints
+    and no failure it raises holds a secret of the job's server specs."""
+    from specpilot.secrets import mask_log_text
+
+    say = _masked(say, record.secrets)
+    try:
+        await run_before_serving(job, record, say)
+        result = await serve(job, record, say)
+    except JobFailed as err:
+        raise JobFailed(mask_log_text(str(err), record.secrets)) from None
+    result.message = mask_log_text(result.message, record.secrets)
+    return result
 
 
 async def serve(job: JobFile, record: JobRecord, say: Say) -> JobResult:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from specpilot import __version__
 from specpilot.atomic import write_text_atomic
 from specpilot.errors import UserError
 from specpilot.job.spec import JobFile
+from specpilot.secrets import mask_tree
 
 JOB_RECORD = "job.json"
 #: the order a job runs its stages in
@@ -91,6 +92,8 @@ def _prompts_same(recorded: dict[str, Any], now: dict[str, Any], path: Path) -> 
 class JobRecord:
     path: Path
     data: dict[str, Any]
+    #: the secret values of the job's server specs: job.json holds none of them (`save`)
+    secrets: list[str] = field(default_factory=list, repr=False)
 
     # -- reading --------------------------------------------------------------
 
@@ -108,7 +111,9 @@ class JobRecord:
 
     def save(self) -> None:
         self.data["updated_at"] = time.time()
-        write_text_atomic(self.path, json.dumps(self.data, indent=2) + "\n")
+        # one pass over every stage's evidence, restart and reason: an argv's secret flag values,
+        # the specs' secret values, a credential in an engine's line
+        write_text_atomic(self.path, json.dumps(mask_tree(self.data, self.secrets), indent=2) + "\n")
 
     def begin(self, name: str, gpus: int) -> None:
         """The stage starts (again): when, and how many GPUs the job holds meanwhile. An attempt

@@ -10,6 +10,7 @@
     max_restarts = 3              # restarts per engine that dies while the job runs
     concurrency = 64              # requests in flight per server (per worker behind a router)
     train_check = true            # false: the exports skip the train-ready check (export --no-train-check)
+    stall_after_s = 300           # optional: no token progress this long is a stall (restarted)
     [job.sampling]                # generate's sampling flags, by their names
     max_tokens = 4096
     [job.bench]                   # optional: measure variants first, start the winner
@@ -41,7 +42,7 @@ DEFAULT_CONCURRENCY = 64
 AUTO_MAX_TOKENS = "auto"
 _JOB_KEYS = {
     "server", "fleet", "prompts", "output", "export", "include_flagged", "keep_servers", "max_restarts",
-    "concurrency", "sampling", "bench", "train_check",
+    "concurrency", "sampling", "bench", "train_check", "stall_after_s",
 }  # fmt: skip
 _BENCH_KEYS = {"sample", "variants", "budget_s"}
 #: the flags (and export's DIR) of the commands a job runs for it, as the job file's keys
@@ -80,6 +81,8 @@ class JobFile:
     keep_servers: bool = False
     max_restarts: int = DEFAULT_MAX_RESTARTS
     concurrency: int = DEFAULT_CONCURRENCY
+    #: generate's --stall-after-s (None: the bound is measured)
+    stall_after_s: float | None = None
     sampling: Sampling = field(default_factory=lambda: Sampling(thinking=True))
     #: max_tokens = "auto": taken from the bench's measured answer lengths
     max_tokens_auto: bool = False
@@ -250,6 +253,9 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
     )
     if concurrency < 1:
         raise _bad("concurrency", f"must be at least 1, got {concurrency}", "raise it")
+    stall_after_s = _typed(table, "stall_after_s", float, "[job]") if "stall_after_s" in table else None
+    if stall_after_s is not None and not 0 < stall_after_s < float("inf"):
+        raise _bad("stall_after_s", f"must be more than 0 seconds, got {stall_after_s}", "raise it")
     sampling = table.get("sampling", {})
     bench = table.get("bench")
     if not isinstance(sampling, dict) or (bench is not None and not isinstance(bench, dict)):
@@ -266,6 +272,7 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
         keep_servers=keep,
         max_restarts=restarts,
         concurrency=concurrency,
+        stall_after_s=stall_after_s,
         sampling=job_sampling,
         max_tokens_auto=max_tokens_auto,
         bench=None if bench is None else _bench(bench),

@@ -46,6 +46,9 @@ ENGINE = Engine(
     log=EngineLog(loglines.QUANTITIES, loglines.MARKERS, loglines.LOADED, loglines.LOADED_LINE),
     signatures=signatures.SIGNATURES,
     spec_metrics=(metrics.SPEC_ACCEPTANCE,),
+    generated_tokens_metric=metrics.GENERATED_TOKENS,
+    # sglang --api-key: every OpenAI route requires the bearer token
+    api_key_flag="--api-key",
     # none: 0.5.10-0.5.23 read --api-key/--admin-api-key only from argv or a --config
     # YAML file (srt/server_args.py); no environment variable
     secret_flag_env={},

@@ -45,6 +45,9 @@ ENGINE = Engine(
     log=EngineLog(loglines.QUANTITIES, loglines.MARKERS, loglines.LOADED, loglines.LOADED_LINE),
     signatures=signatures.SIGNATURES,
     spec_metrics=(metrics.SPEC_ACCEPTANCE,),
+    generated_tokens_metric=metrics.GENERATED_TOKENS,
+    # vllm serve --api-key: every /v1 route requires the bearer token
+    api_key_flag="--api-key",
     # vllm/entrypoints/openai/api_server.py: `args.api_key or [envs.VLLM_API_KEY]`
     # https://github.com/vllm-project/vllm/blob/main/vllm/envs.py (VLLM_API_KEY)
     secret_flag_env={"--api-key": "VLLM_API_KEY"},

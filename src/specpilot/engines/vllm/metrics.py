@@ -11,3 +11,7 @@ SPEC_ACCEPTANCE = SpecMetric(
     drafts="vllm:spec_decode_num_drafts_total",
     source="https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/spec_decode/metrics.py#L229",
 )
+
+#: a counter of the tokens generated (prometheus_client's "_total" added); where it is documented:
+#: https://docs.vllm.ai/en/latest/usage/metrics.html
+GENERATED_TOKENS = "vllm:generation_tokens_total"

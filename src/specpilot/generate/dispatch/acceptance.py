@@ -1,14 +1,22 @@
 """The job's speculative-decoding acceptance length: from the servers' /metrics (counter deltas
 over the job) where they expose it, else from the answers' own field; polled with each router's
-list of ready workers, which sets how many requests it takes at once."""
+list of ready workers, which sets how many requests it takes at once; each scrape's token
+counter is the server's token progress (the stall watchdog's)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 
-from specpilot.generate.dispatch.servers import ServerPool, SpecTracker, router_workers_ready, scrape_metrics
+from specpilot.generate.dispatch.servers import (
+    ServerPool,
+    SpecTracker,
+    observe_tokens,
+    router_workers_ready,
+    scrape_metrics,
+)
 from specpilot.generate.dispatch.stats import LiveStats
 from specpilot.generate.ledger.store import Ledger
 
@@ -57,6 +65,7 @@ class AcceptanceWatch:
                 values = await scrape_metrics(self.session, server, self.timeout_s)
                 if values is not None:
                     self.spec.observe(server.name, values)
+                    observe_tokens(server, values, time.monotonic())
         accept = self.accept_length()
         if accept is not None:
             self.ledger.set_meta({"spec_accept_length": f"{accept:.4f}"})

@@ -12,8 +12,12 @@ any other 4xx (context too long, bad request) cannot succeed and fails the row a
 from __future__ import annotations
 
 import base64
+import datetime
+import email.utils
 import json
+import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from enum import Enum
@@ -27,7 +31,7 @@ from specpilot.generate.rows.text import may_hold_surrogates, where_unencodable
 from specpilot.generate.rows.thinking import markers_for, split_inline
 from specpilot.generate.rows.types import Answer, Message
 from specpilot.generate.sampling import Sampling
-from specpilot.secrets import field_secrets, mask_log_text, url_passwords
+from specpilot.secrets import field_secrets, mask_log_text, replace_secrets, url_passwords
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
 API_KEY_ENV = "SPECPILOT_API_KEY"
@@ -169,6 +173,18 @@ class ChatClient:
         #: password): masked in every failure message, which the ledger, errors.jsonl, the page
         #: and the job's output show
         self._secrets = [*([api_key] if api_key else []), *field_secrets(dict(sampling.request_fields))]
+        #: exact secret values a server echoed into answers, replaced (`secrets.replace_secrets`)
+        self.secrets_replaced = 0
+
+    def authorize(self, api_key: str) -> None:
+        """Send `api_key` as the bearer token (the key `specpilot job` started its server with)."""
+        self._headers["Authorization"] = f"Bearer {api_key}"
+        self._urls.clear()  # built with the old headers
+        self.know([api_key])
+
+    def know(self, secrets: Sequence[str]) -> None:
+        """More secret values (the job's server spec's): masked in failures, replaced in answers."""
+        self._secrets += [value for value in secrets if value not in self._secrets]
 
     def failed(
         self, kind: FailureKind, message: str, retry_after_s: float | None = None, status: int | None = None
@@ -215,13 +231,15 @@ class ChatClient:
             raise self.failed(
                 classify_status(status, raw[:ERROR_BODY_CHARS]),
                 f"HTTP {status}: {text}",
-                _seconds(retry_after),
+                retry_after_s(retry_after),
                 status,
             )
         try:
             answer = parse_answer(raw)
         except RequestFailed as err:  # it quotes the body
             raise self.failed(err.kind, str(err)) from None
+        if self._secrets:
+            answer = self._without_secrets(answer)
         if self._markers is None or (answer.reasoning or "").strip():
             return answer
         split = split_inline(answer.content, answer.finish_reason, self._markers, thinking=self._thinking)
@@ -229,12 +247,50 @@ class ChatClient:
             return answer
         return replace(answer, reasoning=split[0], content=split[1], reasoning_split=True)
 
+    def _without_secrets(self, answer: Answer) -> Answer:
+        """The answer with every exact secret value it echoes replaced (counted): a key the server
+        quotes back must not reach the rows written and the exports."""
+        content, in_content = replace_secrets(answer.content, self._secrets)
+        reasoning, in_reasoning = replace_secrets(answer.reasoning or "", self._secrets)
+        tool_calls = answer.tool_calls
+        in_tools = 0
+        if tool_calls:
+            text, in_tools = replace_secrets(json.dumps(tool_calls, ensure_ascii=False), self._secrets)
+            tool_calls = json.loads(text) if in_tools else tool_calls
+        replaced = in_content + in_reasoning + in_tools
+        if not replaced:
+            return answer
+        self.secrets_replaced += replaced
+        kept_reasoning = reasoning if answer.reasoning is not None else None
+        return replace(answer, content=content, reasoning=kept_reasoning, tool_calls=tool_calls)
 
-def _seconds(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
+
+#: the longest wait a server's Retry-After may ask of a row: one asking for a day (or a date a
+#: day off) is asked again after this, and --give-up-after-s ends a job it never stops asking
+RETRY_AFTER_CAP_S = 60.0
+#: the wait for a Retry-After that is neither seconds nor an HTTP date (or is negative)
+RETRY_AFTER_DEFAULT_S = 1.0
+
+
+def retry_after_s(value: str | None, now_s: float | None = None) -> float | None:
+    """A Retry-After header as seconds to wait, at most RETRY_AFTER_CAP_S: delay-seconds
+    (`120`) or an HTTP date (a past one: 0); a negative or unreadable one: the default."""
+    if value is None:
         return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return RETRY_AFTER_DEFAULT_S
+        if when.tzinfo is None:  # HTTP dates are GMT: one without a zone is read so
+            when = when.replace(tzinfo=datetime.UTC)
+        seconds = max(0.0, when.timestamp() - (time.time() if now_s is None else now_s))
+    if not math.isfinite(seconds) or seconds < 0:
+        return RETRY_AFTER_DEFAULT_S
+    return min(seconds, RETRY_AFTER_CAP_S)
 
 
 class _Malformed(Exception):

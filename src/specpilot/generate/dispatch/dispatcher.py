@@ -93,7 +93,7 @@ class Dispatcher:
         self.stats = LiveStats()
         self.view: ProgressView | None = None
         self.rows = RowRetries(policy.retry, self.queue, self.requests, self.stats, self.stopping.stop)
-        self.watchdog = RequestWatchdog(policy.request_timeout_s, self.requests.sent_at)
+        self.watchdog = RequestWatchdog(policy.request_timeout_s, self.requests.sent_at, policy.stall_after_s)
         pause = AllDownPause(policy.give_up_after_s, NEVER_ANSWERED_GIVE_UP_S)
         self.health = ServerHealth(
             self.pool, self.rows, probe, session, policy, pause, self.stats, self.tasks.spawn, self._say
@@ -167,6 +167,15 @@ class Dispatcher:
         """Stop now for a reason found outside the job (a run it drives crashed)."""
         self.stopping.stop(reason)
 
+    def restart_on_stall(self, restart: Callable[[str, str], None] | None) -> None:
+        """A healer restarts a stalled server: `restart(base_url, why)` is told, and the healer
+        calls `restarted(base_url)` once it serves again (until then the job sends it nothing).
+        None: the healer ended; a server it was to restart is out."""
+        self.health.restart_on_stall(restart)
+
+    def restarted(self, base_url: str) -> None:
+        self.health.restarted(base_url)
+
     def note(self, message: str) -> None:
         """Tell the user something from outside the job."""
         self._say(message)
@@ -185,7 +194,8 @@ class Dispatcher:
             self._fill()
             if not (queue.ready or queue.waiting or self.health.probes.parked or pool.total_in_flight()):
                 return
-            self.watchdog.look(now, pool.servers)
+            for server, stall in self.watchdog.look(now, pool.servers):
+                self.health.stalled(server, stall)
             why = self.health.why_stop(now)
             if why is not None:
                 self.stopping.stop(why)
@@ -226,7 +236,10 @@ class Dispatcher:
                 while not is_complete(row, done):
                     sent_at = requests.sent_at[position] = time.monotonic()
                     answer = await self.client.complete(server.base_url, messages_for(row, done), row.tools)
-                    done.append(TurnResult(answer, server.name, time.monotonic() - sent_at))
+                    server.progress_at = answered_at = time.monotonic()
+                    done.append(TurnResult(answer, server.name, answered_at - sent_at))
+                    self.watchdog.stall.took(answered_at - sent_at)
+                    self.health.served()
             except (asyncio.CancelledError, RequestFailed):
                 # the watchdog's cancel can surface as a client error (a drip-fed body): either way
                 # it was the timeout, and the mark must not outlive this attempt

@@ -1,13 +1,17 @@
 """The servers' side of failures: whether a failure was the row's or its server's, taking a
 failing server out and probing it back, and pausing (no retries spent) while every server is
-down, up to --give-up-after-s.
+down, up to --give-up-after-s; a job whose every request is answered "slow down" (429/503)
+ends after --give-up-after-s as well, naming what the servers answered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import aiohttp
@@ -77,6 +81,37 @@ class AllDownPause:
         return self.down_since is not None
 
 
+@dataclass
+class OverloadWatch:
+    """Since when every request has been answered 429/503 ("slow down"): no row is served while
+    each row backs off for free, so past --give-up-after-s the job ends, naming the answers."""
+
+    give_up_after_s: float
+    since: float | None = None
+    statuses: Counter[int] = field(default_factory=Counter)
+
+    def overloaded(self, now: float, status: int) -> None:
+        if self.since is None:
+            self.since = now
+        self.statuses[status] += 1
+
+    def served(self) -> None:
+        """A request was answered otherwise (an answer, another status): not every one says slow down."""
+        if self.since is not None:
+            self.since = None
+            self.statuses.clear()
+
+    def give_up_reason(self, now: float) -> str | None:
+        if self.since is None or now - self.since <= self.give_up_after_s:
+            return None
+        answered = " or ".join(f"{status} {HTTPStatus(status).phrase}" for status in sorted(self.statuses))
+        return (
+            f"every request answered {answered} for {self.give_up_after_s:g} s (--give-up-after-s): "
+            "the server is overloaded or limits this client's rate; run the same command again later "
+            "or with a lower --concurrency (the rows left are kept)"
+        )
+
+
 class ServerHealth:
     """Decides row-or-server for each failure; takes servers out and probes them back."""
 
@@ -98,6 +133,12 @@ class ServerHealth:
         self.probe_timeout_s, self.probe_cap_s = policy.probe_timeout_s, policy.probe_cap_s
         self.pause, self.stats, self._spawn, self._say = pause, stats, spawn, say
         self.probes = Probes()
+        self.overload = OverloadWatch(policy.give_up_after_s)
+        #: a healer that restarts a stalled server: told its base URL and why (None: generate
+        #: alone, and a stalled server is out)
+        self.on_stall: Callable[[str, str], None] | None = None
+        #: a server answered a request with an HTTP status (a 429 is an answer: not a wrong address)
+        self.heard = False
         #: why each server left for good; once every server has, `no_server_left` says why
         self.out_for_good: list[str] = []
         self.no_server_left: str | None = None
@@ -105,6 +146,16 @@ class ServerHealth:
     def why_stop(self, now: float) -> str | None:
         """Looked at every tick: why the job must stop for want of servers, or None. While
         every server is down the job pauses (sends nothing, spends no retries) and probes."""
+        overloaded = self.overload.give_up_reason(now)
+        if overloaded is not None:
+            return overloaded
+        stalled = [s for s in self.pool.servers if s.stalled is not None]
+        if stalled and all(s.stalled is not None or s.out_for_good for s in self.pool.servers):
+            why = "; ".join(f"server {s.name} stalled: {s.stalled}" for s in stalled)
+            return (
+                f"{why}; no server is left to send to: restart it (`specpilot down` and `up`, or the "
+                "server's own way), then run the same command again (the rows left are kept)"
+            )
         if self.pool.all_out_for_good():
             # nothing can serve the rest: the job ends, and its rows fail with this reason
             self.no_server_left = "; ".join(self.out_for_good)
@@ -113,13 +164,29 @@ class ServerHealth:
             self.pause.resumed()
             self.stats.paused_reason = None
             return None
+        restarting = [s.name for s in self.pool.servers if s.restarting]
+        if restarting:  # the healer bounds its restart (it stops the job when it fails)
+            self.stats.paused_reason = f"restarting {', '.join(restarting)}; no retries spent"
+            return None
         if not self.pause.pausing:
             self._say("every server is down: paused (no retries spent) while probing")
         self.stats.paused_reason = "every server is down; probing, no retries spent"
-        return self.pause.paused(now, never_answered=self.stats.done == 0 and self.stats.failed == 0)
+        never_answered = self.stats.done == 0 and self.stats.failed == 0 and not self.heard
+        return self.pause.paused(now, never_answered=never_answered)
+
+    def served(self) -> None:
+        """A request was answered (a row's turn)."""
+        self.overload.served()
 
     def failed(self, server: Server, position: int, failure: RequestFailed) -> None:
         """A request to `server` failed (it is no longer in flight there)."""
+        if failure.status is not None:
+            self.heard = True
+            server.progress_at = time.monotonic()  # it answers: not stalled
+            if failure.status in OVERLOAD_STATUSES:
+                self.overload.overloaded(time.monotonic(), failure.status)
+            else:
+                self.overload.served()
         if self.pool.record_failure(server, failure.server_fault):
             # resets, timeouts or 5xx in a row although it accepts connections: the server
             # is failing; the rows in flight there go back for free, and so does this one if
@@ -142,6 +209,36 @@ class ServerHealth:
             self._probe_soon(server)
             return
         self.rows.retry_or_fail(position, failure)
+
+    def stalled(self, server: Server, why: str) -> None:
+        """`server` has requests in flight and no progress past the stall bound: its rows go back
+        to the queue without spending attempts; a healer restarts it, else it is out."""
+        for position in self.pool.hold(server):
+            self.rows.requeue(position)
+        if self.on_stall is not None:
+            server.restarting = True
+            self._say(f"server {server.name} stalled: {why}; restarting it, its rows go back to the queue")
+            self.on_stall(server.base_url, why)
+            return
+        server.stalled = why
+        self._say(
+            f"server {server.name} stalled: {why}; taken out (a hung engine does not recover by "
+            "itself), its rows go back to the queue unspent"
+        )
+
+    def restart_on_stall(self, restart: Callable[[str, str], None] | None) -> None:
+        self.on_stall = restart
+        if restart is None:
+            for server in self.pool.servers:
+                if server.restarting:
+                    server.restarting, server.stalled = False, "its restart did not happen (the healer ended)"
+
+    def restarted(self, base_url: str) -> None:
+        """The healer restarted a stalled server: probed back into rotation as it answers."""
+        for server in self.pool.servers:
+            if server.base_url == base_url and server.restarting:
+                server.restarting = False
+                self._probe_until_back(server)
 
     def take_out(self, server: Server, reason: str, *, overloaded: bool = False) -> None:
         for position in self.pool.take_out(server, overloaded=overloaded):

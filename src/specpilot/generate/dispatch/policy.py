@@ -48,3 +48,5 @@ class DispatchPolicy:
     flush_rows: int
     metrics_interval_s: float
     progress_interval_s: float | None  # None: no progress view
+    #: no token progress this long with requests in flight is a stall (None: measured)
+    stall_after_s: float | None = None

@@ -51,6 +51,14 @@ class Server:
     #: done_rows when it last rejoined (None: never taken out and brought back)
     rejoined_at_done: int | None = None
     idle_rejoins: int = 0  # take-outs in a row that followed a rejoin with nothing finished
+    #: monotonic time of its last progress: a request answered, its token counter moving
+    progress_at: float = 0.0
+    #: its /metrics count of generated tokens when last scraped (None: not exported)
+    tokens_seen: float | None = None
+    #: stalled, and no healer restarts it: out, with why (never probed back)
+    stalled: str | None = None
+    #: taken out while a healer restarts it: probed back once the healer says it is up
+    restarting: bool = False
 
     @property
     def out_for_good(self) -> bool:
@@ -140,6 +148,13 @@ class ServerPool:
         server.in_flight.clear()
         return positions
 
+    def hold(self, server: Server) -> list[int]:
+        """Out, for a stall: its in-flight requests cancelled (their positions returned), not
+        counted towards out for good (a restart, not a failing server, decides what follows)."""
+        server.healthy = False
+        server.taken_out_count += 1
+        return self._cancel_all(server)
+
     def bring_back(self, server: Server) -> None:
         """On probation: the streak stays one short of taking it out again."""
         server.healthy = True
@@ -161,6 +176,22 @@ async def probe(session: aiohttp.ClientSession, server: Server, timeout_s: float
         except (aiohttp.ClientError, TimeoutError):
             continue
     return False
+
+
+def generated_tokens_metrics() -> tuple[str, ...]:
+    """Every registered engine's counter of generated tokens: a server's token progress."""
+    return tuple(e.generated_tokens_metric for e in registry.ENGINES if e.generated_tokens_metric)
+
+
+def observe_tokens(server: Server, values: dict[str, float], now: float) -> None:
+    """A scrape of `server`'s /metrics: its token counter moving is progress."""
+    found = [values[name] for name in generated_tokens_metrics() if name in values]
+    if not found:
+        return
+    total = sum(found)
+    if server.tokens_seen is not None and total > server.tokens_seen:
+        server.progress_at = now
+    server.tokens_seen = total
 
 
 def spec_metrics() -> tuple[SpecMetric, ...]:
