@@ -11,7 +11,10 @@ from specpilot.generate.dispatch.watchdog import STALL_FACTOR, STALL_FLOOR_S, St
 
 def _busy(progress_at: float = 0.0) -> Server:
     server = Server("http://127.0.0.1:1", progress_at=progress_at)
-    server.in_flight[0] = asyncio.Future()  # type: ignore[assignment]  # a request out, never answered
+    # a request out, never answered (a loop of its own: other tests may have closed the current one)
+    loop = asyncio.new_event_loop()
+    server.in_flight[0] = loop.create_future()  # type: ignore[assignment]
+    loop.close()
     return server
 
 
