@@ -536,8 +536,11 @@ def _with_block_crcs(source: InputSource, marks: list[InputMark]) -> list[tuple[
     return found
 
 
-def storage_error(err: OSError | sqlite3.Error, output_dir: Path, input_path: Path) -> UserError:
-    """A full disk, an unwritable folder or a damaged ledger, as one line with its fix.
+def storage_error(
+    err: OSError | sqlite3.Error, output_dir: Path, input_path: Path | None, field: str = "--output"
+) -> UserError:
+    """A full disk, an unwritable folder, a damaged ledger or a part that is no file, as one
+    line with its fix.
 
     The ledger only marks rows done after they are fsynced, so after any of these
     every finished row is kept and a rerun of the same command resumes.
@@ -546,24 +549,30 @@ def storage_error(err: OSError | sqlite3.Error, output_dir: Path, input_path: Pa
     errno_name = getattr(err, "errno", None)
     text = str(err)
     if errno_name == errno.ENOSPC or "disk is full" in text:
-        return UserError(
-            f"the disk holding {output_dir} is full", field="--output", fix=f"free space, {resume}"
-        )
+        return UserError(f"the disk holding {output_dir} is full", field=field, fix=f"free space, {resume}")
     if isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError):
         return UserError(
             f"the ledger {output_dir / LEDGER_FILE} is damaged ({text})",
-            field="--output",
-            fix="restore the folder from a backup, or start over with a new --output folder",
+            field=field,
+            fix=f"restore it from a backup and check the folder with `specpilot verify {output_dir}`, "
+            "or start over with a new --output folder",
         )
     where = Path(getattr(err, "filename", None) or output_dir)
     reason = getattr(err, "strerror", None) or text
-    if where.resolve().is_relative_to(input_path.resolve()):
+    if errno_name == errno.EISDIR:
+        return UserError(
+            f"{where} is a directory, where the job keeps a file",
+            field=field,
+            fix=f"move it out of the way, then `specpilot verify {output_dir}` queues the rows of a "
+            "part that is gone to be generated again (or run the same command: it does too)",
+        )
+    if input_path is not None and where.resolve().is_relative_to(input_path.resolve()):
         return UserError(
             f"reading {where} failed: {reason}", field="--input", fix="check the file is there and readable"
         )
     return UserError(
         f"reading or writing {where} failed: {reason}",
-        field="--output",
+        field=field,
         fix=f"check the folder's permissions and free space, {resume}",
     )
 
@@ -660,6 +669,13 @@ def verify_job(directory: Path) -> Verified:
             field="DIR",
             fix="pass the --output folder of a `specpilot generate` job",
         )
+    try:
+        return _verify_locked(directory)
+    except (OSError, sqlite3.Error) as err:
+        raise storage_error(err, directory, None, field="DIR") from err
+
+
+def _verify_locked(directory: Path) -> Verified:
     lock = DirectoryLock(directory)
     try:
         ledger = Ledger.in_dir(directory)
