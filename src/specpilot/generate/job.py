@@ -66,6 +66,11 @@ REJECTED_FILE = "rejected.jsonl"
 PARAM_KEYS = (
     "model", "thinking", "keep_given_turns", "max_tokens", "temperature", "top_p", "top_k", "request_fields",
 )  # fmt: skip
+#: the error of rows left unsent once no server was left
+NOT_SENT = "not sent: "
+#: how the errors of rows failed by their server, not by themselves, begin: a malformed answer
+#: (a token count of 10**20, a body of another shape) or none sent; a resume sends them again
+SERVER_FAULTS = ("malformed response", NOT_SENT)
 #: the --max-tokens the rows of the last --retry-truncated were cut off at
 RETRY_FROM_KEY = "truncated_retry_from"
 #: what a job started before a key existed had
@@ -211,6 +216,13 @@ class Job:
                 f"thinking is now off (--no-thinking): the {again} rows that came back without reasoning "
                 "are queued to be generated again"
             )
+        if not self.config.retry_failed:
+            again = self.ledger.requeue_failed_by(SERVER_FAULTS)
+            if again:  # a good server now may answer them: no row is left behind for its server's fault
+                self.config.notify(
+                    f"{again} rows failed on a malformed answer or were never sent (their server's "
+                    "fault, not theirs): they are sent again"
+                )
         in_flight = self.ledger.counts()[RowState.IN_FLIGHT]
         if in_flight:  # what the last run's stop cost: these are generated again
             self.config.notify(f"the last run stopped with {in_flight} rows in flight; they are sent again")
@@ -502,7 +514,7 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
         async with watch(dispatcher) if watch else contextlib.nullcontext():
             await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
         if dispatcher.no_server_left:
-            job.ledger.fail_unfinished(f"not sent: {dispatcher.no_server_left}", config.limit)
+            job.ledger.fail_unfinished(f"{NOT_SENT}{dispatcher.no_server_left}", config.limit)
         elif dispatcher.out_for_good:  # the others carried on: still worth a line at the end
             for why in dispatcher.out_for_good:
                 config.notify(f"warning: {why}")
