@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specpilot.bench.client import RequestTiming, _Stream
-from specpilot.bench.lab import axis_notes
+from specpilot.bench.lab import axis_notes, run_name
 from specpilot.bench.sample import draw, prompt_chars, write_prompts
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import (
@@ -26,6 +26,7 @@ from specpilot.errors import UserError
 from specpilot.generate.dispatch.client import RequestFailed
 from specpilot.generate.rows.inputs import iter_rows, resolve_input
 from specpilot.generate.rows.types import Answer, PromptRow
+from specpilot.launch.state import check_run_name
 from specpilot.projection import Rates, project, read_bench, wall_text
 from specpilot.spec import parse_spec
 from tests.bench.conftest import SPECULATIVE_ARGS
@@ -276,3 +277,20 @@ def test_a_spec_is_found_among_the_bench_points() -> None:
     other = _spec("sglang", [*SPECULATIVE_ARGS, "--max-running-requests", "12"])
     assert measured_label(other, labels) is None  # type: ignore[arg-type]
     assert measured_label(spec, ["plain", "NEXTN-3"]) == "NEXTN-3"  # type: ignore[arg-type]
+
+
+def test_long_run_names_stay_unique_and_usable() -> None:
+    """Run names were cut at 64 characters: two variants of a long spec name shared one run."""
+    spec = parse_spec(
+        {"name": "a-spec-name-long-enough-that-its-bench-runs-pass-the-limit-x", "model": {"path": "m"},
+         "gpu": {"memory_gib": 80},
+         "engine": {"name": "sglang", "version": "0.5.13", "args": list(SPECULATIVE_ARGS)}}
+    )  # fmt: skip
+    points = [Variant("NEXTN", 2), Variant("NEXTN", 3), Variant("NEXTN", 3).at(8), Variant("NEXTN", 3).at(16)]
+    names = [run_name(spec, point) for point in points]  # type: ignore[arg-type]
+    assert len(set(names)) == len(points), names
+    for name in names:
+        assert len(name) <= 64 and name.startswith("a-spec-name-long-enough")
+        check_run_name(name)
+        variant_spec(spec, Variant("NEXTN", 2), name)  # type: ignore[arg-type]  # a spec's name too
+    assert run_name(spec.model_copy(update={"name": "s"}), points[0]) == "s-bench-nextn-2"  # type: ignore[arg-type]

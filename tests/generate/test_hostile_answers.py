@@ -70,3 +70,29 @@ def test_hostile_answers_fail_flag_or_warn_and_the_job_resumes(
     printed = capsys.readouterr()
     warnings = [line for line in (printed.out + printed.err).splitlines() if "without `usage`" in line]
     assert len(warnings) == 1 and "0 prompt and completion tokens" in warnings[0]
+
+
+def test_rows_a_broken_server_answered_with_huge_counts_are_generated_on_a_resume(tmp_path: Path) -> None:
+    """Their answers were malformed, the server's fault, not theirs: a resume on a good server
+    sends them again (once, they stayed failed until --retry-failed and the dataset lacked them)."""
+    inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"HUGE {i}"} for i in range(6)])
+    said: list[str] = []
+
+    def config(port: int) -> JobConfig:
+        return JobConfig(
+            inputs, tmp_path / "out", [Endpoint(f"http://127.0.0.1:{port}")], "m", Sampling(True),
+            max_attempts=2, retry_base_s=0.0, progress_interval_s=0.0, notify=said.append,
+        )  # fmt: skip
+
+    async def good(request: web.Request) -> web.Response:
+        prompt = (await request.json())["messages"][-1]["content"]
+        return web.json_response(_answer(prompt.replace("HUGE", "fine")))
+
+    with scripted_server(_chat) as port:
+        broken = run_generate(config(port))
+    assert broken.exit_code == 1 and broken.summary.failed == 6, broken.message
+    with scripted_server(good) as port:
+        resumed = run_generate(config(port))
+    assert resumed.exit_code == 0, resumed.message
+    assert sorted(row["id"] for row in read_output(tmp_path / "out")) == [f"r{i}" for i in range(6)]
+    assert any("6 rows failed on a malformed answer" in line for line in said), said

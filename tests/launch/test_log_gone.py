@@ -3,6 +3,7 @@ line instead of crashing; and `down --timeout-s` takes finite numbers only."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -13,7 +14,11 @@ from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
 from specpilot.launch.state import RunState, write_state
+from specpilot.launch.stop import RUN_TOKEN_VAR
 from specpilot.spec import HostSection
+from tests.fixtures.engines import wait_exec
+
+TOKEN = "0123456789abcdef"
 
 
 def run(*args: str) -> Result:
@@ -22,8 +27,11 @@ def run(*args: str) -> Result:
 
 @pytest.fixture
 def engine() -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    process = subprocess.Popen(
+        ["sleep", "60"], start_new_session=True, env={**os.environ, RUN_TOKEN_VAR: TOKEN}
+    )
     try:
+        wait_exec(process.pid)  # its token is in its environment once the exec is done
         yield process
     finally:
         process.kill()
@@ -44,6 +52,7 @@ def logless_run(home: Path, pid: int, ready_log_bytes: int | None) -> None:
             pid=pid,
             pgid=pid,
             start_ticks=int(stat[stat.rindex(")") + 2 :].split()[19]),
+            run_token=TOKEN,
             endpoint="http://127.0.0.1:9",
             served_model_name=None,
             engine="sglang",

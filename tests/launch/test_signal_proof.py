@@ -216,7 +216,10 @@ def test_a_live_engine_s_group_and_its_setsid_child_are_stopped(
     and a child that left it is found by parent pid."""
     ready = tmp_path / "escaped"
     engine = subprocess.Popen(
-        ["sh", "-c", f"{ESCAPED}; exec sleep 120"], start_new_session=True, cwd=tmp_path
+        ["sh", "-c", f"{ESCAPED}; exec sleep 120"],
+        start_new_session=True,
+        cwd=tmp_path,
+        env={**os.environ, RUN_TOKEN_VAR: TOKEN},
     )
     spawned.append(engine.pid)
     deadline = time.monotonic() + 30
@@ -225,7 +228,7 @@ def test_a_live_engine_s_group_and_its_setsid_child_are_stopped(
     escaped = int(ready.read_text())
     spawned.append(escaped)
     in_own_session(escaped)
-    record(home, "live", engine.pid, ticks=start_ticks(engine.pid))
+    record(home, "live", engine.pid, ticks=start_ticks(engine.pid), token=TOKEN)
     said = json.loads(run("down", "live", "--json", "--timeout-s", "5").output)
     assert (said["stopped"], said["signalled"]) == ("terminated", sorted([engine.pid, escaped]))
     assert engine.wait(timeout=10) == -signal.SIGTERM and wait_gone(escaped)

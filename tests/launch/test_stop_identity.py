@@ -19,7 +19,7 @@ from specpilot.cli import cli
 from specpilot.launch.identity import recorded_process
 from specpilot.launch.ops import run_down, run_status
 from specpilot.launch.state import RunState, write_state
-from specpilot.launch.stop import _GROUP_SCRIPT, STOP_OUTCOMES
+from specpilot.launch.stop import _GROUP_SCRIPT, RUN_TOKEN_VAR, STOP_OUTCOMES
 from tests.fixtures.engines import wait_exec
 from tests.fixtures.memory_host import MemoryHost
 from tests.launch.helpers import ready_state
@@ -44,16 +44,20 @@ def unrelated() -> Iterator[subprocess.Popen[bytes]]:
         process.wait()
 
 
-def stale_state(name: str, pid: int, run_home: Path, start_ticks: int | None = None) -> None:
+def stale_state(
+    name: str, pid: int, run_home: Path, start_ticks: int | None = None, run_token: str | None = None
+) -> None:
     """A ready run whose engine is gone and whose pid the kernel gave to `pid`."""
     run_dir = run_home / ".specpilot" / "runs" / name
     run_dir.mkdir(parents=True)
     (run_dir / "engine.log").write_text("The server is fired up and ready to roll!\n")
-    write_state(engine_state(name, pid, run_dir, start_ticks))
+    write_state(engine_state(name, pid, run_dir, start_ticks, run_token))
 
 
-def engine_state(name: str, pid: int, run_dir: Path, start_ticks: int | None) -> RunState:
-    """A ready run of ENGINE_ARGV, pid `pid`, recorded with `start_ticks`."""
+def engine_state(
+    name: str, pid: int, run_dir: Path, start_ticks: int | None, run_token: str | None = None
+) -> RunState:
+    """A ready run of ENGINE_ARGV, pid `pid`, recorded with `start_ticks` (and `run_token`)."""
     return ready_state(
         name,
         remote_dir=str(run_dir),
@@ -62,6 +66,7 @@ def engine_state(name: str, pid: int, run_dir: Path, start_ticks: int | None) ->
         pid=pid,
         pgid=pid,
         start_ticks=start_ticks,
+        run_token=run_token,
         argv=tuple(ENGINE_ARGV),
         endpoint="http://127.0.0.1:9",
         served_model_name=None,
@@ -103,9 +108,10 @@ def test_a_process_without_an_argv_yet_is_neither_gone_nor_the_run_s(
 
 
 def test_the_run_s_own_process_is_recognised_and_stopped(run_home: Path) -> None:
-    own = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    own = subprocess.Popen(["sleep", "60"], start_new_session=True, env={**os.environ, RUN_TOKEN_VAR: "t0"})
     try:
-        stale_state("own", own.pid, run_home, start_ticks=start_ticks(own.pid))
+        wait_exec(own.pid)  # its token is in its environment once the exec is done
+        stale_state("own", own.pid, run_home, start_ticks=start_ticks(own.pid), run_token="t0")
         assert asyncio.run(run_status("own")).alive
         assert asyncio.run(run_down("own", timeout_s=5.0))["stopped"] == "terminated"
         assert own.wait(timeout=10) == -signal.SIGTERM

@@ -10,6 +10,7 @@ short and long prompts).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -26,10 +27,21 @@ from specpilot.models.host_files import ModelRead
 from specpilot.plan.types import PrefillGate
 from specpilot.spec import Spec
 
+#: the longest run name a spec may carry (spec.py's `name` pattern)
+RUN_NAME_MAX_CHARS = 64
+#: hex digits of the whole name's hash a cut name ends with
+NAME_HASH_CHARS = 8
+
 
 def run_name(spec: Spec, point: Variant) -> str:
-    """The point's run name (a directory name: no '@')."""
-    return f"{spec.name}-bench-{point.label}".replace("@", "-at-")[:64].lower().replace("_", "-")
+    """The point's run name (a directory name: no '@'); one longer than a run name may be keeps
+    its start and ends with a hash of the whole, so two points never share a name however long."""
+    whole = f"{spec.name}-bench-{point.label}".replace("@", "-at-")
+    name = whole.lower().replace("_", "-")
+    if len(name) <= RUN_NAME_MAX_CHARS:
+        return name
+    digest = hashlib.sha256(whole.encode()).hexdigest()[:NAME_HASH_CHARS]
+    return f"{name[: RUN_NAME_MAX_CHARS - NAME_HASH_CHARS - 1].rstrip('.-')}-{digest}"
 
 
 def folder_name(point: Variant) -> str:

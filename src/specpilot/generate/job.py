@@ -64,6 +64,11 @@ REJECTED_SHOWN = 20
 DAMAGED_SHOWN = 20
 REJECTED_FILE = "rejected.jsonl"
 PARAM_KEYS = ("model", "thinking", "keep_given_turns", *NAMED_KEYS, "request_fields")
+#: the error of rows left unsent once no server was left
+NOT_SENT = "not sent: "
+#: how the errors of rows failed by their server, not by themselves, begin: a malformed answer
+#: (a token count of 10**20, a body of another shape) or none sent; a resume sends them again
+SERVER_FAULTS = ("malformed response", NOT_SENT)
 #: the --max-tokens the rows of the last --retry-truncated were cut off at
 RETRY_FROM_KEY = "truncated_retry_from"
 #: what a job started before a key existed had
@@ -216,6 +221,13 @@ class Job:
                 f"thinking is now off (--no-thinking): the {again} rows that came back without reasoning "
                 "are queued to be generated again"
             )
+        if not self.config.retry_failed:
+            again = self.ledger.requeue_failed_by(SERVER_FAULTS)
+            if again:  # a good server now may answer them: no row is left behind for its server's fault
+                self.config.notify(
+                    f"{again} rows failed on a malformed answer or were never sent (their server's "
+                    "fault, not theirs): they are sent again"
+                )
         in_flight = self.ledger.counts()[RowState.IN_FLIGHT]
         if in_flight:  # what the last run's stop cost: these are generated again
             self.config.notify(f"the last run stopped with {in_flight} rows in flight; they are sent again")
@@ -508,7 +520,7 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
         async with watch(dispatcher) if watch else contextlib.nullcontext():
             await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
         if dispatcher.no_server_left:
-            job.ledger.fail_unfinished(f"not sent: {dispatcher.no_server_left}", config.limit)
+            job.ledger.fail_unfinished(f"{NOT_SENT}{dispatcher.no_server_left}", config.limit)
         elif dispatcher.out_for_good:  # the others carried on: still worth a line at the end
             for why in dispatcher.out_for_good:
                 config.notify(f"warning: {why}")
@@ -542,8 +554,11 @@ def _with_block_crcs(source: InputSource, marks: list[InputMark]) -> list[tuple[
     return found
 
 
-def storage_error(err: OSError | sqlite3.Error, output_dir: Path, input_path: Path) -> UserError:
-    """A full disk, an unwritable folder or a damaged ledger, as one line with its fix.
+def storage_error(
+    err: OSError | sqlite3.Error, output_dir: Path, input_path: Path | None, field: str = "--output"
+) -> UserError:
+    """A full disk, an unwritable folder, a damaged ledger or a part that is no file, as one
+    line with its fix.
 
     The ledger only marks rows done after they are fsynced, so after any of these
     every finished row is kept and a rerun of the same command resumes.
@@ -552,24 +567,30 @@ def storage_error(err: OSError | sqlite3.Error, output_dir: Path, input_path: Pa
     errno_name = getattr(err, "errno", None)
     text = str(err)
     if errno_name == errno.ENOSPC or "disk is full" in text:
-        return UserError(
-            f"the disk holding {output_dir} is full", field="--output", fix=f"free space, {resume}"
-        )
+        return UserError(f"the disk holding {output_dir} is full", field=field, fix=f"free space, {resume}")
     if isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError):
         return UserError(
             f"the ledger {output_dir / LEDGER_FILE} is damaged ({text})",
-            field="--output",
-            fix="restore the folder from a backup, or start over with a new --output folder",
+            field=field,
+            fix=f"restore it from a backup and check the folder with `specpilot verify {output_dir}`, "
+            "or start over with a new --output folder",
         )
     where = Path(getattr(err, "filename", None) or output_dir)
     reason = getattr(err, "strerror", None) or text
-    if where.resolve().is_relative_to(input_path.resolve()):
+    if errno_name == errno.EISDIR:
+        return UserError(
+            f"{where} is a directory, where the job keeps a file",
+            field=field,
+            fix=f"move it out of the way, then `specpilot verify {output_dir}` queues the rows of a "
+            "part that is gone to be generated again (or run the same command: it does too)",
+        )
+    if input_path is not None and where.resolve().is_relative_to(input_path.resolve()):
         return UserError(
             f"reading {where} failed: {reason}", field="--input", fix="check the file is there and readable"
         )
     return UserError(
         f"reading or writing {where} failed: {reason}",
-        field="--output",
+        field=field,
         fix=f"check the folder's permissions and free space, {resume}",
     )
 
@@ -679,6 +700,13 @@ def verify_job(directory: Path) -> Verified:
             field="DIR",
             fix="pass the --output folder of a `specpilot generate` job",
         )
+    try:
+        return _verify_locked(directory)
+    except (OSError, sqlite3.Error) as err:
+        raise storage_error(err, directory, None, field="DIR") from err
+
+
+def _verify_locked(directory: Path) -> Verified:
     lock = DirectoryLock(directory)
     try:
         ledger = Ledger.in_dir(directory)

@@ -58,12 +58,15 @@ def digest(path: str) -> dict[str, Any] | None:
 
 
 def proc_file(pid: int, name: str) -> bytes | None:
-    """Raw bytes of /proc/PID/NAME (cmdline, environ), None if the process is gone."""
+    """Raw bytes of /proc/PID/NAME (cmdline, environ), None if the process is gone; empty
+    when it may not be read (another user's environ)."""
     try:
         with open(f"/proc/{pid}/{name}", "rb") as handle:
             return handle.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
+    except PermissionError:
+        return b""
 
 
 def pid_alive(pid: int) -> bool:

@@ -165,10 +165,10 @@ def prepare(job: JobFile, restart_from: str | None) -> JobRecord:
 
 def begin(job: JobFile, record: JobRecord) -> None:
     """The job folder and its record, once every check passed."""
-    from specpilot.job.record import input_hashes
+    from specpilot.job.record import input_hashes, make_folder
 
-    job.output.mkdir(parents=True, exist_ok=True)
-    before = record.data.get("inputs", {}).get("prompts", {})
+    make_folder(job.output)
+    before = (record.data.get("inputs") or {}).get("prompts") or {}
     record.data["inputs"] = input_hashes(job)
     if before.get("fingerprint") == record.data["inputs"]["prompts"]["fingerprint"]:
         # the same file: its hash as the job first read it (prepare refused a changed one)
@@ -541,6 +541,8 @@ async def run_job(job: JobFile, record: JobRecord, say: Say) -> JobResult:
     from specpilot.secrets import mask_log_text
 
     say = _masked(say, record.secrets)
+    for line in record.said:  # what reading the record corrected
+        say(line)
     try:
         await run_before_serving(job, record, say)
         result = await serve(job, record, say)

@@ -8,18 +8,24 @@ to restart from, before anything starts or is written.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specpilot import __version__
 from specpilot.atomic import write_text_atomic
 from specpilot.errors import UserError
+from specpilot.job.schema import read_record
 from specpilot.job.spec import JobFile
 from specpilot.secrets import mask_tree
+
+if TYPE_CHECKING:
+    from specpilot.generate.ledger.store import Ledger
 
 JOB_RECORD = "job.json"
 #: the order a job runs its stages in
@@ -94,6 +100,8 @@ class JobRecord:
     data: dict[str, Any]
     #: the secret values of the job's server specs: job.json holds none of them (`save`)
     secrets: list[str] = field(default_factory=list, repr=False)
+    #: what reading the record found and corrected: said once the job runs
+    said: list[str] = field(default_factory=list)
 
     # -- reading --------------------------------------------------------------
 
@@ -113,7 +121,10 @@ class JobRecord:
         self.data["updated_at"] = time.time()
         # one pass over every stage's evidence, restart and reason: an argv's secret flag values,
         # the specs' secret values, a credential in an engine's line
-        write_text_atomic(self.path, json.dumps(mask_tree(self.data, self.secrets), indent=2) + "\n")
+        try:
+            write_text_atomic(self.path, json.dumps(mask_tree(self.data, self.secrets), indent=2) + "\n")
+        except OSError as err:
+            raise folder_error(err, self.path) from None
 
     def begin(self, name: str, gpus: int) -> None:
         """The stage starts (again): when, and how many GPUs the job holds meanwhile. An attempt
@@ -188,14 +199,7 @@ def open_record(job: JobFile) -> tuple[JobRecord, list[tuple[str, str]]]:
         record = JobRecord(path, {"specpilot_version": __version__, "job_file": str(job.path)})
         record.data["inputs"] = hashes
         return record, []
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise UserError(
-            f"cannot read {path} ({err})",
-            field="[job] output",
-            fix="restore it, or give the job a new folder",
-        ) from None
+    data = read_record(path)
     if data.get("job_file") != str(job.path):
         raise UserError(
             f"{job.output} belongs to the job {data.get('job_file')}",
@@ -203,15 +207,25 @@ def open_record(job: JobFile) -> tuple[JobRecord, list[tuple[str, str]]]:
             fix="give this job its own folder, or run that job file",
         )
     record = JobRecord(path, data)
-    recorded = data.get("inputs", {})
+    recorded = data.get("inputs") or {}
+    lacking = [key for key in INPUT_FIELDS if recorded.get(key) is None]
+    if lacking:
+        # nothing to tell a change from: not a change (begin records them as they are now)
+        record.said.append(
+            f"{path} lacks its record of the inputs ({', '.join(lacking)}): they are hashed again "
+            "as they are now, so a change made to them since cannot be told"
+        )
     changed: list[tuple[str, str]] = []
     for key, (_, restart) in INPUT_FIELDS.items():
+        if key in lacking:
+            continue
         if key == "prompts":
             same = _prompts_same(recorded.get(key, {}), hashes[key], job.prompts)
         else:
             same = recorded.get(key) == hashes[key]
         if not same:
             changed.append((key, restart or ""))
+    settle_with_ledger(record, job.output)
     return record, changed
 
 
@@ -245,3 +259,106 @@ def pin_prompts(record: JobRecord, job: JobFile) -> None:
     prompts = record.data["inputs"]["prompts"]
     if prompts.get("sha256") is None:
         prompts["sha256"] = resolve_input(job.prompts).sha256()
+
+
+def settle_with_ledger(record: JobRecord, output: Path) -> None:
+    """What generate keeps itself is checked before anything starts: the ledger opens, and each
+    part is a file. A generate the record has as finished is checked against them too: every
+    row done in the ledger, each committed part there at its committed size (one stat per
+    part). The ledger wins: generate runs again for what is missing, and the stages after it;
+    the correction is said (`record.said`) and saved by `begin`."""
+    from specpilot.generate.ledger.store import LEDGER_FILE, RowState
+    from specpilot.generate.writers.parts import damaged_parts, split_parts
+
+    for part in split_parts(output).values():
+        if not part.is_file():
+            raise part_error(part, output)
+    ledger_path = output / LEDGER_FILE
+    if not ledger_path.exists():
+        if record.done("generate"):
+            _generate_again(record, f"{output} holds no ledger ({LEDGER_FILE})")
+        return
+    ledger = open_ledger(output)
+    try:
+        counts = ledger.counts()
+        lost = damaged_parts(output, ledger) if record.done("generate") else []
+    except sqlite3.DatabaseError as err:
+        raise ledger_error(err, output) from None
+    finally:
+        ledger.close()
+    done, total = counts[RowState.DONE], sum(counts.values())
+    if not record.done("generate"):
+        return
+    if lost:
+        _generate_again(record, f"{', '.join(lost)} lost rows since (deleted or cut short)")
+    elif done < total or not total:
+        _generate_again(record, f"its ledger has {done:,} of {total:,} rows done")
+
+
+def _generate_again(record: JobRecord, why: str) -> None:
+    record.said.append(
+        f"{record.path} says generate is done, but {why}: the ledger wins, generate runs again "
+        "(and the stages after it); job.json is corrected"
+    )
+    for name in STAGES[STAGES.index("generate") :]:
+        stage = record.stage(name)  # its time and attempts so far stay counted
+        stage["status"] = "pending"
+        stage.pop("formats", None)  # every export is written again
+
+
+def part_error(part: Path, output: Path) -> UserError:
+    kind = "a directory" if part.is_dir() else "not a regular file"
+    return UserError(
+        f"{part} is {kind}, where the job keeps a part of its rows",
+        field="[job] output",
+        fix=f"move it out of the way, then `specpilot verify {output}` queues its rows to be "
+        "generated again (or run the same command: the job does)",
+    )
+
+
+def open_ledger(output: Path) -> Ledger:
+    """The job's ledger, read-only; a damaged one is one line naming it (UserError)."""
+    from specpilot.generate.ledger.store import Ledger
+
+    try:
+        ledger = Ledger.in_dir(output, readonly=True)
+        ledger.meta()  # the first read: a file that is no SQLite database fails here
+    except sqlite3.DatabaseError as err:
+        raise ledger_error(err, output) from None
+    return ledger
+
+
+def ledger_error(err: sqlite3.DatabaseError, output: Path) -> UserError:
+    from specpilot.generate.ledger.store import LEDGER_FILE
+
+    return UserError(
+        f"the ledger {output / LEDGER_FILE} is damaged ({err})",
+        field="[job] output",
+        fix=f"restore it from a backup and check the folder with `specpilot verify {output}`, "
+        "or give the job a new [job] output folder",
+    )
+
+
+def make_folder(output: Path) -> None:
+    """The job folder, created if need be; one that cannot be is one line naming it."""
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise folder_error(err, output) from None
+
+
+def folder_error(err: OSError, path: Path) -> UserError:
+    """A full disk or a folder that cannot be written (read-only mount, permissions), as one line
+    naming the file: finished stages and rows are kept, so the same command resumes."""
+    resume = (
+        "then run the same command again to resume (finished stages and rows are kept; "
+        f"`specpilot verify {path.parent}` checks the rows)"
+    )
+    if err.errno == errno.ENOSPC:
+        full = f"the disk holding {path} is full"
+        return UserError(full, field="[job] output", fix=f"free space, {resume}")
+    return UserError(
+        f"cannot write {path} ({err.strerror or err})",
+        field="[job] output",
+        fix=f"give the job a folder it can write (--output), or make this one writable, {resume}",
+    )

@@ -36,7 +36,10 @@ def host_for(state: RunState) -> Host:
 
 def proof_of(state: RunState, process: str) -> RunProcesses:
     """What proves a process is the run's (launch.stop), given `recorded_process`'s answer:
-    once the engine's pid names another process, its group number is not the run's."""
+    once the engine's pid names another process, its group number is not the run's; while
+    nothing proves the pid the run's ("unproven"), neither does its start time."""
+    if process == "unproven":
+        return RunProcesses(state.pgid, None, state.run_token)
     return RunProcesses(0 if process == "reused" else state.pgid, state.start_ticks, state.run_token)
 
 
@@ -142,7 +145,9 @@ async def run_status(name: str, *, lines: int = 10, timeout_s: float = STATUS_TI
         exit_path = state.exit_path
         exit_status = None if alive or not exit_path else await host.exit_status(exit_path)
         phase = state.phase
-        if not alive and phase in ("starting", "ready"):
+        if process == "unproven":
+            phase = "unproven"  # the recorded pid is not provably the run's: not reported as it
+        elif not alive and phase in ("starting", "ready"):
             phase = "exited"  # it was up and is gone: nobody stopped it through specpilot
         answer = await probe(host, state.endpoint, timeout_s=timeout_s) if alive and state.endpoint else None
         tail = await host.run(["tail", "-n", str(lines), state.log_path], check=False)

@@ -84,6 +84,8 @@ async def check_serving(host: Host, state: RunState) -> Crash | None:
         return None
     classifier = await _since_ready(host, state, offset)
     process = await recorded_process(host, state)
+    if process == "unproven":  # the record names a process not provably the run's: no crash of it
+        return None
     if classifier.fatal_seen or process != "running":
         return await _crash(host, state, classifier, exited=process != "running")
     return None

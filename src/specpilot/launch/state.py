@@ -10,12 +10,14 @@ not `started_at_s`), so runs started by any version load; keys added since then
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -319,13 +321,57 @@ class RunState:
 def write_state(state: RunState) -> Path:
     """Write atomically (temp file + rename) so a reader never sees half a file."""
     path = state_path(state.name)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".state.")
-    with os.fdopen(fd, "w") as out:
-        json.dump(state.to_json(), out, indent=2, sort_keys=True)
-        out.write("\n")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".state.")
+        with os.fdopen(fd, "w") as out:
+            json.dump(state.to_json(), out, indent=2, sort_keys=True)
+            out.write("\n")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise home_error(err) from None
     return path
+
+
+def home_error(err: OSError) -> UserError:
+    """The run registry cannot be written (a read-only mount, another user's folder, a full
+    disk): one line naming the variable, not the raw error of the mkdir."""
+    given = os.environ.get("SPECPILOT_HOME")
+    return UserError(
+        f"{specpilot_home()} cannot be written ({err.strerror or err})",
+        field="SPECPILOT_HOME" if given else "~/.specpilot",
+        fix="set SPECPILOT_HOME to a folder you can write (each run keeps its state and files there), "
+        "or make this one writable",
+    )
+
+
+@contextlib.contextmanager
+def start_lock(name: str) -> Iterator[None]:
+    """One start of run `name` at a time: a second `up` of the same spec meanwhile is refused
+    naming the first (it took the first's run for a dead one and stopped it, and both failed).
+    An flock: it goes with its holder, however that ends."""
+    folder = specpilot_home() / "locks"
+    path = folder / f"{check_run_name(name)}.start"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as err:
+        raise home_error(err) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise UserError(
+                f"run {name!r} is being started by another `specpilot up` (pid {holder})",
+                field="name",
+                fix=f"wait for that start, then `specpilot status {name}`; or give the spec another name",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def load_state_file(path: Path) -> RunState:

@@ -8,7 +8,8 @@ A process is the run's only with proof, checked again on a handle of the process
 (pidfd) immediately before each signal, so a pid recycled meanwhile is never hit:
 it is a live process of this user that started no earlier than the engine, and
 - it is in the engine's process group while the engine's pid still names the engine
-  (same start time): the kernel reuses no group number while its leader's pid is held;
+  (same start time, and the run's token in its environment where that can be read): the
+  kernel reuses no group number while its leader's pid is held;
 - or it holds the run's token in its environment (`SPECPILOT_RUN_TOKEN`, set by `up`
   on the engine and inherited by its children): found even after the engine died,
   in its old group or in one of its own (`setsid`); one such member of the engine's group
@@ -81,11 +82,22 @@ def holds_token(pid):
             return marker in handle.read().split(b"\\0")
     except OSError:
         return False
+def lacks_token(pid):
+    # a readable environment (NAME=value entries: a title rewrite erases them) without the
+    # run's token: not the run's, whatever its start time (a record forged onto another process)
+    if marker is None:
+        return False
+    try:
+        with open("/proc/%s/environ" % pid, "rb") as handle:
+            entries = [e for e in handle.read().split(b"\\0") if b"=" in e]
+    except OSError:
+        return False
+    return bool(entries) and marker not in entries
 def leader_is_engine():
     if start_ticks < 0 or pgid in forbidden:
         return False
     leader = stat_of(pgid)
-    return leader is not None and leader[3] == start_ticks and leader[4] == uid
+    return leader is not None and leader[3] == start_ticks and leader[4] == uid and not lacks_token(pgid)
 def stale():
     leader = stat_of(pgid) if pgid not in forbidden else None
     return start_ticks >= 0 and leader is not None and leader[3] != start_ticks

@@ -19,7 +19,7 @@ from specpilot.launch.ops import clear_leftovers, run_down, stream_log
 from specpilot.launch.outcome import UpResult
 from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
 from specpilot.launch.replan import Replan, replan, replan_reason
-from specpilot.launch.state import read_state
+from specpilot.launch.state import read_state, start_lock
 from specpilot.launch.supervisor import launch
 from specpilot.models.host_files import ModelRead, read_model
 from specpilot.spec import Spec
@@ -145,9 +145,11 @@ def port_refusal(result: UpResult, port: int) -> UserError | None:
 
 
 async def run_up(spec: Spec, options: SettleOptions, on_event: OnEvent) -> UpRun:
-    """`specpilot up`: refuse a live run of the name, then start until settled."""
-    await refuse_if_running(spec.name, on_event)
-    return await start_until_settled(spec, options, on_event)
+    """`specpilot up`: refuse a start of the name under way and a live run of it, then start
+    until settled."""
+    with start_lock(spec.name):
+        await refuse_if_running(spec.name, on_event)
+        return await start_until_settled(spec, options, on_event)
 
 
 async def start_until_settled(spec: Spec, options: SettleOptions, on_event: OnEvent) -> UpRun:

@@ -268,6 +268,19 @@ class Ledger:
             )
         return cursor.rowcount
 
+    def requeue_failed_by(self, error_prefixes: Sequence[str]) -> int:
+        """Failed rows whose last error starts with one of `error_prefixes` become pending."""
+        if not error_prefixes:
+            return 0
+        matches = " OR ".join("substr(last_error, 1, ?) = ?" for _ in error_prefixes)
+        params = [value for prefix in error_prefixes for value in (len(prefix), prefix)]
+        with self._transaction():
+            cursor = self._db.execute(
+                f"UPDATE rows SET state = {RowState.PENDING} WHERE state = {RowState.FAILED} AND ({matches})",
+                params,
+            )
+        return cursor.rowcount
+
     def fail_unfinished(self, reason: str, below_position: int | None = None) -> int:
         """Rows not done or failed (below `below_position` if given) fail with `reason`: the job
         ends without a server to send them to; `--retry-failed` sends them again."""
