@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specpilot import __version__
+from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
 from specpilot.errors import UserError
 from specpilot.job.spec import JobFile
@@ -108,7 +108,8 @@ class JobRecord:
 
     def save(self) -> None:
         self.data["updated_at"] = time.time()
-        write_text_atomic(self.path, json.dumps(self.data, indent=2) + "\n")
+        # strict JSON: a number that is not finite is null, and `null_reasons` says why
+        write_text_atomic(self.path, jsontext.dumps(self.data, indent=2) + "\n")
 
     def begin(self, name: str, gpus: int) -> None:
         """The stage starts (again): when, and how many GPUs the job holds meanwhile. An attempt
