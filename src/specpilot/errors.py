@@ -11,6 +11,8 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+#: ended by SIGINT, SIGTERM or SIGHUP (as a shell reports Ctrl-C)
+EXIT_INTERRUPTED = 130
 
 
 class SpecpilotError(Exception):
@@ -42,3 +44,9 @@ class JobFailed(SpecpilotError):
     """A check, launch or job ran and did not succeed (exit code 1)."""
 
     exit_code = EXIT_FAILED
+
+
+class Interrupted(SpecpilotError):
+    """The command was ended by a signal, after stopping what it started (exit code 130)."""
+
+    exit_code = EXIT_INTERRUPTED

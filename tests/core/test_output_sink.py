@@ -98,8 +98,9 @@ def test_a_failure_under_json_is_an_object_on_stdout_and_the_same_one_line() -> 
     line = "error: JOB.toml: no such job (name a job file)"
     assert (as_json.exit_code, human.exit_code) == (2, 2)
     assert json.loads(as_json.stdout) == {
-        "exit_code": 2,
-        "message": line.removeprefix("error: "),
+        "error": "JOB.toml: no such job",
+        "fix": "name a job file",
+        "exit": 2,
         "output": "out/",
     }
     assert as_json.stderr.splitlines()[-1] == human.stderr.splitlines()[-1] == line

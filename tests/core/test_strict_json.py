@@ -55,3 +55,26 @@ def test_plan_json_is_strict(spec: Path) -> None:
     result = CliRunner().invoke(cli, ["plan", str(spec), "--json"])
     assert result.exit_code in (0, 1), result.output
     strict_loads(result.stdout)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["status", "no-such-run"], ["plan", "no-such-spec.toml"], ["plan", "--gpus", "x", "spec.toml"]],
+    ids=["status-refusal", "plan-refusal", "usage-error"],
+)
+def test_a_refusal_under_json_is_one_object_on_stdout(argv: list[str], tmp_path: Path) -> None:
+    """The README promises one JSON object on stdout under --json; a refusal left it empty."""
+    result = CliRunner(env={"SPECPILOT_HOME": str(tmp_path)}).invoke(cli, [*argv, "--json"])
+    assert result.exit_code == 2, result.output
+    shown = strict_loads(result.stdout)
+    assert set(shown) == {"error", "fix", "exit"} and shown["exit"] == 2 and shown["error"] and shown["fix"]
+    assert result.stderr.startswith(("error: ", "Usage:"))  # a person still reads the line
+
+
+def test_the_job_record_is_strict_json(tmp_path: Path) -> None:
+    from specpilot.job.record import JobRecord
+
+    record = JobRecord(tmp_path / "job.json", {"projection": {"rate": float("inf")}})
+    record.save()
+    data = strict_loads((tmp_path / "job.json").read_text())
+    assert data["projection"]["rate"] is None and "projection.rate" in data["null_reasons"]

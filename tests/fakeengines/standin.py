@@ -135,6 +135,7 @@ class Config:
     # helpers
     stubborn_child_file: str | None = None  # a helper ignoring SIGTERM (vLLM's resource_tracker); its pid
     setsid_child_file: str | None = None  # a helper in its own session (a daemonised worker); its pid
+    starts_file: str | None = None  # each start appends its pid here: what a test finds still running
 
     @classmethod
     def from_json(cls, text: str) -> Config:
@@ -819,6 +820,9 @@ class Engine:
 
 def main() -> None:
     config = Config.from_json(os.environ[CONFIG_ENV])
+    if config.starts_file:
+        with open(config.starts_file, "a") as starts:
+            starts.write(f"{os.getpid()}\n")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(Engine(config, _parse_argv(sys.argv[1:])).run())
 

@@ -310,3 +310,22 @@ def test_ignored_fields_are_one_line_for_the_whole_input(tmp_path: Path) -> None
         "ignored fields specpilot does not read: category in 300 rows, source in 300 rows "
         "(--strict refuses such rows)"
     ]
+
+
+@pytest.mark.parametrize("written", ["data/part-00000.jsonl", "errors.jsonl", "flagged/part-00000.jsonl"])
+def test_an_input_among_the_files_generate_writes_is_refused(tmp_path: Path, written: str) -> None:
+    """`--input D/data/part-00000.jsonl --output D`: the job would overwrite or empty its input."""
+    from click.testing import CliRunner
+
+    from specpilot.cli import cli
+
+    out = tmp_path / "out"
+    prompts = out / written
+    prompts.parent.mkdir(parents=True)
+    write_jsonl(prompts, [{"id": "a", "prompt": "x"}])
+    before = prompts.read_bytes()
+    argv = ["generate", "--input", str(prompts), "--output", str(out), "--server", "http://127.0.0.1:9"]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 2, result.output
+    assert f"--input: {prompts} is a file generate writes in {out}" in result.stderr
+    assert prompts.read_bytes() == before and not (out / "ledger.sqlite").exists()

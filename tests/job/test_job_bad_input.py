@@ -18,9 +18,11 @@ def run(*args: str) -> Result:
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
+    """The folder's files; the job lock's holder line (who holds it now) is no data of the job."""
     if not folder.exists():
         return {}
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    files = (p for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".job.lock")
+    return {str(p.relative_to(folder)): p.read_bytes() for p in files}
 
 
 def refused(job: Path, *flags: str) -> str:
@@ -120,3 +122,66 @@ def test_restart_from_accepts_the_changed_spec(make_job: JobFactory, run_home: P
     assert again.exit_code == 0, again.output
     data = json.loads((job.parent / "out" / "job.json").read_text())
     assert data["stages"]["check"]["attempts"] == 1 and data["stages"]["up"]["status"] == "done"
+
+
+def started(folder: Path) -> list[int]:
+    """The pids of every stand-in engine the job started (each start appends its own)."""
+    starts = folder / "starts.txt"
+    return [int(pid) for pid in starts.read_text().split()] if starts.exists() else []
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"", "has no usable rows"),
+        (b"\x00\x9f\xff binary \x00\n", "line 1 is not valid JSON"),
+        (b'{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y"}\n{"id": "a", "prompt": "z"}\n', "repeat"),
+    ],
+    ids=["empty", "binary", "duplicate-id"],
+)
+def test_prompts_generate_would_refuse_are_refused_before_any_start(
+    make_job: JobFactory, run_home: Path, tmp_path: Path, content: bytes, said: str
+) -> None:
+    """They were refused only by generate, after `up` had started the engine (left running)."""
+    job = make_job(standin={"starts_file": str(tmp_path / "starts.txt")})
+    (job.parent / "prompts.jsonl").write_bytes(content)
+    line = refused(job)
+    assert said in line and "prompts" in line, line
+    assert started(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["out/specforge.jsonl", "out/data/part-00000.jsonl", "out/errors.jsonl", "out/job.json"],
+)
+def test_prompts_among_the_files_the_job_writes_are_refused(
+    make_job: JobFactory, run_home: Path, written: str
+) -> None:
+    """The job would overwrite or empty them: refused with the path, nothing written."""
+    job = make_job()
+    prompts = job.parent / written
+    prompts.parent.mkdir(parents=True, exist_ok=True)
+    prompts.write_bytes((job.parent / "prompts.jsonl").read_bytes())
+    rewrite(job, 'prompts = "prompts.jsonl"', f'prompts = "{written}"')
+    line = refused(job)
+    assert "[job] prompts" in line and str(prompts) in line and "overwritten" in line, line
+    assert not (run_home.parent / "state" / "runs").exists()
+
+
+def test_a_non_finite_sampling_value_is_refused_naming_the_key(make_job: JobFactory, run_home: Path) -> None:
+    """TOML reads `inf`: it reached job.json as `Infinity`, which no strict JSON reader takes."""
+    job = make_job(sampling={"max_tokens": 16})
+    rewrite(job, "max_tokens = 16", "max_tokens = 16\ntemperature = inf")
+    line = refused(job)
+    assert "[job.sampling] temperature" in line and "finite" in line, line
+
+
+def test_a_refusal_under_json_is_one_object_on_stdout(make_job: JobFactory, run_home: Path) -> None:
+    job = make_job()
+    rewrite(job, "max_tokens = 16", "max_tokens = 16\ntop_p = nan")
+    result = run("job", str(job), "--json")
+    assert result.exit_code == 2
+    shown = json.loads(result.stdout)
+    assert set(shown) == {"error", "fix", "exit"} and shown["exit"] == 2
+    assert shown["error"].startswith("[job.sampling] top_p: must be a finite number")
+    assert shown["fix"] == "write a number"

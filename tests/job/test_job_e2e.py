@@ -192,9 +192,9 @@ def test_a_failed_stage_under_json_is_one_object_on_stdout_and_its_line_on_stder
     result = run("job", str(job), "--json")
     assert result.exit_code == 1, result.output
     shown = json.loads(result.stdout)
-    assert shown["exit_code"] == 1 and shown["output"] == str(job.parent / "out")
-    assert shown["message"].startswith("the plan does not fit")
-    assert result.stderr.splitlines()[-1] == f"error: {shown['message']}"
+    assert shown["exit"] == 1 and shown["output"] == str(job.parent / "out") and shown["fix"] is None
+    assert shown["error"].startswith("the plan does not fit")
+    assert result.stderr.splitlines()[-1] == f"error: {shown['error']}"
 
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import traceback
 import click
 
 from specpilot import __version__
-from specpilot.errors import EXIT_FAILED, SpecpilotError
+from specpilot.errors import EXIT_FAILED, JobFailed, SpecpilotError
 
 
 class _Group(click.Group):
@@ -36,14 +36,23 @@ class _Group(click.Group):
         return command
 
     def invoke(self, ctx: click.Context) -> object:
+        from specpilot.cli.output import Output
+
+        args = [*ctx._protected_args, *ctx.args]
+        # under --json a refusal is the one JSON object on stdout, whichever layer refused
+        out = Output("--json" in args[: args.index("--") if "--" in args else None])
         try:
             return super().invoke(ctx)
         except SpecpilotError as err:
             if ctx.meta.get("specpilot.debug"):
                 traceback.print_exc()
+            out.refusal(err)
             click.echo(f"error: {err}", err=True)
             ctx.exit(err.exit_code)
-        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+        except click.ClickException as err:
+            out.usage_error(err, args[0] if args else "")
+            raise
+        except (click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -52,11 +61,10 @@ class _Group(click.Group):
             # A bug, not a user mistake: still one line unless --debug asks for more.
             if ctx.meta.get("specpilot.debug"):
                 traceback.print_exc()
-            click.echo(
-                f"error: unexpected {type(err).__name__}: {err} "
-                "(rerun with --debug for the traceback, and please report it)",
-                err=True,
-            )
+            line = f"unexpected {type(err).__name__}: {err}"
+            fix = "rerun with --debug for the traceback, and please report it"
+            out.refusal(JobFailed(line), fix=fix)
+            click.echo(f"error: {line} ({fix})", err=True)
             ctx.exit(EXIT_FAILED)
 
 

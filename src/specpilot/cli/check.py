@@ -134,6 +134,12 @@ def check(
     # the model read once, in this command's loop, for the check and its fix
     resolved = resolve(spec, asyncio.run(read_model(spec)))
     result = resolved.check
+    # and a value a fix moves to a secret flag (`--api-kye sk-...` renamed to --api-key)
+    secrets = sorted(
+        {*secrets, *(v for f in result.findings if f.fix for v in secret_values(f.fix.env, f.fix.args))},
+        key=len,
+        reverse=True,
+    )
     payload: dict[str, object] = result.to_json()
     payload["effective_args"] = mask_argv(result.effective_args)
     payload["effective_env"] = mask_env(result.effective_env)

@@ -6,12 +6,12 @@ import asyncio
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from specpilot.cli.output import Human, Output, json_option
-from specpilot.errors import EXIT_OK, SpecpilotError
+from specpilot.errors import EXIT_OK, Interrupted, JobFailed, SpecpilotError
 
 if TYPE_CHECKING:
     from specpilot.job.pipeline import JobResult
@@ -72,8 +72,9 @@ def job(
     the flag that bounds it lowered), its rows go back to the queue. At the end what
     the job started is stopped unless keep_servers.
     """
-    from specpilot.job.pipeline import begin, prepare, run_job
+    from specpilot.job.pipeline import begin, hold_folder, prepare, run_job, stop_short
     from specpilot.job.spec import load_job
+    from specpilot.launch.shield import ending_signals
 
     overrides = {
         # a flag's path is the user's, relative to where they are: made absolute here
@@ -83,16 +84,36 @@ def job(
         "keep_servers": keep_servers,
     }
     spec = load_job(job_path, overrides)
-    record = prepare(spec, restart_from)
-    begin(spec, record)
+    lock = hold_folder(spec)
     try:
-        # the stages' lines go to stderr in both forms: for a person they are the result's story
-        result = asyncio.run(run_job(spec, record, out.note))
-    except SpecpilotError as err:
-        out.fail(err, output=str(spec.output))
+        record = prepare(spec, restart_from)
+        lock = begin(spec, record, lock)
+        # SIGTERM and SIGHUP end it as Ctrl-C does (a second one cannot cut the stop short)
+        with ending_signals():
+            try:
+                # the stages' lines go to stderr in both forms: for a person they are the story
+                result = asyncio.run(run_job(spec, record, out.note))
+            except BaseException as err:
+                # whatever stopped it, nothing it started is left running (unless keep_servers)
+                left = asyncio.run(stop_short(spec, record, out.note))
+                _fail(out, err, left, str(spec.output))
+    finally:
+        if lock is not None:
+            lock.release()
     out.show(_JobShown(result))
     if result.exit_code != EXIT_OK:
         sys.exit(result.exit_code)
+
+
+def _fail(out: Output, err: BaseException, left: list[str], output: str) -> NoReturn:
+    """How a job that stopped short ends: what is left running first, then why it stopped."""
+    if left:
+        out.fail(JobFailed(f"{'; '.join(left)} (stopping what the job started)"), output=output)
+    if isinstance(err, KeyboardInterrupt):
+        out.fail(Interrupted("interrupted; the same command resumes the job"), output=output)
+    if isinstance(err, SpecpilotError):
+        out.fail(err, output=output)
+    raise err
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 
 from specpilot import jsontext
-from specpilot.errors import SpecpilotError
+from specpilot.errors import SpecpilotError, UserError
 
 
 class Human:
@@ -74,11 +74,37 @@ class Output:
         click.echo(text, err=True)
 
     def fail(self, err: SpecpilotError, **context: str) -> NoReturn:
-        """A failure the caller reads from stdout under --json: the object {exit_code, message,
+        """A failure the caller reads from stdout under --json: the object {error, fix, exit,
         **context} there; then, in both forms, the error's one line and its exit code."""
-        if self._json:
-            click.echo(jsontext.dumps({"exit_code": err.exit_code, "message": str(err), **context}))
+        self.refusal(err, **context)
         raise err
+
+    def refusal(self, err: SpecpilotError, fix: str | None = None, **context: str) -> None:
+        """Under --json, a refusal or failure as the one object on stdout: {error (the one line
+        without its fix), fix, exit, **context}; once per command (the command's own, with its
+        context, or the command line's for what the command did not catch)."""
+        if isinstance(err, UserError):
+            line, fix = (f"{err.field}: {err.message}" if err.field else err.message), err.fix
+        else:
+            line = str(err)
+        self._failure({"error": line, "fix": fix, "exit": err.exit_code, **context})
+
+    def usage_error(self, err: click.ClickException, command: str) -> None:
+        """Under --json, a usage error click found (an unknown option, a bad value) as the object."""
+        fix = f"see `specpilot {command} --help`"
+        self._failure({"error": err.format_message(), "fix": fix, "exit": err.exit_code})
+
+    def _failure(self, failure: dict[str, Any]) -> None:
+        ctx = click.get_current_context(silent=True)
+        if not self._json or (ctx is not None and ctx.meta.get(_SHOWN)):
+            return
+        if ctx is not None:
+            ctx.meta[_SHOWN] = True
+        click.echo(jsontext.dumps(failure))
+
+
+#: ctx.meta key: the failure's JSON object is on stdout already
+_SHOWN = "specpilot.failure_shown"
 
 
 def json_option(help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:

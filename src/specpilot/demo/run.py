@@ -476,7 +476,8 @@ def _job(steps: _Steps, job_path: Path, result: DemoResult) -> None:
         result.resumed_at = time.time()
         done = _run_json(argv, "job", timeout_s=JOB_TIMEOUT_S)
         if done["exit_code"] != 0:
-            raise JobFailed(f"the resumed job failed: {done.get('message')}; see {output_dir / 'job.json'}")
+            why = done.get("message") or done.get("error")  # a stage's failure, or a refusal
+            raise JobFailed(f"the resumed job failed: {why}; see {output_dir / 'job.json'}")
         result.rows, result.distinct_ids = verify_output(output_dir, _prompt_ids(prompts))
         result.job = done
         up = done["stages"]["up"]["evidence"]

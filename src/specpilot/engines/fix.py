@@ -14,6 +14,7 @@ from typing import Any
 
 from specpilot.engines.argv import FlagUse, ReadArgv, read_argv, resolve
 from specpilot.engines.flags import FlagInfo, ReleaseTable
+from specpilot.secrets import mask_argv, mask_env
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,9 @@ class Fix:
         Flags removed alongside new ones are what those replace (a rename, a typo), so they
         read `--a 1 in place of --b`: "drop" is said only of a flag that goes for good."""
         replaced = " in place of " + ", ".join(self.remove_args) if self.args and self.remove_args else ""
-        parts = [" ".join(self.args) + replaced, *(f"{k}={v}" for k, v in self.env.items())]
+        # a secret's value (`--api-key sk-...` for a mistyped `--api-kye`) shows as ***
+        parts = [" ".join(mask_argv(self.args)) + replaced]
+        parts += [f"{k}={v}" for k, v in mask_env(self.env).items()]
         parts += [f"drop {name}" for name in (*(() if replaced else self.remove_args), *self.remove_env)]
         parts.append(self.text or "")
         return "; ".join(p for p in parts if p)

@@ -18,6 +18,7 @@ JOB_FOLDER_NAMES = frozenset(
     {
         "ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", ".lock", "data", "flagged",
         "errors.jsonl", "rejected.jsonl", "manifest.json", "job.json", "bench", "bench.json", "bench.svg",
+        "best.toml",
     }
 )  # fmt: skip
 

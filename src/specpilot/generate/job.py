@@ -33,14 +33,23 @@ from specpilot.generate.dispatch.client import open_session
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import Endpoint, default_model
 from specpilot.generate.dispatch.policy import ClientFactory, Companion, DispatchPolicy, RetryPolicy
-from specpilot.generate.ledger.lock import DirectoryLock
+from specpilot.generate.ledger.lock import LOCK_FILE, DirectoryLock
 from specpilot.generate.ledger.report import JobSummary, ServerRun, summarize
 from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState
-from specpilot.generate.rows.inputs import InputMark, InputSource, check_output_dir, iter_rows, resolve_input
+from specpilot.generate.rows.inputs import (
+    InputMark,
+    InputSource,
+    check_output_dir,
+    iter_rows,
+    resolve_input,
+    written_by_output,
+)
 from specpilot.generate.rows.types import RejectedRow
 from specpilot.generate.sampling import NAMED_KEYS, Sampling
 from specpilot.generate.writers.parts import (
     CRC_CHUNK_BYTES,
+    DATA_DIR,
+    FLAGGED_DIR,
     SPLITS,
     DamagedRow,
     PartWriter,
@@ -63,6 +72,13 @@ DUPLICATES_SHOWN = 5
 REJECTED_SHOWN = 20
 DAMAGED_SHOWN = 20
 REJECTED_FILE = "rejected.jsonl"
+#: what generate writes in its output folder: an input there would be overwritten or emptied
+GENERATED_NAMES = frozenset(
+    {
+        LEDGER_FILE, f"{LEDGER_FILE}-wal", f"{LEDGER_FILE}-shm", LOCK_FILE, DATA_DIR, FLAGGED_DIR,
+        "errors.jsonl", REJECTED_FILE, "manifest.json",
+    }
+)  # fmt: skip
 PARAM_KEYS = ("model", "thinking", "keep_given_turns", *NAMED_KEYS, "request_fields")
 #: the error of rows left unsent once no server was left
 NOT_SENT = "not sent: "
@@ -143,10 +159,22 @@ class Outcome:
     message: str
 
 
+def refuse_input_in_output(input_path: Path, output_dir: Path) -> None:
+    """An input among the files generate writes in `output_dir` would be overwritten or emptied
+    (a part, errors.jsonl, the ledger): refused, with its path, before anything is written."""
+    if written_by_output(input_path, output_dir, GENERATED_NAMES):
+        raise UserError(
+            f"{input_path} is a file generate writes in {output_dir}: it would be overwritten",
+            field="--input",
+            fix="copy the prompts out of the output folder and pass the copy, or choose another --output",
+        )
+
+
 class Job:
     def __init__(self, config: JobConfig) -> None:
         self.config = config
         self.source: InputSource = resolve_input(config.input_path)
+        refuse_input_in_output(config.input_path, config.output_dir)
         check_output_dir(config.output_dir)
         self.lock = DirectoryLock(config.output_dir)
         try:

@@ -14,12 +14,21 @@ import errno
 import json
 import shlex
 import time
+import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-import asyncssh
+from cryptography.utils import CryptographyDeprecationWarning
+
+with warnings.catch_warnings():
+    # cryptography 51 deprecates DSA, and asyncssh names its DSA types at import: ten lines
+    # before every answer of a command that can reach a host. Only those: asyncssh's own, of DSA
+    warnings.filterwarnings(
+        "ignore", message="DSA is deprecated", category=CryptographyDeprecationWarning, module=r"asyncssh\."
+    )
+    import asyncssh
 
 from specpilot.hosts.base import RunResult
 from specpilot.hosts.common import (

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.errors import EXIT_FAILED, JobFailed, UserError
+from specpilot.job.lock import JobLock
 from specpilot.job.record import STAGES, JobRecord, open_record, pin_prompts, refuse_changes
 from specpilot.job.spec import JobFile, in_job_terms, job_terms
 from specpilot.spec import Spec, load_spec
@@ -131,8 +132,48 @@ def _check_bench(job: JobFile, spec: Spec) -> None:
         )
 
 
+def _refuse_inputs_in_output(job: JobFile, inputs: dict[str, Path]) -> None:
+    """The job's outputs never write over its inputs: an input (by its key) at a path the job
+    or its generate writes in the job folder (job.json, data/, errors.jsonl, an export) is refused."""
+    from specpilot.export.formats import FORMATS
+    from specpilot.export.target import JOB_FOLDER_NAMES
+    from specpilot.generate.rows.inputs import written_by_output
+
+    written = JOB_FOLDER_NAMES | {f.default_name for f in FORMATS.values()}
+    for key, path in inputs.items():
+        if written_by_output(path, job.output, written):
+            raise UserError(
+                f"{path} is a file the job writes in its folder {job.output}: it would be overwritten",
+                field=key,
+                fix="keep the job's inputs outside the files it writes (copy it elsewhere), or give "
+                "the job another [job] output",
+            )
+
+
+def _prompts_listed(job: JobFile) -> bool:
+    """Whether generate has listed the prompts into the folder's ledger (it refuses a changed
+    input itself from then on): a rerun does not read them whole again."""
+    import sqlite3
+
+    from specpilot.generate.ledger.store import LEDGER_FILE, Ledger
+
+    if not (job.output / LEDGER_FILE).is_file():
+        return False
+    try:
+        ledger = Ledger.in_dir(job.output, readonly=True)
+    except (sqlite3.Error, OSError):
+        return False  # read them again: generate names the damaged ledger itself
+    try:
+        return ledger.is_initialized()
+    except sqlite3.Error:
+        return False
+    finally:
+        ledger.close()
+
+
 def prepare(job: JobFile, restart_from: str | None) -> JobRecord:
-    """Every refusal before the job starts anything or writes into its folder."""
+    """Every refusal before the job starts anything or writes into its folder: the prompts'
+    content included (read whole, streaming), as generate would refuse them."""
     if restart_from is not None and restart_from not in STAGES:
         raise UserError(
             f"unknown stage {restart_from!r}", field="--restart-from", fix=f"use one of {', '.join(STAGES)}"
@@ -148,26 +189,59 @@ def prepare(job: JobFile, restart_from: str | None) -> JobRecord:
                 fix="bench the fleet's server spec in a job of its own, or drop [job.bench]",
             )
         spec = fleet.server
+        inputs = {"[job] fleet": job.serving_file}
+        if spec.source_path is not None:
+            inputs["[job] fleet (its server spec)"] = spec.source_path
     else:
+        inputs = {"[job] server": job.serving_file}
         spec = _server_spec(job)
         if job.bench is not None:
             _check_bench(job, spec)
     if job.output.exists() and not job.output.is_dir():
         raise UserError(f"{job.output} is a file", field="[job] output", fix="give a folder")
+    _refuse_inputs_in_output(job, {"[job] prompts": job.prompts, "the job file": job.path, **inputs})
     with job_terms():  # the prompts read as generate reads them
         record, changed = open_record(job)
     record.secrets = job_secrets(job)
     refuse_changes(record, changed, restart_from)
+    if not _prompts_listed(job):
+        from specpilot.job.prompts import check_prompts
+
+        check_prompts(job.prompts)
     if restart_from is not None:
         record.reset_from(restart_from)
+    down = record.data.get("stages", {}).get("down", {})  # read only: stage() would add it
+    if not job.keep_servers and down.get("status") == "skipped" and (down.get("evidence") or {}).get("kept"):
+        # kept by an earlier run; --stop-servers now: this run's down stops them
+        record.data["stages"]["down"] = {"status": "pending"}
     return record
 
 
-def begin(job: JobFile, record: JobRecord) -> None:
-    """The job folder and its record, once every check passed."""
-    from specpilot.job.record import input_hashes, make_folder
+def hold_folder(job: JobFile) -> JobLock | None:
+    """The job folder's lock, taken before anything is read where a job began (None: none did;
+    `begin` takes it): a second command on a running job is refused at once."""
+    from specpilot.job.lock import LOCK_FILE
+
+    return JobLock(job.output) if (job.output / LOCK_FILE).is_file() else None
+
+
+def begin(job: JobFile, record: JobRecord, lock: JobLock | None = None) -> JobLock:
+    """The job folder, its lock (`lock`, or taken here) and its record, once every check passed."""
+    from specpilot.job.record import make_folder
 
     make_folder(job.output)
+    lock = lock or JobLock(job.output)
+    try:
+        _save_begun(job, record)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _save_begun(job: JobFile, record: JobRecord) -> None:
+    from specpilot.job.record import input_hashes
+
     before = (record.data.get("inputs") or {}).get("prompts") or {}
     record.data["inputs"] = input_hashes(job)
     if before.get("fingerprint") == record.data["inputs"]["prompts"]["fingerprint"]:
@@ -414,7 +488,14 @@ async def _generate(
         projecting(job.output, PROJECTION_EVERY_S, say),
         heartbeat(record, "generate", HEARTBEAT_S),
     ]
-    outcome = await generate_in_loop(config, all_of(watchers))
+    from specpilot.launch.shield import signals_taken, take_over_signals
+
+    taken = signals_taken()
+    try:
+        outcome = await generate_in_loop(config, all_of(watchers))
+    finally:
+        if taken:  # generate's loop handed SIGINT and SIGTERM back to Python's defaults
+            take_over_signals()
     summary = outcome.summary
     evidence = {
         "rows_total": summary.total, "rows_done": summary.done, "clean": summary.clean,
@@ -522,11 +603,47 @@ async def _down(job: JobFile, record: JobRecord, served: str | None, fleet: bool
 
         result = await fleet_down(served)
     else:
+        from specpilot.job.serve import job_started
         from specpilot.launch.ops import run_down
 
+        if not job_started(served, record.stage("up")):  # stopped since (a kept one, by hand)
+            record.finish("down", {"stopped": None, "why": f"{served} is not running as this job started it"})
+            say(f"down: {served} is not running as this job started it; nothing to stop")
+            return
         result = await run_down(served, timeout_s=30.0)
     record.finish("down", {"stopped": served, "result": result})
     say(f"down: {served} stopped")
+
+
+async def stop_short(job: JobFile, record: JobRecord, say: Say) -> list[str]:
+    """The job stopped before its down stage (a refusal, a failure, a signal, a full disk):
+    what it started is stopped, unless keep_servers. A line for each thing left running."""
+    up = record.data.get("stages", {}).get("up", {})  # read only: stage() would add it
+    if job.keep_servers or record.done("down") or up.get("status", "pending") == "pending":
+        return []
+    if job.fleet is not None:
+        from specpilot.fleet.ops import fleet_down
+        from specpilot.fleet.spec import load_fleet
+        from specpilot.fleet.state import fleet_path
+        from specpilot.launch.shield import signals_blocked, wait_for_children
+
+        name = load_fleet(job.fleet).name
+        if not fleet_path(name).exists():
+            return []
+        with signals_blocked():
+            await wait_for_children()
+            await fleet_down(name)
+        say(f"down: fleet {name} stopped (the job stopped before its end)")
+        return []
+    from specpilot.job.serve import job_started, stop_own
+
+    name = _served_name(job, record) or serving_spec(job, record).name
+    if not job_started(name, up):
+        return []
+    left = await stop_own(name, up)
+    if not left:
+        say(f"down: {name} stopped (the job stopped before its end; the same command starts it again)")
+    return left
 
 
 def _served_name(job: JobFile, record: JobRecord) -> str | None:

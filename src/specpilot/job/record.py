@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specpilot import __version__
+from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
 from specpilot.errors import UserError
 from specpilot.job.schema import read_record
@@ -120,9 +120,10 @@ class JobRecord:
     def save(self) -> None:
         self.data["updated_at"] = time.time()
         # one pass over every stage's evidence, restart and reason: an argv's secret flag values,
-        # the specs' secret values, a credential in an engine's line
+        # the specs' secret values, a credential in an engine's line; strict JSON: a number that
+        # is not finite is null, and `null_reasons` says why
         try:
-            write_text_atomic(self.path, json.dumps(mask_tree(self.data, self.secrets), indent=2) + "\n")
+            write_text_atomic(self.path, jsontext.dumps(mask_tree(self.data, self.secrets), indent=2) + "\n")
         except OSError as err:
             raise folder_error(err, self.path) from None
 

@@ -17,6 +17,7 @@ from specpilot.errors import UserError
 from specpilot.hosts import open_host_section
 from specpilot.launch.ops import clear_leftovers, run_down, run_status
 from specpilot.launch.outcome import UpResult
+from specpilot.launch.shield import signals_blocked, stop_started, wait_for_children
 from specpilot.launch.state import read_state, state_path
 from specpilot.launch.up import (
     NoReplan,
@@ -94,6 +95,33 @@ async def clear_run(
         )
     say(f"{name}: stopping the start an earlier run of this job left (pid {state.pid})")
     await run_down(name, timeout_s=STOP_TIMEOUT_S)
+
+
+def job_started(name: str, up: dict[str, Any]) -> bool:
+    """Whether the run recorded under `name` is one the job started: the one its `up` stage
+    recorded, or one started since that stage began (a start a kill interrupted, a restart)."""
+    if up.get("status", "pending") == "pending" or not state_path(name).exists():
+        return False
+    state = read_state(name)
+    recorded = up.get("evidence") or {}
+    return recorded.get("pid") == state.pid or state.started_at_s >= float(up.get("started_at", "inf"))
+
+
+async def stop_own(name: str, up: dict[str, Any]) -> list[str]:
+    """Stop run `name` if the job started it (`job_started`), with the ending signals held
+    off: a ready server as `down` stops it, a start in the middle by its token (the engine's
+    pid may not be recorded yet). A line for each thing left running."""
+    if not job_started(name, up):
+        return []
+    if up.get("status") != "done":
+        return await stop_started([name])
+    with signals_blocked():
+        await wait_for_children()
+        result = await run_down(name, timeout_s=STOP_TIMEOUT_S)
+    if result["stopped"] in ("survived", "unproven"):
+        left = " ".join(map(str, result["survivors"] or result["unproven"]))
+        return [f"{name}: pid {left} is left ({result['stopped']}; see `specpilot status {name}`)"]
+    return []
 
 
 def _say_event(name: str, say: Say) -> OnEvent:

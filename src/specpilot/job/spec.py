@@ -24,6 +24,7 @@ field, before anything starts or is written.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -143,6 +144,10 @@ def _typed(table: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
             f"must be a {kind.__name__}, got {value!r}",
             field=f"{where} {key}",
             fix=f"write a {kind.__name__}",
+        )
+    if kind is float and not math.isfinite(value):  # TOML reads inf and nan; no engine does
+        raise UserError(
+            f"must be a finite number, got {value!r}", field=f"{where} {key}", fix="write a number"
         )
     return value
 

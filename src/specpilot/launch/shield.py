@@ -49,6 +49,11 @@ def take_over_signals() -> None:
         signal.signal(signum, _on_signal)
 
 
+def signals_taken() -> bool:
+    """Whether the ending signals are this module's now (inside `ending_signals`)."""
+    return signal.getsignal(signal.SIGTERM) is _on_signal
+
+
 @contextlib.contextmanager
 def ending_signals() -> Iterator[None]:
     """`take_over_signals` for the duration of a command; the handlers before it come back

@@ -446,6 +446,16 @@ def _turns(record: dict[str, Any], ignored: tuple[str, ...]) -> list[Message]:
     )
 
 
+def written_by_output(path: Path, directory: Path, names: Container[str]) -> bool:
+    """Whether `path` is one of `names` directly in `directory` (or inside one of them), or a
+    hidden file there (a lock, a file being written): where an output folder writes."""
+    path, directory = path.resolve(), directory.resolve()
+    if path == directory or not path.is_relative_to(directory):
+        return False
+    first = path.relative_to(directory).parts[0]
+    return first in names or first.startswith(".")
+
+
 def check_output_dir(directory: Path) -> None:
     """UserError unless `directory` exists (or can be made) and is writable."""
     try:

@@ -1,0 +1,100 @@
+"""However the job stops (a failed stage, SIGTERM/SIGINT/SIGHUP at any stage), no engine it
+started is left running unless keep_servers; one job command per job folder; a rerun with
+--stop-servers stops what an earlier run kept. The stand-in appends each start's pid to a file,
+so a test sees every engine the job ever started, its pid recorded or not."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.job.conftest import JobFactory
+from tests.job.test_job_bad_input import started
+from tests.job.test_job_kill import alive, run, start_job, wait_for
+
+#: a bound on the job's own stop after a signal (not a timing: the stop waits for ports to close)
+STOP_S = 120.0
+
+
+def busy_job(make_job: JobFactory, tmp_path: Path) -> Path:
+    """A job whose engine stays in `up` (not ready for 30 s) while tmp_path/busy exists."""
+    (tmp_path / "busy").touch()
+    return make_job(
+        standin={"starts_file": str(tmp_path / "starts.txt"), "busy_file": str(tmp_path / "busy")}
+    )
+
+
+def stopped_by(process: subprocess.Popen[bytes], signum: int, job: Path) -> str:
+    process.send_signal(signum)
+    process.wait(timeout=STOP_S)
+    return (job.parent / "job.out").read_text(errors="replace")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_during_up_leaves_no_engine(
+    make_job: JobFactory, run_home: Path, tmp_path: Path, signum: int
+) -> None:
+    job = busy_job(make_job, tmp_path)
+    process = start_job(job)
+    wait_for("the engine's start", lambda: bool(started(tmp_path)), process, job)
+    printed = stopped_by(process, signum, job)
+    assert process.returncode == 130, printed
+    assert "jobsrv stopped" in printed and "interrupted" in printed, printed
+    assert [pid for pid in started(tmp_path) if alive(pid)] == []
+    # and the same command resumes: it starts the engine again and finishes
+    (tmp_path / "busy").unlink()
+    again = run("job", str(job))
+    assert again.exit_code == 0, again.output
+    assert [pid for pid in started(tmp_path) if alive(pid)] == []
+
+
+def test_a_second_job_command_on_the_folder_is_refused_naming_the_holder(
+    make_job: JobFactory, run_home: Path, tmp_path: Path
+) -> None:
+    job = busy_job(make_job, tmp_path)
+    process = start_job(job)
+    try:
+        wait_for("the engine's start", lambda: bool(started(tmp_path)), process, job)
+        second = run("job", str(job))
+        assert second.exit_code == 2, second.output
+        [line] = [line for line in second.output.splitlines() if line.strip()]
+        assert f"another `specpilot job` (pid {process.pid}, started at " in line, line
+        assert "[job] output" in line
+        assert len(started(tmp_path)) == 1  # the second started nothing
+    finally:
+        stopped_by(process, signal.SIGTERM, job)
+    assert [pid for pid in started(tmp_path) if alive(pid)] == []
+
+
+def test_a_stage_failing_after_up_stops_the_engine(
+    make_job: JobFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """Every answer cut off: export has no clean row and fails; the server was left running."""
+    job = make_job(
+        rows=4,
+        standin={
+            "starts_file": str(tmp_path / "starts.txt"),
+            "faults": {"latency_s": 0.01, "cut_marker": "question"},
+        },
+    )
+    result = run("job", str(job))
+    assert result.exit_code == 1, result.output
+    assert "export" in result.output and "jobsrv stopped" in result.output, result.output
+    assert started(tmp_path) and [pid for pid in started(tmp_path) if alive(pid)] == []
+
+
+def test_stop_servers_stops_what_an_earlier_run_kept(
+    make_job: JobFactory, run_home: Path, tmp_path: Path
+) -> None:
+    job = make_job(rows=3, standin={"starts_file": str(tmp_path / "starts.txt")}, job={"keep_servers": True})
+    assert run("job", str(job)).exit_code == 0
+    [engine] = started(tmp_path)
+    assert alive(engine)  # kept, as asked
+    again = run("job", str(job), "--stop-servers", "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["stages"]["down"]["status"] == "done"
+    assert not alive(engine)
