@@ -183,5 +183,5 @@ def test_a_refusal_under_json_is_one_object_on_stdout(make_job: JobFactory, run_
     assert result.exit_code == 2
     shown = json.loads(result.stdout)
     assert set(shown) == {"error", "fix", "exit"} and shown["exit"] == 2
-    assert shown["error"].startswith("[job.sampling] top_p: must be a finite number")
-    assert shown["fix"] == "write a number"
+    assert shown["error"].startswith("[job.sampling] top_p: nan is not a finite number")
+    assert shown["error"].endswith("give a number from 0 to 1")  # the schema's words carry the fix

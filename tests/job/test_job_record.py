@@ -174,6 +174,7 @@ def test_a_job_folder_on_a_full_disk_is_refused_before_the_start(
     os.close(filler)
     result = run("job", str(job), "--output", str(disk / "out"))
     assert result.exit_code == 2, result.output
-    assert f"the disk holding {disk / 'out' / 'job.json'} is full" in result.output
+    # the first file the job writes there: the folder's lock
+    assert f"the disk holding {disk / 'out' / '.job.lock'} is full" in result.output
     assert "specpilot verify" in result.output and "unexpected" not in result.output
     assert not (run_home.parent / "state" / "runs").exists()  # nothing started

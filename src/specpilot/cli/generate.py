@@ -15,7 +15,7 @@ from specpilot.cli.output import Human, Output, json_option
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.cli.view import serve_status_options
-from specpilot.errors import EXIT_OK, JobFailed, UserError
+from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.export.formats import FORMATS, format_help, format_named, names_with, target_help
 from specpilot.generate.rows.inputs import ROW_SHAPES_HELP
 from specpilot.generate.sampling import Sampling
@@ -437,7 +437,9 @@ def export(
             )
     out.show(_ExportShown(fmt, split_turns, result, include_flagged, template, over, warnings), indent=None)
     if result.train_ready.failed:
-        raise JobFailed(f"{result.train_ready.line()} ({TRAIN_CHECK_FIX})")
+        # the result above is the one object under --json; the failure is its line and exit code
+        click.echo(f"error: {result.train_ready.line()} ({TRAIN_CHECK_FIX})", err=True)
+        sys.exit(EXIT_FAILED)
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,17 @@ import time
 from pathlib import Path
 
 from specpilot.errors import UserError
+from specpilot.job.record import folder_error
 
 LOCK_FILE = ".job.lock"
 
 
 class JobLock:
     def __init__(self, folder: Path) -> None:
-        self._fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise folder_error(err, folder / LOCK_FILE) from None
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -39,8 +43,12 @@ class JobLock:
                 fix="wait for it or stop it (kill -TERM it: it stops what it started), or give this job "
                 "another folder",
             ) from None
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()} {time.time():.3f}\n".encode(), 0)
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, f"{os.getpid()} {time.time():.3f}\n".encode(), 0)
+        except OSError as err:  # a full disk: one line, and no descriptor left holding the folder
+            self.release()
+            raise folder_error(err, folder / LOCK_FILE) from None
 
     def release(self) -> None:
         if self._fd >= 0:  # once: a closed descriptor's number may be another file's by now
