@@ -295,9 +295,11 @@ def report(directory: Path, max_length_tokens: int | None, gpus: int | None, out
     from specpilot.generate.rows.lengths import length_report
     from specpilot.generate.writers.committed import committed_rows
     from specpilot.generate.writers.parts import CLEAN, FLAGGED
+    from specpilot.job.record import read_exports
 
     with reading_ledger(directory) as ledger:
         summary = summarize(ledger)
+    summary = dataclasses.replace(summary, exports=read_exports(directory))  # a job's folder: its exports
     if max_length_tokens is not None:
         lengths = {
             split.directory: length_report(committed_rows(directory, (split,)), max_length_tokens)

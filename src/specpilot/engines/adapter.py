@@ -113,6 +113,9 @@ class Engine:
     #: secret flags the engine also reads from an environment variable: `up` passes them
     #: there, so the value is in neither launch.sh nor the process's argv (/proc/PID/cmdline)
     secret_flag_env: Mapping[str, str] = field(default_factory=dict)
+    #: the field of the flag that sets the context in tokens (--context-length, --max-model-len);
+    #: None: the engine has none, and only the model's config says
+    context_field: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

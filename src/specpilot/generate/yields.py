@@ -189,6 +189,14 @@ class Budget:
             f"({self.longest_prompt_tokens:,} tokens)"
         )
 
+    def covers_text(self) -> str:
+        """What the proposal covers: p99 within the context, or (censored) as much as it allows."""
+        if not self.censored:
+            return "covers p99 within the context"
+        if self.room is None:
+            return "is a step up (p99 lies beyond the cut, and the context is not known)"
+        return "is the most the context allows (p99 lies beyond the cut)"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "answers": self.answers, "p50": self.p50, "p90": self.p90, "p99": self.p99, "cut": self.cut,
@@ -272,7 +280,7 @@ class YieldCount:
 
 def fix_for(cause: str, budget: Budget | None, *, job: bool) -> str:
     """What to do about `cause` (for truncation, with the answers' lengths in `budget`)."""
-    again = "`specpilot job JOB.toml` again" if job else "the same command again"
+    again = "`specpilot job` again" if job else "the same command again"
     if cause == "truncated" and budget is not None:
         said = f"answer lengths so far: {budget.lengths_text()}; {budget.room_text()}"
         if budget.max_tokens is None:
@@ -286,7 +294,7 @@ def fix_for(cause: str, budget: Budget | None, *, job: bool) -> str:
                 "then run again with a larger --max-tokens and --retry-truncated"
             )
         return (
-            f"{said}; max_tokens {budget.proposed:,} covers p99 within the context: run {again} with "
+            f"{said}; max_tokens {budget.proposed:,} {budget.covers_text()}: run {again} with "
             f"--max-tokens {budget.proposed} --retry-truncated (the cut rows are sent again, each once)"
         )
     if cause == "missing_reasoning":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -115,6 +116,7 @@ class ServerHealer:
     async def _restart(self, dispatcher: Dispatcher, pid: int, crash: Crash, serving_log: str) -> bool:
         """Restart the dead server; False when the job is told to stop instead."""
         name = self.spec.name
+        began_s = time.monotonic()  # the restart's time is the job's GPU-hours wasted
         record_crash(name, crash)
         said = f"{name} died ({crash.cause}): {crash.first_line}"
         if self.restarts >= self.max_restarts:
@@ -144,7 +146,8 @@ class ServerHealer:
         self.spec = again.spec
         entry: dict[str, Any] = {"run": name, "cause": crash.cause, "line": crash.first_line,
                                  "bound": change, "outcome": again.result.phase,
-                                 "replans": again.replans or []}  # fmt: skip
+                                 "replans": again.replans or [],
+                                 "down_s": round(time.monotonic() - began_s, 3)}  # fmt: skip
         self.record.data["server_args"] = list(self.spec.engine.args)
         self.record.note("restarts", entry)
         if again.result.phase != "ready":

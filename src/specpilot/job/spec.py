@@ -9,8 +9,10 @@
     keep_servers = false          # true: leave what the job started running at the end
     max_restarts = 3              # restarts per engine that dies while the job runs
     concurrency = 64              # requests in flight per server (per worker behind a router)
+    min_clean_yield = 80          # percent of rows that must come back clean (0: the guard off)
+    guard_min_rows = 200          # finished rows the yield guard waits for before judging
     [job.sampling]                # generate's sampling flags, by their names
-    max_tokens = 4096
+    max_tokens = 4096             # or "auto": from the bench's answer lengths, within the context
     [job.bench]                   # optional: measure variants first, start the winner
     sample = 64
     variants = "plain,NEXTN:2"
@@ -31,6 +33,13 @@ from typing import Any
 from specpilot.errors import UserError
 from specpilot.export.formats import FORMATS, format_named
 from specpilot.generate.sampling import Sampling
+from specpilot.generate.yields import (
+    DEFAULT_GUARD_MIN_ROWS,
+    DEFAULT_MIN_CLEAN_YIELD_PCT,
+    YieldFloor,
+    check_floor,
+    check_min_rows,
+)
 
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_CONCURRENCY = 64
@@ -52,8 +61,10 @@ _REQUEST_SAMPLING: dict[str, type] = {
 }
 _JOB_KEYS = {
     "server", "fleet", "prompts", "output", "export", "include_flagged", "keep_servers", "max_restarts",
-    "concurrency", "sampling", "bench",
+    "concurrency", "sampling", "bench", "min_clean_yield", "guard_min_rows",
 }  # fmt: skip
+#: [job.sampling] max_tokens = "auto": the job picks it (`pipeline`)
+AUTO = "auto"
 _BENCH_KEYS = {"sample", "variants", "budget_s"}
 
 
@@ -83,6 +94,11 @@ class JobFile:
     concurrency: int = DEFAULT_CONCURRENCY
     sampling: Sampling = field(default_factory=lambda: Sampling(thinking=True))
     bench: BenchSection | None = None
+    yield_floor: YieldFloor = field(default_factory=YieldFloor)
+    #: max_tokens = "auto": the job picks it from the bench's answer lengths within the context
+    max_tokens_auto: bool = False
+    #: --retry-truncated (this run only): the rows cut at the old max_tokens are sent again
+    retry_truncated: bool = False
 
     @property
     def serving_file(self) -> Path:
@@ -93,9 +109,12 @@ class JobFile:
 
     def options_json(self) -> dict[str, Any]:
         """What the job does with its inputs, as hashed into job.json (paths are inputs of their own)."""
+        sampling = self.sampling.to_json()
+        if self.max_tokens_auto:
+            sampling["max_tokens"] = AUTO
         return {
             "export": list(self.export),
-            "sampling": self.sampling.to_json(),
+            "sampling": sampling,
             "bench": None if self.bench is None else self.bench.to_json(),
         }
 
@@ -129,7 +148,11 @@ def _path(base: Path, table: Mapping[str, Any], key: str, *, must_exist: bool, f
     return path
 
 
-def _sampling(table: Mapping[str, Any]) -> Sampling:
+def _sampling(table: Mapping[str, Any]) -> tuple[Sampling, bool]:
+    """The sampling, and whether max_tokens is "auto" (the Sampling's max_tokens None then)."""
+    auto = table.get("max_tokens") == AUTO
+    if auto:
+        table = {k: v for k, v in table.items() if k != "max_tokens"}
     unknown = sorted(set(table) - set(_NAMED_SAMPLING) - set(_REQUEST_SAMPLING))
     if unknown:
         known = ", ".join([*_NAMED_SAMPLING, *_REQUEST_SAMPLING])
@@ -140,8 +163,12 @@ def _sampling(table: Mapping[str, Any]) -> Sampling:
     }
     for key, minimum in (("max_tokens", 1),):
         if key in named and named[key] < minimum:
-            raise UserError(f"must be at least {minimum}", field=f"[job.sampling] {key}", fix="raise it")
-    return Sampling(
+            raise UserError(
+                f"must be at least {minimum}",
+                field=f"[job.sampling] {key}",
+                fix=f'raise it, or write "{AUTO}"',
+            )
+    sampling = Sampling(
         thinking=named.pop("thinking", True),
         max_tokens=named.get("max_tokens"),
         temperature=named.get("temperature"),
@@ -149,6 +176,7 @@ def _sampling(table: Mapping[str, Any]) -> Sampling:
         top_k=named.get("top_k"),
         request_fields=dict(sorted(fields.items())),
     )
+    return sampling, auto
 
 
 def _bench(table: Mapping[str, Any]) -> BenchSection:
@@ -191,7 +219,10 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
     unknown = sorted(set(table) - _JOB_KEYS)
     if unknown:
         raise _bad(unknown[0], "unknown key", f"use one of {', '.join(sorted(_JOB_KEYS))}")
-    table = {**table, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    max_tokens = given.pop("max_tokens", None)  # --max-tokens: [job.sampling]'s
+    retry_truncated = bool(given.pop("retry_truncated", False))
+    table = {**table, **given}
     base = path.resolve().parent
     if ("server" in table) == ("fleet" in table):
         raise _bad(
@@ -231,6 +262,17 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
     bench = table.get("bench")
     if not isinstance(sampling, dict) or (bench is not None and not isinstance(bench, dict)):
         raise _bad("sampling", "[job.sampling] and [job.bench] are tables", "write them as [job.sampling]")
+    if max_tokens is not None:
+        sampling = {**sampling, "max_tokens": max_tokens}
+    floor = YieldFloor(
+        check_floor(_typed(table, "min_clean_yield", float, "[job]"), "[job] min_clean_yield")
+        if "min_clean_yield" in table
+        else DEFAULT_MIN_CLEAN_YIELD_PCT,
+        check_min_rows(_typed(table, "guard_min_rows", int, "[job]"), "[job] guard_min_rows")
+        if "guard_min_rows" in table
+        else DEFAULT_GUARD_MIN_ROWS,
+    )
+    chosen, auto = _sampling(sampling)
     return JobFile(
         path=path.resolve(),
         server=serving if serving_key == "server" else None,
@@ -242,6 +284,9 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
         keep_servers=keep,
         max_restarts=restarts,
         concurrency=concurrency,
-        sampling=_sampling(sampling),
+        sampling=chosen,
         bench=None if bench is None else _bench(bench),
+        yield_floor=floor,
+        max_tokens_auto=auto,
+        retry_truncated=retry_truncated,
     )
