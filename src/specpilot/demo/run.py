@@ -443,6 +443,8 @@ prompts = {json.dumps(str(prompts))}
 output = "{output_dir.name}"
 export = ["specforge"]
 concurrency = {GENERATE_CONCURRENCY}
+# the demo's tiny model cuts or empties most answers: it shows the path, not a dataset
+min_clean_yield = 0
 
 [job.sampling]
 max_tokens = {GENERATE_MAX_TOKENS}
