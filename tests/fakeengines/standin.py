@@ -15,7 +15,8 @@ In a test, `StandIn(faults).start()` serves the same answers from a background t
 Answers (`Config.answers`), each a pure function of the request so a test can recompute it:
   "echo"     `answer_for(prompt)`, with the faults of `Faults` (latency, 429 bursts, 500s,
              dropped connections, 503 storms, `TOO-LONG` prompts refused with a 400, prompts
-             holding `cut_marker` cut at max_tokens, inline or separate reasoning)
+             holding `cut_marker` (or `cut_share` of all prompts) cut at max_tokens, their
+             completion_tokens then max_tokens, inline or separate reasoning)
   "never"    a request is never answered (the engine died under it): the client waits
   "scripted" markers in the prompt: `HOLD` waits for `release()`, `TOO-LONG` gets a 400,
              `RETRY` one 429 first (shared by stand-ins through `retried`), `EMPTY` empty content;
@@ -93,6 +94,8 @@ class Faults:
     cut_marker: str = CUT_MARKER  # prompts holding it are answered as cut at max_tokens
     #: cut_marker prompts are answered in full when max_tokens is at least this (0: never)
     cut_unless_max_tokens: int = 0
+    #: this share of every prompt is cut as cut_marker prompts are (`is_cut_share`: a pure function)
+    cut_share: float = 0.0
     storm_503: int = 0  # the first N requests, chat and /health alike, get 503 (an engine restarting)
     seed: int = 7
     #: a tokenizer.json: usage.completion_tokens counts with it what a Qwen3.5-style model writes
@@ -116,6 +119,7 @@ class Config:
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # "batch" speed per draft tokens
     metrics: str = "none"  # "none" | "vllm" | "sglang" ("batch" serves its own)
     served_name: str | None = None  # /v1/models' id; None: --served-model-name or --model-path
+    max_model_len: int | None = None  # /v1/models' context in tokens, as vLLM and SGLang list it
     #: readiness: while this file exists, /health and /v1/models answer only after 30 s
     busy_file: str | None = None
     # death triggers
@@ -153,6 +157,12 @@ def config_env(**config: Any) -> dict[str, str]:
 def answer_for(prompt: str) -> tuple[str, str]:
     """(content, reasoning) "echo" gives for a prompt: tests recompute it."""
     return f"answer: {prompt}", f"thinking about {prompt}"
+
+
+def is_cut_share(prompt: str, share: float) -> bool:
+    """Whether "echo" with `Faults.cut_share` cuts this prompt: its hash falls in the share."""
+    digest = int(hashlib.sha256(prompt.encode()).hexdigest(), 16)
+    return digest % 10_000 < share * 10_000
 
 
 def completion_tokens_for(prompt: str) -> int:
@@ -326,7 +336,10 @@ class Server:
 
     async def _models(self, request: web.Request) -> web.Response:
         await self._wait_if_busy()
-        return web.json_response({"object": "list", "data": [{"id": self.served}]})
+        model: dict[str, Any] = {"id": self.served}
+        if self.config.max_model_len is not None:
+            model["max_model_len"] = self.config.max_model_len
+        return web.json_response({"object": "list", "data": [model]})
 
     async def _metrics(self, request: web.Request) -> web.Response:
         if self.batch is not None:
@@ -418,9 +431,10 @@ class Server:
             opening = "<think>\n" if inline == "think" else ""
             message["content"] = f"{opening}{reasoning}\n</think>\n\n{content}"
         budget = body.get("max_tokens") or 0
-        cut = faults.cut_marker in prompt and not (
+        cut = (faults.cut_marker in prompt or is_cut_share(prompt, faults.cut_share)) and not (
             faults.cut_unless_max_tokens and budget >= faults.cut_unless_max_tokens
         )
+        completion_tokens = budget if cut and budget else 4
         counts.answered += 1
         counts.per_prompt[prompt] += 1
         counts.bodies.append(body)
@@ -428,7 +442,9 @@ class Server:
         self._die_if_due()
         self._stall_if_due()
         written = (
-            4 if faults.tokenizer is None else _tokens_written(faults.tokenizer, content, reasoning, thinking)
+            completion_tokens
+            if faults.tokenizer is None
+            else _tokens_written(faults.tokenizer, content, reasoning, thinking)
         )
         return web.json_response(
             {

@@ -72,6 +72,8 @@ def test_an_engine_that_dies_mid_job_is_restarted_and_no_row_is_lost(
     restarts = record(job)["restarts"]
     assert [(r["cause"], r["outcome"], r["bound"]) for r in restarts] == [("crash", "ready", None)]
     assert "restart 1 of 3" in result.output
+    # the time from its death to ready again is GPU-hours wasted
+    assert restarts[0]["down_s"] > 0 and record(job)["gpu_hours_wasted"]["parts"]["restarts"] > 0
 
 
 def test_a_serving_oom_of_copy_on_write_restarts_with_prefill_max_requests(

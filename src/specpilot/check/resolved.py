@@ -18,6 +18,7 @@ from specpilot.check.effective import EffectiveArgs
 from specpilot.check.engine import check_release
 from specpilot.check.types import CheckResult
 from specpilot.engines.adapter import EngineRelease
+from specpilot.engines.context_len import requested_tokens
 from specpilot.engines.fix import Fix
 from specpilot.engines.registry import engine_release
 from specpilot.engines.rules import Finding, GpuFacts
@@ -125,6 +126,16 @@ class ResolvedSpec:
         if self.model_shape is None:
             raise self.model_error or UserError("no model read", field="[model] path")
         return self.model_shape
+
+    def context_tokens(self) -> int | None:
+        """The context the server runs with: its flag's value, else what the engine derives from
+        the model's config; None where neither is known (no flag, no config read)."""
+        engine = self.release.engine
+        given = requested_tokens(self.args.get(engine.context_field)) if engine.context_field else None
+        if given is not None:
+            return given
+        config = self.model_shape.config if self.model_shape is not None else None
+        return engine.context_len(config) if config is not None else None
 
     def respec(self, spec: Spec) -> ResolvedSpec:
         """`spec`, a changed copy of this one, resolved: the model is not read again where it

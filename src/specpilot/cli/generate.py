@@ -19,6 +19,7 @@ from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.export.formats import FORMATS, format_help, format_named, names_with, target_help
 from specpilot.generate.rows.inputs import ROW_SHAPES_HELP
 from specpilot.generate.sampling import Sampling
+from specpilot.generate.yields import DEFAULT_GUARD_MIN_ROWS, DEFAULT_MIN_CLEAN_YIELD_PCT, GUARD_LEAST_ROWS
 
 if TYPE_CHECKING:
     from specpilot.export.run import ExportResult
@@ -109,6 +110,23 @@ them as context and generates only the last answer:
     "--max-tokens given now; the rest of the job is unchanged.",
 )
 @click.option(
+    "--min-clean-yield",
+    "min_clean_yield_pct",
+    default=DEFAULT_MIN_CLEAN_YIELD_PCT,
+    show_default=True,
+    type=float,
+    help="Yield guard floor, a percent (0-100) of rows that must come back clean: a job projected "
+    "under it (cut at --max-tokens, no reasoning, empty, repetitive) stops early with the fix. 0: off.",
+)
+@click.option(
+    "--guard-min-rows",
+    default=DEFAULT_GUARD_MIN_ROWS,
+    show_default=True,
+    type=int,
+    help=f"Finished rows the yield guard waits for before judging (and 2% of the input; at least "
+    f"{GUARD_LEAST_ROWS}).",
+)
+@click.option(
     "--max-attempts",
     default=6,
     show_default=True,
@@ -184,6 +202,8 @@ def generate(
     strict_rows: bool,
     retry_failed: bool,
     retry_truncated: bool,
+    min_clean_yield_pct: float,
+    guard_min_rows: int,
     max_attempts: int,
     retry_base_s: float,
     request_timeout_s: float,
@@ -200,7 +220,12 @@ def generate(
     """Generate answers (with reasoning) for every prompt, exactly once, resumably."""
     from specpilot.generate.dispatch.endpoints import resolve_endpoints
     from specpilot.generate.job import JobConfig, generate_in_loop
+    from specpilot.generate.yields import YieldFloor, check_floor, check_min_rows
 
+    floor = YieldFloor(
+        check_floor(min_clean_yield_pct, "--min-clean-yield"),
+        check_min_rows(guard_min_rows, "--guard-min-rows"),
+    )
     config = JobConfig(
         input_path=input_path,
         output_dir=output_dir,
@@ -222,6 +247,7 @@ def generate(
         flush_interval_s=flush_interval_s,
         rows_per_part=rows_per_part,
         progress_interval_s=progress_interval_s,
+        yield_floor=floor,
     )
     from specpilot.generate.eta import Watcher, all_of, projecting
 
@@ -279,9 +305,11 @@ def report(directory: Path, max_length_tokens: int | None, gpus: int | None, out
     from specpilot.generate.rows.lengths import length_report
     from specpilot.generate.writers.committed import committed_rows
     from specpilot.generate.writers.parts import CLEAN, FLAGGED
+    from specpilot.job.record import read_exports
 
     with reading_ledger(directory) as ledger:
         summary = summarize(ledger)
+    summary = dataclasses.replace(summary, exports=read_exports(directory))  # a job's folder: its exports
     if max_length_tokens is not None:
         lengths = {
             split.directory: length_report(committed_rows(directory, (split,)), max_length_tokens)

@@ -31,15 +31,18 @@ job.toml:
   export = ["specforge", "parquet"]
   keep_servers = false          # stop what the job started at the end
   max_restarts = 3              # per engine that dies while the job runs
+  min_clean_yield = 80          # percent clean, else the job stops early (0: off)
   [job.sampling]
-  max_tokens = 4096
+  max_tokens = 4096             # or "auto" (from the bench, within the context)
   temperature = 0.6
   [job.bench]                   # optional: measure variants first, start the winner
   sample = 64
   variants = "plain,NEXTN:2"
 
 Run the same command again to resume: finished stages are not run again.
-Exit: 0 done, 1 a stage failed (run the same command to resume), 2 bad input."""
+Stopped by the yield guard (answers cut at max_tokens): rerun with the larger
+--max-tokens it names and --retry-truncated.
+Exit: 0 done, 1 a stage failed or the dataset is under its floor, 2 bad input."""
 
 
 @click.command("job", epilog=EXAMPLE)
@@ -54,6 +57,15 @@ Exit: 0 done, 1 a stage failed (run the same command to resume), 2 bad input."""
     default=None,
     help="Run this stage and every later one again (after a changed input).",
 )
+@click.option(
+    "--max-tokens", type=click.IntRange(1), default=None, help="Override [job.sampling] max_tokens."
+)
+@click.option(
+    "--retry-truncated",
+    is_flag=True,
+    help="Send the rows cut at the job's old max_tokens again (each once), at the larger one "
+    "given now (--max-tokens or the job file).",
+)
 @json_option("Stages on stderr; one JSON object on stdout.")
 def job(
     job_path: Path,
@@ -62,6 +74,8 @@ def job(
     max_restarts: int | None,
     keep_servers: bool | None,
     restart_from: str | None,
+    max_tokens: int | None,
+    retry_truncated: bool,
     out: Output,
 ) -> None:
     """Run a whole job: check -> plan -> bench -> up -> generate -> export -> down.
@@ -82,6 +96,8 @@ def job(
         "prompts": str(prompts.resolve()) if prompts is not None else None,
         "max_restarts": max_restarts,
         "keep_servers": keep_servers,
+        "max_tokens": max_tokens,
+        "retry_truncated": retry_truncated or None,
     }
     spec = load_job(job_path, overrides)
     lock = hold_folder(spec)
@@ -126,10 +142,12 @@ class _JobShown:
         return self.result.to_json()
 
     def human(self, out: Human) -> None:
-        from specpilot.job.cost import used_lines
+        from specpilot.job.cost import used_lines, yield_lines
 
         result = self.result
         out.line(result.message if result.exit_code == EXIT_OK else f"error: {result.message}", err=True)
+        for line in yield_lines(result.record):
+            out.line(line, err=True)
         out.line("GPU-hours used, per stage:", err=True)
         for line in used_lines(result.record):
             out.line(line, err=True)

@@ -117,6 +117,9 @@ class Engine:
     generated_tokens_metric: str | None = None
     #: the flag that makes its OpenAI API require `Authorization: Bearer KEY`: a job sends the key
     api_key_flag: str | None = None
+    #: the field of the flag that sets the context in tokens (--context-length, --max-model-len);
+    #: None: the engine has none, and only the model's config says
+    context_field: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

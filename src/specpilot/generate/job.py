@@ -29,9 +29,10 @@ import aiohttp
 from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
 from specpilot.errors import UserError
+from specpilot.generate.dispatch.answers import GUARD_STOP
 from specpilot.generate.dispatch.client import open_session
 from specpilot.generate.dispatch.dispatcher import Dispatcher
-from specpilot.generate.dispatch.endpoints import Endpoint, default_model
+from specpilot.generate.dispatch.endpoints import Endpoint, default_model, served_context
 from specpilot.generate.dispatch.policy import ClientFactory, Companion, DispatchPolicy, RetryPolicy
 from specpilot.generate.ledger.lock import LOCK_FILE, DirectoryLock
 from specpilot.generate.ledger.report import JobSummary, ServerRun, summarize
@@ -63,6 +64,7 @@ from specpilot.generate.writers.truncated import (
     requeue_flagged,
     requeue_truncated,
 )
+from specpilot.generate.yields import CAUSES, YieldFloor, YieldGuard, fix_for
 from specpilot.secrets import CONTENT_MARKER, mask_fields, url_without_credentials
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
@@ -132,6 +134,12 @@ class JobConfig:
     api_key: str | None = field(default=None, repr=False)
     #: more secret values (the job's server spec's): masked in errors, replaced where an answer echoes them
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    #: the clean yield the job must keep (`generate.yields`); a floor of 0 turns the guard off
+    yield_floor: YieldFloor = field(default_factory=YieldFloor)
+    #: the servers' context in tokens (bounds a proposed max_tokens); None: asked of /v1/models
+    context_tokens: int | None = None
+    #: the fixes the guard names are `specpilot job`'s (its keys and command), not generate's
+    in_job: bool = False
 
     def dispatch_policy(self) -> DispatchPolicy:
         return DispatchPolicy(
@@ -157,6 +165,11 @@ class Outcome:
     summary: JobSummary
     exit_code: int
     message: str
+    #: the yield guard's numbers when it stopped the job (or the finished job's yield was under
+    #: its floor): what `job` records in job.json
+    yield_stop: dict[str, Any] | None = None
+    #: seconds of this run every server was down (what `job` counts as stalled)
+    stalled_s: float = 0.0
 
 
 def refuse_input_in_output(input_path: Path, output_dir: Path) -> None:
@@ -183,6 +196,7 @@ class Job:
             self.lock.release()
             raise
         self.pending: AbstractSet[int] = set()
+        self.guard: YieldGuard | None = None
 
     def close(self) -> None:
         self.ledger.close()
@@ -441,6 +455,11 @@ class Job:
     def dispatcher(self, session: aiohttp.ClientSession, model: str) -> Dispatcher:
         """The dispatcher of this run's pending rows (after `prepare`)."""
         commits = self.ledger.part_commits()
+        floor = self.config.yield_floor
+        if floor.on:
+            total = sum(self.ledger.counts().values())
+            in_scope = total if self.config.limit is None else min(total, self.config.limit)
+            self.guard = YieldGuard(floor, in_scope, self.config.sampling.max_tokens)
         writers = {
             split: PartWriter(
                 self.config.output_dir / split.directory, commits, self.config.rows_per_part, split.first_part
@@ -462,6 +481,7 @@ class Job:
             ),
             writers,
             self.config.client_factory,
+            self.guard,
         )
         if self.config.api_key:
             dispatcher.client.authorize(self.config.api_key)
@@ -535,7 +555,18 @@ class Job:
         return summary
 
 
-async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[ServerRun], int]:
+@dataclass(frozen=True)
+class _Ran:
+    stop_reason: str | None
+    servers: list[ServerRun]
+    #: the servers' context in tokens, where the guard needed it (its fix is bounded by it)
+    context_tokens: int | None
+    stalled_s: float
+    #: secret values the servers echoed into answers (replaced in the rows written)
+    replaced: int
+
+
+async def _run(job: Job, watch: JobWatcher | None) -> _Ran:
     config = job.config
     # a router's room grows with its workers (the dispatcher bounds what is in flight): no cap
     unbounded = any(e.router for e in config.endpoints)
@@ -558,7 +589,11 @@ async def _run(job: Job, watch: JobWatcher | None) -> tuple[str | None, list[Ser
                 "the summary's elapsed_s and overall rates are off by as much"
             )
         servers = [ServerRun(s.name, s.done_rows, s.taken_out_count) for s in dispatcher.pool.servers]
-        return dispatcher.stop_reason, servers, dispatcher.client.secrets_replaced
+        context = config.context_tokens
+        if job.guard is not None and job.guard.count.by_cause["truncated"] and context is None:
+            context = await served_context(session, config.endpoints)  # the fix's bound
+        stalled_s = dispatcher.health.pause.stalled_s(time.monotonic())
+        return _Ran(dispatcher.stop_reason, servers, context, stalled_s, dispatcher.client.secrets_replaced)
 
 
 def _with_block_crcs(source: InputSource, marks: list[InputMark]) -> list[tuple[int, int, int, int | None]]:
@@ -657,35 +692,56 @@ async def _generate_in_loop(config: JobConfig, watch: JobWatcher | None) -> tupl
     """The outcome, and how many secret values the answers echoed (replaced)."""
     try:
         with Job(config) as job:
-            stop_reason, servers, replaced = await _run(job, watch)
-            summary = replace(job.write_reports(), this_run_servers=servers)
+            ran = await _run(job, watch)
+            summary = replace(job.write_reports(), this_run_servers=ran.servers)
             scope_left = job.unfinished_in_scope()
             lost = damaged_parts(config.output_dir, job.ledger)
     except (OSError, sqlite3.Error) as err:
         raise storage_error(err, config.output_dir, config.input_path) from err
-    if stop_reason:
-        return Outcome(summary, 1, stop_reason), replaced
+    ending = _ending(config, job.guard, ran, summary, scope_left, lost)
+    return replace(ending, stalled_s=ran.stalled_s), ran.replaced
+
+
+def _ending(
+    config: JobConfig,
+    guard: YieldGuard | None,
+    ran: _Ran,
+    summary: JobSummary,
+    scope_left: int,
+    lost: list[str],
+) -> Outcome:
+    """How the run ended: the first of a stop, lost parts, failed rows, rows left, a yield
+    under its floor; else done."""
+    if ran.stop_reason == GUARD_STOP and guard is not None:
+        message = guard.stop_message(ran.context_tokens, job=config.in_job)
+        stop = {"stopped_early": True, **guard.to_json(ran.context_tokens), "message": message}
+        return Outcome(summary, 1, message, stop)
+    if ran.stop_reason:
+        return Outcome(summary, 1, ran.stop_reason)
     if lost:
         return Outcome(
             summary,
             1,
             f"{', '.join(lost)} lost rows while the job ran (deleted or cut short): "
             "run the same command again to generate them again",
-        ), replaced
+        )
     if summary.failed:
         return Outcome(
             summary,
             1,
             f"{summary.failed} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}, "
             "then run the same command with --retry-failed to send them again",
-        ), replaced
+        )
     if scope_left:
-        return Outcome(summary, 1, f"{scope_left} rows are not done"), replaced
+        return Outcome(summary, 1, f"{scope_left} rows are not done")
     rejected = (
         f"; {summary.rejected} input rows were rejected (see {config.output_dir / REJECTED_FILE})"
         if summary.rejected
         else ""
     )
+    under = _under_floor(config, summary, guard, ran.context_tokens)
+    if under is not None and not config.in_job:
+        return Outcome(summary, 1, *under)
     beyond = summary.pending + summary.in_flight
     if config.limit is not None and beyond:
         # the job is incomplete by design: the rest of the input is outside --limit
@@ -694,8 +750,39 @@ async def _generate_in_loop(config: JobConfig, watch: JobWatcher | None) -> tupl
             0,
             f"the first {config.limit:,} input rows are done (--limit {config.limit}); {beyond:,} more "
             f"are in the input: the same command without --limit does them{rejected}",
-        ), replaced
-    return Outcome(summary, 0, f"all {summary.done} rows done{rejected}"), replaced
+        )
+    # `job` exports first, then ends non-zero with the export's row counts (`under`'s message)
+    return Outcome(summary, 0, f"all {summary.done} rows done{rejected}", under and under[1])
+
+
+def _under_floor(
+    config: JobConfig, summary: JobSummary, guard: YieldGuard | None, context_tokens: int | None
+) -> tuple[str, dict[str, Any]] | None:
+    """(message, numbers) of a job that finished every row with a clean share under its floor:
+    no "done" without a dataset. Judged once it holds the rows the guard needs to judge (every
+    row is measured then: no bound); `job` judges its whole dataset whatever its size."""
+    floor = config.yield_floor
+    share = summary.clean_share
+    if not floor.on or share is None or share * 100 >= floor.min_clean_pct:
+        return None
+    if not config.in_job and summary.done < floor.rows_to_judge(summary.total):
+        return None
+    by_cause = summary.by_cause or {}
+    cause = max(by_cause, key=lambda name: by_cause[name])
+    says = next(c.says for c in CAUSES if c.name == cause)
+    budget = guard.budget(context_tokens) if guard is not None and guard.lengths else None
+    message = (
+        f"every row was processed, but only {summary.clean:,} of {summary.done:,} are clean ({share:.1%}), "
+        f"under the floor of {floor.min_clean_pct:g}% "
+        f"({'[job] min_clean_yield' if config.in_job else '--min-clean-yield'}): {summary.counts_text()}. "
+        f"Most flagged rows are {says}: {fix_for(cause, budget, job=config.in_job)}"
+    )
+    stop = {
+        "stopped_early": False, "judged": summary.done, "clean": summary.clean,
+        "clean_share": round(share, 4), "by_cause": by_cause, **floor.to_json(), "main_cause": cause,
+        "lengths": None if budget is None else budget.to_json(), "message": message,
+    }  # fmt: skip
+    return message, stop
 
 
 @dataclass(frozen=True)

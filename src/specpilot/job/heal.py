@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -159,6 +160,7 @@ class ServerHealer:
     async def _restart(self, dispatcher: Dispatcher, pid: int, crash: Crash | None, serving_log: str) -> bool:
         """Restart the dead (`crash`) or stalled (None) server; False when the job is told to stop instead."""
         name = self.spec.name
+        began_s = time.monotonic()  # the restart's time is the job's GPU-hours wasted
         stall, self.stall = self.stall, None
         self.stalled.clear()
         if crash is not None:
@@ -202,7 +204,8 @@ class ServerHealer:
         self.spec = again.spec
         entry: dict[str, Any] = {"run": name, "cause": cause, "line": line,
                                  "bound": change, "outcome": again.result.phase,
-                                 "replans": again.replans or []}  # fmt: skip
+                                 "replans": again.replans or [],
+                                 "down_s": round(time.monotonic() - began_s, 3)}  # fmt: skip
         self.record.data["server_args"] = list(self.spec.engine.args)
         self.record.note("restarts", entry)
         if again.result.phase != "ready":

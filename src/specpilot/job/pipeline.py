@@ -10,16 +10,21 @@ and the GPU-hours it held; a finished stage is never run again (its evidence is 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specpilot.errors import EXIT_FAILED, JobFailed, UserError
 from specpilot.job.lock import JobLock
 from specpilot.job.record import STAGES, JobRecord, open_record, pin_prompts, refuse_changes
 from specpilot.job.spec import JobFile, in_job_terms, job_terms
 from specpilot.spec import Spec, load_spec
+
+if TYPE_CHECKING:
+    from specpilot.generate.ledger.report import JobSummary
+    from specpilot.generate.yields import Budget
 
 Say = Callable[[str], None]
 #: the winning bench variant's spec, in the job folder: what `up` starts after a bench
@@ -57,6 +62,11 @@ class JobResult:
             "restarts": mask_tree(self.record.data.get("restarts", []), self.record.secrets),
             "projection": self.record.data.get("projection"),
             "gpu_hours": self.record.gpu_hours(),
+            "max_tokens": self.record.data.get("max_tokens"),
+            "yield": self.record.data.get("yield"),
+            "yield_guard": self.record.data.get("yield_guard"),
+            "gpu_hours_wasted_share": self.record.data.get("gpu_hours_wasted_share"),
+            "gpu_hours_wasted": self.record.data.get("gpu_hours_wasted"),
         }
 
 
@@ -203,6 +213,8 @@ def prepare(job: JobFile, restart_from: str | None) -> JobRecord:
     with job_terms():  # the prompts read as generate reads them
         record, changed = open_record(job)
     record.secrets = job_secrets(job)
+    if job.retry_truncated:
+        changed = _check_retry(job, record, changed)
     refuse_changes(record, changed, restart_from)
     if not _prompts_listed(job):
         from specpilot.job.prompts import check_prompts
@@ -214,7 +226,37 @@ def prepare(job: JobFile, restart_from: str | None) -> JobRecord:
     if not job.keep_servers and down.get("status") == "skipped" and (down.get("evidence") or {}).get("kept"):
         # kept by an earlier run; --stop-servers now: this run's down stops them
         record.data["stages"]["down"] = {"status": "pending"}
+    if job.retry_truncated and record.done("generate"):
+        record.reset_from("generate")  # every row was done: the cut ones are sent again
     return record
+
+
+def _check_retry(job: JobFile, record: JobRecord, changed: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """--retry-truncated: a job with rows, a budget larger than the one its rows were cut at;
+    the inputs that changed, less a max_tokens it allows to grow."""
+    import json
+
+    from specpilot.generate.job import RETRY_FROM_KEY
+    from specpilot.generate.ledger.report import reading_ledger
+    from specpilot.generate.ledger.store import LEDGER_FILE
+    from specpilot.generate.writers.truncated import check_budget
+
+    if not (job.output / LEDGER_FILE).exists():
+        raise UserError(
+            f"{job.output} holds no generated rows yet: no truncated rows to retry",
+            field="--retry-truncated",
+            fix="drop it (pass it when rerunning a job whose rows were cut at max_tokens)",
+        )
+    with reading_ledger(job.output) as ledger:
+        meta = ledger.meta()
+    wanted = None if job.max_tokens_auto else job.sampling.max_tokens
+    resumed = RETRY_FROM_KEY in meta and meta.get("max_tokens") == json.dumps(wanted)
+    check_budget(json.loads(meta[RETRY_FROM_KEY] if resumed else meta.get("max_tokens", "null")), wanted)
+    before = dict(record.data.get("job", {}).get("sampling") or {})
+    now = job.options_json()["sampling"]
+    if {**before, "max_tokens": None} == {**now, "max_tokens": None}:
+        return [(key, restart) for key, restart in changed if key != "sampling"]
+    return changed
 
 
 def hold_folder(job: JobFile) -> JobLock | None:
@@ -323,8 +365,24 @@ async def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
                     f"the plan does not fit: {'; '.join(problems)} (see `specpilot plan {job.serving_file}`)"
                 )
             recommended += [" ".join(plan.recommended_args)] if plan.recommended_args else []
-        record.finish("plan", {"plans": plans})
+        contexts = [r.context_tokens() for r in resolved.values()]
+        # the servers' context (the least of a fleet's): what bounds max_tokens
+        context = None if None in contexts or not contexts else min(c for c in contexts if c is not None)
+        record.finish("plan", {"plans": plans, "context_tokens": context})
         say("plan: fits" + "".join(f"; recommends {r}" for r in recommended))
+    if job.max_tokens_auto and context_tokens(record) is None:
+        raise UserError(
+            "auto needs the servers' context to bound it, and neither the server spec's flags "
+            "(--context-length, --max-model-len) nor the model's config.json say it",
+            field="[job.sampling] max_tokens",
+            fix="set the context in the server spec (e.g. --context-length 32768), or give a number",
+        )
+
+
+def context_tokens(record: JobRecord) -> int | None:
+    """The servers' context in tokens, as the plan stage found it (None: not known)."""
+    value = record.stage("plan").get("evidence", {}).get("context_tokens")
+    return int(value) if value else None
 
 
 async def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
@@ -365,6 +423,7 @@ async def run_before_serving(job: JobFile, record: JobRecord, say: Say) -> None:
     await _check_and_plan(job, record, say)
     with job_terms():
         await _bench(job, record, say)
+    _max_tokens(job, record, say)
     from specpilot.job.cost import projection_at_start
 
     projection = projection_at_start(job, _gpus_of(job))
@@ -374,6 +433,76 @@ async def run_before_serving(job: JobFile, record: JobRecord, say: Say) -> None:
         say(f"projected for the whole input: {projection.line()}")
     else:
         say("projected: not yet (no bench); the live projection follows once rows finish")
+
+
+def _bench_budget(job: JobFile, record: JobRecord) -> tuple[Budget, list[int]] | None:
+    """What the bench's sample says of max_tokens: its answers' lengths (cut at the max_tokens
+    the bench asked with, if any) and the one covering their p99 within the context, with the
+    lengths; None
+    without a bench result with lengths. The longest prompt is bounded by its characters (a
+    token holds at least one)."""
+    import json
+
+    from specpilot.generate.yields import TEMPLATE_TOKENS, propose_budget
+    from specpilot.projection import BENCH_FILE
+
+    path = job.output / BENCH_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        lengths = [int(n) for n in data.get("output_lengths") or ()]
+        asked = data.get("sampling", {}).get("max_tokens")
+        prompt_chars = max((int(n) for n in data.get("sample", {}).get("prompt_chars") or ()), default=0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None  # `read_bench` names a damaged one where the projection reads it
+    if not lengths:
+        return None
+    budget = propose_budget(
+        lengths, int(asked) if asked else None, context_tokens(record), prompt_chars + TEMPLATE_TOKENS
+    )
+    return budget, lengths
+
+
+def _max_tokens(job: JobFile, record: JobRecord, say: Say) -> None:
+    """max_tokens from evidence: what the bench's answers say of the job's max_tokens (the share
+    of rows it expects cut) and, with max_tokens = "auto", the one the job uses (job.json's
+    `max_tokens`, decided once: a rerun keeps it)."""
+    decided = record.data.get("max_tokens")
+    if job.max_tokens_auto and isinstance(decided, dict) and decided.get("auto"):
+        return
+    found = _bench_budget(job, record)
+    budget, lengths = found if found is not None else (None, [])
+    configured = job.sampling.max_tokens
+    entry: dict[str, Any] = {
+        "auto": job.max_tokens_auto,
+        "evidence": None if budget is None else budget.to_json(),
+    }
+    if budget is not None:
+        said = f"max_tokens: the bench's {budget.lengths_text()}"
+        if configured is not None:
+            cut = sum(1 for n in lengths if n >= configured)
+            entry["expected_cut_share"] = round(cut / budget.answers, 4)
+            said += (
+                f"; at max_tokens {configured:,} about {cut / budget.answers:.1%} of rows are expected cut"
+            )
+        if budget.proposed is not None:
+            said += f"; {budget.proposed:,} {budget.covers_text()} ({budget.room_text()})"
+        say(said)
+    if job.max_tokens_auto:
+        value = None if budget is None else budget.proposed
+        entry.update(
+            value=value,
+            why="p99 of the bench's answers, within the context"
+            if budget is not None
+            else "no bench: the server's own limit (the context less each prompt); the yield guard's "
+            "first rows measure the lengths",
+        )
+        say(f"max_tokens = auto: {value if value is not None else 'the server limit (no bench)'}")
+    else:
+        entry["value"] = configured
+    record.data["max_tokens"] = entry
+    record.save()
 
 
 def serving_spec(job: JobFile, record: JobRecord) -> Spec:
@@ -475,10 +604,16 @@ async def _generate(
         endpoints = endpoints_of_fleet(served)
         heal = fleet_healer(served, record, job.max_restarts, say)
         api_key = None  # a fleet's router takes no key of the members'
+    decided = record.data.get("max_tokens") or {}
+    sampling = job.sampling
+    if job.max_tokens_auto:
+        sampling = dataclasses.replace(sampling, max_tokens=decided.get("value"))
     config = JobConfig(
-        input_path=job.prompts, output_dir=job.output, endpoints=endpoints, model=None, sampling=job.sampling,
+        input_path=job.prompts, output_dir=job.output, endpoints=endpoints, model=None, sampling=sampling,
         concurrency=job.concurrency, notify=say, progress_interval_s=PROJECTION_EVERY_S,
         stall_after_s=job.stall_after_s, api_key=api_key, secrets=tuple(record.secrets),
+        retry_truncated=job.retry_truncated, yield_floor=job.yield_floor,
+        context_tokens=context_tokens(record), in_job=True,
     )  # fmt: skip
     record.begin("generate", _gpus_of(job))
     from specpilot.job.cost import heartbeat
@@ -499,8 +634,17 @@ async def _generate(
     summary = outcome.summary
     evidence = {
         "rows_total": summary.total, "rows_done": summary.done, "clean": summary.clean,
-        "flagged": summary.flagged, "failed": summary.failed, "message": outcome.message,
+        "flagged": summary.flagged, "failed": summary.failed, "by_cause": summary.by_cause,
+        "completion_tokens": summary.completion_tokens,
+        "flagged_completion_tokens": summary.flagged_completion_tokens, "message": outcome.message,
     }  # fmt: skip
+    stage = record.stage("generate")
+    stage["stalled_s"] = round(float(stage.get("stalled_s", 0.0)) + outcome.stalled_s, 3)
+    record.data["yield"] = _yield(job, summary)
+    if outcome.yield_stop is not None:
+        record.data["yield_guard"] = {**outcome.yield_stop, "at": time.time()}
+    else:
+        record.data.pop("yield_guard", None)
     if outcome.exit_code != 0:
         record.stage("generate").update(evidence=evidence)
         record.fail("generate", outcome.message)
@@ -508,6 +652,21 @@ async def _generate(
     record.finish("generate", evidence)
     say(f"generate: {outcome.message}")
     return 0, ""
+
+
+def _yield(job: JobFile, summary: JobSummary) -> dict[str, Any]:
+    """job.json's `yield`: rows clean, flagged by cause, failed, against the floor."""
+    share = summary.clean_share
+    return {
+        "rows_total": summary.total,
+        "done": summary.done,
+        "clean": summary.clean,
+        "flagged": summary.flagged,
+        "failed": summary.failed,
+        "by_cause": summary.by_cause,
+        "clean_share": None if share is None else round(share, 4),
+        **job.yield_floor.to_json(),
+    }
 
 
 def _export(job: JobFile, record: JobRecord, say: Say) -> str:
@@ -574,6 +733,8 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> str:
         record.fail("export", why)
         return why
     record.finish("export", evidence)
+    record.data.setdefault("yield", {})["exports"] = export_rows(record)
+    record.save()
     return ""
 
 
@@ -587,6 +748,13 @@ def _model_folder(job: JobFile, record: JobRecord) -> Path | None:
     spec = serving_spec(job, record)
     folder = spec.model_dir()
     return folder if spec.host.target == "local" and is_tokenizer_folder(folder) else None
+
+
+def export_rows(record: JobRecord) -> dict[str, int]:
+    """Rows in each export the job wrote."""
+    from specpilot.job.record import exports_of
+
+    return exports_of(record.data)
 
 
 async def _down(job: JobFile, record: JobRecord, served: str | None, fleet: bool, say: Say) -> None:
@@ -654,17 +822,22 @@ def _served_name(job: JobFile, record: JobRecord) -> str | None:
 
 async def run_job(job: JobFile, record: JobRecord, say: Say) -> JobResult:
     """Every stage after `prepare` and `begin`, each skipped when finished; no line it prints
-    and no failure it raises holds a secret of the job's server specs."""
+    and no failure it raises holds a secret of the job's server specs; however it ends, job.json
+    gets the share of its GPU-hours wasted."""
     from specpilot.secrets import mask_log_text
 
     say = _masked(say, record.secrets)
     for line in record.said:  # what reading the record corrected
         say(line)
+    from specpilot.job.cost import record_waste
+
     try:
         await run_before_serving(job, record, say)
         result = await serve(job, record, say)
     except JobFailed as err:
         raise JobFailed(mask_log_text(str(err), record.secrets)) from None
+    finally:
+        record_waste(record, job.include_flagged)
     result.message = mask_log_text(result.message, record.secrets)
     return result
 
@@ -690,11 +863,34 @@ async def serve(job: JobFile, record: JobRecord, say: Say) -> JobResult:
                 record.save()
             result.exit_code, result.message = code, message
             return result
-    untrainable = "" if record.done("export") else _export(job, record, say)
-    if not record.done("down"):
-        await _down(job, record, served, fleet, say)
+    untrainable = ""
+    try:
+        if not record.done("export"):
+            untrainable = _export(job, record, say)
+    finally:  # an export that fails (every row flagged) still stops what the job started
+        if not record.done("down"):
+            await _down(job, record, served, fleet, say)
+    under = _under_floor(job, record)
     if untrainable:
         result.exit_code, result.message = EXIT_FAILED, untrainable
+    elif under is not None:
+        result.exit_code, result.message = EXIT_FAILED, under
         return result
     result.message = f"job done: {record.stage('generate').get('evidence', {}).get('message', '')}"
     return result
+
+
+def _under_floor(job: JobFile, record: JobRecord) -> str | None:
+    """No "done" without a dataset: a job whose clean yield is under its floor ends non-zero
+    once every row is processed, naming what each export holds."""
+    found = record.data.get("yield") or {}
+    share = found.get("clean_share")
+    if not job.yield_floor.on or share is None or share * 100 >= job.yield_floor.min_clean_pct:
+        return None
+    exports = ", ".join(f"{fmt} {rows:,} rows" for fmt, rows in export_rows(record).items()) or "none"
+    guard = record.data.get("yield_guard") or {}
+    why = guard.get("message") or (
+        f"only {found['clean']:,} of {found['done']:,} rows are clean ({share:.1%}), under the floor of "
+        f"{job.yield_floor.min_clean_pct:g}% ([job] min_clean_yield)"
+    )
+    return f"the dataset is too small to use: {why}; exports written: {exports}"

@@ -162,7 +162,14 @@ class JobRecord:
         )
 
     def fail(self, name: str, reason: str) -> None:
+        """The stage failed: its attempt's GPU-hours count, also as `failed_gpu_hours`."""
         stage = self.stage(name)
+        if stage.get("status") == "running" and "started_at" in stage:
+            wall_s = max(0.0, time.time() - float(stage["started_at"]))
+            self._add_time(stage, wall_s)
+            failed_h = float(stage.get("failed_gpu_hours", 0.0)) + wall_s * int(stage.get("gpus", 0)) / 3600
+            stage["failed_gpu_hours"] = round(failed_h, 6)
+            stage.pop("seen_at", None)
         stage.update(status="failed", reason=reason)
         self.save()
 
@@ -251,6 +258,21 @@ def refuse_changes(record: JobRecord, changed: list[tuple[str, str]], restart_fr
             field=field,
             fix=f"rerun with `--restart-from {restart}` to redo it and what follows, or restore the original",
         )
+
+
+def exports_of(data: dict[str, Any]) -> dict[str, int]:
+    """Rows in each export a job's record says it wrote (those a kill left done, too)."""
+    export = data.get("stages", {}).get("export", {})
+    formats = export.get("evidence", {}).get("formats") or export.get("formats") or {}
+    return {fmt: int(done.get("rows", 0)) for fmt, done in formats.items()}
+
+
+def read_exports(directory: Path) -> dict[str, int] | None:
+    """`exports_of` the job folder's job.json; None where the folder holds no job's record."""
+    try:
+        return exports_of(json.loads((directory / JOB_RECORD).read_text(encoding="utf-8")))
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def pin_prompts(record: JobRecord, job: JobFile) -> None:

@@ -11,8 +11,10 @@
     concurrency = 64              # requests in flight per server (per worker behind a router)
     train_check = true            # false: the exports skip the train-ready check (export --no-train-check)
     stall_after_s = 300           # optional: no token progress this long is a stall (restarted)
+    min_clean_yield = 80          # percent of rows that must come back clean (0: the guard off)
+    guard_min_rows = 200          # finished rows the yield guard waits for before judging
     [job.sampling]                # generate's sampling flags, by their names
-    max_tokens = 4096
+    max_tokens = 4096             # or "auto": from the bench's answer lengths, within the context
     [job.bench]                   # optional: measure variants first, start the winner
     sample = 64
     variants = "plain,NEXTN:2"
@@ -36,15 +38,22 @@ from typing import Any
 from specpilot.errors import UserError
 from specpilot.export.formats import FORMATS, format_named
 from specpilot.generate.sampling import Sampling, SamplingInput, SamplingRefused, flag
+from specpilot.generate.yields import (
+    DEFAULT_GUARD_MIN_ROWS,
+    DEFAULT_MIN_CLEAN_YIELD_PCT,
+    YieldFloor,
+    check_floor,
+    check_min_rows,
+)
 
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_CONCURRENCY = 64
-#: `[job.sampling] max_tokens = "auto"` (the job file's only): from the bench's measured answer lengths
-AUTO_MAX_TOKENS = "auto"
 _JOB_KEYS = {
     "server", "fleet", "prompts", "output", "export", "include_flagged", "keep_servers", "max_restarts",
-    "concurrency", "sampling", "bench", "train_check", "stall_after_s",
+    "concurrency", "sampling", "bench", "train_check", "stall_after_s", "min_clean_yield", "guard_min_rows",
 }  # fmt: skip
+#: [job.sampling] max_tokens = "auto": the job picks it (`pipeline`)
+AUTO = "auto"
 _BENCH_KEYS = {"sample", "variants", "budget_s"}
 #: the flags (and export's DIR) of the commands a job runs for it, as the job file's keys
 _KEY_OF_FLAG = {
@@ -85,10 +94,13 @@ class JobFile:
     #: generate's --stall-after-s (None: the bound is measured)
     stall_after_s: float | None = None
     sampling: Sampling = field(default_factory=lambda: Sampling(thinking=True))
-    #: max_tokens = "auto": taken from the bench's measured answer lengths
-    max_tokens_auto: bool = False
     bench: BenchSection | None = None
     train_check: bool = True
+    yield_floor: YieldFloor = field(default_factory=YieldFloor)
+    #: max_tokens = "auto": the job picks it from the bench's answer lengths within the context
+    max_tokens_auto: bool = False
+    #: --retry-truncated (this run only): the rows cut at the old max_tokens are sent again
+    retry_truncated: bool = False
 
     @property
     def serving_file(self) -> Path:
@@ -99,12 +111,12 @@ class JobFile:
 
     def options_json(self) -> dict[str, Any]:
         """What the job does with its inputs, as hashed into job.json (paths are inputs of their own)."""
+        sampling = self.sampling.to_json()
+        if self.max_tokens_auto:
+            sampling["max_tokens"] = AUTO
         return {
             "export": list(self.export),
-            "sampling": {
-                **self.sampling.to_json(),
-                **({"max_tokens": AUTO_MAX_TOKENS} if self.max_tokens_auto else {}),
-            },
+            "sampling": sampling,
             "bench": None if self.bench is None else self.bench.to_json(),
         }
 
@@ -172,7 +184,7 @@ def _sampling(table: Mapping[str, Any]) -> tuple[Sampling, bool]:
         raise UserError(
             f"unknown key {unknown[0]!r}", field="[job.sampling]", fix=f"use one of {', '.join(known)}"
         )
-    auto = table.get("max_tokens") == AUTO_MAX_TOKENS
+    auto = table.get("max_tokens") == AUTO
     try:
         values = SamplingInput.read(
             {k: v for k, v in table.items() if not (auto and k == "max_tokens")}, typed=True
@@ -222,7 +234,10 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
     unknown = sorted(set(table) - _JOB_KEYS)
     if unknown:
         raise _bad(unknown[0], "unknown key", f"use one of {', '.join(sorted(_JOB_KEYS))}")
-    table = {**table, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    max_tokens = given.pop("max_tokens", None)  # --max-tokens: [job.sampling]'s
+    retry_truncated = bool(given.pop("retry_truncated", False))
+    table = {**table, **given}
     base = path.resolve().parent
     if ("server" in table) == ("fleet" in table):
         raise _bad(
@@ -265,6 +280,16 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
     bench = table.get("bench")
     if not isinstance(sampling, dict) or (bench is not None and not isinstance(bench, dict)):
         raise _bad("sampling", "[job.sampling] and [job.bench] are tables", "write them as [job.sampling]")
+    if max_tokens is not None:
+        sampling = {**sampling, "max_tokens": max_tokens}
+    floor = YieldFloor(
+        check_floor(_typed(table, "min_clean_yield", float, "[job]"), "[job] min_clean_yield")
+        if "min_clean_yield" in table
+        else DEFAULT_MIN_CLEAN_YIELD_PCT,
+        check_min_rows(_typed(table, "guard_min_rows", int, "[job]"), "[job] guard_min_rows")
+        if "guard_min_rows" in table
+        else DEFAULT_GUARD_MIN_ROWS,
+    )
     job_sampling, max_tokens_auto = _sampling(sampling)
     return JobFile(
         path=path.resolve(),
@@ -282,4 +307,6 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
         max_tokens_auto=max_tokens_auto,
         bench=None if bench is None else _bench(bench),
         train_check=_typed(table, "train_check", bool, "[job]") if "train_check" in table else True,
+        yield_floor=floor,
+        retry_truncated=retry_truncated,
     )

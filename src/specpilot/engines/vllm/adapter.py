@@ -42,6 +42,7 @@ ENGINE = Engine(
     value_ranges={r.dest: r for r in flags.VALUE_RANGES},
     field_of_dest={},
     context_len=rules.context_len,
+    context_field="max_model_len",
     log=EngineLog(loglines.QUANTITIES, loglines.MARKERS, loglines.LOADED, loglines.LOADED_LINE),
     signatures=signatures.SIGNATURES,
     spec_metrics=(metrics.SPEC_ACCEPTANCE,),

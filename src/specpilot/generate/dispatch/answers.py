@@ -1,5 +1,6 @@
 """A row's finished turns made into its output row: written to its split, counted, and watched
-for what the answers say of the server (no `usage`, no reasoning where thinking is on)."""
+for what the answers say of the server (no `usage`, no reasoning where thinking is on) and of
+the dataset they make (the yield guard)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from specpilot.generate.rows.types import PromptRow
 from specpilot.generate.rows.validate import flag_bits
 from specpilot.generate.sampling import Sampling
 from specpilot.generate.writers.parts import CLEAN, FLAGGED, PartWriter, Split
+from specpilot.generate.yields import YieldGuard
+
+#: the stop reason while the guard's message waits for the rows in flight (`Job` words it after)
+GUARD_STOP = "yield guard"
 
 
 class Answers:
@@ -27,10 +32,15 @@ class Answers:
         stats: LiveStats,
         say: Callable[[str], None],
         stop: Callable[[str], None],
+        guard: YieldGuard | None = None,
+        drain: Callable[[str], None] | None = None,
     ) -> None:
-        """`say`: a warning for the user; `stop(reason)`: end the job (answers without reasoning)."""
+        """`say`: a warning for the user; `stop(reason)`: end the job (answers without reasoning);
+        `guard` sees every row, and `drain(reason)` ends the job once it fires (the rows in flight
+        still finish)."""
         self.model, self.thinking, self.keep_given_turns = model, sampling.thinking, keep_given_turns
         self.writers, self.stats, self._say, self._stop = writers, stats, say, stop
+        self.guard, self._drain = guard, drain
         self.reasoning = ReasoningWatch(model, thinking=sampling.thinking)
         self.usage_missing_said = False  # the warning of answers without `usage`, said once
 
@@ -54,6 +64,8 @@ class Answers:
         latency_s = sum(result.latency_s for result in done)
         self.stats.answered(done[-1].server, latency_s, meta["prompt_tokens"], meta["completion_tokens"])
         self.stats.flagged_by.update(meta["flags"])
+        if self.guard is not None and self._drain is not None and self.guard.observe(meta):
+            self._drain(GUARD_STOP)
 
     def buffered(self) -> int:
         """Rows written and not flushed yet."""

@@ -39,6 +39,7 @@ from specpilot.generate.rows.output import TurnResult, is_complete, messages_for
 from specpilot.generate.rows.types import PromptRow, RejectedRow
 from specpilot.generate.sampling import Sampling
 from specpilot.generate.writers.parts import PartWriter, Split
+from specpilot.generate.yields import YieldGuard
 
 TICK_S = 0.05
 
@@ -79,8 +80,10 @@ class Dispatcher:
         rows: Iterator[PromptRow | RejectedRow],
         writers: dict[Split, PartWriter],
         client_factory: ClientFactory | None = None,
+        guard: YieldGuard | None = None,
     ) -> None:
-        """`rows`: the input rows to send; `writers`: one per split, closed when `run` ends."""
+        """`rows`: the input rows to send; `writers`: one per split, closed when `run` ends;
+        `guard`: sees every finished row and stops the job whose yield is under its floor."""
         self.policy, self.ledger = policy, ledger
         self.client = (client_factory or ChatClient)(session, model, sampling)
         self.pool = _pool(endpoints, policy.concurrency)
@@ -98,9 +101,11 @@ class Dispatcher:
         self.health = ServerHealth(
             self.pool, self.rows, probe, session, policy, pause, self.stats, self.tasks.spawn, self._say
         )
+        self.guard = guard
         self.answers = Answers(
-            model, sampling, policy.keep_given_turns, writers, self.stats, self._say, self.stopping.stop
-        )
+            model, sampling, policy.keep_given_turns, writers, self.stats, self._say, self.stopping.stop,
+            guard, self._guard_stop,
+        )  # fmt: skip
         self.committer = Committer(ledger, writers, self.rows.take_batch, self._say)
         self.acceptance = AcceptanceWatch(session, self.pool, self.stats, ledger, policy.probe_timeout_s)
 
@@ -175,6 +180,13 @@ class Dispatcher:
 
     def restarted(self, base_url: str) -> None:
         self.health.restarted(base_url)
+
+    def _guard_stop(self, reason: str) -> None:
+        self.stopping.drain(reason)
+        self._say(
+            f"yield guard: the clean yield is under its floor; sending no new rows, finishing the "
+            f"{self.pool.total_in_flight()} in flight"
+        )
 
     def note(self, message: str) -> None:
         """Tell the user something from outside the job."""

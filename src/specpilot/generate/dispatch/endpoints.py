@@ -141,6 +141,23 @@ def resolve_endpoints(
     return endpoints
 
 
+async def served_context(session: aiohttp.ClientSession, endpoints: list[Endpoint]) -> int | None:
+    """The context in tokens the first answering server reports (`max_model_len` in /v1/models,
+    as vLLM and SGLang list it); None where none says."""
+    for endpoint in endpoints:
+        try:
+            async with session.get(
+                f"{endpoint.base_url}/v1/models", timeout=aiohttp.ClientTimeout(total=MODELS_PROBE_TIMEOUT_S)
+            ) as response:
+                models = (await response.json(content_type=None)).get("data") or []
+                value = models[0].get("max_model_len") if models else None
+                if isinstance(value, int) and value > 0:
+                    return value
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError, TypeError):
+            continue
+    return None
+
+
 async def default_model(session: aiohttp.ClientSession, endpoints: list[Endpoint]) -> str:
     """The run's served model name, else the first id of the first answering /v1/models."""
     for endpoint in endpoints:

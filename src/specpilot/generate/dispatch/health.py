@@ -64,6 +64,8 @@ class AllDownPause:
     give_up_after_s: float
     never_answered_limit_s: float = NEVER_ANSWERED_GIVE_UP_S
     down_since: float | None = None
+    #: seconds every server was down in pauses that ended (the job's stalls)
+    ended_s: float = 0.0
 
     def paused(self, now: float, never_answered: bool) -> str | None:
         """Every server is down at `now`: why the job gives up, or None to keep waiting."""
@@ -73,8 +75,14 @@ class AllDownPause:
             now - self.down_since, self.give_up_after_s, never_answered, self.never_answered_limit_s
         )
 
-    def resumed(self) -> None:
+    def resumed(self, now: float) -> None:
+        if self.down_since is not None:
+            self.ended_s += now - self.down_since
         self.down_since = None
+
+    def stalled_s(self, now: float) -> float:
+        """Seconds every server was down so far (the pause going on included)."""
+        return self.ended_s + (now - self.down_since if self.down_since is not None else 0.0)
 
     @property
     def pausing(self) -> bool:
@@ -161,7 +169,7 @@ class ServerHealth:
             self.no_server_left = "; ".join(self.out_for_good)
             return f"no server is left to send to: {self.no_server_left}"
         if not self.pool.all_down():
-            self.pause.resumed()
+            self.pause.resumed(now)
             self.stats.paused_reason = None
             return None
         restarting = [s.name for s in self.pool.servers if s.restarting]

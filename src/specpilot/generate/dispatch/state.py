@@ -81,6 +81,12 @@ class Stopping:
         """Stop now: the requests in flight are cancelled (and sent again by the next run)."""
         self.reason, self.now = reason, True
 
+    def drain(self, reason: str) -> None:
+        """Send nothing new, let the requests in flight finish and commit, then end with `reason`
+        (unless the job is already stopping for another)."""
+        if self.reason is None:
+            self.reason = reason
+
     def interrupted(self, sig: signal.Signals) -> bool:
         """First signal: send nothing new, let requests in flight finish (True: say so).
         Second: stop now."""

@@ -23,6 +23,7 @@ from specpilot.generate.ledger.disk import disk_error
 from specpilot.generate.ledger.lock import is_held
 from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.rows.validate import FLAG_NAMES
+from specpilot.generate.yields import CAUSE_NAMES, primary_cause
 
 #: the rates' window (`summarize`): rows finished in the last minute
 RATE_WINDOW_S = 60.0
@@ -70,7 +71,7 @@ def reading_ledger(directory: Path) -> Iterator[Ledger]:
 CLOCK_JUMP_KEY = "clock_jump_s"
 
 #: keys `to_json` leaves out when unset (the other commands' summaries have no such part)
-_ABSENT_UNSET = ("this_run_servers", "lengths", "clock_jump_s")
+_ABSENT_UNSET = ("this_run_servers", "lengths", "clock_jump_s", "exports")
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,25 @@ class JobSummary:
     #: what eta_s rests on: the rate window's rows per second alone (no tail), or the rows
     #: left played in waves with their tail (`generate.eta.projected_eta`)
     eta_basis: str | None = None
+    #: the flagged rows by the one cause each counts under (`generate.yields.CAUSES`)
+    by_cause: dict[str, int] | None = None
+    #: output tokens of the flagged rows (what `job` counts as spent on rows left out)
+    flagged_completion_tokens: int = 0
+    #: rows in each export a job wrote (`job`'s record; None outside a job's folder)
+    exports: dict[str, int] | None = None
+
+    @property
+    def clean_share(self) -> float | None:
+        """Clean rows over rows done (None before any)."""
+        return self.clean / self.done if self.done else None
+
+    def counts_text(self) -> str:
+        """`C clean, F flagged (by cause), X failed`: what the dataset holds and what it lost."""
+        causes = ", ".join(f"{n:,} {name}" for name, n in (self.by_cause or {}).items() if n)
+        return (
+            f"{self.clean:,} clean, {self.flagged:,} flagged{f' ({causes})' if causes else ''}, "
+            f"{self.failed:,} failed"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object `generate --json` and `report --json` print (parts absent when unset)."""
@@ -168,6 +188,15 @@ def summarize(ledger: Ledger, *, now: float | None = None, running: bool | None 
     prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens = (_int(v) for v in totals[:5])
     first_done, last_done = (None if v is None else float(str(v)) for v in totals[5:7])
     flagged = _int(totals[7])
+    by_cause = dict.fromkeys(CAUSE_NAMES, 0)
+    flagged_tokens = 0
+    for bits, rows, tokens in ledger.query(
+        f"SELECT flags, COUNT(*), COALESCE(SUM(completion_tokens), 0) FROM rows "
+        f"WHERE state = {RowState.DONE} AND flags != 0 GROUP BY flags"
+    ):
+        names = [name for bit, name in enumerate(FLAG_NAMES) if _int(bits) >> bit & 1]
+        by_cause[primary_cause(names) or CAUSE_NAMES[-1]] += _int(rows)
+        flagged_tokens += _int(tokens)
     rows_per_s = recent_rows / window_s
     in_flight = counts[RowState.IN_FLIGHT] if running else 0
     pending = counts[RowState.PENDING] + counts[RowState.IN_FLIGHT] - in_flight
@@ -204,6 +233,8 @@ def summarize(ledger: Ledger, *, now: float | None = None, running: bool | None 
         input=meta.get("input"),
         rate_window_s=round(window_s, 1),
         clock_jump_s=float(meta[CLOCK_JUMP_KEY]) if CLOCK_JUMP_KEY in meta else None,
+        by_cause=by_cause,
+        flagged_completion_tokens=flagged_tokens,
     )
 
 
@@ -212,6 +243,12 @@ def render_summary(summary: JobSummary, console: Console) -> None:
     table = Table(title=f"generate: {s.state}", show_header=False)
     table.add_row("done", f"{s.done}/{s.total}")
     table.add_row("clean / flagged", f"{s.clean} / {s.flagged}")
+    if s.flagged and s.by_cause:
+        table.add_row("flagged by cause", ", ".join(f"{k} {v}" for k, v in s.by_cause.items() if v))
+    if s.exports is not None:
+        table.add_row(
+            "rows in each export", ", ".join(f"{k} {v}" for k, v in s.exports.items()) or "none written yet"
+        )
     table.add_row("rejected", str(s.rejected))
     table.add_row("failed", str(s.failed))
     table.add_row("pending / in flight", f"{s.pending} / {s.in_flight}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from specpilot.generate.rows.repetition import REPETITION_NGRAM, REPETITION_SHARE, is_repetitive
 from specpilot.generate.rows.types import Answer
 
 THINK_MARKERS = ("<think>", "</think>")
@@ -44,6 +45,11 @@ CHECKS: tuple[Check, ...] = (
         "no_finish_reason",
         "the server gave no finish_reason: the answer may have been cut off",
         lambda a, thinking: a.finish_reason is None,
+    ),
+    Check(
+        "repetitive",
+        f"the answer loops: over {REPETITION_SHARE:.0%} of its {REPETITION_NGRAM}-word sequences repeat",
+        lambda a, thinking: is_repetitive(f"{a.reasoning or ''}\n{a.content}"),
     ),
 )
 FLAG_NAMES: tuple[str, ...] = tuple(check.flag for check in CHECKS)
