@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,9 @@ def test_a_bad_extra_body_is_one_line_and_exit_2(tmp_path: Path, body: str, said
     extra = ["--seed", "2"] if "--seed" in said else []
     refused = generate(tmp_path, "http://127.0.0.1:9", "--extra-body", body, *extra)
     assert refused.exit_code == 2
-    (line,) = refused.output.strip().splitlines()
+    # --json: the refusal's one object on stdout, its one line on stderr
+    assert json.loads(refused.stdout)["exit"] == 2
+    (line,) = refused.stderr.strip().splitlines()
     assert line.startswith(said)
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
