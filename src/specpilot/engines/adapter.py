@@ -22,11 +22,12 @@ from specpilot.engines.draft import DraftKnobs
 from specpilot.engines.flags import ReleaseTable
 from specpilot.engines.loglines import LogQuantity
 from specpilot.engines.measured import MeasuredRelease
-from specpilot.engines.metrics import SpecMetric
+from specpilot.engines.metrics import PreemptionSignal, SpecMetric
 from specpilot.engines.phases import StartupPhases
 from specpilot.engines.ranges import ValueRange
 from specpilot.engines.rules import Rule
 from specpilot.engines.signatures import Signature
+from specpilot.engines.starts import UNKNOWN_START, StartEstimate
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,10 @@ class Engine:
     #: secret flags the engine also reads from an environment variable: `up` passes them
     #: there, so the value is in neither launch.sh nor the process's argv (/proc/PID/cmdline)
     secret_flag_env: Mapping[str, str] = field(default_factory=dict)
+    #: how it says it took running requests off for KV room (bench shows them beside a point)
+    preemption: PreemptionSignal | None = None
+    #: how long a start takes where this host recorded none (bench's budget)
+    start: StartEstimate = UNKNOWN_START
 
 
 @dataclass(frozen=True, eq=False)

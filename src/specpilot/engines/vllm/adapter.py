@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
+from specpilot.engines.starts import StartEstimate
 from specpilot.engines.vllm import draft, flags, loglines, metrics, releases, rules, signatures
 from specpilot.engines.vllm.releases import vllm_line
 
@@ -45,6 +46,8 @@ ENGINE = Engine(
     log=EngineLog(loglines.QUANTITIES, loglines.MARKERS, loglines.LOADED, loglines.LOADED_LINE),
     signatures=signatures.SIGNATURES,
     spec_metrics=(metrics.SPEC_ACCEPTANCE,),
+    preemption=metrics.PREEMPTIONS,
+    start=StartEstimate(300.0, 120.0, 'vLLM: torch.compile and CUDA graph capture on a first start, cached for later ones'),
     # vllm/entrypoints/openai/api_server.py: `args.api_key or [envs.VLLM_API_KEY]`
     # https://github.com/vllm-project/vllm/blob/main/vllm/envs.py (VLLM_API_KEY)
     secret_flag_env={"--api-key": "VLLM_API_KEY"},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specpilot.engines.metrics import SpecMetric
+from specpilot.engines.metrics import PreemptionSignal, SpecMetric
 
 #: counters; prometheus_client adds "_total" to a counter's declared name
 SPEC_ACCEPTANCE = SpecMetric(
@@ -10,4 +10,12 @@ SPEC_ACCEPTANCE = SpecMetric(
     accepted="vllm:spec_decode_num_accepted_tokens_total",
     drafts="vllm:spec_decode_num_drafts_total",
     source="https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/spec_decode/metrics.py#L229",
+)
+
+#: requests the V1 scheduler preempted for KV room (each recomputed later)
+PREEMPTIONS = PreemptionSignal(
+    "vllm",
+    word="preemptions",
+    counter="vllm:num_preemptions_total",
+    source="https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/metrics/loggers.py",
 )
