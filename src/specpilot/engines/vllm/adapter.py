@@ -47,7 +47,9 @@ ENGINE = Engine(
     signatures=signatures.SIGNATURES,
     spec_metrics=(metrics.SPEC_ACCEPTANCE,),
     preemption=metrics.PREEMPTIONS,
-    start=StartEstimate(300.0, 120.0, 'vLLM: torch.compile and CUDA graph capture on a first start, cached for later ones'),
+    start=StartEstimate(
+        300.0, 120.0, "vLLM: torch.compile and CUDA graph capture on a first start, cached for later ones"
+    ),
     # vllm/entrypoints/openai/api_server.py: `args.api_key or [envs.VLLM_API_KEY]`
     # https://github.com/vllm-project/vllm/blob/main/vllm/envs.py (VLLM_API_KEY)
     secret_flag_env={"--api-key": "VLLM_API_KEY"},
