@@ -5,9 +5,9 @@ from __future__ import annotations
 from packaging.version import Version
 
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
-from specpilot.engines.starts import StartEstimate
 from specpilot.engines.sglang import draft, flags, loglines, metrics, phases, releases, rules, signatures
 from specpilot.engines.sglang.releases import release_rules
+from specpilot.engines.starts import StartEstimate
 
 
 def release_window(version: str) -> ReleaseWindow:
