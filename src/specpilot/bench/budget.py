@@ -98,7 +98,8 @@ class BudgetNeed:
             return
         what = "two configurations" if configs > 1 else "its one configuration"
         raise UserError(
-            f"{budget_s:g} s cannot measure {what}: they need about {math.ceil(self.least_s)} s ({self.line})",
+            f"{budget_s:g} s cannot measure {what}: they need about {math.ceil(self.least_s)} s "
+            f"({self.line})",
             field="--budget-s",
             fix=f"pass --budget-s {math.ceil(self.least_s)} or more (about {math.ceil(self.expected_s)} s to "
             "search every point), or --variants with fewer configurations",

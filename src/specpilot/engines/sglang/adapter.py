@@ -51,7 +51,8 @@ ENGINE = Engine(
     start=StartEstimate(
         240.0,
         90.0,
-        "SGLang 0.5.17 on an H200 (a 27B model): 90-240 s for a first start, 60-90 s once its kernels are cached",
+        "SGLang 0.5.17 on an H200 (a 27B model): 90-240 s for a first start, 60-90 s once its kernels are "
+        "cached",
     ),
     # none: 0.5.10-0.5.23 read --api-key/--admin-api-key only from argv or a --config
     # YAML file (srt/server_args.py); no environment variable
