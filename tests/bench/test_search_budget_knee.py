@@ -199,7 +199,7 @@ def test_a_60_s_budget_on_1_s_starts_measures_several_configurations() -> None:
     lab = KvLab(profiles, {label: 24 for label in profiles}, sample_lengths(48, mean=60), 10**9)
     configs = [Variant(), Variant("NEXTN", 1), Variant("NEXTN", 2), Variant("NEXTN", 3)]
     result = run(configs, lab, 48, budget_s=60.0, least_s=10.0)
-    assert len(result.compared) >= 2 and result.winner is not None, lab.trials
+    assert result.winner is not None and len(result.compared) >= 2, lab.trials
     assert result.spent_s <= 60.0
 
 
