@@ -114,6 +114,8 @@ class Measured:
     preemption_source: str | None = None
     #: the search's word on the point: measured at its own cap, or projected from another's screen
     predicted: bool = False
+    #: why the search tried this cap (the plan's maximum, half, a quarter, KV-bound, the knee)
+    origin: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items()}

@@ -29,7 +29,7 @@ from specpilot.bench.budget import Costs, start_costs
 from specpilot.bench.lab import EngineLab, axis_notes
 from specpilot.bench.measure import Measured, Notify, Settings
 from specpilot.bench.sample import draw, open_prompts, write_prompts
-from specpilot.bench.search import CONFIRM_MAX, MARGIN, Entry, Job, SearchResult, search
+from specpilot.bench.search import CAP_ORIGINS, CONFIRM_MAX, MARGIN, Entry, Job, SearchResult, search
 from specpilot.bench.variants import Variant
 from specpilot.errors import JobFailed, UserError
 from specpilot.generate.sampling import Sampling
@@ -335,7 +335,7 @@ def _verdict(found: SearchResult, costs: Costs, rows: int) -> str | None:
     missing = [
         e.max_running_requests or 1
         for e in found.entries
-        if e.point.config.label not in found.compared and e.origin == "the plan's maximum"
+        if e.point.config.label not in found.compared and e.origin == CAP_ORIGINS[0]
     ]
     more_s = sum(costs.measurement_s(1, min(cap, rows), cap) for cap in missing)
     return f"{found.verdict}; about {math.ceil(found.spent_s + more_s)} s of --budget-s would screen them too"
@@ -358,7 +358,8 @@ def _row(entry: Entry, lab: EngineLab) -> Measured:
     row.search, row.basis = entry.status, entry.basis
     row.predicted = entry.status == "predicted"
     row.reason = entry.reason or row.reason
-    if entry.origin:
+    row.origin = entry.origin
+    if entry.origin and entry.origin not in CAP_ORIGINS:  # a KV-bound cap or a knee probe says why
         row.basis = f"{entry.origin}; {row.basis}" if row.basis else entry.origin
     if entry.job is not None:
         row.projected_s = round(entry.job.wall_s, 1)

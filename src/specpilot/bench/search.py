@@ -203,7 +203,7 @@ async def search(
             continue
         state.kv_tokens[config] = planned.kv_tokens
         caps = cap_points(planned.max_running_requests)
-        for cap, origin in zip(caps, _ORIGINS, strict=False):
+        for cap, origin in zip(caps, CAP_ORIGINS, strict=False):
             entry = state.add(config.at(cap), origin)
             if cap == caps[0] and entry.status == "predicted":
                 screens.append(entry)
@@ -220,7 +220,7 @@ async def search(
 
 
 #: why each of `cap_points`' first three caps is searched
-_ORIGINS = ("the plan's maximum", "half the maximum", "a quarter of the maximum")
+CAP_ORIGINS = ("the plan's maximum", "half the maximum", "a quarter of the maximum")
 
 
 @dataclass
