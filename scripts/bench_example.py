@@ -50,7 +50,7 @@ def main() -> None:
             f"command = {json.dumps([os.path.realpath(sys.executable), str(BENCH_ENGINE)])}\n"
             f"args = {json.dumps(SPECULATIVE_ARGS)}\n"
             f"env = {{ {', '.join(f'{k} = {json.dumps(v)}' for k, v in env_table.items())} }}\n"
-            f'[server]\nport = {free_port()}\nready_timeout_s = 60\n[host]\ntarget = "local"\n'
+            f'[server]\nport = {free_port()}\nready_timeout_s = 15\n[host]\ntarget = "local"\n'
         )
         write_prompts(root / "prompts.jsonl", 300)
         argv = [

@@ -33,8 +33,12 @@ Steps, each skipped once done (state in $SPECPILOT_GPU_STASH/job, default /root/
   exit code, the rows sent and done when it stopped, the guard's message, job.json's yield and
   gpu_hours_wasted_share, and the GPU processes left after it (none).
 * ``search``: `specpilot bench` as a search over no speculation and MTP (3 draft tokens), each at
-  the plan's maximum running requests, half and a quarter (six points), on the whole card, within
-  ``$SEARCH_BUDGET_S`` (default 720), `--write best.toml`.
+  the plan's maximum running requests, half and a quarter (six points, and the KV-bound cap where
+  it lies below), on the whole card, within ``$SEARCH_BUDGET_S`` (default ``SEARCH_BUDGET_S``:
+  what bench says it needs with no start recorded, a first start ~200 s, the others warm),
+  `--write best.toml`; results.json keeps every point's status, its measured or predicted rate
+  and projection, the budget line bench printed, the winner and the ratio of its projected job
+  to the other configuration's best point measured at its own cap (`summarize_search`).
 * ``upbest``: `specpilot up` of that best.toml as written, `status` (live argv against the spec),
   200 rows through it, down.
 
@@ -129,9 +133,14 @@ KEEP_ENV = (
     "TORCH_SYMM_MEM_DISABLE_MULTICAST",
     "NVSHMEM_DISABLE_NVLS",
 )
+#: the search step's budget: two screens (a first start ~200 s compiling kernels, one warm ~70 s,
+#: each ~20 s of warm-up and a wave of 64-token answers) and up to five full samples at warm
+#: starts (three confirmations, two knee probes: ~90 s each, as the 2026-12-03 round's 276 s for
+#: two screens and one confirmation with warm kernels); bench refuses less than its two screens
+SEARCH_BUDGET_S = 960
 STEP_EST_S = {
     "jobrun": 330,
-    "search": 500,
+    "search": SEARCH_BUDGET_S + 60,
     "upbest": 150,
     "model": 40,
     "plain": 330,
@@ -824,7 +833,7 @@ def step_search(budget: Budget) -> dict[str, Any]:
     spec.write_text(spec_text("search", BASE_ARGS + MTP_ARGS, None))
     best = folder / "best.toml"
     best.unlink(missing_ok=True)
-    search_s = int(min(float(os.environ.get("SEARCH_BUDGET_S", "720")), budget.left_s() - 60))
+    search_s = int(min(float(os.environ.get("SEARCH_BUDGET_S", SEARCH_BUDGET_S)), budget.left_s() - 60))
     with Sampler(folder / "samples", lambda: sorted(RUNS.glob("bench-search-*/engine.log"))):
         done = specpilot(
             "bench", str(spec), "--prompts", str(STASH / "e2e.jsonl"), "--job", str(folder / "job"),
@@ -840,7 +849,56 @@ def step_search(budget: Budget) -> dict[str, Any]:
         source = folder / "job" / name
         if source.exists():
             (folder / f"job-{name}").write_bytes(source.read_bytes())
-    return {"exit": done.returncode, "budget_s": search_s, "best_written": best.exists()}
+    found: dict[str, Any] = {"exit": done.returncode, "budget_s": search_s, "best_written": best.exists()}
+    found["budget_line"] = next(
+        (line for line in done.stderr.splitlines() if line.startswith("budget: ")), None
+    )
+    found["error"] = next((line for line in done.stderr.splitlines() if line.startswith("error: ")), None)
+    result = folder / "job" / "bench.json"
+    if result.exists():
+        found.update(summarize_search(json.loads(result.read_text())))
+    return found
+
+
+def summarize_search(data: dict[str, Any]) -> dict[str, Any]:
+    """Every point of a bench.json (its status, measured or predicted rate and projection, the
+    preemptions seen), the winner, and the ratio of the winner's projected job to the best point
+    of the other configuration measured at its own cap (below 1: the winner finishes first)."""
+    rows = data.get("variants") or []
+    points = [
+        {
+            "label": row["label"],
+            "status": row.get("search") or row.get("status"),
+            "running": row.get("max_running_requests"),
+            "measured_tokens_per_s": row.get("output_tokens_per_s"),
+            "predicted": (row.get("search") or row.get("status")) == "predicted",
+            "projected_s": row.get("projected_s"),
+            "preemptions": row.get("preemptions"),
+            "reason": row.get("reason"),
+        }
+        for row in rows
+    ]
+    winner = data.get("winner")
+    search = data.get("search") or {}
+    found: dict[str, Any] = {
+        "points": points,
+        "winner": winner,
+        "compared": search.get("compared"),
+        "verdict": search.get("verdict"),
+        "spent_s": search.get("spent_s"),
+    }
+    own = [p for p in points if p["status"] in ("screened", "measured") and p["projected_s"]]
+    mine = next((p for p in own if p["label"] == winner), None)
+    others = [p for p in own if winner and p["label"].split("@")[0] != winner.split("@")[0]]
+    if mine is not None and others:
+        other = min(others, key=lambda p: p["projected_s"])
+        found["winner_vs_other"] = {
+            "other": other["label"],
+            "winner_projected_s": mine["projected_s"],
+            "other_projected_s": other["projected_s"],
+            "ratio": round(mine["projected_s"] / other["projected_s"], 3),
+        }
+    return found
 
 
 def step_upbest(budget: Budget) -> dict[str, Any]:
@@ -854,7 +912,10 @@ def step_upbest(budget: Budget) -> dict[str, Any]:
     spec = folder / "best.toml"
     spec.write_text(best.read_text())
     name = str(tomllib.loads(spec.read_text())["name"])
-    results: dict[str, Any] = {"spec": spec.read_text()}
+    results: dict[str, Any] = {
+        "spec": spec.read_text(),
+        "winner": state()["results"].get("search", {}).get("winner"),
+    }
     with server(name, spec, folder, results) as ready:
         if ready:
             status = specpilot("status", name, "--json", out=folder / "status.json")

@@ -92,7 +92,7 @@ args = {json.dumps(SPECULATIVE_ARGS if args is None else args)}
 env = {{ {", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())} }}
 [server]
 port = {free_port()}
-ready_timeout_s = 60
+ready_timeout_s = 15
 [host]
 target = "{host}"
 """

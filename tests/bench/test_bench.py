@@ -138,9 +138,17 @@ def test_a_variant_that_dies_and_one_check_refuses_stay_in_the_table(
     ran = specpilot(
         "bench", spec, "--prompts", prompts, "--job", job, "--sample", 16, "--max-tokens", 16,
         "--variants", "plain,NEXTN:2,DFLASH:1", "--budget-s", 60, "--warmup-s", 5,
+        "--write", tmp_path / "best.toml",
     )  # fmt: skip
-    assert ran.code == 0, ran.output
-    rows = {v["label"]: v for v in json.loads((job / "bench.json").read_text())["variants"]}
+    # plain alone was measured: nothing was compared, so no winner (exit 1), and the line says why
+    assert ran.code == 1, ran.output
+    result = json.loads((job / "bench.json").read_text())
+    assert result["winner"] is None and result["search"]["compared"] == ["plain"]
+    assert "no winner: a winner needs two configurations" in ran.stdout
+    assert "not measured: NEXTN-2 (failed: did not start" in result["search"]["verdict"]
+    assert "s of --budget-s would screen them too" in result["search"]["verdict"]
+    assert not (tmp_path / "best.toml").exists()  # --write writes nothing without a winner
+    rows = {v["label"]: v for v in result["variants"]}
     plain = [label for label in rows if label.startswith("plain@")]
     assert rows[plain[0]]["status"] == "measured"
     nextn = [label for label in rows if label.startswith("NEXTN-2@")]
@@ -165,7 +173,7 @@ def test_ctrl_c_mid_bench_stops_every_server(
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     argv = [sys.executable, "-m", "specpilot", "bench", str(spec), "--prompts", str(prompts),
             "--job", str(tmp_path / "job"), "--sample", "32", "--max-tokens", "4000",
-            "--variants", "plain,NEXTN:1", "--budget-s", "120", "--warmup-s", "2"]  # fmt: skip
+            "--variants", "plain,NEXTN:1", "--budget-s", "900", "--warmup-s", "2"]  # fmt: skip
     process = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     assert process.stderr is not None
     lines = []
@@ -192,27 +200,38 @@ def test_a_spec_without_speculation_measures_what_it_can_and_says_so(
     bench_spec: SpecFactory, tmp_path: Path, run_home: Path
 ) -> None:
     spec = bench_spec({"0": {"step_s": 0.02, "accept": 1.0, "cap": 8}}, args=["--context-length", "32768"])
-    prompts = write_prompts(tmp_path / "prompts.jsonl", 20)
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 60)
     ran = specpilot(
         "bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--sample", 8,
         "--max-tokens", 8, "--budget-s", 60, "--warmup-s", 2, "--json", "--min-p", 0.05, "--stop", "###",
+        "--write", tmp_path / "best.toml",
     )  # fmt: skip
     assert ran.code == 0, ran.output
+    # one configuration may win alone: best.toml and the notes say nothing was compared
+    written = (tmp_path / "best.toml").read_text()
+    assert written.startswith("# specpilot bench: one configuration searched (plain): nothing was compared\n")
+    assert tomllib.loads(written)["name"] == "qb"
+    # every start recorded how long it took to be ready: the next bench budgets starts by it
+    states = [
+        json.loads(f.read_text()) for f in (Path(os.environ["SPECPILOT_HOME"]) / "runs").glob("*/state.json")
+    ]
+    assert states and all(state["ready_s"] > 0 for state in states)
     # the job's own sampling, generate's options: bench.json says what was sent
     sampling = json.loads(ran.stdout)["sampling"]
     assert sampling["max_tokens"] == 8 and sampling["request_fields"] == {"min_p": 0.05, "stop": ["###"]}
     assert "speculation: plain only (the spec turns on no speculative method" in ran.stderr
     result = json.loads(ran.stdout)
-    assert [v["label"].split("@")[0] for v in result["variants"]] == ["plain"] * 3
+    assert {v["label"].split("@")[0] for v in result["variants"]} == {"plain"}
     assert result["winner"].startswith("plain@")
-    assert result["projection"]["rows"] == 20
+    assert "one configuration searched (plain): nothing was compared" in result["search"]["notes"]
+    assert result["projection"]["rows"] == 60
 
 
 def test_a_sample_longer_than_the_budget_is_cut_and_measured_as_far_as_it_got(
     bench_spec: SpecFactory, tmp_path: Path, run_home: Path
 ) -> None:
     spec = bench_spec({"0": {"step_s": 0.03, "accept": 1.0, "cap": 4}})
-    prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 60)
     started_s = time.monotonic()
     ran = specpilot(
         "bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--sample", 32,
@@ -221,12 +240,12 @@ def test_a_sample_longer_than_the_budget_is_cut_and_measured_as_far_as_it_got(
     took_s = time.monotonic() - started_s
     assert ran.code == 0, ran.output
     rows = json.loads((tmp_path / "job" / "bench.json").read_text())["variants"]
-    # 40 rows (the sample fills the plan's cap: all the file has) of 40 to 100 tokens, 4 at a
-    # time at 33 tok/s each (the stand-in sleeps its steps), take 20 s at the least: the
-    # screen, the whole sample given half the budget (15 s), is cut however fast the machine;
-    # a loaded one (the suite's workers) still has seconds after the start for rows to finish
+    # the screen's 57 rows (the plan's cap; the file's 60 are the sample) of 40 to 100 tokens,
+    # 4 at a time at 33 tok/s each (the stand-in sleeps its steps), take 28 s at the least: the
+    # screen, given what is left of the 30 s budget after its start and warm-up, is cut however
+    # fast the machine; a loaded one still has seconds after the start for rows to finish
     row = rows[0]
-    assert row["search"] == "measured" and row["budget_reached"]
-    assert 0 < row["rows_done"] < 40 and row["output_tokens_per_s"] > 0
+    assert row["search"] == "screened" and row["budget_reached"]
+    assert 0 < row["rows_done"] < 57 and row["output_tokens_per_s"] > 0
     assert took_s < 30 + 30  # the budget, then the stop and the process start around it
     assert all(not members for members in live_runs(Path(os.environ["SPECPILOT_HOME"])).values())

@@ -3,7 +3,6 @@ server started (each case is refused before the first variant's `up`)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -95,23 +94,33 @@ def test_a_request_field_given_twice(spec: Path, prompts: Path, tmp_path: Path) 
     )
 
 
-def test_a_budget_too_small_for_one_point_starts_nothing_and_says_so(
-    spec: Path, prompts: Path, tmp_path: Path
-) -> None:
-    """Above the warm-up, but each screen's share of it (half, split among the configurations)
-    is below it: every point says why in the table, exit 2, nothing started."""
+def test_a_budget_under_the_two_configuration_minimum(spec: Path, tmp_path: Path) -> None:
+    """Above the warm-up, but below two configurations' starts, warm-ups and screens as the
+    budget line counts them (no start recorded here: the engine's stated estimate, at most the
+    spec's ready timeout): refused before anything starts, naming the budget that can."""
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 60)
     job = tmp_path / "job"
     ran = specpilot(
         "bench", spec, "--prompts", prompts, "--job", job, "--sample", 8, "--budget-s", 20, "--warmup-s", 8,
-        timeout_s=120,
+        "--max-tokens", 16, timeout_s=120,
     )  # fmt: skip
     assert ran.code == 2, ran.output
-    assert ran.stderr.splitlines()[-1].startswith("error: --budget-s: no point could be started"), ran.stderr
-    assert "not started" in ran.stdout and "axis layout: one GPU (one engine" in ran.stdout
-    rows = json.loads((job / "bench.json").read_text())["variants"]
-    assert rows and {row["search"] for row in rows} == {"not started"}
-    screens = [
-        row for row in rows if row["label"].split("@")[1] == str(max(r["max_running_requests"] for r in rows))
-    ]
-    assert screens and all(row["reason"].startswith("the budget leaves") for row in screens)
+    line = ran.stderr.splitlines()[-1]
+    assert line.startswith("error: --budget-s: 20 s cannot measure two configurations: they need about ")
+    least = int(line.split("they need about ")[1].split(" s")[0])
+    assert least > 20 and f"pass --budget-s {least}" in line
+    assert "budget: 20 s given; about " in ran.stderr and "compiles kernels" in ran.stderr
+    assert not (job / "bench.json").exists()
+    assert not live_runs(Path(os.environ["SPECPILOT_HOME"]))
+
+
+def test_a_prompts_file_too_small_to_reach_steady_state(spec: Path, prompts: Path, tmp_path: Path) -> None:
+    """10 rows cannot fill any configuration's largest cap once: no steady state to measure."""
+    ran = specpilot(
+        "bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--sample", 4, timeout_s=60
+    )
+    assert ran.code == 2, ran.output
+    line = ran.stderr.splitlines()[-1]
+    assert line.startswith("error: --prompts: 10 rows (all 10 usable rows of the prompts file) cannot fill ")
+    assert "no steady state" in line and "bench on a prompts file of at least" in line
     assert not live_runs(Path(os.environ["SPECPILOT_HOME"]))

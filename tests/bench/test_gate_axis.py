@@ -138,7 +138,7 @@ args = {json.dumps(ARGS)}
 env = {{ {", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())} }}
 [server]
 port = {free_port()}
-ready_timeout_s = 60
+ready_timeout_s = 15
 """
     )
     prompts = write_prompts(tmp_path / "prompts.jsonl", 300)

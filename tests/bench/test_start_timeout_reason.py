@@ -1,4 +1,4 @@
-"""A point whose start runs past its share of the bench budget names --budget-s, not the spec's
+"""A point whose start runs past what is left of the bench budget names --budget-s, not the spec's
 ready_timeout_s (the second H200 search, 2026-12-03: a 480 s budget left each screen 120 s; both
 starts, on a fresh machine compiling kernels, were told to raise [server] ready_timeout_s, 500)."""
 
@@ -12,7 +12,7 @@ ENGINE_SAID = "not ready after 120 s (phase 'cuda_graph_capture'; raise [server]
 
 def test_a_start_cut_by_the_budget_s_share_names_the_budget() -> None:
     reason = _failure(UpResult("search", "failed", "timeout", ENGINE_SAID), 120.0, 500.0)
-    assert "share of the budget (120 s; the spec allows 500 s): raise --budget-s" in reason
+    assert "what was left of the budget (120 s; the spec allows 500 s): raise --budget-s" in reason
     assert "ready_timeout_s" not in reason
 
 

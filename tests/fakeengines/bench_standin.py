@@ -61,7 +61,7 @@ env = {{ {", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())} }}
 
 [server]
 port = {port}
-ready_timeout_s = 60
+ready_timeout_s = 15
 """
 
 

@@ -51,3 +51,26 @@ def test_e2e_summary_tables_the_recorded_vllm_pairs(tmp_path: Path) -> None:
     pairs = json.loads((tmp_path / "results.json").read_text())["steps"]["saturation"]["pairs"]
     assert [(p["concurrency"], p["ratio_steady"]) for p in pairs] == [(16, 1.0239), (256, 1.0422), (64, 1.01)]
     assert "| 64 | 7099.9 | 7170.8 | 1.01 |" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_search_step_records_every_point_and_the_winner_against_the_other_configuration() -> None:
+    """`job.py`'s search step on the 2026-12-03 H200 search: each point's status and rate (measured
+    or predicted), and the winner's projected job against the other configuration's best point
+    measured at its own cap (plain@119, 120.9 s, against NEXTN-3@51's screen, 231.2 s)."""
+    import job
+
+    recorded = REPO / "tests" / "data" / "gpu-runs" / "sglang-0.5.17-h200-search" / "job-bench.json"
+    found = job.summarize_search(json.loads(recorded.read_text()))
+    assert found["winner"] == "plain@119"
+    points = {p["label"]: p for p in found["points"]}
+    assert points["plain@60"]["predicted"] and points["plain@60"]["measured_tokens_per_s"] is None
+    assert (
+        points["plain@119"]["status"] == "measured" and points["plain@119"]["measured_tokens_per_s"] == 1064.6
+    )
+    assert points["NEXTN-3@13"]["status"] == "refused" and points["NEXTN-3@13"]["reason"]
+    assert found["winner_vs_other"] == {
+        "other": "NEXTN-3@51",
+        "winner_projected_s": 120.9,
+        "other_projected_s": 231.2,
+        "ratio": round(120.9 / 231.2, 3),
+    }

@@ -32,7 +32,7 @@ def test_the_bench_winner_is_what_the_job_starts(
     job.write_text(
         f'[job]\nserver = "{spec.name}"\nprompts = "prompts.jsonl"\noutput = "out"\nexport = ["parquet"]\n'
         "concurrency = 8\nmin_clean_yield = 50\n[job.sampling]\nmax_tokens = 24\n"
-        '[job.bench]\nsample = 16\nvariants = "plain,NEXTN:2"\nbudget_s = 20\n'
+        '[job.bench]\nsample = 16\nvariants = "plain,NEXTN:2"\nbudget_s = 60\n'
     )
     result = CliRunner().invoke(cli, ["job", str(job)], catch_exceptions=False)
     assert result.exit_code == 0, result.output

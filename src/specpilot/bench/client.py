@@ -46,6 +46,8 @@ class RequestTiming:
     itl_s: tuple[float, ...]
     output_tokens: int
     finish_reason: str | None
+    #: the prompt's tokens as the server counted them (0: it did not say)
+    prompt_tokens: int = 0
 
 
 @dataclass
@@ -214,6 +216,7 @@ class StreamingChatClient(ChatClient):
                 itl_s=tuple(later - earlier for earlier, later in itertools.pairwise(times)),
                 output_tokens=answer.completion_tokens,
                 finish_reason=answer.finish_reason,
+                prompt_tokens=answer.prompt_tokens,
             )
         )
         return answer

@@ -89,10 +89,13 @@ class EngineLab:
         prepared = self.prepare(point)
         if prepared.plan is None:
             return Planned(None, prepared.refused or "no plan")
+        plan = prepared.plan
         if point.running_cap is not None or point.prefill_graph is not None:
-            return Planned(prepared.plan.max_running_requests)
-        gate = self.gates[point] = prepared.plan.prefill_gate
-        return Planned(prepared.plan.max_running_requests, other_side=other_side(point, gate))
+            return Planned(plan.max_running_requests, kv_tokens=plan.kv_tokens)
+        gate = self.gates[point] = plan.prefill_gate
+        return Planned(
+            plan.max_running_requests, other_side=other_side(point, gate), kv_tokens=plan.kv_tokens
+        )
 
     async def measure(self, point: Variant, rows: int, budget_s: float) -> Trial:
         prepared = self.prepare(point)
@@ -117,7 +120,8 @@ class EngineLab:
         lengths = tuple(t.output_tokens for t in timings)
         rates = batch_rates(timings)
         row.rates_by_batch, row.largest_in_flight = rates.to_json(), rates.largest
-        return Trial(ok, row.reason, rates, lengths, cost_s, row)
+        asked = tuple(t.prompt_tokens for t in timings if t.prompt_tokens > 0)
+        return Trial(ok, row.reason, rates, lengths, cost_s, row, asked, row.preemptions)
 
 
 def other_side(config: Variant, gate: PrefillGate | None) -> Variant | None:
@@ -202,7 +206,10 @@ def axis_notes(
         notes.append(f"adaptive speculation: {', '.join(adaptive) or 'not asked for (--variants)'}")
     notes.append(
         f"running requests ({engine.draft.running_cap_flag}): the plan's maximum, half and a quarter "
-        "of it, per configuration"
+        "of it, and the cap whose running requests the KV cache holds whole (the plan's KV tokens / "
+        "the sample's mean prompt and answer), per configuration; lower while the engine reports "
+        f"{'preemptions' if engine.preemption is None else engine.preemption.word} (its KV cache ran out) or "
+        "the throughput still rises"
     )
     notes.append(gate_axis(release, gates))
     notes.append(layout_axis(spec.gpu.count, host_gpus))

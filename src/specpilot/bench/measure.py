@@ -27,9 +27,12 @@ import aiohttp
 from specpilot.bench.client import RequestTiming, StreamingChatClient, TimingLog
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import Prepared
+from specpilot.engines.metrics import PreemptionSignal
+from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import endpoint_of_run
+from specpilot.generate.dispatch.servers import parse_metrics
 from specpilot.generate.job import JobConfig, generate_in_loop
 from specpilot.generate.sampling import Sampling
 from specpilot.generate.yields import YieldFloor
@@ -106,6 +109,14 @@ class Measured:
     rates_by_batch: list[dict[str, float]] = field(default_factory=list)
     #: the most requests seen in flight (the rates' `largest`)
     largest_in_flight: int | None = None
+    #: requests the engine took off for KV room during the sample (vLLM's preemptions, SGLang's
+    #: retractions: `preemption_source` says which and how they were read); None: not known
+    preemptions: int | None = None
+    preemption_source: str | None = None
+    #: the search's word on the point: measured at its own cap, or projected from another's screen
+    predicted: bool = False
+    #: why the search tried this cap (the plan's maximum, half, a quarter, KV-bound, the knee)
+    origin: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items()}
@@ -249,6 +260,8 @@ async def measure(
         notify(
             f"{label}: measuring {settings.sample_rows} rows at {concurrency} requests in flight (its cap)"
         )
+        signal_ = engine_by_name(spec.engine.name).preemption
+        counted_before = _counter(result.endpoint, signal_)
         sample_started_s = time.monotonic()
         await _guarded(
             _job(
@@ -263,6 +276,9 @@ async def measure(
         row.budget_reached = guard.budget_reached
         _fill(row, log, elapsed_s)
         row.accept_length, row.accept_source = _acceptance(result.endpoint, guard.dispatcher)
+        row.preemptions, row.preemption_source = await _preemptions(
+            spec, signal_, counted_before, _counter(result.endpoint, signal_)
+        )
         notify(f"{label}: {_summary(row)}; stopping")
         return row, list(log.requests)
     finally:
@@ -285,10 +301,10 @@ async def _up(spec: Spec, prepared: Prepared, progress: Progress) -> UpResult:
 
 def _failure(result: UpResult, share_s: float, spec_timeout_s: float) -> str:
     if result.cause == "timeout" and share_s < spec_timeout_s:
-        # the budget's share cut the start, not the spec's own ready_timeout_s: name the knob that
+        # the budget left cut the start, not the spec's own ready_timeout_s: name the knob that
         # moves it (an H200 search whose --budget-s left 120 s a start was told to raise the spec's)
         return (
-            f"did not start within its share of the budget ({share_s:.0f} s; the spec allows "
+            f"did not start within what was left of the budget ({share_s:.0f} s; the spec allows "
             f"{spec_timeout_s:.0f} s): raise --budget-s (a first start on a machine compiles kernels)"
         )
     first = (result.error or "").strip().splitlines()
@@ -336,6 +352,53 @@ def _acceptance(endpoint: str | None, dispatcher: Dispatcher | None) -> tuple[fl
             break  # the release answered: it has no acceptance to report there
     accept = dispatcher.accept_length() if dispatcher is not None else None
     return (round(accept, 3), "/metrics") if accept is not None else (None, None)
+
+
+def _counter(endpoint: str | None, signal_: PreemptionSignal | None) -> float | None:
+    """The engine's preemption counter on /metrics now; None where it exports none."""
+    if endpoint is None or signal_ is None or signal_.counter is None:
+        return None
+    try:
+        with urllib.request.urlopen(f"{endpoint}/metrics", timeout=SERVER_INFO_TIMEOUT_S) as answer:
+            return parse_metrics(answer.read().decode("utf-8", "replace")).get(signal_.counter)
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+
+
+def count_preemptions(signal_: PreemptionSignal, log_text: str) -> int:
+    """The requests the engine's log says it preempted (retracted) in `log_text`."""
+    if signal_.log_line is None:
+        return 0
+    found = 0
+    for match in signal_.log_line.finditer(log_text):
+        count = match.groupdict().get("count")
+        found += int(count) if count is not None else 1
+    return found
+
+
+async def _preemptions(
+    spec: Spec, signal_: PreemptionSignal | None, before: float | None, after: float | None
+) -> tuple[int | None, str | None]:
+    """The preemptions seen over the sample: the counter's growth where /metrics has it, else the
+    log's lines since the engine was ready (the warm-up's few short rows included)."""
+    if signal_ is None:
+        return None, None
+    if before is not None and after is not None:
+        return round(after - before), f"{signal_.word}: /metrics {signal_.counter}"
+    if signal_.log_line is None:
+        return None, None
+    try:
+        state = read_state(spec.name)
+        host = open_host_section(spec.host)
+        try:
+            text = (await host.read_bytes(state.log_path, state.ready_log_bytes or 0)).decode(
+                "utf-8", "replace"
+            )
+        finally:
+            await host.close()
+    except (UserError, OSError):
+        return None, None
+    return count_preemptions(signal_, text), f"{signal_.word}: the engine log's lines"
 
 
 def _server_info(url: str) -> object:

@@ -37,6 +37,7 @@ def render_table(result: BenchResult, console: Console) -> None:
         "point",
         "search",
         "running",
+        "preempted",
         "steady out tok/s",
         "accept",
         "TTFT p50/p99 ms",
@@ -50,12 +51,16 @@ def render_table(result: BenchResult, console: Console) -> None:
     for row in result.variants:
         style = "bold green" if row.label == result.winner else ""
         projected = "-" if row.projected_s is None else wall_text(row.projected_s)
+        if row.predicted and row.projected_s is not None:
+            projected += " (predicted)"
         tail = "-" if row.tail_share is None else f"{row.tail_share:.1%}"
+        preempted = "-" if row.preemptions is None else f"{row.preemptions:,}"
         if row.output_tokens_per_s is None:
             table.add_row(
                 Text(row.label),
                 row.search or row.status,
                 str(row.max_running_requests or "-"),
+                preempted,
                 "-",
                 "-",
                 "-",
@@ -70,6 +75,7 @@ def render_table(result: BenchResult, console: Console) -> None:
             Text(row.label + (" (winner)" if row.label == result.winner else ""), style=style),
             row.search or row.status,
             str(row.max_running_requests),
+            preempted,
             f"{row.output_tokens_per_s:,.0f}",
             "-" if row.accept_length is None else f"{row.accept_length:.2f}",
             f"{_ms(row.ttft_ms, 'p50')}/{_ms(row.ttft_ms, 'p99')}",
@@ -88,7 +94,7 @@ def render_table(result: BenchResult, console: Console) -> None:
 
 def winner_line(result: BenchResult) -> str:
     if result.winner is None:
-        return "no point was measured: nothing to pick (the table says why)"
+        return result.verdict or "no point was measured: nothing to pick (the table says why)"
     best = next(r for r in result.variants if r.label == result.winner)
     gpus, servers = result.spec.gpu.count, int(result.data.get("servers", 1))
     hours = "" if best.gpu_hours is None else f", {best.gpu_hours:,.2f} GPU-hours"
@@ -151,6 +157,9 @@ def render_svg(result: BenchResult) -> str:
         f'<text x="{LEFT_PX}" y="18" class="title">{escape(result.spec.name)}: steady-state output tok/s '
         "per variant</text>",
         f'<text x="{LEFT_PX}" y="34">{escape(winner_line(result))}</text>',
+        f'<text x="{LEFT_PX}" y="{TOP_PX + CHART_HEIGHT_PX + BOTTOM_PX - 8}" class="legend" fill="#666">'
+        "solid: measured at its own cap; outlined: predicted (projected from its configuration's screen, "
+        "never a winner), refused, failed or not started</text>",
     ]
     for index, row in enumerate(rows):
         parts += _bar(row, LEFT_PX + index * (BAR_WIDTH_PX + GAP_PX), scale, row.label == result.winner)

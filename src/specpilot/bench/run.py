@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
+import math
 import re
 import time
 from collections.abc import Iterator
@@ -24,10 +25,11 @@ from typing import Any, TextIO
 
 from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
+from specpilot.bench.budget import Costs, start_costs
 from specpilot.bench.lab import EngineLab, axis_notes
 from specpilot.bench.measure import Measured, Notify, Settings
 from specpilot.bench.sample import draw, open_prompts, write_prompts
-from specpilot.bench.search import CONFIRM_MAX, MARGIN, Entry, Job, search
+from specpilot.bench.search import CAP_ORIGINS, CONFIRM_MAX, MARGIN, Entry, Job, SearchResult, search
 from specpilot.bench.variants import Variant
 from specpilot.errors import JobFailed, UserError
 from specpilot.generate.sampling import Sampling
@@ -76,6 +78,9 @@ class BenchResult:
     notes: list[str]
     #: whether any point was started (else nothing could be measured)
     started: bool
+    #: why there is no winner: what was measured, what was not and why, and the budget that
+    #: would measure it (None with a winner)
+    verdict: str | None = None
 
 
 def plan_settings(
@@ -174,6 +179,38 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
     largest = max((p.plan.max_running_requests for p in lab.prepared.values() if p.plan), default=0)
     if FILL_WAVES * largest > len(sample.rows) < sample.input_rows:
         sample = draw(source, request.sample_size, request.seed, fill_to=FILL_WAVES * largest)
+    screen_caps = _screen_caps(lab, request.variants)
+    if screen_caps and len(sample.rows) < min(screen_caps):
+        raise UserError(
+            f"{len(sample.rows)} rows (all {sample.input_rows} usable rows of the prompts file) cannot fill "
+            f"{min(screen_caps)} running requests even once, so no steady state is reached at any "
+            "configuration's largest cap",
+            field="--prompts",
+            fix=f"bench on a prompts file of at least {FILL_WAVES * min(screen_caps)} rows (the job's own), "
+            "or run a job this small without a bench",
+        )
+    costs = Costs(start_costs(spec), settings.warmup_s, settings.sampling.max_tokens)
+    need = costs.need(screen_caps, len(sample.rows))
+    notify(
+        f"budget: {settings.budget_s:g} s given; about {need.expected_s:,.0f} s to screen every "
+        f"configuration and confirm {CONFIRM_MAX} points, {need.least_s:,.0f} s to measure "
+        f"{'two configurations' if len(screen_caps) > 1 else 'one'} ({need.line})"
+    )
+    if len(request.variants) > 1 and len(screen_caps) < 2:
+        runs = ", ".join(
+            c.label for c, p in lab.prepared.items() if p.plan is not None and c.running_cap is None
+        )
+        raise UserError(
+            f"only {runs or 'no configuration'} can run (the others are refused: see the lines above), so "
+            "nothing can be compared",
+            field="--variants",
+            fix=f"pass --variants {runs} to measure it alone, or configurations that check and plan accept"
+            if runs
+            else "pass configurations that check and plan accept",
+        )
+    need.check(settings.budget_s, len(screen_caps))
+    if len(request.variants) == 1:
+        notify(f"{request.variants[0].label} alone: its caps are searched, no configuration is compared")
     lab.rows = sample.rows
     write_prompts(sample.rows, settings.sample_path)
     write_prompts(sample.rows[: min(len(sample.rows), 8)], settings.warmup_path)
@@ -199,7 +236,7 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
             job,
             full_rows=len(sample.rows),
             budget_s=settings.budget_s,
-            least_s=settings.warmup_s,
+            least_s=costs.starts.later_s + costs.expected_warmup_s,
         )
     finally:
         left = await stop_started(lab.started)
@@ -212,6 +249,7 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
     lengths = found.lengths
     mean = sum(lengths) / len(lengths) if lengths else None
     winner = found.winner.label if found.winner is not None else None
+    verdict = _verdict(found, costs, len(sample.rows))
     data = {
         "specpilot_version": __version__,
         "spec": spec.name,
@@ -240,10 +278,21 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
         "sample's output lengths repeated; waves and the tail (after the last row starts) included",
         "search": {
             "rule": "screen each configuration once at its largest cap with one batch of rows; project every "
-            "cap from the screen's rates per batch size; confirm best first with the full sample while a "
-            f"point is projected within {MARGIN:.0%} of the best confirmed (at most {CONFIRM_MAX})",
+            "cap from the screen's rates per batch size (the KV-bound cap added); confirm best first with "
+            "the full sample, the best of a second configuration among them, while a point is projected "
+            "within "
+            f"{MARGIN:.0%} of the best confirmed (at most {CONFIRM_MAX}); probe lower caps while the engine "
+            "preempts or the throughput still rises; a winner only among points measured at their own cap, "
+            "when two configurations were (or one was searched alone)",
             "axes": notes,
             "notes": found.notes,
+            "compared": list(found.compared),
+            "verdict": verdict,
+            "budget": {
+                "expected_s": round(need.expected_s, 1),
+                "least_s": round(need.least_s, 1),
+                "assumed": need.line,
+            },
             "trials": found.trials,
             "spent_s": round(found.spent_s, 1),
             "points": len(found.entries),
@@ -268,7 +317,28 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
         notes,
         found.notes,
         found.started,
+        verdict,
     )
+
+
+def _screen_caps(lab: EngineLab, variants: list[Variant]) -> list[int]:
+    """Each planned configuration's largest cap, in the order the search screens them."""
+    order = [c for c in lab.prepared if c.running_cap is None]
+    ranked = sorted(order, key=lambda c: variants.index(c) if c in variants else len(variants))
+    return [p.plan.max_running_requests for c in ranked if (p := lab.prepared[c]).plan is not None]
+
+
+def _verdict(found: SearchResult, costs: Costs, rows: int) -> str | None:
+    """The search's verdict with the budget that would screen what it did not measure."""
+    if found.verdict is None:
+        return None
+    missing = [
+        e.max_running_requests or 1
+        for e in found.entries
+        if e.point.config.label not in found.compared and e.origin == CAP_ORIGINS[0]
+    ]
+    more_s = sum(costs.measurement_s(1, min(cap, rows), cap) for cap in missing)
+    return f"{found.verdict}; about {math.ceil(found.spent_s + more_s)} s of --budget-s would screen them too"
 
 
 def _row(entry: Entry, lab: EngineLab) -> Measured:
@@ -286,7 +356,11 @@ def _row(entry: Entry, lab: EngineLab) -> Measured:
             max_running_requests=entry.max_running_requests,
         )
     row.search, row.basis = entry.status, entry.basis
+    row.predicted = entry.status == "predicted"
     row.reason = entry.reason or row.reason
+    row.origin = entry.origin
+    if entry.origin and entry.origin not in CAP_ORIGINS:  # a KV-bound cap or a knee probe says why
+        row.basis = f"{entry.origin}; {row.basis}" if row.basis else entry.origin
     if entry.job is not None:
         row.projected_s = round(entry.job.wall_s, 1)
         row.tail_share = round(entry.job.tail_share, 4)
@@ -298,7 +372,7 @@ def write_best(result: BenchResult, path: Path) -> Spec:
     """The winning variant's spec as TOML at `path`, never over an existing file."""
     if result.winner is None:
         raise UserError(
-            "no variant was measured, so there is no winner to write",
+            "there is no winner to write: " + (result.verdict or "no variant was measured"),
             field="--write",
             fix="see the table for why each variant did not run",
         )
@@ -307,8 +381,9 @@ def write_best(result: BenchResult, path: Path) -> Spec:
         # a relative path means the spec's own folder: written elsewhere it must still find the model
         model = best.model.model_copy(update={"path": str(best.model_dir().resolve())})
         best = best.model_copy(update={"model": model})
+    alone = [note for note in result.notes if "nothing was compared" in note]
     with new_write_target(path) as handle:
-        handle.write(spec_to_toml(best))
+        handle.write("".join(f"# specpilot bench: {note}\n" for note in alone) + spec_to_toml(best))
     return best
 
 

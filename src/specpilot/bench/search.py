@@ -3,27 +3,42 @@
 A point is a configuration (speculation off, a method at k draft tokens, with the engine's
 adaptive speculation where the release has it; where the plan puts one near its release's
 prefill-graph gate, the same on the gate's other side) at a running-request cap: the plan's
-maximum for that configuration and two lower points (`cap_points`). Running every point with the
-full sample would cost (points) x (start + sample); the search spends far less:
+maximum for that configuration, half and a quarter of it (`cap_points`), and the KV-bound cap
+once a screen has shown the sample's lengths. Running every point with the full sample would
+cost (points) x (start + sample); the search spends far less, in the order that decides the
+winner soonest:
 
 1. **Plan prunes.** Every point is checked and planned first; one that check refuses or that
    does not fit is never started and stays in the table with the reason. A configuration
    whose plan names the gate's other side (`Planned.other_side`) adds that configuration.
-2. **Screen.** Each configuration is started once, at its largest cap, with one batch of the
-   sample (`cap` rows). The run fills the cap and drains: the drain passes through every
-   smaller batch size, so one short run gives the configuration's output rate at each number
-   of requests in flight (`projection.BatchRates`), and from it the projected job time of the
-   configuration at each of its caps.
+2. **Screen every configuration** before confirming any: each is started once, at its largest
+   cap, with one batch of the sample (`cap` rows). The run fills the cap and drains: the drain
+   passes through every smaller batch size, so one short run gives the configuration's output
+   rate at each number of requests in flight (`projection.BatchRates`), and from it the
+   projected job time of the configuration at each of its caps. The screen also shows the
+   sample's prompt and answer lengths: the cap at which the plan's KV cache holds every running
+   request whole (`kv_bound_cap`) joins the configuration's caps; above it the engine preempts
+   (vLLM) or retracts (SGLang) requests and computes them again.
 3. **Confirm, best first.** The point projected to finish first is measured with the full
-   sample at its own cap; then the next, while one not yet confirmed is projected within
-   `MARGIN` of the best confirmed (at most `CONFIRM_MAX`). The winner is the confirmed point
-   whose own full measurement projects the shortest job.
+   sample at its own cap; then the best point of another configuration (so that two are
+   compared on the full sample); then the next, while one not yet confirmed is projected within
+   `MARGIN` of the best confirmed (at most `CONFIRM_MAX`).
+4. **Find the knee.** A configuration whose throughput still rises as its cap falls (its
+   lowest measured cap beats the one above it) is measured at half that cap, and on while it
+   keeps rising (at most `KNEE_PROBES_MAX`), within the budget.
+
+The winner is the point measured at its own cap (screened or confirmed, confirmed first) whose
+projection is the shortest, and only when at least two configurations were measured at their
+own points (`SearchResult.compared`), or the caller searched one configuration (`alone`): a
+point projected from another point's screen ("predicted") never wins, and without a comparison
+there is no winner (`SearchResult.verdict` says what was measured and what was not, and why).
 
 Every projection is the whole job played out with its waves and tail (`projection.project_job`,
-the model `plan --job`, `generate` and `report` use too). A point
+the model `plan --job`, `generate` and `report` use too). Each measurement may spend what is
+left of the budget (a start gets the spec's ready timeout while the budget holds it); a point
 that fails to start, or answers too little to measure, is dropped and kept with the reason;
-a point the budget cannot reach is kept as "not started". Costs are what the measurer
-reports (wall seconds for a real engine), so a test can count them.
+a point the budget cannot reach is kept as "not started". Costs are what the measurer reports
+(wall seconds for a real engine), so a test can count them.
 """
 
 from __future__ import annotations
@@ -40,15 +55,31 @@ from specpilot.projection import BatchRates, JobTime, project_job
 MARGIN = 0.03
 #: full-sample measurements at most (the screen's ranking is trusted beyond them)
 CONFIRM_MAX = 3
-#: share of the budget the screens may spend, split among the configurations
-SCREEN_SHARE = 0.5
-#: the confirmations planned for when a budget share is given to each
-CONFIRM_PLANNED = 2
+#: measurements at most that look for a configuration's knee
+KNEE_PROBES_MAX = 6
+#: the knee is found once the caps with and without preemptions are this share of a cap apart
+KNEE_RESOLUTION = 0.1
+#: configurations whose best point is within this share of the best one are probed for their knee
+KNEE_NEAR = 0.1
 
 
-def cap_points(most: int) -> tuple[int, ...]:
-    """The plan's maximum and two lower caps: half and a quarter of it, largest first."""
-    return tuple(sorted({most, max(1, math.ceil(most / 2)), max(1, math.ceil(most / 4))}, reverse=True))
+def cap_points(most: int, kv_bound: int | None = None) -> tuple[int, ...]:
+    """The plan's maximum and two lower caps (half and a quarter of it), and the KV-bound cap
+    where it lies below the maximum; largest first."""
+    caps = {most, max(1, math.ceil(most / 2)), max(1, math.ceil(most / 4))}
+    if kv_bound is not None and 1 <= kv_bound < most:
+        caps.add(kv_bound)
+    return tuple(sorted(caps, reverse=True))
+
+
+def kv_bound_cap(kv_tokens: int, prompt_tokens: Sequence[int], output_tokens: Sequence[int]) -> int | None:
+    """The most running requests whose whole length (mean prompt + mean answer) the KV cache of
+    `kv_tokens` holds at once; None without lengths."""
+    if kv_tokens <= 0 or not output_tokens:
+        return None
+    prompt = sum(prompt_tokens) / len(prompt_tokens) if prompt_tokens else 0.0
+    whole = prompt + sum(output_tokens) / len(output_tokens)
+    return max(1, math.floor(kv_tokens / whole)) if whole > 0 else None
 
 
 @dataclass(frozen=True)
@@ -60,6 +91,8 @@ class Planned:
     #: the same configuration on the other side of the release's prefill-graph gate, where
     #: the plan says the gate is near
     other_side: Variant | None = None
+    #: tokens the plan's KV cache holds (the KV-bound cap is read from it)
+    kv_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +108,10 @@ class Trial:
     cost_s: float
     #: the measurer's own row for the table (bench.measure.Measured for a real engine)
     row: Any = None
+    #: prompt tokens of every answered request (empty where the server did not say)
+    prompt_tokens: tuple[int, ...] = ()
+    #: requests the engine preempted or retracted for KV room during it (None: not known)
+    preemptions: int | None = None
 
 
 class Measurer(Protocol):
@@ -99,10 +136,17 @@ class Entry:
     predicted: JobTime | None = None
     #: what `job` rests on
     basis: str | None = None
+    #: why the search tried this cap (the plan's maximum, half, a quarter, KV-bound, knee)
+    origin: str | None = None
 
     @property
     def label(self) -> str:
         return self.point.label
+
+    @property
+    def own(self) -> bool:
+        """Measured at its own cap (a screen or the full sample), with a projected job."""
+        return self.status in ("screened", "measured") and self.job is not None
 
 
 @dataclass
@@ -114,6 +158,10 @@ class SearchResult:
     #: output lengths every projection used
     lengths: tuple[int, ...]
     notes: list[str] = field(default_factory=list)
+    #: the configurations measured at their own points (a winner needs two, or `alone`)
+    compared: tuple[str, ...] = ()
+    #: why there is no winner: what was measured, what was not and why (None with a winner)
+    verdict: str | None = None
 
     @property
     def started(self) -> bool:
@@ -139,8 +187,10 @@ async def search(
     budget_s: float,
     least_s: float = 0.0,
 ) -> SearchResult:
-    """Plan every point, screen each configuration, confirm best first (the module's rules).
-    `least_s`: below this budget share a point is not started."""
+    """Plan every point, screen each configuration, confirm best first, find the knee (the
+    module's rules). `least_s`: with less of the budget left a point is not started (a start
+    and warm-up take about that). One configuration given is searched `alone`: its best point
+    wins without a comparison, and the result says so."""
     state = _State(measurer, job, budget_s, least_s)
     screens: list[Entry] = []
     pending = list(configs)
@@ -151,23 +201,26 @@ async def search(
         if planned.refused is not None or planned.max_running_requests is None:
             state.entries.append(Entry(config, "refused", planned.refused or "no plan"))
             continue
+        state.kv_tokens[config] = planned.kv_tokens
         caps = cap_points(planned.max_running_requests)
-        for cap in caps:
-            at = measurer.plan(config.at(cap))
-            entry = Entry(config.at(cap), "predicted", at.refused, at.max_running_requests or cap)
-            entry.status = "refused" if at.refused is not None else "predicted"
-            state.entries.append(entry)
-            if cap == caps[0] and at.refused is None:
+        for cap, origin in zip(caps, CAP_ORIGINS, strict=False):
+            entry = state.add(config.at(cap), origin)
+            if cap == caps[0] and entry.status == "predicted":
                 screens.append(entry)
                 state.screens[config] = entry
-    share_s = budget_s * SCREEN_SHARE / max(1, len(screens))
     for entry in screens:
         rows = min(entry.max_running_requests or 1, full_rows)
         # a screen of the whole sample is that point's full measurement
-        await state.run(entry, rows, share_s, "measured" if rows == full_rows else "screened")
+        await state.run(entry, rows, "measured" if rows == full_rows else "screened")
+        state.add_kv_cap(entry)
     state.predict()
     await state.confirm(full_rows)
-    return state.result()
+    await state.probe_knees(full_rows)
+    return state.result(alone=len(configs) == 1)
+
+
+#: why each of `cap_points`' first three caps is searched
+CAP_ORIGINS = ("the plan's maximum", "half the maximum", "a quarter of the maximum")
 
 
 @dataclass
@@ -179,6 +232,8 @@ class _State:
     entries: list[Entry] = field(default_factory=list)
     #: configuration -> the entry of its screen (its largest cap)
     screens: dict[Variant, Entry] = field(default_factory=dict)
+    #: configuration -> the tokens its plan's KV cache holds
+    kv_tokens: dict[Variant, int | None] = field(default_factory=dict)
     spent_s: float = 0.0
     trials: int = 0
 
@@ -189,21 +244,55 @@ class _State:
     def lengths(self) -> tuple[int, ...]:
         return tuple(n for e in self.entries if e.trial is not None and e.trial.ok for n in e.trial.lengths)
 
-    async def run(self, entry: Entry, rows: int, share_s: float, status: str) -> None:
-        share_s = min(share_s, self.left_s)
-        if share_s < self.least_s or share_s <= 0:
+    def add(self, point: Variant, origin: str) -> Entry:
+        """The point planned and in the table (refused where its plan says no)."""
+        at = self.measurer.plan(point)
+        entry = Entry(
+            point, "predicted", at.refused, at.max_running_requests or point.running_cap, origin=origin
+        )
+        entry.status = "refused" if at.refused is not None else "predicted"
+        self.entries.append(entry)
+        return entry
+
+    def at_cap(self, config: Variant, cap: int) -> Entry | None:
+        return next((e for e in self.entries if e.point == config.at(cap)), None)
+
+    def add_kv_cap(self, screen: Entry) -> None:
+        """The cap at which the plan's KV cache holds every running request whole, from the
+        screen's prompt and answer lengths, joins its configuration's caps."""
+        config, trial = screen.point.config, screen.trial
+        kv_tokens = self.kv_tokens.get(config)
+        if trial is None or not trial.ok or not kv_tokens:
+            return
+        cap = kv_bound_cap(kv_tokens, trial.prompt_tokens, trial.lengths)
+        if cap is None or cap >= (screen.point.running_cap or 0) or self.at_cap(config, cap) is not None:
+            return
+        self.add(
+            config.at(cap),
+            f"KV-bound: {kv_tokens:,} KV tokens hold {cap} requests of the sample's mean length",
+        )
+
+    async def run(self, entry: Entry, rows: int, status: str) -> None:
+        """Measure the point with what is left of the budget (its start may take the spec's
+        ready timeout while the budget holds it)."""
+        left_s = self.left_s
+        if left_s < self.least_s or left_s <= 0:
             if entry.trial is None:
                 entry.status, entry.reason = (
                     "not started",
-                    f"the budget leaves {max(share_s, 0):.0f} s for it",
+                    f"the budget leaves {max(left_s, 0):.0f} s for it"
+                    + (f"; a start and warm-up take about {self.least_s:.0f} s" if self.least_s > 0 else ""),
                 )
             return
-        trial = await self.measurer.measure(entry.point, rows, share_s)
+        trial = await self.measurer.measure(entry.point, rows, left_s)
         self.spent_s += trial.cost_s
         self.trials += 1
         if not trial.ok or not trial.rates.points:
-            entry.trial = entry.trial if entry.trial is not None and entry.trial.ok else trial
-            entry.status, entry.reason = "failed", trial.reason or "nothing measured"
+            if entry.trial is not None and entry.trial.ok:
+                # its screen stands; the reason keeps it from being confirmed again
+                entry.reason = f"its full sample failed: {trial.reason or 'nothing measured'}"
+                return
+            entry.trial, entry.status, entry.reason = trial, "failed", trial.reason or "nothing measured"
             return
         entry.trial, entry.status, entry.reason = trial, status, None
 
@@ -214,7 +303,7 @@ class _State:
             source = self.screens.get(entry.point.config)
             if entry.status not in ("predicted", "screened"):
                 continue
-            if source is None or source.status != "screened" or source.trial is None:
+            if source is None or source.status not in ("screened", "measured") or source.trial is None:
                 entry.status, entry.reason = "not started", _unscreened(entry, source)
         self.reproject()
 
@@ -247,32 +336,126 @@ class _State:
                 entry.basis = f"its own {len(entry.trial.lengths)} rows"
 
     async def confirm(self, full_rows: int) -> None:
-        """Best predicted first; go on while a waiting point is predicted within MARGIN of the
-        best confirmed point's prediction, or below what that point measured."""
+        """Best predicted first, then the best of another configuration while only one has a
+        full measurement; go on while a waiting point is predicted within MARGIN of the best
+        confirmed point's prediction, or below what that point measured."""
         while True:
             best = self._best_confirmed()
             waiting = sorted(
                 (
                     e
                     for e in self.entries
-                    if e.status in ("predicted", "screened") and e.predicted is not None
+                    if e.status in ("predicted", "screened") and e.predicted is not None and e.reason is None
                 ),
                 key=_predicted,
             )
-            confirmed = sum(e.status == "measured" for e in self.entries)
-            if not waiting or confirmed >= CONFIRM_MAX:
+            confirmed = {e.point.config for e in self.entries if e.status == "measured"}
+            if not waiting or sum(e.status == "measured" for e in self.entries) >= CONFIRM_MAX:
                 return
-            nxt = waiting[0]
-            if best is not None and _predicted(nxt) >= max(_predicted(best) * (1 + MARGIN), _wall(best)):
+            others = [e for e in waiting if e.point.config not in confirmed]
+            if len(confirmed) == 1 and others:
+                nxt = others[0]  # the winner is compared on the full sample with another configuration
+            elif best is not None and _predicted(waiting[0]) >= max(
+                _predicted(best) * (1 + MARGIN), _wall(best)
+            ):
                 return
-            before = self.trials
-            # the last planned confirmation may spend all that is left
-            await self.run(nxt, full_rows, self.left_s / max(1, CONFIRM_PLANNED - confirmed), "measured")
-            if self.trials == before:  # the budget is spent
+            else:
+                nxt = waiting[0]
+            if not await self._measure(nxt, full_rows):
                 return
-            if nxt.status != "measured":
-                nxt.job = nxt.predicted = None
-            self.reproject()
+
+    async def probe_knees(self, full_rows: int) -> None:
+        """Each configuration near the best (within KNEE_NEAR) is measured at the cap
+        `_knee_probe` names, on until it names none (at most KNEE_PROBES_MAX), within the budget."""
+        best_s = min((_wall(e) for e in self.entries if e.own), default=math.inf)
+        configs = sorted(
+            {e.point.config for e in self.entries if e.own and _wall(e) <= best_s * (1 + KNEE_NEAR)},
+            key=lambda c: min(_wall(e) for e in self.entries if e.own and e.point.config == c),
+        )
+        for config in configs:
+            for _ in range(KNEE_PROBES_MAX):
+                probe = self._knee_probe(config)
+                if probe is None:
+                    break
+                cap, why = probe
+                entry = self.at_cap(config, cap)
+                if entry is None:
+                    entry = self.add(config.at(cap), why)
+                    self.reproject()
+                if entry.status not in ("predicted", "screened"):
+                    break
+                entry.origin = why
+                if not await self._measure(entry, full_rows) or entry.status != "measured":
+                    break
+
+    def _knee_probe(self, config: Variant) -> tuple[int, str] | None:
+        """The next cap to measure for the configuration's knee, and why; None when found.
+
+        Where the engine preempted (retracted) requests at a measured cap, the knee lies below
+        it: the KV-bound cap, else half of it, and then the middle between the highest cap
+        measured without preemptions and the lowest with them, until they are KNEE_RESOLUTION
+        apart. Where no point says, the throughput does: a lowest measured cap that beats the
+        one above it is halved (unless the screen projects that half clearly slower and did not
+        underrate the cap measured)."""
+        own = sorted(
+            (e for e in self.entries if e.own and e.trial is not None),
+            key=lambda e: e.point.running_cap or 0,
+        )
+        own = [e for e in own if e.point.config == config]
+        crowded = [e for e in own if e.trial is not None and (e.trial.preemptions or 0) > 0]
+        if crowded:
+            high = crowded[0]
+            high_cap = high.point.running_cap or 1
+            clear = [
+                e
+                for e in own
+                if e.trial is not None and e.trial.preemptions == 0 and (e.point.running_cap or 0) < high_cap
+            ]
+            word = f"{high.label} preempted {high.trial.preemptions if high.trial else 0} requests"
+            if not clear:
+                kv = next(
+                    (
+                        e
+                        for e in self.entries
+                        if e.point.config == config
+                        and e.status == "predicted"
+                        and (e.origin or "").startswith("KV-bound")
+                        and (e.point.running_cap or 0) < high_cap
+                    ),
+                    None,
+                )
+                if kv is not None:
+                    return kv.point.running_cap or 1, f"{kv.origin}; {word}"
+                cap = math.ceil(high_cap / 2)
+                return (cap, f"half of {high.label}: {word}") if cap < high_cap else None
+            low_cap = clear[-1].point.running_cap or 1
+            if high_cap - low_cap <= max(1, math.floor(KNEE_RESOLUTION * high_cap)):
+                return None
+            return (low_cap + high_cap) // 2, f"between {clear[-1].label} (none preempted) and {word}"
+        if len(own) < 2 or _wall(own[0]) >= _wall(own[1]):
+            return None
+        cap = math.ceil((own[0].point.running_cap or 1) / 2)
+        if cap >= (own[0].point.running_cap or 1):
+            return None
+        entry = self.at_cap(config, cap)
+        underrated = _predicted(own[0]) > _wall(own[0]) * (1 + MARGIN)
+        if not underrated and entry is not None and _predicted(entry) > _wall(own[0]) * (1 + MARGIN):
+            return None
+        return (
+            cap,
+            f"half of {own[0].label}: its throughput still rose as the cap fell ({own[1].label} above)",
+        )
+
+    async def _measure(self, entry: Entry, full_rows: int) -> bool:
+        """The point with the full sample, every projection again; False once the budget is spent."""
+        before = self.trials
+        await self.run(entry, full_rows, "measured")
+        if self.trials == before:
+            return False
+        if entry.status == "failed":
+            entry.job = entry.predicted = None
+        self.reproject()
+        return True
 
     def _best_confirmed(self) -> Entry | None:
         done = [e for e in self.entries if e.status == "measured" and e.job is not None]
@@ -290,7 +473,8 @@ class _State:
         )
         return job if math.isfinite(job.wall_s) else None
 
-    def result(self) -> SearchResult:
+    def result(self, *, alone: bool) -> SearchResult:
+        compared = tuple(dict.fromkeys(e.point.config.label for e in self.entries if e.own))
         winner = self._best_confirmed()
         notes = []
         if winner is not None:
@@ -308,7 +492,37 @@ class _State:
             winner = min(screened, key=_wall, default=None)
             if winner is not None:
                 notes.append(f"{winner.label} wins on its screen alone: the budget confirmed no point")
-        return SearchResult(self.entries, winner, self.spent_s, self.trials, self.projection_lengths(), notes)
+        verdict = None
+        if winner is not None and alone:
+            notes.append(f"one configuration searched ({winner.point.config.label}): nothing was compared")
+        elif len(compared) < 2:
+            verdict = self._verdict(compared)
+            winner = None
+        return SearchResult(
+            self.entries,
+            winner,
+            self.spent_s,
+            self.trials,
+            self.projection_lengths(),
+            notes,
+            compared,
+            verdict,
+        )
+
+    def _verdict(self, compared: tuple[str, ...]) -> str:
+        """What was measured, what was not and why: no winner without two configurations."""
+        missing = []
+        for config in dict.fromkeys(e.point.config for e in self.entries):
+            if config.label in compared:
+                continue
+            rows = [e for e in self.entries if e.point.config == config]
+            why = next((e for e in rows if e.status in ("failed", "refused")), None) or rows[0]
+            missing.append(f"{config.label} ({why.status}: {why.reason or 'no rate measured'})")
+        measured = ", ".join(compared) if compared else "no configuration"
+        return (
+            f"no winner: a winner needs two configurations measured at their own points; measured: "
+            f"{measured}; not measured: {'; '.join(missing) or 'none'}"
+        )
 
 
 def _wall(entry: Entry) -> float:

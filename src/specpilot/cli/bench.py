@@ -29,8 +29,9 @@ Example:
   specpilot bench spec.toml --prompts prompts.jsonl --job out/ --sample 256 \\
       --max-tokens 4096 --variants plain,NEXTN:2 --write best.toml
 Then `specpilot generate --output out/ ...` projects its time from out/bench.json.
-Exit: 0 a winner, 1 every point started failed (or a server outlived the stop), 2 bad input or
-no point could be started, 130 Ctrl-C, SIGTERM or SIGHUP (every server stopped)."""
+Exit: 0 a winner, 1 no winner (fewer than two configurations measured, or a server outlived the
+stop), 2 bad input (a budget below two configurations' need) or no point could be started, 130
+Ctrl-C, SIGTERM or SIGHUP (every server stopped)."""
 
 
 def _say(line: str) -> None:
@@ -78,7 +79,7 @@ def _check_writable(path: Path) -> None:
     default=None,
     help="Comma-separated configurations: plain, METHOD:DRAFT_TOKENS, METHOD:DRAFT_TOKENS:adaptive "
     "(default: plain, the spec's method at 1, 2, 3, and at 3 adaptive where the release has it); "
-    "each is searched at three running-request caps.",
+    "each is searched at several running-request caps; one configuration is searched alone.",
 )
 # the job's own sampling: a bench on other sampling measures another job
 @sampling_options(
@@ -91,8 +92,9 @@ def _check_writable(path: Path) -> None:
     default=600.0,
     show_default=True,
     type=FiniteFloat(1),
-    help="Most seconds the whole search may take: every start, warm-up and sample "
-    "(half for the screens; a cut sample is measured as far as it got).",
+    help="Most seconds the whole search may take: every start, warm-up and sample (each may spend "
+    "what is left; a cut sample is measured as far as it got). Bench first says what it expects to "
+    "need and refuses less than two configurations need.",
 )
 @click.option(
     "--warmup-s",
@@ -135,12 +137,14 @@ def bench(
     """Search the configurations on the job's own prompts; pick the one that finishes first.
 
     Each configuration (no speculation; the spec's speculative method at 1, 2 and 3 draft
-    tokens; adaptive where the release has it) at three running-request caps (the plan's
-    maximum, half, a quarter) is checked and planned; each configuration is screened once
-    (started as `up` starts it, one batch of the sample), every cap projected from the
-    screen, and the best projected points confirmed with the full sample. The projection
-    is the whole input's wall time, waves and tail included. Refused, failed or unreached
-    points stay in the table with the reason.
+    tokens; adaptive where the release has it) at running-request caps (the plan's
+    maximum, half, a quarter, and the cap the KV cache holds whole) is checked and planned;
+    each configuration is screened once (started as `up` starts it, one batch of the sample),
+    every cap projected from the screen, the best projected points confirmed with the full
+    sample, and lower caps probed while the engine preempts requests or the throughput still
+    rises. The projection is the whole input's wall time, waves and tail included. A winner
+    needs two configurations measured at their own caps (or one searched alone). Refused,
+    failed or unreached points stay in the table with the reason.
     """
     from specpilot.bench.finish import finish_bench
     from specpilot.bench.run import BenchRequest, check_budget, plan_settings, run_bench

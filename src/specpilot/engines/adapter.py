@@ -22,11 +22,12 @@ from specpilot.engines.draft import DraftKnobs
 from specpilot.engines.flags import ReleaseTable
 from specpilot.engines.loglines import LogQuantity
 from specpilot.engines.measured import MeasuredRelease
-from specpilot.engines.metrics import SpecMetric
+from specpilot.engines.metrics import PreemptionSignal, SpecMetric
 from specpilot.engines.phases import StartupPhases
 from specpilot.engines.ranges import ValueRange
 from specpilot.engines.rules import Rule
 from specpilot.engines.signatures import Signature
+from specpilot.engines.starts import UNKNOWN_START, StartEstimate
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,10 @@ class Engine:
     #: the field of the flag that sets the context in tokens (--context-length, --max-model-len);
     #: None: the engine has none, and only the model's config says
     context_field: str | None = None
+    #: how it says it took running requests off for KV room (bench shows them beside a point)
+    preemption: PreemptionSignal | None = None
+    #: how long a start takes where this host recorded none (bench's budget)
+    start: StartEstimate = UNKNOWN_START
 
 
 @dataclass(frozen=True, eq=False)

@@ -409,8 +409,9 @@ async def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
     if result.winner is not None:
         best.unlink(missing_ok=True)  # a bench run again writes its own winner
     if finish_bench(result, request, best).best_path is None:
-        record.fail("bench", "no variant could be measured")
-        raise JobFailed(f"bench: no variant could be measured (see {job.output / 'bench.json'})")
+        why = result.verdict or "no variant could be measured"
+        record.fail("bench", why)
+        raise JobFailed(f"bench: {why} (see {job.output / 'bench.json'})")
     record.finish(
         "bench",
         {"winner": result.winner, "spec": str(best), "table": result.data.get("variants", [])},

@@ -226,6 +226,8 @@ class RunState:
     crash: CrashRecord | None = None
     failed_at_s: float | None = None
     stopped_at_s: float | None = None
+    #: seconds from the launch to ready, for a start that got there (bench budgets starts by it)
+    ready_s: float | None = None
 
     def ended(
         self,
@@ -235,6 +237,7 @@ class RunState:
         allocations: Mapping[str, int | float] | None = None,
         exit_status: int | None = None,
         ready_log_bytes: int | None = None,
+        ready_s: float | None = None,
     ) -> RunState:
         """The outcome of the start: ready, or failed and why."""
         return replace(
@@ -244,6 +247,7 @@ class RunState:
             allocations=dict(allocations or {}),
             exit_status=exit_status,
             ready_log_bytes=ready_log_bytes,
+            ready_s=ready_s,
         )
 
     def crashed(self, crash: CrashRecord, at_s: float) -> RunState:
@@ -280,6 +284,7 @@ class RunState:
             "crash": None if self.crash is None else self.crash.to_json(),
             "failed_at": self.failed_at_s,
             "stopped_at": self.stopped_at_s,
+            "ready_s": self.ready_s,
         }
 
     @classmethod
@@ -315,6 +320,7 @@ class RunState:
             crash=None if crash is None else CrashRecord.from_json(crash),
             failed_at_s=read.optional_number("failed_at"),
             stopped_at_s=read.optional_number("stopped_at"),
+            ready_s=read.optional_number("ready_s"),
         )
 
 

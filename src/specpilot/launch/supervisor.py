@@ -233,6 +233,7 @@ async def _start_and_watch(
                 exit_status=result.exit_status,
                 # where serving begins: watched from there
                 ready_log_bytes=run.fed_bytes if result.phase == "ready" else None,
+                ready_s=round(result.elapsed_s, 2) if result.phase == "ready" else None,
             )
         else:
             state = state.ended("failed", "unknown")

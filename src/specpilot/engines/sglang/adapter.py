@@ -7,6 +7,7 @@ from packaging.version import Version
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
 from specpilot.engines.sglang import draft, flags, loglines, metrics, phases, releases, rules, signatures
 from specpilot.engines.sglang.releases import release_rules
+from specpilot.engines.starts import StartEstimate
 
 
 def release_window(version: str) -> ReleaseWindow:
@@ -50,6 +51,13 @@ ENGINE = Engine(
     generated_tokens_metric=metrics.GENERATED_TOKENS,
     # sglang --api-key: every OpenAI route requires the bearer token
     api_key_flag="--api-key",
+    preemption=metrics.RETRACTIONS,
+    start=StartEstimate(
+        240.0,
+        90.0,
+        "SGLang 0.5.17 on an H200 (a 27B model): 90-240 s for a first start, 60-90 s once its kernels are "
+        "cached",
+    ),
     # none: 0.5.10-0.5.23 read --api-key/--admin-api-key only from argv or a --config
     # YAML file (srt/server_args.py); no environment variable
     secret_flag_env={},

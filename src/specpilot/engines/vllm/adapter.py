@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
+from specpilot.engines.starts import StartEstimate
 from specpilot.engines.vllm import draft, flags, loglines, metrics, releases, rules, signatures
 from specpilot.engines.vllm.releases import vllm_line
 
@@ -49,6 +50,10 @@ ENGINE = Engine(
     generated_tokens_metric=metrics.GENERATED_TOKENS,
     # vllm serve --api-key: every /v1 route requires the bearer token
     api_key_flag="--api-key",
+    preemption=metrics.PREEMPTIONS,
+    start=StartEstimate(
+        300.0, 120.0, "vLLM: torch.compile and CUDA graph capture on a first start, cached for later ones"
+    ),
     # vllm/entrypoints/openai/api_server.py: `args.api_key or [envs.VLLM_API_KEY]`
     # https://github.com/vllm-project/vllm/blob/main/vllm/envs.py (VLLM_API_KEY)
     secret_flag_env={"--api-key": "VLLM_API_KEY"},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specpilot.engines.metrics import SpecMetric
+from specpilot.engines.metrics import PreemptionSignal, SpecMetric
 
 #: counters; prometheus_client adds "_total" to a counter's declared name
 SPEC_ACCEPTANCE = SpecMetric(
@@ -15,3 +15,11 @@ SPEC_ACCEPTANCE = SpecMetric(
 #: a counter of the tokens generated (prometheus_client's "_total" added); where it is documented:
 #: https://docs.vllm.ai/en/latest/usage/metrics.html
 GENERATED_TOKENS = "vllm:generation_tokens_total"
+
+#: requests the V1 scheduler preempted for KV room (each recomputed later)
+PREEMPTIONS = PreemptionSignal(
+    "vllm",
+    word="preemptions",
+    counter="vllm:num_preemptions_total",
+    source="https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/metrics/loggers.py",
+)
