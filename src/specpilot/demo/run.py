@@ -487,8 +487,17 @@ def _job(steps: _Steps, job_path: Path, result: DemoResult) -> None:
         out["detail"] = (
             f"reused the server (pid {up['pid']}); {result.rows - result.killed_after_rows} more rows, "
             f"{result.rows} rows and {result.distinct_ids} distinct ids, none lost or repeated; "
-            f"exported {exported['rows']} for SpecForge; server stopped"
+            f"exported {exported['rows']} for SpecForge ({_yield_text(done.get('yield') or {})}); "
+            "server stopped"
         )
+
+
+def _yield_text(shares: dict[str, Any]) -> str:
+    """The dataset as it is: clean rows and the flagged ones by cause (random weights cut or
+    empty most answers; a real model's job guards its floor, `[job] min_clean_yield`)."""
+    causes = ", ".join(f"{n} {cause}" for cause, n in (shares.get("by_cause") or {}).items() if n)
+    clean, done = shares.get("clean", 0), shares.get("done", 0)
+    return f"{clean} of {done} rows clean" + (f"; flagged: {causes}" if causes else "")
 
 
 def _report(result: DemoResult) -> JobSummary:
