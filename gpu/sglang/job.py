@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -82,6 +83,22 @@ STASH = Path(os.environ.get("SPECPILOT_GPU_STASH", "/root/stash")) / "job"
 RUNS = Path(os.environ.get("SPECPILOT_HOME", str(Path.home() / ".specpilot"))) / "runs"
 PORT = 30000
 H200_TOTAL_GIB = 139.8  # the whole card, as torch reports it there
+
+
+def whole_card() -> tuple[str, float]:
+    """The machine's GPU and its memory as torch reports it (139.8 GiB on an H200, ~79.2 on an
+    H100): the whole-card specs plan for the card the round runs on."""
+    shown = subprocess.run(
+        [sys.executable, "-c", "import torch; p = torch.cuda.get_device_properties(0); "
+         "print(p.name.replace(' ', '_'), p.total_memory / 2**30)"],
+        capture_output=True, text=True, check=False,
+    ).stdout.split()  # fmt: skip
+    if len(shown) != 2:
+        return "H200", H200_TOTAL_GIB
+    name = "H100" if "H100" in shown[0] else "H200" if "H200" in shown[0] else shown[0]
+    return name, math.floor(float(shown[1]) * 10) / 10
+
+
 URL = f"http://127.0.0.1:{PORT}"
 MODEL_NAME = "qwen3.6-27b-text"
 E2E_ROWS = 2000
@@ -320,7 +337,8 @@ class Sampler:
 def spec_text(name: str, args: list[str], card_gib: float | None, model: Path | None = None) -> str:
     env = {k: os.environ[k] for k in KEEP_ENV if k in os.environ} | {"CUDA_VISIBLE_DEVICES": "0"}
     env_lines = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
-    memory = f'name = "H200"\nmemory_gib = {card_gib or H200_TOTAL_GIB}'
+    card, whole_gib = whole_card()
+    memory = f'name = "{card}"\nmemory_gib = {card_gib or whole_gib}'
     release = subprocess.run(
         [sys.executable, "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
         capture_output=True,
