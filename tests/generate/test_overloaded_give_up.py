@@ -51,18 +51,22 @@ def test_no_retry_after_is_no_wait_of_the_servers_own() -> None:
     assert retry_after_s(None, NOW_S) is None
 
 
+def _generate_giving_up_at_2_s(tmp_path: Path, url: str) -> subprocess.CompletedProcess[str]:
+    inputs = write_jsonl(tmp_path / "in.jsonl", prompt_rows(4))
+    argv = [sys.executable, "-m", "specpilot", "generate", "--input", str(inputs),
+            "--output", str(tmp_path / "out"), "--server", url, "--model", "fake-model",
+            "--give-up-after-s", "2", "--progress-interval-s", "0"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=JOB_WAIT_S, env=env)
+
+
 @pytest.mark.timeout(JOB_WAIT_S + 10)
 @pytest.mark.parametrize("retry_after", ["1", "86400", "Wed, 21 Oct 2099 07:28:00 GMT", "-3", "bogus"])
 def test_a_server_answering_every_request_429_ends_the_job_at_give_up(
     tmp_path: Path, retry_after: str
 ) -> None:
     with StandIn(Faults(burst_429_every=1, burst_429_length=1 << 30, retry_after=retry_after)) as server:
-        inputs = write_jsonl(tmp_path / "in.jsonl", prompt_rows(4))
-        argv = [sys.executable, "-m", "specpilot", "generate", "--input", str(inputs),
-                "--output", str(tmp_path / "out"), "--server", server.url, "--model", "fake-model",
-                "--give-up-after-s", "2", "--progress-interval-s", "0"]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=JOB_WAIT_S, env=env)
+        done = _generate_giving_up_at_2_s(tmp_path, server.url)
         assert server.counts.answered == 0 and server.counts.rate_limited > 0
     assert done.returncode == 1, done.stderr
     assert "every request answered 429 Too Many Requests for 2 s (--give-up-after-s)" in done.stderr
@@ -74,12 +78,7 @@ def test_a_server_answering_every_request_429_ends_the_job_at_give_up(
 @pytest.mark.timeout(JOB_WAIT_S + 10)
 def test_a_503_storm_that_never_ends_names_the_503s_not_the_addresses(tmp_path: Path) -> None:
     with StandIn(Faults(storm_503=1 << 30)) as server:
-        inputs = write_jsonl(tmp_path / "in.jsonl", prompt_rows(4))
-        argv = [sys.executable, "-m", "specpilot", "generate", "--input", str(inputs),
-                "--output", str(tmp_path / "out"), "--server", server.url, "--model", "fake-model",
-                "--give-up-after-s", "2", "--progress-interval-s", "0"]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=JOB_WAIT_S, env=env)
+        done = _generate_giving_up_at_2_s(tmp_path, server.url)
     assert done.returncode == 1, done.stderr
     assert "every request answered 503 Service Unavailable for 2 s (--give-up-after-s)" in done.stderr
     assert "no server has answered" not in done.stderr
