@@ -154,7 +154,7 @@ KEEP_ENV = (
 #: each ~20 s of warm-up and a wave of 64-token answers) and up to five full samples at warm
 #: starts (three confirmations, two knee probes: ~90 s each, as the 2026-12-03 round's 276 s for
 #: two screens and one confirmation with warm kernels); bench refuses less than its two screens
-SEARCH_BUDGET_S = 960
+SEARCH_BUDGET_S = int(os.environ.get("SEARCH_BUDGET_S", "960"))  # $SEARCH_BUDGET_S: a shorter lease
 STEP_EST_S = {
     "jobrun": 330,
     "search": SEARCH_BUDGET_S + 60,
@@ -851,7 +851,7 @@ def step_search(budget: Budget) -> dict[str, Any]:
     spec.write_text(spec_text("search", BASE_ARGS + MTP_ARGS, None))
     best = folder / "best.toml"
     best.unlink(missing_ok=True)
-    search_s = int(min(float(os.environ.get("SEARCH_BUDGET_S", SEARCH_BUDGET_S)), budget.left_s() - 60))
+    search_s = int(min(SEARCH_BUDGET_S, budget.left_s() - 60))
     with Sampler(folder / "samples", lambda: sorted(RUNS.glob("bench-search-*/engine.log"))):
         done = specpilot(
             "bench", str(spec), "--prompts", str(STASH / "e2e.jsonl"), "--job", str(folder / "job"),
