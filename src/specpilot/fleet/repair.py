@@ -273,8 +273,8 @@ async def repair_fleet(
                 spec = restarts.specs[member.name] = recovery.spec
                 repair.bound = recovery.change
                 bound = f"; {recovery.bound.line()}" if recovery.bound is not None else ""
-                said = f"not serving ({failure.cause}); restart {repair.restarts} of {max_restarts}"
-                say(f"{member.name}: {said}{bound}")
+                which = f"restart {repair.restarts} of {max_restarts}"
+                say(f"{member.name}: not serving ({failure.cause}); {which}{bound}")
                 host = open_host_section(spec.host)
                 try:
                     result = await launch(launch_spec(spec, pre), host, plan=pre.plan)
