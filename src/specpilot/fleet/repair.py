@@ -62,6 +62,7 @@ class Repair:
     worker_url: str
     action: str  # "ok", "registered", "restarted", "gave_up"
     restarts: int = 0
+    #: why it was last restarted, or why the restart failed
     cause: str | None = None
     #: the last failed start's own words (who holds the port, the fatal line, ...)
     error: str | None = None
@@ -271,7 +272,7 @@ async def repair_fleet(
                 repair.restarts += 1
                 restarts.made[member.name] = repair.restarts
                 spec = restarts.specs[member.name] = recovery.spec
-                repair.bound = recovery.change
+                repair.bound, repair.cause, repair.error = recovery.change, failure.cause, None
                 bound = f"; {recovery.bound.line()}" if recovery.bound is not None else ""
                 which = f"restart {repair.restarts} of {max_restarts}"
                 say(f"{member.name}: not serving ({failure.cause}); {which}{bound}")
@@ -286,7 +287,7 @@ async def repair_fleet(
                     continue
                 problem = await register(routers, member.worker_url, fleet.router.ready_timeout_s)
                 if problem is None:
-                    repair.action, repair.cause = "restarted", None
+                    repair.action = "restarted"
                     say(f"{member.name}: ready again and registered as {member.worker_url}")
                     return repair
                 repair.cause = problem
