@@ -158,6 +158,27 @@ SCENARIOS: dict[str, Scenario] = {
         children=1,
         source="tests/data/gpu-runs/sglang-0.5.17-h200-job/engine.log (lines 287-330, shortened)",
     ),
+    # ready, then (`die_after_answers` in) a serving-time OOM whose error names the CUDA runtime's
+    # error alone (`cudaErrorMemoryAllocation`, as tests/data/startup_logs/sglang-h200/
+    # r17-plain-rec-96.log prints it under the OOM), without "out of memory"
+    "sglang_serving_alloc_oom": Scenario(
+        engine="sglang",
+        steps=(
+            Step(0.05, "[{ts}] INFO:     Started server process [{pid}]"),
+            Step(0.0, "[{ts}] INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)"),
+            Step(0.05, "[{ts}] The server is fired up and ready to roll!"),
+        ),
+        after_ready=(
+            Step(0.0, "[{ts}] Scheduler hit an exception: Traceback (most recent call last):", fatal=True),
+            Step(0.0, f'  File "{SGL}/srt/managers/scheduler.py", line 2784, in run_batch'),
+            Step(0.0, "RuntimeError: CUDA driver error: cudaErrorMemoryAllocation"),
+            Step(0.0, "[{ts}] SIGQUIT received. signum=None, frame=None. It usually means one child failed."),
+        ),
+        end="serve",
+        serve_before_ready=True,
+        children=1,
+        source="constructed: the error name of r17-plain-rec-96.log line 121, alone on the error line",
+    ),
     "sglang_incident_valueerror": Scenario(
         engine="sglang",
         steps=(

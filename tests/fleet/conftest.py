@@ -56,8 +56,9 @@ def make_fleet(make_spec: SpecFactory, tmp_path: Path) -> FleetFactory:  # noqa:
         router: dict[str, object] | None = None,
         spec_host: dict[str, object] | None = None,
         standin: dict[str, Any] | None = None,
+        args: list[str] | None = None,
     ) -> Path:
-        spec = make_spec(scenario, name="member", host=spec_host, standin=standin)
+        spec = make_spec(scenario, name="member", host=spec_host, standin=standin, args=args)
         assert spec.source_path is not None
         router = {"port": free_port(), "metrics_port": free_port(), "ready_timeout_s": 30, **(router or {})}
         lines = [

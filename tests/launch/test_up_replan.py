@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.errors import UserError
+from specpilot.launch import recovery
 from specpilot.launch import up as up_loop
 from specpilot.launch.ops import run_down
 from specpilot.launch.outcome import UpResult
@@ -180,7 +181,7 @@ class _FakeStarts:
         monkeypatch.setattr(up_loop, "launch", self.launch)
         monkeypatch.setattr(up_loop, "run_down", self.run_down)
         monkeypatch.setattr(up_loop, "stream_log", self.stream_log)
-        monkeypatch.setattr(up_loop, "replan", lambda spec, log, plan, files: change)
+        monkeypatch.setattr(recovery, "replan", lambda spec, log, plan, files: change)
 
     async def launch(self, spec: Spec, host: object, *, plan: object, progress: object) -> UpResult:
         self.calls.append(("launch", spec.engine.args))
@@ -262,7 +263,7 @@ def test_a_log_that_cannot_calibrate_is_said_with_its_reason(
     def cannot(*args: object) -> None:
         raise UserError("the log was cut before the weights loaded", field="log")
 
-    monkeypatch.setattr(up_loop, "replan", cannot)
+    monkeypatch.setattr(recovery, "replan", cannot)
     events: list[UpEvent] = []
     asyncio.run(start_until_settled(spec, SettleOptions(force=True, max_replans=1), events.append))
     last = events[-1]

@@ -167,10 +167,10 @@ def fleet_repair(
     """
     import time
 
-    from specpilot.fleet.repair import load_recorded_fleet, repair_fleet
+    from specpilot.fleet.repair import Restarts, load_recorded_fleet, repair_fleet
 
     fleet = load_recorded_fleet(name)
-    restarts: dict[str, int] = {}
+    restarts = Restarts()
     while True:
         result = asyncio.run(
             repair_fleet(

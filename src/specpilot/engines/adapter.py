@@ -17,6 +17,7 @@ from functools import cached_property
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from specpilot.engines.bounds import Bound
 from specpilot.engines.context_len import ContextLen
 from specpilot.engines.draft import DraftKnobs
 from specpilot.engines.flags import ReleaseTable
@@ -125,6 +126,9 @@ class Engine:
     preemption: PreemptionSignal | None = None
     #: how long a start takes where this host recorded none (bench's budget)
     start: StartEstimate = UNKNOWN_START
+    #: what a restart after a death of memory while serving lowers (`engines/bounds.py`); none:
+    #: it is restarted as it was
+    serving_bounds: tuple[Bound, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -7,7 +7,8 @@ running and every serving member is then registered with it again.
 
 A member that is not serving is first taken out of the router (no request goes to it),
 then started again on its host with the same verified files (`launch` ships and checks
-them as `up` did), at most `max_restarts` times with doubling backoff, and registered
+them as `up` did), as `launch.recovery` says (after an out-of-memory death, with the
+engine's bound for it), at most `max_restarts` times with doubling backoff, and registered
 again once ready (delete, then add: the router keeps stale state for a restarted
 address). A member serving but missing from the router is registered again.
 """
@@ -18,7 +19,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -42,9 +43,11 @@ from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
 from specpilot.launch.ops import LEFTOVER_TERM_S, clear_leftovers, run_status
 from specpilot.launch.preflight import Preflight, launch_spec, preflight
+from specpilot.launch.recovery import Budget, Failure, next_start, run_failure
 from specpilot.launch.state import state_path
 from specpilot.launch.stop import end_group
 from specpilot.launch.supervisor import launch
+from specpilot.spec import Spec
 from specpilot.taskgroup import all_of
 
 Say = Callable[[str], None]
@@ -59,9 +62,12 @@ class Repair:
     worker_url: str
     action: str  # "ok", "registered", "restarted", "gave_up"
     restarts: int = 0
+    #: why it was last restarted, or why the restart failed
     cause: str | None = None
     #: the last failed start's own words (who holds the port, the fatal line, ...)
     error: str | None = None
+    #: what the last restart changed (`launch.recovery`: the engine's bound after an OOM)
+    bound: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -207,11 +213,20 @@ async def clear_dead(member: Member) -> None:
         await host.close()
 
 
+@dataclass
+class Restarts:
+    """What a member's restarts carry across passes (`--watch`, a job's healer): per member, the
+    restarts made (a job's read back from job.json) and the spec last started (a bound applied)."""
+
+    made: dict[str, int] = field(default_factory=dict)
+    specs: dict[str, Spec] = field(default_factory=dict)
+
+
 async def repair_fleet(
-    fleet: Fleet, *, max_restarts: int, backoff_s: float, say: Say, restarts: dict[str, int] | None = None
+    fleet: Fleet, *, max_restarts: int, backoff_s: float, say: Say, restarts: Restarts | None = None
 ) -> FleetRepair:
-    """One pass: the router, then every member; `restarts` carries the counts across passes (--watch)."""
-    restarts = restarts if restarts is not None else {}
+    """One pass: the router, then every member, each restarted as `launch.recovery` says."""
+    restarts = restarts if restarts is not None else Restarts()
     preflights: dict[Any, Preflight] = {}
     router_repairs = await repair_routers(fleet, say)
     if any(r.action == "gave_up" for r in router_repairs):
@@ -224,7 +239,7 @@ async def repair_fleet(
         ready = [{w.url for w in listed if w.status == "ready" and w.healthy} for listed in listings]
 
         async def one(member: Member) -> Repair:
-            repair = Repair(member.name, member.worker_url, "ok", restarts.get(member.name, 0))
+            repair = Repair(member.name, member.worker_url, "ok", restarts.made.get(member.name, 0))
             serving = state_path(member.name).exists() and (await run_status(member.name, lines=0)).serving
             missing = [
                 router
@@ -240,32 +255,43 @@ async def repair_fleet(
                 )
                 say(f"{member.name}: serving but not routed; {problem or 'registered again'}")
                 return repair
+            failure = await run_failure(member.name)  # before its leftovers are cleared
             for router in routers:  # take it out before anything else
                 await router.remove(member.worker_url)
             await clear_dead(member)
             if member.gpu_key not in preflights:
                 preflights[member.gpu_key] = await preflight(member.spec)
             pre = preflights[member.gpu_key]
-            while repair.restarts < max_restarts:
-                if repair.restarts:
-                    await asyncio.sleep(backoff_s * 2 ** (repair.restarts - 1))
+            spec = restarts.specs.get(member.name, member.spec)
+            while True:
+                budget = Budget(max_restarts=max_restarts, restarts=repair.restarts, backoff_s=backoff_s)
+                recovery = await next_start(spec, failure, budget)
+                if recovery.action == "give_up":
+                    break
+                await asyncio.sleep(recovery.backoff_s)
                 repair.restarts += 1
-                restarts[member.name] = repair.restarts
-                say(f"{member.name}: not serving; restart {repair.restarts} of {max_restarts}")
-                host = open_host_section(member.spec.host)
+                restarts.made[member.name] = repair.restarts
+                spec = restarts.specs[member.name] = recovery.spec
+                repair.bound, repair.cause, repair.error = recovery.change, failure.cause, None
+                bound = f"; {recovery.bound.line()}" if recovery.bound is not None else ""
+                which = f"restart {repair.restarts} of {max_restarts}"
+                say(f"{member.name}: not serving ({failure.cause}); {which}{bound}")
+                host = open_host_section(spec.host)
                 try:
-                    result = await launch(launch_spec(member.spec, pre), host, plan=pre.plan)
+                    result = await launch(launch_spec(spec, pre), host, plan=pre.plan)
                 finally:
                     await host.close()
                 if result.phase != "ready":
                     repair.cause, repair.error = result.cause, result.error
+                    failure = Failure("start", result.cause or "unknown", (result.error or "").strip())
                     continue
                 problem = await register(routers, member.worker_url, fleet.router.ready_timeout_s)
                 if problem is None:
-                    repair.action, repair.cause = "restarted", None
+                    repair.action = "restarted"
                     say(f"{member.name}: ready again and registered as {member.worker_url}")
                     return repair
                 repair.cause = problem
+                failure = Failure("serving", "unregistered", problem)
             repair.action = "gave_up"
             said = f"{repair.cause}: {repair.error}" if repair.error else repair.cause
             say(f"{member.name}: left out after {repair.restarts} restarts ({said})")

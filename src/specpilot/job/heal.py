@@ -28,11 +28,18 @@ from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.job import JobWatcher
 from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostError
-from specpilot.job.bounds import bound_for
 from specpilot.job.record import JobRecord
 from specpilot.job.serve import STOP_TIMEOUT_S, clear_run, start, wait_port_closed
 from specpilot.launch.ops import host_for, run_down
-from specpilot.launch.serving import Crash, record_crash, serving_classifier, watch_serving
+from specpilot.launch.recovery import (
+    Budget,
+    Failure,
+    next_start,
+    read_serving_log,
+    restarts_made,
+    serving_death,
+)
+from specpilot.launch.serving import Crash, record_crash, watch_serving
 from specpilot.launch.state import RunState, read_state
 from specpilot.spec import Spec
 from specpilot.taskgroup import beside
@@ -66,23 +73,6 @@ def _task_watcher(work: Callable[[Dispatcher], Any], busy: asyncio.Lock) -> JobW
     return watch
 
 
-async def _serving_log(host: Host, state: RunState) -> str:
-    data = await host.read_bytes(state.log_path, state.ready_log_bytes or 0)
-    return data.decode(errors="replace")
-
-
-def _whole(crash: Crash, state: RunState, serving_log: str) -> Crash:
-    """The crash as the whole log since ready tells it: a process found gone before its last
-    lines were read has a verdict without its fatal line (cause "crash", not "oom")."""
-    classifier = serving_classifier(state)
-    for line in serving_log.splitlines():
-        classifier.feed(line.rstrip("\r"))
-    if not classifier.fatal_seen:
-        return crash
-    failure = classifier.failure(exited=True, exit_code=crash.exit_status)
-    return Crash(failure.cause, failure.signature, failure.error, crash.exit_status)
-
-
 class ServerHealer:
     """Restarts the job's one server when it dies; `spec` follows the bounds applied."""
 
@@ -92,7 +82,7 @@ class ServerHealer:
         self.max_restarts = max_restarts
         self.say = say
         self.busy = asyncio.Lock()
-        self.restarts = len([r for r in record.data.get("restarts", []) if r.get("run") == self.spec.name])
+        self.restarts = restarts_made(record.data.get("restarts", [])).get(spec.name, 0)
         #: the dispatcher found the server stalled: (its base URL, why)
         self.stall: tuple[str, str] | None = None
         self.stalled = asyncio.Event()
@@ -145,50 +135,55 @@ class ServerHealer:
                 if crash is not None:
                     # the whole log since ready: the process can be found gone before its last
                     # lines were read, and the bound is chosen from what it printed as it died
-                    serving_log = await _serving_log(host, state)
+                    serving_log = await read_serving_log(host, state)
             except (HostError, OSError) as err:
                 self.say(f"{name}: its host stopped answering ({err}); the job goes on with the rest")
                 self.record.note("events", {"run": name, "event": "host_unreachable", "error": str(err)})
                 return
             finally:
                 await host.close()
-            ended = _whole(crash, state, serving_log) if crash is not None else None
+            ended = serving_death(crash, state, serving_log) if crash is not None else None
             async with self.busy:
-                if not await self._restart(dispatcher, state.pid, ended, serving_log):
+                if not await self._restart(dispatcher, state.pid, ended):
                     return
 
-    async def _restart(self, dispatcher: Dispatcher, pid: int, crash: Crash | None, serving_log: str) -> bool:
-        """Restart the dead (`crash`) or stalled (None) server; False when the job is told to stop instead."""
+    async def _restart(self, dispatcher: Dispatcher, pid: int, ended: tuple[Crash, Failure] | None) -> bool:
+        """Restart the dead (`ended`: its crash, as the policy reads it) or stalled (None) server;
+        False when the job is told to stop instead."""
         name = self.spec.name
         began_s = time.monotonic()  # the restart's time is the job's GPU-hours wasted
         stall, self.stall = self.stall, None
         self.stalled.clear()
-        if crash is not None:
+        if ended is not None:
+            crash, failure = ended
             record_crash(name, crash)
-            cause, line = crash.cause, crash.first_line
-            said = f"{name} died ({cause}): {line}"
+            said = f"{name} died ({failure.cause}): {failure.line}"
         else:
             assert stall is not None  # the event is set with it
-            cause, line = "stall", stall[1]
-            said = f"{name} stalled: {line}"
-        if self.restarts >= self.max_restarts:
-            self.record.note("restarts", {"run": name, "cause": cause, "line": line, "outcome": "gave_up"})
+            failure = Failure("serving", "stall", stall[1])
+            said = f"{name} stalled: {failure.line}"
+        cause, line = failure.cause, failure.line
+        budget = Budget(max_restarts=self.max_restarts, restarts=self.restarts, backoff_s=BACKOFF_S)
+        recovery = await next_start(self.spec, failure, budget)
+        if recovery.action == "give_up":
+            self.record.note(
+                "restarts",
+                {"run": name, "cause": cause, "line": line, "outcome": "gave_up", "restarts": self.restarts},
+            )
             dispatcher.stop_for(
                 f"{said}; gave up after {self.restarts} restarts ([job] max_restarts); fix the cause, "
                 "then run the same command to resume"
             )
             return False
         self.restarts += 1
-        bounded = bound_for(self.spec, serving_log) if crash is not None else None
-        change = None
-        if bounded is not None:
-            self.spec, change = bounded.spec, bounded.to_json()
+        self.spec = recovery.spec
+        bounded = recovery.bound
         self.say(
             f"{said}; restart {self.restarts} of {self.max_restarts}"
             + (f"; {bounded.line()}" if bounded is not None else "")
             + "; its rows go back to the queue"
         )
-        await asyncio.sleep(BACKOFF_S * 2 ** (self.restarts - 1))
+        await asyncio.sleep(recovery.backoff_s)
         if stall is not None:
             self.say(f"{name}: stopping the stalled engine (pid {pid})")
             stopped = await run_down(name, timeout_s=STOP_TIMEOUT_S)
@@ -202,8 +197,8 @@ class ServerHealer:
         await wait_port_closed(self.spec)
         again = await start(self.spec, self.say)
         self.spec = again.spec
-        entry: dict[str, Any] = {"run": name, "cause": cause, "line": line,
-                                 "bound": change, "outcome": again.result.phase,
+        entry: dict[str, Any] = {"run": name, "cause": cause, "line": line, "restarts": self.restarts,
+                                 "bound": recovery.change, "outcome": again.result.phase,
                                  "replans": again.replans or [],
                                  "down_s": round(time.monotonic() - began_s, 3)}  # fmt: skip
         self.record.data["server_args"] = list(self.spec.engine.args)
@@ -222,13 +217,14 @@ class ServerHealer:
 
 def fleet_healer(fleet_name: str, record: JobRecord, max_restarts: int, say: Say) -> JobWatcher:
     """A pass of fleet-repair every FLEET_PASS_S, in the job's own event loop."""
-    from specpilot.fleet.repair import load_recorded_fleet, repair_fleet
+    from specpilot.fleet.repair import Restarts, load_recorded_fleet, repair_fleet
 
     busy = asyncio.Lock()
 
     async def loop(dispatcher: Dispatcher) -> None:
         fleet = load_recorded_fleet(fleet_name)
-        restarts: dict[str, int] = {}
+        # the restarts an earlier run of the job made count: they are read back from job.json
+        restarts = Restarts(restarts_made(record.data.get("restarts", [])))
         recorded: set[tuple[str, str]] = set()
         while True:
             await asyncio.sleep(FLEET_PASS_S)

@@ -85,6 +85,7 @@ class LogClassifier:
         """`engine`: whose log it is (the command looked it up once); `serving`: the log after
         ready, where a failed request may log an error and a traceback while the server serves
         on; only a line that ends serving is fatal."""
+        self.engine = engine
         self._signatures = signatures if signatures is not None else for_engine(engine)
         self._fatal = [s for s in self._signatures if s.kind is Kind.FATAL]
         self._triggers = [s for s in self._fatal if s.ends_serving] if serving else self._fatal

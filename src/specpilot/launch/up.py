@@ -18,7 +18,8 @@ from specpilot.hosts import open_host_section
 from specpilot.launch.ops import clear_leftovers, run_down, stream_log
 from specpilot.launch.outcome import UpResult
 from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
-from specpilot.launch.replan import Replan, replan, replan_reason
+from specpilot.launch.recovery import OFF_PLAN, OOM, Budget, Failure, next_start
+from specpilot.launch.replan import Replan, replan_reason
 from specpilot.launch.state import read_state, start_lock
 from specpilot.launch.supervisor import launch
 from specpilot.models.host_files import ModelRead, read_model
@@ -199,27 +200,23 @@ async def _next_replan(
     options: SettleOptions,
     on_event: OnEvent,
 ) -> Replan | None:
-    """The re-planned spec to start next; None to stop. A ready server that is re-planned is
-    stopped first (by its process group)."""
+    """The re-planned spec to start next (`recovery.next_start`); None to stop. A ready server
+    that is re-planned is stopped first (by its process group)."""
     reason = _reason(result, options)
     if reason is None:
         return None
-    if done >= options.max_replans:
-        on_event(NoReplan(reason, "limit" if options.max_replans else "off"))
-        return None
-    log_text = await _engine_log(spec.name)
-    try:
-        change = replan(spec, log_text, pre.plan, files)
-    except UserError as err:
-        on_event(NoReplan(reason, "cannot_calibrate", str(err)))
-        return None
-    if change is None:
-        on_event(NoReplan(reason, "same_flags"))
+    cause = OOM if result.phase == "failed" else OFF_PLAN
+    failure = Failure("start", cause, reason, lambda: _engine_log(spec.name))
+    budget = Budget(max_replans=options.max_replans, replans=done)
+    recovery = await next_start(spec, failure, budget, plan=pre.plan, files=files)
+    if recovery.replan is None:
+        assert recovery.gave_up is not None and recovery.gave_up != "max_restarts"  # no restart allowed
+        on_event(NoReplan(reason, recovery.gave_up, recovery.error))
         return None
     if result.phase == "ready":
         await run_down(spec.name, timeout_s=options.stop_timeout_s)
-    on_event(Replanned(done + 1, options.max_replans, reason, change))
-    return change
+    on_event(Replanned(done + 1, options.max_replans, reason, recovery.replan))
+    return recovery.replan
 
 
 async def _engine_log(name: str) -> str:

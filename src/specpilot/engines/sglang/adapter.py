@@ -5,7 +5,17 @@ from __future__ import annotations
 from packaging.version import Version
 
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
-from specpilot.engines.sglang import draft, flags, loglines, metrics, phases, releases, rules, signatures
+from specpilot.engines.sglang import (
+    bounds,
+    draft,
+    flags,
+    loglines,
+    metrics,
+    phases,
+    releases,
+    rules,
+    signatures,
+)
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.engines.starts import StartEstimate
 
@@ -47,6 +57,7 @@ ENGINE = Engine(
     context_field="context_length",
     log=EngineLog(loglines.QUANTITIES, loglines.MARKERS, loglines.LOADED, loglines.LOADED_LINE),
     signatures=signatures.SIGNATURES,
+    serving_bounds=bounds.SERVING_BOUNDS,
     spec_metrics=(metrics.SPEC_ACCEPTANCE,),
     generated_tokens_metric=metrics.GENERATED_TOKENS,
     # sglang --api-key: every OpenAI route requires the bearer token

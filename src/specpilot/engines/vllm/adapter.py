@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specpilot.engines.adapter import Engine, EngineLog, LaunchCommand, ReleaseWindow
 from specpilot.engines.starts import StartEstimate
-from specpilot.engines.vllm import draft, flags, loglines, metrics, releases, rules, signatures
+from specpilot.engines.vllm import bounds, draft, flags, loglines, metrics, releases, rules, signatures
 from specpilot.engines.vllm.releases import vllm_line
 
 
@@ -46,6 +46,7 @@ ENGINE = Engine(
     context_field="max_model_len",
     log=EngineLog(loglines.QUANTITIES, loglines.MARKERS, loglines.LOADED, loglines.LOADED_LINE),
     signatures=signatures.SIGNATURES,
+    serving_bounds=bounds.SERVING_BOUNDS,
     spec_metrics=(metrics.SPEC_ACCEPTANCE,),
     generated_tokens_metric=metrics.GENERATED_TOKENS,
     # vllm serve --api-key: every /v1 route requires the bearer token
