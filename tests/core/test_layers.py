@@ -174,7 +174,7 @@ def test_no_import_cycle_inside_a_folder(folder: str) -> None:
 
 
 #: generate/'s subpackages, bottom first: each imports only those before it
-GENERATE_LAYERS = ("sampling", "rows", "yields", "ledger", "writers", "dispatch", "job")
+GENERATE_LAYERS = ("sampling", "rows", "yields", "ledger", "writers", "dispatch", "job", "verify")
 
 
 def test_generate_subpackages_import_downwards() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from specpilot.export.lengths import length_report
 from specpilot.generate.dispatch.client import parse_answer
-from specpilot.generate.rows.lengths import length_report
 from specpilot.generate.rows.output import TurnResult, build_row, split_tokens
 from specpilot.generate.rows.types import Answer, PromptRow
 

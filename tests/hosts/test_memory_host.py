@@ -1,6 +1,7 @@
-"""The MemoryHost (tests/fixtures/memory_host.py) answers as the real LocalHost does, for what
-the tests above the host ask of it: shipping and re-verifying run files, the exec'd argv of a
-launch script, and which processes a stop proves the run's and how the stop ends."""
+"""The MemoryHost (specpilot.hosts.memory, with launch's scripts: tests/fixtures/memory_host.py)
+answers as the real LocalHost does, for what the tests above the host ask of it: shipping and
+re-verifying run files, the exec'd argv of a launch script, and which processes a stop proves
+the run's and how the stop ends."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import pytest
 
 from specpilot.hosts import LocalHost
 from specpilot.hosts.base import Host
+from specpilot.hosts.memory import MemoryHost
 from specpilot.launch.render import render_launch_script
 from specpilot.launch.rundir import RunFiles, ship, verify_on_host
 from specpilot.launch.stop import RunProcesses, end_group, run_members
 from tests.fixtures.engines import wait_exec
-from tests.fixtures.memory_host import MemoryHost
+from tests.fixtures.memory_host import launch_host
 
 FILES = RunFiles(spec_toml=b'name = "m"\n', plan_json=b"{}\n", launch_sh=b"exec true\n", env=b"A=1\n")
 
@@ -77,7 +79,7 @@ def _none() -> object:
 def test_a_launch_script_runs_as_its_exec_line_on_both(tmp_path: Path) -> None:
     assert (
         _spawned_argv(LocalHost(), str(tmp_path))
-        == _spawned_argv(MemoryHost(), "/home/u/run")
+        == _spawned_argv(launch_host(), "/home/u/run")
         == ["sleep", "30"]
     )
 
@@ -110,7 +112,7 @@ def test_the_stop_proves_and_ends_the_same_processes_on_both(real_group: int) ->
     local = LocalHost()
     stat = asyncio.run(local.proc_stat(real_group))
     assert stat is not None
-    memory = MemoryHost()
+    memory = launch_host()
     process = memory.add_process(["sleep", "30"], start_ticks=stat.start_ticks)
     expected = (1, 1, "stale", "terminated", "not_running")
     assert _members_and_stops(local, real_group, stat.start_ticks) == expected

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from specpilot.hosts.memory import MemoryHost
 from specpilot.spec import Spec, load_spec
 from tests.fakeengines.standin import config_env
-from tests.fixtures.memory_host import MemoryHost
+from tests.fixtures.memory_host import launch_host
 from tests.fixtures.ports import free_port
 
 FAKES = Path(__file__).resolve().parents[1] / "fakeengines"
@@ -110,7 +111,7 @@ def memory_host(monkeypatch: pytest.MonkeyPatch) -> MemoryHost:
     """Every run of the test on one MemoryHost (its target "local"): `up`, `status`, `logs`,
     `down` and `runs` open it instead of this machine; a spawned stand-in plays its scenario
     there, with no process."""
-    host = MemoryHost(target="local")
+    host = launch_host(target="local")
     for opener in ("specpilot.launch.up.open_host_section", "specpilot.launch.shield.open_host_section"):
         monkeypatch.setattr(opener, lambda section: host)
     monkeypatch.setattr("specpilot.launch.ops.host_for", lambda state: host)

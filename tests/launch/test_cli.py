@@ -10,9 +10,9 @@ from click.testing import CliRunner, Result
 
 from specpilot.cli import cli
 from specpilot.cli import commands as registry
+from specpilot.hosts.memory import MemoryHost
 from specpilot.launch.state import write_state
 from specpilot.spec import HostSection
-from tests.fixtures.memory_host import MemoryHost
 from tests.launch.conftest import SpecFactory
 from tests.launch.helpers import ready_state
 

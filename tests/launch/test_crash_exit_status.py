@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.hosts.memory import MemoryHost, MemoryProcess
 from specpilot.launch.ops import run_down, run_status
 from specpilot.launch.state import read_state
 from specpilot.spec import Spec
 from tests.fakeengines.scenarios import SCENARIOS
-from tests.fixtures.memory_host import MemoryHost, MemoryProcess, playing
+from tests.fixtures.memory_host import launch_host, playing
 from tests.launch.conftest import SpecFactory
 from tests.launch.helpers import up
 
@@ -22,8 +23,7 @@ def _zombie_engine(
 ) -> tuple[Spec, MemoryHost, MemoryProcess]:
     """A ready run on a MemoryHost whose engine has died and is not yet reaped: no exit
     record yet. Returns the spec, the host and the engine's scripted process."""
-    host = MemoryHost()
-    host.spawn_script = playing(SCENARIOS["sglang_ready"])
+    host = launch_host(spawn_script=playing(SCENARIOS["sglang_ready"]))
     monkeypatch.setattr("specpilot.launch.ops.host_for", lambda state: host)
     spec = make_spec("sglang_ready")
     result = up(spec, host=host)

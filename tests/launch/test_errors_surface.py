@@ -29,7 +29,7 @@ from specpilot.launch.ops import run_down
 from specpilot.launch.state import RunState, run_folder, state_path
 from specpilot.taskgroup import TaskFailed
 from tests.fakeengines.scenarios import SCENARIOS
-from tests.fixtures.memory_host import MemoryHost, playing
+from tests.fixtures.memory_host import launch_host, playing
 from tests.launch.conftest import SpecFactory, free_port
 from tests.launch.helpers import up
 
@@ -72,8 +72,7 @@ def test_a_bug_in_reading_the_facts_fails_up_named_before_anything_starts(
 @pytest.fixture
 def ready_run(make_spec: SpecFactory, run_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A ready run on a memory host (the watcher's subject is above the host)."""
-    host = MemoryHost()
-    host.spawn_script = playing(SCENARIOS["sglang_ready"])
+    host = launch_host(spawn_script=playing(SCENARIOS["sglang_ready"]))
     monkeypatch.setattr("specpilot.launch.ops.host_for", lambda state: host)
     spec = make_spec("sglang_ready", name="watched")
     result = up(spec, host=host)

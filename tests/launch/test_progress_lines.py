@@ -11,8 +11,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from specpilot.cli import cli
+from specpilot.hosts.memory import MemoryHost
 from specpilot.progress import ProgressLines, ticking
-from tests.fixtures.memory_host import MemoryHost
 from tests.launch.conftest import SpecFactory
 
 

@@ -21,7 +21,7 @@ from specpilot.launch.ops import run_down, run_status
 from specpilot.launch.state import RunState, write_state
 from specpilot.launch.stop import _GROUP_SCRIPT, RUN_TOKEN_VAR, STOP_OUTCOMES
 from tests.fixtures.engines import wait_exec
-from tests.fixtures.memory_host import MemoryHost
+from tests.fixtures.memory_host import launch_host
 from tests.launch.helpers import ready_state
 
 ENGINE_ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--port", "30000"]
@@ -101,7 +101,7 @@ def test_a_process_without_an_argv_yet_is_neither_gone_nor_the_run_s(
 ) -> None:
     """A record without a start time is checked by argv, and /proc/PID/cmdline reads empty
     both for a zombie and for a live process between exec's start and its arguments."""
-    host = MemoryHost()
+    host = launch_host()
     process = host.add_process([], alive=alive)
     state = engine_state("noargv", process.pid, tmp_path, start_ticks=None)
     assert asyncio.run(recorded_process(host, state)) == expected

@@ -22,7 +22,7 @@ from specpilot.launch.preflight import run_preflight
 from specpilot.launch.state import read_state, state_path
 from specpilot.launch.supervisor import UpOptions
 from tests.fakeengines.scenarios import SCENARIOS
-from tests.fixtures.memory_host import MemoryHost, playing
+from tests.fixtures.memory_host import launch_host, playing
 from tests.launch.conftest import FAKES, SpecFactory
 from tests.launch.helpers import group_alive, up
 
@@ -36,8 +36,7 @@ def test_failure_is_classified_fast_with_the_whole_error_and_nothing_left(
     scenario = SCENARIOS[name]
     # The engine (on a memory host) lingers after its fatal line: `up` must decide on that line
     # and stop the group, not wait for the engine to end on its own.
-    host = MemoryHost()
-    host.spawn_script = playing(scenario, ends=False)
+    host = launch_host(spawn_script=playing(scenario, ends=False))
     spec = make_spec(name, engine=scenario.engine)
     result = up(spec, host=host)
     assert result.phase == "failed"
@@ -52,8 +51,7 @@ def test_failure_is_classified_fast_with_the_whole_error_and_nothing_left(
 def test_ready_then_status_logs_down_from_the_state_file(
     make_spec: SpecFactory, run_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    host = MemoryHost()
-    host.spawn_script = playing(SCENARIOS["sglang_ready"])
+    host = launch_host(spawn_script=playing(SCENARIOS["sglang_ready"]))
     monkeypatch.setattr("specpilot.launch.ops.host_for", lambda state: host)  # status, logs, down
     spec = make_spec("sglang_ready")
     planned = run_preflight(spec).plan
@@ -92,8 +90,7 @@ def test_ready_then_status_logs_down_from_the_state_file(
 
 
 def test_hang_after_weight_load_names_the_last_phase(make_spec: SpecFactory, run_home: Path) -> None:
-    host = MemoryHost()
-    host.spawn_script = playing(SCENARIOS["sglang_hang_after_weights"])
+    host = launch_host(spawn_script=playing(SCENARIOS["sglang_hang_after_weights"]))
     spec = make_spec("sglang_hang_after_weights", hang_timeout_s=1.5)
     result = up(spec, host=host)
     assert result.cause == "hang"
@@ -102,8 +99,7 @@ def test_hang_after_weight_load_names_the_last_phase(make_spec: SpecFactory, run
 
 
 def test_not_ready_in_time_is_a_timeout(make_spec: SpecFactory, run_home: Path) -> None:
-    host = MemoryHost()
-    host.spawn_script = playing(SCENARIOS["sglang_hang_after_weights"])
+    host = launch_host(spawn_script=playing(SCENARIOS["sglang_hang_after_weights"]))
     spec = make_spec("sglang_hang_after_weights", ready_timeout_s=1.0)
     result = up(spec, host=host)
     assert result.cause == "timeout"

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from specpilot.cli import cli
 from specpilot.errors import UserError
+from specpilot.hosts.memory import MemoryHost
 from specpilot.launch import recovery
 from specpilot.launch import up as up_loop
 from specpilot.launch.ops import run_down
@@ -37,7 +38,6 @@ from specpilot.launch.up import (
 )
 from specpilot.spec import Spec, load_spec
 from tests.fakeengines.standin import CONFIG_ENV, config_env
-from tests.fixtures.memory_host import MemoryHost
 from tests.launch.conftest import FAKES, free_port
 
 REPO = Path(__file__).resolve().parents[2]

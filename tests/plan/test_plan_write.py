@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from specpilot.check import check_spec
 from specpilot.cli import cli
 from specpilot.plan import make_plan, plan_inputs
-from specpilot.plan.serving import add_serving_args, serving_args
+from specpilot.plan.serving import serving_args, with_serving_args
 from specpilot.plan.sglang.serving import state_copy_bound
 from specpilot.plan.types import SglangDetails
 from specpilot.spec import load_spec
@@ -66,8 +66,9 @@ def test_the_recommendation_bounds_the_state_copies_of_serving() -> None:
     plan = make_plan(unbounded)
     assert plan.fits and any("out of memory while serving" in note for note in plan.notes)
     assert "--prefill-max-requests" not in plan.recommended_args  # the planner's starting knobs
-    assert add_serving_args(unbounded, plan) == ["--prefill-max-requests", "7"]
-    assert plan.recommended_args[-2:] == ["--prefill-max-requests", "7"]
+    served = with_serving_args(unbounded, plan)
+    assert served.recommended_args == [*plan.recommended_args, "--prefill-max-requests", "7"]
+    assert "--prefill-max-requests" not in plan.recommended_args  # the plan given stays as it was
     bounded = make_plan(fixed)
     assert not any("out of memory while serving" in note for note in bounded.notes)
     assert serving_args(fixed, bounded) == []
@@ -110,8 +111,7 @@ def test_plan_without_write_still_refuses_rejected_flags() -> None:
 def test_an_engine_without_a_serving_bound_keeps_its_recommendation() -> None:
     spec = load_spec(EXAMPLES / "qwen3-8b-vllm.toml")
     plan = make_plan(spec)
-    before = list(plan.recommended_args)
-    assert add_serving_args(spec, plan) == [] and plan.recommended_args == before
+    assert with_serving_args(spec, plan) == plan
 
 
 def test_the_bound_follows_the_memory_left_after_startup() -> None:

@@ -300,9 +300,9 @@ MAX_LENGTH_HELP = (
 @json_option("Print the summary as JSON.")
 def report(directory: Path, max_length_tokens: int | None, gpus: int | None, out: Output) -> None:
     """Summary of a generate job from its ledger; safe while the job runs."""
+    from specpilot.export.lengths import length_report
     from specpilot.generate.eta import projected_eta, report_projections
     from specpilot.generate.ledger.report import reading_ledger, summarize
-    from specpilot.generate.rows.lengths import length_report
     from specpilot.generate.writers.committed import committed_rows
     from specpilot.generate.writers.parts import CLEAN, FLAGGED
     from specpilot.job.record import read_exports
@@ -409,12 +409,12 @@ def export(
     out: Output,
 ) -> None:
     """Export the finished rows of a generate job for SpecForge, speculators or datasets."""
+    from specpilot.export.lengths import length_report
     from specpilot.export.run import chat_template as export_template
     from specpilot.export.run import export as run_export
     from specpilot.export.tokenizer import is_tokenizer_folder
     from specpilot.export.trainready import FIX as TRAIN_CHECK_FIX
     from specpilot.generate.ledger.report import reading_ledger
-    from specpilot.generate.rows.lengths import length_report
     from specpilot.generate.writers.committed import committed_rows
     from specpilot.generate.writers.parts import CLEAN, FLAGGED
     from specpilot.progress import ProgressLines, stderr_is_terminal

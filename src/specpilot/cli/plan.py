@@ -18,7 +18,7 @@ from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.models.host_files import read_model
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
-from specpilot.plan.serving import add_serving_args
+from specpilot.plan.serving import with_serving_args
 from specpilot.plan.startup_peak import StartupPeak, measure_startup_peak
 from specpilot.plan.text import render_plan, render_startup_peak
 from specpilot.plan.types import Plan
@@ -213,8 +213,7 @@ def plan(
         resolved = resolved.respec(calibrated)
     spec = resolved.spec
     peak = _startup_peak(spec, from_log, samples)
-    result = make_plan(resolved, facts)
-    add_serving_args(resolved, result, facts)
+    result = with_serving_args(resolved, make_plan(resolved, facts), facts)
     drawn = _draw(resolved, facts, result, svg_path, html_path) if svg_path or html_path else []
     projected = job_projections(spec, job_dir, gpus) if job_dir is not None else None
     out.show(_PlanShown(result, peak, job_dir, projected))

@@ -12,7 +12,7 @@ from specpilot.cli.output import Human, Output, json_option
 from specpilot.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
-    from specpilot.generate.job import Verified
+    from specpilot.generate.verify import Verified
 
 EXAMPLE_VERIFY = "\b\nExample:\n  specpilot verify out/ --json"
 
@@ -27,7 +27,7 @@ def verify(directory: Path, out: Output) -> None:
     everything, streaming. Each changed or missing row is named, taken out of its part and
     queued again: the same `specpilot generate` command makes it again. Exit 1 if any was found.
     """
-    from specpilot.generate.job import verify_job
+    from specpilot.generate.verify import verify_job
 
     verified = verify_job(directory)
     out.show(_VerifyShown(verified), indent=None)

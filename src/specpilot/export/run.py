@@ -60,7 +60,7 @@ def chat_template(
     """The SpecForge chat template an export of `fmt` states and its warnings, for `export` and
     `specpilot job` alike: `templates.choose_template` for the job's `model`; a format that
     carries no template states none (and refuses one asked for)."""
-    from specpilot.generate.rows.templates import choose_template
+    from specpilot.export.templates import choose_template
 
     if fmt.takes_template:
         return choose_template(requested, model)

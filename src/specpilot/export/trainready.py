@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.export.formats import ExportFormat
+from specpilot.export.templates import TEMPLATE_RULES, TrainerTurns, recommended_template
 from specpilot.export.tokenizer import ChatTokenizer, Unreadable, is_tokenizer_folder, load_tokenizer
 from specpilot.generate.ledger.report import reading_ledger
-from specpilot.generate.rows.templates import TEMPLATE_RULES, TrainerTurns, recommended_template
 from specpilot.generate.writers.committed import committed_rows
 from specpilot.generate.writers.parts import Split
 

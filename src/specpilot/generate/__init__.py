@@ -7,5 +7,6 @@ kill at any moment loses and duplicates nothing; `job.py` ties inputs, dispatch 
 
 The subpackages import one way: `rows/` (the row in and out) <- `ledger/` (the job's record)
 <- `writers/` (the output shards) <- `dispatch/` (sending rows to servers) <- `job.py` and
-`eta.py`; `sampling.py` (what is asked of the model) sits beneath them all.
+`eta.py` <- `verify.py` (`specpilot verify`'s full read); `sampling.py` (what is asked of the
+model) sits beneath them all.
 """

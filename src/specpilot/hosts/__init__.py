@@ -2,7 +2,8 @@
 
 `open_host_section` turns a `[host]` section into a Host (`open_host` takes its fields one
 by one); an SSH connection is made on the first operation (and made again after a drop), so
-its errors surface there.
+its errors surface there. `memory.py`'s `MemoryHost` holds one in memory, for tests of the
+code above the host.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specpilot.check.effective import EffectiveArgs
 from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.engines.fix import Fix
@@ -30,12 +32,12 @@ def make_plan(spec: Spec | ResolvedSpec, facts: LogFacts | None = None) -> Plan:
     planner = planner_for(release.name)
     shape = resolved.shape
     plan = planner.plan(resolved.spec, shape, resolved.args, facts)
-    plan.provenance = provenance(release)
+    notes = plan.notes
     if shape.architecture not in PLANNED_ARCHITECTURES:
-        plan.notes.insert(
-            0,
+        notes = [
             f"warning: architecture {shape.architecture} is not one this planner was checked on; its "
             "layers are planned as plain attention + MLP, so the verdict may be wrong: calibrate with "
             "--from-log (an engine startup log) before trusting it",
-        )
-    return plan
+            *notes,
+        ]
+    return replace(plan, provenance=provenance(release), notes=notes)

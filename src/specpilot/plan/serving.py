@@ -12,6 +12,8 @@ give a spec that is safe to serve, not only to start. Each engine's bound is its
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.engines.fix import Fix
 from specpilot.engines.flags import parse_version
@@ -39,11 +41,12 @@ def with_fix(spec: Spec, fix: Fix) -> Spec:
     return spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args, "env": env})})
 
 
-def add_serving_args(spec: Spec | ResolvedSpec, plan: Plan, facts: LogFacts | None = None) -> list[str]:
-    """Add to `plan.recommended_args` what the recommended spec (the spec as given when the plan
-    recommends nothing) needs to serve, planned again with the recommendation; the flags added."""
+def with_serving_args(spec: Spec | ResolvedSpec, plan: Plan, facts: LogFacts | None = None) -> Plan:
+    """The plan with what the recommended spec (the spec as given when the plan recommends
+    nothing) needs to serve added to its `recommended_args`, planned again with the
+    recommendation; the plan itself when it needs nothing."""
     if planner_for(plan.engine).serving is None or not (plan.fits or plan.recommended_args):
-        return []
+        return plan
     target = spec if isinstance(spec, ResolvedSpec) else resolve(spec)
     target_plan = plan
     if plan.recommended_args or plan.recommended_env:
@@ -51,7 +54,6 @@ def add_serving_args(spec: Spec | ResolvedSpec, plan: Plan, facts: LogFacts | No
         target = target.respec(with_fix(target.spec, fix))
         target_plan = make_plan(target, facts)
     if not target_plan.fits:
-        return []
+        return plan
     added = serving_args(target, target_plan)
-    plan.recommended_args += added
-    return added
+    return replace(plan, recommended_args=[*plan.recommended_args, *added])

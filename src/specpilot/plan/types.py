@@ -204,7 +204,7 @@ class PrefillGate:
         return cls(**{**data, "other_side_args": tuple(data["other_side_args"])})
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     """A plan for either engine; each field means the same for both.
 

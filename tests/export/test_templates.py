@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specpilot.errors import UserError
-from specpilot.generate.rows.templates import TEMPLATE_RULES, choose_template
+from specpilot.export.templates import TEMPLATE_RULES, choose_template
 
 
 @pytest.mark.parametrize("model", ["Qwen/Qwen3.6-27B", "qwen3.5-35b-a3b", "/models/Qwen3_6-MTP"])
