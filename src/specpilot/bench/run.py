@@ -25,10 +25,10 @@ from typing import Any, TextIO
 
 from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
-from specpilot.bench.budget import Costs, start_costs
+from specpilot.bench.budget import BudgetNeed, Costs, start_costs
 from specpilot.bench.lab import EngineLab, axis_notes
 from specpilot.bench.measure import Measured, Notify, Settings
-from specpilot.bench.sample import draw, open_prompts, write_prompts
+from specpilot.bench.sample import Sample, draw, open_prompts, write_prompts
 from specpilot.bench.search import CAP_ORIGINS, CONFIRM_MAX, MARGIN, Entry, Job, SearchResult, search
 from specpilot.bench.variants import Variant
 from specpilot.errors import JobFailed, UserError
@@ -170,16 +170,64 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
     sample = draw(source, request.sample_size, request.seed)
     files = await read_model(spec)
     lab = EngineLab(spec, settings, [], request.job_dir / SCRATCH_DIR, notify, started, files)
-    for config in request.variants:
+    _plan_variants(lab, request.variants, notify)
+    largest = max((p.plan.max_running_requests for p in lab.prepared.values() if p.plan), default=0)
+    if FILL_WAVES * largest > len(sample.rows) < sample.input_rows:
+        sample = draw(source, request.sample_size, request.seed, fill_to=FILL_WAVES * largest)
+    screen_caps = _screen_caps(lab, request.variants)
+    _check_fillable(sample, screen_caps)
+    costs = Costs(start_costs(spec), settings.warmup_s, settings.sampling.max_tokens)
+    need = _announce_budget(costs, screen_caps, len(sample.rows), settings.budget_s, notify)
+    _check_comparable(lab, request.variants, screen_caps)
+    need.check(settings.budget_s, len(screen_caps))
+    if len(request.variants) == 1:
+        notify(f"{request.variants[0].label} alone: its caps are searched, no configuration is compared")
+    lab.rows = sample.rows
+    _write_sample(sample, settings, request.sample_size, largest, notify)
+    host_gpus = request.gpus or spec.gpu.count
+    notes = axis_notes(spec, request.variants, host_gpus, lab.gates)
+    for line in notes:
+        notify(line)
+    job = Job(sample.input_rows, servers=host_gpus // spec.gpu.count, gpus_per_server=spec.gpu.count)
+    found = await _search_and_stop(request.variants, lab, job, len(sample.rows), settings, costs)
+    rows = [_row(entry, lab) for entry in found.entries]
+    specs = {
+        entry.label: lab.prepare(entry.point).spec for entry in found.entries if entry.point in lab.prepared
+    }
+    lengths = found.lengths
+    mean = sum(lengths) / len(lengths) if lengths else None
+    winner = found.winner.label if found.winner is not None else None
+    verdict = _verdict(found, costs, len(sample.rows))
+    data = _bench_json(request, sample, job, notes, found, need, verdict, mean, rows)
+    write_text_atomic(request.job_dir / BENCH_FILE, jsontext.dumps(data, indent=2) + "\n")
+    return BenchResult(
+        spec,
+        rows,
+        specs,
+        winner,
+        sample.input_rows,
+        len(sample.rows),
+        mean,
+        data,
+        notes,
+        found.notes,
+        found.started,
+        verdict,
+    )
+
+
+def _plan_variants(lab: EngineLab, variants: list[Variant], notify: Notify) -> None:
+    """Check and plan every configuration (and its other side of the prefill-graph gate)."""
+    for config in variants:
         notify(f"{config.label}: check and plan")
         side = lab.plan(config).other_side
         if side is not None:  # planned now: its cap counts in the sample's size
             notify(f"{side.label}: check and plan (the prefill-graph gate is near {config.label})")
             lab.plan(side)
-    largest = max((p.plan.max_running_requests for p in lab.prepared.values() if p.plan), default=0)
-    if FILL_WAVES * largest > len(sample.rows) < sample.input_rows:
-        sample = draw(source, request.sample_size, request.seed, fill_to=FILL_WAVES * largest)
-    screen_caps = _screen_caps(lab, request.variants)
+
+
+def _check_fillable(sample: Sample, screen_caps: list[int]) -> None:
+    """Refuse a sample too small to reach a steady state at the smallest largest cap."""
     if screen_caps and len(sample.rows) < min(screen_caps):
         raise UserError(
             f"{len(sample.rows)} rows (all {sample.input_rows} usable rows of the prompts file) cannot fill "
@@ -189,14 +237,24 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
             fix=f"bench on a prompts file of at least {FILL_WAVES * min(screen_caps)} rows (the job's own), "
             "or run a job this small without a bench",
         )
-    costs = Costs(start_costs(spec), settings.warmup_s, settings.sampling.max_tokens)
-    need = costs.need(screen_caps, len(sample.rows))
+
+
+def _announce_budget(
+    costs: Costs, screen_caps: list[int], full_rows: int, budget_s: float, notify: Notify
+) -> BudgetNeed:
+    """What the search needs of the budget, told before any server starts."""
+    need = costs.need(screen_caps, full_rows)
     notify(
-        f"budget: {settings.budget_s:g} s given; about {need.expected_s:,.0f} s to screen every "
+        f"budget: {budget_s:g} s given; about {need.expected_s:,.0f} s to screen every "
         f"configuration and confirm {CONFIRM_MAX} points, {need.least_s:,.0f} s to measure "
         f"{'two configurations' if len(screen_caps) > 1 else 'one'} ({need.line})"
     )
-    if len(request.variants) > 1 and len(screen_caps) < 2:
+    return need
+
+
+def _check_comparable(lab: EngineLab, variants: list[Variant], screen_caps: list[int]) -> None:
+    """Refuse a comparison where fewer than two of several configurations can run."""
+    if len(variants) > 1 and len(screen_caps) < 2:
         runs = ", ".join(
             c.label for c, p in lab.prepared.items() if p.plan is not None and c.running_cap is None
         )
@@ -208,33 +266,34 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
             if runs
             else "pass configurations that check and plan accept",
         )
-    need.check(settings.budget_s, len(screen_caps))
-    if len(request.variants) == 1:
-        notify(f"{request.variants[0].label} alone: its caps are searched, no configuration is compared")
-    lab.rows = sample.rows
+
+
+def _write_sample(sample: Sample, settings: Settings, sample_size: int, largest: int, notify: Notify) -> None:
+    """Write the sample and its warm-up rows, and say what was drawn."""
     write_prompts(sample.rows, settings.sample_path)
     write_prompts(sample.rows[: min(len(sample.rows), 8)], settings.warmup_path)
     chars = sorted(sample.prompt_chars)
     raised = (
-        f"; raised from --sample {request.sample_size} to fill the largest cap ({largest}) {FILL_WAVES} times"
-        if len(sample.rows) > request.sample_size
+        f"; raised from --sample {sample_size} to fill the largest cap ({largest}) {FILL_WAVES} times"
+        if len(sample.rows) > sample_size
         else ""
     )
     notify(
         f"sample: {len(sample.rows)} of {sample.input_rows:,} rows, stratified by prompt length "
         f"({chars[0]:,} to {chars[-1]:,} characters, seed {sample.seed}){raised}"
     )
-    host_gpus = request.gpus or spec.gpu.count
-    notes = axis_notes(spec, request.variants, host_gpus, lab.gates)
-    for line in notes:
-        notify(line)
-    job = Job(sample.input_rows, servers=host_gpus // spec.gpu.count, gpus_per_server=spec.gpu.count)
+
+
+async def _search_and_stop(
+    variants: list[Variant], lab: EngineLab, job: Job, full_rows: int, settings: Settings, costs: Costs
+) -> SearchResult:
+    """Run the search; whatever ends it, stop every point it started (JobFailed names survivors)."""
     try:
-        found = await search(
-            request.variants,
+        return await search(
+            variants,
             lab,
             job,
-            full_rows=len(sample.rows),
+            full_rows=full_rows,
             budget_s=settings.budget_s,
             least_s=costs.starts.later_s + costs.expected_warmup_s,
         )
@@ -242,15 +301,22 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
         left = await stop_started(lab.started)
         if left:
             raise JobFailed("; ".join(left) + " (stopping what the bench started)")
-    rows = [_row(entry, lab) for entry in found.entries]
-    specs = {
-        entry.label: lab.prepare(entry.point).spec for entry in found.entries if entry.point in lab.prepared
-    }
-    lengths = found.lengths
-    mean = sum(lengths) / len(lengths) if lengths else None
-    winner = found.winner.label if found.winner is not None else None
-    verdict = _verdict(found, costs, len(sample.rows))
-    data = {
+
+
+def _bench_json(
+    request: BenchRequest,
+    sample: Sample,
+    job: Job,
+    notes: list[str],
+    found: SearchResult,
+    need: BudgetNeed,
+    verdict: str | None,
+    mean: float | None,
+    rows: list[Measured],
+) -> dict[str, Any]:
+    """bench.json's content."""
+    spec, settings = request.spec, request.settings
+    return {
         "specpilot_version": __version__,
         "spec": spec.name,
         "engine": spec.engine.name,
@@ -276,49 +342,41 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
         "projection": "the whole input played out per server: at most the cap running, each running "
         "request at rate(b)/b with b running (rates per batch size from the sample's timings), the "
         "sample's output lengths repeated; waves and the tail (after the last row starts) included",
-        "search": {
-            "rule": "screen each configuration once at its largest cap with one batch of rows; project every "
-            "cap from the screen's rates per batch size (the KV-bound cap added); confirm best first with "
-            "the full sample, the best of a second configuration among them, while a point is projected "
-            "within "
-            f"{MARGIN:.0%} of the best confirmed (at most {CONFIRM_MAX}); probe lower caps while the engine "
-            "preempts or the throughput still rises; a winner only among points measured at their own cap, "
-            "when two configurations were (or one was searched alone)",
-            "axes": notes,
-            "notes": found.notes,
-            "compared": list(found.compared),
-            "verdict": verdict,
-            "budget": {
-                "expected_s": round(need.expected_s, 1),
-                "least_s": round(need.least_s, 1),
-                "assumed": need.line,
-            },
-            "trials": found.trials,
-            "spent_s": round(found.spent_s, 1),
-            "points": len(found.entries),
-        },
+        "search": _search_json(notes, found, need, verdict),
         "mean_output_tokens": None if mean is None else round(mean, 1),
         # what every projection played (plan --job, generate and report play them again)
-        "output_lengths": list(lengths),
-        "winner": winner,
+        "output_lengths": list(found.lengths),
+        "winner": found.winner.label if found.winner is not None else None,
         "variants": [r.to_json() for r in rows],
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    write_text_atomic(request.job_dir / BENCH_FILE, jsontext.dumps(data, indent=2) + "\n")
-    return BenchResult(
-        spec,
-        rows,
-        specs,
-        winner,
-        sample.input_rows,
-        len(sample.rows),
-        mean,
-        data,
-        notes,
-        found.notes,
-        found.started,
-        verdict,
-    )
+
+
+def _search_json(
+    notes: list[str], found: SearchResult, need: BudgetNeed, verdict: str | None
+) -> dict[str, Any]:
+    """bench.json's `search`: the rule, what it explored and spent, and its verdict."""
+    return {
+        "rule": "screen each configuration once at its largest cap with one batch of rows; project every "
+        "cap from the screen's rates per batch size (the KV-bound cap added); confirm best first with "
+        "the full sample, the best of a second configuration among them, while a point is projected "
+        "within "
+        f"{MARGIN:.0%} of the best confirmed (at most {CONFIRM_MAX}); probe lower caps while the engine "
+        "preempts or the throughput still rises; a winner only among points measured at their own cap, "
+        "when two configurations were (or one was searched alone)",
+        "axes": notes,
+        "notes": found.notes,
+        "compared": list(found.compared),
+        "verdict": verdict,
+        "budget": {
+            "expected_s": round(need.expected_s, 1),
+            "least_s": round(need.least_s, 1),
+            "assumed": need.line,
+        },
+        "trials": found.trials,
+        "spent_s": round(found.spent_s, 1),
+        "points": len(found.entries),
+    }
 
 
 def _screen_caps(lab: EngineLab, variants: list[Variant]) -> list[int]:
