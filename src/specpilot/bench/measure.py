@@ -206,24 +206,13 @@ async def measure(
     """Start, warm up, measure and stop one variant (refused ones come back as they are);
     the row, and every answered request's timings (what the search reads rates from)."""
     label = prepared.variant.label
-    spec = prepared.spec
-    row = Measured(
-        label=label,
-        status="refused" if prepared.refused else "measured",
-        reason=prepared.refused,
-        argv=mask_argv(spec.engine.args),
-        recommended_args=list(prepared.recommended),
-        max_running_requests=prepared.plan.max_running_requests if prepared.plan else None,
-    )
+    row = _first_row(prepared)
     if prepared.refused:
         notify(f"{label}: not started: {prepared.refused}")
         return row, []
-    started_s = time.monotonic()
-    deadline_s = started_s + settings.budget_s
-    # the engine's start counts against the variant's budget too
-    spec_timeout_s = spec.server.ready_timeout_s
-    server = spec.server.model_copy(update={"ready_timeout_s": min(spec_timeout_s, settings.budget_s)})
-    spec = spec.model_copy(update={"server": server})
+    deadline_s = time.monotonic() + settings.budget_s
+    spec_timeout_s = prepared.spec.server.ready_timeout_s
+    spec = _start_within(prepared.spec, settings.budget_s)
     notify(f"{label}: starting {spec.engine.name} {spec.engine.version} ({' '.join(prepared.recommended)})")
     try:
         result = await _up(spec, prepared, lambda phase, s, last: None)
@@ -233,20 +222,7 @@ async def measure(
             return row, []
         row.up_s = round(result.elapsed_s, 1)
         notify(f"{label}: ready in {result.elapsed_s:.1f} s; warming up")
-        warm = _Guard(min(deadline_s, time.monotonic() + settings.warmup_s), label, notify, 0.0)
-        await _guarded(
-            _job(
-                settings,
-                prepared,
-                folder / "warmup",
-                input_path=settings.warmup_path,
-                sampling=replace(
-                    settings.sampling,
-                    max_tokens=min(settings.sampling.max_tokens or WARMUP_MAX_TOKENS, WARMUP_MAX_TOKENS),
-                ),
-            ),
-            warm,
-        )
+        await _warm_up(prepared, settings, folder, deadline_s, notify)
         if time.monotonic() >= deadline_s:
             row.status, row.reason, row.budget_reached = (
                 "failed",
@@ -254,35 +230,90 @@ async def measure(
                 True,
             )
             return row, []
-        log = TimingLog()
-        guard = _Guard(deadline_s, label, notify, settings.progress_interval_s, settings.sample_rows)
-        concurrency = max(1, row.max_running_requests or 1)
-        notify(
-            f"{label}: measuring {settings.sample_rows} rows at {concurrency} requests in flight (its cap)"
-        )
-        signal_ = engine_by_name(spec.engine.name).preemption
-        counted_before = _counter(result.endpoint, signal_)
-        sample_started_s = time.monotonic()
-        await _guarded(
-            _job(
-                settings,
-                prepared,
-                folder / "sample",
-                client_factory=lambda session, model, sampling: _streaming(session, model, sampling, log),
-            ),
-            guard,
-        )
-        elapsed_s = time.monotonic() - sample_started_s
-        row.budget_reached = guard.budget_reached
-        _fill(row, log, elapsed_s)
-        row.accept_length, row.accept_source = _acceptance(result.endpoint, guard.dispatcher)
-        row.preemptions, row.preemption_source = await _preemptions(
-            spec, signal_, counted_before, _counter(result.endpoint, signal_)
+        timings = await _measure_sample(
+            row, prepared, spec, settings, folder, result.endpoint, deadline_s, notify
         )
         notify(f"{label}: {_summary(row)}; stopping")
-        return row, list(log.requests)
+        return row, timings
     finally:
         await _stop(spec.name, notify, label)
+
+
+def _first_row(prepared: Prepared) -> Measured:
+    """The variant's row before it runs: refused with plan's reason, else to be measured."""
+    return Measured(
+        label=prepared.variant.label,
+        status="refused" if prepared.refused else "measured",
+        reason=prepared.refused,
+        argv=mask_argv(prepared.spec.engine.args),
+        recommended_args=list(prepared.recommended),
+        max_running_requests=prepared.plan.max_running_requests if prepared.plan else None,
+    )
+
+
+def _start_within(spec: Spec, budget_s: float) -> Spec:
+    """The spec with its ready timeout cut to the budget: the engine's start counts against it too."""
+    server = spec.server.model_copy(update={"ready_timeout_s": min(spec.server.ready_timeout_s, budget_s)})
+    return spec.model_copy(update={"server": server})
+
+
+async def _warm_up(
+    prepared: Prepared, settings: Settings, folder: Path, deadline_s: float, notify: Notify
+) -> None:
+    """A short job of a few rows and answers, so the sample's timings see no first-kernel costs."""
+    label = prepared.variant.label
+    warm = _Guard(min(deadline_s, time.monotonic() + settings.warmup_s), label, notify, 0.0)
+    await _guarded(
+        _job(
+            settings,
+            prepared,
+            folder / "warmup",
+            input_path=settings.warmup_path,
+            sampling=replace(
+                settings.sampling,
+                max_tokens=min(settings.sampling.max_tokens or WARMUP_MAX_TOKENS, WARMUP_MAX_TOKENS),
+            ),
+        ),
+        warm,
+    )
+
+
+async def _measure_sample(
+    row: Measured,
+    prepared: Prepared,
+    spec: Spec,
+    settings: Settings,
+    folder: Path,
+    endpoint: str | None,
+    deadline_s: float,
+    notify: Notify,
+) -> list[RequestTiming]:
+    """Stream the sample at the cap; fill the row from its timings and the engine's counters."""
+    label = row.label
+    log = TimingLog()
+    guard = _Guard(deadline_s, label, notify, settings.progress_interval_s, settings.sample_rows)
+    concurrency = max(1, row.max_running_requests or 1)
+    notify(f"{label}: measuring {settings.sample_rows} rows at {concurrency} requests in flight (its cap)")
+    signal_ = engine_by_name(spec.engine.name).preemption
+    counted_before = _counter(endpoint, signal_)
+    sample_started_s = time.monotonic()
+    await _guarded(
+        _job(
+            settings,
+            prepared,
+            folder / "sample",
+            client_factory=lambda session, model, sampling: _streaming(session, model, sampling, log),
+        ),
+        guard,
+    )
+    elapsed_s = time.monotonic() - sample_started_s
+    row.budget_reached = guard.budget_reached
+    _fill(row, log, elapsed_s)
+    row.accept_length, row.accept_source = _acceptance(endpoint, guard.dispatcher)
+    row.preemptions, row.preemption_source = await _preemptions(
+        spec, signal_, counted_before, _counter(endpoint, signal_)
+    )
+    return list(log.requests)
 
 
 def _streaming(
