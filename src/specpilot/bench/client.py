@@ -164,35 +164,7 @@ class StreamingChatClient(ChatClient):
                     raise self.failed(
                         classify_status(response.status, raw), f"HTTP {response.status}: {text}"
                     )
-                events = 0
-                async for line in response.content:
-                    payload = line.strip()
-                    if not payload.startswith(DATA_PREFIX):
-                        continue
-                    events += 1
-                    payload = payload[len(DATA_PREFIX) :].strip()
-                    if payload == DONE:
-                        break
-                    try:
-                        event = json.loads(payload)
-                    except (ValueError, RecursionError):
-                        raise self.failed(
-                            FailureKind.RETRYABLE,
-                            "malformed stream event: "
-                            + payload[:ERROR_BODY_CHARS].decode("utf-8", "replace"),
-                        ) from None
-                    try:
-                        stream.feed(event, time.monotonic())
-                    except RequestFailed as err:  # it quotes the event
-                        raise self.failed(err.kind, str(err)) from None
-                if not events:
-                    self.log.failed += 1
-                    raise self.failed(
-                        FailureKind.FATAL,
-                        f"the server answered without streaming (Content-Type "
-                        f"{response.headers.get('Content-Type', 'none')}, no 'data:' events): it ignores "
-                        '"stream": true, and the bench times a stream\'s tokens',
-                    )
+                await self._read_stream(response, stream)
         except (TimeoutError, aiohttp.ServerTimeoutError):
             self.log.failed += 1
             raise RequestFailed(FailureKind.TIMEOUT, "request timed out") from None
@@ -207,7 +179,43 @@ class StreamingChatClient(ChatClient):
         except RequestFailed as err:
             self.log.failed += 1
             raise self.failed(err.kind, str(err)) from None
-        times = stream.chunk_times_s or [end_s]
+        self._record(start_s, end_s, stream.chunk_times_s, answer)
+        return answer
+
+    async def _read_stream(self, response: aiohttp.ClientResponse, stream: _Stream) -> None:
+        """Feed every `data:` event to `stream`, timed as it arrives; a reply with none is refused."""
+        events = 0
+        async for line in response.content:
+            payload = line.strip()
+            if not payload.startswith(DATA_PREFIX):
+                continue
+            events += 1
+            payload = payload[len(DATA_PREFIX) :].strip()
+            if payload == DONE:
+                break
+            try:
+                event = json.loads(payload)
+            except (ValueError, RecursionError):
+                raise self.failed(
+                    FailureKind.RETRYABLE,
+                    "malformed stream event: " + payload[:ERROR_BODY_CHARS].decode("utf-8", "replace"),
+                ) from None
+            try:
+                stream.feed(event, time.monotonic())
+            except RequestFailed as err:  # it quotes the event
+                raise self.failed(err.kind, str(err)) from None
+        if not events:
+            self.log.failed += 1
+            raise self.failed(
+                FailureKind.FATAL,
+                f"the server answered without streaming (Content-Type "
+                f"{response.headers.get('Content-Type', 'none')}, no 'data:' events): it ignores "
+                '"stream": true, and the bench times a stream\'s tokens',
+            )
+
+    def _record(self, start_s: float, end_s: float, chunk_times_s: list[float], answer: Answer) -> None:
+        """Log the answered request's timings (no chunk timed: the whole answer came at its end)."""
+        times = chunk_times_s or [end_s]
         self.log.requests.append(
             RequestTiming(
                 start_s=start_s,
@@ -219,4 +227,3 @@ class StreamingChatClient(ChatClient):
                 prompt_tokens=answer.prompt_tokens,
             )
         )
-        return answer
