@@ -218,78 +218,24 @@ def _bench(table: Mapping[str, Any]) -> BenchSection:
 
 def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
     """The job file at `path`, with `overrides` (flag values by `[job]` key) in place of its own."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise UserError(
-            f"cannot read it ({err})", field=str(path), fix="pass a job .toml with a [job] table"
-        ) from None
-    table = data.get("job")
-    if not isinstance(table, dict) or set(data) != {"job"}:
-        raise UserError(
-            "a job file holds one [job] table (and [job.sampling], [job.bench])",
-            field=str(path),
-            fix="write `[job]` with server (or fleet), prompts and output",
-        )
-    unknown = sorted(set(table) - _JOB_KEYS)
-    if unknown:
-        raise _bad(unknown[0], "unknown key", f"use one of {', '.join(sorted(_JOB_KEYS))}")
+    table = _job_table(path)
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     max_tokens = given.pop("max_tokens", None)  # --max-tokens: [job.sampling]'s
     retry_truncated = bool(given.pop("retry_truncated", False))
     table = {**table, **given}
     base = path.resolve().parent
-    if ("server" in table) == ("fleet" in table):
-        raise _bad(
-            "server",
-            "give exactly one of server (a server spec) and fleet (a fleet file)",
-            "keep the one the job should start",
-        )
-    serving_key = "server" if "server" in table else "fleet"
-    serving = _path(base, table, serving_key, must_exist=True, fix=f"give the {serving_key} file's path")
+    serving_key, serving = _serving(base, table)
     for key in ("prompts", "output"):
         if key not in table:
             raise _bad(key, "missing", f'add {key} = "..." to [job]')
     prompts = _path(base, table, "prompts", must_exist=True, fix="give the prompts file's path")
     output = _path(base, table, "output", must_exist=False, fix="give the job folder's path")
-    export = table.get("export", [])
-    if not isinstance(export, list) or not all(isinstance(f, str) for f in export):
-        raise _bad(
-            "export",
-            f"must be a list of formats, got {export!r}",
-            f"e.g. export = {list(FORMATS)[:1]}",
-        )
-    for fmt in export:
-        format_named(fmt, field="[job] export")  # an unknown one: refused with the known ones
-    keep = _typed(table, "keep_servers", bool, "[job]") if "keep_servers" in table else False
-    flagged = _typed(table, "include_flagged", bool, "[job]") if "include_flagged" in table else False
-    restarts = (
-        _typed(table, "max_restarts", int, "[job]") if "max_restarts" in table else DEFAULT_MAX_RESTARTS
-    )
-    if restarts < 0:
-        raise _bad("max_restarts", f"must be 0 or more, got {restarts}", "0 turns restarts off")
-    concurrency = (
-        _typed(table, "concurrency", int, "[job]") if "concurrency" in table else DEFAULT_CONCURRENCY
-    )
-    if concurrency < 1:
-        raise _bad("concurrency", f"must be at least 1, got {concurrency}", "raise it")
-    stall_after_s = _typed(table, "stall_after_s", float, "[job]") if "stall_after_s" in table else None
-    if stall_after_s is not None and not 0 < stall_after_s < float("inf"):
-        raise _bad("stall_after_s", f"must be more than 0 seconds, got {stall_after_s}", "raise it")
-    sampling = table.get("sampling", {})
-    bench = table.get("bench")
-    if not isinstance(sampling, dict) or (bench is not None and not isinstance(bench, dict)):
-        raise _bad("sampling", "[job.sampling] and [job.bench] are tables", "write them as [job.sampling]")
-    if max_tokens is not None:
-        sampling = {**sampling, "max_tokens": max_tokens}
-    floor = YieldFloor(
-        check_floor(_typed(table, "min_clean_yield", float, "[job]"), "[job] min_clean_yield")
-        if "min_clean_yield" in table
-        else DEFAULT_MIN_CLEAN_YIELD_PCT,
-        check_min_rows(_typed(table, "guard_min_rows", int, "[job]"), "[job] guard_min_rows")
-        if "guard_min_rows" in table
-        else DEFAULT_GUARD_MIN_ROWS,
-    )
+    export = _exports(table)
+    keep = _optional(table, "keep_servers", bool, False)
+    flagged = _optional(table, "include_flagged", bool, False)
+    restarts, concurrency, stall_after_s = _limits(table)
+    sampling, bench = _subtables(table, max_tokens)
+    floor = _yield_floor(table)
     job_sampling, max_tokens_auto = _sampling(sampling)
     return JobFile(
         path=path.resolve(),
@@ -306,7 +252,97 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
         sampling=job_sampling,
         max_tokens_auto=max_tokens_auto,
         bench=None if bench is None else _bench(bench),
-        train_check=_typed(table, "train_check", bool, "[job]") if "train_check" in table else True,
+        train_check=_optional(table, "train_check", bool, True),
         yield_floor=floor,
         retry_truncated=retry_truncated,
+    )
+
+
+def _job_table(path: Path) -> dict[str, Any]:
+    """The file's one `[job]` table, its keys known."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise UserError(
+            f"cannot read it ({err})", field=str(path), fix="pass a job .toml with a [job] table"
+        ) from None
+    table = data.get("job")
+    if not isinstance(table, dict) or set(data) != {"job"}:
+        raise UserError(
+            "a job file holds one [job] table (and [job.sampling], [job.bench])",
+            field=str(path),
+            fix="write `[job]` with server (or fleet), prompts and output",
+        )
+    unknown = sorted(set(table) - _JOB_KEYS)
+    if unknown:
+        raise _bad(unknown[0], "unknown key", f"use one of {', '.join(sorted(_JOB_KEYS))}")
+    return table
+
+
+def _optional(table: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
+    """`[job] key`, typed, else its default."""
+    return _typed(table, key, kind, "[job]") if key in table else default
+
+
+def _serving(base: Path, table: Mapping[str, Any]) -> tuple[str, Path]:
+    """Which of server and fleet the job starts, and that file."""
+    if ("server" in table) == ("fleet" in table):
+        raise _bad(
+            "server",
+            "give exactly one of server (a server spec) and fleet (a fleet file)",
+            "keep the one the job should start",
+        )
+    serving_key = "server" if "server" in table else "fleet"
+    serving = _path(base, table, serving_key, must_exist=True, fix=f"give the {serving_key} file's path")
+    return serving_key, serving
+
+
+def _exports(table: Mapping[str, Any]) -> list[str]:
+    """`[job] export`: a list of known formats."""
+    export = table.get("export", [])
+    if not isinstance(export, list) or not all(isinstance(f, str) for f in export):
+        raise _bad(
+            "export",
+            f"must be a list of formats, got {export!r}",
+            f"e.g. export = {list(FORMATS)[:1]}",
+        )
+    for fmt in export:
+        format_named(fmt, field="[job] export")  # an unknown one: refused with the known ones
+    return export
+
+
+def _limits(table: Mapping[str, Any]) -> tuple[int, int, float | None]:
+    """`[job]` max_restarts, concurrency and stall_after_s, each in its range."""
+    restarts = _optional(table, "max_restarts", int, DEFAULT_MAX_RESTARTS)
+    if restarts < 0:
+        raise _bad("max_restarts", f"must be 0 or more, got {restarts}", "0 turns restarts off")
+    concurrency = _optional(table, "concurrency", int, DEFAULT_CONCURRENCY)
+    if concurrency < 1:
+        raise _bad("concurrency", f"must be at least 1, got {concurrency}", "raise it")
+    stall_after_s = _optional(table, "stall_after_s", float, None)
+    if stall_after_s is not None and not 0 < stall_after_s < float("inf"):
+        raise _bad("stall_after_s", f"must be more than 0 seconds, got {stall_after_s}", "raise it")
+    return restarts, concurrency, stall_after_s
+
+
+def _subtables(table: Mapping[str, Any], max_tokens: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """`[job.sampling]` (with --max-tokens in place of its own) and `[job.bench]`, as tables."""
+    sampling = table.get("sampling", {})
+    bench = table.get("bench")
+    if not isinstance(sampling, dict) or (bench is not None and not isinstance(bench, dict)):
+        raise _bad("sampling", "[job.sampling] and [job.bench] are tables", "write them as [job.sampling]")
+    if max_tokens is not None:
+        sampling = {**sampling, "max_tokens": max_tokens}
+    return sampling, bench
+
+
+def _yield_floor(table: Mapping[str, Any]) -> YieldFloor:
+    """`[job]` min_clean_yield and guard_min_rows, each checked as generate's flags are."""
+    return YieldFloor(
+        check_floor(_typed(table, "min_clean_yield", float, "[job]"), "[job] min_clean_yield")
+        if "min_clean_yield" in table
+        else DEFAULT_MIN_CLEAN_YIELD_PCT,
+        check_min_rows(_typed(table, "guard_min_rows", int, "[job]"), "[job] guard_min_rows")
+        if "guard_min_rows" in table
+        else DEFAULT_GUARD_MIN_ROWS,
     )
