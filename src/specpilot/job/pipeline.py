@@ -23,6 +23,7 @@ from specpilot.job.spec import JobFile, in_job_terms, job_terms
 from specpilot.spec import Spec, load_spec
 
 if TYPE_CHECKING:
+    from specpilot.check.resolved import ResolvedSpec
     from specpilot.generate.ledger.report import JobSummary
     from specpilot.generate.yields import Budget
 
@@ -316,60 +317,19 @@ def _gpus_of(job: JobFile) -> int:
 
 
 async def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
-    from specpilot.check.resolved import ResolvedSpec, resolve
+    from specpilot.check.resolved import resolve
     from specpilot.models.host_files import read_model
-    from specpilot.plan import make_plan
 
-    if job.fleet is not None:
-        from specpilot.fleet.spec import load_fleet
-
-        specs = {m.gpu_key: m.spec for m in load_fleet(job.fleet).members}
-    else:
-        spec = _server_spec(job)
-        specs = {(spec.gpu.memory_gib, spec.gpu.name, spec.gpu.count): spec}
+    specs = _specs_by_gpu(job)
     # each server spec resolved once (its model read, its flags evaluated) for both stages
     settled = record.done("check") and record.done("plan")
     resolved: dict[object, ResolvedSpec] = {}
     if not settled:
         resolved = {key: resolve(s, await read_model(s)) for key, s in specs.items()}
     if not record.done("check"):
-        record.begin("check", 0)
-        found = {str(key): [dataclasses.asdict(f) for f in r.check.findings] for key, r in resolved.items()}
-        errors = [
-            f"{f['rule']}: {f['message']}" for fs in found.values() for f in fs if f["severity"] == "error"
-        ]
-        if errors:
-            record.fail("check", errors[0])
-            raise JobFailed(
-                f"check refused the server spec: {errors[0]} (see `specpilot check {job.serving_file}`)"
-            )
-        record.finish("check", {"findings": found})
-        say(f"check: {sum(len(f) for f in found.values())} findings, none refuses the start")
+        _check_stage(job, record, resolved, say)
     if not record.done("plan"):
-        record.begin("plan", 0)
-        plans: dict[str, dict[str, Any]] = {}
-        recommended: list[str] = []
-        for key, r in resolved.items():
-            plan = make_plan(r)
-            problems = [p.message for p in plan.problems]
-            plans[str(key)] = {
-                "fits": plan.fits,
-                "problems": problems,
-                "recommended_args": list(plan.recommended_args),
-                "recommended_env": dict(plan.recommended_env),
-                "notes": list(plan.notes),
-            }
-            if not plan.fits:
-                record.fail("plan", problems[0] if problems else "does not fit")
-                raise JobFailed(
-                    f"the plan does not fit: {'; '.join(problems)} (see `specpilot plan {job.serving_file}`)"
-                )
-            recommended += [" ".join(plan.recommended_args)] if plan.recommended_args else []
-        contexts = [r.context_tokens() for r in resolved.values()]
-        # the servers' context (the least of a fleet's): what bounds max_tokens
-        context = None if None in contexts or not contexts else min(c for c in contexts if c is not None)
-        record.finish("plan", {"plans": plans, "context_tokens": context})
-        say("plan: fits" + "".join(f"; recommends {r}" for r in recommended))
+        _plan_stage(job, record, resolved, say)
     if job.max_tokens_auto and context_tokens(record) is None:
         raise UserError(
             "auto needs the servers' context to bound it, and neither the server spec's flags "
@@ -377,6 +337,61 @@ async def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
             field="[job.sampling] max_tokens",
             fix="set the context in the server spec (e.g. --context-length 32768), or give a number",
         )
+
+
+def _specs_by_gpu(job: JobFile) -> dict[object, Spec]:
+    """The job's server specs, one per kind of GPU (a fleet's members by their GPU key)."""
+    if job.fleet is not None:
+        from specpilot.fleet.spec import load_fleet
+
+        return {m.gpu_key: m.spec for m in load_fleet(job.fleet).members}
+    spec = _server_spec(job)
+    return {(spec.gpu.memory_gib, spec.gpu.name, spec.gpu.count): spec}
+
+
+def _check_stage(job: JobFile, record: JobRecord, resolved: dict[object, ResolvedSpec], say: Say) -> None:
+    """The check stage: every spec's findings recorded; the first error fails the job."""
+    record.begin("check", 0)
+    found = {str(key): [dataclasses.asdict(f) for f in r.check.findings] for key, r in resolved.items()}
+    errors = [f"{f['rule']}: {f['message']}" for fs in found.values() for f in fs if f["severity"] == "error"]
+    if errors:
+        record.fail("check", errors[0])
+        raise JobFailed(
+            f"check refused the server spec: {errors[0]} (see `specpilot check {job.serving_file}`)"
+        )
+    record.finish("check", {"findings": found})
+    say(f"check: {sum(len(f) for f in found.values())} findings, none refuses the start")
+
+
+def _plan_stage(job: JobFile, record: JobRecord, resolved: dict[object, ResolvedSpec], say: Say) -> None:
+    """The plan stage: every spec's plan and the servers' context recorded; one that does not fit
+    fails the job."""
+    from specpilot.plan import make_plan
+
+    record.begin("plan", 0)
+    plans: dict[str, dict[str, Any]] = {}
+    recommended: list[str] = []
+    for key, r in resolved.items():
+        plan = make_plan(r)
+        problems = [p.message for p in plan.problems]
+        plans[str(key)] = {
+            "fits": plan.fits,
+            "problems": problems,
+            "recommended_args": list(plan.recommended_args),
+            "recommended_env": dict(plan.recommended_env),
+            "notes": list(plan.notes),
+        }
+        if not plan.fits:
+            record.fail("plan", problems[0] if problems else "does not fit")
+            raise JobFailed(
+                f"the plan does not fit: {'; '.join(problems)} (see `specpilot plan {job.serving_file}`)"
+            )
+        recommended += [" ".join(plan.recommended_args)] if plan.recommended_args else []
+    contexts = [r.context_tokens() for r in resolved.values()]
+    # the servers' context (the least of a fleet's): what bounds max_tokens
+    context = None if None in contexts or not contexts else min(c for c in contexts if c is not None)
+    record.finish("plan", {"plans": plans, "context_tokens": context})
+    say("plan: fits" + "".join(f"; recommends {r}" for r in recommended))
 
 
 def context_tokens(record: JobRecord) -> int | None:
