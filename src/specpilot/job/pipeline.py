@@ -24,6 +24,8 @@ from specpilot.spec import Spec, load_spec
 
 if TYPE_CHECKING:
     from specpilot.check.resolved import ResolvedSpec
+    from specpilot.generate.dispatch.endpoints import Endpoint
+    from specpilot.generate.job import JobWatcher, Outcome
     from specpilot.generate.ledger.report import JobSummary
     from specpilot.generate.yields import Budget
 
@@ -604,22 +606,10 @@ async def _up_fleet(job: JobFile, record: JobRecord, say: Say) -> str:
 async def _generate(
     job: JobFile, record: JobRecord, served: str, spec: Spec | None, say: Say
 ) -> tuple[int, str]:
-    from specpilot.generate.dispatch.endpoints import Endpoint, endpoints_of_fleet, normalize_url
     from specpilot.generate.eta import all_of, projecting
     from specpilot.generate.job import JobConfig, generate_in_loop
-    from specpilot.job.heal import ServerHealer, fleet_healer
-    from specpilot.launch.state import read_state
 
-    if spec is not None:
-        state = read_state(served)
-        # no run name: a death is the healer's to mend, not a reason for generate to stop
-        endpoints = [Endpoint(normalize_url(state.endpoint), state.served_model_name or None)]
-        heal = ServerHealer(spec, record, job.max_restarts, say).watcher()
-        api_key = api_key_of(spec)
-    else:
-        endpoints = endpoints_of_fleet(served)
-        heal = fleet_healer(served, record, job.max_restarts, say)
-        api_key = None  # a fleet's router takes no key of the members'
+    endpoints, heal, api_key = _endpoints_and_healer(job, record, served, spec, say)
     decided = record.data.get("max_tokens") or {}
     sampling = job.sampling
     if job.max_tokens_auto:
@@ -647,6 +637,28 @@ async def _generate(
     finally:
         if taken:  # generate's loop handed SIGINT and SIGTERM back to Python's defaults
             take_over_signals()
+    return _record_generate(job, record, outcome, say)
+
+
+def _endpoints_and_healer(
+    job: JobFile, record: JobRecord, served: str, spec: Spec | None, say: Say
+) -> tuple[list[Endpoint], JobWatcher, str | None]:
+    """Where generate sends (the server, or the fleet's routers), what mends a death, and the key."""
+    from specpilot.generate.dispatch.endpoints import Endpoint, endpoints_of_fleet, normalize_url
+    from specpilot.job.heal import ServerHealer, fleet_healer
+    from specpilot.launch.state import read_state
+
+    if spec is not None:
+        state = read_state(served)
+        # no run name: a death is the healer's to mend, not a reason for generate to stop
+        endpoints = [Endpoint(normalize_url(state.endpoint), state.served_model_name or None)]
+        return endpoints, ServerHealer(spec, record, job.max_restarts, say).watcher(), api_key_of(spec)
+    # a fleet's router takes no key of the members'
+    return endpoints_of_fleet(served), fleet_healer(served, record, job.max_restarts, say), None
+
+
+def _record_generate(job: JobFile, record: JobRecord, outcome: Outcome, say: Say) -> tuple[int, str]:
+    """The generate stage's evidence, stalls and yield in job.json; its exit code and failure."""
     summary = outcome.summary
     evidence = {
         "rows_total": summary.total, "rows_done": summary.done, "clean": summary.clean,
