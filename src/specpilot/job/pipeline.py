@@ -24,6 +24,7 @@ from specpilot.spec import Spec, load_spec
 
 if TYPE_CHECKING:
     from specpilot.check.resolved import ResolvedSpec
+    from specpilot.export.run import ExportResult
     from specpilot.generate.dispatch.endpoints import Endpoint
     from specpilot.generate.job import JobWatcher, Outcome
     from specpilot.generate.ledger.report import JobSummary
@@ -700,10 +701,6 @@ def _yield(job: JobFile, summary: JobSummary) -> dict[str, Any]:
 def _export(job: JobFile, record: JobRecord, say: Say) -> str:
     """Every format of `[job] export`; "" or, when a format fails the train-ready check (all
     formats are written still), why the job fails."""
-    from specpilot.export.formats import format_named
-    from specpilot.export.run import chat_template, export
-    from specpilot.generate.ledger.report import reading_ledger
-
     stage = record.stage("export")
     untrainable: list[str] = []
     written: dict[str, Any] = dict(stage.get("formats", {}))
@@ -713,19 +710,7 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> str:
     for fmt in job.export:
         if fmt in written and not written[fmt].get("train_ready", {}).get("mismatches"):
             continue
-        try:
-            with reading_ledger(job.output) as ledger:
-                model = ledger.meta().get("model")
-            # the template `export` states (or warns it knows none for the model)
-            template, warnings = chat_template(format_named(fmt, field="[job] export"), None, model)
-            result = export(
-                job.output, fmt, None, include_flagged=job.include_flagged, per_turn=True, overwrite=True,
-                tokenizer=tokenizer, skip_train_check=skip,
-            )  # fmt: skip
-        except UserError as err:  # e.g. every row flagged: the job failed here, not its input
-            refused = in_job_terms(err)
-            record.fail("export", str(refused))
-            raise JobFailed(f"export {fmt}: {refused}") from None
+        template, warnings, result = _export_format(job, record, fmt, tokenizer, skip)
         warnings += result.warnings
         written[fmt] = {
             "rows": result.rows,
@@ -736,24 +721,11 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> str:
         }
         stage["formats"] = written  # a kill between formats keeps those done
         record.save()
-        where = result.files[0] if len(result.files) == 1 else result.files[0].parent
-        say(f"export: {result.rows} rows as {fmt} to {where}")
-        if template is not None:
-            say(f"export: train with chat template {template} (SpecForge: --chat-template {template})")
-        for warning in warnings:
-            say(f"export: warning: {warning}")
-        say(f"export {fmt}: {result.train_ready.line()}")
+        _say_exported(fmt, result, template, warnings, say)
         # written, but a drafter trained on it learns text the model never wrote
         if result.train_ready.failed:
             untrainable.append(f"export {fmt}: {result.train_ready.line()}")
-    flagged = int(record.stage("generate").get("evidence", {}).get("flagged") or 0)
-    left_out = 0 if job.include_flagged else flagged
-    if left_out:
-        # nothing silent: a dataset smaller than the rows generated says why
-        say(
-            f"export: {left_out:,} flagged rows left out (see `specpilot report {job.output}` for why "
-            "each was flagged); [job] include_flagged = true keeps them"
-        )
+    left_out = _flagged_left_out(job, record, say)
     evidence = {"formats": written, "flagged_left_out": left_out}
     if untrainable:
         why = "; ".join(untrainable) + f" ({UNTRAINABLE_FIX.format(output=job.output)})"
@@ -764,6 +736,57 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> str:
     record.data.setdefault("yield", {})["exports"] = export_rows(record)
     record.save()
     return ""
+
+
+def _export_format(
+    job: JobFile, record: JobRecord, fmt: str, tokenizer: Path | None, skip: str | None
+) -> tuple[str | None, list[str], ExportResult]:
+    """One format written, with the chat template it states and its warnings; a refusal fails
+    the stage (the job failed here, not its input)."""
+    from specpilot.export.formats import format_named
+    from specpilot.export.run import chat_template, export
+    from specpilot.generate.ledger.report import reading_ledger
+
+    try:
+        with reading_ledger(job.output) as ledger:
+            model = ledger.meta().get("model")
+        # the template `export` states (or warns it knows none for the model)
+        template, warnings = chat_template(format_named(fmt, field="[job] export"), None, model)
+        result = export(
+            job.output, fmt, None, include_flagged=job.include_flagged, per_turn=True, overwrite=True,
+            tokenizer=tokenizer, skip_train_check=skip,
+        )  # fmt: skip
+    except UserError as err:  # e.g. every row flagged: the job failed here, not its input
+        refused = in_job_terms(err)
+        record.fail("export", str(refused))
+        raise JobFailed(f"export {fmt}: {refused}") from None
+    return template, warnings, result
+
+
+def _say_exported(
+    fmt: str, result: ExportResult, template: str | None, warnings: list[str], say: Say
+) -> None:
+    """Where the format went, the template to train with, its warnings and its train-ready line."""
+    where = result.files[0] if len(result.files) == 1 else result.files[0].parent
+    say(f"export: {result.rows} rows as {fmt} to {where}")
+    if template is not None:
+        say(f"export: train with chat template {template} (SpecForge: --chat-template {template})")
+    for warning in warnings:
+        say(f"export: warning: {warning}")
+    say(f"export {fmt}: {result.train_ready.line()}")
+
+
+def _flagged_left_out(job: JobFile, record: JobRecord, say: Say) -> int:
+    """How many flagged rows the exports leave out (0 with include_flagged)."""
+    flagged = int(record.stage("generate").get("evidence", {}).get("flagged") or 0)
+    left_out = 0 if job.include_flagged else flagged
+    if left_out:
+        # nothing silent: a dataset smaller than the rows generated says why
+        say(
+            f"export: {left_out:,} flagged rows left out (see `specpilot report {job.output}` for why "
+            "each was flagged); [job] include_flagged = true keeps them"
+        )
+    return left_out
 
 
 def _model_folder(job: JobFile, record: JobRecord) -> Path | None:
