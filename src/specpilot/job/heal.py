@@ -154,21 +154,19 @@ class ServerHealer:
         began_s = time.monotonic()  # the restart's time is the job's GPU-hours wasted
         stall, self.stall = self.stall, None
         self.stalled.clear()
-        if ended is not None:
-            crash, failure = ended
-            record_crash(name, crash)
-            said = f"{name} died ({failure.cause}): {failure.line}"
-        else:
-            assert stall is not None  # the event is set with it
-            failure = Failure("serving", "stall", stall[1])
-            said = f"{name} stalled: {failure.line}"
-        cause, line = failure.cause, failure.line
+        failure, said = self._failure_of(name, ended, stall)
         budget = Budget(max_restarts=self.max_restarts, restarts=self.restarts, backoff_s=BACKOFF_S)
         recovery = await next_start(self.spec, failure, budget)
         if recovery.action == "give_up":
             self.record.note(
                 "restarts",
-                {"run": name, "cause": cause, "line": line, "outcome": "gave_up", "restarts": self.restarts},
+                {
+                    "run": name,
+                    "cause": failure.cause,
+                    "line": failure.line,
+                    "outcome": "gave_up",
+                    "restarts": self.restarts,
+                },
             )
             dispatcher.stop_for(
                 f"{said}; gave up after {self.restarts} restarts ([job] max_restarts); fix the cause, "
@@ -184,21 +182,51 @@ class ServerHealer:
             + "; its rows go back to the queue"
         )
         await asyncio.sleep(recovery.backoff_s)
-        if stall is not None:
-            self.say(f"{name}: stopping the stalled engine (pid {pid})")
-            stopped = await run_down(name, timeout_s=STOP_TIMEOUT_S)
-            if stopped.get("phase") != "stopped":
-                dispatcher.stop_for(
-                    f"{said}; it could not be stopped ({stopped.get('stopped')}): see "
-                    f"`specpilot status {name}`"
-                )
-                return False
+        if stall is not None and not await self._stop_stalled(dispatcher, name, pid, said):
+            return False
+        return await self._start_again(dispatcher, name, pid, failure, recovery.change, began_s, stall)
+
+    def _failure_of(
+        self, name: str, ended: tuple[Crash, Failure] | None, stall: tuple[str, str] | None
+    ) -> tuple[Failure, str]:
+        """The failure the policy reads (a death's crash recorded first) and the line saying it."""
+        if ended is not None:
+            crash, failure = ended
+            record_crash(name, crash)
+            return failure, f"{name} died ({failure.cause}): {failure.line}"
+        assert stall is not None  # the event is set with it
+        failure = Failure("serving", "stall", stall[1])
+        return failure, f"{name} stalled: {failure.line}"
+
+    async def _stop_stalled(self, dispatcher: Dispatcher, name: str, pid: int, said: str) -> bool:
+        """Stop the stalled engine before its restart; False (the job told to stop) where it stays."""
+        self.say(f"{name}: stopping the stalled engine (pid {pid})")
+        stopped = await run_down(name, timeout_s=STOP_TIMEOUT_S)
+        if stopped.get("phase") != "stopped":
+            dispatcher.stop_for(
+                f"{said}; it could not be stopped ({stopped.get('stopped')}): see `specpilot status {name}`"
+            )
+            return False
+        return True
+
+    async def _start_again(
+        self,
+        dispatcher: Dispatcher,
+        name: str,
+        pid: int,
+        failure: Failure,
+        change: dict[str, Any] | None,
+        began_s: float,
+        stall: tuple[str, str] | None,
+    ) -> bool:
+        """Start the server again once its port is free, note the restart in job.json; False (the
+        job told to stop) where it does not come up."""
         await clear_run(name, {"pid": pid}, self.say)
         await wait_port_closed(self.spec)
         again = await start(self.spec, self.say)
         self.spec = again.spec
-        entry: dict[str, Any] = {"run": name, "cause": cause, "line": line, "restarts": self.restarts,
-                                 "bound": recovery.change, "outcome": again.result.phase,
+        entry: dict[str, Any] = {"run": name, "cause": failure.cause, "line": failure.line,
+                                 "restarts": self.restarts, "bound": change, "outcome": again.result.phase,
                                  "replans": again.replans or [],
                                  "down_s": round(time.monotonic() - began_s, 3)}  # fmt: skip
         self.record.data["server_args"] = list(self.spec.engine.args)
