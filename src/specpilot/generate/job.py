@@ -223,57 +223,9 @@ class Job:
             self._initialize(params)
         thinking_off = resumed and self._check_same_job(meta, params)
         for split in SPLITS:
-            directory = self.config.output_dir / split.directory
-            directory.mkdir(parents=True, exist_ok=True)
-            repaired = reconcile_parts(directory, self.ledger, split.first_part)
-            if repaired.lost_parts:
-                self.config.notify(
-                    f"{', '.join(repaired.lost_parts)} in {directory} lost rows since the last run "
-                    f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again"
-                )
-            for damaged in repaired.damaged[:DAMAGED_SHOWN]:
-                self.config.notify(f"{damaged.describe()}: taken out, queued to be generated again")
-            if len(repaired.damaged) > DAMAGED_SHOWN:
-                self.config.notify(f"... {len(repaired.damaged) - DAMAGED_SHOWN} more damaged rows")
-            if repaired.changed_parts:
-                self.config.notify(
-                    f"{repaired.changed_rows} committed rows in {', '.join(repaired.changed_parts)} in "
-                    f"{directory} changed since they were written (checksum mismatch): taken out and "
-                    "queued to be generated again"
-                )
-        if self.config.retry_truncated and self._retry_resumed(meta, params):
-            self.config.notify(
-                f"resuming the retry of truncated rows at --max-tokens {self.config.sampling.max_tokens} "
-                f"(they were cut off at {meta[RETRY_FROM_KEY]})"
-            )
-        elif self.config.retry_truncated:
-            retried = requeue_truncated(self.config.output_dir, self.ledger)
-            # after: a kill before retries again; the budget they were cut at, for a resume of this retry
-            self.ledger.set_meta(
-                {"max_tokens": params["max_tokens"], RETRY_FROM_KEY: meta.get("max_tokens", "null")}
-            )
-            self.config.notify(
-                f"{retried} truncated rows queued again at --max-tokens {self.config.sampling.max_tokens}"
-            )
-        if thinking_off:
-            again = requeue_flagged(self.config.output_dir, self.ledger, MISSING_REASONING_BIT)
-            self.ledger.set_meta({"thinking": params["thinking"]})  # after: a kill before requeues again
-            self.config.notify(
-                f"thinking is now off (--no-thinking): the {again} rows that came back without reasoning "
-                "are queued to be generated again"
-            )
-        if not self.config.retry_failed:
-            again = self.ledger.requeue_failed_by(SERVER_FAULTS)
-            if again:  # a good server now may answer them: no row is left behind for its server's fault
-                self.config.notify(
-                    f"{again} rows failed on a malformed answer or were never sent (their server's "
-                    "fault, not theirs): they are sent again"
-                )
-        in_flight = self.ledger.counts()[RowState.IN_FLIGHT]
-        if in_flight:  # what the last run's stop cost: these are generated again
-            self.config.notify(f"the last run stopped with {in_flight} rows in flight; they are sent again")
-            self.ledger.set_meta({"resent_in_flight": str(in_flight)})
-        self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
+            self._repair_parts(self.config.output_dir / split.directory, split.first_part)
+        self._requeue_truncated(meta, params)
+        self._requeue_resent(params, thinking_off)
         # this run's start: where its rates' window may begin (a resumed job's earlier rows
         # finished before it, not within it)
         self.ledger.set_meta(
@@ -293,6 +245,66 @@ class Job:
                 f"resuming {self.config.output_dir}: {done:,} of {total:,} rows already done"
                 f"{f', {failed:,} failed' if failed else ''}; {len(pending):,} to send now"
             )
+
+    def _repair_parts(self, directory: Path, first_part: int) -> None:
+        """Match a split's part files with the ledger; rows lost, damaged or changed are queued again."""
+        directory.mkdir(parents=True, exist_ok=True)
+        repaired = reconcile_parts(directory, self.ledger, first_part)
+        if repaired.lost_parts:
+            self.config.notify(
+                f"{', '.join(repaired.lost_parts)} in {directory} lost rows since the last run "
+                f"(deleted or cut short): {repaired.requeued_rows} rows are queued to be generated again"
+            )
+        for damaged in repaired.damaged[:DAMAGED_SHOWN]:
+            self.config.notify(f"{damaged.describe()}: taken out, queued to be generated again")
+        if len(repaired.damaged) > DAMAGED_SHOWN:
+            self.config.notify(f"... {len(repaired.damaged) - DAMAGED_SHOWN} more damaged rows")
+        if repaired.changed_parts:
+            self.config.notify(
+                f"{repaired.changed_rows} committed rows in {', '.join(repaired.changed_parts)} in "
+                f"{directory} changed since they were written (checksum mismatch): taken out and "
+                "queued to be generated again"
+            )
+
+    def _requeue_truncated(self, meta: dict[str, str], params: dict[str, str]) -> None:
+        """--retry-truncated: the truncated rows queued again (once: a resumed retry only says so)."""
+        if self.config.retry_truncated and self._retry_resumed(meta, params):
+            self.config.notify(
+                f"resuming the retry of truncated rows at --max-tokens {self.config.sampling.max_tokens} "
+                f"(they were cut off at {meta[RETRY_FROM_KEY]})"
+            )
+        elif self.config.retry_truncated:
+            retried = requeue_truncated(self.config.output_dir, self.ledger)
+            # after: a kill before retries again; the budget they were cut at, for a resume of this retry
+            self.ledger.set_meta(
+                {"max_tokens": params["max_tokens"], RETRY_FROM_KEY: meta.get("max_tokens", "null")}
+            )
+            self.config.notify(
+                f"{retried} truncated rows queued again at --max-tokens {self.config.sampling.max_tokens}"
+            )
+
+    def _requeue_resent(self, params: dict[str, str], thinking_off: bool) -> None:
+        """Queue what this run sends again: rows without reasoning once thinking is off, rows failed
+        for their server's fault, the last run's rows in flight, and every unfinished row."""
+        if thinking_off:
+            again = requeue_flagged(self.config.output_dir, self.ledger, MISSING_REASONING_BIT)
+            self.ledger.set_meta({"thinking": params["thinking"]})  # after: a kill before requeues again
+            self.config.notify(
+                f"thinking is now off (--no-thinking): the {again} rows that came back without reasoning "
+                "are queued to be generated again"
+            )
+        if not self.config.retry_failed:
+            again = self.ledger.requeue_failed_by(SERVER_FAULTS)
+            if again:  # a good server now may answer them: no row is left behind for its server's fault
+                self.config.notify(
+                    f"{again} rows failed on a malformed answer or were never sent (their server's "
+                    "fault, not theirs): they are sent again"
+                )
+        in_flight = self.ledger.counts()[RowState.IN_FLIGHT]
+        if in_flight:  # what the last run's stop cost: these are generated again
+            self.config.notify(f"the last run stopped with {in_flight} rows in flight; they are sent again")
+            self.ledger.set_meta({"resent_in_flight": str(in_flight)})
+        self.ledger.requeue_unfinished(include_failed=self.config.retry_failed)
 
     def _params(self, model: str) -> dict[str, str]:
         c = self.config
