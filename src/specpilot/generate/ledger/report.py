@@ -166,37 +166,12 @@ def summarize(ledger: Ledger, *, now: float | None = None, running: bool | None 
         running = is_held(ledger.path.parent)
     meta = ledger.meta()
     counts = ledger.counts()
-    if not running:
-        # a job that ended: its rates are those of its last window, whenever it is asked
-        # (else `report` later says 0 rows/s where `generate` ended at its real rate)
-        ((last,),) = ledger.query("SELECT MAX(done_at) FROM rows")
-        if last is not None:
-            now = min(now, float(str(last)))
-    run_started = float(meta.get("run_started_at") or meta.get("initialized_at") or now)
-    window_s = max(min(RATE_WINDOW_S, now - run_started), 1.0)
-    flag_sums = ", ".join(f"SUM((flags >> {bit}) & 1)" for bit in range(len(FLAG_NAMES)))
-    (totals,) = ledger.query(
-        "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
-        # attempts count requests that ended; the last of a done or failed row was no retry
-        f"COALESCE(SUM(attempts) - SUM(attempts > 0 AND state IN ({RowState.DONE}, {RowState.FAILED})), 0), "
-        "SUM(done_at > ? AND done_at <= ?), "
-        "SUM(CASE WHEN done_at > ? AND done_at <= ? THEN completion_tokens END), "
-        "MIN(done_at), MAX(done_at), "
-        f"COALESCE(SUM(state = {RowState.DONE} AND flags != 0), 0), {flag_sums} FROM rows",
-        (now - window_s, now) * 2,
-    )
+    now, window_s = _rate_window(ledger, meta, now, running)
+    totals = _totals(ledger, now, window_s)
     prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens = (_int(v) for v in totals[:5])
     first_done, last_done = (None if v is None else float(str(v)) for v in totals[5:7])
     flagged = _int(totals[7])
-    by_cause = dict.fromkeys(CAUSE_NAMES, 0)
-    flagged_tokens = 0
-    for bits, rows, tokens in ledger.query(
-        f"SELECT flags, COUNT(*), COALESCE(SUM(completion_tokens), 0) FROM rows "
-        f"WHERE state = {RowState.DONE} AND flags != 0 GROUP BY flags"
-    ):
-        names = [name for bit, name in enumerate(FLAG_NAMES) if _int(bits) >> bit & 1]
-        by_cause[primary_cause(names) or CAUSE_NAMES[-1]] += _int(rows)
-        flagged_tokens += _int(tokens)
+    by_cause, flagged_tokens = _flagged_by_cause(ledger)
     rows_per_s = recent_rows / window_s
     in_flight = counts[RowState.IN_FLIGHT] if running else 0
     pending = counts[RowState.PENDING] + counts[RowState.IN_FLIGHT] - in_flight
@@ -236,6 +211,49 @@ def summarize(ledger: Ledger, *, now: float | None = None, running: bool | None 
         by_cause=by_cause,
         flagged_completion_tokens=flagged_tokens,
     )
+
+
+def _rate_window(ledger: Ledger, meta: dict[str, str], now: float, running: bool) -> tuple[float, float]:
+    """The rates' window: its end and its length (RATE_WINDOW_S, or this run's age if younger)."""
+    if not running:
+        # a job that ended: its rates are those of its last window, whenever it is asked
+        # (else `report` later says 0 rows/s where `generate` ended at its real rate)
+        ((last,),) = ledger.query("SELECT MAX(done_at) FROM rows")
+        if last is not None:
+            now = min(now, float(str(last)))
+    run_started = float(meta.get("run_started_at") or meta.get("initialized_at") or now)
+    return now, max(min(RATE_WINDOW_S, now - run_started), 1.0)
+
+
+def _totals(ledger: Ledger, now: float, window_s: float) -> tuple[object, ...]:
+    """One pass over the rows: tokens, retries, the window's rows and tokens, the first and last
+    finished, the flagged rows, and each flag's count."""
+    flag_sums = ", ".join(f"SUM((flags >> {bit}) & 1)" for bit in range(len(FLAG_NAMES)))
+    (totals,) = ledger.query(
+        "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
+        # attempts count requests that ended; the last of a done or failed row was no retry
+        f"COALESCE(SUM(attempts) - SUM(attempts > 0 AND state IN ({RowState.DONE}, {RowState.FAILED})), 0), "
+        "SUM(done_at > ? AND done_at <= ?), "
+        "SUM(CASE WHEN done_at > ? AND done_at <= ? THEN completion_tokens END), "
+        "MIN(done_at), MAX(done_at), "
+        f"COALESCE(SUM(state = {RowState.DONE} AND flags != 0), 0), {flag_sums} FROM rows",
+        (now - window_s, now) * 2,
+    )
+    return totals
+
+
+def _flagged_by_cause(ledger: Ledger) -> tuple[dict[str, int], int]:
+    """The flagged rows by the one cause each counts under, and their output tokens."""
+    by_cause = dict.fromkeys(CAUSE_NAMES, 0)
+    flagged_tokens = 0
+    for bits, rows, tokens in ledger.query(
+        f"SELECT flags, COUNT(*), COALESCE(SUM(completion_tokens), 0) FROM rows "
+        f"WHERE state = {RowState.DONE} AND flags != 0 GROUP BY flags"
+    ):
+        names = [name for bit, name in enumerate(FLAG_NAMES) if _int(bits) >> bit & 1]
+        by_cause[primary_cause(names) or CAUSE_NAMES[-1]] += _int(rows)
+        flagged_tokens += _int(tokens)
+    return by_cause, flagged_tokens
 
 
 def render_summary(summary: JobSummary, console: Console) -> None:
