@@ -94,6 +94,14 @@ _SIGQUIT = (
     Step(0.02, "[{ts}] Received sigquit from a child process. It usually means the child failed."),
 )
 
+#: an SGLang server up and ready at once: the start of the scenarios whose fault comes while serving
+_SGLANG_SERVING_READY = (
+    Step(0.05, "[{ts}] INFO:     Started server process [{pid}]"),
+    Step(0.0, "[{ts}] INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)"),
+    Step(0.05, "[{ts}] The server is fired up and ready to roll!"),
+)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "sglang_ready": Scenario(
         engine="sglang",
@@ -135,11 +143,7 @@ SCENARIOS: dict[str, Scenario] = {
     # radix-cache hits whose SSM states are copied on write (tests/data/gpu-runs/sglang-0.5.17-h200-job)
     "sglang_serving_cow_oom": Scenario(
         engine="sglang",
-        steps=(
-            Step(0.05, "[{ts}] INFO:     Started server process [{pid}]"),
-            Step(0.0, "[{ts}] INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)"),
-            Step(0.05, "[{ts}] The server is fired up and ready to roll!"),
-        ),
+        steps=_SGLANG_SERVING_READY,
         after_ready=(
             Step(0.0, "[{ts}] Scheduler hit an exception: Traceback (most recent call last):", fatal=True),
             Step(0.0, f'  File "{SGL}/srt/model_executor/model_runner.py", line 1575, in _forward_raw'),
@@ -163,11 +167,7 @@ SCENARIOS: dict[str, Scenario] = {
     # r17-plain-rec-96.log prints it under the OOM), without "out of memory"
     "sglang_serving_alloc_oom": Scenario(
         engine="sglang",
-        steps=(
-            Step(0.05, "[{ts}] INFO:     Started server process [{pid}]"),
-            Step(0.0, "[{ts}] INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)"),
-            Step(0.05, "[{ts}] The server is fired up and ready to roll!"),
-        ),
+        steps=_SGLANG_SERVING_READY,
         after_ready=(
             Step(0.0, "[{ts}] Scheduler hit an exception: Traceback (most recent call last):", fatal=True),
             Step(0.0, f'  File "{SGL}/srt/managers/scheduler.py", line 2784, in run_batch'),

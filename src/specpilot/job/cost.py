@@ -12,7 +12,8 @@ from typing import Any
 
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.job import JobWatcher
-from specpilot.job.record import STAGES, JobRecord
+from specpilot.job.record import JobRecord
+from specpilot.job.schema import STAGES
 from specpilot.job.spec import JobFile
 from specpilot.projection import Projection, project, read_bench, wall_text
 from specpilot.taskgroup import beside

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from specpilot.errors import EXIT_FAILED, JobFailed, UserError
 from specpilot.job.lock import JobLock
-from specpilot.job.record import STAGES, JobRecord, open_record, pin_prompts, refuse_changes
+from specpilot.job.record import JobRecord, open_record, pin_prompts, refuse_changes
+from specpilot.job.schema import STAGES
 from specpilot.job.spec import JobFile, in_job_terms, job_terms
 from specpilot.spec import Spec, load_spec
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
 from specpilot.errors import UserError
-from specpilot.job.schema import read_record
+from specpilot.job.schema import STAGES, read_record
 from specpilot.job.spec import JobFile
 from specpilot.secrets import mask_tree
 
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from specpilot.generate.ledger.store import Ledger
 
 JOB_RECORD = "job.json"
-#: the order a job runs its stages in
-STAGES = ("check", "plan", "bench", "up", "generate", "export", "down")
 #: an input that changed, and the stage a rerun has to restart from for it (None: the ledger
 #: holds rows generated from it, so the job cannot go on in this folder)
 INPUT_FIELDS: dict[str, tuple[str, str | None]] = {

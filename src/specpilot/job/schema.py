@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -18,6 +18,11 @@ from specpilot.errors import UserError
 #: every status a stage can have
 STAGE_STATUSES = ("pending", "running", "done", "skipped", "failed")
 _CLASS_NAME = re.compile(r" or instance of _\w+")
+
+
+#: a job's stages, in the order it runs them (job.json names no other)
+StageName = Literal["check", "plan", "bench", "up", "generate", "export", "down"]
+STAGES: tuple[StageName, ...] = get_args(StageName)
 
 
 class _Loose(BaseModel):
@@ -57,7 +62,7 @@ class _Record(_Loose):
     job_file: str | None = None
     specpilot_version: str | None = None
     updated_at: float | None = None
-    stages: dict[Literal["check", "plan", "bench", "up", "generate", "export", "down"], _Stage] = {}
+    stages: dict[StageName, _Stage] = {}
     inputs: _Inputs | None = None
     server_args: list[str] | None = None
     restarts: list[dict[str, Any]] | None = None
