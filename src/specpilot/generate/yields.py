@@ -32,20 +32,42 @@ from specpilot.errors import UserError
 
 @dataclass(frozen=True)
 class Cause:
-    """Why a row does not reach the dataset: its name (job.json's key), the flags it covers."""
+    """Why a row does not reach the dataset: its name (job.json's key), the flags it covers, and
+    what to do about it (`{again}`: how to run the job again); None: the fix is measured
+    (`fix_for`: truncation's, from the answers' lengths)."""
 
     name: str
     says: str
     flags: tuple[str, ...]
+    fix: str | None
 
 
 CAUSES: tuple[Cause, ...] = (
-    Cause("truncated", "cut at max_tokens", ("truncated",)),
-    Cause("repetitive", "repetitive (the answer loops)", ("repetitive",)),
-    Cause("missing_reasoning", "without reasoning although thinking is on", ("missing_reasoning",)),
-    Cause("empty_content", "with an empty answer", ("empty_content",)),
-    Cause("other_flags", "with another flag (think markers left, no finish_reason)", ()),
-)
+    Cause(
+        "truncated", "cut at max_tokens", ("truncated",), None,
+    ),
+    Cause(
+        "repetitive", "repetitive (the answer loops)", ("repetitive",),
+        "the model loops: send a presence or repetition penalty (--presence-penalty 1.5; "
+        "[job.sampling] presence_penalty = 1.5) or sample at a higher temperature, and check the "
+        "model's weights and chat template; then run {again}",
+    ),
+    Cause(
+        "missing_reasoning", "without reasoning although thinking is on", ("missing_reasoning",),
+        "start the server with its reasoning parser (`--reasoning-parser qwen3` for Qwen3.x; "
+        "`specpilot check` names it), or turn thinking off for a model that does not think "
+        "(--no-thinking; [job.sampling] thinking = false), then run {again}",
+    ),
+    Cause(
+        "empty_content", "with an empty answer", ("empty_content",),
+        "the answers come back empty: check the model's chat template and the server's reasoning "
+        "parser (an answer all taken for reasoning is empty), then run {again}",
+    ),
+    Cause(
+        "other_flags", "with another flag (think markers left, no finish_reason)", (),
+        "see `specpilot report` for the flags, fix their cause, then run {again}",
+    ),
+)  # fmt: skip
 CAUSE_NAMES: tuple[str, ...] = tuple(c.name for c in CAUSES)
 
 DEFAULT_MIN_CLEAN_YIELD_PCT = 80.0
@@ -297,24 +319,9 @@ def fix_for(cause: str, budget: Budget | None, *, job: bool) -> str:
             f"{said}; max_tokens {budget.proposed:,} {budget.covers_text()}: run {again} with "
             f"--max-tokens {budget.proposed} --retry-truncated (the cut rows are sent again, each once)"
         )
-    if cause == "missing_reasoning":
-        return (
-            "start the server with its reasoning parser (`--reasoning-parser qwen3` for Qwen3.x; "
-            "`specpilot check` names it), or turn thinking off for a model that does not think "
-            f"(--no-thinking; [job.sampling] thinking = false), then run {again}"
-        )
-    if cause == "repetitive":
-        return (
-            "the model loops: send a presence or repetition penalty (--presence-penalty 1.5; "
-            "[job.sampling] presence_penalty = 1.5) or sample at a higher temperature, and check the "
-            f"model's weights and chat template; then run {again}"
-        )
-    if cause == "empty_content":
-        return (
-            "the answers come back empty: check the model's chat template and the server's reasoning "
-            f"parser (an answer all taken for reasoning is empty), then run {again}"
-        )
-    return f"see `specpilot report` for the flags, fix their cause, then run {again}"
+    fix = next(c.fix for c in CAUSES if c.name == cause) or CAUSES[-1].fix
+    assert fix is not None  # other_flags' fix is a text
+    return fix.format(again=again)
 
 
 class YieldGuard:
