@@ -52,8 +52,9 @@ def test_a_late_reaped_earlier_router_does_not_write_the_new_starts_exit(tmp_pat
         os.kill(earlier.pid, signal.SIGKILL)  # reaped by its watcher after the name was reused
         _wait_for(
             "the earlier router's watcher to record its end",
-            lambda: any('"returncode": -9' in p.read_text() for p in tmp_path.glob("fl.router.exit*")),
+            lambda: Path(earlier.exit_path).exists(),
         )
+        assert '"returncode": -9' in Path(earlier.exit_path).read_text()
         entry = replica_entry(URL, later, [])
         # the later router still runs: nothing of the earlier one's end is read as its own
         assert asyncio.run(replica_exit_status(_record(entry), entry)) is None
