@@ -113,7 +113,12 @@ def test_past_max_restarts_the_job_stops_and_says_so(make_job: JobFactory, run_h
     assert result.exit_code == 1, result.output
     assert "gave up after 0 restarts ([job] max_restarts)" in result.output
     data = record(job)
-    assert data["stages"]["generate"]["status"] == "failed" and data["stages"]["down"]["status"] == "pending"
+    assert data["stages"]["generate"]["status"] == "failed"
+    # what job.json says is what happened: the engine the job started was stopped
+    assert (
+        data["stages"]["down"]["status"] == "done"
+        and data["stages"]["down"]["evidence"]["stopped"] == "jobsrv"
+    )
     assert run_state(run_home)["phase"] in ("stopped", "failed")
 
 

@@ -70,6 +70,7 @@ def test_a_job_of_cut_answers_stops_itself_then_the_rerun_completes_it_once(
     assert run_phase(run_home) == "stopped"  # the engine it started is down
     data = record(job)
     assert data["stages"]["generate"]["status"] == "failed"
+    assert data["stages"]["down"]["status"] == "done"  # job.json says the engine was stopped
     guard = data["yield_guard"]
     assert guard["stopped_early"] and guard["main_cause"] == "truncated" and guard["judged"] >= 200
     assert guard["lengths"]["max_tokens"] == CUT_AT and guard["lengths"]["censored"]
@@ -86,6 +87,7 @@ def test_a_job_of_cut_answers_stops_itself_then_the_rerun_completes_it_once(
     data = record(job)
     assert data["yield"]["clean"] == ROWS and data["yield"]["exports"] == {"specforge": ROWS, "parquet": ROWS}
     assert "yield_guard" not in data
+    assert data["stages"]["down"]["status"] == "done" and data["stages"]["down"]["attempts"] == 2  # ran again
     assert f"rows: {ROWS:,} clean (100.0%), 0 flagged, 0 failed of {ROWS:,}" in again.output
     assert f"exports: specforge {ROWS:,} rows, parquet {ROWS:,} rows" in again.output
     assert run_phase(run_home) == "stopped"

@@ -901,6 +901,7 @@ async def serve(job: JobFile, record: JobRecord, say: Say) -> JobResult:
     served = _served_name(job, record)
     spec: Spec | None = None
     if not record.done("generate"):
+        record.reopen("down")  # an earlier attempt stopped what it started; this one starts it again
         if fleet:
             served = await _up_fleet(job, record, say)
         else:
@@ -911,8 +912,6 @@ async def serve(job: JobFile, record: JobRecord, say: Say) -> JobResult:
         if code != 0:
             if not job.keep_servers:
                 await _down(job, record, served, fleet, say)
-                record.reset_from("down")  # the rerun starts them again; down is not finished
-                record.save()
             result.exit_code, result.message = code, message
             return result
     untrainable = ""

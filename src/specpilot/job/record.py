@@ -176,6 +176,12 @@ class JobRecord:
         self.data.setdefault(key, []).append({"at": time.time(), **entry})
         self.save()
 
+    def reopen(self, name: str) -> None:
+        """A finished stage runs again on this attempt; what earlier attempts spent stays counted."""
+        stage = self.stage(name)
+        if stage.get("status") in ("done", "failed"):
+            stage["status"] = "pending"
+
     def reset_from(self, name: str) -> None:
         """`--restart-from NAME`: that stage and every later one run again."""
         for stage in STAGES[STAGES.index(name) :]:
