@@ -80,11 +80,19 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
 
 def secret_values(env: Mapping[str, str], argv: Sequence[str] = ()) -> list[str]:
     """Every secret value in env and argv (longest first, for text redaction)."""
-    values = [value for name, value in env.items() if is_secret_name(name) and value]
-    values += [orig for orig, shown in zip(argv, mask_argv(argv), strict=True) if orig != shown]
-    values = [v.partition("=")[2] if v.startswith("-") else v for v in values]
+    masked = [*_secret_env_values(env), *_masked_argv_values(argv)]
+    values = [v.partition("=")[2] if v.startswith("-") else v for v in masked]  # `--flag=value`
     values += [password for text in (*env.values(), *argv) for password in url_passwords(text)]
     return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+
+
+def _secret_env_values(env: Mapping[str, str]) -> list[str]:
+    return [value for name, value in env.items() if is_secret_name(name) and value]
+
+
+def _masked_argv_values(argv: Sequence[str]) -> list[str]:
+    """The tokens of argv that `mask_argv` masks, as they were."""
+    return [orig for orig, shown in zip(argv, mask_argv(argv), strict=True) if orig != shown]
 
 
 def shown_argv(argv: Sequence[str]) -> str:

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from specpilot.errors import SpecpilotError
 
@@ -95,13 +95,19 @@ async def each_of(works: Sequence[Work[T]]) -> list[T]:
         for (_, what), result in zip(works, results, strict=True)
         if isinstance(result, BaseException)
     ]
+    if failures:
+        _raise_failures(failures)
+    return [result for result in results if not isinstance(result, BaseException)]
+
+
+def _raise_failures(failures: list[tuple[str, BaseException]]) -> NoReturn:
+    """One failure as it is; a cancellation or Ctrl-C as it is; else all of them, named."""
     if len(failures) == 1:
         raise failures[0][1]
-    if failures:
-        if any(not isinstance(err, Exception) for _, err in failures):  # a cancellation, Ctrl-C: as it is
-            raise next(err for _, err in failures if not isinstance(err, Exception))
-        raise SeveralFailed(failures)
-    return [result for result in results if not isinstance(result, BaseException)]
+    interrupt = next((err for _, err in failures if not isinstance(err, Exception)), None)
+    if interrupt is not None:
+        raise interrupt
+    raise SeveralFailed(failures)
 
 
 @contextlib.asynccontextmanager

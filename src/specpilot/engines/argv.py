@@ -24,6 +24,7 @@ into their JSON flag with `with_dotted_key`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -145,50 +146,73 @@ def read_argv(table: ReleaseTable, argv: tuple[str, ...] | list[str]) -> ReadArg
     i = 0
     while i < len(tokens):
         token = tokens[i]
-        start = i
-        i += 1
         if token == "--":
-            positional += tokens[i:]
+            positional += tokens[i + 1 :]
             break
         if not is_option(token):
             positional.append(token)
-            continue
-        if table.flexible_parser and (rewritten := _flexible(table, tokens, i - 1)) is not None:
-            uses.append(rewritten)
-            i = rewritten.stop
-            continue
-        typed, inline, inline_value = token.partition("=")
-        if typed not in resolved:
-            resolved[typed] = resolve(table, typed)
-        spelling, flag = resolved[typed]
-        values: list[str] = [inline_value] if inline else []
-        # a flag this release dropped takes the values it took before (`--cuda-graph-bs 1 2 4`)
-        shape = flag or former_flags(table).get(typed)
-        wants = "none" if shape is not None and not shape.takes_value else "one"
-        if shape is not None and shape.kind == "list":
-            wants = "many"
-        if not inline and wants == "one" and i < len(tokens) and not is_option(tokens[i]):
-            values.append(tokens[i])
             i += 1
-        elif not inline and wants == "many":
-            while i < len(tokens) and not is_option(tokens[i]):
-                values.append(tokens[i])
-                i += 1
-        uses.append(FlagUse(typed, spelling, flag, tuple(values), bool(inline), start, i))
+            continue
+        use = _use_at(table, tokens, i, resolved)
+        uses.append(use)
+        i = use.stop
     return ReadArgv(tokens, tuple(uses), tuple(positional))
+
+
+def _use_at(
+    table: ReleaseTable, tokens: tuple[str, ...], start: int, resolved: dict[str, tuple[str, FlagInfo | None]]
+) -> FlagUse:
+    """The use of the option `tokens[start]`, with the values that follow it."""
+    if table.flexible_parser and (rewritten := _flexible(table, tokens, start)) is not None:
+        return rewritten
+    typed, inline, inline_value = tokens[start].partition("=")
+    if typed not in resolved:
+        resolved[typed] = resolve(table, typed)
+    spelling, flag = resolved[typed]
+    if inline:
+        return FlagUse(typed, spelling, flag, (inline_value,), True, start, start + 1)
+    # a flag this release dropped takes the values it took before (`--cuda-graph-bs 1 2 4`)
+    most = _most_values(flag or former_flags(table).get(typed))
+    after = tokens[start + 1 : None if most is None else start + 1 + most]
+    values = tuple(itertools.takewhile(lambda token: not is_option(token), after))
+    return FlagUse(typed, spelling, flag, values, False, start, start + 1 + len(values))
+
+
+def _most_values(flag: FlagInfo | None) -> int | None:
+    """How many of the tokens after a flag it takes, up to the next option (None: all of
+    them, a list flag's); an unknown flag takes one."""
+    if flag is None:
+        return 1
+    if flag.kind == "list":
+        return None
+    return 1 if flag.takes_value else 0
 
 
 def _flexible(table: ReleaseTable, tokens: tuple[str, ...], start: int) -> FlagUse | None:
     """The use vLLM's argv rewrite makes of `tokens[start]`, when it rewrites it at all."""
+    if tokens[start].startswith("-O") and (level := _optimization_level(table, tokens, start)) is not None:
+        return level
+    return _dotted_key(table, tokens, start)
+
+
+def _optimization_level(table: ReleaseTable, tokens: tuple[str, ...], start: int) -> FlagUse | None:
+    """`-O3`, `-O=3` and `-O 3` as `--optimization-level 3` (where the release has it)."""
     token = tokens[start]
     after = tokens[start + 1] if start + 1 < len(tokens) else None
     level = resolve(table, OPTIMIZATION_LEVEL)[1]
-    if token.startswith("-O") and token != "-O" and level is not None:
+    if level is None:
+        return None
+    if token != "-O":
         value = token[3:] if token[2] == "=" else token[2:]
         return FlagUse("-O", OPTIMIZATION_LEVEL, level, (value,), True, start, start + 1)
-    if token == "-O" and after in _SEPARATE_O_LEVELS and level is not None:
+    if after in _SEPARATE_O_LEVELS:
         return FlagUse("-O", OPTIMIZATION_LEVEL, level, (after,), False, start, start + 2)
-    typed, inline, inline_value = token.partition("=")
+    return None
+
+
+def _dotted_key(table: ReleaseTable, tokens: tuple[str, ...], start: int) -> FlagUse | None:
+    """`--compilation-config.mode 3`: one key of a JSON flag, its value inline or next."""
+    typed, inline, inline_value = tokens[start].partition("=")
     if not typed.startswith("--") or "." not in typed:
         return None
     name, *keys = typed.removesuffix("+").split(".")
@@ -197,7 +221,7 @@ def _flexible(table: ReleaseTable, tokens: tuple[str, ...], start: int) -> FlagU
         return None
     if inline:
         return FlagUse(typed, spelling, flag, (inline_value,), True, start, start + 1, tuple(keys))
-    values = (after,) if after is not None else ()
+    values = tokens[start + 1 : start + 2]
     return FlagUse(typed, spelling, flag, values, False, start, start + 1 + len(values), tuple(keys))
 
 

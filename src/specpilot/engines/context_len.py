@@ -45,23 +45,28 @@ def vllm_context_len(config: Mapping[str, Any]) -> int | None:
     lengths = [text[k] for k in VLLM_LENGTH_KEYS if isinstance(text.get(k), int | float)]
     if not lengths:
         return None
-    derived = float(min(lengths))
     model_max_length = text.get("model_max_length")
-    if isinstance(model_max_length, int | float) and model_max_length:
-        derived = float(model_max_length)
+    bound = model_max_length if isinstance(model_max_length, int | float) else None
+    derived = float(bound) if bound else float(min(lengths))
     if "gemma3" not in str(text.get("model_type", "")):
-        factor = 1.0
-        for params in _rope(text):
-            rope_type = params.get("rope_type", params.get("type", "default"))
-            if rope_type in ("su", "longrope", "llama3"):
-                continue
-            factor = float(params.get("factor", factor))
-            if rope_type == "yarn" and isinstance(params.get("original_max_position_embeddings"), int):
-                derived = float(params["original_max_position_embeddings"])
-        derived *= factor
-    if isinstance(model_max_length, int | float) and model_max_length > derived:
-        derived = float(model_max_length)
+        derived = _vllm_rope_scaled(text, derived)
+    if bound is not None and bound > derived:
+        derived = float(bound)
     return int(derived)
+
+
+def _vllm_rope_scaled(text: Mapping[str, Any], derived: float) -> float:
+    """`derived` times the last RoPE factor that scales (su/longrope/llama3 do not); yarn
+    starts from its original_max_position_embeddings."""
+    factor = 1.0
+    for params in _rope(text):
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type in ("su", "longrope", "llama3"):
+            continue
+        factor = float(params.get("factor", factor))
+        if rope_type == "yarn" and isinstance(params.get("original_max_position_embeddings"), int):
+            derived = float(params["original_max_position_embeddings"])
+    return derived * factor
 
 
 #: SGLang `get_context_length` (sglang/srt/utils/hf_transformers_utils.py): the first of these

@@ -95,6 +95,19 @@ def port_owner(port: int) -> dict[str, Any] | None:
     Finds the LISTEN sockets' inodes in /proc/net/tcp{,6}, then the process holding
     one of them among /proc/*/fd. pid None means someone listens but this user may
     not see who (another user's process, without root)."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return None
+    for pid in sorted(int(name) for name in os.listdir("/proc") if name.isdigit()):
+        if _holds_any(pid, inodes):
+            cmdline = proc_file(pid, "cmdline") or b""
+            argv = [os.fsdecode(arg) for arg in cmdline.split(b"\0")[:-1]]
+            return {"pid": pid, "argv": argv}
+    return {"pid": None, "argv": []}
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """The `socket:[INODE]` links of the sockets listening on TCP `port`, IPv4 and IPv6."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -107,24 +120,24 @@ def port_owner(port: int) -> dict[str, Any] | None:
             local_port = int(fields[1].rsplit(":", 1)[1], 16)
             if fields[3] == "0A" and local_port == port:
                 inodes.add(f"socket:[{fields[9]}]")
-    if not inodes:
-        return None
-    for pid in sorted(int(name) for name in os.listdir("/proc") if name.isdigit()):
-        fd_dir = f"/proc/{pid}/fd"
+    return inodes
+
+
+def _holds_any(pid: int, links: set[str]) -> bool:
+    """Whether one of the process's open files is one of `links` (False: gone, or not ours to see)."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return False
+    for fd in fds:
         try:
-            fds = os.listdir(fd_dir)
+            link = os.readlink(fd_dir + "/" + fd)
         except OSError:
             continue
-        for fd in fds:
-            try:
-                link = os.readlink(fd_dir + "/" + fd)
-            except OSError:
-                continue
-            if link in inodes:
-                cmdline = proc_file(pid, "cmdline") or b""
-                argv = [os.fsdecode(arg) for arg in cmdline.split(b"\0")[:-1]]
-                return {"pid": pid, "argv": argv}
-    return {"pid": None, "argv": []}
+        if link in links:
+            return True
+    return False
 
 
 def proc_stat(pid: int) -> dict[str, Any] | None:
@@ -285,23 +298,43 @@ def facts(distributions: list[str]) -> dict[str, Any]:
     """Host name, home, Python, disk free below home, GPUs, and the installed version of each
     of `distributions` (the engines' and torch: the caller names them, this file knows no engine)."""
     home = os.path.expanduser("~")
-    gpus = []
+    gpus = _gpus()
+    engines = _versions(distributions)
+    return {
+        "hostname": socket.gethostname(),
+        "home": home,
+        "python_version": platform.python_version(),
+        "disk_free_bytes": shutil.disk_usage(home).free,
+        "gpus": gpus,
+        "engine_versions": engines,
+    }
+
+
+def _gpus() -> list[list[Any]]:
+    """[index, name, total MiB, free MiB] of each GPU nvidia-smi lists ([] without it)."""
     smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            done = subprocess.run(
-                [smi, _NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                timeout=NVIDIA_SMI_TIMEOUT_S,
-                check=False,
-            )
-            lines = done.stdout.decode().splitlines() if done.returncode == 0 else []
-        except (OSError, subprocess.TimeoutExpired):
-            lines = []
-        for line in lines:
-            index, name, total_mib, free_mib = (part.strip() for part in line.split(","))
-            gpus.append([int(index), name, int(total_mib), int(free_mib)])
+    if not smi:
+        return []
+    try:
+        done = subprocess.run(
+            [smi, _NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            check=False,
+        )
+        lines = done.stdout.decode().splitlines() if done.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired):
+        lines = []
+    gpus = []
+    for line in lines:
+        index, name, total_mib, free_mib = (part.strip() for part in line.split(","))
+        gpus.append([int(index), name, int(total_mib), int(free_mib)])
+    return gpus
+
+
+def _versions(distributions: list[str]) -> dict[str, str]:
+    """The installed version of each of `distributions` that is installed here."""
     engines = {}
     try:
         from importlib import metadata
@@ -314,14 +347,7 @@ def facts(distributions: list[str]) -> dict[str, Any]:
             continue
         except ValueError:  # its METADATA is not UTF-8: a damaged install, said as such
             engines[dist] = "unreadable"
-    return {
-        "hostname": socket.gethostname(),
-        "home": home,
-        "python_version": platform.python_version(),
-        "disk_free_bytes": shutil.disk_usage(home).free,
-        "gpus": gpus,
-        "engine_versions": engines,
-    }
+    return engines
 
 
 def _encode(value: object) -> object:

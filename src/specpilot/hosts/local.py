@@ -158,24 +158,7 @@ class LocalHost(AgentHost):
             if check:
                 raise PermissionDenied(f"run {shown} on local: {exc.strerror}") from exc
             return RunResult(tuple(argv), 126, b"", f"{argv[0]}: {exc.strerror}\n".encode())
-        try:
-            async with asyncio.timeout(timeout_s):
-                stdout, stderr = await process.communicate(stdin)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
-            raise HostTimeout(
-                f"run {shown} on local: no exit after {timeout_s} s, killed it; "
-                "raise the timeout or find out why it hangs"
-            ) from None
-        except asyncio.CancelledError:
-            # the caller gave up (a watcher was stopped): end and reap the command, or its
-            # transport outlives the event loop
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
-            raise
+        stdout, stderr = await _communicate(process, stdin, timeout_s, shown)
         return self._finish(argv, process.returncode or 0, stdout, stderr, check)
 
     @staticmethod
@@ -225,3 +208,29 @@ def _read_range(path: str, offset: int, limit: int | None) -> bytes:
     with open(path, "rb") as handle:
         handle.seek(offset)
         return handle.read() if limit is None else handle.read(limit)
+
+
+async def _communicate(
+    process: asyncio.subprocess.Process, stdin: bytes | None, timeout_s: float | None, shown: str
+) -> tuple[bytes, bytes]:
+    """(stdout, stderr) of a started command; past `timeout_s`, or when the caller gives up (a
+    watcher was stopped), its process group is killed and reaped first, or its transport
+    outlives the event loop."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await process.communicate(stdin)
+    except TimeoutError:
+        await _kill_group(process)
+        raise HostTimeout(
+            f"run {shown} on local: no exit after {timeout_s} s, killed it; "
+            "raise the timeout or find out why it hangs"
+        ) from None
+    except asyncio.CancelledError:
+        await _kill_group(process)
+        raise
+
+
+async def _kill_group(process: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()

@@ -59,6 +59,8 @@ class MemoryProcess:
 Script = Callable[[MemoryProcess, "MemoryHost"], None]
 #: the stdout of `python3 -c SCRIPT ARGS...` (exit 0), given the host and the ARGS
 ScriptAnswer = Callable[["MemoryHost", list[str]], str]
+#: a shell command's (exit status, stdout); None: the memory host cannot answer it
+Answer = tuple[int, str] | None
 
 
 class MemoryHost(Host):
@@ -144,28 +146,48 @@ class MemoryHost(Host):
 
     def _answer(self, argv: list[str]) -> tuple[int, str]:
         name, args = argv[0], argv[1:]
-        if name == "mkdir":
-            self.dirs.add(args[-1])
-            return 0, ""
-        if name == "mv" and args[0] == "-f":
-            if args[1] not in self.files:
-                return 1, ""
-            self.files[args[2]] = self.files.pop(args[1])
-            return 0, ""
-        if name == "env" and args == ["-0"]:
-            return 0, "".join(f"{key}={value}\0" for key, value in self.env.items())
-        if name == "sha256sum":
-            found = [path for path in args[1:] if path in self.files]
-            lines = [f"{hashlib.sha256(self.files[path]).hexdigest()}  {path}\n" for path in found]
-            return (0 if len(found) == len(args) - 1 else 1), "".join(lines)
-        if name == "tail" and args[0] == "-n":
-            lines = self.files.get(args[2], b"").decode(errors="replace").splitlines(keepends=True)
-            return 0, "".join(lines[-int(args[1]) :])
-        if name == "python3" and args[0] == "-c" and args[1] in self.scripts:
-            return 0, self.scripts[args[1]](self, args[2:])
-        raise AssertionError(
-            f"the memory host cannot run {argv[:3]}: give its answer in MemoryHost's scripts"
-        )
+        command = _COMMANDS.get(name)
+        answer = command(self, args) if command is not None else None
+        if answer is None:
+            raise AssertionError(
+                f"the memory host cannot run {argv[:3]}: give its answer in MemoryHost's scripts"
+            )
+        return answer
+
+    # --- the shell commands `run` answers: (exit status, stdout), None for a form it does not know
+
+    def _mkdir(self, args: list[str]) -> Answer:
+        self.dirs.add(args[-1])
+        return 0, ""
+
+    def _mv(self, args: list[str]) -> Answer:
+        if args[0] != "-f":
+            return None
+        if args[1] not in self.files:
+            return 1, ""
+        self.files[args[2]] = self.files.pop(args[1])
+        return 0, ""
+
+    def _env(self, args: list[str]) -> Answer:
+        if args != ["-0"]:
+            return None
+        return 0, "".join(f"{key}={value}\0" for key, value in self.env.items())
+
+    def _sha256sum(self, args: list[str]) -> Answer:
+        found = [path for path in args[1:] if path in self.files]
+        lines = [f"{hashlib.sha256(self.files[path]).hexdigest()}  {path}\n" for path in found]
+        return (0 if len(found) == len(args) - 1 else 1), "".join(lines)
+
+    def _tail(self, args: list[str]) -> Answer:
+        if args[0] != "-n":
+            return None
+        lines = self.files.get(args[2], b"").decode(errors="replace").splitlines(keepends=True)
+        return 0, "".join(lines[-int(args[1]) :])
+
+    def _python3(self, args: list[str]) -> Answer:
+        if not (args[0] == "-c" and args[1] in self.scripts):
+            return None
+        return 0, self.scripts[args[1]](self, args[2:])
 
     def deliver(self, process: MemoryProcess, signum: int) -> None:
         """Send a signal; a process it ends is recorded as ended by it."""
@@ -247,3 +269,14 @@ class MemoryHost(Host):
 
     async def close(self) -> None:
         return None
+
+
+#: the shell commands `run` answers, by program name
+_COMMANDS: dict[str, Callable[[MemoryHost, list[str]], Answer]] = {
+    "mkdir": MemoryHost._mkdir,
+    "mv": MemoryHost._mv,
+    "env": MemoryHost._env,
+    "sha256sum": MemoryHost._sha256sum,
+    "tail": MemoryHost._tail,
+    "python3": MemoryHost._python3,
+}

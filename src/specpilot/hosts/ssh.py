@@ -193,25 +193,38 @@ class SSHHost(AgentHost):
                 "identity_file at the key it accepts",
             ) from exc
         except (TimeoutError, asyncssh.DisconnectError, OSError) as exc:
-            offered = await self._changed_key_behind_failure(known_hosts, options)
-            if offered is not None:
-                client.offered_key, client.verdict = offered, "changed"
-                port = options.port
-                client.matched_name = options.host if port == 22 else f"[{options.host}]:{port}"
-                raise self._host_key_error(client, tried, known_hosts_path, exc) from exc
-            reason = (
-                f"no answer within {self._connect_timeout_s} s"
-                if isinstance(exc, TimeoutError)
-                else str(exc) or type(exc).__name__
-            )
-            raise HostUnreachable(
-                f"{tried}: {reason}",
-                field="[host] target",
-                fix="check the host name/port, that sshd runs there and the network path",
-            ) from exc
+            raise await self._unreachable(exc, client, options, known_hosts, known_hosts_path) from exc
         if client.verdict == "accepted" and client.offered_key is not None:
             _append_known_host(known_hosts_path, client.matched_name, client.offered_key)
         return conn
+
+    async def _unreachable(
+        self,
+        exc: Exception,
+        client: _KeyCheckingClient,
+        options: asyncssh.SSHClientConnectionOptions,
+        known_hosts: asyncssh.SSHKnownHosts,
+        known_hosts_path: str,
+    ) -> HostError:
+        """Why the connection failed: a changed host key behind a reset handshake, else the
+        host did not answer."""
+        tried = self._describe(options)
+        offered = await self._changed_key_behind_failure(known_hosts, options)
+        if offered is not None:
+            client.offered_key, client.verdict = offered, "changed"
+            port = options.port
+            client.matched_name = options.host if port == 22 else f"[{options.host}]:{port}"
+            return self._host_key_error(client, tried, known_hosts_path, exc)
+        reason = (
+            f"no answer within {self._connect_timeout_s} s"
+            if isinstance(exc, TimeoutError)
+            else str(exc) or type(exc).__name__
+        )
+        return HostUnreachable(
+            f"{tried}: {reason}",
+            field="[host] target",
+            fix="check the host name/port, that sshd runs there and the network path",
+        )
 
     async def _changed_key_behind_failure(
         self, known_hosts: asyncssh.SSHKnownHosts, options: asyncssh.SSHClientConnectionOptions
@@ -451,22 +464,28 @@ class SSHHost(AgentHost):
             )
         status = done.returncode if done.returncode is not None else -1
         result = RunResult(tuple(argv), status, _as_bytes(done.stdout), _as_bytes(done.stderr))
-        if check and status == _EXIT_NOT_FOUND:
+        if check:
+            self._raise_for_status(result, shown)
+        return result
+
+    def _raise_for_status(self, result: RunResult, shown: str) -> None:
+        """`check`: a command not found, not executable or failing is an error."""
+        status, program = result.returncode, result.argv[0]
+        if status == _EXIT_NOT_FOUND:
             raise RemoteCommandNotFound(
-                f"run {shown} on {self.target}: {argv[0]} not found "
+                f"run {shown} on {self.target}: {program} not found "
                 f"({stderr_tail(result.stderr)}); install it or give its absolute path"
             )
-        if check and status == _EXIT_NOT_EXECUTABLE:
+        if status == _EXIT_NOT_EXECUTABLE:
             raise PermissionDenied(
-                f"run {shown} on {self.target}: {argv[0]} is not executable ({stderr_tail(result.stderr)})"
+                f"run {shown} on {self.target}: {program} is not executable ({stderr_tail(result.stderr)})"
             )
-        if check and status != 0:
+        if status != 0:
             raise CommandFailed(
                 f"run {shown} on {self.target}: exit status {status}: {stderr_tail(result.stderr)}",
                 returncode=status,
                 stderr=result.stderr,
             )
-        return result
 
     async def home(self) -> str:
         if self._home is None:

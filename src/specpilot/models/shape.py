@@ -164,30 +164,36 @@ def partial_rotary_factor(config: Mapping[str, Any]) -> float:
     return float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 1.0)))
 
 
+#: `layer_types` entries as the configs spell them; another spelling is full attention
+_LAYER_TYPE_NAMES = {
+    "full_attention": FULL_ATTENTION,
+    "attention": FULL_ATTENTION,
+    "linear_attention": LINEAR_ATTENTION,
+    "mamba": LINEAR_ATTENTION,
+    "sliding_attention": SLIDING_ATTENTION,
+    "sliding_window": SLIDING_ATTENTION,
+}
+
+
 def _layer_kinds(text: dict[str, Any], num_layers: int) -> tuple[str, ...]:
     """Kinds per layer from `layer_types`, `full_attention_interval` or sliding-window settings."""
-    names = {
-        "full_attention": FULL_ATTENTION,
-        "attention": FULL_ATTENTION,
-        "linear_attention": LINEAR_ATTENTION,
-        "mamba": LINEAR_ATTENTION,
-        "sliding_attention": SLIDING_ATTENTION,
-        "sliding_window": SLIDING_ATTENTION,
-    }
     layer_types = text.get("layer_types")
     if isinstance(layer_types, list) and len(layer_types) == num_layers:
-        return tuple(names.get(str(kind), FULL_ATTENTION) for kind in layer_types)
+        return tuple(_LAYER_TYPE_NAMES.get(str(kind), FULL_ATTENTION) for kind in layer_types)
     interval = text.get("full_attention_interval")
     if isinstance(interval, int) and interval > 0:
         return tuple(
             FULL_ATTENTION if (i + 1) % interval == 0 else LINEAR_ATTENTION for i in range(num_layers)
         )
     if text.get("sliding_window") and text.get("use_sliding_window"):
-        max_window_layers = int(text.get("max_window_layers", num_layers))
-        return tuple(
-            SLIDING_ATTENTION if i >= max_window_layers else FULL_ATTENTION for i in range(num_layers)
-        )
+        return _sliding_kinds(text, num_layers)
     return (FULL_ATTENTION,) * num_layers
+
+
+def _sliding_kinds(text: dict[str, Any], num_layers: int) -> tuple[str, ...]:
+    """Layers from `max_window_layers` on slide; the ones below attend in full."""
+    max_window_layers = int(text.get("max_window_layers", num_layers))
+    return tuple(SLIDING_ATTENTION if i >= max_window_layers else FULL_ATTENTION for i in range(num_layers))
 
 
 def _safetensors_params(headers: Sequence[Mapping[str, Any]]) -> tuple[int, int, int] | None:
@@ -303,16 +309,18 @@ class _ConfigNumbers:
             value = self.text.get(key)
             if value is None and fallback is not None:
                 value = fallback.get(key)
-            if value is None:
-                continue
-            whole = isinstance(value, int | float) and math.isfinite(value) and value == int(value)
-            if isinstance(value, bool) or not whole:
-                raise self._bad(key, value, "a whole number")
-            if value < 0:
-                raise self._bad(key, value, "zero or more")
-            if value:
-                return int(value)
+            if value is not None and (checked := self._checked(key, value)):
+                return checked
         return default
+
+    def _checked(self, key: str, value: Any) -> int:
+        """`value` as an int, refused unless a whole number >= 0."""
+        whole = isinstance(value, int | float) and math.isfinite(value) and value == int(value)
+        if isinstance(value, bool) or not whole:
+            raise self._bad(key, value, "a whole number")
+        if value < 0:
+            raise self._bad(key, value, "zero or more")
+        return int(value)
 
     def need(self, key: str) -> int:
         """A key the plan cannot do without: present and at least 1."""
@@ -336,73 +344,26 @@ def load_model_shape(model_path: str | Path) -> ModelShape:
 def shape_from_files(files: ModelFiles) -> ModelShape:
     """The ModelShape of a model's config.json and safetensors headers, wherever they were read."""
     config = files.config
-    text: dict[str, Any] = config.get("text_config") or config
-    if not isinstance(text, dict):
-        raise UserError(
-            "config.json's text_config is not an object",
-            field="[model] path",
-            fix="use the model's own config.json, unedited",
-        )
-    architectures = config.get("architectures") or [config.get("model_type", "unknown")]
+    text = _text_config(config)
     numbers = _ConfigNumbers(text, "config.json")
-    need, number = numbers.need, numbers.get
-
-    hidden = need("hidden_size")
-    num_layers = need("num_hidden_layers")
-    heads = need("num_attention_heads")
+    number = numbers.get
+    hidden = numbers.need("hidden_size")
+    num_layers = numbers.need("num_hidden_layers")
+    heads = numbers.need("num_attention_heads")
     kinds = _layer_kinds(text, num_layers)
     if LINEAR_ATTENTION in kinds:
-        # without them the per-request state would be planned as zero bytes (a verdict flip)
-        missing = [key for key in LINEAR_ATTENTION_KEYS if number(key) < 1]
-        if missing:
-            raise UserError(
-                f"config.json describes linear-attention layers but has no {', '.join(missing)}",
-                field="[model] path",
-                fix="use the model's own config.json, unedited (a hybrid model's state size needs them)",
-            )
-    t = _Text(
-        hidden=hidden,
-        heads=heads,
-        kv_heads=number("num_key_value_heads", default=heads),
-        head_dim=number("head_dim", default=hidden // heads),
-        attn_output_gate=bool(text.get("attn_output_gate", text.get("model_type") in _GATED_ATTENTION_TYPES)),
-        lk_heads=number("linear_num_key_heads"),
-        lk_dim=number("linear_key_head_dim"),
-        lv_heads=number("linear_num_value_heads"),
-        lv_dim=number("linear_value_head_dim"),
-        conv_kernel=number("linear_conv_kernel_dim"),
-        inter=number("intermediate_size"),
-        experts=number("num_experts", "n_routed_experts", "num_local_experts"),
-        moe_inter=number("moe_intermediate_size"),
-        shared_inter=number("shared_expert_intermediate_size"),
-    )
-    if t.head_dim < 1:
-        raise numbers._bad("head_dim", text.get("head_dim"), "1 or more")
+        _require_linear_keys(numbers)
+    t = _text_numbers(text, numbers, hidden, heads)
     vocab = number("vocab_size", fallback=config)
     tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
     mtp_layers = number("mtp_num_hidden_layers", "num_nextn_predict_layers")
-    torch_dtype = str(text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "bfloat16")
-    if torch_dtype not in DTYPE_BYTES:
-        raise UserError(
-            f"config.json's torch_dtype {torch_dtype!r} is not a dtype specpilot knows",
-            field="[model] path",
-            fix="use the model's own config.json, unedited (bfloat16, float16, float32 or fp8)",
-        )
-    vision_config = config.get("vision_config") if "text_config" in config else None
-    vision: dict[str, Any] = vision_config if isinstance(vision_config, dict) else {}
-
-    measured = _safetensors_params(files.safetensors_headers)
-    if measured is not None:
-        params, mtp_params, vision_params = measured
-        source = "safetensors"
-    else:
-        params, mtp_params = _estimated_params(t, kinds, vocab, tied, mtp_layers)
-        vision_params = _vision_params_estimate(vision_config) if isinstance(vision_config, dict) else 0
-        params += vision_params
-        source = "shape"
-
+    torch_dtype = _torch_dtype(text, config)
+    vision = _vision_config(config)
+    params, mtp_params, vision_params, source = _param_counts(
+        files, t, kinds, vocab, tied, mtp_layers, vision
+    )
     return ModelShape(
-        architecture=str(architectures[0]),
+        architecture=str((config.get("architectures") or [config.get("model_type", "unknown")])[0]),
         model_type=str(text.get("model_type", config.get("model_type", ""))),
         hidden_size=hidden,
         num_hidden_layers=num_layers,
@@ -439,3 +400,87 @@ def shape_from_files(files: ModelFiles) -> ModelShape:
         attn_output_gate=t.attn_output_gate,
         config=config,
     )
+
+
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config: `text_config` in a multimodal wrapper, else the config."""
+    text = config.get("text_config") or config
+    if not isinstance(text, dict):
+        raise UserError(
+            "config.json's text_config is not an object",
+            field="[model] path",
+            fix="use the model's own config.json, unedited",
+        )
+    return text
+
+
+def _require_linear_keys(numbers: _ConfigNumbers) -> None:
+    """A hybrid model's linear-attention numbers: without them the per-request state would be
+    planned as zero bytes (a verdict flip)."""
+    missing = [key for key in LINEAR_ATTENTION_KEYS if numbers.get(key) < 1]
+    if missing:
+        raise UserError(
+            f"config.json describes linear-attention layers but has no {', '.join(missing)}",
+            field="[model] path",
+            fix="use the model's own config.json, unedited (a hybrid model's state size needs them)",
+        )
+
+
+def _text_numbers(text: dict[str, Any], numbers: _ConfigNumbers, hidden: int, heads: int) -> _Text:
+    """The text config's numbers the parameter estimate and the shape read."""
+    number = numbers.get
+    t = _Text(
+        hidden=hidden,
+        heads=heads,
+        kv_heads=number("num_key_value_heads", default=heads),
+        head_dim=number("head_dim", default=hidden // heads),
+        attn_output_gate=bool(text.get("attn_output_gate", text.get("model_type") in _GATED_ATTENTION_TYPES)),
+        lk_heads=number("linear_num_key_heads"),
+        lk_dim=number("linear_key_head_dim"),
+        lv_heads=number("linear_num_value_heads"),
+        lv_dim=number("linear_value_head_dim"),
+        conv_kernel=number("linear_conv_kernel_dim"),
+        inter=number("intermediate_size"),
+        experts=number("num_experts", "n_routed_experts", "num_local_experts"),
+        moe_inter=number("moe_intermediate_size"),
+        shared_inter=number("shared_expert_intermediate_size"),
+    )
+    if t.head_dim < 1:
+        raise numbers._bad("head_dim", text.get("head_dim"), "1 or more")
+    return t
+
+
+def _torch_dtype(text: dict[str, Any], config: dict[str, Any]) -> str:
+    torch_dtype = str(text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "bfloat16")
+    if torch_dtype not in DTYPE_BYTES:
+        raise UserError(
+            f"config.json's torch_dtype {torch_dtype!r} is not a dtype specpilot knows",
+            field="[model] path",
+            fix="use the model's own config.json, unedited (bfloat16, float16, float32 or fp8)",
+        )
+    return torch_dtype
+
+
+def _vision_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A multimodal wrapper's `vision_config` ({} for a text-only model)."""
+    vision = config.get("vision_config") if "text_config" in config else None
+    return vision if isinstance(vision, dict) else {}
+
+
+def _param_counts(
+    files: ModelFiles,
+    t: _Text,
+    kinds: tuple[str, ...],
+    vocab: int,
+    tied: bool,
+    mtp_layers: int,
+    vision: dict[str, Any],
+) -> tuple[int, int, int, str]:
+    """(total, MTP, vision parameters, source): counted in the safetensors headers where
+    there are weights, else estimated from the shape."""
+    measured = _safetensors_params(files.safetensors_headers)
+    if measured is not None:
+        return (*measured, "safetensors")
+    params, mtp_params = _estimated_params(t, kinds, vocab, tied, mtp_layers)
+    vision_params = _vision_params_estimate(vision) if vision else 0
+    return params + vision_params, mtp_params, vision_params, "shape"

@@ -95,9 +95,7 @@ class Card:
 
 
 def card_of(plan: Plan, title: str) -> Card:
-    allocated: list[Segment] = []
-    steady: list[Segment] = []
-    transients: list[Segment] = []
+    lanes: dict[str, list[Segment]] = {"allocated": [], "steady": [], "transients": []}
     total_gib = 0.0
     after_reserve = False
     for term in plan.terms:
@@ -108,12 +106,9 @@ def card_of(plan: Plan, title: str) -> Card:
             after_reserve = True
         elif term.gib <= 0:
             continue
-        elif role == "transient":
-            (transients if after_reserve else allocated).append(Segment(term.name, term.gib, role))
-        elif after_reserve and role not in POOL_ROLES:
-            steady.append(Segment(term.name, term.gib, role))
         else:
-            allocated.append(Segment(term.name, term.gib, role))
+            lanes[_lane(role, after_reserve)].append(Segment(term.name, term.gib, role))
+    allocated, steady, transients = lanes["allocated"], lanes["steady"], lanes["transients"]
     length = max(total_gib, sum(s.gib for s in allocated) + plan.reserve_gib)
     subtitle = (
         f"{length:.2f} GiB · KV {plan.kv_tokens:,} tokens · {plan.max_running_requests:,} requests · "
@@ -131,6 +126,16 @@ def card_of(plan: Plan, title: str) -> Card:
         plan.fits,
         _margin_gib(plan),
     )
+
+
+def _lane(role: str, after_reserve: bool) -> str:
+    """Where a term is drawn: a transient listed after the reserve's line overlaps inside it, a
+    steady term after it is drawn inside the reserve, a pool is allocated wherever it is listed."""
+    if role == "transient":
+        return "transients" if after_reserve else "allocated"
+    if after_reserve and role not in POOL_ROLES:
+        return "steady"
+    return "allocated"
 
 
 def _margin_gib(plan: Plan) -> float:

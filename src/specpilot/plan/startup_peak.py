@@ -130,15 +130,32 @@ def _bad(path: Path, line_number: int, why: str, fix: str) -> UserError:
 
 def read_memory(path: Path) -> tuple[int, list[Sample]]:
     """(device total bytes, samples in time order) from a memory.tsv."""
+    rows = _memory_rows(path)
+    total = _total_bytes(path, rows)
+    samples = [
+        _sample(path, number, row, total) for number, row in enumerate(rows[1:], start=2) if row.strip()
+    ]
+    if not samples:
+        raise _bad(path, 2, "holds no samples", "record the start under the memory sampler")
+    samples.sort(key=lambda s: s.at_s)
+    return total, samples
+
+
+def _memory_rows(path: Path) -> list[str]:
+    """The lines of a memory.tsv, kept plain or gzipped."""
     try:
         raw = path.read_bytes()
-        rows = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8", "replace").splitlines()
+        return (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8", "replace").splitlines()
     except (OSError, gzip.BadGzipFile, EOFError, zlib.error) as err:  # zlib: a corrupt stream
         raise UserError(
             f"cannot read {path} ({getattr(err, 'strerror', None) or err})",
             field=FIELD,
             fix=f"give the folder a memory sampler wrote during the start ({MEMORY_FILE} and {LINES_FILE})",
         ) from None
+
+
+def _total_bytes(path: Path, rows: list[str]) -> int:
+    """The device's total from the header line `TOTAL_HEADER N`."""
     header = rows[0].split() if rows else []
     if header[:2] != TOTAL_HEADER.split() or len(header) != 3 or not _whole(header[2]):
         raise _bad(
@@ -147,28 +164,25 @@ def read_memory(path: Path) -> tuple[int, list[Sample]]:
     total = int(header[2])
     if total <= 0:
         raise _bad(path, 1, f"the device's total is {total} bytes", "give a memory.tsv the sampler wrote")
-    samples: list[Sample] = []
-    for number, row in enumerate(rows[1:], start=2):
-        if not row.strip():
-            continue
-        stamp, _, used = row.partition("\t")
-        at_s = _seconds(stamp)
-        if at_s is None or not _whole(used.strip()):
-            raise _bad(
-                path, number, f"{row[:60]!r} is not 'epoch_seconds<TAB>used_bytes'", "give the sampler's file"
-            )
-        if int(used) > total:
-            raise _bad(
-                path,
-                number,
-                f"{int(used)} bytes used is more than the device's {total}",
-                "give the sampler's file",
-            )
-        samples.append(Sample(at_s, int(used)))
-    if not samples:
-        raise _bad(path, 2, "holds no samples", "record the start under the memory sampler")
-    samples.sort(key=lambda s: s.at_s)
-    return total, samples
+    return total
+
+
+def _sample(path: Path, number: int, row: str, total: int) -> Sample:
+    """One `epoch_seconds<TAB>used_bytes` line, at most the device's total."""
+    stamp, _, used = row.partition("\t")
+    at_s = _seconds(stamp)
+    if at_s is None or not _whole(used.strip()):
+        raise _bad(
+            path, number, f"{row[:60]!r} is not 'epoch_seconds<TAB>used_bytes'", "give the sampler's file"
+        )
+    if int(used) > total:
+        raise _bad(
+            path,
+            number,
+            f"{int(used)} bytes used is more than the device's {total}",
+            "give the sampler's file",
+        )
+    return Sample(at_s, int(used))
 
 
 def _whole(text: str) -> bool:
@@ -306,9 +320,44 @@ def startup_peak(
     total: int, samples: list[Sample], lines: list[StampedLine], memory_path: Path, markers: StartupPhases
 ) -> StartupPeak:
     """The low point up to the ready line, the phases with their own low points."""
-    is_ready = ("ready", "ready")
-    ready_at = next((line.at_s for line in lines if markers.match_marker(line.text) == is_ready), None)
+    ready_at = _ready_at(lines, markers)
     startup_end = ready_at if ready_at is not None else lines[-1].at_s
+    _refuse_other_samples(samples, lines, startup_end, memory_path)
+    phases = _phases(total, samples, lines, markers)
+    in_startup = [s for s in samples if s.at_s <= startup_end + COVER_SLACK_S / 2]
+    low = max(in_startup, key=lambda s: s.used_bytes)
+    steps = [b.at_s - a.at_s for a, b in itertools.pairwise(samples)]
+    return StartupPeak(
+        total_gib=total / GIB,
+        origin_s=lines[0].at_s,
+        lowest_free_gib=_free_gib(total, low),
+        lowest_at_s=low.at_s,
+        phase=next((p.name for p in phases if p.start_s <= low.at_s <= p.end_s), STARTUP),
+        after_line=_last_line_by(lines, low.at_s)[:AFTER_LINE_CHARS],
+        ready=ready_at is not None,
+        phases=tuple(phases),
+        nvml_minus_engine_gib=_engine_offset(total, samples, lines, markers),
+        sample_interval_s=statistics.median(steps) if steps else 0.0,
+        largest_gap_s=max(steps, default=0.0),
+    )
+
+
+def _ready_at(lines: list[StampedLine], markers: StartupPhases) -> float | None:
+    """When the ready line landed (None: the start never got ready)."""
+    is_ready = ("ready", "ready")
+    return next((line.at_s for line in lines if markers.match_marker(line.text) == is_ready), None)
+
+
+def _last_line_by(lines: list[StampedLine], at_s: float) -> str:
+    """The last non-blank log line stamped at or before `at_s` ("" when none)."""
+    before = [line.text for line in lines if line.at_s <= at_s and line.text.strip()]
+    return before[-1] if before else ""
+
+
+def _refuse_other_samples(
+    samples: list[Sample], lines: list[StampedLine], startup_end: float, memory_path: Path
+) -> None:
+    """The samples must cover the stamped log, from its first line to the end of the start."""
     if samples[0].at_s > lines[0].at_s + COVER_SLACK_S or samples[-1].at_s < startup_end - COVER_SLACK_S:
         raise UserError(
             f"{memory_path} is from another start: its samples "
@@ -317,6 +366,12 @@ def startup_peak(
             field=FIELD,
             fix="give the memory.tsv recorded with these log lines",
         )
+
+
+def _phases(
+    total: int, samples: list[Sample], lines: list[StampedLine], markers: StartupPhases
+) -> list[Phase]:
+    """Every stretch between marker lines that holds samples, with its own low point."""
     phases: list[Phase] = []
     for name, start, end in _phase_bounds(lines, markers):
         inside = [s for s in samples if start <= s.at_s < end]
@@ -334,24 +389,7 @@ def startup_peak(
                 _free_gib(total, inside[-1]),
             )
         )
-    in_startup = [s for s in samples if s.at_s <= startup_end + COVER_SLACK_S / 2]
-    low = max(in_startup, key=lambda s: s.used_bytes)
-    phase = next((p.name for p in phases if p.start_s <= low.at_s <= p.end_s), STARTUP)
-    after = [line.text for line in lines if line.at_s <= low.at_s and line.text.strip()]
-    steps = [b.at_s - a.at_s for a, b in itertools.pairwise(samples)]
-    return StartupPeak(
-        total_gib=total / GIB,
-        origin_s=lines[0].at_s,
-        lowest_free_gib=_free_gib(total, low),
-        lowest_at_s=low.at_s,
-        phase=phase,
-        after_line=(after[-1] if after else "")[:AFTER_LINE_CHARS],
-        ready=ready_at is not None,
-        phases=tuple(phases),
-        nvml_minus_engine_gib=_engine_offset(total, samples, lines, markers),
-        sample_interval_s=statistics.median(steps) if steps else 0.0,
-        largest_gap_s=max(steps, default=0.0),
-    )
+    return phases
 
 
 def measure_startup_peak(samples_path: str | Path, log_text: str, markers: StartupPhases) -> StartupPeak:

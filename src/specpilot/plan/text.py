@@ -27,14 +27,7 @@ def reserve_text(reserve_gib: float, needed_gib: float) -> str:
 
 def render_plan(plan: Plan, console: Console) -> None:
     """The plan as a person reads it: memory table, headline numbers, verdict, fixes."""
-    table = Table(title=f"{plan.engine} {plan.engine_version} memory plan (per GPU)", show_lines=False)
-    table.add_column("term")
-    table.add_column("GiB", justify="right")
-    table.add_column("source")
-    table.add_column("note", overflow="fold")
-    for term in plan.terms:
-        table.add_row(term.name, f"{term.gib:,.2f}", term.source, term.note)
-    console.print(table)
+    console.print(_terms_table(plan))
     console.print(
         f"{plan.memory_knob} {plan.memory_fraction:.3f}  weights {plan.weights_gib:.2f} GiB  "
         f"{reserve_text(plan.reserve_gib, plan.reserve_needed_gib)}"
@@ -44,16 +37,33 @@ def render_plan(plan: Plan, console: Console) -> None:
         f"state: {plan.state_bytes_per_request:,} bytes/request x {plan.state_slots:,} slots   "
         f"max running requests {plan.max_running_requests:,}"
     )
-    if plan.fits:
-        console.print("[bold green]fits[/]")
-    else:
-        console.print("[bold red]does not fit[/]")
+    console.print("[bold green]fits[/]" if plan.fits else "[bold red]does not fit[/]")
+    _print_problems(plan, console)
+    for note in plan.notes:
+        console.print(f"• {note}")
+    _print_basis(plan, console)
+
+
+def _terms_table(plan: Plan) -> Table:
+    table = Table(title=f"{plan.engine} {plan.engine_version} memory plan (per GPU)", show_lines=False)
+    table.add_column("term")
+    table.add_column("GiB", justify="right")
+    table.add_column("source")
+    table.add_column("note", overflow="fold")
+    for term in plan.terms:
+        table.add_row(term.name, f"{term.gib:,.2f}", term.source, term.note)
+    return table
+
+
+def _print_problems(plan: Plan, console: Console) -> None:
     for problem in plan.problems:
         console.print(f"[red]✗ {problem.code}[/]: {problem.message}")
         if problem.fix and (fix := problem.fix.describe()):
             console.print(f"    fix: {fix}", markup=False)
-    for note in plan.notes:
-        console.print(f"• {note}")
+
+
+def _print_basis(plan: Plan, console: Console) -> None:
+    """The flags that start first time, what was measured, what the plan rests on."""
     if plan.recommended_args or plan.recommended_env:
         console.print("[bold]starts and serves with:[/]")
         console.print("  " + command_text(plan.recommended_env, plan.recommended_args), soft_wrap=True)

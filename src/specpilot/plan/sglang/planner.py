@@ -157,7 +157,6 @@ def _reserve_terms(
     s_run = replace(s, max_running_requests=requests or s.max_running_requests)
     activation = q.activation_gib(shape, s, requests)
     decode = None if f.decode_graph_family is None else q.decode_graphs_gib(s_run, *f.decode_graph_family)
-    per_token = f.prefill_graph_bytes_per_token_hidden_layer
     captured = q.captured_prefill_tokens(s, rules, requests)
     capture = f.capture_transient_scale is not None and bool(captured)
     terms = [
@@ -177,23 +176,43 @@ def _reserve_terms(
         ),
     ]
     if captured:  # prefill runs eagerly otherwise (multimodal models before 0.5.17)
-        name = f"{PREFILL_GRAPH_TERM} (up to {captured} tokens)"
-        prefill = (
-            None
-            if per_token is None
-            else q.prefill_graph_gib(
-                shape, s, rules, captured, per_token, f.moe_prefill_graph_bytes_per_token_hidden_layer
-            )
-        )
-        terms.append(Term(name, *_fitted(prefill, q.prefill_graph_gib(shape, s, rules, captured))))
-        if capture:
-            # the capture runs its largest token count eagerly first
-            transient = q.prefill_activation_gib(shape, s, captured) * (f.capture_transient_scale or 0.0)
-            terms.append(Term("prefill graph capture transient", transient, FITTED, CAPTURE_PEAK))
+        terms += _prefill_graph_terms(shape, s, rules, captured, f)
     if s.tp_size * s.pp_size > 1:
         terms.append(Term("TP communication buffers", q.tp_buffers_gib(s), "estimated"))
-    draft_kv_after_pools = s.has_draft_model and not (rules.draft_in_profile and rules.draft_kv_in_cell)
-    if s.has_draft_model and not rules.draft_in_profile:
+    return (*terms, *_draft_terms(shape, s, rules, tokens, draft_gib))
+
+
+def _prefill_graph_terms(
+    shape: ModelShape, s: SglangSettings, rules: SglangRelease, captured: int, f: PostPoolFit
+) -> list[Term]:
+    """The prefill graphs up to `captured` tokens, and with a fit's scale the transient of
+    their capture."""
+    per_token = f.prefill_graph_bytes_per_token_hidden_layer
+    prefill = (
+        None
+        if per_token is None
+        else q.prefill_graph_gib(
+            shape, s, rules, captured, per_token, f.moe_prefill_graph_bytes_per_token_hidden_layer
+        )
+    )
+    name = f"{PREFILL_GRAPH_TERM} (up to {captured} tokens)"
+    terms = [Term(name, *_fitted(prefill, q.prefill_graph_gib(shape, s, rules, captured)))]
+    if f.capture_transient_scale is not None:
+        # the capture runs its largest token count eagerly first
+        transient = q.prefill_activation_gib(shape, s, captured) * (f.capture_transient_scale or 0.0)
+        terms.append(Term("prefill graph capture transient", transient, FITTED, CAPTURE_PEAK))
+    return terms
+
+
+def _draft_terms(
+    shape: ModelShape, s: SglangSettings, rules: SglangRelease, tokens: int, draft_gib: float
+) -> list[Term]:
+    """A draft model's weights and load peak when it loads after the pools, and its KV cache
+    when that is not part of the pools' cells."""
+    if not s.has_draft_model:
+        return []
+    terms: list[Term] = []
+    if not rules.draft_in_profile:
         terms += [
             Term("draft model weights", draft_gib, "estimated"),
             Term(
@@ -203,10 +222,10 @@ def _reserve_terms(
                 PEAK,
             ),
         ]
-    if draft_kv_after_pools:
+    if not (rules.draft_in_profile and rules.draft_kv_in_cell):
         draft_kv = tokens * q.draft_kv_bytes_per_token(shape, s) / GIB
         terms.append(Term("draft KV cache", draft_kv, "config"))
-    return tuple(terms)
+    return terms
 
 
 def extrapolating(fit: PostPoolFit | None, shape: ModelShape, s: SglangSettings) -> tuple[str, ...]:
@@ -230,19 +249,13 @@ def size(
     """Run the engine's sizing for one configuration."""
     fit = rules.post_pool_fit
     draft_gib = q.draft_weights_gib(shape, s)
-    free_after_load = (
-        free_before_load_gib - weights_gib - rules.pre_profile_gib - q.rope_regrowth_gib(shape, s, rules)
-    )
-    freed = 0.0
-    if rules.draft_in_profile:
-        freed = q.draft_load_transient_gib(shape, s)
-        free_after_load -= draft_gib + freed
+    free_after_load, freed = _free_after_load(shape, s, rules, free_before_load_gib, weights_gib, draft_gib)
     reserve = free_before_load_gib * (1 - s.mem_fraction_static)
     mm_reserve = rules.multimodal_reserve_mib / 1024 if s.multimodal else 0.0
     rest = free_after_load - reserve - mm_reserve
     hybrid = shape.is_hybrid
     per_req = q.state_bytes_per_request(shape, s) if hybrid else 0
-    pool = q.state_pool(shape, s, rules, rest) if hybrid and rest > 0 else q.StatePool(0, 0.0, 0.0, rest)
+    pool = _state_pool(shape, s, rules, rest)
     cell = q.pool_cell_bytes(shape, s, rules)
     tokens = q.kv_tokens(pool.rest_for_kv_gib, cell, s)
     requests = q.max_running_requests(tokens, pool.slots, s, rules, hybrid) if tokens else 0
@@ -251,14 +264,10 @@ def size(
     if s.post_capture_kv_sizing and tokens:
         # compute_post_capture_kv_resize: the pool shrinks to what capture left free, less
         # the headroom; only the transient peaks still need the headroom afterwards
-        captured = tuple(t for t in terms if t.note != PEAK)
-        terms = tuple(t for t in terms if t.note == PEAK)
+        captured, terms = _split_at_capture(terms)
         reserve = _post_capture_headroom_gib(s, hybrid, requests, reserve)
         rest = free_after_load - reserve - mm_reserve - sum(t.gib for t in captured)
-        pool = q.state_pool(shape, s, rules, rest) if hybrid and rest > 0 else q.StatePool(0, 0.0, 0.0, rest)
-        tokens = min(tokens, q.kv_tokens(pool.rest_for_kv_gib, cell, s))  # never above the first pool
-        if tokens:
-            requests = min(requests, q.max_running_requests(tokens, pool.slots, s, rules, hybrid))
+        pool, tokens, requests = _resized_pools(shape, s, rules, rest, cell, tokens, requests)
     return Sizing(
         settings=s,
         free_before_load_gib=free_before_load_gib,
@@ -280,6 +289,56 @@ def size(
         extrapolating=extrapolating(fit, shape, s),
         captured_prefill_tokens=q.captured_prefill_tokens(s, rules, requests),
     )
+
+
+def _split_at_capture(terms: tuple[Term, ...]) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
+    """(what graph capture allocated before the pool is sized again, the transient peaks)"""
+    return tuple(t for t in terms if t.note != PEAK), tuple(t for t in terms if t.note == PEAK)
+
+
+def _free_after_load(
+    shape: ModelShape,
+    s: SglangSettings,
+    rules: SglangRelease,
+    free_before_load_gib: float,
+    weights_gib: float,
+    draft_gib: float,
+) -> tuple[float, float]:
+    """(free after the weights load, GiB the engine frees after the pools): from 0.5.14 the
+    draft loads inside the profile too, with its own embedding and LM head."""
+    free_after_load = (
+        free_before_load_gib - weights_gib - rules.pre_profile_gib - q.rope_regrowth_gib(shape, s, rules)
+    )
+    if not rules.draft_in_profile:
+        return free_after_load, 0.0
+    freed = q.draft_load_transient_gib(shape, s)
+    free_after_load -= draft_gib + freed
+    return free_after_load, freed
+
+
+def _state_pool(shape: ModelShape, s: SglangSettings, rules: SglangRelease, rest_gib: float) -> q.StatePool:
+    """A hybrid model's state pool out of `rest_gib`; all of it is the KV's otherwise."""
+    if shape.is_hybrid and rest_gib > 0:
+        return q.state_pool(shape, s, rules, rest_gib)
+    return q.StatePool(0, 0.0, 0.0, rest_gib)
+
+
+def _resized_pools(
+    shape: ModelShape,
+    s: SglangSettings,
+    rules: SglangRelease,
+    rest_gib: float,
+    cell: int,
+    tokens: int,
+    requests: int,
+) -> tuple[q.StatePool, int, int]:
+    """(pool, KV tokens, running requests) once the pools are sized again after capture:
+    never more than the first sizing gave."""
+    pool = _state_pool(shape, s, rules, rest_gib)
+    tokens = min(tokens, q.kv_tokens(pool.rest_for_kv_gib, cell, s))
+    if tokens:
+        requests = min(requests, q.max_running_requests(tokens, pool.slots, s, rules, shape.is_hybrid))
+    return pool, tokens, requests
 
 
 def _post_capture_headroom_gib(s: SglangSettings, hybrid: bool, requests: int, reserve_gib: float) -> float:
@@ -526,6 +585,23 @@ def _memory_table(
     z: Sizing, shape: ModelShape, rules: SglangRelease, measured: dict[str, float]
 ) -> list[Term]:
     s = z.settings
+    reserve_name = f"reserve: free x (1 - {s.mem_fraction_static:.3f})"
+    if z.captured_terms:
+        reserve_name = "headroom kept after graph capture"
+    return [
+        *_before_reserve(z, shape, rules, measured),
+        Term(reserve_name, z.reserve_gib, "config"),
+        *z.captured_terms,
+        *_pools(z, shape),
+        *z.reserve_terms,
+    ]
+
+
+def _before_reserve(
+    z: Sizing, shape: ModelShape, rules: SglangRelease, measured: dict[str, float]
+) -> list[Term]:
+    """The memory table down to the reserve: free memory, weights, what the profile counts."""
+    s = z.settings
     source = "measured"
     terms = [
         Term(
@@ -548,11 +624,12 @@ def _memory_table(
                 "estimated",
             )
         )
-    reserve_name = f"reserve: free x (1 - {s.mem_fraction_static:.3f})"
-    if z.captured_terms:
-        reserve_name = "headroom kept after graph capture"
-    terms.append(Term(reserve_name, z.reserve_gib, "config"))
-    terms.extend(z.captured_terms)
+    return terms
+
+
+def _pools(z: Sizing, shape: ModelShape) -> list[Term]:
+    """The memory table's pools: the multimodal reservation, a hybrid's state, the KV cache."""
+    terms: list[Term] = []
     if z.multimodal_reserve_gib:
         terms.append(Term("multimodal runtime reservation", z.multimodal_reserve_gib, "config"))
     if shape.is_hybrid:
@@ -560,13 +637,12 @@ def _memory_table(
         if z.pool.intermediate_gib:
             terms.append(
                 Term(
-                    f"speculative intermediate state ({s.num_draft_tokens} draft tokens)",
+                    f"speculative intermediate state ({z.settings.num_draft_tokens} draft tokens)",
                     z.pool.intermediate_gib,
                     "config",
                 )
             )
     terms.append(Term(f"KV cache: {z.kv_tokens} tokens", z.kv_tokens * z.pool_cell_bytes / GIB, "config"))
-    terms.extend(z.reserve_terms)
     return terms
 
 
@@ -890,27 +966,7 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFa
     startable, rec_env = startable_settings(settings, shape, rules)
     best = recommend(shape, startable, rules, free, weights)
     problems, rec_args, rec_note = _recommendation(best, blocking_problems(z, shape), rules, shape, rec_env)
-    notes = [rec_note]
-    if settings.speculative_algorithm:
-        plain = planner_settings(spec, shape, effective_args_without(spec, shape, _speculation_dest))
-        note = speculative_note(best or z, recommend(shape, plain, rules, free, weights))
-        if note:
-            notes.append(note)
-    if context_note := _context_note(z):
-        notes.append(context_note)
-    if settings.speculative_algorithm in SEPARATE_DRAFTERS:
-        notes.append(
-            f"{settings.speculative_algorithm}'s drafter is its own checkpoint "
-            "(--speculative-draft-model-path): its weights and KV layers are not read, so they are "
-            "planned as the target's MTP layers; calibrate with --from-log"
-        )
-    if post_capture_note := _post_capture_note(spec, settings):
-        notes.append(post_capture_note)
-    if cow_note := _state_copy_note(z, shape):
-        notes.append(cow_note)
-    for note in (range_note(z, spec.engine.version), gate_note(z, shape, rules)):
-        if note:
-            notes.append(note)
+    notes = [rec_note, *_notes(spec, shape, z, best, rules, free, weights)]
     return Plan(
         engine="sglang",
         engine_version=spec.engine.version,
@@ -932,6 +988,56 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFa
         notes=notes,
         details=_details(z, shape, free),
         prefill_gate=prefill_gate(z, shape, rules, free, weights),
+    )
+
+
+def _notes(
+    spec: Spec,
+    shape: ModelShape,
+    z: Sizing,
+    best: Sizing | None,
+    rules: SglangRelease,
+    free: float,
+    weights: float,
+) -> list[str]:
+    """What the plan says beside its recommendation, in this order."""
+    settings = z.settings
+    notes = [
+        _speculative_cost_note(spec, shape, z, best, rules, free, weights),
+        _context_note(z),
+        _separate_drafter_note(settings.speculative_algorithm),
+        _post_capture_note(spec, settings),
+        _state_copy_note(z, shape),
+        range_note(z, spec.engine.version),
+        gate_note(z, shape, rules),
+    ]
+    return [note for note in notes if note]
+
+
+def _speculative_cost_note(
+    spec: Spec,
+    shape: ModelShape,
+    z: Sizing,
+    best: Sizing | None,
+    rules: SglangRelease,
+    free: float,
+    weights: float,
+) -> str | None:
+    """`speculative_note` for the recommendation (else the plan as given) against the best
+    plain launch; None without speculative decoding."""
+    if not z.settings.speculative_algorithm:
+        return None
+    plain = planner_settings(spec, shape, effective_args_without(spec, shape, _speculation_dest))
+    return speculative_note(best or z, recommend(shape, plain, rules, free, weights))
+
+
+def _separate_drafter_note(algorithm: str | None) -> str | None:
+    if algorithm not in SEPARATE_DRAFTERS:
+        return None
+    return (
+        f"{algorithm}'s drafter is its own checkpoint "
+        "(--speculative-draft-model-path): its weights and KV layers are not read, so they are "
+        "planned as the target's MTP layers; calibrate with --from-log"
     )
 
 

@@ -314,19 +314,17 @@ def resolve_settings(
 ) -> SglangSettings:
     """The numbers SGLang's memory sizing reads, from the flags as `check` evaluates them."""
     gpu_memory_mib = gpu_memory_gib * MIB_PER_GIB
-    context_len = args.get_int("context_length") or shape.max_position_embeddings
     prefill_graph_sizes = prefill_graph_token_sizes(args, shape, rules)
     algorithm = _speculative_algorithm(args)
-    env = args.env
-    ssm_dtype = env.get("SGLANG_MAMBA_SSM_DTYPE") or args.get_str("mamba_ssm_dtype")
     post_capture = post_capture_kv_sizing(args, shape, rules)
+    draft_tokens, draft_steps, draft_layers = _draft_numbers(args, shape, algorithm)
     return SglangSettings(
         tp_size=_int(args, "tp_size"),
         pp_size=_int(args, "pp_size"),
         dp_size=_int(args, "dp_size"),
         gpu_memory_mib=gpu_memory_mib,
         page_size=_int(args, "page_size"),
-        context_len=context_len,
+        context_len=args.get_int("context_length") or shape.max_position_embeddings,
         kv_dtype_bytes=kv_dtype_bytes(args, shape),
         weights_dtype_bytes=dtype_bytes(weights_dtype),
         quantized=quantization is not None or dtype_bytes(weights_dtype) < 2,
@@ -346,10 +344,9 @@ def resolve_settings(
         ),
         mem_fraction_given=args.get_float("mem_fraction_static") is not None,
         speculative_algorithm=algorithm,
-        num_draft_tokens=(args.get_int("speculative_num_draft_tokens") or 0) if algorithm else 0,
-        speculative_num_steps=(args.get_int("speculative_num_steps") or 0) if algorithm else 0,
-        # NEXTN is EAGLE by now: the model's own MTP layers draft
-        draft_layers=max(shape.mtp_num_layers, 1) if algorithm == "EAGLE" else 1,
+        num_draft_tokens=draft_tokens,
+        speculative_num_steps=draft_steps,
+        draft_layers=draft_layers,
         max_running_requests=args.get_int("max_running_requests"),
         max_running_requests_given=args.given("max_running_requests"),
         prefill_max_requests=args.get_int("prefill_max_requests"),
@@ -359,10 +356,29 @@ def resolve_settings(
         max_mamba_cache_size=args.get_int("max_mamba_cache_size"),
         # 0.5.23's table leaves the ratio unset for its memory hook to fill with the same 0.9
         mamba_full_memory_ratio=args.get_float("mamba_full_memory_ratio") or 0.9,
-        ssm_dtype_bytes=dtype_bytes(ssm_dtype or shape.mamba_ssm_dtype),
-        conv_dtype_bytes=dtype_bytes(env.get("SGLANG_MAMBA_CONV_DTYPE") or "bfloat16"),
+        ssm_dtype_bytes=_ssm_dtype_bytes(args, shape),
+        conv_dtype_bytes=dtype_bytes(args.env.get("SGLANG_MAMBA_CONV_DTYPE") or "bfloat16"),
         max_total_tokens=args.get_int("max_total_tokens"),
         multimodal=shape.is_multimodal_wrapper and not args.get_bool("language_only"),
         post_capture_kv_sizing=post_capture,
         prefill_backend_explicit=prefill_backend_explicit(args),
     )
+
+
+def _draft_numbers(args: EffectiveArgs, shape: ModelShape, algorithm: str | None) -> tuple[int, int, int]:
+    """(draft tokens, draft steps, draft layers); no drafting without an algorithm."""
+    if not algorithm:
+        return 0, 0, 1
+    # NEXTN is EAGLE by now: the model's own MTP layers draft
+    draft_layers = max(shape.mtp_num_layers, 1) if algorithm == "EAGLE" else 1
+    return (
+        args.get_int("speculative_num_draft_tokens") or 0,
+        args.get_int("speculative_num_steps") or 0,
+        draft_layers,
+    )
+
+
+def _ssm_dtype_bytes(args: EffectiveArgs, shape: ModelShape) -> float:
+    """The mamba SSM state's dtype: the environment's, the flag's, else the model's."""
+    ssm_dtype = args.env.get("SGLANG_MAMBA_SSM_DTYPE") or args.get_str("mamba_ssm_dtype")
+    return dtype_bytes(ssm_dtype or shape.mamba_ssm_dtype)

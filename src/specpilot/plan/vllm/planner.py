@@ -619,45 +619,70 @@ def _notes(inputs: VllmInputs, alloc: VllmAllocation, shape: ModelShape, args: E
         f"KV pool: {alloc.num_blocks} blocks of {alloc.block_size_tokens} tokens; one "
         f"{inputs.max_model_len}-token request takes {alloc.blocks_per_request} blocks "
         f"(max concurrency {alloc.max_concurrency:.2f}x)",
+        _mamba_speculation_note(inputs, alloc),
+        _graph_memory_note(inputs, args),
+        _unplanned_draft_note(args),
+        _sliding_window_note(shape),
+        _vision_note(shape, args),
     ]
-    if inputs.num_speculative_tokens and inputs.mamba_layers:
-        extra = alloc.groups.mamba_groups * inputs.num_speculative_tokens
-        notes.append(
-            f"speculative decoding holds {extra} extra mamba blocks per request and widens "
-            "the conv state; for offline bulk generation at high concurrency it often costs "
-            "more concurrency than its acceptance returns"
-        )
+    return [note for note in notes if note is not None]
+
+
+def _mamba_speculation_note(inputs: VllmInputs, alloc: VllmAllocation) -> str | None:
+    if not (inputs.num_speculative_tokens and inputs.mamba_layers):
+        return None
+    extra = alloc.groups.mamba_groups * inputs.num_speculative_tokens
+    return (
+        f"speculative decoding holds {extra} extra mamba blocks per request and widens "
+        "the conv state; for offline bulk generation at high concurrency it often costs "
+        "more concurrency than its acceptance returns"
+    )
+
+
+def _graph_memory_note(inputs: VllmInputs, args: EffectiveArgs) -> str | None:
+    """How the KV budget treats CUDA graph memory: sized after capture, or the graphs' estimate
+    taken out of it first."""
     if args.get_bool("enable_extensible_kv_cache"):
-        notes.append(
+        return (
             "KV sized after CUDA graph capture (enable_extensible_kv_cache, vLLM 0.34+): the pool is the "
             "engine's own measurement of the memory free after the warm-up's peak and the graphs, at "
             f"--gpu-memory-utilization {inputs.gpu_memory_utilization:g}; this plan predicts it from the "
             "same terms (graphs estimated) and `up` checks it against the KV cache size the engine prints"
         )
-    elif inputs.cudagraph_bytes > 0:
-        # gpu_worker.py prints the same equivalence at startup
-        without = inputs.gpu_memory_utilization - inputs.cudagraph_bytes / inputs.gpu_total_bytes
-        notes.append(
-            f"--gpu-memory-utilization {inputs.gpu_memory_utilization:.4f} is equivalent to "
-            f"{without:.4f} without CUDA graph memory profiling: vLLM takes the "
-            f"{gib(inputs.cudagraph_bytes):.2f} GiB graph estimate out of the KV budget first"
-        )
+    if inputs.cudagraph_bytes <= 0:
+        return None
+    # gpu_worker.py prints the same equivalence at startup
+    without = inputs.gpu_memory_utilization - inputs.cudagraph_bytes / inputs.gpu_total_bytes
+    return (
+        f"--gpu-memory-utilization {inputs.gpu_memory_utilization:.4f} is equivalent to "
+        f"{without:.4f} without CUDA graph memory profiling: vLLM takes the "
+        f"{gib(inputs.cudagraph_bytes):.2f} GiB graph estimate out of the KV budget first"
+    )
+
+
+def _unplanned_draft_note(args: EffectiveArgs) -> str | None:
     method, _ = _speculative(args)
-    if method is not None and method not in MTP_METHODS and method != "ngram":
-        notes.append(
-            f"speculative method {method!r}: the draft model's weights and KV layers are not "
-            "planned; calibrate with --from-log"
-        )
-    if shape.sliding_attention_layers:
-        notes.append(
-            f"{shape.sliding_attention_layers} sliding-window layers planned as full attention "
-            "(vLLM keeps only their window: the real KV token count is higher)"
-        )
-    if shape.is_multimodal_wrapper and not args.get_bool("language_model_only"):
-        notes.append(
-            "vision encoder profiling is not in the activation estimate; --language-model-only removes it"
-        )
-    return notes
+    if method is None or method in MTP_METHODS or method == "ngram":
+        return None
+    return (
+        f"speculative method {method!r}: the draft model's weights and KV layers are not "
+        "planned; calibrate with --from-log"
+    )
+
+
+def _sliding_window_note(shape: ModelShape) -> str | None:
+    if not shape.sliding_attention_layers:
+        return None
+    return (
+        f"{shape.sliding_attention_layers} sliding-window layers planned as full attention "
+        "(vLLM keeps only their window: the real KV token count is higher)"
+    )
+
+
+def _vision_note(shape: ModelShape, args: EffectiveArgs) -> str | None:
+    if not shape.is_multimodal_wrapper or args.get_bool("language_model_only"):
+        return None
+    return "vision encoder profiling is not in the activation estimate; --language-model-only removes it"
 
 
 def refuse_other_vllm_footprint(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFacts) -> None:
