@@ -232,7 +232,7 @@ class _Totals(NamedTuple):
     first_done: float | None
     last_done: float | None
     flagged: int
-    flags: dict[str, int]  # the done rows with each flag
+    flags: dict[str, int]  # the rows with each flag
 
 
 def _totals(ledger: Ledger, now: float, window_s: float) -> _Totals:

@@ -444,7 +444,7 @@ def _plain_prompt(record: dict[str, Any], keep_given_turns: bool) -> list[list[M
         return plain_segments(
             record.get("conversations") or record.get("messages"), keep_given_turns=keep_given_turns
         )
-    if type(prompt) is str and prompt.strip():
+    if type(prompt) is str and prompt and not prompt.isspace():
         return [[{"role": "user", "content": prompt}]]
     return None
 

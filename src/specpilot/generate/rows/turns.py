@@ -220,13 +220,14 @@ def _plain_turns(value: list[Any], text_roles: frozenset[str]) -> list[Message] 
     for turn in value:
         if type(turn) is not dict or len(turn) != 2:
             return None
-        given_role = turn.get("role") or turn.get("from")
-        # of two fields one is the role: "content" set to None leaves no "value" to read
+        # of two fields one is the role and one the text: a null or empty "role" (or "content")
+        # leaves no "from" ("value") to read, so no `or` is needed
+        given_role = turn.get("role", turn.get("from"))
         content = turn.get("content", turn.get("value"))
         role = _PLAIN_ROLES.get(given_role) if type(given_role) is str else None
         if type(content) is not str or role not in _PLAIN_AFTER[previous]:  # no None role there
             return None
-        if role in text_roles and not content.strip():
+        if role in text_roles and (not content or content.isspace()):
             return None  # empty text (an empty answer only when the given answers are kept)
         turns.append({"role": role, "content": content})
         previous = role
