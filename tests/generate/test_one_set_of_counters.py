@@ -109,7 +109,7 @@ def test_the_four_views_agree_through_retries_a_crash_and_the_resume(
             "--server", server.url, "--model", "m", "--concurrency", str(CONCURRENCY),
             "--max-attempts", "12", "--flush-interval-s", "0.05", "--json"]  # fmt: skip
     # 12 attempts: at 25% 500s, 6 left 120 rows a 3% chance that a second row failed them all
-    env = {**os.environ, "PYTHONPATH": str(Path(report.__file__).parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(report.__file__).parents[3])}
     try:
         job = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         try:

@@ -124,19 +124,7 @@ class Recipe:
 
 def load_recipes(recipes_file: Path | None = None) -> dict[str, Recipe]:
     """Reads the recipe table; requirements paths are relative to the table's folder."""
-    if recipes_file is None:
-        folder = resources.files("specpilot.demo").joinpath("requirements")
-        table_text = folder.joinpath("recipes.toml").read_text()
-
-        def read_requirements(name: str) -> str:
-            return folder.joinpath(name).read_text()
-
-    else:
-        table_text = recipes_file.read_text()
-
-        def read_requirements(name: str) -> str:
-            return (recipes_file.parent / name).read_text()
-
+    table_text, read_requirements = _recipes_table(recipes_file)
     table = tomllib.loads(table_text)
     recipes = {
         name: Recipe(
@@ -150,6 +138,21 @@ def load_recipes(recipes_file: Path | None = None) -> dict[str, Recipe]:
         )
         for name, entry in table.items()
     }
+    _check_bases(recipes)
+    return recipes
+
+
+def _recipes_table(recipes_file: Path | None) -> tuple[str, Callable[[str], str]]:
+    """The recipe table's text, and a reader of a requirements file it names: the packaged
+    table (None) or `recipes_file`."""
+    if recipes_file is None:
+        folder = resources.files("specpilot.demo").joinpath("requirements")
+        return folder.joinpath("recipes.toml").read_text(), lambda name: folder.joinpath(name).read_text()
+    return recipes_file.read_text(), lambda name: (recipes_file.parent / name).read_text()
+
+
+def _check_bases(recipes: dict[str, Recipe]) -> None:
+    """A recipe's base names a recipe that has no base itself."""
     for recipe in recipes.values():
         base = recipes.get(recipe.base) if recipe.base else None
         if recipe.base and (base is None or base.base is not None):
@@ -158,7 +161,6 @@ def load_recipes(recipes_file: Path | None = None) -> dict[str, Recipe]:
                 field=f"recipes.toml [{recipe.name}] base",
                 fix=f"use one of: {', '.join(sorted(n for n, r in recipes.items() if not r.base))}",
             )
-    return recipes
 
 
 def local_label_pins(requirements_text: str) -> list[str]:
@@ -263,44 +265,66 @@ def package_sources(python: Path, pins: Sequence[str], wheel_index: str | None, 
     """
     if not pins:
         return PackageSource("machine", "")
-    named = " ".join(pins)
+    for find in (_from_machine, _from_wheel_index, _from_pypi):
+        source = find(python, pins, wheel_index)
+        if source is not None:
+            log(source.said)
+            return source
+    unlabeled = " ".join(_unlabeled(pin) for pin in pins)
+    raise UserError(
+        f"{' '.join(pins)} is neither in this machine's pip sources (`pip config list`) "
+        f"{_not_at(wheel_index)}, and the package index has no {unlabeled} either",
+        field="engine environment",
+        fix=(
+            "allow HTTPS access to the index, or download the wheel into a folder "
+            "and set PIP_FIND_LINKS=/that/folder"
+        ),
+    )
+
+
+def _from_machine(python: Path, pins: Sequence[str], wheel_index: str | None) -> PackageSource | None:
+    """This machine's pip sources, if they have `pins`."""
     urls = _pip_resolves(python, pins, ())
-    if urls is not None:
-        source = PackageSource(
-            "machine", f"{named}: from this machine's pip sources ({_where(urls)}, {_size_text(urls)})"
-        )
-    elif (
-        wheel_index is not None
-        and (urls := _pip_resolves(python, pins, extra := ("--extra-index-url", wheel_index))) is not None
-    ):
-        source = PackageSource(
-            "index",
-            f"{named}: not in this machine's pip sources; from {wheel_index} ({_size_text(urls)})",
-            extra,
-        )
-    elif (urls := _pip_resolves(python, [_unlabeled(pin) for pin in pins], ())) is not None:
-        unlabeled = " ".join(_unlabeled(pin) for pin in pins)
-        where = f"nor at {wheel_index}" if wheel_index else "and no wheel index is configured"
-        source = PackageSource(
-            "pypi",
-            f"{named}: neither in this machine's pip sources {where}; taking {unlabeled} from the "
-            f"package index ({_where(urls)}, {_size_text(urls)}, plus the CUDA libraries it depends on; "
-            "it runs on a CPU too)",
-            relabel=True,
-        )
-    else:
-        where = f"nor at {wheel_index}" if wheel_index else "and no wheel index is configured"
-        raise UserError(
-            f"{named} is neither in this machine's pip sources (`pip config list`) {where}, and the "
-            f"package index has no {' '.join(_unlabeled(pin) for pin in pins)} either",
-            field="engine environment",
-            fix=(
-                "allow HTTPS access to the index, or download the wheel into a folder "
-                "and set PIP_FIND_LINKS=/that/folder"
-            ),
-        )
-    log(source.said)
-    return source
+    if urls is None:
+        return None
+    return PackageSource(
+        "machine", f"{' '.join(pins)}: from this machine's pip sources ({_where(urls)}, {_size_text(urls)})"
+    )
+
+
+def _from_wheel_index(python: Path, pins: Sequence[str], wheel_index: str | None) -> PackageSource | None:
+    """The recipe's `wheel_index` as an extra index, if it is set and has `pins`."""
+    if wheel_index is None:
+        return None
+    extra = ("--extra-index-url", wheel_index)
+    urls = _pip_resolves(python, pins, extra)
+    if urls is None:
+        return None
+    return PackageSource(
+        "index",
+        f"{' '.join(pins)}: not in this machine's pip sources; from {wheel_index} ({_size_text(urls)})",
+        extra,
+    )
+
+
+def _from_pypi(python: Path, pins: Sequence[str], wheel_index: str | None) -> PackageSource | None:
+    """PyPI's own build of the same versions (`pins` without their label), if it has them."""
+    urls = _pip_resolves(python, [_unlabeled(pin) for pin in pins], ())
+    if urls is None:
+        return None
+    unlabeled = " ".join(_unlabeled(pin) for pin in pins)
+    return PackageSource(
+        "pypi",
+        f"{' '.join(pins)}: neither in this machine's pip sources {_not_at(wheel_index)}; taking {unlabeled} "
+        f"from the package index ({_where(urls)}, {_size_text(urls)}, plus the CUDA libraries it depends on; "
+        "it runs on a CPU too)",
+        relabel=True,
+    )
+
+
+def _not_at(wheel_index: str | None) -> str:
+    """The clause of a message that says where else the pins were looked for."""
+    return f"nor at {wheel_index}" if wheel_index else "and no wheel index is configured"
 
 
 def cache_root(cache_dir: Path | None = None) -> Path:

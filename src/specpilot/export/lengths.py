@@ -53,7 +53,21 @@ def _percentile(sorted_values: list[int], percent: int) -> int:
 def length_report(rows: Iterable[dict[str, Any]], max_length_tokens: int | None) -> dict[str, Any]:
     """Counts, percentiles, a histogram of `total`, and the rows over `max_length_tokens`."""
     lengths = [row_length(row) for row in rows]
-    histogram = {edge: 0 for edge in BUCKET_TOKENS}
+    return {
+        "rows": len(lengths),
+        "estimated_rows": sum(length.estimated for length in lengths),
+        "percentiles": _percentiles(lengths),
+        "histogram": _histogram(lengths),
+        "max_length_tokens": max_length_tokens,
+        "over_max_length": None
+        if max_length_tokens is None
+        else sum(length.total > max_length_tokens for length in lengths),
+    }
+
+
+def _histogram(lengths: list[RowLength]) -> list[dict[str, int | None]]:
+    """Rows by `total` in BUCKET_TOKENS' buckets (each up to its edge), then those longer."""
+    histogram = dict.fromkeys(BUCKET_TOKENS, 0)
     longer = 0
     for length in lengths:
         edge = next((e for e in BUCKET_TOKENS if length.total <= e), None)
@@ -61,20 +75,16 @@ def length_report(rows: Iterable[dict[str, Any]], max_length_tokens: int | None)
             longer += 1
         else:
             histogram[edge] += 1
+    buckets: list[dict[str, int | None]] = [
+        {"le_tokens": edge, "rows": count} for edge, count in histogram.items()
+    ]
+    return [*buckets, {"le_tokens": None, "rows": longer}]
+
+
+def _percentiles(lengths: list[RowLength]) -> dict[str, dict[str, int]]:
+    """Each column's PERCENTILES."""
     columns = {
         name: sorted(getattr(length, name) for length in lengths)
         for name in ("prompt", "reasoning", "answer", "total")
     }
-    return {
-        "rows": len(lengths),
-        "estimated_rows": sum(length.estimated for length in lengths),
-        "percentiles": {
-            name: {f"p{p}": _percentile(values, p) for p in PERCENTILES} for name, values in columns.items()
-        },
-        "histogram": [{"le_tokens": edge, "rows": count} for edge, count in histogram.items()]
-        + [{"le_tokens": None, "rows": longer}],
-        "max_length_tokens": max_length_tokens,
-        "over_max_length": None
-        if max_length_tokens is None
-        else sum(length.total > max_length_tokens for length in lengths),
-    }
+    return {name: {f"p{p}": _percentile(values, p) for p in PERCENTILES} for name, values in columns.items()}

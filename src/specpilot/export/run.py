@@ -39,7 +39,7 @@ from specpilot.export.target import (
     remove_stale_partials,
 )
 from specpilot.export.trainready import TrainReady, check_export
-from specpilot.export.writing import RowsDone, WriteRequest
+from specpilot.export.writing import RowsDone, WriteRequest, Written
 from specpilot.generate.ledger.disk import disk_error
 from specpilot.generate.ledger.report import reading_ledger, summarize
 
@@ -103,16 +103,34 @@ def export(
     disk) leaves no target, and a refused `--overwrite` leaves the earlier export as it was."""
     spec = format_named(fmt, field="--format")
     to = target or spec.default_target(directory)
+    _refuse_target(directory, to, spec, overwrite)
+    make_folder(to.parent)
+    remove_stale_partials(to)
+    request = WriteRequest(directory, partial_path(to), include_flagged, per_turn, done or _quiet)
+    written = _write(spec, request, to)
+    warnings = _left_out_warnings(written)
+    _refuse_nothing_written(directory, written, include_flagged)
+    checked = (
+        TrainReady(skipped=skip_train_check)
+        if skip_train_check
+        else check_export(directory, spec, request.splits, tokenizer=tokenizer, chat_template=chat_template)
+    )
+    return ExportResult(written.files, written.rows, include_flagged, checked, warnings=warnings)
+
+
+def _refuse_target(directory: Path, to: Path, spec: ExportFormat, overwrite: bool) -> None:
+    """Refuse a target inside the job's folder, or an earlier export there without `overwrite`."""
     refuse_job_folder(directory, to, spec)
-    earlier = earlier_export(to, spec)
-    if earlier and not overwrite:
+    if earlier_export(to, spec) and not overwrite:
         raise UserError(
             f"{to} already exists", field="--to", fix="pass --overwrite to replace it, or give another --to"
         )
-    make_folder(to.parent)
-    remove_stale_partials(to)
-    partial = partial_path(to)
-    request = WriteRequest(directory, partial, include_flagged, per_turn, done or _quiet)
+
+
+def _write(spec: ExportFormat, request: WriteRequest, to: Path) -> Written:
+    """Run the format's writer into `request.target` and rename what it wrote onto `to`; the
+    files written, named where they are now."""
+    partial = request.target
     try:
         written = spec.load_writer()(request)
         if written.files:
@@ -125,34 +143,38 @@ def export(
     finally:
         remove(partial)  # nothing half-written is left behind (a full disk is then not fuller)
     written.files = [to / f.name if f.parent == partial else to for f in written.files]
-    warnings = []
+    return written
+
+
+def _left_out_warnings(written: Written) -> list[str]:
+    if not written.left_out:
+        return []
+    return [
+        f"{written.left_out} rows left out: they hold given assistant turns (--keep-given-turns), "
+        "which speculators would train as if the target wrote them; --format specforge trains only "
+        "the target's turns of them"
+    ]
+
+
+def _refuse_nothing_written(directory: Path, written: Written, include_flagged: bool) -> None:
+    """An export of no rows is refused with why: every row holds given turns, every finished
+    row is flagged, or none is finished yet."""
+    if written.files:
+        return
     if written.left_out:
-        warnings.append(
-            f"{written.left_out} rows left out: they hold given assistant turns (--keep-given-turns), "
-            "which speculators would train as if the target wrote them; --format specforge trains only "
-            "the target's turns of them"
-        )
-    if not written.files and written.left_out:
         raise UserError(
             f"every row of {directory} holds given assistant turns (--keep-given-turns), which "
             "speculators would train on as if the target wrote them",
             field="--format",
             fix="use --format specforge (one row per target turn: only the target's turns are trained)",
         )
-    if not written.files and not include_flagged:
+    if not include_flagged:
         _refuse_only_flagged(directory)
-    if not written.files:
-        raise UserError(
-            f"{directory} has no finished rows{'' if include_flagged else ' in data/'} yet",
-            field="DIR",
-            fix="run `specpilot generate` into it first (or pass --include-flagged for the flagged rows)",
-        )
-    checked = (
-        TrainReady(skipped=skip_train_check)
-        if skip_train_check
-        else check_export(directory, spec, request.splits, tokenizer=tokenizer, chat_template=chat_template)
+    raise UserError(
+        f"{directory} has no finished rows{'' if include_flagged else ' in data/'} yet",
+        field="DIR",
+        fix="run `specpilot generate` into it first (or pass --include-flagged for the flagged rows)",
     )
-    return ExportResult(written.files, written.rows, include_flagged, checked, warnings=warnings)
 
 
 def _refuse_only_flagged(directory: Path) -> None:

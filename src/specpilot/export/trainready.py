@@ -154,9 +154,7 @@ def check_export(
         chat = load_tokenizer(find_tokenizer(tokenizer, model))
     except Unreadable as why:
         return TrainReady(skipped=str(why))
-    name = (chat_template or recommended_template(model)) if fmt.takes_template else None
-    rule = TEMPLATE_RULES.get(name) if name else None
-    turns = rule.turns if rule is not None else None
+    name, turns = _trainer_turns(fmt, chat_template, model)
     view = _View(chat, turns)
     result = TrainReady(
         rendered_with=f"SpecForge's {name} over the model's chat template"
@@ -166,17 +164,32 @@ def check_export(
     )
     for row in _sample(committed_rows(directory, splits)):
         result.checked_rows += 1
-        for meta_turn in (row.get("meta") or {}).get("turns") or []:
-            reported = int(meta_turn.get("completion_tokens") or 0)
-            if not reported:
-                continue  # the server reported no usage for it: nothing to compare with
-            result.checked_turns += 1
-            mismatch = view.compare(row, meta_turn, reported)
-            if mismatch is not None:
-                result.mismatches += 1
-                result.first_mismatch = result.first_mismatch or mismatch
+        _check_row(row, view, result)
     result.end_of_turn, result.end_of_turn_tokens = view.end_of_turn, view.end_of_turn_tokens
     return result
+
+
+def _trainer_turns(
+    fmt: ExportFormat, chat_template: str | None, model: str | None
+) -> tuple[str | None, TrainerTurns | None]:
+    """The SpecForge template the export states (`chat_template`, else the model's) and how its
+    trainer finds the turns; (None, None) for a format that states none."""
+    name = (chat_template or recommended_template(model)) if fmt.takes_template else None
+    rule = TEMPLATE_RULES.get(name) if name else None
+    return name, rule.turns if rule is not None else None
+
+
+def _check_row(row: dict[str, Any], view: _View, result: TrainReady) -> None:
+    """Compare each target turn of `row` the server counted with the trainer's view of it."""
+    for meta_turn in (row.get("meta") or {}).get("turns") or []:
+        reported = int(meta_turn.get("completion_tokens") or 0)
+        if not reported:
+            continue  # the server reported no usage for it: nothing to compare with
+        result.checked_turns += 1
+        mismatch = view.compare(row, meta_turn, reported)
+        if mismatch is not None:
+            result.mismatches += 1
+            result.first_mismatch = result.first_mismatch or mismatch
 
 
 def _sample(rows: Iterator[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -281,6 +294,14 @@ def _side(
 ) -> tuple[str, str]:
     """Which side of the reasoning split differs, where the row tells."""
     reasoning, content = (turn.get("reasoning_content") or "").strip(), turn["content"].strip()
+    left_out = _left_out_side(reasoning, content, span, counted, reported, chat)
+    return left_out if left_out is not None else _miscounted_side(reasoning, content, meta_turn, chat)
+
+
+def _left_out_side(
+    reasoning: str, content: str, span: str, counted: int, reported: int, chat: ChatTokenizer
+) -> tuple[str, str] | None:
+    """The side whose text the trainer's span lacks, or None."""
     if reasoning and reasoning not in span:
         return "reasoning", (
             f"the trainer's text leaves out the turn's reasoning_content ({chat.count(reasoning)} tokens)"
@@ -292,6 +313,13 @@ def _side(
             "the row holds no reasoning_content and the trainer sees fewer tokens than the server wrote: "
             "the reasoning was lost before the row was written"
         )
+    return None
+
+
+def _miscounted_side(
+    reasoning: str, content: str, meta_turn: dict[str, Any], chat: ChatTokenizer
+) -> tuple[str, str]:
+    """With every text in the span: the side whose count differs most from the server's."""
     if "</think>" in content:
         return "answer", "the answer holds '</think>': its reasoning was not split from it"
     if not meta_turn.get("tokens_estimated"):

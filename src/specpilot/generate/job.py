@@ -22,7 +22,7 @@ from collections.abc import Set as AbstractSet
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import aiohttp
 
@@ -214,13 +214,7 @@ class Job:
         params = self._params(model)
         resumed = "initialized_at" in meta
         if not resumed:
-            if self.config.retry_truncated:
-                raise UserError(
-                    f"{self.config.output_dir} holds no job yet: no truncated rows to retry",
-                    field="--retry-truncated",
-                    fix="drop it for a new job (pass it when resuming one with truncated rows)",
-                )
-            self._initialize(params)
+            self._start(params)
         thinking_off = resumed and self._check_same_job(meta, params)
         for split in SPLITS:
             self._repair_parts(self.config.output_dir / split.directory, split.first_part)
@@ -239,12 +233,26 @@ class Job:
             pending = {p for p in pending if p < self.config.limit}
         self.pending = pending
         if resumed:
-            counts = self.ledger.counts()
-            done, failed, total = counts[RowState.DONE], counts[RowState.FAILED], sum(counts.values())
-            self.config.notify(
-                f"resuming {self.config.output_dir}: {done:,} of {total:,} rows already done"
-                f"{f', {failed:,} failed' if failed else ''}; {len(pending):,} to send now"
+            self._note_resume(len(pending))
+
+    def _start(self, params: dict[str, str]) -> None:
+        """A new job: its ledger made and the input listed (nothing to retry yet)."""
+        if self.config.retry_truncated:
+            raise UserError(
+                f"{self.config.output_dir} holds no job yet: no truncated rows to retry",
+                field="--retry-truncated",
+                fix="drop it for a new job (pass it when resuming one with truncated rows)",
             )
+        self._initialize(params)
+
+    def _note_resume(self, to_send: int) -> None:
+        """One line: what a resumed job has done and what this run sends."""
+        counts = self.ledger.counts()
+        done, failed, total = counts[RowState.DONE], counts[RowState.FAILED], sum(counts.values())
+        self.config.notify(
+            f"resuming {self.config.output_dir}: {done:,} of {total:,} rows already done"
+            f"{f', {failed:,} failed' if failed else ''}; {to_send:,} to send now"
+        )
 
     def _repair_parts(self, directory: Path, first_part: int) -> None:
         """Match a split's part files with the ledger; rows lost, damaged or changed are queued again."""
@@ -409,6 +417,20 @@ class Job:
     def _check_same_job(self, meta: dict[str, str], params: dict[str, str]) -> bool:
         """Refuse other parameters than the job's; True when thinking is turned off as the
         no-reasoning guard advises (every done row came back without reasoning: sent again)."""
+        changed, thinking_off = self._changed_params(meta, params)
+        if changed:
+            was = ", ".join(f"{k}={meta.get(k)} (now {params[k]})" for k in changed)
+            raise UserError(
+                f"{self.config.output_dir} holds a job with other parameters: {was}",
+                field="--output",
+                fix="repeat the original parameters to resume, or choose a new --output directory",
+            )
+        self._check_same_input(meta)
+        return thinking_off
+
+    def _changed_params(self, meta: dict[str, str], params: dict[str, str]) -> tuple[list[str], bool]:
+        """The parameters that differ from the job's, less those this run may change (thinking
+        turned off as the guard advises: the bool; --max-tokens of a retry of truncated rows)."""
         # a ledger from before a parameter existed ran with its default
         changed = [k for k in PARAM_KEYS if meta.get(k, DEFAULT_PARAMS.get(k)) != params[k]]
         thinking_off = (
@@ -423,15 +445,13 @@ class Job:
             )
             check_budget(json.loads(cut_at), self.config.sampling.max_tokens)
             changed = [k for k in changed if k != "max_tokens"]
-        if changed:
-            was = ", ".join(f"{k}={meta.get(k)} (now {params[k]})" for k in changed)
-            raise UserError(
-                f"{self.config.output_dir} holds a job with other parameters: {was}",
-                field="--output",
-                fix="repeat the original parameters to resume, or choose a new --output directory",
-            )
+        return changed, thinking_off
+
+    def _check_same_input(self, meta: dict[str, str]) -> None:
+        """Refuse an input whose bytes changed since the job listed it (a new fingerprint of the
+        same bytes, e.g. a copy, is recorded)."""
         if meta.get("input_fingerprint") == self.source.fingerprint():
-            return thinking_off
+            return
         if meta.get("input_sha256") != self.source.sha256():
             raise UserError(
                 f"{self.source.path} changed since this job started{self._where_changed()}",
@@ -439,7 +459,6 @@ class Job:
                 fix="pass the original input to resume, or choose a new --output directory for the new input",
             )
         self.ledger.set_meta({"input_fingerprint": self.source.fingerprint()})
-        return thinking_off
 
     def _only_rows_without_reasoning(self) -> bool:
         """Whether the job has done rows and each came back without reasoning (the guard's stop)."""
@@ -589,22 +608,36 @@ async def _run(job: Job, watch: JobWatcher | None) -> _Ran:
         dispatcher = job.dispatcher(session, model)
         async with watch(dispatcher) if watch else contextlib.nullcontext():
             await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
-        if dispatcher.no_server_left:
-            job.ledger.fail_unfinished(f"{NOT_SENT}{dispatcher.no_server_left}", config.limit)
-        elif dispatcher.out_for_good:  # the others carried on: still worth a line at the end
-            for why in dispatcher.out_for_good:
-                config.notify(f"warning: {why}")
-        if dispatcher.clock_jump_s:
-            config.notify(
-                f"warning: the system clock jumped by {dispatcher.clock_jump_s:+.0f} s while the job ran: "
-                "the summary's elapsed_s and overall rates are off by as much"
-            )
+        _after_dispatch(job, dispatcher)
         servers = [ServerRun(s.name, s.done_rows, s.taken_out_count) for s in dispatcher.pool.servers]
-        context = config.context_tokens
-        if job.guard is not None and job.guard.count.by_cause["truncated"] and context is None:
-            context = await served_context(session, config.endpoints)  # the fix's bound
+        context = await _fix_context_tokens(job, session)
         stalled_s = dispatcher.health.pause.stalled_s(time.monotonic())
         return _Ran(dispatcher.stop_reason, servers, context, stalled_s, dispatcher.client.secrets_replaced)
+
+
+def _after_dispatch(job: Job, dispatcher: Dispatcher) -> None:
+    """Rows no server is left to send marked failed; the servers taken out for good and a
+    clock jump told."""
+    config = job.config
+    if dispatcher.no_server_left:
+        job.ledger.fail_unfinished(f"{NOT_SENT}{dispatcher.no_server_left}", config.limit)
+    elif dispatcher.out_for_good:  # the others carried on: still worth a line at the end
+        for why in dispatcher.out_for_good:
+            config.notify(f"warning: {why}")
+    if dispatcher.clock_jump_s:
+        config.notify(
+            f"warning: the system clock jumped by {dispatcher.clock_jump_s:+.0f} s while the job ran: "
+            "the summary's elapsed_s and overall rates are off by as much"
+        )
+
+
+async def _fix_context_tokens(job: Job, session: aiohttp.ClientSession) -> int | None:
+    """The servers' context in tokens (the guard's fix for truncated rows is bounded by it):
+    as configured, else asked of the servers where the guard counted truncated rows."""
+    context = job.config.context_tokens
+    if job.guard is not None and job.guard.count.by_cause["truncated"] and context is None:
+        context = await served_context(session, job.config.endpoints)
+    return context
 
 
 def _with_block_crcs(source: InputSource, marks: list[InputMark]) -> list[tuple[int, int, int, int | None]]:
@@ -616,16 +649,21 @@ def _with_block_crcs(source: InputSource, marks: list[InputMark]) -> list[tuple[
     with source.files[0].open("rb") as handle:
         for mark, following in zip(marks, [*marks[1:], None], strict=True):
             handle.seek(mark.offset)
-            left = None if following is None else following.offset - mark.offset
-            crc = 0
-            while left is None or left > 0:
-                chunk = handle.read(CRC_CHUNK_BYTES if left is None else min(left, CRC_CHUNK_BYTES))
-                if not chunk:
-                    break
-                crc = zlib.crc32(chunk, crc)
-                left = None if left is None else left - len(chunk)
-            found.append((mark.position, mark.offset, mark.line_number, crc))
+            size = None if following is None else following.offset - mark.offset
+            found.append((mark.position, mark.offset, mark.line_number, _crc_read(handle, size)))
     return found
+
+
+def _crc_read(handle: BinaryIO, size: int | None) -> int:
+    """The crc32 of the next `size` bytes `handle` reads (None: to the end), read in chunks."""
+    crc = 0
+    while size is None or size > 0:
+        chunk = handle.read(CRC_CHUNK_BYTES if size is None else min(size, CRC_CHUNK_BYTES))
+        if not chunk:
+            break
+        crc = zlib.crc32(chunk, crc)
+        size = None if size is None else size - len(chunk)
+    return crc
 
 
 def storage_error(
@@ -723,6 +761,19 @@ def _ending(
 ) -> Outcome:
     """How the run ended: the first of a stop, lost parts, failed rows, rows left, a yield
     under its floor; else done."""
+    unfinished = _unfinished(config, guard, ran, summary, scope_left, lost)
+    return unfinished if unfinished is not None else _finished(config, guard, ran, summary)
+
+
+def _unfinished(
+    config: JobConfig,
+    guard: YieldGuard | None,
+    ran: _Ran,
+    summary: JobSummary,
+    scope_left: int,
+    lost: list[str],
+) -> Outcome | None:
+    """The ending of a run that left rows undone: a stop, lost parts, failed rows, rows left."""
     if ran.stop_reason == GUARD_STOP and guard is not None:
         message = guard.stop_message(ran.context_tokens, job=config.in_job)
         stop = {"stopped_early": True, **guard.to_json(ran.context_tokens), "message": message}
@@ -745,6 +796,11 @@ def _ending(
         )
     if scope_left:
         return Outcome(summary, 1, f"{scope_left} rows are not done")
+    return None
+
+
+def _finished(config: JobConfig, guard: YieldGuard | None, ran: _Ran, summary: JobSummary) -> Outcome:
+    """The ending of a run that did every row in scope: a yield under its floor, or done."""
     rejected = (
         f"; {summary.rejected} input rows were rejected (see {config.output_dir / REJECTED_FILE})"
         if summary.rejected
@@ -772,12 +828,10 @@ def _under_floor(
     """(message, numbers) of a job that finished every row with a clean share under its floor:
     no "done" without a dataset. Judged once it holds the rows the guard needs to judge (every
     row is measured then: no bound); `job` judges its whole dataset whatever its size."""
+    share = _judged_under_floor(config, summary)
+    if share is None:
+        return None
     floor = config.yield_floor
-    share = summary.clean_share
-    if not floor.on or share is None or share * 100 >= floor.min_clean_pct:
-        return None
-    if not config.in_job and summary.done < floor.rows_to_judge(summary.total):
-        return None
     by_cause = summary.by_cause or {}
     cause = max(by_cause, key=lambda name: by_cause[name])
     says = next(c.says for c in CAUSES if c.name == cause)
@@ -794,3 +848,14 @@ def _under_floor(
         "lengths": None if budget is None else budget.to_json(), "message": message,
     }  # fmt: skip
     return message, stop
+
+
+def _judged_under_floor(config: JobConfig, summary: JobSummary) -> float | None:
+    """The clean share when it is under the floor and the job holds the rows to judge it."""
+    floor = config.yield_floor
+    share = summary.clean_share
+    if not floor.on or share is None or share * 100 >= floor.min_clean_pct:
+        return None
+    if not config.in_job and summary.done < floor.rows_to_judge(summary.total):
+        return None
+    return share

@@ -140,20 +140,29 @@ def value_kind(key: str) -> type:
     return kind
 
 
+#: what a value of each kind is called in a message
+_KIND_NAMES = {int: "a whole number", float: "a number", bool: "true or false", list: "a list of strings"}
+
+
 def described(key: str) -> str:
     """What `key` takes, its range included: "a number from 0 to 1"."""
-    kind = {int: "a whole number", float: "a number", bool: "true or false", list: "a list of strings"}
-    bounds = SamplingInput.model_fields[key].metadata
-    low = next((f"{b.ge:g}" for b in bounds if isinstance(b, Ge)), None)
-    high = next((f"{b.le:g}" for b in bounds if isinstance(b, Le)), None)
-    above = next((f"{b.gt:g}" for b in bounds if isinstance(b, Gt)), None)
+    low, high, above = _bounds(key)
     within = (
         f" from {low} to {high}" if low is not None and high is not None
         else f" of at least {low}" if low is not None
         else f" above {above}" if above is not None
         else ""
     )  # fmt: skip
-    return kind[value_kind(key)] + within
+    return _KIND_NAMES[value_kind(key)] + within
+
+
+def _bounds(key: str) -> tuple[str | None, str | None, str | None]:
+    """`key`'s least value, its greatest, and the value it must be above, as a message writes them."""
+    bounds = SamplingInput.model_fields[key].metadata
+    low = next((f"{b.ge:g}" for b in bounds if isinstance(b, Ge)), None)
+    high = next((f"{b.le:g}" for b in bounds if isinstance(b, Le)), None)
+    above = next((f"{b.gt:g}" for b in bounds if isinstance(b, Gt)), None)
+    return low, high, above
 
 
 def _problem(key: str, error: str, value: object, typed: bool) -> str:

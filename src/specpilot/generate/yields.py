@@ -249,16 +249,19 @@ def propose_budget(
     budget = Budget(
         len(lengths), p50, p90, p99, cut, max_tokens, room, context_tokens, longest_prompt_tokens, None
     )
-    if budget.censored:
-        assert max_tokens is not None
-        if room is None:
-            proposed: int | None = 2 * max_tokens
-        else:
-            proposed = room if room > max_tokens else None
-    else:
-        wanted = _round_up(max(p99, 1))
-        proposed = wanted if room is None else min(wanted, room)
+    proposed = _proposed(budget.censored, p99, max_tokens, room)
     return Budget(**{**budget.__dict__, "proposed": proposed})
+
+
+def _proposed(censored: bool, p99: int, max_tokens: int | None, room: int | None) -> int | None:
+    """The budget `propose_budget` proposes (see there); None where no larger one fits."""
+    if not censored:
+        wanted = _round_up(max(p99, 1))
+        return wanted if room is None else min(wanted, room)
+    assert max_tokens is not None
+    if room is None:
+        return 2 * max_tokens
+    return room if room > max_tokens else None
 
 
 @dataclass

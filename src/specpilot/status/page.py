@@ -125,75 +125,11 @@ def _servers(snapshot: LedgerSnapshot, live: LiveView | None) -> str:
 
 
 def render_page(page: PageInput, *, now_s: float | None = None) -> str:
-    snapshot, live = page.snapshot, page.live
     now_s = time.time() if now_s is None else now_s
-    rows_series, tokens_series = _throughput(snapshot)
-    row_lines: list[tuple[str, Series]] = [("all servers (ledger)", rows_series)]
-    token_lines: list[tuple[str, Series]] = [("all servers (ledger)", tokens_series)]
-    accept_chart = line_chart(
-        "spec acceptance length",
-        [],
-        empty="acceptance length over time is recorded by a live job (generate --serve-status)",
-    )
-    if live is not None:
-        history = live.history
-        for index, name in enumerate(history.servers):
-            row_lines.append((name, history.rate(index, "rows", PLOT_POINTS)))
-            token_lines.append((name, history.rate(index, "completion_tokens", PLOT_POINTS)))
-        accept_chart = line_chart(
-            "spec acceptance length",
-            [("mean accepted tokens per verify pass", history.accept_length(PLOT_POINTS))],
-            empty="no acceptance length reported by the servers yet",
-        )
-    width = snapshot.length_bucket_tokens
-    lengths = bar_chart(
-        "output length histogram",
-        [
-            (f"{low} tok" if width == 1 else f"{low}-{low + width - 1} tok", count)
-            for low, count in snapshot.length_histogram
-        ],
-    )
-    retries = live.retries_by_cause if live is not None else snapshot.retrying_by_cause
-    retries_title = "retries by cause (this run)" if live is not None else "rows waiting to retry, by cause"
-    paused = (
-        f'<p class="paused" id="paused">PAUSED: {escape(live.paused_reason)}</p>'
-        if live is not None and live.paused_reason
-        else ""
-    )
-    s = snapshot.summary
-    failed_rows = [
-        (row_id, attempts, cause, error[:ERROR_CHARS]) for row_id, attempts, cause, error in snapshot.failed
-    ]
     sections = [
-        f"<h1>specpilot generate: {escape(page.title)} ({escape(s.state)})</h1>",
-        f"<div>model {escape(str(s.model))} · thinking {s.thinking} · "
-        f"{'live' if live is not None else 'read from the ledger'} · "
-        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(now_s))} UTC</div>",
-        paused,
-        _headline(snapshot, live),
-        '<div class="grid"><div><h2>rows/s over time</h2>',
-        line_chart("rows per second", row_lines),
-        "</div><div><h2>output tok/s over time</h2>",
-        line_chart("output tokens per second", token_lines),
-        "</div><div><h2>spec acceptance length over time</h2>",
-        accept_chart,
-        "</div><div><h2>output length (completion tokens, done rows)</h2>",
-        lengths,
-        "</div></div>",
-        "<h2>servers</h2>",
-        _servers(snapshot, live),
-        '<div class="grid"><div>',
-        f"<h2>{escape(retries_title)}</h2>",
-        _table(["cause", "count"], retries.items(), table_id="retries-by-cause"),
-        "</div><div><h2>failed rows by cause</h2>",
-        _table(["cause", "rows"], snapshot.failed_by_cause.items(), table_id="failed-by-cause"),
-        "</div><div><h2>flags (done rows)</h2>",
-        _table(["flag", "rows"], s.flags.items(), table_id="flags"),
-        "</div></div>",
-        "<h2>recently flagged rows</h2>",
-        _table(["id", "flags"], [(i, ", ".join(f)) for i, f in snapshot.flagged], table_id="flagged"),
-        "<h2>failed rows (last)</h2>",
-        _table(["id", "attempts", "cause", "error"], failed_rows, table_id="failed"),
+        *_heading(page, now_s),
+        *_charts(page.snapshot, page.live),
+        *_tables(page.snapshot, page.live),
     ]
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
@@ -203,3 +139,104 @@ def render_page(page: PageInput, *, now_s: float | None = None) -> str:
         + f'<p class="muted">refreshes every {REFRESH_S} s · <a href="/metrics">/metrics</a></p>'
         "</body></html>"
     )
+
+
+def _heading(page: PageInput, now_s: float) -> list[str]:
+    """The page's title and state, its source and time, a pause, and the headline numbers."""
+    snapshot, live = page.snapshot, page.live
+    s = snapshot.summary
+    paused = (
+        f'<p class="paused" id="paused">PAUSED: {escape(live.paused_reason)}</p>'
+        if live is not None and live.paused_reason
+        else ""
+    )
+    return [
+        f"<h1>specpilot generate: {escape(page.title)} ({escape(s.state)})</h1>",
+        f"<div>model {escape(str(s.model))} · thinking {s.thinking} · "
+        f"{'live' if live is not None else 'read from the ledger'} · "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(now_s))} UTC</div>",
+        paused,
+        _headline(snapshot, live),
+    ]
+
+
+def _charts(snapshot: LedgerSnapshot, live: LiveView | None) -> list[str]:
+    """The grid of charts: rows/s and output tok/s (all servers, and each live one), the
+    acceptance length, the output length histogram."""
+    row_lines, token_lines = _rate_lines(snapshot, live)
+    return [
+        '<div class="grid"><div><h2>rows/s over time</h2>',
+        line_chart("rows per second", row_lines),
+        "</div><div><h2>output tok/s over time</h2>",
+        line_chart("output tokens per second", token_lines),
+        "</div><div><h2>spec acceptance length over time</h2>",
+        _accept_chart(live),
+        "</div><div><h2>output length (completion tokens, done rows)</h2>",
+        _lengths_chart(snapshot),
+        "</div></div>",
+    ]
+
+
+def _rate_lines(
+    snapshot: LedgerSnapshot, live: LiveView | None
+) -> tuple[list[tuple[str, Series]], list[tuple[str, Series]]]:
+    """The rows/s and output tok/s lines: the ledger's for all servers, then each live server's."""
+    rows_series, tokens_series = _throughput(snapshot)
+    row_lines: list[tuple[str, Series]] = [("all servers (ledger)", rows_series)]
+    token_lines: list[tuple[str, Series]] = [("all servers (ledger)", tokens_series)]
+    if live is not None:
+        history = live.history
+        for index, name in enumerate(history.servers):
+            row_lines.append((name, history.rate(index, "rows", PLOT_POINTS)))
+            token_lines.append((name, history.rate(index, "completion_tokens", PLOT_POINTS)))
+    return row_lines, token_lines
+
+
+def _accept_chart(live: LiveView | None) -> str:
+    if live is None:
+        return line_chart(
+            "spec acceptance length",
+            [],
+            empty="acceptance length over time is recorded by a live job (generate --serve-status)",
+        )
+    return line_chart(
+        "spec acceptance length",
+        [("mean accepted tokens per verify pass", live.history.accept_length(PLOT_POINTS))],
+        empty="no acceptance length reported by the servers yet",
+    )
+
+
+def _lengths_chart(snapshot: LedgerSnapshot) -> str:
+    width = snapshot.length_bucket_tokens
+    return bar_chart(
+        "output length histogram",
+        [
+            (f"{low} tok" if width == 1 else f"{low}-{low + width - 1} tok", count)
+            for low, count in snapshot.length_histogram
+        ],
+    )
+
+
+def _tables(snapshot: LedgerSnapshot, live: LiveView | None) -> list[str]:
+    """The servers, retries and failures by cause, flags, and the last flagged and failed rows."""
+    retries = live.retries_by_cause if live is not None else snapshot.retrying_by_cause
+    retries_title = "retries by cause (this run)" if live is not None else "rows waiting to retry, by cause"
+    failed_rows = [
+        (row_id, attempts, cause, error[:ERROR_CHARS]) for row_id, attempts, cause, error in snapshot.failed
+    ]
+    return [
+        "<h2>servers</h2>",
+        _servers(snapshot, live),
+        '<div class="grid"><div>',
+        f"<h2>{escape(retries_title)}</h2>",
+        _table(["cause", "count"], retries.items(), table_id="retries-by-cause"),
+        "</div><div><h2>failed rows by cause</h2>",
+        _table(["cause", "rows"], snapshot.failed_by_cause.items(), table_id="failed-by-cause"),
+        "</div><div><h2>flags (done rows)</h2>",
+        _table(["flag", "rows"], snapshot.summary.flags.items(), table_id="flags"),
+        "</div></div>",
+        "<h2>recently flagged rows</h2>",
+        _table(["id", "flags"], [(i, ", ".join(f)) for i, f in snapshot.flagged], table_id="flagged"),
+        "<h2>failed rows (last)</h2>",
+        _table(["id", "attempts", "cause", "error"], failed_rows, table_id="failed"),
+    ]

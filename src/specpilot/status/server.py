@@ -137,16 +137,31 @@ def host_names_bound_address(
     must be the bound IP (any IP literal when bound to all addresses), `localhost` on
     loopback, or one of `names` (`--status-host`), with the bound port.
     """
-    if not host_header:
+    split = _host_and_port(host_header)
+    if split is None:
         return False
+    name, port = split
+    bound_host, bound_port = bound
+    if (port or 80) != bound_port:
+        return False
+    return _names_host(name, bound_host, names)
+
+
+def _host_and_port(host_header: str | None) -> tuple[str, int | None] | None:
+    """A `Host` header's name (lower case) and port; None for no header or one that is no host."""
+    if not host_header:
+        return None
     try:
         parts = urllib.parse.urlsplit(f"//{host_header}")
         port = parts.port
     except ValueError:
-        return False
-    name, (bound_host, bound_port) = (parts.hostname or ""), bound
-    if (port or 80) != bound_port:
-        return False
+        return None
+    return parts.hostname or "", port
+
+
+def _names_host(name: str, bound_host: str, names: Sequence[str]) -> bool:
+    """Whether `name` is one of `names`, `localhost` on loopback, or the bound IP (any IP
+    literal when bound to all addresses)."""
     if name in (n.lower() for n in names):
         return True
     if name == "localhost":

@@ -9,7 +9,7 @@ the page source.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 
 from specpilot.status.history import Series
@@ -44,10 +44,24 @@ def line_chart(title: str, series: Sequence[tuple[str, Series]], *, empty: str =
     drawn = [(name, points) for name, points in series if points]
     if not drawn:
         return _empty(title, empty)
+    left, right, top = _extent(drawn)
+    at = _scale(left, (right - left) or 1.0, top)
+    parts = _line_axes(title, left, right, top)
+    for index, (name, points) in enumerate(drawn):
+        parts += _line(index, name, points, at)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _extent(drawn: Sequence[tuple[str, Series]]) -> tuple[float, float, float]:
+    """The earliest and latest x of every point, and the top of the y axis (the largest y, else 1)."""
     xs = [x for _, points in drawn for x, _ in points]
     top = max(y for _, points in drawn for _, y in points) or 1.0
-    left, right = min(xs), max(xs)
-    span = (right - left) or 1.0
+    return min(xs), max(xs), top
+
+
+def _scale(left: float, span: float, top: float) -> Callable[[float, float], str]:
+    """A point's place in the plot area, as SVG's "x,y"."""
     plot_w = WIDTH_PX - PAD_LEFT_PX - PAD_RIGHT_PX
     plot_h = HEIGHT_PX - PAD_TOP_PX - PAD_BOTTOM_PX
 
@@ -56,7 +70,13 @@ def line_chart(title: str, series: Sequence[tuple[str, Series]], *, empty: str =
         py = PAD_TOP_PX + plot_h - y / top * plot_h
         return f"{px:.1f},{py:.1f}"
 
-    parts = [
+    return at
+
+
+def _line_axes(title: str, left: float, right: float, top: float) -> list[str]:
+    """A line chart's frame: its title, its axes, y's top and 0, x's first and last clock."""
+    plot_h = HEIGHT_PX - PAD_TOP_PX - PAD_BOTTOM_PX
+    return [
         f'<svg class="chart" role="img" width="{WIDTH_PX}" height="{HEIGHT_PX}" '
         f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
         f'<line x1="{PAD_LEFT_PX}" y1="{PAD_TOP_PX + plot_h}" x2="{WIDTH_PX - PAD_RIGHT_PX}" '
@@ -69,23 +89,26 @@ def line_chart(title: str, series: Sequence[tuple[str, Series]], *, empty: str =
         f'<text x="{WIDTH_PX - PAD_RIGHT_PX}" y="{HEIGHT_PX - 6}" text-anchor="end">'
         f"{_clock(right)} UTC</text>",
     ]
-    for index, (name, points) in enumerate(drawn):
-        color = COLORS[index % len(COLORS)]
-        if len(points) == 1:  # one point: a dot, so it is still seen
-            x, y = points[0]
-            cx, cy = at(x, y).split(",")
-            parts.append(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{color}"/>')
-        coordinates = " ".join(at(x, y) for x, y in points)
-        parts.append(
-            f'<polyline class="series" data-name="{escape(name)}" data-points="{len(points)}" '
-            f'fill="none" stroke="{color}" stroke-width="1.5" points="{coordinates}"/>'
-        )
-        parts.append(
-            f'<text x="{PAD_LEFT_PX + 8 + 150 * index}" y="{PAD_TOP_PX + 10}" fill="{color}">'
-            f"{escape(name)}</text>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+
+
+def _line(index: int, name: str, points: Series, at: Callable[[float, float], str]) -> list[str]:
+    """One series: its polyline (a lone point also as a dot, so it is still seen) and its label."""
+    color = COLORS[index % len(COLORS)]
+    parts = []
+    if len(points) == 1:
+        x, y = points[0]
+        cx, cy = at(x, y).split(",")
+        parts.append(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{color}"/>')
+    coordinates = " ".join(at(x, y) for x, y in points)
+    parts.append(
+        f'<polyline class="series" data-name="{escape(name)}" data-points="{len(points)}" '
+        f'fill="none" stroke="{color}" stroke-width="1.5" points="{coordinates}"/>'
+    )
+    parts.append(
+        f'<text x="{PAD_LEFT_PX + 8 + 150 * index}" y="{PAD_TOP_PX + 10}" fill="{color}">'
+        f"{escape(name)}</text>"
+    )
+    return parts
 
 
 def bar_chart(title: str, bars: Sequence[tuple[str, int]], *, empty: str = "no data yet") -> str:

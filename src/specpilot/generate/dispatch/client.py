@@ -306,15 +306,10 @@ def parse_answer(raw: bytes) -> Answer:
     """
     try:
         data = json.loads(raw)
-        choices = _field(data, "choices", list)
-        choice = choices[0] if choices else None
-        if not isinstance(choice, dict):
-            raise _Malformed("choices[0] is not an object")
+        choice = _first_choice(data)
         message = _field(choice, "message", dict)
         content = _optional(message, "content", str)
-        reasoning = _optional(message, "reasoning_content", str)
-        if reasoning is None:
-            reasoning = _optional(message, "reasoning", str)
+        reasoning = _reasoning(message)
         usage_given = _optional(data, "usage", dict)
         usage = usage_given or {}
         completion_tokens = _optional(usage, "completion_tokens", int) or 0
@@ -323,16 +318,9 @@ def parse_answer(raw: bytes) -> Answer:
         details = _optional(usage, "completion_tokens_details", dict) or {}
         reasoning_tokens = _optional(details, "reasoning_tokens", int)
         tool_calls = _optional(message, "tool_calls", list)
-        if may_hold_surrogates(raw):
-            # valid JSON, but no part file can hold it: retried, then failed like any bad answer
-            kept = {"content": content, "reasoning": reasoning, "tool_calls": tool_calls}
-            unencodable = where_unencodable(kept)
-            if unencodable:
-                raise _Malformed(f"{unencodable} is a lone surrogate, not text")
+        _check_encodable(raw, {"content": content, "reasoning": reasoning, "tool_calls": tool_calls})
     except (ValueError, RecursionError, _Malformed) as err:
-        text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
-        why = f" ({err})" if isinstance(err, _Malformed) else ""
-        raise RequestFailed(FailureKind.RETRYABLE, f"malformed response{why}: {text}") from None
+        raise _malformed(raw, err) from None
     return Answer(
         content=content or "",
         reasoning=reasoning,
@@ -344,6 +332,36 @@ def parse_answer(raw: bytes) -> Answer:
         tool_calls=tool_calls or None,
         usage_missing=usage_given is None,
     )
+
+
+def _first_choice(data: Any) -> dict[str, Any]:
+    choices = _field(data, "choices", list)
+    choice = choices[0] if choices else None
+    if not isinstance(choice, dict):
+        raise _Malformed("choices[0] is not an object")
+    return choice
+
+
+def _reasoning(message: dict[str, Any]) -> str | None:
+    """The answer's reasoning: `reasoning_content`, or vLLM's `reasoning`."""
+    reasoning: str | None = _optional(message, "reasoning_content", str)
+    return _optional(message, "reasoning", str) if reasoning is None else reasoning
+
+
+def _check_encodable(raw: bytes, kept: dict[str, Any]) -> None:
+    """Valid JSON, but no part file can hold a lone surrogate: retried, then failed like any
+    bad answer. `raw` tells whether `kept` (the parts of the answer kept) may hold one."""
+    if may_hold_surrogates(raw):
+        unencodable = where_unencodable(kept)
+        if unencodable:
+            raise _Malformed(f"{unencodable} is a lone surrogate, not text")
+
+
+def _malformed(raw: bytes, err: ValueError | RecursionError | _Malformed) -> RequestFailed:
+    """The retryable failure of a body that is no chat completion: what is wrong, its first bytes."""
+    text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
+    why = f" ({err})" if isinstance(err, _Malformed) else ""
+    return RequestFailed(FailureKind.RETRYABLE, f"malformed response{why}: {text}")
 
 
 def _field(node: Any, key: str, kind: type) -> Any:

@@ -199,21 +199,34 @@ class Dispatcher:
         the per-request path creates no extra timer; this loop only needs to look every
         `TICK_S`.
         """
-        pool, queue, stopping = self.pool, self.queue, self.stopping
-        while not (stopping.now or (stopping.reason and not pool.total_in_flight())):
+        while self._ticking():
             now = time.monotonic()
-            queue.release_due(now)
+            self.queue.release_due(now)
             self._fill()
-            if not (queue.ready or queue.waiting or self.health.probes.parked or pool.total_in_flight()):
+            if not self._work_left():
                 return
-            for server, stall in self.watchdog.look(now, pool.servers):
+            for server, stall in self.watchdog.look(now, self.pool.servers):
                 self.health.stalled(server, stall)
             why = self.health.why_stop(now)
             if why is not None:
                 self.stopping.stop(why)
                 return
-            next_due_s = queue.waiting[0][0] - now if queue.waiting else TICK_S
-            await asyncio.sleep(max(min(next_due_s, TICK_S), 0.0))
+            await asyncio.sleep(self._tick_wait_s(now))
+
+    def _ticking(self) -> bool:
+        """Whether the loop goes on: no stop now, and a drain still has requests in flight."""
+        stopping = self.stopping
+        return not (stopping.now or (stopping.reason and not self.pool.total_in_flight()))
+
+    def _work_left(self) -> bool:
+        """Rows to send (ready or waiting to retry), a server parked for a probe, or requests out."""
+        queue = self.queue
+        return bool(queue.ready or queue.waiting or self.health.probes.parked or self.pool.total_in_flight())
+
+    def _tick_wait_s(self, now: float) -> float:
+        """Until the next tick: TICK_S, or sooner when a retry is due."""
+        next_due_s = self.queue.waiting[0][0] - now if self.queue.waiting else TICK_S
+        return max(min(next_due_s, TICK_S), 0.0)
 
     def _fill(self) -> None:
         """Start requests while a server has room and there is work."""

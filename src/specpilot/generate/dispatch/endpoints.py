@@ -51,18 +51,23 @@ def normalize_url(url: str, field: str = "--server") -> str:
         port = parts.port
     except ValueError as err:
         raise UserError(f"{given!r} is not a usable URL ({err})", field=field, fix=fix) from None
-    problem = None
-    if parts.scheme not in ("http", "https"):
-        problem = f"scheme {parts.scheme!r} is not http or https"
-    elif not parts.hostname:
-        problem = "it names no host"
-    elif port == 0:
-        problem = "port 0 is not a server port"
-    elif parts.query or parts.fragment or any(c.isspace() or ord(c) < 32 for c in url):
-        problem = "it holds a query, a fragment, spaces or control characters"
+    problem = _url_problem(parts, port, url)
     if problem:
         raise UserError(f"{given!r} is not a usable URL: {problem}", field=field, fix=fix)
     return url
+
+
+def _url_problem(parts: urllib.parse.SplitResult, port: int | None, url: str) -> str | None:
+    """What keeps `url` (split as `parts`) from naming a server, or None."""
+    if parts.scheme not in ("http", "https"):
+        return f"scheme {parts.scheme!r} is not http or https"
+    if not parts.hostname:
+        return "it names no host"
+    if port == 0:
+        return "port 0 is not a server port"
+    if parts.query or parts.fragment or any(c.isspace() or ord(c) < 32 for c in url):
+        return "it holds a query, a fragment, spaces or control characters"
+    return None
 
 
 def endpoint_of_run(name: str) -> Endpoint:
@@ -163,26 +168,12 @@ async def default_model(session: aiohttp.ClientSession, endpoints: list[Endpoint
     for endpoint in endpoints:
         if endpoint.served_model_name:
             return endpoint.served_model_name
-    not_openai = []
+    not_openai: list[str] = []
     unreachable: list[str] = []
     for endpoint in endpoints:
-        url = f"{endpoint.base_url}/v1/models"
-        try:
-            async with session.get(
-                url, timeout=aiohttp.ClientTimeout(total=MODELS_PROBE_TIMEOUT_S)
-            ) as response:
-                if response.status != 200:
-                    continue
-                try:
-                    models = (await response.json(content_type=None)).get("data") or []
-                    if models:
-                        return str(models[0]["id"])
-                except (ValueError, AttributeError, KeyError, TypeError):
-                    not_openai.append(f"{shown_url(url)} answered {response.content_type}")
-        except (aiohttp.ClientConnectionError, TimeoutError) as err:
-            unreachable.append(f"{shown_url(endpoint.base_url)} ({_connection_failure(err)})")
-        except aiohttp.ClientError:
-            continue
+        model = await _listed_model(session, endpoint, not_openai, unreachable)
+        if model is not None:
+            return model
     if not_openai:
         raise UserError(
             f"not an OpenAI-compatible server: {not_openai[0]}, not a model list",
@@ -201,6 +192,29 @@ async def default_model(session: aiohttp.ClientSession, endpoints: list[Endpoint
         field="--model",
         fix="start the server or pass --model NAME",
     )
+
+
+async def _listed_model(
+    session: aiohttp.ClientSession, endpoint: Endpoint, not_openai: list[str], unreachable: list[str]
+) -> str | None:
+    """The first model id `endpoint`'s /v1/models lists, or None: a server that answers no
+    model list is added to `not_openai`, one that cannot be reached to `unreachable`."""
+    url = f"{endpoint.base_url}/v1/models"
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=MODELS_PROBE_TIMEOUT_S)) as response:
+            if response.status != 200:
+                return None
+            try:
+                models = (await response.json(content_type=None)).get("data") or []
+                if models:
+                    return str(models[0]["id"])
+            except (ValueError, AttributeError, KeyError, TypeError):
+                not_openai.append(f"{shown_url(url)} answered {response.content_type}")
+    except (aiohttp.ClientConnectionError, TimeoutError) as err:
+        unreachable.append(f"{shown_url(endpoint.base_url)} ({_connection_failure(err)})")
+    except aiohttp.ClientError:
+        return None
+    return None
 
 
 def _connection_failure(err: BaseException) -> str:

@@ -154,9 +154,19 @@ class ServerHealth:
     def why_stop(self, now: float) -> str | None:
         """Looked at every tick: why the job must stop for want of servers, or None. While
         every server is down the job pauses (sends nothing, spends no retries) and probes."""
-        overloaded = self.overload.give_up_reason(now)
-        if overloaded is not None:
-            return overloaded
+        why = self.overload.give_up_reason(now)
+        if why is None:
+            why = self._no_server_left()
+        if why is not None:
+            return why
+        if not self.pool.all_down():
+            self.pause.resumed(now)
+            self.stats.paused_reason = None
+            return None
+        return self._every_server_down(now)
+
+    def _no_server_left(self) -> str | None:
+        """Why no server can serve the rest (every one stalled or out for good), or None."""
         stalled = [s for s in self.pool.servers if s.stalled is not None]
         if stalled and all(s.stalled is not None or s.out_for_good for s in self.pool.servers):
             why = "; ".join(f"server {s.name} stalled: {s.stalled}" for s in stalled)
@@ -168,10 +178,11 @@ class ServerHealth:
             # nothing can serve the rest: the job ends, and its rows fail with this reason
             self.no_server_left = "; ".join(self.out_for_good)
             return f"no server is left to send to: {self.no_server_left}"
-        if not self.pool.all_down():
-            self.pause.resumed(now)
-            self.stats.paused_reason = None
-            return None
+        return None
+
+    def _every_server_down(self, now: float) -> str | None:
+        """While every server is down: paused (a healer's restart, or probing); why the pause
+        ends the job once it lasts too long, else None."""
         restarting = [s.name for s in self.pool.servers if s.restarting]
         if restarting:  # the healer bounds its restart (it stops the job when it fails)
             self.stats.paused_reason = f"restarting {', '.join(restarting)}; no retries spent"

@@ -93,23 +93,23 @@ class ServerPool:
     def pick(self) -> Server | None:
         """The healthy server with the most free room (a router counts per worker; replicas
         of one group share one room, and the one with fewer in flight gets the request)."""
-        used: dict[str, int] = {}
-        if self.grouped:
-            for server in self.servers:
-                if server.group is not None:
-                    used[server.group] = used.get(server.group, 0) + len(server.in_flight)
+        used = self._in_flight_by_group() if self.grouped else {}
         best: Server | None = None
-        best_free, best_own = 0, 0
+        best_room = (0, 0)  # (free room, -in flight): the first server above it wins a tie
         for server in self.servers:
             own = len(server.in_flight)
             free = self.concurrency * server.slots - (used[server.group] if server.group else own)
-            if (
-                server.healthy
-                and free > 0
-                and (best is None or free > best_free or (free == best_free and own < best_own))
-            ):
-                best, best_free, best_own = server, free, own
+            if server.healthy and (free, -own) > best_room:
+                best, best_room = server, (free, -own)
         return best
+
+    def _in_flight_by_group(self) -> dict[str, int]:
+        """The requests in flight to each group's replicas together."""
+        used: dict[str, int] = {}
+        for server in self.servers:
+            if server.group is not None:
+                used[server.group] = used.get(server.group, 0) + len(server.in_flight)
+        return used
 
     def all_down(self) -> bool:
         return not any(server.healthy for server in self.servers)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from rich.console import Console
 from rich.table import Table
@@ -168,39 +168,35 @@ def summarize(ledger: Ledger, *, now: float | None = None, running: bool | None 
     counts = ledger.counts()
     now, window_s = _rate_window(ledger, meta, now, running)
     totals = _totals(ledger, now, window_s)
-    prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens = (_int(v) for v in totals[:5])
-    first_done, last_done = (None if v is None else float(str(v)) for v in totals[5:7])
-    flagged = _int(totals[7])
     by_cause, flagged_tokens = _flagged_by_cause(ledger)
-    rows_per_s = recent_rows / window_s
     in_flight = counts[RowState.IN_FLIGHT] if running else 0
     pending = counts[RowState.PENDING] + counts[RowState.IN_FLIGHT] - in_flight
     done, remaining = counts[RowState.DONE], pending + in_flight
+    rows_per_s = totals.recent_rows / window_s
+    eta_s, eta_basis = _eta(rows_per_s, remaining, window_s)
+    elapsed_s = _elapsed_s(meta, totals, now)
     accept = meta.get("spec_accept_length")
-    # Whole-job totals: from the job's start (the ledger's creation) to its last finished row.
-    started = float(meta.get("initialized_at") or (first_done if first_done is not None else now))
-    elapsed_s = max(last_done - started, 1e-3) if last_done is not None else None
     return JobSummary(
         total=sum(counts.values()),
         pending=pending,
         in_flight=in_flight,
         done=done,
         failed=counts[RowState.FAILED],
-        clean=done - flagged,
-        flagged=flagged,
+        clean=done - totals.flagged,
+        flagged=totals.flagged,
         rejected=int(meta.get("rejected", "0")),
         state="finished" if remaining == 0 else "incomplete",
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        retries=retries,
-        flags={name: _int(value) for name, value in zip(FLAG_NAMES, totals[8:], strict=True)},
+        prompt_tokens=totals.prompt_tokens,
+        completion_tokens=totals.completion_tokens,
+        retries=totals.retries,
+        flags=totals.flags,
         rows_per_s=round(rows_per_s, 3),
-        output_tokens_per_s=round(recent_tokens / window_s, 1),
-        eta_s=round(remaining / rows_per_s, 1) if rows_per_s > 0 and remaining else None,
-        eta_basis=f"rows/s of the last {window_s:.0f} s; no tail" if rows_per_s > 0 and remaining else None,
+        output_tokens_per_s=round(totals.recent_tokens / window_s, 1),
+        eta_s=eta_s,
+        eta_basis=eta_basis,
         elapsed_s=None if elapsed_s is None else round(elapsed_s, 3),
-        rows_per_s_overall=None if elapsed_s is None else round(done / elapsed_s, 3),
-        output_tokens_per_s_overall=None if elapsed_s is None else round(completion_tokens / elapsed_s, 1),
+        rows_per_s_overall=_per_s(done, elapsed_s, 3),
+        output_tokens_per_s_overall=_per_s(totals.completion_tokens, elapsed_s, 1),
         spec_accept_length=float(accept) if accept else None,
         model=meta.get("model"),
         thinking=meta.get("thinking") == "true",
@@ -225,7 +221,21 @@ def _rate_window(ledger: Ledger, meta: dict[str, str], now: float, running: bool
     return now, max(min(RATE_WINDOW_S, now - run_started), 1.0)
 
 
-def _totals(ledger: Ledger, now: float, window_s: float) -> tuple[object, ...]:
+class _Totals(NamedTuple):
+    """The ledger's totals over its rows (`_totals`)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    retries: int
+    recent_rows: int  # finished within the rates' window
+    recent_tokens: int
+    first_done: float | None
+    last_done: float | None
+    flagged: int
+    flags: dict[str, int]  # the rows with each flag
+
+
+def _totals(ledger: Ledger, now: float, window_s: float) -> _Totals:
     """One pass over the rows: tokens, retries, the window's rows and tokens, the first and last
     finished, the flagged rows, and each flag's count."""
     flag_sums = ", ".join(f"SUM((flags >> {bit}) & 1)" for bit in range(len(FLAG_NAMES)))
@@ -239,7 +249,42 @@ def _totals(ledger: Ledger, now: float, window_s: float) -> tuple[object, ...]:
         f"COALESCE(SUM(state = {RowState.DONE} AND flags != 0), 0), {flag_sums} FROM rows",
         (now - window_s, now) * 2,
     )
-    return totals
+    prompt_tokens, completion_tokens, retries, recent_rows, recent_tokens = (_int(v) for v in totals[:5])
+    first_done, last_done = (None if v is None else float(str(v)) for v in totals[5:7])
+    flags = {name: _int(value) for name, value in zip(FLAG_NAMES, totals[8:], strict=True)}
+    return _Totals(
+        prompt_tokens,
+        completion_tokens,
+        retries,
+        recent_rows,
+        recent_tokens,
+        first_done,
+        last_done,
+        _int(totals[7]),
+        flags,
+    )
+
+
+def _eta(rows_per_s: float, remaining: int, window_s: float) -> tuple[float | None, str | None]:
+    """The time the rows left take at the window's rate, and what it rests on (None when it
+    says nothing: no rows left, or none finished in the window)."""
+    if rows_per_s > 0 and remaining:
+        return round(remaining / rows_per_s, 1), f"rows/s of the last {window_s:.0f} s; no tail"
+    return None, None
+
+
+def _elapsed_s(meta: dict[str, str], totals: _Totals, now: float) -> float | None:
+    """Whole-job time: from the job's start (the ledger's creation) to its last finished row."""
+    first_done = totals.first_done
+    started = float(meta.get("initialized_at") or (first_done if first_done is not None else now))
+    if totals.last_done is None:
+        return None
+    return max(totals.last_done - started, 1e-3)
+
+
+def _per_s(count: int, elapsed_s: float | None, digits: int) -> float | None:
+    """`count` over the whole job's time, rounded (None without one)."""
+    return None if elapsed_s is None else round(count / elapsed_s, digits)
 
 
 def _flagged_by_cause(ledger: Ledger) -> tuple[dict[str, int], int]:
@@ -257,40 +302,50 @@ def _flagged_by_cause(ledger: Ledger) -> tuple[dict[str, int], int]:
 
 
 def render_summary(summary: JobSummary, console: Console) -> None:
-    s = summary
-    table = Table(title=f"generate: {s.state}", show_header=False)
-    table.add_row("done", f"{s.done}/{s.total}")
-    table.add_row("clean / flagged", f"{s.clean} / {s.flagged}")
+    table = Table(title=f"generate: {summary.state}", show_header=False)
+    for rows in (_count_rows, _rate_rows, _setting_rows):
+        for label, value in rows(summary):
+            table.add_row(label, value)
+    console.print(table)
+
+
+def _count_rows(s: JobSummary) -> Iterator[tuple[str, str]]:
+    """The summary table's rows of counts: rows by outcome, retries, tokens."""
+    yield "done", f"{s.done}/{s.total}"
+    yield "clean / flagged", f"{s.clean} / {s.flagged}"
     if s.flagged and s.by_cause:
-        table.add_row("flagged by cause", ", ".join(f"{k} {v}" for k, v in s.by_cause.items() if v))
+        yield "flagged by cause", ", ".join(f"{k} {v}" for k, v in s.by_cause.items() if v)
     if s.exports is not None:
-        table.add_row(
-            "rows in each export", ", ".join(f"{k} {v}" for k, v in s.exports.items()) or "none written yet"
-        )
-    table.add_row("rejected", str(s.rejected))
-    table.add_row("failed", str(s.failed))
-    table.add_row("pending / in flight", f"{s.pending} / {s.in_flight}")
-    table.add_row("retries", str(s.retries))
-    table.add_row("tokens in / out", f"{s.prompt_tokens} / {s.completion_tokens}")
+        yield "rows in each export", ", ".join(f"{k} {v}" for k, v in s.exports.items()) or "none written yet"
+    yield "rejected", str(s.rejected)
+    yield "failed", str(s.failed)
+    yield "pending / in flight", f"{s.pending} / {s.in_flight}"
+    yield "retries", str(s.retries)
+    yield "tokens in / out", f"{s.prompt_tokens} / {s.completion_tokens}"
+
+
+def _rate_rows(s: JobSummary) -> Iterator[tuple[str, str]]:
+    """The summary table's rows of rates: the whole job's once finished, else the window's."""
     if s.state == "finished" and s.elapsed_s is not None:
         # a finished job's last-minute rates are 0: its totals are what it did
-        table.add_row("time (start to last row)", eta_text(s.elapsed_s))
-        table.add_row("rows/s (whole job)", f"{s.rows_per_s_overall:.2f}")
-        table.add_row("out tok/s (whole job)", f"{s.output_tokens_per_s_overall:.0f}")
-    else:
-        table.add_row(f"rows/s (last {s.rate_window_s:.0f} s)", f"{s.rows_per_s:.2f}")
-        table.add_row(f"out tok/s (last {s.rate_window_s:.0f} s)", f"{s.output_tokens_per_s:.0f}")
-        table.add_row("eta", f"{eta_text(s.eta_s)} ({s.eta_basis})" if s.eta_s else "-")
+        yield "time (start to last row)", eta_text(s.elapsed_s)
+        yield "rows/s (whole job)", f"{s.rows_per_s_overall:.2f}"
+        yield "out tok/s (whole job)", f"{s.output_tokens_per_s_overall:.0f}"
+        return
+    yield f"rows/s (last {s.rate_window_s:.0f} s)", f"{s.rows_per_s:.2f}"
+    yield f"out tok/s (last {s.rate_window_s:.0f} s)", f"{s.output_tokens_per_s:.0f}"
+    yield "eta", f"{eta_text(s.eta_s)} ({s.eta_basis})" if s.eta_s else "-"
+
+
+def _setting_rows(s: JobSummary) -> Iterator[tuple[str, str]]:
+    """The summary table's last rows: a clock warning, the speculation, the model, the flags."""
     if s.clock_jump_s:
-        table.add_row(
-            "warning", f"the system clock jumped by {s.clock_jump_s:+.0f} s: times and rates are off"
-        )
+        yield "warning", f"the system clock jumped by {s.clock_jump_s:+.0f} s: times and rates are off"
     accept = s.spec_accept_length
-    table.add_row("spec accept length", "-" if accept is None else f"{accept:.2f}")
-    table.add_row("model / thinking", f"{s.model} / {s.thinking}")
+    yield "spec accept length", "-" if accept is None else f"{accept:.2f}"
+    yield "model / thinking", f"{s.model} / {s.thinking}"
     for flag, count in s.flags.items():
-        table.add_row(f"flag {flag}", str(count))
-    console.print(table)
+        yield f"flag {flag}", str(count)
 
 
 def render_lengths(split: str, lengths: dict[str, Any], console: Console) -> None:

@@ -277,34 +277,47 @@ def _iter_jsonl(
             if marks is not None and position % MARK_EVERY_ROWS == 0:
                 marks.append(InputMark(position, row_offset, line_number))
             if positions is None or position in positions:
-                try:
-                    record, may_hold = _loads_line(raw)
-                except (ValueError, RecursionError) as err:
-                    if line_number == 1 and raw.lstrip().startswith(b"["):
-                        raise UserError(
-                            "is one JSON array, not JSON Lines",
-                            field=str(path),
-                            fix=f"name it .json to read it as an array, or write one row per line, e.g. "
-                            f"jq -c '.[]' {path} > prompts.jsonl",
-                        ) from None
-                    raise UserError(
-                        f"line {line_number} is not valid JSON ({err.args[0]})",
-                        field=f"{path}:{line_number}",
-                        fix="fix or delete that line; each line must be one JSON object",
-                    ) from None
-                # the common row takes the fast path (no `where` to format: it cannot be rejected);
-                # one with a \u escape (json.dumps' default for non-ASCII text) is walked first
-                clean = not may_hold or where_unencodable(record) is None
-                plain = _plain_row(record, position, keep_given_turns) if clean else None
-                yield plain or row_from_record(
-                    record,
-                    position,
-                    f"{path}:{line_number}",
-                    keep_given_turns=keep_given_turns,
-                    strict=strict,
-                    may_hold_surrogates=not clean,
-                )
+                yield _jsonl_row(raw, path, line_number, position, keep_given_turns, strict)
             position += 1
+
+
+def _jsonl_row(
+    raw: bytes, path: Path, line_number: int, position: int, keep_given_turns: bool, strict: bool
+) -> Row:
+    """The row of one JSONL line; UserError if the line is not JSON."""
+    try:
+        record, may_hold = _loads_line(raw)
+    except (ValueError, RecursionError) as err:
+        raise _not_json(raw, path, line_number, err) from None
+    # the common row takes the fast path (no `where` to format: it cannot be rejected);
+    # one with a \u escape (json.dumps' default for non-ASCII text) is walked first
+    clean = not may_hold or where_unencodable(record) is None
+    plain = _plain_row(record, position, keep_given_turns) if clean else None
+    return plain or row_from_record(
+        record,
+        position,
+        f"{path}:{line_number}",
+        keep_given_turns=keep_given_turns,
+        strict=strict,
+        may_hold_surrogates=not clean,
+    )
+
+
+def _not_json(raw: bytes, path: Path, line_number: int, err: ValueError | RecursionError) -> UserError:
+    """The error for a line that is not JSON: a first line that opens an array is a JSON
+    file named as JSON Lines."""
+    if line_number == 1 and raw.lstrip().startswith(b"["):
+        return UserError(
+            "is one JSON array, not JSON Lines",
+            field=str(path),
+            fix=f"name it .json to read it as an array, or write one row per line, e.g. "
+            f"jq -c '.[]' {path} > prompts.jsonl",
+        )
+    return UserError(
+        f"line {line_number} is not valid JSON ({err.args[0]})",
+        field=f"{path}:{line_number}",
+        fix="fix or delete that line; each line must be one JSON object",
+    )
 
 
 def _loads_line(raw: bytes) -> tuple[Any, bool]:
@@ -341,30 +354,41 @@ def _iter_arrow(
 def _iter_arrow_files(
     source: InputSource, positions: Container[int] | None, keep_given_turns: bool, strict: bool
 ) -> Iterator[Row]:
+    position = 0
+    for file in source.files:
+        for batch in _arrow_batches(source.kind, file):
+            count = batch.num_rows
+            if positions is None or any(p in positions for p in range(position, position + count)):
+                yield from _batch_rows(batch.to_pylist(), file, position, positions, keep_given_turns, strict)
+            position += count
+
+
+def _arrow_batches(kind: str, file: Path) -> Iterator[Any]:
+    """The record batches of one Parquet file (only the columns a row reads) or Arrow stream."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    position = 0
-    for file in source.files:
-        if source.kind == "parquet":
-            parquet = pq.ParquetFile(file)
-            columns = [c for c in parquet.schema_arrow.names if c in ("id", "tools", *PROMPT_KEYS)]
-            batches = parquet.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=columns)
-        else:
-            with pa.memory_map(str(file)) as mapped:
-                batches = iter(pa.ipc.open_stream(mapped).read_all().to_batches(ARROW_BATCH_ROWS))
-        for batch in batches:
-            count = batch.num_rows
-            if positions is not None and not any(p in positions for p in range(position, position + count)):
-                position += count
-                continue
-            for offset, record in enumerate(batch.to_pylist()):
-                if positions is None or position + offset in positions:
-                    where = f"{file} row {position + offset}"
-                    yield row_from_record(
-                        record, position + offset, where, keep_given_turns=keep_given_turns, strict=strict
-                    )
-            position += count
+    if kind == "parquet":
+        parquet = pq.ParquetFile(file)
+        columns = [c for c in parquet.schema_arrow.names if c in ("id", "tools", *PROMPT_KEYS)]
+        return iter(parquet.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=columns))
+    with pa.memory_map(str(file)) as mapped:
+        return iter(pa.ipc.open_stream(mapped).read_all().to_batches(ARROW_BATCH_ROWS))
+
+
+def _batch_rows(
+    records: list[Any],
+    file: Path,
+    first_position: int,
+    positions: Container[int] | None,
+    keep_given_turns: bool,
+    strict: bool,
+) -> Iterator[Row]:
+    """The rows of one batch's records, the first at `first_position`, those in `positions`."""
+    for position, record in enumerate(records, start=first_position):
+        if positions is None or position in positions:
+            where = f"{file} row {position}"
+            yield row_from_record(record, position, where, keep_given_turns=keep_given_turns, strict=strict)
 
 
 def row_from_record(
@@ -409,16 +433,20 @@ def _plain_row(record: Any, position: int, keep_given_turns: bool) -> PromptRow 
     row_id = record.get("id")
     if type(row_id) is not str or not row_id:
         return None
+    segments = _plain_prompt(record, keep_given_turns)
+    return None if segments is None else PromptRow(position, row_id, segments)
+
+
+def _plain_prompt(record: dict[str, Any], keep_given_turns: bool) -> list[list[Message]] | None:
+    """The segments of a two-field row's other field: plain turns, or a prompt's text."""
     prompt = record.get("prompt")
     if prompt is None:  # the other field is one of the two conversation keys, or not a prompt
-        segments = plain_segments(
+        return plain_segments(
             record.get("conversations") or record.get("messages"), keep_given_turns=keep_given_turns
         )
-    elif type(prompt) is str and prompt and not prompt.isspace():
-        segments = [[{"role": "user", "content": prompt}]]
-    else:
-        return None
-    return None if segments is None else PromptRow(position, row_id, segments)
+    if type(prompt) is str and prompt and not prompt.isspace():
+        return [[{"role": "user", "content": prompt}]]
+    return None
 
 
 def _id_turns(turns: list[Message]) -> list[Message]:

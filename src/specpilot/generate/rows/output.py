@@ -138,29 +138,46 @@ def build_row(
         conversation += segment
         turns.append(_turn_meta(len(conversation), result, thinking))
         conversation.append(assistant_turn(result.answer))
-    flags = {flag for turn in turns for flag in turn["flags"]}
-    accepts = [t["spec_accept_length"] for t in turns if t["spec_accept_length"] is not None]
-    last = turns[-1]
-    meta = {
-        "model": model,
-        "thinking": thinking,
-        "keep_given_turns": keep_given_turns,
-        "target_turns": [t["index"] for t in turns],
-        "finish_reason": last["finish_reason"],
-        "prompt_tokens": sum(t["prompt_tokens"] for t in turns),
-        "completion_tokens": sum(t["completion_tokens"] for t in turns),
-        "reasoning_tokens": sum(t["reasoning_tokens"] for t in turns),
-        "answer_tokens": sum(t["answer_tokens"] for t in turns),
-        "tokens_estimated": any(t["tokens_estimated"] for t in turns),
-        "server": last["server"],
-        "spec_accept_length": round(sum(accepts) / len(accepts), 4) if accepts else None,
-        "reasoning_split": any(t["reasoning_split"] for t in turns),
-        "flags": [flag for flag in FLAG_NAMES if flag in flags],
-        "turns": turns,
-    }
     output: dict[str, Any] = {"id": row.row_id, "conversations": conversation}
     if row.tools:
         output["tools"] = row.tools
     output["status"] = "success"
-    output["meta"] = meta
+    output["meta"] = {
+        "model": model,
+        "thinking": thinking,
+        "keep_given_turns": keep_given_turns,
+        **_row_meta(turns),
+    }
     return output
+
+
+#: the token counts a row's meta sums over its target turns
+_SUMMED_TOKENS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "answer_tokens")
+
+
+def _row_meta(turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row's meta from its target turns' (after the job's settings), the turns last."""
+    last = turns[-1]
+    return {
+        "target_turns": [t["index"] for t in turns],
+        "finish_reason": last["finish_reason"],
+        **{key: sum(t[key] for t in turns) for key in _SUMMED_TOKENS},
+        "tokens_estimated": any(t["tokens_estimated"] for t in turns),
+        "server": last["server"],
+        "spec_accept_length": _mean_accept_length(turns),
+        "reasoning_split": any(t["reasoning_split"] for t in turns),
+        "flags": _row_flags(turns),
+        "turns": turns,
+    }
+
+
+def _mean_accept_length(turns: list[dict[str, Any]]) -> float | None:
+    """The mean of the turns' spec_accept_length where the server gave one."""
+    accepts = [t["spec_accept_length"] for t in turns if t["spec_accept_length"] is not None]
+    return round(sum(accepts) / len(accepts), 4) if accepts else None
+
+
+def _row_flags(turns: list[dict[str, Any]]) -> list[str]:
+    """Every flag any turn has, in FLAG_NAMES' order."""
+    flags = {flag for turn in turns for flag in turn["flags"]}
+    return [flag for flag in FLAG_NAMES if flag in flags]

@@ -20,23 +20,33 @@ def may_hold_surrogates(raw: bytes) -> bool:
 def where_unencodable(value: Any, path: str = "") -> str | None:
     """Where in `value` (a str, or strs inside lists and dicts) a lone surrogate is, or None."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as err:
-            return f"{shown(path) or 'the text'} (U+{ord(value[err.start]):04X} at character {err.start})"
-        return None
+        return _where_in_str(value, path)
     if isinstance(value, dict):
-        for key, item in value.items():
-            inner = f"{path}.{key}" if path else str(key)
-            found = where_unencodable(str(key), f"a key in {path or 'the row'}")
-            found = found or where_unencodable(item, inner)
-            if found:
-                return found
-    elif isinstance(value, list | tuple):
+        return _where_in_dict(value, path)
+    if isinstance(value, list | tuple):
         for index, item in enumerate(value):
             found = where_unencodable(item, f"{path}[{index}]")
             if found:
                 return found
+    return None
+
+
+def _where_in_str(value: str, path: str) -> str | None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"{shown(path) or 'the text'} (U+{ord(value[err.start]):04X} at character {err.start})"
+    return None
+
+
+def _where_in_dict(value: dict[Any, Any], path: str) -> str | None:
+    """The first lone surrogate in a key or a value of `value`, each key before its value."""
+    for key, item in value.items():
+        inner = f"{path}.{key}" if path else str(key)
+        found = where_unencodable(str(key), f"a key in {path or 'the row'}")
+        found = found or where_unencodable(item, inner)
+        if found:
+            return found
     return None
 
 

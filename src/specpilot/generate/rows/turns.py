@@ -73,31 +73,37 @@ def normalize_turns(value: Any, key: str) -> list[Message]:
     """ShareGPT or OpenAI turns as OpenAI messages; RowRejected if one is malformed."""
     if not isinstance(value, list) or not value:
         raise RowRejected(f"'{key}' is not a non-empty list of turns", TURNS_FIX)
-    turns: list[Message] = []
-    for index, turn in enumerate(value):
-        if not isinstance(turn, dict):
-            raise RowRejected(f"turn {index} is not an object", TURNS_FIX)
-        if not TURN_FIELDS.issuperset(turn):  # the common turn builds no set
-            unknown = sorted(k for k in set(turn) - TURN_FIELDS if turn[k] is not None)
-            if unknown:
-                raise RowRejected(
-                    f"turn {index} has unknown field {unknown[0]!r}",
-                    f"remove it (a turn has {', '.join(sorted(TURN_FIELDS))})",
-                )
-        given_role = turn.get("role") or turn.get("from")
-        role = SHAREGPT_ROLES.get(str(given_role))
-        if role is None:
-            raise RowRejected(f"turn {index} has role {given_role!r}", "use system, user, assistant or tool")
-        content = turn.get("content")
-        kept: Message = {"role": role, "content": turn.get("value") if content is None else content}
-        if not PLAIN_TURN_FIELDS.issuperset(turn):
-            for extra in EXTRA_TURN_FIELDS:
-                if turn.get(extra) is not None:
-                    kept[extra] = turn[extra]
-        if role != "assistant" and not _has_text(kept):
-            raise RowRejected(f"turn {index} ({role}) has empty content", "give it text, or remove the turn")
-        turns.append(kept)
-    return turns
+    return [_normalize_turn(index, turn) for index, turn in enumerate(value)]
+
+
+def _normalize_turn(index: int, turn: Any) -> Message:
+    """One turn as an OpenAI message: its role mapped, its content, its extra fields kept."""
+    if not isinstance(turn, dict):
+        raise RowRejected(f"turn {index} is not an object", TURNS_FIX)
+    _check_turn_fields(index, turn)
+    given_role = turn.get("role") or turn.get("from")
+    role = SHAREGPT_ROLES.get(str(given_role))
+    if role is None:
+        raise RowRejected(f"turn {index} has role {given_role!r}", "use system, user, assistant or tool")
+    content = turn.get("content")
+    kept: Message = {"role": role, "content": turn.get("value") if content is None else content}
+    if not PLAIN_TURN_FIELDS.issuperset(turn):
+        kept.update((extra, turn[extra]) for extra in EXTRA_TURN_FIELDS if turn.get(extra) is not None)
+    if role != "assistant" and not _has_text(kept):
+        raise RowRejected(f"turn {index} ({role}) has empty content", "give it text, or remove the turn")
+    return kept
+
+
+def _check_turn_fields(index: int, turn: dict[str, Any]) -> None:
+    """RowRejected naming the turn's first unknown field that is set (a None one is ignored)."""
+    if TURN_FIELDS.issuperset(turn):  # the common turn builds no set
+        return
+    unknown = sorted(k for k in set(turn) - TURN_FIELDS if turn[k] is not None)
+    if unknown:
+        raise RowRejected(
+            f"turn {index} has unknown field {unknown[0]!r}",
+            f"remove it (a turn has {', '.join(sorted(TURN_FIELDS))})",
+        )
 
 
 def _has_text(turn: Message) -> bool:
@@ -113,23 +119,34 @@ def plan_conversation(turns: list[Message], tools: Any, *, keep_given_turns: boo
         raise RowRejected("'tools' is not a list", 'write it as [{"type": "function", "function": {...}}]')
     _check_order(turns)
     if keep_given_turns:
-        if turns[-1]["role"] == "assistant":
-            raise RowRejected(
-                "the last turn is the assistant's: nothing to generate",
-                "end with the user turn to answer, or drop --keep-given-turns to regenerate every answer",
-            )
-        for index, turn in enumerate(turns):
-            if turn["role"] == "assistant" and not (_has_text(turn) or turn.get("tool_calls")):
-                raise RowRejected(
-                    f"turn {index} (assistant) has empty content",
-                    "give it text, or drop --keep-given-turns to have the target write it",
-                )
+        _check_given_answers(turns)
         return Conversation([turns], tools)
     if "tool" in {t["role"] for t in turns}:
         raise RowRejected(
             "tool results answer the given assistant's calls, which the target's own turns would not make",
             "pass --keep-given-turns to keep the given turns as context and generate only the last answer",
         )
+    return Conversation(_cut_at_answers(turns), tools)
+
+
+def _check_given_answers(turns: list[Message]) -> None:
+    """With the given turns kept: the conversation ends with a turn to answer, and every
+    given answer has text or tool calls."""
+    if turns[-1]["role"] == "assistant":
+        raise RowRejected(
+            "the last turn is the assistant's: nothing to generate",
+            "end with the user turn to answer, or drop --keep-given-turns to regenerate every answer",
+        )
+    for index, turn in enumerate(turns):
+        if turn["role"] == "assistant" and not (_has_text(turn) or turn.get("tool_calls")):
+            raise RowRejected(
+                f"turn {index} (assistant) has empty content",
+                "give it text, or drop --keep-given-turns to have the target write it",
+            )
+
+
+def _cut_at_answers(turns: list[Message]) -> list[list[Message]]:
+    """The non-assistant turns before each assistant turn, and those after the last one."""
     segments: list[list[Message]] = [[]]
     for turn in turns:
         if turn["role"] == "assistant":
@@ -138,7 +155,7 @@ def plan_conversation(turns: list[Message], tools: Any, *, keep_given_turns: boo
             segments[-1].append(turn)
     if not segments[-1]:
         segments.pop()  # the conversation ended with an assistant turn: it is regenerated too
-    return Conversation(segments, tools)
+    return segments
 
 
 def _check_order(turns: list[Message]) -> None:
@@ -173,6 +190,10 @@ _PLAIN_ROLES = {given: role for given, role in SHAREGPT_ROLES.items() if role !=
 _PLAIN_AFTER = {before: roles - {"tool"} for before, roles in _ALLOWED_AFTER.items() if before != "tool"}
 
 
+#: the roles whose plain turn must hold text: with the given answers kept, the answers too
+_PLAIN_TEXT_ROLES = {False: frozenset({"system", "user"}), True: frozenset({"system", "user", "assistant"})}
+
+
 def plain_segments(value: Any, *, keep_given_turns: bool) -> list[list[Message]] | None:
     """The segments of the common conversation, checked in one pass: a list of two-field turns
     (`{"role", "content"}` or ShareGPT's `{"from", "value"}`) of system, user and assistant
@@ -180,35 +201,37 @@ def plain_segments(value: Any, *, keep_given_turns: bool) -> list[list[Message]]
     same segments, or the rejection (a 902k-row listing spends a third of their time here)."""
     if type(value) is not list or not value:
         return None
+    turns = _plain_turns(value, _PLAIN_TEXT_ROLES[keep_given_turns])
+    if turns is None:
+        return None
+    last = turns[-1]["role"]
+    if last == "system":  # [system] alone: no user turn (any longer order has one)
+        return None
+    if keep_given_turns:
+        return None if last == "assistant" else [turns]
+    return _cut_at_answers(turns)
+
+
+def _plain_turns(value: list[Any], text_roles: frozenset[str]) -> list[Message] | None:
+    """`value`'s turns as messages if each is plain, in order, and holds text where its role
+    in `text_roles` needs it; None for any other. One loop, no call per turn: the hot path."""
     turns: list[Message] = []
     previous: str | None = None
     for turn in value:
         if type(turn) is not dict or len(turn) != 2:
             return None
-        given_role = turn.get("role") or turn.get("from")
-        content = turn.get("content")
-        if content is None:
-            content = turn.get("value")
+        # of two fields one is the role and one the text: a null or empty "role" (or "content")
+        # leaves no "from" ("value") to read, so no `or` is needed
+        given_role = turn.get("role", turn.get("from"))
+        content = turn.get("content", turn.get("value"))
         role = _PLAIN_ROLES.get(given_role) if type(given_role) is str else None
-        if role is None or type(content) is not str or role not in _PLAIN_AFTER[previous]:
+        if type(content) is not str or role not in _PLAIN_AFTER[previous]:  # no None role there
             return None
-        if (role != "assistant" or keep_given_turns) and (not content or content.isspace()):
+        if role in text_roles and (not content or content.isspace()):
             return None  # empty text (an empty answer only when the given answers are kept)
         turns.append({"role": role, "content": content})
         previous = role
-    if previous == "system":  # [system] alone: no user turn (any longer order has one)
-        return None
-    if keep_given_turns:
-        return None if previous == "assistant" else [turns]
-    segments: list[list[Message]] = [[]]
-    for kept in turns:
-        if kept["role"] == "assistant":
-            segments.append([])
-        else:
-            segments[-1].append(kept)
-    if not segments[-1]:
-        segments.pop()
-    return segments
+    return turns
 
 
 def _order_problem(index: int, role: str, previous: str | None) -> str:

@@ -362,14 +362,7 @@ def _adoptable(
     tail: bytes, ledger: Ledger, part: int, commit: PartCommit
 ) -> tuple[list[bytes], list[DoneRecord]]:
     """The complete, valid lines of `tail` whose ids the ledger has but not as done."""
-    parsed: list[tuple[bytes, dict[str, Any]]] = []
-    for raw in tail.split(b"\n")[:-1]:  # the last piece is torn (or empty)
-        try:
-            row = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("id"), str) and row.get("conversations"):
-            parsed.append((raw + b"\n", row))
+    parsed = _complete_rows(tail)
     states = ledger.states_of([row["id"] for _, row in parsed])
     keep: list[bytes] = []
     records: list[DoneRecord] = []
@@ -380,20 +373,35 @@ def _adoptable(
         if known is None or known[1] == RowState.DONE or row["id"] in seen:
             continue
         seen.add(row["id"])
-        meta = row.get("meta", {})
         keep.append(line)
-        records.append(
-            DoneRecord(
-                known[0],
-                part,
-                int(meta.get("prompt_tokens") or 0),
-                int(meta.get("completion_tokens") or 0),
-                flag_bits(meta.get("flags") or ()),
-                now,
-                zlib.crc32(line),
-            )
-        )
+        records.append(_done_record(known[0], part, line, row.get("meta", {}), now))
     return keep, records
+
+
+def _complete_rows(tail: bytes) -> list[tuple[bytes, dict[str, Any]]]:
+    """The complete lines of `tail` that are rows (an id and a conversation), each with its row."""
+    parsed: list[tuple[bytes, dict[str, Any]]] = []
+    for raw in tail.split(b"\n")[:-1]:  # the last piece is torn (or empty)
+        try:
+            row = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("id"), str) and row.get("conversations"):
+            parsed.append((raw + b"\n", row))
+    return parsed
+
+
+def _done_record(position: int, part: int, line: bytes, meta: dict[str, Any], now: float) -> DoneRecord:
+    """The ledger's record of a row found written in `part` (its line, its meta's counts)."""
+    return DoneRecord(
+        position,
+        part,
+        int(meta.get("prompt_tokens") or 0),
+        int(meta.get("completion_tokens") or 0),
+        flag_bits(meta.get("flags") or ()),
+        now,
+        zlib.crc32(line),
+    )
 
 
 #: the id a row's line starts with (the writer puts it first), as its JSON string
@@ -458,24 +466,34 @@ def _check_marks(
         if not path.exists() or (not full and _mark_holds(path, commit, commit is commits[-1])):
             continue
         scanned += 1
-        expected = ledger.checksums_in_part(commit.part) or {}
-        name = f"{data_dir.name}/{path.name}"
-        crc, bad = _scan(path, commit.committed_bytes, expected)
-        if not bad:
-            ledger.requeue_lost((), _marked(commit.part, path, commit.committed_bytes, commit.rows, crc))
-            continue
-        kept_bytes, kept_ids, crc = _rewrite_keeping(path, commit.committed_bytes, expected)
-        fsync_dir(data_dir)
-        missing = {
-            row_id: p for row_id, p in ledger.done_in_part(commit.part).items() if row_id not in kept_ids
-        }
-        ledger.requeue_lost(missing.values(), _marked(commit.part, path, kept_bytes, len(kept_ids), crc))
-        damaged += [DamagedRow(name, line, row_id) for line, row_id in bad]
-        named = {row_id for _, row_id in bad}
-        damaged += [DamagedRow(name, None, row_id) for row_id in missing if row_id not in named]
-        changed += len(missing)
-        parts.append(path.name)
+        found = _drop_changed_lines(data_dir, ledger, commit, path)
+        if found is not None:
+            changed += found[0]
+            damaged += found[1]
+            parts.append(path.name)
     return changed, tuple(parts), tuple(damaged), scanned
+
+
+def _drop_changed_lines(
+    data_dir: Path, ledger: Ledger, commit: PartCommit, path: Path
+) -> tuple[int, list[DamagedRow]] | None:
+    """Read one committed part back: None when every line matches its checksum (the mark is
+    renewed); else the part rewritten without the changed lines and their rows requeued: how
+    many rows, and each damaged row (by line where one was read, else by id alone)."""
+    expected = ledger.checksums_in_part(commit.part) or {}
+    crc, bad = _scan(path, commit.committed_bytes, expected)
+    if not bad:
+        ledger.requeue_lost((), _marked(commit.part, path, commit.committed_bytes, commit.rows, crc))
+        return None
+    kept_bytes, kept_ids, crc = _rewrite_keeping(path, commit.committed_bytes, expected)
+    fsync_dir(data_dir)
+    missing = {row_id: p for row_id, p in ledger.done_in_part(commit.part).items() if row_id not in kept_ids}
+    ledger.requeue_lost(missing.values(), _marked(commit.part, path, kept_bytes, len(kept_ids), crc))
+    name = f"{data_dir.name}/{path.name}"
+    named = {row_id for _, row_id in bad}
+    damaged = [DamagedRow(name, line, row_id) for line, row_id in bad]
+    damaged += [DamagedRow(name, None, row_id) for row_id in missing if row_id not in named]
+    return len(missing), damaged
 
 
 def _marked(part: int, path: Path, committed_bytes: int, rows: int, crc: int) -> PartCommit:
