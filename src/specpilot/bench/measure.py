@@ -27,8 +27,8 @@ import aiohttp
 from specpilot.bench.client import RequestTiming, StreamingChatClient, TimingLog
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import Prepared
+from specpilot.engines.adapter import Engine
 from specpilot.engines.metrics import PreemptionSignal
-from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import endpoint_of_run
@@ -201,7 +201,7 @@ async def _guarded(config: JobConfig, guard: _Guard) -> None:
 
 
 async def measure(
-    prepared: Prepared, settings: Settings, folder: Path, notify: Notify
+    prepared: Prepared, engine: Engine, settings: Settings, folder: Path, notify: Notify
 ) -> tuple[Measured, list[RequestTiming]]:
     """Start, warm up, measure and stop one variant (refused ones come back as they are);
     the row, and every answered request's timings (what the search reads rates from)."""
@@ -231,7 +231,7 @@ async def measure(
             )
             return row, []
         timings = await _measure_sample(
-            row, prepared, spec, settings, folder, result.endpoint, deadline_s, notify
+            row, prepared, spec, engine.preemption, settings, folder, result.endpoint, deadline_s, notify
         )
         notify(f"{label}: {_summary(row)}; stopping")
         return row, timings
@@ -282,6 +282,7 @@ async def _measure_sample(
     row: Measured,
     prepared: Prepared,
     spec: Spec,
+    preemption: PreemptionSignal | None,
     settings: Settings,
     folder: Path,
     endpoint: str | None,
@@ -294,8 +295,7 @@ async def _measure_sample(
     guard = _Guard(deadline_s, label, notify, settings.progress_interval_s, settings.sample_rows)
     concurrency = max(1, row.max_running_requests or 1)
     notify(f"{label}: measuring {settings.sample_rows} rows at {concurrency} requests in flight (its cap)")
-    signal_ = engine_by_name(spec.engine.name).preemption
-    counted_before = _counter(endpoint, signal_)
+    counted_before = _counter(endpoint, preemption)
     sample_started_s = time.monotonic()
     await _guarded(
         _job(
@@ -311,7 +311,7 @@ async def _measure_sample(
     _fill(row, log, elapsed_s)
     row.accept_length, row.accept_source = _acceptance(endpoint, guard.dispatcher)
     row.preemptions, row.preemption_source = await _preemptions(
-        spec, signal_, counted_before, _counter(endpoint, signal_)
+        spec, preemption, counted_before, _counter(endpoint, preemption)
     )
     return list(log.requests)
 
