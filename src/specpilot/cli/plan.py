@@ -203,17 +203,7 @@ def plan(
         gpu_count=gpu_count,
         engine_version=engine_version,
     )
-    # the spec resolved once: its model read once, its flags evaluated once, for every step below
-    resolved = resolve(spec, asyncio.run(read_model(spec)))
-    check_fixes = _apply_check_fixes(resolved) if write_path is not None else None
-    if check_fixes is not None:
-        resolved = resolved.respec(check_fixes[0])
-        out.step(f"check's fixes, applied before planning: {check_fixes[1]}")
-    refuse_rejected_flags(resolved)
-    facts: LogFacts | None = None
-    if from_log:
-        calibrated, facts = calibrate_from_log(resolved, from_log)
-        resolved = resolved.respec(calibrated)
+    resolved, check_fixes, facts = _resolved(spec, out, fixing=write_path is not None, from_log=from_log)
     spec = resolved.spec
     peak = _startup_peak(resolved.release.engine, from_log, samples)
     result = with_serving_args(resolved, make_plan(resolved, facts), facts)
@@ -227,6 +217,24 @@ def plan(
         out.step(written)
     # the verdict on the spec given: one that needed check's fixes would not have started
     raise SystemExit(EXIT_OK if result.fits and check_fixes is None else EXIT_FAILED)
+
+
+def _resolved(
+    spec: Spec, out: Output, *, fixing: bool, from_log: str | None
+) -> tuple[ResolvedSpec, tuple[Spec, str] | None, LogFacts | None]:
+    """The spec resolved once (its model read once, its flags evaluated once, for every step
+    below): with `--write` (`fixing`) check's fixes applied first, with `--from-log` calibrated
+    on the log; check's fixes and what was read from the log."""
+    resolved = resolve(spec, asyncio.run(read_model(spec)))
+    check_fixes = _apply_check_fixes(resolved) if fixing else None
+    if check_fixes is not None:
+        resolved = resolved.respec(check_fixes[0])
+        out.step(f"check's fixes, applied before planning: {check_fixes[1]}")
+    refuse_rejected_flags(resolved)
+    if not from_log:
+        return resolved, check_fixes, None
+    calibrated, facts = calibrate_from_log(resolved, from_log)
+    return resolved.respec(calibrated), check_fixes, facts
 
 
 @dataclass(frozen=True)
