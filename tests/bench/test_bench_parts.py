@@ -10,6 +10,7 @@ import pytest
 
 from specpilot.bench.client import RequestTiming, _Stream
 from specpilot.bench.lab import axis_notes, run_name
+from specpilot.bench.run import bench_release
 from specpilot.bench.sample import draw, prompt_chars, write_prompts
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import (
@@ -98,30 +99,32 @@ def _spec(engine: str, args: list[str]) -> object:
 
 def test_k_draft_tokens_are_written_as_each_engine_counts_them() -> None:
     sglang = _spec("sglang", SPECULATIVE_ARGS)
-    assert spec_method(sglang) == "NEXTN"  # type: ignore[arg-type]
+    on = bench_release(sglang)  # type: ignore[arg-type]
+    assert spec_method(sglang, on) == "NEXTN"  # type: ignore[arg-type]
     # the release's flag table has --speculative-adaptive: the deepest variant adaptive too
-    labels = [v.label for v in default_variants(sglang)]  # type: ignore[arg-type]
+    labels = [v.label for v in default_variants(sglang, on)]  # type: ignore[arg-type]
     assert labels == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3", "NEXTN-3-adaptive"]
-    adaptive = variant_spec(sglang, Variant("NEXTN", 3, adaptive=True), "s-a")  # type: ignore[arg-type]
+    adaptive = variant_spec(sglang, on, Variant("NEXTN", 3, adaptive=True), "s-a")  # type: ignore[arg-type]
     assert adaptive.engine.args.count("--speculative-adaptive") == 1
-    assert parse_variants("NEXTN:3:adaptive", sglang) == [Variant("NEXTN", 3, adaptive=True)]  # type: ignore[arg-type]
+    assert parse_variants("NEXTN:3:adaptive", on.engine) == [Variant("NEXTN", 3, adaptive=True)]
     with pytest.raises(UserError, match="'fast' is not a mode"):
-        parse_variants("NEXTN:3:fast", sglang)  # type: ignore[arg-type]
+        parse_variants("NEXTN:3:fast", on.engine)
     assert Variant("NEXTN", 3, adaptive=True).at(21).label == "NEXTN-3-adaptive@21"
-    two = variant_spec(sglang, Variant("NEXTN", 2), "s-2")  # type: ignore[arg-type]
+    two = variant_spec(sglang, on, Variant("NEXTN", 2), "s-2")  # type: ignore[arg-type]
     args = two.engine.args
     assert args[args.index("--speculative-num-steps") + 1] == "2"
     assert args[args.index("--speculative-num-draft-tokens") + 1] == "3"  # SGLang counts the root token
     assert args.count("--speculative-num-steps") == 1 and "--mamba-scheduler-strategy" in args
-    plain = variant_spec(sglang, Variant(), "s-plain")  # type: ignore[arg-type]
+    plain = variant_spec(sglang, on, Variant(), "s-plain")  # type: ignore[arg-type]
     assert not any(a.startswith("--speculative") for a in plain.engine.args)
     vllm = _spec("vllm", ["--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}'])
-    one = variant_spec(vllm, Variant("qwen3_5_mtp", 1), "v-1")  # type: ignore[arg-type]
+    vllm_on = bench_release(vllm)  # type: ignore[arg-type]
+    one = variant_spec(vllm, vllm_on, Variant("qwen3_5_mtp", 1), "v-1")  # type: ignore[arg-type]
     config = json.loads(one.engine.args[one.engine.args.index("--speculative-config") + 1])
     assert config == {"method": "qwen3_5_mtp", "num_speculative_tokens": 1}
-    assert parse_variants("plain, nextn:1,NEXTN:1", sglang) == [Variant(), Variant("NEXTN", 1)]  # type: ignore[arg-type]
+    assert parse_variants("plain, nextn:1,NEXTN:1", on.engine) == [Variant(), Variant("NEXTN", 1)]
     with pytest.raises(UserError, match="not a speculative method of vllm"):
-        parse_variants("NEXTN:1", vllm)  # type: ignore[arg-type]
+        parse_variants("NEXTN:1", vllm_on.engine)
 
 
 def test_a_stream_becomes_the_answer_a_plain_call_gives() -> None:
@@ -142,7 +145,7 @@ def test_a_stream_becomes_the_answer_a_plain_call_gives() -> None:
 def test_a_draft_count_that_is_no_ascii_number_is_refused(count: str) -> None:
     """A Unicode digit passes str.isdigit(): it once reached int() and crashed."""
     with pytest.raises(UserError, match="gives no draft-token count from 1 to 16") as refused:
-        parse_variants(f"NEXTN:{count}", _spec("sglang", SPECULATIVE_ARGS))  # type: ignore[arg-type]
+        parse_variants(f"NEXTN:{count}", bench_release(_spec("sglang", SPECULATIVE_ARGS)).engine)  # type: ignore[arg-type]
     assert refused.value.field == "--variants"
 
 
@@ -226,19 +229,22 @@ def test_a_release_without_adaptive_speculation_says_so_per_axis() -> None:
         {"name": "s", "model": {"path": "m"}, "gpu": {"memory_gib": 80},
          "engine": {"name": "sglang", "version": "0.5.10.post1", "args": SPECULATIVE_ARGS}}
     )  # fmt: skip
-    assert [v.label for v in default_variants(old)] == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3"]
-    notes = axis_notes(old, default_variants(old), host_gpus=1, gates={Variant(): None})
+    on = bench_release(old)
+    assert [v.label for v in default_variants(old, on)] == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3"]
+    notes = axis_notes(old, on, default_variants(old, on), host_gpus=1, gates={Variant(): None})
     assert "adaptive speculation: not explored (SGLang 0.5.10.post1 has no --speculative-adaptive)" in notes
     assert "layout: one GPU (one engine: no layout to compare)" in notes
     assert any(
         n.startswith("prefill CUDA graph on/off: not explored (no configuration's plan") for n in notes
     )
-    refused = prepare(old, Variant("NEXTN", 3, adaptive=True), "s-a")
+    refused = prepare(old, on, Variant("NEXTN", 3, adaptive=True), "s-a")
     assert refused.plan is None and refused.refused == "SGLang 0.5.10.post1 has no adaptive speculation"
     vllm = _spec("vllm", ["--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}'])
+    vllm_on = bench_release(vllm)  # type: ignore[arg-type]
     assert "adaptive speculation: not explored (vLLM 0.26.0 has no adaptive speculation)" in axis_notes(
         vllm,  # type: ignore[arg-type]
-        default_variants(vllm),  # type: ignore[arg-type]
+        vllm_on,
+        default_variants(vllm, vllm_on),  # type: ignore[arg-type]
         host_gpus=4,
         gates={},
     )
@@ -253,8 +259,9 @@ def test_block_drafters_write_their_k_as_their_handlers_require() -> None:
         {"name": "s", "model": {"path": "m"}, "gpu": {"memory_gib": 80},
          "engine": {"name": "sglang", "version": "0.5.23", "args": ["--speculative-algorithm", "NEXTN", *draft]}}
     )  # fmt: skip
-    dflash = variant_spec(spec, Variant("DFLASH", 16), "s-d").engine.args
-    dspark = variant_spec(spec, Variant("DSPARK", 5), "s-s").engine.args
+    on = bench_release(spec)
+    dflash = variant_spec(spec, on, Variant("DFLASH", 16), "s-d").engine.args
+    dspark = variant_spec(spec, on, Variant("DSPARK", 5), "s-s").engine.args
     assert dflash[dflash.index("--speculative-num-draft-tokens") + 1] == "16"
     assert dflash[dflash.index("--speculative-num-steps") + 1] == "1"
     assert dspark[dspark.index("--speculative-dspark-block-size") + 1] == "5"
@@ -263,7 +270,7 @@ def test_block_drafters_write_their_k_as_their_handlers_require() -> None:
         result = check_args("sglang", "0.5.23", args, {}, "Qwen3ForCausalLM")
         assert result.ok, [f.message for f in result.findings if f.severity == "error"]
         again = spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args})})
-        assert variant_of(again).draft_tokens == k  # read back as written
+        assert variant_of(again, on).draft_tokens == k  # read back as written
 
 
 def test_a_spec_is_found_among_the_bench_points() -> None:
@@ -271,12 +278,13 @@ def test_a_spec_is_found_among_the_bench_points() -> None:
     configuration at the largest cap measured (the plan's maximum it runs at)."""
     labels = ["plain@57", "plain@29", "NEXTN-3@21", "NEXTN-3@11"]
     spec = _spec("sglang", SPECULATIVE_ARGS)
-    assert measured_label(spec, labels) == "NEXTN-3@21"  # type: ignore[arg-type]
+    on = bench_release(spec)  # type: ignore[arg-type]
+    assert measured_label(spec, on, labels) == "NEXTN-3@21"  # type: ignore[arg-type]
     capped = _spec("sglang", [*SPECULATIVE_ARGS, "--max-running-requests", "11"])
-    assert measured_label(capped, labels) == "NEXTN-3@11"  # type: ignore[arg-type]
+    assert measured_label(capped, on, labels) == "NEXTN-3@11"  # type: ignore[arg-type]
     other = _spec("sglang", [*SPECULATIVE_ARGS, "--max-running-requests", "12"])
-    assert measured_label(other, labels) is None  # type: ignore[arg-type]
-    assert measured_label(spec, ["plain", "NEXTN-3"]) == "NEXTN-3"  # type: ignore[arg-type]
+    assert measured_label(other, on, labels) is None  # type: ignore[arg-type]
+    assert measured_label(spec, on, ["plain", "NEXTN-3"]) == "NEXTN-3"  # type: ignore[arg-type]
 
 
 def test_long_run_names_stay_unique_and_usable() -> None:
@@ -292,5 +300,5 @@ def test_long_run_names_stay_unique_and_usable() -> None:
     for name in names:
         assert len(name) <= 64 and name.startswith("a-spec-name-long-enough")
         check_run_name(name)
-        variant_spec(spec, Variant("NEXTN", 2), name)  # type: ignore[arg-type]  # a spec's name too
+        variant_spec(spec, bench_release(spec), Variant("NEXTN", 2), name)  # a spec's name too
     assert run_name(spec.model_copy(update={"name": "s"}), points[0]) == "s-bench-nextn-2"  # type: ignore[arg-type]

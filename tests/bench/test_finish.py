@@ -9,7 +9,7 @@ import pytest
 
 from specpilot.bench.finish import finish_bench
 from specpilot.bench.measure import Measured, Settings
-from specpilot.bench.run import BenchRequest, BenchResult
+from specpilot.bench.run import BenchRequest, BenchResult, bench_release
 from specpilot.bench.variants import Variant
 from specpilot.errors import EXIT_FAILED, UserError
 from specpilot.generate.sampling import Sampling
@@ -31,7 +31,9 @@ def _request(tmp_path: Path, spec: Spec) -> BenchRequest:
     )
     job_dir = tmp_path / "job"
     job_dir.mkdir()
-    return BenchRequest(spec, tmp_path / "prompts.jsonl", job_dir, [Variant()], 8, 0, settings)
+    return BenchRequest(
+        spec, bench_release(spec), tmp_path / "prompts.jsonl", job_dir, [Variant()], 8, 0, settings
+    )
 
 
 def _result(spec: Spec, winner: str | None, *, started: bool = True) -> BenchResult:

@@ -8,11 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.bench.variants import Variant, prepare
+from specpilot.bench.run import bench_release
+from specpilot.bench.variants import Prepared, Variant, prepare
 from specpilot.spec import load_spec
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "gpu-runs" / "sglang-0.5.17-h200-search"
 POINTS = [Variant().at(cap) for cap in (119, 60, 30)] + [Variant("NEXTN", 3).at(cap) for cap in (51, 26, 13)]
+
+
+def _prepared(point: Variant) -> Prepared:
+    spec = load_spec(RUN / "search.repo.toml")
+    return prepare(spec, bench_release(spec), point, "search")
 
 
 def _flag(args: tuple[str, ...] | list[str], flag: str) -> str | None:
@@ -25,7 +31,7 @@ def test_every_point_is_measured_as_it_would_serve_the_whole_job(point: Variant)
     copy-on-write bound its plan asks for to serve (`plan` of the same spec: `starts and serves
     with ... --prefill-max-requests 10`): the server `up` started from best.toml could die of
     memory while serving the job, as the 2026-12-02 job did."""
-    prepared = prepare(load_spec(RUN / "search.repo.toml"), point, "search")
+    prepared = _prepared(point)
     assert prepared.refused is None and prepared.plan is not None and prepared.plan.fits
     bound = _flag(prepared.recommended, "--prefill-max-requests")
     assert bound is not None and int(bound) >= 1
@@ -37,7 +43,7 @@ def test_the_recorded_winner_lacked_the_bound_it_now_carries() -> None:
     recorded = json.loads((RUN / "job-bench.json").read_text())
     winner = next(v for v in recorded["variants"] if v["label"] == recorded["winner"])
     assert "--prefill-max-requests" not in winner["argv"]
-    prepared = prepare(load_spec(RUN / "search.repo.toml"), Variant().at(119), "search")
+    prepared = _prepared(Variant().at(119))
     assert _flag(prepared.spec.engine.args, "--prefill-max-requests") == "10"
 
 
@@ -48,9 +54,9 @@ def test_a_lower_cap_that_lets_the_engine_capture_its_prefill_graph_steps_its_fr
     recorded = json.loads((RUN / "job-bench.json").read_text())
     [refused] = [v for v in recorded["variants"] if v["label"] == "NEXTN-3@13"]
     assert refused["status"] == "refused" and "prefill CUDA graphs" in refused["reason"]
-    prepared = prepare(load_spec(RUN / "search.repo.toml"), Variant("NEXTN", 3).at(13), "search")
+    prepared = _prepared(Variant("NEXTN", 3).at(13))
     assert prepared.refused is None and prepared.plan is not None and prepared.plan.fits
     assert float(_flag(prepared.spec.engine.args, "--mem-fraction-static") or 0) == pytest.approx(0.97)
     assert _flag(prepared.spec.engine.args, "--max-running-requests") == "13"
-    wider = prepare(load_spec(RUN / "search.repo.toml"), Variant("NEXTN", 3).at(51), "search")
+    wider = _prepared(Variant("NEXTN", 3).at(51))
     assert float(_flag(wider.spec.engine.args, "--mem-fraction-static") or 0) == pytest.approx(0.98)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.bench.run import bench_release
 from specpilot.bench.variants import Variant, prepare
 from specpilot.spec import load_spec
 from tests.counting import Counted
@@ -17,7 +18,8 @@ SPEC = Path(__file__).resolve().parents[2] / "examples" / "qwen36-27b-mtp-sglang
 @pytest.mark.parametrize("variant", [Variant(), Variant(running_cap=8)], ids=["plain", "capped"])
 def test_a_variant_reads_the_model_once(monkeypatch: pytest.MonkeyPatch, variant: Variant) -> None:
     found = Counted(monkeypatch)
-    prepared = prepare(load_spec(SPEC), variant, "plain")
+    spec = load_spec(SPEC)
+    prepared = prepare(spec, bench_release(spec), variant, "plain")
     assert prepared.plan is not None, prepared.refused
     assert found.reads == 1
     assert set(found.evaluations.values()) == {1}, found.evaluations

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from specpilot.bench.measure import WARMUP_MAX_TOKENS
 from specpilot.bench.search import CONFIRM_MAX
-from specpilot.engines.registry import engine_by_name
+from specpilot.bench.variants import release_name
+from specpilot.engines.adapter import EngineRelease
 from specpilot.errors import UserError
 from specpilot.launch.state import STATE_FILE, DamagedState, load_state_file, specpilot_home
 from specpilot.spec import Spec
@@ -58,25 +59,24 @@ def recorded_starts(spec: Spec) -> list[float]:
     return found
 
 
-def start_costs(spec: Spec) -> StartCosts:
+def start_costs(spec: Spec, release: EngineRelease) -> StartCosts:
     """The recorded starts' median, else the engine's stated estimate; at most the ready timeout."""
     timeout_s = spec.server.ready_timeout_s
-    engine = engine_by_name(spec.engine.name)
-    release = f"{engine.display_name} {spec.engine.version}"
+    named = release_name(release)
     recorded = recorded_starts(spec)
     if recorded:
         typical_s = min(statistics.median(recorded), timeout_s)
         return StartCosts(
             typical_s,
             typical_s,
-            f"the median of {len(recorded)} start{'s' if len(recorded) != 1 else ''} of {release} "
+            f"the median of {len(recorded)} start{'s' if len(recorded) != 1 else ''} of {named} "
             f"recorded on {spec.host.target}",
         )
-    estimate = engine.start
+    estimate = release.engine.start
     return StartCosts(
         min(estimate.first_s, timeout_s),
         min(estimate.later_s, timeout_s),
-        f"no start of {release} recorded on {spec.host.target}: the first start on a machine compiles "
+        f"no start of {named} recorded on {spec.host.target}: the first start on a machine compiles "
         f"kernels ({estimate.basis}); at most [server] ready_timeout_s {timeout_s:g} s",
     )
 

@@ -78,31 +78,28 @@ class _Stream:
         if isinstance(usage, dict):
             self.usage = usage
         for choice in event.get("choices") or ():
-            delta = choice.get("delta") if isinstance(choice, dict) else None
-            if not isinstance(delta, dict):
-                continue
-            text: object = delta.get("content")
-            thought: object = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(text, str) and text:
-                self.content.append(text)
-            if isinstance(thought, str) and thought:
-                self.reasoning.append(thought)
-            if (isinstance(text, str) and text) or (isinstance(thought, str) and thought):
-                self.chunk_times_s.append(now_s)
-            if choice.get("finish_reason") is not None:
-                self.finish_reason = str(choice["finish_reason"])
+            self._take(choice, now_s)
+
+    def _take(self, choice: object, now_s: float) -> None:
+        """One choice's delta: its text and reasoning, the chunk timed where it carries either."""
+        if not isinstance(choice, dict) or not isinstance(delta := choice.get("delta"), dict):
+            return
+        text = _text(delta.get("content"))
+        thought = _text(delta.get("reasoning_content") or delta.get("reasoning"))
+        if text:
+            self.content.append(text)
+        if thought:
+            self.reasoning.append(thought)
+        if text or thought:
+            self.chunk_times_s.append(now_s)
+        if choice.get("finish_reason") is not None:
+            self.finish_reason = str(choice["finish_reason"])
 
     def answer(self) -> Answer:
         """The streamed answer; a token count out of range or text no part file can hold (a lone
         surrogate) is a malformed answer, as in a non-streamed one."""
         usage = self.usage
-        for key in ("prompt_tokens", "completion_tokens"):
-            count = usage.get(key)
-            if isinstance(count, int) and count > MAX_TOKEN_COUNT:
-                raise RequestFailed(
-                    FailureKind.RETRYABLE,
-                    f"malformed stream (usage.{key} is {count}, more than any answer holds)",
-                )
+        _check_counts(usage)
         kept = {"content": "".join(self.content), "reasoning": "".join(self.reasoning)}
         unencodable = where_unencodable(kept)
         if unencodable:
@@ -114,17 +111,37 @@ class _Stream:
             completion_tokens = len(self.chunk_times_s)
         details = usage.get("completion_tokens_details")
         reasoning_tokens = _count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
-        accept = usage.get("spec_accept_length")
         return Answer(
             content="".join(self.content),
             reasoning="".join(self.reasoning) if self.reasoning else None,
             finish_reason=self.finish_reason,
             prompt_tokens=_count(usage.get("prompt_tokens")) or 0,
             completion_tokens=completion_tokens,
-            spec_accept_length=float(accept) if isinstance(accept, int | float) and accept > 0 else None,
+            spec_accept_length=_accept_length(usage.get("spec_accept_length")),
             reasoning_tokens=reasoning_tokens,
             usage_missing=not usage,
         )
+
+
+def _text(value: object) -> str:
+    """A delta's text; "" where it carries none (or no string)."""
+    return value if isinstance(value, str) else ""
+
+
+def _check_counts(usage: dict[str, Any]) -> None:
+    """A token count no answer can reach makes the stream malformed."""
+    for key in ("prompt_tokens", "completion_tokens"):
+        count = usage.get(key)
+        if isinstance(count, int) and count > MAX_TOKEN_COUNT:
+            raise RequestFailed(
+                FailureKind.RETRYABLE,
+                f"malformed stream (usage.{key} is {count}, more than any answer holds)",
+            )
+
+
+def _accept_length(value: object) -> float | None:
+    """SGLang's mean acceptance length of the request, where it reports a positive one."""
+    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def _count(value: object) -> int | None:

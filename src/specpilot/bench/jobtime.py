@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Sequence
 
 from specpilot.bench.client import RequestTiming
+from specpilot.bench.steady import chunk_times, in_flight_changes
 from specpilot.projection import BatchRates
 
 #: the drain's rates are pooled over neighbouring batch sizes until each pool holds this many
@@ -31,41 +32,58 @@ def batch_rates(requests: Sequence[RequestTiming]) -> BatchRates:
     step) is no batch the engine ran: it is the client's refill lag after an answer (often
     while it reads a burst of chunks), so its time and tokens count with the count before it.
     """
-    changes: dict[float, int] = {}
-    stamps: list[tuple[float, float]] = []  # (when, tokens)
-    for r in requests:
-        if r.latency_s <= 0:
-            continue
-        changes[r.start_s] = changes.get(r.start_s, 0) + 1
-        end_s = r.start_s + r.latency_s
-        changes[end_s] = changes.get(end_s, 0) - 1
-        times = [r.start_s + r.ttft_s]
-        for gap in r.itl_s:
-            times.append(times[-1] + gap)
-        stamps += [(t, r.output_tokens / len(times)) for t in times]
+    changes = in_flight_changes(requests)
     edges = sorted(changes)
     if len(edges) < 2:
         return BatchRates((), 0)
-    stamps.sort()
     gaps = sorted(gap for r in requests for gap in r.itl_s)
     step_s = gaps[len(gaps) // 2] if gaps else 0.0
+    seconds, tokens = _per_batch(edges, changes, _token_stamps(requests), step_s)
+    return BatchRates(_pooled(seconds, tokens), max(seconds, default=0))
+
+
+def _token_stamps(requests: Sequence[RequestTiming]) -> list[tuple[float, float]]:
+    """(when, tokens) of every answered request's chunks, in time order: a chunk carries an
+    equal share of its request's output tokens."""
+    stamps: list[tuple[float, float]] = []
+    for r in requests:
+        if r.latency_s <= 0:
+            continue
+        times = chunk_times(r)
+        stamps += [(t, r.output_tokens / len(times)) for t in times]
+    return sorted(stamps)
+
+
+def _per_batch(
+    edges: list[float], changes: dict[float, int], stamps: list[tuple[float, float]], step_s: float
+) -> tuple[dict[int, float], dict[int, float]]:
+    """Seconds and tokens per number in flight between the edges; a count shorter than
+    `step_s` counts with the one before it."""
     seconds: dict[int, float] = {}
     tokens: dict[int, float] = {}
     in_flight, cursor, level = 0, 0, 0
     for here, after in itertools.pairwise(edges):
         in_flight += changes[here]
-        got = 0.0
-        while cursor < len(stamps) and stamps[cursor][0] <= after:
-            if stamps[cursor][0] > here or (stamps[cursor][0] == here and here == edges[0]):
-                got += stamps[cursor][1]
-            cursor += 1
+        got, cursor = _tokens_until(stamps, cursor, here, after, first=here == edges[0])
         if in_flight <= 0:
             continue  # nothing in flight: no rate to read
         if after - here >= step_s or level == 0:
             level = in_flight
         seconds[level] = seconds.get(level, 0.0) + (after - here)
         tokens[level] = tokens.get(level, 0.0) + got
-    return BatchRates(_pooled(seconds, tokens), max(seconds, default=0))
+    return seconds, tokens
+
+
+def _tokens_until(
+    stamps: list[tuple[float, float]], cursor: int, here: float, after: float, *, first: bool
+) -> tuple[float, int]:
+    """The tokens stamped in (here, after] (the first edge's own stamps too), and the cursor past them."""
+    got = 0.0
+    while cursor < len(stamps) and stamps[cursor][0] <= after:
+        if stamps[cursor][0] > here or (stamps[cursor][0] == here and first):
+            got += stamps[cursor][1]
+        cursor += 1
+    return got, cursor
 
 
 def _pooled(seconds: dict[int, float], tokens: dict[int, float]) -> tuple[tuple[float, float, float], ...]:

@@ -19,8 +19,8 @@ from specpilot.bench.jobtime import batch_rates
 from specpilot.bench.measure import Notify, Settings, measure
 from specpilot.bench.sample import write_prompts
 from specpilot.bench.search import Planned, Trial
-from specpilot.bench.variants import Prepared, Variant, adaptive_flag, prepare, spec_method
-from specpilot.engines.registry import engine_by_name
+from specpilot.bench.variants import Prepared, Variant, adaptive_flag, prepare, release_name, spec_method
+from specpilot.engines.adapter import Engine, EngineRelease
 from specpilot.generate.rows.types import PromptRow
 from specpilot.launch.shield import received, take_over_signals
 from specpilot.models.host_files import ModelRead
@@ -61,6 +61,7 @@ class EngineLab:
     def __init__(
         self,
         spec: Spec,
+        release: EngineRelease,
         settings: Settings,
         rows: list[PromptRow],
         scratch: Path,
@@ -69,6 +70,8 @@ class EngineLab:
         files: ModelRead | None = None,
     ):
         self.spec, self.settings, self.rows, self.scratch, self.notify = spec, settings, rows, scratch, notify
+        #: the spec's engine release, as the bench's command resolved it (a point changes flags only)
+        self.release = release
         self.prepared: dict[Variant, Prepared] = {}
         #: configuration -> its plan's word on the release's prefill-graph gate (None: no gate)
         self.gates: dict[Variant, PrefillGate | None] = {}
@@ -79,7 +82,7 @@ class EngineLab:
 
     def prepare(self, point: Variant) -> Prepared:
         if point not in self.prepared:
-            prepared = prepare(self.spec, point, run_name(self.spec, point), self.files)
+            prepared = prepare(self.spec, self.release, point, run_name(self.spec, point), self.files)
             if prepared.refused:
                 self.notify(f"{point.label}: not started: {prepared.refused}")
             self.prepared[point] = prepared
@@ -112,7 +115,7 @@ class EngineLab:
         if not prepared.refused:  # before the start: its engine may appear at any moment
             self.started.append(prepared.spec.name)
         started_s = time.monotonic()
-        row, timings = await measure(prepared, settings, folder, self.notify)
+        row, timings = await measure(prepared, self.release.engine, settings, folder, self.notify)
         cost_s = time.monotonic() - started_s
         if received():  # a signal whose interrupt something swallowed still ends the bench
             raise KeyboardInterrupt
@@ -182,35 +185,50 @@ def layout_axis(gpus_per_server: int, host_gpus: int) -> str:
 
 
 def axis_notes(
-    spec: Spec, configs: list[Variant], host_gpus: int, gates: dict[Variant, PrefillGate | None]
+    spec: Spec,
+    release: EngineRelease,
+    configs: list[Variant],
+    host_gpus: int,
+    gates: dict[Variant, PrefillGate | None],
 ) -> list[str]:
     """One line per axis: the values explored, or why the axis is not."""
-    engine = engine_by_name(spec.engine.name)
-    release = f"{engine.display_name} {spec.engine.version}"
-    method = spec_method(spec)
-    speculative = [c.label for c in configs if c.method is not None and not c.adaptive]
-    notes = [
-        "speculation: "
-        + ", ".join(["plain", *speculative] if any(c.method is None for c in configs) else speculative)
-        if method is not None or speculative
-        else "speculation: plain only (the spec turns on no speculative method; --variants names one)"
+    method = spec_method(spec, release)
+    return [
+        _speculation_axis(method, configs),
+        _adaptive_axis(release, method, configs),
+        _running_axis(release.engine),
+        gate_axis(release_name(release), gates),
+        layout_axis(spec.gpu.count, host_gpus),
     ]
+
+
+def _speculation_axis(method: str | None, configs: list[Variant]) -> str:
+    """The speculation line: plain and the methods at their draft tokens."""
+    speculative = [c.label for c in configs if c.method is not None and not c.adaptive]
+    if method is None and not speculative:
+        return "speculation: plain only (the spec turns on no speculative method; --variants names one)"
+    plain = ["plain"] if any(c.method is None for c in configs) else []
+    return "speculation: " + ", ".join([*plain, *speculative])
+
+
+def _adaptive_axis(release: EngineRelease, method: str | None, configs: list[Variant]) -> str:
+    """The adaptive-speculation line: the adaptive configurations, or why there are none."""
     adaptive = [c.label for c in configs if c.adaptive]
-    flag = engine.draft.adaptive_flag
-    if adaptive_flag(spec) is None:
+    if adaptive_flag(release) is None:
+        flag = release.engine.draft.adaptive_flag
         have = f"no {flag}" if flag else "no adaptive speculation"
-        notes.append(f"adaptive speculation: not explored ({release} has {have})")
-    elif method is None and not adaptive:
-        notes.append("adaptive speculation: not explored (no speculative method)")
-    else:
-        notes.append(f"adaptive speculation: {', '.join(adaptive) or 'not asked for (--variants)'}")
-    notes.append(
+        return f"adaptive speculation: not explored ({release_name(release)} has {have})"
+    if method is None and not adaptive:
+        return "adaptive speculation: not explored (no speculative method)"
+    return f"adaptive speculation: {', '.join(adaptive) or 'not asked for (--variants)'}"
+
+
+def _running_axis(engine: Engine) -> str:
+    """The running-request caps line: which caps, and what lowers them further."""
+    word = "preemptions" if engine.preemption is None else engine.preemption.word
+    return (
         f"running requests ({engine.draft.running_cap_flag}): the plan's maximum, half and a quarter "
         "of it, and the cap whose running requests the KV cache holds whole (the plan's KV tokens / "
         "the sample's mean prompt and answer), per configuration; lower while the engine reports "
-        f"{'preemptions' if engine.preemption is None else engine.preemption.word} (its KV cache ran out) or "
-        "the throughput still rises"
+        f"{word} (its KV cache ran out) or the throughput still rises"
     )
-    notes.append(gate_axis(release, gates))
-    notes.append(layout_axis(spec.gpu.count, host_gpus))
-    return notes

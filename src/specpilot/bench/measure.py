@@ -27,8 +27,8 @@ import aiohttp
 from specpilot.bench.client import RequestTiming, StreamingChatClient, TimingLog
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import Prepared
+from specpilot.engines.adapter import Engine
 from specpilot.engines.metrics import PreemptionSignal
-from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import endpoint_of_run
@@ -201,7 +201,7 @@ async def _guarded(config: JobConfig, guard: _Guard) -> None:
 
 
 async def measure(
-    prepared: Prepared, settings: Settings, folder: Path, notify: Notify
+    prepared: Prepared, engine: Engine, settings: Settings, folder: Path, notify: Notify
 ) -> tuple[Measured, list[RequestTiming]]:
     """Start, warm up, measure and stop one variant (refused ones come back as they are);
     the row, and every answered request's timings (what the search reads rates from)."""
@@ -231,7 +231,7 @@ async def measure(
             )
             return row, []
         timings = await _measure_sample(
-            row, prepared, spec, settings, folder, result.endpoint, deadline_s, notify
+            row, prepared, spec, engine.preemption, settings, folder, result.endpoint, deadline_s, notify
         )
         notify(f"{label}: {_summary(row)}; stopping")
         return row, timings
@@ -282,6 +282,7 @@ async def _measure_sample(
     row: Measured,
     prepared: Prepared,
     spec: Spec,
+    preemption: PreemptionSignal | None,
     settings: Settings,
     folder: Path,
     endpoint: str | None,
@@ -294,8 +295,7 @@ async def _measure_sample(
     guard = _Guard(deadline_s, label, notify, settings.progress_interval_s, settings.sample_rows)
     concurrency = max(1, row.max_running_requests or 1)
     notify(f"{label}: measuring {settings.sample_rows} rows at {concurrency} requests in flight (its cap)")
-    signal_ = engine_by_name(spec.engine.name).preemption
-    counted_before = _counter(endpoint, signal_)
+    counted_before = _counter(endpoint, preemption)
     sample_started_s = time.monotonic()
     await _guarded(
         _job(
@@ -311,7 +311,7 @@ async def _measure_sample(
     _fill(row, log, elapsed_s)
     row.accept_length, row.accept_source = _acceptance(endpoint, guard.dispatcher)
     row.preemptions, row.preemption_source = await _preemptions(
-        spec, signal_, counted_before, _counter(endpoint, signal_)
+        spec, preemption, counted_before, _counter(endpoint, preemption)
     )
     return list(log.requests)
 
@@ -351,12 +351,7 @@ def _fill(row: Measured, log: TimingLog, elapsed_s: float) -> None:
         why = f" (the last error: {log.last_error})" if log.last_error else ""
         row.status, row.reason = "failed", f"no request was answered{why}"
         return
-    tokens = [r.output_tokens for r in done]
-    row.mean_output_tokens = round(sum(tokens) / len(tokens), 1)
-    row.finish_reasons = dict(Counter(r.finish_reason or "none" for r in done).most_common())
-    row.whole_run_output_tokens_per_s = round(sum(tokens) / elapsed_s, 1) if elapsed_s > 0 else None
-    row.ttft_ms = percentiles_ms([r.ttft_s for r in done])
-    row.itl_ms = percentiles_ms([gap for r in done for gap in r.itl_s])
+    _fill_answers(row, done, elapsed_s)
     window = steady_window(done)
     if window is None:
         row.status, row.reason = "no_steady_state", "no interval with requests in flight"
@@ -366,23 +361,47 @@ def _fill(row: Measured, log: TimingLog, elapsed_s: float) -> None:
     row.output_tokens_per_s = round(tokens_in_window(done, window) / window.duration_s, 1)
 
 
+def _fill_answers(row: Measured, done: list[RequestTiming], elapsed_s: float) -> None:
+    """What the answers say over the whole run: their lengths, endings, rate and latencies."""
+    tokens = [r.output_tokens for r in done]
+    row.mean_output_tokens = round(sum(tokens) / len(tokens), 1)
+    row.finish_reasons = dict(Counter(r.finish_reason or "none" for r in done).most_common())
+    row.whole_run_output_tokens_per_s = round(sum(tokens) / elapsed_s, 1) if elapsed_s > 0 else None
+    row.ttft_ms = percentiles_ms([r.ttft_s for r in done])
+    row.itl_ms = percentiles_ms([gap for r in done for gap in r.itl_s])
+
+
 def _acceptance(endpoint: str | None, dispatcher: Dispatcher | None) -> tuple[float | None, str | None]:
     """SGLang's avg_spec_accept_length (/get_server_info), else what the job read from
     /metrics (vLLM's accepted/drafts counters over the sample, SGLang's gauge)."""
-    for path in SERVER_INFO_PATHS if endpoint else ():
+    found = _server_info_acceptance(endpoint) if endpoint else None
+    if found is not None:
+        return found
+    accept = dispatcher.accept_length() if dispatcher is not None else None
+    return (round(accept, 3), "/metrics") if accept is not None else (None, None)
+
+
+def _server_info_acceptance(endpoint: str) -> tuple[float, str] | None:
+    """The mean avg_spec_accept_length of the first server-info path that answers; None where
+    none answers or the release reports no acceptance there."""
+    for path in SERVER_INFO_PATHS:
         info = _server_info(f"{endpoint}{path}")
-        states = info.get("internal_states") if isinstance(info, dict) else None
-        values = [
-            float(s["avg_spec_accept_length"])
-            for s in (states if isinstance(states, list) else [])
-            if isinstance(s, dict) and isinstance(s.get("avg_spec_accept_length"), int | float)
-        ]
+        values = _accept_lengths(info)
         if values and max(values) > 0:
             return round(sum(values) / len(values), 3), f"{path} avg_spec_accept_length"
         if info is not None:
-            break  # the release answered: it has no acceptance to report there
-    accept = dispatcher.accept_length() if dispatcher is not None else None
-    return (round(accept, 3), "/metrics") if accept is not None else (None, None)
+            return None  # the release answered: it has no acceptance to report there
+    return None
+
+
+def _accept_lengths(info: object) -> list[float]:
+    """Each scheduler's avg_spec_accept_length in a server-info answer."""
+    states = info.get("internal_states") if isinstance(info, dict) else None
+    return [
+        float(s["avg_spec_accept_length"])
+        for s in (states if isinstance(states, list) else [])
+        if isinstance(s, dict) and isinstance(s.get("avg_spec_accept_length"), int | float)
+    ]
 
 
 def _counter(endpoint: str | None, signal_: PreemptionSignal | None) -> float | None:

@@ -27,64 +27,34 @@ COLOR_WINNER = "#59a14f"
 COLOR_NONE = "#bbbbbb"
 
 
+#: the table's columns; those holding text are left-aligned
+COLUMNS = (
+    "point",
+    "search",
+    "running",
+    "preempted",
+    "steady out tok/s",
+    "accept",
+    "TTFT p50/p99 ms",
+    "ITL p50/p99 ms",
+    "mean out",
+    "projected job",
+    "tail",
+    "note",
+)
+TEXT_COLUMNS = ("point", "search", "note")
+
+
 def _ms(values: dict[str, float] | None, key: str) -> str:
     return "-" if values is None else f"{values[key]:,.0f}"
 
 
 def render_table(result: BenchResult, console: Console) -> None:
     table = Table(title=f"bench: {result.spec.name} on {result.spec.gpu.name or 'this GPU'}")
-    for column in (
-        "point",
-        "search",
-        "running",
-        "preempted",
-        "steady out tok/s",
-        "accept",
-        "TTFT p50/p99 ms",
-        "ITL p50/p99 ms",
-        "mean out",
-        "projected job",
-        "tail",
-        "note",
-    ):
-        table.add_column(column, justify="left" if column in ("point", "search", "note") else "right")
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column in TEXT_COLUMNS else "right")
     for row in result.variants:
-        style = "bold green" if row.label == result.winner else ""
-        projected = "-" if row.projected_s is None else wall_text(row.projected_s)
-        if row.predicted and row.projected_s is not None:
-            projected += " (predicted)"
-        tail = "-" if row.tail_share is None else f"{row.tail_share:.1%}"
-        preempted = "-" if row.preemptions is None else f"{row.preemptions:,}"
-        if row.output_tokens_per_s is None:
-            table.add_row(
-                Text(row.label),
-                row.search or row.status,
-                str(row.max_running_requests or "-"),
-                preempted,
-                "-",
-                "-",
-                "-",
-                "-",
-                "-",
-                projected,
-                tail,
-                Text(row.reason or row.basis or "", style="yellow" if row.reason else ""),
-            )
-            continue
-        table.add_row(
-            Text(row.label + (" (winner)" if row.label == result.winner else ""), style=style),
-            row.search or row.status,
-            str(row.max_running_requests),
-            preempted,
-            f"{row.output_tokens_per_s:,.0f}",
-            "-" if row.accept_length is None else f"{row.accept_length:.2f}",
-            f"{_ms(row.ttft_ms, 'p50')}/{_ms(row.ttft_ms, 'p99')}",
-            f"{_ms(row.itl_ms, 'p50')}/{_ms(row.itl_ms, 'p99')}",
-            "-" if row.mean_output_tokens is None else f"{row.mean_output_tokens:,.0f}",
-            projected,
-            tail,
-            row.basis or "",
-        )
+        table.add_row(*_cells(row, result.winner))
     console.print(table)
     for line in result.axes:
         console.print(f"axis {line}")
@@ -92,23 +62,79 @@ def render_table(result: BenchResult, console: Console) -> None:
         console.print(f"note: {line}")
 
 
+def _cells(row: Measured, winner: str | None) -> list[str | Text]:
+    """The point's row of the table: what it measured, or why it measured nothing."""
+    if row.output_tokens_per_s is None:
+        return _unmeasured_cells(row)
+    won = row.label == winner
+    return [
+        Text(row.label + (" (winner)" if won else ""), style="bold green" if won else ""),
+        row.search or row.status,
+        str(row.max_running_requests),
+        _shown(row.preemptions, ","),
+        f"{row.output_tokens_per_s:,.0f}",
+        _shown(row.accept_length, ".2f"),
+        f"{_ms(row.ttft_ms, 'p50')}/{_ms(row.ttft_ms, 'p99')}",
+        f"{_ms(row.itl_ms, 'p50')}/{_ms(row.itl_ms, 'p99')}",
+        _shown(row.mean_output_tokens, ",.0f"),
+        _projected(row),
+        _shown(row.tail_share, ".1%"),
+        row.basis or "",
+    ]
+
+
+def _unmeasured_cells(row: Measured) -> list[str | Text]:
+    """A point that measured nothing: its cap, its projection (a predicted one) and why."""
+    return [
+        Text(row.label),
+        row.search or row.status,
+        str(row.max_running_requests or "-"),
+        _shown(row.preemptions, ","),
+        *["-"] * 5,
+        _projected(row),
+        _shown(row.tail_share, ".1%"),
+        Text(row.reason or row.basis or "", style="yellow" if row.reason else ""),
+    ]
+
+
+def _shown(value: float | None, spec: str) -> str:
+    """`value` in the format `spec`, "-" where it is not known."""
+    return "-" if value is None else format(value, spec)
+
+
+def _projected(row: Measured) -> str:
+    """The whole job's projected time, marked where it is projected from another point's screen."""
+    if row.projected_s is None:
+        return "-"
+    return wall_text(row.projected_s) + (" (predicted)" if row.predicted else "")
+
+
 def winner_line(result: BenchResult) -> str:
     if result.winner is None:
         return result.verdict or "no point was measured: nothing to pick (the table says why)"
     best = next(r for r in result.variants if r.label == result.winner)
     gpus, servers = result.spec.gpu.count, int(result.data.get("servers", 1))
-    hours = "" if best.gpu_hours is None else f", {best.gpu_hours:,.2f} GPU-hours"
-    tail = "" if best.tail_share is None else f", {best.tail_share:.1%} of it the tail"
     # one server is measured; more side by side are projected from it (the layout axis)
     layout = f" (one measured, {servers} projected side by side)" if servers > 1 else ""
     return (
         f"winner: {best.label}: the whole input ({result.input_rows:,} rows x "
         f"{result.mean_output_tokens or 0:,.0f} output tokens) in "
-        f"{wall_text(best.projected_s or 0.0)}{tail}{hours} on "
-        f"{servers} server{'s' if servers != 1 else ''} of {gpus} GPU{'s' if gpus != 1 else ''}{layout} at "
+        f"{wall_text(best.projected_s or 0.0)}{_tail_and_hours(best)} on "
+        f"{_counted(servers, 'server')} of {_counted(gpus, 'GPU')}{layout} at "
         f"{best.max_running_requests} running requests, "
         f"{best.output_tokens_per_s or 0:,.0f} out tok/s steady"
     )
+
+
+def _tail_and_hours(best: Measured) -> str:
+    """The tail's share of the projected time and its GPU-hours, where known."""
+    tail = "" if best.tail_share is None else f", {best.tail_share:.1%} of it the tail"
+    hours = "" if best.gpu_hours is None else f", {best.gpu_hours:,.2f} GPU-hours"
+    return tail + hours
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' if count != 1 else ''}"
 
 
 def _bar(row: Measured, x: float, scale: float, winner: bool) -> list[str]:

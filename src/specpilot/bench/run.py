@@ -31,6 +31,8 @@ from specpilot.bench.measure import Measured, Notify, Settings
 from specpilot.bench.sample import Sample, draw, open_prompts, write_prompts
 from specpilot.bench.search import CAP_ORIGINS, CONFIRM_MAX, MARGIN, Entry, Job, SearchResult, search
 from specpilot.bench.variants import Variant
+from specpilot.engines.adapter import EngineRelease
+from specpilot.engines.registry import engine_release
 from specpilot.errors import JobFailed, UserError
 from specpilot.generate.sampling import Sampling
 from specpilot.hosts import open_host_section
@@ -51,6 +53,8 @@ REACH_TIMEOUT_S = 30.0
 @dataclass(frozen=True)
 class BenchRequest:
     spec: Spec
+    #: the spec's engine release (`bench_release`): every variant runs it, with its own flags
+    release: EngineRelease
     prompts: Path
     job_dir: Path
     #: the configurations the search explores (each at three running-request caps)
@@ -81,6 +85,12 @@ class BenchResult:
     #: why there is no winner: what was measured, what was not and why, and the budget that
     #: would measure it (None with a winner)
     verdict: str | None = None
+
+
+def bench_release(spec: Spec) -> EngineRelease:
+    """The engine release a bench runs, looked up here once per command: the variants, their
+    plans, the budget and the measurements below all take it (a variant changes flags only)."""
+    return engine_release(spec.engine.name, spec.engine.version)
 
 
 def plan_settings(
@@ -162,34 +172,58 @@ async def run_bench(request: BenchRequest, notify: Notify, started: list[str] | 
 
 
 async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) -> BenchResult:
-    spec = request.spec
+    spec, settings = request.spec, request.settings
     source = open_prompts(request.prompts)
     await reach_host(spec)
-    settings = request.settings
     # the file and --sample are checked before any planning; the sample then grows to fill the caps
     sample = draw(source, request.sample_size, request.seed)
     files = await read_model(spec)
-    lab = EngineLab(spec, settings, [], request.job_dir / SCRATCH_DIR, notify, started, files)
+    scratch = request.job_dir / SCRATCH_DIR
+    lab = EngineLab(spec, request.release, settings, [], scratch, notify, started, files)
     _plan_variants(lab, request.variants, notify)
     largest = max((p.plan.max_running_requests for p in lab.prepared.values() if p.plan), default=0)
     if FILL_WAVES * largest > len(sample.rows) < sample.input_rows:
         sample = draw(source, request.sample_size, request.seed, fill_to=FILL_WAVES * largest)
+    costs, need = _budget(request, lab, sample, notify)
+    lab.rows = sample.rows
+    _write_sample(sample, settings, request.sample_size, largest, notify)
+    host_gpus = request.gpus or spec.gpu.count
+    notes = axis_notes(spec, request.release, request.variants, host_gpus, lab.gates)
+    for line in notes:
+        notify(line)
+    job = Job(sample.input_rows, servers=host_gpus // spec.gpu.count, gpus_per_server=spec.gpu.count)
+    found = await _search_and_stop(request.variants, lab, job, len(sample.rows), settings, costs)
+    return _result(request, lab, sample, job, notes, found, need, costs)
+
+
+def _budget(
+    request: BenchRequest, lab: EngineLab, sample: Sample, notify: Notify
+) -> tuple[Costs, BudgetNeed]:
+    """What a measurement costs and what the search needs, checked against the sample and the
+    budget and told before any server starts."""
+    settings = request.settings
     screen_caps = _screen_caps(lab, request.variants)
     _check_fillable(sample, screen_caps)
-    costs = Costs(start_costs(spec), settings.warmup_s, settings.sampling.max_tokens)
+    costs = Costs(start_costs(request.spec, request.release), settings.warmup_s, settings.sampling.max_tokens)
     need = _announce_budget(costs, screen_caps, len(sample.rows), settings.budget_s, notify)
     _check_comparable(lab, request.variants, screen_caps)
     need.check(settings.budget_s, len(screen_caps))
     if len(request.variants) == 1:
         notify(f"{request.variants[0].label} alone: its caps are searched, no configuration is compared")
-    lab.rows = sample.rows
-    _write_sample(sample, settings, request.sample_size, largest, notify)
-    host_gpus = request.gpus or spec.gpu.count
-    notes = axis_notes(spec, request.variants, host_gpus, lab.gates)
-    for line in notes:
-        notify(line)
-    job = Job(sample.input_rows, servers=host_gpus // spec.gpu.count, gpus_per_server=spec.gpu.count)
-    found = await _search_and_stop(request.variants, lab, job, len(sample.rows), settings, costs)
+    return costs, need
+
+
+def _result(
+    request: BenchRequest,
+    lab: EngineLab,
+    sample: Sample,
+    job: Job,
+    notes: list[str],
+    found: SearchResult,
+    need: BudgetNeed,
+    costs: Costs,
+) -> BenchResult:
+    """The search's table and winner; bench.json written."""
     rows = [_row(entry, lab) for entry in found.entries]
     specs = {
         entry.label: lab.prepare(entry.point).spec for entry in found.entries if entry.point in lab.prepared
@@ -201,7 +235,7 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
     data = _bench_json(request, sample, job, notes, found, need, verdict, mean, rows)
     write_text_atomic(request.job_dir / BENCH_FILE, jsontext.dumps(data, indent=2) + "\n")
     return BenchResult(
-        spec,
+        request.spec,
         rows,
         specs,
         winner,

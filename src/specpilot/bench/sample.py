@@ -65,6 +65,28 @@ def draw(source: InputSource, size: int, seed: int = DEFAULT_SEED, fill_to: int 
     """`size` rows stratified by length; a file with fewer usable rows is refused (--sample).
     `fill_to`: at least this many rows where the file has them (a sample that fills the
     engine's running-request cap)."""
+    lengths, rejected = _lengths(source)
+    if not lengths:
+        raise UserError(
+            f"{source.path} has no usable prompt rows ({rejected} rejected)",
+            field="--prompts",
+            fix="pass the job's prompts file (`specpilot generate --help` shows the row shapes)",
+        )
+    if size > len(lengths):
+        raise UserError(
+            f"asks for {size} rows but {source.path} has {len(lengths)} usable rows ({rejected} rejected)",
+            field="--sample",
+            fix=f"pass --sample {len(lengths)} or less, or a larger prompts file",
+        )
+    size = max(size, min(fill_to, len(lengths)))
+    order = _stratified(sorted(lengths), size, random.Random(seed))
+    wanted = set(order)
+    by_position = {row.position: row for row in iter_rows(source, wanted) if isinstance(row, PromptRow)}
+    return Sample([by_position[p] for p in order], len(lengths), rejected, seed)
+
+
+def _lengths(source: InputSource) -> tuple[list[tuple[int, int]], int]:
+    """(prompt characters, position) of every usable row, and how many rows were rejected."""
     lengths: list[tuple[int, int]] = []
     rejected = 0
     try:
@@ -79,31 +101,18 @@ def draw(source: InputSource, size: int, seed: int = DEFAULT_SEED, fill_to: int 
             field="--prompts",
             fix="pass a readable prompts file",
         ) from None
-    if not lengths:
-        raise UserError(
-            f"{source.path} has no usable prompt rows ({rejected} rejected)",
-            field="--prompts",
-            fix="pass the job's prompts file (`specpilot generate --help` shows the row shapes)",
-        )
-    if size > len(lengths):
-        raise UserError(
-            f"asks for {size} rows but {source.path} has {len(lengths)} usable rows ({rejected} rejected)",
-            field="--sample",
-            fix=f"pass --sample {len(lengths)} or less, or a larger prompts file",
-        )
-    size = max(size, min(fill_to, len(lengths)))
-    lengths.sort()
-    rng = random.Random(seed)
-    count = size
+    return lengths, rejected
+
+
+def _stratified(lengths: list[tuple[int, int]], size: int, rng: random.Random) -> list[int]:
+    """The positions of `size` rows, one drawn from each of `size` equal strata of the rows
+    sorted by length (the longest stratum gives its longest row), in a random order."""
     chosen: list[int] = []
-    for index in range(count):
-        low, high = index * len(lengths) // count, (index + 1) * len(lengths) // count
-        pick = high - 1 if index == count - 1 else rng.randrange(low, high)
+    for index in range(size):
+        low, high = index * len(lengths) // size, (index + 1) * len(lengths) // size
+        pick = high - 1 if index == size - 1 else rng.randrange(low, high)
         chosen.append(lengths[pick][1])
-    order = rng.sample(chosen, len(chosen))  # short and long rows interleaved, not sorted
-    wanted = set(order)
-    by_position = {row.position: row for row in iter_rows(source, wanted) if isinstance(row, PromptRow)}
-    return Sample([by_position[p] for p in order], len(lengths), rejected, seed)
+    return rng.sample(chosen, len(chosen))  # short and long rows interleaved, not sorted
 
 
 def write_prompts(rows: list[PromptRow], path: Path) -> None:

@@ -192,23 +192,7 @@ async def search(
     and warm-up take about that). One configuration given is searched `alone`: its best point
     wins without a comparison, and the result says so."""
     state = _State(measurer, job, budget_s, least_s)
-    screens: list[Entry] = []
-    pending = list(configs)
-    for config in pending:  # a gate's other side joins the list as it is found
-        planned = measurer.plan(config)
-        if planned.other_side is not None and planned.other_side not in pending:
-            pending.append(planned.other_side)
-        if planned.refused is not None or planned.max_running_requests is None:
-            state.entries.append(Entry(config, "refused", planned.refused or "no plan"))
-            continue
-        state.kv_tokens[config] = planned.kv_tokens
-        caps = cap_points(planned.max_running_requests)
-        for cap, origin in zip(caps, CAP_ORIGINS, strict=False):
-            entry = state.add(config.at(cap), origin)
-            if cap == caps[0] and entry.status == "predicted":
-                screens.append(entry)
-                state.screens[config] = entry
-    for entry in screens:
+    for entry in state.plan_all(configs):
         rows = min(entry.max_running_requests or 1, full_rows)
         # a screen of the whole sample is that point's full measurement
         await state.run(entry, rows, "measured" if rows == full_rows else "screened")
@@ -254,6 +238,34 @@ class _State:
         self.entries.append(entry)
         return entry
 
+    def plan_all(self, configs: Sequence[Variant]) -> list[Entry]:
+        """Every configuration planned at its caps, a gate's other side joining the list as it
+        is found; the screens (each planned configuration's largest cap), in that order."""
+        screens: list[Entry] = []
+        pending = list(configs)
+        for config in pending:
+            planned = self.measurer.plan(config)
+            if planned.other_side is not None and planned.other_side not in pending:
+                pending.append(planned.other_side)
+            screen = self._plan_caps(config, planned)
+            if screen is not None:
+                screens.append(screen)
+        return screens
+
+    def _plan_caps(self, config: Variant, planned: Planned) -> Entry | None:
+        """The configuration's caps in the table (or its refusal); its screen where one can run."""
+        if planned.refused is not None or planned.max_running_requests is None:
+            self.entries.append(Entry(config, "refused", planned.refused or "no plan"))
+            return None
+        self.kv_tokens[config] = planned.kv_tokens
+        caps = cap_points(planned.max_running_requests)
+        screen = None
+        for cap, origin in zip(caps, CAP_ORIGINS, strict=False):
+            entry = self.add(config.at(cap), origin)
+            if cap == caps[0] and entry.status == "predicted":
+                screen = self.screens[config] = entry
+        return screen
+
     def at_cap(self, config: Variant, cap: int) -> Entry | None:
         return next((e for e in self.entries if e.point == config.at(cap)), None)
 
@@ -278,23 +290,17 @@ class _State:
         left_s = self.left_s
         if left_s < self.least_s or left_s <= 0:
             if entry.trial is None:
-                entry.status, entry.reason = (
-                    "not started",
-                    f"the budget leaves {max(left_s, 0):.0f} s for it"
-                    + (f"; a start and warm-up take about {self.least_s:.0f} s" if self.least_s > 0 else ""),
-                )
+                entry.status, entry.reason = "not started", self._unaffordable(left_s)
             return
         trial = await self.measurer.measure(entry.point, rows, left_s)
         self.spent_s += trial.cost_s
         self.trials += 1
-        if not trial.ok or not trial.rates.points:
-            if entry.trial is not None and entry.trial.ok:
-                # its screen stands; the reason keeps it from being confirmed again
-                entry.reason = f"its full sample failed: {trial.reason or 'nothing measured'}"
-                return
-            entry.trial, entry.status, entry.reason = trial, "failed", trial.reason or "nothing measured"
-            return
-        entry.trial, entry.status, entry.reason = trial, status, None
+        _record(entry, trial, status)
+
+    def _unaffordable(self, left_s: float) -> str:
+        """Why a point the budget cannot reach is not started."""
+        start = f"; a start and warm-up take about {self.least_s:.0f} s" if self.least_s > 0 else ""
+        return f"the budget leaves {max(left_s, 0):.0f} s for it{start}"
 
     def predict(self) -> None:
         """Each configuration's caps projected from its screen's rates; a point whose
@@ -319,74 +325,87 @@ class _State:
         if not lengths:
             return
         for entry in self.entries:
-            source = self.screens.get(entry.point.config)
-            cap = entry.point.running_cap or 1
-            if (
-                source is not None
-                and source.trial is not None
-                and source.trial.ok
-                and entry.status != "failed"
-            ):
-                entry.predicted = self._project(source.trial.rates.capped(cap), cap, lengths)
-                kind = "sample" if source.status == "measured" else "screen"
-                entry.basis = f"{source.label}'s {kind} ({len(source.trial.lengths)} rows)"
-                entry.job = entry.predicted
-            if entry.status == "measured" and entry.trial is not None:
-                entry.job = self._project(entry.trial.rates, cap, lengths)
-                entry.basis = f"its own {len(entry.trial.lengths)} rows"
+            self._reproject(entry, lengths)
+
+    def _reproject(self, entry: Entry, lengths: Sequence[int]) -> None:
+        """The point projected from its configuration's screen, and from its own full sample."""
+        source = self.screens.get(entry.point.config)
+        cap = entry.point.running_cap or 1
+        if source is not None and source.trial is not None and source.trial.ok and entry.status != "failed":
+            entry.predicted = self._project(source.trial.rates.capped(cap), cap, lengths)
+            kind = "sample" if source.status == "measured" else "screen"
+            entry.basis = f"{source.label}'s {kind} ({len(source.trial.lengths)} rows)"
+            entry.job = entry.predicted
+        if entry.status == "measured" and entry.trial is not None:
+            entry.job = self._project(entry.trial.rates, cap, lengths)
+            entry.basis = f"its own {len(entry.trial.lengths)} rows"
 
     async def confirm(self, full_rows: int) -> None:
         """Best predicted first, then the best of another configuration while only one has a
         full measurement; go on while a waiting point is predicted within MARGIN of the best
         confirmed point's prediction, or below what that point measured."""
-        while True:
-            best = self._best_confirmed()
-            waiting = sorted(
-                (
-                    e
-                    for e in self.entries
-                    if e.status in ("predicted", "screened") and e.predicted is not None and e.reason is None
-                ),
-                key=_predicted,
-            )
-            confirmed = {e.point.config for e in self.entries if e.status == "measured"}
-            if not waiting or sum(e.status == "measured" for e in self.entries) >= CONFIRM_MAX:
-                return
-            others = [e for e in waiting if e.point.config not in confirmed]
-            if len(confirmed) == 1 and others:
-                nxt = others[0]  # the winner is compared on the full sample with another configuration
-            elif best is not None and _predicted(waiting[0]) >= max(
-                _predicted(best) * (1 + MARGIN), _wall(best)
-            ):
-                return
-            else:
-                nxt = waiting[0]
+        while (nxt := self._next_to_confirm()) is not None:
             if not await self._measure(nxt, full_rows):
                 return
+
+    def _next_to_confirm(self) -> Entry | None:
+        """The point `confirm` measures next; None once it is done."""
+        waiting = self._waiting()
+        measured = [e for e in self.entries if e.status == "measured"]
+        if not waiting or len(measured) >= CONFIRM_MAX:
+            return None
+        other = _of_another_configuration(waiting, measured)
+        if other is not None:
+            return other  # the winner is compared on the full sample with another configuration
+        return None if self._settled(waiting[0]) else waiting[0]
+
+    def _settled(self, soonest: Entry) -> bool:
+        """Whether the soonest waiting point is projected past MARGIN of the best confirmed
+        point's projection, and not below what that point measured."""
+        best = self._best_confirmed()
+        return best is not None and _predicted(soonest) >= max(_predicted(best) * (1 + MARGIN), _wall(best))
+
+    def _waiting(self) -> list[Entry]:
+        """The points projected from a screen and not yet confirmed, the soonest first."""
+        return sorted(
+            (
+                e
+                for e in self.entries
+                if e.status in ("predicted", "screened") and e.predicted is not None and e.reason is None
+            ),
+            key=_predicted,
+        )
 
     async def probe_knees(self, full_rows: int) -> None:
         """Each configuration near the best (within KNEE_NEAR) is measured at the cap
         `_knee_probe` names, on until it names none (at most KNEE_PROBES_MAX), within the budget."""
+        for config in self._near_best():
+            await self._probe_knee(config, full_rows)
+
+    def _near_best(self) -> list[Variant]:
+        """The configurations whose best own point is within KNEE_NEAR of the best, best first."""
         best_s = min((_wall(e) for e in self.entries if e.own), default=math.inf)
-        configs = sorted(
+        return sorted(
             {e.point.config for e in self.entries if e.own and _wall(e) <= best_s * (1 + KNEE_NEAR)},
             key=lambda c: min(_wall(e) for e in self.entries if e.own and e.point.config == c),
         )
-        for config in configs:
-            for _ in range(KNEE_PROBES_MAX):
-                probe = self._knee_probe(config)
-                if probe is None:
-                    break
-                cap, why = probe
-                entry = self.at_cap(config, cap)
-                if entry is None:
-                    entry = self.add(config.at(cap), why)
-                    self.reproject()
-                if entry.status not in ("predicted", "screened"):
-                    break
-                entry.origin = why
-                if not await self._measure(entry, full_rows) or entry.status != "measured":
-                    break
+
+    async def _probe_knee(self, config: Variant, full_rows: int) -> None:
+        """The configuration measured at each cap `_knee_probe` names, while it names one."""
+        for _ in range(KNEE_PROBES_MAX):
+            probe = self._knee_probe(config)
+            if probe is None:
+                return
+            cap, why = probe
+            entry = self.at_cap(config, cap)
+            if entry is None:
+                entry = self.add(config.at(cap), why)
+                self.reproject()
+            if entry.status not in ("predicted", "screened"):
+                return
+            entry.origin = why
+            if not await self._measure(entry, full_rows) or entry.status != "measured":
+                return
 
     def _knee_probe(self, config: Variant) -> tuple[int, str] | None:
         """The next cap to measure for the configuration's knee, and why; None when found.
@@ -398,52 +417,54 @@ class _State:
         one above it is halved (unless the screen projects that half clearly slower and did not
         underrate the cap measured)."""
         own = sorted(
-            (e for e in self.entries if e.own and e.trial is not None),
+            (e for e in self.entries if e.own and e.trial is not None and e.point.config == config),
             key=lambda e: e.point.running_cap or 0,
         )
-        own = [e for e in own if e.point.config == config]
-        crowded = [e for e in own if e.trial is not None and (e.trial.preemptions or 0) > 0]
+        crowded = [e for e in own if (_preemptions(e) or 0) > 0]
         if crowded:
-            high = crowded[0]
-            high_cap = high.point.running_cap or 1
-            clear = [
-                e
-                for e in own
-                if e.trial is not None and e.trial.preemptions == 0 and (e.point.running_cap or 0) < high_cap
-            ]
-            word = f"{high.label} preempted {high.trial.preemptions if high.trial else 0} requests"
-            if not clear:
-                kv = next(
-                    (
-                        e
-                        for e in self.entries
-                        if e.point.config == config
-                        and e.status == "predicted"
-                        and (e.origin or "").startswith("KV-bound")
-                        and (e.point.running_cap or 0) < high_cap
-                    ),
-                    None,
-                )
-                if kv is not None:
-                    return kv.point.running_cap or 1, f"{kv.origin}; {word}"
-                cap = math.ceil(high_cap / 2)
-                return (cap, f"half of {high.label}: {word}") if cap < high_cap else None
-            low_cap = clear[-1].point.running_cap or 1
-            if high_cap - low_cap <= max(1, math.floor(KNEE_RESOLUTION * high_cap)):
-                return None
-            return (low_cap + high_cap) // 2, f"between {clear[-1].label} (none preempted) and {word}"
+            return self._below_preempted(config, own, crowded[0])
+        return self._below_rising(config, own)
+
+    def _below_preempted(self, config: Variant, own: list[Entry], high: Entry) -> tuple[int, str] | None:
+        """The knee below `high`, the lowest cap measured that preempted: the middle between it
+        and the highest cap below it measured without, until they are KNEE_RESOLUTION apart."""
+        high_cap = high.point.running_cap or 1
+        clear = [e for e in own if _preemptions(e) == 0 and (e.point.running_cap or 0) < high_cap]
+        word = f"{high.label} preempted {_preemptions(high) or 0} requests"
+        if not clear:
+            return self._first_below_preempted(config, high, word)
+        low_cap = clear[-1].point.running_cap or 1
+        if high_cap - low_cap <= max(1, math.floor(KNEE_RESOLUTION * high_cap)):
+            return None
+        return (low_cap + high_cap) // 2, f"between {clear[-1].label} (none preempted) and {word}"
+
+    def _first_below_preempted(self, config: Variant, high: Entry, word: str) -> tuple[int, str] | None:
+        """Below a cap that preempted, with none measured clear below it: the KV-bound cap, else half."""
+        high_cap = high.point.running_cap or 1
+        kv = next(
+            (e for e in self.entries if e.point.config == config and _kv_bound_below(e, high_cap)), None
+        )
+        if kv is not None:
+            return kv.point.running_cap or 1, f"{kv.origin}; {word}"
+        cap = math.ceil(high_cap / 2)
+        return (cap, f"half of {high.label}: {word}") if cap < high_cap else None
+
+    def _below_rising(self, config: Variant, own: list[Entry]) -> tuple[int, str] | None:
+        """Half the lowest cap measured where it beats the one above it, unless the screen
+        projects that half clearly slower and did not underrate the cap measured."""
         if len(own) < 2 or _wall(own[0]) >= _wall(own[1]):
             return None
-        cap = math.ceil((own[0].point.running_cap or 1) / 2)
-        if cap >= (own[0].point.running_cap or 1):
+        lowest = own[0]
+        cap = math.ceil((lowest.point.running_cap or 1) / 2)
+        if cap >= (lowest.point.running_cap or 1):
             return None
         entry = self.at_cap(config, cap)
-        underrated = _predicted(own[0]) > _wall(own[0]) * (1 + MARGIN)
-        if not underrated and entry is not None and _predicted(entry) > _wall(own[0]) * (1 + MARGIN):
+        underrated = _predicted(lowest) > _wall(lowest) * (1 + MARGIN)
+        if not underrated and entry is not None and _predicted(entry) > _wall(lowest) * (1 + MARGIN):
             return None
         return (
             cap,
-            f"half of {own[0].label}: its throughput still rose as the cap fell ({own[1].label} above)",
+            f"half of {lowest.label}: its throughput still rose as the cap fell ({own[1].label} above)",
         )
 
     async def _measure(self, entry: Entry, full_rows: int) -> bool:
@@ -475,23 +496,7 @@ class _State:
 
     def result(self, *, alone: bool) -> SearchResult:
         compared = tuple(dict.fromkeys(e.point.config.label for e in self.entries if e.own))
-        winner = self._best_confirmed()
-        notes = []
-        if winner is not None:
-            # what the confirmations left: points projected to finish sooner on a screen alone
-            for entry in self.entries:
-                if entry.status in ("predicted", "screened") and _wall(entry) < _wall(winner):
-                    notes.append(
-                        f"{entry.label} projects {entry.job.wall_s if entry.job else 0:,.0f} s on "
-                        f"{entry.basis} alone, below the winner's {_wall(winner):,.0f} s; not confirmed "
-                        f"(at most {CONFIRM_MAX} confirmations, or the budget)"
-                    )
-        if winner is None:
-            # no full measurement: the best screen stands, and says so
-            screened = [e for e in self.entries if e.status == "screened" and e.job is not None]
-            winner = min(screened, key=_wall, default=None)
-            if winner is not None:
-                notes.append(f"{winner.label} wins on its screen alone: the budget confirmed no point")
+        winner, notes = self._winner()
         verdict = None
         if winner is not None and alone:
             notes.append(f"one configuration searched ({winner.point.config.label}): nothing was compared")
@@ -509,20 +514,79 @@ class _State:
             verdict,
         )
 
+    def _winner(self) -> tuple[Entry | None, list[str]]:
+        """The best confirmed point, with what the confirmations left; without one, the best
+        screen, saying so."""
+        winner = self._best_confirmed()
+        if winner is not None:
+            return winner, self._unconfirmed(winner)
+        # no full measurement: the best screen stands, and says so
+        screened = [e for e in self.entries if e.status == "screened" and e.job is not None]
+        winner = min(screened, key=_wall, default=None)
+        if winner is None:
+            return None, []
+        return winner, [f"{winner.label} wins on its screen alone: the budget confirmed no point"]
+
+    def _unconfirmed(self, winner: Entry) -> list[str]:
+        """What the confirmations left: points projected to finish sooner on a screen alone."""
+        return [
+            f"{entry.label} projects {entry.job.wall_s if entry.job else 0:,.0f} s on "
+            f"{entry.basis} alone, below the winner's {_wall(winner):,.0f} s; not confirmed "
+            f"(at most {CONFIRM_MAX} confirmations, or the budget)"
+            for entry in self.entries
+            if entry.status in ("predicted", "screened") and _wall(entry) < _wall(winner)
+        ]
+
     def _verdict(self, compared: tuple[str, ...]) -> str:
         """What was measured, what was not and why: no winner without two configurations."""
-        missing = []
-        for config in dict.fromkeys(e.point.config for e in self.entries):
-            if config.label in compared:
-                continue
-            rows = [e for e in self.entries if e.point.config == config]
-            why = next((e for e in rows if e.status in ("failed", "refused")), None) or rows[0]
-            missing.append(f"{config.label} ({why.status}: {why.reason or 'no rate measured'})")
+        configs = dict.fromkeys(e.point.config for e in self.entries)
+        missing = [self._not_measured(config) for config in configs if config.label not in compared]
         measured = ", ".join(compared) if compared else "no configuration"
         return (
             f"no winner: a winner needs two configurations measured at their own points; measured: "
             f"{measured}; not measured: {'; '.join(missing) or 'none'}"
         )
+
+    def _not_measured(self, config: Variant) -> str:
+        """The configuration and why it was not measured: its first failure or refusal."""
+        rows = [e for e in self.entries if e.point.config == config]
+        why = next((e for e in rows if e.status in ("failed", "refused")), None) or rows[0]
+        return f"{config.label} ({why.status}: {why.reason or 'no rate measured'})"
+
+
+def _of_another_configuration(waiting: list[Entry], measured: list[Entry]) -> Entry | None:
+    """While one configuration has a full sample: the soonest waiting point of another."""
+    confirmed = {e.point.config for e in measured}
+    if len(confirmed) != 1:
+        return None
+    return next((e for e in waiting if e.point.config not in confirmed), None)
+
+
+def _record(entry: Entry, trial: Trial, status: str) -> None:
+    """The trial on its point's entry; a failed full sample leaves the point's screen standing."""
+    if trial.ok and trial.rates.points:
+        entry.trial, entry.status, entry.reason = trial, status, None
+        return
+    why = trial.reason or "nothing measured"
+    if entry.trial is not None and entry.trial.ok:
+        # its screen stands; the reason keeps it from being confirmed again
+        entry.reason = f"its full sample failed: {why}"
+        return
+    entry.trial, entry.status, entry.reason = trial, "failed", why
+
+
+def _kv_bound_below(entry: Entry, cap: int) -> bool:
+    """Whether the point is a KV-bound cap below `cap`, not yet measured."""
+    return (
+        entry.status == "predicted"
+        and (entry.origin or "").startswith("KV-bound")
+        and (entry.point.running_cap or 0) < cap
+    )
+
+
+def _preemptions(entry: Entry) -> int | None:
+    """The requests the engine preempted during the point's latest trial (None: not known)."""
+    return entry.trial.preemptions if entry.trial is not None else None
 
 
 def _wall(entry: Entry) -> float:

@@ -36,22 +36,49 @@ class Window:
 def steady_window(requests: Sequence[RequestTiming], ratio: float = STEADY_RATIO) -> Window | None:
     """The longest interval with at least ceil(ratio x peak) requests in flight; None without
     two distinct event times (nothing answered)."""
+    spans = _spans(in_flight_changes(requests))
+    if not spans:
+        return None
+    peak = max(count for _, _, count in spans)
+    threshold = max(1, math.ceil(peak * ratio))
+    best = _longest_at_least(spans, threshold)
+    if best is None or best[1] <= best[0]:
+        return None
+    return Window(best[0], best[1], threshold, peak)
+
+
+def in_flight_changes(requests: Sequence[RequestTiming]) -> dict[float, int]:
+    """When the number of answered requests in flight changes, and by how much."""
     changes: dict[float, int] = {}
     for r in requests:
         if r.latency_s <= 0:
             continue
         changes[r.start_s] = changes.get(r.start_s, 0) + 1
-        changes[r.start_s + r.latency_s] = changes.get(r.start_s + r.latency_s, 0) - 1
-    times = sorted(changes)
+        end_s = r.start_s + r.latency_s
+        changes[end_s] = changes.get(end_s, 0) - 1
+    return changes
+
+
+def chunk_times(request: RequestTiming) -> list[float]:
+    """When each of the request's token chunks arrived."""
+    times = [request.start_s + request.ttft_s]
+    for gap in request.itl_s:
+        times.append(times[-1] + gap)
+    return times
+
+
+def _spans(changes: dict[float, int]) -> list[tuple[float, float, int]]:
+    """(start, end, requests in flight) between each change and the next."""
     spans: list[tuple[float, float, int]] = []
     in_flight = 0
-    for here, after in itertools.pairwise(times):
+    for here, after in itertools.pairwise(sorted(changes)):
         in_flight += changes[here]
         spans.append((here, after, in_flight))
-    if not spans:
-        return None
-    peak = max(count for _, _, count in spans)
-    threshold = max(1, math.ceil(peak * ratio))
+    return spans
+
+
+def _longest_at_least(spans: list[tuple[float, float, int]], threshold: int) -> tuple[float, float] | None:
+    """The longest continuous stretch of spans with at least `threshold` requests in flight."""
     best: tuple[float, float] | None = None
     open_at: float | None = None
     for index, (start, end, count) in enumerate(spans):
@@ -63,18 +90,14 @@ def steady_window(requests: Sequence[RequestTiming], ratio: float = STEADY_RATIO
             if best is None or close_at - open_at > best[1] - best[0]:
                 best = (open_at, close_at)
             open_at = None
-    if best is None or best[1] <= best[0]:
-        return None
-    return Window(best[0], best[1], threshold, peak)
+    return best
 
 
 def tokens_in_window(requests: Sequence[RequestTiming], window: Window) -> float:
     """Output tokens inside the window: each request's tokens times the share of its chunks there."""
     total = 0.0
     for r in requests:
-        stamps = [r.start_s + r.ttft_s]
-        for gap in r.itl_s:
-            stamps.append(stamps[-1] + gap)
+        stamps = chunk_times(r)
         inside = sum(1 for t in stamps if window.start_s <= t <= window.end_s)
         total += r.output_tokens * inside / len(stamps)
     return total

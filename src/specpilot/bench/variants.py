@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from specpilot.check.resolved import ResolvedSpec, resolve
+from specpilot.engines.adapter import Engine, EngineRelease
 from specpilot.engines.argv import ReadArgv, read_argv
 from specpilot.engines.fix import Fix
-from specpilot.engines.flags import ReleaseTable, parse_version
-from specpilot.engines.registry import engine_by_name, table_for
+from specpilot.engines.flags import ReleaseTable
 from specpilot.errors import UserError
 from specpilot.launch.preflight import Preflight, run_preflight
 from specpilot.models.host_files import ModelRead
@@ -74,39 +74,36 @@ class Variant:
         return name if self.running_cap is None else f"{name}@{self.running_cap}"
 
 
-def _read(spec: Spec) -> ReadArgv:
-    return read_argv(table_for(spec.engine.name, parse_version(spec.engine.version)), spec.engine.args)
+def _read(spec: Spec, release: EngineRelease) -> ReadArgv:
+    return read_argv(release.table, spec.engine.args)
 
 
-def spec_method(spec: Spec) -> str | None:
+def spec_method(spec: Spec, release: EngineRelease) -> str | None:
     """The speculative method the spec turns on, None for a plain spec."""
-    return engine_by_name(spec.engine.name).draft.method_of(_read(spec))
+    return release.engine.draft.method_of(_read(spec, release))
 
 
-def variant_of(spec: Spec) -> Variant:
+def variant_of(spec: Spec, release: EngineRelease) -> Variant:
     """The variant the spec itself is (how its bench row is labelled)."""
-    knobs, read = engine_by_name(spec.engine.name).draft, _read(spec)
+    knobs, read = release.engine.draft, _read(spec, release)
     method = knobs.method_of(read)
     return Variant() if method is None else Variant(method, knobs.draft_tokens_of(read))
 
 
-def adaptive_flag(spec: Spec) -> str | None:
+def adaptive_flag(release: EngineRelease) -> str | None:
     """The engine's adaptive-speculation flag where this release has one (its flag table)."""
-    flag = engine_by_name(spec.engine.name).draft.adaptive_flag
-    table = table_for(spec.engine.name, parse_version(spec.engine.version))
-    return flag if flag is not None and flag in table.by_spelling else None
+    flag = release.engine.draft.adaptive_flag
+    return flag if flag is not None and flag in release.table.by_spelling else None
 
 
-def measured_label(spec: Spec, labels: list[str]) -> str | None:
+def measured_label(spec: Spec, release: EngineRelease, labels: list[str]) -> str | None:
     """The bench point among `labels` that is this spec: its own cap where it sets one
     (`--max-running-requests` / `--max-num-seqs`), else its configuration at the largest cap
     measured (the plan's maximum, which the spec runs at)."""
-    own = variant_of(spec)
-    table = table_for(spec.engine.name, parse_version(spec.engine.version))
-    flag = table.by_spelling.get(engine_by_name(spec.engine.name).draft.running_cap_flag)
-    given = _read(spec).last(flag.dest) if flag is not None else None
-    if given is not None and given.text and given.text.isdigit():
-        wanted = own.at(int(given.text)).label
+    own = variant_of(spec, release)
+    own_cap = _own_cap(spec, release)
+    if own_cap is not None:
+        wanted = own.at(own_cap).label
         return wanted if wanted in labels else None
     if own.label in labels:  # a bench.json of one point per configuration
         return own.label
@@ -118,69 +115,81 @@ def measured_label(spec: Spec, labels: list[str]) -> str | None:
     return own.at(max(caps)).label if caps else None
 
 
-def default_variants(spec: Spec) -> list[Variant]:
+def _own_cap(spec: Spec, release: EngineRelease) -> int | None:
+    """The running-request cap the spec sets itself; None where it runs at the plan's maximum."""
+    flag = release.table.by_spelling.get(release.engine.draft.running_cap_flag)
+    given = _read(spec, release).last(flag.dest) if flag is not None else None
+    if given is None or not given.text or not given.text.isdigit():
+        return None
+    return int(given.text)
+
+
+def default_variants(spec: Spec, release: EngineRelease) -> list[Variant]:
     """Plain, the spec's method at 1, 2, 3 draft tokens, and at the deepest with the engine's
     adaptive speculation where the release has it."""
-    method = spec_method(spec)
+    method = spec_method(spec, release)
     plain = [Variant()]
     if method is None:
         return plain
     found = plain + [Variant(method, k) for k in DEFAULT_DRAFT_TOKENS]
-    if adaptive_flag(spec) is not None:
+    if adaptive_flag(release) is not None:
         found.append(Variant(method, DEFAULT_DRAFT_TOKENS[-1], adaptive=True))
     return found
 
 
-def parse_variants(text: str, spec: Spec) -> list[Variant]:
+def parse_variants(text: str, engine: Engine) -> list[Variant]:
     """`plain,NEXTN:1,NEXTN:3` -> variants; one line naming --variants for a bad item."""
-    knobs = engine_by_name(spec.engine.name).draft
-    found: list[Variant] = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        if item.lower() in (PLAIN, "none", "off"):
-            found.append(Variant())
-            continue
-        method, _, count = (part.strip() for part in item.partition(":"))
-        count, _, mode = (part.strip() for part in count.partition(":"))
-        name = method if knobs.case_sensitive else method.upper()
-        if name not in knobs.methods:
-            shown = ", ".join(sorted(knobs.methods)[:12])
-            raise UserError(
-                f"{method!r} is not a speculative method of {spec.engine.name}",
-                field="--variants",
-                fix=f"use plain or one of {shown}, ...; {VARIANTS_FIX}",
-            )
-        # ASCII digits: "²".isdigit() is true and int() refuses it
-        if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= 16:
-            raise UserError(
-                f"{item!r} gives no draft-token count from 1 to 16",
-                field="--variants",
-                fix=VARIANTS_FIX,
-            )
-        if mode and mode.lower() != "adaptive":
-            raise UserError(f"{item!r}: {mode!r} is not a mode", field="--variants", fix=VARIANTS_FIX)
-        found.append(Variant(name, int(count), adaptive=bool(mode)))
+    found = [_parse_item(item, engine) for item in (part.strip() for part in text.split(",")) if item]
     if not found:
         raise UserError("names no variant", field="--variants", fix=VARIANTS_FIX)
     return list(dict.fromkeys(found))
 
 
-def variant_spec(spec: Spec, variant: Variant, name: str) -> Spec:
+def _parse_item(item: str, engine: Engine) -> Variant:
+    """One item of --variants: plain, METHOD:K or METHOD:K:adaptive."""
+    if item.lower() in (PLAIN, "none", "off"):
+        return Variant()
+    method, _, count = (part.strip() for part in item.partition(":"))
+    count, _, mode = (part.strip() for part in count.partition(":"))
+    name = _method_name(method, engine)
+    # ASCII digits: "²".isdigit() is true and int() refuses it
+    if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= 16:
+        raise UserError(
+            f"{item!r} gives no draft-token count from 1 to 16",
+            field="--variants",
+            fix=VARIANTS_FIX,
+        )
+    if mode and mode.lower() != "adaptive":
+        raise UserError(f"{item!r}: {mode!r} is not a mode", field="--variants", fix=VARIANTS_FIX)
+    return Variant(name, int(count), adaptive=bool(mode))
+
+
+def _method_name(method: str, engine: Engine) -> str:
+    """The speculative method as the engine spells it; one line naming --variants for another."""
+    knobs = engine.draft
+    name = method if knobs.case_sensitive else method.upper()
+    if name not in knobs.methods:
+        shown = ", ".join(sorted(knobs.methods)[:12])
+        raise UserError(
+            f"{method!r} is not a speculative method of {engine.name}",
+            field="--variants",
+            fix=f"use plain or one of {shown}, ...; {VARIANTS_FIX}",
+        )
+    return name
+
+
+def variant_spec(spec: Spec, release: EngineRelease, variant: Variant, name: str) -> Spec:
     """The spec as this variant runs it, as run `name`: plain drops the speculative flags,
     a method keeps the spec's own flags (its mamba strategy, say) and sets method and k."""
-    table = table_for(spec.engine.name, parse_version(spec.engine.version))
     if variant.method is None:
         base = without_speculation(spec) or spec
         args, env = list(base.engine.args), dict(base.engine.env)
     else:
-        read = _read(spec)
-        knobs = engine_by_name(spec.engine.name).draft
-        flags = knobs.args_for(read, variant.method, variant.draft_tokens)
-        adaptive = adaptive_flag(spec)
+        flags = release.engine.draft.args_for(_read(spec, release), variant.method, variant.draft_tokens)
+        adaptive = adaptive_flag(release)
         if variant.adaptive and adaptive is not None:
             flags += (adaptive,)
-        args, env = Fix(args=flags).apply(table, spec.engine.args, spec.engine.env)
+        args, env = Fix(args=flags).apply(release.table, spec.engine.args, spec.engine.env)
     engine = spec.engine.model_copy(update={"args": args, "env": env})
     return spec.model_copy(update={"name": name, "engine": engine})
 
@@ -197,47 +206,65 @@ class Prepared:
     recommended: tuple[str, ...] = ()
 
 
-def prepare(spec: Spec, variant: Variant, name: str, files: ModelRead | None = None) -> Prepared:
+def prepare(
+    spec: Spec, release: EngineRelease, variant: Variant, name: str, files: ModelRead | None = None
+) -> Prepared:
     """Check and plan the variant; run it at the plan's recommended knobs, its running
     requests capped at the variant's cap (refused above the plan's maximum). `files`: the
     model as the bench read it (a variant changes flags, not the model)."""
-    candidate = variant_spec(spec, variant, name)
-    table = table_for(spec.engine.name, parse_version(spec.engine.version))
-    if variant.replan:
-        candidate = _with(
-            candidate, *Fix(args=variant.side_args).apply(table, candidate.engine.args, candidate.engine.env)
+    candidate = _candidate(spec, release, variant, name)
+    if variant.adaptive and adaptive_flag(release) is None:
+        return Prepared(
+            variant, candidate, None, refused=f"{release_name(release)} has no adaptive speculation"
         )
-    if variant.adaptive and adaptive_flag(spec) is None:
-        return Prepared(variant, candidate, None, refused=f"{_release(spec)} has no adaptive speculation")
     resolved = resolve(candidate, files)  # the model read once for every preflight below
-    pre = run_preflight(resolved)
-    if pre.errors and pre.cause == "oom" and pre.fix is not None:
-        # does not fit as given: the plan's recommendation is what `plan` would have it run at
-        args, env = pre.fix.apply(table, candidate.engine.args, candidate.engine.env)
-        candidate = _with(candidate, args, env)
-        pre = run_preflight(resolved.respec(candidate))
+    candidate, pre = _fitted(resolved, release.table)
     if pre.errors or pre.plan is None:
         return Prepared(variant, candidate, None, refused=_reason(pre))
     recommended = _over(tuple(pre.plan.recommended_args), variant.side_args)
-    args, env = Fix(args=recommended, env=dict(pre.plan.recommended_env)).apply(
-        table, candidate.engine.args, candidate.engine.env
-    )
-    tuned = _with(candidate, args, env)
+    tuned = _fixed(candidate, Fix(args=recommended, env=dict(pre.plan.recommended_env)), release.table)
     point = resolved.respec(tuned)
     final = run_preflight(point)
     if final.errors or final.plan is None:
         return Prepared(variant, tuned, None, refused=_reason(final), recommended=recommended)
     if variant.running_cap is None:
-        return _serving(variant, point, final.plan, recommended)
+        return _serving(variant, point, final.plan, recommended, release.table)
     most = final.plan.max_running_requests
     if variant.running_cap > most:
         refused = f"{variant.running_cap} running requests: the plan's most is {most}"
         return Prepared(variant, tuned, None, refused=refused, recommended=recommended)
-    flag = engine_by_name(spec.engine.name).draft.running_cap_flag
+    return _capped(variant, resolved, tuned, recommended, release)
+
+
+def _candidate(spec: Spec, release: EngineRelease, variant: Variant, name: str) -> Spec:
+    """The variant's spec, with its gate side's flags where the plan recommends again with them."""
+    candidate = variant_spec(spec, release, variant, name)
+    if not variant.replan:
+        return candidate
+    return _fixed(candidate, Fix(args=variant.side_args), release.table)
+
+
+def _fitted(resolved: ResolvedSpec, table: ReleaseTable) -> tuple[Spec, Preflight]:
+    """The candidate and its preflight: as given, or where it does not fit, at the plan's
+    recommendation (what `plan` would have it run at)."""
+    candidate, pre = resolved.spec, run_preflight(resolved)
+    if not pre.errors or pre.cause != "oom" or pre.fix is None:
+        return candidate, pre
+    candidate = _fixed(candidate, pre.fix, table)
+    return candidate, run_preflight(resolved.respec(candidate))
+
+
+def _capped(
+    variant: Variant,
+    resolved: ResolvedSpec,
+    tuned: Spec,
+    recommended: tuple[str, ...],
+    release: EngineRelease,
+) -> Prepared:
+    """The tuned point at the variant's own running-request cap, below the plan's maximum."""
+    flag = release.engine.draft.running_cap_flag
     cap = (flag, str(variant.running_cap))
-    args, env = Fix(args=cap).apply(table, tuned.engine.args, tuned.engine.env)
-    capped = _with(tuned, args, env)
-    point = resolved.respec(capped)
+    point = resolved.respec(_fixed(tuned, Fix(args=cap), release.table))
     final = run_preflight(point)
     # the plan's own cap flag gives way to the point's
     recommended = (*_without(recommended, flag), *cap)
@@ -246,20 +273,19 @@ def prepare(spec: Spec, variant: Variant, name: str, files: ModelRead | None = N
         # capture the prefill graph once smaller decode graphs leave 4 GiB past the pools, and
         # the configuration's fraction then leaves too little): the point at its own cap, one
         # fraction step lower at a time until its plan fits
-        point, final, recommended = _stepped_down(point, final, recommended, table)
-        capped = point.spec
+        point, final, recommended = _stepped_down(point, final, recommended, release)
     if final.errors or final.plan is None:
-        return Prepared(variant, capped, None, refused=_reason(final), recommended=recommended)
-    return _serving(variant, point, final.plan, recommended)
+        return Prepared(variant, point.spec, None, refused=_reason(final), recommended=recommended)
+    return _serving(variant, point, final.plan, recommended, release.table)
 
 
 def _stepped_down(
-    point: ResolvedSpec, pre: Preflight, recommended: tuple[str, ...], table: ReleaseTable
+    point: ResolvedSpec, pre: Preflight, recommended: tuple[str, ...], release: EngineRelease
 ) -> tuple[ResolvedSpec, Preflight, tuple[str, ...]]:
     """`point` at the highest fraction below its own whose plan fits (or as it was, with its
     refusal, when none does), down to LOWEST_FRACTION in FRACTION_STEPs."""
-    spec = point.spec
-    flag = table.by_spelling.get(engine_by_name(spec.engine.name).draft.memory_fraction_flag)
+    spec, table = point.spec, release.table
+    flag = table.by_spelling.get(release.engine.draft.memory_fraction_flag)
     use = None if flag is None else read_argv(table, spec.engine.args).last(flag.dest)
     try:
         given = float(use.text) if use is not None and use.text is not None else None
@@ -270,7 +296,7 @@ def _stepped_down(
     fraction = round(given - FRACTION_STEP, 2)
     while fraction >= LOWEST_FRACTION:
         lower = (flag.name, f"{fraction:.2f}")
-        trial = point.respec(_with(spec, *Fix(args=lower).apply(table, spec.engine.args, spec.engine.env)))
+        trial = point.respec(_fixed(spec, Fix(args=lower), table))
         found = run_preflight(trial)
         if not found.errors and found.plan is not None:
             return trial, found, _over(recommended, lower)
@@ -278,7 +304,9 @@ def _stepped_down(
     return point, pre, recommended
 
 
-def _serving(variant: Variant, point: ResolvedSpec, plan: Plan, recommended: tuple[str, ...]) -> Prepared:
+def _serving(
+    variant: Variant, point: ResolvedSpec, plan: Plan, recommended: tuple[str, ...], table: ReleaseTable
+) -> Prepared:
     """The point with the flags its plan says it needs to serve, not only to start (SGLang's
     radix-cache copy-on-write bound, say), as `plan --write` writes them: the point measured is
     the point `--write` hands to `up`, safe to run the whole job."""
@@ -286,8 +314,7 @@ def _serving(variant: Variant, point: ResolvedSpec, plan: Plan, recommended: tup
     added = tuple(serving_args(point, plan))
     if not added:
         return Prepared(variant, spec, plan, recommended=recommended)
-    table = table_for(spec.engine.name, parse_version(spec.engine.version))
-    served = _with(spec, *Fix(args=added).apply(table, spec.engine.args, spec.engine.env))
+    served = _fixed(spec, Fix(args=added), table)
     final = run_preflight(point.respec(served))
     recommended = _over(recommended, added)
     if final.errors or final.plan is None:
@@ -316,11 +343,14 @@ def _without(args: tuple[str, ...], flag: str) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def _release(spec: Spec) -> str:
-    return f"{engine_by_name(spec.engine.name).display_name} {spec.engine.version}"
+def release_name(release: EngineRelease) -> str:
+    """The release as a line names it ("SGLang 0.5.13")."""
+    return f"{release.engine.display_name} {release.version_text}"
 
 
-def _with(spec: Spec, args: list[str], env: dict[str, str]) -> Spec:
+def _fixed(spec: Spec, fix: Fix, table: ReleaseTable) -> Spec:
+    """`spec` with `fix` made to its flags and environment."""
+    args, env = fix.apply(table, spec.engine.args, spec.engine.env)
     return spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args, "env": env})})
 
 

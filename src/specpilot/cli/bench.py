@@ -147,7 +147,7 @@ def bench(
     failed or unreached points stay in the table with the reason.
     """
     from specpilot.bench.finish import finish_bench
-    from specpilot.bench.run import BenchRequest, check_budget, plan_settings, run_bench
+    from specpilot.bench.run import BenchRequest, bench_release, check_budget, plan_settings, run_bench
     from specpilot.bench.variants import default_variants, parse_variants
     from specpilot.generate.rows.inputs import check_output_dir
     from specpilot.launch.shield import ending_signals, stop_started
@@ -157,7 +157,10 @@ def bench(
     spec = load_spec(spec_path)
     check_run_name(spec.name)
     check_budget(budget_s, warmup_s)
-    chosen = parse_variants(variants, spec) if variants is not None else default_variants(spec)
+    release = bench_release(spec)
+    chosen = (
+        parse_variants(variants, release.engine) if variants is not None else default_variants(spec, release)
+    )
     if write_path is not None:
         _check_writable(write_path)
     if gpus is not None and gpus < spec.gpu.count:
@@ -178,7 +181,7 @@ def bench(
         warmup_s=warmup_s,
         progress_interval_s=progress_interval_s,
     )
-    request = BenchRequest(spec, prompts_path, job_dir, chosen, sample_rows, seed, settings, gpus)
+    request = BenchRequest(spec, release, prompts_path, job_dir, chosen, sample_rows, seed, settings, gpus)
     # SIGTERM (a scheduler's kill) and SIGHUP (the SSH session closed) end it as Ctrl-C does
     started: list[str] = []
     try:

@@ -16,7 +16,7 @@ from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.cli.view import serve_status_options
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
-from specpilot.export.formats import FORMATS, format_help, format_named, names_with, target_help
+from specpilot.export.formats import FORMATS, ExportFormat, format_help, format_named, names_with, target_help
 from specpilot.generate.rows.inputs import ROW_SHAPES_HELP
 from specpilot.generate.sampling import Sampling
 from specpilot.generate.yields import DEFAULT_GUARD_MIN_ROWS, DEFAULT_MIN_CLEAN_YIELD_PCT, GUARD_LEAST_ROWS
@@ -409,34 +409,19 @@ def export(
     out: Output,
 ) -> None:
     """Export the finished rows of a generate job for SpecForge, speculators or datasets."""
-    from specpilot.export.lengths import length_report
     from specpilot.export.run import chat_template as export_template
     from specpilot.export.run import export as run_export
-    from specpilot.export.tokenizer import is_tokenizer_folder
     from specpilot.export.trainready import FIX as TRAIN_CHECK_FIX
     from specpilot.generate.ledger.report import reading_ledger
-    from specpilot.generate.writers.committed import committed_rows
-    from specpilot.generate.writers.parts import CLEAN, FLAGGED
     from specpilot.progress import ProgressLines, stderr_is_terminal
 
     spec = format_named(fmt, field="--format")
-    if per_turn is not None and not spec.splits_turns:
-        flag = "--per-turn" if per_turn else "--whole-conversations"
-        raise UserError(
-            f"{flag} applies to --format {names_with(lambda f: f.splits_turns)} only",
-            field=flag,
-            fix=f"drop it (--format {fmt} keeps whole conversations; speculators splits turns itself)",
-        )
+    _refuse_turn_choice(spec, fmt, per_turn)
     with reading_ledger(directory) as ledger:
         meta = ledger.meta()
     template, warnings = export_template(spec, chat_template, meta.get("model"))
     split_turns = spec.splits_turns and per_turn is not False
-    if tokenizer is not None and not is_tokenizer_folder(tokenizer):
-        raise UserError(
-            f"{tokenizer} holds no tokenizer.json or tokenizer_config.json",
-            field="--tokenizer",
-            fix="give the model's folder (where its tokenizer files are), or pass --no-train-check",
-        )
+    _refuse_tokenizer(tokenizer)
     lines = ProgressLines(f"export {fmt}")
     result = run_export(
         directory,
@@ -454,20 +439,58 @@ def export(
     if not stderr_is_terminal():  # the last line is the total, not the last throttled count
         lines.say("written", f"{result.rows:,} rows")
     warnings += result.warnings
-    splits = (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
-    over = None
-    if max_length_tokens is not None:
-        over = length_report(committed_rows(directory, splits), max_length_tokens)["over_max_length"]
-        if over:
-            warnings.append(
-                f"{over} of the job's rows are longer than --max-length {max_length_tokens}: "
-                "the trainer cuts them (see `specpilot report DIR --max-length N`)"
-            )
+    over, too_long = _over_max_length(directory, include_flagged, max_length_tokens)
+    warnings += too_long
     out.show(_ExportShown(fmt, split_turns, result, include_flagged, template, over, warnings), indent=None)
     if result.train_ready.failed:
         # the result above is the one object under --json; the failure is its line and exit code
         click.echo(f"error: {result.train_ready.line()} ({TRAIN_CHECK_FIX})", err=True)
         sys.exit(EXIT_FAILED)
+
+
+def _refuse_turn_choice(spec: ExportFormat, fmt: str, per_turn: bool | None) -> None:
+    """--per-turn and --whole-conversations only where the format splits turns."""
+    if per_turn is None or spec.splits_turns:
+        return
+    flag = "--per-turn" if per_turn else "--whole-conversations"
+    raise UserError(
+        f"{flag} applies to --format {names_with(lambda f: f.splits_turns)} only",
+        field=flag,
+        fix=f"drop it (--format {fmt} keeps whole conversations; speculators splits turns itself)",
+    )
+
+
+def _refuse_tokenizer(tokenizer: Path | None) -> None:
+    """--tokenizer names a folder that holds a tokenizer."""
+    from specpilot.export.tokenizer import is_tokenizer_folder
+
+    if tokenizer is not None and not is_tokenizer_folder(tokenizer):
+        raise UserError(
+            f"{tokenizer} holds no tokenizer.json or tokenizer_config.json",
+            field="--tokenizer",
+            fix="give the model's folder (where its tokenizer files are), or pass --no-train-check",
+        )
+
+
+def _over_max_length(
+    directory: Path, include_flagged: bool, max_length_tokens: int | None
+) -> tuple[int | None, list[str]]:
+    """With --max-length: how many of the job's rows the trainer would cut, and the warning
+    where any would be."""
+    from specpilot.export.lengths import length_report
+    from specpilot.generate.writers.committed import committed_rows
+    from specpilot.generate.writers.parts import CLEAN, FLAGGED
+
+    if max_length_tokens is None:
+        return None, []
+    splits = (CLEAN, FLAGGED) if include_flagged else (CLEAN,)
+    over: int = length_report(committed_rows(directory, splits), max_length_tokens)["over_max_length"]
+    if not over:
+        return over, []
+    return over, [
+        f"{over} of the job's rows are longer than --max-length {max_length_tokens}: "
+        "the trainer cuts them (see `specpilot report DIR --max-length N`)"
+    ]
 
 
 @dataclass(frozen=True)

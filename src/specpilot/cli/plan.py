@@ -12,8 +12,9 @@ import click
 from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.cli.inputs import PASSTHROUGH, SpecCommand, resolve_spec, spec_options
 from specpilot.cli.output import Human, Output, json_option
+from specpilot.engines.adapter import Engine, EngineRelease
 from specpilot.engines.logfacts import LogFacts
-from specpilot.engines.registry import ENGINES, engine_by_name
+from specpilot.engines.registry import ENGINES
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.models.host_files import read_model
 from specpilot.plan import make_plan
@@ -91,7 +92,7 @@ def _draw(
     return written
 
 
-def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> StartupPeak | None:
+def _startup_peak(engine: Engine, from_log: str | None, samples: str | None) -> StartupPeak | None:
     """The measured low point of the logged start, when its samples are given."""
     if samples is None:
         return None
@@ -101,11 +102,11 @@ def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> Star
             field="--samples",
             fix="add --from-log with that start's engine.log",
         )
-    markers = engine_by_name(spec.engine.name).startup_phases
+    markers = engine.startup_phases
     if markers is None:
         readable = " or ".join(e.display_name for e in ENGINES if e.startup_phases is not None)
         raise UserError(
-            f"reads {readable} starts only, not {spec.engine.name}'s",
+            f"reads {readable} starts only, not {engine.name}'s",
             field="--samples",
             fix="drop --samples for this spec",
         )
@@ -113,7 +114,9 @@ def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> Star
     return measure_startup_peak(samples, log_text, markers)
 
 
-def job_projections(spec: Spec, job_dir: Path, gpus: int | None) -> dict[str, Projection] | None:
+def job_projections(
+    spec: Spec, release: EngineRelease, job_dir: Path, gpus: int | None
+) -> dict[str, Projection] | None:
     """This spec's and the bench winner's projected job time, from the job's bench result."""
     from specpilot.bench.variants import measured_label
 
@@ -121,7 +124,7 @@ def job_projections(spec: Spec, job_dir: Path, gpus: int | None) -> dict[str, Pr
     if outcome is None:
         return None
     found = {}
-    own = measured_label(spec, list(outcome.measured))
+    own = measured_label(spec, release, list(outcome.measured))
     for label in dict.fromkeys((own, outcome.winner)):
         if label is not None and label in outcome.measured:
             name = f"this spec ({label})" if label == own else f"bench's winner ({label})"
@@ -200,22 +203,12 @@ def plan(
         gpu_count=gpu_count,
         engine_version=engine_version,
     )
-    # the spec resolved once: its model read once, its flags evaluated once, for every step below
-    resolved = resolve(spec, asyncio.run(read_model(spec)))
-    check_fixes = _apply_check_fixes(resolved) if write_path is not None else None
-    if check_fixes is not None:
-        resolved = resolved.respec(check_fixes[0])
-        out.step(f"check's fixes, applied before planning: {check_fixes[1]}")
-    refuse_rejected_flags(resolved)
-    facts: LogFacts | None = None
-    if from_log:
-        calibrated, facts = calibrate_from_log(resolved, from_log)
-        resolved = resolved.respec(calibrated)
+    resolved, check_fixes, facts = _resolved(spec, out, fixing=write_path is not None, from_log=from_log)
     spec = resolved.spec
-    peak = _startup_peak(spec, from_log, samples)
+    peak = _startup_peak(resolved.release.engine, from_log, samples)
     result = with_serving_args(resolved, make_plan(resolved, facts), facts)
     drawn = _draw(resolved, facts, result, svg_path, html_path) if svg_path or html_path else []
-    projected = job_projections(spec, job_dir, gpus) if job_dir is not None else None
+    projected = job_projections(spec, resolved.release, job_dir, gpus) if job_dir is not None else None
     out.show(_PlanShown(result, peak, job_dir, projected))
     for line in drawn:
         out.step(line)
@@ -224,6 +217,24 @@ def plan(
         out.step(written)
     # the verdict on the spec given: one that needed check's fixes would not have started
     raise SystemExit(EXIT_OK if result.fits and check_fixes is None else EXIT_FAILED)
+
+
+def _resolved(
+    spec: Spec, out: Output, *, fixing: bool, from_log: str | None
+) -> tuple[ResolvedSpec, tuple[Spec, str] | None, LogFacts | None]:
+    """The spec resolved once (its model read once, its flags evaluated once, for every step
+    below): with `--write` (`fixing`) check's fixes applied first, with `--from-log` calibrated
+    on the log; check's fixes and what was read from the log."""
+    resolved = resolve(spec, asyncio.run(read_model(spec)))
+    check_fixes = _apply_check_fixes(resolved) if fixing else None
+    if check_fixes is not None:
+        resolved = resolved.respec(check_fixes[0])
+        out.step(f"check's fixes, applied before planning: {check_fixes[1]}")
+    refuse_rejected_flags(resolved)
+    if not from_log:
+        return resolved, check_fixes, None
+    calibrated, facts = calibrate_from_log(resolved, from_log)
+    return resolved.respec(calibrated), check_fixes, facts
 
 
 @dataclass(frozen=True)

@@ -73,45 +73,48 @@ def _render_result(result: UpResult, console: Console) -> None:
             f"({result.elapsed_s:.1f} s; argv and env verified)"
         )
     else:
-        if result.phase == "refused":
-            console.print(f"[bold red]refused[/] before start: [bold]{result.cause}[/]; nothing was started")
-        else:
-            where = f" during '{result.last_phase}'" if result.last_phase else ""
-            console.print(
-                f"[bold red]failed[/]: [bold]{result.cause}[/]{where} after {result.elapsed_s:.1f} s"
-            )
-        if result.exit_status is not None:
-            console.print(f"the engine {describe_returncode(result.exit_status)}")
-        if result.error:  # unboxed, so the traceback copies cleanly
-            console.rule("error", style="red")
-            console.print(Text(result.error), soft_wrap=True)
-            console.rule(style="red")
-        if result.fix is not None:
-            console.print(Panel(Text("\n".join(_fix_lines(result.fix))), title="fix"))
-        if result.pid is not None:
-            console.print(f"process group {result.pid} stopped; nothing left running")
+        _render_failure(result, console)
     if result.allocations:
-        table = Table("allocation", "engine", "plan", "diff")
-        planned = {d["key"]: d for d in result.plan_diff}
-        for key, value in sorted(result.allocations.items()):
-            diff = planned.get(key)
-            if diff is None:
-                table.add_row(key, _number(value), "-", "-")
-            else:
-                style = "bold yellow" if diff["warn"] else ""
-                table.add_row(
-                    key,
-                    _number(value),
-                    _number(diff["planned"]),
-                    Text(f"{diff['diff_pct']:+.1f}%", style),
-                )
-        console.print(table)
+        console.print(_allocation_table(result))
     for diff in result.plan_diff:
         if diff["warn"]:
             console.print(
                 f"[yellow]warning[/]: {diff['key']} is {_number(diff['engine'])}, the plan said "
                 f"{_number(diff['planned'])} ({diff['diff_pct']:+.1f}%, more than 5%)"
             )
+
+
+def _render_failure(result: UpResult, console: Console) -> None:
+    """A refused or failed start: why, how the engine ended, its error, the fix, what was stopped."""
+    if result.phase == "refused":
+        console.print(f"[bold red]refused[/] before start: [bold]{result.cause}[/]; nothing was started")
+    else:
+        where = f" during '{result.last_phase}'" if result.last_phase else ""
+        console.print(f"[bold red]failed[/]: [bold]{result.cause}[/]{where} after {result.elapsed_s:.1f} s")
+    if result.exit_status is not None:
+        console.print(f"the engine {describe_returncode(result.exit_status)}")
+    if result.error:  # unboxed, so the traceback copies cleanly
+        console.rule("error", style="red")
+        console.print(Text(result.error), soft_wrap=True)
+        console.rule(style="red")
+    if result.fix is not None:
+        console.print(Panel(Text("\n".join(_fix_lines(result.fix))), title="fix"))
+    if result.pid is not None:
+        console.print(f"process group {result.pid} stopped; nothing left running")
+
+
+def _allocation_table(result: UpResult) -> Table:
+    """What the engine allocated beside what the plan said, the differences past 5% marked."""
+    table = Table("allocation", "engine", "plan", "diff")
+    planned = {d["key"]: d for d in result.plan_diff}
+    for key, value in sorted(result.allocations.items()):
+        diff = planned.get(key)
+        if diff is None:
+            table.add_row(key, _number(value), "-", "-")
+            continue
+        style = "bold yellow" if diff["warn"] else ""
+        table.add_row(key, _number(value), _number(diff["planned"]), Text(f"{diff['diff_pct']:+.1f}%", style))
+    return table
 
 
 class _UpView:
@@ -318,26 +321,34 @@ class _StatusShown:
         alive = "[green]alive[/]" if result.alive else "[red]not running[/]"
         uptime = f"up {result.uptime_s:.0f} s" if result.uptime_s is not None else ""
         console.print(f"[bold]{name}[/]  {result.phase}  pid {result.pid} {alive}  {uptime}")
-        if result.crash is not None:
-            console.print(f"[bold red]{result.crash.cause}[/] after ready: {result.crash.line}")
-        if result.pid_reused:
-            console.print(f"pid {result.pid} now belongs to another process: the run's own is gone")
-        if result.exit_status is not None:
-            console.print(f"the engine {describe_returncode(result.exit_status)}")
-        if result.leftovers:
-            pids = " ".join(map(str, result.leftovers))
-            console.print(f"the engine left pid {pids} running: `specpilot down {name}` ends them")
-        if result.leftovers_unproven:
-            pids = " ".join(map(str, result.leftovers_unproven))
-            console.print(
-                f"pid {pids} of process group {result.pid} cannot be proven the run's, so no command of "
-                f"specpilot signals them; see `ps -o pid,lstart,cmd -g {result.pid}`"
-            )
+        for line in _process_lines(name, result):
+            console.print(line)
         state = result.endpoint_state or "-"
         answer = state if state.startswith("slow") else f"answer {state}"
         console.print(f"endpoint {result.endpoint}  {answer}  model {result.served_model_name}")
         if result.last_lines:
             console.print(Panel(Text("\n".join(result.last_lines)), title="last lines"))
+
+
+def _process_lines(name: str, result: RunStatus) -> list[str]:
+    """What became of the run's process: a crash after ready, a reused pid, its exit, what it left."""
+    lines = []
+    if result.crash is not None:
+        lines.append(f"[bold red]{result.crash.cause}[/] after ready: {result.crash.line}")
+    if result.pid_reused:
+        lines.append(f"pid {result.pid} now belongs to another process: the run's own is gone")
+    if result.exit_status is not None:
+        lines.append(f"the engine {describe_returncode(result.exit_status)}")
+    if result.leftovers:
+        pids = " ".join(map(str, result.leftovers))
+        lines.append(f"the engine left pid {pids} running: `specpilot down {name}` ends them")
+    if result.leftovers_unproven:
+        pids = " ".join(map(str, result.leftovers_unproven))
+        lines.append(
+            f"pid {pids} of process group {result.pid} cannot be proven the run's, so no command of "
+            f"specpilot signals them; see `ps -o pid,lstart,cmd -g {result.pid}`"
+        )
+    return lines
 
 
 @click.command("logs")

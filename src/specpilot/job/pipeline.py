@@ -134,10 +134,16 @@ def _server_spec(job: JobFile) -> Spec:
 
 def _check_bench(job: JobFile, spec: Spec) -> None:
     """A bench section must have two variants to compare."""
+    from specpilot.bench.run import bench_release
     from specpilot.bench.variants import default_variants, parse_variants
 
     assert job.bench is not None
-    chosen = parse_variants(job.bench.variants, spec) if job.bench.variants else default_variants(spec)
+    release = bench_release(spec)
+    chosen = (
+        parse_variants(job.bench.variants, release.engine)
+        if job.bench.variants
+        else default_variants(spec, release)
+    )
     if len(chosen) < 2:
         raise UserError(
             "the server spec turns on no speculative method, so a bench has one variant and nothing "
@@ -411,18 +417,21 @@ async def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
         record.finish("bench", {"why": "no [job.bench] in the job file"}, status="skipped")
         return
     from specpilot.bench.finish import finish_bench
-    from specpilot.bench.run import BenchRequest, plan_settings, run_bench
+    from specpilot.bench.run import BenchRequest, bench_release, plan_settings, run_bench
     from specpilot.bench.variants import default_variants, parse_variants
 
     spec = _server_spec(job)
     bench = job.bench
     record.begin("bench", spec.gpu.count)
-    chosen = parse_variants(bench.variants, spec) if bench.variants else default_variants(spec)
+    release = bench_release(spec)
+    chosen = (
+        parse_variants(bench.variants, release.engine) if bench.variants else default_variants(spec, release)
+    )
     settings = plan_settings(
         job.output, sample_rows=bench.sample, sampling=job.sampling, budget_s=bench.budget_s,
         warmup_s=min(30.0, bench.budget_s / 4), progress_interval_s=0.0,
     )  # fmt: skip
-    request = BenchRequest(spec, job.prompts, job.output, chosen, bench.sample, 0, settings)
+    request = BenchRequest(spec, release, job.prompts, job.output, chosen, bench.sample, 0, settings)
     result = await run_bench(request, say)
     best = job.output / BEST_SPEC
     if result.winner is not None:
