@@ -27,6 +27,7 @@ import aiohttp
 from specpilot.bench.client import RequestTiming, StreamingChatClient, TimingLog
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import Prepared
+from specpilot.check.resolved import release_of
 from specpilot.engines.metrics import PreemptionSignal
 from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
@@ -40,7 +41,7 @@ from specpilot.hosts import open_host_section
 from specpilot.launch.ops import run_down
 from specpilot.launch.outcome import Progress, UpResult
 from specpilot.launch.state import read_state
-from specpilot.launch.supervisor import launch
+from specpilot.launch.supervisor import launch_planned
 from specpilot.secrets import mask_argv
 from specpilot.spec import Spec
 from specpilot.taskgroup import beside
@@ -325,7 +326,7 @@ def _streaming(
 async def _up(spec: Spec, prepared: Prepared, progress: Progress) -> UpResult:
     host = open_host_section(spec.host)
     try:
-        return await launch(spec, host, plan=prepared.plan, progress=progress)
+        return await launch_planned(spec, release_of(spec), host, plan=prepared.plan, progress=progress)
     finally:
         await host.close()
 

@@ -12,8 +12,9 @@ import click
 from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.cli.inputs import PASSTHROUGH, SpecCommand, resolve_spec, spec_options
 from specpilot.cli.output import Human, Output, json_option
+from specpilot.engines.adapter import Engine
 from specpilot.engines.logfacts import LogFacts
-from specpilot.engines.registry import ENGINES, engine_by_name
+from specpilot.engines.registry import ENGINES
 from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
 from specpilot.models.host_files import read_model
 from specpilot.plan import make_plan
@@ -91,7 +92,9 @@ def _draw(
     return written
 
 
-def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> StartupPeak | None:
+def _startup_peak(
+    spec: Spec, engine: Engine, from_log: str | None, samples: str | None
+) -> StartupPeak | None:
     """The measured low point of the logged start, when its samples are given."""
     if samples is None:
         return None
@@ -101,7 +104,7 @@ def _startup_peak(spec: Spec, from_log: str | None, samples: str | None) -> Star
             field="--samples",
             fix="add --from-log with that start's engine.log",
         )
-    markers = engine_by_name(spec.engine.name).startup_phases
+    markers = engine.startup_phases
     if markers is None:
         readable = " or ".join(e.display_name for e in ENGINES if e.startup_phases is not None)
         raise UserError(
@@ -212,11 +215,12 @@ def plan(
         calibrated, facts = calibrate_from_log(resolved, from_log)
         resolved = resolved.respec(calibrated)
     spec = resolved.spec
-    peak = _startup_peak(spec, from_log, samples)
+    engine = resolved.release.engine
+    peak = _startup_peak(spec, engine, from_log, samples)
     result = with_serving_args(resolved, make_plan(resolved, facts), facts)
     drawn = _draw(resolved, facts, result, svg_path, html_path) if svg_path or html_path else []
     projected = job_projections(spec, job_dir, gpus) if job_dir is not None else None
-    out.show(_PlanShown(result, peak, job_dir, projected))
+    out.show(_PlanShown(result, engine, peak, job_dir, projected))
     for line in drawn:
         out.step(line)
     if write_path is not None:
@@ -231,6 +235,7 @@ class _PlanShown:
     """The plan; with --samples the measured start, with --job the projected job time."""
 
     plan: Plan
+    engine: Engine
     peak: StartupPeak | None
     job_dir: Path | None
     projected: dict[str, Projection] | None
@@ -244,7 +249,7 @@ class _PlanShown:
         return data
 
     def human(self, out: Human) -> None:
-        render_plan(self.plan, out.console())
+        render_plan(self.plan, out.console(), self.engine)
         if self.peak is not None:
             render_startup_peak(self.peak, self.plan, out.console())
         if self.job_dir is None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from specpilot.check.resolved import ResolvedSpec, resolve
+from specpilot.check.resolved import ResolvedSpec
 from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.fix import Fix
-from specpilot.models.host_files import ModelRead, read_model
 from specpilot.plan import Plan, make_plan
 from specpilot.secrets import is_secret_flag
 from specpilot.spec import Spec
@@ -60,16 +59,9 @@ def argv_secret_warnings(spec: Spec, release: EngineRelease) -> list[str]:
     return warnings
 
 
-async def preflight(spec: Spec) -> Preflight:
-    """`run_preflight` in the command's event loop: the model is read once, in this loop
-    (on an SSH host that is a connection of this loop, not an `asyncio.run` of its own)."""
-    return run_preflight(spec, await read_model(spec))
-
-
-def run_preflight(spec: Spec | ResolvedSpec, files: ModelRead | None = None) -> Preflight:
+def run_preflight(resolved: ResolvedSpec) -> Preflight:
     """`check` then `plan` of one resolution of the spec: refuse what the engine would reject
-    or what cannot fit. `files`: the model's files when the caller read them already."""
-    resolved = spec if isinstance(spec, ResolvedSpec) else resolve(spec, files)
+    or what cannot fit."""
     spec = resolved.spec
     result = Preflight()
     report = resolved.check

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from specpilot.engines.adapter import Engine
 from specpilot.plan.startup_peak import StartupPeak
 from specpilot.plan.types import Plan, SglangDetails
 
@@ -25,8 +26,9 @@ def reserve_text(reserve_gib: float, needed_gib: float) -> str:
     return f"reserve {reserve_gib:.2f} GiB{needs}"
 
 
-def render_plan(plan: Plan, console: Console) -> None:
-    """The plan as a person reads it: memory table, headline numbers, verdict, fixes."""
+def render_plan(plan: Plan, console: Console, engine: Engine) -> None:
+    """The plan as a person reads it: memory table, headline numbers, verdict, fixes; `engine`:
+    the plan's engine (the command resolved it)."""
     table = Table(title=f"{plan.engine} {plan.engine_version} memory plan (per GPU)", show_lines=False)
     table.add_column("term")
     table.add_column("GiB", justify="right")
@@ -61,7 +63,7 @@ def render_plan(plan: Plan, console: Console) -> None:
         measured = ", ".join(f"{k}={v:g}" for k, v in plan.measured.items())
         console.print(f"measured: {measured}; everything else estimated")
     if plan.provenance:
-        basis = plan.provenance.summary(plan.engine, plan.engine_version)
+        basis = plan.provenance.summary(engine.display_name, plan.engine_version)
         console.print(f"rests on: {basis}", soft_wrap=True)
 
 

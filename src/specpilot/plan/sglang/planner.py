@@ -892,7 +892,7 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFa
     problems, rec_args, rec_note = _recommendation(best, blocking_problems(z, shape), rules, shape, rec_env)
     notes = [rec_note]
     if settings.speculative_algorithm:
-        plain = planner_settings(spec, shape, effective_args_without(spec, shape, _speculation_dest))
+        plain = planner_settings(spec, shape, effective_args_without(spec, shape, args, _speculation_dest))
         note = speculative_note(best or z, recommend(shape, plain, rules, free, weights))
         if note:
             notes.append(note)
@@ -912,7 +912,7 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFa
         if note:
             notes.append(note)
     return Plan(
-        engine="sglang",
+        engine=spec.engine.name,
         engine_version=spec.engine.version,
         fits=not problems,
         weights_gib=weights,
