@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from specpilot.check.resolved import resolve
 from specpilot.engines import argv as argv_module
 from specpilot.engines.flags import parse_version
 from specpilot.engines.registry import table_for
@@ -35,7 +36,7 @@ def main() -> None:
     spec = load_spec(EXAMPLE)
     big = spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": ("--tp", "1") * 20_000})})
     start = time.perf_counter()
-    make_plan(big)
+    make_plan(resolve(big))
     print(f"make_plan with 40,000 args: {time.perf_counter() - start:.2f} s")
 
 

@@ -27,11 +27,12 @@ sys.path.insert(0, str(REPO))
 
 from tests.fakeengines.standin import config_env  # noqa: E402
 
+from specpilot.check.resolved import release_of  # noqa: E402
 from specpilot.hosts import open_host  # noqa: E402
 from specpilot.launch.ops import host_for, run_down  # noqa: E402
 from specpilot.launch.serving import watch_serving  # noqa: E402
 from specpilot.launch.state import read_state, specpilot_home  # noqa: E402
-from specpilot.launch.supervisor import launch  # noqa: E402
+from specpilot.launch.supervisor import launch_planned  # noqa: E402
 from specpilot.spec import load_spec  # noqa: E402
 
 STANDIN = REPO / "tests" / "fakeengines" / "standin.py"
@@ -53,7 +54,7 @@ async def one(work: Path, port: int) -> tuple[float, str]:
     spec = load_spec(spec_path)
     host = open_host("local")
     try:
-        result = await launch(spec, host, plan=None)
+        result = await launch_planned(spec, release_of(spec), host, plan=None)
     finally:
         await host.close()
     assert result.phase == "ready", result.error

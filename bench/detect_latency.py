@@ -38,9 +38,10 @@ from tests.fakeengines.scenarios import SCENARIOS  # noqa: E402
 from tests.fakeengines.standin import config_env  # noqa: E402
 from tests.fixtures.sshd import SshdServer, start_sshd, stop_sshd  # noqa: E402
 
+from specpilot.check.resolved import release_of  # noqa: E402
 from specpilot.hosts import open_host  # noqa: E402
 from specpilot.launch.state import specpilot_home  # noqa: E402
-from specpilot.launch.supervisor import launch  # noqa: E402
+from specpilot.launch.supervisor import launch_planned  # noqa: E402
 from specpilot.spec import load_spec  # noqa: E402
 
 STANDIN = REPO / "tests" / "fakeengines" / "standin.py"
@@ -75,7 +76,7 @@ async def one(work: Path, scenario: str, port: int, sshd: SshdServer | None) -> 
         spec.host.target, identity_file=spec.host.identity_file, known_hosts=spec.host.known_hosts
     )
     try:
-        result = await launch(spec, host, plan=None)
+        result = await launch_planned(spec, release_of(spec), host, plan=None)
     finally:
         await host.close()
     returned_at = time.time()
@@ -112,7 +113,7 @@ def real_vllm_refusal(work: Path, python: str, model_dir: str, port: int) -> tup
         try:
             await host.run(["rm", "-f", str(log)], check=False)
             watcher.start()
-            return (await launch(spec, host, plan=None)).cause
+            return (await launch_planned(spec, release_of(spec), host, plan=None)).cause
         finally:
             await host.close()
 

@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from specpilot.check.resolved import resolve
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
 from specpilot.plan.sglang.log import parse_sglang_log
@@ -39,8 +40,8 @@ def plans(run: str, scratch: Path) -> tuple[Plan, Plan]:
     spec_path = DATA / f"{run}.toml"
     cut = scratch / f"{run}.log"
     cut.write_text(log_up_to_weights((DATA / f"{run}.log").read_text()))
-    spec, facts = calibrate_from_log(load_spec(spec_path), cut)
-    return make_plan(load_spec(spec_path)), make_plan(spec, facts)
+    spec, facts = calibrate_from_log(resolve(load_spec(spec_path)), cut)
+    return make_plan(resolve(load_spec(spec_path))), make_plan(resolve(spec), facts)
 
 
 def _pct(planned: float, printed: float | None) -> str:

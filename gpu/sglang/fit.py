@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peaks
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.sglang import releases
 from specpilot.engines.sglang.postpool import PostPoolFit
 from specpilot.plan import make_plan, plan_inputs
@@ -128,7 +129,7 @@ def printed_families() -> list[tuple[str, int, float]]:
         text = log.read_text(errors="replace")
         if "The server is fired up and ready to roll" not in text:
             continue
-        plan = make_plan(load_spec(log.with_suffix(".toml")))
+        plan = make_plan(resolve(load_spec(log.with_suffix(".toml"))))
         details = plan.details
         assert isinstance(details, SglangDetails)
         batch = min(details.cuda_graph_max_batch_size, plan.max_running_requests or 1)
@@ -262,7 +263,7 @@ def gain(found: PostPoolFit) -> None:
             plans = []
             for fits in (None, found):
                 with row_fit(fits):
-                    plans.append(make_plan(spec))
+                    plans.append(make_plan(resolve(spec)))
             (a, b) = (recommended(p) for p in plans)
             change = f"{(b[1] - a[1]) / a[1]:+.0%}" if a[1] else "-"
             print(f"| {card} | {label} | {a[0]:.2f}, {a[1]} | {b[0]:.2f}, {b[1]} | {change} |")

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.registry import engine_by_name
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
@@ -50,8 +51,8 @@ def calibrated_plan(folder: Path, scratch: Path) -> tuple[float, Plan]:
     """(the card's GiB, the plan calibrated from the log up to the weights)."""
     cut = scratch / f"{folder.name}.log"
     cut.write_text(log_up_to_weights((folder / "engine.log").read_text(errors="replace")))
-    spec, facts = calibrate_from_log(load_spec(spec_path(folder)), cut)
-    return spec.gpu.memory_gib, make_plan(spec, facts)
+    spec, facts = calibrate_from_log(resolve(load_spec(spec_path(folder))), cut)
+    return spec.gpu.memory_gib, make_plan(resolve(spec), facts)
 
 
 def margin_gib(plan: Plan) -> float:

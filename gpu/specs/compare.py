@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from specpilot.check.resolved import resolve
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
 from specpilot.plan.types import Plan
@@ -34,8 +35,8 @@ def _calibrated(run: str, spec_path: Path, scratch: Path) -> Plan:
     end = next(i for i, line in enumerate(lines) if "Model loading took" in line)
     cut = scratch / f"{run}.log"
     cut.write_text("".join(lines[: end + 1]))
-    spec, facts = calibrate_from_log(load_spec(spec_path), cut)
-    return make_plan(spec, facts)
+    spec, facts = calibrate_from_log(resolve(load_spec(spec_path)), cut)
+    return make_plan(resolve(spec), facts)
 
 
 def _pct(planned: float, printed: float) -> str:
@@ -46,7 +47,7 @@ def table(run: str, scratch: Path) -> str:
     spec_path = REPO / "gpu" / "specs" / f"h200-{run}.toml"
     meta = json.loads((LOGS / f"h200-{run}.json").read_text())
     printed = meta["printed"]
-    alone, calibrated = make_plan(load_spec(spec_path)), _calibrated(run, spec_path, scratch)
+    alone, calibrated = make_plan(resolve(load_spec(spec_path))), _calibrated(run, spec_path, scratch)
     rows: list[tuple[str, str, Callable[[Plan], float], str]] = [
         ("weights (GiB)", "weights_gib", lambda p: p.weights_gib, "{:.2f}"),
         ("peak activation (GiB)", "activation_peak_gib", lambda p: _term(p, "peak activation"), "{:.2f}"),

@@ -15,8 +15,9 @@ import shlex
 from dataclasses import dataclass, field
 
 from specpilot.engines import registry
+from specpilot.engines.adapter import Engine, EngineRelease
 from specpilot.engines.argv import ReadArgv, read_argv, resolve
-from specpilot.engines.registry import engine_by_name, engine_release, spoken_names
+from specpilot.engines.registry import engine_release, spoken_names
 from specpilot.errors import UserError
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -26,14 +27,12 @@ _PYTHON = re.compile(r"^(.*/)?python(3(\.\d+)?)?$")
 @dataclass
 class PastedCommand:
     engine: str
+    #: the release a spec of the command plans without --engine-version: the engine's newest
+    default_version: str
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
     model_path: str = ""
     gpu_count: int = 1
-
-    @property
-    def default_version(self) -> str:
-        return engine_by_name(self.engine).newest_version
 
 
 def _tokens(tokens: list[str]) -> list[str]:
@@ -65,7 +64,7 @@ def _split_env(tokens: list[str]) -> tuple[dict[str, str], list[str]]:
     return env, rest
 
 
-def _split_program(rest: list[str]) -> tuple[str, list[str]]:
+def _split_program(rest: list[str]) -> tuple[Engine, list[str]]:
     """Strip the program (`python -m X`, `sglang serve`, `vllm serve`) and return the engine."""
     if not rest:
         raise UserError(
@@ -81,9 +80,9 @@ def _split_program(rest: list[str]) -> tuple[str, list[str]]:
             subcommand = launch.modules[rest[2]]
             if subcommand and after[:1] == [subcommand]:
                 after = after[1:]
-            return engine.name, after
+            return engine, after
         if program == launch.serve_program and rest[1:2] == ["serve"]:
-            return engine.name, rest[2:]
+            return engine, rest[2:]
     examples = tuple(example for engine in registry.ENGINES for example in engine.launch.examples)
     raise UserError(
         f"cannot tell the engine from {shlex.join(rest[:3])!r}",
@@ -92,10 +91,9 @@ def _split_program(rest: list[str]) -> tuple[str, list[str]]:
     )
 
 
-def split_model(engine: str, version: str, args: list[str]) -> tuple[str | None, list[str]]:
+def split_model(release: EngineRelease, args: list[str]) -> tuple[str | None, list[str]]:
     """Remove the model from engine flags: spec keeps it in `[model] path`. vLLM also takes
     it as the first positional argument (`vllm serve MODEL`)."""
-    release = engine_release(engine, version)
     table = release.table
     read = read_argv(table, args)
     model_flag = resolve(table, release.engine.model_flag)[1]
@@ -114,8 +112,9 @@ def split_model(engine: str, version: str, args: list[str]) -> tuple[str | None,
 def parse_launch_command(tokens: list[str]) -> PastedCommand:
     env, rest = _split_env(_tokens(tokens))
     engine, args = _split_program(rest)
-    release = engine_release(engine, engine_by_name(engine).newest_version)
-    model, args = split_model(engine, release.version_text, args)
+    # the command's engine looked up once: its newest release reads the pasted flags
+    release = engine_release(engine.name, engine.newest_version)
+    model, args = split_model(release, args)
     if not model:
         fix = release.engine.launch.missing_model_fix
         raise UserError("the pasted command names no model", field="command", fix=fix)
@@ -123,7 +122,7 @@ def parse_launch_command(tokens: list[str]) -> PastedCommand:
     tp = _count(read, "tp_size", "tensor_parallel_size")
     pp = _count(read, "pp_size", "pipeline_parallel_size")
     gpu_count = tp * pp
-    return PastedCommand(engine=engine, args=args, env=env, model_path=model, gpu_count=gpu_count)
+    return PastedCommand(engine.name, engine.newest_version, args, env, model, gpu_count)
 
 
 def _count(read: ReadArgv, *dests: str) -> int:

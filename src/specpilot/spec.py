@@ -28,7 +28,7 @@ from pydantic import (
 
 from specpilot.cmdline import parse_launch_command, split_model
 from specpilot.dtypes import DTYPE_BYTES
-from specpilot.engines.registry import engine_names, spoken_names
+from specpilot.engines.registry import engine_names, engine_release, spoken_names
 from specpilot.errors import UserError
 from specpilot.secrets import mask_argv
 
@@ -246,7 +246,7 @@ def parse_spec(data: dict[str, Any], *, origin: str = "spec", source_path: Path 
 def _refuse_model_in_args(spec: Spec, origin: str) -> None:
     """The model lives in `[model] path` only: two sources of truth would disagree one day."""
 
-    model, _ = split_model(spec.engine.name, spec.engine.version, spec.engine.args)
+    model, _ = split_model(engine_release(spec.engine.name, spec.engine.version), spec.engine.args)
     if model is not None:
         raise UserError(
             f"names the model ({model!r}) a second time",

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from specpilot.check import check_args
+from specpilot.check.resolved import resolve
 from specpilot.check.spec_check import check_spec, fix_spec
 from specpilot.cli.check import check
 from specpilot.engines.registry import release_tables, table_for
@@ -38,7 +39,7 @@ def test_incident_rejected_on_0_5_13_with_flag_and_env_fix() -> None:
 
 
 def test_incident_fixed_command_passes_on_0_5_13() -> None:
-    fixed = fix_spec(load_spec(ROOT / "examples" / "qwen36-27b-mtp-nobuffer-sglang.toml"))
+    fixed = fix_spec(resolve(load_spec(ROOT / "examples" / "qwen36-27b-mtp-nobuffer-sglang.toml")))
     assert fixed.result.ok
     assert fixed.env == {"SGLANG_ENABLE_SPEC_V2": "1"}
     i = fixed.args.index("--mamba-scheduler-strategy")
@@ -114,7 +115,7 @@ def test_fix_on_0_5_23_uses_new_flag_and_drops_removed_env() -> None:
         }
     )
     assert not check_spec(spec).ok
-    fixed = fix_spec(spec)
+    fixed = fix_spec(resolve(spec))
     assert fixed.result.ok
     assert "--mamba-scheduler-strategy" not in fixed.args
     assert fixed.args[fixed.args.index("--mamba-radix-cache-strategy") + 1] == "extra_buffer"

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from specpilot.check import check_args
+from specpilot.check.resolved import resolve
 from specpilot.engines.reasoning import QWEN3_ARCHS, REASONING_PARSERS, reasoning_parser_for
 from specpilot.engines.registry import engine_release, release_tables
 from specpilot.launch.command import plan_argv
@@ -56,7 +57,7 @@ def _without_parser(name: str, tmp_path: Path) -> Path:
 def test_up_adds_the_parser_to_the_argv_it_starts(tmp_path: Path) -> None:
     spec = load_spec(_without_parser("qwen36-27b-mtp-sglang-fixed.toml", tmp_path))
     assert "--reasoning-parser" not in spec.engine.args
-    pre = run_preflight(spec)
+    pre = run_preflight(resolve(spec))
     assert [args for args, _ in pre.added] == [("--reasoning-parser", "qwen3")]
     assert not any("reasoning-parser" in w for w in pre.warnings)  # added, not left to the user
     launched = launch_spec(spec, pre)
@@ -68,7 +69,7 @@ def test_up_adds_the_parser_to_the_argv_it_starts(tmp_path: Path) -> None:
 
 def test_up_keeps_the_parser_the_user_set(tmp_path: Path) -> None:
     spec = load_spec(EXAMPLES / "qwen36-27b-mtp-sglang-fixed.toml")
-    pre = run_preflight(spec)
+    pre = run_preflight(resolve(spec))
     assert pre.added == [] and launch_spec(spec, pre) == spec
     launched = launch_spec(spec, pre)
     argv, _ = plan_argv(

@@ -23,8 +23,8 @@ from specpilot.cli import cli
 from specpilot.fleet.spec import load_fleet
 from specpilot.hosts.errors import HostConnectionLost
 from specpilot.launch.ops import run_status
+from specpilot.launch.server_plan import ServerPlan
 from specpilot.launch.state import state_path
-from specpilot.spec import Spec
 from specpilot.taskgroup import TaskFailed
 from tests.fleet.conftest import FleetFactory, router_alive
 
@@ -53,10 +53,10 @@ def test_a_bug_in_one_member_start_stops_the_fleet_named(
     downs.append("fl")
     real_launch = fleet_up.launch
 
-    async def launch(spec: Spec, *args: object, **kwargs: object) -> object:
-        if spec.name == "fl-1":
+    async def launch(server: ServerPlan, *args: object, **kwargs: object) -> object:
+        if server.started.name == "fl-1":
             raise RuntimeError("bug in a member's start")
-        return await real_launch(spec, *args, **kwargs)  # type: ignore[arg-type]
+        return await real_launch(server, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(fleet_up, "launch", launch)
     result = run("up", str(path))

@@ -9,9 +9,11 @@ from typing import cast
 
 import pytest
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.bounds import flag_value
 from specpilot.engines.registry import ENGINES
 from specpilot.launch.recovery import Budget, Recovery, next_start, serving_death
+from specpilot.launch.server_plan import server_plan
 from specpilot.launch.serving import Crash
 from specpilot.launch.state import RunState
 from specpilot.spec import Spec
@@ -39,7 +41,7 @@ def _after(spec: Spec, serving_log: str) -> Recovery:
     """What the policy starts after `spec` died while serving, its log since ready `serving_log`."""
     state = cast(RunState, SimpleNamespace(engine=spec.engine.name))
     _, failure = serving_death(BARE, state, serving_log)
-    return asyncio.run(next_start(spec, failure, Budget(max_restarts=1)))
+    return asyncio.run(next_start(server_plan(resolve(spec)), failure, Budget(max_restarts=1)))
 
 
 def test_copy_on_write_oom_halves_the_running_requests_into_prefill_max_requests(

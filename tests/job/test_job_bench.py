@@ -9,6 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from specpilot.cli import cli
+from specpilot.launch.server_plan import ServerPlanRecord
 from tests.bench.conftest import SpecFactory, bench_spec, run_home, write_prompts  # noqa: F401  (fixtures used here)
 from tests.job.conftest import output_ids
 
@@ -45,6 +46,11 @@ def test_the_bench_winner_is_what_the_job_starts(
     started = data["stages"]["up"]["evidence"]["args"]
     winner_argv = next(v["argv"] for v in bench["table"] if v["label"] == bench["winner"])
     assert started[: len(winner_argv)] == winner_argv  # the winner's flags (+ what up adds)
+    # the server plan recorded is the winner's, the one `up` started, not the server spec's
+    recorded = ServerPlanRecord.from_json(bench["server_plan"])
+    assert recorded.source == str(tmp_path / "out" / "best.toml")
+    assert recorded == ServerPlanRecord.from_json(data["stages"]["up"]["evidence"]["server_plan"])
+    assert recorded.args[: len(winner_argv)] == tuple(winner_argv)
     assert data["projection"]["rows"] == 40 and data["projection"]["wall_s"] > 0
     assert "projected for the whole input: 40 rows" in result.output
     assert sorted(output_ids(tmp_path / "out")) == sorted(f"q{i}" for i in range(40))

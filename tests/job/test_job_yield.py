@@ -17,6 +17,7 @@ from specpilot.generate.ledger.store import RowState
 from specpilot.job.pipeline import _max_tokens, context_tokens
 from specpilot.job.record import JobRecord
 from specpilot.job.spec import load_job
+from specpilot.launch.server_plan import ServerPlanRecord
 from tests.job.conftest import JobFactory, output_ids
 
 ROWS = 2000
@@ -192,7 +193,9 @@ def test_auto_max_tokens_covers_the_bench_p99_within_the_context(
             "sample": {"prompt_chars": [300]},
         }
         (job.output / "bench.json").write_text(json.dumps(bench))
-        rec = JobRecord(job.output / "job.json", {"stages": {"plan": {"evidence": {"context_tokens": 4096}}}})
+        planned = ServerPlanRecord("jobsrv", "sglang", "0.5.13", None, (), {}, (), (), (), None, (), 4096)
+        plans = {"plans": {"key": planned.to_json()}}
+        rec = JobRecord(job.output / "job.json", {"stages": {"plan": {"evidence": plans}}})
         said: list[str] = []
         _max_tokens(job, rec, said.append)
         decided = rec.data["max_tokens"]

@@ -6,11 +6,12 @@ import asyncio
 import dataclasses
 from typing import Any
 
+from specpilot.check.resolved import release_of
 from specpilot.hosts import open_host
 from specpilot.hosts.base import Host
 from specpilot.launch.state import RunState
 from specpilot.launch.stop import RunProcesses, run_members
-from specpilot.launch.supervisor import UpOptions, UpResult, launch
+from specpilot.launch.supervisor import UpOptions, UpResult, launch_planned
 from specpilot.plan import Plan
 from specpilot.spec import HostSection, Spec
 
@@ -55,7 +56,7 @@ def up(
     async def go() -> UpResult:
         the_host = host or local_host()
         try:
-            return await launch(spec, the_host, plan=plan, options=options)
+            return await launch_planned(spec, release_of(spec), the_host, plan=plan, options=options)
         finally:
             await the_host.close()
 

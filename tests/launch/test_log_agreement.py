@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.registry import engine_by_name
 from specpilot.launch.allocations import REPORTED, plan_diff
 from specpilot.launch.classify import LogClassifier
@@ -54,7 +55,7 @@ def test_up_compares_the_targets_weights_not_the_drafts(run: str) -> None:
         if "Load weight end." in line
     )
     assert draft < target / 2  # the draft's line really is a different number
-    plan = make_plan(load_spec(SGLANG_H200 / f"{run}.toml"))
+    plan = make_plan(resolve(load_spec(SGLANG_H200 / f"{run}.toml")))
     diffs = {d["key"]: d for d in plan_diff(_up_reads("sglang", text), plan)}
     assert diffs["weights_gib"]["engine"] == target
     assert not diffs["weights_gib"]["warn"], diffs["weights_gib"]
@@ -65,7 +66,7 @@ def test_a_vllm_speculative_start_prints_one_weight_line_for_target_and_drafter(
     assert (
         "--speculative-config" in json.loads((LOGS / "vllm" / "h200-hybrid-mtp-96.json").read_text())["flags"]
     )
-    plan = make_plan(load_spec(REPO / "gpu" / "specs" / "h200-hybrid-mtp-96.toml"))
+    plan = make_plan(resolve(load_spec(REPO / "gpu" / "specs" / "h200-hybrid-mtp-96.toml")))
     diffs = {d["key"]: d for d in plan_diff(_up_reads("vllm", text), plan)}
     assert diffs["weights_gib"]["engine"] == parse_vllm_log(text).weights_gib
     assert not any(d["warn"] for d in diffs.values()), diffs

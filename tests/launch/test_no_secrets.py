@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from specpilot.check.resolved import resolve
 from specpilot.cli import cli
 from specpilot.cli import commands as registry
 from tests.launch.conftest import SpecFactory
@@ -97,7 +98,7 @@ def test_up_warns_of_a_key_left_in_argv(engine: str, warned: bool, make_spec: Sp
     from specpilot.launch.preflight import run_preflight
 
     spec = make_spec(f"{engine}_ready", engine=engine, args=["--api-key", API_KEY])
-    said = [w for w in run_preflight(spec).warnings if "--api-key" in w]
+    said = [w for w in run_preflight(resolve(spec)).warnings if "--api-key" in w]
     if not warned:
         assert said == []
         return

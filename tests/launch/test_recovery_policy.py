@@ -7,14 +7,16 @@ import asyncio
 
 import pytest
 
+from specpilot.check.resolved import resolve
 from specpilot.launch import recovery
 from specpilot.launch.recovery import Budget, Failure, Recovery, next_start
+from specpilot.launch.server_plan import server_plan
 from specpilot.spec import Spec
 from tests.launch.conftest import SpecFactory
 
 
 def _next(spec: Spec, failure: Failure, budget: Budget) -> Recovery:
-    return asyncio.run(next_start(spec, failure, budget))
+    return asyncio.run(next_start(server_plan(resolve(spec)), failure, budget))
 
 
 @pytest.mark.parametrize(("made", "backoff_s"), [(0, 2.0), (1, 4.0), (2, 8.0)])

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.check.resolved import resolve
 from specpilot.errors import UserError
 from specpilot.hosts.errors import HostConnectionLost
 from specpilot.hosts.local import LocalHost
@@ -54,7 +55,7 @@ def test_ready_then_status_logs_down_from_the_state_file(
     host = launch_host(spawn_script=playing(SCENARIOS["sglang_ready"]))
     monkeypatch.setattr("specpilot.launch.ops.host_for", lambda state: host)  # status, logs, down
     spec = make_spec("sglang_ready")
-    planned = run_preflight(spec).plan
+    planned = run_preflight(resolve(spec)).plan
     assert planned is not None
     # the log prints 295950 KV tokens, 96 state slots, 48 requests and 50.66 GiB of weights
     plan = replace(planned, kv_tokens=295950, state_slots=80, max_running_requests=48, weights_gib=50.66)

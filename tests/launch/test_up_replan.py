@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from specpilot.check.resolved import resolve
 from specpilot.cli import cli
 from specpilot.errors import UserError
 from specpilot.hosts.memory import MemoryHost
@@ -27,6 +28,7 @@ from specpilot.launch import up as up_loop
 from specpilot.launch.ops import run_down
 from specpilot.launch.outcome import UpResult
 from specpilot.launch.replan import Replan, replan
+from specpilot.launch.server_plan import ServerPlan, server_plan
 from specpilot.launch.up import (
     NoReplan,
     NoReplanWhy,
@@ -127,17 +129,22 @@ def test_replan_count_is_bounded(tmp_path: Path) -> None:
 def test_a_start_that_matched_its_plan_is_not_replanned(tmp_path: Path) -> None:
     """The recommended flags and the log of their own start: re-planning changes nothing."""
     spec = load_spec(_spec(tmp_path, RECOMMENDED))
-    assert replan(spec, READY_LOG.read_text(), None) is None
+    assert replan(resolve(spec), READY_LOG.read_text(), None) is None
 
 
 def test_a_log_cut_before_the_weights_cannot_replan(tmp_path: Path) -> None:
     text = OOM_LOG.read_text()
     head = text[: text.index("Load weight end")]  # the engine died while loading the weights
     with pytest.raises(UserError):
-        replan(load_spec(_spec(tmp_path, OLD_FLAGS)), head, None)
+        replan(resolve(load_spec(_spec(tmp_path, OLD_FLAGS))), head, None)
 
 
 # -- the loop as a library function (`launch.up`): what `up` and the job's server stage run
+
+
+def _server(spec: Spec) -> ServerPlan:
+    """The spec checked and planned as `up` does before its first start."""
+    return server_plan(resolve(spec))
 
 
 def _kinds(events: list[UpEvent]) -> list[str]:
@@ -151,7 +158,9 @@ def test_the_loop_hands_each_step_to_its_caller_and_returns_the_replans(
 ) -> None:
     spec = load_spec(_spec(tmp_path, OLD_FLAGS))
     events: list[UpEvent] = []
-    run = asyncio.run(start_until_settled(spec, SettleOptions(force=True, max_replans=1), events.append))
+    run = asyncio.run(
+        start_until_settled(_server(spec), SettleOptions(force=True, max_replans=1), events.append)
+    )
     assert run.result.phase == "ready"
     assert _kinds(events) == [
         *("Preflighted", "Starting", "Phase", "Settled", "Replanned"),
@@ -181,10 +190,10 @@ class _FakeStarts:
         monkeypatch.setattr(up_loop, "launch", self.launch)
         monkeypatch.setattr(up_loop, "run_down", self.run_down)
         monkeypatch.setattr(up_loop, "stream_log", self.stream_log)
-        monkeypatch.setattr(recovery, "replan", lambda spec, log, plan, files: change)
+        monkeypatch.setattr(recovery, "replan", lambda resolved, log, plan: change)
 
-    async def launch(self, spec: Spec, host: object, *, plan: object, progress: object) -> UpResult:
-        self.calls.append(("launch", spec.engine.args))
+    async def launch(self, server: ServerPlan, host: object, *, progress: object) -> UpResult:
+        self.calls.append(("launch", server.started.engine.args))
         return self.results.pop(0)
 
     async def run_down(self, name: str, *, timeout_s: float) -> dict[str, Any]:
@@ -210,7 +219,7 @@ def test_the_jobs_loop_keeps_a_ready_server_that_is_off_its_plan(
     fake = _FakeStarts(monkeypatch, [OFF_PLAN], Replan(spec, (), ("--x 1 -> 2",)))
     events: list[UpEvent] = []
     options = SettleOptions(force=True, max_replans=2, replan_off_plan=False)
-    run = asyncio.run(start_until_settled(spec, options, events.append))
+    run = asyncio.run(start_until_settled(_server(spec), options, events.append))
     assert run.result is OFF_PLAN and run.replans == ()
     assert [c[0] for c in fake.calls] == ["launch"]
     assert _kinds(events) == ["Preflighted", "Starting", "Settled"]
@@ -226,7 +235,9 @@ def test_a_ready_server_off_its_plan_is_stopped_before_its_replan_starts(
         monkeypatch, [OFF_PLAN, OOM], Replan(spec.model_copy(update={"engine": engine}), (), ())
     )
     events: list[UpEvent] = []
-    run = asyncio.run(start_until_settled(spec, SettleOptions(force=True, max_replans=1), events.append))
+    run = asyncio.run(
+        start_until_settled(_server(spec), SettleOptions(force=True, max_replans=1), events.append)
+    )
     assert [c[0] for c in fake.calls] == ["launch", "log", "down", "launch"]
     assert run.result is OOM and len(run.replans) == 1
     # the second start ran out of memory with the one allowed re-plan used
@@ -249,7 +260,7 @@ def test_a_start_that_calls_for_a_replan_says_why_there_is_none(
     fake = _FakeStarts(monkeypatch, [OOM], change)
     events: list[UpEvent] = []
     options = SettleOptions(force=True, max_replans=max_replans)
-    run = asyncio.run(start_until_settled(spec, options, events.append))
+    run = asyncio.run(start_until_settled(_server(spec), options, events.append))
     assert run.result is OOM and events[-1] == NoReplan("the engine ran out of memory", why)
     assert ("down", "replan") not in fake.calls
 
@@ -265,7 +276,7 @@ def test_a_log_that_cannot_calibrate_is_said_with_its_reason(
 
     monkeypatch.setattr(recovery, "replan", cannot)
     events: list[UpEvent] = []
-    asyncio.run(start_until_settled(spec, SettleOptions(force=True, max_replans=1), events.append))
+    asyncio.run(start_until_settled(_server(spec), SettleOptions(force=True, max_replans=1), events.append))
     last = events[-1]
     assert isinstance(last, NoReplan) and last.why == "cannot_calibrate"
     assert last.error is not None and "cut before the weights" in last.error

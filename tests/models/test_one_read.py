@@ -47,7 +47,7 @@ def test_a_model_on_an_ssh_host_is_never_read_outside_the_commands_loop(tmp_path
     assert spec.host.target.startswith("ssh://")
 
     async def in_a_running_loop() -> None:
-        make_plan(spec)
+        make_plan(resolve(spec))
 
     with pytest.raises(SpecpilotError, match="was not read in the command's event loop"):
         asyncio.run(in_a_running_loop())

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from specpilot.check.resolved import resolve
 from specpilot.cli import cli
 from specpilot.plan import make_plan
 from specpilot.plan.compare import without_speculation
@@ -60,7 +61,7 @@ def test_a_speculative_sglang_plan_is_drawn_next_to_its_plain_twin_on_one_scale(
     assert max(scales) == pytest.approx(min(scales), rel=1e-3)
     # what is allocated before the reserve plus the reserve is the free memory the plan starts from
     spec = load_spec(spec_path)
-    plan = make_plan(spec)
+    plan = make_plan(resolve(spec))
     card = card_of(plan, "x")
     free_gib = next(t.gib for t in plan.terms if t.name.startswith("free before"))
     assert sum(s.gib for s in card.allocated) + card.reserve_gib == pytest.approx(free_gib, abs=0.01)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from specpilot.check.resolved import resolve
 from specpilot.cli import cli
 from specpilot.errors import UserError
 from specpilot.launch.allocations import plan_diff
@@ -104,7 +105,7 @@ def test_a_plan_read_back_from_its_json_writes_the_same_json(spec: Path) -> None
     assert plan.to_json() == data
     details_type = {"sglang": SglangDetails, "vllm": VllmDetails}[plan.engine]
     assert type(plan.details) is details_type
-    assert plan.details == make_plan(load_spec(spec)).details
+    assert plan.details == make_plan(resolve(load_spec(spec))).details
 
 
 def test_a_calibrated_plan_with_problems_and_fixes_round_trips(tmp_path: Path) -> None:
@@ -115,8 +116,8 @@ def test_a_calibrated_plan_with_problems_and_fixes_round_trips(tmp_path: Path) -
 
 
 def test_the_memory_knob_is_named_for_its_engine() -> None:
-    sglang = make_plan(load_spec(REPO / "examples" / "qwen36-27b-mtp-sglang.toml"))
-    vllm = make_plan(load_spec(REPO / "examples" / "qwen36-27b-mtp-vllm.toml"))
+    sglang = make_plan(resolve(load_spec(REPO / "examples" / "qwen36-27b-mtp-sglang.toml")))
+    vllm = make_plan(resolve(load_spec(REPO / "examples" / "qwen36-27b-mtp-vllm.toml")))
     assert (sglang.memory_knob, sglang.memory_fraction) == ("mem_fraction_static", 0.92)
     assert (vllm.memory_knob, vllm.memory_fraction) == ("gpu_memory_utilization", 0.9)
     # the JSON key predates the neutral name and is the same for both engines
@@ -126,7 +127,7 @@ def test_the_memory_knob_is_named_for_its_engine() -> None:
 
 
 def test_details_carry_units_in_their_names_and_the_json_the_old_keys() -> None:
-    plan = make_plan(load_spec(REPO / "examples" / "qwen36-27b-mtp-vllm.toml"))
+    plan = make_plan(resolve(load_spec(REPO / "examples" / "qwen36-27b-mtp-vllm.toml")))
     assert isinstance(plan.details, VllmDetails)
     data = plan.to_json()["details"]
     assert data["attention_block_size"] == plan.details.attention_block_size_tokens
@@ -137,10 +138,13 @@ def test_details_carry_units_in_their_names_and_the_json_the_old_keys() -> None:
 
 def test_a_stored_plan_compares_with_the_engine_like_the_plan_itself(tmp_path: Path) -> None:
     spec = load_spec(SGLANG_H200 / "r17-mtp-rec-96.toml")
-    calibrated, facts = calibrate_from_log(spec, SGLANG_H200 / "r17-mtp-rec-96.log")
-    plan = make_plan(spec)
+    calibrated, facts = calibrate_from_log(resolve(spec), SGLANG_H200 / "r17-mtp-rec-96.log")
+    plan = make_plan(resolve(spec))
     assert facts.weights_gib is not None
-    printed = {"kv_tokens": float(make_plan(calibrated, facts).kv_tokens), "weights_gib": facts.weights_gib}
+    printed = {
+        "kv_tokens": float(make_plan(resolve(calibrated), facts).kv_tokens),
+        "weights_gib": facts.weights_gib,
+    }
     stored = Plan.from_json(json.loads(json.dumps(plan.to_json())))
     assert plan_diff(printed, stored) == plan_diff(printed, plan)
     assert [d["key"] for d in plan_diff(printed, stored)] == ["kv_tokens", "weights_gib"]

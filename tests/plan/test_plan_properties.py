@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.models.shape import load_model_shape
 from specpilot.plan import make_plan, plan_inputs
@@ -157,7 +158,7 @@ def test_sglang_terms_add_up_to_the_free_memory(name: str, memory_gib: float) ->
     """Free memory = weights + draft + reserve + state pool + intermediate states + KV cache,
     short of the KV pool's rounding to whole pages (less than a page of tokens)."""
     spec = _spec(SGLANG_CASES[name], memory_gib)
-    plan = make_plan(spec)
+    plan = make_plan(resolve(spec))
     assert plan.kv_tokens > 0
     free, parts = _budget_terms(plan)
     z = _sizing(SGLANG_CASES[name], memory_gib)
@@ -169,7 +170,7 @@ def test_sglang_terms_add_up_to_the_free_memory(name: str, memory_gib: float) ->
 def test_sglang_reserve_need_is_its_itemized_terms(name: str) -> None:
     """What must fit in the reserve is every term after the pools, of the peaks (which never
     coincide) only the largest."""
-    plan = make_plan(_spec(SGLANG_CASES[name], 141.0))
+    plan = make_plan(resolve(_spec(SGLANG_CASES[name], 141.0)))
     names = [t.name for t in plan.terms]
     after_pools = plan.terms[next(i for i, n in enumerate(names) if n.startswith("KV cache:")) + 1 :]
     steady = sum(t.gib for t in after_pools if t.note not in (PEAK, CAPTURE_PEAK))
@@ -185,7 +186,7 @@ def test_sglang_reserve_need_is_its_itemized_terms(name: str) -> None:
 
 
 def _vllm_kv_tokens(case: Case, memory_gib: float, utilization: float, *extra: str) -> int:
-    plan = make_plan(_spec(case, memory_gib, "--gpu-memory-utilization", f"{utilization}", *extra))
+    plan = make_plan(resolve(_spec(case, memory_gib, "--gpu-memory-utilization", f"{utilization}", *extra)))
     return plan.kv_tokens
 
 
@@ -215,7 +216,7 @@ def test_vllm_a_larger_card_never_gives_fewer_kv_tokens(
 def test_vllm_terms_add_up_to_the_card(name: str, memory_gib: float) -> None:
     """Card = reserve + requested, and requested = weights + peak activation + non-torch +
     CUDA graphs + available KV cache memory, to the byte (vLLM's own subtraction)."""
-    plan = make_plan(_spec(VLLM_CASES[name], memory_gib))
+    plan = make_plan(resolve(_spec(VLLM_CASES[name], memory_gib)))
     terms = {t.name: t.gib for t in plan.terms}
     requested = terms.pop("requested (total x gpu_memory_utilization)")
     assert set(terms) == {

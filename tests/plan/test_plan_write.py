@@ -10,6 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from specpilot.check import check_spec
+from specpilot.check.resolved import resolve
 from specpilot.cli import cli
 from specpilot.plan import make_plan, plan_inputs
 from specpilot.plan.serving import serving_args, with_serving_args
@@ -33,7 +34,7 @@ def test_plan_write_applies_the_recommended_knobs(tmp_path: Path) -> None:
     assert written.engine.args[written.engine.args.index("--mem-fraction-static") + 1] == "0.88"
     assert written.engine.env["SGLANG_ENABLE_SPEC_V2"] == "1"
     assert written.engine.args[written.engine.args.index("--prefill-max-requests") + 1] == "7"
-    assert make_plan(written).fits
+    assert make_plan(resolve(written)).fits
     again = CliRunner().invoke(cli, ["plan", str(given), "--write", str(target)])
     assert (
         again.exit_code == 2
@@ -63,15 +64,15 @@ def test_the_recommendation_bounds_the_state_copies_of_serving() -> None:
     args = list(fixed.engine.args)
     del args[args.index("--prefill-max-requests") : args.index("--prefill-max-requests") + 2]
     unbounded = fixed.model_copy(update={"engine": fixed.engine.model_copy(update={"args": args})})
-    plan = make_plan(unbounded)
+    plan = make_plan(resolve(unbounded))
     assert plan.fits and any("out of memory while serving" in note for note in plan.notes)
     assert "--prefill-max-requests" not in plan.recommended_args  # the planner's starting knobs
-    served = with_serving_args(unbounded, plan)
+    served = with_serving_args(resolve(unbounded), plan)
     assert served.recommended_args == [*plan.recommended_args, "--prefill-max-requests", "7"]
     assert "--prefill-max-requests" not in plan.recommended_args  # the plan given stays as it was
-    bounded = make_plan(fixed)
+    bounded = make_plan(resolve(fixed))
     assert not any("out of memory while serving" in note for note in bounded.notes)
-    assert serving_args(fixed, bounded) == []
+    assert serving_args(resolve(fixed), bounded) == []
 
 
 def test_plan_prints_the_serving_bound_with_the_starting_knobs() -> None:
@@ -99,8 +100,8 @@ def test_plan_write_applies_checks_fixes_too(tmp_path: Path) -> None:
     assert args[args.index("--mamba-scheduler-strategy") + 1] == "extra_buffer"
     assert args[args.index("--speculative-algorithm") + 1] == "NEXTN"
     assert "--prefill-max-requests" in args
-    plan = make_plan(written)
-    assert plan.fits and serving_args(written, plan) == []
+    plan = make_plan(resolve(written))
+    assert plan.fits and serving_args(resolve(written), plan) == []
 
 
 def test_plan_without_write_still_refuses_rejected_flags() -> None:
@@ -110,8 +111,8 @@ def test_plan_without_write_still_refuses_rejected_flags() -> None:
 
 def test_an_engine_without_a_serving_bound_keeps_its_recommendation() -> None:
     spec = load_spec(EXAMPLES / "qwen3-8b-vllm.toml")
-    plan = make_plan(spec)
-    assert with_serving_args(spec, plan) == plan
+    plan = make_plan(resolve(spec))
+    assert with_serving_args(resolve(spec), plan) == plan
 
 
 def test_the_bound_follows_the_memory_left_after_startup() -> None:
@@ -121,7 +122,7 @@ def test_the_bound_follows_the_memory_left_after_startup() -> None:
     args = list(fixed.engine.args)
     del args[args.index("--prefill-max-requests") : args.index("--prefill-max-requests") + 2]
     spec = fixed.model_copy(update={"engine": fixed.engine.model_copy(update={"args": args})})
-    plan = make_plan(spec)
+    plan = make_plan(resolve(spec))
     shape, effective = plan_inputs(spec)
     assert isinstance(plan.details, SglangDetails)
     left = {

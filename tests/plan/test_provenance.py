@@ -26,7 +26,7 @@ def test_the_vllm_h200_matrix_is_registered() -> None:
 def test_a_release_in_a_measured_window_is_still_named_unmeasured() -> None:
     basis = provenance(engine_release("vllm", "0.27.0"))
     assert basis.measured_starts and not basis.release_measured
-    assert "vLLM 0.27.0 itself is unmeasured" in basis.summary("vllm", "0.27.0")
+    assert "vLLM 0.27.0 itself is unmeasured" in basis.summary("vLLM", "0.27.0")
 
 
 def test_the_sglang_h200_matrix_is_registered() -> None:
@@ -40,7 +40,7 @@ def test_a_window_without_starts_says_unverified() -> None:
     basis = provenance(engine_release("sglang", "0.5.20"))
     assert basis.arithmetic == "SGLang 0.5.18-0.5.22"
     assert not basis.measured_starts and not basis.release_measured
-    assert "unverified on a real GPU" in basis.summary("sglang", "0.5.20")
+    assert "unverified on a real GPU" in basis.summary("SGLang", "0.5.20")
 
 
 @pytest.mark.parametrize(

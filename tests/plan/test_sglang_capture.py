@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.launch.replan import replan
 from specpilot.plan import make_plan, plan_inputs
@@ -73,24 +74,24 @@ def _knobs(fraction: str, slots: int, requests: int) -> tuple[str, ...]:
 def test_the_context_4096_recommendations_that_ran_out_of_memory_plan_as_not_fitting(
     card_gib: float, knobs: tuple[str, ...]
 ) -> None:
-    ran = make_plan(_spec(HYBRID, card_gib, 4096, *knobs))
+    ran = make_plan(resolve(_spec(HYBRID, card_gib, 4096, *knobs)))
     assert not ran.fits
     assert "prefill CUDA graphs (up to 8192 tokens)" in {t.name for t in ran.terms}
     assert ran.recommended_args and ran.recommended_args != list(knobs)
-    again = make_plan(_spec(HYBRID, card_gib, 4096, *ran.recommended_args))
+    again = make_plan(resolve(_spec(HYBRID, card_gib, 4096, *ran.recommended_args)))
     assert again.fits and _margin(again) >= EXTRAPOLATION_MARGIN_GIB
 
 
 def test_a_smaller_chunk_makes_the_same_knobs_start() -> None:
     """The control start: with --chunked-prefill-size 4096 the 79.6 GiB knobs started."""
     knobs = _knobs("0.94", 115, 23)
-    assert make_plan(_spec(HYBRID, 79.6, 4096, *knobs, "--chunked-prefill-size", "4096")).fits
+    assert make_plan(resolve(_spec(HYBRID, 79.6, 4096, *knobs, "--chunked-prefill-size", "4096"))).fits
 
 
 def test_the_whole_card_at_context_4096_plans_the_low_point_it_had() -> None:
     """Recommended before the capture was modelled, it started with about 0.1 GiB free at its low
     point against 1.62 promised: the plan now promises no more than that, and recommends less."""
-    plan = make_plan(_spec(HYBRID, 139.8, 4096, *_knobs("0.96", 363, 121)))
+    plan = make_plan(resolve(_spec(HYBRID, 139.8, 4096, *_knobs("0.96", 363, 121))))
     assert plan.fits and _margin(plan) <= 0.1 + 0.15
     assert plan.recommended_args[:2] != ["--mem-fraction-static", "0.96"]
 
@@ -99,11 +100,11 @@ def test_the_dense_recommendation_plans_as_fitting_when_pinned() -> None:
     """Qwen3-8B on 47.6 GiB: 0.94 with 2,616 requests reached ready; so does the plan of those
     knobs, and of the knobs the plan now recommends."""
     ran = make_plan(
-        _spec(DENSE, 47.6, 40960, "--mem-fraction-static", "0.94", "--max-running-requests", "2616")
+        resolve(_spec(DENSE, 47.6, 40960, "--mem-fraction-static", "0.94", "--max-running-requests", "2616"))
     )
     assert ran.fits
-    plan = make_plan(_spec(DENSE, 47.6, 40960))
-    pinned = make_plan(_spec(DENSE, 47.6, 40960, *plan.recommended_args))
+    plan = make_plan(resolve(_spec(DENSE, 47.6, 40960)))
+    pinned = make_plan(resolve(_spec(DENSE, 47.6, 40960, *plan.recommended_args)))
     assert pinned.fits and pinned.recommended_args == plan.recommended_args
 
 
@@ -131,19 +132,19 @@ def test_context_4096_captures_the_whole_chunk_from_0_5_17_and_the_context_befor
     ],
 )
 def test_disabled_prefill_graphs_plan_no_prefill_graph_and_no_gate(flags: tuple[str, ...]) -> None:
-    plan = make_plan(_spec(HYBRID, 79.6, 8192, *flags))
+    plan = make_plan(resolve(_spec(HYBRID, 79.6, 8192, *flags)))
     assert not any(t.name.startswith("prefill CUDA graphs") for t in plan.terms)
     assert not any("prefill graph gate" in n for n in plan.notes)
 
 
 def test_a_chunk_above_the_context_and_a_context_below_the_chunk_give_a_verdict() -> None:
     for knobs in (("--chunked-prefill-size", "16384"), ("--chunked-prefill-size", "512")):
-        plan = make_plan(_spec(HYBRID, 79.6, 2048, *knobs))
+        plan = make_plan(resolve(_spec(HYBRID, 79.6, 2048, *knobs)))
         assert plan.recommended_args or plan.notes
 
 
 def test_a_card_smaller_than_the_weights_is_a_verdict_not_a_crash() -> None:
-    plan = make_plan(_spec(HYBRID, 40.0, 8192))
+    plan = make_plan(resolve(_spec(HYBRID, 40.0, 8192)))
     assert not plan.fits and "use more GPUs" in plan.notes[0]
 
 
@@ -185,13 +186,13 @@ def test_an_explicit_prefill_backend_has_no_gate() -> None:
     spec = _spec(
         HYBRID, 79.6, 8192, "--mem-fraction-static", "0.96", "--cuda-graph-backend-prefill", "breakable"
     )
-    assert not any("prefill graph gate" in n for n in make_plan(spec).notes)
+    assert not any("prefill graph gate" in n for n in make_plan(resolve(spec)).notes)
 
 
 def test_the_plan_says_whether_it_extrapolates_and_which_margin_it_keeps() -> None:
-    inside = make_plan(_spec(HYBRID, 79.6, 8192))
+    inside = make_plan(resolve(_spec(HYBRID, 79.6, 8192)))
     assert any(n.startswith("inside the measured range") and "0.50 GiB margin" in n for n in inside.notes)
-    outside = make_plan(_spec(DENSE, 47.6, 4096))
+    outside = make_plan(resolve(_spec(DENSE, 47.6, 4096)))
     note = next(n for n in outside.notes if n.startswith("extrapolating"))
     assert "Qwen3ForCausalLM" in note and "context 4,096" in note and "47.6 GiB card" in note
     assert f"{EXTRAPOLATION_MARGIN_GIB:.2f} GiB margin" in note
@@ -200,11 +201,11 @@ def test_the_plan_says_whether_it_extrapolates_and_which_margin_it_keeps() -> No
 
 def test_tensor_parallel_is_outside_a_fit_of_one_gpu_starts() -> None:
     """Every fitted start ran at TP 1: sharded pools and all-reduce buffers are not in it."""
-    one = make_plan(_spec(HYBRID, 139.8, 32768, "--tp", "1"))
+    one = make_plan(resolve(_spec(HYBRID, 139.8, 32768, "--tp", "1")))
     assert not any(n.startswith("extrapolating") for n in one.notes)
     two = _spec(HYBRID, 139.8, 32768, "--tp", "2")
     two = two.model_copy(update={"gpu": two.gpu.model_copy(update={"count": 2})})
-    note = next(n for n in make_plan(two).notes if n.startswith("extrapolating"))
+    note = next(n for n in make_plan(resolve(two)).notes if n.startswith("extrapolating"))
     assert "tensor parallel 2" in note and "TP 1" in note
     assert f"{EXTRAPOLATION_MARGIN_GIB:.2f} GiB margin" in note
 
@@ -223,7 +224,7 @@ def test_the_moe_prefill_graph_is_planned_at_what_the_engine_kept() -> None:
             },
         }
     )
-    graph = next(t for t in make_plan(spec).terms if t.name.startswith("prefill CUDA graphs"))
+    graph = next(t for t in make_plan(resolve(spec)).terms if t.name.startswith("prefill CUDA graphs"))
     assert graph.gib == pytest.approx(2.22, abs=0.01)
 
 
@@ -243,8 +244,8 @@ def test_replan_halves_the_chunk_when_the_capture_ran_out_and_the_plan_still_say
     prefill capture: re-planning alone would change nothing, the capture rule moves the chunk."""
     knobs = _knobs("0.93", 190, 38)
     spec = _spec("qwen3.6-27b", 95.6, 32768, *knobs)
-    assert replan(spec, READY_LOG.read_text(), None) is None  # a ready start: nothing to move
-    found = replan(spec, CAPTURE_OOM_LOG.read_text(), None)
+    assert replan(resolve(spec), READY_LOG.read_text(), None) is None  # a ready start: nothing to move
+    found = replan(resolve(spec), CAPTURE_OOM_LOG.read_text(), None)
     assert found is not None
     assert any(
         change.startswith("--chunked-prefill-size ") and change.endswith("-> 4096")

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "sglang"))
 
 import peaks
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.plan import make_plan, plan_inputs
 from specpilot.plan.sglang import quantities as q
@@ -66,7 +67,7 @@ def test_the_round_is_recorded() -> None:
 def test_every_recommendation_started_first_time_and_plans_as_fitting(ladder: str) -> None:
     name = f"{ladder}-rec"
     assert _ready(name)
-    assert make_plan(load_spec(peaks.spec_path(RUNS / f"{PREFIX}{name}"))).fits
+    assert make_plan(resolve(load_spec(peaks.spec_path(RUNS / f"{PREFIX}{name}")))).fits
 
 
 @pytest.mark.parametrize("ladder", [ladder for ladder in LADDERS if f"{ladder}-above" in STARTS])
@@ -78,7 +79,7 @@ def test_the_step_above_failed_or_kept_less_than_the_stated_margin(ladder: str) 
         return
     log = (RUNS / f"{PREFIX}{name}" / "engine.log").read_text()
     assert "Disabling auto-selected prefill CUDA graph" in log
-    rec = make_plan(load_spec(peaks.spec_path(RUNS / f"{PREFIX}{ladder}-rec")))
+    rec = make_plan(resolve(load_spec(peaks.spec_path(RUNS / f"{PREFIX}{ladder}-rec"))))
     assert any("below the gate" in note for note in rec.notes)
 
 
@@ -87,7 +88,7 @@ def test_the_gate_fired_where_the_plan_said_and_nowhere_else() -> None:
     below 4 GiB the engine skipped the graph, above it captured it."""
     for name in STARTS:
         log = (RUNS / f"{PREFIX}{name}" / "engine.log").read_text()
-        plan = make_plan(load_spec(peaks.spec_path(RUNS / f"{PREFIX}{name}")))
+        plan = make_plan(resolve(load_spec(peaks.spec_path(RUNS / f"{PREFIX}{name}"))))
         said_below = any("below the gate" in note for note in plan.notes)
         assert said_below == ("Disabling auto-selected prefill CUDA graph" in log), name
 

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "sglang"))
 import fit
 import peaks
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.plan import make_plan
 from specpilot.plan.types import Plan, SglangDetails
@@ -50,7 +51,7 @@ def test_every_start_low_point_was_in_the_prefill_capture(measured: list[fit.Mea
 
 def _plan(name: str) -> Plan:
     folder = RUNS / f"{PREFIX}{name}"
-    return make_plan(load_spec(next(p for p in folder.glob("*.toml"))))
+    return make_plan(resolve(load_spec(next(p for p in folder.glob("*.toml")))))
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,7 @@ def _fraction(plan: Plan) -> str:
 def test_the_recommendation_is_the_last_step_that_started(name: str, last_started: str, above: str) -> None:
     """The card's recommendation is the fraction started on the GPU; the step above it failed or
     left less than the stated margin, and the plan says so."""
-    assert _fraction(make_plan(_bare(name))) == last_started
+    assert _fraction(make_plan(resolve(_bare(name)))) == last_started
     above_plan = _plan(above)
     assert isinstance(above_plan.details, SglangDetails)
     fitted = release_rules("0.5.17").post_pool_fit
@@ -104,9 +105,9 @@ def test_the_recommendation_is_the_last_step_that_started(name: str, last_starte
 
 
 def test_mtp_on_a_96_gb_card_gains_concurrency_from_the_fit(monkeypatch: pytest.MonkeyPatch) -> None:
-    fitted = make_plan(_bare("m96-edge"))
+    fitted = make_plan(resolve(_bare("m96-edge")))
     set_fit(monkeypatch, None)
-    estimated = make_plan(_bare("m96-edge"))
+    estimated = make_plan(resolve(_bare("m96-edge")))
     assert (_fraction(estimated), _fraction(fitted)) == ("0.95", "0.98")
     requests = [
         int(p.recommended_args[p.recommended_args.index("--max-running-requests") + 1])

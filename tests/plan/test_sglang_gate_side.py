@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.flags import parse_version
 from specpilot.engines.registry import table_for
 from specpilot.engines.sglang.releases import RELEASES, SglangRelease
@@ -18,7 +19,7 @@ from tests.plan.test_sglang_capture import HYBRID, _spec
 
 def _plan(fraction: str, *more: str, version: str = "0.5.17") -> Plan:
     knobs = ("--mem-fraction-static", fraction, "--max-mamba-cache-size", "96", *more)
-    return make_plan(_spec(HYBRID, 79.6, 8192, *knobs, version=version))
+    return make_plan(resolve(_spec(HYBRID, 79.6, 8192, *knobs, version=version)))
 
 
 def _gate(plan: Plan) -> PrefillGate:
@@ -33,7 +34,7 @@ def test_below_the_gate_the_other_side_keeps_the_graph_at_a_lower_fraction() -> 
     lower = args[args.index("--mem-fraction-static") + 1]
     assert float(lower) < 0.97 and "--max-running-requests" in args
     # the other side, planned as given, keeps the graph a band above the gate and fits
-    other = make_plan(_spec(HYBRID, 79.6, 8192, *args))
+    other = make_plan(resolve(_spec(HYBRID, 79.6, 8192, *args)))
     assert other.fits and _gate(other).graph_kept and not _gate(other).near
     assert _gate(other).free_gib >= gate.gate_gib + GATE_BAND_GIB
     assert "prefill graph kept" in gate.other_side and lower in gate.other_side

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.check.resolved import resolve
 from specpilot.models.shape import ModelShape
 from specpilot.plan import make_plan, plan_inputs
 from specpilot.plan.calibrate import calibrate_from_log
@@ -54,7 +55,7 @@ def _ready(run: str) -> bool:
 
 
 def _plan_alone(run: str) -> Plan:
-    return make_plan(load_spec(DATA / f"{run}.toml"))
+    return make_plan(resolve(load_spec(DATA / f"{run}.toml")))
 
 
 def _plan_calibrated(run: str, tmp_path: Path) -> Plan:
@@ -62,8 +63,8 @@ def _plan_calibrated(run: str, tmp_path: Path) -> Plan:
     end = next(i for i, line in enumerate(lines) if "Load weight end" in line)
     cut = tmp_path / f"{run}.log"
     cut.write_text("".join(lines[: end + 1]))
-    spec, measured = calibrate_from_log(load_spec(DATA / f"{run}.toml"), cut)
-    return make_plan(spec, measured)
+    spec, measured = calibrate_from_log(resolve(load_spec(DATA / f"{run}.toml")), cut)
+    return make_plan(resolve(spec), measured)
 
 
 def test_the_matrix_is_all_there() -> None:
@@ -119,7 +120,7 @@ def test_every_round_2_recommendation_still_fits_and_none_fell(run: str) -> None
     without the knobs recommends at least that fraction and at least that many requests."""
     spec = load_spec(DATA / f"{run}.toml")
     assert _ready(run)
-    assert make_plan(spec).fits
+    assert make_plan(resolve(spec)).fits
     plan = _plan_alone(run)
     assert plan.fits and plan.recommended_args
     args, ran = plan.recommended_args, spec.engine.args

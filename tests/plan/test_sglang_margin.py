@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.sglang.postpool import PostPoolFit
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.plan import make_plan
@@ -47,7 +48,7 @@ def _term_source(plan: Plan, prefix: str) -> str:
 def test_without_a_fit_every_post_pool_term_is_estimated_and_padded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert release_rules("0.5.13").post_pool_fit is None  # only 0.5.17 has a fit
     set_fit(monkeypatch, None)
-    plan = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
+    plan = make_plan(resolve(load_spec(H200 / "r17-plain-rec2-96.toml")))
     assert {_term_source(plan, p) for p in ("activations", "decode CUDA", "prefill CUDA", "runtime")} == {
         "estimated"
     }
@@ -56,9 +57,9 @@ def test_without_a_fit_every_post_pool_term_is_estimated_and_padded(monkeypatch:
 
 def test_a_fit_replaces_the_terms_it_sets_and_no_other(monkeypatch: pytest.MonkeyPatch) -> None:
     set_fit(monkeypatch, None)
-    estimated = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
+    estimated = make_plan(resolve(load_spec(H200 / "r17-plain-rec2-96.toml")))
     set_fit(monkeypatch, STATED)
-    fitted = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
+    fitted = make_plan(resolve(load_spec(H200 / "r17-plain-rec2-96.toml")))
     assert _term_source(fitted, "prefill CUDA") == "fitted"
     assert _term_source(fitted, "decode CUDA") == "fitted"
     assert _term_source(fitted, "activations") == "estimated"
@@ -79,9 +80,9 @@ def test_a_stated_margin_raises_concurrency_where_the_padding_was_the_limit(
     """95.6 GiB without speculation: the estimates stop at 0.93 (0.94 would leave about 0.2 GiB
     of the 0.7 the padding asks); the fitted terms and 0.5 GiB stated allow 0.94."""
     set_fit(monkeypatch, None)
-    estimated = make_plan(_bare("r17-plain-rec2-96"))
+    estimated = make_plan(resolve(_bare("r17-plain-rec2-96")))
     set_fit(monkeypatch, STATED)
-    fitted = make_plan(_bare("r17-plain-rec2-96"))
+    fitted = make_plan(resolve(_bare("r17-plain-rec2-96")))
     assert estimated.recommended_args[:2] == ["--mem-fraction-static", "0.93"]
     assert fitted.recommended_args[:2] == ["--mem-fraction-static", "0.94"]
     requests = [
@@ -98,11 +99,13 @@ def test_the_fraction_search_starts_at_the_fits_ceiling(monkeypatch: pytest.Monk
     bare = _bare("r17-plain-rec2-96")
     spec = bare.model_copy(update={"gpu": bare.gpu.model_copy(update={"memory_gib": 139.8})})
     set_fit(monkeypatch, None)
-    assert make_plan(spec).recommended_args[1] == "0.95"
+    assert make_plan(resolve(spec)).recommended_args[1] == "0.95"
     set_fit(monkeypatch, STATED)
-    assert make_plan(spec).recommended_args[1] == "0.95"  # the fitted terms alone stop at the ceiling
+    assert (
+        make_plan(resolve(spec)).recommended_args[1] == "0.95"
+    )  # the fitted terms alone stop at the ceiling
     set_fit(monkeypatch, replace(STATED, highest_fraction=0.98))
-    raised = make_plan(spec)
+    raised = make_plan(resolve(spec))
     assert float(raised.recommended_args[1]) > 0.95
     assert raised.details.margin_gib >= STATED.stated_margin_gib
 
@@ -113,7 +116,7 @@ def test_the_fit_is_its_release_rows_own_and_says_what_it_replaces() -> None:
     row = release_rules("0.5.17")
     assert row.post_pool_fit is not None and row.post_pool_fit.unitemized_gib == 0.0
     assert release_rules("0.5.18").post_pool_fit is None
-    plan = make_plan(load_spec(H200 / "r17-plain-rec2-96.toml"))
+    plan = make_plan(resolve(load_spec(H200 / "r17-plain-rec2-96.toml")))
     runtime = next(t for t in plan.terms if t.name.startswith("runtime"))
     assert (runtime.gib, runtime.source) == (0.0, "fitted") != (row.unitemized_hybrid_gib, "estimated")
 
@@ -125,5 +128,5 @@ def test_the_extrapolation_margin_is_the_rows_fit(monkeypatch: pytest.MonkeyPatc
     spec = load_spec(H200 / "r17-plain-rec2-96.toml")
     spec = spec.model_copy(update={"gpu": spec.gpu.model_copy(update={"memory_gib": 47.6})})
     set_fit(monkeypatch, replace(fit, extrapolation_margin_gib=2.25))
-    note = next(n for n in make_plan(spec).notes if n.startswith("extrapolating"))
+    note = next(n for n in make_plan(resolve(spec)).notes if n.startswith("extrapolating"))
     assert "a 47.6 GiB card" in note and "2.25 GiB margin instead of 0.50" in note

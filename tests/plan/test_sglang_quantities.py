@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.engines.registry import engine_release
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.errors import UserError
 from specpilot.models.layers import layer_specs
@@ -45,7 +46,7 @@ def settings(
     env: dict[str, str] | None = None,
     gpu_gib: float = 95.6,
 ) -> SglangSettings:
-    args = evaluate("sglang", version, argv, env or {}, shape, gpu_gib)
+    args = evaluate(engine_release("sglang", version), argv, env or {}, shape, gpu_gib)
     return resolve_settings(
         args,
         shape,

@@ -11,6 +11,7 @@ from pathlib import Path
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.sglang.releases import release_rules
 from specpilot.plan import make_plan, plan_inputs
 from specpilot.plan.sglang import quantities as q
@@ -93,7 +94,7 @@ def test_pinning_the_recommendation_plans_as_fitting_with_the_same_margin(
     config: tuple[Shape, float, list[str]],
 ) -> None:
     shape, card, args = config
-    plan = make_plan(_spec(shape, card, args))
+    plan = make_plan(resolve(_spec(shape, card, args)))
     if not plan.recommended_args:
         event("nothing fits")
         return  # nothing fits this card: the plan says so (use more GPUs)
@@ -106,7 +107,7 @@ def test_pinning_the_recommendation_plans_as_fitting_with_the_same_margin(
     z = _sizing(pinned)
     assert _fits(pinned), (card, pinned_args)
     assert z.margin_gib >= z.required_margin_gib - 1e-9, (card, pinned_args, z.margin_gib)
-    assert make_plan(pinned).fits
+    assert make_plan(resolve(pinned)).fits
 
 
 @GRID

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.check.resolved import resolve
 from specpilot.engines.sglang.phases import PHASES
 from specpilot.plan import make_plan, plan_inputs
 from specpilot.plan.sglang import quantities as q
@@ -47,12 +48,12 @@ def test_the_engines_failed_allocation_is_a_whole_number_of_state_copies() -> No
     tried_gib, free_gib = float(found[1]), float(found[2])
     copies = tried_gib / _ssm_state_gib(_spec())
     assert copies == pytest.approx(round(copies), abs=0.05)  # 36 copies of 144 MiB
-    assert round(copies) <= 64 <= make_plan(_spec()).max_running_requests
+    assert round(copies) <= 64 <= make_plan(resolve(_spec())).max_running_requests
     assert tried_gib > free_gib
 
 
 def test_the_plan_warns_and_names_the_bound_that_fits() -> None:
-    plan = make_plan(_spec())
+    plan = make_plan(resolve(_spec()))
     warning = next(note for note in plan.notes if "copies their SSM states" in note)
     per_state = _ssm_state_gib(_spec())
     assert f"batch of {plan.max_running_requests} requests" in warning
@@ -64,7 +65,7 @@ def test_the_plan_warns_and_names_the_bound_that_fits() -> None:
 
 @pytest.mark.parametrize("extra", [["--disable-radix-cache"], ["--prefill-max-requests", "4"]])
 def test_no_warning_where_the_copies_are_bounded(extra: list[str]) -> None:
-    assert not [note for note in make_plan(_spec(*extra)).notes if "copies their SSM states" in note]
+    assert not [note for note in make_plan(resolve(_spec(*extra))).notes if "copies their SSM states" in note]
 
 
 def test_the_recorded_start_peaks_in_prefill_graph_capture() -> None:

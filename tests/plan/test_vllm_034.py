@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.check.resolved import resolve
 from specpilot.plan import make_plan
 from specpilot.plan.types import Plan
 from specpilot.spec import load_spec
@@ -21,7 +22,7 @@ def _plan(version: str, *extra: str) -> Plan:
     spec = load_spec(SPEC)
     args = [a for a in spec.engine.args if a not in ("--gpu-memory-utilization", "0.6154", "--enforce-eager")]
     engine = spec.engine.model_copy(update={"version": version, "args": [*args, *extra]})
-    return make_plan(spec.model_copy(update={"engine": engine}))
+    return make_plan(resolve(spec.model_copy(update={"engine": engine})))
 
 
 def test_the_kv_cache_is_sized_after_capture_from_the_whole_gpu() -> None:

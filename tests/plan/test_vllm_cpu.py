@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.check.resolved import resolve
 from specpilot.errors import UserError
 from specpilot.launch.allocations import allocations, plan_diff
 from specpilot.plan import make_plan
@@ -59,7 +60,7 @@ def _spec(model_dir: Path, env: dict[str, str], flags: list[str] = FLAGS) -> Spe
 
 
 def _plan(tmp_path: Path, env: dict[str, str], flags: list[str] = FLAGS) -> Plan:
-    return make_plan(_spec(tmp_path, env, flags))
+    return make_plan(resolve(_spec(tmp_path, env, flags)))
 
 
 def test_the_kv_pool_is_the_configured_space_and_matches_the_real_log(tmp_path: Path) -> None:
@@ -99,9 +100,9 @@ def test_the_space_variable_wins_over_the_flag_and_the_flag_over_auto(tmp_path: 
 
 def test_calibrating_from_the_cpu_log_keeps_the_numbers(tmp_path: Path) -> None:
     spec = _spec(tmp_path, CPU_ENV)
-    calibrated, measured = calibrate_from_log(spec, STARTUP_LOG)
+    calibrated, measured = calibrate_from_log(resolve(spec), STARTUP_LOG)
     assert measured.available_kv_gib == 1.0
-    assert make_plan(calibrated, measured).kv_tokens == 4_194_304
+    assert make_plan(resolve(calibrated), measured).kv_tokens == 4_194_304
 
 
 def test_a_space_that_is_not_whole_gib_is_a_user_error(tmp_path: Path) -> None:

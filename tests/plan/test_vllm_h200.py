@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.check.resolved import resolve
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_log
 from specpilot.plan.types import Plan
@@ -37,7 +38,7 @@ def _printed(run: str) -> dict[str, float]:
 
 
 def _plan_alone(run: str) -> Plan:
-    return make_plan(load_spec(REPO / "gpu" / "specs" / f"h200-{run}.toml"))
+    return make_plan(resolve(load_spec(REPO / "gpu" / "specs" / f"h200-{run}.toml")))
 
 
 def _log_up_to_weights(run: str, tmp_path: Path) -> Path:
@@ -51,8 +52,8 @@ def _log_up_to_weights(run: str, tmp_path: Path) -> Path:
 
 def _plan_calibrated(run: str, tmp_path: Path) -> Plan:
     spec = load_spec(REPO / "gpu" / "specs" / f"h200-{run}.toml")
-    calibrated, measured = calibrate_from_log(spec, _log_up_to_weights(run, tmp_path))
-    return make_plan(calibrated, measured)
+    calibrated, measured = calibrate_from_log(resolve(spec), _log_up_to_weights(run, tmp_path))
+    return make_plan(resolve(calibrated), measured)
 
 
 def test_the_matrix_is_all_there() -> None:
@@ -107,8 +108,8 @@ def test_max_concurrency_and_block_size_are_consistent(run: str, tmp_path: Path)
 def test_whole_log_reproduces_the_printed_numbers(run: str) -> None:
     """With the printed "Available KV cache memory" the block arithmetic is exact (0.01 GiB)."""
     spec = load_spec(REPO / "gpu" / "specs" / f"h200-{run}.toml")
-    calibrated, measured = calibrate_from_log(spec, LOGS / f"h200-{run}.log")
-    plan = make_plan(calibrated, measured)
+    calibrated, measured = calibrate_from_log(resolve(spec), LOGS / f"h200-{run}.log")
+    plan = make_plan(resolve(calibrated), measured)
     printed = _printed(run)
     assert plan.kv_tokens == pytest.approx(printed["kv_tokens"], rel=0.002)
     assert plan.details.max_concurrency == pytest.approx(printed["max_concurrency"], abs=0.01)

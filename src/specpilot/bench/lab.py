@@ -115,7 +115,7 @@ class EngineLab:
         if not prepared.refused:  # before the start: its engine may appear at any moment
             self.started.append(prepared.spec.name)
         started_s = time.monotonic()
-        row, timings = await measure(prepared, self.release.engine, settings, folder, self.notify)
+        row, timings = await measure(prepared, self.release, settings, folder, self.notify)
         cost_s = time.monotonic() - started_s
         if received():  # a signal whose interrupt something swallowed still ends the bench
             raise KeyboardInterrupt

@@ -27,7 +27,7 @@ import aiohttp
 from specpilot.bench.client import RequestTiming, StreamingChatClient, TimingLog
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import Prepared
-from specpilot.engines.adapter import Engine
+from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.metrics import PreemptionSignal
 from specpilot.errors import UserError
 from specpilot.generate.dispatch.dispatcher import Dispatcher
@@ -40,7 +40,7 @@ from specpilot.hosts import open_host_section
 from specpilot.launch.ops import run_down
 from specpilot.launch.outcome import Progress, UpResult
 from specpilot.launch.state import read_state
-from specpilot.launch.supervisor import launch
+from specpilot.launch.supervisor import launch_planned
 from specpilot.secrets import mask_argv
 from specpilot.spec import Spec
 from specpilot.taskgroup import beside
@@ -201,7 +201,7 @@ async def _guarded(config: JobConfig, guard: _Guard) -> None:
 
 
 async def measure(
-    prepared: Prepared, engine: Engine, settings: Settings, folder: Path, notify: Notify
+    prepared: Prepared, release: EngineRelease, settings: Settings, folder: Path, notify: Notify
 ) -> tuple[Measured, list[RequestTiming]]:
     """Start, warm up, measure and stop one variant (refused ones come back as they are);
     the row, and every answered request's timings (what the search reads rates from)."""
@@ -215,7 +215,7 @@ async def measure(
     spec = _start_within(prepared.spec, settings.budget_s)
     notify(f"{label}: starting {spec.engine.name} {spec.engine.version} ({' '.join(prepared.recommended)})")
     try:
-        result = await _up(spec, prepared, lambda phase, s, last: None)
+        result = await _up(spec, release, prepared, lambda phase, s, last: None)
         if result.phase != "ready":
             row.status, row.reason = "failed", _failure(result, settings.budget_s, spec_timeout_s)
             notify(f"{label}: {row.reason}")
@@ -231,7 +231,15 @@ async def measure(
             )
             return row, []
         timings = await _measure_sample(
-            row, prepared, spec, engine.preemption, settings, folder, result.endpoint, deadline_s, notify
+            row,
+            prepared,
+            spec,
+            release.engine.preemption,
+            settings,
+            folder,
+            result.endpoint,
+            deadline_s,
+            notify,
         )
         notify(f"{label}: {_summary(row)}; stopping")
         return row, timings
@@ -322,10 +330,10 @@ def _streaming(
     return StreamingChatClient(session, model, sampling, log)
 
 
-async def _up(spec: Spec, prepared: Prepared, progress: Progress) -> UpResult:
+async def _up(spec: Spec, release: EngineRelease, prepared: Prepared, progress: Progress) -> UpResult:
     host = open_host_section(spec.host)
     try:
-        return await launch(spec, host, plan=prepared.plan, progress=progress)
+        return await launch_planned(spec, release, host, plan=prepared.plan, progress=progress)
     finally:
         await host.close()
 

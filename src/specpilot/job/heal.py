@@ -39,9 +39,9 @@ from specpilot.launch.recovery import (
     restarts_made,
     serving_death,
 )
+from specpilot.launch.server_plan import ServerPlan
 from specpilot.launch.serving import Crash, record_crash, watch_serving
 from specpilot.launch.state import RunState, read_state
-from specpilot.spec import Spec
 from specpilot.taskgroup import beside
 
 Say = Callable[[str], None]
@@ -74,15 +74,15 @@ def _task_watcher(work: Callable[[Dispatcher], Any], busy: asyncio.Lock) -> JobW
 
 
 class ServerHealer:
-    """Restarts the job's one server when it dies; `spec` follows the bounds applied."""
+    """Restarts the job's one server when it dies; `server` follows the bounds applied."""
 
-    def __init__(self, spec: Spec, record: JobRecord, max_restarts: int, say: Say) -> None:
-        self.spec = spec
+    def __init__(self, server: ServerPlan, record: JobRecord, max_restarts: int, say: Say) -> None:
+        self.server = server
         self.record = record
         self.max_restarts = max_restarts
         self.say = say
         self.busy = asyncio.Lock()
-        self.restarts = restarts_made(record.data.get("restarts", [])).get(spec.name, 0)
+        self.restarts = restarts_made(record.data.get("restarts", [])).get(server.spec.name, 0)
         #: the dispatcher found the server stalled: (its base URL, why)
         self.stall: tuple[str, str] | None = None
         self.stalled = asyncio.Event()
@@ -125,7 +125,7 @@ class ServerHealer:
             dispatcher.restart_on_stall(None)
 
     async def _heal(self, dispatcher: Dispatcher) -> None:
-        name = self.spec.name
+        name = self.server.spec.name
         while True:
             state = read_state(name)
             host = host_for(state)
@@ -150,13 +150,13 @@ class ServerHealer:
     async def _restart(self, dispatcher: Dispatcher, pid: int, ended: tuple[Crash, Failure] | None) -> bool:
         """Restart the dead (`ended`: its crash, as the policy reads it) or stalled (None) server;
         False when the job is told to stop instead."""
-        name = self.spec.name
+        name = self.server.spec.name
         began_s = time.monotonic()  # the restart's time is the job's GPU-hours wasted
         stall, self.stall = self.stall, None
         self.stalled.clear()
         failure, said = self._failure_of(name, ended, stall)
         budget = Budget(max_restarts=self.max_restarts, restarts=self.restarts, backoff_s=BACKOFF_S)
-        recovery = await next_start(self.spec, failure, budget)
+        recovery = await next_start(self.server, failure, budget)
         if recovery.action == "give_up":
             self.record.note(
                 "restarts",
@@ -174,7 +174,7 @@ class ServerHealer:
             )
             return False
         self.restarts += 1
-        self.spec = recovery.spec
+        self.server = recovery.server
         bounded = recovery.bound
         self.say(
             f"{said}; restart {self.restarts} of {self.max_restarts}"
@@ -222,14 +222,14 @@ class ServerHealer:
         """Start the server again once its port is free, note the restart in job.json; False (the
         job told to stop) where it does not come up."""
         await clear_run(name, {"pid": pid}, self.say)
-        await wait_port_closed(self.spec)
-        again = await start(self.spec, self.say)
-        self.spec = again.spec
+        await wait_port_closed(self.server.spec)
+        again = await start(self.server, self.say)
+        self.server = again.server
         entry: dict[str, Any] = {"run": name, "cause": failure.cause, "line": failure.line,
                                  "restarts": self.restarts, "bound": change, "outcome": again.result.phase,
                                  "replans": again.replans or [],
                                  "down_s": round(time.monotonic() - began_s, 3)}  # fmt: skip
-        self.record.data["server_args"] = list(self.spec.engine.args)
+        self.record.data["server_args"] = list(self.server.spec.engine.args)
         self.record.note("restarts", entry)
         if again.result.phase != "ready":
             last = (again.result.error or "").strip().splitlines()[-1:] or [""]

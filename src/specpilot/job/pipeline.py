@@ -25,11 +25,13 @@ from specpilot.spec import Spec, load_spec
 
 if TYPE_CHECKING:
     from specpilot.check.resolved import ResolvedSpec
+    from specpilot.engines.adapter import Engine
     from specpilot.export.run import ExportResult
     from specpilot.generate.dispatch.endpoints import Endpoint
     from specpilot.generate.job import JobWatcher, Outcome
     from specpilot.generate.ledger.report import JobSummary
     from specpilot.generate.yields import Budget
+    from specpilot.launch.server_plan import ServerPlan, ServerPlanRecord
 
 Say = Callable[[str], None]
 #: the winning bench variant's spec, in the job folder: what `up` starts after a bench
@@ -96,12 +98,9 @@ def job_secrets(job: JobFile) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-def api_key_of(spec: Spec) -> str | None:
-    """The key the spec starts its engine with (its API flag, or the variable the engine reads
-    it from): the job's own requests send it."""
-    from specpilot.engines.registry import engine_by_name
-
-    engine = engine_by_name(spec.engine.name)
+def api_key_of(spec: Spec, engine: Engine) -> str | None:
+    """The key the spec starts its engine (`engine`) with (its API flag, or the variable the
+    engine reads it from): the job's own requests send it."""
     flag = engine.api_key_flag
     if flag is None:
         return None
@@ -326,20 +325,25 @@ def _gpus_of(job: JobFile) -> int:
     return load_spec(job.serving_file).gpu.count
 
 
-async def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
+async def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> dict[object, ServerPlan]:
+    """The check and plan stages (each skipped when finished); the servers they planned, by
+    their kind of GPU ({} when both were finished: nothing was resolved)."""
     from specpilot.check.resolved import resolve
+    from specpilot.launch.server_plan import server_plan
     from specpilot.models.host_files import read_model
 
     specs = _specs_by_gpu(job)
-    # each server spec resolved once (its model read, its flags evaluated) for both stages
+    # each server spec resolved once (its model read, its release looked up, its flags
+    # evaluated) for both stages and for what starts it
     settled = record.done("check") and record.done("plan")
     resolved: dict[object, ResolvedSpec] = {}
     if not settled:
         resolved = {key: resolve(s, await read_model(s)) for key, s in specs.items()}
     if not record.done("check"):
         _check_stage(job, record, resolved, say)
+    servers = {key: server_plan(r) for key, r in resolved.items()}
     if not record.done("plan"):
-        _plan_stage(job, record, resolved, say)
+        _plan_stage(job, record, servers, say)
     if job.max_tokens_auto and context_tokens(record) is None:
         raise UserError(
             "auto needs the servers' context to bound it, and neither the server spec's flags "
@@ -347,6 +351,7 @@ async def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> None:
             field="[job.sampling] max_tokens",
             fix="set the context in the server spec (e.g. --context-length 32768), or give a number",
         )
+    return servers
 
 
 def _specs_by_gpu(job: JobFile) -> dict[object, Spec]:
@@ -373,49 +378,57 @@ def _check_stage(job: JobFile, record: JobRecord, resolved: dict[object, Resolve
     say(f"check: {sum(len(f) for f in found.values())} findings, none refuses the start")
 
 
-def _plan_stage(job: JobFile, record: JobRecord, resolved: dict[object, ResolvedSpec], say: Say) -> None:
-    """The plan stage: every spec's plan and the servers' context recorded; one that does not fit
-    fails the job."""
-    from specpilot.plan import make_plan
-
+def _plan_stage(job: JobFile, record: JobRecord, servers: dict[object, ServerPlan], say: Say) -> None:
+    """The plan stage: every server's plan recorded (`ServerPlan.to_json`, with its context);
+    one that does not fit fails the job."""
     record.begin("plan", 0)
-    plans: dict[str, dict[str, Any]] = {}
     recommended: list[str] = []
-    for key, r in resolved.items():
-        plan = make_plan(r)
-        problems = [p.message for p in plan.problems]
-        plans[str(key)] = {
-            "fits": plan.fits,
-            "problems": problems,
-            "recommended_args": list(plan.recommended_args),
-            "recommended_env": dict(plan.recommended_env),
-            "notes": list(plan.notes),
-        }
-        if not plan.fits:
+    for server in servers.values():
+        plan = server.plan
+        problems = [p.message for p in plan.problems] if plan is not None else list(server.preflight.errors)
+        if plan is None or not plan.fits:
             record.fail("plan", problems[0] if problems else "does not fit")
             raise JobFailed(
                 f"the plan does not fit: {'; '.join(problems)} (see `specpilot plan {job.serving_file}`)"
             )
         recommended += [" ".join(plan.recommended_args)] if plan.recommended_args else []
-    contexts = [r.context_tokens() for r in resolved.values()]
-    # the servers' context (the least of a fleet's): what bounds max_tokens
-    context = None if None in contexts or not contexts else min(c for c in contexts if c is not None)
-    record.finish("plan", {"plans": plans, "context_tokens": context})
+    record.finish("plan", {"plans": {str(key): server.to_json() for key, server in servers.items()}})
     say("plan: fits" + "".join(f"; recommends {r}" for r in recommended))
 
 
+def recorded_plans(record: JobRecord) -> list[ServerPlanRecord]:
+    """The server plans the plan stage recorded, read back typed; a record of another shape is
+    refused naming its key."""
+    from specpilot.launch.server_plan import ServerPlanRecord
+
+    plans = (record.stage("plan").get("evidence") or {}).get("plans") or {}
+    try:
+        return [ServerPlanRecord.from_json(data) for data in plans.values()]
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise UserError(
+            f"{record.path}: stages.plan.evidence.plans holds no server plan of this specpilot "
+            f"(no {err} in it)",
+            field="[job] output",
+            fix="run the job again with --restart-from plan",
+        ) from None
+
+
 def context_tokens(record: JobRecord) -> int | None:
-    """The servers' context in tokens, as the plan stage found it (None: not known)."""
-    value = record.stage("plan").get("evidence", {}).get("context_tokens")
-    return int(value) if value else None
+    """The servers' context in tokens (the least of a fleet's), as the plan stage found it:
+    what bounds max_tokens (None: not known)."""
+    contexts = [plan.context_tokens for plan in recorded_plans(record)]
+    return None if None in contexts or not contexts else min(c for c in contexts if c is not None)
 
 
-async def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
+async def _bench(job: JobFile, record: JobRecord, say: Say, planned: ServerPlan | None) -> ServerPlan | None:
+    """The bench stage (skipped when finished or not asked for); the server its winner starts
+    as (planned from `planned`, the server spec's, without reading the model again), else
+    `planned` as it is."""
     if record.done("bench"):
-        return
+        return planned
     if job.bench is None:
         record.finish("bench", {"why": "no [job.bench] in the job file"}, status="skipped")
-        return
+        return planned
     from specpilot.bench.finish import finish_bench
     from specpilot.bench.run import BenchRequest, bench_release, plan_settings, run_bench
     from specpilot.bench.variants import default_variants, parse_variants
@@ -440,18 +453,36 @@ async def _bench(job: JobFile, record: JobRecord, say: Say) -> None:
         why = result.verdict or "no variant could be measured"
         record.fail("bench", why)
         raise JobFailed(f"bench: {why} (see {job.output / 'bench.json'})")
+    # the server `up` starts: the winner's, recorded as the plan stage records the server spec's
+    winner = await _planned(planned, load_spec(best))
     record.finish(
         "bench",
-        {"winner": result.winner, "spec": str(best), "table": result.data.get("variants", [])},
+        {
+            "winner": result.winner,
+            "spec": str(best),
+            "table": result.data.get("variants", []),
+            "server_plan": winner.to_json(),
+        },
     )
     say(f"bench: {result.winner} wins; the job starts it ({best})")
+    return winner
 
 
-async def run_before_serving(job: JobFile, record: JobRecord, say: Say) -> None:
-    """check, plan and bench (each skipped when finished); then the projection at start."""
-    await _check_and_plan(job, record, say)
+async def _planned(planned: ServerPlan | None, spec: Spec) -> ServerPlan:
+    """`spec` as a server: planned from `planned` (this command's resolution of the server spec:
+    the model is not read again), else planned here (the model read once)."""
+    from specpilot.launch.server_plan import plan_server
+
+    return planned.respec(spec) if planned is not None else await plan_server(spec)
+
+
+async def run_before_serving(job: JobFile, record: JobRecord, say: Say) -> ServerPlan | None:
+    """check, plan and bench (each skipped when finished); then the projection at start. The
+    server `up` starts, where these stages planned it (None: a fleet, or nothing was planned)."""
+    servers = await _check_and_plan(job, record, say)
+    planned = next(iter(servers.values())) if job.server is not None and servers else None
     with job_terms():
-        await _bench(job, record, say)
+        planned = await _bench(job, record, say, planned)
     _max_tokens(job, record, say)
     from specpilot.job.cost import projection_at_start
 
@@ -462,6 +493,7 @@ async def run_before_serving(job: JobFile, record: JobRecord, say: Say) -> None:
         say(f"projected for the whole input: {projection.line()}")
     else:
         say("projected: not yet (no bench); the live projection follows once rows finish")
+    return planned
 
 
 def _bench_budget(job: JobFile, record: JobRecord) -> tuple[Budget, list[int]] | None:
@@ -552,14 +584,17 @@ def serving_spec(job: JobFile, record: JobRecord) -> Spec:
 # -- up, generate, export, down: one event loop ----------------------------------------
 
 
-async def _up_server(job: JobFile, record: JobRecord, say: Say) -> Spec:
+async def _up_server(job: JobFile, record: JobRecord, say: Say, planned: ServerPlan | None) -> ServerPlan:
+    """The job's server, started (or the one it started, still serving, reused): the server
+    `planned` by the stages before, for the spec `up` starts (`serving_spec`)."""
     from specpilot.job.serve import Started, clear_run, recorded_run_serving, start
 
     spec = serving_spec(job, record)
+    server = await _planned(planned, spec)
     recorded = record.stage("up").get("evidence")
     if record.done("up") and recorded is not None and await recorded_run_serving(spec.name, recorded):
         say(f"up: {spec.name} is still serving as this job started it (pid {recorded['pid']}); reusing it")
-        return spec
+        return server
     if record.done("up"):
         say(f"up: {spec.name} is no longer serving; starting it again")
     stage = record.stage("up")
@@ -567,7 +602,7 @@ async def _up_server(job: JobFile, record: JobRecord, say: Say) -> Spec:
     interrupted = stage.get("started_at") if stage.get("status") == "running" else None
     record.begin("up", _gpus_of(job))
     await clear_run(spec.name, recorded, say, ours_since=interrupted)
-    started: Started = await start(spec, say)
+    started: Started = await start(server, say)
     if started.result.phase != "ready":
         why = (started.result.error or "").strip().splitlines()[-1:] or [""]
         record.stage("up")["replans"] = started.replans or []
@@ -581,7 +616,7 @@ async def _up_server(job: JobFile, record: JobRecord, say: Say) -> Spec:
     record.finish("up", started.evidence())
     ready = started.result
     say(f"up: {spec.name} ready at {ready.endpoint} (pid {ready.pid}; argv and env verified)")
-    return started.spec
+    return started.server
 
 
 async def _up_fleet(job: JobFile, record: JobRecord, say: Say) -> str:
@@ -615,12 +650,12 @@ async def _up_fleet(job: JobFile, record: JobRecord, say: Say) -> str:
 
 
 async def _generate(
-    job: JobFile, record: JobRecord, served: str, spec: Spec | None, say: Say
+    job: JobFile, record: JobRecord, served: str, server: ServerPlan | None, say: Say
 ) -> tuple[int, str]:
     from specpilot.generate.eta import all_of, projecting
     from specpilot.generate.job import JobConfig, generate_in_loop
 
-    endpoints, heal, api_key = _endpoints_and_healer(job, record, served, spec, say)
+    endpoints, heal, api_key = _endpoints_and_healer(job, record, served, server, say)
     decided = record.data.get("max_tokens") or {}
     sampling = job.sampling
     if job.max_tokens_auto:
@@ -652,18 +687,19 @@ async def _generate(
 
 
 def _endpoints_and_healer(
-    job: JobFile, record: JobRecord, served: str, spec: Spec | None, say: Say
+    job: JobFile, record: JobRecord, served: str, server: ServerPlan | None, say: Say
 ) -> tuple[list[Endpoint], JobWatcher, str | None]:
     """Where generate sends (the server, or the fleet's routers), what mends a death, and the key."""
     from specpilot.generate.dispatch.endpoints import Endpoint, endpoints_of_fleet, normalize_url
     from specpilot.job.heal import ServerHealer, fleet_healer
     from specpilot.launch.state import read_state
 
-    if spec is not None:
+    if server is not None:
         state = read_state(served)
         # no run name: a death is the healer's to mend, not a reason for generate to stop
         endpoints = [Endpoint(normalize_url(state.endpoint), state.served_model_name or None)]
-        return endpoints, ServerHealer(spec, record, job.max_restarts, say).watcher(), api_key_of(spec)
+        healer = ServerHealer(server, record, job.max_restarts, say).watcher()
+        return endpoints, healer, api_key_of(server.spec, server.release.engine)
     # a fleet's router takes no key of the members'
     return endpoints_of_fleet(served), fleet_healer(served, record, job.max_restarts, say), None
 
@@ -893,8 +929,8 @@ async def run_job(job: JobFile, record: JobRecord, say: Say) -> JobResult:
     from specpilot.job.cost import record_waste
 
     try:
-        await run_before_serving(job, record, say)
-        result = await serve(job, record, say)
+        planned = await run_before_serving(job, record, say)
+        result = await serve(job, record, say, planned)
     except JobFailed as err:
         raise JobFailed(mask_log_text(str(err), record.secrets)) from None
     finally:
@@ -903,21 +939,22 @@ async def run_job(job: JobFile, record: JobRecord, say: Say) -> JobResult:
     return result
 
 
-async def serve(job: JobFile, record: JobRecord, say: Say) -> JobResult:
-    """up -> generate -> export -> down, each skipped when finished."""
+async def serve(job: JobFile, record: JobRecord, say: Say, planned: ServerPlan | None = None) -> JobResult:
+    """up -> generate -> export -> down, each skipped when finished; `planned`: the server the
+    stages before planned (`run_before_serving`), else up plans it."""
     result = JobResult(job, record)
     fleet = job.fleet is not None
     served = _served_name(job, record)
-    spec: Spec | None = None
+    server: ServerPlan | None = None
     if not record.done("generate"):
         record.reopen("down")  # an earlier attempt stopped what it started; this one starts it again
         if fleet:
             served = await _up_fleet(job, record, say)
         else:
-            spec = await _up_server(job, record, say)
-            served = spec.name
+            server = await _up_server(job, record, say, planned)
+            served = server.spec.name
         with job_terms():
-            code, message = await _generate(job, record, served, spec, say)
+            code, message = await _generate(job, record, served, server, say)
         if code != 0:
             if not job.keep_servers:
                 await _down(job, record, served, fleet, say)

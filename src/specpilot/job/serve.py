@@ -17,6 +17,7 @@ from specpilot.errors import UserError
 from specpilot.hosts import open_host_section
 from specpilot.launch.ops import clear_leftovers, run_down, run_status
 from specpilot.launch.outcome import UpResult
+from specpilot.launch.server_plan import ServerPlan
 from specpilot.launch.shield import signals_blocked, stop_started, wait_for_children
 from specpilot.launch.state import read_state, state_path
 from specpilot.launch.up import (
@@ -39,12 +40,16 @@ MAX_REPLANS = 2
 
 @dataclass
 class Started:
-    """What `up` of the job started: the spec (with what the job added) and its proof."""
+    """What `up` of the job started: the server (with what the job added) and its proof."""
 
-    spec: Spec
+    server: ServerPlan
     result: UpResult
     reused: bool = False
     replans: list[dict[str, Any]] | None = None
+
+    @property
+    def spec(self) -> Spec:
+        return self.server.spec
 
     def evidence(self) -> dict[str, Any]:
         state = read_state(self.spec.name)
@@ -58,6 +63,7 @@ class Started:
             "args": list(self.spec.engine.args),
             "elapsed_s": round(self.result.elapsed_s, 1),
             "replans": self.replans or [],
+            "server_plan": self.server.to_json(),
         }
 
 
@@ -140,13 +146,13 @@ def _say_event(name: str, say: Say) -> OnEvent:
     return on_event
 
 
-async def start(spec: Spec, say: Say) -> Started:
-    """Check, plan and start `spec` through `up`'s loop; an out-of-memory start is planned again
-    from the engine's own numbers (the plan's next step down) at most MAX_REPLANS times (a ready
-    server is kept as it started)."""
+async def start(server: ServerPlan, say: Say) -> Started:
+    """Start `server` (checked and planned by the job) through `up`'s loop; an out-of-memory
+    start is planned again from the engine's own numbers (the plan's next step down) at most
+    MAX_REPLANS times (a ready server is kept as it started)."""
     options = SettleOptions(max_replans=MAX_REPLANS, replan_off_plan=False, stop_timeout_s=STOP_TIMEOUT_S)
-    run = await start_until_settled(spec, options, _say_event(spec.name, say))
-    return Started(run.spec, run.result, replans=[r.to_json() for r in run.replans])
+    run = await start_until_settled(server, options, _say_event(server.spec.name, say))
+    return Started(run.server, run.result, replans=[r.to_json() for r in run.replans])
 
 
 async def wait_port_closed(spec: Spec, timeout_s: float = 10.0) -> None:

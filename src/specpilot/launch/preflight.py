@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from specpilot.check.resolved import ResolvedSpec, resolve
+from specpilot.check.resolved import ResolvedSpec
 from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.fix import Fix
-from specpilot.models.host_files import ModelRead, read_model
 from specpilot.plan import Plan, make_plan
 from specpilot.secrets import is_secret_flag
 from specpilot.spec import Spec
@@ -16,7 +15,7 @@ from specpilot.spec import Spec
 CONFIG_FILE_FLAG = "--config"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Preflight:
     """What check and plan said before anything started."""
 
@@ -60,44 +59,40 @@ def argv_secret_warnings(spec: Spec, release: EngineRelease) -> list[str]:
     return warnings
 
 
-async def preflight(spec: Spec) -> Preflight:
-    """`run_preflight` in the command's event loop: the model is read once, in this loop
-    (on an SSH host that is a connection of this loop, not an `asyncio.run` of its own)."""
-    return run_preflight(spec, await read_model(spec))
-
-
-def run_preflight(spec: Spec | ResolvedSpec, files: ModelRead | None = None) -> Preflight:
+def run_preflight(resolved: ResolvedSpec) -> Preflight:
     """`check` then `plan` of one resolution of the spec: refuse what the engine would reject
-    or what cannot fit. `files`: the model's files when the caller read them already."""
-    resolved = spec if isinstance(spec, ResolvedSpec) else resolve(spec, files)
-    spec = resolved.spec
-    result = Preflight()
-    report = resolved.check
-    for finding in report.findings:
+    or what cannot fit."""
+    checked = _checked(resolved)
+    if checked.errors:
+        return checked
+    warnings = [*checked.warnings, *argv_secret_warnings(resolved.spec, resolved.release)]
+    plan = make_plan(resolved)
+    if plan.fits:
+        return replace(checked, plan=plan, warnings=warnings)
+    fix = None
+    if plan.recommended_args or plan.recommended_env:
+        fix = Fix(
+            tuple(plan.recommended_args), dict(plan.recommended_env), text="the plan's recommended settings"
+        )
+    error = "the plan does not fit: " + "; ".join(p.message for p in plan.problems)
+    return replace(checked, plan=plan, errors=[error], warnings=warnings, cause="oom", fix=fix)
+
+
+def _checked(resolved: ResolvedSpec) -> Preflight:
+    """What check's findings say: the refusals (with the first fix), the warnings, the flags
+    `up` adds."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    added: list[tuple[tuple[str, ...], str]] = []
+    fix: Fix | None = None
+    for finding in resolved.check.findings:
         line = f"{finding.rule}: {finding.message}"
         if finding.up_applies and finding.fix is not None:
-            result.added.append((finding.fix.args, line))
-            continue
-        if finding.severity == "warning":
-            result.warnings.append(line)
-        if finding.severity != "error":
-            continue
-        result.errors.append(line)
-        result.cause = result.cause or "config"
-        if finding.fix is not None and result.fix is None:
-            result.fix = replace(finding.fix, text=line)
-    if result.errors:
-        return result
-    result.warnings += argv_secret_warnings(spec, resolved.release)
-    plan = make_plan(resolved)
-    result.plan = plan
-    if not plan.fits:
-        result.cause = "oom"
-        result.errors.append("the plan does not fit: " + "; ".join(p.message for p in plan.problems))
-        if plan.recommended_args or plan.recommended_env:
-            result.fix = Fix(
-                tuple(plan.recommended_args),
-                dict(plan.recommended_env),
-                text="the plan's recommended settings",
-            )
-    return result
+            added.append((finding.fix.args, line))
+        elif finding.severity == "warning":
+            warnings.append(line)
+        elif finding.severity == "error":
+            errors.append(line)
+            if finding.fix is not None and fix is None:
+                fix = replace(finding.fix, text=line)
+    return Preflight(None, errors, warnings, "config" if errors else None, fix, added)

@@ -26,10 +26,9 @@ from specpilot.errors import UserError
 from specpilot.hosts.base import Host
 from specpilot.launch.ops import host_for
 from specpilot.launch.replan import Replan, replan
+from specpilot.launch.server_plan import ServerPlan
 from specpilot.launch.serving import Crash, serving_classifier
 from specpilot.launch.state import RunState, read_state, state_path
-from specpilot.models.host_files import ModelRead
-from specpilot.plan.types import Plan
 from specpilot.spec import Spec
 
 #: a ready start whose allocations are more than 5% from its plan: re-planned like an OOM
@@ -85,16 +84,22 @@ class Budget:
 
 @dataclass(frozen=True)
 class Recovery:
-    """The next start: its spec and what changed, the wait before it, or why there is none."""
+    """The next start: the server it starts and what changed, the wait before it, or why
+    there is none (then `server` is the one that failed)."""
 
     action: Action
-    spec: Spec
+    server: ServerPlan
     backoff_s: float = 0.0
     replan: Replan | None = None
     bound: Bounded | None = None
     gave_up: GiveUpWhy | None = None
     #: the re-plan's refusal (`cannot_calibrate`)
     error: str | None = None
+
+    @property
+    def spec(self) -> Spec:
+        """The spec as given to the next start (to the one that failed, when there is none)."""
+        return self.server.spec
 
     @property
     def change(self) -> dict[str, Any] | None:
@@ -111,37 +116,35 @@ def _with_args(spec: Spec, args: Sequence[str]) -> Spec:
     return spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": list(args)})})
 
 
-async def _replanned(
-    spec: Spec, failure: Failure, budget: Budget, plan: Plan | None, files: ModelRead | None
-) -> Recovery:
+async def _replanned(server: ServerPlan, failure: Failure, budget: Budget) -> Recovery:
     if budget.replans >= budget.max_replans:
-        return Recovery("give_up", spec, gave_up="limit" if budget.max_replans else "off")
+        return Recovery("give_up", server, gave_up="limit" if budget.max_replans else "off")
     try:
-        change = replan(spec, await failure.log(), plan, files)
+        change = replan(server.resolved, await failure.log(), server.plan)
     except UserError as err:
-        return Recovery("give_up", spec, gave_up="cannot_calibrate", error=str(err))
+        return Recovery("give_up", server, gave_up="cannot_calibrate", error=str(err))
     if change is None:
-        return Recovery("give_up", spec, gave_up="same_flags")
-    return Recovery("replan", change.spec, replan=change)
+        return Recovery("give_up", server, gave_up="same_flags")
+    return Recovery("replan", server.respec(change.spec), replan=change)
 
 
-async def next_start(
-    spec: Spec, failure: Failure, budget: Budget, *, plan: Plan | None = None, files: ModelRead | None = None
-) -> Recovery:
-    """What to start after `failure` of `spec` (planned as `plan`, its model read as `files`)."""
+async def next_start(server: ServerPlan, failure: Failure, budget: Budget) -> Recovery:
+    """What to start after `failure` of `server`: a changed spec is checked and planned again
+    from the server's own resolution (`ServerPlan.respec`: the model is not read again)."""
     refused: Recovery | None = None
     if failure.at == "start" and failure.cause in (OOM, OFF_PLAN):
-        refused = await _replanned(spec, failure, budget, plan, files)
+        refused = await _replanned(server, failure, budget)
         if refused.action == "replan" or failure.cause == OFF_PLAN:  # a ready server is kept as it is
             return refused
     if budget.restarts >= budget.max_restarts:
-        return refused or Recovery("give_up", spec, gave_up="max_restarts")
+        return refused or Recovery("give_up", server, gave_up="max_restarts")
     backoff_s = budget.backoff_s * 2**budget.restarts
     if failure.at == "serving" and failure.cause == OOM:
+        spec = server.spec
         bounded = bound_args(failure.bounds, list(spec.engine.args), await failure.log())
         if bounded is not None:
-            return Recovery("bound", _with_args(spec, bounded.args), backoff_s, bound=bounded)
-    return Recovery("restart", spec, backoff_s)
+            return Recovery("bound", server.respec(_with_args(spec, bounded.args)), backoff_s, bound=bounded)
+    return Recovery("restart", server, backoff_s)
 
 
 def serving_death(crash: Crash, state: RunState, serving_log: str) -> tuple[Crash, Failure]:

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from specpilot.check.parse import parse_argv
-from specpilot.check.resolved import resolve
+from specpilot.check.resolved import ResolvedSpec
 from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.fix import Fix
 from specpilot.launch.outcome import UpResult
-from specpilot.models.host_files import ModelRead
 from specpilot.plan import make_plan
 from specpilot.plan.calibrate import calibrate_from_text
 from specpilot.plan.planners import planner_for
@@ -84,14 +83,14 @@ def _changes(
     return lines
 
 
-def replan(spec: Spec, log_text: str, planned: Plan | None, files: ModelRead | None = None) -> Replan | None:
-    """The spec re-planned from the engine's printed numbers, or None when the planner,
-    given them, recommends exactly what ran (restarting would change nothing). `files`: the
-    model as the command read it.
+def replan(resolved: ResolvedSpec, log_text: str, planned: Plan | None) -> Replan | None:
+    """The spec (resolved by its command: its model read once) re-planned from the engine's
+    printed numbers, or None when the planner, given them, recommends exactly what ran
+    (restarting would change nothing).
 
     Raises UserError when the log cannot calibrate (another engine's, or cut before the
     weights loaded: then nothing was measured)."""
-    resolved = resolve(spec, files)  # the model read once, for the log's checks and the plan
+    spec = resolved.spec
     calibrated, facts = calibrate_from_text(resolved, log_text, "the engine's log")
     plan = make_plan(resolved.respec(calibrated), facts)
     if not plan.recommended_args:

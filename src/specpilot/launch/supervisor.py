@@ -17,8 +17,8 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import replace
 
+from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.fix import Fix
-from specpilot.engines.registry import engine_release
 from specpilot.hosts.base import Host, HostFacts
 from specpilot.hosts.errors import HostError
 from specpilot.launch import rundir
@@ -26,6 +26,7 @@ from specpilot.launch.command import host_model_path, plan_launch
 from specpilot.launch.outcome import Progress, UpOptions, UpResult
 from specpilot.launch.program import check_program
 from specpilot.launch.render import render_env_file, render_launch_script
+from specpilot.launch.server_plan import ServerPlan
 from specpilot.launch.state import RunState, own_run_folder, write_state
 from specpilot.launch.stop import RUN_TOKEN_VAR, stop_group
 from specpilot.launch.watch import RunWatch
@@ -34,7 +35,7 @@ from specpilot.secrets import mask_argv, mask_env, redact
 from specpilot.spec import Spec, spec_to_toml
 from specpilot.taskgroup import naming
 
-__all__ = ["UpOptions", "UpResult", "launch"]
+__all__ = ["UpOptions", "UpResult", "launch", "launch_planned"]
 
 
 def _spec_text(spec: Spec, secrets: list[str]) -> bytes:
@@ -93,7 +94,24 @@ async def _facts_or_none(host: Host) -> HostFacts | None:
 
 
 async def launch(
+    server: ServerPlan,
+    host: Host,
+    *,
+    options: UpOptions | None = None,
+    progress: Progress | None = None,
+    local_env: Mapping[str, str] | None = None,
+) -> UpResult:
+    """Start `server` (its spec as it starts, `ServerPlan.started`) on `host` under
+    supervision; return ready or a classified failure (`launch_planned`)."""
+    return await launch_planned(
+        server.started, server.release, host, plan=server.plan, options=options, progress=progress,
+        local_env=local_env,
+    )  # fmt: skip
+
+
+async def launch_planned(
     spec: Spec,
+    release: EngineRelease,
     host: Host,
     *,
     plan: Plan | None,
@@ -101,7 +119,9 @@ async def launch(
     progress: Progress | None = None,
     local_env: Mapping[str, str] | None = None,
 ) -> UpResult:
-    """Start `spec` on `host` under supervision; return ready or a classified failure.
+    """Start `spec` exactly as given, run by `release` (its command resolved it) and planned as
+    `plan`, on `host` under supervision (a bench's variant, planned by the bench); return ready
+    or a classified failure.
 
     On failure nothing is left running. The local state file is written once the
     pid exists and again with the outcome."""
@@ -109,8 +129,7 @@ async def launch(
     started = time.monotonic()
     local_dir = own_run_folder(spec.name) if host.target == "local" else None
     home, host_env, facts = await asyncio.gather(host.home(), _host_env(host), _facts_or_none(host))
-    # the engine looked up once for the whole launch: argv, secrets and the log's classifier
-    release = engine_release(spec.engine.name, spec.engine.version)
+    # the engine the command resolved: argv, secrets and the log's classifier
     planned = plan_launch(
         spec,
         release,

@@ -17,12 +17,12 @@ from specpilot.errors import JobFailed, UserError
 from specpilot.hosts import open_host_section
 from specpilot.launch.ops import clear_leftovers, run_down, stream_log
 from specpilot.launch.outcome import UpResult
-from specpilot.launch.preflight import Preflight, launch_spec, run_preflight
-from specpilot.launch.recovery import OFF_PLAN, OOM, Budget, Failure, next_start
+from specpilot.launch.preflight import Preflight
+from specpilot.launch.recovery import OFF_PLAN, OOM, Budget, Failure, Recovery, next_start
 from specpilot.launch.replan import Replan, replan_reason
+from specpilot.launch.server_plan import ServerPlan, plan_server
 from specpilot.launch.state import read_state, start_lock
 from specpilot.launch.supervisor import launch
-from specpilot.models.host_files import ModelRead, read_model
 from specpilot.spec import Spec
 
 #: at most this many re-planned restarts in one `up`: each costs a whole engine start
@@ -108,11 +108,16 @@ OnEvent = Callable[[UpEvent], None]
 
 @dataclass(frozen=True)
 class UpRun:
-    """The last start's result, the re-plans made before it, and the spec it started."""
+    """The last start's result, the re-plans made before it, and the server it started."""
 
     result: UpResult
     replans: tuple[Replan, ...]
-    spec: Spec
+    server: ServerPlan
+
+    @property
+    def spec(self) -> Spec:
+        """The spec as given to the last start (a re-plan's)."""
+        return self.server.spec
 
     def to_json(self) -> dict[str, Any]:
         return {**self.result.to_json(), "replans": [r.to_json() for r in self.replans]}
@@ -150,37 +155,37 @@ async def run_up(spec: Spec, options: SettleOptions, on_event: OnEvent) -> UpRun
     until settled."""
     with start_lock(spec.name):
         await refuse_if_running(spec.name, on_event)
-        return await start_until_settled(spec, options, on_event)
+        # the model read once and the release looked up once: a re-plan changes flags only
+        return await start_until_settled(await plan_server(spec), options, on_event)
 
 
-async def start_until_settled(spec: Spec, options: SettleOptions, on_event: OnEvent) -> UpRun:
+async def start_until_settled(server: ServerPlan, options: SettleOptions, on_event: OnEvent) -> UpRun:
     """Start, re-planned up to `options.max_replans` times: the last result and the re-plans made."""
     replans: list[Replan] = []
-    files = await read_model(spec)  # once: a re-plan changes flags, not the model
     while True:
-        pre = run_preflight(spec, files)
+        pre = server.preflight
         on_event(Preflighted(pre))
         if pre.errors and not (options.force and not replans):
-            result = _refusal(spec, pre)
+            result = _refusal(server.spec, pre)
         else:
-            result = await _start(launch_spec(spec, pre), pre, on_event)
+            result = await _start(server, on_event)
         on_event(Settled(result))
-        change = await _next_replan(spec, result, pre, files, len(replans), options, on_event)
-        if change is None:
-            return UpRun(result, tuple(replans), spec)
-        replans.append(change)
-        spec = change.spec
+        recovery = await _next_replan(server, result, len(replans), options, on_event)
+        if recovery is None or recovery.replan is None:
+            return UpRun(result, tuple(replans), server)
+        replans.append(recovery.replan)
+        server = recovery.server
 
 
-async def _start(spec: Spec, pre: Preflight, on_event: OnEvent) -> UpResult:
-    on_event(Starting(spec))
+async def _start(server: ServerPlan, on_event: OnEvent) -> UpResult:
+    on_event(Starting(server.started))
 
     def progress(phase: str, elapsed_s: float, last: str | None) -> None:
         on_event(Phase(phase, elapsed_s, last))
 
-    host = open_host_section(spec.host)
+    host = open_host_section(server.started.host)
     try:
-        return await launch(spec, host, plan=pre.plan, progress=progress)
+        return await launch(server, host, progress=progress)
     finally:
         await host.close()
 
@@ -192,31 +197,26 @@ def _reason(result: UpResult, options: SettleOptions) -> str | None:
 
 
 async def _next_replan(
-    spec: Spec,
-    result: UpResult,
-    pre: Preflight,
-    files: ModelRead,
-    done: int,
-    options: SettleOptions,
-    on_event: OnEvent,
-) -> Replan | None:
-    """The re-planned spec to start next (`recovery.next_start`); None to stop. A ready server
-    that is re-planned is stopped first (by its process group)."""
+    server: ServerPlan, result: UpResult, done: int, options: SettleOptions, on_event: OnEvent
+) -> Recovery | None:
+    """The re-planned server to start next (`recovery.next_start`); None to stop. A ready
+    server that is re-planned is stopped first (by its process group)."""
     reason = _reason(result, options)
     if reason is None:
         return None
+    name = server.spec.name
     cause = OOM if result.phase == "failed" else OFF_PLAN
-    failure = Failure("start", cause, reason, lambda: _engine_log(spec.name))
+    failure = Failure("start", cause, reason, lambda: _engine_log(name))
     budget = Budget(max_replans=options.max_replans, replans=done)
-    recovery = await next_start(spec, failure, budget, plan=pre.plan, files=files)
+    recovery = await next_start(server, failure, budget)
     if recovery.replan is None:
         assert recovery.gave_up is not None and recovery.gave_up != "max_restarts"  # no restart allowed
         on_event(NoReplan(reason, recovery.gave_up, recovery.error))
         return None
     if result.phase == "ready":
-        await run_down(spec.name, timeout_s=options.stop_timeout_s)
+        await run_down(name, timeout_s=options.stop_timeout_s)
     on_event(Replanned(done + 1, options.max_replans, reason, recovery.replan))
-    return recovery.replan
+    return recovery
 
 
 async def _engine_log(name: str) -> str:

@@ -24,10 +24,9 @@ def plan_inputs(spec: Spec) -> tuple[ModelShape, EffectiveArgs]:
     return resolved.shape, resolved.args
 
 
-def make_plan(spec: Spec | ResolvedSpec, facts: LogFacts | None = None) -> Plan:
-    """The plan for a spec (resolved already, or here), by its engine's planner; `facts`: what
-    a start's log printed (`calibrate_from_log`)."""
-    resolved = spec if isinstance(spec, ResolvedSpec) else resolve(spec)
+def make_plan(resolved: ResolvedSpec, facts: LogFacts | None = None) -> Plan:
+    """The plan for a resolved spec, by its engine's planner; `facts`: what a start's log
+    printed (`calibrate_from_log`)."""
     release = resolved.release
     planner = planner_for(release.name)
     shape = resolved.shape

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specpilot.check.resolved import ResolvedSpec, resolve
+from specpilot.check.resolved import ResolvedSpec
 from specpilot.engines.logfacts import LogFacts
 from specpilot.errors import UserError
 from specpilot.plan.log_checks import refuse_foreign_log, refuse_other_engine, refuse_unfinished_load
@@ -22,7 +22,7 @@ from specpilot.plan.planners import planner_for
 from specpilot.spec import Spec
 
 
-def calibrate_from_log(spec: Spec | ResolvedSpec, log_path: str | Path) -> tuple[Spec, LogFacts]:
+def calibrate_from_log(resolved: ResolvedSpec, log_path: str | Path) -> tuple[Spec, LogFacts]:
     """The spec with measured values from an engine log, and what the log printed.
 
     The spec carries the two values it has keys for (free memory before load,
@@ -38,15 +38,14 @@ def calibrate_from_log(spec: Spec | ResolvedSpec, log_path: str | Path) -> tuple
             field="--from-log",
             fix="give the path of a saved engine log (specpilot logs NAME > engine.log writes one)",
         ) from None
-    return calibrate_from_text(spec, text, str(path))
+    return calibrate_from_text(resolved, text, str(path))
 
 
-def calibrate_from_text(spec: Spec | ResolvedSpec, text: str, source: str) -> tuple[Spec, LogFacts]:
+def calibrate_from_text(resolved: ResolvedSpec, text: str, source: str) -> tuple[Spec, LogFacts]:
     """`calibrate_from_log` on a log already read (`source` names it in errors)."""
-    resolved = spec if isinstance(spec, ResolvedSpec) else None
-    spec = spec.spec if isinstance(spec, ResolvedSpec) else spec
-    refuse_other_engine(spec, text)
-    refuse_unfinished_load(spec, text)
+    spec, engine = resolved.spec, resolved.release.engine
+    refuse_other_engine(spec, engine, text)
+    refuse_unfinished_load(engine, text)
     planner = planner_for(spec.engine.name)
     facts = planner.read_log(text)
     # the numbers the plan predicts, and the server's settings, are compared, never fed back
@@ -57,7 +56,7 @@ def calibrate_from_text(spec: Spec | ResolvedSpec, text: str, source: str) -> tu
             field="--from-log",
             fix=f"give the log of a {spec.engine.name} start that got at least past weight loading",
         )
-    refuse_foreign_log(resolved or resolve(spec), facts, planner.refuse_other_footprint)
+    refuse_foreign_log(resolved, facts, planner.refuse_other_footprint)
     gpu, model = spec.gpu, spec.model
     if facts.free_before_load_gib is not None:
         gpu = gpu.model_copy(update={"free_before_load_gib": float(facts.free_before_load_gib)})

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from specpilot.check.effective import EffectiveArgs
 from specpilot.check.engine import check_release
+from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.fix import Fix
 from specpilot.engines.registry import engine_release
 from specpilot.engines.rules import GpuFacts
@@ -18,16 +19,14 @@ from specpilot.spec import Spec
 
 
 def evaluate(
-    engine: str,
-    version: str,
+    release: EngineRelease,
     argv: Sequence[str],
     env: Mapping[str, str],
     shape: ModelShape,
     gpu_memory_gib: float,
     gpu_name: str | None = None,
 ) -> EffectiveArgs:
-    """One launch's flags as the engine will run them, for a model of this shape."""
-    release = engine_release(engine, version)
+    """One launch's flags as `release` will run them, for a model of this shape."""
     result = check_release(
         release,
         list(argv),
@@ -44,10 +43,10 @@ def evaluate(
 def effective_args(
     spec: Spec, shape: ModelShape, argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 ) -> EffectiveArgs:
-    """The spec's flags (or `argv`/`env` in their place) as the engine will run them."""
+    """The spec's flags (or `argv`/`env` in their place) as the engine will run them: its
+    release looked up by name (the planner's tests; a planner has its `EffectiveArgs.release`)."""
     return evaluate(
-        spec.engine.name,
-        spec.engine.version,
+        engine_release(spec.engine.name, spec.engine.version),
         spec.engine.args if argv is None else argv,
         spec.engine.env if env is None else env,
         shape,
@@ -56,9 +55,12 @@ def effective_args(
     )
 
 
-def effective_args_without(spec: Spec, shape: ModelShape, dropped: Callable[[str], bool]) -> EffectiveArgs:
-    """The same launch with every flag whose dest `dropped` names removed, re-evaluated."""
-    table = engine_release(spec.engine.name, spec.engine.version).table
+def effective_args_without(
+    spec: Spec, shape: ModelShape, args: EffectiveArgs, dropped: Callable[[str], bool]
+) -> EffectiveArgs:
+    """The same launch (evaluated as `args`) with every flag whose dest `dropped` names removed,
+    re-evaluated."""
+    table = args.release.table
     spellings = tuple(s for s, flag in table.by_spelling.items() if dropped(flag.dest))
     argv, env = Fix(remove_args=spellings).apply(table, spec.engine.args, spec.engine.env)
-    return effective_args(spec, shape, argv, env)
+    return evaluate(args.release, argv, env, shape, spec.gpu.memory_gib, spec.gpu.name)

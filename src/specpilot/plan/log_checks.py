@@ -21,7 +21,6 @@ from specpilot.check.resolved import ResolvedSpec
 from specpilot.engines import registry
 from specpilot.engines.adapter import Engine
 from specpilot.engines.logfacts import LogFacts
-from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape
 from specpilot.spec import Spec
@@ -38,9 +37,8 @@ def _found(patterns: tuple[re.Pattern[str], ...], text: str) -> bool:
     return any(p.search(text) for p in patterns)
 
 
-def refuse_other_engine(spec: Spec, text: str) -> None:
-    """A log of the other engine (and none of this one's lines)."""
-    own = engine_by_name(spec.engine.name)
+def refuse_other_engine(spec: Spec, own: Engine, text: str) -> None:
+    """A log of the other engine (and none of this one's lines); `own`: the spec's engine."""
     if _found(own.log.markers, text):
         return
     for other in registry.ENGINES:
@@ -53,9 +51,8 @@ def refuse_other_engine(spec: Spec, text: str) -> None:
             )
 
 
-def refuse_unfinished_load(spec: Spec, text: str) -> None:
+def refuse_unfinished_load(engine: Engine, text: str) -> None:
     """A log that stops before the weights finished loading measures nothing the plan uses."""
-    engine: Engine = engine_by_name(spec.engine.name)
     log = engine.log
     if _found(log.markers, text) and not _found(log.loaded, text):
         raise UserError(
@@ -65,7 +62,7 @@ def refuse_unfinished_load(spec: Spec, text: str) -> None:
         )
 
 
-def refuse_other_release(spec: Spec, logged_version: str | None) -> None:
+def refuse_other_release(spec: Spec, engine: Engine, logged_version: str | None) -> None:
     """The log's own release line against the spec's (0.5.13 and 0.5.13.post1 are one line)."""
     if logged_version is None:
         return
@@ -75,7 +72,7 @@ def refuse_other_release(spec: Spec, logged_version: str | None) -> None:
         return
     if logged.release == planned.release:
         return
-    name = engine_by_name(spec.engine.name).display_name
+    name = engine.display_name
     raise UserError(
         f"the log is from {name} {logged_version}; the spec plans {name} {spec.engine.version}",
         field=FIELD,
@@ -145,7 +142,7 @@ def refuse_foreign_log(
     """The checks of a parsed log of this engine, past weight loading, against the spec;
     `refuse_other_footprint` is the engine planner's check of the KV bytes per token."""
     spec = resolved.spec
-    refuse_other_release(spec, facts.version)
+    refuse_other_release(spec, resolved.release.engine, facts.version)
     shape = resolved.shape
     refuse_other_architecture(spec, shape, facts)
     refuse_other_parallelism(resolved.args, facts)

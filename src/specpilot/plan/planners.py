@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from specpilot.check.effective import EffectiveArgs
 from specpilot.engines.logfacts import LogFacts
+from specpilot.engines.registry import SGLANG, VLLM
 from specpilot.errors import UserError
 from specpilot.models.shape import ModelShape
 from specpilot.plan.log_checks import FootprintCheck
@@ -54,14 +55,14 @@ class Planner:
 
 PLANNERS: tuple[Planner, ...] = (
     Planner(
-        "sglang",
+        SGLANG.name,
         plan_sglang,
         parse_sglang_log,
         refuse_other_sglang_footprint,
         replan_rule=capture_oom_replan,
         serving=state_copy_bound,
     ),
-    Planner("vllm", plan_vllm, parse_vllm_log, refuse_other_vllm_footprint),
+    Planner(VLLM.name, plan_vllm, parse_vllm_log, refuse_other_vllm_footprint),
 )
 
 

@@ -20,7 +20,7 @@ from packaging.version import Version
 
 from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.measured import MeasuredRelease
-from specpilot.engines.registry import ENGINES, engine_by_name
+from specpilot.engines.registry import ENGINES
 
 #: every engine's measured starts, each kept beside its release table and carried by its adapter
 MEASURED: tuple[MeasuredRelease, ...] = tuple(r for engine in ENGINES for r in engine.measured)
@@ -35,15 +35,15 @@ class Provenance:
     #: whether the requested release itself was started for real
     release_measured: bool
 
-    def summary(self, engine: str, version: str) -> str:
+    def summary(self, engine_name: str, version: str) -> str:
+        """In words; `engine_name`: the engine's display name (`Engine.display_name`)."""
         basis = f"arithmetic of {self.arithmetic}"
         if not self.measured_starts:
             return f"{basis}; no measured starts in that window: the plan is unverified on a real GPU"
         starts = "; ".join(self.measured_starts)
         if self.release_measured:
             return f"{basis}; measured: {starts}"
-        name = engine_by_name(engine).display_name
-        return f"{basis}; measured: {starts}. {name} {version} itself is unmeasured"
+        return f"{basis}; measured: {starts}. {engine_name} {version} itself is unmeasured"
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specpilot.check.resolved import ResolvedSpec, resolve
+from specpilot.check.resolved import ResolvedSpec
 from specpilot.engines.fix import Fix
 from specpilot.engines.flags import parse_version
 from specpilot.engines.logfacts import LogFacts
@@ -25,12 +25,11 @@ from specpilot.plan.types import Plan
 from specpilot.spec import Spec
 
 
-def serving_args(spec: Spec | ResolvedSpec, plan: Plan) -> list[str]:
-    """The flags `spec` (planned as `plan`) lacks to serve without running out of memory."""
+def serving_args(resolved: ResolvedSpec, plan: Plan) -> list[str]:
+    """The flags the spec (planned as `plan`) lacks to serve without running out of memory."""
     bound = planner_for(plan.engine).serving
     if bound is None:
         return []
-    resolved = spec if isinstance(spec, ResolvedSpec) else resolve(spec)
     return bound(resolved.spec, resolved.shape, resolved.args, plan)
 
 
@@ -41,13 +40,13 @@ def with_fix(spec: Spec, fix: Fix) -> Spec:
     return spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args, "env": env})})
 
 
-def with_serving_args(spec: Spec | ResolvedSpec, plan: Plan, facts: LogFacts | None = None) -> Plan:
+def with_serving_args(resolved: ResolvedSpec, plan: Plan, facts: LogFacts | None = None) -> Plan:
     """The plan with what the recommended spec (the spec as given when the plan recommends
     nothing) needs to serve added to its `recommended_args`, planned again with the
     recommendation; the plan itself when it needs nothing."""
     if planner_for(plan.engine).serving is None or not (plan.fits or plan.recommended_args):
         return plan
-    target = spec if isinstance(spec, ResolvedSpec) else resolve(spec)
+    target = resolved
     target_plan = plan
     if plan.recommended_args or plan.recommended_env:
         fix = Fix(args=tuple(plan.recommended_args), env=dict(plan.recommended_env))

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from specpilot.engines.adapter import Engine
 from specpilot.plan.startup_peak import StartupPeak
 from specpilot.plan.types import Plan, SglangDetails
 
@@ -25,8 +26,9 @@ def reserve_text(reserve_gib: float, needed_gib: float) -> str:
     return f"reserve {reserve_gib:.2f} GiB{needs}"
 
 
-def render_plan(plan: Plan, console: Console) -> None:
-    """The plan as a person reads it: memory table, headline numbers, verdict, fixes."""
+def render_plan(plan: Plan, console: Console, engine: Engine) -> None:
+    """The plan as a person reads it: memory table, headline numbers, verdict, fixes; `engine`:
+    the plan's engine (the command resolved it)."""
     console.print(_terms_table(plan))
     console.print(
         f"{plan.memory_knob} {plan.memory_fraction:.3f}  weights {plan.weights_gib:.2f} GiB  "
@@ -41,7 +43,7 @@ def render_plan(plan: Plan, console: Console) -> None:
     _print_problems(plan, console)
     for note in plan.notes:
         console.print(f"• {note}")
-    _print_basis(plan, console)
+    _print_basis(plan, console, engine)
 
 
 def _terms_table(plan: Plan) -> Table:
@@ -62,7 +64,7 @@ def _print_problems(plan: Plan, console: Console) -> None:
             console.print(f"    fix: {fix}", markup=False)
 
 
-def _print_basis(plan: Plan, console: Console) -> None:
+def _print_basis(plan: Plan, console: Console, engine: Engine) -> None:
     """The flags that start first time, what was measured, what the plan rests on."""
     if plan.recommended_args or plan.recommended_env:
         console.print("[bold]starts and serves with:[/]")
@@ -71,7 +73,7 @@ def _print_basis(plan: Plan, console: Console) -> None:
         measured = ", ".join(f"{k}={v:g}" for k, v in plan.measured.items())
         console.print(f"measured: {measured}; everything else estimated")
     if plan.provenance:
-        basis = plan.provenance.summary(plan.engine, plan.engine_version)
+        basis = plan.provenance.summary(engine.display_name, plan.engine_version)
         console.print(f"rests on: {basis}", soft_wrap=True)
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Self
 
 from specpilot.engines.fix import Fix
+from specpilot.engines.registry import SGLANG, VLLM
 from specpilot.errors import UserError
 from specpilot.plan.provenance import Provenance
 
@@ -107,7 +108,7 @@ class SglangDetails(_Details):
     #: the name of the largest allocation after the pools (the one that runs out first)
     largest_transient: str
 
-    engine: ClassVar[str] = "sglang"
+    engine: ClassVar[str] = SGLANG.name
     memory_knob: ClassVar[str] = "mem_fraction_static"
     JSON_KEYS: ClassVar[dict[str, str]] = {
         "context_len_tokens": "context_len",
@@ -138,7 +139,7 @@ class VllmDetails(_Details):
     max_concurrency: float
     max_model_len_tokens: int
 
-    engine: ClassVar[str] = "vllm"
+    engine: ClassVar[str] = VLLM.name
     memory_knob: ClassVar[str] = "gpu_memory_utilization"
     JSON_KEYS: ClassVar[dict[str, str]] = {
         "attention_block_size_tokens": "attention_block_size",

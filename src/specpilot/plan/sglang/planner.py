@@ -966,9 +966,9 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFa
     startable, rec_env = startable_settings(settings, shape, rules)
     best = recommend(shape, startable, rules, free, weights)
     problems, rec_args, rec_note = _recommendation(best, blocking_problems(z, shape), rules, shape, rec_env)
-    notes = [rec_note, *_notes(spec, shape, z, best, rules, free, weights)]
+    notes = [rec_note, *_notes(spec, shape, args, z, best, rules, free, weights)]
     return Plan(
-        engine="sglang",
+        engine=spec.engine.name,
         engine_version=spec.engine.version,
         fits=not problems,
         weights_gib=weights,
@@ -994,6 +994,7 @@ def plan_sglang(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFa
 def _notes(
     spec: Spec,
     shape: ModelShape,
+    args: EffectiveArgs,
     z: Sizing,
     best: Sizing | None,
     rules: SglangRelease,
@@ -1003,7 +1004,7 @@ def _notes(
     """What the plan says beside its recommendation, in this order."""
     settings = z.settings
     notes = [
-        _speculative_cost_note(spec, shape, z, best, rules, free, weights),
+        _speculative_cost_note(spec, shape, args, z, best, rules, free, weights),
         _context_note(z),
         _separate_drafter_note(settings.speculative_algorithm),
         _post_capture_note(spec, settings),
@@ -1017,6 +1018,7 @@ def _notes(
 def _speculative_cost_note(
     spec: Spec,
     shape: ModelShape,
+    args: EffectiveArgs,
     z: Sizing,
     best: Sizing | None,
     rules: SglangRelease,
@@ -1027,7 +1029,7 @@ def _speculative_cost_note(
     plain launch; None without speculative decoding."""
     if not z.settings.speculative_algorithm:
         return None
-    plain = planner_settings(spec, shape, effective_args_without(spec, shape, _speculation_dest))
+    plain = planner_settings(spec, shape, effective_args_without(spec, shape, args, _speculation_dest))
     return speculative_note(best or z, recommend(shape, plain, rules, free, weights))
 
 

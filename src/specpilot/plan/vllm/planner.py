@@ -555,7 +555,7 @@ def plan_vllm(spec: Spec, shape: ModelShape, args: EffectiveArgs, facts: LogFact
     on_cpu = targets_cpu(spec.engine.env)
     cpu = vllm_line(spec.engine.version).cpu
     return Plan(
-        engine="vllm",
+        engine=spec.engine.name,
         engine_version=spec.engine.version,
         fits=not problems,
         weights_gib=gib(inputs.weights_bytes),
