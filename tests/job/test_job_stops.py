@@ -6,12 +6,14 @@ so a test sees every engine the job ever started, its pid recorded or not."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from specpilot.launch.state import start_lock
 from tests.job.conftest import JobFactory
 from tests.job.test_job_bad_input import started
 from tests.job.test_job_kill import alive, run, start_job, wait_for
@@ -98,3 +100,23 @@ def test_stop_servers_stops_what_an_earlier_run_kept(
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout)["stages"]["down"]["status"] == "done"
     assert not alive(engine)
+
+
+def test_a_job_does_not_start_its_server_while_an_up_of_it_is_under_way(
+    make_job: JobFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """The job's up stage takes the start lock `up` holds from its preflight on: with an `up` of
+    the same name under way (before it wrote any run record), the job refuses, naming it, and
+    starts nothing (before, both started the engine on one port)."""
+    job = busy_job(make_job, tmp_path)
+    with start_lock("jobsrv"):  # as `specpilot up jobsrv.toml` holds it while it plans and ships
+        result = run("job", str(job))
+    assert result.exit_code == 2, result.output
+    assert (
+        f"is being started by another `specpilot up` or `specpilot job` (pid {os.getpid()})" in result.output
+    )
+    assert started(tmp_path) == []
+    (tmp_path / "busy").unlink()
+    again = run("job", str(job))  # the same command, once that start is over
+    assert again.exit_code == 0, again.output
+    assert [pid for pid in started(tmp_path) if alive(pid)] == []

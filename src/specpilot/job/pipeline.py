@@ -588,6 +588,7 @@ async def _up_server(job: JobFile, record: JobRecord, say: Say, planned: ServerP
     """The job's server, started (or the one it started, still serving, reused): the server
     `planned` by the stages before, for the spec `up` starts (`serving_spec`)."""
     from specpilot.job.serve import Started, clear_run, recorded_run_serving, start
+    from specpilot.launch.state import start_lock
 
     spec = serving_spec(job, record)
     server = await _planned(planned, spec)
@@ -601,8 +602,9 @@ async def _up_server(job: JobFile, record: JobRecord, say: Say, planned: ServerP
     # a start this job began and a kill interrupted: its run is the job's own to stop
     interrupted = stage.get("started_at") if stage.get("status") == "running" else None
     record.begin("up", _gpus_of(job))
-    await clear_run(spec.name, recorded, say, ours_since=interrupted)
-    started: Started = await start(server, say)
+    with start_lock(spec.name):  # a `specpilot up` of the same name meanwhile is refused, or refuses this
+        await clear_run(spec.name, recorded, say, ours_since=interrupted)
+        started: Started = await start(server, say)
     if started.result.phase != "ready":
         why = (started.result.error or "").strip().splitlines()[-1:] or [""]
         record.stage("up")["replans"] = started.replans or []

@@ -369,7 +369,7 @@ def start_lock(name: str) -> Iterator[None]:
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             raise UserError(
-                f"run {name!r} is being started by another `specpilot up` (pid {holder})",
+                f"run {name!r} is being started by another `specpilot up` or `specpilot job` (pid {holder})",
                 field="name",
                 fix=f"wait for that start, then `specpilot status {name}`; or give the spec another name",
             ) from None
