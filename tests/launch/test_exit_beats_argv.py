@@ -16,10 +16,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
-from specpilot.hosts import open_host
+from specpilot.hosts import Host, open_host
+from specpilot.hosts.base import ProcStat
 from specpilot.launch.ops import run_status
 from specpilot.launch.verify import check_live, running, wait_for_argv
 from tests.fixtures.sshd import SshdServer, start_sshd, stop_sshd
@@ -130,3 +132,29 @@ def test_a_zombie_is_exited_for_the_verifier_not_a_mismatch() -> None:
         assert asyncio.run(verdicts()) == (None, None, False)
     finally:
         child.wait()
+
+
+class _ExecingHost:
+    """A process in the middle of an exec: its cmdline reads empty `empty_reads` times while it
+    runs, then shows `argv`."""
+
+    def __init__(self, argv: list[str], empty_reads: int) -> None:
+        self.argv, self.empty_reads = argv, empty_reads
+
+    async def proc_argv(self, pid: int) -> list[str]:
+        if self.empty_reads:
+            self.empty_reads -= 1
+            return []
+        return self.argv
+
+    async def proc_stat(self, pid: int) -> ProcStat:
+        return ProcStat(state="R", pgid=pid, start_ticks=1)
+
+
+def test_a_process_mid_exec_is_waited_for_not_taken_for_gone() -> None:
+    """A wrapper that re-execs reads empty for a moment while it runs: the verifier waits for
+    its argv (before, it stopped verifying, the start was never proven and ended as a timeout)."""
+    planned = ["python3", "-m", "sglang.launch_server", "--port", "30000"]
+    host = cast(Host, _ExecingHost(planned, empty_reads=3))
+    found = asyncio.run(wait_for_argv(host, 4242, planned, ["bash", "launch.sh"], timeout_s=30.0, poll_s=0.0))
+    assert found == planned

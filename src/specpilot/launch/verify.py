@@ -64,11 +64,14 @@ async def wait_for_argv(
     poll_s: float = 0.02,
 ) -> list[str] | None:
     """Poll /proc/PID/cmdline while it still shows `launcher` (bash launch.sh, before its
-    exec), up to `timeout_s`. Returns the argv seen after that (None when the process is
-    gone or exiting): the planned one, or whatever replaced the launcher instead."""
+    exec), or reads empty while the process still runs (mid-exec: a wrapper that re-execs),
+    up to `timeout_s`. Returns the argv seen after that (None when the process is gone or
+    exiting): the planned one, or whatever replaced the launcher instead."""
     deadline = time.monotonic() + timeout_s
     live = await host.proc_argv(pid)
-    while live and list(live) == list(launcher) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (
+        list(live) == list(launcher) if live else await running(host, pid)
+    ):
         await asyncio.sleep(poll_s)
         live = await host.proc_argv(pid)
     return live or None
