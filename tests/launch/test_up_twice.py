@@ -39,7 +39,10 @@ def test_a_second_up_of_a_starting_spec_is_refused_naming_the_first(
         second = CliRunner().invoke(cli, ["up", str(tmp_path / "twice.toml")], catch_exceptions=False)
         assert second.exit_code == 2, second.output
         (line,) = second.output.strip().splitlines()
-        assert f"run 'twice' is being started by another `specpilot up` or `specpilot job` (pid {first.pid})" in line
+        assert (
+            f"run 'twice' is being started by another `specpilot up` or `specpilot job` (pid {first.pid})"
+            in line
+        )
         assert first.poll() is None and holding(token) != []  # the first start and its engine go on
         assert read_state("twice").run_token == token
         first.send_signal(signal.SIGINT)
