@@ -66,3 +66,28 @@ def test_job_json_keeps_each_stages_server_plan_and_reads_it_back_typed(
     assert list(started.args) == [*up["args"], *(arg for added in started.added for arg in added.args)]
     assert started.added and set(started.args) <= set(up["argv_verified"])
     assert started.context_tokens is not None and started.context_tokens > 0
+
+
+def test_a_plan_recorded_by_another_release_is_planned_again_not_refused(
+    make_job: JobFactory, run_home: Path
+) -> None:
+    """A resume of a job begun by an older specpilot (its plan stage recorded in another shape)
+    plans again and goes on; before, it stopped with "run the job again with --restart-from plan"."""
+    job = make_job(rows=6, args=["--context-length", "4096"], sampling={"max_tokens": "auto"})
+    first = CliRunner().invoke(cli, ["job", str(job)], catch_exceptions=False)
+    assert first.exit_code == 0, first.output
+    path = job.parent / "out" / "job.json"
+    data = json.loads(path.read_text())
+    plans = data["stages"]["plan"]["evidence"]["plans"]
+    for plan in plans.values():
+        del plan["context_tokens"]  # as a release before the server plan recorded it
+    path.write_text(json.dumps(data))
+    again = CliRunner().invoke(cli, ["job", str(job)], catch_exceptions=False)
+    assert again.exit_code == 0, again.output
+    assert "recorded by another specpilot release; planning again" in again.output
+    stage = json.loads(path.read_text())["stages"]["plan"]
+    assert stage["attempts"] == 2
+    assert [ServerPlanRecord.from_json(p).context_tokens for p in stage["evidence"]["plans"].values()] == [
+        4096
+    ]
+    assert sorted(output_ids(job.parent / "out")) == sorted(f"q{i}" for i in range(6))

@@ -333,6 +333,11 @@ async def _check_and_plan(job: JobFile, record: JobRecord, say: Say) -> dict[obj
     from specpilot.models.host_files import read_model
 
     specs = _specs_by_gpu(job)
+    if record.done("plan") and not _plans_readable(record):
+        # the plan is cheap and the ledger holds the rows: a job begun by an older specpilot
+        # goes on with a plan of this one instead of stopping a resume of days
+        record.reopen("plan")
+        say("plan: job.json's plan was recorded by another specpilot release; planning again")
     # each server spec resolved once (its model read, its release looked up, its flags
     # evaluated) for both stages and for what starts it
     settled = record.done("check") and record.done("plan")
@@ -397,20 +402,21 @@ def _plan_stage(job: JobFile, record: JobRecord, servers: dict[object, ServerPla
 
 
 def recorded_plans(record: JobRecord) -> list[ServerPlanRecord]:
-    """The server plans the plan stage recorded, read back typed; a record of another shape is
-    refused naming its key."""
+    """The server plans the plan stage recorded, read back typed (`_check_and_plan` plans again
+    where they are not of this specpilot)."""
     from specpilot.launch.server_plan import ServerPlanRecord
 
     plans = (record.stage("plan").get("evidence") or {}).get("plans") or {}
+    return [ServerPlanRecord.from_json(data) for data in plans.values()]
+
+
+def _plans_readable(record: JobRecord) -> bool:
+    """The plan stage's record holds server plans this specpilot reads."""
     try:
-        return [ServerPlanRecord.from_json(data) for data in plans.values()]
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise UserError(
-            f"{record.path}: stages.plan.evidence.plans holds no server plan of this specpilot "
-            f"(no {err} in it)",
-            field="[job] output",
-            fix="run the job again with --restart-from plan",
-        ) from None
+        recorded_plans(record)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
+    return True
 
 
 def context_tokens(record: JobRecord) -> int | None:
