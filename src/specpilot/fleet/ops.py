@@ -228,14 +228,23 @@ async def fleet_down(name: str) -> dict[str, Any]:
 
 
 async def router_log(name: str) -> bytes:
-    """Every replica's log, one after the other."""
+    """Every replica's log, one after the other, each line through the mask `logs` puts an
+    engine's log through (a router logs its workers' URLs and its own argv)."""
+    from specpilot.secrets import mask_log_text
+
     record = read_fleet(name)
     replicas = router_replicas(record)
     host = router_host(record)
     try:
-        logs = [await host.read_bytes(str(r["log"])) for r in replicas]
+        raw = [await host.read_bytes(str(r["log"])) for r in replicas]
     finally:
         await host.close()
+    logs = [
+        b"".join(
+            mask_log_text(line.decode(errors="replace")).encode() for line in log.splitlines(keepends=True)
+        )
+        for log in raw
+    ]
     if len(logs) == 1:
         return logs[0]
     return b"".join(f"# router {r['url']}\n".encode() + log for r, log in zip(replicas, logs, strict=True))
