@@ -31,8 +31,9 @@ Answers (`Config.answers`), each a pure function of the request so a test can re
              --mem-fraction-static is at most this and --disable-prefill-cuda-graph is absent),
              "die": <scenario> (that scenario is played instead: a start that fails),
              "die_at_request": N (exit 1 as the Nth chat request arrives), "setsid_child": FILE.
-`/metrics` (`Config.metrics`): "vllm" speculative-decoding counters, "sglang" the acceptance
-gauge, "none" 404. `/get_server_info` is served with "batch" (avg_spec_accept_length).
+`/metrics` (`Config.metrics`): "vllm" speculative-decoding counters, generated tokens and the
+"echo" requests running, "sglang" the acceptance gauge, "none" 404. `/get_server_info` is
+served with "batch" (avg_spec_accept_length).
 """
 
 from __future__ import annotations
@@ -186,6 +187,7 @@ class Counts:
     rate_limited: int = 0
     errors_500: int = 0
     dropped: int = 0
+    running: int = 0  # "echo" chat requests not yet answered (a stalled one stays running)
     per_prompt: Counter[str] = field(default_factory=Counter)
     bodies: list[dict[str, Any]] = field(default_factory=list)  # every answered request
     authorization: set[str] = field(default_factory=set)  # the Authorization headers seen
@@ -361,6 +363,7 @@ class Server:
             f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{self.served}"}} '
             f"{accepted}\n"
             f'vllm:generation_tokens_total{{model_name="{self.served}"}} {self._drafts * 4}\n'
+            f'vllm:num_requests_running{{model_name="{self.served}"}} {self.counts.running}\n'
         )
         return web.Response(text=text)
 
@@ -382,7 +385,11 @@ class Server:
             return await self._batch_chat(request)
         if answers == "scripted":
             return await self._scripted_chat(request)
-        return await self._echo_chat(request)
+        self.counts.running += 1
+        try:
+            return await self._echo_chat(request)
+        finally:
+            self.counts.running -= 1
 
     async def _echo_chat(self, request: web.Request) -> web.Response:
         body: dict[str, Any] = await request.json()

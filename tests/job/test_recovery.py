@@ -14,6 +14,7 @@ import json
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -22,6 +23,7 @@ from click.testing import CliRunner, Result
 from specpilot.cli import cli
 from specpilot.fleet.repair import FleetRepair, Repair
 from specpilot.generate.dispatch.dispatcher import Dispatcher
+from specpilot.generate.dispatch.watchdog import RequestWatchdog
 from specpilot.job import heal
 from specpilot.job.record import JobRecord
 from tests.fleet.conftest import FleetFactory, make_fleet, smg, smg_path  # noqa: F401  (fixtures used here)
@@ -120,14 +122,22 @@ def test_a_resumed_fleet_job_keeps_its_restart_count(tmp_path: Path, monkeypatch
         made[restarted.name] = restarted.restarts
         return FleetRepair([], [restarted])
 
+    class NoStalls:
+        def __init__(self, fleet: object) -> None: ...
+
+        async def look(self, bound_s: float | None) -> list[object]:
+            return []
+
     monkeypatch.setattr("specpilot.fleet.repair.load_recorded_fleet", lambda name: None)
     monkeypatch.setattr("specpilot.fleet.repair.repair_fleet", one_pass)
+    monkeypatch.setattr("specpilot.job.member_stalls.MemberStalls", NoStalls)
     monkeypatch.setattr(heal, "FLEET_PASS_S", 0.0)
+    dispatcher = cast(Dispatcher, SimpleNamespace(watchdog=RequestWatchdog(1.0, {})))  # no stall bound
 
     async def job(record: JobRecord) -> dict[str, int]:
         """The job's generate stage, for one pass of the healer: the counts that pass began with."""
         passes.clear()
-        async with heal.fleet_healer("jfl", record, 3, lambda line: None)(cast(Dispatcher, None)):
+        async with heal.fleet_healer("jfl", record, 3, lambda line: None)(dispatcher):
             while not passes:
                 await asyncio.sleep(0)
         return passes[0]

@@ -117,6 +117,8 @@ class Engine:
     secret_flag_env: Mapping[str, str] = field(default_factory=dict)
     #: its Prometheus counter of generated tokens: a job's token progress (the stall watchdog's)
     generated_tokens_metric: str | None = None
+    #: its Prometheus gauge of requests running: with tokens not moving, a stall (a fleet member's)
+    running_requests_metric: str | None = None
     #: the flag that makes its OpenAI API require `Authorization: Bearer KEY`: a job sends the key
     api_key_flag: str | None = None
     #: the field of the flag that sets the context in tokens (--context-length, --max-model-len);

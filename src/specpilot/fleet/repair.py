@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 
 from specpilot.errors import UserError
-from specpilot.fleet.ops import replica_running, router_host, routers_running
+from specpilot.fleet.ops import STOP_TIMEOUT_S, replica_running, router_host, routers_running
 from specpilot.fleet.router import RouterClient
 from specpilot.fleet.spec import Fleet, Member, load_fleet
 from specpilot.fleet.state import read_fleet, router_replicas, write_fleet
@@ -41,7 +41,7 @@ from specpilot.fleet.up import (
 )
 from specpilot.hosts import open_host_section
 from specpilot.hosts.base import Host
-from specpilot.launch.ops import LEFTOVER_TERM_S, clear_leftovers, run_status
+from specpilot.launch.ops import LEFTOVER_TERM_S, clear_leftovers, run_down, run_status
 from specpilot.launch.recovery import Budget, Failure, next_start, run_failure
 from specpilot.launch.server_plan import ServerPlan, plan_server
 from specpilot.launch.state import state_path
@@ -221,17 +221,77 @@ class Restarts:
     servers: dict[str, ServerPlan] = field(default_factory=dict)
 
 
+@dataclass
+class MemberRestarts:
+    """Restarting members of one fleet as `launch.recovery` says, within one budget."""
+
+    fleet: Fleet
+    routers: list[RouterClient]
+    max_restarts: int
+    backoff_s: float
+    say: Say
+    restarts: Restarts
+    #: the plan per kind of GPU, made once per pass
+    planned: dict[Any, ServerPlan] = field(default_factory=dict)
+
+    async def again(self, member: Member, failure: Failure) -> Repair:
+        """Start `member` (out of the routers, its process gone, its port free) again until it is
+        ready and registered, or the policy gives up."""
+        say = self.say
+        repair = Repair(member.name, member.worker_url, "ok", self.restarts.made.get(member.name, 0))
+        if member.gpu_key not in self.planned:
+            self.planned[member.gpu_key] = await plan_server(member.spec)
+        server = self.restarts.servers.get(member.name) or self.planned[member.gpu_key].for_member(
+            member.spec
+        )
+        while True:
+            budget = Budget(
+                max_restarts=self.max_restarts, restarts=repair.restarts, backoff_s=self.backoff_s
+            )
+            recovery = await next_start(server, failure, budget)
+            if recovery.action == "give_up":
+                break
+            await asyncio.sleep(recovery.backoff_s)
+            repair.restarts += 1
+            self.restarts.made[member.name] = repair.restarts
+            server = self.restarts.servers[member.name] = recovery.server
+            repair.bound, repair.cause, repair.error = recovery.change, failure.cause, None
+            bound = f"; {recovery.bound.line()}" if recovery.bound is not None else ""
+            which = f"restart {repair.restarts} of {self.max_restarts}"
+            say(f"{member.name}: not serving ({failure.cause}); {which}{bound}")
+            host = open_host_section(server.started.host)
+            try:
+                result = await launch(server, host)
+            finally:
+                await host.close()
+            if result.phase != "ready":
+                repair.cause, repair.error = result.cause, result.error
+                failure = Failure("start", result.cause or "unknown", (result.error or "").strip())
+                continue
+            problem = await register(self.routers, member.worker_url, self.fleet.router.ready_timeout_s)
+            if problem is None:
+                repair.action = "restarted"
+                say(f"{member.name}: ready again and registered as {member.worker_url}")
+                return repair
+            repair.cause = problem
+            failure = Failure("serving", "unregistered", problem)
+        repair.action = "gave_up"
+        said = f"{repair.cause}: {repair.error}" if repair.error else repair.cause
+        say(f"{member.name}: left out after {repair.restarts} restarts ({said})")
+        return repair
+
+
 async def repair_fleet(
     fleet: Fleet, *, max_restarts: int, backoff_s: float, say: Say, restarts: Restarts | None = None
 ) -> FleetRepair:
     """One pass: the router, then every member, each restarted as `launch.recovery` says."""
     restarts = restarts if restarts is not None else Restarts()
-    planned: dict[Any, ServerPlan] = {}
     router_repairs = await repair_routers(fleet, say)
     if any(r.action == "gave_up" for r in router_repairs):
         return FleetRepair(router_repairs, [])
     async with aiohttp.ClientSession() as session:
         routers = [RouterClient(session, url) for url in fleet.router_urls]
+        restarter = MemberRestarts(fleet, routers, max_restarts, backoff_s, say, restarts)
         listings = [await router.workers() for router in routers]
         check_known_workers(fleet, [w.url for listed in listings for w in listed])
         # per replica, the members it lists ready
@@ -258,43 +318,39 @@ async def repair_fleet(
             for router in routers:  # take it out before anything else
                 await router.remove(member.worker_url)
             await clear_dead(member)
-            if member.gpu_key not in planned:
-                planned[member.gpu_key] = await plan_server(member.spec)
-            server = restarts.servers.get(member.name) or planned[member.gpu_key].for_member(member.spec)
-            while True:
-                budget = Budget(max_restarts=max_restarts, restarts=repair.restarts, backoff_s=backoff_s)
-                recovery = await next_start(server, failure, budget)
-                if recovery.action == "give_up":
-                    break
-                await asyncio.sleep(recovery.backoff_s)
-                repair.restarts += 1
-                restarts.made[member.name] = repair.restarts
-                server = restarts.servers[member.name] = recovery.server
-                repair.bound, repair.cause, repair.error = recovery.change, failure.cause, None
-                bound = f"; {recovery.bound.line()}" if recovery.bound is not None else ""
-                which = f"restart {repair.restarts} of {max_restarts}"
-                say(f"{member.name}: not serving ({failure.cause}); {which}{bound}")
-                host = open_host_section(server.started.host)
-                try:
-                    result = await launch(server, host)
-                finally:
-                    await host.close()
-                if result.phase != "ready":
-                    repair.cause, repair.error = result.cause, result.error
-                    failure = Failure("start", result.cause or "unknown", (result.error or "").strip())
-                    continue
-                problem = await register(routers, member.worker_url, fleet.router.ready_timeout_s)
-                if problem is None:
-                    repair.action = "restarted"
-                    say(f"{member.name}: ready again and registered as {member.worker_url}")
-                    return repair
-                repair.cause = problem
-                failure = Failure("serving", "unregistered", problem)
-            repair.action = "gave_up"
-            said = f"{repair.cause}: {repair.error}" if repair.error else repair.cause
-            say(f"{member.name}: left out after {repair.restarts} restarts ({said})")
-            return repair
+            return await restarter.again(member, failure)
 
         # a bug in one member's repair cancels the others' and is raised, named
         members = await all_of([(one(m), f"repairing member {m.name}") for m in fleet.members])
     return FleetRepair(router_repairs, members)
+
+
+async def restart_stalled(
+    fleet: Fleet,
+    member: Member,
+    why: str,
+    *,
+    max_restarts: int,
+    backoff_s: float,
+    say: Say,
+    restarts: Restarts,
+) -> Repair:
+    """A member alive but stalled (requests running, no token progress: `job.member_stalls`): out
+    of the routers first, stopped (the verified stop), then restarted as a dead one is, its
+    restarts counted in the same budget (cause "stall")."""
+    async with aiohttp.ClientSession() as session:
+        routers = [RouterClient(session, url) for url in fleet.router_urls]
+        for router in routers:
+            await router.remove(member.worker_url)
+        say(f"{member.name} stalled: {why}; taken out of the router, stopping it")
+        stopped = await run_down(member.name, timeout_s=STOP_TIMEOUT_S)
+        if stopped.get("phase") != "stopped":
+            cause = (
+                f"it could not be stopped ({stopped.get('stopped')}): see `specpilot status {member.name}`"
+            )
+            say(f"{member.name}: left out ({cause})")
+            made = restarts.made.get(member.name, 0)
+            return Repair(member.name, member.worker_url, "gave_up", made, cause="stall", error=cause)
+        await clear_dead(member)
+        restarter = MemberRestarts(fleet, routers, max_restarts, backoff_s, say, restarts)
+        return await restarter.again(member, Failure("serving", "stall", why))

@@ -244,8 +244,10 @@ class ServerHealer:
 
 
 def fleet_healer(fleet_name: str, record: JobRecord, max_restarts: int, say: Say) -> JobWatcher:
-    """A pass of fleet-repair every FLEET_PASS_S, in the job's own event loop."""
-    from specpilot.fleet.repair import Restarts, load_recorded_fleet, repair_fleet
+    """A pass of fleet-repair every FLEET_PASS_S, in the job's own event loop; before it, each
+    member found stalled (`job.member_stalls`) is restarted the same way, within the same budget."""
+    from specpilot.fleet.repair import Restarts, load_recorded_fleet, repair_fleet, restart_stalled
+    from specpilot.job.member_stalls import MemberStalls
 
     busy = asyncio.Lock()
 
@@ -254,10 +256,32 @@ def fleet_healer(fleet_name: str, record: JobRecord, max_restarts: int, say: Say
         # the restarts an earlier run of the job made count: they are read back from job.json
         restarts = Restarts(restarts_made(record.data.get("restarts", [])))
         recorded: set[tuple[str, str]] = set()
+        stalls = MemberStalls(fleet)
+
+        async def restart_stalled_members() -> None:
+            # the dispatcher's stall bound: the job's stall_after_s, else measured
+            for member, why in await stalls.look(dispatcher.watchdog.stall.bound_s()):
+                began_s = time.monotonic()
+                repair = await restart_stalled(
+                    fleet,
+                    member,
+                    why,
+                    max_restarts=max_restarts,
+                    backoff_s=BACKOFF_S,
+                    say=say,
+                    restarts=restarts,
+                )
+                stalls.restarted(member)
+                down_s = round(time.monotonic() - began_s, 3)
+                record.note(
+                    "restarts", {"run": member.name, **repair.to_json(), "line": why, "down_s": down_s}
+                )
+
         while True:
             await asyncio.sleep(FLEET_PASS_S)
             try:
                 async with busy:
+                    await restart_stalled_members()
                     result = await repair_fleet(
                         fleet,
                         max_restarts=max_restarts,

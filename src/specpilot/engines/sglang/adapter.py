@@ -60,6 +60,7 @@ ENGINE = Engine(
     serving_bounds=bounds.SERVING_BOUNDS,
     spec_metrics=(metrics.SPEC_ACCEPTANCE,),
     generated_tokens_metric=metrics.GENERATED_TOKENS,
+    running_requests_metric=metrics.RUNNING_REQUESTS,
     # sglang --api-key: every OpenAI route requires the bearer token
     api_key_flag="--api-key",
     preemption=metrics.RETRACTIONS,

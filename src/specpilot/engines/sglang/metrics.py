@@ -19,6 +19,9 @@ SPEC_ACCEPTANCE = SpecMetric(
 #: https://docs.sglang.io/references/production_metrics.html
 GENERATED_TOKENS = "sglang:generation_tokens_total"
 
+#: a gauge of the requests in the running batch (same page)
+RUNNING_REQUESTS = "sglang:num_running_reqs"
+
 #: a decode batch that no longer fits the KV cache retracts requests back to the queue: the
 #: scheduler logs every retraction (any release, no --enable-metrics needed); releases with
 #: --enable-metrics also count them (`num_retracted_requests_total`; older ones keep only a

@@ -16,6 +16,9 @@ SPEC_ACCEPTANCE = SpecMetric(
 #: https://docs.vllm.ai/en/latest/usage/metrics.html
 GENERATED_TOKENS = "vllm:generation_tokens_total"
 
+#: a gauge of the requests in model execution batches (same page)
+RUNNING_REQUESTS = "vllm:num_requests_running"
+
 #: requests the V1 scheduler preempted for KV room (each recomputed later)
 PREEMPTIONS = PreemptionSignal(
     "vllm",

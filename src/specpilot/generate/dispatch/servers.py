@@ -194,6 +194,13 @@ def observe_tokens(server: Server, values: dict[str, float], now: float) -> None
     server.tokens_seen = total
 
 
+def requests_running(values: dict[str, float]) -> float | None:
+    """A scrape's count of requests running (every registered engine's gauge); None: none exported."""
+    names = [e.running_requests_metric for e in registry.ENGINES if e.running_requests_metric]
+    found = [values[name] for name in names if name in values]
+    return sum(found) if found else None
+
+
 def spec_metrics() -> tuple[SpecMetric, ...]:
     """Every registered engine's speculative-decoding series: a server's /metrics says no engine."""
     return tuple(metric for engine in registry.ENGINES for metric in engine.spec_metrics)
