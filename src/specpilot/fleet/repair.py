@@ -10,7 +10,8 @@ then started again on its host with the same verified files (`launch` ships and 
 them as `up` did), as `launch.recovery` says (after an out-of-memory death, with the
 engine's bound for it), at most `max_restarts` times with doubling backoff, and registered
 again once ready (delete, then add: the router keeps stale state for a restarted
-address). A member serving but missing from the router is registered again.
+address). A member serving but missing from the router is registered again. A member alive but
+stalled (a job's finding, `job.member_stalls`) is taken out, stopped and restarted the same way.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ on with the rest.
 A server alive but stalled (the dispatcher's stall watchdog: requests in flight, no token
 progress) is restarted the same way: stopped through the verified stop (`launch.ops.run_down`),
 started again, and handed back to the dispatcher (`Dispatcher.restarted`), its rows requeued
-without spending attempts.
+without spending attempts. Behind a fleet's router the dispatcher cannot see one member stall:
+each fleet pass reads the members' own token progress (`job.member_stalls`) and restarts a
+stalled member through `fleet.repair.restart_stalled`, within the same restart budget.
 """
 
 from __future__ import annotations
