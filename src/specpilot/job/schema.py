@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from specpilot.errors import UserError
 
 #: every status a stage can have
-STAGE_STATUSES = ("pending", "running", "done", "skipped", "failed")
+StageStatus = Literal["pending", "running", "done", "skipped", "failed"]
+STAGE_STATUSES: tuple[StageStatus, ...] = get_args(StageStatus)
 _CLASS_NAME = re.compile(r" or instance of _\w+")
 
 
@@ -30,7 +31,7 @@ class _Loose(BaseModel):
 
 
 class _Stage(_Loose):
-    status: Literal["pending", "running", "done", "skipped", "failed"] = "pending"
+    status: StageStatus = "pending"
     started_at: float | None = None
     finished_at: float | None = None
     seen_at: float | None = None
