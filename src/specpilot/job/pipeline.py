@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from specpilot.errors import EXIT_FAILED, JobFailed, UserError
 from specpilot.job.lock import JobLock
-from specpilot.job.record import JobRecord, open_record, pin_prompts, refuse_changes
+from specpilot.job.record import JobRecord, exports_of, open_record, pin_prompts, refuse_changes
 from specpilot.job.schema import STAGES
 from specpilot.job.spec import JobFile, in_job_terms, job_terms
 from specpilot.spec import Spec, load_spec
@@ -787,7 +787,7 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> str:
         record.fail("export", why)
         return why
     record.finish("export", evidence)
-    record.data.setdefault("yield", {})["exports"] = export_rows(record)
+    record.data.setdefault("yield", {})["exports"] = exports_of(record.data)
     record.save()
     return ""
 
@@ -853,13 +853,6 @@ def _model_folder(job: JobFile, record: JobRecord) -> Path | None:
     spec = serving_spec(job, record)
     folder = spec.model_dir()
     return folder if spec.host.target == "local" and is_tokenizer_folder(folder) else None
-
-
-def export_rows(record: JobRecord) -> dict[str, int]:
-    """Rows in each export the job wrote."""
-    from specpilot.job.record import exports_of
-
-    return exports_of(record.data)
 
 
 async def _down(job: JobFile, record: JobRecord, served: str | None, fleet: bool, say: Say) -> None:
@@ -992,7 +985,7 @@ def _under_floor(job: JobFile, record: JobRecord) -> str | None:
     share = found.get("clean_share")
     if not job.yield_floor.on or share is None or share * 100 >= job.yield_floor.min_clean_pct:
         return None
-    exports = ", ".join(f"{fmt} {rows:,} rows" for fmt, rows in export_rows(record).items()) or "none"
+    exports = ", ".join(f"{fmt} {rows:,} rows" for fmt, rows in exports_of(record.data).items()) or "none"
     guard = record.data.get("yield_guard") or {}
     why = guard.get("message") or (
         f"only {found['clean']:,} of {found['done']:,} rows are clean ({share:.1%}), under the floor of "
