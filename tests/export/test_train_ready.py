@@ -4,6 +4,7 @@ the first row that does not is named; without a readable tokenizer it says it sk
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from specpilot.cli import cli
 from specpilot.demo import tinymodel
 from specpilot.errors import UserError
-from specpilot.job.pipeline import _export
+from specpilot.job.pipeline import _export, serve
 from specpilot.job.record import JobRecord
 from specpilot.job.spec import JobFile, load_job
 from tests.conformance.trainers_harness import QWEN35_STYLE_TEMPLATE
@@ -201,6 +202,19 @@ def test_the_jobs_export_records_it_and_fails(tmp_path: Path, qwen35: Path) -> N
     )
     assert (job / "speculators.jsonl").exists()
     assert any(line.startswith("export speculators: train-ready check: 7 of 7") for line in said)
+
+
+def test_a_job_whose_export_fails_the_check_ends_with_why(tmp_path: Path, qwen35: Path) -> None:
+    """The job's end says why it failed (before, "job done: ..." with exit 1)."""
+    plain = write_tokenizer(tmp_path / "plain", tinymodel.CHAT_TEMPLATE)
+    job = generate(tmp_path, "fake-model", qwen35)
+    server = server_spec(tmp_path, plain)
+    spec = JobFile(tmp_path / "job.toml", server, None, tmp_path / "in.jsonl", job, export=("speculators",))
+    record = JobRecord(job / "job.json", {"stages": {"generate": {"status": "done"}}})
+    result = asyncio.run(serve(spec, record, lambda line: None))
+    assert result.exit_code == 1
+    assert result.message.startswith("export speculators: train-ready check: 7 of 7 target turns")
+    assert record.stage("down")["status"] == "done"  # nothing the job started is left running
 
 
 def test_the_job_key_turns_it_off(tmp_path: Path, qwen35: Path) -> None:

@@ -968,11 +968,9 @@ async def serve(job: JobFile, record: JobRecord, say: Say, planned: ServerPlan |
     finally:  # an export that fails (every row flagged) still stops what the job started
         if not record.done("down"):
             await _down(job, record, served, fleet, say)
-    under = _under_floor(job, record)
-    if untrainable:
-        result.exit_code, result.message = EXIT_FAILED, untrainable
-    elif under is not None:
-        result.exit_code, result.message = EXIT_FAILED, under
+    failed = untrainable or _under_floor(job, record)
+    if failed:
+        result.exit_code, result.message = EXIT_FAILED, failed
         return result
     result.message = f"job done: {record.stage('generate').get('evidence', {}).get('message', '')}"
     return result
