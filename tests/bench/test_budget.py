@@ -3,10 +3,12 @@ it counts the requests an engine took off for KV room."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from specpilot.bench.budget import ASSUMED_TOKENS_PER_S_PER_REQUEST, Costs, StartCosts, start_costs
-from specpilot.bench.measure import count_preemptions
+from specpilot.bench.measure import _preemptions, count_preemptions
 from specpilot.bench.run import bench_release
 from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
@@ -67,6 +69,10 @@ def test_sglang_retractions_are_counted_from_its_log() -> None:
     assert count_preemptions(signal, "Decode batch, #running-req: 12\n") == 0
 
 
-def test_vllm_preemptions_are_its_counter() -> None:
+def test_vllm_preemptions_are_its_counter(bench_spec: SpecFactory) -> None:
     signal = engine_by_name("vllm").preemption
     assert signal is not None and signal.counter == "vllm:num_preemptions_total" and signal.log_line is None
+    # the counter's growth over the sample is the count; no log line is read for it
+    counted = asyncio.run(_preemptions(load_spec(bench_spec(PROFILES)), signal, 2.0, 7.0))
+    assert counted == (5, "preemptions: /metrics vllm:num_preemptions_total")
+    assert count_preemptions(signal, RETRACT_LOG) == 0

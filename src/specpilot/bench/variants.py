@@ -20,6 +20,7 @@ from typing import Literal
 from specpilot.check.resolved import ResolvedSpec, resolve
 from specpilot.engines.adapter import Engine, EngineRelease
 from specpilot.engines.argv import ReadArgv, read_argv
+from specpilot.engines.bounds import without_flag
 from specpilot.engines.fix import Fix
 from specpilot.engines.flags import ReleaseTable
 from specpilot.errors import UserError
@@ -267,7 +268,7 @@ def _capped(
     point = resolved.respec(_fixed(tuned, Fix(args=cap), release.table))
     final = run_preflight(point)
     # the plan's own cap flag gives way to the point's
-    recommended = (*_without(recommended, flag), *cap)
+    recommended = (*without_flag(recommended, flag), *cap)
     if final.errors and final.cause == "oom":
         # fewer requests can change what the engine decides for itself (SGLang 0.5.16-0.5.17
         # capture the prefill graph once smaller decode graphs leave 4 GiB past the pools, and
@@ -325,22 +326,8 @@ def _serving(
 def _over(recommended: tuple[str, ...], side: tuple[str, ...]) -> tuple[str, ...]:
     """The recommendation with the gate side's flags given over it (a flag of both: the side's)."""
     for flag in (arg for arg in side if arg.startswith("--")):
-        recommended = _without(recommended, flag)
+        recommended = tuple(without_flag(recommended, flag))
     return (*recommended, *side)
-
-
-def _without(args: tuple[str, ...], flag: str) -> tuple[str, ...]:
-    """`args` less `flag` and its value."""
-    kept: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == flag:
-            skip = True
-        elif not arg.startswith(f"{flag}="):
-            kept.append(arg)
-    return tuple(kept)
 
 
 def release_name(release: EngineRelease) -> str:

@@ -11,6 +11,7 @@ rule that matches applies.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -42,7 +43,8 @@ def flag_value(args: list[str], flag: str) -> int | None:
     return found
 
 
-def _without(args: list[str], flag: str) -> list[str]:
+def without_flag(args: Sequence[str], flag: str) -> list[str]:
+    """`args` less `flag` and its value."""
     kept: list[str] = []
     skip = False
     for arg in args:
@@ -89,5 +91,5 @@ def bound_args(bounds: tuple[Bound, ...], args: list[str], serving_log: str) -> 
         after = max(1, start // 2)
         if before is not None and after >= before:
             return None
-        return Bounded((*_without(args, rule.flag), rule.flag, str(after)), rule, before, after)
+        return Bounded((*without_flag(args, rule.flag), rule.flag, str(after)), rule, before, after)
     return None
