@@ -70,6 +70,17 @@ CAUSES: tuple[Cause, ...] = (
 )  # fmt: skip
 CAUSE_NAMES: tuple[str, ...] = tuple(c.name for c in CAUSES)
 
+
+def cause_named(name: str) -> Cause:
+    """The cause of `CAUSES` by its name."""
+    return next(c for c in CAUSES if c.name == name)
+
+
+def floor_setting(job: bool) -> str:
+    """Where the clean-yield floor is set: `specpilot job`'s key, else generate's flag."""
+    return "[job] min_clean_yield" if job else "--min-clean-yield"
+
+
 DEFAULT_MIN_CLEAN_YIELD_PCT = 80.0
 DEFAULT_GUARD_MIN_ROWS = 200
 #: the least --guard-min-rows: below it one row moves the clean share by 2% or more, so the
@@ -322,7 +333,7 @@ def fix_for(cause: str, budget: Budget | None, *, job: bool) -> str:
             f"{said}; max_tokens {budget.proposed:,} {budget.covers_text()}: run {again} with "
             f"--max-tokens {budget.proposed} --retry-truncated (the cut rows are sent again, each once)"
         )
-    fix = next(c.fix for c in CAUSES if c.name == cause) or CAUSES[-1].fix
+    fix = cause_named(cause).fix or CAUSES[-1].fix
     assert fix is not None  # other_flags' fix is a text
     return fix.format(again=again)
 
@@ -359,11 +370,11 @@ class YieldGuard:
     def stop_message(self, context_tokens: int | None, *, job: bool) -> str:
         count = self.count
         cause = count.main_cause() or CAUSES[-1].name
-        says = next(c.says for c in CAUSES if c.name == cause)
+        says = cause_named(cause).says
         return (
             f"yield guard: after {count.judged:,} finished rows only {count.clean:,} are clean "
             f"({count.share:.1%}; at most {count.upper():.1%} at 99% confidence), under the floor of "
-            f"{self.floor.min_clean_pct:g}% ({'[job] min_clean_yield' if job else '--min-clean-yield'}); "
+            f"{self.floor.min_clean_pct:g}% ({floor_setting(job)}); "
             f"not clean: {count.causes_text()}. Most rows are {says}: "
             f"{fix_for(cause, self.budget(context_tokens), job=job)}. No new rows were sent; the rows in "
             "flight were committed, and every row done stays done"
