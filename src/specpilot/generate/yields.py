@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specpilot.errors import UserError
@@ -260,8 +260,7 @@ def propose_budget(
     budget = Budget(
         len(lengths), p50, p90, p99, cut, max_tokens, room, context_tokens, longest_prompt_tokens, None
     )
-    proposed = _proposed(budget.censored, p99, max_tokens, room)
-    return Budget(**{**budget.__dict__, "proposed": proposed})
+    return replace(budget, proposed=_proposed(budget.censored, p99, max_tokens, room))
 
 
 def _proposed(censored: bool, p99: int, max_tokens: int | None, room: int | None) -> int | None:
