@@ -184,7 +184,7 @@ class Budget:
     cut: int
     max_tokens: int | None
     #: context tokens minus the longest prompt; None where the context is not known
-    room: int | None
+    room_tokens: int | None
     context_tokens: int | None
     longest_prompt_tokens: int
     #: the max_tokens that covers p99 within the room; None where no larger one fits or is known
@@ -215,18 +215,18 @@ class Budget:
         return text
 
     def room_text(self) -> str:
-        if self.room is None:
+        if self.room_tokens is None:
             return "the context is not known (the server did not say; give [job] a server spec that sets it)"
         return (
-            f"the context of {self.context_tokens:,} tokens leaves {self.room:,} after the longest prompt "
-            f"({self.longest_prompt_tokens:,} tokens)"
+            f"the context of {self.context_tokens:,} tokens leaves {self.room_tokens:,} after the longest "
+            f"prompt ({self.longest_prompt_tokens:,} tokens)"
         )
 
     def covers_text(self) -> str:
         """What the proposal covers: p99 within the context, or (censored) as much as it allows."""
         if not self.censored:
             return "covers p99 within the context"
-        if self.room is None:
+        if self.room_tokens is None:
             return "is a step up (p99 lies beyond the cut, and the context is not known)"
         return "is the most the context allows (p99 lies beyond the cut)"
 
@@ -235,7 +235,7 @@ class Budget:
             "answers": self.answers, "p50": self.p50, "p90": self.p90, "p99": self.p99, "cut": self.cut,
             "cut_share": round(self.cut_share, 4), "censored": self.censored, "max_tokens": self.max_tokens,
             "context_tokens": self.context_tokens, "longest_prompt_tokens": self.longest_prompt_tokens,
-            "room": self.room, "proposed": self.proposed,
+            "room": self.room_tokens, "proposed": self.proposed,
         }  # fmt: skip
 
 
