@@ -75,13 +75,13 @@ def sampling_options(
     return decorate
 
 
-def request_fields(extra_body_json: str | None, flags: dict[str, object]) -> dict[str, object]:
-    """The request fields besides the sampling basics: --extra-body's, then the flags given;
-    a field set by both is refused (which one was meant?)."""
+def request_fields(extra_body_json: str | None, given: dict[str, object]) -> dict[str, object]:
+    """The request fields besides the sampling basics: --extra-body's, then the flags `given`
+    (`SamplingInput.request_fields`: none None); a field set by both is refused (which one was
+    meant?)."""
     from specpilot.generate.dispatch.client import extra_body
 
     fields = extra_body(extra_body_json) if extra_body_json is not None else {}
-    given = {key: value for key, value in flags.items() if value is not None}
     both = sorted(set(fields) & set(given))
     if both:
         option = flag(both[0])

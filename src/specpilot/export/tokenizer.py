@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 #: files that make a folder a tokenizer's
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -157,7 +157,7 @@ def _tojson(
     )
 
 
-def _raise(message: str) -> None:
+def _raise(message: str) -> NoReturn:
     from jinja2 import TemplateError
 
     raise TemplateError(message)

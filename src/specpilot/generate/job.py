@@ -63,7 +63,7 @@ from specpilot.generate.writers.truncated import (
     requeue_flagged,
     requeue_truncated,
 )
-from specpilot.generate.yields import CAUSES, YieldFloor, YieldGuard, fix_for
+from specpilot.generate.yields import YieldFloor, YieldGuard, cause_named, fix_for, floor_setting
 from specpilot.secrets import CONTENT_MARKER, mask_fields, url_without_credentials
 
 #: something that watches a running job (the status page), entered once its dispatcher exists
@@ -834,12 +834,12 @@ def _under_floor(
     floor = config.yield_floor
     by_cause = summary.by_cause or {}
     cause = max(by_cause, key=lambda name: by_cause[name])
-    says = next(c.says for c in CAUSES if c.name == cause)
+    says = cause_named(cause).says
     budget = guard.budget(context_tokens) if guard is not None and guard.lengths else None
     message = (
         f"every row was processed, but only {summary.clean:,} of {summary.done:,} are clean ({share:.1%}), "
         f"under the floor of {floor.min_clean_pct:g}% "
-        f"({'[job] min_clean_yield' if config.in_job else '--min-clean-yield'}): {summary.counts_text()}. "
+        f"({floor_setting(config.in_job)}): {summary.counts_text()}. "
         f"Most flagged rows are {says}: {fix_for(cause, budget, job=config.in_job)}"
     )
     stop = {

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specpilot.errors import UserError
@@ -69,6 +69,17 @@ CAUSES: tuple[Cause, ...] = (
     ),
 )  # fmt: skip
 CAUSE_NAMES: tuple[str, ...] = tuple(c.name for c in CAUSES)
+
+
+def cause_named(name: str) -> Cause:
+    """The cause of `CAUSES` by its name."""
+    return next(c for c in CAUSES if c.name == name)
+
+
+def floor_setting(job: bool) -> str:
+    """Where the clean-yield floor is set: `specpilot job`'s key, else generate's flag."""
+    return "[job] min_clean_yield" if job else "--min-clean-yield"
+
 
 DEFAULT_MIN_CLEAN_YIELD_PCT = 80.0
 DEFAULT_GUARD_MIN_ROWS = 200
@@ -173,7 +184,7 @@ class Budget:
     cut: int
     max_tokens: int | None
     #: context tokens minus the longest prompt; None where the context is not known
-    room: int | None
+    room_tokens: int | None
     context_tokens: int | None
     longest_prompt_tokens: int
     #: the max_tokens that covers p99 within the room; None where no larger one fits or is known
@@ -204,18 +215,18 @@ class Budget:
         return text
 
     def room_text(self) -> str:
-        if self.room is None:
+        if self.room_tokens is None:
             return "the context is not known (the server did not say; give [job] a server spec that sets it)"
         return (
-            f"the context of {self.context_tokens:,} tokens leaves {self.room:,} after the longest prompt "
-            f"({self.longest_prompt_tokens:,} tokens)"
+            f"the context of {self.context_tokens:,} tokens leaves {self.room_tokens:,} after the longest "
+            f"prompt ({self.longest_prompt_tokens:,} tokens)"
         )
 
     def covers_text(self) -> str:
         """What the proposal covers: p99 within the context, or (censored) as much as it allows."""
         if not self.censored:
             return "covers p99 within the context"
-        if self.room is None:
+        if self.room_tokens is None:
             return "is a step up (p99 lies beyond the cut, and the context is not known)"
         return "is the most the context allows (p99 lies beyond the cut)"
 
@@ -224,7 +235,7 @@ class Budget:
             "answers": self.answers, "p50": self.p50, "p90": self.p90, "p99": self.p99, "cut": self.cut,
             "cut_share": round(self.cut_share, 4), "censored": self.censored, "max_tokens": self.max_tokens,
             "context_tokens": self.context_tokens, "longest_prompt_tokens": self.longest_prompt_tokens,
-            "room": self.room, "proposed": self.proposed,
+            "room": self.room_tokens, "proposed": self.proposed,
         }  # fmt: skip
 
 
@@ -249,8 +260,7 @@ def propose_budget(
     budget = Budget(
         len(lengths), p50, p90, p99, cut, max_tokens, room, context_tokens, longest_prompt_tokens, None
     )
-    proposed = _proposed(budget.censored, p99, max_tokens, room)
-    return Budget(**{**budget.__dict__, "proposed": proposed})
+    return replace(budget, proposed=_proposed(budget.censored, p99, max_tokens, room))
 
 
 def _proposed(censored: bool, p99: int, max_tokens: int | None, room: int | None) -> int | None:
@@ -322,7 +332,7 @@ def fix_for(cause: str, budget: Budget | None, *, job: bool) -> str:
             f"{said}; max_tokens {budget.proposed:,} {budget.covers_text()}: run {again} with "
             f"--max-tokens {budget.proposed} --retry-truncated (the cut rows are sent again, each once)"
         )
-    fix = next(c.fix for c in CAUSES if c.name == cause) or CAUSES[-1].fix
+    fix = cause_named(cause).fix or CAUSES[-1].fix
     assert fix is not None  # other_flags' fix is a text
     return fix.format(again=again)
 
@@ -359,11 +369,11 @@ class YieldGuard:
     def stop_message(self, context_tokens: int | None, *, job: bool) -> str:
         count = self.count
         cause = count.main_cause() or CAUSES[-1].name
-        says = next(c.says for c in CAUSES if c.name == cause)
+        says = cause_named(cause).says
         return (
             f"yield guard: after {count.judged:,} finished rows only {count.clean:,} are clean "
             f"({count.share:.1%}; at most {count.upper():.1%} at 99% confidence), under the floor of "
-            f"{self.floor.min_clean_pct:g}% ({'[job] min_clean_yield' if job else '--min-clean-yield'}); "
+            f"{self.floor.min_clean_pct:g}% ({floor_setting(job)}); "
             f"not clean: {count.causes_text()}. Most rows are {says}: "
             f"{fix_for(cause, self.budget(context_tokens), job=job)}. No new rows were sent; the rows in "
             "flight were committed, and every row done stays done"
