@@ -10,7 +10,6 @@ import pytest
 
 from specpilot.bench.client import RequestTiming, _Stream
 from specpilot.bench.lab import axis_notes, run_name
-from specpilot.bench.run import bench_release
 from specpilot.bench.sample import draw, prompt_chars, write_prompts
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import (
@@ -23,6 +22,7 @@ from specpilot.bench.variants import (
     variant_of,
     variant_spec,
 )
+from specpilot.check.resolved import release_of
 from specpilot.errors import UserError
 from specpilot.generate.dispatch.client import RequestFailed
 from specpilot.generate.rows.inputs import iter_rows, resolve_input
@@ -99,7 +99,7 @@ def _spec(engine: str, args: list[str]) -> object:
 
 def test_k_draft_tokens_are_written_as_each_engine_counts_them() -> None:
     sglang = _spec("sglang", SPECULATIVE_ARGS)
-    on = bench_release(sglang)  # type: ignore[arg-type]
+    on = release_of(sglang)  # type: ignore[arg-type]
     assert spec_method(sglang, on) == "NEXTN"  # type: ignore[arg-type]
     # the release's flag table has --speculative-adaptive: the deepest variant adaptive too
     labels = [v.label for v in default_variants(sglang, on)]  # type: ignore[arg-type]
@@ -118,7 +118,7 @@ def test_k_draft_tokens_are_written_as_each_engine_counts_them() -> None:
     plain = variant_spec(sglang, on, Variant(), "s-plain")  # type: ignore[arg-type]
     assert not any(a.startswith("--speculative") for a in plain.engine.args)
     vllm = _spec("vllm", ["--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}'])
-    vllm_on = bench_release(vllm)  # type: ignore[arg-type]
+    vllm_on = release_of(vllm)  # type: ignore[arg-type]
     one = variant_spec(vllm, vllm_on, Variant("qwen3_5_mtp", 1), "v-1")  # type: ignore[arg-type]
     config = json.loads(one.engine.args[one.engine.args.index("--speculative-config") + 1])
     assert config == {"method": "qwen3_5_mtp", "num_speculative_tokens": 1}
@@ -145,7 +145,7 @@ def test_a_stream_becomes_the_answer_a_plain_call_gives() -> None:
 def test_a_draft_count_that_is_no_ascii_number_is_refused(count: str) -> None:
     """A Unicode digit passes str.isdigit(): it once reached int() and crashed."""
     with pytest.raises(UserError, match="gives no draft-token count from 1 to 16") as refused:
-        parse_variants(f"NEXTN:{count}", bench_release(_spec("sglang", SPECULATIVE_ARGS)).engine)  # type: ignore[arg-type]
+        parse_variants(f"NEXTN:{count}", release_of(_spec("sglang", SPECULATIVE_ARGS)).engine)  # type: ignore[arg-type]
     assert refused.value.field == "--variants"
 
 
@@ -229,7 +229,7 @@ def test_a_release_without_adaptive_speculation_says_so_per_axis() -> None:
         {"name": "s", "model": {"path": "m"}, "gpu": {"memory_gib": 80},
          "engine": {"name": "sglang", "version": "0.5.10.post1", "args": SPECULATIVE_ARGS}}
     )  # fmt: skip
-    on = bench_release(old)
+    on = release_of(old)
     assert [v.label for v in default_variants(old, on)] == ["plain", "NEXTN-1", "NEXTN-2", "NEXTN-3"]
     notes = axis_notes(old, on, default_variants(old, on), host_gpus=1, gates={Variant(): None})
     assert "adaptive speculation: not explored (SGLang 0.5.10.post1 has no --speculative-adaptive)" in notes
@@ -240,7 +240,7 @@ def test_a_release_without_adaptive_speculation_says_so_per_axis() -> None:
     refused = prepare(old, on, Variant("NEXTN", 3, adaptive=True), "s-a")
     assert refused.plan is None and refused.refused == "SGLang 0.5.10.post1 has no adaptive speculation"
     vllm = _spec("vllm", ["--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}'])
-    vllm_on = bench_release(vllm)  # type: ignore[arg-type]
+    vllm_on = release_of(vllm)  # type: ignore[arg-type]
     assert "adaptive speculation: not explored (vLLM 0.26.0 has no adaptive speculation)" in axis_notes(
         vllm,  # type: ignore[arg-type]
         vllm_on,
@@ -259,7 +259,7 @@ def test_block_drafters_write_their_k_as_their_handlers_require() -> None:
         {"name": "s", "model": {"path": "m"}, "gpu": {"memory_gib": 80},
          "engine": {"name": "sglang", "version": "0.5.23", "args": ["--speculative-algorithm", "NEXTN", *draft]}}
     )  # fmt: skip
-    on = bench_release(spec)
+    on = release_of(spec)
     dflash = variant_spec(spec, on, Variant("DFLASH", 16), "s-d").engine.args
     dspark = variant_spec(spec, on, Variant("DSPARK", 5), "s-s").engine.args
     assert dflash[dflash.index("--speculative-num-draft-tokens") + 1] == "16"
@@ -278,7 +278,7 @@ def test_a_spec_is_found_among_the_bench_points() -> None:
     configuration at the largest cap measured (the plan's maximum it runs at)."""
     labels = ["plain@57", "plain@29", "NEXTN-3@21", "NEXTN-3@11"]
     spec = _spec("sglang", SPECULATIVE_ARGS)
-    on = bench_release(spec)  # type: ignore[arg-type]
+    on = release_of(spec)  # type: ignore[arg-type]
     assert measured_label(spec, on, labels) == "NEXTN-3@21"  # type: ignore[arg-type]
     capped = _spec("sglang", [*SPECULATIVE_ARGS, "--max-running-requests", "11"])
     assert measured_label(capped, on, labels) == "NEXTN-3@11"  # type: ignore[arg-type]
@@ -300,5 +300,5 @@ def test_long_run_names_stay_unique_and_usable() -> None:
     for name in names:
         assert len(name) <= 64 and name.startswith("a-spec-name-long-enough")
         check_run_name(name)
-        variant_spec(spec, bench_release(spec), Variant("NEXTN", 2), name)  # a spec's name too
+        variant_spec(spec, release_of(spec), Variant("NEXTN", 2), name)  # a spec's name too
     assert run_name(spec.model_copy(update={"name": "s"}), points[0]) == "s-bench-nextn-2"  # type: ignore[arg-type]

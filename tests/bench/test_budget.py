@@ -9,7 +9,7 @@ import pytest
 
 from specpilot.bench.budget import ASSUMED_TOKENS_PER_S_PER_REQUEST, Costs, StartCosts, start_costs
 from specpilot.bench.measure import _preemptions, count_preemptions
-from specpilot.bench.run import bench_release
+from specpilot.check.resolved import release_of
 from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.launch.state import write_state
@@ -24,7 +24,7 @@ def test_starts_recorded_on_this_host_give_the_expected_start(bench_spec: SpecFa
     spec = load_spec(bench_spec(PROFILES))
     assert spec.engine.name == "sglang" and spec.engine.version == "0.5.13"
     # nothing recorded: the engine's stated estimate, the first apart, at most the ready timeout
-    fresh = start_costs(spec, bench_release(spec))
+    fresh = start_costs(spec, release_of(spec))
     stated = engine_by_name("sglang").start
     timeout_s = spec.server.ready_timeout_s
     assert (fresh.first_s, fresh.later_s) == (min(stated.first_s, timeout_s), min(stated.later_s, timeout_s))
@@ -33,7 +33,7 @@ def test_starts_recorded_on_this_host_give_the_expected_start(bench_spec: SpecFa
         write_state(ready_state(name, ready_s=ready_s))
     write_state(ready_state("other-release", engine_version="0.5.17", ready_s=200.0))
     write_state(ready_state("never-ready", phase="failed", ready_s=None))
-    recorded = start_costs(spec, bench_release(spec))
+    recorded = start_costs(spec, release_of(spec))
     assert (recorded.first_s, recorded.later_s) == (4.0, 4.0)
     assert recorded.basis == "the median of 3 starts of SGLang 0.5.13 recorded on local"
 

@@ -9,8 +9,9 @@ import pytest
 
 from specpilot.bench.finish import finish_bench
 from specpilot.bench.measure import Measured, Settings
-from specpilot.bench.run import BenchRequest, BenchResult, bench_release
+from specpilot.bench.run import BenchRequest, BenchResult
 from specpilot.bench.variants import Variant
+from specpilot.check.resolved import release_of
 from specpilot.errors import EXIT_FAILED, UserError
 from specpilot.generate.sampling import Sampling
 from specpilot.spec import Spec, parse_spec
@@ -32,7 +33,7 @@ def _request(tmp_path: Path, spec: Spec) -> BenchRequest:
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     return BenchRequest(
-        spec, bench_release(spec), tmp_path / "prompts.jsonl", job_dir, [Variant()], 8, 0, settings
+        spec, release_of(spec), tmp_path / "prompts.jsonl", job_dir, [Variant()], 8, 0, settings
     )
 
 

@@ -15,8 +15,9 @@ import pytest
 from specpilot.bench.lab import EngineLab, gate_axis, layout_axis, other_side
 from specpilot.bench.measure import Measured, Settings
 from specpilot.bench.render import winner_line
-from specpilot.bench.run import BenchResult, bench_release
+from specpilot.bench.run import BenchResult
 from specpilot.bench.variants import Variant
+from specpilot.check.resolved import release_of
 from specpilot.generate.sampling import Sampling
 from specpilot.plan.types import PrefillGate
 from specpilot.spec import Spec, parse_spec
@@ -52,7 +53,7 @@ def _lab(spec: Spec, tmp_path: Path) -> EngineLab:
     settings = Settings(
         tmp_path / "s.jsonl", tmp_path / "w.jsonl", 8, Sampling(thinking=False), 60.0, 5.0, 0.0, 60.0
     )
-    return EngineLab(spec, bench_release(spec), settings, [], tmp_path, lambda line: None)
+    return EngineLab(spec, release_of(spec), settings, [], tmp_path, lambda line: None)
 
 
 def test_a_configuration_near_the_gate_brings_its_other_side_planned_at_its_own_knobs(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.bench.run import bench_release
 from specpilot.bench.variants import Prepared, Variant, prepare
+from specpilot.check.resolved import release_of
 from specpilot.spec import load_spec
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "gpu-runs" / "sglang-0.5.17-h200-search"
@@ -18,7 +18,7 @@ POINTS = [Variant().at(cap) for cap in (119, 60, 30)] + [Variant("NEXTN", 3).at(
 
 def _prepared(point: Variant) -> Prepared:
     spec = load_spec(RUN / "search.repo.toml")
-    return prepare(spec, bench_release(spec), point, "search")
+    return prepare(spec, release_of(spec), point, "search")
 
 
 def _flag(args: tuple[str, ...] | list[str], flag: str) -> str | None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.bench.run import bench_release
 from specpilot.bench.variants import Variant, prepare
+from specpilot.check.resolved import release_of
 from specpilot.spec import load_spec
 from tests.counting import Counted
 
@@ -19,7 +19,7 @@ SPEC = Path(__file__).resolve().parents[2] / "examples" / "qwen36-27b-mtp-sglang
 def test_a_variant_reads_the_model_once(monkeypatch: pytest.MonkeyPatch, variant: Variant) -> None:
     found = Counted(monkeypatch)
     spec = load_spec(SPEC)
-    prepared = prepare(spec, bench_release(spec), variant, "plain")
+    prepared = prepare(spec, release_of(spec), variant, "plain")
     assert prepared.plan is not None, prepared.refused
     assert found.reads == 1
     assert set(found.evaluations.values()) == {1}, found.evaluations

@@ -31,7 +31,6 @@ from specpilot.bench.measure import Measured, Notify, Settings
 from specpilot.bench.sample import Sample, draw, open_prompts, write_prompts
 from specpilot.bench.search import CAP_ORIGINS, CONFIRM_MAX, MARGIN, Entry, Job, SearchResult, search
 from specpilot.bench.variants import Variant
-from specpilot.check.resolved import release_of
 from specpilot.engines.adapter import EngineRelease
 from specpilot.errors import JobFailed, UserError
 from specpilot.generate.sampling import Sampling
@@ -53,7 +52,8 @@ REACH_TIMEOUT_S = 30.0
 @dataclass(frozen=True)
 class BenchRequest:
     spec: Spec
-    #: the spec's engine release (`bench_release`): every variant runs it, with its own flags
+    #: the spec's engine release (`check.resolved.release_of`, once per command): every variant
+    #: runs it, with its own flags
     release: EngineRelease
     prompts: Path
     job_dir: Path
@@ -85,12 +85,6 @@ class BenchResult:
     #: why there is no winner: what was measured, what was not and why, and the budget that
     #: would measure it (None with a winner)
     verdict: str | None = None
-
-
-def bench_release(spec: Spec) -> EngineRelease:
-    """The engine release a bench runs, resolved once per command (`release_of`): the variants,
-    their plans, the budget and the measurements below all take it (a variant changes flags only)."""
-    return release_of(spec)
 
 
 def plan_settings(

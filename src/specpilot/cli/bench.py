@@ -147,8 +147,9 @@ def bench(
     failed or unreached points stay in the table with the reason.
     """
     from specpilot.bench.finish import finish_bench
-    from specpilot.bench.run import BenchRequest, bench_release, check_budget, plan_settings, run_bench
+    from specpilot.bench.run import BenchRequest, check_budget, plan_settings, run_bench
     from specpilot.bench.variants import default_variants, parse_variants
+    from specpilot.check.resolved import release_of
     from specpilot.generate.rows.inputs import check_output_dir
     from specpilot.launch.shield import ending_signals, stop_started
     from specpilot.launch.state import check_run_name
@@ -157,7 +158,7 @@ def bench(
     spec = load_spec(spec_path)
     check_run_name(spec.name)
     check_budget(budget_s, warmup_s)
-    release = bench_release(spec)
+    release = release_of(spec)
     chosen = (
         parse_variants(variants, release.engine) if variants is not None else default_variants(spec, release)
     )

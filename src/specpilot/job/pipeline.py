@@ -133,11 +133,11 @@ def _server_spec(job: JobFile) -> Spec:
 
 def _check_bench(job: JobFile, spec: Spec) -> None:
     """A bench section must have two variants to compare."""
-    from specpilot.bench.run import bench_release
     from specpilot.bench.variants import default_variants, parse_variants
+    from specpilot.check.resolved import release_of
 
     assert job.bench is not None
-    release = bench_release(spec)
+    release = release_of(spec)
     chosen = (
         parse_variants(job.bench.variants, release.engine)
         if job.bench.variants
@@ -436,13 +436,14 @@ async def _bench(job: JobFile, record: JobRecord, say: Say, planned: ServerPlan 
         record.finish("bench", {"why": "no [job.bench] in the job file"}, status="skipped")
         return planned
     from specpilot.bench.finish import finish_bench
-    from specpilot.bench.run import BenchRequest, bench_release, plan_settings, run_bench
+    from specpilot.bench.run import BenchRequest, plan_settings, run_bench
     from specpilot.bench.variants import default_variants, parse_variants
+    from specpilot.check.resolved import release_of
 
     spec = _server_spec(job)
     bench = job.bench
     record.begin("bench", spec.gpu.count)
-    release = bench_release(spec)
+    release = release_of(spec)
     chosen = (
         parse_variants(bench.variants, release.engine) if bench.variants else default_variants(spec, release)
     )
