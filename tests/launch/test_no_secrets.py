@@ -105,3 +105,16 @@ def test_up_warns_of_a_key_left_in_argv(engine: str, warned: bool, make_spec: Sp
     (line,) = said
     assert "/proc/PID/cmdline" in line and "reads no key from the environment" in line
     assert "`api-key: KEY`" in line and "--config FILE" in line and API_KEY not in line
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"]], ids=["human", "json"])
+def test_a_mistyped_secret_flag_keeps_its_value_out_of_up_s_fix(
+    extra: list[str], make_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    """`up` refuses `--api-ky KEY` before a start, with check's fix (`--api-key` in its place):
+    the fix printed the key (`args: --api-key sk-...`), as `check`'s once did."""
+    make_spec("vllm_ready", engine="vllm", name="typo", args=["--api-ky", API_KEY])
+    result = run("up", str(tmp_path / "typo.toml"), *extra)
+    assert result.exit_code == 1, result.output
+    assert "--api-ky" in result.output and "--api-key" in result.output
+    assert API_KEY not in result.output

@@ -52,6 +52,7 @@ from specpilot.spec import load_spec
 
 
 def _fix_lines(fix: Fix) -> list[str]:
+    fix = fix.shown()
     lines = [fix.text] if fix.text else []
     if fix.args:
         lines.append("args: " + " ".join(fix.args))
