@@ -118,3 +118,28 @@ def test_a_mistyped_secret_flag_keeps_its_value_out_of_up_s_fix(
     assert result.exit_code == 1, result.output
     assert "--api-ky" in result.output and "--api-key" in result.output
     assert API_KEY not in result.output
+
+
+def test_a_key_variable_the_key_flag_overrides_stays_out_of_the_run_s_files(
+    make_spec: SpecFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """vLLM's --api-key goes to the engine as VLLM_API_KEY; a spec setting that variable too
+    (vLLM takes the flag's) had its own value written into the run's spec.toml."""
+    overridden = "sk-PLANTED-env-key-3b9e"
+    make_spec(
+        "vllm_ready",
+        engine="vllm",
+        name="twokeys",
+        env={"VLLM_API_KEY": overridden},
+        args=["--api-key", API_KEY],
+    )
+    started = run("up", str(tmp_path / "twokeys.toml"), "--json")
+    try:
+        assert started.exit_code == 0, started.output
+    finally:
+        run("down", "twokeys")
+    run_dir = tmp_path / "state" / "runs" / "twokeys"
+    for path in run_dir.iterdir():
+        if path.is_file() and not path.name.startswith("engine.log"):
+            text = path.read_bytes()
+            assert overridden.encode() not in text and API_KEY.encode() not in text, path
