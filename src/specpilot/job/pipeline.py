@@ -870,7 +870,7 @@ async def _down(job: JobFile, record: JobRecord, served: str | None, fleet: bool
 
         result = await fleet_down(served)
     else:
-        from specpilot.job.serve import job_started
+        from specpilot.job.serve import job_started, left_after_down
         from specpilot.launch.ops import run_down
 
         if not job_started(served, record.stage("up")):  # stopped since (a kept one, by hand)
@@ -878,6 +878,11 @@ async def _down(job: JobFile, record: JobRecord, served: str | None, fleet: bool
             say(f"down: {served} is not running as this job started it; nothing to stop")
             return
         result = await run_down(served, timeout_s=30.0)
+        left = left_after_down(served, result)
+        if left:  # not "stopped": a process survived, or the record names one not provably the run's
+            record.finish("down", {"stopped": None, "left": left, "result": result})
+            say(f"down: {'; '.join(left)}")
+            return
     record.finish("down", {"stopped": served, "result": result})
     say(f"down: {served} stopped")
 
