@@ -90,10 +90,31 @@ def classify_status(status: int, body: bytes = b"") -> FailureKind:
 OWNED_FIELDS = ("messages", "model", "stream", "stream_options", "tools", "n")
 
 
+class _NotFinite(ValueError):
+    """A number strict JSON cannot hold (`NaN`, `Infinity`, `1e999`)."""
+
+
+def _finite_float(text: str) -> float:
+    if not math.isfinite(value := float(text)):
+        raise _NotFinite(text)
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise _NotFinite(text)
+
+
 def extra_body(text: str) -> dict[str, Any]:
     """--extra-body: a JSON object of request fields; one line naming what is wrong otherwise."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+    except _NotFinite as err:
+        # Python's json reads them, but the request body would not be JSON a server parses
+        raise UserError(
+            f"holds {err}, which is not a finite number",
+            field="--extra-body",
+            fix="give a finite number (strict JSON has no NaN or Infinity)",
+        ) from None
     except ValueError as err:
         raise UserError(
             f"is not valid JSON ({err})",
