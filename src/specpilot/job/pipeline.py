@@ -25,7 +25,6 @@ from specpilot.spec import Spec, load_spec
 
 if TYPE_CHECKING:
     from specpilot.check.resolved import ResolvedSpec
-    from specpilot.engines.adapter import Engine
     from specpilot.export.run import ExportResult
     from specpilot.generate.dispatch.endpoints import Endpoint
     from specpilot.generate.job import JobWatcher, Outcome
@@ -96,22 +95,6 @@ def job_secrets(job: JobFile) -> list[str]:
 
     found = {v for spec in _serving_specs(job) for v in secret_values(spec.engine.env, spec.engine.args)}
     return sorted(found, key=len, reverse=True)
-
-
-def api_key_of(spec: Spec, engine: Engine) -> str | None:
-    """The key the spec starts its engine (`engine`) with (its API flag, or the variable the
-    engine reads it from): the job's own requests send it."""
-    flag = engine.api_key_flag
-    if flag is None:
-        return None
-    args = list(spec.engine.args)
-    for index, arg in enumerate(args):
-        if arg == flag and index + 1 < len(args):
-            return args[index + 1]
-        if arg.startswith(f"{flag}="):
-            return arg.partition("=")[2]
-    variable = engine.secret_flag_env.get(flag)
-    return spec.engine.env.get(variable) if variable else None
 
 
 def _masked(say: Say, secrets: list[str]) -> Say:
@@ -701,6 +684,7 @@ def _endpoints_and_healer(
     """Where generate sends (the server, or the fleet's routers), what mends a death, and the key."""
     from specpilot.generate.dispatch.endpoints import Endpoint, endpoints_of_fleet, normalize_url
     from specpilot.job.heal import ServerHealer, fleet_healer
+    from specpilot.launch.command import api_key_of
     from specpilot.launch.state import read_state
 
     if server is not None:
