@@ -143,3 +143,15 @@ def test_a_key_variable_the_key_flag_overrides_stays_out_of_the_run_s_files(
         if path.is_file() and not path.name.startswith("engine.log"):
             text = path.read_bytes()
             assert overridden.encode() not in text and API_KEY.encode() not in text, path
+
+
+def test_up_warns_of_a_url_password_left_in_argv(make_spec: SpecFactory) -> None:
+    """A URL's password in an ordinary engine arg reaches the engine through launch.sh's
+    variable, so it is in /proc/PID/cmdline as SGLang's --api-key is: said as that one is."""
+    from specpilot.launch.preflight import run_preflight
+
+    url = f"https://mirror:{URL_PASSWORD}@hub.example/tok"
+    spec = make_spec("vllm_ready", engine="vllm", args=["--tokenizer", url])
+    (line,) = [w for w in run_preflight(resolve(spec)).warnings if "URL" in w]
+    assert "the password of the URL in --tokenizer stays in the engine's argv" in line
+    assert "/proc/PID/cmdline" in line and URL_PASSWORD not in line
