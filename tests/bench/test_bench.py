@@ -249,3 +249,22 @@ def test_a_sample_longer_than_the_budget_is_cut_and_measured_as_far_as_it_got(
     assert 0 < row["rows_done"] < 57 and row["output_tokens_per_s"] > 0
     assert took_s < 30 + 30  # the budget, then the stop and the process start around it
     assert all(not members for members in live_runs(Path(os.environ["SPECPILOT_HOME"])).values())
+
+
+def test_a_spec_starting_its_engine_with_a_key_is_benched_with_that_key(
+    bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    """The variants start with the spec's --api-key, and the bench sent its requests without
+    it: every one a 401, 'no request was answered', no winner."""
+    key = "sk-PLANTED-bench-41d7"
+    spec = bench_spec(
+        {"0": {"step_s": 0.02, "accept": 1.0, "cap": 8}}, args=["--context-length", "32768", "--api-key", key]
+    )
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 60)
+    ran = specpilot(
+        "bench", spec, "--prompts", prompts, "--job", tmp_path / "job", "--sample", 8,
+        "--max-tokens", 8, "--budget-s", 60, "--warmup-s", 2, "--json",
+    )  # fmt: skip
+    assert ran.code == 0, ran.output
+    assert json.loads(ran.stdout)["winner"].startswith("plain@")
+    assert key not in ran.output and key not in (tmp_path / "job" / "bench.json").read_text()

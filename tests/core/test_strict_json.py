@@ -71,6 +71,18 @@ def test_a_refusal_under_json_is_one_object_on_stdout(argv: list[str], tmp_path:
     assert result.stderr.startswith(("error: ", "Usage:"))  # a person still reads the line
 
 
+@pytest.mark.parametrize(
+    "argv", [["no-such-command"], ["--no-such-option"], []], ids=["command", "option", "json-alone"]
+)
+def test_a_refusal_of_the_command_line_itself_under_json_points_at_the_command_list(argv: list[str]) -> None:
+    """An unknown command's fix was "see `specpilot no-such-command --help`" (no such help); an
+    unknown option of specpilot itself printed nothing on stdout."""
+    result = CliRunner().invoke(cli, [*argv, "--json"])
+    assert result.exit_code == 2, result.output
+    shown = strict_loads(result.stdout)
+    assert shown["fix"] == "see `specpilot --help`" and shown["exit"] == 2, shown
+
+
 def test_the_job_record_is_strict_json(tmp_path: Path) -> None:
     from specpilot.job.record import JobRecord
 

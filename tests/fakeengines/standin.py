@@ -302,7 +302,7 @@ class Server:
         """The routes of the config; `routes` (in-process) replace those of their paths, and a
         "*" entry answers every request alone."""
         routes = routes or {}
-        app = web.Application()
+        app = web.Application(middlewares=[self._authorized])
         if "*" in routes:
             app.router.add_route("*", "/{tail:.*}", routes["*"])
             return app
@@ -318,6 +318,16 @@ class Server:
         for method, path, handler in served:
             app.router.add_route(method, path, routes.get(path, handler))
         return app
+
+    @web.middleware
+    async def _authorized(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """With a key (--api-key, or VLLM_API_KEY as vLLM reads it) every path but /health and
+        /metrics wants it as the bearer token, as SGLang's and vLLM's API-key middleware do."""
+        key = self.argv.api_key or os.environ.get("VLLM_API_KEY")
+        guarded = request.path not in ("/health", "/metrics")
+        if key is not None and guarded and request.headers.get("Authorization") != f"Bearer {key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
 
     async def _wait_if_busy(self) -> None:
         busy = self.config.busy_file
@@ -374,9 +384,6 @@ class Server:
         return web.json_response({"version": "0.5.13", "internal_states": [state]})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        key = self.argv.api_key or os.environ.get("VLLM_API_KEY")  # vLLM reads either (`up`: the variable)
-        if key is not None and request.headers.get("Authorization") != f"Bearer {key}":
-            return web.json_response({"error": "Unauthorized"}, status=401)  # as vLLM's --api-key
         answers = self.config.answers
         if answers == "never":
             await asyncio.sleep(3600)  # a request the engine never answers (it died): the client waits

@@ -16,7 +16,7 @@ from tests.fixtures.ports import free_port
 
 async def _ask(endpoints: list[Endpoint]) -> str:
     async with aiohttp.ClientSession() as session:
-        return await default_model(session, endpoints)
+        return await default_model(session, endpoints, None)
 
 
 def test_a_dead_server_is_a_connection_error() -> None:

@@ -122,7 +122,7 @@ def test_lines_outside_the_common_shape_read_as_json_loads_reads_them(tmp_path: 
         b'{"id": "a", "prompt": "q"}x\n',
         b'{"id": "a", "prompt": "q"\n',
         b'{"id": "a", "prompt": "\xff"}\n',  # not UTF-8
-        b'{"id": "a", "prompt": NaN]\n',
+        b'{"id": "a", "prompt": nan]\n',  # not a JSON constant (NaN is one to Python: below)
     ],
 )
 def test_a_broken_line_stops_with_json_loads_reason(tmp_path: Path, line: bytes) -> None:
@@ -131,3 +131,25 @@ def test_a_broken_line_stops_with_json_loads_reason(tmp_path: Path, line: bytes)
     with pytest.raises(UserError) as raised:
         _read(tmp_path, line, False)
     assert f"line 1 is not valid JSON ({expected.value.args[0]})" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "number"),
+    [
+        (b'{"id": "a", "prompt": "q", "weight": NaN}\n', "NaN"),
+        (
+            b'{"id": "a", "messages": [{"role": "user", "content": "q"}], "tools": [{"max": Infinity}]}\n',
+            "Infinity",
+        ),
+        (b'  {"id": "a", "prompt": "q", "w": -Infinity}\n', "-Infinity"),  # json.loads' own path
+        (b'{"id": "a", "prompt": "q", "w": 1e999}\n', "1e999"),
+    ],
+)
+def test_a_number_strict_json_has_not_stops_the_listing_naming_it(
+    tmp_path: Path, line: bytes, number: str
+) -> None:
+    """Python's json reads NaN, Infinity and 1e999 (as inf): a row's tools holding one went to
+    the server and into the parts and the exports as `Infinity`, which strict readers refuse."""
+    with pytest.raises(UserError) as raised:
+        _read(tmp_path, line, False)
+    assert f"line 1 is not valid JSON ({number} is not a finite number" in str(raised.value)

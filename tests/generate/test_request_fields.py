@@ -60,6 +60,10 @@ def test_the_fields_reach_every_request(tmp_path: Path) -> None:
             "error: --extra-body: sets model, stream, which specpilot sets itself",
         ),
         ('{"seed": 1}', "error: --extra-body: sets seed, which --seed also sets"),
+        # Python's json reads them; the request would carry them, the ledger store them
+        ('{"repetition_penalty": NaN}', "error: --extra-body: holds NaN, which is not a finite number"),
+        ('{"x": {"y": [-Infinity]}}', "error: --extra-body: holds -Infinity, which is not a finite number"),
+        ('{"min_p": 1e999}', "error: --extra-body: holds 1e999, which is not a finite number"),
         (
             '{"chat_template_kwargs": "oops"}',
             "error: --extra-body: sets chat_template_kwargs to str JSON, not an object",

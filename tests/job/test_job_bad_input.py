@@ -176,6 +176,14 @@ def test_a_non_finite_sampling_value_is_refused_naming_the_key(make_job: JobFact
     assert "[job.sampling] temperature" in line and "finite" in line, line
 
 
+def test_a_count_given_as_inf_asks_for_a_whole_number(make_job: JobFactory, run_home: Path) -> None:
+    """The refusal read "must be a int, got inf (write a int)"."""
+    job = make_job()
+    rewrite(job, 'output = "out"', 'output = "out"\nconcurrency = inf')
+    line = refused(job)
+    assert "[job] concurrency: must be a whole number, got inf (write a whole number)" in line, line
+
+
 def test_a_refusal_under_json_is_one_object_on_stdout(make_job: JobFactory, run_home: Path) -> None:
     job = make_job()
     rewrite(job, "max_tokens = 16", "max_tokens = 16\ntop_p = nan")

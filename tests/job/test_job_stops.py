@@ -5,15 +5,18 @@ so a test sees every engine the job ever started, its pid recorded or not."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from specpilot.launch.state import start_lock
+from tests.fixtures.engines import wait_exec
 from tests.job.conftest import JobFactory
 from tests.job.test_job_bad_input import started
 from tests.job.test_job_kill import alive, run, start_job, wait_for
@@ -100,6 +103,34 @@ def test_stop_servers_stops_what_an_earlier_run_kept(
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout)["stages"]["down"]["status"] == "done"
     assert not alive(engine)
+
+
+def test_the_down_stage_signals_no_process_a_forged_record_names_and_says_so(
+    make_job: JobFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """A kept server stopped by hand, its record then forged onto someone's process (pid and
+    start time): the rerun's down stage signalled nothing, as it must, and said 'stopped'."""
+    from specpilot.launch.state import write_state
+    from tests.launch.test_stop_identity import engine_state, start_ticks
+
+    job = make_job(rows=3, job={"keep_servers": True})
+    assert run("job", str(job)).exit_code == 0
+    assert run("down", "jobsrv").exit_code == 0
+    foreign = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        wait_exec(foreign.pid)
+        run_dir = tmp_path / "state" / "runs" / "jobsrv"
+        forged = engine_state("jobsrv", foreign.pid, run_dir, start_ticks(foreign.pid))
+        write_state(dataclasses.replace(forged, started_at_s=time.time()))  # as if a restart's
+        again = run("job", str(job), "--stop-servers", "--json")
+        assert foreign.poll() is None  # never signalled
+    finally:
+        foreign.kill()
+        foreign.wait()
+    assert f"down: jobsrv: pid {foreign.pid} is left (unproven" in again.stderr, again.stderr
+    assert "down: jobsrv stopped" not in again.stderr
+    down = json.loads(again.stdout)["stages"]["down"]["evidence"]
+    assert down["stopped"] is None and down["result"]["signalled"] == []
 
 
 def test_a_job_does_not_start_its_server_while_an_up_of_it_is_under_way(

@@ -60,6 +60,8 @@ def test_a_record_forged_onto_a_foreign_process_is_unproven(
     status = CliRunner().invoke(cli, ["status", "forged", "--json"], catch_exceptions=False)
     shown = json.loads(status.stdout)
     assert shown["phase"] == "unproven" and shown["alive"] is False, status.output
+    said = CliRunner().invoke(cli, ["status", "forged"], catch_exceptions=False).output
+    assert f"pid {foreign.pid} not provably the run's" in said and "not running" not in said, said
     down = CliRunner().invoke(cli, ["down", "forged", "--json"], catch_exceptions=False)
     assert json.loads(down.stdout)["stopped"] == "unproven", down.output
     assert foreign.poll() is None  # never signalled
@@ -73,3 +75,16 @@ def test_the_run_holding_its_token_is_still_the_run(run_home: Path, holder: subp
     down = CliRunner().invoke(cli, ["down", "own", "--json"], catch_exceptions=False)
     assert json.loads(down.stdout)["stopped"] == "terminated", down.output
     assert holder.wait(timeout=30) is not None
+
+
+def test_down_names_what_it_stopped_not_the_process_the_record_names(
+    run_home: Path, foreign: subprocess.Popen[bytes], holder: subprocess.Popen[bytes]
+) -> None:
+    """The record forged onto someone's process, the run's own (its token) elsewhere: `down`
+    stops the run's own and said 'process group FOREIGN stopped'."""
+    record("moved", foreign, run_home, TOKEN)
+    down = CliRunner().invoke(cli, ["down", "moved"], catch_exceptions=False)
+    assert holder.wait(timeout=30) is not None and foreign.poll() is None
+    assert f"moved: pid {holder.pid} stopped" in down.output, down.output
+    assert f"process group {foreign.pid} stopped" not in down.output
+    assert f"not signalled (not provably the run's): pid {foreign.pid}" in down.output

@@ -105,3 +105,53 @@ def test_up_warns_of_a_key_left_in_argv(engine: str, warned: bool, make_spec: Sp
     (line,) = said
     assert "/proc/PID/cmdline" in line and "reads no key from the environment" in line
     assert "`api-key: KEY`" in line and "--config FILE" in line and API_KEY not in line
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"]], ids=["human", "json"])
+def test_a_mistyped_secret_flag_keeps_its_value_out_of_up_s_fix(
+    extra: list[str], make_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    """`up` refuses `--api-ky KEY` before a start, with check's fix (`--api-key` in its place):
+    the fix printed the key (`args: --api-key sk-...`), as `check`'s once did."""
+    make_spec("vllm_ready", engine="vllm", name="typo", args=["--api-ky", API_KEY])
+    result = run("up", str(tmp_path / "typo.toml"), *extra)
+    assert result.exit_code == 1, result.output
+    assert "--api-ky" in result.output and "--api-key" in result.output
+    assert API_KEY not in result.output
+
+
+def test_a_key_variable_the_key_flag_overrides_stays_out_of_the_run_s_files(
+    make_spec: SpecFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """vLLM's --api-key goes to the engine as VLLM_API_KEY; a spec setting that variable too
+    (vLLM takes the flag's) had its own value written into the run's spec.toml."""
+    overridden = "sk-PLANTED-env-key-3b9e"
+    make_spec(
+        "vllm_ready",
+        engine="vllm",
+        name="twokeys",
+        env={"VLLM_API_KEY": overridden},
+        args=["--api-key", API_KEY],
+    )
+    started = run("up", str(tmp_path / "twokeys.toml"), "--json")
+    try:
+        assert started.exit_code == 0, started.output
+    finally:
+        run("down", "twokeys")
+    run_dir = tmp_path / "state" / "runs" / "twokeys"
+    for path in run_dir.iterdir():
+        if path.is_file() and not path.name.startswith("engine.log"):
+            text = path.read_bytes()
+            assert overridden.encode() not in text and API_KEY.encode() not in text, path
+
+
+def test_up_warns_of_a_url_password_left_in_argv(make_spec: SpecFactory) -> None:
+    """A URL's password in an ordinary engine arg reaches the engine through launch.sh's
+    variable, so it is in /proc/PID/cmdline as SGLang's --api-key is: said as that one is."""
+    from specpilot.launch.preflight import run_preflight
+
+    url = f"https://mirror:{URL_PASSWORD}@hub.example/tok"
+    spec = make_spec("vllm_ready", engine="vllm", args=["--tokenizer", url])
+    (line,) = [w for w in run_preflight(resolve(spec)).warnings if "URL" in w]
+    assert "the password of the URL in --tokenizer stays in the engine's argv" in line
+    assert "/proc/PID/cmdline" in line and URL_PASSWORD not in line

@@ -35,6 +35,16 @@ class _Group(click.Group):
         assert isinstance(command, click.Command)
         return command
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from specpilot.cli.output import Output
+
+        out = Output("--json" in args[: args.index("--") if "--" in args else None])  # parsing consumes args
+        try:
+            return super().parse_args(ctx, args)
+        except click.ClickException as err:  # an option of specpilot itself (`--badopt`)
+            out.usage_error(err, "")
+            raise
+
     def invoke(self, ctx: click.Context) -> object:
         from specpilot.cli.output import Output
 
@@ -50,7 +60,10 @@ class _Group(click.Group):
             click.echo(f"error: {err}", err=True)
             ctx.exit(err.exit_code)
         except click.ClickException as err:
-            out.usage_error(err, args[0] if args else "")
+            from specpilot.cli.commands import COMMANDS
+
+            # an unknown command's own --help does not exist: the group's lists the commands
+            out.usage_error(err, args[0] if args and args[0] in COMMANDS else "")
             raise
         except (click.exceptions.Exit, click.Abort, SystemExit):
             raise

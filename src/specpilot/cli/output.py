@@ -91,7 +91,7 @@ class Output:
 
     def usage_error(self, err: click.ClickException, command: str) -> None:
         """Under --json, a usage error click found (an unknown option, a bad value) as the object."""
-        fix = f"see `specpilot {command} --help`"
+        fix = f"see `specpilot {command} --help`" if command else "see `specpilot --help`"
         self._failure({"error": err.format_message(), "fix": fix, "exit": err.exit_code})
 
     def _failure(self, failure: dict[str, Any]) -> None:

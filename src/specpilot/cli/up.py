@@ -52,6 +52,7 @@ from specpilot.spec import load_spec
 
 
 def _fix_lines(fix: Fix) -> list[str]:
+    fix = fix.shown()
     lines = [fix.text] if fix.text else []
     if fix.args:
         lines.append("args: " + " ".join(fix.args))
@@ -319,6 +320,8 @@ class _StatusShown:
     def human(self, out: Human) -> None:
         name, result, console = self.name, self.result, out.console()
         alive = "[green]alive[/]" if result.alive else "[red]not running[/]"
+        if result.phase == "unproven":  # it may run, but nothing proves it the run's
+            alive = "[yellow]not provably the run's[/]"
         uptime = f"up {result.uptime_s:.0f} s" if result.uptime_s is not None else ""
         console.print(f"[bold]{name}[/]  {result.phase}  pid {result.pid} {alive}  {uptime}")
         for line in _process_lines(name, result):
@@ -439,7 +442,11 @@ class _DownShown:
     def human(self, out: Human) -> None:
         name, result = self.name, self.result
         how = STOP_OUTCOMES.get(result["stopped"], f"stop ended with {result['stopped']!r}")
-        out.line(f"{name}: process group {result['pid']} {how.replace('PGID', str(result['pid']))}")
+        what = f"process group {result['pid']}"
+        if result["pid"] in (result.get("unproven") or []) and result.get("signalled"):
+            # the record names a process not provably the run's: what was stopped carried its token
+            what = "pid " + " ".join(map(str, result["signalled"]))
+        out.line(f"{name}: {what} {how.replace('PGID', str(result['pid']))}")
         if result.get("survivors"):
             out.line(f"{name}: still alive: pid {' '.join(map(str, result['survivors']))}")
         if result.get("unproven"):

@@ -9,7 +9,7 @@ so `--json` of `check`, `plan` and `up` speak one shape: `args` and `env` always
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specpilot.engines.argv import FlagUse, ReadArgv, read_argv, resolve
@@ -41,6 +41,11 @@ class Fix:
         if self.text is not None:
             out["text"] = self.text
         return out
+
+    def shown(self) -> Fix:
+        """The fix to print or store: a secret's value (`--api-key sk-...` for a mistyped
+        `--api-kye`, an HF_TOKEN to set) masked."""
+        return replace(self, args=tuple(mask_argv(self.args)), env=mask_env(self.env))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Fix:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -30,7 +31,7 @@ from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
 from specpilot.errors import UserError
 from specpilot.generate.dispatch.answers import GUARD_STOP
-from specpilot.generate.dispatch.client import open_session
+from specpilot.generate.dispatch.client import API_KEY_ENV, KEY_FIX, open_session
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import Endpoint, default_model, served_context
 from specpilot.generate.dispatch.policy import ClientFactory, Companion, DispatchPolicy, RetryPolicy
@@ -594,6 +595,8 @@ class _Ran:
     stalled_s: float
     #: secret values the servers echoed into answers (replaced in the rows written)
     replaced: int
+    #: answers 401/403: the servers want an API key not sent
+    unauthorized: int
 
 
 async def _run(job: Job, watch: JobWatcher | None) -> _Ran:
@@ -601,8 +604,11 @@ async def _run(job: Job, watch: JobWatcher | None) -> _Ran:
     # a router's room grows with its workers (the dispatcher bounds what is in flight): no cap
     unbounded = any(e.router for e in config.endpoints)
     async with open_session(0 if unbounded else config.concurrency + 4) as session:
+        api_key = config.api_key or os.environ.get(API_KEY_ENV)
         model = (
-            config.model or job.ledger.meta().get("model") or await default_model(session, config.endpoints)
+            config.model
+            or job.ledger.meta().get("model")
+            or await default_model(session, config.endpoints, api_key)
         )
         job.prepare(model)
         dispatcher = job.dispatcher(session, model)
@@ -610,9 +616,12 @@ async def _run(job: Job, watch: JobWatcher | None) -> _Ran:
             await dispatcher.run(_watch_runs(config.endpoints, dispatcher))
         _after_dispatch(job, dispatcher)
         servers = [ServerRun(s.name, s.done_rows, s.taken_out_count) for s in dispatcher.pool.servers]
-        context = await _fix_context_tokens(job, session)
+        context = await _fix_context_tokens(job, session, api_key)
         stalled_s = dispatcher.health.pause.stalled_s(time.monotonic())
-        return _Ran(dispatcher.stop_reason, servers, context, stalled_s, dispatcher.client.secrets_replaced)
+        client = dispatcher.client
+        return _Ran(
+            dispatcher.stop_reason, servers, context, stalled_s, client.secrets_replaced, client.unauthorized
+        )
 
 
 def _after_dispatch(job: Job, dispatcher: Dispatcher) -> None:
@@ -631,12 +640,12 @@ def _after_dispatch(job: Job, dispatcher: Dispatcher) -> None:
         )
 
 
-async def _fix_context_tokens(job: Job, session: aiohttp.ClientSession) -> int | None:
+async def _fix_context_tokens(job: Job, session: aiohttp.ClientSession, api_key: str | None) -> int | None:
     """The servers' context in tokens (the guard's fix for truncated rows is bounded by it):
     as configured, else asked of the servers where the guard counted truncated rows."""
     context = job.config.context_tokens
     if job.guard is not None and job.guard.count.by_cause["truncated"] and context is None:
-        context = await served_context(session, job.config.endpoints)
+        context = await served_context(session, job.config.endpoints, api_key)
     return context
 
 
@@ -788,10 +797,16 @@ def _unfinished(
             "run the same command again to generate them again",
         )
     if summary.failed:
+        # a key not sent is the job's fault, not the rows': say so rather than "see errors.jsonl"
+        key = (
+            f" ({ran.unauthorized} answers were 401/403: the servers want an API key; {KEY_FIX})"
+            if ran.unauthorized
+            else ""
+        )
         return Outcome(
             summary,
             1,
-            f"{summary.failed} rows failed after all retries; see {config.output_dir / 'errors.jsonl'}, "
+            f"{summary.failed} rows failed after all retries{key}; see {config.output_dir / 'errors.jsonl'}, "
             "then run the same command with --retry-failed to send them again",
         )
     if scope_left:

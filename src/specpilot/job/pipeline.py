@@ -25,7 +25,6 @@ from specpilot.spec import Spec, load_spec
 
 if TYPE_CHECKING:
     from specpilot.check.resolved import ResolvedSpec
-    from specpilot.engines.adapter import Engine
     from specpilot.export.run import ExportResult
     from specpilot.generate.dispatch.endpoints import Endpoint
     from specpilot.generate.job import JobWatcher, Outcome
@@ -96,22 +95,6 @@ def job_secrets(job: JobFile) -> list[str]:
 
     found = {v for spec in _serving_specs(job) for v in secret_values(spec.engine.env, spec.engine.args)}
     return sorted(found, key=len, reverse=True)
-
-
-def api_key_of(spec: Spec, engine: Engine) -> str | None:
-    """The key the spec starts its engine (`engine`) with (its API flag, or the variable the
-    engine reads it from): the job's own requests send it."""
-    flag = engine.api_key_flag
-    if flag is None:
-        return None
-    args = list(spec.engine.args)
-    for index, arg in enumerate(args):
-        if arg == flag and index + 1 < len(args):
-            return args[index + 1]
-        if arg.startswith(f"{flag}="):
-            return arg.partition("=")[2]
-    variable = engine.secret_flag_env.get(flag)
-    return spec.engine.env.get(variable) if variable else None
 
 
 def _masked(say: Say, secrets: list[str]) -> Say:
@@ -701,6 +684,7 @@ def _endpoints_and_healer(
     """Where generate sends (the server, or the fleet's routers), what mends a death, and the key."""
     from specpilot.generate.dispatch.endpoints import Endpoint, endpoints_of_fleet, normalize_url
     from specpilot.job.heal import ServerHealer, fleet_healer
+    from specpilot.launch.command import api_key_of
     from specpilot.launch.state import read_state
 
     if server is not None:
@@ -870,7 +854,7 @@ async def _down(job: JobFile, record: JobRecord, served: str | None, fleet: bool
 
         result = await fleet_down(served)
     else:
-        from specpilot.job.serve import job_started
+        from specpilot.job.serve import job_started, left_after_down
         from specpilot.launch.ops import run_down
 
         if not job_started(served, record.stage("up")):  # stopped since (a kept one, by hand)
@@ -878,6 +862,11 @@ async def _down(job: JobFile, record: JobRecord, served: str | None, fleet: bool
             say(f"down: {served} is not running as this job started it; nothing to stop")
             return
         result = await run_down(served, timeout_s=30.0)
+        left = left_after_down(served, result)
+        if left:  # not "stopped": a process survived, or the record names one not provably the run's
+            record.finish("down", {"stopped": None, "left": left, "result": result})
+            say(f"down: {'; '.join(left)}")
+            return
     record.finish("down", {"stopped": served, "result": result})
     say(f"down: {served} stopped")
 

@@ -124,6 +124,12 @@ async def stop_own(name: str, up: dict[str, Any]) -> list[str]:
     with signals_blocked():
         await wait_for_children()
         result = await run_down(name, timeout_s=STOP_TIMEOUT_S)
+    return left_after_down(name, result)
+
+
+def left_after_down(name: str, result: dict[str, Any]) -> list[str]:
+    """A line for what `run_down` left: a process that survived SIGKILL, or one it did not
+    signal because nothing proves it the run's (a record forged onto another's process)."""
     if result["stopped"] in ("survived", "unproven"):
         left = " ".join(map(str, result["survivors"] or result["unproven"]))
         return [f"{name}: pid {left} is left ({result['stopped']}; see `specpilot status {name}`)"]

@@ -146,17 +146,18 @@ def _bad(key: str, message: str, fix: str) -> UserError:
     return UserError(message, field=f"[job] {key}", fix=fix)
 
 
+#: a key's type as the refusal says it ("a int" read badly; "a float" asks for 64 bits)
+_KIND_WORDS: dict[type, str] = {int: "whole number", float: "number", str: "string"}
+
+
 def _typed(table: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     value = table[key]
     ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         ok, value = True, float(value)
     if not ok:
-        raise UserError(
-            f"must be a {kind.__name__}, got {value!r}",
-            field=f"{where} {key}",
-            fix=f"write a {kind.__name__}",
-        )
+        named = _KIND_WORDS.get(kind, kind.__name__)
+        raise UserError(f"must be a {named}, got {value!r}", field=f"{where} {key}", fix=f"write a {named}")
     if kind is float and not math.isfinite(value):  # TOML reads inf and nan; no engine does
         raise UserError(
             f"must be a finite number, got {value!r}", field=f"{where} {key}", fix="write a number"

@@ -158,6 +158,22 @@ def secret_flags_to_env(argv: list[str], flag_env: Mapping[str, str]) -> tuple[l
     return argv, moved
 
 
+def api_key_of(spec: Spec, engine: Engine) -> str | None:
+    """The key the spec starts its engine (`engine`) with (its API flag, or the variable the
+    engine reads it from): the requests of a job or a bench to that server send it."""
+    flag = engine.api_key_flag
+    if flag is None:
+        return None
+    args = list(spec.engine.args)
+    for index, arg in enumerate(args):
+        if arg == flag and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith(f"{flag}="):
+            return arg.partition("=")[2]
+    variable = engine.secret_flag_env.get(flag)
+    return spec.engine.env.get(variable) if variable else None
+
+
 def plan_launch(
     spec: Spec,
     release: EngineRelease,

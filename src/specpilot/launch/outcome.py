@@ -63,7 +63,7 @@ class UpResult:
             "phase": self.phase,
             "cause": self.cause,
             "error": self.error,
-            "fix": None if self.fix is None else self.fix.to_json(),
+            "fix": None if self.fix is None else self.fix.shown().to_json(),
             "pid": self.pid,
             "endpoint": self.endpoint,
             "allocations": self.allocations,

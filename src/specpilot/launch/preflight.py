@@ -8,7 +8,7 @@ from specpilot.check.resolved import ResolvedSpec
 from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.fix import Fix
 from specpilot.plan import Plan, make_plan
-from specpilot.secrets import is_secret_flag
+from specpilot.secrets import is_secret_flag, url_passwords
 from specpilot.spec import Spec
 
 #: the flag naming a YAML file of server flags (SGLang and vLLM both read one)
@@ -56,6 +56,22 @@ def argv_secret_warnings(spec: Spec, release: EngineRelease) -> list[str]:
                 f"and pass {CONFIG_FILE_FLAG} FILE"
             )
         warnings.append(line)
+    # a URL's password in an ordinary arg (`--tokenizer https://u:pw@host/tok`) goes the same way
+    for index, arg in enumerate(spec.engine.args):
+        if url_passwords(arg) and not is_secret_flag(arg):
+            before = spec.engine.args[index - 1] if index else ""
+            flag = (
+                arg.partition("=")[0]
+                if arg.startswith("-")
+                else before
+                if before.startswith("-")
+                else "an arg"
+            )
+            warnings.append(
+                f"the password of the URL in {flag} stays in the engine's argv, which every user of the "
+                "host can read in /proc/PID/cmdline; to keep it out, give the URL without credentials "
+                "and the credential in an environment variable the engine reads (HF_TOKEN for the Hub)"
+            )
     return warnings
 
 

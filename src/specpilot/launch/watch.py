@@ -80,7 +80,12 @@ class RunWatch:
         self.remote_dir, self.plan, self.options = remote_dir, plan, options
         self.progress, self.started = progress, started
         self.classifier = LogClassifier(planned.engine)
-        self.secrets = secret_values(planned.env, planned.argv)
+        # the spec's own too: a VLLM_API_KEY it sets gives way to its --api-key, moved there
+        self.secrets = sorted(
+            {*secret_values(planned.env, planned.argv), *secret_values(spec.engine.env, spec.engine.args)},
+            key=len,
+            reverse=True,
+        )
         self.events: asyncio.Queue[Event | _Logged] = asyncio.Queue()
         self.pid: int | None = None
         # what proves a process is this run's when it is stopped (launch.stop)

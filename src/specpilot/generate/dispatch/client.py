@@ -35,6 +35,18 @@ from specpilot.secrets import field_secrets, mask_log_text, replace_secrets, url
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, *range(500, 600)})
 API_KEY_ENV = "SPECPILOT_API_KEY"
+#: what SGLang's and vLLM's --api-key answer a request without the key (or with another)
+UNAUTHORIZED_STATUSES = (401, 403)
+#: the fix of a server answering those
+KEY_FIX = f"set ${API_KEY_ENV} to the --api-key the server was started with"
+
+
+def auth_headers(base_url: str, api_key: str | None) -> dict[str, str]:
+    """The Authorization header of a request to `base_url`: the API key as a bearer token,
+    unless the URL carries user:password (its own Basic auth; aiohttp refuses both)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key and not yarl.URL(base_url).user else {}
+
+
 ERROR_BODY_CHARS = 300
 #: the largest token count an answer may report: more than any context holds (2**31 - 1), and a
 #: count past SQLite's 64-bit integers once crashed the ledger; a larger one is a malformed answer
@@ -90,10 +102,31 @@ def classify_status(status: int, body: bytes = b"") -> FailureKind:
 OWNED_FIELDS = ("messages", "model", "stream", "stream_options", "tools", "n")
 
 
+class _NotFinite(ValueError):
+    """A number strict JSON cannot hold (`NaN`, `Infinity`, `1e999`)."""
+
+
+def _finite_float(text: str) -> float:
+    if not math.isfinite(value := float(text)):
+        raise _NotFinite(text)
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise _NotFinite(text)
+
+
 def extra_body(text: str) -> dict[str, Any]:
     """--extra-body: a JSON object of request fields; one line naming what is wrong otherwise."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+    except _NotFinite as err:
+        # Python's json reads them, but the request body would not be JSON a server parses
+        raise UserError(
+            f"holds {err}, which is not a finite number",
+            field="--extra-body",
+            fix="give a finite number (strict JSON has no NaN or Infinity)",
+        ) from None
     except ValueError as err:
         raise UserError(
             f"is not valid JSON ({err})",
@@ -175,6 +208,8 @@ class ChatClient:
         self._secrets = [*([api_key] if api_key else []), *field_secrets(dict(sampling.request_fields))]
         #: exact secret values a server echoed into answers, replaced (`secrets.replace_secrets`)
         self.secrets_replaced = 0
+        #: answers 401/403: the server wants an API key this job did not send (or another one)
+        self.unauthorized = 0
 
     def authorize(self, api_key: str) -> None:
         """Send `api_key` as the bearer token (the key `specpilot job` started its server with)."""
@@ -227,6 +262,7 @@ class ChatClient:
                 FailureKind.CONNECTION, f"connection failed: {type(err).__name__}: {err}"
             ) from None
         if status != 200:
+            self.unauthorized += status in UNAUTHORIZED_STATUSES
             text = raw[:ERROR_BODY_CHARS].decode("utf-8", "replace")
             raise self.failed(
                 classify_status(status, raw[:ERROR_BODY_CHARS]),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from specpilot.errors import UserError
+from specpilot.generate.dispatch.client import API_KEY_ENV, KEY_FIX, UNAUTHORIZED_STATUSES, auth_headers
 from specpilot.launch.state import check_run_name, read_state, state_path
 from specpilot.secrets import shown_url
 
@@ -146,13 +147,17 @@ def resolve_endpoints(
     return endpoints
 
 
-async def served_context(session: aiohttp.ClientSession, endpoints: list[Endpoint]) -> int | None:
+async def served_context(
+    session: aiohttp.ClientSession, endpoints: list[Endpoint], api_key: str | None
+) -> int | None:
     """The context in tokens the first answering server reports (`max_model_len` in /v1/models,
     as vLLM and SGLang list it); None where none says."""
     for endpoint in endpoints:
         try:
             async with session.get(
-                f"{endpoint.base_url}/v1/models", timeout=aiohttp.ClientTimeout(total=MODELS_PROBE_TIMEOUT_S)
+                f"{endpoint.base_url}/v1/models",
+                timeout=aiohttp.ClientTimeout(total=MODELS_PROBE_TIMEOUT_S),
+                headers=auth_headers(endpoint.base_url, api_key),
             ) as response:
                 models = (await response.json(content_type=None)).get("data") or []
                 value = models[0].get("max_model_len") if models else None
@@ -163,17 +168,27 @@ async def served_context(session: aiohttp.ClientSession, endpoints: list[Endpoin
     return None
 
 
-async def default_model(session: aiohttp.ClientSession, endpoints: list[Endpoint]) -> str:
+async def default_model(
+    session: aiohttp.ClientSession, endpoints: list[Endpoint], api_key: str | None
+) -> str:
     """The run's served model name, else the first id of the first answering /v1/models."""
     for endpoint in endpoints:
         if endpoint.served_model_name:
             return endpoint.served_model_name
     not_openai: list[str] = []
     unreachable: list[str] = []
+    refused: list[str] = []
     for endpoint in endpoints:
-        model = await _listed_model(session, endpoint, not_openai, unreachable)
+        model = await _listed_model(session, endpoint, api_key, (not_openai, unreachable, refused))
         if model is not None:
             return model
+    if refused:
+        given = "a key it refused" if api_key else "no key"
+        raise UserError(
+            f"{refused[0]}: the server wants an API key, and this command sent {given}",
+            field=API_KEY_ENV,
+            fix=KEY_FIX,
+        )
     if not_openai:
         raise UserError(
             f"not an OpenAI-compatible server: {not_openai[0]}, not a model list",
@@ -195,13 +210,23 @@ async def default_model(session: aiohttp.ClientSession, endpoints: list[Endpoint
 
 
 async def _listed_model(
-    session: aiohttp.ClientSession, endpoint: Endpoint, not_openai: list[str], unreachable: list[str]
+    session: aiohttp.ClientSession,
+    endpoint: Endpoint,
+    api_key: str | None,
+    found: tuple[list[str], list[str], list[str]],
 ) -> str | None:
     """The first model id `endpoint`'s /v1/models lists, or None: a server that answers no
-    model list is added to `not_openai`, one that cannot be reached to `unreachable`."""
+    model list is added to the first of `found`, one that cannot be reached to the second,
+    one that answers 401/403 (it wants an API key) to the third."""
+    not_openai, unreachable, refused = found
     url = f"{endpoint.base_url}/v1/models"
+    timeout = aiohttp.ClientTimeout(total=MODELS_PROBE_TIMEOUT_S)
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=MODELS_PROBE_TIMEOUT_S)) as response:
+        async with session.get(
+            url, timeout=timeout, headers=auth_headers(endpoint.base_url, api_key)
+        ) as response:
+            if response.status in UNAUTHORIZED_STATUSES:
+                refused.append(f"{shown_url(url)} answered {response.status}")
             if response.status != 200:
                 return None
             try:

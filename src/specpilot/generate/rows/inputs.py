@@ -32,6 +32,7 @@ import functools
 import hashlib
 import json
 import json.scanner
+import math
 import os
 from collections.abc import Container, Iterator
 from dataclasses import dataclass
@@ -84,10 +85,24 @@ ARROW_BATCH_ROWS = 4096
 HASH_CHUNK_BYTES = 1 << 20
 #: a JSONL line longer than this is refused rather than read whole into memory
 MAX_LINE_BYTES = 256 << 20
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float; NaN, Infinity and one beyond a float (1e999) are refused:
+    Python's json reads them, and a row holding one would reach the parts and the exports as
+    JSON no strict reader parses (called for a float only: prompt rows seldom hold one)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number: strict JSON has no NaN or Infinity")
+    return value
+
+
+#: json.loads' settings but for non-finite numbers
+_STRICT_NUMBERS: dict[str, Any] = {"parse_float": _finite, "parse_constant": _finite}
 #: the C scanner `json.loads` ends in, called without its per-call checks (a third of the
-#: listing's time at 902k rows); the decoder's settings are json.loads' defaults
+#: listing's time at 902k rows)
 # (typeshed types the scanner's argument as a scanner; it takes any object with a decoder's settings)
-_SCAN_JSON = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+_SCAN_JSON = json.scanner.make_scanner(json.JSONDecoder(**_STRICT_NUMBERS))  # type: ignore[arg-type]
 _JSON_WHITESPACE = " \t\n\r"
 
 
@@ -239,7 +254,7 @@ def _iter_json_array(
     """The elements of a `.json` array, each a row at its index (read whole: an array has no
     line to resume from)."""
     try:
-        records = json.loads(path.read_bytes())
+        records = json.loads(path.read_bytes(), **_STRICT_NUMBERS)
     except (ValueError, RecursionError) as err:
         raise UserError(
             f"is not valid JSON ({err.args[0]})",
@@ -333,7 +348,7 @@ def _loads_line(raw: bytes) -> tuple[Any, bool]:
         else:
             if end == len(text) or not text[end:].strip(_JSON_WHITESPACE):
                 return record, may_hold_surrogates(raw)
-    return json.loads(raw), True
+    return json.loads(raw, **_STRICT_NUMBERS), True
 
 
 def _iter_arrow(
