@@ -40,6 +40,7 @@ from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.rows.inputs import (
     InputMark,
     InputSource,
+    as_written,
     check_output_dir,
     iter_rows,
     resolve_input,
@@ -174,9 +175,11 @@ class Outcome:
 def refuse_input_in_output(input_path: Path, output_dir: Path) -> None:
     """An input among the files generate writes in `output_dir` would be overwritten or emptied
     (a part, errors.jsonl, the ledger): refused, with its path, before anything is written."""
-    if written_by_output(input_path, output_dir, GENERATED_NAMES):
+    written = written_by_output(input_path, output_dir, GENERATED_NAMES)
+    if written is not None:
         raise UserError(
-            f"{input_path} is a file generate writes in {output_dir}: it would be overwritten",
+            f"{as_written(input_path, written)} is a file generate writes in {output_dir}: it would be "
+            "overwritten",
             field="--input",
             fix="copy the prompts out of the output folder and pass the copy, or choose another --output",
         )

@@ -157,13 +157,15 @@ def _refuse_inputs_in_output(job: JobFile, inputs: dict[str, Path]) -> None:
     or its generate writes in the job folder (job.json, data/, errors.jsonl, an export) is refused."""
     from specpilot.export.formats import FORMATS
     from specpilot.export.target import JOB_FOLDER_NAMES
-    from specpilot.generate.rows.inputs import written_by_output
+    from specpilot.generate.rows.inputs import as_written, written_by_output
 
-    written = JOB_FOLDER_NAMES | {f.default_name for f in FORMATS.values()}
+    names = JOB_FOLDER_NAMES | {f.default_name for f in FORMATS.values()}
     for key, path in inputs.items():
-        if written_by_output(path, job.output, written):
+        written = written_by_output(path, job.output, names)
+        if written is not None:
             raise UserError(
-                f"{path} is a file the job writes in its folder {job.output}: it would be overwritten",
+                f"{as_written(path, written)} is a file the job writes in its folder {job.output}: it "
+                "would be overwritten",
                 field=key,
                 fix="keep the job's inputs outside the files it writes (copy it elsewhere), or give "
                 "the job another [job] output",
