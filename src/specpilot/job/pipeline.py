@@ -790,8 +790,9 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> str:
         record.fail("export", why)
         return why
     record.finish("export", evidence)
-    record.data.setdefault("yield", {})["exports"] = exports_of(record.data)
-    record.save()
+    if "yield" in record.data:  # no partial `yield` where a hand edit took it out (job.json's shape)
+        record.data["yield"]["exports"] = exports_of(record.data)
+        record.save()
     return ""
 
 
