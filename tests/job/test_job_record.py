@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -164,6 +165,18 @@ def test_a_part_replaced_by_a_directory_is_one_line_naming_it(make_job: JobFacto
     part.mkdir()
     line = refused(job)
     assert f"{part} is a directory" in line and f"specpilot verify {out}" in line
+
+
+def test_the_parts_folder_replaced_by_a_file_is_one_line_naming_it(
+    make_job: JobFactory, run_home: Path
+) -> None:
+    """The server was started first, then generate stopped on "File exists" (fix: permissions)."""
+    job, out, _ = finished_job(make_job, rows=3)
+    shutil.rmtree(out / "data")
+    (out / "data").write_text("not a folder\n")
+    line = refused(job)
+    assert f"{out / 'data'} is a file, where the job keeps the parts of its rows" in line, line
+    assert f"specpilot verify {out}" in line
 
 
 def _mount(args: list[str]) -> None:
