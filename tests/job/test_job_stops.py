@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from specpilot.launch.state import start_lock
-from tests.job.conftest import JobFactory
+from tests.job.conftest import JobFactory, output_ids
 from tests.job.test_job_bad_input import started
 from tests.job.test_job_kill import alive, run, start_job, wait_for
 
@@ -51,6 +51,25 @@ def test_a_signal_during_up_leaves_no_engine(
     (tmp_path / "busy").unlink()
     again = run("job", str(job))
     assert again.exit_code == 0, again.output
+    assert [pid for pid in started(tmp_path) if alive(pid)] == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_generate_ends_the_job_as_a_signal_does(
+    make_job: JobFactory, run_home: Path, tmp_path: Path, signum: int
+) -> None:
+    """generate lets the rows in flight finish, then the job stops its engine and exits 130
+    (it exited 1, as a failed stage, where a signal at any other stage exits 130)."""
+    job = make_job(
+        rows=200,
+        standin={"starts_file": str(tmp_path / "starts.txt"), "faults": {"latency_s": 0.05}},
+        job={"concurrency": 2},
+    )
+    process = start_job(job)
+    wait_for("generate", lambda: len(output_ids(job.parent / "out")) >= 4, process, job)
+    printed = stopped_by(process, signum, job)
+    assert process.returncode == 130, printed
+    assert f"interrupted by {signal.Signals(signum).name}" in printed and "jobsrv stopped" in printed, printed
     assert [pid for pid in started(tmp_path) if alive(pid)] == []
 
 

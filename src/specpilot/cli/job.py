@@ -42,7 +42,8 @@ job.toml:
 Run the same command again to resume: finished stages are not run again.
 Stopped by the yield guard (answers cut at max_tokens): rerun with the larger
 --max-tokens it names and --retry-truncated.
-Exit: 0 done, 1 a stage failed or the dataset is under its floor, 2 bad input."""
+Exit: 0 done, 1 a stage failed or the dataset is under its floor, 2 bad input,
+130 Ctrl-C, SIGTERM or SIGHUP (what the job started is stopped)."""
 
 
 @click.command("job", epilog=EXAMPLE)

@@ -170,6 +170,8 @@ class Outcome:
     yield_stop: dict[str, Any] | None = None
     #: seconds of this run every server was down (what `job` counts as stalled)
     stalled_s: float = 0.0
+    #: SIGINT or SIGTERM stopped the run (`job` then exits as a signal ends it)
+    signalled: bool = False
 
 
 def refuse_input_in_output(input_path: Path, output_dir: Path) -> None:
@@ -597,6 +599,7 @@ class _Ran:
     stalled_s: float
     #: secret values the servers echoed into answers (replaced in the rows written)
     replaced: int
+    signalled: bool
 
 
 async def _run(job: Job, watch: JobWatcher | None) -> _Ran:
@@ -615,7 +618,10 @@ async def _run(job: Job, watch: JobWatcher | None) -> _Ran:
         servers = [ServerRun(s.name, s.done_rows, s.taken_out_count) for s in dispatcher.pool.servers]
         context = await _fix_context_tokens(job, session)
         stalled_s = dispatcher.health.pause.stalled_s(time.monotonic())
-        return _Ran(dispatcher.stop_reason, servers, context, stalled_s, dispatcher.client.secrets_replaced)
+        return _Ran(
+            dispatcher.stop_reason, servers, context, stalled_s, dispatcher.client.secrets_replaced,
+            dispatcher.signalled,
+        )  # fmt: skip
 
 
 def _after_dispatch(job: Job, dispatcher: Dispatcher) -> None:
@@ -782,7 +788,7 @@ def _unfinished(
         stop = {"stopped_early": True, **guard.to_json(ran.context_tokens), "message": message}
         return Outcome(summary, 1, message, stop)
     if ran.stop_reason:
-        return Outcome(summary, 1, ran.stop_reason)
+        return Outcome(summary, 1, ran.stop_reason, signalled=ran.signalled)
     if lost:
         return Outcome(
             summary,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specpilot.errors import EXIT_FAILED, JobFailed, UserError
+from specpilot.errors import EXIT_FAILED, EXIT_INTERRUPTED, JobFailed, UserError
 from specpilot.job.lock import JobLock
 from specpilot.job.record import JobRecord, exports_of, open_record, pin_prompts, refuse_changes
 from specpilot.job.schema import STAGES
@@ -734,7 +734,8 @@ def _record_generate(job: JobFile, record: JobRecord, outcome: Outcome, say: Say
     if outcome.exit_code != 0:
         record.stage("generate").update(evidence=evidence)
         record.fail("generate", outcome.message)
-        return outcome.exit_code, f"generate: {outcome.message}"
+        code = EXIT_INTERRUPTED if outcome.signalled else outcome.exit_code
+        return code, f"generate: {outcome.message}"
     record.finish("generate", evidence)
     say(f"generate: {outcome.message}")
     return 0, ""
