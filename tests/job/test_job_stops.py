@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from specpilot.launch.state import start_lock
 from tests.job.conftest import JobFactory, output_ids
 from tests.job.test_job_bad_input import started
-from tests.job.test_job_kill import alive, run, start_job, wait_for
+from tests.job.test_job_kill import ROOT, alive, run, start_job, wait_for
 
 #: a bound on the job's own stop after a signal (not a timing: the stop waits for ports to close)
 STOP_S = 120.0
@@ -71,6 +72,33 @@ def test_a_signal_during_generate_ends_the_job_as_a_signal_does(
     assert process.returncode == 130, printed
     assert f"interrupted by {signal.Signals(signum).name}" in printed and "jobsrv stopped" in printed, printed
     assert [pid for pid in started(tmp_path) if alive(pid)] == []
+
+
+#: the job command, with a SIGTERM to itself as it begins to read the prompts (minutes for
+#: millions of rows): the signal lands there, wherever the read is
+SIGNALLED_IN_PREPARE = """
+import os, signal, sys
+import specpilot.job.prompts as prompts
+read = prompts.check_prompts
+prompts.check_prompts = lambda path: (os.kill(os.getpid(), signal.SIGTERM), read(path))[1]
+from specpilot.cli import cli
+cli(sys.argv[1:])
+"""
+
+
+def test_a_signal_while_the_prompts_are_read_ends_the_job_as_a_signal_does(
+    make_job: JobFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """Before any stage: nothing started, exit 130 and, under --json, one object (it died of
+    the signal, exit -15, saying nothing)."""
+    job = make_job(standin={"starts_file": str(tmp_path / "starts.txt")})
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT)}
+    argv = [sys.executable, "-c", SIGNALLED_IN_PREPARE, "job", str(job), "--json"]
+    ended = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=STOP_S)
+    assert ended.returncode == 130, ended.stderr
+    said = json.loads(ended.stdout)
+    assert said["exit"] == 130 and "interrupted before the job started anything" in said["error"], said
+    assert started(tmp_path) == []
 
 
 def test_a_second_job_command_on_the_folder_is_refused_naming_the_holder(
