@@ -149,6 +149,22 @@ def test_stop_servers_stops_what_an_earlier_run_kept(
     assert not alive(engine)
 
 
+def test_a_down_stage_finding_its_server_already_stopped_says_so(
+    make_job: JobFactory, run_home: Path
+) -> None:
+    """A signal during export: the job's stop stopped the server, down was left to do; the rerun
+    said "down: jobsrv stopped" of a server it found not running."""
+    job = make_job(rows=3)
+    assert run("job", str(job)).exit_code == 0
+    record = job.parent / "out" / "job.json"
+    data = json.loads(record.read_text())
+    data["stages"]["down"]["status"] = "running"
+    record.write_text(json.dumps(data))
+    again = run("job", str(job))
+    assert again.exit_code == 0, again.output
+    assert "down: jobsrv was not running" in again.output and "jobsrv stopped" not in again.output
+
+
 def test_a_job_does_not_start_its_server_while_an_up_of_it_is_under_way(
     make_job: JobFactory, run_home: Path, tmp_path: Path
 ) -> None:

@@ -883,7 +883,15 @@ async def _down(job: JobFile, record: JobRecord, served: str | None, fleet: bool
             return
         result = await run_down(served, timeout_s=30.0)
     record.finish("down", {"stopped": served, "result": result})
-    say(f"down: {served} stopped")
+    say(f"down: {served} {_stop_said(result)}")
+
+
+def _stop_said(result: dict[str, Any]) -> str:
+    """What a stop did, as `down` says it ("was not running": a run an earlier attempt stopped)."""
+    from specpilot.launch.stop import STOP_OUTCOMES
+
+    outcome = str(result.get("stopped", "terminated"))
+    return STOP_OUTCOMES.get(outcome, outcome).replace("PGID", str(result.get("pid")))
 
 
 async def stop_short(job: JobFile, record: JobRecord, say: Say) -> list[str]:
