@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -328,4 +329,25 @@ def test_an_input_among_the_files_generate_writes_is_refused(tmp_path: Path, wri
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 2, result.output
     assert f"--input: {prompts} is a file generate writes in {out}" in result.stderr
+    assert prompts.read_bytes() == before and not (out / "ledger.sqlite").exists()
+
+
+def test_an_input_hard_linked_to_a_file_generate_writes_is_refused(tmp_path: Path) -> None:
+    """`ln D/data/part-00000.jsonl p.jsonl`: one file under two names; generate's repair of the
+    part emptied the prompts."""
+    from click.testing import CliRunner
+
+    from specpilot.cli import cli
+
+    out = tmp_path / "out"
+    part = out / "data" / "part-00000.jsonl"
+    part.parent.mkdir(parents=True)
+    write_jsonl(part, [{"id": "a", "prompt": "x"}])
+    prompts = tmp_path / "prompts.jsonl"
+    os.link(part, prompts)
+    before = prompts.read_bytes()
+    argv = ["generate", "--input", str(prompts), "--output", str(out), "--server", "http://127.0.0.1:9"]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 2, result.output
+    assert f"--input: {prompts} (a hard link of {part}) is a file generate writes in {out}" in result.stderr
     assert prompts.read_bytes() == before and not (out / "ledger.sqlite").exists()

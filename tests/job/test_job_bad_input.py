@@ -4,6 +4,7 @@ started and nothing in the job folder changed."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,20 @@ def test_prompts_among_the_files_the_job_writes_are_refused(
     rewrite(job, 'prompts = "prompts.jsonl"', f'prompts = "{written}"')
     line = refused(job)
     assert "[job] prompts" in line and str(prompts) in line and "overwritten" in line, line
+    assert not (run_home.parent / "state" / "runs").exists()
+
+
+def test_prompts_hard_linked_to_a_part_the_job_writes_are_refused(
+    make_job: JobFactory, run_home: Path
+) -> None:
+    """The same file under a second name: the job's generate emptied it as it repaired the part."""
+    job = make_job()
+    part = job.parent / "out" / "data" / "part-00000.jsonl"
+    part.parent.mkdir(parents=True)
+    os.link(job.parent / "prompts.jsonl", part)
+    line = refused(job)
+    assert f"[job] prompts: {job.parent / 'prompts.jsonl'} (a hard link of {part})" in line, line
+    assert "overwritten" in line
     assert not (run_home.parent / "state" / "runs").exists()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,8 +49,31 @@ def exported_ids(out: Path) -> list[str]:
         ({"stages": {"up": {"status": "finished"}}}, "stages.up.status should be 'pending'"),
         ({"stages": {"up": {"status": "done", "attempts": "two"}}}, "stages.up.attempts should be"),
         ({"inputs": {"prompts": "prompts.jsonl"}}, "inputs.prompts should be a valid dictionary"),
+        # what a rerun reads back (the end summary, the floor, the waste): a crash before
+        ({"yield": "x"}, "yield should be a valid dictionary"),
+        ({"yield": {"clean": 3}}, "yield.rows_total is missing"),
+        ({"yield_guard": 5}, "yield_guard should be a valid dictionary"),
+        ({"stages": {"up": {"status": "done", "wall_s": None}}}, "stages.up.wall_s should be a valid number"),
+        (
+            {"stages": {"generate": {"status": "done", "evidence": {"completion_tokens": "x"}}}},
+            "stages.generate.evidence.completion_tokens should be a valid integer",
+        ),
+        ({"restarts": [{"down_s": "x"}]}, "restarts.0.down_s should be a valid number"),
     ],
-    ids=["a-list", "stages-a-list", "a-stage-a-string", "an-unknown-status", "a-count-a-word", "inputs"],
+    ids=[
+        "a-list",
+        "stages-a-list",
+        "a-stage-a-string",
+        "an-unknown-status",
+        "a-count-a-word",
+        "inputs",
+        "yield-a-string",
+        "yield-lacking-counts",
+        "guard-a-number",
+        "a-null-time",
+        "evidence-tokens-a-word",
+        "a-restart-time-a-word",
+    ],
 )
 def test_a_record_of_the_wrong_shape_is_one_line_naming_the_key(
     make_job: JobFactory, run_home: Path, record: Any, key: str
@@ -64,6 +88,16 @@ def test_a_record_of_the_wrong_shape_is_one_line_naming_the_key(
     assert "[job] output" in line and "(" in line  # and the fix
     if "status" in key:
         assert "pending runs the stage again" in line
+
+
+def test_a_record_without_its_job_file_names_the_key(make_job: JobFactory, run_home: Path) -> None:
+    """It said "belongs to the job None"."""
+    job, out, data = finished_job(make_job, rows=2)
+    del data["job_file"]
+    (out / "job.json").write_text(json.dumps(data))
+    line = refused(job)
+    assert f"{out / 'job.json'}: job_file is missing" in line, line
+    assert 'set "job_file" to the path of the job file that began this folder' in line
 
 
 def test_a_record_saying_generate_is_done_is_not_believed_over_the_ledger(
@@ -131,6 +165,18 @@ def test_a_part_replaced_by_a_directory_is_one_line_naming_it(make_job: JobFacto
     part.mkdir()
     line = refused(job)
     assert f"{part} is a directory" in line and f"specpilot verify {out}" in line
+
+
+def test_the_parts_folder_replaced_by_a_file_is_one_line_naming_it(
+    make_job: JobFactory, run_home: Path
+) -> None:
+    """The server was started first, then generate stopped on "File exists" (fix: permissions)."""
+    job, out, _ = finished_job(make_job, rows=3)
+    shutil.rmtree(out / "data")
+    (out / "data").write_text("not a folder\n")
+    line = refused(job)
+    assert f"{out / 'data'} is a file, where the job keeps the parts of its rows" in line, line
+    assert f"specpilot verify {out}" in line
 
 
 def _mount(args: list[str]) -> None:

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,9 +18,9 @@ import pytest
 
 from specpilot.launch.state import start_lock
 from tests.fixtures.engines import wait_exec
-from tests.job.conftest import JobFactory
+from tests.job.conftest import JobFactory, output_ids
 from tests.job.test_job_bad_input import started
-from tests.job.test_job_kill import alive, run, start_job, wait_for
+from tests.job.test_job_kill import ROOT, alive, run, start_job, wait_for
 
 #: a bound on the job's own stop after a signal (not a timing: the stop waits for ports to close)
 STOP_S = 120.0
@@ -55,6 +56,52 @@ def test_a_signal_during_up_leaves_no_engine(
     again = run("job", str(job))
     assert again.exit_code == 0, again.output
     assert [pid for pid in started(tmp_path) if alive(pid)] == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_generate_ends_the_job_as_a_signal_does(
+    make_job: JobFactory, run_home: Path, tmp_path: Path, signum: int
+) -> None:
+    """generate lets the rows in flight finish, then the job stops its engine and exits 130
+    (it exited 1, as a failed stage, where a signal at any other stage exits 130)."""
+    job = make_job(
+        rows=200,
+        standin={"starts_file": str(tmp_path / "starts.txt"), "faults": {"latency_s": 0.05}},
+        job={"concurrency": 2},
+    )
+    process = start_job(job)
+    wait_for("generate", lambda: len(output_ids(job.parent / "out")) >= 4, process, job)
+    printed = stopped_by(process, signum, job)
+    assert process.returncode == 130, printed
+    assert f"interrupted by {signal.Signals(signum).name}" in printed and "jobsrv stopped" in printed, printed
+    assert [pid for pid in started(tmp_path) if alive(pid)] == []
+
+
+#: the job command, with a SIGTERM to itself as it begins to read the prompts (minutes for
+#: millions of rows): the signal lands there, wherever the read is
+SIGNALLED_IN_PREPARE = """
+import os, signal, sys
+import specpilot.job.prompts as prompts
+read = prompts.check_prompts
+prompts.check_prompts = lambda path: (os.kill(os.getpid(), signal.SIGTERM), read(path))[1]
+from specpilot.cli import cli
+cli(sys.argv[1:])
+"""
+
+
+def test_a_signal_while_the_prompts_are_read_ends_the_job_as_a_signal_does(
+    make_job: JobFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """Before any stage: nothing started, exit 130 and, under --json, one object (it died of
+    the signal, exit -15, saying nothing)."""
+    job = make_job(standin={"starts_file": str(tmp_path / "starts.txt")})
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT)}
+    argv = [sys.executable, "-c", SIGNALLED_IN_PREPARE, "job", str(job), "--json"]
+    ended = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=STOP_S)
+    assert ended.returncode == 130, ended.stderr
+    said = json.loads(ended.stdout)
+    assert said["exit"] == 130 and "interrupted before the job started anything" in said["error"], said
+    assert started(tmp_path) == []
 
 
 def test_a_second_job_command_on_the_folder_is_refused_naming_the_holder(
@@ -131,6 +178,22 @@ def test_the_down_stage_signals_no_process_a_forged_record_names_and_says_so(
     assert "down: jobsrv stopped" not in again.stderr
     down = json.loads(again.stdout)["stages"]["down"]["evidence"]
     assert down["stopped"] is None and down["result"]["signalled"] == []
+
+
+def test_a_down_stage_finding_its_server_already_stopped_says_so(
+    make_job: JobFactory, run_home: Path
+) -> None:
+    """A signal during export: the job's stop stopped the server, down was left to do; the rerun
+    said "down: jobsrv stopped" of a server it found not running."""
+    job = make_job(rows=3)
+    assert run("job", str(job)).exit_code == 0
+    record = job.parent / "out" / "job.json"
+    data = json.loads(record.read_text())
+    data["stages"]["down"]["status"] = "running"
+    record.write_text(json.dumps(data))
+    again = run("job", str(job))
+    assert again.exit_code == 0, again.output
+    assert "down: jobsrv was not running" in again.output and "jobsrv stopped" not in again.output
 
 
 def test_a_job_does_not_start_its_server_while_an_up_of_it_is_under_way(

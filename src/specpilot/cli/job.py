@@ -14,6 +14,7 @@ from specpilot.cli.output import Human, Output, json_option
 from specpilot.errors import EXIT_OK, Interrupted, JobFailed, SpecpilotError
 
 if TYPE_CHECKING:
+    from specpilot.job.lock import JobLock
     from specpilot.job.pipeline import JobResult
 
 EXAMPLE = """\b
@@ -42,7 +43,8 @@ job.toml:
 Run the same command again to resume: finished stages are not run again.
 Stopped by the yield guard (answers cut at max_tokens): rerun with the larger
 --max-tokens it names and --retry-truncated.
-Exit: 0 done, 1 a stage failed or the dataset is under its floor, 2 bad input."""
+Exit: 0 done, 1 a stage failed or the dataset is under its floor, 2 bad input,
+130 Ctrl-C, SIGTERM or SIGHUP (what the job started is stopped)."""
 
 
 @click.command("job", epilog=EXAMPLE)
@@ -100,12 +102,18 @@ def job(
         "retry_truncated": retry_truncated or None,
     }
     spec = load_job(job_path, overrides)
-    lock = hold_folder(spec)
-    try:
-        record = prepare(spec, restart_from)
-        lock = begin(spec, record, lock)
-        # SIGTERM and SIGHUP end it as Ctrl-C does (a second one cannot cut the stop short)
-        with ending_signals():
+    lock: JobLock | None = None
+    # SIGTERM and SIGHUP end it as Ctrl-C does (a second one cannot cut the stop short), from
+    # the prompts' first read on (minutes for millions of rows)
+    with ending_signals():
+        try:
+            try:
+                lock = hold_folder(spec)
+                record = prepare(spec, restart_from)
+                lock = begin(spec, record, lock)
+            except KeyboardInterrupt:
+                early = Interrupted("interrupted before the job started anything; the same command starts it")
+                out.fail(early, output=str(spec.output))
             try:
                 # the stages' lines go to stderr in both forms: for a person they are the story
                 result = asyncio.run(run_job(spec, record, out.note))
@@ -113,9 +121,9 @@ def job(
                 # whatever stopped it, nothing it started is left running (unless keep_servers)
                 left = asyncio.run(stop_short(spec, record, out.note))
                 _fail(out, err, left, str(spec.output))
-    finally:
-        if lock is not None:
-            lock.release()
+        finally:
+            if lock is not None:
+                lock.release()
     out.show(_JobShown(result))
     if result.exit_code != EXIT_OK:
         sys.exit(result.exit_code)

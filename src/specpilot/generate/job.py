@@ -41,6 +41,7 @@ from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.rows.inputs import (
     InputMark,
     InputSource,
+    as_written,
     check_output_dir,
     iter_rows,
     resolve_input,
@@ -170,14 +171,18 @@ class Outcome:
     yield_stop: dict[str, Any] | None = None
     #: seconds of this run every server was down (what `job` counts as stalled)
     stalled_s: float = 0.0
+    #: SIGINT or SIGTERM stopped the run (`job` then exits as a signal ends it)
+    signalled: bool = False
 
 
 def refuse_input_in_output(input_path: Path, output_dir: Path) -> None:
     """An input among the files generate writes in `output_dir` would be overwritten or emptied
     (a part, errors.jsonl, the ledger): refused, with its path, before anything is written."""
-    if written_by_output(input_path, output_dir, GENERATED_NAMES):
+    written = written_by_output(input_path, output_dir, GENERATED_NAMES)
+    if written is not None:
         raise UserError(
-            f"{input_path} is a file generate writes in {output_dir}: it would be overwritten",
+            f"{as_written(input_path, written)} is a file generate writes in {output_dir}: it would be "
+            "overwritten",
             field="--input",
             fix="copy the prompts out of the output folder and pass the copy, or choose another --output",
         )
@@ -597,6 +602,8 @@ class _Ran:
     replaced: int
     #: answers 401/403: the servers want an API key not sent
     unauthorized: int
+    #: a signal stopped the dispatch
+    signalled: bool
 
 
 async def _run(job: Job, watch: JobWatcher | None) -> _Ran:
@@ -620,8 +627,9 @@ async def _run(job: Job, watch: JobWatcher | None) -> _Ran:
         stalled_s = dispatcher.health.pause.stalled_s(time.monotonic())
         client = dispatcher.client
         return _Ran(
-            dispatcher.stop_reason, servers, context, stalled_s, client.secrets_replaced, client.unauthorized
-        )
+            dispatcher.stop_reason, servers, context, stalled_s, client.secrets_replaced,
+            client.unauthorized, dispatcher.signalled,
+        )  # fmt: skip
 
 
 def _after_dispatch(job: Job, dispatcher: Dispatcher) -> None:
@@ -788,7 +796,7 @@ def _unfinished(
         stop = {"stopped_early": True, **guard.to_json(ran.context_tokens), "message": message}
         return Outcome(summary, 1, message, stop)
     if ran.stop_reason:
-        return Outcome(summary, 1, ran.stop_reason)
+        return Outcome(summary, 1, ran.stop_reason, signalled=ran.signalled)
     if lost:
         return Outcome(
             summary,

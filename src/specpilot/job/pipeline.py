@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specpilot.errors import EXIT_FAILED, JobFailed, UserError
+from specpilot.errors import EXIT_FAILED, EXIT_INTERRUPTED, JobFailed, UserError
 from specpilot.job.lock import JobLock
 from specpilot.job.record import JobRecord, exports_of, open_record, pin_prompts, refuse_changes
 from specpilot.job.schema import STAGES
@@ -140,13 +140,15 @@ def _refuse_inputs_in_output(job: JobFile, inputs: dict[str, Path]) -> None:
     or its generate writes in the job folder (job.json, data/, errors.jsonl, an export) is refused."""
     from specpilot.export.formats import FORMATS
     from specpilot.export.target import JOB_FOLDER_NAMES
-    from specpilot.generate.rows.inputs import written_by_output
+    from specpilot.generate.rows.inputs import as_written, written_by_output
 
-    written = JOB_FOLDER_NAMES | {f.default_name for f in FORMATS.values()}
+    names = JOB_FOLDER_NAMES | {f.default_name for f in FORMATS.values()}
     for key, path in inputs.items():
-        if written_by_output(path, job.output, written):
+        written = written_by_output(path, job.output, names)
+        if written is not None:
             raise UserError(
-                f"{path} is a file the job writes in its folder {job.output}: it would be overwritten",
+                f"{as_written(path, written)} is a file the job writes in its folder {job.output}: it "
+                "would be overwritten",
                 field=key,
                 fix="keep the job's inputs outside the files it writes (copy it elsewhere), or give "
                 "the job another [job] output",
@@ -716,7 +718,8 @@ def _record_generate(job: JobFile, record: JobRecord, outcome: Outcome, say: Say
     if outcome.exit_code != 0:
         record.stage("generate").update(evidence=evidence)
         record.fail("generate", outcome.message)
-        return outcome.exit_code, f"generate: {outcome.message}"
+        code = EXIT_INTERRUPTED if outcome.signalled else outcome.exit_code
+        return code, f"generate: {outcome.message}"
     record.finish("generate", evidence)
     say(f"generate: {outcome.message}")
     return 0, ""
@@ -772,8 +775,9 @@ def _export(job: JobFile, record: JobRecord, say: Say) -> str:
         record.fail("export", why)
         return why
     record.finish("export", evidence)
-    record.data.setdefault("yield", {})["exports"] = exports_of(record.data)
-    record.save()
+    if "yield" in record.data:  # no partial `yield` where a hand edit took it out (job.json's shape)
+        record.data["yield"]["exports"] = exports_of(record.data)
+        record.save()
     return ""
 
 
@@ -868,7 +872,15 @@ async def _down(job: JobFile, record: JobRecord, served: str | None, fleet: bool
             say(f"down: {'; '.join(left)}")
             return
     record.finish("down", {"stopped": served, "result": result})
-    say(f"down: {served} stopped")
+    say(f"down: {served} {_stop_said(result)}")
+
+
+def _stop_said(result: dict[str, Any]) -> str:
+    """What a stop did, as `down` says it ("was not running": a run an earlier attempt stopped)."""
+    from specpilot.launch.stop import STOP_OUTCOMES
+
+    outcome = str(result.get("stopped", "terminated"))
+    return STOP_OUTCOMES.get(outcome, outcome).replace("PGID", str(result.get("pid")))
 
 
 async def stop_short(job: JobFile, record: JobRecord, say: Say) -> list[str]:

@@ -295,8 +295,17 @@ def settle_with_ledger(record: JobRecord, output: Path) -> None:
     part). The ledger wins: generate runs again for what is missing, and the stages after it;
     the correction is said (`record.said`) and saved by `begin`."""
     from specpilot.generate.ledger.store import LEDGER_FILE, RowState
-    from specpilot.generate.writers.parts import damaged_parts, split_parts
+    from specpilot.generate.writers.parts import SPLITS, damaged_parts, split_parts
 
+    for split in SPLITS:
+        folder = output / split.directory
+        if folder.exists() and not folder.is_dir():
+            raise UserError(
+                f"{folder} is a file, where the job keeps the parts of its rows (a folder)",
+                field="[job] output",
+                fix=f"move it out of the way, then `specpilot verify {output}` queues the rows of its "
+                "parts to be generated again (or run the same command: the job does)",
+            )
     for part in split_parts(output).values():
         if not part.is_file():
             raise part_error(part, output)

@@ -114,6 +114,10 @@ class Dispatcher:
         return self.stopping.reason
 
     @property
+    def signalled(self) -> bool:
+        return self.stopping.signalled
+
+    @property
     def out_for_good(self) -> list[str]:
         """Why each server left for good."""
         return self.health.out_for_good

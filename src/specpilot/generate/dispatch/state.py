@@ -76,6 +76,7 @@ class Probes:
 class Stopping:
     reason: str | None = None
     now: bool = False  # False while stopping: let the requests in flight finish
+    signalled: bool = False  # a signal stopped it (a job that ran generate exits as a signal ends it)
 
     def stop(self, reason: str) -> None:
         """Stop now: the requests in flight are cancelled (and sent again by the next run)."""
@@ -90,6 +91,7 @@ class Stopping:
     def interrupted(self, sig: signal.Signals) -> bool:
         """First signal: send nothing new, let requests in flight finish (True: say so).
         Second: stop now."""
+        self.signalled = True
         if self.reason is None:
             self.reason = f"interrupted by {sig.name}; run the same command again to resume"
             return True

@@ -28,6 +28,7 @@ which the fast path agrees with row for row (tests/generate/test_fast_listing.py
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -489,14 +490,45 @@ def _turns(record: dict[str, Any], ignored: tuple[str, ...]) -> list[Message]:
     )
 
 
-def written_by_output(path: Path, directory: Path, names: Container[str]) -> bool:
-    """Whether `path` is one of `names` directly in `directory` (or inside one of them), or a
-    hidden file there (a lock, a file being written): where an output folder writes."""
+def written_by_output(path: Path, directory: Path, names: Container[str]) -> Path | None:
+    """Where an output folder would write over the file at `path`: `path` itself when it is one of
+    `names` directly in `directory` (or inside one of them) or a hidden file there (a lock, a
+    file being written); else a hard link of it there (the same file under another name); None."""
     path, directory = path.resolve(), directory.resolve()
-    if path == directory or not path.is_relative_to(directory):
-        return False
-    first = path.relative_to(directory).parts[0]
-    return first in names or first.startswith(".")
+    if path == directory:
+        return None
+    if path.is_relative_to(directory):
+        first = path.relative_to(directory).parts[0]
+        if first in names or first.startswith("."):
+            return path
+    return _linked_in(path, directory, names)
+
+
+def _linked_in(path: Path, directory: Path, names: Container[str]) -> Path | None:
+    """A name of the file at `path` among what the folder writes (a file of more than one name
+    only: one stat otherwise)."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    if found.st_nlink < 2 or not path.is_file():
+        return None
+    try:
+        entries = [e for e in directory.iterdir() if e.name in names or e.name.startswith(".")]
+    except OSError:
+        return None
+    for entry in entries:
+        for candidate in entry.rglob("*") if entry.is_dir() else (entry,):
+            with contextlib.suppress(OSError):
+                seen = candidate.stat()
+                if (seen.st_ino, seen.st_dev) == (found.st_ino, found.st_dev):
+                    return candidate
+    return None
+
+
+def as_written(path: Path, written: Path) -> str:
+    """`path`, and the name it has in the output folder where that is another (a hard link)."""
+    return str(path) if written == path.resolve() else f"{path} (a hard link of {written})"
 
 
 def check_output_dir(directory: Path) -> None:
