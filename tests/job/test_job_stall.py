@@ -38,6 +38,9 @@ def test_a_stalled_engine_is_restarted_and_its_rows_are_done_once_without_spendi
     assert [(r["cause"], r["outcome"]) for r in restarts] == [("stall", "ready")]
     assert "no token progress for" in restarts[0]["line"]
     assert "jobsrv stalled: no token progress" in result.output
+    # the bound as the job file gives it: the job has no --stall-after-s
+    assert "(stall bound 2 s: [job] stall_after_s)" in result.output
+    assert "--stall-after-s" not in result.output
     with sqlite3.connect(out / "ledger.sqlite") as db:
         attempts = {n for (n,) in db.execute("SELECT attempts FROM rows")}
     assert attempts == {1}  # the rows the stall held were sent again for free

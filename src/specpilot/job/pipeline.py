@@ -308,6 +308,7 @@ def _save_begun(job: JobFile, record: JobRecord) -> None:
         "max_restarts": job.max_restarts,
         "concurrency": job.concurrency,
         "stall_after_s": job.stall_after_s,
+        "give_up_after_s": job.give_up_after_s,
         **job.options_json(),
     }
     record.save()
@@ -672,7 +673,8 @@ async def _generate(
     config = JobConfig(
         input_path=job.prompts, output_dir=job.output, endpoints=endpoints, model=None, sampling=sampling,
         concurrency=job.concurrency, notify=say, progress_interval_s=PROJECTION_EVERY_S,
-        stall_after_s=job.stall_after_s, api_key=api_key, secrets=tuple(record.secrets),
+        stall_after_s=job.stall_after_s, give_up_after_s=job.give_up_after_s, api_key=api_key,
+        secrets=tuple(record.secrets),
         retry_truncated=job.retry_truncated, yield_floor=job.yield_floor,
         context_tokens=context_tokens(record), in_job=True,
     )  # fmt: skip
