@@ -596,10 +596,13 @@ async def _up_server(job: JobFile, record: JobRecord, say: Say, planned: ServerP
     """The job's server, started (or the one it started, still serving, reused): the server
     `planned` by the stages before, for the spec `up` starts (`serving_spec`)."""
     from specpilot.job.serve import Started, clear_run, recorded_run_serving, start
+    from specpilot.launch.preflight import argv_secret_warnings
     from specpilot.launch.state import start_lock
 
     spec = serving_spec(job, record)
     server = await _planned(planned, spec)
+    for warning in argv_secret_warnings(server.started, server.release):  # as `up` warns
+        say(f"warning: {warning}")
     recorded = record.stage("up").get("evidence")
     if record.done("up") and recorded is not None and await recorded_run_serving(spec.name, recorded):
         say(f"up: {spec.name} is still serving as this job started it (pid {recorded['pid']}); reusing it")
