@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.generate.dispatch.client import FailureKind, RequestFailed
+from specpilot.generate.dispatch.client import RETRY_AFTER_DEFAULT_S, FailureKind, RequestFailed
 from specpilot.generate.dispatch.policy import GENERATE_SETTING_NAMES, DispatchPolicy, SettingNames
 from specpilot.generate.dispatch.retries import OVERLOAD_STATUSES, RowRetries
 from specpilot.generate.dispatch.servers import Server, ServerPool
@@ -205,11 +205,19 @@ class ServerHealth:
 
     def failed(self, server: Server, position: int, failure: RequestFailed) -> None:
         """A request to `server` failed (it is no longer in flight there)."""
+        now = time.monotonic()
+        elsewhere = False
         if failure.status is not None:
             self.heard = True
-            server.progress_at = time.monotonic()  # it answers: not stalled
+            server.progress_at = now  # it answers: not stalled
             if failure.status in OVERLOAD_STATUSES:
-                self.overload.overloaded(time.monotonic(), failure.status)
+                self.overload.overloaded(now, failure.status)
+                # "slow down" is the server's word: it is sent nothing for its Retry-After, and
+                # the row goes to a server that takes requests now (once, the row waited out the
+                # Retry-After and was sent back to the same server, while another sat idle)
+                wait_s = RETRY_AFTER_DEFAULT_S if failure.retry_after_s is None else failure.retry_after_s
+                server.slow_until = max(server.slow_until, now + wait_s)
+                elsewhere = self.pool.served_elsewhere(server, now)
             else:
                 self.overload.served()
         if self.pool.record_failure(server, failure.server_fault):
@@ -233,7 +241,7 @@ class ServerHealth:
             self.probes.parked.setdefault(server.name, []).append((position, failure))
             self._probe_soon(server)
             return
-        self.rows.retry_or_fail(position, failure)
+        self.rows.retry_or_fail(position, failure, elsewhere=elsewhere)
 
     def stalled(self, server: Server, why: str) -> None:
         """`server` has requests in flight and no progress past the stall bound: its rows go back
