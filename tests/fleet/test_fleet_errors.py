@@ -21,12 +21,13 @@ import specpilot.fleet.repair as fleet_repair
 import specpilot.fleet.up as fleet_up
 from specpilot.cli import cli
 from specpilot.fleet.spec import load_fleet
-from specpilot.hosts.errors import HostConnectionLost
+from specpilot.hosts.errors import CommandFailed, HostConnectionLost
 from specpilot.launch.ops import run_status
 from specpilot.launch.server_plan import ServerPlan
 from specpilot.launch.state import state_path
 from specpilot.taskgroup import TaskFailed
 from tests.fleet.conftest import FleetFactory, router_alive
+from tests.launch.test_up_twice import read_only_home  # noqa: F401  (a fixture used here)
 
 
 def run(*args: str) -> Result:
@@ -140,3 +141,36 @@ def test_bugs_in_repair_and_down_are_named_and_down_still_stops_the_rest(
     again = run("down", "fl")
     assert again.exit_code == 0, again.output
     assert not alive("fl-0")
+
+
+def test_a_router_that_cannot_be_spawned_is_said_as_itself(
+    smg: str, make_fleet: FleetFactory, run_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first replica failing to spawn crashed the clean-up ('unexpected ValueError: zip()',
+    then 'IndexError' stopping no replica), hiding why."""
+    path = make_fleet([{"target": "local", "gpus": 2}])
+
+    async def spawn(*args: object) -> object:
+        raise CommandFailed(
+            "run mkdir -p -m 700 /x on local: exit status 1: no room", returncode=1, stderr=b""
+        )
+
+    monkeypatch.setattr(fleet_up, "spawn_router_of", spawn)
+    result = run("up", str(path))
+    assert "no room" in result.output and "unexpected" not in result.output, result.output
+    assert result.exit_code != 0
+
+
+def test_a_read_only_home_refuses_a_fleet_up_before_any_start(
+    smg: str,
+    make_fleet: FleetFactory,
+    run_home: Path,
+    read_only_home: Path,  # noqa: F811
+) -> None:
+    path = make_fleet([{"target": "local", "gpus": 2}])
+    result = run("up", str(path))
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(
+        f"error: SPECPILOT_HOME: {read_only_home} cannot be written (Read-only file system)"
+    )

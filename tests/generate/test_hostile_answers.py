@@ -40,6 +40,13 @@ def test_a_token_count_past_any_context_is_a_malformed_answer() -> None:
     assert parse_answer(json.dumps(_answer("fine")).encode()).completion_tokens == 4
 
 
+@pytest.mark.parametrize("usage", [{}, {"prompt_tokens": 3}, {"prompt_tokens": 3, "completion_tokens": None}])
+def test_a_usage_without_a_completion_count_is_said_as_no_usage(usage: dict[str, object]) -> None:
+    """`"usage": {}` recorded 0 tokens silently: only an absent `usage` was warned of."""
+    assert parse_answer(json.dumps({**_answer("NOUSAGE"), "usage": usage}).encode()).usage_missing
+    assert not parse_answer(json.dumps(_answer("fine")).encode()).usage_missing
+
+
 def test_hostile_answers_fail_flag_or_warn_and_the_job_resumes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

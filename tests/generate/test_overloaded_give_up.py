@@ -82,3 +82,22 @@ def test_a_503_storm_that_never_ends_names_the_503s_not_the_addresses(tmp_path: 
     assert done.returncode == 1, done.stderr
     assert "every request answered 503 Service Unavailable for 2 s (--give-up-after-s)" in done.stderr
     assert "no server has answered" not in done.stderr
+
+
+@pytest.mark.timeout(JOB_WAIT_S + 10)
+def test_rows_a_server_answers_429_go_to_another_server_at_once(tmp_path: Path) -> None:
+    """Once, a row answered 429 waited out the Retry-After (capped at 60 s) and went back to the
+    same server (the fewest in flight: it answers at once), again and again, while the other
+    server sat idle: minutes for 8 rows. Now a server that says "slow down" is sent nothing for
+    its Retry-After, and its rows go where there is room now."""
+    inputs = write_jsonl(tmp_path / "in.jsonl", prompt_rows(8))
+    every = Faults(burst_429_every=1, burst_429_length=1 << 30, retry_after="86400")
+    with StandIn(every) as limiting, StandIn(Faults()) as serving:
+        argv = [sys.executable, "-m", "specpilot", "generate", "--input", str(inputs),
+                "--output", str(tmp_path / "out"), "--server", limiting.url, "--server", serving.url,
+                "--model", "fake-model", "--progress-interval-s", "0"]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=JOB_WAIT_S, env=env)
+        assert done.returncode == 0, done.stderr
+        assert serving.counts.answered == 8 and limiting.counts.answered == 0
+        assert limiting.counts.rate_limited <= 8  # no row was sent back to it

@@ -54,3 +54,14 @@ def test_the_token_counter_moving_is_progress() -> None:
     observe_tokens(server, {"vllm:generation_tokens_total": 18.0}, 70.0)
     assert server.progress_at == 70.0
     assert StallWatch(5.0).stalled(74.0, server, {0: 0.0}) is None
+
+
+def test_a_bound_under_a_second_apart_is_said_as_given_and_a_jobs_key_is_named() -> None:
+    """A bound of 1.5 s was said as '2 s' (rounded), and a job's bound named generate's flag."""
+    watch = StallWatch(1.5, "[job] stall_after_s")
+    assert watch.stalled(101.4, _busy(progress_at=100.0), {0: 90.0}) is None
+    why = watch.stalled(101.7, _busy(progress_at=100.0), {0: 90.0})
+    assert (
+        why
+        == "no token progress for 1.7 s with 1 requests in flight (stall bound 1.5 s: [job] stall_after_s)"
+    )

@@ -53,6 +53,9 @@ def test_the_job_sends_its_key_and_no_secret_reaches_a_file_or_a_line(
         assert secret not in shown, secret
         assert secret not in stored, secret
     assert "api_key=" in logs.output  # the engine's args line is there, its key masked
+    # SGLang reads the key from argv only: the job says so as `up` does, its fix readable (unmasked)
+    assert "warning: --api-key stays in the engine's argv" in result.output
+    assert "the key under `api-key`, and pass --config FILE" in result.output
     evidence = json.loads((out / "job.json").read_text())["stages"]["up"]["evidence"]
     assert "--api-key" in evidence["argv_verified"]
     # the key the server echoed into every answer: replaced, counted and said

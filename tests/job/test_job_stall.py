@@ -8,14 +8,23 @@ start) and every row is done exactly once, none charged an attempt for the stall
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from click.testing import CliRunner
 
 from specpilot.cli import cli
+from specpilot.generate.dispatch.dispatcher import Dispatcher
+from specpilot.hosts.errors import CommandFailed
+from specpilot.job import heal
+from specpilot.job.record import JobRecord
+from specpilot.launch.recovery import Failure
+from specpilot.launch.server_plan import ServerPlan
 from tests.job.conftest import JobFactory, output_ids
 
 
@@ -38,6 +47,9 @@ def test_a_stalled_engine_is_restarted_and_its_rows_are_done_once_without_spendi
     assert [(r["cause"], r["outcome"]) for r in restarts] == [("stall", "ready")]
     assert "no token progress for" in restarts[0]["line"]
     assert "jobsrv stalled: no token progress" in result.output
+    # the bound as the job file gives it: the job has no --stall-after-s
+    assert "(stall bound 2 s: [job] stall_after_s)" in result.output
+    assert "--stall-after-s" not in result.output
     with sqlite3.connect(out / "ledger.sqlite") as db:
         attempts = {n for (n,) in db.execute("SELECT attempts FROM rows")}
     assert attempts == {1}  # the rows the stall held were sent again for free
@@ -67,3 +79,41 @@ def test_generate_alone_takes_a_stalled_server_out_says_why_and_keeps_the_rows(t
         spent = {n for (n,) in db.execute("SELECT attempts FROM rows WHERE state != 2")}
     assert states.get(2) == 3 and states.get(3) is None  # 3 done, none failed: the rest pending
     assert spent == {0}  # no attempt spent on the stall
+
+
+def test_a_restart_whose_start_a_signal_cut_ends_the_job_for_the_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or `timeout`) signals the job's whole process group: the host agent spawning the
+    restarted engine died of it, and the job ended 'host agent (spawn) on local exited -15'
+    instead of 'interrupted by SIGTERM'. A start that fails on its own is said as such."""
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    async def killed(*args: object) -> None:
+        raise CommandFailed("host agent (spawn) on local exited -15: ", returncode=-15, stderr=b"")
+
+    monkeypatch.setattr(heal, "clear_run", nothing)
+    monkeypatch.setattr(heal, "wait_port_closed", nothing)
+    monkeypatch.setattr(heal, "start", killed)
+    server = cast(ServerPlan, SimpleNamespace(spec=SimpleNamespace(name="jobsrv")))
+    healer = heal.ServerHealer(server, JobRecord(tmp_path / "job.json", {}), 3, lambda line: None)
+    stall = Failure("serving", "stall", "no token progress for 2 s")
+
+    def restarted(stop_reason: str | None) -> tuple[bool, list[str]]:
+        stops: list[str] = []
+        dispatcher: Any = SimpleNamespace(stop_reason=stop_reason, stop_for=stops.append)
+        started = asyncio.run(
+            healer._start_again(cast(Dispatcher, dispatcher), "jobsrv", 1, stall, None, 0.0, None)
+        )
+        return started, stops
+
+    # the job is stopping for the signal already: it ends for that reason, nothing raised over it
+    assert restarted("interrupted by SIGTERM; run the same command again to resume") == (False, [])
+    assert restarted(None) == (
+        False,
+        [
+            "jobsrv did not start again (host agent (spawn) on local exited -15: ); see `specpilot logs jobsrv`"
+        ],
+    )

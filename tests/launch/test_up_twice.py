@@ -80,3 +80,19 @@ def test_a_read_only_home_is_one_line_naming_it(
         f"error: SPECPILOT_HOME: {read_only_home} cannot be written (Read-only file system)"
     )
     assert "set SPECPILOT_HOME to a folder you can write" in line
+
+
+def test_a_read_only_home_refuses_a_bench_in_one_line(
+    make_spec: SpecFactory, run_home: Path, tmp_path: Path, read_only_home: Path
+) -> None:
+    """`bench` took its locks in SPECPILOT_HOME with a bare mkdir: 'unexpected OSError'."""
+    make_spec("sglang_ready", name="ro")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(f'{{"id": "q{i}", "prompt": "question {i}"}}\n' for i in range(4)))
+    argv = ["bench", str(tmp_path / "ro.toml"), "--prompts", str(prompts), "--job", str(tmp_path / "job")]
+    result = CliRunner().invoke(cli, [*argv, "--sample", "4"], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(
+        f"error: SPECPILOT_HOME: {read_only_home} cannot be written (Read-only file system)"
+    )

@@ -36,7 +36,7 @@ from specpilot.errors import JobFailed, UserError
 from specpilot.generate.sampling import Sampling
 from specpilot.hosts import open_host_section
 from specpilot.launch.shield import stop_started
-from specpilot.launch.state import specpilot_home
+from specpilot.launch.state import home_error, specpilot_home
 from specpilot.models.host_files import read_model
 from specpilot.projection import BENCH_FILE
 from specpilot.secrets import mask_argv
@@ -133,7 +133,6 @@ def bench_lock(spec: Spec) -> Iterator[None]:
     """One bench per spec name and per host port at a time: two would start variants of one
     name, or on one port, and stop each other's servers or leave them running."""
     folder = specpilot_home() / "locks"
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     keys = {
         f"bench-{spec.name}": f"another bench of spec {spec.name!r} is running",
         f"port-{spec.host.target}-{spec.server.port}": (
@@ -142,7 +141,12 @@ def bench_lock(spec: Spec) -> Iterator[None]:
     }
     with contextlib.ExitStack() as held:
         for key, busy in keys.items():
-            handle = held.enter_context((folder / f"{re.sub(r'[^A-Za-z0-9._-]', '_', key)}.lock").open("a"))
+            lock = folder / f"{re.sub(r'[^A-Za-z0-9._-]', '_', key)}.lock"
+            try:  # a read-only or full SPECPILOT_HOME: one line naming it
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+                handle = held.enter_context(lock.open("a"))
+            except OSError as err:
+                raise home_error(err) from None
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

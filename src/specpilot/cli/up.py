@@ -146,6 +146,9 @@ class _UpView:
         match event:
             case Note(line):
                 self.out.note(line)
+            case Preflighted(pre) if self.console is None:
+                for warning in pre.warnings:  # under --json too (on stderr): a key left in argv
+                    self.out.note(f"warning: {warning}")
             case Starting(spec):
                 self._starting(spec.name, spec.host.target)
             case Phase(phase, elapsed_s, last):

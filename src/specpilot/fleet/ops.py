@@ -93,7 +93,8 @@ async def stop_router(record: dict[str, Any]) -> str:
             )
     finally:
         await host.close()
-    return next((o for o in outcomes if o == "survived"), outcomes[0])
+    # no replica recorded (the first did not spawn): nothing was running
+    return next((o for o in outcomes if o == "survived"), outcomes[0] if outcomes else "not_running")
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.errors import UserError
-from specpilot.launch.state import check_run_name, specpilot_home
+from specpilot.launch.state import check_run_name, home_error, specpilot_home
 
 
 def fleet_path(name: str) -> Path:
@@ -26,14 +26,26 @@ def is_fleet(name: str) -> bool:
         return False
 
 
+def fleets_folder() -> Path:
+    """The fleet records' folder, made: a read-only or full SPECPILOT_HOME is one line naming it."""
+    folder = specpilot_home() / "fleets"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as err:
+        raise home_error(err) from None
+    return folder
+
+
 def write_fleet(state: dict[str, Any]) -> None:
-    path = fleet_path(str(state["name"]))
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".fleet.")
-    with os.fdopen(fd, "w") as out:
-        json.dump(state, out, indent=2, sort_keys=True)
-        out.write("\n")
-    os.replace(tmp, path)
+    path = fleets_folder() / fleet_path(str(state["name"])).name
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".fleet.")
+        with os.fdopen(fd, "w") as out:
+            json.dump(state, out, indent=2, sort_keys=True)
+            out.write("\n")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise home_error(err) from None
 
 
 def read_fleet(name: str) -> dict[str, Any]:

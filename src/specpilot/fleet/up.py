@@ -30,7 +30,7 @@ from specpilot.fleet.router import (
     spawn_router,
 )
 from specpilot.fleet.spec import Fleet, Member
-from specpilot.fleet.state import fleet_path, read_fleet, write_fleet
+from specpilot.fleet.state import fleet_path, fleets_folder, read_fleet, write_fleet
 from specpilot.hosts import open_host_section
 from specpilot.hosts.errors import HostError
 from specpilot.hosts.target import parse_target
@@ -289,7 +289,8 @@ def fleet_record(fleet: Fleet, processes: list[RouterProcess], argvs: list[list[
         "router_host_options": host_options_json(place),
         "routers": [
             replica_entry(url, process, argv)
-            for url, process, argv in zip(fleet.router_urls, processes, argvs, strict=True)
+            # a start cut short records the replicas it spawned (none: the first failed)
+            for url, process, argv in zip(fleet.router_urls[: len(processes)], processes, argvs, strict=True)
         ],
         "ready_timeout_s": fleet.router.ready_timeout_s,
         "members": [
@@ -339,6 +340,7 @@ async def fleet_up(fleet: Fleet, say: Say) -> FleetOutcome:
     """Check everything, start the router replicas and every member, register the ready ones;
     nothing is left running when no member became ready (or on an error)."""
     argvs, plans = await check_inputs(fleet, say)
+    fleets_folder()  # where its record goes can be written: else nothing is started
     record = fleet_record(fleet, await _spawn_replicas(fleet, argvs, say), argvs)
     write_fleet(record)
     try:

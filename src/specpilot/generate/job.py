@@ -34,7 +34,14 @@ from specpilot.generate.dispatch.answers import GUARD_STOP
 from specpilot.generate.dispatch.client import API_KEY_ENV, KEY_FIX, open_session
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import Endpoint, default_model, served_context
-from specpilot.generate.dispatch.policy import ClientFactory, Companion, DispatchPolicy, RetryPolicy
+from specpilot.generate.dispatch.policy import (
+    GENERATE_SETTING_NAMES,
+    JOB_SETTING_NAMES,
+    ClientFactory,
+    Companion,
+    DispatchPolicy,
+    RetryPolicy,
+)
 from specpilot.generate.ledger.lock import LOCK_FILE, DirectoryLock
 from specpilot.generate.ledger.report import JobSummary, ServerRun, summarize
 from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState
@@ -139,7 +146,7 @@ class JobConfig:
     yield_floor: YieldFloor = field(default_factory=YieldFloor)
     #: the servers' context in tokens (bounds a proposed max_tokens); None: asked of /v1/models
     context_tokens: int | None = None
-    #: the fixes the guard names are `specpilot job`'s (its keys and command), not generate's
+    #: the fixes the guard and the stops name are `specpilot job`'s (its keys and command), not generate's
     in_job: bool = False
 
     def dispatch_policy(self) -> DispatchPolicy:
@@ -156,6 +163,7 @@ class JobConfig:
             flush_rows=self.flush_rows,
             metrics_interval_s=self.metrics_interval_s,
             progress_interval_s=self.progress_interval_s if self.show_progress else None,
+            names=JOB_SETTING_NAMES if self.in_job else GENERATE_SETTING_NAMES,
         )
 
 

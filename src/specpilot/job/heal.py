@@ -225,7 +225,14 @@ class ServerHealer:
         job told to stop) where it does not come up."""
         await clear_run(name, {"pid": pid}, self.say)
         await wait_port_closed(self.server.spec)
-        again = await start(self.server, self.say)
+        try:
+            again = await start(self.server, self.say)
+        except HostError as err:
+            # a signal that ends the job reaches the start's helpers too (Ctrl-C, `timeout`: the
+            # whole process group): the job ends for the signal, not for a helper it killed
+            if dispatcher.stop_reason is None:
+                dispatcher.stop_for(f"{name} did not start again ({err}); see `specpilot logs {name}`")
+            return False
         self.server = again.server
         entry: dict[str, Any] = {"run": name, "cause": failure.cause, "line": failure.line,
                                  "restarts": self.restarts, "bound": change, "outcome": again.result.phase,

@@ -293,6 +293,7 @@ def _save_begun(job: JobFile, record: JobRecord) -> None:
         "max_restarts": job.max_restarts,
         "concurrency": job.concurrency,
         "stall_after_s": job.stall_after_s,
+        "give_up_after_s": job.give_up_after_s,
         **job.options_json(),
     }
     record.save()
@@ -580,10 +581,13 @@ async def _up_server(job: JobFile, record: JobRecord, say: Say, planned: ServerP
     """The job's server, started (or the one it started, still serving, reused): the server
     `planned` by the stages before, for the spec `up` starts (`serving_spec`)."""
     from specpilot.job.serve import Started, clear_run, recorded_run_serving, start
+    from specpilot.launch.preflight import argv_secret_warnings
     from specpilot.launch.state import start_lock
 
     spec = serving_spec(job, record)
     server = await _planned(planned, spec)
+    for warning in argv_secret_warnings(server.started, server.release):  # as `up` warns
+        say(f"warning: {warning}")
     recorded = record.stage("up").get("evidence")
     if record.done("up") and recorded is not None and await recorded_run_serving(spec.name, recorded):
         say(f"up: {spec.name} is still serving as this job started it (pid {recorded['pid']}); reusing it")
@@ -657,7 +661,8 @@ async def _generate(
     config = JobConfig(
         input_path=job.prompts, output_dir=job.output, endpoints=endpoints, model=None, sampling=sampling,
         concurrency=job.concurrency, notify=say, progress_interval_s=PROJECTION_EVERY_S,
-        stall_after_s=job.stall_after_s, api_key=api_key, secrets=tuple(record.secrets),
+        stall_after_s=job.stall_after_s, give_up_after_s=job.give_up_after_s, api_key=api_key,
+        secrets=tuple(record.secrets),
         retry_truncated=job.retry_truncated, yield_floor=job.yield_floor,
         context_tokens=context_tokens(record), in_job=True,
     )  # fmt: skip

@@ -48,9 +48,12 @@ from specpilot.generate.yields import (
 
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_CONCURRENCY = 64
+#: generate's --give-up-after-s default: an hour of every server down or answering only 429/503
+DEFAULT_GIVE_UP_AFTER_S = 3600.0
 _JOB_KEYS = {
     "server", "fleet", "prompts", "output", "export", "include_flagged", "keep_servers", "max_restarts",
-    "concurrency", "sampling", "bench", "train_check", "stall_after_s", "min_clean_yield", "guard_min_rows",
+    "concurrency", "sampling", "bench", "train_check", "stall_after_s", "give_up_after_s", "min_clean_yield",
+    "guard_min_rows",
 }  # fmt: skip
 #: [job.sampling] max_tokens = "auto": the job picks it (`pipeline`)
 AUTO = "auto"
@@ -93,6 +96,9 @@ class JobFile:
     concurrency: int = DEFAULT_CONCURRENCY
     #: generate's --stall-after-s (None: the bound is measured)
     stall_after_s: float | None = None
+    #: generate's --give-up-after-s: every server down, or every request answered 429/503, this long
+    #: ends the job
+    give_up_after_s: float = DEFAULT_GIVE_UP_AFTER_S
     sampling: Sampling = field(default_factory=lambda: Sampling(thinking=True))
     bench: BenchSection | None = None
     train_check: bool = True
@@ -235,6 +241,7 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
     keep = _optional(table, "keep_servers", bool, False)
     flagged = _optional(table, "include_flagged", bool, False)
     restarts, concurrency, stall_after_s = _limits(table)
+    give_up_after_s = _seconds(table, "give_up_after_s")
     sampling, bench = _subtables(table, max_tokens)
     floor = _yield_floor(table)
     job_sampling, max_tokens_auto = _sampling(sampling)
@@ -250,6 +257,7 @@ def load_job(path: Path, overrides: Mapping[str, Any] | None = None) -> JobFile:
         max_restarts=restarts,
         concurrency=concurrency,
         stall_after_s=stall_after_s,
+        give_up_after_s=DEFAULT_GIVE_UP_AFTER_S if give_up_after_s is None else give_up_after_s,
         sampling=job_sampling,
         max_tokens_auto=max_tokens_auto,
         bench=None if bench is None else _bench(bench),
@@ -320,10 +328,15 @@ def _limits(table: Mapping[str, Any]) -> tuple[int, int, float | None]:
     concurrency = _optional(table, "concurrency", int, DEFAULT_CONCURRENCY)
     if concurrency < 1:
         raise _bad("concurrency", f"must be at least 1, got {concurrency}", "raise it")
-    stall_after_s = _optional(table, "stall_after_s", float, None)
-    if stall_after_s is not None and not 0 < stall_after_s < float("inf"):
-        raise _bad("stall_after_s", f"must be more than 0 seconds, got {stall_after_s}", "raise it")
-    return restarts, concurrency, stall_after_s
+    return restarts, concurrency, _seconds(table, "stall_after_s")
+
+
+def _seconds(table: Mapping[str, Any], key: str) -> float | None:
+    """`[job] key`: a number of seconds more than 0; None where the key is absent."""
+    seconds: float | None = _optional(table, key, float, None)
+    if seconds is not None and not 0 < seconds < float("inf"):
+        raise _bad(key, f"must be more than 0 seconds, got {seconds}", "raise it")
+    return seconds
 
 
 def _subtables(table: Mapping[str, Any], max_tokens: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:

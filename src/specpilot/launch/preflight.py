@@ -52,7 +52,8 @@ def argv_secret_warnings(spec: Spec, release: EngineRelease) -> list[str]:
         )
         if CONFIG_FILE_FLAG in release.table.by_spelling:
             line += (
-                f"; to keep it out, put it in a YAML file only you can read (a line `{flag[2:]}: KEY`) "
+                # said without a `name: value` shape: the job's redaction would mask the placeholder
+                f"; to keep it out, put it in a YAML file only you can read, the key under `{flag[2:]}`, "
                 f"and pass {CONFIG_FILE_FLAG} FILE"
             )
         warnings.append(line)
@@ -79,9 +80,10 @@ def run_preflight(resolved: ResolvedSpec) -> Preflight:
     """`check` then `plan` of one resolution of the spec: refuse what the engine would reject
     or what cannot fit."""
     checked = _checked(resolved)
-    if checked.errors:
-        return checked
+    # a key left in argv is said however check ends: `up --force` starts what it refuses
     warnings = [*checked.warnings, *argv_secret_warnings(resolved.spec, resolved.release)]
+    if checked.errors:
+        return replace(checked, warnings=warnings)
     plan = make_plan(resolved)
     if plan.fits:
         return replace(checked, plan=plan, warnings=warnings)

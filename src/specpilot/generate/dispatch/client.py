@@ -366,7 +366,7 @@ def parse_answer(raw: bytes) -> Answer:
         spec_accept_length=_spec_accept_length(data, completion_tokens),
         reasoning_tokens=reasoning_tokens,
         tool_calls=tool_calls or None,
-        usage_missing=usage_given is None,
+        usage_missing=usage.get("completion_tokens") is None,  # none, `{}` or no count: 0 recorded
     )
 
 

@@ -96,8 +96,10 @@ class Dispatcher:
         self.stats = LiveStats()
         self.view: ProgressView | None = None
         self.rows = RowRetries(policy.retry, self.queue, self.requests, self.stats, self.stopping.stop)
-        self.watchdog = RequestWatchdog(policy.request_timeout_s, self.requests.sent_at, policy.stall_after_s)
-        pause = AllDownPause(policy.give_up_after_s, NEVER_ANSWERED_GIVE_UP_S)
+        self.watchdog = RequestWatchdog(
+            policy.request_timeout_s, self.requests.sent_at, policy.stall_after_s, policy.names.stall_after_s
+        )
+        pause = AllDownPause(policy.give_up_after_s, NEVER_ANSWERED_GIVE_UP_S, policy.names.give_up_after_s)
         self.health = ServerHealth(
             self.pool, self.rows, probe, session, policy, pause, self.stats, self.tasks.spawn, self._say
         )

@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.generate.dispatch.client import FailureKind, RequestFailed
-from specpilot.generate.dispatch.policy import DispatchPolicy
+from specpilot.generate.dispatch.client import RETRY_AFTER_DEFAULT_S, FailureKind, RequestFailed
+from specpilot.generate.dispatch.policy import GENERATE_SETTING_NAMES, DispatchPolicy, SettingNames
 from specpilot.generate.dispatch.retries import OVERLOAD_STATUSES, RowRetries
 from specpilot.generate.dispatch.servers import Server, ServerPool
 from specpilot.generate.dispatch.state import Probes
@@ -40,9 +40,11 @@ def give_up_reason(
     give_up_after_s: float,
     never_answered: bool,
     never_answered_limit_s: float = NEVER_ANSWERED_GIVE_UP_S,
+    setting: str = GENERATE_SETTING_NAMES.give_up_after_s,
 ) -> str | None:
     """Why the job stops after every server has been down `down_for_s`; None: keep probing.
-    A server that never answered is most likely a wrong address, not an outage: sooner."""
+    A server that never answered is most likely a wrong address, not an outage: sooner.
+    `setting`: where `give_up_after_s` is given (generate's flag, or the job's key)."""
     limit_s = min(give_up_after_s, never_answered_limit_s) if never_answered else give_up_after_s
     if down_for_s <= limit_s:
         return None
@@ -52,7 +54,7 @@ def give_up_reason(
             "--server / --run addresses and that the servers are up"
         )
     return (
-        f"every server was down for {limit_s:g} s (--give-up-after-s); gave up: run the "
+        f"every server was down for {limit_s:g} s ({setting}); gave up: run the "
         "same command again once a server is up (the rows left are kept)"
     )
 
@@ -63,6 +65,7 @@ class AllDownPause:
 
     give_up_after_s: float
     never_answered_limit_s: float = NEVER_ANSWERED_GIVE_UP_S
+    setting: str = GENERATE_SETTING_NAMES.give_up_after_s
     down_since: float | None = None
     #: seconds every server was down in pauses that ended (the job's stalls)
     ended_s: float = 0.0
@@ -71,8 +74,9 @@ class AllDownPause:
         """Every server is down at `now`: why the job gives up, or None to keep waiting."""
         if self.down_since is None:
             self.down_since = now
+        down_for_s = now - self.down_since
         return give_up_reason(
-            now - self.down_since, self.give_up_after_s, never_answered, self.never_answered_limit_s
+            down_for_s, self.give_up_after_s, never_answered, self.never_answered_limit_s, self.setting
         )
 
     def resumed(self, now: float) -> None:
@@ -95,6 +99,7 @@ class OverloadWatch:
     each row backs off for free, so past --give-up-after-s the job ends, naming the answers."""
 
     give_up_after_s: float
+    names: SettingNames = GENERATE_SETTING_NAMES
     since: float | None = None
     statuses: Counter[int] = field(default_factory=Counter)
 
@@ -114,9 +119,10 @@ class OverloadWatch:
             return None
         answered = " or ".join(f"{status} {HTTPStatus(status).phrase}" for status in sorted(self.statuses))
         return (
-            f"every request answered {answered} for {self.give_up_after_s:g} s (--give-up-after-s): "
+            f"every request answered {answered} for {self.give_up_after_s:g} s "
+            f"({self.names.give_up_after_s}): "
             "the server is overloaded or limits this client's rate; run the same command again later "
-            "or with a lower --concurrency (the rows left are kept)"
+            f"or with a lower {self.names.concurrency} (the rows left are kept)"
         )
 
 
@@ -141,7 +147,7 @@ class ServerHealth:
         self.probe_timeout_s, self.probe_cap_s = policy.probe_timeout_s, policy.probe_cap_s
         self.pause, self.stats, self._spawn, self._say = pause, stats, spawn, say
         self.probes = Probes()
-        self.overload = OverloadWatch(policy.give_up_after_s)
+        self.overload = OverloadWatch(policy.give_up_after_s, policy.names)
         #: a healer that restarts a stalled server: told its base URL and why (None: generate
         #: alone, and a stalled server is out)
         self.on_stall: Callable[[str, str], None] | None = None
@@ -199,11 +205,19 @@ class ServerHealth:
 
     def failed(self, server: Server, position: int, failure: RequestFailed) -> None:
         """A request to `server` failed (it is no longer in flight there)."""
+        now = time.monotonic()
+        elsewhere = False
         if failure.status is not None:
             self.heard = True
-            server.progress_at = time.monotonic()  # it answers: not stalled
+            server.progress_at = now  # it answers: not stalled
             if failure.status in OVERLOAD_STATUSES:
-                self.overload.overloaded(time.monotonic(), failure.status)
+                self.overload.overloaded(now, failure.status)
+                # "slow down" is the server's word: it is sent nothing for its Retry-After, and
+                # the row goes to a server that takes requests now (once, the row waited out the
+                # Retry-After and was sent back to the same server, while another sat idle)
+                wait_s = RETRY_AFTER_DEFAULT_S if failure.retry_after_s is None else failure.retry_after_s
+                server.slow_until = max(server.slow_until, now + wait_s)
+                elsewhere = self.pool.served_elsewhere(server, now)
             else:
                 self.overload.served()
         if self.pool.record_failure(server, failure.server_fault):
@@ -227,7 +241,7 @@ class ServerHealth:
             self.probes.parked.setdefault(server.name, []).append((position, failure))
             self._probe_soon(server)
             return
-        self.rows.retry_or_fail(position, failure)
+        self.rows.retry_or_fail(position, failure, elsewhere=elsewhere)
 
     def stalled(self, server: Server, why: str) -> None:
         """`server` has requests in flight and no progress past the stall bound: its rows go back

@@ -34,6 +34,20 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class SettingNames:
+    """Where the settings a stop names are given: generate's flags, or `specpilot job`'s keys."""
+
+    stall_after_s: str = "--stall-after-s"
+    give_up_after_s: str = "--give-up-after-s"
+    concurrency: str = "--concurrency"
+
+
+GENERATE_SETTING_NAMES = SettingNames()
+#: the same settings in a job file (`specpilot job` runs generate with them)
+JOB_SETTING_NAMES = SettingNames("[job] stall_after_s", "[job] give_up_after_s", "[job] concurrency")
+
+
+@dataclass(frozen=True)
 class DispatchPolicy:
     """The job settings the dispatcher follows."""
 
@@ -50,3 +64,5 @@ class DispatchPolicy:
     progress_interval_s: float | None  # None: no progress view
     #: no token progress this long with requests in flight is a stall (None: measured)
     stall_after_s: float | None = None
+    #: how a stop names the settings above
+    names: SettingNames = GENERATE_SETTING_NAMES

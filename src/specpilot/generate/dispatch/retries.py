@@ -54,14 +54,16 @@ class RowRetries:
         self.stats.requeued_from_down_server()
         self.queue.ready.appendleft(position)
 
-    def retry_or_fail(self, position: int, failure: RequestFailed) -> None:
-        """The row's attempt failed: back off (overloaded), retry later, or fail it for good."""
+    def retry_or_fail(self, position: int, failure: RequestFailed, *, elsewhere: bool = False) -> None:
+        """The row's attempt failed: back off (overloaded), retry later, or fail it for good.
+        `elsewhere`: another server takes requests now, so an overloaded row goes there at once."""
         overloads = self.requests.overloads.get(position, 0)
         if failure.status in OVERLOAD_STATUSES and overloads < OVERLOAD_RETRIES_PER_ROW:
             # "slow down", not "this row is bad": back off (at least Retry-After), no attempt spent
             self.requests.overloads[position] = overloads + 1
             step = min(overloads + 1, OVERLOAD_BACKOFF_MAX_STEP)
-            self._retry_later(position, failure, self.retry.delay_s(step, failure.retry_after_s))
+            delay_s = 0.0 if elsewhere else self.retry.delay_s(step, failure.retry_after_s)
+            self._retry_later(position, failure, delay_s)
             return
         attempts = self.requests.attempts[position] = self.requests.attempts.get(position, 0) + 1
         if failure.kind is FailureKind.FATAL or attempts >= self.retry.max_attempts:

@@ -1,7 +1,8 @@
 """The set of servers a job sends to: placement, take-out, probing, spec metrics.
 
 Placement: a new request goes to the healthy server with the fewest requests in flight,
-never above `--concurrency` per server. A server whose connections fail is taken out:
+never above `--concurrency` per server, and not to one that said "slow down" (429/503) for as
+long as its Retry-After asked. A server whose connections fail is taken out:
 its in-flight requests are cancelled and their rows requeued without spending an attempt
 (the row did nothing wrong); a prober then polls `/v1/models` (or `/health`) with backoff
 and puts the server back once it answers. With every server out, nothing is dispatched,
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -59,6 +61,8 @@ class Server:
     stalled: str | None = None
     #: taken out while a healer restarts it: probed back once the healer says it is up
     restarting: bool = False
+    #: monotonic time until which it asked to be sent nothing ("slow down" and its Retry-After)
+    slow_until: float = 0.0
 
     @property
     def out_for_good(self) -> bool:
@@ -94,14 +98,19 @@ class ServerPool:
         """The healthy server with the most free room (a router counts per worker; replicas
         of one group share one room, and the one with fewer in flight gets the request)."""
         used = self._in_flight_by_group() if self.grouped else {}
+        now = time.monotonic()
         best: Server | None = None
         best_room = (0, 0)  # (free room, -in flight): the first server above it wins a tie
         for server in self.servers:
             own = len(server.in_flight)
             free = self.concurrency * server.slots - (used[server.group] if server.group else own)
-            if server.healthy and (free, -own) > best_room:
+            if server.healthy and server.slow_until <= now and (free, -own) > best_room:
                 best, best_room = server, (free, -own)
         return best
+
+    def served_elsewhere(self, server: Server, now: float) -> bool:
+        """Whether another server takes requests now (healthy, not asking to slow down)."""
+        return any(s is not server and s.healthy and s.slow_until <= now for s in self.servers)
 
     def _in_flight_by_group(self) -> dict[str, int]:
         """The requests in flight to each group's replicas together."""

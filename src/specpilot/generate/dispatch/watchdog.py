@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from specpilot.generate.dispatch.client import FailureKind, RequestFailed
+from specpilot.generate.dispatch.policy import GENERATE_SETTING_NAMES
 from specpilot.generate.dispatch.servers import Server
 
 #: how often the watchdog looks: a request may outlive the timeout by up to this
@@ -38,9 +39,12 @@ P99 = 0.99
 class StallWatch:
     """The stall bound from the request times seen, and which server is past it."""
 
-    def __init__(self, stall_after_s: float | None) -> None:
-        """`stall_after_s`: the bound as given (--stall-after-s); None: measured."""
-        self.stall_after_s = stall_after_s
+    def __init__(
+        self, stall_after_s: float | None, setting: str = GENERATE_SETTING_NAMES.stall_after_s
+    ) -> None:
+        """`stall_after_s`: the bound as given (`setting`: where, named when it ends a server);
+        None: measured."""
+        self.stall_after_s, self.setting = stall_after_s, setting
         self.request_s: deque[float] = deque(maxlen=STALL_SAMPLES)
 
     def took(self, request_s: float) -> None:
@@ -69,25 +73,31 @@ class StallWatch:
         if bound_s is None or quiet_s <= bound_s:
             return None
         how = (
-            "--stall-after-s"
+            self.setting
             if self.stall_after_s is not None
             else f"{STALL_FACTOR:g} x the p99 request time so far, at least {STALL_FLOOR_S:g} s"
         )
         return (
-            f"no token progress for {quiet_s:.0f} s with {len(server.in_flight)} requests in flight "
-            f"(stall bound {bound_s:.0f} s: {how})"
+            f"no token progress for {round(quiet_s, 1):g} s with {len(server.in_flight)} requests in flight "
+            f"(stall bound {round(bound_s, 1):g} s: {how})"
         )
 
 
 class RequestWatchdog:
     """Cancels overdue requests and remembers which cancels were its own."""
 
-    def __init__(self, limit_s: float, sent_at: dict[int, float], stall_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        limit_s: float,
+        sent_at: dict[int, float],
+        stall_after_s: float | None = None,
+        stall_setting: str = GENERATE_SETTING_NAMES.stall_after_s,
+    ) -> None:
         """`sent_at`: position -> monotonic time its current request went out; `stall_after_s`:
-        --stall-after-s (None: the bound is measured)."""
+        --stall-after-s, or the job's key `stall_setting` names (None: the bound is measured)."""
         self.limit_s, self.sent_at = limit_s, sent_at
         self.overdue: set[int] = set()  # cancelled by the timeout, not yet seen by their attempt
-        self.stall = StallWatch(stall_after_s)
+        self.stall = StallWatch(stall_after_s, stall_setting)
         self._looked_at: float | None = None
 
     def look(self, now: float, servers: Iterable[Server]) -> list[tuple[Server, str]]:
