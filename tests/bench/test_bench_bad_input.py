@@ -3,6 +3,7 @@ server started (each case is refused before the first variant's `up`)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -124,3 +125,26 @@ def test_a_prompts_file_too_small_to_reach_steady_state(spec: Path, prompts: Pat
     assert line.startswith("error: --prompts: 10 rows (all 10 usable rows of the prompts file) cannot fill ")
     assert "no steady state" in line and "bench on a prompts file of at least" in line
     assert not live_runs(Path(os.environ["SPECPILOT_HOME"]))
+
+
+@pytest.mark.parametrize("json_out", [False, True], ids=["human", "json"])
+def test_a_bad_prompts_or_job_path_says_its_fix_once(
+    json_out: bool, spec: Path, prompts: Path, tmp_path: Path
+) -> None:
+    """The --prompts and --job refusals carried their fix in the message too: the line said it twice."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cases = [
+        (["--prompts", tmp_path / "missing.jsonl", "--job", tmp_path / "job"], "--prompts", "pass a .jsonl"),
+        (["--prompts", prompts, "--job", blocker / "job"], "--job", "choose a directory you can write to"),
+    ]
+    for argv, field, fix in cases:
+        ran = specpilot("bench", spec, *argv, *(["--json"] if json_out else []), timeout_s=60)
+        assert ran.code == 2, ran.output
+        if json_out:
+            said = json.loads(ran.stdout)
+            assert said["error"].startswith(f"{field}: ") and fix not in said["error"], said
+            assert said["fix"].startswith(fix), said
+        else:
+            (line,) = [line for line in ran.stderr.splitlines() if line.strip()]
+            assert line.startswith(f"error: {field}: ") and line.count(fix) == 1, line
