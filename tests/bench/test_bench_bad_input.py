@@ -3,12 +3,13 @@ server started (each case is refused before the first variant's `up`)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from tests.bench.conftest import SpecFactory, live_runs, specpilot, write_prompts
+from tests.bench.conftest import SPECULATIVE_ARGS, SpecFactory, live_runs, specpilot, write_prompts
 
 PROFILES = {"0": {"step_s": 0.02, "accept": 1.0, "cap": 4}}
 
@@ -123,4 +124,78 @@ def test_a_prompts_file_too_small_to_reach_steady_state(spec: Path, prompts: Pat
     line = ran.stderr.splitlines()[-1]
     assert line.startswith("error: --prompts: 10 rows (all 10 usable rows of the prompts file) cannot fill ")
     assert "no steady state" in line and "bench on a prompts file of at least" in line
+    assert not live_runs(Path(os.environ["SPECPILOT_HOME"]))
+
+
+@pytest.mark.parametrize("json_out", [False, True], ids=["human", "json"])
+def test_a_bad_prompts_or_job_path_says_its_fix_once(
+    json_out: bool, spec: Path, prompts: Path, tmp_path: Path
+) -> None:
+    """The --prompts and --job refusals carried their fix in the message too: the line said it twice."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cases = [
+        (["--prompts", tmp_path / "missing.jsonl", "--job", tmp_path / "job"], "--prompts", "pass a .jsonl"),
+        (["--prompts", prompts, "--job", blocker / "job"], "--job", "choose a directory you can write to"),
+    ]
+    for argv, field, fix in cases:
+        ran = specpilot("bench", spec, *argv, *(["--json"] if json_out else []), timeout_s=60)
+        assert ran.code == 2, ran.output
+        if json_out:
+            said = json.loads(ran.stdout)
+            assert said["error"].startswith(f"{field}: ") and fix not in said["error"], said
+            assert said["fix"].startswith(fix), said
+        else:
+            (line,) = [line for line in ran.stderr.splitlines() if line.strip()]
+            assert line.startswith(f"error: {field}: ") and line.count(fix) == 1, line
+
+
+@pytest.mark.parametrize("variants", [[], ["--variants", "plain"]], ids=["default", "plain-alone"])
+@pytest.mark.parametrize("json_out", [False, True], ids=["human", "json"])
+def test_a_mistyped_secret_flag_keeps_its_value_out_of_bench(
+    json_out: bool, variants: list[str], bench_spec: SpecFactory, tmp_path: Path
+) -> None:
+    """`--api-ky KEY` / `--hf-tokn TOKEN`: check refuses every configuration, and its fix moves the
+    value onto --api-key / --hf-token; bench wrote it in each row's argv (bench.json, --json).
+    Nothing bench prints or writes holds either value; the refusal names the fix, masked."""
+    secrets = ["sk-SECRET123", "hf_tokenvalue9"]
+    args = [*SPECULATIVE_ARGS, "--api-ky", secrets[0], "--hf-tokn", secrets[1]]
+    spec = bench_spec(PROFILES, args=args)
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 60)
+    job = tmp_path / "job"
+    ran = specpilot(
+        "bench", spec, "--prompts", prompts, "--job", job, "--sample", 8, "--max-tokens", 16,
+        "--budget-s", 60, "--warmup-s", 1, *variants, *(["--json"] if json_out else []), timeout_s=120,
+    )  # fmt: skip
+    assert ran.code == 2, ran.output
+    assert not live_runs(Path(os.environ["SPECPILOT_HOME"]))
+    written = [path for path in tmp_path.rglob("*") if path.is_file() and path.suffix != ".toml"]
+    for secret in secrets:
+        assert secret not in ran.output
+        assert not [path for path in written if secret in path.read_text(errors="replace")]
+    refusal = json.loads(ran.stdout)["error"] if json_out else ran.stderr.splitlines()[-1]
+    assert "flag-unknown" in refusal and "--api-key *** in place of --api-ky" in refusal, refusal
+
+
+@pytest.mark.parametrize("variants", ["DFLASH:1", "DFLASH:1,DFLASH:2"], ids=["one", "two"])
+def test_configurations_check_refuses_every_one_of_are_refused_before_a_start(
+    variants: str, spec: Path, tmp_path: Path
+) -> None:
+    """Every configuration refused by check (DFLASH without its drafter on SGLang 0.5.13): one
+    started nothing and ended 'raise --budget-s'; two said 'only no configuration can run'. Now
+    one line, before the budget, names each configuration with check's rule and fix."""
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 60)
+    job = tmp_path / "job"
+    ran = specpilot(
+        "bench", spec, "--prompts", prompts, "--job", job, "--sample", 8, "--max-tokens", 16,
+        "--budget-s", 60, "--warmup-s", 1, "--variants", variants, timeout_s=120,
+    )  # fmt: skip
+    assert ran.code == 2, ran.output
+    line = ran.stderr.splitlines()[-1]
+    assert line.startswith("error: --variants: check or plan refuses every configuration"), line
+    for label in ("DFLASH-1", "DFLASH-2") if "," in variants else ("DFLASH-1",):
+        assert label in line
+    assert "sglang-dflash-needs-draft" in line and "fix: --speculative-draft-model-path" in line
+    assert "--budget-s" not in line and "budget:" not in ran.stderr
+    assert not (job / "bench.json").exists()
     assert not live_runs(Path(os.environ["SPECPILOT_HOME"]))

@@ -10,6 +10,7 @@ import pytest
 
 from specpilot.bench.client import RequestTiming, _Stream
 from specpilot.bench.lab import axis_notes, run_name
+from specpilot.bench.measure import _first_row
 from specpilot.bench.sample import draw, prompt_chars, write_prompts
 from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_window
 from specpilot.bench.variants import (
@@ -248,6 +249,19 @@ def test_a_release_without_adaptive_speculation_says_so_per_axis() -> None:
         host_gpus=4,
         gates={},
     )
+
+
+def test_a_point_refused_for_a_mistyped_secret_flag_keeps_its_value_out_of_its_row() -> None:
+    """`--api-ky KEY`: check's fix moves KEY onto --api-key, so KEY is a secret; the refused
+    point's row (its argv, in bench.json and --json) held it, as no secret flag named it."""
+    key = "sk-SECRET123"
+    spec = parse_spec(
+        {"name": "s", "model": {"path": "m"}, "gpu": {"memory_gib": 80},
+         "engine": {"name": "sglang", "version": "0.5.13", "args": [*SPECULATIVE_ARGS, "--api-ky", key]}}
+    )  # fmt: skip
+    row = _first_row(prepare(spec, release_of(spec), Variant(), "s-plain"))
+    assert row.status == "refused" and row.reason is not None and "flag-unknown" in row.reason
+    assert "--api-ky" in row.argv and key not in json.dumps(row.to_json())
 
 
 def test_block_drafters_write_their_k_as_their_handlers_require() -> None:

@@ -43,7 +43,6 @@ from specpilot.launch.ops import run_down
 from specpilot.launch.outcome import Progress, UpResult
 from specpilot.launch.state import read_state
 from specpilot.launch.supervisor import launch_planned
-from specpilot.secrets import mask_argv
 from specpilot.spec import Spec
 from specpilot.taskgroup import beside
 
@@ -257,7 +256,7 @@ def _first_row(prepared: Prepared) -> Measured:
         label=prepared.variant.label,
         status="refused" if prepared.refused else "measured",
         reason=prepared.refused,
-        argv=mask_argv(prepared.spec.engine.args),
+        argv=prepared.shown_argv(),
         recommended_args=list(prepared.recommended),
         max_running_requests=prepared.plan.max_running_requests if prepared.plan else None,
     )

@@ -39,7 +39,6 @@ from specpilot.launch.shield import stop_started
 from specpilot.launch.state import home_error, specpilot_home
 from specpilot.models.host_files import read_model
 from specpilot.projection import BENCH_FILE
-from specpilot.secrets import mask_argv
 from specpilot.spec import Spec, spec_to_toml
 
 SCRATCH_DIR = "bench"
@@ -179,6 +178,7 @@ async def _run_bench(request: BenchRequest, notify: Notify, started: list[str]) 
     scratch = request.job_dir / SCRATCH_DIR
     lab = EngineLab(spec, request.release, settings, [], scratch, notify, started, files)
     _plan_variants(lab, request.variants, notify)
+    _check_startable(lab)
     largest = max((p.plan.max_running_requests for p in lab.prepared.values() if p.plan), default=0)
     if FILL_WAVES * largest > len(sample.rows) < sample.input_rows:
         sample = draw(source, request.sample_size, request.seed, fill_to=FILL_WAVES * largest)
@@ -256,6 +256,24 @@ def _plan_variants(lab: EngineLab, variants: list[Variant], notify: Notify) -> N
         if side is not None:  # planned now: its cap counts in the sample's size
             notify(f"{side.label}: check and plan (the prefill-graph gate is near {config.label})")
             lab.plan(side)
+
+
+def _check_startable(lab: EngineLab) -> None:
+    """Refuse a bench whose every configuration check or plan refuses, naming each one's reason
+    and fix: nothing could start (it once searched, and asked for more --budget-s)."""
+    configs = [p for c, p in lab.prepared.items() if c.running_cap is None]
+    if any(p.plan is not None for p in configs):
+        return
+    by_reason: dict[str, list[str]] = {}
+    for prepared in configs:
+        by_reason.setdefault(prepared.refused or "no plan", []).append(prepared.variant.label)
+    raise UserError(
+        "check or plan refuses every configuration, so nothing can start: "
+        + "; ".join(f"{', '.join(labels)}: {reason}" for reason, labels in by_reason.items()),
+        field="--variants",
+        fix="change the spec as each reason says (`specpilot check SPEC --fix` fixes what check "
+        "refuses), or pass configurations that check and plan accept",
+    )
 
 
 def _check_fillable(sample: Sample, screen_caps: list[int]) -> None:
@@ -441,7 +459,7 @@ def _row(entry: Entry, lab: EngineLab) -> Measured:
         row = Measured(
             label=entry.label,
             status=entry.status,
-            argv=mask_argv(prepared.spec.engine.args) if prepared is not None else [],
+            argv=prepared.shown_argv() if prepared is not None else [],
             recommended_args=list(prepared.recommended) if prepared is not None else [],
             max_running_requests=entry.max_running_requests,
         )

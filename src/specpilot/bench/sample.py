@@ -53,7 +53,7 @@ def open_prompts(path: Path) -> InputSource:
         with source.files[0].open("rb"):
             pass
     except UserError as err:
-        raise UserError(str(err).split(": ", 1)[-1], field="--prompts", fix=err.fix) from None
+        raise UserError(err.message, field="--prompts", fix=err.fix) from None
     except OSError as err:
         raise UserError(
             f"cannot read {path}: {err.strerror}", field="--prompts", fix="pass a readable prompts file"

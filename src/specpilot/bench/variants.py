@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from specpilot.check.resolved import ResolvedSpec, resolve
+from specpilot.check.types import CheckResult
 from specpilot.engines.adapter import Engine, EngineRelease
 from specpilot.engines.argv import ReadArgv, read_argv
 from specpilot.engines.bounds import without_flag
@@ -30,6 +31,7 @@ from specpilot.plan.compare import without_speculation
 from specpilot.plan.fraction import FRACTION_STEP, LOWEST_FRACTION
 from specpilot.plan.serving import serving_args
 from specpilot.plan.types import Plan
+from specpilot.secrets import mask_argv, redact
 from specpilot.spec import Spec
 
 PLAIN = "plain"
@@ -205,6 +207,12 @@ class Prepared:
     refused: str | None = None
     #: the flags taken from the plan's recommendation
     recommended: tuple[str, ...] = ()
+    #: values check's fixes move onto a secret flag (a mistyped `--api-ky KEY`): never shown
+    secrets: tuple[str, ...] = ()
+
+    def shown_argv(self) -> list[str]:
+        """The point's flags to print or store: every secret value masked."""
+        return [redact(arg, self.secrets) for arg in mask_argv(self.spec.engine.args)]
 
 
 def prepare(
@@ -221,7 +229,9 @@ def prepare(
     resolved = resolve(candidate, files)  # the model read once for every preflight below
     candidate, pre = _fitted(resolved, release.table)
     if pre.errors or pre.plan is None:
-        return Prepared(variant, candidate, None, refused=_reason(pre))
+        secrets = tuple(resolved.check.fix_secrets())
+        refused = redact(_reason(pre, _first_fix(pre, resolved.check)), secrets)
+        return Prepared(variant, candidate, None, refused=refused, secrets=secrets)
     recommended = _over(tuple(pre.plan.recommended_args), variant.side_args)
     tuned = _fixed(candidate, Fix(args=recommended, env=dict(pre.plan.recommended_env)), release.table)
     point = resolved.respec(tuned)
@@ -341,8 +351,16 @@ def _fixed(spec: Spec, fix: Fix, table: ReleaseTable) -> Spec:
     return spec.model_copy(update={"engine": spec.engine.model_copy(update={"args": args, "env": env})})
 
 
-def _reason(pre: Preflight) -> str:
+def _reason(pre: Preflight, fix: Fix | None = None) -> str:
     where = "check refuses it" if pre.cause == "config" else "it does not fit"
     first = pre.errors[0] if pre.errors else "no plan"
+    said = fix.describe() if fix is not None else ""
     more = f" (+{len(pre.errors) - 1} more)" if len(pre.errors) > 1 else ""
-    return f"{where}: {first}{more}"
+    return f"{where}: {first}{f'; fix: {said}' if said else ''}{more}"
+
+
+def _first_fix(pre: Preflight, result: CheckResult) -> Fix | None:
+    """Check's fix for the refusal `_reason` names first, as `check` prints it."""
+    if pre.cause != "config" or not pre.errors:
+        return None
+    return next((f.fix for f in result.findings if f"{f.rule}: {f.message}" == pre.errors[0]), None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specpilot.engines.rules import Finding
+from specpilot.secrets import secret_values
 
 
 @dataclass
@@ -23,6 +24,11 @@ class CheckResult:
     model_rules: tuple[str, ...] = ()
     #: False when the model's config.json could not be read: `model_rules` ran on no model
     model_read: bool = True
+
+    def fix_secrets(self) -> list[str]:
+        """The values its fixes move onto a secret flag or variable (a mistyped `--api-kye sk-...`
+        renamed to --api-key): as secret as that flag's, though the spec gives them under no secret name."""
+        return [v for f in self.findings if f.fix for v in secret_values(f.fix.env, f.fix.args)]
 
     @property
     def model_rules_not_run(self) -> int:

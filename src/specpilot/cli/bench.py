@@ -173,7 +173,7 @@ def bench(
     try:
         check_output_dir(job_dir)
     except UserError as err:
-        raise UserError(str(err).split(": ", 1)[-1], field="--job", fix=err.fix) from None
+        raise UserError(err.message, field="--job", fix=err.fix) from None
     settings = plan_settings(
         job_dir,
         sample_rows=sample_rows,

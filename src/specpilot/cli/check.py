@@ -136,7 +136,7 @@ def check(
     result = resolved.check
     # and a value a fix moves to a secret flag (`--api-kye sk-...` renamed to --api-key)
     secrets = sorted(
-        {*secrets, *(v for f in result.findings if f.fix for v in secret_values(f.fix.env, f.fix.args))},
+        {*secrets, *result.fix_secrets()},
         key=len,
         reverse=True,
     )
