@@ -29,7 +29,6 @@ from specpilot.bench.steady import percentiles_ms, steady_window, tokens_in_wind
 from specpilot.bench.variants import Prepared
 from specpilot.engines.adapter import EngineRelease
 from specpilot.engines.metrics import PreemptionSignal
-from specpilot.engines.registry import engine_by_name
 from specpilot.errors import UserError
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import endpoint_of_run
@@ -38,7 +37,6 @@ from specpilot.generate.job import JobConfig, generate_in_loop
 from specpilot.generate.sampling import Sampling
 from specpilot.generate.yields import YieldFloor
 from specpilot.hosts import open_host_section
-from specpilot.launch.command import api_key_of
 from specpilot.launch.ops import run_down
 from specpilot.launch.outcome import Progress, UpResult
 from specpilot.launch.state import read_state
@@ -175,8 +173,7 @@ def _job(settings: Settings, prepared: Prepared, folder: Path, **changes: Any) -
         output_dir=folder,
         endpoints=[endpoint_of_run(prepared.spec.name)],
         model=None,
-        # the key the variant's engine starts with (--api-key): else every request is a 401
-        api_key=api_key_of(prepared.spec, engine_by_name(prepared.spec.engine.name)),
+        api_key=prepared.api_key,
         sampling=settings.sampling,
         concurrency=max(1, concurrency),
         max_attempts=2,

@@ -25,6 +25,7 @@ from specpilot.engines.bounds import without_flag
 from specpilot.engines.fix import Fix
 from specpilot.engines.flags import ReleaseTable
 from specpilot.errors import UserError
+from specpilot.launch.command import api_key_of
 from specpilot.launch.preflight import Preflight, run_preflight
 from specpilot.models.host_files import ModelRead
 from specpilot.plan.compare import without_speculation
@@ -209,6 +210,8 @@ class Prepared:
     recommended: tuple[str, ...] = ()
     #: values check's fixes move onto a secret flag (a mistyped `--api-ky KEY`): never shown
     secrets: tuple[str, ...] = ()
+    #: the key the point's engine starts with (--api-key): its requests send it, else all are 401
+    api_key: str | None = None
 
     def shown_argv(self) -> list[str]:
         """The point's flags to print or store: every secret value masked."""
@@ -324,13 +327,17 @@ def _serving(
     spec = point.spec
     added = tuple(serving_args(point, plan))
     if not added:
-        return Prepared(variant, spec, plan, recommended=recommended)
+        return Prepared(variant, spec, plan, recommended=recommended, api_key=_key(point))
     served = _fixed(spec, Fix(args=added), table)
     final = run_preflight(point.respec(served))
     recommended = _over(recommended, added)
     if final.errors or final.plan is None:
         return Prepared(variant, served, None, refused=_reason(final), recommended=recommended)
-    return Prepared(variant, served, final.plan, recommended=recommended)
+    return Prepared(variant, served, final.plan, recommended=recommended, api_key=_key(point))
+
+
+def _key(point: ResolvedSpec) -> str | None:
+    return api_key_of(point.spec, point.release.engine)
 
 
 def _over(recommended: tuple[str, ...], side: tuple[str, ...]) -> tuple[str, ...]:
