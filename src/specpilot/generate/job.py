@@ -141,6 +141,8 @@ class JobConfig:
     context_tokens: int | None = None
     #: the fixes the guard names are `specpilot job`'s (its keys and command), not generate's
     in_job: bool = False
+    #: a signal's first lets the requests in flight finish; False: it is the command's (`bench`)
+    drain_on_signal: bool = True
 
     def dispatch_policy(self) -> DispatchPolicy:
         return DispatchPolicy(
@@ -156,6 +158,7 @@ class JobConfig:
             flush_rows=self.flush_rows,
             metrics_interval_s=self.metrics_interval_s,
             progress_interval_s=self.progress_interval_s if self.show_progress else None,
+            drain_on_signal=self.drain_on_signal,
         )
 
 
@@ -171,7 +174,7 @@ class Outcome:
     yield_stop: dict[str, Any] | None = None
     #: seconds of this run every server was down (what `job` counts as stalled)
     stalled_s: float = 0.0
-    #: SIGINT or SIGTERM stopped the run (`job` then exits as a signal ends it)
+    #: SIGINT, SIGTERM or SIGHUP stopped the run (`job` then exits as a signal ends it)
     signalled: bool = False
 
 

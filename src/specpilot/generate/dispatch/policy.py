@@ -50,3 +50,6 @@ class DispatchPolicy:
     progress_interval_s: float | None  # None: no progress view
     #: no token progress this long with requests in flight is a stall (None: measured)
     stall_after_s: float | None = None
+    #: an ending signal lets the requests in flight finish (a second stops at once); False: the
+    #: signal is the command's (a bench ends at once, stopping its server)
+    drain_on_signal: bool = True
