@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, cast
 
 import pytest
 
@@ -173,22 +172,42 @@ def test_an_unwritable_write_target_is_refused_before_anything_starts(
     assert not target.parent.exists()
 
 
-def test_an_interrupt_the_job_took_as_it_ended_still_ends_the_bench(monkeypatch: pytest.MonkeyPatch) -> None:
-    """generate's loop takes SIGINT while a job runs; a job that ends before the guard's next
-    tick must not lose it (the bench went on to the next variant)."""
-    import asyncio
+#: the bench command, sending signal argv[1] to itself from inside the 3rd request's task of a
+#: sample (the loop mid-step)
+SIGNALLED_IN_A_REQUEST = """
+import os, sys
+signum = int(sys.argv.pop(1))
+from specpilot.bench.client import StreamingChatClient
+complete, sent = StreamingChatClient.complete, []
+async def signalled(self, *args, **kwargs):
+    sent.append(1)
+    if len(sent) == 3:
+        os.kill(os.getpid(), signum)
+    return await complete(self, *args, **kwargs)
+StreamingChatClient.complete = signalled
+from specpilot.cli import cli
+cli(sys.argv[1:])
+"""
 
-    from specpilot.bench import measure
-    from specpilot.generate.job import JobConfig
 
-    class Interrupted:
-        stop_reason = "interrupted by SIGINT; run the same command again to resume"
-
-    async def job_ending_at_once(config: object, watch: Any) -> None:
-        async with watch(Interrupted()):
-            pass  # the job ended before the guard's first tick
-
-    monkeypatch.setattr(measure, "generate_in_loop", job_ending_at_once)
-    guard = measure._Guard(time.monotonic() + 60, "plain", lambda line: None, 0.0)
-    with pytest.raises(KeyboardInterrupt):
-        asyncio.run(measure._guarded(cast(JobConfig, None), guard))
+@pytest.mark.parametrize(
+    "signum", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT], ids=["SIGHUP", "SIGTERM", "SIGINT"]
+)
+def test_a_signal_mid_request_ends_the_bench_with_nothing_printed_after(
+    signum: int, bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    """The bench's job cancels its requests and the bench stops its server at once. Before,
+    SIGHUP raised KeyboardInterrupt in the request's task, which kept it unretrieved (a
+    traceback after the bench's last line)."""
+    spec = bench_spec({"0": SLOW, "1": SLOW})
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-c", SIGNALLED_IN_A_REQUEST, str(signum), "bench", str(spec),
+            "--prompts", str(prompts), "--job", str(tmp_path / "job"), "--sample", "16",
+            "--max-tokens", "400", "--variants", "plain,NEXTN:1", "--budget-s", str(BUDGET_S), "--warmup-s", "2"]  # fmt: skip
+    ended = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=BUDGET_S + STOP_GRACE_S)
+    said = ended.stderr
+    assert ended.returncode == 130, said
+    assert [w for w in ("Traceback", "never retrieved", "never awaited") if w in said] == [], said
+    assert said.rstrip().endswith("interrupted: every server this bench started is stopped"), said
+    assert left_running(Path(os.environ["SPECPILOT_HOME"])) == {"qb-bench-plain": []}, said

@@ -138,8 +138,10 @@ def _lines(out: Path) -> Iterator[bytes]:
         yield from part.read_bytes().splitlines()
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
 @pytest.mark.parametrize("server_url", [0.3], indirect=True)
-def test_first_sigint_lets_requests_in_flight_finish(tmp_path: Path, server_url: str) -> None:
+def test_first_signal_lets_requests_in_flight_finish(tmp_path: Path, server_url: str, signum: int) -> None:
+    """SIGHUP (the SSH session closed) as Ctrl-C: it killed generate, saying nothing."""
     path = write_jsonl(tmp_path / "in.jsonl", prompt_rows(120))
     out = tmp_path / "out"
     argv = _generate_argv(path, out, server_url, "--concurrency", "8")
@@ -147,11 +149,11 @@ def test_first_sigint_lets_requests_in_flight_finish(tmp_path: Path, server_url:
     while _count_state(out, 2) < 8:  # some rows done: the job is in full swing
         assert process.poll() is None, process.communicate()
         time.sleep(0.05)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 1, stderr
     summary = json.loads(stdout)
-    assert "interrupted by SIGINT" in summary["message"]
+    assert f"interrupted by {signal.Signals(signum).name}" in summary["message"]
     assert summary["in_flight"] == 0 and 0 < summary["done"] < 120  # nothing was abandoned
     final = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert final.returncode == 0, final.stderr

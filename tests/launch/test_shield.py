@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from specpilot import interrupts
 from specpilot.launch import shield
 from specpilot.launch.state import RunState, write_state
 from specpilot.spec import HostSection
@@ -20,9 +21,9 @@ from specpilot.spec import HostSection
 
 def wait_received(count: int) -> list[int]:
     deadline = time.monotonic() + 10
-    while len(shield.received()) < count and time.monotonic() < deadline:
+    while len(interrupts.received()) < count and time.monotonic() < deadline:
         time.sleep(0.01)
-    return shield.received()
+    return interrupts.received()
 
 
 def test_the_first_signal_interrupts_and_one_held_during_the_stop_does_not() -> None:
@@ -37,7 +38,7 @@ def test_the_first_signal_interrupts_and_one_held_during_the_stop_does_not() -> 
             # records it, as a second signal)
             signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
             time.sleep(0.05)
-            assert shield.received() == [signal.SIGHUP]  # held by the kernel: the stop goes on
+            assert interrupts.received() == [signal.SIGHUP]  # held by the kernel: the stop goes on
         assert wait_received(2) == [signal.SIGHUP, signal.SIGTERM]  # arrived, raised nothing
     assert signal.getsignal(signal.SIGTERM) is before
 

@@ -10,6 +10,7 @@ short and long prompts).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from dataclasses import replace
@@ -22,7 +23,7 @@ from specpilot.bench.search import Planned, Trial
 from specpilot.bench.variants import Prepared, Variant, adaptive_flag, prepare, release_name, spec_method
 from specpilot.engines.adapter import Engine, EngineRelease
 from specpilot.generate.rows.types import PromptRow
-from specpilot.launch.shield import received, take_over_signals
+from specpilot.interrupts import received
 from specpilot.models.host_files import ModelRead
 from specpilot.plan.types import PrefillGate
 from specpilot.spec import Spec
@@ -111,14 +112,13 @@ class EngineLab:
         )
         settings = replace(settings, request_timeout_s=budget_s)
         self.notify(f"{point.label}: {kind} of {settings.sample_rows} rows, at most {budget_s:.0f} s")
-        take_over_signals()  # a generate job's loop hands them back to Python's defaults
         if not prepared.refused:  # before the start: its engine may appear at any moment
             self.started.append(prepared.spec.name)
         started_s = time.monotonic()
         row, timings = await measure(prepared, self.release, settings, folder, self.notify)
         cost_s = time.monotonic() - started_s
-        if received():  # a signal whose interrupt something swallowed still ends the bench
-            raise KeyboardInterrupt
+        if received():  # a signal whose cancellation something swallowed still ends the bench
+            raise asyncio.CancelledError
         ok = bool(timings) and row.status in ("measured", "no_steady_state")
         lengths = tuple(t.output_tokens for t in timings)
         rates = batch_rates(timings)

@@ -123,7 +123,7 @@ class Measured:
 
 @dataclass
 class _Guard:
-    """Bounds a generate job: stops it at the deadline or at once on Ctrl-C; prints progress."""
+    """Bounds a generate job: stops it at the deadline; prints progress."""
 
     deadline_s: float
     label: str
@@ -131,7 +131,6 @@ class _Guard:
     progress_interval_s: float
     rows: int = 0  # rows the job sends (the progress line's denominator)
     dispatcher: Dispatcher | None = None
-    interrupted: bool = False
     budget_reached: bool = False
 
     @contextlib.asynccontextmanager
@@ -145,13 +144,7 @@ class _Guard:
         while True:
             await asyncio.sleep(GUARD_TICK_S)
             now = time.monotonic()
-            reason = dispatcher.stop_reason
-            if reason is not None and reason.startswith("interrupted"):
-                # generate's first Ctrl-C waits for the requests in flight; a bench stops now
-                self.interrupted = True
-                dispatcher.stop_for(reason)
-                return
-            if now >= self.deadline_s and reason is None:
+            if now >= self.deadline_s and dispatcher.stop_reason is None:
                 self.budget_reached = True
                 dispatcher.stop_for(f"{self.label}: --budget-s reached")
                 return
@@ -182,22 +175,9 @@ def _job(settings: Settings, prepared: Prepared, folder: Path, **changes: Any) -
         give_up_after_s=30.0,
         show_progress=False,
         yield_floor=YieldFloor(min_clean_pct=0.0),  # a bench measures speed, whatever the rows say
+        drain_on_signal=False,  # a signal ends the bench at once: `measure` stops the server on the way out
     )
     return replace(base, **changes)
-
-
-async def _guarded(config: JobConfig, guard: _Guard) -> None:
-    # generate's loop takes SIGTERM over while it runs and resets it to the default after
-    on_term = signal.getsignal(signal.SIGTERM)
-    try:
-        await generate_in_loop(config, guard.watch)
-    finally:
-        if on_term is not None:
-            signal.signal(signal.SIGTERM, on_term)
-    # a signal the job's loop took as the job ended, before the guard's next tick, counts too
-    reason = guard.dispatcher.stop_reason if guard.dispatcher is not None else None
-    if guard.interrupted or (reason or "").startswith("interrupted"):
-        raise KeyboardInterrupt  # as a Ctrl-C anywhere else: `measure` stops the server on the way out
 
 
 async def measure(
@@ -271,7 +251,7 @@ async def _warm_up(
     """A short job of a few rows and answers, so the sample's timings see no first-kernel costs."""
     label = prepared.variant.label
     warm = _Guard(min(deadline_s, time.monotonic() + settings.warmup_s), label, notify, 0.0)
-    await _guarded(
+    await generate_in_loop(
         _job(
             settings,
             prepared,
@@ -282,7 +262,7 @@ async def _warm_up(
                 max_tokens=min(settings.sampling.max_tokens or WARMUP_MAX_TOKENS, WARMUP_MAX_TOKENS),
             ),
         ),
-        warm,
+        warm.watch,
     )
 
 
@@ -305,14 +285,14 @@ async def _measure_sample(
     notify(f"{label}: measuring {settings.sample_rows} rows at {concurrency} requests in flight (its cap)")
     counted_before = _counter(endpoint, preemption)
     sample_started_s = time.monotonic()
-    await _guarded(
+    await generate_in_loop(
         _job(
             settings,
             prepared,
             folder / "sample",
             client_factory=lambda session, model, sampling: _streaming(session, model, sampling, log),
         ),
-        guard,
+        guard.watch,
     )
     elapsed_s = time.monotonic() - sample_started_s
     row.budget_reached = guard.budget_reached

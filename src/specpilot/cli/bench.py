@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 from dataclasses import dataclass
@@ -151,6 +150,7 @@ def bench(
     from specpilot.bench.variants import default_variants, parse_variants
     from specpilot.check.resolved import release_of
     from specpilot.generate.rows.inputs import check_output_dir
+    from specpilot.interrupts import run
     from specpilot.launch.shield import ending_signals, stop_started
     from specpilot.launch.state import check_run_name
     from specpilot.spec import load_spec
@@ -187,11 +187,11 @@ def bench(
     started: list[str] = []
     try:
         with ending_signals():
-            result = asyncio.run(run_bench(request, _say, started))
+            result = run(run_bench(request, _say, started))
     except KeyboardInterrupt:
         # run_bench stopped every server it started as the interrupt tore its loop down, where a
         # failure of that stop is only logged: proven again here, each run's port seen free
-        left = asyncio.run(stop_started(started))
+        left = run(stop_started(started))
         if left:
             raise JobFailed("; ".join(left) + " (stopping what the bench started)") from None
         _say("interrupted: every server this bench started is stopped")

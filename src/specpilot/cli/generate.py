@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import sys
 from dataclasses import dataclass
@@ -260,7 +259,12 @@ def generate(
         watchers.append(watch_job(sock, output_dir, status_hosts))
     if progress_interval_s > 0:
         watchers.append(projecting(output_dir, progress_interval_s, out.note))
-    outcome = asyncio.run(generate_in_loop(config, all_of(watchers)))
+    from specpilot.interrupts import run
+    from specpilot.launch.shield import ending_signals
+
+    # SIGINT, SIGTERM and SIGHUP: the first lets the requests in flight finish, then the job ends
+    with ending_signals():
+        outcome = run(generate_in_loop(config, all_of(watchers)))
     out.show(_GenerateShown(outcome), indent=None)
     if outcome.exit_code != EXIT_OK:
         sys.exit(outcome.exit_code)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +87,7 @@ def job(
     the flag that bounds it lowered), its rows go back to the queue. At the end what
     the job started is stopped unless keep_servers.
     """
+    from specpilot.interrupts import run
     from specpilot.job.pipeline import begin, hold_folder, prepare, run_job, stop_short
     from specpilot.job.spec import load_job
     from specpilot.launch.shield import ending_signals
@@ -116,10 +116,10 @@ def job(
                 out.fail(early, output=str(spec.output))
             try:
                 # the stages' lines go to stderr in both forms: for a person they are the story
-                result = asyncio.run(run_job(spec, record, out.note))
+                result = run(run_job(spec, record, out.note))
             except BaseException as err:
                 # whatever stopped it, nothing it started is left running (unless keep_servers)
-                left = asyncio.run(stop_short(spec, record, out.note))
+                left = run(stop_short(spec, record, out.note))
                 _fail(out, err, left, str(spec.output))
         finally:
             if lock is not None:

@@ -148,6 +148,8 @@ class JobConfig:
     context_tokens: int | None = None
     #: the fixes the guard and the stops name are `specpilot job`'s (its keys and command), not generate's
     in_job: bool = False
+    #: a signal's first lets the requests in flight finish; False: it is the command's (`bench`)
+    drain_on_signal: bool = True
 
     def dispatch_policy(self) -> DispatchPolicy:
         return DispatchPolicy(
@@ -164,6 +166,7 @@ class JobConfig:
             metrics_interval_s=self.metrics_interval_s,
             progress_interval_s=self.progress_interval_s if self.show_progress else None,
             names=JOB_SETTING_NAMES if self.in_job else GENERATE_SETTING_NAMES,
+            drain_on_signal=self.drain_on_signal,
         )
 
 
@@ -179,7 +182,7 @@ class Outcome:
     yield_stop: dict[str, Any] | None = None
     #: seconds of this run every server was down (what `job` counts as stalled)
     stalled_s: float = 0.0
-    #: SIGINT or SIGTERM stopped the run (`job` then exits as a signal ends it)
+    #: SIGINT, SIGTERM or SIGHUP stopped the run (`job` then exits as a signal ends it)
     signalled: bool = False
 
 

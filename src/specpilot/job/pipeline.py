@@ -674,14 +674,7 @@ async def _generate(
         projecting(job.output, PROJECTION_EVERY_S, say),
         heartbeat(record, "generate", HEARTBEAT_S),
     ]
-    from specpilot.launch.shield import signals_taken, take_over_signals
-
-    taken = signals_taken()
-    try:
-        outcome = await generate_in_loop(config, all_of(watchers))
-    finally:
-        if taken:  # generate's loop handed SIGINT and SIGTERM back to Python's defaults
-            take_over_signals()
+    outcome = await generate_in_loop(config, all_of(watchers))
     return _record_generate(job, record, outcome, say)
 
 

@@ -1,9 +1,9 @@
 """How `up` and `bench` end on a signal: once, and with nothing they started left running.
 
 SIGINT (Ctrl-C), SIGTERM (a scheduler's kill) and SIGHUP (the SSH session closed) each end
-the command as Ctrl-C does: the first raises KeyboardInterrupt wherever the command is
-(an event loop included: asyncio.run then cancels what runs and lets it clean up); any
-later one is recorded and otherwise ignored, so it cannot cut the stop short. The stop
+the command as Ctrl-C does: the first raises KeyboardInterrupt where the command is, or, in
+an event loop (`interrupts.run`), cancels the loop's work and raises it once the loop has
+ended; any later one is recorded and otherwise ignored, so it cannot cut the stop short. The stop
 itself (`stop_started`) runs with the three signals blocked, after the command's own
 helpers (a host agent still spawning an engine) have exited, and proves what it signals
 by the run's token (launch.stop), so an engine whose pid never reached the state file is
@@ -22,45 +22,31 @@ from types import FrameType
 
 from specpilot.errors import UserError
 from specpilot.hosts import open_host_section
+from specpilot.interrupts import ENDING_SIGNALS, forget, record
 from specpilot.launch.state import read_state
 from specpilot.launch.stop import end_group
 
-#: the signals that end `up` and `bench` as Ctrl-C does
-ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: how long the stop waits for this process's helpers, and for a run's port to close
 CHILDREN_EXIT_S = 30.0
 PORT_RELEASE_S = 15.0
 #: between SIGTERM and SIGKILL for what a stop finds (an engine mid-start has nothing to save)
 STOP_TERM_S = 10.0
 
-_received: list[int] = []
-
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    _received.append(signum)
-    if len(_received) == 1:
+    if record(signum):
         raise KeyboardInterrupt
-
-
-def take_over_signals() -> None:
-    """SIGINT, SIGTERM and SIGHUP end the command as Ctrl-C does, once (see the module).
-    Call again after code that hands them back (a generate job's loop resets them)."""
-    for signum in ENDING_SIGNALS:
-        signal.signal(signum, _on_signal)
-
-
-def signals_taken() -> bool:
-    """Whether the ending signals are this module's now (inside `ending_signals`)."""
-    return signal.getsignal(signal.SIGTERM) is _on_signal
 
 
 @contextlib.contextmanager
 def ending_signals() -> Iterator[None]:
-    """`take_over_signals` for the duration of a command; the handlers before it come back
-    after (a command run inside another program, as tests do)."""
+    """SIGINT, SIGTERM and SIGHUP end the command as Ctrl-C does, once (see the module), for
+    the duration of a command; the handlers before it come back after (a command run inside
+    another program, as tests do)."""
     before = {signum: signal.getsignal(signum) for signum in ENDING_SIGNALS}
-    _received.clear()
-    take_over_signals()
+    forget()
+    for signum in ENDING_SIGNALS:
+        signal.signal(signum, _on_signal)
     try:
         yield
     finally:
@@ -68,20 +54,13 @@ def ending_signals() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def received() -> list[int]:
-    """The ending signals received so far, in order."""
-    return list(_received)
-
-
 @contextlib.contextmanager
 def signals_blocked() -> Iterator[None]:
-    """No ending signal is delivered inside (the kernel holds it); on the way out the
-    handlers are ours again (a generate loop resets them) before held signals arrive."""
+    """No ending signal is delivered inside (the kernel holds it until the way out)."""
     before = signal.pthread_sigmask(signal.SIG_BLOCK, ENDING_SIGNALS)
     try:
         yield
     finally:
-        take_over_signals()
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 

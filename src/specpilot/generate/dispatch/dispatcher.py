@@ -40,6 +40,7 @@ from specpilot.generate.rows.types import PromptRow, RejectedRow
 from specpilot.generate.sampling import Sampling
 from specpilot.generate.writers.parts import PartWriter, Split
 from specpilot.generate.yields import YieldGuard
+from specpilot.interrupts import taken_by
 
 TICK_S = 0.05
 
@@ -51,19 +52,6 @@ def _pool(endpoints: Sequence[Endpoint], concurrency: int) -> ServerPool:
         {e.base_url: e.slots for e in endpoints if e.router},
         {e.base_url: e.group for e in endpoints if e.group},
     )
-
-
-@contextlib.contextmanager
-def _signals_handled(interrupt: Callable[[signal.Signals], None]) -> Iterator[None]:
-    """SIGINT and SIGTERM go to `interrupt` while the job runs (the loop's own handling after)."""
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, interrupt, sig)
-    try:
-        yield
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
 
 
 class Dispatcher:
@@ -148,7 +136,8 @@ class Dispatcher:
                 interval_s=self.policy.progress_interval_s,
             )
         try:
-            with _signals_handled(self._interrupt):
+            # SIGINT, SIGTERM and SIGHUP come here while the job runs (the command's handling after)
+            with taken_by(self._interrupt) if self.policy.drain_on_signal else contextlib.nullcontext():
                 await self.tasks.run(self._main(companions), "the dispatch loop")
         finally:
             try:

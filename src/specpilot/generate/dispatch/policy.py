@@ -66,3 +66,6 @@ class DispatchPolicy:
     stall_after_s: float | None = None
     #: how a stop names the settings above
     names: SettingNames = GENERATE_SETTING_NAMES
+    #: an ending signal lets the requests in flight finish (a second stops at once); False: the
+    #: signal is the command's (a bench ends at once, stopping its server)
+    drain_on_signal: bool = True
