@@ -5,11 +5,12 @@ A Python handler that raises (Ctrl-C's KeyboardInterrupt) raises inside the loop
 task is mid-step (an aiohttp write): that task ends holding an exception no one awaits ("Task
 exception was never retrieved") and asyncio.run tears the rest down around it (coroutines
 "never awaited"). So while a loop runs the loop takes the signals (`loop.add_signal_handler`:
-the handler runs between steps) and hands each to the innermost taker (`taken_by`). `run`'s
-taker cancels the command's main task on the first signal, which each task group passes to
-its tasks and awaits (their cleanups run), and raises KeyboardInterrupt once the loop has
-ended; a generate job's dispatcher takes them while it sends (its first signal lets the
-requests in flight finish). Every signal is recorded (`received`), inside a loop or out.
+the handler runs between steps) and hands each to the innermost taker (`taken_by`). The
+command's loop (`cli.loop.run`) takes them first: it cancels the command's main task on the
+first signal, which each task group passes to its tasks and awaits (their cleanups run), and
+raises KeyboardInterrupt once the loop has ended; a generate job's dispatcher takes them while
+it sends (its first signal lets the requests in flight finish). Every signal is recorded
+(`received`), inside a loop or out.
 """
 
 from __future__ import annotations
@@ -17,10 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from collections.abc import Callable, Iterator
 
 #: the signals that end a command as Ctrl-C does
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -77,34 +75,3 @@ def taken_by(taker: Taker) -> Iterator[None]:
                     signal.signal(signum, signal.SIG_DFL if handler is None else handler)
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """asyncio.run(main), which the first ending signal ends as Ctrl-C ends a command, in order:
-    `main` is cancelled (and with it every task it awaits), then KeyboardInterrupt is raised
-    once the loop has ended. A later signal is recorded and otherwise ignored, so it cannot
-    cut a cleanup short; one an inner taker took ends `main` as that taker decides."""
-    cancelled = False
-
-    async def cancellable() -> T:
-        task = asyncio.current_task()
-        assert task is not None
-
-        def cancel(signum: signal.Signals) -> None:
-            nonlocal cancelled
-            if len(_received) == 1:
-                cancelled = True
-                task.cancel()
-
-        with taken_by(cancel):
-            return await main
-
-    try:
-        result = asyncio.run(cancellable())
-    except BaseException as err:
-        if cancelled:  # whatever the unwinding raised: the signal ended the command
-            raise KeyboardInterrupt from err
-        raise
-    if cancelled:  # something swallowed the cancellation: the signal still ends the command
-        raise KeyboardInterrupt
-    return result

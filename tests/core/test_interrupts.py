@@ -1,4 +1,4 @@
-"""interrupts.run: the first ending signal cancels the command's task, every task's cleanup
+"""loop.run: the first ending signal cancels the command's task, every task's cleanup
 runs to its end (a second signal cannot cut it short), and KeyboardInterrupt comes once the
 loop has ended; an inner taker takes the signals while it is in place; the handlers before
 come back."""
@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from specpilot import interrupts
+from specpilot.cli import loop
 
 
 def send(signum: int) -> None:
@@ -41,7 +42,7 @@ def test_the_first_signal_cancels_every_task_and_a_second_does_not_cut_their_cle
 
     interrupts.forget()
     with pytest.raises(KeyboardInterrupt):
-        interrupts.run(main())
+        loop.run(main())
     assert cleaned == ["request"]
     assert interrupts.received() == [signal.SIGHUP, signal.SIGTERM]
     assert {signum: signal.getsignal(signum) for signum in interrupts.ENDING_SIGNALS} == before
@@ -58,5 +59,5 @@ def test_an_inner_taker_takes_the_signals_while_it_is_in_place() -> None:
         return "finished"
 
     interrupts.forget()
-    assert interrupts.run(main()) == "finished"
+    assert loop.run(main()) == "finished"
     assert taken == [signal.SIGINT]

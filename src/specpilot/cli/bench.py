@@ -149,8 +149,8 @@ def bench(
     from specpilot.bench.run import BenchRequest, check_budget, plan_settings, run_bench
     from specpilot.bench.variants import default_variants, parse_variants
     from specpilot.check.resolved import release_of
+    from specpilot.cli.loop import run
     from specpilot.generate.rows.inputs import check_output_dir
-    from specpilot.interrupts import run
     from specpilot.launch.shield import ending_signals, stop_started
     from specpilot.launch.state import check_run_name
     from specpilot.spec import load_spec

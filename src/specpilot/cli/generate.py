@@ -259,7 +259,7 @@ def generate(
         watchers.append(watch_job(sock, output_dir, status_hosts))
     if progress_interval_s > 0:
         watchers.append(projecting(output_dir, progress_interval_s, out.note))
-    from specpilot.interrupts import run
+    from specpilot.cli.loop import run
     from specpilot.launch.shield import ending_signals
 
     # SIGINT, SIGTERM and SIGHUP: the first lets the requests in flight finish, then the job ends

@@ -87,7 +87,7 @@ def job(
     the flag that bounds it lowered), its rows go back to the queue. At the end what
     the job started is stopped unless keep_servers.
     """
-    from specpilot.interrupts import run
+    from specpilot.cli.loop import run
     from specpilot.job.pipeline import begin, hold_folder, prepare, run_job, stop_short
     from specpilot.job.spec import load_job
     from specpilot.launch.shield import ending_signals

@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from specpilot import interrupts
+from specpilot.cli import loop
 from specpilot.cli.output import Human, Output, json_option
 from specpilot.cli.params import FiniteFloat
 from specpilot.engines.fix import Fix
@@ -247,9 +247,9 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, out: Output
     # SIGTERM and SIGHUP (the SSH session closed) end it as Ctrl-C does: what started is stopped
     try:
         with ending_signals(), view:
-            run = interrupts.run(run_up(spec, SettleOptions(force=force, max_replans=replan), view))
+            run = loop.run(run_up(spec, SettleOptions(force=force, max_replans=replan), view))
     except KeyboardInterrupt:
-        left = interrupts.run(stop_started([spec.name]))  # the start's loop ended with the interrupt
+        left = loop.run(stop_started([spec.name]))  # the start's loop ended with the interrupt
         if left:
             raise JobFailed("; ".join(left) + " (stopping the interrupted start)") from None
         out.note(f"interrupted: {spec.name} is stopped")

@@ -2,7 +2,7 @@
 
 SIGINT (Ctrl-C), SIGTERM (a scheduler's kill) and SIGHUP (the SSH session closed) each end
 the command as Ctrl-C does: the first raises KeyboardInterrupt where the command is, or, in
-an event loop (`interrupts.run`), cancels the loop's work and raises it once the loop has
+an event loop (`cli.loop.run`), cancels the loop's work and raises it once the loop has
 ended; any later one is recorded and otherwise ignored, so it cannot cut the stop short. The stop
 itself (`stop_started`) runs with the three signals blocked, after the command's own
 helpers (a host agent still spawning an engine) have exited, and proves what it signals
