@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,7 +46,9 @@ def running_router(smg: str, worker_urls: list[str], **settings: object) -> Iter
 async def start_router(argv: list[str]) -> RouterProcess:
     """Spawned and answering GET /workers."""
     host = LocalHost()
-    process = await spawn_router(host, argv, tempfile.mkdtemp(prefix="smg-log-"), "test")
+    process = await spawn_router(
+        host, argv, tempfile.mkdtemp(prefix="smg-log-"), "test", secrets.token_hex(16)
+    )
     port = argv[argv.index("--port") + 1]
     async with aiohttp.ClientSession() as session:
         await RouterClient(session, f"http://127.0.0.1:{port}").wait_up(

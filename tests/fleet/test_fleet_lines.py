@@ -26,7 +26,7 @@ SAID = (
 def test_a_progress_line_is_printed_whole(
     as_json: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    async def bring_up(fleet: object, say: Callable[[str], None]) -> FleetOutcome:
+    async def bring_up(fleet: object, say: Callable[[str], None], started: object) -> FleetOutcome:
         say(SAID)
         return FleetOutcome(
             "fl", "http://127.0.0.1:1", [MemberOutcome("fl-0", "local", "http://w", "registered")]

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import signal
 import time
 from collections.abc import Callable
@@ -40,7 +41,7 @@ def _wait_for(what: str, check: Callable[[], bool]) -> None:
 
 
 def _spawn(argv: list[str], log_dir: Path) -> RouterProcess:
-    return asyncio.run(spawn_router(LocalHost(), argv, str(log_dir), "fl"))
+    return asyncio.run(spawn_router(LocalHost(), argv, str(log_dir), "fl", secrets.token_hex(16)))
 
 
 def test_a_late_reaped_earlier_router_does_not_write_the_new_starts_exit(tmp_path: Path) -> None:

@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from specpilot.cli import loop
 from specpilot.cli.output import Human, Output, json_option
-from specpilot.errors import EXIT_FAILED, EXIT_OK
+from specpilot.errors import EXIT_FAILED, EXIT_OK, Interrupted, JobFailed
+from specpilot.launch.shield import ending_signals
 
 if TYPE_CHECKING:
     from specpilot.fleet.ops import FleetStatus
     from specpilot.fleet.repair import FleetRepair
-    from specpilot.fleet.up import FleetOutcome
+    from specpilot.fleet.spec import Fleet
+    from specpilot.fleet.up import FleetOutcome, Started
 
 # The library's progress lines are plain text: each is one note on stderr, in both forms (a
 # Rich console wrapped them at 80 columns off a terminal and read brackets as markup).
@@ -24,12 +27,32 @@ if TYPE_CHECKING:
 
 def fleet_up(path: str, out: Output) -> int:
     from specpilot.fleet.spec import load_fleet
+    from specpilot.fleet.up import Started
     from specpilot.fleet.up import fleet_up as bring_up
 
     fleet = load_fleet(path)
-    outcome = asyncio.run(bring_up(fleet, out.note))
+    started = Started()
+    # SIGTERM and SIGHUP (the SSH session closed) end it as Ctrl-C does: what started is stopped
+    try:
+        with ending_signals():
+            outcome = loop.run(bring_up(fleet, out.note, started))
+    except KeyboardInterrupt:
+        _stop_interrupted(
+            fleet, started, f"fleet {fleet.name}: every member and router this up started is stopped"
+        )
     out.show(_FleetUpShown(outcome))
     return EXIT_OK if outcome.registered else EXIT_FAILED
+
+
+def _stop_interrupted(fleet: Fleet, started: Started, stopped: str) -> NoReturn:
+    """After a signal ended the command's loop: what it started, proven again by the run
+    tokens and stopped; then its one line (exit 130)."""
+    from specpilot.fleet.up import stop_fleet_started
+
+    left = loop.run(stop_fleet_started(fleet, started))
+    if left:
+        raise JobFailed("; ".join(left) + " (stopping what the interrupted command started)") from None
+    raise Interrupted(f"interrupted: {stopped}") from None
 
 
 @dataclass(frozen=True)
@@ -168,19 +191,36 @@ def fleet_repair(
     import time
 
     from specpilot.fleet.repair import Restarts, load_recorded_fleet, repair_fleet
+    from specpilot.fleet.up import Started
 
     fleet = load_recorded_fleet(name)
     restarts = Restarts()
-    while True:
-        result = asyncio.run(
-            repair_fleet(
-                fleet, max_restarts=max_restarts, backoff_s=backoff_s, say=out.note, restarts=restarts
-            )
-        )
-        out.show(_FleetRepairShown(name, result), indent=None)
-        if not watch:
-            ctx.exit(EXIT_OK if result.healthy else EXIT_FAILED)
-        time.sleep(interval_s)
+    # as `up`: a signal stops what the pass in flight started (an earlier pass's repairs stay)
+    with ending_signals():
+        while True:
+            started = Started()
+            try:
+                result = loop.run(
+                    repair_fleet(
+                        fleet,
+                        max_restarts=max_restarts,
+                        backoff_s=backoff_s,
+                        say=out.note,
+                        restarts=restarts,
+                        started=started,
+                    )
+                )
+            except KeyboardInterrupt:
+                _stop_interrupted(fleet, started, f"what fleet-repair started for {name} is stopped")
+            out.show(_FleetRepairShown(name, result), indent=None)
+            if not watch:
+                ctx.exit(EXIT_OK if result.healthy else EXIT_FAILED)
+            try:
+                time.sleep(interval_s)
+            except KeyboardInterrupt:
+                raise Interrupted(
+                    f"interrupted: fleet-repair {name} between passes; nothing was starting"
+                ) from None
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,7 @@ async def stop_router(record: dict[str, Any]) -> str:
                     int(replica["pid"]),
                     term_timeout_s=STOP_TIMEOUT_S,
                     start_ticks=replica.get("start_ticks"),
+                    token=replica.get("token"),
                 )
             )
     finally:

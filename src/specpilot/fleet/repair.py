@@ -32,6 +32,7 @@ from specpilot.fleet.spec import Fleet, Member, load_fleet
 from specpilot.fleet.state import read_fleet, router_replicas, write_fleet
 from specpilot.fleet.up import (
     ROUTER_START_TIMEOUT_S,
+    Started,
     check_router_place,
     register,
     replica_entry,
@@ -132,7 +133,7 @@ async def clear_dead_routers(fleet: Fleet, record: dict[str, Any], dead: list[in
         await host.close()
 
 
-async def repair_routers(fleet: Fleet, say: Say) -> list[RouterRepair]:
+async def repair_routers(fleet: Fleet, say: Say, started: Started) -> list[RouterRepair]:
     """Start each router replica that is not running again; the engines are left as they are.
 
     Every check `up` makes comes first (UserError, nothing started): the host answers,
@@ -153,7 +154,7 @@ async def repair_routers(fleet: Fleet, say: Say) -> list[RouterRepair]:
         for i in dead:
             repair = repairs[i]
             say(f"router {repair.url} of {fleet.name} is not running; starting it again on {place.target}")
-            process = await spawn_router_of(fleet, argvs[i], i)
+            process = await spawn_router_of(fleet, argvs[i], i, started)
             replicas[i] = replica_entry(repair.url, process, argvs[i])
             record["router_restarts"] = int(record.get("router_restarts") or 0) + 1
             write_fleet(record)
@@ -234,6 +235,8 @@ class MemberRestarts:
     restarts: Restarts
     #: the plan per kind of GPU, made once per pass
     planned: dict[Any, ServerPlan] = field(default_factory=dict)
+    #: each restart noted before it begins (`fleet.up.stop_fleet_started`)
+    started: Started = field(default_factory=Started)
 
     async def again(self, member: Member, failure: Failure) -> Repair:
         """Start `member` (out of the routers, its process gone, its port free) again until it is
@@ -261,6 +264,7 @@ class MemberRestarts:
             which = f"restart {repair.restarts} of {self.max_restarts}"
             say(f"{member.name}: not serving ({failure.cause}); {which}{bound}")
             host = open_host_section(server.started.host)
+            self.started.runs.append(member.name)
             try:
                 result = await launch(server, host)
             finally:
@@ -283,16 +287,24 @@ class MemberRestarts:
 
 
 async def repair_fleet(
-    fleet: Fleet, *, max_restarts: int, backoff_s: float, say: Say, restarts: Restarts | None = None
+    fleet: Fleet,
+    *,
+    max_restarts: int,
+    backoff_s: float,
+    say: Say,
+    restarts: Restarts | None = None,
+    started: Started | None = None,
 ) -> FleetRepair:
-    """One pass: the router, then every member, each restarted as `launch.recovery` says."""
+    """One pass: the router, then every member, each restarted as `launch.recovery` says;
+    each start noted in `started` first (`fleet.up.stop_fleet_started`)."""
     restarts = restarts if restarts is not None else Restarts()
-    router_repairs = await repair_routers(fleet, say)
+    started = Started() if started is None else started
+    router_repairs = await repair_routers(fleet, say, started)
     if any(r.action == "gave_up" for r in router_repairs):
         return FleetRepair(router_repairs, [])
     async with aiohttp.ClientSession() as session:
         routers = [RouterClient(session, url) for url in fleet.router_urls]
-        restarter = MemberRestarts(fleet, routers, max_restarts, backoff_s, say, restarts)
+        restarter = MemberRestarts(fleet, routers, max_restarts, backoff_s, say, restarts, started=started)
         listings = [await router.workers() for router in routers]
         check_known_workers(fleet, [w.url for listed in listings for w in listed])
         # per replica, the members it lists ready

@@ -26,6 +26,7 @@ import aiohttp
 from specpilot.errors import UserError
 from specpilot.fleet.spec import RouterSection
 from specpilot.hosts.base import Host
+from specpilot.launch.stop import RUN_TOKEN_VAR
 
 SMG_ENV = "SPECPILOT_SMG"
 #: the first release with the `/workers` control API this module uses
@@ -105,12 +106,14 @@ def router_argv(smg: str, router: RouterSection, metrics_port: int, port: int | 
 
 @dataclass(frozen=True)
 class RouterProcess:
-    """The router's process on its host: (pid, start_ticks) names it for good."""
+    """The router's process on its host: (pid, start_ticks) names it for good; its run token
+    (in its environment) marks it and its children, as a member's does (`launch.stop`)."""
 
     pid: int
     start_ticks: int | None
     log_path: str
     exit_path: str
+    token: str
 
 
 def exit_path_of(replica: dict[str, Any]) -> str | None:
@@ -125,10 +128,11 @@ def exit_path_of(replica: dict[str, Any]) -> str | None:
     return None
 
 
-async def spawn_router(host: Host, argv: Sequence[str], log_dir: str, name: str) -> RouterProcess:
-    """Start the router in its own session on `host` (it outlives `up`)."""
+async def spawn_router(host: Host, argv: Sequence[str], log_dir: str, name: str, token: str) -> RouterProcess:
+    """Start the router in its own session on `host` (it outlives `up`), marked by the run
+    token `token`."""
     await host.run(["mkdir", "-p", "-m", "700", log_dir])
-    env = await _login_env(host)
+    env = {**await _login_env(host), RUN_TOKEN_VAR: token}
     log_path = f"{log_dir}/{name}.router.log"
     # one exit file per start: the watcher of an earlier router under this name that reaps it
     # late (a zombie when the name was reused) writes its own file, never this start's
@@ -142,7 +146,7 @@ async def spawn_router(host: Host, argv: Sequence[str], log_dir: str, name: str)
         exit_path=exit_path,
     )
     stat = await host.proc_stat(pid)
-    return RouterProcess(pid, None if stat is None else stat.start_ticks, log_path, exit_path)
+    return RouterProcess(pid, None if stat is None else stat.start_ticks, log_path, exit_path, token)
 
 
 async def running(host: Host, pid: int, start_ticks: int | None) -> bool:

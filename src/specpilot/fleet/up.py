@@ -4,7 +4,8 @@ Nothing starts before every input is known good (hosts reachable, plans fit, rou
 ports free, `smg` new enough). Members start in parallel through the same verified
 `launch` as a single `up`; each is registered with the router once ready, and one
 that fails is reported with its cause and never registered. An interrupt stops
-everything started so far.
+everything started so far: in the loop as it unwinds, then once more from what `Started`
+noted before each start (`stop_fleet_started`), by each one's run token.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -36,7 +38,9 @@ from specpilot.hosts.errors import HostError
 from specpilot.hosts.target import parse_target
 from specpilot.launch.ops import run_down
 from specpilot.launch.server_plan import ServerPlan, plan_server
+from specpilot.launch.shield import STOP_TERM_S, signals_blocked, stop_started
 from specpilot.launch.state import host_options_json
+from specpilot.launch.stop import end_group
 from specpilot.launch.supervisor import launch
 from specpilot.spec import HostSection
 from specpilot.taskgroup import all_of, each_of
@@ -47,6 +51,36 @@ ROUTER_START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 
 Say = Callable[[str], None]
+
+
+@dataclass
+class Started:
+    """What one command starts, each noted before its start: the member runs (`launch`
+    records each one's token before its spawn) and the router replicas' run tokens. After an
+    interrupt `stop_fleet_started` stops exactly these, an engine or router whose pid never
+    came back included."""
+
+    runs: list[str] = field(default_factory=list)
+    router_tokens: list[str] = field(default_factory=list)
+
+
+async def stop_fleet_started(fleet: Fleet, started: Started) -> list[str]:
+    """Stop every member run and router replica in `started`, by their run tokens, with the
+    ending signals blocked; a line for each thing left running."""
+    left = await stop_started(started.runs)  # waits for this process's helpers first
+    if not started.router_tokens:
+        return left
+    with signals_blocked():
+        host = open_host_section(router_place(fleet)[0])
+        try:
+            for token in started.router_tokens:  # pid 0: found by the token alone
+                stopped = await end_group(host, 0, term_timeout_s=STOP_TERM_S, token=token)
+                if stopped.survivors:
+                    survivors = " ".join(map(str, stopped.survivors))
+                    left.append(f"router of {fleet.name}: pid {survivors} survived SIGKILL")
+        finally:
+            await host.close()
+    return left
 
 
 @dataclass
@@ -236,10 +270,16 @@ async def register(routers: list[RouterClient], url: str, timeout_s: float) -> s
 
 
 async def _start_member(
-    member: Member, server: ServerPlan, routers: list[RouterClient], timeout_s: float, say: Say
+    member: Member,
+    server: ServerPlan,
+    routers: list[RouterClient],
+    timeout_s: float,
+    say: Say,
+    started: Started,
 ) -> MemberOutcome:
     outcome = MemberOutcome(member.name, member.spec.host.target, member.worker_url, "failed")
     host = open_host_section(member.spec.host)
+    started.runs.append(member.name)
     try:
         result = await launch(server.for_member(member.spec), host)
     except SpecpilotError as err:  # its host went away mid-start: this member only
@@ -273,6 +313,7 @@ def replica_entry(url: str, process: RouterProcess, argv: list[str]) -> dict[str
         "url": url,
         "pid": process.pid,
         "start_ticks": process.start_ticks,
+        "token": process.token,
         "log": process.log_path,
         "exit": process.exit_path,
         "argv": argv,
@@ -307,10 +348,12 @@ def replica_name(fleet: Fleet, index: int) -> str:
     return fleet.name if index == 0 else f"{fleet.name}.r{index}"
 
 
-async def spawn_router_of(fleet: Fleet, argv: list[str], index: int = 0) -> RouterProcess:
+async def spawn_router_of(fleet: Fleet, argv: list[str], index: int, started: Started) -> RouterProcess:
     """Start replica `index` of the fleet's router where `[router] target` says; its log
-    beside the fleet record."""
+    beside the fleet record, its run token in `started` before the spawn."""
     place, _ = router_place(fleet)
+    token = secrets.token_hex(16)
+    started.router_tokens.append(token)
     host = open_host_section(place)
     try:
         log_dir = (
@@ -318,17 +361,19 @@ async def spawn_router_of(fleet: Fleet, argv: list[str], index: int = 0) -> Rout
             if place.target == "local"
             else f"{await host.home()}/.specpilot/fleets"
         )
-        return await spawn_router(host, argv, log_dir, replica_name(fleet, index))
+        return await spawn_router(host, argv, log_dir, replica_name(fleet, index), token)
     finally:
         await host.close()
 
 
-async def _spawn_replicas(fleet: Fleet, argvs: list[list[str]], say: Say) -> list[RouterProcess]:
+async def _spawn_replicas(
+    fleet: Fleet, argvs: list[list[str]], say: Say, started: Started
+) -> list[RouterProcess]:
     """Every replica, or none: one that cannot be spawned stops those already started."""
     processes: list[RouterProcess] = []
     try:
         for index, argv in enumerate(argvs):
-            processes.append(await spawn_router_of(fleet, argv, index))
+            processes.append(await spawn_router_of(fleet, argv, index, started))
     except BaseException:
         partial = fleet_record(fleet, processes, argvs[: len(processes)])
         await _stop_everything(fleet, partial, say)
@@ -336,15 +381,17 @@ async def _spawn_replicas(fleet: Fleet, argvs: list[list[str]], say: Say) -> lis
     return processes
 
 
-async def fleet_up(fleet: Fleet, say: Say) -> FleetOutcome:
+async def fleet_up(fleet: Fleet, say: Say, started: Started | None = None) -> FleetOutcome:
     """Check everything, start the router replicas and every member, register the ready ones;
-    nothing is left running when no member became ready (or on an error)."""
+    nothing is left running when no member became ready (or on an error). Each start is
+    noted in `started` first (`stop_fleet_started`)."""
+    started = Started() if started is None else started
     argvs, plans = await check_inputs(fleet, say)
     fleets_folder()  # where its record goes can be written: else nothing is started
-    record = fleet_record(fleet, await _spawn_replicas(fleet, argvs, say), argvs)
+    record = fleet_record(fleet, await _spawn_replicas(fleet, argvs, say, started), argvs)
     write_fleet(record)
     try:
-        outcome = await _bring_up(fleet, record, plans, say)
+        outcome = await _bring_up(fleet, record, plans, say, started)
     except BaseException:
         await _stop_everything(fleet, record, say)
         raise
@@ -356,7 +403,7 @@ async def fleet_up(fleet: Fleet, say: Say) -> FleetOutcome:
 
 
 async def _bring_up(
-    fleet: Fleet, record: dict[str, Any], plans: dict[Any, ServerPlan], say: Say
+    fleet: Fleet, record: dict[str, Any], plans: dict[Any, ServerPlan], say: Say, started: Started
 ) -> FleetOutcome:
     from specpilot.fleet.ops import replica_running
 
@@ -379,7 +426,7 @@ async def _bring_up(
         outcomes = await all_of(
             [
                 (
-                    _start_member(m, plans[m.gpu_key], routers, fleet.router.ready_timeout_s, say),
+                    _start_member(m, plans[m.gpu_key], routers, fleet.router.ready_timeout_s, say, started),
                     f"starting member {m.name}",
                 )
                 for m in fleet.members

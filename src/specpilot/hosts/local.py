@@ -62,7 +62,14 @@ class LocalHost(AgentHost):
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        stdout, stderr = await process.communicate(agent_request(operation, args))
+        # a caller cancelled (an interrupt) still lets the agent finish and reaps it here: a
+        # spawn it began ends whole (found by its token), and no transport outlives the loop
+        answering = asyncio.ensure_future(process.communicate(agent_request(operation, args)))
+        try:
+            stdout, stderr = await asyncio.shield(answering)
+        except asyncio.CancelledError:
+            await answering
+            raise
         if process.returncode != 0:
             raise CommandFailed(
                 f"host agent ({operation}) on local exited {process.returncode}: {stderr_tail(stderr)}",
