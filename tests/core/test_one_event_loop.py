@@ -38,6 +38,9 @@ TASKS_ALLOWED: dict[tuple[str, str], str] = {
     "supervisor's `finally` stops it on every other path",
     ("launch/watch.py", "_decide"): "the exit status is read while the last lines arrive; the "
     "outcome awaits it (`_render`) or `_decide`'s `finally` cancels it",
+    ("hosts/local.py", "_agent_answer"): "the host agent's answer is shielded from a cancelled "
+    "caller (an interrupt) and awaited on both paths: a spawn the agent began ends whole and is "
+    "reaped inside the loop",
 }
 
 
