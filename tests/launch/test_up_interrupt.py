@@ -3,8 +3,12 @@ and nothing of it is left running. Synchronised on the pid file `up` writes (no 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import getpass
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.launch.state import read_state
+from specpilot.launch.ops import run_down, run_status
+from specpilot.launch.state import read_state, write_state
+from specpilot.spec import HostSection
 from tests.bench.test_bench_signals import holding
 from tests.fixtures.engines import process_group_members
 from tests.launch.conftest import SpecFactory
+from tests.launch.helpers import up
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,3 +62,47 @@ def test_a_signal_as_the_engine_appears_ends_up(
     assert state.phase != "ready"
     assert holding(state.run_token or "") == []
     assert state.pgid == 0 or process_group_members(state.pgid) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["int", "term"])
+def test_an_up_interrupted_before_its_start_leaves_the_run_already_serving_alone(
+    sig: signal.Signals, make_spec: SpecFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """A second `up` of a name that is serving first checks that run on the run's host (a
+    remote one may be slow to answer), before it records or starts anything of its own;
+    interrupted there, it stopped the serving run, which it never started. While the check
+    runs the record points at a listener that accepts and never answers (the slow host); it
+    is put back before the signal, so a stop that acted on it would reach the live server."""
+    spec = make_spec("sglang_ready", name="serving")
+    assert up(spec).phase == "ready"
+    recorded = read_state("serving")
+    try:
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen()
+            silent.settimeout(60)
+            slow = f"ssh://{getpass.getuser()}@127.0.0.1:{silent.getsockname()[1]}"
+            write_state(dataclasses.replace(recorded, host=HostSection(target=slow)))
+            process = subprocess.Popen(
+                [sys.executable, "-m", "specpilot", "up", str(tmp_path / "serving.toml")],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            )
+            try:
+                connection, _ = silent.accept()  # the check is connecting to the run's host
+                with connection:
+                    write_state(recorded)
+                    process.send_signal(sig)
+                    out, err = process.communicate(timeout=60)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        assert process.returncode == 130, out + err
+        assert "interrupted before serving was started: nothing was stopped" in err, err
+        status = asyncio.run(run_status("serving", lines=0))
+        assert (status.pid, status.serving) == (recorded.pid, True), err
+    finally:
+        asyncio.run(run_down("serving", timeout_s=5.0))

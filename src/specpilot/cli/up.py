@@ -29,7 +29,7 @@ from specpilot.launch.ops import (
     stream_log,
 )
 from specpilot.launch.outcome import UpResult, describe_returncode
-from specpilot.launch.shield import ending_signals, stop_started
+from specpilot.launch.shield import ending_signals, started_here, stop_started
 from specpilot.launch.state import check_run_name
 from specpilot.launch.stop import STOP_OUTCOMES
 from specpilot.launch.up import (
@@ -252,7 +252,10 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, out: Output
         left = loop.run(stop_started([spec.name]))  # the start's loop ended with the interrupt
         if left:
             raise JobFailed("; ".join(left) + " (stopping the interrupted start)") from None
-        out.note(f"interrupted: {spec.name} is stopped")
+        if started_here(spec.name):
+            out.note(f"interrupted: {spec.name} is stopped")
+        else:  # a run already recorded under the name is another command's: left as it is
+            out.note(f"interrupted before {spec.name} was started: nothing was stopped")
         ctx.exit(130)
     refused = port_refusal(run.result, run.spec.server.port)
     if refused is not None:

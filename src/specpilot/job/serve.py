@@ -119,8 +119,8 @@ async def stop_own(name: str, up: dict[str, Any]) -> list[str]:
     pid may not be recorded yet). A line for each thing left running."""
     if not job_started(name, up):
         return []
-    if up.get("status") != "done":
-        return await stop_started([name])
+    if up.get("status") != "done":  # an earlier process of the job may have recorded it
+        return await stop_started([name], only_minted_here=False)
     with signals_blocked():
         await wait_for_children()
         result = await run_down(name, timeout_s=STOP_TIMEOUT_S)

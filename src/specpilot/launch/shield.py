@@ -7,7 +7,9 @@ ended; any later one is recorded and otherwise ignored, so it cannot cut the sto
 itself (`stop_started`) runs with the three signals blocked, after the command's own
 helpers (a host agent still spawning an engine) have exited, and proves what it signals
 by the run's token (launch.stop), so an engine whose pid never reached the state file is
-found too. "Stopped" is said only once each run's port is free.
+found too. It stops only a run this process recorded (a token it minted): interrupted before
+its own record, a command leaves alone the run it found under the name (an earlier `up`'s,
+a job's). "Stopped" is said only once each run's port is free.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from specpilot.errors import UserError
 from specpilot.hosts import open_host_section
 from specpilot.interrupts import ENDING_SIGNALS, forget, record
 from specpilot.launch.state import read_state
-from specpilot.launch.stop import end_group
+from specpilot.launch.stop import end_group, minted_here
 
 #: how long the stop waits for this process's helpers, and for a run's port to close
 CHILDREN_EXIT_S = 30.0
@@ -87,13 +89,23 @@ async def wait_for_children(within_s: float = CHILDREN_EXIT_S) -> list[int]:
     return left
 
 
-async def _stop_run(name: str) -> str | None:
+def started_here(name: str) -> bool:
+    """Whether run `name` as recorded is a start of this process's (its token minted here)."""
+    try:
+        return minted_here(read_state(name).run_token)
+    except UserError:
+        return False
+
+
+async def _stop_run(name: str, only_minted_here: bool) -> str | None:
     """Stop what is provably run `name`'s (by its token, and its group while its engine
     lives), then wait for its port; a line saying what is left, or None."""
     try:
         state = read_state(name)
     except UserError:
         return None  # nothing of it was ever recorded: nothing was spawned
+    if only_minted_here and not minted_here(state.run_token):
+        return None  # the record is another command's: this one was stopped before its own
     host = open_host_section(state.host)
     try:
         stopped = await end_group(
@@ -117,11 +129,12 @@ def _port_of(endpoint: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-async def stop_started(names: list[str]) -> list[str]:
-    """Stop every run in `names` (what a command started), with the ending signals blocked
-    so a second one cannot cut it short; a line for each run something of which is left.
-    In the command's loop, or (after an interrupt tore that loop down) in one the command
-    layer runs for the stop alone."""
+async def stop_started(names: list[str], *, only_minted_here: bool = True) -> list[str]:
+    """Stop every run in `names` (what a command started) that this process recorded, with the
+    ending signals blocked so a second one cannot cut it short; a line for each run something
+    of which is left. `only_minted_here=False` stops the run recorded under a name whoever
+    recorded it (a job's own start, proven by the job's record). In the command's loop, or
+    (after an interrupt tore that loop down) in one the command layer runs for the stop alone."""
     with signals_blocked():
         await wait_for_children()
-        return [line for name in names if (line := await _stop_run(name)) is not None]
+        return [line for name in names if (line := await _stop_run(name, only_minted_here)) is not None]

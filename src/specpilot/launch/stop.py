@@ -26,12 +26,29 @@ caller's group or session.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 from specpilot.hosts.base import Host
 
 #: the environment variable that marks every process of one run (a random value per start)
 RUN_TOKEN_VAR = "SPECPILOT_RUN_TOKEN"
+
+#: the run tokens this process minted: a run recorded with one of them is a start of its own
+_minted_tokens: set[str] = set()
+
+
+def new_run_token() -> str:
+    """A fresh run token (a start's), remembered as this process's (`minted_here`)."""
+    token = secrets.token_hex(16)
+    _minted_tokens.add(token)
+    return token
+
+
+def minted_here(token: str | None) -> bool:
+    """Whether this process minted `token`, so the run recorded with it is one it started."""
+    return token in _minted_tokens
+
 
 # argv: MODE PGID TERM_TIMEOUT_S DELAY_S START_TICKS TOKEN. START_TICKS (-1: unknown) is the
 # engine's start time when it was started; TOKEN ("-": none) the run's token. MODE "members"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from specpilot.launch.readiness import (
     WatchState,
     step,
 )
-from specpilot.launch.stop import stop_group
+from specpilot.launch.stop import new_run_token, stop_group
 from specpilot.launch.verify import Mismatch, check_live, wait_for_argv
 from specpilot.plan.types import Plan
 from specpilot.secrets import mask_log_text, secret_values
@@ -90,7 +89,7 @@ class RunWatch:
         self.pid: int | None = None
         # what proves a process is this run's when it is stopped (launch.stop)
         self.start_ticks: int | None = None
-        self.token = secrets.token_hex(16)
+        self.token = new_run_token()
         self.launcher = ("bash", f"{remote_dir}/{rundir.LAUNCH_FILE}")
         self.log_path = f"{remote_dir}/{rundir.LOG_FILE}"
         self.exit_path = f"{remote_dir}/{rundir.EXIT_FILE_PREFIX}{self.token[:16]}"
