@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from specpilot.launch.ops import run_down
 from specpilot.launch.server_plan import ServerPlan, plan_server
 from specpilot.launch.shield import STOP_TERM_S, signals_blocked, stop_started
 from specpilot.launch.state import host_options_json
-from specpilot.launch.stop import end_group
+from specpilot.launch.stop import end_group, new_run_token
 from specpilot.launch.supervisor import launch
 from specpilot.spec import HostSection
 from specpilot.taskgroup import all_of, each_of
@@ -352,7 +351,7 @@ async def spawn_router_of(fleet: Fleet, argv: list[str], index: int, started: St
     """Start replica `index` of the fleet's router where `[router] target` says; its log
     beside the fleet record, its run token in `started` before the spawn."""
     place, _ = router_place(fleet)
-    token = secrets.token_hex(16)
+    token = new_run_token()
     started.router_tokens.append(token)
     host = open_host_section(place)
     try:
