@@ -101,6 +101,7 @@ def test_a_signal_while_the_prompts_are_read_ends_the_job_as_a_signal_does(
     assert ended.returncode == 130, ended.stderr
     said = json.loads(ended.stdout)
     assert said["exit"] == 130 and "interrupted before the job started anything" in said["error"], said
+    assert "same command" in said["fix"], said  # it was null
     assert started(tmp_path) == []
 
 

@@ -46,6 +46,10 @@ Exit: 0 done, 1 a stage failed or the dataset is under its floor, 2 bad input,
 130 Ctrl-C, SIGTERM or SIGHUP (what the job started is stopped)."""
 
 
+#: the fix of an interrupted job under --json
+RESUME = "run the same command again"
+
+
 @click.command("job", epilog=EXAMPLE)
 @click.argument("job_path", metavar="JOB.toml", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--output", type=click.Path(path_type=Path), default=None, help="Override [job] output.")
@@ -113,7 +117,7 @@ def job(
                 lock = begin(spec, record, lock)
             except KeyboardInterrupt:
                 early = Interrupted("interrupted before the job started anything; the same command starts it")
-                out.fail(early, output=str(spec.output))
+                out.fail(early, RESUME, output=str(spec.output))
             try:
                 # the stages' lines go to stderr in both forms: for a person they are the story
                 result = run(run_job(spec, record, out.note))
@@ -134,7 +138,7 @@ def _fail(out: Output, err: BaseException, left: list[str], output: str) -> NoRe
     if left:
         out.fail(JobFailed(f"{'; '.join(left)} (stopping what the job started)"), output=output)
     if isinstance(err, KeyboardInterrupt):
-        out.fail(Interrupted("interrupted; the same command resumes the job"), output=output)
+        out.fail(Interrupted("interrupted; the same command resumes the job"), RESUME, output=output)
     if isinstance(err, SpecpilotError):
         out.fail(err, output=output)
     raise err

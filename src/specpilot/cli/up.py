@@ -19,7 +19,7 @@ from specpilot.cli import loop
 from specpilot.cli.output import Human, Output, json_option
 from specpilot.cli.params import FiniteFloat
 from specpilot.engines.fix import Fix
-from specpilot.errors import JobFailed, UserError
+from specpilot.errors import Interrupted, JobFailed, UserError
 from specpilot.launch.ops import (
     LOGS_TIMEOUT_S,
     STATUS_TIMEOUT_S,
@@ -252,8 +252,10 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, out: Output
         left = loop.run(stop_started([spec.name]))  # the start's loop ended with the interrupt
         if left:
             raise JobFailed("; ".join(left) + " (stopping the interrupted start)") from None
-        out.note(f"interrupted: {spec.name} is stopped")
-        ctx.exit(130)
+        interrupted = Interrupted(f"interrupted: {spec.name} is stopped")
+        out.refusal(interrupted, fix="run the same command again to start it")
+        out.note(str(interrupted))
+        ctx.exit(interrupted.exit_code)
     refused = port_refusal(run.result, run.spec.server.port)
     if refused is not None:
         raise refused
