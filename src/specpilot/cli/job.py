@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from specpilot.cli.output import Human, Output, json_option
-from specpilot.errors import EXIT_OK, Interrupted, JobFailed, SpecpilotError
+from specpilot.errors import EXIT_FAILED, EXIT_OK, DiskFull, Interrupted, JobFailed, SpecpilotError
 
 if TYPE_CHECKING:
     from specpilot.job.lock import JobLock
@@ -139,6 +139,8 @@ def _fail(out: Output, err: BaseException, left: list[str], output: str) -> NoRe
         out.fail(JobFailed(f"{'; '.join(left)} (stopping what the job started)"), output=output)
     if isinstance(err, KeyboardInterrupt):
         out.fail(Interrupted("interrupted; the same command resumes the job"), RESUME, output=output)
+    if isinstance(err, DiskFull):  # no input was wrong: the stage failed, as the exit codes say
+        err.exit_code = EXIT_FAILED
     if isinstance(err, SpecpilotError):
         out.fail(err, output=output)
     raise err

@@ -29,7 +29,7 @@ import aiohttp
 
 from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
-from specpilot.errors import UserError
+from specpilot.errors import DiskFull, UserError
 from specpilot.generate.dispatch.answers import GUARD_STOP
 from specpilot.generate.dispatch.client import API_KEY_ENV, KEY_FIX, open_session
 from specpilot.generate.dispatch.dispatcher import Dispatcher
@@ -707,7 +707,7 @@ def storage_error(
     errno_name = getattr(err, "errno", None)
     text = str(err)
     if errno_name == errno.ENOSPC or "disk is full" in text:
-        return UserError(f"the disk holding {output_dir} is full", field=field, fix=f"free space, {resume}")
+        return DiskFull(f"the disk holding {output_dir} is full", field=field, fix=f"free space, {resume}")
     if isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError):
         return UserError(
             f"the ledger {output_dir / LEDGER_FILE} is damaged ({text})",
