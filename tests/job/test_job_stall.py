@@ -81,6 +81,12 @@ def test_generate_alone_takes_a_stalled_server_out_says_why_and_keeps_the_rows(t
         spent = {n for (n,) in db.execute("SELECT attempts FROM rows WHERE state != 2")}
     assert states.get(2) == 3 and states.get(3) is None  # 3 done, none failed: the rest pending
     assert spent == {0}  # no attempt spent on the stall
+    # the run's end is kept, after the stall: the final rates' window ends there, not at the
+    # last row (the rows/s from before the stall, and an ETA from it, were shown as current)
+    with sqlite3.connect(tmp_path / "out" / "ledger.sqlite") as db:
+        (ended,) = db.execute("SELECT value FROM meta WHERE key = 'run_ended_at'").fetchone()
+        (last_done,) = db.execute("SELECT MAX(done_at) FROM rows").fetchone()
+    assert float(ended) > last_done
 
 
 def test_a_restart_whose_start_a_signal_cut_ends_the_job_for_the_signal(

@@ -43,7 +43,7 @@ from specpilot.generate.dispatch.policy import (
     RetryPolicy,
 )
 from specpilot.generate.ledger.lock import LOCK_FILE, DirectoryLock
-from specpilot.generate.ledger.report import JobSummary, ServerRun, summarize
+from specpilot.generate.ledger.report import RUN_ENDED_KEY, JobSummary, ServerRun, summarize
 from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.rows.inputs import (
     InputMark,
@@ -559,6 +559,7 @@ class Job:
             for i, a, e in self.ledger.failed_rows()
         )
         write_text_atomic(out / "errors.jsonl", errors)
+        self.ledger.set_meta({RUN_ENDED_KEY: repr(time.time())})
         summary = summarize(self.ledger, running=False)  # written as the job ends: nothing is out
         meta = self.ledger.meta()
         commits = self.ledger.part_commits()
