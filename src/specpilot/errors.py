@@ -40,6 +40,12 @@ class UserError(SpecpilotError):
         super().__init__(" ".join(parts))
 
 
+class DiskFull(UserError):
+    """A full disk, said as a refusal is (where, and to free space). Refused before a command
+    starts its work (exit 2, as any folder it cannot use); a job's stage it stops failed
+    (exit 1): no input was wrong, and the same command resumes."""
+
+
 class JobFailed(SpecpilotError):
     """A check, launch or job ran and did not succeed (exit code 1)."""
 

@@ -223,11 +223,22 @@ def _first_error(err: ValidationError, origin: str) -> UserError:
     )
 
 
+#: a TOML value's type as a refusal says it (not Python's "a int", "a dict")
+_TOML_KINDS: dict[type, str] = {
+    int: "a whole number",
+    float: "a number",
+    bool: "a boolean",
+    list: "an array",
+    dict: "a table",
+}
+
+
 def _shown_input(loc: tuple[int | str, ...], value: object) -> str:
     """The offending value for an error line, unless it may hold a secret (env values, args)."""
 
     if loc[:2] == ("engine", "env"):
-        return f"a {type(value).__name__}; the value is not shown as it may hold a secret"
+        kind = _TOML_KINDS.get(type(value), f"a {type(value).__name__}")
+        return f"{kind}; the value is not shown as it may hold a secret"
     if loc[:2] == ("engine", "args") and isinstance(value, list):
         return repr(mask_argv([str(item) for item in value]))
     return repr(value)

@@ -211,3 +211,22 @@ def test_a_signal_mid_request_ends_the_bench_with_nothing_printed_after(
     assert [w for w in ("Traceback", "never retrieved", "never awaited") if w in said] == [], said
     assert said.rstrip().endswith("interrupted: every server this bench started is stopped"), said
     assert left_running(Path(os.environ["SPECPILOT_HOME"])) == {"qb-bench-plain": []}, said
+
+
+def test_a_signal_under_json_is_one_json_object(
+    bench_spec: SpecFactory, tmp_path: Path, run_home: Path
+) -> None:
+    """`bench --json` ended by a signal: stdout held nothing (the stop was said on stderr only)."""
+    spec = bench_spec({"0": SLOW, "1": SLOW})
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 40)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-c", SIGNALLED_IN_A_REQUEST, str(int(signal.SIGTERM)), "bench", str(spec),
+            "--prompts", str(prompts), "--job", str(tmp_path / "job"), "--sample", "16",
+            "--max-tokens", "400", "--variants", "plain,NEXTN:1", "--budget-s", str(BUDGET_S), "--warmup-s", "2",
+            "--json"]  # fmt: skip
+    ended = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=BUDGET_S + STOP_GRACE_S)
+    assert ended.returncode == 130, ended.stderr
+    shown = json.loads(ended.stdout)
+    assert set(shown) == {"error", "fix", "exit"} and shown["exit"] == 130, shown
+    assert shown["error"] == "interrupted: every server this bench started is stopped", shown
+    assert "same command" in shown["fix"], shown

@@ -89,3 +89,21 @@ def test_hub_id_without_local_copy_says_how_to_get_one(
     spec = load_spec(write(tmp_path, GOOD.replace("models/qwen3.6-27b", "Qwen/Qwen3-8B")))
     with pytest.raises(UserError, match="huggingface-cli download Qwen/Qwen3-8B"):
         asyncio.run(read_spec_model_files(spec))
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [(1, "a whole number"), (1.5, "a number"), (True, "a boolean"), ([1], "an array"), ({"a": 1}, "a table")],
+)
+def test_an_env_value_of_another_type_is_said_in_words(value: object, said: str) -> None:
+    """The refusal read "got a int" (Python's type names); the value itself stays unshown."""
+    with pytest.raises(UserError) as err:
+        parse_spec(
+            {
+                "name": "x",
+                "engine": {"name": "sglang", "version": "0.5.13", "env": {"A": value}},
+                "model": {"path": "m"},
+                "gpu": {"memory_gib": 1},
+            }
+        )
+    assert f"(got {said}; the value is not shown" in str(err.value), err.value

@@ -90,3 +90,20 @@ def test_the_job_record_is_strict_json(tmp_path: Path) -> None:
     record.save()
     data = strict_loads((tmp_path / "job.json").read_text())
     assert data["projection"]["rate"] is None and "projection.rate" in data["null_reasons"]
+
+
+def test_ctrl_c_under_json_is_one_object_on_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in a command that takes no signal itself (here as `plan` shows its result) ended
+    with the command line's 'interrupted' on stderr and nothing on stdout."""
+    from specpilot.cli.output import Output
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Output, "show", interrupted)
+    spec = sorted(H200.glob("*.toml"))[0]
+    result = CliRunner().invoke(cli, ["plan", str(spec), "--json"])
+    assert result.exit_code == 130, result.output
+    shown = strict_loads(result.stdout)
+    assert shown == {"error": "interrupted", "fix": "run the same command again", "exit": 130}, shown
+    assert result.stderr.strip() == "interrupted"

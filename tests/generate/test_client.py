@@ -57,6 +57,25 @@ def test_malformed_body_is_retryable() -> None:
     assert err.value.kind is FailureKind.RETRYABLE
 
 
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ({"choices": "x"}, "choices is missing or not an array"),
+        ({"choices": [{"message": "hello"}]}, "message is missing or not an object"),
+        ({"choices": [{"message": {"content": 5}}]}, "content is missing or not a string"),
+        (
+            {"choices": [{"message": {"content": "x"}}], "usage": {"completion_tokens": "many"}},
+            "completion_tokens is missing or not a whole number",
+        ),
+    ],
+)
+def test_a_wrong_type_is_said_in_words(body: object, said: str) -> None:
+    """errors.jsonl read "completion_tokens is missing or not a int" (Python's type names)."""
+    with pytest.raises(RequestFailed) as err:
+        parse_answer(json.dumps(body).encode())
+    assert f"({said})" in str(err.value), err.value
+
+
 def test_request_body_carries_thinking_and_sampling() -> None:
     body = Sampling(thinking=False, max_tokens=5, temperature=0.6, top_k=20).request_body("m")
     assert body == {

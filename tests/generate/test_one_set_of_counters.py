@@ -184,6 +184,30 @@ def test_rates_of_rows_finishing_in_waves_match_the_stand_in_s_rate(tmp_path: Pa
     ledger.close()
 
 
+@pytest.mark.parametrize(("stalled_s", "rows_in_window"), [(90.0, 0), (30.0, 64)])
+def test_an_ended_job_s_rates_end_where_it_ended_not_at_its_last_row(
+    tmp_path: Path, stalled_s: float, rows_in_window: int
+) -> None:
+    """A run that stalled before it ended: its final table showed the rows/s of the minute before
+    the stall, and an ETA from it, as if they were current. Its window ends where the run did."""
+    (tmp_path / "out").mkdir()
+    ledger = Ledger.in_dir(tmp_path / "out")
+    ledger.initialize(((i, f"r{i}") for i in range(64 * 5)), dict)  # a fifth wave never came
+    ended_s = 1000.0 + 4 * 30.0 + stalled_s
+    ledger.set_meta({"initialized_at": "1000.0", "run_started_at": "1000.0", "run_ended_at": repr(ended_s)})
+    ledger.apply(
+        LedgerBatch(
+            [], [], [], [DoneRecord(i, 0, 10, 8, 0, 1000.0 + 30.0 * (1 + i // 64)) for i in range(256)], []
+        )
+    )
+    for now_s in (ended_s, 9000.0):  # as it ended, and asked later
+        summary = summarize(ledger, now=now_s, running=False)
+        assert summary.rate_window_s == RATE_WINDOW_S
+        assert summary.rows_per_s == pytest.approx(rows_in_window / RATE_WINDOW_S, abs=0.001)
+        assert (summary.eta_s is None) == (rows_in_window == 0), summary  # no rate, no ETA
+    ledger.close()
+
+
 def test_a_dead_job_s_in_flight_rows_are_pending(tmp_path: Path) -> None:
     ledger = waves_ledger(tmp_path / "out", started_s=1000.0, wave_every_s=1.0, waves=1, rows=4, tokens=8)
     ledger.initialize(((i, f"r{i}") for i in range(6)), dict)

@@ -143,11 +143,12 @@ def started(folder: Path) -> list[int]:
 def test_prompts_generate_would_refuse_are_refused_before_any_start(
     make_job: JobFactory, run_home: Path, tmp_path: Path, content: bytes, said: str
 ) -> None:
-    """They were refused only by generate, after `up` had started the engine (left running)."""
+    """They were refused only by generate, after `up` had started the engine (left running).
+    The line names the job file's key (a line that is not JSON said only `/path:1: ...`)."""
     job = make_job(standin={"starts_file": str(tmp_path / "starts.txt")})
     (job.parent / "prompts.jsonl").write_bytes(content)
     line = refused(job)
-    assert said in line and "prompts" in line, line
+    assert said in line and line.startswith("error: [job] prompts: "), line
     assert started(tmp_path) == []
 
 

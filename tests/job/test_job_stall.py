@@ -9,7 +9,9 @@ start) and every row is done exactly once, none charged an attempt for the stall
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,12 +20,12 @@ from typing import Any, cast
 import pytest
 from click.testing import CliRunner
 
+from specpilot import interrupts
 from specpilot.cli import cli
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.hosts.errors import CommandFailed
 from specpilot.job import heal
 from specpilot.job.record import JobRecord
-from specpilot.launch.recovery import Failure
 from specpilot.launch.server_plan import ServerPlan
 from tests.job.conftest import JobFactory, output_ids
 
@@ -79,6 +81,12 @@ def test_generate_alone_takes_a_stalled_server_out_says_why_and_keeps_the_rows(t
         spent = {n for (n,) in db.execute("SELECT attempts FROM rows WHERE state != 2")}
     assert states.get(2) == 3 and states.get(3) is None  # 3 done, none failed: the rest pending
     assert spent == {0}  # no attempt spent on the stall
+    # the run's end is kept, after the stall: the final rates' window ends there, not at the
+    # last row (the rows/s from before the stall, and an ETA from it, were shown as current)
+    with sqlite3.connect(tmp_path / "out" / "ledger.sqlite") as db:
+        (ended,) = db.execute("SELECT value FROM meta WHERE key = 'run_ended_at'").fetchone()
+        (last_done,) = db.execute("SELECT MAX(done_at) FROM rows").fetchone()
+    assert float(ended) > last_done
 
 
 def test_a_restart_whose_start_a_signal_cut_ends_the_job_for_the_signal(
@@ -99,13 +107,12 @@ def test_a_restart_whose_start_a_signal_cut_ends_the_job_for_the_signal(
     monkeypatch.setattr(heal, "start", killed)
     server = cast(ServerPlan, SimpleNamespace(spec=SimpleNamespace(name="jobsrv")))
     healer = heal.ServerHealer(server, JobRecord(tmp_path / "job.json", {}), 3, lambda line: None)
-    stall = Failure("serving", "stall", "no token progress for 2 s")
 
     def restarted(stop_reason: str | None) -> tuple[bool, list[str]]:
         stops: list[str] = []
         dispatcher: Any = SimpleNamespace(stop_reason=stop_reason, stop_for=stops.append)
         started = asyncio.run(
-            healer._start_again(cast(Dispatcher, dispatcher), "jobsrv", 1, stall, None, 0.0, None)
+            healer._start_again(cast(Dispatcher, dispatcher), "jobsrv", 1, {"cause": "stall"}, 0.0, None)
         )
         return started, stops
 
@@ -117,3 +124,48 @@ def test_a_restart_whose_start_a_signal_cut_ends_the_job_for_the_signal(
             "jobsrv did not start again (host agent (spawn) on local exited -15: ); see `specpilot logs jobsrv`"
         ],
     )
+
+
+@pytest.mark.parametrize("cut_by", ["its start's helper killed", "the job's task cancelled"])
+def test_a_stall_restart_a_signal_cut_is_recorded_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut_by: str
+) -> None:
+    """The restart was left out of job.json's restarts: the rerun said 'restart 1 of 3' again."""
+    signalled = "interrupted by SIGTERM; run the same command again to resume"
+
+    async def nothing(*args: object, **kwargs: object) -> None:
+        return None
+
+    async def stopped(*args: object, **kwargs: object) -> dict[str, str]:
+        return {"phase": "stopped"}
+
+    async def cut(*args: object) -> None:
+        if cut_by == "its start's helper killed":
+            raise CommandFailed("host agent (spawn) on local exited -15: ", returncode=-15, stderr=b"")
+        raise asyncio.CancelledError
+
+    server = cast(ServerPlan, SimpleNamespace(spec=SimpleNamespace(name="jobsrv")))
+
+    async def restart_planned(*args: object) -> object:
+        return SimpleNamespace(action="restart", server=server, bound=None, backoff_s=0.0, change=None)
+
+    monkeypatch.setattr(heal, "next_start", restart_planned)
+    monkeypatch.setattr(heal, "run_down", stopped)
+    monkeypatch.setattr(heal, "clear_run", nothing)
+    monkeypatch.setattr(heal, "wait_port_closed", nothing)
+    monkeypatch.setattr(heal, "start", cut)
+    record = JobRecord(tmp_path / "job.json", {})
+    said: list[str] = []
+    healer = heal.ServerHealer(server, record, 3, said.append)
+    healer.stall = ("http://127.0.0.1:1", "no token progress for 2 s")
+    dispatcher: Any = SimpleNamespace(stop_reason=signalled, stop_for=lambda why: None)
+    interrupts.record(signal.SIGTERM)  # the signal the job ends for
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            asyncio.run(healer._restart(cast(Dispatcher, dispatcher), 1, None))
+    finally:
+        interrupts.forget()
+    assert "restart 1 of 3" in said[0], said
+    [entry] = json.loads((tmp_path / "job.json").read_text())["restarts"]
+    assert (entry["cause"], entry["outcome"], entry["end"]) == ("stall", "interrupted", signalled), entry
+    assert heal.ServerHealer(server, record, 3, said.append).restarts == 1  # the rerun's budget counts it

@@ -101,6 +101,7 @@ def test_a_signal_while_the_prompts_are_read_ends_the_job_as_a_signal_does(
     assert ended.returncode == 130, ended.stderr
     said = json.loads(ended.stdout)
     assert said["exit"] == 130 and "interrupted before the job started anything" in said["error"], said
+    assert "same command" in said["fix"], said  # it was null
     assert started(tmp_path) == []
 
 
@@ -136,6 +137,23 @@ def test_a_stage_failing_after_up_stops_the_engine(
     result = run("job", str(job))
     assert result.exit_code == 1, result.output
     assert "export" in result.output and "jobsrv stopped" in result.output, result.output
+    assert started(tmp_path) and [pid for pid in started(tmp_path) if alive(pid)] == []
+
+
+def test_a_full_disk_while_the_job_generates_fails_the_stage(
+    make_job: JobFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """The README's table: exit 1 "a stage failed (the same command resumes)"; a full disk is
+    no bad input, where it exited 2. Writes fail with ENOSPC (the part is /dev/full)."""
+    job = make_job(rows=3, standin={"starts_file": str(tmp_path / "starts.txt")})
+    part = job.parent / "out" / "data" / "part-00000.jsonl"
+    part.parent.mkdir(parents=True)
+    part.symlink_to("/dev/full")
+    result = run("job", str(job), "--json")
+    assert result.exit_code == 1, result.output
+    said = json.loads(result.stdout)
+    assert said["error"] == f"[job] output: the disk holding {job.parent / 'out'} is full", said
+    assert said["fix"].startswith("free space, then run the same command again"), said
     assert started(tmp_path) and [pid for pid in started(tmp_path) if alive(pid)] == []
 
 

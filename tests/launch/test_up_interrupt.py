@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import getpass
+import json
 import os
 import signal
 import socket
@@ -106,3 +107,31 @@ def test_an_up_interrupted_before_its_start_leaves_the_run_already_serving_alone
         assert (status.pid, status.serving) == (recorded.pid, True), err
     finally:
         asyncio.run(run_down("serving", timeout_s=5.0))
+
+
+def test_a_signal_under_json_is_one_json_object(
+    make_spec: SpecFactory, run_home: Path, tmp_path: Path
+) -> None:
+    """`up --json` ended by a signal: stdout held nothing (the stop was said on stderr only)."""
+    make_spec("sglang_ready", name="caught")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specpilot", "up", str(tmp_path / "caught.toml"), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        wait_for(Path(os.environ["SPECPILOT_HOME"]) / "runs" / "caught" / "pid", process)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, out + err
+    shown = json.loads(out)
+    assert set(shown) == {"error", "fix", "exit"} and shown["exit"] == 130, shown
+    assert shown["error"] == "interrupted: caught is stopped" and "same command" in shown["fix"], shown
+    assert "interrupted: caught is stopped" in err

@@ -13,7 +13,7 @@ import traceback
 import click
 
 from specpilot import __version__
-from specpilot.errors import EXIT_FAILED, JobFailed, SpecpilotError
+from specpilot.errors import EXIT_FAILED, Interrupted, JobFailed, SpecpilotError
 
 
 class _Group(click.Group):
@@ -68,8 +68,11 @@ class _Group(click.Group):
         except (click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(130)
+            # a command that takes no signal itself: under --json the object still
+            interrupted = Interrupted("interrupted")
+            out.refusal(interrupted, fix="run the same command again")
+            click.echo(interrupted, err=True)
+            ctx.exit(interrupted.exit_code)
         except Exception as err:
             # A bug, not a user mistake: still one line unless --debug asks for more.
             if ctx.meta.get("specpilot.debug"):

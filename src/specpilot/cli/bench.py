@@ -13,7 +13,7 @@ import click
 from specpilot.cli.output import Human, Output, json_option
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
-from specpilot.errors import JobFailed, UserError
+from specpilot.errors import Interrupted, JobFailed, UserError
 from specpilot.generate.sampling import Sampling
 
 if TYPE_CHECKING:
@@ -194,7 +194,9 @@ def bench(
         left = run(stop_started(started))
         if left:
             raise JobFailed("; ".join(left) + " (stopping what the bench started)") from None
-        _say("interrupted: every server this bench started is stopped")
+        interrupted = Interrupted("interrupted: every server this bench started is stopped")
+        out.refusal(interrupted, fix="run the same command again")
+        _say(str(interrupted))
         sys.exit(EXIT_INTERRUPTED)
     finished = finish_bench(result, request, write_path)
     out.show(_BenchShown(finished), indent=None)

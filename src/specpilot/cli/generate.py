@@ -14,7 +14,7 @@ from specpilot.cli.output import Human, Output, json_option
 from specpilot.cli.params import FiniteFloat, NonEmptyPath
 from specpilot.cli.sampling import sampling_options
 from specpilot.cli.view import serve_status_options
-from specpilot.errors import EXIT_FAILED, EXIT_OK, UserError
+from specpilot.errors import EXIT_FAILED, EXIT_OK, Interrupted, UserError
 from specpilot.export.formats import FORMATS, ExportFormat, format_help, format_named, names_with, target_help
 from specpilot.generate.rows.inputs import ROW_SHAPES_HELP
 from specpilot.generate.sampling import Sampling
@@ -264,7 +264,11 @@ def generate(
 
     # SIGINT, SIGTERM and SIGHUP: the first lets the requests in flight finish, then the job ends
     with ending_signals():
-        outcome = run(generate_in_loop(config, all_of(watchers)))
+        try:
+            outcome = run(generate_in_loop(config, all_of(watchers)))
+        except KeyboardInterrupt:  # before the rows are sent, or after (no summary then)
+            interrupted = Interrupted("interrupted; the same command resumes the job")
+            out.fail(interrupted, fix="run the same command again (finished rows are kept)")
     out.show(_GenerateShown(outcome), indent=None)
     if outcome.exit_code != EXIT_OK:
         sys.exit(outcome.exit_code)

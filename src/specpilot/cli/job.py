@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from specpilot.cli.output import Human, Output, json_option
-from specpilot.errors import EXIT_OK, Interrupted, JobFailed, SpecpilotError
+from specpilot.errors import EXIT_FAILED, EXIT_OK, DiskFull, Interrupted, JobFailed, SpecpilotError
 
 if TYPE_CHECKING:
     from specpilot.job.lock import JobLock
@@ -44,6 +44,10 @@ Stopped by the yield guard (answers cut at max_tokens): rerun with the larger
 --max-tokens it names and --retry-truncated.
 Exit: 0 done, 1 a stage failed or the dataset is under its floor, 2 bad input,
 130 Ctrl-C, SIGTERM or SIGHUP (what the job started is stopped)."""
+
+
+#: the fix of an interrupted job under --json
+RESUME = "run the same command again"
 
 
 @click.command("job", epilog=EXAMPLE)
@@ -113,7 +117,7 @@ def job(
                 lock = begin(spec, record, lock)
             except KeyboardInterrupt:
                 early = Interrupted("interrupted before the job started anything; the same command starts it")
-                out.fail(early, output=str(spec.output))
+                out.fail(early, RESUME, output=str(spec.output))
             try:
                 # the stages' lines go to stderr in both forms: for a person they are the story
                 result = run(run_job(spec, record, out.note))
@@ -134,7 +138,9 @@ def _fail(out: Output, err: BaseException, left: list[str], output: str) -> NoRe
     if left:
         out.fail(JobFailed(f"{'; '.join(left)} (stopping what the job started)"), output=output)
     if isinstance(err, KeyboardInterrupt):
-        out.fail(Interrupted("interrupted; the same command resumes the job"), output=output)
+        out.fail(Interrupted("interrupted; the same command resumes the job"), RESUME, output=output)
+    if isinstance(err, DiskFull):  # no input was wrong: the stage failed, as the exit codes say
+        err.exit_code = EXIT_FAILED
     if isinstance(err, SpecpilotError):
         out.fail(err, output=output)
     raise err

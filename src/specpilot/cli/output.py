@@ -73,10 +73,11 @@ class Output:
         """A line beside the result in both forms (a warning, where a page is served): stderr."""
         click.echo(text, err=True)
 
-    def fail(self, err: SpecpilotError, **context: str) -> NoReturn:
+    def fail(self, err: SpecpilotError, fix: str | None = None, **context: str) -> NoReturn:
         """A failure the caller reads from stdout under --json: the object {error, fix, exit,
-        **context} there; then, in both forms, the error's one line and its exit code."""
-        self.refusal(err, **context)
+        **context} there (`fix`: one for an error that is no UserError); then, in both forms,
+        the error's one line and its exit code."""
+        self.refusal(err, fix, **context)
         raise err
 
     def refusal(self, err: SpecpilotError, fix: str | None = None, **context: str) -> None:

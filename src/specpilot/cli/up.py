@@ -19,7 +19,7 @@ from specpilot.cli import loop
 from specpilot.cli.output import Human, Output, json_option
 from specpilot.cli.params import FiniteFloat
 from specpilot.engines.fix import Fix
-from specpilot.errors import JobFailed, UserError
+from specpilot.errors import Interrupted, JobFailed, UserError
 from specpilot.launch.ops import (
     LOGS_TIMEOUT_S,
     STATUS_TIMEOUT_S,
@@ -252,11 +252,16 @@ def up(ctx: click.Context, spec_path: str, force: bool, replan: int, out: Output
         left = loop.run(stop_started([spec.name]))  # the start's loop ended with the interrupt
         if left:
             raise JobFailed("; ".join(left) + " (stopping the interrupted start)") from None
-        if started_here(spec.name):
-            out.note(f"interrupted: {spec.name} is stopped")
-        else:  # a run already recorded under the name is another command's: left as it is
-            out.note(f"interrupted before {spec.name} was started: nothing was stopped")
-        ctx.exit(130)
+        said = (
+            f"interrupted: {spec.name} is stopped"
+            if started_here(spec.name)
+            # a run already recorded under the name is another command's: left as it is
+            else f"interrupted before {spec.name} was started: nothing was stopped"
+        )
+        interrupted = Interrupted(said)
+        out.refusal(interrupted, fix="run the same command again to start it")
+        out.note(str(interrupted))
+        ctx.exit(interrupted.exit_code)
     refused = port_refusal(run.result, run.spec.server.port)
     if refused is not None:
         raise refused

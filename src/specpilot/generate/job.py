@@ -29,7 +29,7 @@ import aiohttp
 
 from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
-from specpilot.errors import UserError
+from specpilot.errors import DiskFull, UserError
 from specpilot.generate.dispatch.answers import GUARD_STOP
 from specpilot.generate.dispatch.client import API_KEY_ENV, KEY_FIX, open_session
 from specpilot.generate.dispatch.dispatcher import Dispatcher
@@ -43,7 +43,7 @@ from specpilot.generate.dispatch.policy import (
     RetryPolicy,
 )
 from specpilot.generate.ledger.lock import LOCK_FILE, DirectoryLock
-from specpilot.generate.ledger.report import JobSummary, ServerRun, summarize
+from specpilot.generate.ledger.report import RUN_ENDED_KEY, JobSummary, ServerRun, summarize
 from specpilot.generate.ledger.store import LEDGER_FILE, Ledger, RowState
 from specpilot.generate.rows.inputs import (
     InputMark,
@@ -559,6 +559,7 @@ class Job:
             for i, a, e in self.ledger.failed_rows()
         )
         write_text_atomic(out / "errors.jsonl", errors)
+        self.ledger.set_meta({RUN_ENDED_KEY: repr(time.time())})
         summary = summarize(self.ledger, running=False)  # written as the job ends: nothing is out
         meta = self.ledger.meta()
         commits = self.ledger.part_commits()
@@ -707,7 +708,7 @@ def storage_error(
     errno_name = getattr(err, "errno", None)
     text = str(err)
     if errno_name == errno.ENOSPC or "disk is full" in text:
-        return UserError(f"the disk holding {output_dir} is full", field=field, fix=f"free space, {resume}")
+        return DiskFull(f"the disk holding {output_dir} is full", field=field, fix=f"free space, {resume}")
     if isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError):
         return UserError(
             f"the ledger {output_dir / LEDGER_FILE} is damaged ({text})",

@@ -30,6 +30,7 @@ from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.job import JobWatcher
 from specpilot.hosts.base import Host
 from specpilot.hosts.errors import HostError
+from specpilot.interrupts import received
 from specpilot.job.record import JobRecord
 from specpilot.job.serve import STOP_TIMEOUT_S, clear_run, start, wait_port_closed
 from specpilot.launch.ops import host_for, run_down
@@ -183,10 +184,21 @@ class ServerHealer:
             + (f"; {bounded.line()}" if bounded is not None else "")
             + "; its rows go back to the queue"
         )
-        await asyncio.sleep(recovery.backoff_s)
-        if stall is not None and not await self._stop_stalled(dispatcher, name, pid, said):
-            return False
-        return await self._start_again(dispatcher, name, pid, failure, recovery.change, began_s, stall)
+        entry: dict[str, Any] = {"run": name, "cause": failure.cause, "line": failure.line,
+                                 "restarts": self.restarts, "bound": recovery.change}  # fmt: skip
+        try:
+            await asyncio.sleep(recovery.backoff_s)
+            if stall is not None and not await self._stop_stalled(dispatcher, name, pid, said):
+                return False
+            return await self._start_again(dispatcher, name, pid, entry, began_s, stall)
+        finally:
+            if "outcome" not in entry:
+                # cut short (a signal ended its start or the job's task; a stop or start that
+                # failed): it spent the budget all the same, or the rerun says 'restart 1' again
+                outcome = "interrupted" if received() else "failed"
+                entry.update(outcome=outcome, end=dispatcher.stop_reason or "the job's task was cancelled")
+                entry["down_s"] = round(time.monotonic() - began_s, 3)
+                self.record.note("restarts", entry)
 
     def _failure_of(
         self, name: str, ended: tuple[Crash, Failure] | None, stall: tuple[str, str] | None
@@ -216,13 +228,12 @@ class ServerHealer:
         dispatcher: Dispatcher,
         name: str,
         pid: int,
-        failure: Failure,
-        change: dict[str, Any] | None,
+        entry: dict[str, Any],
         began_s: float,
         stall: tuple[str, str] | None,
     ) -> bool:
-        """Start the server again once its port is free, note the restart in job.json; False (the
-        job told to stop) where it does not come up."""
+        """Start the server again once its port is free, note the restart (`entry`, its outcome
+        added) in job.json; False (the job told to stop) where it does not come up."""
         await clear_run(name, {"pid": pid}, self.say)
         await wait_port_closed(self.server.spec)
         try:
@@ -234,10 +245,8 @@ class ServerHealer:
                 dispatcher.stop_for(f"{name} did not start again ({err}); see `specpilot logs {name}`")
             return False
         self.server = again.server
-        entry: dict[str, Any] = {"run": name, "cause": failure.cause, "line": failure.line,
-                                 "restarts": self.restarts, "bound": change, "outcome": again.result.phase,
-                                 "replans": again.replans or [],
-                                 "down_s": round(time.monotonic() - began_s, 3)}  # fmt: skip
+        entry.update(outcome=again.result.phase, replans=again.replans or [])
+        entry["down_s"] = round(time.monotonic() - began_s, 3)
         self.record.data["server_args"] = list(self.server.spec.engine.args)
         self.record.note("restarts", entry)
         if again.result.phase != "ready":

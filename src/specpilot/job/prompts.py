@@ -29,13 +29,13 @@ def _digest(row_id: str) -> int:
 
 
 def _rows(source: InputSource) -> Iterator[PromptRow | RejectedRow]:
-    """generate's reader, its refusals naming the job's key instead of generate's flag."""
+    """generate's reader, its refusals naming the job's key instead of generate's flag; one
+    naming the file or a line of it (`prompts.jsonl:1`) keeps that after the key."""
     try:
         yield from iter_rows(source)
     except UserError as err:
-        if err.field != "--input":
-            raise
-        raise UserError(err.message, field=FIELD, fix=err.fix) from None
+        message = err.message if err.field in (None, "--input") else f"{err.field}: {err.message}"
+        raise UserError(message, field=FIELD, fix=err.fix) from None
 
 
 def _repeated(digests: array[int]) -> set[int]:

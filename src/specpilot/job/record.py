@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
-from specpilot.errors import UserError
+from specpilot.errors import DiskFull, UserError
 from specpilot.job.schema import STAGES, read_record
 from specpilot.job.spec import JobFile
 from specpilot.secrets import mask_tree
@@ -392,7 +392,7 @@ def folder_error(err: OSError, path: Path) -> UserError:
     )
     if err.errno == errno.ENOSPC:
         full = f"the disk holding {path} is full"
-        return UserError(full, field="[job] output", fix=f"free space, {resume}")
+        return DiskFull(full, field="[job] output", fix=f"free space, {resume}")
     return UserError(
         f"cannot write {path} ({err.strerror or err})",
         field="[job] output",

@@ -145,7 +145,7 @@ def in_job_terms(err: UserError) -> UserError:
 
     field = _KEY_OF_FLAG.get(err.field, err.field) if err.field else None
     fix = _FLAG.sub(key, err.fix) if err.fix else None
-    return UserError(_FLAG.sub(key, err.message), field=field, fix=fix)
+    return type(err)(_FLAG.sub(key, err.message), field=field, fix=fix)  # a DiskFull stays one
 
 
 def _bad(key: str, message: str, fix: str) -> UserError:

@@ -400,11 +400,15 @@ def _malformed(raw: bytes, err: ValueError | RecursionError | _Malformed) -> Req
     return RequestFailed(FailureKind.RETRYABLE, f"malformed response{why}: {text}")
 
 
+#: a JSON type as errors.jsonl says it (not Python's "a int", "a dict")
+_JSON_KINDS: dict[type, str] = {dict: "an object", list: "an array", str: "a string", int: "a whole number"}
+
+
 def _field(node: Any, key: str, kind: type) -> Any:
     """`node[key]`, which must be a `kind` (a bool is not an int here)."""
     value = node.get(key) if isinstance(node, dict) else None
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise _Malformed(f"{key} is missing or not a {kind.__name__}")
+        raise _Malformed(f"{key} is missing or not {_JSON_KINDS[kind]}")
     return value
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from specpilot.errors import UserError
+from specpilot.errors import DiskFull, UserError
 
 #: errnos that mean "this place cannot be written" (a read-only mount, permissions)
 NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
@@ -18,7 +18,7 @@ def disk_error(err: OSError, path: Path, *, field: str, elsewhere: str, writing:
     reason = err.strerror or str(err)
     # pyarrow's OSError carries the text, not always the errno
     if err.errno == errno.ENOSPC or "No space left on device" in str(err):
-        return UserError(f"the disk holding {where} is full", field=field, fix=f"free space, or {elsewhere}")
+        return DiskFull(f"the disk holding {where} is full", field=field, fix=f"free space, or {elsewhere}")
     if writing and (err.errno in NOT_WRITABLE or "Read-only file system" in str(err)):
         return UserError(f"{where} is not writable ({reason})", field=field, fix=elsewhere)
     doing = "writing" if writing else "reading"

@@ -27,6 +27,8 @@ from specpilot.generate.yields import CAUSE_NAMES, primary_cause
 
 #: the rates' window (`summarize`): rows finished in the last minute
 RATE_WINDOW_S = 60.0
+#: ledger meta: when the last run of the job ended (the rates' window of a job that ended ends there)
+RUN_ENDED_KEY = "run_ended_at"
 
 
 def eta_text(seconds: float | None) -> str:
@@ -211,13 +213,16 @@ def summarize(ledger: Ledger, *, now: float | None = None, running: bool | None 
 
 def _rate_window(ledger: Ledger, meta: dict[str, str], now: float, running: bool) -> tuple[float, float]:
     """The rates' window: its end and its length (RATE_WINDOW_S, or this run's age if younger)."""
-    if not running:
-        # a job that ended: its rates are those of its last window, whenever it is asked
-        # (else `report` later says 0 rows/s where `generate` ended at its real rate)
-        ((last,),) = ledger.query("SELECT MAX(done_at) FROM rows")
-        if last is not None:
-            now = min(now, float(str(last)))
     run_started = float(meta.get("run_started_at") or meta.get("initialized_at") or now)
+    if not running:
+        # a job that ended: its rates are those of its last window, whenever it is asked (else
+        # `report` later says 0 rows/s where `generate` ended at its real rate), ending where the
+        # run ended: a stall before the end is in it, not a rate from before the stall
+        ended = float(meta.get(RUN_ENDED_KEY) or "-inf")
+        if ended < run_started:  # a run killed before it said its end: its last finished row
+            ((last,),) = ledger.query("SELECT MAX(done_at) FROM rows")
+            ended = now if last is None else float(str(last))
+        now = min(now, ended)
     return now, max(min(RATE_WINDOW_S, now - run_started), 1.0)
 
 
