@@ -166,6 +166,13 @@ _PROSE = re.compile(
     r"\s*[:=]\s*['\"]?)(?P<value>[^\s'\",;]{4,})"
 )
 
+#: a credential recognised by its own published shape wherever it stands (prose with no name
+#: before it: `401: token hf_... is invalid`): Hugging Face access tokens, OpenAI-style keys,
+#: GitHub tokens; long enough that a word (`hf_transfer`, `sk-learn`) never matches
+_SHAPED = re.compile(
+    r"(?<![A-Za-z0-9_-])(?P<value>hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{20,}|gh[opsur]_[A-Za-z0-9]{30,})"
+)
+
 
 def _mask_value(match: re.Match[str]) -> str:
     value = match.group("value")
@@ -193,10 +200,10 @@ def mask_log_text(text: str, secrets: Iterable[str] = ()) -> str:
     secret-looking name (`api_key='sk-1'`, `"hf_token": "x"`, `HF_TOKEN=x`, YAML `api_key: x`,
     `--api-key x`, `--hf-token=x`; an engine echoing its args: vLLM's `non-default args:
     {'api_key': [...]}`, SGLang's `ServerArgs(api_key='...')`), after an auth scheme
-    (`Authorization: Bearer x`), a URL's password (`https://user:x@host`) and a server's prose
-    (`Incorrect API key provided: x`)."""
+    (`Authorization: Bearer x`), a URL's password (`https://user:x@host`), a server's prose
+    (`Incorrect API key provided: x`) and a token of a known shape anywhere (`hf_...`, `sk-...`)."""
     text = redact(text, secrets)
-    for pattern in (_USERINFO, _BEARER, _PROSE):
+    for pattern in (_USERINFO, _BEARER, _PROSE, _SHAPED):
         text = pattern.sub(_mask_value, text)
     return _mask_assignments(text)
 

@@ -82,6 +82,25 @@ def test_log_lines_are_masked_by_what_they_print(line: str, shown: str | None) -
     assert mask_log_text(line) == (line if shown is None else shown)
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "401 Client Error: token hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 is not valid",
+        "upstream refused sk-proj-Ab12Cd34Ef56Gh78Ij90Kl (quota)",
+        "cloning with ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 failed",
+    ],
+)
+def test_a_token_of_a_known_shape_is_masked_in_prose(line: str) -> None:
+    """No credential's name before it, and no record holding the value: its shape says it."""
+    shown = mask_log_text(line)
+    assert MASK in shown and not any(word.startswith(("hf_A", "sk-p", "ghp_")) for word in shown.split())
+
+
+def test_words_shaped_like_a_token_prefix_stay() -> None:
+    line = "using hf_transfer, sk-learn 1.5 and gh_pages; HF_HUB_ENABLE_HF_TRANSFER=1"
+    assert mask_log_text(line) == line
+
+
 def test_urls_lose_their_credentials() -> None:
     assert url_without_credentials("https://u:p%40ss@host:8000/v1") == "https://host:8000/v1"
     assert url_without_credentials("host:8000") == "host:8000"
