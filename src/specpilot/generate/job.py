@@ -31,7 +31,7 @@ from specpilot import __version__, jsontext
 from specpilot.atomic import write_text_atomic
 from specpilot.errors import DiskFull, UserError
 from specpilot.generate.dispatch.answers import GUARD_STOP
-from specpilot.generate.dispatch.client import API_KEY_ENV, KEY_FIX, open_session
+from specpilot.generate.dispatch.client import API_KEY_ENV, KEY_FIX, UNAUTHORIZED_STATUSES, open_session
 from specpilot.generate.dispatch.dispatcher import Dispatcher
 from specpilot.generate.dispatch.endpoints import Endpoint, default_model, served_context
 from specpilot.generate.dispatch.policy import (
@@ -184,6 +184,10 @@ class Outcome:
     stalled_s: float = 0.0
     #: SIGINT, SIGTERM or SIGHUP stopped the run (`job` then exits as a signal ends it)
     signalled: bool = False
+
+
+#: the statuses a key not sent is answered with, as the stop names them ("401/403")
+_UNAUTHORIZED = "/".join(map(str, UNAUTHORIZED_STATUSES))
 
 
 def refuse_input_in_output(input_path: Path, output_dir: Path) -> None:
@@ -819,7 +823,7 @@ def _unfinished(
     if summary.failed:
         # a key not sent is the job's fault, not the rows': say so rather than "see errors.jsonl"
         key = (
-            f" ({ran.unauthorized} answers were 401/403: the servers want an API key; {KEY_FIX})"
+            f" ({ran.unauthorized} answers were {_UNAUTHORIZED}: the servers want an API key; {KEY_FIX})"
             if ran.unauthorized
             else ""
         )
