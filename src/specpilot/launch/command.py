@@ -165,11 +165,14 @@ def api_key_of(spec: Spec, engine: Engine) -> str | None:
     if flag is None:
         return None
     args = list(spec.engine.args)
+    given: str | None = None  # the last one given: the engine's parser keeps that one
     for index, arg in enumerate(args):
         if arg == flag and index + 1 < len(args):
-            return args[index + 1]
-        if arg.startswith(f"{flag}="):
-            return arg.partition("=")[2]
+            given = args[index + 1]
+        elif arg.startswith(f"{flag}="):
+            given = arg.partition("=")[2]
+    if given is not None:
+        return given
     variable = engine.secret_flag_env.get(flag)
     return spec.engine.env.get(variable) if variable else None
 
