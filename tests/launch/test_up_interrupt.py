@@ -4,6 +4,7 @@ and nothing of it is left running. Synchronised on the pid file `up` writes (no 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import getpass
 import json
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,28 +38,42 @@ def wait_for(path: Path, process: subprocess.Popen[str], within_s: float = 60.0)
         time.sleep(0.005)
 
 
+@contextlib.contextmanager
+def _up(spec_path: Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
+    """`specpilot up SPEC` as a shell starts it; killed if the test leaves it running."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specpilot", "up", str(spec_path), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _signalled_as_its_engine_appears(
+    spec_path: Path, sig: signal.Signals, *extra: str
+) -> tuple[str, str, int]:
+    """`up` sent `sig` once its engine's pid file is written: its stdout, stderr and exit."""
+    with _up(spec_path, *extra) as process:
+        wait_for(Path(os.environ["SPECPILOT_HOME"]) / "runs" / spec_path.stem / "pid", process)
+        process.send_signal(sig)
+        out, err = process.communicate(timeout=60)
+    return out, err, process.returncode
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["int", "term", "hup"])
 def test_a_signal_as_the_engine_appears_ends_up(
     sig: signal.Signals, make_spec: SpecFactory, run_home: Path, tmp_path: Path
 ) -> None:
     make_spec("sglang_ready", name="caught")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "specpilot", "up", str(tmp_path / "caught.toml")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        wait_for(Path(os.environ["SPECPILOT_HOME"]) / "runs" / "caught" / "pid", process)
-        process.send_signal(sig)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 130, out + err
+    out, err, returncode = _signalled_as_its_engine_appears(tmp_path / "caught.toml", sig)
+    assert returncode == 130, out + err
     assert "interrupted: caught is stopped" in err
     state = read_state("caught")
     assert state.phase != "ready"
@@ -84,23 +100,12 @@ def test_an_up_interrupted_before_its_start_leaves_the_run_already_serving_alone
             silent.settimeout(60)
             slow = f"ssh://{getpass.getuser()}@127.0.0.1:{silent.getsockname()[1]}"
             write_state(dataclasses.replace(recorded, host=HostSection(target=slow)))
-            process = subprocess.Popen(
-                [sys.executable, "-m", "specpilot", "up", str(tmp_path / "serving.toml")],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-            )
-            try:
+            with _up(tmp_path / "serving.toml") as process:
                 connection, _ = silent.accept()  # the check is connecting to the run's host
                 with connection:
                     write_state(recorded)
                     process.send_signal(sig)
                     out, err = process.communicate(timeout=60)
-            finally:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
         assert process.returncode == 130, out + err
         assert "interrupted before serving was started: nothing was stopped" in err, err
         status = asyncio.run(run_status("serving", lines=0))
@@ -114,23 +119,10 @@ def test_a_signal_under_json_is_one_json_object(
 ) -> None:
     """`up --json` ended by a signal: stdout held nothing (the stop was said on stderr only)."""
     make_spec("sglang_ready", name="caught")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "specpilot", "up", str(tmp_path / "caught.toml"), "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+    out, err, returncode = _signalled_as_its_engine_appears(
+        tmp_path / "caught.toml", signal.SIGTERM, "--json"
     )
-    try:
-        wait_for(Path(os.environ["SPECPILOT_HOME"]) / "runs" / "caught" / "pid", process)
-        process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 130, out + err
+    assert returncode == 130, out + err
     shown = json.loads(out)
     assert set(shown) == {"error", "fix", "exit"} and shown["exit"] == 130, shown
     assert shown["error"] == "interrupted: caught is stopped" and "same command" in shown["fix"], shown
